@@ -1,0 +1,2 @@
+//! The `warden` command.
+fn main() {}

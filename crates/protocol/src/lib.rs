@@ -1,0 +1,455 @@
+//! Wire types shared by every part of Warden: task ids, kinds and statuses, the result JSON of
+//! SPEC §5, the events a run emits, failure codes and usage. No logic beyond (de)serialisation and
+//! small invariants of the types themselves.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A task id: `tsk_` followed by 26 characters of a ULID (Crockford base32, time-sortable).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct TaskId(String);
+
+impl TaskId {
+    pub const PREFIX: &'static str = "tsk_";
+
+    /// Builds an id from the 26-character ULID part.
+    pub fn from_ulid(ulid: &str) -> Result<TaskId, InvalidTaskId> {
+        TaskId::try_from(format!("{}{ulid}", TaskId::PREFIX))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// The string given is not `tsk_` followed by 26 Crockford base32 characters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InvalidTaskId(pub String);
+
+impl fmt::Display for InvalidTaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "invalid task id {:?}: expected `tsk_` followed by 26 base32 characters",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for InvalidTaskId {}
+
+impl TryFrom<String> for TaskId {
+    type Error = InvalidTaskId;
+    fn try_from(value: String) -> Result<Self, Self::Error> {
+        let valid = value
+            .strip_prefix(TaskId::PREFIX)
+            .is_some_and(|rest| {
+                rest.len() == 26
+                    && rest.bytes().all(|b| {
+                        b.is_ascii_digit()
+                            || (b.is_ascii_uppercase() && !matches!(b, b'I' | b'L' | b'O' | b'U'))
+                    })
+            });
+        if valid {
+            Ok(TaskId(value))
+        } else {
+            Err(InvalidTaskId(value))
+        }
+    }
+}
+
+impl From<TaskId> for String {
+    fn from(id: TaskId) -> String {
+        id.0
+    }
+}
+
+impl fmt::Display for TaskId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::str::FromStr for TaskId {
+    type Err = InvalidTaskId;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        TaskId::try_from(s.to_string())
+    }
+}
+
+/// What a task asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskKind {
+    Question,
+    Change,
+    Maintain,
+}
+
+/// Task lifecycle (SPEC §6). The last four are terminal and immutable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    Queued,
+    WaitingApproval,
+    Running,
+    Testing,
+    WaitingInput,
+    Completed,
+    Failed,
+    Cancelled,
+    TimedOut,
+}
+
+impl TaskStatus {
+    pub fn is_terminal(self) -> bool {
+        match self {
+            TaskStatus::Completed
+            | TaskStatus::Failed
+            | TaskStatus::Cancelled
+            | TaskStatus::TimedOut => true,
+            TaskStatus::Queued
+            | TaskStatus::WaitingApproval
+            | TaskStatus::Running
+            | TaskStatus::Testing
+            | TaskStatus::WaitingInput => false,
+        }
+    }
+}
+
+/// Stable failure codes carried in `failure.code` and in API errors about tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureCode {
+    /// A token, cost, turn or wall-time budget would be exceeded by the next model call.
+    BudgetExceeded,
+    /// The model provider failed permanently or kept failing after retries and fallback.
+    ModelError,
+    /// The requested isolation could not be established.
+    SandboxError,
+    /// The agent's final submission was rejected too many times.
+    InvalidSubmission,
+    /// The task's wall-clock limit ran out.
+    TimedOut,
+    /// Someone cancelled the task.
+    Cancelled,
+    /// Warden itself failed (storage, git, I/O).
+    Infrastructure,
+    /// The repository could not be pinned or materialized safely.
+    RepositoryError,
+    /// The agent stopped without using a final tool too many times.
+    NoSubmission,
+    /// A policy decision ended the task.
+    PolicyAbort,
+}
+
+impl FailureCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureCode::BudgetExceeded => "budget_exceeded",
+            FailureCode::ModelError => "model_error",
+            FailureCode::SandboxError => "sandbox_error",
+            FailureCode::InvalidSubmission => "invalid_submission",
+            FailureCode::TimedOut => "timed_out",
+            FailureCode::Cancelled => "cancelled",
+            FailureCode::Infrastructure => "infrastructure",
+            FailureCode::RepositoryError => "repository_error",
+            FailureCode::NoSubmission => "no_submission",
+            FailureCode::PolicyAbort => "policy_abort",
+        }
+    }
+}
+
+impl fmt::Display for FailureCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `failure` in a result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Failure {
+    pub code: FailureCode,
+    pub message: String,
+}
+
+/// Whether a claim was seen in the code or reasoned from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Basis {
+    Observed,
+    Inferred,
+}
+
+/// One checked citation. `url` is built by Warden, never taken from the model.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Evidence {
+    pub repo: String,
+    pub commit: String,
+    pub path: String,
+    pub start_line: u64,
+    pub end_line: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Claim {
+    pub text: String,
+    pub basis: Basis,
+    #[serde(default)]
+    pub evidence: Vec<Evidence>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Answer {
+    pub summary: String,
+    pub claims: Vec<Claim>,
+    #[serde(default)]
+    pub not_established: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Clarification {
+    pub question: String,
+}
+
+/// Token and money usage of a task. `cost_usd` is `null` when any model call had no known price:
+/// an unknown cost is never reported as zero.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub cached_input_tokens: u64,
+    pub output_tokens: u64,
+    pub cost_usd: Option<f64>,
+    pub model_calls: u64,
+    pub tool_calls: u64,
+    /// Models whose price is not in the price table; present only when non-empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unpriced_models: Vec<String>,
+    /// Model responses that carried no usage at all; present only when non-zero.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub responses_without_usage: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// The outcome of a question task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum QuestionOutcome {
+    Answer { answer: Answer },
+    Clarification { clarification: Clarification },
+    Failure { failure: Failure },
+}
+
+/// One pinned repository of a task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ManifestEntry {
+    pub repo: String,
+    pub commit: String,
+    pub root: String,
+}
+
+/// The result JSON of SPEC §5 for a question task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuestionResult {
+    pub task_id: TaskId,
+    pub kind: TaskKind,
+    #[serde(flatten)]
+    pub outcome: QuestionOutcome,
+    pub usage: Usage,
+    /// The model that produced the result (`faux` for the deterministic no-model runner).
+    pub model: String,
+    /// The sandbox backend tool commands ran in (`local` means no isolation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
+    /// Human-readable caveats: an unpriced model, the faux runner, a no-isolation sandbox.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notices: Vec<String>,
+}
+
+impl QuestionResult {
+    /// CLI exit code per SPEC §2.
+    pub fn exit_code(&self) -> i32 {
+        match self.outcome {
+            QuestionOutcome::Answer { .. } => 0,
+            QuestionOutcome::Failure { .. } => 1,
+            QuestionOutcome::Clarification { .. } => 3,
+        }
+    }
+}
+
+/// One turn of a task's conversation, oldest first.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TranscriptEntry {
+    pub role: Role,
+    pub text: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    User,
+    Agent,
+}
+
+/// What a run reports as it goes: shown live on stderr by the CLI, streamed over SSE by the server.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Event {
+    TaskStarted {
+        task_id: TaskId,
+        kind: TaskKind,
+        model: String,
+        manifest: Vec<ManifestEntry>,
+    },
+    ModelRequested {
+        turn: u32,
+        model: String,
+    },
+    ModelResponded {
+        turn: u32,
+        model: String,
+        tool_calls: u32,
+        input_tokens: u64,
+        output_tokens: u64,
+    },
+    ModelRetrying {
+        model: String,
+        attempt: u32,
+        delay_ms: u64,
+        reason: String,
+    },
+    ModelFallback {
+        from: String,
+        to: String,
+        reason: String,
+    },
+    AgentMessage {
+        text: String,
+    },
+    ToolStarted {
+        call_id: String,
+        tool: String,
+        summary: String,
+    },
+    ToolFinished {
+        call_id: String,
+        tool: String,
+        ok: bool,
+        summary: String,
+    },
+    PolicyDenied {
+        tool: String,
+        reason: String,
+    },
+    SubmissionRejected {
+        attempt: u32,
+        errors: Vec<String>,
+    },
+    StatusChanged {
+        status: TaskStatus,
+    },
+    TaskFinished {
+        status: TaskStatus,
+        outcome: String,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_id_accepts_only_the_documented_shape() {
+        assert!(TaskId::try_from("tsk_01HZY8Q6K9V2M3N4P5R6S7T8V9".to_string()).is_ok());
+        for bad in [
+            "tsk_01HZY8Q6K9V2M3N4P5R6S7T8V",   // 25 chars
+            "tsk_01HZY8Q6K9V2M3N4P5R6S7T8V9X", // 27 chars
+            "tsk_01hzy8q6k9v2m3n4p5r6s7t8v9",  // lowercase
+            "tsk_01HZY8Q6K9V2M3N4P5R6S7T8VI",  // I is not Crockford
+            "job_01HZY8Q6K9V2M3N4P5R6S7T8V9",
+            "tsk_../../etc/passwd000000000",
+            "",
+        ] {
+            assert!(TaskId::try_from(bad.to_string()).is_err(), "{bad} accepted");
+        }
+    }
+
+    #[test]
+    fn question_result_serialises_to_the_spec_shape() {
+        let result = QuestionResult {
+            task_id: TaskId::from_ulid("01HZY8Q6K9V2M3N4P5R6S7T8V9").unwrap(),
+            kind: TaskKind::Question,
+            outcome: QuestionOutcome::Answer {
+                answer: Answer {
+                    summary: "s".into(),
+                    claims: vec![Claim {
+                        text: "t".into(),
+                        basis: Basis::Observed,
+                        evidence: vec![Evidence {
+                            repo: "app".into(),
+                            commit: "a".repeat(40),
+                            path: "src/lib.rs".into(),
+                            start_line: 1,
+                            end_line: 2,
+                            url: None,
+                        }],
+                    }],
+                    not_established: vec![],
+                },
+            },
+            usage: Usage::default(),
+            model: "faux".into(),
+            sandbox: None,
+            notices: vec![],
+        };
+        let value = serde_json::to_value(&result).unwrap();
+        assert_eq!(value["outcome"], "answer");
+        assert_eq!(value["kind"], "question");
+        assert_eq!(value["answer"]["claims"][0]["basis"], "observed");
+        assert_eq!(value["answer"]["claims"][0]["evidence"][0]["start_line"], 1);
+        assert!(value["usage"]["cost_usd"].is_null());
+        let back: QuestionResult = serde_json::from_value(value).unwrap();
+        assert_eq!(back, result);
+    }
+
+    #[test]
+    fn terminal_statuses_are_exactly_the_last_four() {
+        let terminal: Vec<_> = [
+            TaskStatus::Queued,
+            TaskStatus::WaitingApproval,
+            TaskStatus::Running,
+            TaskStatus::Testing,
+            TaskStatus::WaitingInput,
+            TaskStatus::Completed,
+            TaskStatus::Failed,
+            TaskStatus::Cancelled,
+            TaskStatus::TimedOut,
+        ]
+        .into_iter()
+        .filter(|s| s.is_terminal())
+        .collect();
+        assert_eq!(
+            terminal,
+            [
+                TaskStatus::Completed,
+                TaskStatus::Failed,
+                TaskStatus::Cancelled,
+                TaskStatus::TimedOut
+            ]
+        );
+    }
+}

@@ -1,0 +1,216 @@
+//! Path confinement: turns a path the model (or any other hostile caller) gave into a real path
+//! inside one checkout, or refuses. Symlinks are followed and their targets must stay inside the
+//! checkout; nothing under `.git` is ever reachable.
+
+use std::path::{Component, Path, PathBuf};
+
+/// Why a path was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfineError {
+    /// Absolute paths are refused: every path is relative to the working root.
+    #[error("path {0:?} is absolute; paths are relative to the repository root")]
+    Absolute(String),
+    /// The path climbs above the root with `..`.
+    #[error("path {0:?} leaves the repository")]
+    Escapes(String),
+    /// The path names `.git` or something under it.
+    #[error("path {0:?} is inside .git, which is not part of the checkout")]
+    GitDir(String),
+    /// The path contains a NUL byte or is otherwise not a usable file name.
+    #[error("path {0:?} is not a valid path")]
+    Invalid(String),
+    /// Nothing exists at the path.
+    #[error("path {0:?} does not exist")]
+    NotFound(String),
+    /// A symlink on the way points outside the checkout.
+    #[error("path {0:?} resolves outside the repository through a symlink")]
+    SymlinkEscape(String),
+}
+
+/// A canonical checkout root to resolve paths against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckoutRoot {
+    canonical: PathBuf,
+}
+
+impl CheckoutRoot {
+    pub fn new(root: &Path) -> std::io::Result<CheckoutRoot> {
+        Ok(CheckoutRoot {
+            canonical: root.canonicalize()?,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.canonical
+    }
+
+    /// Resolves `relative` to an existing path inside the root. Returns the canonical path.
+    pub fn resolve(&self, relative: &str) -> Result<PathBuf, ConfineError> {
+        let lexical = lexical_relative(relative)?;
+        let joined = self.canonical.join(&lexical);
+        let canonical = match joined.canonicalize() {
+            Ok(path) => path,
+            Err(_) => {
+                // Distinguish a dangling or escaping symlink from a plain missing file: walk the
+                // existing prefix and see where it lands.
+                return Err(self.classify_missing(relative, &lexical));
+            }
+        };
+        let inside = canonical
+            .strip_prefix(&self.canonical)
+            .map_err(|_| ConfineError::SymlinkEscape(relative.to_string()))?;
+        if inside.components().any(is_git_component) {
+            return Err(ConfineError::GitDir(relative.to_string()));
+        }
+        Ok(canonical)
+    }
+
+    /// The path of `canonical` relative to the root, with `/` separators (for citations).
+    pub fn relative_display(&self, canonical: &Path) -> Option<String> {
+        let rel = canonical.strip_prefix(&self.canonical).ok()?;
+        let parts: Option<Vec<&str>> = rel.components().map(|c| c.as_os_str().to_str()).collect();
+        let joined = parts?.join("/");
+        Some(if joined.is_empty() { ".".into() } else { joined })
+    }
+
+    fn classify_missing(&self, relative: &str, lexical: &Path) -> ConfineError {
+        let mut current = self.canonical.clone();
+        for component in lexical.components() {
+            current.push(component);
+            match std::fs::symlink_metadata(&current) {
+                Ok(meta) if meta.file_type().is_symlink() => match current.canonicalize() {
+                    Ok(target) if !target.starts_with(&self.canonical) => {
+                        return ConfineError::SymlinkEscape(relative.to_string())
+                    }
+                    Ok(target) => current = target,
+                    Err(_) => return ConfineError::NotFound(relative.to_string()),
+                },
+                Ok(_) => {}
+                Err(_) => return ConfineError::NotFound(relative.to_string()),
+            }
+        }
+        ConfineError::NotFound(relative.to_string())
+    }
+}
+
+/// Normalises a relative path lexically: `.` dropped, `..` applied, never above the root, no
+/// `.git` component. An empty path or `.` is the root itself.
+pub fn lexical_relative(relative: &str) -> Result<PathBuf, ConfineError> {
+    if relative.contains('\0') {
+        return Err(ConfineError::Invalid(relative.to_string()));
+    }
+    let path = Path::new(relative);
+    let mut parts: Vec<&std::ffi::OsStr> = Vec::new();
+    for component in path.components() {
+        match component {
+            Component::Prefix(_) | Component::RootDir => {
+                return Err(ConfineError::Absolute(relative.to_string()))
+            }
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if parts.pop().is_none() {
+                    return Err(ConfineError::Escapes(relative.to_string()));
+                }
+            }
+            Component::Normal(name) => {
+                if is_git_name(name) {
+                    return Err(ConfineError::GitDir(relative.to_string()));
+                }
+                parts.push(name);
+            }
+        }
+    }
+    Ok(parts.iter().collect())
+}
+
+fn is_git_component(component: Component<'_>) -> bool {
+    matches!(component, Component::Normal(name) if is_git_name(name))
+}
+
+fn is_git_name(name: &std::ffi::OsStr) -> bool {
+    name.to_str()
+        .is_some_and(|n| n.eq_ignore_ascii_case(".git"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn fixture() -> (tempfile::TempDir, tempfile::TempDir, CheckoutRoot) {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret.txt"), "secret").unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("src/nested")).unwrap();
+        std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+        std::fs::write(root.join(".git/config"), "[core]").unwrap();
+        std::fs::write(root.join("src/lib.rs"), "fn main() {}\n").unwrap();
+        std::fs::write(root.join("src/nested/a.rs"), "a\n").unwrap();
+        symlink("lib.rs", root.join("src/inside_link")).unwrap();
+        symlink(outside.path().join("secret.txt"), root.join("escape_link")).unwrap();
+        symlink("../../..", root.join("src/up_link")).unwrap();
+        symlink(".git", root.join("gitlink")).unwrap();
+        symlink("missing", root.join("dangling")).unwrap();
+        let checkout = CheckoutRoot::new(root).unwrap();
+        (dir, outside, checkout)
+    }
+
+    fn check(root: &CheckoutRoot, input: &str, expect: Result<&str, fn(String) -> ConfineError>) {
+        let got = root.resolve(input);
+        match expect {
+            Ok(rel) => {
+                let path = got.unwrap_or_else(|e| panic!("{input:?} refused: {e}"));
+                assert_eq!(root.relative_display(&path).as_deref(), Some(rel), "{input:?}");
+            }
+            Err(make) => assert_eq!(got, Err(make(input.to_string())), "{input:?}"),
+        }
+    }
+
+    #[test]
+    fn resolves_or_refuses_each_case() {
+        let (_dir, _outside, root) = fixture();
+        check(&root, "src/lib.rs", Ok("src/lib.rs"));
+        check(&root, "./src/../src/lib.rs", Ok("src/lib.rs"));
+        check(&root, "", Ok("."));
+        check(&root, ".", Ok("."));
+        check(&root, "src/inside_link", Ok("src/lib.rs"));
+        check(&root, "/etc/passwd", Err(ConfineError::Absolute));
+        check(&root, "../secret.txt", Err(ConfineError::Escapes));
+        check(&root, "src/../../x", Err(ConfineError::Escapes));
+        check(&root, ".git/config", Err(ConfineError::GitDir));
+        check(&root, "src/../.git/hooks", Err(ConfineError::GitDir));
+        check(&root, ".GIT/config", Err(ConfineError::GitDir));
+        check(&root, "gitlink/config", Err(ConfineError::GitDir));
+        check(&root, "escape_link", Err(ConfineError::SymlinkEscape));
+        check(&root, "src/up_link/etc/passwd", Err(ConfineError::SymlinkEscape));
+        check(&root, "missing.rs", Err(ConfineError::NotFound));
+        check(&root, "dangling", Err(ConfineError::NotFound));
+        check(&root, "src/\0lib.rs", Err(ConfineError::Invalid));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_resolves_outside_the_root(parts in proptest::collection::vec(
+            proptest::prop_oneof![
+                proptest::strategy::Just("..".to_string()),
+                proptest::strategy::Just(".".to_string()),
+                proptest::strategy::Just(".git".to_string()),
+                proptest::strategy::Just("src".to_string()),
+                proptest::strategy::Just("escape_link".to_string()),
+                proptest::strategy::Just("up_link".to_string()),
+                proptest::strategy::Just("gitlink".to_string()),
+                proptest::strategy::Just("lib.rs".to_string()),
+                "[a-z./]{0,6}",
+            ], 0..8)) {
+            let (_dir, outside, root) = fixture();
+            let joined = parts.join("/");
+            if let Ok(path) = root.resolve(&joined) {
+                proptest::prop_assert!(path.starts_with(root.path()), "{joined} -> {path:?}");
+                proptest::prop_assert!(!path.starts_with(outside.path()));
+                let rel = path.strip_prefix(root.path()).unwrap();
+                proptest::prop_assert!(!rel.components().any(is_git_component), "{joined} -> {path:?}");
+            }
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! The agent runtime: the decision loop and the traits it drives (model, tools, policy, journal,
+//! events, clock). It knows nothing of git, SQL, HTTP or any particular provider; a test over
+//! `cargo metadata` keeps it that way.
+
+pub mod model;
+pub mod tool;
+
+use std::future::Future;
+use std::pin::Pin;
+
+pub use model::{
+    Cost, Message, Model, ModelError, ModelRequest, ModelResponse, TokenUsage, ToolCall, ToolSpec,
+};
+pub use tool::{AllowAll, Finish, Policy, Tool, ToolOutput, Verdict};
+
+/// A boxed, sendable future: the traits here are object-safe without an extra crate.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Receives the events of a run (progress output, SSE, the store).
+pub trait EventSink: Send + Sync {
+    fn emit(&self, event: warden_protocol::Event);
+}
+
+/// Discards events.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoEvents;
+
+impl EventSink for NoEvents {
+    fn emit(&self, _event: warden_protocol::Event) {}
+}
+
+/// Time as the runtime sees it, injectable for tests.
+pub trait Clock: Send + Sync {
+    /// Milliseconds since the Unix epoch.
+    fn now_ms(&self) -> u64;
+}
+
+/// The real clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
+    }
+}
