@@ -1,0 +1,1 @@
+//! Temporary git repositories built with the system git, for tests.

@@ -1,0 +1,1 @@
+//! A scripted model server for tests.
