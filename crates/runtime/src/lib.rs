@@ -2,15 +2,22 @@
 //! events, clock). It knows nothing of git, SQL, HTTP or any particular provider; a test over
 //! `cargo metadata` keeps it that way.
 
+pub mod journal;
+pub mod limits;
 pub mod model;
+pub mod run;
+pub mod schema;
 pub mod tool;
 
 use std::future::Future;
 use std::pin::Pin;
 
+pub use journal::{FileJournal, Journal, JournalError, JournalRecord, MemoryJournal, RecordKind};
+pub use limits::{Limits, Spend};
 pub use model::{
     Cost, Message, Model, ModelError, ModelRequest, ModelResponse, TokenUsage, ToolCall, ToolSpec,
 };
+pub use run::{Agent, AgentConfig, CancelFlag, RunInput, RunOutcome, RunReport};
 pub use tool::{AllowAll, Finish, Policy, Tool, ToolOutput, Verdict};
 
 /// A boxed, sendable future: the traits here are object-safe without an extra crate.

@@ -91,7 +91,10 @@ pub struct ModelResponse {
 pub enum ModelError {
     /// The provider refused in a way retrying cannot fix: bad key, no quota, bad request.
     #[error("model provider refused the request: {message}")]
-    Permanent { status: Option<u16>, message: String },
+    Permanent {
+        status: Option<u16>,
+        message: String,
+    },
     /// The provider kept failing with retryable errors until the retries ran out.
     #[error("model provider kept failing after {attempts} attempts: {message}")]
     Exhausted { attempts: u32, message: String },

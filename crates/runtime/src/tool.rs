@@ -44,7 +44,10 @@ pub enum Verdict {
     /// The whole task stops.
     Abort(String),
     /// A human must approve this exact call first; the subject hash binds the approval to it.
-    RequireApproval { reason: String, subject_hash: String },
+    RequireApproval {
+        reason: String,
+        subject_hash: String,
+    },
 }
 
 /// Decides whether a validated tool call may run.

@@ -1,0 +1,496 @@
+//! The decision loop. Each turn: check limits, ask the model for a decision, journal it verbatim,
+//! then for every tool call: parse and validate the arguments against the tool's schema, ask the
+//! policy, execute, journal the observation and feed it back. Failures the agent can fix (bad
+//! arguments, denials, rejected submissions) go back to the model as tool errors; only limits,
+//! model failures, policy aborts and too many rejections end the run.
+
+use crate::journal::{Journal, RecordKind};
+use crate::limits::{Limits, Spend};
+use crate::model::{Cost, Message, Model, ModelRequest, ModelResponse, ToolCall};
+use crate::schema;
+use crate::tool::{Finish, Policy, Tool, ToolOutput, Verdict};
+use crate::{Clock, EventSink};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use warden_protocol::{Event, Failure, FailureCode, Usage};
+
+/// Tunables of one run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentConfig {
+    pub limits: Limits,
+    /// Final submissions rejected this many times fail the task with `invalid_submission`.
+    pub max_rejected_submissions: u32,
+    /// Replies without any tool call tolerated (each answered with a reminder) before failing.
+    pub max_replies_without_tool: u32,
+    pub max_output_tokens: u32,
+}
+
+impl Default for AgentConfig {
+    fn default() -> AgentConfig {
+        AgentConfig {
+            limits: Limits::default(),
+            max_rejected_submissions: 3,
+            max_replies_without_tool: 2,
+            max_output_tokens: 8192,
+        }
+    }
+}
+
+/// Set from outside to stop a run at its next step.
+#[derive(Debug, Clone, Default)]
+pub struct CancelFlag(Arc<AtomicBool>);
+
+impl CancelFlag {
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// What starts a run. Closed: resuming from a journal and answering a clarification arrive as
+/// new variants, not as flags.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunInput {
+    /// A fresh conversation: system prompt, earlier transcript if any, and the request.
+    Start { messages: Vec<Message> },
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunOutcome {
+    Finished(Finish),
+    Failed(Failure),
+    /// The policy wants a human to approve a tool call before anything else happens.
+    AwaitingApproval {
+        tool: String,
+        reason: String,
+        subject_hash: String,
+    },
+}
+
+/// The result of a run: outcome, spend and the whole conversation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunReport {
+    pub outcome: RunOutcome,
+    pub usage: Usage,
+    pub messages: Vec<Message>,
+}
+
+/// One run of the loop, borrowing everything it drives.
+pub struct Agent<'a> {
+    pub model: &'a dyn Model,
+    pub tools: &'a [Arc<dyn Tool>],
+    pub policy: &'a dyn Policy,
+    pub journal: &'a mut dyn Journal,
+    pub events: &'a dyn EventSink,
+    pub clock: &'a dyn Clock,
+    pub cancel: CancelFlag,
+    pub config: AgentConfig,
+}
+
+/// The mutable state of a run.
+struct RunState {
+    messages: Vec<Message>,
+    spend: Spend,
+    usage: Usage,
+    rejected_submissions: u32,
+    replies_without_tool: u32,
+}
+
+impl Agent<'_> {
+    pub async fn run(mut self, input: RunInput) -> RunReport {
+        let RunInput::Start { messages } = input;
+        let mut state = RunState {
+            messages,
+            spend: Spend {
+                started_at_ms: self.clock.now_ms(),
+                ..Spend::default()
+            },
+            usage: Usage::default(),
+            rejected_submissions: 0,
+            replies_without_tool: 0,
+        };
+        let outcome = match self.record(
+            RecordKind::RunStarted,
+            json!({
+                "model": self.model.name(),
+                "tools": self.tools.iter().map(|t| t.spec().name).collect::<Vec<_>>(),
+                "limits": {
+                    "max_turns": self.config.limits.max_turns,
+                    "max_tokens": self.config.limits.max_tokens,
+                    "max_cost_micro_usd": self.config.limits.max_cost_micro_usd,
+                    "max_wall_ms": self.config.limits.max_wall_ms,
+                },
+                "messages": state.messages,
+            }),
+        ) {
+            Ok(()) => self.drive(&mut state).await,
+            Err(failure) => RunOutcome::Failed(failure),
+        };
+        let finished = json!({ "outcome": outcome_summary(&outcome), "usage": state.usage });
+        // A journal that cannot record the end is reported, but the outcome stands.
+        let outcome = match self.record(RecordKind::RunFinished, finished) {
+            Ok(()) => outcome,
+            Err(failure) => match outcome {
+                RunOutcome::Failed(_) => outcome,
+                _ => RunOutcome::Failed(failure),
+            },
+        };
+        RunReport {
+            outcome,
+            usage: state.usage,
+            messages: state.messages,
+        }
+    }
+
+    async fn drive(&mut self, state: &mut RunState) -> RunOutcome {
+        loop {
+            if self.cancel.is_cancelled() {
+                return cancelled();
+            }
+            if let Err(failure) = self.config.limits.check(&state.spend, self.clock.now_ms()) {
+                if let Err(journal_failure) =
+                    self.record(RecordKind::LimitReached, json!({ "failure": failure }))
+                {
+                    return RunOutcome::Failed(journal_failure);
+                }
+                return RunOutcome::Failed(failure);
+            }
+            let turn = state.spend.turns + 1;
+            let request = ModelRequest {
+                messages: state.messages.clone(),
+                tools: self.tools.iter().map(|t| t.spec()).collect(),
+                max_output_tokens: self.config.max_output_tokens,
+            };
+            if let Err(failure) = self.record(
+                RecordKind::ModelRequested,
+                json!({ "turn": turn, "messages": request.messages.len() }),
+            ) {
+                return RunOutcome::Failed(failure);
+            }
+            self.events.emit(Event::ModelRequested {
+                turn,
+                model: self.model.name(),
+            });
+            state.spend.turns = turn;
+            let response = match self.model.complete(&request, self.events).await {
+                Ok(response) => response,
+                Err(error) => {
+                    let failure = Failure {
+                        code: FailureCode::ModelError,
+                        message: error.to_string(),
+                    };
+                    if let Err(journal_failure) = self.record(
+                        RecordKind::ModelFailed,
+                        json!({ "error": error.to_string() }),
+                    ) {
+                        return RunOutcome::Failed(journal_failure);
+                    }
+                    return RunOutcome::Failed(failure);
+                }
+            };
+            if let Err(failure) = self.record(RecordKind::ModelDecision, json!(response)) {
+                return RunOutcome::Failed(failure);
+            }
+            if let Some(failure) = account(state, &response) {
+                return RunOutcome::Failed(failure);
+            }
+            self.events.emit(Event::ModelResponded {
+                turn,
+                model: response.model.clone(),
+                tool_calls: response.tool_calls.len() as u32,
+                input_tokens: response.usage.map_or(0, |u| u.input_tokens),
+                output_tokens: response.usage.map_or(0, |u| u.output_tokens),
+            });
+            if let Some(text) = response.text.as_ref().filter(|t| !t.trim().is_empty()) {
+                self.events.emit(Event::AgentMessage { text: text.clone() });
+            }
+            state.messages.push(Message::Assistant {
+                text: response.text.clone(),
+                tool_calls: response.tool_calls.clone(),
+            });
+
+            if response.tool_calls.is_empty() {
+                state.replies_without_tool += 1;
+                if state.replies_without_tool > self.config.max_replies_without_tool {
+                    return RunOutcome::Failed(Failure {
+                        code: FailureCode::NoSubmission,
+                        message: format!(
+                            "the agent replied {} times without calling a tool or submitting",
+                            state.replies_without_tool
+                        ),
+                    });
+                }
+                state.messages.push(Message::User {
+                    text: "Continue by calling a tool. When you are done, call the tool that \
+                           submits your result; if the request is ambiguous, call ask_user."
+                        .into(),
+                });
+                continue;
+            }
+
+            for call in &response.tool_calls {
+                if self.cancel.is_cancelled() {
+                    return cancelled();
+                }
+                state.usage.tool_calls += 1;
+                match self.execute(call, state).await {
+                    Ok(None) => {}
+                    Ok(Some(outcome)) => return outcome,
+                    Err(failure) => return RunOutcome::Failed(failure),
+                }
+            }
+        }
+    }
+
+    /// Runs one tool call. `Ok(Some(_))` ends the run.
+    async fn execute(
+        &mut self,
+        call: &ToolCall,
+        state: &mut RunState,
+    ) -> Result<Option<RunOutcome>, Failure> {
+        let Some(tool) = self
+            .tools
+            .iter()
+            .find(|t| t.spec().name == call.name)
+            .cloned()
+        else {
+            let names: Vec<String> = self.tools.iter().map(|t| t.spec().name).collect();
+            let message = format!(
+                "unknown tool {:?}; available tools: {}",
+                call.name,
+                names.join(", ")
+            );
+            self.record(
+                RecordKind::ArgumentsRejected,
+                json!({ "call_id": call.id, "tool": call.name, "errors": [message] }),
+            )?;
+            push_tool_result(state, call, message, true);
+            return Ok(None);
+        };
+        let spec = tool.spec();
+        let arguments = match parse_arguments(&call.arguments)
+            .and_then(|value| schema::validate(&value, &spec.parameters).map(|()| value))
+        {
+            Ok(value) => value,
+            Err(errors) => {
+                self.record(
+                    RecordKind::ArgumentsRejected,
+                    json!({ "call_id": call.id, "tool": call.name, "errors": errors }),
+                )?;
+                let message = format!(
+                    "invalid arguments for {}: {}. Fix them and call the tool again.",
+                    call.name,
+                    errors.join("; ")
+                );
+                push_tool_result(state, call, message, true);
+                return Ok(None);
+            }
+        };
+
+        let verdict = self.policy.check(&call.name, &arguments);
+        self.record(
+            RecordKind::PolicyVerdict,
+            json!({ "call_id": call.id, "tool": call.name, "verdict": verdict_json(&verdict) }),
+        )?;
+        match verdict {
+            Verdict::Allow => {}
+            Verdict::Deny(reason) => {
+                self.events.emit(Event::PolicyDenied {
+                    tool: call.name.clone(),
+                    reason: reason.clone(),
+                });
+                push_tool_result(state, call, format!("denied by policy: {reason}"), true);
+                return Ok(None);
+            }
+            Verdict::Abort(reason) => {
+                return Ok(Some(RunOutcome::Failed(Failure {
+                    code: FailureCode::PolicyAbort,
+                    message: reason,
+                })))
+            }
+            Verdict::RequireApproval {
+                reason,
+                subject_hash,
+            } => {
+                return Ok(Some(RunOutcome::AwaitingApproval {
+                    tool: call.name.clone(),
+                    reason,
+                    subject_hash,
+                }))
+            }
+        }
+
+        let summary = tool.describe(&arguments);
+        self.events.emit(Event::ToolStarted {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            summary: summary.clone(),
+        });
+        let output = tool.call(arguments).await;
+        self.record(
+            RecordKind::ToolObservation,
+            json!({ "call_id": call.id, "tool": call.name, "output": output_json(&output) }),
+        )?;
+        let ok = matches!(output, ToolOutput::Ok(_) | ToolOutput::Finish(_));
+        self.events.emit(Event::ToolFinished {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            ok,
+            summary,
+        });
+        match output {
+            ToolOutput::Ok(text) => push_tool_result(state, call, text, false),
+            ToolOutput::Error(text) => push_tool_result(state, call, text, true),
+            ToolOutput::Rejected(errors) => {
+                state.rejected_submissions += 1;
+                let attempt = state.rejected_submissions;
+                self.record(
+                    RecordKind::SubmissionRejected,
+                    json!({ "attempt": attempt, "errors": errors }),
+                )?;
+                self.events.emit(Event::SubmissionRejected {
+                    attempt,
+                    errors: errors.clone(),
+                });
+                if attempt >= self.config.max_rejected_submissions {
+                    return Ok(Some(RunOutcome::Failed(Failure {
+                        code: FailureCode::InvalidSubmission,
+                        message: format!(
+                            "the submission was rejected {attempt} times; last errors: {}",
+                            errors.join("; ")
+                        ),
+                    })));
+                }
+                let remaining = self.config.max_rejected_submissions - attempt;
+                let message = format!(
+                    "submission rejected (attempt {attempt}; {remaining} left):\n- {}\nFix \
+                     these problems and submit again. Cite only line ranges you have read.",
+                    errors.join("\n- ")
+                );
+                push_tool_result(state, call, message, true);
+            }
+            ToolOutput::Finish(finish) => {
+                push_tool_result(state, call, "accepted".into(), false);
+                return Ok(Some(RunOutcome::Finished(finish)));
+            }
+        }
+        Ok(None)
+    }
+
+    fn record(&mut self, kind: RecordKind, payload: Value) -> Result<(), Failure> {
+        self.journal
+            .append(self.clock.now_ms(), kind, payload)
+            .map_err(|error| Failure {
+                code: FailureCode::Infrastructure,
+                message: format!("could not write the run journal: {error}"),
+            })
+    }
+}
+
+/// Adds a response's usage and cost to the run. Returns a failure when usage can no longer be
+/// trusted: a second response without any usage means budgets cannot be enforced.
+fn account(state: &mut RunState, response: &ModelResponse) -> Option<Failure> {
+    state.usage.model_calls += 1;
+    match response.usage {
+        Some(usage) => {
+            state.usage.input_tokens += usage.input_tokens;
+            state.usage.cached_input_tokens += usage.cached_input_tokens;
+            state.usage.output_tokens += usage.output_tokens;
+            state.spend.tokens += usage.input_tokens + usage.output_tokens;
+        }
+        None => {
+            state.usage.responses_without_usage += 1;
+            if state.usage.responses_without_usage >= 2 {
+                return Some(Failure {
+                    code: FailureCode::BudgetExceeded,
+                    message: "the model reported no token usage on two responses, so budgets \
+                              cannot be enforced"
+                        .into(),
+                });
+            }
+        }
+    }
+    match response.cost {
+        Cost::Known { micro_usd } => state.spend.cost_micro_usd += micro_usd,
+        Cost::Unknown => {
+            state.spend.cost_unknown = true;
+            if !state.usage.unpriced_models.contains(&response.model) {
+                state.usage.unpriced_models.push(response.model.clone());
+            }
+        }
+    }
+    state.usage.cost_usd = if state.spend.cost_unknown {
+        None
+    } else {
+        Some(state.spend.cost_micro_usd as f64 / 1e6)
+    };
+    None
+}
+
+fn parse_arguments(text: &str) -> Result<Value, Vec<String>> {
+    if text.trim().is_empty() {
+        return Ok(Value::Object(serde_json::Map::new()));
+    }
+    serde_json::from_str(text).map_err(|e| vec![format!("arguments are not valid JSON: {e}")])
+}
+
+fn push_tool_result(state: &mut RunState, call: &ToolCall, content: String, is_error: bool) {
+    state.messages.push(Message::Tool {
+        call_id: call.id.clone(),
+        content,
+        is_error,
+    });
+}
+
+fn cancelled() -> RunOutcome {
+    RunOutcome::Failed(Failure {
+        code: FailureCode::Cancelled,
+        message: "the task was cancelled".into(),
+    })
+}
+
+fn verdict_json(verdict: &Verdict) -> Value {
+    match verdict {
+        Verdict::Allow => json!({ "allow": true }),
+        Verdict::Deny(reason) => json!({ "deny": reason }),
+        Verdict::Abort(reason) => json!({ "abort": reason }),
+        Verdict::RequireApproval {
+            reason,
+            subject_hash,
+        } => json!({ "require_approval": reason, "subject_hash": subject_hash }),
+    }
+}
+
+fn output_json(output: &ToolOutput) -> Value {
+    match output {
+        ToolOutput::Ok(text) => json!({ "ok": text }),
+        ToolOutput::Error(text) => json!({ "error": text }),
+        ToolOutput::Rejected(errors) => json!({ "rejected": errors }),
+        ToolOutput::Finish(Finish::Answer(answer)) => json!({ "answer": answer }),
+        ToolOutput::Finish(Finish::Clarification { question }) => {
+            json!({ "clarification": question })
+        }
+    }
+}
+
+fn outcome_summary(outcome: &RunOutcome) -> Value {
+    match outcome {
+        RunOutcome::Finished(Finish::Answer(answer)) => json!({ "answer": answer }),
+        RunOutcome::Finished(Finish::Clarification { question }) => {
+            json!({ "clarification": question })
+        }
+        RunOutcome::Failed(failure) => json!({ "failure": failure }),
+        RunOutcome::AwaitingApproval {
+            tool,
+            reason,
+            subject_hash,
+        } => {
+            json!({ "awaiting_approval": { "tool": tool, "reason": reason, "subject_hash": subject_hash } })
+        }
+    }
+}

@@ -1,0 +1,465 @@
+//! The decision loop driven by a scripted in-process model and tools: argument validation,
+//! policy verdicts, rejected submissions, limits checked before each call, journal chaining.
+
+use serde_json::{json, Value};
+use std::sync::{Arc, Mutex};
+use warden_protocol::{Answer, Event, FailureCode};
+use warden_runtime::journal::MemoryJournal;
+use warden_runtime::{
+    Agent, AgentConfig, AllowAll, BoxFuture, CancelFlag, Clock, Cost, EventSink, Finish, Limits,
+    Message, Model, ModelError, ModelRequest, ModelResponse, Policy, RecordKind, RunInput,
+    RunOutcome, TokenUsage, Tool, ToolCall, ToolOutput, ToolSpec, Verdict,
+};
+
+/// Replays responses in order and remembers every request.
+struct Scripted {
+    replies: Mutex<Vec<Result<ModelResponse, ModelError>>>,
+    requests: Mutex<Vec<ModelRequest>>,
+}
+
+impl Scripted {
+    fn new(replies: Vec<Result<ModelResponse, ModelError>>) -> Scripted {
+        let mut replies = replies;
+        replies.reverse();
+        Scripted {
+            replies: Mutex::new(replies),
+            requests: Mutex::new(vec![]),
+        }
+    }
+}
+
+impl Model for Scripted {
+    fn name(&self) -> String {
+        "scripted:test".into()
+    }
+    fn complete<'a>(
+        &'a self,
+        request: &'a ModelRequest,
+        _events: &'a dyn EventSink,
+    ) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
+        self.requests.lock().unwrap().push(request.clone());
+        let reply = self
+            .replies
+            .lock()
+            .unwrap()
+            .pop()
+            .expect("script exhausted");
+        Box::pin(async move { reply })
+    }
+    fn has_price(&self) -> bool {
+        true
+    }
+}
+
+fn calls(calls: &[(&str, &str)]) -> Result<ModelResponse, ModelError> {
+    Ok(ModelResponse {
+        model: "scripted:test".into(),
+        text: None,
+        tool_calls: calls
+            .iter()
+            .enumerate()
+            .map(|(i, (name, args))| ToolCall {
+                id: format!("call_{i}"),
+                name: name.to_string(),
+                arguments: args.to_string(),
+            })
+            .collect(),
+        usage: Some(TokenUsage {
+            input_tokens: 100,
+            cached_input_tokens: 10,
+            cache_write_tokens: 0,
+            output_tokens: 20,
+        }),
+        cost: Cost::Known { micro_usd: 50 },
+        stop_reason: Some("tool_calls".into()),
+        raw: json!({"scripted": true}),
+    })
+}
+
+/// `echo {text}` echoes; `submit {ok}` finishes when ok, else is rejected.
+struct Echo;
+impl Tool for Echo {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "echo".into(),
+            description: "echo".into(),
+            parameters: json!({"type": "object", "properties": {"text": {"type": "string"}},
+                "required": ["text"], "additionalProperties": false}),
+        }
+    }
+    fn describe(&self, arguments: &Value) -> String {
+        format!("echo {}", arguments["text"])
+    }
+    fn call<'a>(&'a self, arguments: Value) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async move { ToolOutput::Ok(arguments["text"].as_str().unwrap().to_string()) })
+    }
+}
+
+struct Submit;
+impl Tool for Submit {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "submit".into(),
+            description: "submit".into(),
+            parameters: json!({"type": "object", "properties": {"ok": {"type": "boolean"}},
+                "required": ["ok"], "additionalProperties": false}),
+        }
+    }
+    fn describe(&self, _arguments: &Value) -> String {
+        "submit".into()
+    }
+    fn call<'a>(&'a self, arguments: Value) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async move {
+            if arguments["ok"] == true {
+                ToolOutput::Finish(Finish::Answer(Answer {
+                    summary: "done".into(),
+                    claims: vec![],
+                    not_established: vec![],
+                }))
+            } else {
+                ToolOutput::Rejected(vec!["line 99 is past the end".into()])
+            }
+        })
+    }
+}
+
+#[derive(Default)]
+struct Collect(Mutex<Vec<Event>>);
+impl EventSink for Collect {
+    fn emit(&self, event: Event) {
+        self.0.lock().unwrap().push(event);
+    }
+}
+
+/// A clock that advances 1 s each time it is read.
+#[derive(Default)]
+struct Ticking(Mutex<u64>);
+impl Clock for Ticking {
+    fn now_ms(&self) -> u64 {
+        let mut now = self.0.lock().unwrap();
+        *now += 1000;
+        *now
+    }
+}
+
+struct DenyEcho;
+impl Policy for DenyEcho {
+    fn check(&self, tool: &str, _arguments: &Value) -> Verdict {
+        if tool == "echo" {
+            Verdict::Deny("echo is not allowed here".into())
+        } else {
+            Verdict::Allow
+        }
+    }
+}
+
+struct Harness {
+    report: warden_runtime::RunReport,
+    journal: MemoryJournal,
+    events: Vec<Event>,
+    model: Scripted,
+}
+
+async fn run_with(
+    replies: Vec<Result<ModelResponse, ModelError>>,
+    config: AgentConfig,
+    policy: &dyn Policy,
+) -> Harness {
+    let model = Scripted::new(replies);
+    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(Echo), Arc::new(Submit)];
+    let mut journal = MemoryJournal::default();
+    let events = Collect::default();
+    let clock = Ticking::default();
+    let report = Agent {
+        model: &model,
+        tools: &tools,
+        policy,
+        journal: &mut journal,
+        events: &events,
+        clock: &clock,
+        cancel: CancelFlag::default(),
+        config,
+    }
+    .run(RunInput::Start {
+        messages: vec![Message::User {
+            text: "question".into(),
+        }],
+    })
+    .await;
+    Harness {
+        report,
+        journal,
+        events: events.0.into_inner().unwrap(),
+        model,
+    }
+}
+
+fn tool_results(messages: &[Message]) -> Vec<(String, bool)> {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool {
+                content, is_error, ..
+            } => Some((content.clone(), *is_error)),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn bad_arguments_unknown_tools_and_invalid_json_go_back_to_the_model() {
+    let h = run_with(
+        vec![
+            calls(&[
+                ("echo", r#"{"text": "hi", "evil": 1}"#),
+                ("nope", "{}"),
+                ("echo", "{not json"),
+                ("echo", r#"{"text": "hello"}"#),
+            ]),
+            calls(&[("submit", r#"{"ok": true}"#)]),
+        ],
+        AgentConfig::default(),
+        &AllowAll,
+    )
+    .await;
+    assert!(matches!(
+        h.report.outcome,
+        RunOutcome::Finished(Finish::Answer(_))
+    ));
+    let results = tool_results(&h.report.messages);
+    assert!(
+        results[0].0.contains("unknown field \"evil\""),
+        "{results:?}"
+    );
+    assert!(results[0].1);
+    assert!(results[1]
+        .0
+        .contains("unknown tool \"nope\"; available tools: echo, submit"));
+    assert!(results[2].0.contains("not valid JSON"));
+    assert_eq!(results[3], ("hello".to_string(), false));
+    // The second request carried all four tool results back to the model.
+    let second = &h.model.requests.lock().unwrap()[1];
+    assert_eq!(tool_results(&second.messages).len(), 4);
+    assert_eq!(h.report.usage.model_calls, 2);
+    assert_eq!(h.report.usage.tool_calls, 5);
+    assert_eq!(h.report.usage.input_tokens, 200);
+    assert_eq!(h.report.usage.cost_usd, Some(0.0001));
+}
+
+#[tokio::test]
+async fn three_rejected_submissions_fail_the_task() {
+    let h = run_with(
+        vec![
+            calls(&[("submit", r#"{"ok": false}"#)]),
+            calls(&[("submit", r#"{"ok": false}"#)]),
+            calls(&[("submit", r#"{"ok": false}"#)]),
+        ],
+        AgentConfig::default(),
+        &AllowAll,
+    )
+    .await;
+    match &h.report.outcome {
+        RunOutcome::Failed(f) => assert_eq!(f.code, FailureCode::InvalidSubmission),
+        other => panic!("{other:?}"),
+    }
+    let rejections = h
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::SubmissionRejected { .. }))
+        .count();
+    assert_eq!(rejections, 3);
+    let second = &h.model.requests.lock().unwrap()[1];
+    let results = tool_results(&second.messages);
+    assert!(results[0].0.contains("line 99 is past the end"));
+    assert!(results[0].0.contains("2 left"));
+}
+
+#[tokio::test]
+async fn a_rejected_then_valid_submission_finishes() {
+    let h = run_with(
+        vec![
+            calls(&[("submit", r#"{"ok": false}"#)]),
+            calls(&[("submit", r#"{"ok": true}"#)]),
+        ],
+        AgentConfig::default(),
+        &AllowAll,
+    )
+    .await;
+    assert!(matches!(h.report.outcome, RunOutcome::Finished(_)));
+}
+
+#[tokio::test]
+async fn policy_denial_is_a_tool_error_and_the_tool_does_not_run() {
+    let h = run_with(
+        vec![
+            calls(&[("echo", r#"{"text": "secret"}"#)]),
+            calls(&[("submit", r#"{"ok": true}"#)]),
+        ],
+        AgentConfig::default(),
+        &DenyEcho,
+    )
+    .await;
+    let results = tool_results(&h.report.messages);
+    assert_eq!(
+        results[0],
+        ("denied by policy: echo is not allowed here".into(), true)
+    );
+    assert!(!h
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::ToolStarted { tool, .. } if tool == "echo")));
+}
+
+#[tokio::test]
+async fn limits_are_checked_before_the_model_call() {
+    let config = AgentConfig {
+        limits: Limits {
+            max_turns: 1,
+            ..Limits::default()
+        },
+        ..AgentConfig::default()
+    };
+    let h = run_with(
+        vec![calls(&[("echo", r#"{"text": "a"}"#)])],
+        config,
+        &AllowAll,
+    )
+    .await;
+    match &h.report.outcome {
+        RunOutcome::Failed(f) => assert_eq!(f.code, FailureCode::BudgetExceeded),
+        other => panic!("{other:?}"),
+    }
+    // Exactly one call was made: the second was refused before it happened.
+    assert_eq!(h.model.requests.lock().unwrap().len(), 1);
+
+    let money = AgentConfig {
+        limits: Limits {
+            max_cost_micro_usd: Some(50),
+            ..Limits::default()
+        },
+        ..AgentConfig::default()
+    };
+    let h = run_with(
+        vec![calls(&[("echo", r#"{"text": "a"}"#)])],
+        money,
+        &AllowAll,
+    )
+    .await;
+    assert!(
+        matches!(&h.report.outcome, RunOutcome::Failed(f) if f.code == FailureCode::BudgetExceeded)
+    );
+    assert_eq!(h.model.requests.lock().unwrap().len(), 1);
+    assert!(h
+        .journal
+        .records
+        .iter()
+        .any(|r| r.kind == RecordKind::LimitReached));
+}
+
+#[tokio::test]
+async fn unknown_cost_is_reported_as_unknown_not_zero() {
+    let mut reply = calls(&[("submit", r#"{"ok": true}"#)]).unwrap();
+    reply.cost = Cost::Unknown;
+    let h = run_with(vec![Ok(reply)], AgentConfig::default(), &AllowAll).await;
+    assert!(matches!(h.report.outcome, RunOutcome::Finished(_)));
+    assert_eq!(h.report.usage.cost_usd, None);
+    assert_eq!(h.report.usage.unpriced_models, ["scripted:test"]);
+}
+
+#[tokio::test]
+async fn a_second_response_without_usage_fails_the_task() {
+    let mut first = calls(&[("echo", r#"{"text": "a"}"#)]).unwrap();
+    first.usage = None;
+    let mut second = first.clone();
+    second.tool_calls[0].id = "x".into();
+    let h = run_with(
+        vec![Ok(first), Ok(second)],
+        AgentConfig::default(),
+        &AllowAll,
+    )
+    .await;
+    assert!(
+        matches!(&h.report.outcome, RunOutcome::Failed(f) if f.code == FailureCode::BudgetExceeded)
+    );
+    assert_eq!(h.report.usage.responses_without_usage, 2);
+}
+
+#[tokio::test]
+async fn replies_without_tools_get_a_reminder_then_fail() {
+    let text = |t: &str| {
+        let mut r = calls(&[]).unwrap();
+        r.text = Some(t.into());
+        Ok(r)
+    };
+    let h = run_with(
+        vec![text("hmm"), text("still thinking"), text("done?")],
+        AgentConfig::default(),
+        &AllowAll,
+    )
+    .await;
+    assert!(
+        matches!(&h.report.outcome, RunOutcome::Failed(f) if f.code == FailureCode::NoSubmission)
+    );
+    let second = &h.model.requests.lock().unwrap()[1];
+    assert!(
+        matches!(second.messages.last(), Some(Message::User { text }) if text.contains("calling a tool"))
+    );
+}
+
+#[tokio::test]
+async fn model_failure_ends_the_run_with_model_error() {
+    let h = run_with(
+        vec![Err(ModelError::Permanent {
+            status: Some(401),
+            message: "bad key".into(),
+        })],
+        AgentConfig::default(),
+        &AllowAll,
+    )
+    .await;
+    assert!(
+        matches!(&h.report.outcome, RunOutcome::Failed(f) if f.code == FailureCode::ModelError)
+    );
+    assert!(h
+        .journal
+        .records
+        .iter()
+        .any(|r| r.kind == RecordKind::ModelFailed));
+}
+
+#[tokio::test]
+async fn the_journal_records_each_step_verbatim_and_chains() {
+    let h = run_with(
+        vec![
+            calls(&[("echo", r#"{"text": "a"}"#)]),
+            calls(&[("submit", r#"{"ok": true}"#)]),
+        ],
+        AgentConfig::default(),
+        &AllowAll,
+    )
+    .await;
+    let kinds: Vec<RecordKind> = h.journal.records.iter().map(|r| r.kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            RecordKind::RunStarted,
+            RecordKind::ModelRequested,
+            RecordKind::ModelDecision,
+            RecordKind::PolicyVerdict,
+            RecordKind::ToolObservation,
+            RecordKind::ModelRequested,
+            RecordKind::ModelDecision,
+            RecordKind::PolicyVerdict,
+            RecordKind::ToolObservation,
+            RecordKind::RunFinished,
+        ]
+    );
+    // The decision is stored as the model returned it, raw provider payload included.
+    assert_eq!(
+        h.journal.records[2].payload["raw"],
+        json!({"scripted": true})
+    );
+    for pair in h.journal.records.windows(2) {
+        assert_eq!(pair[1].prev_hash, pair[0].hash);
+    }
+}
