@@ -1,0 +1,2 @@
+mod ask;
+mod support;

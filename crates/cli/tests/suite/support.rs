@@ -1,0 +1,92 @@
+//! Running the `warden` binary in a clean environment with its own `WARDEN_HOME`.
+
+#![allow(clippy::disallowed_methods)] // the tests spawn the binary under test
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub struct Warden {
+    pub home: tempfile::TempDir,
+    pub env: Vec<(String, String)>,
+    pub cwd: Option<PathBuf>,
+}
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}\nstderr:\n{}", self.stdout, self.stderr))
+    }
+}
+
+impl Warden {
+    pub fn new() -> Warden {
+        Warden {
+            home: tempfile::tempdir().unwrap(),
+            env: vec![],
+            cwd: None,
+        }
+    }
+
+    pub fn faux() -> Warden {
+        Warden::new().with("WARDEN_MODEL", "faux")
+    }
+
+    /// A warden talking to a scripted OpenAI-compatible server.
+    pub fn openai(base: &str) -> Warden {
+        Warden::new()
+            .with("WARDEN_MODEL", "openai:gpt-test")
+            .with("OPENAI_BASE_URL", &format!("{base}/v1"))
+            .with("OPENAI_API_KEY", "sk-test-key")
+            .with("WARDEN_RETRY_BASE_MS", "5")
+    }
+
+    pub fn anthropic(base: &str) -> Warden {
+        Warden::new()
+            .with("WARDEN_MODEL", "anthropic:claude-test")
+            .with("ANTHROPIC_BASE_URL", base)
+            .with("ANTHROPIC_API_KEY", "sk-ant-test")
+            .with("WARDEN_RETRY_BASE_MS", "5")
+    }
+
+    pub fn with(mut self, key: &str, value: &str) -> Warden {
+        self.env.push((key.to_string(), value.to_string()));
+        self
+    }
+
+    pub fn in_dir(mut self, dir: &Path) -> Warden {
+        self.cwd = Some(dir.to_path_buf());
+        self
+    }
+
+    pub fn run(&self, args: &[&str]) -> Run {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_warden"));
+        command
+            .args(args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("WARDEN_HOME", self.home.path())
+            .env("HOME", self.home.path());
+        for (key, value) in &self.env {
+            command.env(key, value);
+        }
+        if let Some(cwd) = &self.cwd {
+            command.current_dir(cwd);
+        }
+        let Output {
+            status,
+            stdout,
+            stderr,
+        } = command.output().expect("warden runs");
+        Run {
+            code: status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        }
+    }
+}
