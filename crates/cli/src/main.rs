@@ -1,2 +1,143 @@
-//! The `warden` command.
-fn main() {}
+//! The `warden` command: parses the command line, loads configuration, builds the tokio runtime
+//! and dispatches. Errors print as `warden: error: …` with their causes; exit codes follow SPEC §2.
+
+mod ask;
+mod config;
+mod doctor;
+mod ids;
+mod progress;
+mod prompt;
+mod records;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Debug, Parser)]
+#[command(name = "warden", version, about = "Hand coding questions and changes to AI agents, safely")]
+struct Cli {
+    /// Configuration file (default: WARDEN_CONFIG, else WARDEN_HOME/warden.toml)
+    #[arg(long, global = true, value_name = "PATH")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Ask a question about one or more repositories and get an answer with checked citations
+    Ask(ask::AskArgs),
+    /// Show a task and its result
+    Show {
+        task: String,
+        /// Print the task record as JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// List tasks
+    Tasks {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a task's run journal (verifying its hash chain)
+    Logs { task: String },
+    /// Report what works on this machine: git, state directory, model configuration
+    Doctor {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// An error in how Warden was invoked or configured: exit code 2.
+#[derive(Debug)]
+pub struct UsageError(pub anyhow::Error);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#}", self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Wraps an error as a usage error.
+pub fn usage(error: impl Into<anyhow::Error>) -> anyhow::Error {
+    anyhow::Error::new(UsageError(error.into()))
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("WARDEN_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    match run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(error) => {
+            eprintln!("warden: error: {error:#}");
+            if error.downcast_ref::<UsageError>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::from(1)
+            }
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<u8> {
+    let config = config::Config::load(cli.config.as_deref(), &config::ProcessEnv).map_err(usage)?;
+    match cli.command {
+        Command::Ask(args) => {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()?;
+            runtime.block_on(ask::ask(&config, args))
+        }
+        Command::Show { task, json } => {
+            let id = task.parse().map_err(usage)?;
+            let record = records::load(&config.home, &id).map_err(usage)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&record)?);
+            } else {
+                println!("{} · {:?} · {:?} · {}", record.id, record.kind, record.status, record.created_at);
+                println!("prompt: {}", record.prompt);
+                if let Some(result) = &record.result {
+                    print!("{}", ask::render_result(result));
+                }
+            }
+            Ok(0)
+        }
+        Command::Tasks { json } => {
+            let all = records::list(&config.home)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&all)?);
+            } else {
+                for record in all {
+                    println!(
+                        "{}  {:<10} {:<9} {}",
+                        record.id,
+                        format!("{:?}", record.status).to_lowercase(),
+                        format!("{:?}", record.kind).to_lowercase(),
+                        record.prompt.lines().next().unwrap_or_default()
+                    );
+                }
+            }
+            Ok(0)
+        }
+        Command::Logs { task } => {
+            let id = task.parse().map_err(usage)?;
+            let path = records::journal_path(&config.home, &id, 1);
+            let records = warden_runtime::FileJournal::verify(&path)?;
+            for record in records {
+                println!("{}", serde_json::to_string(&record)?);
+            }
+            eprintln!("warden: journal hash chain verified");
+            Ok(0)
+        }
+        Command::Doctor { json } => doctor::doctor(&config, json),
+    }
+}

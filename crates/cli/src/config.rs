@@ -1,0 +1,340 @@
+//! Configuration: `warden.toml` (from `--config`, `WARDEN_CONFIG`, or `WARDEN_HOME/warden.toml`)
+//! with environment overrides. Unknown keys and invalid values stop start-up with a message naming
+//! them. Configuration is never read from a repository or the current directory: a hostile
+//! repository cannot change how Warden behaves.
+
+use anyhow::{bail, Context};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use warden_models::{ModelConfig, Price, PriceTable, Provider};
+use warden_runtime::Limits;
+
+/// The file's shape. Every table rejects unknown keys.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    #[serde(default)]
+    pub model: ModelSection,
+    #[serde(default)]
+    pub limits: LimitsSection,
+    #[serde(default)]
+    pub prices: Vec<PriceEntry>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSection {
+    /// `provider:model` or `faux`; `WARDEN_MODEL` overrides.
+    pub name: Option<String>,
+    /// A second `provider:model` tried once when the first fails for good.
+    pub fallback: Option<String>,
+    pub stream: Option<bool>,
+    /// Send `stream_options.include_usage` (OpenAI-compatible servers that reject it: false).
+    pub stream_usage: Option<bool>,
+    /// `max_completion_tokens` (OpenAI) or `max_tokens` (many compatible servers).
+    pub max_tokens_field: Option<String>,
+    /// Send the system prompt with the `developer` role (OpenAI reasoning models).
+    pub developer_role: Option<bool>,
+    pub max_output_tokens: Option<u32>,
+    pub request_timeout_secs: Option<u64>,
+    pub max_attempts: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    pub max_turns: Option<u32>,
+    pub max_tokens: Option<u64>,
+    pub max_cost_usd: Option<f64>,
+    pub max_wall_secs: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceEntry {
+    pub provider: String,
+    /// A model name or prefix; the longest matching prefix wins.
+    pub model: String,
+    pub input: f64,
+    #[serde(default)]
+    pub cached_input: Option<f64>,
+    #[serde(default)]
+    pub cache_write: Option<f64>,
+    pub output: f64,
+}
+
+/// Everything a command needs, resolved.
+#[derive(Debug)]
+pub struct Config {
+    pub home: PathBuf,
+    pub model: ModelChoice,
+    pub limits: Limits,
+    pub max_output_tokens: u32,
+    pub prices: PriceTable,
+}
+
+#[derive(Debug)]
+pub enum ModelChoice {
+    Faux,
+    Remote {
+        primary: Box<ModelConfig>,
+        fallback: Option<Box<ModelConfig>>,
+    },
+    /// No model configured: fine for commands that need none.
+    Missing,
+}
+
+/// Reads the environment through a function so tests can supply their own.
+pub trait Env {
+    fn var(&self, name: &str) -> Option<String>;
+}
+
+pub struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok().filter(|v| !v.is_empty())
+    }
+}
+
+impl Config {
+    pub fn load(explicit: Option<&Path>, env: &dyn Env) -> anyhow::Result<Config> {
+        let home = match env.var("WARDEN_HOME") {
+            Some(home) => PathBuf::from(home),
+            None => match env.var("HOME") {
+                Some(user_home) => Path::new(&user_home).join(".local/share/warden"),
+                None => bail!("cannot find a state directory: set WARDEN_HOME"),
+            },
+        };
+        let path = explicit
+            .map(Path::to_path_buf)
+            .or_else(|| env.var("WARDEN_CONFIG").map(PathBuf::from))
+            .or_else(|| Some(home.join("warden.toml")).filter(|p| p.exists()));
+        let file = match &path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read configuration {}", path.display()))?;
+                parse_file(&text)
+                    .with_context(|| format!("invalid configuration {}", path.display()))?
+            }
+            None => FileConfig::default(),
+        };
+        Config::resolve(home, file, env)
+    }
+
+    fn resolve(home: PathBuf, file: FileConfig, env: &dyn Env) -> anyhow::Result<Config> {
+        let section = &file.model;
+        let name = env.var("WARDEN_MODEL").or_else(|| section.name.clone());
+        let model = match name.as_deref() {
+            None => ModelChoice::Missing,
+            Some("faux") => ModelChoice::Faux,
+            Some(primary) => {
+                let primary = remote_model(primary, section, env)
+                    .with_context(|| format!("invalid model {primary:?}"))?;
+                let fallback = match &section.fallback {
+                    Some(name) => Some(Box::new(
+                        remote_model(name, section, env)
+                            .with_context(|| format!("invalid fallback model {name:?}"))?,
+                    )),
+                    None => None,
+                };
+                ModelChoice::Remote {
+                    primary: Box::new(primary),
+                    fallback,
+                }
+            }
+        };
+        let defaults = Limits::default();
+        let limits_section = &file.limits;
+        let max_cost_micro_usd = match limits_section.max_cost_usd {
+            Some(usd) if !(usd.is_finite() && usd > 0.0) => {
+                bail!("limits.max_cost_usd must be a positive number of dollars, got {usd}")
+            }
+            Some(usd) => Some((usd * 1e6).round() as u64),
+            None => None,
+        };
+        if limits_section.max_turns == Some(0) {
+            bail!("limits.max_turns must be at least 1");
+        }
+        let limits = Limits {
+            max_turns: limits_section.max_turns.unwrap_or(defaults.max_turns),
+            max_tokens: limits_section.max_tokens,
+            max_cost_micro_usd,
+            max_wall_ms: limits_section
+                .max_wall_secs
+                .map(|s| s * 1000)
+                .or(defaults.max_wall_ms),
+        };
+        let mut prices = Vec::new();
+        for entry in &file.prices {
+            for (what, value) in [
+                ("input", Some(entry.input)),
+                ("output", Some(entry.output)),
+                ("cached_input", entry.cached_input),
+                ("cache_write", entry.cache_write),
+            ] {
+                if let Some(value) = value {
+                    if !(value.is_finite() && value >= 0.0) {
+                        bail!("prices: {what} for {:?} must be a non-negative number", entry.model);
+                    }
+                }
+            }
+            prices.push(Price {
+                provider: parse_provider(&entry.provider)?,
+                model_prefix: entry.model.clone(),
+                input_per_mtok_usd: entry.input,
+                cached_input_per_mtok_usd: entry.cached_input.unwrap_or(entry.input),
+                cache_write_per_mtok_usd: entry.cache_write.unwrap_or(entry.input),
+                output_per_mtok_usd: entry.output,
+            });
+        }
+        let prices = PriceTable::builtin().with_overrides(prices);
+        Ok(Config {
+            home,
+            model,
+            limits,
+            max_output_tokens: section.max_output_tokens.unwrap_or(8192),
+            prices,
+        })
+    }
+}
+
+pub fn parse_file(text: &str) -> anyhow::Result<FileConfig> {
+    toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))
+}
+
+fn parse_provider(name: &str) -> anyhow::Result<Provider> {
+    match name {
+        "openai" => Ok(Provider::OpenAi),
+        "anthropic" => Ok(Provider::Anthropic),
+        other => bail!("unknown provider {other:?}: expected \"openai\" or \"anthropic\""),
+    }
+}
+
+fn remote_model(name: &str, section: &ModelSection, env: &dyn Env) -> anyhow::Result<ModelConfig> {
+    let Some((provider, model)) = name.split_once(':') else {
+        bail!("expected provider:model, e.g. openai:gpt-5.1, anthropic:claude-sonnet-4-5, or faux");
+    };
+    if model.is_empty() {
+        bail!("the model name after {provider:?} is empty");
+    }
+    let provider = parse_provider(provider)?;
+    let mut config = match provider {
+        Provider::OpenAi => {
+            let mut config = ModelConfig::openai(model);
+            if let Some(base) = env.var("OPENAI_BASE_URL") {
+                config.base_url = base;
+            }
+            config.api_key = env.var("OPENAI_API_KEY");
+            config
+        }
+        Provider::Anthropic => {
+            let mut config = ModelConfig::anthropic(model);
+            if let Some(base) = env.var("ANTHROPIC_BASE_URL") {
+                config.base_url = base;
+            }
+            config.api_key = env.var("ANTHROPIC_API_KEY");
+            config
+        }
+    };
+    if !(config.base_url.starts_with("http://") || config.base_url.starts_with("https://")) {
+        bail!("base URL {:?} must start with http:// or https://", config.base_url);
+    }
+    if let Some(stream) = section.stream {
+        config.stream = stream;
+    }
+    if let Some(stream_usage) = section.stream_usage {
+        config.stream_usage = stream_usage;
+    }
+    if let Some(field) = &section.max_tokens_field {
+        config.max_tokens_field = match field.as_str() {
+            "max_completion_tokens" => warden_models::MaxTokensField::MaxCompletionTokens,
+            "max_tokens" => warden_models::MaxTokensField::MaxTokens,
+            other => bail!(
+                "model.max_tokens_field {other:?}: expected \"max_completion_tokens\" or \"max_tokens\""
+            ),
+        };
+    }
+    if section.developer_role == Some(true) {
+        config.system_role = warden_models::SystemRole::Developer;
+    }
+    if let Some(secs) = section.request_timeout_secs {
+        config.request_timeout = Duration::from_secs(secs);
+    }
+    if let Some(attempts) = section.max_attempts {
+        if attempts == 0 {
+            bail!("model.max_attempts must be at least 1");
+        }
+        config.retry.max_attempts = attempts;
+    }
+    // Tests and slow local servers can shorten the retry delays.
+    if let Some(ms) = env.var("WARDEN_RETRY_BASE_MS").and_then(|v| v.parse().ok()) {
+        config.retry.base_delay = Duration::from_millis(ms);
+    }
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    struct MapEnv(HashMap<&'static str, &'static str>);
+    impl Env for MapEnv {
+        fn var(&self, name: &str) -> Option<String> {
+            self.0.get(name).map(|v| v.to_string())
+        }
+    }
+
+    fn load(text: &str, env: &[(&'static str, &'static str)]) -> anyhow::Result<Config> {
+        let env = MapEnv(env.iter().copied().collect());
+        Config::resolve(PathBuf::from("/h"), parse_file(text)?, &env)
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let error = load("[model]\nnmae = \"faux\"\n", &[]).unwrap_err();
+        assert!(format!("{error:#}").contains("nmae"), "{error:#}");
+        let error = load("[limitz]\n", &[]).unwrap_err();
+        assert!(format!("{error:#}").contains("limitz"), "{error:#}");
+    }
+
+    #[test]
+    fn invalid_values_are_refused() {
+        assert!(load("[limits]\nmax_cost_usd = -1.0\n", &[]).is_err());
+        assert!(load("[limits]\nmax_turns = 0\n", &[]).is_err());
+        assert!(load("[model]\nname = \"gpt\"\n", &[]).is_err());
+        assert!(load("[model]\nname = \"cohere:x\"\n", &[]).is_err());
+        assert!(load("", &[("WARDEN_MODEL", "openai:")]).is_err());
+        assert!(load("", &[("WARDEN_MODEL", "openai:x"), ("OPENAI_BASE_URL", "ftp://x")]).is_err());
+        assert!(load("[model]\nmax_tokens_field = \"tokens\"\nname = \"openai:x\"\n", &[]).is_err());
+    }
+
+    #[test]
+    fn environment_overrides_the_file() {
+        let config = load(
+            "[model]\nname = \"anthropic:claude\"\n",
+            &[("WARDEN_MODEL", "openai:gpt-x"), ("OPENAI_BASE_URL", "http://127.0.0.1:1/v1"), ("OPENAI_API_KEY", "k")],
+        )
+        .unwrap();
+        match config.model {
+            ModelChoice::Remote { primary, fallback } => {
+                assert_eq!(primary.model, "gpt-x");
+                assert_eq!(primary.base_url, "http://127.0.0.1:1/v1");
+                assert_eq!(primary.api_key.as_deref(), Some("k"));
+                assert!(fallback.is_none());
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(load("", &[("WARDEN_MODEL", "faux")]).unwrap().model, ModelChoice::Faux));
+        assert!(matches!(load("", &[]).unwrap().model, ModelChoice::Missing));
+    }
+
+    #[test]
+    fn limits_convert_to_micro_dollars() {
+        let config = load("[limits]\nmax_cost_usd = 1.5\nmax_wall_secs = 60\n", &[]).unwrap();
+        assert_eq!(config.limits.max_cost_micro_usd, Some(1_500_000));
+        assert_eq!(config.limits.max_wall_ms, Some(60_000));
+    }
+}
