@@ -17,8 +17,8 @@ use warden_runtime::{
     Tool, ToolCall, ToolOutput, ToolSpec,
 };
 
-struct Instant_;
-impl Model for Instant_ {
+struct InstantModel;
+impl Model for InstantModel {
     fn name(&self) -> String {
         "bench".into()
     }
@@ -99,7 +99,7 @@ fn main() {
         let started = Instant::now();
         let report = runtime.block_on(
             Agent {
-                model: &Instant_,
+                model: &InstantModel,
                 tools: &tools,
                 policy: &AllowAll,
                 journal: &mut journal,
