@@ -1,0 +1,369 @@
+//! One configured provider endpoint: sends a request, reads the response (whole or streamed),
+//! retries what is worth retrying and prices the result. Wire details live in `openai` and
+//! `anthropic`; the decisions about failures in `retry`.
+
+use crate::config::{ModelConfig, Provider};
+use crate::price::Price;
+use crate::retry::{self, AttemptError};
+use crate::sse::{SseEvent, SseParser};
+use crate::{anthropic, openai};
+use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
+use serde_json::Value;
+use std::time::Duration;
+use warden_protocol::Event;
+use warden_runtime::{
+    Cost, EventSink, ModelError, ModelRequest, ModelResponse, TokenUsage, ToolCall,
+};
+
+/// What a response decided, before it is priced and named.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Decision {
+    pub text: Option<String>,
+    pub tool_calls: Vec<ToolCall>,
+    pub usage: Option<TokenUsage>,
+    pub stop_reason: Option<String>,
+}
+
+/// Whether to keep reading a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flow {
+    Continue,
+    /// The server said it is done (`[DONE]`, `message_stop`).
+    Stop,
+}
+
+/// How a stream ended.
+enum StreamEnd {
+    /// The assembler saw the end marker.
+    Stopped,
+    /// The body ended cleanly.
+    Eof,
+    /// The body failed mid-way.
+    Interrupted(String),
+}
+
+/// A call that failed for good, and whether a fallback model may be tried.
+#[derive(Debug)]
+pub(crate) struct Failure {
+    pub error: ModelError,
+    pub fallback: bool,
+}
+
+#[derive(Debug)]
+pub(crate) struct Endpoint {
+    config: ModelConfig,
+    name: String,
+    price: Option<Price>,
+    client: reqwest::Client,
+    headers: HeaderMap,
+}
+
+impl Endpoint {
+    pub fn new(config: ModelConfig, price: Option<Price>, client: reqwest::Client) -> Endpoint {
+        let mut headers = HeaderMap::new();
+        let accept = if config.stream {
+            "text/event-stream"
+        } else {
+            "application/json"
+        };
+        headers.insert(ACCEPT, HeaderValue::from_static(accept));
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        // `validate` has checked that the key is a valid header value.
+        let key = |prefix: &str| {
+            config.api_key.as_deref().and_then(|key| {
+                let mut value = HeaderValue::from_str(&format!("{prefix}{key}")).ok()?;
+                value.set_sensitive(true);
+                Some(value)
+            })
+        };
+        match config.provider {
+            Provider::OpenAi => {
+                if let Some(value) = key("Bearer ") {
+                    headers.insert(AUTHORIZATION, value);
+                }
+            }
+            Provider::Anthropic => {
+                if let Some(value) = key("") {
+                    headers.insert("x-api-key", value);
+                }
+                headers.insert(
+                    "anthropic-version",
+                    HeaderValue::from_static(anthropic::API_VERSION),
+                );
+            }
+        }
+        Endpoint {
+            name: config.name(),
+            config,
+            price,
+            client,
+            headers,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn has_price(&self) -> bool {
+        self.price.is_some()
+    }
+
+    fn secret(&self) -> Option<&str> {
+        self.config.api_key.as_deref()
+    }
+
+    /// One decision, with retries.
+    pub async fn complete(
+        &self,
+        request: &ModelRequest,
+        events: &dyn EventSink,
+    ) -> Result<ModelResponse, Failure> {
+        let body = match self.config.provider {
+            Provider::OpenAi => openai::request_body(&self.config, request),
+            Provider::Anthropic => anthropic::request_body(&self.config, request),
+        };
+        let body = serde_json::to_vec(&body).map_err(|error| Failure {
+            error: ModelError::Protocol {
+                message: format!("cannot encode the request: {error}"),
+            },
+            fallback: false,
+        })?;
+        let ids = openai::CallIds::for_request(request);
+        let max_attempts = self.config.retry.max_attempts.max(1);
+        let mut attempt = 1;
+        loop {
+            tracing::debug!(model = %self.name, attempt, "model request");
+            let outcome =
+                match tokio::time::timeout(self.config.request_timeout, self.attempt(&body, ids))
+                    .await
+                {
+                    Ok(outcome) => outcome,
+                    Err(_) => Err(AttemptError::retryable(format!(
+                        "no complete response within {} ms",
+                        self.config.request_timeout.as_millis()
+                    ))),
+                };
+            match outcome {
+                Ok((decision, raw)) => return Ok(self.respond(decision, raw)),
+                Err(AttemptError::Retryable { reason, delay }) => {
+                    if attempt >= max_attempts {
+                        tracing::warn!(model = %self.name, attempt, %reason, "model call failed, no attempts left");
+                        return Err(Failure {
+                            error: ModelError::Exhausted {
+                                attempts: attempt,
+                                message: reason,
+                            },
+                            fallback: true,
+                        });
+                    }
+                    let delay =
+                        delay.unwrap_or_else(|| retry::backoff(&self.config.retry, attempt));
+                    attempt += 1;
+                    tracing::warn!(model = %self.name, attempt, delay_ms = delay.as_millis() as u64, %reason, "retrying model call");
+                    events.emit(Event::ModelRetrying {
+                        model: self.name.clone(),
+                        attempt,
+                        delay_ms: delay.as_millis() as u64,
+                        reason,
+                    });
+                    tokio::time::sleep(delay).await;
+                }
+                Err(AttemptError::Permanent {
+                    status,
+                    message,
+                    fallback,
+                }) => {
+                    tracing::warn!(model = %self.name, ?status, %message, "model call refused");
+                    return Err(Failure {
+                        error: ModelError::Permanent { status, message },
+                        fallback,
+                    });
+                }
+                Err(AttemptError::Protocol { message }) => {
+                    tracing::warn!(model = %self.name, %message, "model response not understood");
+                    return Err(Failure {
+                        error: ModelError::Protocol { message },
+                        fallback: true,
+                    });
+                }
+            }
+        }
+    }
+
+    fn respond(&self, decision: Decision, raw: Value) -> ModelResponse {
+        let cost = match (&decision.usage, &self.price) {
+            (Some(usage), Some(price)) => crate::price::cost_at(price, usage),
+            (None, _) => {
+                tracing::debug!(model = %self.name, "response carried no usage: cost unknown");
+                Cost::Unknown
+            }
+            (Some(_), None) => Cost::Unknown,
+        };
+        ModelResponse {
+            model: self.name.clone(),
+            text: decision.text,
+            tool_calls: decision.tool_calls,
+            usage: decision.usage,
+            cost,
+            stop_reason: decision.stop_reason,
+            raw,
+        }
+    }
+
+    /// One attempt: the decision and the raw response (the body, or every stream event).
+    async fn attempt(
+        &self,
+        body: &[u8],
+        ids: openai::CallIds,
+    ) -> Result<(Decision, Value), AttemptError> {
+        let mut response = self
+            .client
+            .post(self.config.endpoint())
+            .headers(self.headers.clone())
+            .body(body.to_vec())
+            .send()
+            .await
+            .map_err(|error| AttemptError::retryable(transport_error("request failed", &error)))?;
+        let status = response.status();
+        if !status.is_success() {
+            let headers = response.headers().clone();
+            let text = response.text().await.unwrap_or_default();
+            return Err(retry::classify_http_error(
+                status.as_u16(),
+                &headers,
+                &text,
+                self.secret(),
+            ));
+        }
+        let content_type = response
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        let is_stream = content_type.contains("text/event-stream")
+            || (self.config.stream && !content_type.contains("json"));
+        if !is_stream {
+            // Also taken when a stream was asked for but the server answered with one JSON body.
+            let bytes = response.bytes().await.map_err(|error| {
+                AttemptError::retryable(transport_error("reading the response failed", &error))
+            })?;
+            let json: Value = serde_json::from_slice(&bytes).map_err(|_| {
+                AttemptError::protocol(retry::clean(
+                    &format!(
+                        "response is not json: {}",
+                        String::from_utf8_lossy(&bytes).trim()
+                    ),
+                    self.secret(),
+                ))
+            })?;
+            let decision = match self.config.provider {
+                Provider::OpenAi => openai::parse_response(&json, ids, self.secret())?,
+                Provider::Anthropic => anthropic::parse_response(&json, self.secret())?,
+            };
+            return Ok((decision, json));
+        }
+        let mut raw = Vec::new();
+        let decision = match self.config.provider {
+            Provider::OpenAi => {
+                let mut assembler = openai::StreamAssembler::new(ids, self.secret());
+                let end = read_stream(&mut response, &mut raw, |event, json| {
+                    assembler.on_data(&event.data, json)
+                })
+                .await?;
+                check_complete(assembler.is_complete(), end, &self.name)?;
+                assembler.finish()
+            }
+            Provider::Anthropic => {
+                let mut assembler = anthropic::StreamAssembler::new(self.secret());
+                let end = read_stream(&mut response, &mut raw, |event, json| {
+                    assembler.on_event(event.event.as_deref(), &event.data, json)
+                })
+                .await?;
+                check_complete(assembler.is_complete(), end, &self.name)?;
+                assembler.finish()
+            }
+        };
+        Ok((decision, Value::Array(raw)))
+    }
+}
+
+/// A stream counts when the server marked its end; the transport failing after that mark (say,
+/// before the usage chunk) loses nothing worth paying for again.
+fn check_complete(complete: bool, end: StreamEnd, model: &str) -> Result<(), AttemptError> {
+    match (complete, end) {
+        (true, StreamEnd::Interrupted(reason)) => {
+            tracing::warn!(model, %reason, "stream interrupted after the response was complete");
+            Ok(())
+        }
+        (true, _) | (false, StreamEnd::Stopped) => Ok(()),
+        (false, StreamEnd::Eof) => Err(AttemptError::retryable(
+            "stream ended before the response was complete",
+        )),
+        (false, StreamEnd::Interrupted(reason)) => Err(AttemptError::retryable(reason)),
+    }
+}
+
+/// Reads SSE events until the assembler stops, the body ends, or the transport fails. Every
+/// `data:` payload is appended to `raw` (parsed when it is JSON, as a string otherwise).
+async fn read_stream<F>(
+    response: &mut reqwest::Response,
+    raw: &mut Vec<Value>,
+    mut on_event: F,
+) -> Result<StreamEnd, AttemptError>
+where
+    F: FnMut(&SseEvent, Option<&Value>) -> Result<Flow, AttemptError>,
+{
+    let mut parser = SseParser::default();
+    let mut dispatch = |event: SseEvent, raw: &mut Vec<Value>| {
+        let json = serde_json::from_str::<Value>(&event.data).ok();
+        raw.push(
+            json.clone()
+                .unwrap_or_else(|| Value::String(event.data.clone())),
+        );
+        on_event(&event, json.as_ref())
+    };
+    loop {
+        match response.chunk().await {
+            Ok(Some(bytes)) => {
+                for event in parser.push(&bytes) {
+                    if dispatch(event, raw)? == Flow::Stop {
+                        return Ok(StreamEnd::Stopped);
+                    }
+                }
+            }
+            Ok(None) => {
+                if let Some(event) = parser.finish() {
+                    if dispatch(event, raw)? == Flow::Stop {
+                        return Ok(StreamEnd::Stopped);
+                    }
+                }
+                return Ok(StreamEnd::Eof);
+            }
+            Err(error) => {
+                return Ok(StreamEnd::Interrupted(transport_error(
+                    "stream interrupted",
+                    &error,
+                )))
+            }
+        }
+    }
+}
+
+/// `context: error: cause: cause`, which reqwest's own message alone does not show.
+fn transport_error(context: &str, error: &reqwest::Error) -> String {
+    let mut message = format!("{context}: {error}");
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        message.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    if error.is_timeout() {
+        message.push_str(" (timed out)");
+    }
+    message
+}
+
+/// Timeouts of the shared HTTP client; the per-attempt deadline is `ModelConfig::request_timeout`.
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
