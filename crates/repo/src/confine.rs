@@ -70,7 +70,11 @@ impl CheckoutRoot {
         let rel = canonical.strip_prefix(&self.canonical).ok()?;
         let parts: Option<Vec<&str>> = rel.components().map(|c| c.as_os_str().to_str()).collect();
         let joined = parts?.join("/");
-        Some(if joined.is_empty() { ".".into() } else { joined })
+        Some(if joined.is_empty() {
+            ".".into()
+        } else {
+            joined
+        })
     }
 
     fn classify_missing(&self, relative: &str, lexical: &Path) -> ConfineError {
@@ -161,7 +165,11 @@ mod tests {
         match expect {
             Ok(rel) => {
                 let path = got.unwrap_or_else(|e| panic!("{input:?} refused: {e}"));
-                assert_eq!(root.relative_display(&path).as_deref(), Some(rel), "{input:?}");
+                assert_eq!(
+                    root.relative_display(&path).as_deref(),
+                    Some(rel),
+                    "{input:?}"
+                );
             }
             Err(make) => assert_eq!(got, Err(make(input.to_string())), "{input:?}"),
         }
@@ -183,7 +191,11 @@ mod tests {
         check(&root, ".GIT/config", Err(ConfineError::GitDir));
         check(&root, "gitlink/config", Err(ConfineError::GitDir));
         check(&root, "escape_link", Err(ConfineError::SymlinkEscape));
-        check(&root, "src/up_link/etc/passwd", Err(ConfineError::SymlinkEscape));
+        check(
+            &root,
+            "src/up_link/etc/passwd",
+            Err(ConfineError::SymlinkEscape),
+        );
         check(&root, "missing.rs", Err(ConfineError::NotFound));
         check(&root, "dangling", Err(ConfineError::NotFound));
         check(&root, "src/\0lib.rs", Err(ConfineError::Invalid));

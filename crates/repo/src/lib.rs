@@ -2,6 +2,18 @@
 //! `WARDEN_HOME`, verified read-only snapshots of exact commits, task manifests, path confinement
 //! and evidence validation.
 
+mod browse;
 pub mod confine;
+pub mod error;
+pub mod evidence;
+pub mod git;
+mod materialize;
+pub mod spec;
+pub mod store;
 
 pub use confine::{CheckoutRoot, ConfineError};
+pub use error::RepoError;
+pub use evidence::{validate_evidence, EvidenceClaim, EvidenceError, PinnedCheckout};
+pub use git::{Git, GitOutput, GitStream, GitTimeouts};
+pub use spec::{RepoSpec, Source};
+pub use store::{evidence_url, BrowseBase, PinnedRepo, RepoStore, Snapshot};

@@ -1,0 +1,463 @@
+//! `RepoStore`: Warden's own copies of repositories under `WARDEN_HOME`.
+//!
+//! - `mirrors/<name>-<8 hex of sha256(source)>.git`: a bare mirror Warden owns, filled by fetching
+//!   from the source. The user's repository is only ever read (`rev-parse`, `config --get`, and
+//!   git's upload-pack serving the fetch); nothing is written into it and its work tree is never
+//!   looked at.
+//! - `snapshots/<mirror>/<commit>/`: one read-only, verified checkout per exact commit, with its
+//!   completion marker `<commit>.done` beside it (outside the root), written only after the walk in
+//!   `materialize` verified every object. Later calls find the marker and reuse the snapshot.
+//!
+//! Concurrent pins of one mirror and concurrent snapshots of one commit are serialised with
+//! `flock`-style file locks; snapshots are built in a temp dir and renamed into place.
+
+use std::fs::{File, OpenOptions, Permissions};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use sha2::Digest;
+
+use crate::browse::browse_base;
+pub use crate::browse::{evidence_url, BrowseBase};
+use crate::error::RepoError;
+use crate::git::Git;
+use crate::materialize::{materialize, ObjectFormat};
+use crate::spec::{RepoSpec, Source};
+
+/// Where the source's `HEAD` is recorded in a mirror; the mirror's own `HEAD` points at it.
+const SOURCE_HEAD: &str = "refs/warden/source-head";
+
+/// Everything fetched from a source: branches, tags and its `HEAD`.
+const MIRROR_REFSPECS: [&str; 3] = [
+    "+refs/heads/*:refs/heads/*",
+    "+refs/tags/*:refs/tags/*",
+    "+HEAD:refs/warden/source-head",
+];
+
+/// Mirrors and snapshots under one `WARDEN_HOME`.
+#[derive(Debug, Clone)]
+pub struct RepoStore {
+    home: PathBuf,
+    git: Git,
+}
+
+/// A repository pinned to one exact commit, present in Warden's mirror.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinnedRepo {
+    pub name: String,
+    pub source: Source,
+    /// Full commit id (40 hex, or 64 for SHA-256 repositories).
+    pub commit: String,
+    /// The commit's tree id.
+    pub tree: String,
+    /// The bare mirror holding the commit.
+    pub mirror: PathBuf,
+    pub browse: Option<BrowseBase>,
+}
+
+/// A verified, read-only checkout of one commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Snapshot {
+    pub root: PathBuf,
+    pub commit: String,
+    pub tree: String,
+    /// True when an earlier call had already materialized it.
+    pub reused: bool,
+}
+
+impl RepoStore {
+    /// Opens (creating if needed) the store under `home`, with git found by [`Git::locate`].
+    pub fn open(home: &Path) -> Result<RepoStore, RepoError> {
+        RepoStore::open_with(home, Git::locate()?)
+    }
+
+    /// Like [`RepoStore::open`] with a given git (e.g. other timeouts).
+    pub fn open_with(home: &Path, git: Git) -> Result<RepoStore, RepoError> {
+        for sub in ["mirrors", "snapshots"] {
+            let dir = home.join(sub);
+            std::fs::create_dir_all(&dir).map_err(RepoError::io("create directory", &dir))?;
+        }
+        let home = home
+            .canonicalize()
+            .map_err(RepoError::io("resolve", home))?;
+        Ok(RepoStore { home, git })
+    }
+
+    pub fn home(&self) -> &Path {
+        &self.home
+    }
+
+    pub fn git(&self) -> &Git {
+        &self.git
+    }
+
+    /// Where the mirror of `spec`'s source lives (whether or not it exists yet).
+    pub fn mirror_path(&self, spec: &RepoSpec) -> PathBuf {
+        let digest = sha2::Sha256::digest(spec.source.as_text().as_bytes());
+        let short = hex::encode(&digest[..4]);
+        self.home
+            .join("mirrors")
+            .join(format!("{}-{short}.git", spec.name))
+    }
+
+    /// Brings the mirror up to date with the source and resolves `spec.rev` (default: the
+    /// source's `HEAD`) to a commit held in the mirror.
+    pub fn pin(&self, spec: &RepoSpec) -> Result<PinnedRepo, RepoError> {
+        let mirror = self.mirror_path(spec);
+        let _lock = lock(&mirror.with_extension("lock"))?;
+        let (commit, browse) = match &spec.source {
+            Source::Path(path) => self.pin_local(spec, path, &mirror)?,
+            Source::Url(url) => self.pin_url(spec, url, &mirror)?,
+        };
+        let tree = self
+            .in_mirror(
+                &mirror,
+                &[
+                    "rev-parse",
+                    "--verify",
+                    "--end-of-options",
+                    &format!("{commit}^{{tree}}"),
+                ],
+            )?
+            .text();
+        if ObjectFormat::of_id(&tree).is_none() {
+            return Err(RepoError::UnexpectedOutput(format!("tree id {tree:?}")));
+        }
+        Ok(PinnedRepo {
+            name: spec.name.clone(),
+            source: spec.source.clone(),
+            commit,
+            tree,
+            mirror,
+            browse,
+        })
+    }
+
+    /// Resolves the revision in the user's repository (read-only), then fetches everything plus
+    /// the exact commit into the mirror.
+    fn pin_local(
+        &self,
+        spec: &RepoSpec,
+        path: &Path,
+        mirror: &Path,
+    ) -> Result<(String, Option<BrowseBase>), RepoError> {
+        let rev = spec.rev.as_deref().unwrap_or("HEAD");
+        let resolved = self
+            .git
+            .run(
+                path,
+                &[
+                    "rev-parse",
+                    "--path-format=absolute",
+                    "--git-common-dir",
+                    "--show-object-format",
+                    "--verify",
+                    "--end-of-options",
+                    &format!("{rev}^{{commit}}"),
+                ],
+            )
+            .map_err(|e| revision_error(e, rev, &spec.name))?
+            .text();
+        let mut lines = resolved.lines();
+        let (git_dir, format, commit) = match (lines.next(), lines.next(), lines.next()) {
+            (Some(dir), Some(format), Some(commit)) => (dir, format, commit.to_string()),
+            _ => {
+                return Err(RepoError::UnexpectedOutput(format!(
+                    "rev-parse printed {resolved:?}"
+                )))
+            }
+        };
+        let format = ObjectFormat::from_name(format)?;
+        if ObjectFormat::of_id(&commit) != Some(format) {
+            return Err(RepoError::UnexpectedOutput(format!("commit id {commit:?}")));
+        }
+        self.ensure_mirror(mirror, format)?;
+        // The exact commit is fetched by id as well: it may be reachable only from a ref the
+        // mirror does not copy (a remote-tracking branch, a stash, a detached HEAD).
+        let pin_refspec = format!("+{commit}:refs/warden/pinned/{commit}");
+        let mut refspecs = MIRROR_REFSPECS.to_vec();
+        refspecs.push(&pin_refspec);
+        self.fetch(mirror, git_dir, &refspecs)?;
+        let origin = match self
+            .git
+            .run(path, &["config", "--get", "remote.origin.url"])
+        {
+            Ok(output) => Some(output.text()),
+            Err(RepoError::GitFailed { code: Some(1), .. }) => None,
+            Err(e) => return Err(e),
+        };
+        Ok((commit, origin.as_deref().and_then(browse_base)))
+    }
+
+    /// Fetches from the URL, then resolves the revision inside the mirror.
+    fn pin_url(
+        &self,
+        spec: &RepoSpec,
+        url: &str,
+        mirror: &Path,
+    ) -> Result<(String, Option<BrowseBase>), RepoError> {
+        let created = self.ensure_mirror(mirror, ObjectFormat::Sha1)?;
+        match self.fetch(mirror, url, &MIRROR_REFSPECS) {
+            // A new mirror guessed SHA-1; the server says otherwise: start over in its format.
+            Err(RepoError::GitFailed { stderr, .. })
+                if created && stderr.contains("mismatched algorithms") =>
+            {
+                let format = stderr
+                    .rsplit("server ")
+                    .next()
+                    .map(|rest| rest.trim().trim_end_matches(['.', '\'']))
+                    .unwrap_or_default();
+                let format = ObjectFormat::from_name(format)?;
+                remove_tree(mirror).map_err(RepoError::io("remove", mirror))?;
+                self.ensure_mirror(mirror, format)?;
+                self.fetch(mirror, url, &MIRROR_REFSPECS)?;
+            }
+            other => other?,
+        }
+        // The mirror's HEAD is a symbolic ref to the source's HEAD, so `HEAD~1` means what it
+        // means in the source.
+        let rev = spec.rev.as_deref().unwrap_or("HEAD");
+        let commit = match self.resolve_in_mirror(mirror, rev) {
+            Ok(commit) => commit,
+            Err(e) => {
+                // A full commit id no ref points at can still be fetched by id.
+                if ObjectFormat::of_id(rev).is_none() {
+                    return Err(revision_error(e, rev, &spec.name));
+                }
+                let refspec = format!("+{rev}:refs/warden/pinned/{rev}");
+                self.fetch(mirror, url, &[&refspec])
+                    .map_err(|e| revision_error(e, rev, &spec.name))?;
+                self.resolve_in_mirror(mirror, rev)
+                    .map_err(|e| revision_error(e, rev, &spec.name))?
+            }
+        };
+        self.in_mirror(
+            mirror,
+            &[
+                "update-ref",
+                &format!("refs/warden/pinned/{commit}"),
+                &commit,
+            ],
+        )?;
+        Ok((commit, browse_base(url)))
+    }
+
+    fn resolve_in_mirror(&self, mirror: &Path, rev: &str) -> Result<String, RepoError> {
+        let commit = self
+            .in_mirror(
+                mirror,
+                &[
+                    "rev-parse",
+                    "--verify",
+                    "--end-of-options",
+                    &format!("{rev}^{{commit}}"),
+                ],
+            )?
+            .text();
+        if ObjectFormat::of_id(&commit).is_none() {
+            return Err(RepoError::UnexpectedOutput(format!("commit id {commit:?}")));
+        }
+        Ok(commit)
+    }
+
+    /// Creates the bare mirror if it does not exist; returns whether it did not.
+    fn ensure_mirror(&self, mirror: &Path, format: ObjectFormat) -> Result<bool, RepoError> {
+        if mirror.join("HEAD").is_file() {
+            return Ok(false);
+        }
+        let parent = self.home.join("mirrors");
+        // Built aside and renamed, so a half-initialised mirror is never mistaken for one.
+        let staging = parent.join(format!(
+            ".tmp-{}-{}",
+            mirror
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or("mirror"),
+            std::process::id()
+        ));
+        if staging.exists() {
+            remove_tree(&staging).map_err(RepoError::io("remove", &staging))?;
+        }
+        let staging_text = staging.to_string_lossy();
+        self.git.run(
+            &parent,
+            &[
+                "init",
+                "--quiet",
+                "--bare",
+                &format!("--object-format={}", format.name()),
+                "--end-of-options",
+                &staging_text,
+            ],
+        )?;
+        let git_dir = format!("--git-dir={staging_text}");
+        self.git
+            .run(&staging, &[&git_dir, "symbolic-ref", "HEAD", SOURCE_HEAD])?;
+        if mirror.exists() {
+            // Left over from a crash (no HEAD): replace it.
+            remove_tree(mirror).map_err(RepoError::io("remove", mirror))?;
+        }
+        std::fs::rename(&staging, mirror).map_err(RepoError::io("create mirror", mirror))?;
+        Ok(true)
+    }
+
+    fn fetch(&self, mirror: &Path, source: &str, refspecs: &[&str]) -> Result<(), RepoError> {
+        let git_dir = format!("--git-dir={}", mirror.display());
+        let mut args = vec![
+            git_dir.as_str(),
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--prune",
+            "--no-write-fetch-head",
+            "--no-auto-maintenance",
+            "--no-recurse-submodules",
+            "--end-of-options",
+            source,
+        ];
+        args.extend_from_slice(refspecs);
+        self.git.run_transfer(mirror, &args)?;
+        Ok(())
+    }
+
+    fn in_mirror(&self, mirror: &Path, args: &[&str]) -> Result<crate::git::GitOutput, RepoError> {
+        let git_dir = format!("--git-dir={}", mirror.display());
+        let mut full = vec![git_dir.as_str()];
+        full.extend_from_slice(args);
+        self.git.run(mirror, &full)
+    }
+
+    /// The read-only, verified checkout of `pinned.commit`, materialized on first use.
+    pub fn snapshot(&self, pinned: &PinnedRepo) -> Result<Snapshot, RepoError> {
+        // Both ids become path components: accept nothing but full hex ids of one format.
+        let format = ObjectFormat::of_id(&pinned.commit);
+        if format.is_none() || ObjectFormat::of_id(&pinned.tree) != format {
+            return Err(RepoError::Corrupt(format!(
+                "{:?} / {:?} are not a commit and tree id",
+                pinned.commit, pinned.tree
+            )));
+        }
+        let mirror_name = pinned
+            .mirror
+            .file_name()
+            .and_then(|n| n.to_str())
+            .map(|n| n.strip_suffix(".git").unwrap_or(n))
+            .filter(|n| !matches!(*n, "" | "." | ".."))
+            .ok_or_else(|| RepoError::Corrupt(format!("mirror path {:?}", pinned.mirror)))?;
+        let dir = self.home.join("snapshots").join(mirror_name);
+        let root = dir.join(&pinned.commit);
+        let marker = dir.join(format!("{}.done", pinned.commit));
+        let expected = format!("{} {}\n", pinned.commit, pinned.tree);
+        let snapshot = |reused| Snapshot {
+            root: root.clone(),
+            commit: pinned.commit.clone(),
+            tree: pinned.tree.clone(),
+            reused,
+        };
+        if is_complete(&marker, &expected, &root) {
+            return Ok(snapshot(true));
+        }
+        std::fs::create_dir_all(&dir).map_err(RepoError::io("create directory", &dir))?;
+        let _lock = lock(&dir.join(format!("{}.lock", pinned.commit)))?;
+        if is_complete(&marker, &expected, &root) {
+            return Ok(snapshot(true));
+        }
+        // Holding the lock, anything else for this commit is debris from a crash.
+        let staging_prefix = format!(".tmp-{}-", pinned.commit);
+        for entry in std::fs::read_dir(&dir).map_err(RepoError::io("list", &dir))? {
+            let entry = entry.map_err(RepoError::io("list", &dir))?;
+            if entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with(&staging_prefix)
+            {
+                remove_tree(&entry.path()).map_err(RepoError::io("remove", entry.path()))?;
+            }
+        }
+        for stale in [&marker, &root] {
+            if stale.symlink_metadata().is_ok() {
+                remove_tree(stale).map_err(RepoError::io("remove", stale))?;
+            }
+        }
+        let staging = dir.join(format!("{staging_prefix}{}", std::process::id()));
+        std::fs::create_dir(&staging).map_err(RepoError::io("create directory", &staging))?;
+        if let Err(e) = materialize(
+            &self.git,
+            &pinned.mirror,
+            &pinned.commit,
+            &pinned.tree,
+            &staging,
+        ) {
+            let _ = remove_tree(&staging);
+            return Err(e);
+        }
+        std::fs::rename(&staging, &root).map_err(RepoError::io("rename snapshot into", &root))?;
+        let marker_staging = dir.join(format!("{staging_prefix}{}.done", std::process::id()));
+        std::fs::write(&marker_staging, &expected)
+            .map_err(RepoError::io("write", &marker_staging))?;
+        std::fs::rename(&marker_staging, &marker).map_err(RepoError::io("write", &marker))?;
+        Ok(snapshot(false))
+    }
+}
+
+/// Maps "not a commit" failures of `rev-parse` to [`RepoError::RevisionNotFound`].
+fn revision_error(error: RepoError, rev: &str, repo: &str) -> RepoError {
+    match error {
+        RepoError::GitFailed { stderr, .. }
+            if [
+                "Needed a single revision",
+                "unknown revision",
+                "bad revision",
+                "couldn't find remote ref",
+                "not our ref",
+                "upload-pack: not our ref",
+            ]
+            .iter()
+            .any(|needle| stderr.contains(needle)) =>
+        {
+            RepoError::RevisionNotFound {
+                rev: rev.to_string(),
+                repo: repo.to_string(),
+                detail: stderr,
+            }
+        }
+        other => other,
+    }
+}
+
+fn is_complete(marker: &Path, expected: &str, root: &Path) -> bool {
+    std::fs::read_to_string(marker).is_ok_and(|content| content == expected) && root.is_dir()
+}
+
+/// An exclusive lock held until the returned file is dropped.
+fn lock(path: &Path) -> Result<File, RepoError> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(RepoError::io("open lock", path))?;
+    file.lock().map_err(RepoError::io("lock", path))?;
+    Ok(file)
+}
+
+/// Removes a file or a directory tree, first making read-only directories writable again.
+fn remove_tree(path: &Path) -> std::io::Result<()> {
+    fn make_writable(dir: &Path) -> std::io::Result<()> {
+        std::fs::set_permissions(dir, Permissions::from_mode(0o755))?;
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            if entry.file_type()?.is_dir() {
+                make_writable(&entry.path())?;
+            }
+        }
+        Ok(())
+    }
+    let metadata = path.symlink_metadata()?;
+    if metadata.is_dir() {
+        make_writable(path)?;
+        std::fs::remove_dir_all(path)
+    } else {
+        std::fs::remove_file(path)
+    }
+}
