@@ -1,0 +1,153 @@
+//! Journal records as the store keeps them: the same fields, the same JSON and the same
+//! SHA-256 chain as `warden_runtime::journal` (a stored run, written out as JSON lines, passes
+//! `FileJournal::verify`). The record kind is kept as its snake_case name so the store needs no
+//! change when the runtime adds a kind. Backends check every append against the stored tail in
+//! the same transaction, so two writers cannot fork a run's chain.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::StoreError;
+
+/// The hash a run's first record chains to (identical to the runtime's).
+pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// One journal record. Serialises exactly like `warden_runtime::JournalRecord`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JournalEntry {
+    pub seq: u64,
+    pub at_ms: u64,
+    /// The runtime's `RecordKind`, by its snake_case name (`run_started`, `model_decision`, …).
+    pub kind: String,
+    pub payload: serde_json::Value,
+    pub prev_hash: String,
+    pub hash: String,
+}
+
+impl JournalEntry {
+    /// Builds the record that follows `prev` (or the first record when `prev` is `None`).
+    pub fn next(
+        prev: Option<&JournalEntry>,
+        at_ms: u64,
+        kind: &str,
+        payload: serde_json::Value,
+    ) -> Result<JournalEntry, StoreError> {
+        let (seq, prev_hash) = match prev {
+            Some(p) => (p.seq + 1, p.hash.clone()),
+            None => (0, GENESIS_HASH.to_string()),
+        };
+        let hash = record_hash(seq, at_ms, kind, &payload, &prev_hash)?;
+        Ok(JournalEntry {
+            seq,
+            at_ms,
+            kind: kind.to_string(),
+            payload,
+            prev_hash,
+            hash,
+        })
+    }
+
+    /// The hash this record's content calls for (compare with `self.hash`).
+    pub fn expected_hash(&self) -> Result<String, StoreError> {
+        record_hash(
+            self.seq,
+            self.at_ms,
+            &self.kind,
+            &self.payload,
+            &self.prev_hash,
+        )
+    }
+}
+
+/// The runtime's record hash: SHA-256 over the JSON of everything but the hash, fields in
+/// declaration order, the kind as its snake_case string.
+fn record_hash(
+    seq: u64,
+    at_ms: u64,
+    kind: &str,
+    payload: &serde_json::Value,
+    prev_hash: &str,
+) -> Result<String, StoreError> {
+    #[derive(Serialize)]
+    struct Hashed<'a> {
+        seq: u64,
+        at_ms: u64,
+        kind: &'a str,
+        payload: &'a serde_json::Value,
+        prev_hash: &'a str,
+    }
+    let bytes = serde_json::to_vec(&Hashed {
+        seq,
+        at_ms,
+        kind,
+        payload,
+        prev_hash,
+    })
+    .map_err(|e| StoreError::InvalidData(format!("journal record {seq}: {e}")))?;
+    Ok(hex::encode(Sha256::digest(&bytes)))
+}
+
+/// Checks that `entry` may follow `tail` (the run's last stored record, if any): the next
+/// sequence number, linked to the tail's hash, with a hash matching its content.
+pub(crate) fn check_append(tail: Option<(u64, &str)>, entry: &JournalEntry) -> Result<(), String> {
+    let (expected_seq, expected_prev) = match tail {
+        Some((seq, hash)) => (seq + 1, hash),
+        None => (0, GENESIS_HASH),
+    };
+    if entry.seq != expected_seq {
+        return Err(format!(
+            "expected sequence {expected_seq}, got {}",
+            entry.seq
+        ));
+    }
+    if entry.prev_hash != expected_prev {
+        return Err("previous-hash link does not match the stored chain".into());
+    }
+    if entry.kind.is_empty() {
+        return Err("record kind is empty".into());
+    }
+    match entry.expected_hash() {
+        Ok(hash) if hash == entry.hash => Ok(()),
+        Ok(_) => Err("record content does not match its hash".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Checks a whole chain as read back from the store (like `FileJournal::verify`).
+pub fn verify_chain(entries: &[JournalEntry]) -> Result<(), StoreError> {
+    let mut tail: Option<(u64, &str)> = None;
+    for entry in entries {
+        check_append(tail, entry).map_err(|message| StoreError::JournalBroken {
+            seq: entry.seq,
+            message,
+        })?;
+        tail = Some((entry.seq, &entry.hash));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_built_chain_verifies_and_edits_do_not() {
+        let a = JournalEntry::next(None, 1, "run_started", json!({"task": "t"})).unwrap();
+        let b = JournalEntry::next(Some(&a), 2, "model_decision", json!({"text": "hi"})).unwrap();
+        assert_eq!(a.prev_hash, GENESIS_HASH);
+        assert_eq!(b.prev_hash, a.hash);
+        verify_chain(&[a.clone(), b.clone()]).unwrap();
+
+        let mut edited = b.clone();
+        edited.payload = json!({"text": "bye"});
+        assert!(matches!(
+            verify_chain(&[a.clone(), edited]),
+            Err(StoreError::JournalBroken { seq: 1, .. })
+        ));
+        assert!(matches!(
+            verify_chain(std::slice::from_ref(&b)),
+            Err(StoreError::JournalBroken { seq: 1, .. })
+        ));
+    }
+}

@@ -1,0 +1,317 @@
+//! The durable task store: tasks and their state machine, the claim queue with leases, run
+//! journals, event streams, the usage ledger, approvals, idempotency keys and the outbox of
+//! side-effect intents — behind one object-safe async trait, [`Store`], with an embedded SQLite
+//! backend (the default under `WARDEN_HOME`) and a Postgres backend (many workers on many
+//! machines). Both pass the same conformance suite (`tests/suite`).
+//!
+//! **API Boundary:** [`open`] and the [`Store`] trait; the backends' own types are public only
+//! for their constructors. Every timestamp comes from the injected [`Clock`].
+
+mod clock;
+mod error;
+pub mod journal;
+mod postgres;
+mod rows;
+mod sqlite;
+pub mod state;
+mod types;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use warden_protocol::{Event, TaskId, TaskStatus};
+
+pub use clock::{Clock, ManualClock, SystemClock, UtcDay};
+pub use error::StoreError;
+pub use journal::{JournalEntry, GENESIS_HASH};
+pub use postgres::PostgresStore;
+pub use sqlite::{Quarantine, SqliteStore};
+pub use state::{transition_allowed, ABANDONED, MAX_INTERRUPTED_RUNS};
+pub use types::{
+    Approval, ApprovalStatus, Claim, ClaimFilter, Created, Decision, EventRecord, EventStream,
+    IdempotencyKey, Intent, IntentStatus, NewApproval, NewIntent, NewTask, Requeued, Run, RunRef,
+    Spend, Task, TaskQuery, TaskRepo, UsageEntry, RUN_INTERRUPTED,
+};
+
+/// A boxed, sendable future: keeps [`Store`] object-safe without an extra crate.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Everything Warden keeps durably. Every method is one transaction: it happens entirely or not
+/// at all, and concurrent callers (threads, processes, machines) see each other's effects in a
+/// single order.
+pub trait Store: Send + Sync {
+    /// `sqlite` or `postgres`.
+    fn backend(&self) -> &'static str;
+
+    /// Things the operator should know about the database, such as a corrupt file that was
+    /// moved aside at open.
+    fn notices(&self) -> Vec<String>;
+
+    /// Full consistency check (`PRAGMA integrity_check` on SQLite; a round trip on Postgres).
+    fn check_integrity(&self) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    // --- tasks ---
+
+    /// Stores a new `queued` task. With an idempotency key seen before for the same owner:
+    /// the earlier task if the request hash matches, else [`StoreError::IdempotencyConflict`].
+    /// A `retry_of` must name a terminal task; a `follow_up_to` must exist.
+    fn create_task(
+        &self,
+        task: NewTask,
+        idempotency: Option<IdempotencyKey>,
+    ) -> BoxFuture<'_, Result<Created, StoreError>>;
+
+    fn get_task<'a>(&'a self, id: &'a TaskId) -> BoxFuture<'a, Result<Option<Task>, StoreError>>;
+
+    /// Newest first, `query.limit` at most.
+    fn list_tasks(&self, query: TaskQuery) -> BoxFuture<'_, Result<Vec<Task>, StoreError>>;
+
+    /// Compare-and-set of a task's status, validated against [`transition_allowed`]: fails
+    /// with [`StoreError::StatusConflict`] if the task is not `from`. Sets `result` when given.
+    /// Moving to `queued` or a terminal status ends the task's open run (its heartbeats then
+    /// fail with [`StoreError::LeaseLost`]); moving to `running` or `testing` needs an open run
+    /// (queued tasks start through [`Store::claim`]).
+    fn transition<'a>(
+        &'a self,
+        id: &'a TaskId,
+        from: TaskStatus,
+        to: TaskStatus,
+        result: Option<serde_json::Value>,
+    ) -> BoxFuture<'a, Result<Task, StoreError>>;
+
+    // --- queue ---
+
+    /// Atomically takes the best queued task (highest priority, then oldest) that `filter`
+    /// admits and whose repositories are not held by another running change or maintain task,
+    /// marks it `running` and opens a new run leased to `worker` for `lease`. `None` when
+    /// nothing is claimable. Call once per free slot.
+    fn claim<'a>(
+        &'a self,
+        worker: &'a str,
+        lease: Duration,
+        filter: &'a ClaimFilter,
+    ) -> BoxFuture<'a, Result<Option<Claim>, StoreError>>;
+
+    /// Extends the run's lease to now + `lease`; returns the new expiry.
+    /// [`StoreError::LeaseLost`] when the run has ended or is not `worker`'s.
+    fn heartbeat<'a>(
+        &'a self,
+        run: &'a RunRef,
+        worker: &'a str,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<i64, StoreError>>;
+
+    /// Ends `worker`'s run and moves its (running or testing) task to `to` in one transaction:
+    /// a terminal status, a waiting status (the worker lets go while a human answers), or
+    /// `queued` (released, e.g. at shutdown; not counted as an interruption).
+    fn finish_run<'a>(
+        &'a self,
+        run: &'a RunRef,
+        worker: &'a str,
+        to: TaskStatus,
+        result: Option<serde_json::Value>,
+    ) -> BoxFuture<'a, Result<Task, StoreError>>;
+
+    /// Ends every run of a running or testing task whose lease expired by the store clock's
+    /// now, as [`RUN_INTERRUPTED`]; its task goes back to `queued`, or fails with
+    /// [`ABANDONED`] once [`MAX_INTERRUPTED_RUNS`] runs were interrupted.
+    fn requeue_expired(&self) -> BoxFuture<'_, Result<Vec<Requeued>, StoreError>>;
+
+    /// A task's runs, oldest first.
+    fn list_runs<'a>(&'a self, task: &'a TaskId) -> BoxFuture<'a, Result<Vec<Run>, StoreError>>;
+
+    // --- journal ---
+
+    /// Appends one record to an open run's journal, checking in the same transaction that it
+    /// continues the stored chain (next sequence, previous hash, content hash); anything else
+    /// is a [`StoreError::JournalConflict`], so two writers cannot fork a chain.
+    fn append_journal<'a>(
+        &'a self,
+        run: &'a RunRef,
+        entry: JournalEntry,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// A run's journal, in order.
+    fn journal<'a>(
+        &'a self,
+        run: &'a RunRef,
+    ) -> BoxFuture<'a, Result<Vec<JournalEntry>, StoreError>>;
+
+    // --- events ---
+
+    fn append_event<'a>(
+        &'a self,
+        task: &'a TaskId,
+        event: Event,
+    ) -> BoxFuture<'a, Result<EventRecord, StoreError>>;
+
+    /// Events after sequence `after` (0 for the beginning) of `stream`, oldest first.
+    fn events_after<'a>(
+        &'a self,
+        stream: &'a EventStream,
+        after: u64,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<EventRecord>, StoreError>>;
+
+    // --- usage ledger (append-only) ---
+
+    fn record_usage(&self, entry: UsageEntry) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    fn spend_for_task<'a>(&'a self, task: &'a TaskId) -> BoxFuture<'a, Result<Spend, StoreError>>;
+
+    /// Spend recorded during one UTC day (by the store clock).
+    fn spend_for_day(&self, day: UtcDay) -> BoxFuture<'_, Result<Spend, StoreError>>;
+
+    // --- approvals ---
+
+    fn create_approval(&self, approval: NewApproval)
+        -> BoxFuture<'_, Result<Approval, StoreError>>;
+
+    fn get_approval<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Approval>, StoreError>>;
+
+    /// Approvals in `status` (all when `None`), oldest first.
+    fn list_approvals(
+        &self,
+        status: Option<ApprovalStatus>,
+    ) -> BoxFuture<'_, Result<Vec<Approval>, StoreError>>;
+
+    /// Decides a pending approval, once. `subject_hash` must be the one it is bound to.
+    fn decide_approval<'a>(
+        &'a self,
+        id: &'a str,
+        subject_hash: &'a str,
+        decision: Decision,
+        decided_by: &'a str,
+    ) -> BoxFuture<'a, Result<Approval, StoreError>>;
+
+    /// Uses an approved approval for the action it is bound to, exactly once.
+    fn consume_approval<'a>(
+        &'a self,
+        id: &'a str,
+        subject_hash: &'a str,
+    ) -> BoxFuture<'a, Result<Approval, StoreError>>;
+
+    // --- outbox ---
+
+    /// Records a side-effect intent, `pending` and due now.
+    fn enqueue_intent(&self, intent: NewIntent) -> BoxFuture<'_, Result<Intent, StoreError>>;
+
+    /// Takes the oldest due pending intent that no live lease holds, leasing it to `worker`.
+    fn claim_intent<'a>(
+        &'a self,
+        worker: &'a str,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<Option<Intent>, StoreError>>;
+
+    /// Marks `worker`'s claimed intent done. Succeeds exactly once per intent.
+    fn complete_intent<'a>(
+        &'a self,
+        id: &'a str,
+        worker: &'a str,
+    ) -> BoxFuture<'a, Result<Intent, StoreError>>;
+
+    /// Records a failed attempt: pending again at `retry_at_ms`, or `failed` for good when
+    /// `None`.
+    fn fail_intent<'a>(
+        &'a self,
+        id: &'a str,
+        worker: &'a str,
+        error: &'a str,
+        retry_at_ms: Option<i64>,
+    ) -> BoxFuture<'a, Result<Intent, StoreError>>;
+
+    /// A task's intents, oldest first (crash reconciliation).
+    fn list_intents<'a>(
+        &'a self,
+        task: &'a TaskId,
+    ) -> BoxFuture<'a, Result<Vec<Intent>, StoreError>>;
+}
+
+/// How a store is opened.
+#[derive(Clone)]
+pub struct StoreOptions {
+    pub clock: Arc<dyn Clock>,
+    /// Postgres connections kept per process.
+    pub postgres_pool_size: usize,
+}
+
+impl Default for StoreOptions {
+    fn default() -> StoreOptions {
+        StoreOptions {
+            clock: Arc::new(SystemClock),
+            postgres_pool_size: 16,
+        }
+    }
+}
+
+impl std::fmt::Debug for StoreOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreOptions")
+            .field("postgres_pool_size", &self.postgres_pool_size)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Opens the store `database_url` names: `sqlite://PATH` (created, migrated; a corrupt file is
+/// moved aside, see [`Store::notices`]) or `postgres://…` / `postgresql://…` (migrated under an
+/// advisory lock).
+pub async fn open(database_url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    open_with(database_url, StoreOptions::default()).await
+}
+
+/// [`open`] with a clock and pool size.
+pub async fn open_with(
+    database_url: &str,
+    options: StoreOptions,
+) -> Result<Arc<dyn Store>, StoreError> {
+    if let Some(path) = database_url.strip_prefix("sqlite://") {
+        if path.is_empty() {
+            return Err(StoreError::InvalidUrl(database_url.to_string()));
+        }
+        let store = SqliteStore::open_with(std::path::Path::new(path), options).await?;
+        Ok(Arc::new(store))
+    } else if database_url.starts_with("postgres://") || database_url.starts_with("postgresql://") {
+        let store = PostgresStore::connect_with(database_url, options).await?;
+        Ok(Arc::new(store))
+    } else {
+        Err(StoreError::InvalidUrl(redact_url(database_url)))
+    }
+}
+
+/// A URL without its password, for messages.
+fn redact_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            match userinfo.find(':') {
+                Some(colon) => format!(
+                    "{}{}:***{}",
+                    &url[..scheme_end + 3],
+                    &userinfo[..colon],
+                    &url[at..]
+                ),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_in_messages_hide_passwords() {
+        assert_eq!(
+            redact_url("mysql://u:secret@host/db"),
+            "mysql://u:***@host/db"
+        );
+        assert_eq!(redact_url("mysql://host/db"), "mysql://host/db");
+    }
+}

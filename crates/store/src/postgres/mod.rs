@@ -1,0 +1,1551 @@
+//! The Postgres backend, for many workers on many machines sharing one database: a pool of
+//! `tokio-postgres` connections (prepared statements cached per connection), READ COMMITTED
+//! transactions that lock what they change (`FOR UPDATE`, task row before run row), claims with
+//! `FOR UPDATE SKIP LOCKED` so workers never wait on each other's candidates, and an advisory
+//! lock per repository so two change tasks on one repository cannot start together.
+
+mod schema;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, Transaction};
+use sha2::{Digest, Sha256};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{NoTls, Row};
+use warden_protocol::{Event, TaskId, TaskKind, TaskStatus};
+
+use crate::clock::duration_ms;
+use crate::journal::check_append;
+use crate::rows::{
+    abandoned_result, check_approval, spend_from, status, to_i64, to_u32, to_u64, RawApproval,
+    RawEvent, RawIntent, RawJournal, RawRun, RawTask, APPROVAL_COLUMNS, EVENT_COLUMNS,
+    INTENT_COLUMNS, JOURNAL_COLUMNS, RUN_COLUMNS, TASK_COLUMNS,
+};
+use crate::state::{is_active, is_exclusive, kind_name, status_name, transition_allowed};
+use crate::types::RUN_INTERRUPTED;
+use crate::{
+    Approval, ApprovalStatus, BoxFuture, Claim, ClaimFilter, Clock, Created, Decision, EventRecord,
+    EventStream, IdempotencyKey, Intent, IntentStatus, JournalEntry, NewApproval, NewIntent,
+    NewTask, Requeued, Run, RunRef, Spend, Store, StoreError, StoreOptions, Task, TaskQuery,
+    UsageEntry, UtcDay, MAX_INTERRUPTED_RUNS,
+};
+
+const BACKEND: &str = "postgres";
+/// Claims retried when a candidate change task turns out to collide with one that started
+/// concurrently on the same repository.
+const CLAIM_ATTEMPTS: usize = 8;
+
+/// The Postgres store. Cheap to clone; clones share the pool.
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: Pool,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("pool", &self.pool.status())
+            .finish_non_exhaustive()
+    }
+}
+
+type PgError = tokio_postgres::Error;
+type Params<'a> = &'a [&'a (dyn ToSql + Sync)];
+
+fn pg_error(e: PgError) -> StoreError {
+    let (message, retryable) = match e.as_db_error() {
+        Some(db) => {
+            let code = db.code();
+            let retryable = *code == SqlState::T_R_SERIALIZATION_FAILURE
+                || *code == SqlState::T_R_DEADLOCK_DETECTED
+                || *code == SqlState::LOCK_NOT_AVAILABLE
+                || *code == SqlState::ADMIN_SHUTDOWN
+                || *code == SqlState::CANNOT_CONNECT_NOW
+                || *code == SqlState::TOO_MANY_CONNECTIONS
+                || code.code().starts_with("08");
+            (format!("{} ({})", db.message(), code.code()), retryable)
+        }
+        None => {
+            let io = std::error::Error::source(&e).is_some_and(|s| s.is::<std::io::Error>());
+            (e.to_string(), io || e.is_closed())
+        }
+    };
+    StoreError::Database {
+        backend: BACKEND,
+        message,
+        retryable,
+        source: Some(Box::new(e)),
+    }
+}
+
+fn pool_error(e: deadpool_postgres::PoolError) -> StoreError {
+    match e {
+        deadpool_postgres::PoolError::Backend(e) => pg_error(e),
+        deadpool_postgres::PoolError::Timeout(kind) => StoreError::Database {
+            backend: BACKEND,
+            message: format!("connection pool timed out ({kind:?})"),
+            retryable: true,
+            source: None,
+        },
+        other => StoreError::Database {
+            backend: BACKEND,
+            message: format!("connection pool: {other}"),
+            retryable: false,
+            source: None,
+        },
+    }
+}
+
+fn has_code(e: &PgError, code: &SqlState) -> bool {
+    e.code() == Some(code)
+}
+
+/// Queries through the per-connection statement cache, on a pooled client or a transaction.
+trait Conn: Send + Sync {
+    fn rows<'a>(
+        &'a self,
+        sql: &'a str,
+        params: Params<'a>,
+    ) -> BoxFuture<'a, Result<Vec<Row>, PgError>>;
+    fn exec<'a>(&'a self, sql: &'a str, params: Params<'a>) -> BoxFuture<'a, Result<u64, PgError>>;
+}
+
+impl Conn for deadpool_postgres::ClientWrapper {
+    fn rows<'a>(
+        &'a self,
+        sql: &'a str,
+        params: Params<'a>,
+    ) -> BoxFuture<'a, Result<Vec<Row>, PgError>> {
+        Box::pin(async move {
+            let statement = self.prepare_cached(sql).await?;
+            self.query(&statement, params).await
+        })
+    }
+
+    fn exec<'a>(&'a self, sql: &'a str, params: Params<'a>) -> BoxFuture<'a, Result<u64, PgError>> {
+        Box::pin(async move {
+            let statement = self.prepare_cached(sql).await?;
+            self.execute(&statement, params).await
+        })
+    }
+}
+
+impl Conn for Transaction<'_> {
+    fn rows<'a>(
+        &'a self,
+        sql: &'a str,
+        params: Params<'a>,
+    ) -> BoxFuture<'a, Result<Vec<Row>, PgError>> {
+        Box::pin(async move {
+            let statement = self.prepare_cached(sql).await?;
+            self.query(&statement, params).await
+        })
+    }
+
+    fn exec<'a>(&'a self, sql: &'a str, params: Params<'a>) -> BoxFuture<'a, Result<u64, PgError>> {
+        Box::pin(async move {
+            let statement = self.prepare_cached(sql).await?;
+            self.execute(&statement, params).await
+        })
+    }
+}
+
+async fn query(c: &dyn Conn, sql: &str, params: Params<'_>) -> Result<Vec<Row>, StoreError> {
+    c.rows(sql, params).await.map_err(pg_error)
+}
+
+async fn query_opt(c: &dyn Conn, sql: &str, params: Params<'_>) -> Result<Option<Row>, StoreError> {
+    Ok(query(c, sql, params).await?.into_iter().next())
+}
+
+async fn query_one(c: &dyn Conn, sql: &str, params: Params<'_>) -> Result<Row, StoreError> {
+    query_opt(c, sql, params)
+        .await?
+        .ok_or_else(|| StoreError::Database {
+            backend: BACKEND,
+            message: "query returned no row".into(),
+            retryable: false,
+            source: None,
+        })
+}
+
+async fn execute(c: &dyn Conn, sql: &str, params: Params<'_>) -> Result<u64, StoreError> {
+    c.exec(sql, params).await.map_err(pg_error)
+}
+
+fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
+    row: &'a Row,
+    index: usize,
+) -> Result<T, StoreError> {
+    row.try_get(index).map_err(pg_error)
+}
+
+fn read_task(row: &Row) -> Result<Task, StoreError> {
+    RawTask {
+        id: get(row, 0)?,
+        kind: get(row, 1)?,
+        status: get(row, 2)?,
+        owner: get(row, 3)?,
+        prompt: get(row, 4)?,
+        repos: get(row, 5)?,
+        priority: get(row, 6)?,
+        created_at_ms: get(row, 7)?,
+        updated_at_ms: get(row, 8)?,
+        follow_up_to: get(row, 9)?,
+        retry_of: get(row, 10)?,
+        result: get(row, 11)?,
+        metadata: get(row, 12)?,
+        run_count: get(row, 13)?,
+        interrupted_runs: get(row, 14)?,
+    }
+    .decode()
+}
+
+fn read_run(row: &Row) -> Result<Run, StoreError> {
+    RawRun {
+        task_id: get(row, 0)?,
+        number: get(row, 1)?,
+        worker: get(row, 2)?,
+        started_at_ms: get(row, 3)?,
+        heartbeat_at_ms: get(row, 4)?,
+        lease_expires_at_ms: get(row, 5)?,
+        ended_at_ms: get(row, 6)?,
+        outcome: get(row, 7)?,
+    }
+    .decode()
+}
+
+fn read_journal(row: &Row) -> Result<JournalEntry, StoreError> {
+    RawJournal {
+        seq: get(row, 0)?,
+        at_ms: get(row, 1)?,
+        kind: get(row, 2)?,
+        payload: get(row, 3)?,
+        prev_hash: get(row, 4)?,
+        hash: get(row, 5)?,
+    }
+    .decode()
+}
+
+fn read_event(row: &Row) -> Result<EventRecord, StoreError> {
+    RawEvent {
+        seq: get(row, 0)?,
+        task_seq: get(row, 1)?,
+        task_id: get(row, 2)?,
+        at_ms: get(row, 3)?,
+        event: get(row, 4)?,
+    }
+    .decode()
+}
+
+fn read_approval(row: &Row) -> Result<Approval, StoreError> {
+    RawApproval {
+        id: get(row, 0)?,
+        task_id: get(row, 1)?,
+        kind: get(row, 2)?,
+        subject_hash: get(row, 3)?,
+        status: get(row, 4)?,
+        created_at_ms: get(row, 5)?,
+        decided_by: get(row, 6)?,
+        decided_at_ms: get(row, 7)?,
+        consumed_at_ms: get(row, 8)?,
+    }
+    .decode()
+}
+
+fn read_intent(row: &Row) -> Result<Intent, StoreError> {
+    RawIntent {
+        id: get(row, 0)?,
+        task_id: get(row, 1)?,
+        kind: get(row, 2)?,
+        payload: get(row, 3)?,
+        status: get(row, 4)?,
+        attempts: get(row, 5)?,
+        next_attempt_at_ms: get(row, 6)?,
+        lease_owner: get(row, 7)?,
+        lease_expires_at_ms: get(row, 8)?,
+        last_error: get(row, 9)?,
+        created_at_ms: get(row, 10)?,
+        done_at_ms: get(row, 11)?,
+    }
+    .decode()
+}
+
+fn not_found(what: &'static str, id: &str) -> StoreError {
+    StoreError::NotFound {
+        what,
+        id: id.to_string(),
+    }
+}
+
+fn run_lost(run: &RunRef, worker: &str) -> StoreError {
+    StoreError::LeaseLost {
+        run: run.clone(),
+        worker: worker.to_string(),
+    }
+}
+
+fn json_text(value: Option<&serde_json::Value>) -> Result<Option<String>, StoreError> {
+    value
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(Into::into)
+}
+
+fn exclusive_kinds() -> Vec<&'static str> {
+    [TaskKind::Question, TaskKind::Change, TaskKind::Maintain]
+        .into_iter()
+        .filter(|k| is_exclusive(*k))
+        .map(kind_name)
+        .collect()
+}
+
+/// The advisory-lock key of a repository name: stable across processes and versions.
+fn repo_lock_key(repo: &str) -> i64 {
+    let digest = Sha256::digest(format!("warden.repo:{repo}").as_bytes());
+    let mut bytes = [0u8; 8];
+    bytes.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(bytes)
+}
+
+async fn load_task(c: &dyn Conn, id: &str) -> Result<Option<Task>, StoreError> {
+    query_opt(
+        c,
+        &format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = $1"),
+        &[&id],
+    )
+    .await?
+    .as_ref()
+    .map(read_task)
+    .transpose()
+}
+
+/// The task's status, row-locked until the transaction ends.
+async fn lock_task_status(tx: &Transaction<'_>, id: &TaskId) -> Result<TaskStatus, StoreError> {
+    let row = query_opt(
+        tx,
+        "SELECT status FROM tasks WHERE id = $1 FOR UPDATE",
+        &[&id.as_str()],
+    )
+    .await?
+    .ok_or_else(|| not_found("task", id.as_str()))?;
+    status(&get::<String>(&row, 0)?)
+}
+
+async fn require_task_exists(c: &dyn Conn, id: &TaskId) -> Result<TaskStatus, StoreError> {
+    let row = query_opt(c, "SELECT status FROM tasks WHERE id = $1", &[&id.as_str()])
+        .await?
+        .ok_or_else(|| not_found("task", id.as_str()))?;
+    status(&get::<String>(&row, 0)?)
+}
+
+async fn close_open_runs(
+    c: &dyn Conn,
+    id: &TaskId,
+    outcome: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    execute(
+        c,
+        "UPDATE runs SET ended_at_ms = $2, outcome = $3 WHERE task_id = $1 AND ended_at_ms IS NULL",
+        &[&id.as_str(), &now, &outcome],
+    )
+    .await?;
+    Ok(())
+}
+
+async fn set_status(
+    c: &dyn Conn,
+    id: &TaskId,
+    to: TaskStatus,
+    result: Option<&str>,
+    now: i64,
+) -> Result<Task, StoreError> {
+    let row = query_one(
+        c,
+        &format!(
+            "UPDATE tasks SET status = $2, result = COALESCE($3, result), updated_at_ms = $4
+             WHERE id = $1 RETURNING {TASK_COLUMNS}"
+        ),
+        &[&id.as_str(), &status_name(to), &result, &now],
+    )
+    .await?;
+    read_task(&row)
+}
+
+/// Locks the run row; fails unless it is open and `worker`'s.
+async fn check_run_held(c: &dyn Conn, run: &RunRef, worker: &str) -> Result<(), StoreError> {
+    let number = i64::from(run.number);
+    let row = query_opt(
+        c,
+        "SELECT worker, ended_at_ms FROM runs WHERE task_id = $1 AND number = $2 FOR UPDATE",
+        &[&run.task.as_str(), &number],
+    )
+    .await?
+    .ok_or_else(|| not_found("run", &run.to_string()))?;
+    let owner: String = get(&row, 0)?;
+    let ended: Option<i64> = get(&row, 1)?;
+    if owner == worker && ended.is_none() {
+        Ok(())
+    } else {
+        Err(run_lost(run, worker))
+    }
+}
+
+async fn load_approval(c: &dyn Conn, id: &str, lock: bool) -> Result<Option<Approval>, StoreError> {
+    let sql = format!(
+        "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id = $1{}",
+        if lock { " FOR UPDATE" } else { "" }
+    );
+    query_opt(c, &sql, &[&id])
+        .await?
+        .as_ref()
+        .map(read_approval)
+        .transpose()
+}
+
+async fn load_intent(c: &dyn Conn, id: &str, lock: bool) -> Result<Option<Intent>, StoreError> {
+    let sql = format!(
+        "SELECT {INTENT_COLUMNS} FROM outbox WHERE id = $1{}",
+        if lock { " FOR UPDATE" } else { "" }
+    );
+    query_opt(c, &sql, &[&id])
+        .await?
+        .as_ref()
+        .map(read_intent)
+        .transpose()
+}
+
+async fn held_intent(tx: &Transaction<'_>, id: &str, worker: &str) -> Result<Intent, StoreError> {
+    let intent = load_intent(tx, id, true)
+        .await?
+        .ok_or_else(|| not_found("outbox intent", id))?;
+    if intent.status != IntentStatus::Pending {
+        return Err(StoreError::IntentState {
+            id: id.to_string(),
+            status: intent.status,
+        });
+    }
+    if intent.lease_owner.as_deref() != Some(worker) {
+        return Err(StoreError::IntentLeaseLost {
+            id: id.to_string(),
+            worker: worker.to_string(),
+        });
+    }
+    Ok(intent)
+}
+
+const SPEND_COLUMNS: &str = "COALESCE(SUM(input_tokens), 0)::BIGINT, \
+     COALESCE(SUM(cached_input_tokens), 0)::BIGINT, COALESCE(SUM(output_tokens), 0)::BIGINT, \
+     COALESCE(SUM(cost_micro_usd), 0)::BIGINT, COUNT(*) - COUNT(cost_micro_usd), COUNT(*)";
+
+fn read_spend(row: &Row) -> Result<Spend, StoreError> {
+    spend_from([
+        get(row, 0)?,
+        get(row, 1)?,
+        get(row, 2)?,
+        get(row, 3)?,
+        get(row, 4)?,
+        get(row, 5)?,
+    ])
+}
+
+impl PostgresStore {
+    /// Connects with the system clock and migrates the schema (the first schema of the
+    /// connection's `search_path`; set it with `?options=-csearch_path%3DNAME`).
+    pub async fn connect(url: &str) -> Result<PostgresStore, StoreError> {
+        PostgresStore::connect_with(url, StoreOptions::default()).await
+    }
+
+    pub async fn connect_with(
+        url: &str,
+        options: StoreOptions,
+    ) -> Result<PostgresStore, StoreError> {
+        let config: tokio_postgres::Config = url.parse().map_err(|e: PgError| {
+            StoreError::InvalidUrl(format!("{}: {e}", crate::redact_url(url)))
+        })?;
+        let manager = Manager::from_config(
+            config,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(options.postgres_pool_size.max(1))
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(Duration::from_secs(30)))
+            .create_timeout(Some(Duration::from_secs(10)))
+            .build()
+            .map_err(|e| StoreError::Database {
+                backend: BACKEND,
+                message: format!("could not build the connection pool: {e}"),
+                retryable: false,
+                source: None,
+            })?;
+        let store = PostgresStore {
+            pool,
+            clock: options.clock,
+        };
+        store.migrate().await?;
+        Ok(store)
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Client, StoreError> {
+        self.pool.get().await.map_err(pool_error)
+    }
+
+    fn now(&self) -> i64 {
+        self.clock.now_ms()
+    }
+
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        tx.execute(
+            "SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))",
+            &[&schema::MIGRATION_LOCK],
+        )
+        .await
+        .map_err(pg_error)?;
+        tx.batch_execute(
+            "CREATE TABLE IF NOT EXISTS schema_version (
+                version BIGINT PRIMARY KEY,
+                applied_at_ms BIGINT NOT NULL
+            )",
+        )
+        .await
+        .map_err(pg_error)?;
+        let current: i64 = tx
+            .query_one(
+                "SELECT COALESCE(MAX(version), 0)::BIGINT FROM schema_version",
+                &[],
+            )
+            .await
+            .map_err(pg_error)?
+            .try_get(0)
+            .map_err(pg_error)?;
+        let latest = schema::MIGRATIONS.last().map_or(0, |(v, _)| *v);
+        if current > latest {
+            return Err(StoreError::SchemaTooNew {
+                found: current,
+                supported: latest,
+            });
+        }
+        for (version, sql) in schema::MIGRATIONS {
+            if *version <= current {
+                continue;
+            }
+            tx.batch_execute(sql).await.map_err(pg_error)?;
+            tx.execute(
+                "INSERT INTO schema_version (version, applied_at_ms) VALUES ($1, $2)",
+                &[version, &self.now()],
+            )
+            .await
+            .map_err(pg_error)?;
+        }
+        tx.commit().await.map_err(pg_error)
+    }
+
+    async fn create_task_once(
+        &self,
+        task: &NewTask,
+        idempotency: Option<&IdempotencyKey>,
+    ) -> Result<Option<Created>, StoreError> {
+        let now = self.now();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        if let Some(key) = idempotency {
+            if let Some(row) = query_opt(
+                &tx,
+                "SELECT request_hash, task_id FROM idempotency_keys WHERE owner = $1 AND key = $2",
+                &[&key.owner, &key.key],
+            )
+            .await?
+            {
+                let hash: String = get(&row, 0)?;
+                let task_id: String = get(&row, 1)?;
+                if hash != key.request_hash {
+                    return Err(StoreError::IdempotencyConflict {
+                        key: key.key.clone(),
+                    });
+                }
+                let existing = load_task(&tx, &task_id)
+                    .await?
+                    .ok_or_else(|| not_found("task", &task_id))?;
+                return Ok(Some(Created::Replayed(existing)));
+            }
+        }
+        if let Some(old) = &task.retry_of {
+            // Terminal statuses are immutable, so this check cannot go stale.
+            let old_status = require_task_exists(&tx, old).await?;
+            if !old_status.is_terminal() {
+                return Err(StoreError::NotRetryable {
+                    task: old.clone(),
+                    status: old_status,
+                });
+            }
+        }
+        if let Some(parent) = &task.follow_up_to {
+            require_task_exists(&tx, parent).await?;
+        }
+        let repos = serde_json::to_string(&task.repos)?;
+        let metadata = serde_json::to_string(&task.metadata)?;
+        let inserted = query_opt(
+            &tx,
+            &format!(
+                "INSERT INTO tasks (id, kind, status, owner, prompt, repos, priority,
+                     created_at_ms, updated_at_ms, follow_up_to, retry_of, result, metadata)
+                 VALUES ($1, $2, 'queued', $3, $4, $5, $6, $7, $7, $8, $9, NULL, $10)
+                 ON CONFLICT (id) DO NOTHING RETURNING {TASK_COLUMNS}"
+            ),
+            &[
+                &task.id.as_str(),
+                &kind_name(task.kind),
+                &task.owner,
+                &task.prompt,
+                &repos,
+                &task.priority,
+                &now,
+                &task.follow_up_to.as_ref().map(TaskId::as_str),
+                &task.retry_of.as_ref().map(TaskId::as_str),
+                &metadata,
+            ],
+        )
+        .await?;
+        let Some(row) = inserted else {
+            return Err(StoreError::AlreadyExists {
+                what: "task",
+                id: task.id.to_string(),
+            });
+        };
+        let created = read_task(&row)?;
+        let names: Vec<&str> = task.repos.iter().map(|r| r.name.as_str()).collect();
+        execute(
+            &tx,
+            "INSERT INTO task_repos (task_id, repo) SELECT $1, unnest($2::text[])
+             ON CONFLICT DO NOTHING",
+            &[&task.id.as_str(), &names],
+        )
+        .await?;
+        if let Some(key) = idempotency {
+            let stored = execute(
+                &tx,
+                "INSERT INTO idempotency_keys (owner, key, request_hash, task_id, created_at_ms)
+                 VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING",
+                &[
+                    &key.owner,
+                    &key.key,
+                    &key.request_hash,
+                    &task.id.as_str(),
+                    &now,
+                ],
+            )
+            .await?;
+            if stored == 0 {
+                // A concurrent request with the same key won; roll back and replay it.
+                tx.rollback().await.map_err(pg_error)?;
+                return Ok(None);
+            }
+        }
+        tx.commit().await.map_err(pg_error)?;
+        Ok(Some(Created::New(created)))
+    }
+
+    async fn transition_impl(
+        &self,
+        id: &TaskId,
+        from: TaskStatus,
+        to: TaskStatus,
+        result: Option<serde_json::Value>,
+    ) -> Result<Task, StoreError> {
+        if !transition_allowed(from, to) {
+            return Err(StoreError::InvalidTransition { from, to });
+        }
+        let result = json_text(result.as_ref())?;
+        let now = self.now();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        let actual = lock_task_status(&tx, id).await?;
+        if actual != from {
+            return Err(StoreError::StatusConflict {
+                task: id.clone(),
+                expected: from,
+                actual,
+            });
+        }
+        if is_active(to) {
+            let open = query_opt(
+                &tx,
+                "SELECT 1 FROM runs WHERE task_id = $1 AND ended_at_ms IS NULL",
+                &[&id.as_str()],
+            )
+            .await?;
+            if open.is_none() {
+                return Err(StoreError::NoOpenRun { task: id.clone() });
+            }
+        }
+        if to == TaskStatus::Queued || to.is_terminal() {
+            close_open_runs(&tx, id, status_name(to), now).await?;
+        }
+        let task = set_status(&tx, id, to, result.as_deref(), now).await?;
+        tx.commit().await.map_err(pg_error)?;
+        Ok(task)
+    }
+
+    async fn claim_impl(
+        &self,
+        worker: &str,
+        lease: Duration,
+        filter: &ClaimFilter,
+    ) -> Result<Option<Claim>, StoreError> {
+        let kinds: Vec<&str> = filter.kinds.iter().map(|k| kind_name(*k)).collect();
+        let exclusive = exclusive_kinds();
+        let mut client = self.client().await?;
+        for _ in 0..CLAIM_ATTEMPTS {
+            let tx = client.transaction().await.map_err(pg_error)?;
+            let candidate = query_opt(
+                &tx,
+                "SELECT t.id, t.kind FROM tasks t
+                 WHERE t.status = 'queued'
+                   AND (cardinality($1::text[]) = 0 OR t.kind = ANY($1))
+                   AND (NOT (t.kind = ANY($2)) OR NOT EXISTS (
+                       SELECT 1 FROM tasks o
+                       JOIN task_repos held ON held.task_id = o.id
+                       JOIN task_repos mine ON mine.repo = held.repo AND mine.task_id = t.id
+                       WHERE o.status IN ('running', 'testing') AND o.kind = ANY($2)))
+                 ORDER BY t.priority DESC, t.created_at_ms, t.id
+                 LIMIT 1
+                 FOR UPDATE OF t SKIP LOCKED",
+                &[&kinds, &exclusive],
+            )
+            .await?;
+            let Some(candidate) = candidate else {
+                tx.commit().await.map_err(pg_error)?;
+                return Ok(None);
+            };
+            let id: String = get(&candidate, 0)?;
+            let kind: String = get(&candidate, 1)?;
+            if exclusive.contains(&kind.as_str()) {
+                // Serialise starts per repository, then look again with a fresh snapshot: a
+                // concurrent claim may have started a writer there after ours was taken.
+                let repos = query(
+                    &tx,
+                    "SELECT repo FROM task_repos WHERE task_id = $1 ORDER BY repo",
+                    &[&id],
+                )
+                .await?;
+                for row in &repos {
+                    let repo: String = get(row, 0)?;
+                    execute(
+                        &tx,
+                        "SELECT pg_advisory_xact_lock($1)",
+                        &[&repo_lock_key(&repo)],
+                    )
+                    .await?;
+                }
+                let blocked = query_opt(
+                    &tx,
+                    "SELECT 1 FROM tasks o
+                     JOIN task_repos held ON held.task_id = o.id
+                     JOIN task_repos mine ON mine.repo = held.repo AND mine.task_id = $1
+                     WHERE o.status IN ('running', 'testing') AND o.kind = ANY($2) LIMIT 1",
+                    &[&id, &exclusive],
+                )
+                .await?;
+                if blocked.is_some() {
+                    tx.rollback().await.map_err(pg_error)?;
+                    continue;
+                }
+            }
+            let now = self.now();
+            let expires = now.saturating_add(duration_ms(lease));
+            let row = query_one(
+                &tx,
+                &format!(
+                    "WITH claimed AS (
+                         UPDATE tasks SET status = 'running', run_count = run_count + 1,
+                             updated_at_ms = $2
+                         WHERE id = $1 RETURNING {TASK_COLUMNS}),
+                     run AS (
+                         INSERT INTO runs (task_id, number, worker, started_at_ms,
+                             heartbeat_at_ms, lease_expires_at_ms)
+                         SELECT id, run_count, $3, $2, $2, $4 FROM claimed)
+                     SELECT {TASK_COLUMNS} FROM claimed"
+                ),
+                &[&id, &now, &worker, &expires],
+            )
+            .await?;
+            let task = read_task(&row)?;
+            tx.commit().await.map_err(pg_error)?;
+            return Ok(Some(Claim {
+                run_number: task.runs,
+                task,
+                lease_expires_at_ms: expires,
+            }));
+        }
+        Ok(None)
+    }
+
+    async fn heartbeat_impl(
+        &self,
+        run: &RunRef,
+        worker: &str,
+        lease: Duration,
+    ) -> Result<i64, StoreError> {
+        let now = self.now();
+        let expires = now.saturating_add(duration_ms(lease));
+        let number = i64::from(run.number);
+        let client = self.client().await?;
+        let updated = execute(
+            &*client,
+            "UPDATE runs SET heartbeat_at_ms = $4, lease_expires_at_ms = $5
+             WHERE task_id = $1 AND number = $2 AND worker = $3 AND ended_at_ms IS NULL",
+            &[&run.task.as_str(), &number, &worker, &now, &expires],
+        )
+        .await?;
+        if updated == 1 {
+            return Ok(expires);
+        }
+        check_run_held(&*client, run, worker).await?;
+        Err(run_lost(run, worker))
+    }
+
+    async fn finish_run_impl(
+        &self,
+        run: &RunRef,
+        worker: &str,
+        to: TaskStatus,
+        result: Option<serde_json::Value>,
+    ) -> Result<Task, StoreError> {
+        let result = json_text(result.as_ref())?;
+        let now = self.now();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        // Task row first, then run row: the order every writer uses.
+        let from = lock_task_status(&tx, &run.task).await?;
+        check_run_held(&tx, run, worker).await?;
+        if is_active(to) || !transition_allowed(from, to) {
+            return Err(StoreError::InvalidTransition { from, to });
+        }
+        close_open_runs(&tx, &run.task, status_name(to), now).await?;
+        let task = set_status(&tx, &run.task, to, result.as_deref(), now).await?;
+        tx.commit().await.map_err(pg_error)?;
+        Ok(task)
+    }
+
+    async fn requeue_expired_impl(&self) -> Result<Vec<Requeued>, StoreError> {
+        let now = self.now();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        let expired = query(
+            &tx,
+            "SELECT r.task_id, r.number FROM runs r JOIN tasks t ON t.id = r.task_id
+             WHERE r.ended_at_ms IS NULL AND r.lease_expires_at_ms <= $1
+               AND t.status IN ('running', 'testing')
+             ORDER BY r.lease_expires_at_ms
+             FOR UPDATE OF t, r SKIP LOCKED",
+            &[&now],
+        )
+        .await?;
+        let mut requeued = Vec::with_capacity(expired.len());
+        for row in &expired {
+            let id = crate::rows::task_id(get(row, 0)?)?;
+            let number: i64 = get(row, 1)?;
+            close_open_runs(&tx, &id, RUN_INTERRUPTED, now).await?;
+            let counted = query_one(
+                &tx,
+                &format!(
+                    "UPDATE tasks SET interrupted_runs = interrupted_runs + 1 WHERE id = $1
+                     RETURNING {TASK_COLUMNS}"
+                ),
+                &[&id.as_str()],
+            )
+            .await?;
+            let task = read_task(&counted)?;
+            let (to, result) = if task.interrupted_runs >= MAX_INTERRUPTED_RUNS {
+                (
+                    TaskStatus::Failed,
+                    Some(abandoned_result(&task).to_string()),
+                )
+            } else {
+                (TaskStatus::Queued, None)
+            };
+            set_status(&tx, &id, to, result.as_deref(), now).await?;
+            requeued.push(Requeued {
+                run: RunRef {
+                    task: id,
+                    number: to_u32(number)?,
+                },
+                status: to,
+            });
+        }
+        tx.commit().await.map_err(pg_error)?;
+        Ok(requeued)
+    }
+
+    async fn append_journal_impl(
+        &self,
+        run: &RunRef,
+        entry: JournalEntry,
+    ) -> Result<(), StoreError> {
+        let conflict = |message: String| StoreError::JournalConflict {
+            run: run.clone(),
+            seq: entry.seq,
+            message,
+        };
+        let number = i64::from(run.number);
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        // FOR SHARE: concurrent appends proceed to the chain check; closing the run waits.
+        let ended = query_opt(
+            &tx,
+            "SELECT ended_at_ms FROM runs WHERE task_id = $1 AND number = $2 FOR SHARE",
+            &[&run.task.as_str(), &number],
+        )
+        .await?
+        .ok_or_else(|| not_found("run", &run.to_string()))?;
+        if get::<Option<i64>>(&ended, 0)?.is_some() {
+            return Err(conflict("the run has ended".into()));
+        }
+        let tail = query_opt(
+            &tx,
+            "SELECT seq, hash FROM journal WHERE task_id = $1 AND run_number = $2
+             ORDER BY seq DESC LIMIT 1",
+            &[&run.task.as_str(), &number],
+        )
+        .await?;
+        let tail = match &tail {
+            Some(row) => Some((to_u64(get(row, 0)?)?, get::<String>(row, 1)?)),
+            None => None,
+        };
+        check_append(tail.as_ref().map(|(s, h)| (*s, h.as_str())), &entry).map_err(conflict)?;
+        let payload = serde_json::to_string(&entry.payload)?;
+        let inserted = tx
+            .execute(
+                "INSERT INTO journal (task_id, run_number, seq, at_ms, kind, payload, prev_hash, hash)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                &[
+                    &run.task.as_str(),
+                    &number,
+                    &to_i64(entry.seq)?,
+                    &to_i64(entry.at_ms)?,
+                    &entry.kind,
+                    &payload,
+                    &entry.prev_hash,
+                    &entry.hash,
+                ],
+            )
+            .await;
+        match inserted {
+            Ok(_) => {}
+            // Another writer appended the same sequence number first: a fork, refused.
+            Err(e) if has_code(&e, &SqlState::UNIQUE_VIOLATION) => {
+                return Err(conflict(
+                    "another record was appended at this sequence".into(),
+                ))
+            }
+            Err(e) => return Err(pg_error(e)),
+        }
+        tx.commit().await.map_err(pg_error)
+    }
+
+    async fn append_event_impl(
+        &self,
+        task: &TaskId,
+        event: Event,
+    ) -> Result<EventRecord, StoreError> {
+        let text = serde_json::to_string(&event)?;
+        let now = self.now();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        require_task_exists(&tx, task).await?;
+        let counter = query_one(
+            &tx,
+            "UPDATE counters SET value = value + 1 WHERE name = 'events' RETURNING value",
+            &[],
+        )
+        .await?;
+        let seq: i64 = get(&counter, 0)?;
+        // A new statement, so its snapshot includes every event committed before we took the
+        // counter lock.
+        let row = query_one(
+            &tx,
+            "INSERT INTO events (seq, task_id, task_seq, at_ms, event)
+             VALUES ($1, $2, (SELECT COALESCE(MAX(task_seq), 0) + 1 FROM events WHERE task_id = $2),
+                     $3, $4)
+             RETURNING task_seq",
+            &[&seq, &task.as_str(), &now, &text],
+        )
+        .await?;
+        let task_seq: i64 = get(&row, 0)?;
+        tx.commit().await.map_err(pg_error)?;
+        Ok(EventRecord {
+            seq: to_u64(seq)?,
+            task_seq: to_u64(task_seq)?,
+            task: task.clone(),
+            at_ms: now,
+            event,
+        })
+    }
+
+    async fn events_after_impl(
+        &self,
+        stream: &EventStream,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<EventRecord>, StoreError> {
+        let after = to_i64(after)?;
+        let limit = i64::from(limit);
+        let client = self.client().await?;
+        let rows = match stream {
+            EventStream::Task(task) => {
+                query(
+                    &*client,
+                    &format!(
+                        "SELECT {EVENT_COLUMNS} FROM events WHERE task_id = $1 AND task_seq > $2
+                         ORDER BY task_seq LIMIT $3"
+                    ),
+                    &[&task.as_str(), &after, &limit],
+                )
+                .await?
+            }
+            EventStream::All => {
+                query(
+                    &*client,
+                    &format!(
+                        "SELECT {EVENT_COLUMNS} FROM events WHERE seq > $1 ORDER BY seq LIMIT $2"
+                    ),
+                    &[&after, &limit],
+                )
+                .await?
+            }
+        };
+        rows.iter().map(read_event).collect()
+    }
+
+    async fn record_usage_impl(&self, entry: UsageEntry) -> Result<(), StoreError> {
+        let now = self.now();
+        let client = self.client().await?;
+        let run_number = entry.run_number.map(i64::from);
+        let inserted = client
+            .execute(
+                "INSERT INTO usage_ledger (task_id, run_number, model, input_tokens,
+                     cached_input_tokens, output_tokens, cost_micro_usd, at_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                &[
+                    &entry.task.as_str(),
+                    &run_number,
+                    &entry.model,
+                    &to_i64(entry.input_tokens)?,
+                    &to_i64(entry.cached_input_tokens)?,
+                    &to_i64(entry.output_tokens)?,
+                    &entry.cost_micro_usd.map(to_i64).transpose()?,
+                    &now,
+                ],
+            )
+            .await;
+        match inserted {
+            Ok(_) => Ok(()),
+            Err(e) if has_code(&e, &SqlState::FOREIGN_KEY_VIOLATION) => {
+                Err(not_found("task", entry.task.as_str()))
+            }
+            Err(e) => Err(pg_error(e)),
+        }
+    }
+
+    async fn create_approval_impl(&self, approval: NewApproval) -> Result<Approval, StoreError> {
+        let now = self.now();
+        let client = self.client().await?;
+        require_task_exists(&*client, &approval.task).await?;
+        let row = query_opt(
+            &*client,
+            &format!(
+                "INSERT INTO approvals (id, task_id, kind, subject_hash, status, created_at_ms)
+                 VALUES ($1, $2, $3, $4, 'pending', $5) ON CONFLICT (id) DO NOTHING
+                 RETURNING {APPROVAL_COLUMNS}"
+            ),
+            &[
+                &approval.id,
+                &approval.task.as_str(),
+                &approval.kind,
+                &approval.subject_hash,
+                &now,
+            ],
+        )
+        .await?;
+        match row {
+            Some(row) => read_approval(&row),
+            None => Err(StoreError::AlreadyExists {
+                what: "approval",
+                id: approval.id,
+            }),
+        }
+    }
+
+    async fn settle_approval(
+        &self,
+        id: &str,
+        subject_hash: &str,
+        expected: ApprovalStatus,
+        to: ApprovalStatus,
+        decided_by: Option<&str>,
+    ) -> Result<Approval, StoreError> {
+        let now = self.now();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        let approval = load_approval(&tx, id, true)
+            .await?
+            .ok_or_else(|| not_found("approval", id))?;
+        check_approval(&approval, subject_hash, expected)?;
+        let sql = match to {
+            ApprovalStatus::Consumed => format!(
+                "UPDATE approvals SET status = $2, consumed_at_ms = $3 WHERE id = $1
+                 RETURNING {APPROVAL_COLUMNS}"
+            ),
+            ApprovalStatus::Pending | ApprovalStatus::Approved | ApprovalStatus::Rejected => {
+                format!(
+                    "UPDATE approvals SET status = $2, decided_at_ms = $3, decided_by = $4
+                     WHERE id = $1 RETURNING {APPROVAL_COLUMNS}"
+                )
+            }
+        };
+        let row = match to {
+            ApprovalStatus::Consumed => query_one(&tx, &sql, &[&id, &to.as_str(), &now]).await?,
+            ApprovalStatus::Pending | ApprovalStatus::Approved | ApprovalStatus::Rejected => {
+                query_one(&tx, &sql, &[&id, &to.as_str(), &now, &decided_by]).await?
+            }
+        };
+        let settled = read_approval(&row)?;
+        tx.commit().await.map_err(pg_error)?;
+        Ok(settled)
+    }
+
+    async fn enqueue_intent_impl(&self, intent: NewIntent) -> Result<Intent, StoreError> {
+        let now = self.now();
+        let payload = serde_json::to_string(&intent.payload)?;
+        let client = self.client().await?;
+        require_task_exists(&*client, &intent.task).await?;
+        let row = query_opt(
+            &*client,
+            &format!(
+                "INSERT INTO outbox (id, task_id, kind, payload, status, attempts,
+                     next_attempt_at_ms, created_at_ms)
+                 VALUES ($1, $2, $3, $4, 'pending', 0, $5, $5) ON CONFLICT (id) DO NOTHING
+                 RETURNING {INTENT_COLUMNS}"
+            ),
+            &[
+                &intent.id,
+                &intent.task.as_str(),
+                &intent.kind,
+                &payload,
+                &now,
+            ],
+        )
+        .await?;
+        match row {
+            Some(row) => read_intent(&row),
+            None => Err(StoreError::AlreadyExists {
+                what: "outbox intent",
+                id: intent.id,
+            }),
+        }
+    }
+
+    async fn claim_intent_impl(
+        &self,
+        worker: &str,
+        lease: Duration,
+    ) -> Result<Option<Intent>, StoreError> {
+        let now = self.now();
+        let expires = now.saturating_add(duration_ms(lease));
+        let client = self.client().await?;
+        let row = query_opt(
+            &*client,
+            &format!(
+                "UPDATE outbox SET lease_owner = $2, lease_expires_at_ms = $3,
+                     attempts = attempts + 1
+                 WHERE id = (
+                     SELECT id FROM outbox
+                     WHERE status = 'pending' AND next_attempt_at_ms <= $1
+                       AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= $1)
+                     ORDER BY next_attempt_at_ms, created_at_ms, id
+                     LIMIT 1 FOR UPDATE SKIP LOCKED)
+                 RETURNING {INTENT_COLUMNS}"
+            ),
+            &[&now, &worker, &expires],
+        )
+        .await?;
+        row.as_ref().map(read_intent).transpose()
+    }
+
+    async fn complete_intent_impl(&self, id: &str, worker: &str) -> Result<Intent, StoreError> {
+        let now = self.now();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        held_intent(&tx, id, worker).await?;
+        let row = query_one(
+            &tx,
+            &format!(
+                "UPDATE outbox SET status = 'done', done_at_ms = $2, lease_expires_at_ms = NULL
+                 WHERE id = $1 RETURNING {INTENT_COLUMNS}"
+            ),
+            &[&id, &now],
+        )
+        .await?;
+        let done = read_intent(&row)?;
+        tx.commit().await.map_err(pg_error)?;
+        Ok(done)
+    }
+
+    async fn fail_intent_impl(
+        &self,
+        id: &str,
+        worker: &str,
+        error: &str,
+        retry_at_ms: Option<i64>,
+    ) -> Result<Intent, StoreError> {
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        let intent = held_intent(&tx, id, worker).await?;
+        let (status, next) = match retry_at_ms {
+            Some(at) => (IntentStatus::Pending, at),
+            None => (IntentStatus::Failed, intent.next_attempt_at_ms),
+        };
+        let row = query_one(
+            &tx,
+            &format!(
+                "UPDATE outbox SET status = $2, next_attempt_at_ms = $3, last_error = $4,
+                     lease_owner = NULL, lease_expires_at_ms = NULL
+                 WHERE id = $1 RETURNING {INTENT_COLUMNS}"
+            ),
+            &[&id, &status.as_str(), &next, &error],
+        )
+        .await?;
+        let failed = read_intent(&row)?;
+        tx.commit().await.map_err(pg_error)?;
+        Ok(failed)
+    }
+}
+
+impl Store for PostgresStore {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn notices(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    fn check_integrity(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            query_one(&*client, "SELECT 1", &[]).await?;
+            Ok(())
+        })
+    }
+
+    fn create_task(
+        &self,
+        task: NewTask,
+        idempotency: Option<IdempotencyKey>,
+    ) -> BoxFuture<'_, Result<Created, StoreError>> {
+        Box::pin(async move {
+            // Two attempts: the second replays a concurrent request that won the key.
+            for _ in 0..2 {
+                if let Some(created) = self.create_task_once(&task, idempotency.as_ref()).await? {
+                    return Ok(created);
+                }
+            }
+            Err(StoreError::Database {
+                backend: BACKEND,
+                message: "idempotency key kept changing hands".into(),
+                retryable: true,
+                source: None,
+            })
+        })
+    }
+
+    fn get_task<'a>(&'a self, id: &'a TaskId) -> BoxFuture<'a, Result<Option<Task>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            load_task(&*client, id.as_str()).await
+        })
+    }
+
+    fn list_tasks(&self, query_: TaskQuery) -> BoxFuture<'_, Result<Vec<Task>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let status = query_.status.map(status_name);
+            let before = query_.before.as_ref().map(TaskId::as_str);
+            let limit = i64::from(query_.limit);
+            let rows = query(
+                &*client,
+                &format!(
+                    "SELECT {TASK_COLUMNS} FROM tasks
+                     WHERE ($1::text IS NULL OR owner = $1) AND ($2::text IS NULL OR status = $2)
+                       AND ($3::text IS NULL OR id < $3)
+                     ORDER BY id DESC LIMIT $4"
+                ),
+                &[&query_.owner, &status, &before, &limit],
+            )
+            .await?;
+            rows.iter().map(read_task).collect()
+        })
+    }
+
+    fn transition<'a>(
+        &'a self,
+        id: &'a TaskId,
+        from: TaskStatus,
+        to: TaskStatus,
+        result: Option<serde_json::Value>,
+    ) -> BoxFuture<'a, Result<Task, StoreError>> {
+        Box::pin(self.transition_impl(id, from, to, result))
+    }
+
+    fn claim<'a>(
+        &'a self,
+        worker: &'a str,
+        lease: Duration,
+        filter: &'a ClaimFilter,
+    ) -> BoxFuture<'a, Result<Option<Claim>, StoreError>> {
+        Box::pin(self.claim_impl(worker, lease, filter))
+    }
+
+    fn heartbeat<'a>(
+        &'a self,
+        run: &'a RunRef,
+        worker: &'a str,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<i64, StoreError>> {
+        Box::pin(self.heartbeat_impl(run, worker, lease))
+    }
+
+    fn finish_run<'a>(
+        &'a self,
+        run: &'a RunRef,
+        worker: &'a str,
+        to: TaskStatus,
+        result: Option<serde_json::Value>,
+    ) -> BoxFuture<'a, Result<Task, StoreError>> {
+        Box::pin(self.finish_run_impl(run, worker, to, result))
+    }
+
+    fn requeue_expired(&self) -> BoxFuture<'_, Result<Vec<Requeued>, StoreError>> {
+        Box::pin(self.requeue_expired_impl())
+    }
+
+    fn list_runs<'a>(&'a self, task: &'a TaskId) -> BoxFuture<'a, Result<Vec<Run>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let rows = query(
+                &*client,
+                &format!("SELECT {RUN_COLUMNS} FROM runs WHERE task_id = $1 ORDER BY number"),
+                &[&task.as_str()],
+            )
+            .await?;
+            rows.iter().map(read_run).collect()
+        })
+    }
+
+    fn append_journal<'a>(
+        &'a self,
+        run: &'a RunRef,
+        entry: JournalEntry,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.append_journal_impl(run, entry))
+    }
+
+    fn journal<'a>(
+        &'a self,
+        run: &'a RunRef,
+    ) -> BoxFuture<'a, Result<Vec<JournalEntry>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let number = i64::from(run.number);
+            let rows = query(
+                &*client,
+                &format!(
+                    "SELECT {JOURNAL_COLUMNS} FROM journal WHERE task_id = $1 AND run_number = $2
+                     ORDER BY seq"
+                ),
+                &[&run.task.as_str(), &number],
+            )
+            .await?;
+            rows.iter().map(read_journal).collect()
+        })
+    }
+
+    fn append_event<'a>(
+        &'a self,
+        task: &'a TaskId,
+        event: Event,
+    ) -> BoxFuture<'a, Result<EventRecord, StoreError>> {
+        Box::pin(self.append_event_impl(task, event))
+    }
+
+    fn events_after<'a>(
+        &'a self,
+        stream: &'a EventStream,
+        after: u64,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<EventRecord>, StoreError>> {
+        Box::pin(self.events_after_impl(stream, after, limit))
+    }
+
+    fn record_usage(&self, entry: UsageEntry) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.record_usage_impl(entry))
+    }
+
+    fn spend_for_task<'a>(&'a self, task: &'a TaskId) -> BoxFuture<'a, Result<Spend, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let row = query_one(
+                &*client,
+                &format!("SELECT {SPEND_COLUMNS} FROM usage_ledger WHERE task_id = $1"),
+                &[&task.as_str()],
+            )
+            .await?;
+            read_spend(&row)
+        })
+    }
+
+    fn spend_for_day(&self, day: UtcDay) -> BoxFuture<'_, Result<Spend, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let row = query_one(
+                &*client,
+                &format!(
+                    "SELECT {SPEND_COLUMNS} FROM usage_ledger WHERE at_ms >= $1 AND at_ms < $2"
+                ),
+                &[&day.start_ms(), &day.end_ms()],
+            )
+            .await?;
+            read_spend(&row)
+        })
+    }
+
+    fn create_approval(
+        &self,
+        approval: NewApproval,
+    ) -> BoxFuture<'_, Result<Approval, StoreError>> {
+        Box::pin(self.create_approval_impl(approval))
+    }
+
+    fn get_approval<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Approval>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            load_approval(&*client, id, false).await
+        })
+    }
+
+    fn list_approvals(
+        &self,
+        status: Option<ApprovalStatus>,
+    ) -> BoxFuture<'_, Result<Vec<Approval>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let status = status.map(ApprovalStatus::as_str);
+            let rows = query(
+                &*client,
+                &format!(
+                    "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE ($1::text IS NULL OR status = $1)
+                     ORDER BY created_at_ms, id"
+                ),
+                &[&status],
+            )
+            .await?;
+            rows.iter().map(read_approval).collect()
+        })
+    }
+
+    fn decide_approval<'a>(
+        &'a self,
+        id: &'a str,
+        subject_hash: &'a str,
+        decision: Decision,
+        decided_by: &'a str,
+    ) -> BoxFuture<'a, Result<Approval, StoreError>> {
+        let to = match decision {
+            Decision::Approve => ApprovalStatus::Approved,
+            Decision::Reject => ApprovalStatus::Rejected,
+        };
+        Box::pin(self.settle_approval(
+            id,
+            subject_hash,
+            ApprovalStatus::Pending,
+            to,
+            Some(decided_by),
+        ))
+    }
+
+    fn consume_approval<'a>(
+        &'a self,
+        id: &'a str,
+        subject_hash: &'a str,
+    ) -> BoxFuture<'a, Result<Approval, StoreError>> {
+        Box::pin(self.settle_approval(
+            id,
+            subject_hash,
+            ApprovalStatus::Approved,
+            ApprovalStatus::Consumed,
+            None,
+        ))
+    }
+
+    fn enqueue_intent(&self, intent: NewIntent) -> BoxFuture<'_, Result<Intent, StoreError>> {
+        Box::pin(self.enqueue_intent_impl(intent))
+    }
+
+    fn claim_intent<'a>(
+        &'a self,
+        worker: &'a str,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<Option<Intent>, StoreError>> {
+        Box::pin(self.claim_intent_impl(worker, lease))
+    }
+
+    fn complete_intent<'a>(
+        &'a self,
+        id: &'a str,
+        worker: &'a str,
+    ) -> BoxFuture<'a, Result<Intent, StoreError>> {
+        Box::pin(self.complete_intent_impl(id, worker))
+    }
+
+    fn fail_intent<'a>(
+        &'a self,
+        id: &'a str,
+        worker: &'a str,
+        error: &'a str,
+        retry_at_ms: Option<i64>,
+    ) -> BoxFuture<'a, Result<Intent, StoreError>> {
+        Box::pin(self.fail_intent_impl(id, worker, error, retry_at_ms))
+    }
+
+    fn list_intents<'a>(
+        &'a self,
+        task: &'a TaskId,
+    ) -> BoxFuture<'a, Result<Vec<Intent>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let rows = query(
+                &*client,
+                &format!(
+                    "SELECT {INTENT_COLUMNS} FROM outbox WHERE task_id = $1
+                     ORDER BY created_at_ms, id"
+                ),
+                &[&task.as_str()],
+            )
+            .await?;
+            rows.iter().map(read_intent).collect()
+        })
+    }
+}

@@ -1,0 +1,291 @@
+//! Rows as both backends read them (plain strings and integers) and their checked conversion
+//! into the public types, so decoding rules — status names, JSON columns, integer ranges — live
+//! in one place.
+
+use warden_protocol::{TaskId, TaskStatus};
+
+use crate::state::{parse_kind, parse_status};
+use crate::types::{Approval, ApprovalStatus, EventRecord, Intent, IntentStatus, Run, Spend, Task};
+use crate::{JournalEntry, StoreError};
+
+/// Column list matching [`RawTask`]'s field order (both backends select it verbatim).
+pub(crate) const TASK_COLUMNS: &str = "id, kind, status, owner, prompt, repos, priority, \
+     created_at_ms, updated_at_ms, follow_up_to, retry_of, result, metadata, run_count, \
+     interrupted_runs";
+
+pub(crate) struct RawTask {
+    pub id: String,
+    pub kind: String,
+    pub status: String,
+    pub owner: String,
+    pub prompt: String,
+    pub repos: String,
+    pub priority: i32,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+    pub follow_up_to: Option<String>,
+    pub retry_of: Option<String>,
+    pub result: Option<String>,
+    pub metadata: String,
+    pub run_count: i64,
+    pub interrupted_runs: i64,
+}
+
+impl RawTask {
+    pub fn decode(self) -> Result<Task, StoreError> {
+        Ok(Task {
+            id: task_id(self.id)?,
+            kind: parse_kind(&self.kind)
+                .ok_or_else(|| StoreError::invalid_data(format!("task kind {:?}", self.kind)))?,
+            status: status(&self.status)?,
+            owner: self.owner,
+            prompt: self.prompt,
+            repos: serde_json::from_str(&self.repos)?,
+            priority: self.priority,
+            created_at_ms: self.created_at_ms,
+            updated_at_ms: self.updated_at_ms,
+            follow_up_to: self.follow_up_to.map(task_id).transpose()?,
+            retry_of: self.retry_of.map(task_id).transpose()?,
+            result: self
+                .result
+                .as_deref()
+                .map(serde_json::from_str)
+                .transpose()?,
+            metadata: serde_json::from_str(&self.metadata)?,
+            runs: to_u32(self.run_count)?,
+            interrupted_runs: to_u32(self.interrupted_runs)?,
+        })
+    }
+}
+
+pub(crate) const RUN_COLUMNS: &str = "task_id, number, worker, started_at_ms, heartbeat_at_ms, \
+     lease_expires_at_ms, ended_at_ms, outcome";
+
+pub(crate) struct RawRun {
+    pub task_id: String,
+    pub number: i64,
+    pub worker: String,
+    pub started_at_ms: i64,
+    pub heartbeat_at_ms: i64,
+    pub lease_expires_at_ms: i64,
+    pub ended_at_ms: Option<i64>,
+    pub outcome: Option<String>,
+}
+
+impl RawRun {
+    pub fn decode(self) -> Result<Run, StoreError> {
+        Ok(Run {
+            task: task_id(self.task_id)?,
+            number: to_u32(self.number)?,
+            worker: self.worker,
+            started_at_ms: self.started_at_ms,
+            heartbeat_at_ms: self.heartbeat_at_ms,
+            lease_expires_at_ms: self.lease_expires_at_ms,
+            ended_at_ms: self.ended_at_ms,
+            outcome: self.outcome,
+        })
+    }
+}
+
+pub(crate) const JOURNAL_COLUMNS: &str = "seq, at_ms, kind, payload, prev_hash, hash";
+
+pub(crate) struct RawJournal {
+    pub seq: i64,
+    pub at_ms: i64,
+    pub kind: String,
+    pub payload: String,
+    pub prev_hash: String,
+    pub hash: String,
+}
+
+impl RawJournal {
+    pub fn decode(self) -> Result<JournalEntry, StoreError> {
+        Ok(JournalEntry {
+            seq: to_u64(self.seq)?,
+            at_ms: to_u64(self.at_ms)?,
+            kind: self.kind,
+            payload: serde_json::from_str(&self.payload)?,
+            prev_hash: self.prev_hash,
+            hash: self.hash,
+        })
+    }
+}
+
+pub(crate) const EVENT_COLUMNS: &str = "seq, task_seq, task_id, at_ms, event";
+
+pub(crate) struct RawEvent {
+    pub seq: i64,
+    pub task_seq: i64,
+    pub task_id: String,
+    pub at_ms: i64,
+    pub event: String,
+}
+
+impl RawEvent {
+    pub fn decode(self) -> Result<EventRecord, StoreError> {
+        Ok(EventRecord {
+            seq: to_u64(self.seq)?,
+            task_seq: to_u64(self.task_seq)?,
+            task: task_id(self.task_id)?,
+            at_ms: self.at_ms,
+            event: serde_json::from_str(&self.event)?,
+        })
+    }
+}
+
+pub(crate) const APPROVAL_COLUMNS: &str = "id, task_id, kind, subject_hash, status, \
+     created_at_ms, decided_by, decided_at_ms, consumed_at_ms";
+
+pub(crate) struct RawApproval {
+    pub id: String,
+    pub task_id: String,
+    pub kind: String,
+    pub subject_hash: String,
+    pub status: String,
+    pub created_at_ms: i64,
+    pub decided_by: Option<String>,
+    pub decided_at_ms: Option<i64>,
+    pub consumed_at_ms: Option<i64>,
+}
+
+impl RawApproval {
+    pub fn decode(self) -> Result<Approval, StoreError> {
+        Ok(Approval {
+            status: approval_status(&self.status)?,
+            id: self.id,
+            task: task_id(self.task_id)?,
+            kind: self.kind,
+            subject_hash: self.subject_hash,
+            created_at_ms: self.created_at_ms,
+            decided_by: self.decided_by,
+            decided_at_ms: self.decided_at_ms,
+            consumed_at_ms: self.consumed_at_ms,
+        })
+    }
+}
+
+pub(crate) const INTENT_COLUMNS: &str = "id, task_id, kind, payload, status, attempts, \
+     next_attempt_at_ms, lease_owner, lease_expires_at_ms, last_error, created_at_ms, done_at_ms";
+
+pub(crate) struct RawIntent {
+    pub id: String,
+    pub task_id: String,
+    pub kind: String,
+    pub payload: String,
+    pub status: String,
+    pub attempts: i64,
+    pub next_attempt_at_ms: i64,
+    pub lease_owner: Option<String>,
+    pub lease_expires_at_ms: Option<i64>,
+    pub last_error: Option<String>,
+    pub created_at_ms: i64,
+    pub done_at_ms: Option<i64>,
+}
+
+impl RawIntent {
+    pub fn decode(self) -> Result<Intent, StoreError> {
+        Ok(Intent {
+            status: intent_status(&self.status)?,
+            id: self.id,
+            task: task_id(self.task_id)?,
+            kind: self.kind,
+            payload: serde_json::from_str(&self.payload)?,
+            attempts: to_u32(self.attempts)?,
+            next_attempt_at_ms: self.next_attempt_at_ms,
+            lease_owner: self.lease_owner,
+            lease_expires_at_ms: self.lease_expires_at_ms,
+            last_error: self.last_error,
+            created_at_ms: self.created_at_ms,
+            done_at_ms: self.done_at_ms,
+        })
+    }
+}
+
+pub(crate) fn task_id(value: String) -> Result<TaskId, StoreError> {
+    TaskId::try_from(value).map_err(StoreError::invalid_data)
+}
+
+pub(crate) fn status(name: &str) -> Result<TaskStatus, StoreError> {
+    parse_status(name).ok_or_else(|| StoreError::invalid_data(format!("task status {name:?}")))
+}
+
+pub(crate) fn approval_status(name: &str) -> Result<ApprovalStatus, StoreError> {
+    ApprovalStatus::parse(name)
+        .ok_or_else(|| StoreError::invalid_data(format!("approval status {name:?}")))
+}
+
+pub(crate) fn intent_status(name: &str) -> Result<IntentStatus, StoreError> {
+    IntentStatus::parse(name)
+        .ok_or_else(|| StoreError::invalid_data(format!("intent status {name:?}")))
+}
+
+pub(crate) fn to_i64(value: u64) -> Result<i64, StoreError> {
+    i64::try_from(value).map_err(|_| StoreError::OutOfRange(format!("{value} exceeds i64")))
+}
+
+pub(crate) fn to_u64(value: i64) -> Result<u64, StoreError> {
+    u64::try_from(value).map_err(|_| StoreError::OutOfRange(format!("stored {value} is negative")))
+}
+
+pub(crate) fn to_u32(value: i64) -> Result<u32, StoreError> {
+    u32::try_from(value).map_err(|_| StoreError::OutOfRange(format!("stored {value} exceeds u32")))
+}
+
+/// The result JSON of a task abandoned after too many interrupted runs.
+pub(crate) fn abandoned_result(task: &Task) -> serde_json::Value {
+    serde_json::json!({
+        "task_id": task.id,
+        "kind": task.kind,
+        "outcome": "failure",
+        "failure": {
+            "code": crate::ABANDONED,
+            "message": format!(
+                "abandoned after {} runs lost their worker (lease expired)",
+                task.interrupted_runs
+            ),
+        },
+    })
+}
+
+/// `,a,b,` — a list of names for `instr`-style membership tests in SQLite.
+pub(crate) fn name_list<'a>(names: impl IntoIterator<Item = &'a str>) -> String {
+    let mut list = String::from(",");
+    for name in names {
+        list.push_str(name);
+        list.push(',');
+    }
+    list
+}
+
+pub(crate) fn spend_from(sums: [i64; 6]) -> Result<Spend, StoreError> {
+    let [input, cached, output, cost, unknown, entries] = sums;
+    Ok(Spend {
+        input_tokens: to_u64(input)?,
+        cached_input_tokens: to_u64(cached)?,
+        output_tokens: to_u64(output)?,
+        cost_micro_usd: to_u64(cost)?,
+        cost_unknown: unknown > 0,
+        entries: to_u64(entries)?,
+    })
+}
+
+/// The approval is bound to `subject_hash` and in `expected` status.
+pub(crate) fn check_approval(
+    approval: &Approval,
+    subject_hash: &str,
+    expected: ApprovalStatus,
+) -> Result<(), StoreError> {
+    if approval.subject_hash != subject_hash {
+        return Err(StoreError::ApprovalMismatch {
+            id: approval.id.clone(),
+        });
+    }
+    if approval.status != expected {
+        return Err(StoreError::ApprovalState {
+            id: approval.id.clone(),
+            expected,
+            actual: approval.status,
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,1420 @@
+//! The embedded SQLite backend: one connection owned by the store, used from
+//! `tokio::task::spawn_blocking`; WAL with `synchronous=FULL` (a committed status change
+//! survives power loss); writes in `BEGIN IMMEDIATE` transactions so another process sharing
+//! the file waits (busy timeout) instead of failing mid-transaction. A file that is not a
+//! database or fails `PRAGMA quick_check` at open is moved aside to `<name>.corrupt-<time>`
+//! (never deleted) and a fresh database is created; the store reports it in `notices`.
+
+mod schema;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row, TransactionBehavior};
+use warden_protocol::{Event, TaskId, TaskStatus};
+
+use crate::clock::{compact_timestamp, duration_ms};
+use crate::journal::check_append;
+use crate::rows::{
+    abandoned_result, check_approval, name_list, spend_from, status, to_i64, to_u32, RawApproval,
+    RawEvent, RawIntent, RawJournal, RawRun, RawTask, APPROVAL_COLUMNS, EVENT_COLUMNS,
+    INTENT_COLUMNS, JOURNAL_COLUMNS, RUN_COLUMNS, TASK_COLUMNS,
+};
+use crate::state::{is_active, is_exclusive, kind_name, status_name, transition_allowed};
+use crate::types::RUN_INTERRUPTED;
+use crate::{
+    Approval, ApprovalStatus, BoxFuture, Claim, ClaimFilter, Clock, Created, Decision, EventRecord,
+    EventStream, IdempotencyKey, Intent, IntentStatus, JournalEntry, NewApproval, NewIntent,
+    NewTask, Requeued, Run, RunRef, Spend, Store, StoreError, StoreOptions, Task, TaskQuery,
+    UsageEntry, UtcDay, MAX_INTERRUPTED_RUNS,
+};
+
+const BACKEND: &str = "sqlite";
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A corrupt database file that was moved aside at open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quarantine {
+    pub original: PathBuf,
+    pub moved_to: PathBuf,
+    /// What was wrong with it.
+    pub reason: String,
+}
+
+/// The SQLite store. Cheap to clone; clones share the connection.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    conn: Mutex<Connection>,
+    clock: Arc<dyn Clock>,
+    path: PathBuf,
+    quarantine: Option<Quarantine>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.inner.path)
+            .field("quarantine", &self.inner.quarantine)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating and migrating if needed) the database at `path` with the system clock.
+    pub async fn open(path: &Path) -> Result<SqliteStore, StoreError> {
+        SqliteStore::open_with(path, StoreOptions::default()).await
+    }
+
+    pub async fn open_with(path: &Path, options: StoreOptions) -> Result<SqliteStore, StoreError> {
+        let path = path.to_path_buf();
+        tokio::task::spawn_blocking(move || open_blocking(path, options.clock))
+            .await
+            .map_err(join_error)?
+    }
+
+    /// The corrupt file moved aside when this store was opened, if any.
+    pub fn quarantine(&self) -> Option<&Quarantine> {
+        self.inner.quarantine.as_ref()
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Runs `f` on the connection in the blocking pool, with the clock read under the lock so
+    /// timestamps follow commit order.
+    fn call<T, F>(&self, f: F) -> BoxFuture<'static, Result<T, StoreError>>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection, i64) -> Result<T, StoreError> + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                // A panic inside a transaction rolled it back when the transaction dropped, so
+                // a poisoned connection is still consistent.
+                let mut conn = inner.conn.lock().unwrap_or_else(PoisonError::into_inner);
+                let now = inner.clock.now_ms();
+                f(&mut conn, now)
+            })
+            .await
+            .map_err(join_error)?
+        })
+    }
+}
+
+fn join_error(e: tokio::task::JoinError) -> StoreError {
+    StoreError::Database {
+        backend: BACKEND,
+        message: format!("blocking task failed: {e}"),
+        retryable: false,
+        source: None,
+    }
+}
+
+/// `rusqlite::Error` → `StoreError`, busy and locked being retryable.
+trait Db<T> {
+    fn db(self) -> Result<T, StoreError>;
+}
+
+impl<T> Db<T> for rusqlite::Result<T> {
+    fn db(self) -> Result<T, StoreError> {
+        self.map_err(db_error)
+    }
+}
+
+fn db_error(e: rusqlite::Error) -> StoreError {
+    let retryable = matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked)
+    );
+    StoreError::Database {
+        backend: BACKEND,
+        message: e.to_string(),
+        retryable,
+        source: Some(Box::new(e)),
+    }
+}
+
+fn is_corruption(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(ErrorCode::NotADatabase | ErrorCode::DatabaseCorrupt)
+    )
+}
+
+// --- opening, quarantine, migrations ---
+
+enum OpenFailure {
+    Corrupt(String),
+    Other(StoreError),
+}
+
+impl From<rusqlite::Error> for OpenFailure {
+    fn from(e: rusqlite::Error) -> OpenFailure {
+        if is_corruption(&e) {
+            OpenFailure::Corrupt(e.to_string())
+        } else {
+            OpenFailure::Other(db_error(e))
+        }
+    }
+}
+
+fn open_blocking(path: PathBuf, clock: Arc<dyn Clock>) -> Result<SqliteStore, StoreError> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|source| StoreError::Io {
+            path: parent.to_path_buf(),
+            source,
+        })?;
+    }
+    let (conn, quarantine) = match open_checked(&path, clock.as_ref()) {
+        Ok(conn) => (conn, None),
+        Err(OpenFailure::Other(e)) => return Err(e),
+        Err(OpenFailure::Corrupt(reason)) => {
+            let moved_to = quarantine_files(&path, clock.now_ms())?;
+            let conn = match open_checked(&path, clock.as_ref()) {
+                Ok(conn) => conn,
+                Err(OpenFailure::Other(e)) => return Err(e),
+                Err(OpenFailure::Corrupt(again)) => {
+                    return Err(StoreError::Database {
+                        backend: BACKEND,
+                        message: format!(
+                            "fresh database at {} is corrupt: {again}",
+                            path.display()
+                        ),
+                        retryable: false,
+                        source: None,
+                    })
+                }
+            };
+            let quarantine = Quarantine {
+                original: path.clone(),
+                moved_to,
+                reason,
+            };
+            (conn, Some(quarantine))
+        }
+    };
+    Ok(SqliteStore {
+        inner: Arc::new(Inner {
+            conn: Mutex::new(conn),
+            clock,
+            path,
+            quarantine,
+        }),
+    })
+}
+
+fn open_checked(path: &Path, clock: &dyn Clock) -> Result<Connection, OpenFailure> {
+    let mut conn = Connection::open(path)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(OpenFailure::Other(StoreError::Database {
+            backend: BACKEND,
+            message: format!("could not enable WAL (journal mode is {mode})"),
+            retryable: false,
+            source: None,
+        }));
+    }
+    conn.execute_batch("PRAGMA synchronous = FULL; PRAGMA foreign_keys = ON;")?;
+    let problems = check_rows(&conn, "PRAGMA quick_check")?;
+    if !problems.is_empty() {
+        return Err(OpenFailure::Corrupt(problems.join("; ")));
+    }
+    migrate(&mut conn, clock)?;
+    Ok(conn)
+}
+
+/// Runs an integrity pragma; returns its complaints (none when it says `ok`).
+fn check_rows(conn: &Connection, pragma: &str) -> rusqlite::Result<Vec<String>> {
+    let mut statement = conn.prepare(pragma)?;
+    let rows = statement.query_map([], |row| row.get::<_, String>(0))?;
+    let mut problems = Vec::new();
+    for row in rows {
+        let row = row?;
+        if row != "ok" {
+            problems.push(row);
+        }
+    }
+    Ok(problems)
+}
+
+/// Moves `path` and its `-wal`/`-shm`/`-journal` companions to `<name>.corrupt-<time>[-n]`.
+fn quarantine_files(path: &Path, now_ms: i64) -> Result<PathBuf, StoreError> {
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| StoreError::Io { path, source }
+    };
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "warden.db".to_string());
+    let stamp = compact_timestamp(now_ms);
+    let mut moved_to = path.with_file_name(format!("{name}.corrupt-{stamp}"));
+    let mut n = 1;
+    while moved_to.exists() {
+        moved_to = path.with_file_name(format!("{name}.corrupt-{stamp}-{n}"));
+        n += 1;
+    }
+    std::fs::rename(path, &moved_to).map_err(io(path))?;
+    for suffix in ["-wal", "-shm", "-journal"] {
+        let companion = PathBuf::from(format!("{}{suffix}", path.display()));
+        if companion.exists() {
+            let target = PathBuf::from(format!("{}{suffix}", moved_to.display()));
+            std::fs::rename(&companion, &target).map_err(io(&companion))?;
+        }
+    }
+    Ok(moved_to)
+}
+
+fn migrate(conn: &mut Connection, clock: &dyn Clock) -> Result<(), OpenFailure> {
+    let latest = schema::MIGRATIONS.last().map_or(0, |(v, _)| *v);
+    for (version, sql) in schema::MIGRATIONS {
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute_batch(
+            "CREATE TABLE IF NOT EXISTS schema_version (
+                version INTEGER PRIMARY KEY NOT NULL,
+                applied_at_ms INTEGER NOT NULL
+            ) STRICT",
+        )?;
+        let current: i64 = tx.query_row(
+            "SELECT COALESCE(MAX(version), 0) FROM schema_version",
+            [],
+            |row| row.get(0),
+        )?;
+        if current > latest {
+            return Err(OpenFailure::Other(StoreError::SchemaTooNew {
+                found: current,
+                supported: latest,
+            }));
+        }
+        if *version <= current {
+            continue;
+        }
+        tx.execute_batch(sql)?;
+        tx.execute(
+            "INSERT INTO schema_version (version, applied_at_ms) VALUES (?1, ?2)",
+            params![version, clock.now_ms()],
+        )?;
+        tx.commit()?;
+    }
+    Ok(())
+}
+
+// --- row readers ---
+
+fn read_task(row: &Row<'_>) -> rusqlite::Result<RawTask> {
+    Ok(RawTask {
+        id: row.get(0)?,
+        kind: row.get(1)?,
+        status: row.get(2)?,
+        owner: row.get(3)?,
+        prompt: row.get(4)?,
+        repos: row.get(5)?,
+        priority: row.get(6)?,
+        created_at_ms: row.get(7)?,
+        updated_at_ms: row.get(8)?,
+        follow_up_to: row.get(9)?,
+        retry_of: row.get(10)?,
+        result: row.get(11)?,
+        metadata: row.get(12)?,
+        run_count: row.get(13)?,
+        interrupted_runs: row.get(14)?,
+    })
+}
+
+fn read_run(row: &Row<'_>) -> rusqlite::Result<RawRun> {
+    Ok(RawRun {
+        task_id: row.get(0)?,
+        number: row.get(1)?,
+        worker: row.get(2)?,
+        started_at_ms: row.get(3)?,
+        heartbeat_at_ms: row.get(4)?,
+        lease_expires_at_ms: row.get(5)?,
+        ended_at_ms: row.get(6)?,
+        outcome: row.get(7)?,
+    })
+}
+
+fn read_journal(row: &Row<'_>) -> rusqlite::Result<RawJournal> {
+    Ok(RawJournal {
+        seq: row.get(0)?,
+        at_ms: row.get(1)?,
+        kind: row.get(2)?,
+        payload: row.get(3)?,
+        prev_hash: row.get(4)?,
+        hash: row.get(5)?,
+    })
+}
+
+fn read_event(row: &Row<'_>) -> rusqlite::Result<RawEvent> {
+    Ok(RawEvent {
+        seq: row.get(0)?,
+        task_seq: row.get(1)?,
+        task_id: row.get(2)?,
+        at_ms: row.get(3)?,
+        event: row.get(4)?,
+    })
+}
+
+fn read_approval(row: &Row<'_>) -> rusqlite::Result<RawApproval> {
+    Ok(RawApproval {
+        id: row.get(0)?,
+        task_id: row.get(1)?,
+        kind: row.get(2)?,
+        subject_hash: row.get(3)?,
+        status: row.get(4)?,
+        created_at_ms: row.get(5)?,
+        decided_by: row.get(6)?,
+        decided_at_ms: row.get(7)?,
+        consumed_at_ms: row.get(8)?,
+    })
+}
+
+fn read_intent(row: &Row<'_>) -> rusqlite::Result<RawIntent> {
+    Ok(RawIntent {
+        id: row.get(0)?,
+        task_id: row.get(1)?,
+        kind: row.get(2)?,
+        payload: row.get(3)?,
+        status: row.get(4)?,
+        attempts: row.get(5)?,
+        next_attempt_at_ms: row.get(6)?,
+        lease_owner: row.get(7)?,
+        lease_expires_at_ms: row.get(8)?,
+        last_error: row.get(9)?,
+        created_at_ms: row.get(10)?,
+        done_at_ms: row.get(11)?,
+    })
+}
+
+fn load_task(conn: &Connection, id: &str) -> Result<Option<Task>, StoreError> {
+    conn.prepare_cached(&format!("SELECT {TASK_COLUMNS} FROM tasks WHERE id = ?1"))
+        .db()?
+        .query_row([id], read_task)
+        .optional()
+        .db()?
+        .map(RawTask::decode)
+        .transpose()
+}
+
+fn require_task(conn: &Connection, id: &TaskId) -> Result<Task, StoreError> {
+    load_task(conn, id.as_str())?.ok_or_else(|| not_found("task", id.as_str()))
+}
+
+fn not_found(what: &'static str, id: &str) -> StoreError {
+    StoreError::NotFound {
+        what,
+        id: id.to_string(),
+    }
+}
+
+fn task_status(conn: &Connection, id: &TaskId) -> Result<TaskStatus, StoreError> {
+    let name: Option<String> = conn
+        .prepare_cached("SELECT status FROM tasks WHERE id = ?1")
+        .db()?
+        .query_row([id.as_str()], |row| row.get(0))
+        .optional()
+        .db()?;
+    status(&name.ok_or_else(|| not_found("task", id.as_str()))?)
+}
+
+fn has_open_run(conn: &Connection, id: &TaskId) -> Result<bool, StoreError> {
+    conn.prepare_cached("SELECT 1 FROM runs WHERE task_id = ?1 AND ended_at_ms IS NULL")
+        .db()?
+        .exists([id.as_str()])
+        .db()
+}
+
+fn close_open_runs(
+    conn: &Connection,
+    id: &TaskId,
+    outcome: &str,
+    now: i64,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "UPDATE runs SET ended_at_ms = ?2, outcome = ?3 WHERE task_id = ?1 AND ended_at_ms IS NULL",
+    )
+    .db()?
+    .execute(params![id.as_str(), now, outcome])
+    .db()?;
+    Ok(())
+}
+
+fn set_status(
+    conn: &Connection,
+    id: &TaskId,
+    to: TaskStatus,
+    result: Option<&str>,
+    now: i64,
+) -> Result<Task, StoreError> {
+    conn.prepare_cached(&format!(
+        "UPDATE tasks SET status = ?2, result = COALESCE(?3, result), updated_at_ms = ?4
+         WHERE id = ?1 RETURNING {TASK_COLUMNS}"
+    ))
+    .db()?
+    .query_row(
+        params![id.as_str(), status_name(to), result, now],
+        read_task,
+    )
+    .db()?
+    .decode()
+}
+
+fn json_text(value: Option<&serde_json::Value>) -> Result<Option<String>, StoreError> {
+    value
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(Into::into)
+}
+
+fn immediate(conn: &mut Connection) -> Result<rusqlite::Transaction<'_>, StoreError> {
+    conn.transaction_with_behavior(TransactionBehavior::Immediate)
+        .db()
+}
+
+fn run_lost(run: &RunRef, worker: &str) -> StoreError {
+    StoreError::LeaseLost {
+        run: run.clone(),
+        worker: worker.to_string(),
+    }
+}
+
+/// The open run's worker, or the reason the caller may not use it.
+fn check_run_held(conn: &Connection, run: &RunRef, worker: &str) -> Result<(), StoreError> {
+    let row: Option<(String, Option<i64>)> = conn
+        .prepare_cached("SELECT worker, ended_at_ms FROM runs WHERE task_id = ?1 AND number = ?2")
+        .db()?
+        .query_row(params![run.task.as_str(), run.number], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
+        .optional()
+        .db()?;
+    match row {
+        None => Err(not_found("run", &run.to_string())),
+        Some((owner, None)) if owner == worker => Ok(()),
+        Some(_) => Err(run_lost(run, worker)),
+    }
+}
+
+fn exclusive_kinds() -> String {
+    name_list(
+        [
+            warden_protocol::TaskKind::Question,
+            warden_protocol::TaskKind::Change,
+            warden_protocol::TaskKind::Maintain,
+        ]
+        .into_iter()
+        .filter(|k| is_exclusive(*k))
+        .map(kind_name),
+    )
+}
+
+const SPEND_COLUMNS: &str =
+    "COALESCE(SUM(input_tokens), 0), COALESCE(SUM(cached_input_tokens), 0), \
+     COALESCE(SUM(output_tokens), 0), COALESCE(SUM(cost_micro_usd), 0), \
+     COUNT(*) - COUNT(cost_micro_usd), COUNT(*)";
+
+fn read_spend(row: &Row<'_>) -> rusqlite::Result<[i64; 6]> {
+    Ok([
+        row.get(0)?,
+        row.get(1)?,
+        row.get(2)?,
+        row.get(3)?,
+        row.get(4)?,
+        row.get(5)?,
+    ])
+}
+
+fn load_approval(conn: &Connection, id: &str) -> Result<Option<Approval>, StoreError> {
+    conn.prepare_cached(&format!(
+        "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE id = ?1"
+    ))
+    .db()?
+    .query_row([id], read_approval)
+    .optional()
+    .db()?
+    .map(RawApproval::decode)
+    .transpose()
+}
+
+fn load_intent(conn: &Connection, id: &str) -> Result<Option<Intent>, StoreError> {
+    conn.prepare_cached(&format!(
+        "SELECT {INTENT_COLUMNS} FROM outbox WHERE id = ?1"
+    ))
+    .db()?
+    .query_row([id], read_intent)
+    .optional()
+    .db()?
+    .map(RawIntent::decode)
+    .transpose()
+}
+
+/// An intent `worker` holds and that is still pending, or why not.
+fn held_intent(conn: &Connection, id: &str, worker: &str) -> Result<Intent, StoreError> {
+    let intent = load_intent(conn, id)?.ok_or_else(|| not_found("outbox intent", id))?;
+    if intent.status != IntentStatus::Pending {
+        return Err(StoreError::IntentState {
+            id: id.to_string(),
+            status: intent.status,
+        });
+    }
+    if intent.lease_owner.as_deref() != Some(worker) {
+        return Err(StoreError::IntentLeaseLost {
+            id: id.to_string(),
+            worker: worker.to_string(),
+        });
+    }
+    Ok(intent)
+}
+
+impl Store for SqliteStore {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn notices(&self) -> Vec<String> {
+        self.inner
+            .quarantine
+            .iter()
+            .map(|q| {
+                format!(
+                    "database {} was corrupt ({}); moved it to {} and started a fresh one",
+                    q.original.display(),
+                    q.reason,
+                    q.moved_to.display()
+                )
+            })
+            .collect()
+    }
+
+    fn check_integrity(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.call(|conn, _| {
+            let problems = check_rows(conn, "PRAGMA integrity_check").db()?;
+            let fk = check_rows(conn, "PRAGMA foreign_key_check").db()?;
+            if problems.is_empty() && fk.is_empty() {
+                Ok(())
+            } else {
+                Err(StoreError::Database {
+                    backend: BACKEND,
+                    message: format!(
+                        "integrity check failed: {}",
+                        problems
+                            .into_iter()
+                            .chain(fk)
+                            .collect::<Vec<_>>()
+                            .join("; ")
+                    ),
+                    retryable: false,
+                    source: None,
+                })
+            }
+        })
+    }
+
+    fn create_task(
+        &self,
+        task: NewTask,
+        idempotency: Option<IdempotencyKey>,
+    ) -> BoxFuture<'_, Result<Created, StoreError>> {
+        self.call(move |conn, now| {
+            let tx = immediate(conn)?;
+            if let Some(key) = &idempotency {
+                let seen: Option<(String, String)> = tx
+                    .prepare_cached(
+                        "SELECT request_hash, task_id FROM idempotency_keys
+                         WHERE owner = ?1 AND key = ?2",
+                    )
+                    .db()?
+                    .query_row(params![key.owner, key.key], |row| {
+                        Ok((row.get(0)?, row.get(1)?))
+                    })
+                    .optional()
+                    .db()?;
+                if let Some((hash, task_id)) = seen {
+                    if hash != key.request_hash {
+                        return Err(StoreError::IdempotencyConflict {
+                            key: key.key.clone(),
+                        });
+                    }
+                    let task =
+                        load_task(&tx, &task_id)?.ok_or_else(|| not_found("task", &task_id))?;
+                    return Ok(Created::Replayed(task));
+                }
+            }
+            if let Some(old) = &task.retry_of {
+                let old_status = task_status(&tx, old)?;
+                if !old_status.is_terminal() {
+                    return Err(StoreError::NotRetryable {
+                        task: old.clone(),
+                        status: old_status,
+                    });
+                }
+            }
+            if let Some(parent) = &task.follow_up_to {
+                task_status(&tx, parent)?;
+            }
+            if load_task(&tx, task.id.as_str())?.is_some() {
+                return Err(StoreError::AlreadyExists {
+                    what: "task",
+                    id: task.id.to_string(),
+                });
+            }
+            tx.prepare_cached(
+                "INSERT INTO tasks (id, kind, status, owner, prompt, repos, priority,
+                     created_at_ms, updated_at_ms, follow_up_to, retry_of, result, metadata)
+                 VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9, NULL, ?10)",
+            )
+            .db()?
+            .execute(params![
+                task.id.as_str(),
+                kind_name(task.kind),
+                task.owner,
+                task.prompt,
+                serde_json::to_string(&task.repos)?,
+                task.priority,
+                now,
+                task.follow_up_to.as_ref().map(TaskId::as_str),
+                task.retry_of.as_ref().map(TaskId::as_str),
+                serde_json::to_string(&task.metadata)?,
+            ])
+            .db()?;
+            {
+                let mut insert_repo = tx
+                    .prepare_cached(
+                        "INSERT INTO task_repos (task_id, repo) VALUES (?1, ?2)
+                         ON CONFLICT DO NOTHING",
+                    )
+                    .db()?;
+                for repo in &task.repos {
+                    insert_repo
+                        .execute(params![task.id.as_str(), repo.name])
+                        .db()?;
+                }
+            }
+            if let Some(key) = &idempotency {
+                tx.prepare_cached(
+                    "INSERT INTO idempotency_keys (owner, key, request_hash, task_id, created_at_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                )
+                .db()?
+                .execute(params![
+                    key.owner,
+                    key.key,
+                    key.request_hash,
+                    task.id.as_str(),
+                    now
+                ])
+                .db()?;
+            }
+            let created = require_task(&tx, &task.id)?;
+            tx.commit().db()?;
+            Ok(Created::New(created))
+        })
+    }
+
+    fn get_task<'a>(&'a self, id: &'a TaskId) -> BoxFuture<'a, Result<Option<Task>, StoreError>> {
+        let id = id.clone();
+        self.call(move |conn, _| load_task(conn, id.as_str()))
+    }
+
+    fn list_tasks(&self, query: TaskQuery) -> BoxFuture<'_, Result<Vec<Task>, StoreError>> {
+        self.call(move |conn, _| {
+            let mut statement = conn
+                .prepare_cached(&format!(
+                    "SELECT {TASK_COLUMNS} FROM tasks
+                     WHERE (?1 IS NULL OR owner = ?1) AND (?2 IS NULL OR status = ?2)
+                       AND (?3 IS NULL OR id < ?3)
+                     ORDER BY id DESC LIMIT ?4"
+                ))
+                .db()?;
+            let rows = statement
+                .query_map(
+                    params![
+                        query.owner,
+                        query.status.map(status_name),
+                        query.before.as_ref().map(TaskId::as_str),
+                        query.limit
+                    ],
+                    read_task,
+                )
+                .db()?;
+            rows.map(|row| row.db()?.decode()).collect()
+        })
+    }
+
+    fn transition<'a>(
+        &'a self,
+        id: &'a TaskId,
+        from: TaskStatus,
+        to: TaskStatus,
+        result: Option<serde_json::Value>,
+    ) -> BoxFuture<'a, Result<Task, StoreError>> {
+        let id = id.clone();
+        self.call(move |conn, now| {
+            if !transition_allowed(from, to) {
+                return Err(StoreError::InvalidTransition { from, to });
+            }
+            let result = json_text(result.as_ref())?;
+            let tx = immediate(conn)?;
+            let actual = task_status(&tx, &id)?;
+            if actual != from {
+                return Err(StoreError::StatusConflict {
+                    task: id,
+                    expected: from,
+                    actual,
+                });
+            }
+            if is_active(to) && !has_open_run(&tx, &id)? {
+                return Err(StoreError::NoOpenRun { task: id });
+            }
+            if to == TaskStatus::Queued || to.is_terminal() {
+                close_open_runs(&tx, &id, status_name(to), now)?;
+            }
+            let task = set_status(&tx, &id, to, result.as_deref(), now)?;
+            tx.commit().db()?;
+            Ok(task)
+        })
+    }
+
+    fn claim<'a>(
+        &'a self,
+        worker: &'a str,
+        lease: Duration,
+        filter: &'a ClaimFilter,
+    ) -> BoxFuture<'a, Result<Option<Claim>, StoreError>> {
+        let worker = worker.to_string();
+        let kinds = name_list(filter.kinds.iter().map(|k| kind_name(*k)));
+        let lease_ms = duration_ms(lease);
+        self.call(move |conn, now| {
+            let tx = immediate(conn)?;
+            let claimed = tx
+                .prepare_cached(&format!(
+                    "UPDATE tasks SET status = 'running', run_count = run_count + 1,
+                         updated_at_ms = ?1
+                     WHERE id = (
+                         SELECT t.id FROM tasks t
+                         WHERE t.status = 'queued'
+                           AND (?2 = ',' OR instr(?2, ',' || t.kind || ',') > 0)
+                           AND (instr(?3, ',' || t.kind || ',') = 0 OR NOT EXISTS (
+                               SELECT 1 FROM tasks o
+                               JOIN task_repos held ON held.task_id = o.id
+                               JOIN task_repos mine
+                                   ON mine.repo = held.repo AND mine.task_id = t.id
+                               WHERE o.status IN ('running', 'testing')
+                                 AND instr(?3, ',' || o.kind || ',') > 0))
+                         ORDER BY t.priority DESC, t.created_at_ms, t.id
+                         LIMIT 1)
+                     RETURNING {TASK_COLUMNS}"
+                ))
+                .db()?
+                .query_row(params![now, kinds, exclusive_kinds()], read_task)
+                .optional()
+                .db()?;
+            let Some(raw) = claimed else {
+                return Ok(None);
+            };
+            let task = raw.decode()?;
+            let expires = now.saturating_add(lease_ms);
+            tx.prepare_cached(
+                "INSERT INTO runs (task_id, number, worker, started_at_ms, heartbeat_at_ms,
+                     lease_expires_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?4, ?5)",
+            )
+            .db()?
+            .execute(params![task.id.as_str(), task.runs, worker, now, expires])
+            .db()?;
+            tx.commit().db()?;
+            Ok(Some(Claim {
+                run_number: task.runs,
+                task,
+                lease_expires_at_ms: expires,
+            }))
+        })
+    }
+
+    fn heartbeat<'a>(
+        &'a self,
+        run: &'a RunRef,
+        worker: &'a str,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<i64, StoreError>> {
+        let run = run.clone();
+        let worker = worker.to_string();
+        let lease_ms = duration_ms(lease);
+        self.call(move |conn, now| {
+            let expires = now.saturating_add(lease_ms);
+            let updated = conn
+                .prepare_cached(
+                    "UPDATE runs SET heartbeat_at_ms = ?4, lease_expires_at_ms = ?5
+                     WHERE task_id = ?1 AND number = ?2 AND worker = ?3 AND ended_at_ms IS NULL",
+                )
+                .db()?
+                .execute(params![run.task.as_str(), run.number, worker, now, expires])
+                .db()?;
+            if updated == 1 {
+                return Ok(expires);
+            }
+            check_run_held(conn, &run, &worker)?;
+            Err(run_lost(&run, &worker))
+        })
+    }
+
+    fn finish_run<'a>(
+        &'a self,
+        run: &'a RunRef,
+        worker: &'a str,
+        to: TaskStatus,
+        result: Option<serde_json::Value>,
+    ) -> BoxFuture<'a, Result<Task, StoreError>> {
+        let run = run.clone();
+        let worker = worker.to_string();
+        self.call(move |conn, now| {
+            let result = json_text(result.as_ref())?;
+            let tx = immediate(conn)?;
+            check_run_held(&tx, &run, &worker)?;
+            let from = task_status(&tx, &run.task)?;
+            if is_active(to) || !transition_allowed(from, to) {
+                return Err(StoreError::InvalidTransition { from, to });
+            }
+            close_open_runs(&tx, &run.task, status_name(to), now)?;
+            let task = set_status(&tx, &run.task, to, result.as_deref(), now)?;
+            tx.commit().db()?;
+            Ok(task)
+        })
+    }
+
+    fn requeue_expired(&self) -> BoxFuture<'_, Result<Vec<Requeued>, StoreError>> {
+        self.call(|conn, now| {
+            let tx = immediate(conn)?;
+            let expired: Vec<(String, i64)> = {
+                let mut statement = tx
+                    .prepare_cached(
+                        "SELECT r.task_id, r.number FROM runs r JOIN tasks t ON t.id = r.task_id
+                         WHERE r.ended_at_ms IS NULL AND r.lease_expires_at_ms <= ?1
+                           AND t.status IN ('running', 'testing')
+                         ORDER BY r.lease_expires_at_ms",
+                    )
+                    .db()?;
+                let rows = statement
+                    .query_map([now], |row| Ok((row.get(0)?, row.get(1)?)))
+                    .db()?;
+                rows.collect::<rusqlite::Result<_>>().db()?
+            };
+            let mut requeued = Vec::with_capacity(expired.len());
+            for (task_id, number) in expired {
+                let id = crate::rows::task_id(task_id)?;
+                close_open_runs(&tx, &id, RUN_INTERRUPTED, now)?;
+                let task = tx
+                    .prepare_cached(&format!(
+                        "UPDATE tasks SET interrupted_runs = interrupted_runs + 1 WHERE id = ?1
+                         RETURNING {TASK_COLUMNS}"
+                    ))
+                    .db()?
+                    .query_row([id.as_str()], read_task)
+                    .db()?
+                    .decode()?;
+                let (to, result) = if task.interrupted_runs >= MAX_INTERRUPTED_RUNS {
+                    (
+                        TaskStatus::Failed,
+                        Some(abandoned_result(&task).to_string()),
+                    )
+                } else {
+                    (TaskStatus::Queued, None)
+                };
+                set_status(&tx, &id, to, result.as_deref(), now)?;
+                requeued.push(Requeued {
+                    run: RunRef {
+                        task: id,
+                        number: to_u32(number)?,
+                    },
+                    status: to,
+                });
+            }
+            tx.commit().db()?;
+            Ok(requeued)
+        })
+    }
+
+    fn list_runs<'a>(&'a self, task: &'a TaskId) -> BoxFuture<'a, Result<Vec<Run>, StoreError>> {
+        let task = task.clone();
+        self.call(move |conn, _| {
+            let mut statement = conn
+                .prepare_cached(&format!(
+                    "SELECT {RUN_COLUMNS} FROM runs WHERE task_id = ?1 ORDER BY number"
+                ))
+                .db()?;
+            let rows = statement.query_map([task.as_str()], read_run).db()?;
+            rows.map(|row| row.db()?.decode()).collect()
+        })
+    }
+
+    fn append_journal<'a>(
+        &'a self,
+        run: &'a RunRef,
+        entry: JournalEntry,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let run = run.clone();
+        self.call(move |conn, _| {
+            let conflict = |message: String| StoreError::JournalConflict {
+                run: run.clone(),
+                seq: entry.seq,
+                message,
+            };
+            let tx = immediate(conn)?;
+            let ended: Option<Option<i64>> = tx
+                .prepare_cached("SELECT ended_at_ms FROM runs WHERE task_id = ?1 AND number = ?2")
+                .db()?
+                .query_row(params![run.task.as_str(), run.number], |row| row.get(0))
+                .optional()
+                .db()?;
+            match ended {
+                None => return Err(not_found("run", &run.to_string())),
+                Some(Some(_)) => return Err(conflict("the run has ended".into())),
+                Some(None) => {}
+            }
+            let tail: Option<(i64, String)> = tx
+                .prepare_cached(
+                    "SELECT seq, hash FROM journal WHERE task_id = ?1 AND run_number = ?2
+                     ORDER BY seq DESC LIMIT 1",
+                )
+                .db()?
+                .query_row(params![run.task.as_str(), run.number], |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })
+                .optional()
+                .db()?;
+            let tail = tail
+                .map(|(seq, hash)| Ok::<_, StoreError>((crate::rows::to_u64(seq)?, hash)))
+                .transpose()?;
+            check_append(tail.as_ref().map(|(s, h)| (*s, h.as_str())), &entry).map_err(conflict)?;
+            tx.prepare_cached(
+                "INSERT INTO journal (task_id, run_number, seq, at_ms, kind, payload, prev_hash,
+                     hash)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )
+            .db()?
+            .execute(params![
+                run.task.as_str(),
+                run.number,
+                to_i64(entry.seq)?,
+                to_i64(entry.at_ms)?,
+                entry.kind,
+                serde_json::to_string(&entry.payload)?,
+                entry.prev_hash,
+                entry.hash,
+            ])
+            .db()?;
+            tx.commit().db()
+        })
+    }
+
+    fn journal<'a>(
+        &'a self,
+        run: &'a RunRef,
+    ) -> BoxFuture<'a, Result<Vec<JournalEntry>, StoreError>> {
+        let run = run.clone();
+        self.call(move |conn, _| {
+            let mut statement = conn
+                .prepare_cached(&format!(
+                    "SELECT {JOURNAL_COLUMNS} FROM journal WHERE task_id = ?1 AND run_number = ?2
+                     ORDER BY seq"
+                ))
+                .db()?;
+            let rows = statement
+                .query_map(params![run.task.as_str(), run.number], read_journal)
+                .db()?;
+            rows.map(|row| row.db()?.decode()).collect()
+        })
+    }
+
+    fn append_event<'a>(
+        &'a self,
+        task: &'a TaskId,
+        event: Event,
+    ) -> BoxFuture<'a, Result<EventRecord, StoreError>> {
+        let task = task.clone();
+        self.call(move |conn, now| {
+            let text = serde_json::to_string(&event)?;
+            let tx = immediate(conn)?;
+            task_status(&tx, &task)?;
+            let (seq, task_seq): (i64, i64) = tx
+                .prepare_cached(
+                    "INSERT INTO events (task_id, task_seq, at_ms, event)
+                     VALUES (?1, (SELECT COALESCE(MAX(task_seq), 0) + 1 FROM events
+                                  WHERE task_id = ?1), ?2, ?3)
+                     RETURNING seq, task_seq",
+                )
+                .db()?
+                .query_row(params![task.as_str(), now, text], |row| {
+                    Ok((row.get(0)?, row.get(1)?))
+                })
+                .db()?;
+            tx.commit().db()?;
+            Ok(EventRecord {
+                seq: crate::rows::to_u64(seq)?,
+                task_seq: crate::rows::to_u64(task_seq)?,
+                task,
+                at_ms: now,
+                event,
+            })
+        })
+    }
+
+    fn events_after<'a>(
+        &'a self,
+        stream: &'a EventStream,
+        after: u64,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<EventRecord>, StoreError>> {
+        let stream = stream.clone();
+        self.call(move |conn, _| {
+            let after = to_i64(after)?;
+            let raws: Vec<RawEvent> = match &stream {
+                EventStream::Task(task) => {
+                    let mut statement = conn
+                        .prepare_cached(&format!(
+                            "SELECT {EVENT_COLUMNS} FROM events
+                             WHERE task_id = ?1 AND task_seq > ?2 ORDER BY task_seq LIMIT ?3"
+                        ))
+                        .db()?;
+                    let rows = statement
+                        .query_map(params![task.as_str(), after, limit], read_event)
+                        .db()?;
+                    rows.collect::<rusqlite::Result<_>>().db()?
+                }
+                EventStream::All => {
+                    let mut statement = conn
+                        .prepare_cached(&format!(
+                            "SELECT {EVENT_COLUMNS} FROM events WHERE seq > ?1
+                             ORDER BY seq LIMIT ?2"
+                        ))
+                        .db()?;
+                    let rows = statement
+                        .query_map(params![after, limit], read_event)
+                        .db()?;
+                    rows.collect::<rusqlite::Result<_>>().db()?
+                }
+            };
+            raws.into_iter().map(RawEvent::decode).collect()
+        })
+    }
+
+    fn record_usage(&self, entry: UsageEntry) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.call(move |conn, now| {
+            let tx = immediate(conn)?;
+            task_status(&tx, &entry.task)?;
+            tx.prepare_cached(
+                "INSERT INTO usage_ledger (task_id, run_number, model, input_tokens,
+                     cached_input_tokens, output_tokens, cost_micro_usd, at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )
+            .db()?
+            .execute(params![
+                entry.task.as_str(),
+                entry.run_number,
+                entry.model,
+                to_i64(entry.input_tokens)?,
+                to_i64(entry.cached_input_tokens)?,
+                to_i64(entry.output_tokens)?,
+                entry.cost_micro_usd.map(to_i64).transpose()?,
+                now,
+            ])
+            .db()?;
+            tx.commit().db()
+        })
+    }
+
+    fn spend_for_task<'a>(&'a self, task: &'a TaskId) -> BoxFuture<'a, Result<Spend, StoreError>> {
+        let task = task.clone();
+        self.call(move |conn, _| {
+            let sums = conn
+                .prepare_cached(&format!(
+                    "SELECT {SPEND_COLUMNS} FROM usage_ledger WHERE task_id = ?1"
+                ))
+                .db()?
+                .query_row([task.as_str()], read_spend)
+                .db()?;
+            spend_from(sums)
+        })
+    }
+
+    fn spend_for_day(&self, day: UtcDay) -> BoxFuture<'_, Result<Spend, StoreError>> {
+        self.call(move |conn, _| {
+            let sums = conn
+                .prepare_cached(&format!(
+                    "SELECT {SPEND_COLUMNS} FROM usage_ledger WHERE at_ms >= ?1 AND at_ms < ?2"
+                ))
+                .db()?
+                .query_row(params![day.start_ms(), day.end_ms()], read_spend)
+                .db()?;
+            spend_from(sums)
+        })
+    }
+
+    fn create_approval(
+        &self,
+        approval: NewApproval,
+    ) -> BoxFuture<'_, Result<Approval, StoreError>> {
+        self.call(move |conn, now| {
+            let tx = immediate(conn)?;
+            task_status(&tx, &approval.task)?;
+            if load_approval(&tx, &approval.id)?.is_some() {
+                return Err(StoreError::AlreadyExists {
+                    what: "approval",
+                    id: approval.id,
+                });
+            }
+            let created = tx
+                .prepare_cached(&format!(
+                    "INSERT INTO approvals (id, task_id, kind, subject_hash, status, created_at_ms)
+                     VALUES (?1, ?2, ?3, ?4, 'pending', ?5) RETURNING {APPROVAL_COLUMNS}"
+                ))
+                .db()?
+                .query_row(
+                    params![
+                        approval.id,
+                        approval.task.as_str(),
+                        approval.kind,
+                        approval.subject_hash,
+                        now
+                    ],
+                    read_approval,
+                )
+                .db()?
+                .decode()?;
+            tx.commit().db()?;
+            Ok(created)
+        })
+    }
+
+    fn get_approval<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Approval>, StoreError>> {
+        let id = id.to_string();
+        self.call(move |conn, _| load_approval(conn, &id))
+    }
+
+    fn list_approvals(
+        &self,
+        status: Option<ApprovalStatus>,
+    ) -> BoxFuture<'_, Result<Vec<Approval>, StoreError>> {
+        self.call(move |conn, _| {
+            let mut statement = conn
+                .prepare_cached(&format!(
+                    "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE (?1 IS NULL OR status = ?1)
+                     ORDER BY created_at_ms, id"
+                ))
+                .db()?;
+            let rows = statement
+                .query_map([status.map(ApprovalStatus::as_str)], read_approval)
+                .db()?;
+            rows.map(|row| row.db()?.decode()).collect()
+        })
+    }
+
+    fn decide_approval<'a>(
+        &'a self,
+        id: &'a str,
+        subject_hash: &'a str,
+        decision: Decision,
+        decided_by: &'a str,
+    ) -> BoxFuture<'a, Result<Approval, StoreError>> {
+        let id = id.to_string();
+        let subject_hash = subject_hash.to_string();
+        let decided_by = decided_by.to_string();
+        self.call(move |conn, now| {
+            let tx = immediate(conn)?;
+            let approval = load_approval(&tx, &id)?.ok_or_else(|| not_found("approval", &id))?;
+            check_approval(&approval, &subject_hash, ApprovalStatus::Pending)?;
+            let to = match decision {
+                Decision::Approve => ApprovalStatus::Approved,
+                Decision::Reject => ApprovalStatus::Rejected,
+            };
+            let decided = tx
+                .prepare_cached(&format!(
+                    "UPDATE approvals SET status = ?2, decided_by = ?3, decided_at_ms = ?4
+                     WHERE id = ?1 RETURNING {APPROVAL_COLUMNS}"
+                ))
+                .db()?
+                .query_row(params![id, to.as_str(), decided_by, now], read_approval)
+                .db()?
+                .decode()?;
+            tx.commit().db()?;
+            Ok(decided)
+        })
+    }
+
+    fn consume_approval<'a>(
+        &'a self,
+        id: &'a str,
+        subject_hash: &'a str,
+    ) -> BoxFuture<'a, Result<Approval, StoreError>> {
+        let id = id.to_string();
+        let subject_hash = subject_hash.to_string();
+        self.call(move |conn, now| {
+            let tx = immediate(conn)?;
+            let approval = load_approval(&tx, &id)?.ok_or_else(|| not_found("approval", &id))?;
+            check_approval(&approval, &subject_hash, ApprovalStatus::Approved)?;
+            let consumed = tx
+                .prepare_cached(&format!(
+                    "UPDATE approvals SET status = 'consumed', consumed_at_ms = ?2
+                     WHERE id = ?1 RETURNING {APPROVAL_COLUMNS}"
+                ))
+                .db()?
+                .query_row(params![id, now], read_approval)
+                .db()?
+                .decode()?;
+            tx.commit().db()?;
+            Ok(consumed)
+        })
+    }
+
+    fn enqueue_intent(&self, intent: NewIntent) -> BoxFuture<'_, Result<Intent, StoreError>> {
+        self.call(move |conn, now| {
+            let tx = immediate(conn)?;
+            task_status(&tx, &intent.task)?;
+            if load_intent(&tx, &intent.id)?.is_some() {
+                return Err(StoreError::AlreadyExists {
+                    what: "outbox intent",
+                    id: intent.id,
+                });
+            }
+            let created = tx
+                .prepare_cached(&format!(
+                    "INSERT INTO outbox (id, task_id, kind, payload, status, attempts,
+                         next_attempt_at_ms, created_at_ms)
+                     VALUES (?1, ?2, ?3, ?4, 'pending', 0, ?5, ?5) RETURNING {INTENT_COLUMNS}"
+                ))
+                .db()?
+                .query_row(
+                    params![
+                        intent.id,
+                        intent.task.as_str(),
+                        intent.kind,
+                        serde_json::to_string(&intent.payload)?,
+                        now
+                    ],
+                    read_intent,
+                )
+                .db()?
+                .decode()?;
+            tx.commit().db()?;
+            Ok(created)
+        })
+    }
+
+    fn claim_intent<'a>(
+        &'a self,
+        worker: &'a str,
+        lease: Duration,
+    ) -> BoxFuture<'a, Result<Option<Intent>, StoreError>> {
+        let worker = worker.to_string();
+        let lease_ms = duration_ms(lease);
+        self.call(move |conn, now| {
+            let tx = immediate(conn)?;
+            let claimed = tx
+                .prepare_cached(&format!(
+                    "UPDATE outbox SET lease_owner = ?2, lease_expires_at_ms = ?3,
+                         attempts = attempts + 1
+                     WHERE id = (
+                         SELECT id FROM outbox
+                         WHERE status = 'pending' AND next_attempt_at_ms <= ?1
+                           AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= ?1)
+                         ORDER BY next_attempt_at_ms, created_at_ms, id LIMIT 1)
+                     RETURNING {INTENT_COLUMNS}"
+                ))
+                .db()?
+                .query_row(
+                    params![now, worker, now.saturating_add(lease_ms)],
+                    read_intent,
+                )
+                .optional()
+                .db()?
+                .map(RawIntent::decode)
+                .transpose()?;
+            tx.commit().db()?;
+            Ok(claimed)
+        })
+    }
+
+    fn complete_intent<'a>(
+        &'a self,
+        id: &'a str,
+        worker: &'a str,
+    ) -> BoxFuture<'a, Result<Intent, StoreError>> {
+        let id = id.to_string();
+        let worker = worker.to_string();
+        self.call(move |conn, now| {
+            let tx = immediate(conn)?;
+            held_intent(&tx, &id, &worker)?;
+            let done = tx
+                .prepare_cached(&format!(
+                    "UPDATE outbox SET status = 'done', done_at_ms = ?2, lease_expires_at_ms = NULL
+                     WHERE id = ?1 RETURNING {INTENT_COLUMNS}"
+                ))
+                .db()?
+                .query_row(params![id, now], read_intent)
+                .db()?
+                .decode()?;
+            tx.commit().db()?;
+            Ok(done)
+        })
+    }
+
+    fn fail_intent<'a>(
+        &'a self,
+        id: &'a str,
+        worker: &'a str,
+        error: &'a str,
+        retry_at_ms: Option<i64>,
+    ) -> BoxFuture<'a, Result<Intent, StoreError>> {
+        let id = id.to_string();
+        let worker = worker.to_string();
+        let error = error.to_string();
+        self.call(move |conn, _| {
+            let tx = immediate(conn)?;
+            let intent = held_intent(&tx, &id, &worker)?;
+            let (status, next) = match retry_at_ms {
+                Some(at) => (IntentStatus::Pending, at),
+                None => (IntentStatus::Failed, intent.next_attempt_at_ms),
+            };
+            let failed = tx
+                .prepare_cached(&format!(
+                    "UPDATE outbox SET status = ?2, next_attempt_at_ms = ?3, last_error = ?4,
+                         lease_owner = NULL, lease_expires_at_ms = NULL
+                     WHERE id = ?1 RETURNING {INTENT_COLUMNS}"
+                ))
+                .db()?
+                .query_row(params![id, status.as_str(), next, error], read_intent)
+                .db()?
+                .decode()?;
+            tx.commit().db()?;
+            Ok(failed)
+        })
+    }
+
+    fn list_intents<'a>(
+        &'a self,
+        task: &'a TaskId,
+    ) -> BoxFuture<'a, Result<Vec<Intent>, StoreError>> {
+        let task = task.clone();
+        self.call(move |conn, _| {
+            let mut statement = conn
+                .prepare_cached(&format!(
+                    "SELECT {INTENT_COLUMNS} FROM outbox WHERE task_id = ?1
+                     ORDER BY created_at_ms, id"
+                ))
+                .db()?;
+            let rows = statement.query_map([task.as_str()], read_intent).db()?;
+            rows.map(|row| row.db()?.decode()).collect()
+        })
+    }
+}

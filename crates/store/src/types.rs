@@ -1,0 +1,343 @@
+//! The rows the store reads and writes. Timestamps are milliseconds since the Unix epoch from
+//! the store's clock (`*_at_ms`); JSON columns are `serde_json::Value`; token counts are `u64`
+//! and money is integer micro-dollars (`None` when a price was unknown, never zero).
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+use warden_protocol::{Event, TaskId, TaskKind, TaskStatus};
+
+/// One repository a task runs against. `name` is the registered repository name and the key
+/// of the one-writer-per-repository rule; `rev` is what the submitter asked for, if anything.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TaskRepo {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rev: Option<String>,
+}
+
+impl TaskRepo {
+    pub fn named(name: &str) -> TaskRepo {
+        TaskRepo {
+            name: name.to_string(),
+            rev: None,
+        }
+    }
+}
+
+/// A task to create. It starts `queued`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewTask {
+    pub id: TaskId,
+    pub kind: TaskKind,
+    pub owner: String,
+    pub prompt: String,
+    pub repos: Vec<TaskRepo>,
+    /// Higher runs first; equal priorities run in creation order.
+    pub priority: i32,
+    pub follow_up_to: Option<TaskId>,
+    /// Set for a retry: the terminal task this one repeats.
+    pub retry_of: Option<TaskId>,
+    pub metadata: serde_json::Value,
+}
+
+/// A stored task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Task {
+    pub id: TaskId,
+    pub kind: TaskKind,
+    pub status: TaskStatus,
+    pub owner: String,
+    pub prompt: String,
+    pub repos: Vec<TaskRepo>,
+    pub priority: i32,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+    pub follow_up_to: Option<TaskId>,
+    pub retry_of: Option<TaskId>,
+    /// The result JSON of SPEC §5, once there is one.
+    pub result: Option<serde_json::Value>,
+    pub metadata: serde_json::Value,
+    /// Runs started so far (the number of the latest run).
+    pub runs: u32,
+    /// Runs that lost their lease; at [`crate::MAX_INTERRUPTED_RUNS`] the task is abandoned.
+    pub interrupted_runs: u32,
+}
+
+/// `Idempotency-Key` handling for task creation: the same key and owner with the same request
+/// hash returns the task created the first time; with another hash it is a conflict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey {
+    pub key: String,
+    pub owner: String,
+    /// A hash of the request body, computed by the caller.
+    pub request_hash: String,
+}
+
+/// What `create_task` did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Created {
+    /// A new task was stored.
+    New(Task),
+    /// The idempotency key was seen before with the same request: the task it created then.
+    Replayed(Task),
+}
+
+impl Created {
+    pub fn task(&self) -> &Task {
+        match self {
+            Created::New(task) | Created::Replayed(task) => task,
+        }
+    }
+
+    pub fn into_task(self) -> Task {
+        match self {
+            Created::New(task) | Created::Replayed(task) => task,
+        }
+    }
+}
+
+/// A page of tasks, newest first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskQuery {
+    pub owner: Option<String>,
+    pub status: Option<TaskStatus>,
+    /// Cursor: only tasks with an id below this one (the last id of the previous page).
+    pub before: Option<TaskId>,
+    pub limit: u32,
+}
+
+impl Default for TaskQuery {
+    fn default() -> TaskQuery {
+        TaskQuery {
+            owner: None,
+            status: None,
+            before: None,
+            limit: 50,
+        }
+    }
+}
+
+/// Which queued tasks a worker takes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClaimFilter {
+    /// Only these kinds; empty means any kind.
+    pub kinds: Vec<TaskKind>,
+}
+
+/// A run of a task: `(task, number)`, numbers counting from 1.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RunRef {
+    pub task: TaskId,
+    pub number: u32,
+}
+
+impl fmt::Display for RunRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.task, self.number)
+    }
+}
+
+/// A claimed task: now `running`, with a new run leased to the claiming worker.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claim {
+    pub task: Task,
+    pub run_number: u32,
+    pub lease_expires_at_ms: i64,
+}
+
+impl Claim {
+    pub fn run(&self) -> RunRef {
+        RunRef {
+            task: self.task.id.clone(),
+            number: self.run_number,
+        }
+    }
+}
+
+/// `Run::outcome` of a run whose lease expired while its task was running.
+pub const RUN_INTERRUPTED: &str = "interrupted";
+
+/// One execution attempt of a task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Run {
+    pub task: TaskId,
+    pub number: u32,
+    pub worker: String,
+    pub started_at_ms: i64,
+    pub heartbeat_at_ms: i64,
+    pub lease_expires_at_ms: i64,
+    pub ended_at_ms: Option<i64>,
+    /// How it ended: the status its task moved to (`completed`, `queued`, …) or
+    /// [`RUN_INTERRUPTED`].
+    pub outcome: Option<String>,
+}
+
+/// A run that `requeue_expired` found with an expired lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requeued {
+    pub run: RunRef,
+    /// `queued` for another run, or `failed` (abandoned) after too many interruptions.
+    pub status: TaskStatus,
+}
+
+/// Which event sequence to read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventStream {
+    /// One task's events, by its own sequence (`GET /v1/tasks/{id}/events`).
+    Task(TaskId),
+    /// Every task's events, by the global sequence (`GET /v1/events`).
+    All,
+}
+
+/// A stored event. Both sequences start at 1, increase with commit order and have no gaps a
+/// reader could miss: resuming after the last seen number never skips an event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EventRecord {
+    pub seq: u64,
+    pub task_seq: u64,
+    pub task: TaskId,
+    pub at_ms: i64,
+    pub event: Event,
+}
+
+/// One model call's spend, appended to the ledger.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageEntry {
+    pub task: TaskId,
+    pub run_number: Option<u32>,
+    pub model: String,
+    pub input_tokens: u64,
+    pub cached_input_tokens: u64,
+    pub output_tokens: u64,
+    /// `None` when the model's price is unknown: the spend is then flagged, never taken as 0.
+    pub cost_micro_usd: Option<u64>,
+}
+
+/// Sums over ledger entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Spend {
+    pub input_tokens: u64,
+    pub cached_input_tokens: u64,
+    pub output_tokens: u64,
+    /// The sum of the known costs.
+    pub cost_micro_usd: u64,
+    /// At least one entry had an unknown cost: the true cost is higher than `cost_micro_usd`.
+    pub cost_unknown: bool,
+    pub entries: u64,
+}
+
+/// An approval request bound to the hash of exactly what it approves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewApproval {
+    pub id: String,
+    pub task: TaskId,
+    /// What is approved (`publish`, `command`, `dirty_start`, …).
+    pub kind: String,
+    pub subject_hash: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ApprovalStatus {
+    Pending,
+    Approved,
+    Rejected,
+    /// Approved and then used: an approval authorises exactly one action.
+    Consumed,
+}
+
+impl ApprovalStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalStatus::Pending => "pending",
+            ApprovalStatus::Approved => "approved",
+            ApprovalStatus::Rejected => "rejected",
+            ApprovalStatus::Consumed => "consumed",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<ApprovalStatus> {
+        [
+            ApprovalStatus::Pending,
+            ApprovalStatus::Approved,
+            ApprovalStatus::Rejected,
+            ApprovalStatus::Consumed,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == name)
+    }
+}
+
+/// A human's decision on a pending approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    Approve,
+    Reject,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Approval {
+    pub id: String,
+    pub task: TaskId,
+    pub kind: String,
+    pub subject_hash: String,
+    pub status: ApprovalStatus,
+    pub created_at_ms: i64,
+    pub decided_by: Option<String>,
+    pub decided_at_ms: Option<i64>,
+    pub consumed_at_ms: Option<i64>,
+}
+
+/// A side effect to perform (push, open a PR, POST a callback), recorded before it starts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewIntent {
+    pub id: String,
+    pub task: TaskId,
+    pub kind: String,
+    pub payload: serde_json::Value,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IntentStatus {
+    Pending,
+    Done,
+    Failed,
+}
+
+impl IntentStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IntentStatus::Pending => "pending",
+            IntentStatus::Done => "done",
+            IntentStatus::Failed => "failed",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<IntentStatus> {
+        [
+            IntentStatus::Pending,
+            IntentStatus::Done,
+            IntentStatus::Failed,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == name)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Intent {
+    pub id: String,
+    pub task: TaskId,
+    pub kind: String,
+    pub payload: serde_json::Value,
+    pub status: IntentStatus,
+    /// Claims so far.
+    pub attempts: u32,
+    pub next_attempt_at_ms: i64,
+    pub lease_owner: Option<String>,
+    pub lease_expires_at_ms: Option<i64>,
+    pub last_error: Option<String>,
+    pub created_at_ms: i64,
+    pub done_at_ms: Option<i64>,
+}
