@@ -1,7 +1,9 @@
 //! Benchmark: cold `RepoStore::snapshot` of a 3,000-file repository against
 //! `git archive <commit> | tar -x` from the same mirror, measured in the same run, plus the cost
 //! of reusing a finished snapshot. Run with
-//! `cargo run --release -p warden-repo --example snapshot_bench [iterations]`.
+//! `cargo run --release -p warden-repo --example snapshot_bench [iterations] [scratch-dir]`;
+//! the scratch dir (default: the system temp dir) holds each iteration's `WARDEN_HOME`, so
+//! `/dev/shm` shows the CPU cost without the file system's inode-creation cost.
 
 // The reference pipeline (`git archive | tar -x`) is spawned directly: it is what is measured
 // against, not something Warden runs.
@@ -22,18 +24,23 @@ fn main() {
         .nth(1)
         .map(|n| n.parse().expect("iterations must be a number"))
         .unwrap_or(9);
+    let scratch = std::env::args()
+        .nth(2)
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
     let (repo, bytes) = build_repo();
     let spec = RepoSpec::parse(repo.path().to_str().unwrap(), Path::new("/")).unwrap();
     println!(
-        "repository: {FILES} files, {:.1} MiB, {iterations} iterations",
-        bytes as f64 / (1024.0 * 1024.0)
+        "repository: {FILES} files, {:.1} MiB, {iterations} iterations, under {}",
+        bytes as f64 / (1024.0 * 1024.0),
+        scratch.display()
     );
 
     let mut warden = Vec::new();
     let mut reference = Vec::new();
     // One untimed round of each first, so both start from a warm page cache.
     for round in 0..=iterations {
-        let home = tempfile::tempdir().unwrap();
+        let home = tempfile::tempdir_in(&scratch).unwrap();
         let store = RepoStore::open(home.path()).unwrap();
         let pinned = store.pin(&spec).unwrap();
 
@@ -55,7 +62,7 @@ fn main() {
         make_writable(home.path());
     }
 
-    let home = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir_in(&scratch).unwrap();
     let store = RepoStore::open(home.path()).unwrap();
     let pinned = store.pin(&spec).unwrap();
     store.snapshot(&pinned).unwrap();
@@ -87,7 +94,7 @@ fn main() {
     );
 }
 
-/// 3,000 files of 32 B to 128 KiB (mostly small, like source trees), in nested directories,
+/// 3,000 files of 32 B to 64 KiB (log-uniform, like source trees), in nested directories,
 /// some executable; deterministic.
 fn build_repo() -> (TempRepo, u64) {
     let repo = TempRepo::new();
@@ -106,8 +113,8 @@ fn build_repo() -> (TempRepo, u64) {
             path.push_str(&format!("d{}_{}/", level, next() % 6));
         }
         path.push_str(&format!("file_{i}.rs"));
-        // Log-uniform sizes: 2^5 .. 2^17 bytes.
-        let size = 1usize << (5 + next() % 13);
+        // Log-uniform sizes: 2^5 .. 2^16 bytes.
+        let size = 1usize << (5 + next() % 11);
         let size = size + (next() as usize % size);
         let line = format!("// line of file {i} with some text to fill it {}\n", next());
         let content: String = line.repeat(size / line.len() + 1)[..size].to_string();

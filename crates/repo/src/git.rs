@@ -37,7 +37,8 @@ const SSH_COMMAND: &str = "ssh -o BatchMode=yes";
 
 /// The whole environment of a git process (plus `SSH_AUTH_SOCK` when Warden has one, so ssh URLs
 /// can use the operator's agent). `HOME` points nowhere so no user config or credential store is
-/// found; system and global config are off; prompts fail instead of waiting.
+/// found; system and global config are off; prompts fail instead of waiting. Pathspecs are
+/// literal: a file name from a repository is never read as a glob or `:(magic)`.
 const HARDENED_ENV: &[(&str, &str)] = &[
     ("PATH", "/usr/bin:/bin"),
     ("HOME", "/nonexistent"),
@@ -464,13 +465,25 @@ mod tests {
                 "{line} missing in {config}"
             );
         }
-        let env = git.run(dir.path(), &["var", "GIT_SSH_COMMAND"]);
-        // `git var` only knows some variables; the ones it reports must be ours.
-        if let Ok(out) = env {
-            assert_eq!(out.text(), SSH_COMMAND);
+        // A shell alias prints the environment git hands to anything it runs.
+        let env = git
+            .run(dir.path(), &["-c", "alias.showenv=!env", "showenv"])
+            .unwrap()
+            .text();
+        for (key, value) in HARDENED_ENV {
+            let line = format!("{key}={value}");
+            // git puts its own exec-path in front of PATH for what it runs.
+            let found = env.lines().any(|l| {
+                l == line
+                    || (*key == "PATH"
+                        && l.starts_with("PATH=")
+                        && l.ends_with(&format!(":{value}")))
+            });
+            assert!(found, "{line} missing in {env}");
         }
-        let pager = git.run(dir.path(), &["var", "GIT_PAGER"]).unwrap().text();
-        assert_eq!(pager, "cat");
+        // Nothing of the caller's environment leaks through (cargo sets these for tests).
+        assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+        assert!(!env.contains("CARGO_"), "{env}");
     }
 
     #[test]

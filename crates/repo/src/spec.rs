@@ -16,8 +16,8 @@ pub enum Source {
 }
 
 impl Source {
-    /// The source as text: the path or the URL.
-    pub fn as_text(&self) -> String {
+    /// The source as text: the path or the URL (with any credentials it carries).
+    pub(crate) fn as_text(&self) -> String {
         match self {
             Source::Path(path) => path.to_string_lossy().into_owned(),
             Source::Url(url) => url.clone(),

@@ -115,6 +115,21 @@ fn pins_tags_branches_and_ancestors() {
         assert_eq!(&pinned.commit, commit, "{rev}");
         assert_matches_archive(&h, &snapshot.root, commit);
     }
+    // Every pinned commit stays referenced in the mirror, so no later fetch or gc drops it.
+    let mirror = store.mirror_path(&spec(&path));
+    let git_dir = format!("--git-dir={}", mirror.display());
+    let pinned = h.repo.git(&[
+        &git_dir,
+        "for-each-ref",
+        "--format=%(refname)",
+        "refs/warden/pinned/",
+    ]);
+    for commit in [&h.first, &h.feature, &h.head] {
+        assert!(
+            pinned.contains(&format!("refs/warden/pinned/{commit}")),
+            "{pinned}"
+        );
+    }
 }
 
 #[test]
