@@ -1,0 +1,16 @@
+//! The conformance suite. Every test in it is an `async fn(Fixture)` run twice by
+//! `conformance!`: on a fresh SQLite file and on a fresh Postgres schema (when
+//! `WARDEN_TEST_POSTGRES_URL` is set; see `.ci/postgres.sh`).
+
+#[macro_use]
+mod harness;
+
+mod approvals;
+mod events;
+mod idempotency;
+mod journal;
+mod ledger;
+mod opening;
+mod outbox;
+mod queue;
+mod state_machine;
