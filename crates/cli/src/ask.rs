@@ -89,7 +89,10 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
                 spec.name
             )));
         }
-        progress.line(&format!("warden: pinning {}", describe_source(&spec.source)));
+        progress.line(&format!(
+            "warden: pinning {}",
+            describe_source(&spec.source)
+        ));
         let pinned = store.pin(spec).map_err(usage)?;
         let snapshot = store
             .snapshot(&pinned)
@@ -98,7 +101,11 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
             "warden: {} @ {} ({})",
             pinned.name,
             &pinned.commit[..12],
-            if snapshot.reused { "snapshot reused" } else { "snapshot built and verified" }
+            if snapshot.reused {
+                "snapshot reused"
+            } else {
+                "snapshot built and verified"
+            }
         ));
         pinned_repos.push((pinned, snapshot));
     }
@@ -213,7 +220,11 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
     let (outcome, status, reply) = match report.outcome {
         RunOutcome::Finished(Finish::Answer(answer)) => {
             let reply = answer.summary.clone();
-            (QuestionOutcome::Answer { answer }, TaskStatus::Completed, Some(reply))
+            (
+                QuestionOutcome::Answer { answer },
+                TaskStatus::Completed,
+                Some(reply),
+            )
         }
         RunOutcome::Finished(Finish::Clarification { question }) => (
             QuestionOutcome::Clarification {
@@ -237,7 +248,9 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
             QuestionOutcome::Failure {
                 failure: Failure {
                     code: FailureCode::PolicyAbort,
-                    message: format!("{tool} needs an approval, which question tasks cannot wait for: {reason}"),
+                    message: format!(
+                        "{tool} needs an approval, which question tasks cannot wait for: {reason}"
+                    ),
                 },
             },
             TaskStatus::Failed,
@@ -393,7 +406,10 @@ pub fn render_result(result: &QuestionResult) -> String {
             ));
         }
         QuestionOutcome::Failure { failure } => {
-            out.push_str(&format!("Task failed ({}): {}\n", failure.code, failure.message));
+            out.push_str(&format!(
+                "Task failed ({}): {}\n",
+                failure.code, failure.message
+            ));
         }
     }
     let usage = &result.usage;

@@ -176,7 +176,10 @@ impl Config {
             ] {
                 if let Some(value) = value {
                     if !(value.is_finite() && value >= 0.0) {
-                        bail!("prices: {what} for {:?} must be a non-negative number", entry.model);
+                        bail!(
+                            "prices: {what} for {:?} must be a non-negative number",
+                            entry.model
+                        );
                     }
                 }
             }
@@ -189,7 +192,11 @@ impl Config {
                 output_per_mtok_usd: entry.output,
             });
         }
-        let prices = PriceTable::builtin().with_overrides(prices);
+        let mut table = PriceTable::builtin();
+        for price in prices {
+            table.insert(price);
+        }
+        let prices = table;
         Ok(Config {
             home,
             model,
@@ -239,7 +246,10 @@ fn remote_model(name: &str, section: &ModelSection, env: &dyn Env) -> anyhow::Re
         }
     };
     if !(config.base_url.starts_with("http://") || config.base_url.starts_with("https://")) {
-        bail!("base URL {:?} must start with http:// or https://", config.base_url);
+        bail!(
+            "base URL {:?} must start with http:// or https://",
+            config.base_url
+        );
     }
     if let Some(stream) = section.stream {
         config.stream = stream;
@@ -307,15 +317,27 @@ mod tests {
         assert!(load("[model]\nname = \"gpt\"\n", &[]).is_err());
         assert!(load("[model]\nname = \"cohere:x\"\n", &[]).is_err());
         assert!(load("", &[("WARDEN_MODEL", "openai:")]).is_err());
-        assert!(load("", &[("WARDEN_MODEL", "openai:x"), ("OPENAI_BASE_URL", "ftp://x")]).is_err());
-        assert!(load("[model]\nmax_tokens_field = \"tokens\"\nname = \"openai:x\"\n", &[]).is_err());
+        assert!(load(
+            "",
+            &[("WARDEN_MODEL", "openai:x"), ("OPENAI_BASE_URL", "ftp://x")]
+        )
+        .is_err());
+        assert!(load(
+            "[model]\nmax_tokens_field = \"tokens\"\nname = \"openai:x\"\n",
+            &[]
+        )
+        .is_err());
     }
 
     #[test]
     fn environment_overrides_the_file() {
         let config = load(
             "[model]\nname = \"anthropic:claude\"\n",
-            &[("WARDEN_MODEL", "openai:gpt-x"), ("OPENAI_BASE_URL", "http://127.0.0.1:1/v1"), ("OPENAI_API_KEY", "k")],
+            &[
+                ("WARDEN_MODEL", "openai:gpt-x"),
+                ("OPENAI_BASE_URL", "http://127.0.0.1:1/v1"),
+                ("OPENAI_API_KEY", "k"),
+            ],
         )
         .unwrap();
         match config.model {
@@ -327,7 +349,10 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert!(matches!(load("", &[("WARDEN_MODEL", "faux")]).unwrap().model, ModelChoice::Faux));
+        assert!(matches!(
+            load("", &[("WARDEN_MODEL", "faux")]).unwrap().model,
+            ModelChoice::Faux
+        ));
         assert!(matches!(load("", &[]).unwrap().model, ModelChoice::Missing));
     }
 

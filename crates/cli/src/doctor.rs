@@ -12,18 +12,20 @@ struct Check {
 
 pub fn doctor(config: &Config, as_json: bool) -> anyhow::Result<u8> {
     let mut checks = Vec::new();
-    checks.push(match warden_repo::Git::locate().and_then(|git| git.version()) {
-        Ok(version) => Check {
-            name: "git",
-            ok: true,
-            detail: version,
+    checks.push(
+        match warden_repo::Git::locate().and_then(|git| git.version()) {
+            Ok(version) => Check {
+                name: "git",
+                ok: true,
+                detail: version,
+            },
+            Err(error) => Check {
+                name: "git",
+                ok: false,
+                detail: format!("{error}; install git (e.g. apt-get install git)"),
+            },
         },
-        Err(error) => Check {
-            name: "git",
-            ok: false,
-            detail: format!("{error}; install git (e.g. apt-get install git)"),
-        },
-    });
+    );
     checks.push(match std::fs::create_dir_all(&config.home) {
         Ok(()) => {
             let probe = config.home.join(".doctor-probe");
@@ -43,7 +45,10 @@ pub fn doctor(config: &Config, as_json: bool) -> anyhow::Result<u8> {
         Err(error) => Check {
             name: "state directory",
             ok: false,
-            detail: format!("cannot create {}: {error}; set WARDEN_HOME", config.home.display()),
+            detail: format!(
+                "cannot create {}: {error}; set WARDEN_HOME",
+                config.home.display()
+            ),
         },
     });
     checks.push(match &config.model {
@@ -64,7 +69,11 @@ pub fn doctor(config: &Config, as_json: bool) -> anyhow::Result<u8> {
                 },
                 primary.model,
                 primary.base_url,
-                if primary.api_key.is_some() { " (key set)" } else { " (no API key set)" },
+                if primary.api_key.is_some() {
+                    " (key set)"
+                } else {
+                    " (no API key set)"
+                },
                 fallback
                     .as_ref()
                     .map(|f| format!("; fallback {}", f.model))
@@ -109,7 +118,9 @@ pub fn doctor(config: &Config, as_json: bool) -> anyhow::Result<u8> {
 
 fn official_base_url(config: &warden_models::ModelConfig) -> String {
     match config.provider {
-        warden_models::Provider::OpenAi => warden_models::ModelConfig::openai(&config.model).base_url,
+        warden_models::Provider::OpenAi => {
+            warden_models::ModelConfig::openai(&config.model).base_url
+        }
         warden_models::Provider::Anthropic => {
             warden_models::ModelConfig::anthropic(&config.model).base_url
         }

@@ -14,7 +14,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Debug, Parser)]
-#[command(name = "warden", version, about = "Hand coding questions and changes to AI agents, safely")]
+#[command(
+    name = "warden",
+    version,
+    about = "Hand coding questions and changes to AI agents, safely"
+)]
 struct Cli {
     /// Configuration file (default: WARDEN_CONFIG, else WARDEN_HOME/warden.toml)
     #[arg(long, global = true, value_name = "PATH")]
@@ -103,7 +107,10 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&record)?);
             } else {
-                println!("{} · {:?} · {:?} · {}", record.id, record.kind, record.status, record.created_at);
+                println!(
+                    "{} · {:?} · {:?} · {}",
+                    record.id, record.kind, record.status, record.created_at
+                );
                 println!("prompt: {}", record.prompt);
                 if let Some(result) = &record.result {
                     print!("{}", ask::render_result(result));

@@ -46,7 +46,10 @@ fn render(event: &Event) -> Option<String> {
                 .iter()
                 .map(|m| format!("{}@{}", m.repo, &m.commit[..m.commit.len().min(12)]))
                 .collect();
-            format!("warden: task {task_id} · model {model} · {}", repos.join(", "))
+            format!(
+                "warden: task {task_id} · model {model} · {}",
+                repos.join(", ")
+            )
         }
         Event::ModelRequested { turn, .. } => format!("  · thinking (turn {turn})"),
         Event::ModelRetrying {
@@ -63,10 +66,9 @@ fn render(event: &Event) -> Option<String> {
             ok: false, summary, ..
         } => format!("    ✗ {summary} failed"),
         Event::PolicyDenied { tool, reason } => format!("    ✗ {tool} denied: {reason}"),
-        Event::SubmissionRejected { attempt, errors } => format!(
-            "    ✗ submission {attempt} rejected: {}",
-            errors.join("; ")
-        ),
+        Event::SubmissionRejected { attempt, errors } => {
+            format!("    ✗ submission {attempt} rejected: {}", errors.join("; "))
+        }
         Event::TaskFinished { outcome, .. } => format!("warden: {outcome}"),
         Event::ModelResponded { .. }
         | Event::AgentMessage { .. }

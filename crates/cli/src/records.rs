@@ -61,7 +61,8 @@ pub fn load(home: &Path, id: &TaskId) -> anyhow::Result<TaskRecord> {
     let path = task_dir(home, id).join("task.json");
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("no task {id} under {}", home.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("task record {} is damaged", path.display()))
+    serde_json::from_str(&text)
+        .with_context(|| format!("task record {} is damaged", path.display()))
 }
 
 pub fn list(home: &Path) -> anyhow::Result<Vec<TaskRecord>> {
@@ -74,7 +75,11 @@ pub fn list(home: &Path) -> anyhow::Result<Vec<TaskRecord>> {
     };
     for entry in entries {
         let entry = entry?;
-        let Some(id) = entry.file_name().to_str().and_then(|n| n.parse::<TaskId>().ok()) else {
+        let Some(id) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<TaskId>().ok())
+        else {
             continue;
         };
         records.push(load(home, &id)?);

@@ -42,15 +42,13 @@ impl std::error::Error for InvalidTaskId {}
 impl TryFrom<String> for TaskId {
     type Error = InvalidTaskId;
     fn try_from(value: String) -> Result<Self, Self::Error> {
-        let valid = value
-            .strip_prefix(TaskId::PREFIX)
-            .is_some_and(|rest| {
-                rest.len() == 26
-                    && rest.bytes().all(|b| {
-                        b.is_ascii_digit()
-                            || (b.is_ascii_uppercase() && !matches!(b, b'I' | b'L' | b'O' | b'U'))
-                    })
-            });
+        let valid = value.strip_prefix(TaskId::PREFIX).is_some_and(|rest| {
+            rest.len() == 26
+                && rest.bytes().all(|b| {
+                    b.is_ascii_digit()
+                        || (b.is_ascii_uppercase() && !matches!(b, b'I' | b'L' | b'O' | b'U'))
+                })
+        });
         if valid {
             Ok(TaskId(value))
         } else {

@@ -1,15 +1,16 @@
 //! The agent's tools over a task's working root (SPEC §4): `read_file`, `list_dir` and `search`
-//! for every task. Each tool is a `warden_runtime::Tool`; every path a model gives goes through
+//! for every task, `submit_answer` and `ask_user` for question tasks, and the faux runner. Each tool is a `warden_runtime::Tool`; every path a model gives goes through
 //! [`Workspace::resolve`] (and so `warden_repo::CheckoutRoot::resolve`), and every output is
 //! bounded and paged in the documented formats, which the faux runner parses. Filesystem work
 //! runs on its own thread so the async executor never blocks on a large read or search.
 
 mod arguments;
 mod blocking;
+pub mod faux;
 mod list_dir;
 mod read_file;
 mod search;
-// pub mod submit;
+pub mod submit;
 mod walk;
 mod workspace;
 

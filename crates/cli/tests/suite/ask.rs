@@ -33,12 +33,21 @@ fn faux_runner_answers_with_a_checked_citation_and_says_it_is_faux() {
     let repo = sample_repo();
     let head = repo.git(&["rev-parse", "HEAD"]);
     let warden = Warden::faux();
-    let run = warden.run(&["ask", "--repo", repo.path().to_str().unwrap(), "--json", "how does retry_with_backoff work?"]);
+    let run = warden.run(&[
+        "ask",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--json",
+        "how does retry_with_backoff work?",
+    ]);
     assert_eq!(run.code, 0, "stderr:\n{}", run.stderr);
     let result = run.json();
     assert_eq!(result["outcome"], "answer");
     assert_eq!(result["model"], "faux");
-    assert!(result["answer"]["summary"].as_str().unwrap().starts_with("[faux runner"));
+    assert!(result["answer"]["summary"]
+        .as_str()
+        .unwrap()
+        .starts_with("[faux runner"));
     assert!(result["notices"][0].as_str().unwrap().contains("faux"));
     let evidence = &result["answer"]["claims"][0]["evidence"][0];
     assert_eq!(evidence["commit"], head.as_str());
@@ -53,7 +62,12 @@ fn faux_runner_answers_with_a_checked_citation_and_says_it_is_faux() {
 #[test]
 fn human_output_lists_claims_and_citations() {
     let repo = sample_repo();
-    let run = Warden::faux().run(&["ask", "--repo", repo.path().to_str().unwrap(), "where is retry_with_backoff?"]);
+    let run = Warden::faux().run(&[
+        "ask",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "where is retry_with_backoff?",
+    ]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert!(run.stdout.contains("src/lib.rs:"), "{}", run.stdout);
     assert!(run.stdout.contains("[observed]"), "{}", run.stdout);
@@ -65,11 +79,26 @@ fn a_bad_citation_goes_back_to_the_model_and_never_reaches_the_user() {
     let repo = sample_repo();
     let head = repo.git(&["rev-parse", "HEAD"]);
     let server = ScriptedModelServer::start_blocking(vec![
-        openai::tool_call("read_file", &json!({"path": "src/lib.rs", "start_line": 31, "end_line": 33}).to_string()),
-        openai::tool_call("submit_answer", &submit(json!({"path": "src/lib.rs", "start_line": 31, "end_line": 99}))),
-        openai::tool_call("submit_answer", &submit(json!({"path": "src/lib.rs", "start_line": 31, "end_line": 33}))),
+        openai::tool_call(
+            "read_file",
+            &json!({"path": "src/lib.rs", "start_line": 31, "end_line": 33}).to_string(),
+        ),
+        openai::tool_call(
+            "submit_answer",
+            &submit(json!({"path": "src/lib.rs", "start_line": 31, "end_line": 99})),
+        ),
+        openai::tool_call(
+            "submit_answer",
+            &submit(json!({"path": "src/lib.rs", "start_line": 31, "end_line": 33})),
+        ),
     ]);
-    let run = Warden::openai(&server.url()).run(&["ask", "--repo", repo.path().to_str().unwrap(), "--json", "how does retry work?"]);
+    let run = Warden::openai(&server.url()).run(&[
+        "ask",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--json",
+        "how does retry work?",
+    ]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let result = run.json();
     let claims = result["answer"]["claims"].as_array().unwrap();
@@ -77,18 +106,18 @@ fn a_bad_citation_goes_back_to_the_model_and_never_reaches_the_user() {
     assert_eq!(claims[0]["evidence"][0]["end_line"], 33);
     assert_eq!(claims[0]["evidence"][0]["commit"], head.as_str());
     assert!(!run.stdout.contains("99"), "{}", run.stdout);
-    assert!(run.stderr.contains("submission 1 rejected"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("submission 1 rejected"),
+        "{}",
+        run.stderr
+    );
 
     let requests = server.requests();
     assert_eq!(requests.len(), 3);
     // The rejection went back to the model as the result of its tool call.
     let third = &requests[2].body;
     let messages = third["messages"].as_array().unwrap();
-    let rejection = messages
-        .iter()
-        .rev()
-        .find(|m| m["role"] == "tool")
-        .unwrap();
+    let rejection = messages.iter().rev().find(|m| m["role"] == "tool").unwrap();
     let content = rejection["content"].as_str().unwrap();
     assert!(content.contains("submission rejected"), "{content}");
     assert!(content.contains("33 lines"), "{content}");
@@ -96,11 +125,26 @@ fn a_bad_citation_goes_back_to_the_model_and_never_reaches_the_user() {
     let first = &requests[0].body;
     assert_eq!(first["messages"][0]["role"], "system");
     assert_eq!(first["messages"][1]["content"], "how does retry work?");
-    let tools: Vec<&str> = first["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
-    for name in ["read_file", "list_dir", "search", "submit_answer", "ask_user"] {
+    let tools: Vec<&str> = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    for name in [
+        "read_file",
+        "list_dir",
+        "search",
+        "submit_answer",
+        "ask_user",
+    ] {
         assert!(tools.contains(&name), "{tools:?}");
     }
-    let auth = requests[0].headers.iter().find(|(k, _)| k == "authorization").map(|(_, v)| v.as_str());
+    let auth = requests[0]
+        .headers
+        .iter()
+        .find(|(k, _)| k == "authorization")
+        .map(|(_, v)| v.as_str());
     assert_eq!(auth, Some("Bearer sk-test-key"));
     // Usage was counted from the wire.
     assert_eq!(result["usage"]["model_calls"], 3);
@@ -116,7 +160,13 @@ fn three_rejected_submissions_fail_with_invalid_submission() {
         openai::tool_call("submit_answer", &bad),
         openai::tool_call("submit_answer", &bad),
     ]);
-    let run = Warden::openai(&server.url()).run(&["ask", "--repo", repo.path().to_str().unwrap(), "--json", "q?"]);
+    let run = Warden::openai(&server.url()).run(&[
+        "ask",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--json",
+        "q?",
+    ]);
     assert_eq!(run.code, 1, "{}", run.stderr);
     let result = run.json();
     assert_eq!(result["outcome"], "failure");
@@ -128,14 +178,31 @@ fn three_rejected_submissions_fail_with_invalid_submission() {
 fn streaming_anthropic_answers_with_citations() {
     let repo = sample_repo();
     let server = ScriptedModelServer::start_blocking(vec![
-        anthropic::stream_tool_use("search", &json!({"pattern": "retry_with", "literal": true}).to_string(), 3),
-        anthropic::stream_tool_use("submit_answer", &submit(json!({"path": "src/lib.rs", "start_line": 31, "end_line": 32})), 4),
+        anthropic::stream_tool_use(
+            "search",
+            &json!({"pattern": "retry_with", "literal": true}).to_string(),
+            3,
+        ),
+        anthropic::stream_tool_use(
+            "submit_answer",
+            &submit(json!({"path": "src/lib.rs", "start_line": 31, "end_line": 32})),
+            4,
+        ),
     ]);
-    let run = Warden::anthropic(&server.url()).run(&["ask", "--repo", repo.path().to_str().unwrap(), "--json", "how does retry work?"]);
+    let run = Warden::anthropic(&server.url()).run(&[
+        "ask",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--json",
+        "how does retry work?",
+    ]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let result = run.json();
     assert_eq!(result["model"], "anthropic:claude-test");
-    assert_eq!(result["answer"]["claims"][0]["evidence"][0]["start_line"], 31);
+    assert_eq!(
+        result["answer"]["claims"][0]["evidence"][0]["start_line"],
+        31
+    );
     let requests = server.requests();
     assert_eq!(requests[0].path, "/v1/messages");
     // The search result reached the model as a tool_result block.
@@ -143,18 +210,35 @@ fn streaming_anthropic_answers_with_citations() {
     let last = second["messages"].as_array().unwrap().last().unwrap();
     assert_eq!(last["role"], "user");
     assert_eq!(last["content"][0]["type"], "tool_result");
-    assert!(last["content"][0]["content"].to_string().contains("src/lib.rs:31:"), "{last}");
+    assert!(
+        last["content"][0]["content"]
+            .to_string()
+            .contains("src/lib.rs:31:"),
+        "{last}"
+    );
 }
 
 #[test]
 fn a_clarification_exits_3_and_a_follow_up_carries_the_transcript() {
     let repo = sample_repo();
     let server = ScriptedModelServer::start_blocking(vec![
-        openai::tool_call("ask_user", &json!({"question": "Which retry, the HTTP one or the queue one?"}).to_string()),
-        openai::tool_call("submit_answer", &submit(json!({"path": "src/lib.rs", "start_line": 31, "end_line": 31}))),
+        openai::tool_call(
+            "ask_user",
+            &json!({"question": "Which retry, the HTTP one or the queue one?"}).to_string(),
+        ),
+        openai::tool_call(
+            "submit_answer",
+            &submit(json!({"path": "src/lib.rs", "start_line": 31, "end_line": 31})),
+        ),
     ]);
     let warden = Warden::openai(&server.url());
-    let first = warden.run(&["ask", "--repo", repo.path().to_str().unwrap(), "--json", "how does retry work?"]);
+    let first = warden.run(&[
+        "ask",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--json",
+        "how does retry work?",
+    ]);
     assert_eq!(first.code, 3, "{}", first.stderr);
     let result = first.json();
     assert_eq!(result["outcome"], "clarification");
@@ -168,9 +252,15 @@ fn a_clarification_exits_3_and_a_follow_up_carries_the_transcript() {
     assert_eq!(second.code, 0, "{}", second.stderr);
     let answer = second.json();
     assert_eq!(answer["answer"]["claims"][0]["evidence"][0]["end_line"], 31);
-    let messages = server.requests()[1].body["messages"].as_array().unwrap().clone();
+    let messages = server.requests()[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .clone();
     let texts: Vec<String> = messages.iter().map(|m| m["content"].to_string()).collect();
-    assert!(texts.iter().any(|t| t.contains("how does retry work?")), "{texts:?}");
+    assert!(
+        texts.iter().any(|t| t.contains("how does retry work?")),
+        "{texts:?}"
+    );
     assert!(texts.iter().any(|t| t.contains("Which retry")), "{texts:?}");
     assert!(texts.last().unwrap().contains("the HTTP one"), "{texts:?}");
 
@@ -182,8 +272,19 @@ fn a_clarification_exits_3_and_a_follow_up_carries_the_transcript() {
 #[test]
 fn permanent_model_errors_fail_fast_with_model_error() {
     let repo = sample_repo();
-    let server = ScriptedModelServer::start_blocking(vec![openai::error(401, "invalid_request_error", "invalid_api_key", "Incorrect API key provided")]);
-    let run = Warden::openai(&server.url()).run(&["ask", "--repo", repo.path().to_str().unwrap(), "--json", "q?"]);
+    let server = ScriptedModelServer::start_blocking(vec![openai::error(
+        401,
+        "invalid_request_error",
+        Some("invalid_api_key"),
+        "Incorrect API key provided",
+    )]);
+    let run = Warden::openai(&server.url()).run(&[
+        "ask",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--json",
+        "q?",
+    ]);
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert_eq!(run.json()["failure"]["code"], "model_error");
     assert_eq!(server.requests().len(), 1);
@@ -209,15 +310,36 @@ fn multi_repository_questions_cite_each_repository() {
         openai::tool_call("submit_answer", &answer.to_string()),
     ]);
     let run = Warden::openai(&server.url()).run(&[
-        "ask", "--repo", app.path().to_str().unwrap(), "--repo", lib.path().to_str().unwrap(), "--json", "q?",
+        "ask",
+        "--repo",
+        app.path().to_str().unwrap(),
+        "--repo",
+        lib.path().to_str().unwrap(),
+        "--json",
+        "q?",
     ]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let result = run.json();
-    assert_eq!(result["answer"]["claims"][1]["evidence"][0]["commit"], lib_head.as_str());
-    assert_eq!(result["answer"]["claims"][1]["evidence"][0]["path"], "core.py");
+    assert_eq!(
+        result["answer"]["claims"][1]["evidence"][0]["commit"],
+        lib_head.as_str()
+    );
+    assert_eq!(
+        result["answer"]["claims"][1]["evidence"][0]["path"],
+        "core.py"
+    );
     // list_dir of the working root shows one folder per repository.
-    let listing = server.requests()[1].body["messages"].as_array().unwrap().last().unwrap()["content"].to_string();
-    assert!(listing.contains("core.py") || listing.contains(lib.path().file_name().unwrap().to_str().unwrap()), "{listing}");
+    let listing = server.requests()[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()["content"]
+        .to_string();
+    assert!(
+        listing.contains("core.py")
+            || listing.contains(lib.path().file_name().unwrap().to_str().unwrap()),
+        "{listing}"
+    );
 }
 
 #[test]
@@ -228,14 +350,26 @@ fn the_users_checkout_is_never_read_or_touched() {
     repo.write("untracked.rs", "retry_with_backoff\n");
     let status_before = repo.git(&["status", "--porcelain"]);
     let refs_before = repo.git(&["for-each-ref"]);
-    let run = Warden::faux().run(&["ask", "--repo", repo.path().to_str().unwrap(), "--json", "where is retry_with_backoff?"]);
+    let run = Warden::faux().run(&[
+        "ask",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--json",
+        "where is retry_with_backoff?",
+    ]);
     assert_eq!(run.code, 0, "{}", run.stderr);
     let evidence = &run.json()["answer"]["claims"][0]["evidence"][0];
     assert_eq!(evidence["path"], "src/lib.rs");
-    assert!(evidence["start_line"].as_u64().unwrap() >= 28, "cited the committed file: {evidence}");
+    assert!(
+        evidence["start_line"].as_u64().unwrap() >= 28,
+        "cited the committed file: {evidence}"
+    );
     assert_eq!(repo.git(&["status", "--porcelain"]), status_before);
     assert_eq!(repo.git(&["for-each-ref"]), refs_before);
-    assert_eq!(std::fs::read_to_string(repo.path().join("src/lib.rs")).unwrap(), "uncommitted retry_with_backoff edit\n");
+    assert_eq!(
+        std::fs::read_to_string(repo.path().join("src/lib.rs")).unwrap(),
+        "uncommitted retry_with_backoff edit\n"
+    );
 }
 
 #[test]
@@ -248,7 +382,9 @@ fn repository_files_never_configure_warden() {
     repo.commit("hostile config");
     // Run from inside the repository with no model configured: if Warden read the repository's
     // warden.toml it would pick the faux runner; it must instead say no model is configured.
-    let run = Warden::new().in_dir(repo.path()).run(&["ask", "--repo", ".", "q?"]);
+    let run = Warden::new()
+        .in_dir(repo.path())
+        .run(&["ask", "--repo", ".", "q?"]);
     assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
     assert!(run.stderr.contains("no model configured"), "{}", run.stderr);
     assert!(!std::path::Path::new("/tmp/warden-mcp-pwned").exists());
@@ -258,22 +394,51 @@ fn repository_files_never_configure_warden() {
 fn usage_errors_exit_2_with_a_clear_message() {
     let repo = sample_repo();
     let path = repo.path().to_str().unwrap();
+    let missing_branch = format!("{path}@no-such-branch");
     let cases: Vec<(Warden, Vec<&str>, &str)> = vec![
         (Warden::faux(), vec!["ask", "q?"], "--repo"),
-        (Warden::faux(), vec!["ask", "--repo", "/nonexistent/warden-repo", "q?"], "nonexistent"),
+        (
+            Warden::faux(),
+            vec!["ask", "--repo", "/nonexistent/warden-repo", "q?"],
+            "nonexistent",
+        ),
         (Warden::faux(), vec!["ask", "--repo", path, "  "], "empty"),
-        (Warden::new().with("WARDEN_MODEL", "gpt-5"), vec!["ask", "--repo", path, "q?"], "provider:model"),
-        (Warden::faux(), vec!["ask", "--follow-up", "tsk_nope", "q?"], "tsk_nope"),
-        (Warden::faux(), vec!["ask", "--repo", &format!("{path}@no-such-branch"), "q?"], "no-such-branch"),
-        (Warden::faux(), vec!["ask", "--repo", path, "--repo", path, "q?"], "named"),
+        (
+            Warden::new().with("WARDEN_MODEL", "gpt-5"),
+            vec!["ask", "--repo", path, "q?"],
+            "provider:model",
+        ),
+        (
+            Warden::faux(),
+            vec!["ask", "--follow-up", "tsk_nope", "q?"],
+            "tsk_nope",
+        ),
+        (
+            Warden::faux(),
+            vec!["ask", "--repo", &missing_branch, "q?"],
+            "no-such-branch",
+        ),
+        (
+            Warden::faux(),
+            vec!["ask", "--repo", path, "--repo", path, "q?"],
+            "named",
+        ),
     ];
     for (warden, args, needle) in cases {
         let run = warden.run(&args);
         assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
-        assert!(run.stderr.contains(needle), "{args:?}: expected {needle:?} in {}", run.stderr);
+        assert!(
+            run.stderr.contains(needle),
+            "{args:?}: expected {needle:?} in {}",
+            run.stderr
+        );
     }
     let bad_config = Warden::faux();
-    std::fs::write(bad_config.home.path().join("warden.toml"), "[limits]\nmax_turnz = 3\n").unwrap();
+    std::fs::write(
+        bad_config.home.path().join("warden.toml"),
+        "[limits]\nmax_turnz = 3\n",
+    )
+    .unwrap();
     let run = bad_config.run(&["ask", "--repo", path, "q?"]);
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(run.stderr.contains("max_turnz"), "{}", run.stderr);
@@ -283,18 +448,38 @@ fn usage_errors_exit_2_with_a_clear_message() {
 fn the_run_journal_is_hash_chained_and_verifiable() {
     let repo = sample_repo();
     let warden = Warden::faux();
-    let run = warden.run(&["ask", "--repo", repo.path().to_str().unwrap(), "--json", "where is retry_with_backoff?"]);
+    let run = warden.run(&[
+        "ask",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--json",
+        "where is retry_with_backoff?",
+    ]);
     let task = run.json()["task_id"].as_str().unwrap().to_string();
     let logs = warden.run(&["logs", &task]);
     assert_eq!(logs.code, 0, "{}", logs.stderr);
     assert!(logs.stderr.contains("verified"));
-    let kinds: Vec<String> = logs.stdout.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["kind"].as_str().unwrap().to_string()).collect();
+    let kinds: Vec<String> = logs
+        .stdout
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["kind"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
     assert_eq!(kinds.first().map(String::as_str), Some("run_started"));
     assert_eq!(kinds.last().map(String::as_str), Some("run_finished"));
     assert!(kinds.iter().any(|k| k == "model_decision"));
 
     // Tampering with the journal is detected.
-    let path = warden.home.path().join("tasks").join(&task).join("runs/1.jsonl");
+    let path = warden
+        .home
+        .path()
+        .join("tasks")
+        .join(&task)
+        .join("runs/1.jsonl");
     let text = std::fs::read_to_string(&path).unwrap();
     std::fs::write(&path, text.replacen("list_dir", "list_dyr", 1)).unwrap();
     let logs = warden.run(&["logs", &task]);
@@ -306,8 +491,26 @@ fn the_run_journal_is_hash_chained_and_verifiable() {
 fn a_second_task_on_the_same_commit_reuses_the_snapshot() {
     let repo = sample_repo();
     let warden = Warden::faux();
-    let first = warden.run(&["ask", "--repo", repo.path().to_str().unwrap(), "q about retry_with_backoff"]);
-    assert!(first.stderr.contains("snapshot built and verified"), "{}", first.stderr);
-    let second = warden.run(&["ask", "--repo", repo.path().to_str().unwrap(), "q about retry_with_backoff"]);
-    assert!(second.stderr.contains("snapshot reused"), "{}", second.stderr);
+    let first = warden.run(&[
+        "ask",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "q about retry_with_backoff",
+    ]);
+    assert!(
+        first.stderr.contains("snapshot built and verified"),
+        "{}",
+        first.stderr
+    );
+    let second = warden.run(&[
+        "ask",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "q about retry_with_backoff",
+    ]);
+    assert!(
+        second.stderr.contains("snapshot reused"),
+        "{}",
+        second.stderr
+    );
 }
