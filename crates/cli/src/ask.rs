@@ -341,11 +341,10 @@ fn repo_specs(arguments: &[String], earlier: Option<&TaskRecord>) -> anyhow::Res
     }
 }
 
+/// Credentials in a URL never reach progress output or the stored task record; a follow-up on
+/// a credentialed URL therefore needs `--repo` again.
 fn describe_source(source: &Source) -> String {
-    match source {
-        Source::Path(path) => path.display().to_string(),
-        Source::Url(url) => url.clone(),
-    }
+    source.display_redacted()
 }
 
 fn finish_line(result: &QuestionResult) -> String {

@@ -16,6 +16,12 @@ pub enum Source {
 }
 
 impl Source {
+    /// The source for people and stored records: the path, or the URL with any credentials
+    /// replaced.
+    pub fn display_redacted(&self) -> String {
+        redact_credentials(&self.as_text())
+    }
+
     /// The source as text: the path or the URL (with any credentials it carries).
     pub(crate) fn as_text(&self) -> String {
         match self {

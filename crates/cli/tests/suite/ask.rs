@@ -514,3 +514,53 @@ fn a_second_task_on_the_same_commit_reuses_the_snapshot() {
         second.stderr
     );
 }
+
+#[test]
+fn citations_link_to_the_pinned_commit_on_github_style_remotes() {
+    let repo = sample_repo();
+    repo.git(&["remote", "add", "origin", "git@github.com:acme/app.git"]);
+    let head = repo.git(&["rev-parse", "HEAD"]);
+    let run = Warden::faux().run(&[
+        "ask",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--json",
+        "where is retry_with_backoff?",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let evidence = &run.json()["answer"]["claims"][0]["evidence"][0];
+    let (start, end) = (
+        evidence["start_line"].as_u64().unwrap(),
+        evidence["end_line"].as_u64().unwrap(),
+    );
+    assert_eq!(
+        evidence["url"],
+        format!("https://github.com/acme/app/blob/{head}/src/lib.rs#L{start}-L{end}").as_str()
+    );
+
+    // A local-only repository gets no URL at all.
+    let local = sample_repo();
+    let run = Warden::faux().run(&[
+        "ask",
+        "--repo",
+        local.path().to_str().unwrap(),
+        "--json",
+        "where is retry_with_backoff?",
+    ]);
+    assert!(run.json()["answer"]["claims"][0]["evidence"][0]
+        .get("url")
+        .is_none());
+}
+
+#[test]
+fn credentials_in_repository_urls_never_reach_the_output() {
+    let run = Warden::faux().run(&[
+        "ask",
+        "--repo",
+        "https://user:hunter2secret@127.0.0.1:9/acme/app.git",
+        "q?",
+    ]);
+    assert_ne!(run.code, 0);
+    assert!(!run.stderr.contains("hunter2secret"), "{}", run.stderr);
+    assert!(!run.stdout.contains("hunter2secret"), "{}", run.stdout);
+}
