@@ -564,3 +564,49 @@ fn credentials_in_repository_urls_never_reach_the_output() {
     assert!(!run.stderr.contains("hunter2secret"), "{}", run.stderr);
     assert!(!run.stdout.contains("hunter2secret"), "{}", run.stdout);
 }
+
+#[test]
+fn streaming_openai_compatible_answers_with_citations() {
+    let repo = sample_repo();
+    let server = ScriptedModelServer::start_blocking(vec![
+        openai::stream_tool_call(
+            "read_file",
+            &json!({"path": "src/lib.rs", "start_line": 31}).to_string(),
+            5,
+        ),
+        openai::stream_tool_call(
+            "submit_answer",
+            &submit(json!({"path": "src/lib.rs", "start_line": 31, "end_line": 33})),
+            7,
+        ),
+    ]);
+    let run = Warden::openai(&server.url()).run(&[
+        "ask",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--json",
+        "how does retry work?",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        run.json()["answer"]["claims"][0]["evidence"][0]["end_line"],
+        33
+    );
+    let requests = server.requests();
+    assert_eq!(requests[0].body["stream"], true);
+    // The file's numbered lines reached the model as the tool result.
+    let tool_result = requests[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(tool_result["role"], "tool");
+    assert!(
+        tool_result["content"]
+            .as_str()
+            .unwrap()
+            .contains("    31\tpub fn retry_with_backoff"),
+        "{tool_result}"
+    );
+}
