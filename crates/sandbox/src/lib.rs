@@ -1,0 +1,142 @@
+//! Warden's isolation layer: every agent command runs behind the [`Sandbox`] trait.
+//!
+//! A [`Sandbox`] is a backend ([`Backend::Linux`], [`Backend::Gvisor`] or the explicit
+//! no-isolation [`Backend::Local`]). It opens a [`SandboxView`] of one or several read-only
+//! snapshots ([`ViewSpec`]), optionally writable through a copy-on-write layer, and runs
+//! [`CommandSpec`]s in it with limits, returning a [`CommandOutput`].
+//!
+//! **Fail closed.** [`select`] never falls back: if the requested backend or any layer of it
+//! cannot be established it returns [`SandboxError::Unavailable`] naming the [`Layer`]. The only
+//! way to run with less isolation is to ask for it: [`Backend::Local`], or a layer listed in
+//! [`SandboxConfig::disabled_layers`] (only the cgroup layers may be disabled; rlimits remain as
+//! the backstop).
+//!
+//! **Nothing of the host enters.** A command sees exactly the environment in
+//! [`CommandSpec::env`]; [`harden_current_process`] makes the Warden process non-dumpable so
+//! that the model key in its memory cannot be read through `/proc` or ptrace.
+//!
+//! [`probe`] reports, layer by layer, what works on this machine (for `warden doctor`).
+
+mod error;
+mod gvisor;
+#[cfg(target_os = "linux")]
+mod linux;
+mod local;
+mod output;
+mod spec;
+#[cfg(target_os = "linux")]
+mod sys;
+
+use std::path::Path;
+use std::sync::Arc;
+
+pub use error::SandboxError;
+pub use spec::{
+    baseline_env, Backend, CommandOutput, CommandSpec, Layer, LayerReport, ResourceLimits,
+    SandboxConfig, Stream, ViewSpec, WORKING_ROOT,
+};
+
+/// An isolation backend. Opening a view is the expensive part (namespaces, mounts, rulesets);
+/// running a command in an open view is cheap.
+///
+/// Synchronous by design: async callers use `spawn_blocking`. Nothing here names a Linux type,
+/// so a remote backend (Kubernetes) can implement it.
+pub trait Sandbox: Send + Sync {
+    /// Which backend this is; results are labelled with it.
+    fn backend(&self) -> Backend;
+    /// Opens a task's view of its snapshots.
+    fn open(&self, view: &ViewSpec) -> Result<Box<dyn SandboxView>, SandboxError>;
+}
+
+/// One task's view: the snapshots (read-only, or writable through a copy-on-write layer), a
+/// private `/tmp`, and nothing else of the host.
+pub trait SandboxView: Send + Sync {
+    /// The host path of the working root the agent sees: the snapshot itself for a read-only
+    /// single-repository view, otherwise a directory holding the merged (copy-on-write) tree or
+    /// one folder per repository name. See the backend notes for caveats.
+    fn root(&self) -> &Path;
+
+    /// Runs one command to completion (or to its timeout) and collects its output.
+    fn run(&self, command: &CommandSpec) -> Result<CommandOutput, SandboxError> {
+        self.run_streaming(command, &mut |_, _| {})
+    }
+
+    /// Like [`SandboxView::run`], and also hands each chunk of output to `on_output` as it
+    /// arrives (only what is kept: the output limit applies to the stream too).
+    fn run_streaming(
+        &self,
+        command: &CommandSpec,
+        on_output: &mut dyn FnMut(Stream, &[u8]),
+    ) -> Result<CommandOutput, SandboxError>;
+
+    /// Stops everything still running in the view and deletes the scratch directory.
+    fn close(self: Box<Self>) -> Result<(), SandboxError>;
+}
+
+/// Returns the requested backend, or [`SandboxError::Unavailable`] naming the first layer of it
+/// that cannot be established here. Never falls back to another backend.
+pub fn select(
+    requested: Backend,
+    config: &SandboxConfig,
+) -> Result<Arc<dyn Sandbox>, SandboxError> {
+    config.validate()?;
+    match requested {
+        Backend::Local => Ok(Arc::new(local::LocalSandbox::new())),
+        #[cfg(target_os = "linux")]
+        Backend::Linux => Ok(Arc::new(linux::LinuxSandbox::establish(config)?)),
+        #[cfg(not(target_os = "linux"))]
+        Backend::Linux => Err(SandboxError::Unavailable {
+            backend: Backend::Linux,
+            layer: Layer::Kernel,
+            reason: "the linux backend needs a Linux kernel".into(),
+        }),
+        Backend::Gvisor => Ok(Arc::new(gvisor::GvisorSandbox::establish(config)?)),
+    }
+}
+
+/// What works on this machine, layer by layer, for every backend (for `warden doctor`). Uses
+/// the default [`SandboxConfig`]; see [`probe_with`].
+pub fn probe() -> Vec<LayerReport> {
+    probe_with(&SandboxConfig::default())
+}
+
+/// Like [`probe`], with a configuration (a disabled layer is reported as such).
+pub fn probe_with(config: &SandboxConfig) -> Vec<LayerReport> {
+    let mut reports = Vec::new();
+    #[cfg(target_os = "linux")]
+    reports.extend(linux::probe(config));
+    #[cfg(not(target_os = "linux"))]
+    reports.push(LayerReport {
+        backend: Backend::Linux,
+        layer: Layer::Kernel,
+        available: false,
+        detail: "the linux backend needs a Linux kernel".into(),
+    });
+    reports.extend(gvisor::probe(config));
+    reports.push(LayerReport {
+        backend: Backend::Local,
+        layer: Layer::Process,
+        available: true,
+        detail: "no isolation: commands run as the Warden user on the host (development only, \
+                 never chosen by fallback)"
+            .into(),
+    });
+    reports
+}
+
+/// Hardens the Warden process itself: not dumpable (so `/proc/<pid>/mem`, `environ` and ptrace
+/// are closed to other processes of the same user, and no core file can carry the model key).
+/// The CLI calls this at start-up, before reading any secret.
+pub fn harden_current_process() -> Result<(), SandboxError> {
+    #[cfg(target_os = "linux")]
+    {
+        sys::set_dumpable(false).map_err(|source| SandboxError::Io {
+            context: "cannot make the warden process non-dumpable".into(),
+            source,
+        })
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Ok(())
+    }
+}

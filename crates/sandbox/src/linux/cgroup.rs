@@ -1,0 +1,434 @@
+//! Cgroups for the memory, pids and cpu limits of each command: version 1 (one hierarchy per
+//! controller, as on these machines) or version 2 (the unified hierarchy), whichever holds the
+//! controller. Each command gets `<our cgroup>/warden/run-<pid>-<n>` in every hierarchy; the
+//! relay process joins it before forking the sandboxed process, and it is removed afterwards.
+//!
+//! An unprivileged Warden can only do this where its cgroup was delegated to it (the directory
+//! is owned by the Warden user, as systemd's `Delegate=yes` or an administrator's `chown` does);
+//! otherwise the layer is unavailable and, unless the configuration disables it, nothing runs.
+
+use crate::Layer;
+use std::fs::OpenOptions;
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// A controller we limit with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Controller {
+    Memory,
+    Pids,
+    Cpu,
+}
+
+impl Controller {
+    pub(crate) const ALL: [Controller; 3] = [Controller::Memory, Controller::Pids, Controller::Cpu];
+
+    fn name(self) -> &'static str {
+        match self {
+            Controller::Memory => "memory",
+            Controller::Pids => "pids",
+            Controller::Cpu => "cpu",
+        }
+    }
+
+    pub(crate) fn layer(self) -> Layer {
+        match self {
+            Controller::Memory => Layer::CgroupMemory,
+            Controller::Pids => Layer::CgroupPids,
+            Controller::Cpu => Layer::CgroupCpu,
+        }
+    }
+}
+
+/// Where one controller's `warden` directory lives.
+#[derive(Debug, Clone)]
+pub(crate) struct Hierarchy {
+    pub(crate) controller: Controller,
+    pub(crate) v2: bool,
+    /// `<mount>/<our cgroup>/warden`.
+    pub(crate) parent: PathBuf,
+}
+
+/// The limits of one command.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub(crate) memory_bytes: u64,
+    pub(crate) pids: u32,
+    pub(crate) cpu_millis: Option<u32>,
+}
+
+/// One command's cgroups.
+pub(crate) struct RunCgroups {
+    dirs: Vec<(Hierarchy, PathBuf)>,
+    procs: Vec<OwnedFd>,
+}
+
+struct Mount {
+    point: PathBuf,
+    root: String,
+    v2: bool,
+    options: Vec<String>,
+}
+
+fn mounts() -> io::Result<Vec<Mount>> {
+    let text = std::fs::read_to_string("/proc/self/mountinfo")?;
+    let mut found = Vec::new();
+    for line in text.lines() {
+        // id parent major:minor root mountpoint options [optional...] - fstype source superopts
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let left: Vec<&str> = left.split(' ').collect();
+        let right: Vec<&str> = right.split(' ').collect();
+        let (Some(root), Some(point), Some(fstype), Some(superopts)) =
+            (left.get(3), left.get(4), right.first(), right.get(2))
+        else {
+            continue;
+        };
+        let v2 = *fstype == "cgroup2";
+        if !v2 && *fstype != "cgroup" {
+            continue;
+        }
+        found.push(Mount {
+            point: PathBuf::from(unescape(point)),
+            root: unescape(root),
+            v2,
+            options: superopts.split(',').map(str::to_owned).collect(),
+        });
+    }
+    Ok(found)
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space).
+fn unescape(field: &str) -> String {
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        if bytes[index] == b'\\'
+            && index + 3 < bytes.len()
+            && bytes[index + 1..index + 4]
+                .iter()
+                .all(|b| (b'0'..=b'7').contains(b))
+        {
+            let value = bytes[index + 1..index + 4]
+                .iter()
+                .fold(0u32, |value, digit| value * 8 + u32::from(digit - b'0'));
+            out.push(value as u8);
+            index += 4;
+        } else {
+            out.push(bytes[index]);
+            index += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Our cgroup path per hierarchy: `(controllers, path)`; controllers empty for v2.
+fn own_cgroups() -> io::Result<Vec<(Vec<String>, String)>> {
+    let text = std::fs::read_to_string("/proc/self/cgroup")?;
+    Ok(text
+        .lines()
+        .filter_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let _id = parts.next()?;
+            let controllers = parts.next()?;
+            let path = parts.next()?;
+            let controllers = controllers
+                .split(',')
+                .filter(|c| !c.is_empty())
+                .map(str::to_owned)
+                .collect();
+            Some((controllers, path.to_owned()))
+        })
+        .collect())
+}
+
+fn join_cgroup(point: &Path, root: &str, path: &str) -> PathBuf {
+    // The mount shows the hierarchy from `root` down; our path is absolute in the hierarchy.
+    let relative = path
+        .strip_prefix(root)
+        .unwrap_or(path)
+        .trim_start_matches('/');
+    if relative.is_empty() {
+        point.to_path_buf()
+    } else {
+        point.join(relative)
+    }
+}
+
+/// Finds where each controller can be used; `Err` carries why a controller cannot.
+pub(crate) fn discover(controller: Controller) -> Result<Hierarchy, String> {
+    let mounts = mounts().map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
+    let own = own_cgroups().map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
+    let name = controller.name();
+    if let Some(mount) = mounts
+        .iter()
+        .find(|m| !m.v2 && m.options.iter().any(|o| o == name))
+    {
+        let path = own
+            .iter()
+            .find(|(controllers, _)| controllers.iter().any(|c| c == name))
+            .map(|(_, path)| path.as_str())
+            .ok_or_else(|| {
+                format!("the {name} hierarchy is mounted but /proc/self/cgroup has no entry for it")
+            })?;
+        let own_dir = join_cgroup(&mount.point, &mount.root, path);
+        return Ok(Hierarchy {
+            controller,
+            v2: false,
+            parent: own_dir.join("warden"),
+        });
+    }
+    let Some(mount) = mounts.iter().find(|m| m.v2) else {
+        return Err(format!("no cgroup hierarchy has the {name} controller"));
+    };
+    let path = own
+        .iter()
+        .find(|(controllers, _)| controllers.is_empty())
+        .map(|(_, path)| path.as_str())
+        .ok_or_else(|| "cgroup2 is mounted but /proc/self/cgroup has no 0:: entry".to_owned())?;
+    let own_dir = join_cgroup(&mount.point, &mount.root, path);
+    let available = std::fs::read_to_string(own_dir.join("cgroup.controllers")).unwrap_or_default();
+    if !available.split_whitespace().any(|c| c == name) {
+        return Err(format!(
+            "the {name} controller is neither in a cgroup v1 hierarchy nor enabled for our cgroup \
+             {} in cgroup v2",
+            own_dir.display()
+        ));
+    }
+    Ok(Hierarchy {
+        controller,
+        v2: true,
+        parent: own_dir.join("warden"),
+    })
+}
+
+fn write(path: &Path, value: &str) -> io::Result<()> {
+    let mut file = OpenOptions::new().write(true).open(path)?;
+    file.write_all(value.as_bytes())
+        .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))
+}
+
+/// Creates `warden/` under our cgroup (enabling the controller for its children on v2).
+pub(crate) fn prepare(hierarchy: &Hierarchy) -> io::Result<()> {
+    match std::fs::create_dir(&hierarchy.parent) {
+        Ok(()) => {}
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(error) => {
+            return Err(io::Error::new(
+                error.kind(),
+                format!("cannot create {}: {error}", hierarchy.parent.display()),
+            ))
+        }
+    }
+    if hierarchy.v2 {
+        let name = hierarchy.controller.name();
+        // Our own cgroup must pass the controller down to `warden/`, which passes it on to the
+        // run cgroups. A cgroup holding processes cannot enable controllers for children (the
+        // "no internal processes" rule): then Warden needs a delegated leaf of its own.
+        if let Some(own) = hierarchy.parent.parent() {
+            let enabled =
+                std::fs::read_to_string(own.join("cgroup.subtree_control")).unwrap_or_default();
+            if !enabled.split_whitespace().any(|c| c == name) {
+                write(&own.join("cgroup.subtree_control"), &format!("+{name}"))?;
+            }
+        }
+        write(
+            &hierarchy.parent.join("cgroup.subtree_control"),
+            &format!("+{name}"),
+        )?;
+    }
+    Ok(())
+}
+
+static NEXT_RUN: AtomicU64 = AtomicU64::new(0);
+
+impl RunCgroups {
+    /// Creates the command's cgroups with their limits and opens their `cgroup.procs`.
+    pub(crate) fn create(
+        hierarchies: &[Hierarchy],
+        limits: Limits,
+    ) -> Result<RunCgroups, (Layer, io::Error)> {
+        let name = format!(
+            "run-{}-{}",
+            std::process::id(),
+            NEXT_RUN.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut cgroups = RunCgroups {
+            dirs: Vec::new(),
+            procs: Vec::new(),
+        };
+        for hierarchy in hierarchies {
+            let layer = hierarchy.controller.layer();
+            // v2 hierarchies are shared by all controllers: one directory serves them all.
+            let dir = hierarchy.parent.join(&name);
+            let existing = cgroups.dirs.iter().any(|(_, d)| *d == dir);
+            if !existing {
+                std::fs::create_dir(&dir).map_err(|e| {
+                    (
+                        layer,
+                        io::Error::new(e.kind(), format!("cannot create {}: {e}", dir.display())),
+                    )
+                })?;
+                cgroups.dirs.push((hierarchy.clone(), dir.clone()));
+            }
+            set_limits(hierarchy, &dir, limits).map_err(|e| (layer, e))?;
+            if !existing {
+                let procs = OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_CLOEXEC)
+                    .open(dir.join("cgroup.procs"))
+                    .map_err(|e| (layer, e))?;
+                cgroups.procs.push(OwnedFd::from(procs));
+            }
+        }
+        Ok(cgroups)
+    }
+
+    /// `cgroup.procs` descriptors the relay writes `0` to.
+    pub(crate) fn procs_fds(&self) -> Vec<RawFd> {
+        self.procs.iter().map(AsRawFd::as_raw_fd).collect()
+    }
+
+    /// Whether the kernel's OOM killer struck inside the memory cgroup.
+    pub(crate) fn oom_killed(&self) -> bool {
+        self.dirs.iter().any(|(hierarchy, dir)| {
+            let file = if hierarchy.v2 {
+                "memory.events"
+            } else {
+                "memory.oom_control"
+            };
+            (hierarchy.controller == Controller::Memory || hierarchy.v2)
+                && std::fs::read_to_string(dir.join(file))
+                    .ok()
+                    .and_then(|text| {
+                        text.lines().find_map(|line| {
+                            line.strip_prefix("oom_kill ").map(|n| n.trim() != "0")
+                        })
+                    })
+                    .unwrap_or(false)
+        })
+    }
+
+    /// Kills whatever is left in the cgroups (normally nothing: the pid namespace died with its
+    /// init) and removes them.
+    pub(crate) fn remove(self) {
+        drop(self.procs);
+        for (_, dir) in &self.dirs {
+            for attempt in 0..50 {
+                if let Ok(text) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+                    for pid in text
+                        .lines()
+                        .filter_map(|l| l.trim().parse::<libc::pid_t>().ok())
+                    {
+                        // SAFETY: kill(2) on a pid read from our own run cgroup.
+                        unsafe {
+                            libc::kill(pid, libc::SIGKILL);
+                        }
+                    }
+                }
+                match std::fs::remove_dir(dir) {
+                    Ok(()) => break,
+                    Err(error) if error.kind() == io::ErrorKind::NotFound => break,
+                    Err(_) if attempt < 49 => std::thread::sleep(Duration::from_millis(2)),
+                    Err(_) => {}
+                }
+            }
+        }
+    }
+}
+
+fn set_limits(hierarchy: &Hierarchy, dir: &Path, limits: Limits) -> io::Result<()> {
+    match (hierarchy.controller, hierarchy.v2) {
+        (Controller::Memory, false) => {
+            write(
+                &dir.join("memory.limit_in_bytes"),
+                &limits.memory_bytes.to_string(),
+            )?;
+            let swap = dir.join("memory.memsw.limit_in_bytes");
+            if swap.exists() {
+                write(&swap, &limits.memory_bytes.to_string())?;
+            }
+        }
+        (Controller::Memory, true) => {
+            write(&dir.join("memory.max"), &limits.memory_bytes.to_string())?;
+            let swap = dir.join("memory.swap.max");
+            if swap.exists() {
+                write(&swap, "0")?;
+            }
+        }
+        // The relay process is in the cgroup too: one more than the command's limit.
+        (Controller::Pids, _) => write(
+            &dir.join("pids.max"),
+            &(u64::from(limits.pids) + 1).to_string(),
+        )?,
+        (Controller::Cpu, false) => {
+            if let Some(millis) = limits.cpu_millis {
+                write(&dir.join("cpu.cfs_period_us"), "100000")?;
+                write(
+                    &dir.join("cpu.cfs_quota_us"),
+                    &(u64::from(millis.max(1)) * 100).to_string(),
+                )?;
+            }
+        }
+        (Controller::Cpu, true) => {
+            if let Some(millis) = limits.cpu_millis {
+                write(
+                    &dir.join("cpu.max"),
+                    &format!("{} 100000", u64::from(millis.max(1)) * 100),
+                )?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Checks that a command cgroup can be created and removed under `hierarchy` (for probing).
+pub(crate) fn trial(hierarchy: &Hierarchy) -> io::Result<()> {
+    prepare(hierarchy)?;
+    let cgroups = RunCgroups::create(
+        std::slice::from_ref(hierarchy),
+        Limits {
+            memory_bytes: 1 << 30,
+            pids: 64,
+            cpu_millis: Some(1000),
+        },
+    )
+    .map_err(|(_, e)| e)?;
+    cgroups.remove();
+    Ok(())
+}
+
+use std::os::unix::fs::OpenOptionsExt;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unescapes_mountinfo_fields() {
+        assert_eq!(unescape(r"/a\040b"), "/a b");
+        assert_eq!(unescape("/plain"), "/plain");
+        assert_eq!(unescape(r"/end\04"), r"/end\04");
+    }
+
+    #[test]
+    fn joins_cgroup_paths_under_the_mount_root() {
+        assert_eq!(
+            join_cgroup(Path::new("/sys/fs/cgroup/memory"), "/", "/a/b"),
+            PathBuf::from("/sys/fs/cgroup/memory/a/b")
+        );
+        assert_eq!(
+            join_cgroup(Path::new("/sys/fs/cgroup"), "/a", "/a/b"),
+            PathBuf::from("/sys/fs/cgroup/b")
+        );
+        assert_eq!(
+            join_cgroup(Path::new("/sys/fs/cgroup"), "/", "/"),
+            PathBuf::from("/sys/fs/cgroup")
+        );
+    }
+}

@@ -1,0 +1,579 @@
+//! The data the [`crate::Sandbox`] trait speaks: backends, layers, view and command
+//! specifications, limits, outputs and the sandbox configuration.
+
+use crate::SandboxError;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where the working root appears inside an isolating sandbox (the `linux` and `gvisor`
+/// backends). The `local` backend runs in the host path ([`crate::SandboxView::root`]).
+pub const WORKING_ROOT: &str = "/work";
+
+/// An isolation backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Backend {
+    /// Namespaces, Landlock, seccomp, cgroups and rlimits, set up natively.
+    Linux,
+    /// gVisor's user-space kernel through `runsc`.
+    Gvisor,
+    /// No isolation at all: for development, only when chosen explicitly.
+    Local,
+}
+
+impl Backend {
+    /// The stable name (`WARDEN_SANDBOX`, result labels).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backend::Linux => "linux",
+            Backend::Gvisor => "gvisor",
+            Backend::Local => "local",
+        }
+    }
+
+    /// Parses [`Backend::as_str`] back.
+    pub fn from_name(name: &str) -> Option<Backend> {
+        match name {
+            "linux" => Some(Backend::Linux),
+            "gvisor" => Some(Backend::Gvisor),
+            "local" => Some(Backend::Local),
+            _ => None,
+        }
+    }
+
+    /// Whether commands run isolated from the host (false only for `local`).
+    pub fn isolates(self) -> bool {
+        match self {
+            Backend::Linux | Backend::Gvisor => true,
+            Backend::Local => false,
+        }
+    }
+}
+
+impl std::fmt::Display for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One layer of isolation; errors and probe reports name the layer that failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Layer {
+    /// The operating system itself (wrong kernel or architecture).
+    Kernel,
+    /// Starting processes, pipes and the like.
+    Process,
+    /// A user namespace mapping the Warden user to the sandbox user.
+    UserNamespace,
+    /// A private mount namespace with a new root.
+    MountNamespace,
+    /// A pid namespace and a fresh `/proc`.
+    PidNamespace,
+    /// A network namespace holding only `lo`.
+    NetNamespace,
+    /// An IPC namespace.
+    IpcNamespace,
+    /// A UTS (hostname) namespace.
+    UtsNamespace,
+    /// A cgroup namespace.
+    CgroupNamespace,
+    /// The sandbox file system: tmpfs root, read-only system and snapshot binds, `/dev`, `/etc`.
+    Filesystem,
+    /// The copy-on-write layer of writable views.
+    Overlayfs,
+    /// Dropping capabilities (bounding set, ambient set).
+    Capabilities,
+    /// `PR_SET_NO_NEW_PRIVS`.
+    NoNewPrivs,
+    /// Landlock file-system (and, where the ABI has them, network and scope) rules.
+    Landlock,
+    /// The seccomp system-call filter.
+    Seccomp,
+    /// The memory cgroup controller.
+    CgroupMemory,
+    /// The pids cgroup controller.
+    CgroupPids,
+    /// The cpu cgroup controller.
+    CgroupCpu,
+    /// Resource limits (`setrlimit`).
+    Rlimits,
+    /// An external runtime (`runsc` for gVisor).
+    Runtime,
+}
+
+impl Layer {
+    /// The stable name used in errors, probe reports and configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Layer::Kernel => "kernel",
+            Layer::Process => "process",
+            Layer::UserNamespace => "user_namespace",
+            Layer::MountNamespace => "mount_namespace",
+            Layer::PidNamespace => "pid_namespace",
+            Layer::NetNamespace => "net_namespace",
+            Layer::IpcNamespace => "ipc_namespace",
+            Layer::UtsNamespace => "uts_namespace",
+            Layer::CgroupNamespace => "cgroup_namespace",
+            Layer::Filesystem => "filesystem",
+            Layer::Overlayfs => "overlayfs",
+            Layer::Capabilities => "capabilities",
+            Layer::NoNewPrivs => "no_new_privs",
+            Layer::Landlock => "landlock",
+            Layer::Seccomp => "seccomp",
+            Layer::CgroupMemory => "cgroup_memory",
+            Layer::CgroupPids => "cgroup_pids",
+            Layer::CgroupCpu => "cgroup_cpu",
+            Layer::Rlimits => "rlimits",
+            Layer::Runtime => "runtime",
+        }
+    }
+
+    /// Parses [`Layer::as_str`] back (configuration files name layers this way).
+    pub fn from_name(name: &str) -> Option<Layer> {
+        Layer::ALL
+            .iter()
+            .copied()
+            .find(|layer| layer.as_str() == name)
+    }
+
+    /// Whether a configuration may disable this layer. Only resource accounting may go (rlimits
+    /// stay as the backstop); no confinement layer can be switched off.
+    pub fn may_be_disabled(self) -> bool {
+        matches!(
+            self,
+            Layer::CgroupMemory | Layer::CgroupPids | Layer::CgroupCpu
+        )
+    }
+
+    /// Every layer, in set-up order.
+    pub const ALL: [Layer; 20] = [
+        Layer::Kernel,
+        Layer::Process,
+        Layer::UserNamespace,
+        Layer::MountNamespace,
+        Layer::PidNamespace,
+        Layer::NetNamespace,
+        Layer::IpcNamespace,
+        Layer::UtsNamespace,
+        Layer::CgroupNamespace,
+        Layer::Filesystem,
+        Layer::Overlayfs,
+        Layer::Capabilities,
+        Layer::NoNewPrivs,
+        Layer::Landlock,
+        Layer::Seccomp,
+        Layer::CgroupMemory,
+        Layer::CgroupPids,
+        Layer::CgroupCpu,
+        Layer::Rlimits,
+        Layer::Runtime,
+    ];
+}
+
+impl std::fmt::Display for Layer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One line of [`crate::probe`]: whether a layer of a backend works here, and why not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayerReport {
+    /// The backend the layer belongs to.
+    pub backend: Backend,
+    /// The layer.
+    pub layer: Layer,
+    /// Whether it can be established on this machine, as this user.
+    pub available: bool,
+    /// What was found, or why it does not work and what to do about it.
+    pub detail: String,
+}
+
+/// How the sandbox is configured (from `warden.toml`; never from a repository).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SandboxConfig {
+    /// Layers the operator explicitly runs without. Only the cgroup layers may be listed (see
+    /// [`Layer::may_be_disabled`]); rlimits then remain as the backstop (`RLIMIT_NPROC`,
+    /// `RLIMIT_DATA`). Anything not listed is required: if it cannot be established, nothing
+    /// runs.
+    pub disabled_layers: Vec<Layer>,
+    /// The `runsc` binary for the gVisor backend; searched in `/usr/bin`, `/usr/local/bin` and
+    /// `/usr/sbin` when unset.
+    pub runsc: Option<PathBuf>,
+}
+
+impl SandboxConfig {
+    pub(crate) fn validate(&self) -> Result<(), SandboxError> {
+        match self
+            .disabled_layers
+            .iter()
+            .find(|layer| !layer.may_be_disabled())
+        {
+            Some(layer) => Err(SandboxError::InvalidConfig(format!(
+                "layer {layer} cannot be disabled; only cgroup_memory, cgroup_pids and \
+                 cgroup_cpu can"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn is_disabled(&self, layer: Layer) -> bool {
+        self.disabled_layers.contains(&layer)
+    }
+}
+
+/// What a view shows: the snapshots and whether the working root is writable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ViewSpec {
+    /// `(name, read-only snapshot root)`. One entry: it *is* the working root. Several: the
+    /// working root holds one folder per name.
+    pub lower: Vec<(String, PathBuf)>,
+    /// Change tasks: a copy-on-write (overlayfs) layer over the snapshots; writes land in
+    /// `scratch_dir/upper[/<name>]` and never in a snapshot.
+    pub writable: bool,
+    /// A host directory Warden owns for this view (upper and work directories, `/tmp`, the
+    /// generated `/etc`). Created if missing, must be empty, deleted at close.
+    pub scratch_dir: PathBuf,
+}
+
+/// Resource limits of one command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResourceLimits {
+    /// Memory (cgroup `memory.max`; `RLIMIT_DATA` when the memory cgroup is disabled).
+    pub memory_bytes: u64,
+    /// Processes and threads (cgroup `pids.max`; `RLIMIT_NPROC` as the backstop).
+    pub pids: u32,
+    /// CPU bandwidth in thousandths of a CPU (1000 = one core); `None` leaves it unlimited.
+    pub cpu_millis: Option<u32>,
+    /// Largest file a command may write (`RLIMIT_FSIZE`).
+    pub file_size_bytes: u64,
+}
+
+impl Default for ResourceLimits {
+    fn default() -> Self {
+        ResourceLimits {
+            memory_bytes: 2 << 30,
+            pids: 512,
+            cpu_millis: None,
+            file_size_bytes: 1 << 30,
+        }
+    }
+}
+
+/// One command to run in a view.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandSpec {
+    /// Program and arguments; a program without `/` is searched in the `PATH` of `env` (or a
+    /// default system path) inside the sandbox.
+    pub argv: Vec<String>,
+    /// The complete environment, allow-listed by the caller; the sandbox adds nothing from the
+    /// host.
+    pub env: Vec<(String, String)>,
+    /// Working directory relative to the working root (`""` or `"."` for the root itself).
+    pub cwd: String,
+    /// Wall-clock limit; the whole process tree is killed when it passes.
+    pub timeout: Duration,
+    /// Bytes of stdout and stderr kept (together); the rest is dropped and a marker line
+    /// `[output truncated at N bytes]` is appended.
+    pub output_limit: usize,
+    /// Memory, processes, CPU and file size.
+    pub limits: ResourceLimits,
+}
+
+impl CommandSpec {
+    /// `bash -c <script>` in the working root with [`baseline_env`] and default limits: the
+    /// shape of the agent's `shell` tool.
+    pub fn bash(script: &str, timeout: Duration) -> CommandSpec {
+        CommandSpec {
+            argv: vec!["bash".into(), "-c".into(), script.into()],
+            env: baseline_env(),
+            cwd: String::new(),
+            timeout,
+            output_limit: 64 * 1024,
+            limits: ResourceLimits::default(),
+        }
+    }
+}
+
+/// The environment a shell command needs and nothing taken from the host: a system `PATH`,
+/// `HOME` and `TMPDIR` in the sandbox's private `/tmp`, a UTF-8 locale.
+pub fn baseline_env() -> Vec<(String, String)> {
+    [
+        (
+            "PATH",
+            "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
+        ),
+        ("HOME", "/tmp"),
+        ("TMPDIR", "/tmp"),
+        ("LANG", "C.UTF-8"),
+        ("USER", "sandbox"),
+    ]
+    .into_iter()
+    .map(|(name, value)| (name.to_owned(), value.to_owned()))
+    .collect()
+}
+
+/// Which output stream a chunk came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Stream {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+}
+
+/// What a command did. A failing command is data, not an error.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CommandOutput {
+    /// The exit status, when the command exited normally.
+    pub exit_code: Option<i32>,
+    /// The signal that killed the command (`9` after a timeout or an out-of-memory kill).
+    pub signal: Option<i32>,
+    /// Standard output as kept (see [`CommandSpec::output_limit`]).
+    pub stdout: Vec<u8>,
+    /// Standard error as kept.
+    pub stderr: Vec<u8>,
+    /// Whether output was dropped (the kept streams end with the marker line).
+    pub truncated: bool,
+    /// Whether the wall-clock limit killed the command.
+    pub timed_out: bool,
+    /// Wall-clock time from start to the end of the last process.
+    pub duration: Duration,
+}
+
+impl CommandOutput {
+    /// True when the command exited with status 0.
+    pub fn success(&self) -> bool {
+        self.exit_code == Some(0)
+    }
+}
+
+/// A [`ViewSpec`] after validation: canonical snapshot paths.
+#[derive(Debug, Clone)]
+pub(crate) enum ValidatedView {
+    /// One snapshot: it is the working root.
+    Single(PathBuf),
+    /// Several: `(folder name, snapshot)`, sorted by name.
+    Multi(Vec<(String, PathBuf)>),
+}
+
+/// Characters that cannot appear in a path handed to overlayfs (option separators) or to the
+/// kernel (NUL).
+fn unmountable(path: &std::path::Path) -> bool {
+    path.as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .any(|byte| matches!(byte, b',' | b':' | b'\\' | 0))
+}
+
+pub(crate) fn validate_view(view: &ViewSpec) -> Result<ValidatedView, SandboxError> {
+    let invalid = |message: String| Err(SandboxError::InvalidRequest(message));
+    if view.lower.is_empty() {
+        return invalid("a view needs at least one snapshot".into());
+    }
+    if !view.scratch_dir.is_absolute() || unmountable(&view.scratch_dir) {
+        return invalid(format!(
+            "scratch directory {} must be absolute and free of ',', ':', '\\'",
+            view.scratch_dir.display()
+        ));
+    }
+    let mut repos = Vec::with_capacity(view.lower.len());
+    for (name, snapshot) in &view.lower {
+        if view.lower.len() > 1
+            && (name.is_empty()
+                || name == "."
+                || name == ".."
+                || name.contains(['/', '\0', ',', ':', '\\']))
+        {
+            return invalid(format!(
+                "repository name {name:?} cannot be a folder of the working root"
+            ));
+        }
+        if !snapshot.is_absolute() {
+            return invalid(format!(
+                "snapshot {} is not an absolute path",
+                snapshot.display()
+            ));
+        }
+        let canonical = snapshot.canonicalize().map_err(|error| {
+            SandboxError::InvalidRequest(format!("snapshot {}: {error}", snapshot.display()))
+        })?;
+        if !canonical.is_dir() {
+            return invalid(format!(
+                "snapshot {} is not a directory",
+                snapshot.display()
+            ));
+        }
+        if unmountable(&canonical) {
+            return invalid(format!(
+                "snapshot path {} contains ',', ':' or '\\'",
+                canonical.display()
+            ));
+        }
+        repos.push((name.clone(), canonical));
+    }
+    if repos.len() == 1 {
+        let (_, snapshot) = repos.remove(0);
+        return Ok(ValidatedView::Single(snapshot));
+    }
+    repos.sort_by(|a, b| a.0.cmp(&b.0));
+    if let Some(pair) = repos.windows(2).find(|pair| pair[0].0 == pair[1].0) {
+        return invalid(format!("repository name {:?} is given twice", pair[0].0));
+    }
+    Ok(ValidatedView::Multi(repos))
+}
+
+/// Checks a command and returns its working directory relative to the working root,
+/// normalized (`""` for the root itself).
+pub(crate) fn validate_command(command: &CommandSpec) -> Result<String, SandboxError> {
+    let invalid = |message: String| Err(SandboxError::InvalidRequest(message));
+    match command.argv.first() {
+        None => return invalid("argv is empty".into()),
+        Some(program) if program.is_empty() => return invalid("the program name is empty".into()),
+        Some(_) => {}
+    }
+    if let Some(arg) = command.argv.iter().find(|arg| arg.contains('\0')) {
+        return invalid(format!("argument {arg:?} contains a NUL byte"));
+    }
+    for (name, value) in &command.env {
+        if name.is_empty() || name.contains(['=', '\0']) {
+            return invalid(format!("environment name {name:?} is not valid"));
+        }
+        if value.contains('\0') {
+            return invalid(format!("environment variable {name} contains a NUL byte"));
+        }
+    }
+    if command.cwd.starts_with('/') || command.cwd.contains('\0') {
+        return invalid(format!(
+            "cwd {:?} must be relative to the working root",
+            command.cwd
+        ));
+    }
+    let mut parts = Vec::new();
+    for part in command.cwd.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => return invalid(format!("cwd {:?} leaves the working root", command.cwd)),
+            part => parts.push(part),
+        }
+    }
+    Ok(parts.join("/"))
+}
+
+/// Creates the scratch directory (private to the Warden user) or checks that it is empty.
+pub(crate) fn prepare_scratch(dir: &std::path::Path) -> Result<(), SandboxError> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => Ok(()),
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+            let mut entries = std::fs::read_dir(dir).map_err(|e| {
+                SandboxError::io(
+                    format!("cannot read scratch directory {}", dir.display()),
+                    e,
+                )
+            })?;
+            if entries.next().is_some() {
+                return Err(SandboxError::InvalidRequest(format!(
+                    "scratch directory {} is not empty",
+                    dir.display()
+                )));
+            }
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).map_err(|e| {
+                SandboxError::io(
+                    format!("cannot restrict scratch directory {}", dir.display()),
+                    e,
+                )
+            })
+        }
+        Err(error) => Err(SandboxError::io(
+            format!("cannot create scratch directory {}", dir.display()),
+            error,
+        )),
+    }
+}
+
+/// Deletes a scratch directory, including directories the sandbox left without write or
+/// search permission (copied-up snapshot directories are `0555`, overlayfs leaves a `000`
+/// work directory). Never follows symbolic links.
+pub(crate) fn remove_scratch(dir: &std::path::Path) -> Result<(), SandboxError> {
+    fn remove(path: &std::path::Path) -> std::io::Result<()> {
+        use std::os::unix::fs::PermissionsExt;
+        let meta = match std::fs::symlink_metadata(path) {
+            Ok(meta) => meta,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(error) => return Err(error),
+        };
+        if !meta.is_dir() {
+            return std::fs::remove_file(path);
+        }
+        if meta.permissions().mode() & 0o700 != 0o700 {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))?;
+        }
+        for entry in std::fs::read_dir(path)? {
+            remove(&entry?.path())?;
+        }
+        std::fs::remove_dir(path)
+    }
+    remove(dir).map_err(|e| {
+        SandboxError::io(
+            format!("cannot remove scratch directory {}", dir.display()),
+            e,
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for backend in [Backend::Linux, Backend::Gvisor, Backend::Local] {
+            assert_eq!(Backend::from_name(backend.as_str()), Some(backend));
+        }
+        for layer in Layer::ALL {
+            assert_eq!(Layer::from_name(layer.as_str()), Some(layer));
+        }
+    }
+
+    fn cwd(cwd: &str) -> Result<String, String> {
+        let mut command = CommandSpec::bash("true", Duration::from_secs(1));
+        command.cwd = cwd.into();
+        validate_command(&command).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn cwd_stays_inside_the_working_root() {
+        assert_eq!(cwd(""), Ok(String::new()));
+        assert_eq!(cwd("."), Ok(String::new()));
+        assert_eq!(cwd("./src//lib/"), Ok("src/lib".into()));
+        assert!(cwd("..").is_err());
+        assert!(cwd("src/../..").is_err());
+        assert!(cwd("/etc").is_err());
+    }
+
+    #[test]
+    fn environment_names_are_checked() {
+        let mut command = CommandSpec::bash("true", Duration::from_secs(1));
+        command.env.push(("A=B".into(), "x".into()));
+        assert!(validate_command(&command).is_err());
+        command.env.pop();
+        command.argv.clear();
+        assert!(validate_command(&command).is_err());
+    }
+
+    #[test]
+    fn only_cgroup_layers_can_be_disabled() {
+        let ok = SandboxConfig {
+            disabled_layers: vec![Layer::CgroupMemory, Layer::CgroupPids, Layer::CgroupCpu],
+            runsc: None,
+        };
+        assert!(ok.validate().is_ok());
+        for layer in [Layer::Landlock, Layer::Seccomp, Layer::UserNamespace] {
+            let bad = SandboxConfig {
+                disabled_layers: vec![layer],
+                runsc: None,
+            };
+            assert!(bad.validate().is_err(), "{layer}");
+        }
+    }
+}
