@@ -26,5 +26,10 @@ impl Sandbox for GvisorSandbox {
 }
 
 pub(crate) fn probe(_config: &SandboxConfig) -> Vec<LayerReport> {
-    Vec::new()
+    vec![LayerReport {
+        backend: Backend::Gvisor,
+        layer: Layer::Runtime,
+        available: false,
+        detail: "not implemented yet".into(),
+    }]
 }

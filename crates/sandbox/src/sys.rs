@@ -39,12 +39,6 @@ pub(crate) fn set_dumpable(dumpable: bool) -> io::Result<()> {
     Ok(())
 }
 
-/// `prctl(PR_GET_DUMPABLE)`.
-pub(crate) fn is_dumpable() -> io::Result<bool> {
-    // SAFETY: PR_GET_DUMPABLE reads a flag of the calling process; no pointers.
-    Ok(check(unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) })? == 1)
-}
-
 /// A close-on-exec pipe: `(read end, write end)`.
 pub(crate) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as libc::c_int; 2];

@@ -193,10 +193,6 @@ impl Ruleset {
     pub(crate) fn raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
     }
-
-    pub(crate) fn abi(&self) -> u32 {
-        self.abi
-    }
 }
 
 use std::os::unix::fs::OpenOptionsExt;

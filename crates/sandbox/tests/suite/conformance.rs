@@ -1,0 +1,508 @@
+//! The conformance suite every isolating backend runs (and `local` the parts that make sense
+//! without isolation). Each check is a function over a backend; `mod.rs` instantiates them as
+//! `#[test]`s per backend.
+
+use super::support::{bash, expect_success, run, text, Fixture, CANARY_KEY};
+use std::io::ErrorKind;
+use std::net::TcpListener;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use warden_sandbox::{
+    CommandSpec, ResourceLimits, Sandbox, SandboxView, Stream, ViewSpec, WORKING_ROOT,
+};
+
+type Backend = Arc<dyn Sandbox>;
+
+fn open(sandbox: &Backend, view: &ViewSpec) -> Box<dyn SandboxView> {
+    sandbox
+        .open(view)
+        .unwrap_or_else(|e| panic!("open {view:?}: {e}"))
+}
+
+/// Writing the snapshot fails, through any path, and the snapshot is unchanged.
+pub fn writing_the_snapshot_fails(sandbox: &Backend) {
+    let fixture = Fixture::new();
+    let before = fixture.snapshot_state();
+    let view = open(sandbox, &fixture.view(false));
+    for script in [
+        "echo x > README.md",
+        "echo x >> README.md",
+        "touch new-file",
+        "rm -f README.md",
+        "mkdir new-dir",
+        "chmod 777 README.md",
+        "mv README.md moved.md",
+        "truncate -s 0 src/lib.rs",
+        "ln -s /etc/passwd link",
+    ] {
+        let output = bash(view.as_ref(), script);
+        assert!(!output.success(), "{script} succeeded in a read-only view");
+    }
+    view.close().unwrap();
+    assert_eq!(fixture.snapshot_state(), before, "the snapshot changed");
+}
+
+/// Writable views: writes outside the working root and /tmp fail.
+pub fn writing_outside_the_writable_layer_fails(sandbox: &Backend) {
+    let fixture = Fixture::new();
+    let view = open(sandbox, &fixture.view(true));
+    for target in [
+        "/etc/passwd",
+        "/etc/new",
+        "/usr/new",
+        "/usr/bin/new",
+        "/new",
+        "/dev/new",
+        "/proc/sys/kernel/hostname",
+        "/root/new",
+        "/home/new",
+    ] {
+        let output = bash(view.as_ref(), &format!("echo x > {target}"));
+        assert!(
+            !output.success(),
+            "writing {target} succeeded: {}",
+            text(&output.stderr)
+        );
+    }
+    expect_success(&bash(
+        view.as_ref(),
+        "echo ok > /tmp/ok && cat /tmp/ok && echo ok > ./in-root",
+    ));
+    view.close().unwrap();
+}
+
+/// Writable views: changes (also to read-only-mode snapshot files, in read-only-mode snapshot
+/// directories) are visible in the view and through `root()`, and the snapshot is unchanged.
+pub fn writable_view_changes_land_in_the_view_only(sandbox: &Backend) {
+    let fixture = Fixture::new();
+    let before = fixture.snapshot_state();
+    let view = open(sandbox, &fixture.view(true));
+    let script = "set -e
+        echo changed >> README.md
+        sed -i 's/42/43/' src/lib.rs
+        echo new > src/new.rs
+        mkdir -p docs/deep && echo doc > docs/deep/a.md
+        rm run.sh
+        cat README.md src/lib.rs";
+    let stdout = expect_success(&bash(view.as_ref(), script));
+    assert!(
+        stdout.contains("changed") && stdout.contains("43"),
+        "{stdout}"
+    );
+    let root = view.root().to_path_buf();
+    assert_eq!(
+        std::fs::read_to_string(root.join("src/new.rs")).unwrap(),
+        "new\n"
+    );
+    assert!(std::fs::read_to_string(root.join("README.md"))
+        .unwrap()
+        .ends_with("changed\n"));
+    assert!(!root.join("run.sh").exists());
+    // A second command sees the first one's changes.
+    expect_success(&bash(
+        view.as_ref(),
+        "test -f src/new.rs && test ! -e run.sh && grep -q 43 src/lib.rs",
+    ));
+    view.close().unwrap();
+    assert_eq!(fixture.snapshot_state(), before, "the snapshot changed");
+}
+
+/// Several repositories: one folder per name under the working root.
+pub fn multi_repository_views(sandbox: &Backend) {
+    let fixture = Fixture::new();
+    let other = fixture.dir.path().join("other");
+    super::support::snapshot_at(&other, &[("lib.py", "x = 1\n")]);
+    for writable in [false, true] {
+        let view = open(
+            sandbox,
+            &ViewSpec {
+                lower: vec![
+                    ("app".into(), fixture.snapshot.clone()),
+                    ("lib".into(), other.clone()),
+                ],
+                writable,
+                scratch_dir: fixture.scratch(if writable { "multi-rw" } else { "multi-ro" }),
+            },
+        );
+        let stdout = expect_success(&bash(view.as_ref(), "ls; cat app/src/lib.rs lib/lib.py"));
+        assert!(
+            stdout.contains("app\nlib\n") && stdout.contains("x = 1"),
+            "{stdout}"
+        );
+        let write = bash(view.as_ref(), "echo y >> lib/lib.py && cat lib/lib.py");
+        assert_eq!(write.success(), writable, "{}", text(&write.stderr));
+        if sandbox.backend().isolates() {
+            // The folder holding the repositories is not part of any writable layer.
+            assert!(!bash(view.as_ref(), "mkdir third").success());
+        }
+        assert!(view.root().join("app/src/lib.rs").exists());
+        view.close().unwrap();
+    }
+    assert_eq!(
+        std::fs::read_to_string(other.join("lib.py")).unwrap(),
+        "x = 1\n"
+    );
+}
+
+/// No IPv4/IPv6/netlink/packet sockets at all; unix sockets work.
+pub fn inet_sockets_fail(sandbox: &Backend) {
+    let fixture = Fixture::new();
+    let view = open(sandbox, &fixture.view(false));
+    let script = r#"
+import socket
+for name in ["AF_INET", "AF_INET6", "AF_NETLINK", "AF_PACKET"]:
+    try:
+        socket.socket(getattr(socket, name), socket.SOCK_DGRAM if name != "AF_PACKET" else socket.SOCK_RAW)
+        print(name, "OPEN")
+    except OSError as error:
+        print(name, "denied", error.errno)
+a, b = socket.socketpair(socket.AF_UNIX)
+a.send(b"unix-ok"); print(b.recv(10).decode())
+"#;
+    let output = run(view.as_ref(), python(script));
+    let stdout = expect_success(&output);
+    assert!(!stdout.contains("OPEN"), "{stdout}");
+    assert!(stdout.contains("unix-ok"), "{stdout}");
+    view.close().unwrap();
+}
+
+fn python(script: &str) -> CommandSpec {
+    let mut command = CommandSpec::bash("", Duration::from_secs(30));
+    command.argv = vec!["python3".into(), "-c".into(), script.into()];
+    command
+}
+
+/// A TCP connection to a listener on the host's loopback fails, and the listener sees nothing.
+pub fn tcp_to_a_host_listener_fails(sandbox: &Backend) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let fixture = Fixture::new();
+    let view = open(sandbox, &fixture.view(false));
+    let output = bash(
+        view.as_ref(),
+        &format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo CONNECTED"),
+    );
+    assert!(!output.success() && !text(&output.stdout).contains("CONNECTED"));
+    let script = format!(
+        "import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2); print('CONNECTED')\nexcept OSError as e:\n    print('failed', e)"
+    );
+    let stdout = text(&run(view.as_ref(), python(&script)).stdout);
+    assert!(stdout.contains("failed"), "{stdout}");
+    view.close().unwrap();
+    match listener.accept() {
+        Err(error) if error.kind() == ErrorKind::WouldBlock => {}
+        other => panic!("the host listener saw a connection: {other:?}"),
+    }
+}
+
+/// Name resolution fails (no resolver, no network).
+pub fn dns_fails(sandbox: &Backend) {
+    let fixture = Fixture::new();
+    let view = open(sandbox, &fixture.view(false));
+    assert!(!bash(view.as_ref(), "getent hosts example.com").success());
+    let stdout = text(
+        &run(
+            view.as_ref(),
+            python("import socket\ntry:\n    print(socket.getaddrinfo('example.com', 443))\nexcept OSError as e:\n    print('failed', e)"),
+        )
+        .stdout,
+    );
+    assert!(stdout.contains("failed"), "{stdout}");
+    view.close().unwrap();
+}
+
+/// Files of the host (a canary in the host's /tmp and, where we may write it, /root) are not
+/// there, nor is /home.
+pub fn host_files_are_absent(sandbox: &Backend) {
+    let content = format!("canary-{}-{}", std::process::id(), line!());
+    let tmp_canary = std::path::PathBuf::from(format!("/tmp/warden-canary-{}", std::process::id()));
+    std::fs::write(&tmp_canary, &content).unwrap();
+    let root_canary =
+        std::path::PathBuf::from(format!("/root/warden-canary-{}", std::process::id()));
+    let wrote_root = std::fs::write(&root_canary, &content).is_ok();
+    if !wrote_root {
+        eprintln!("note: cannot write /root as this user; checking only that /root is absent");
+    }
+    let fixture = Fixture::new();
+    let view = open(sandbox, &fixture.view(true));
+    let script = format!(
+        "ls /tmp; cat {tmp} {root} 2>&1; ls /root /home 2>&1; grep -rs {content} / --exclude-dir=proc --exclude-dir=sys --exclude-dir=usr -l; true",
+        tmp = tmp_canary.display(),
+        root = root_canary.display(),
+    );
+    let stdout = expect_success(&bash(view.as_ref(), &script));
+    view.close().unwrap();
+    let _ = std::fs::remove_file(&tmp_canary);
+    if wrote_root {
+        let _ = std::fs::remove_file(&root_canary);
+    }
+    assert!(
+        !stdout.contains(&content),
+        "a host canary is visible:\n{stdout}"
+    );
+    assert!(
+        !stdout.contains("warden-canary-") || stdout.contains("No such file"),
+        "{stdout}"
+    );
+}
+
+/// `/proc` lists only the sandbox's own processes.
+pub fn proc_shows_only_sandbox_processes(sandbox: &Backend) {
+    let fixture = Fixture::new();
+    let view = open(sandbox, &fixture.view(false));
+    let stdout = expect_success(&bash(
+        view.as_ref(),
+        "sleep 5 & for p in /proc/[0-9]*; do echo \"${p#/proc/} $(tr '\\0' ' ' < $p/cmdline)\"; done; kill %1",
+    ));
+    view.close().unwrap();
+    let processes: Vec<&str> = stdout.lines().collect();
+    assert!(
+        processes.len() <= 4,
+        "too many processes visible: {processes:?}"
+    );
+    let host_pid = std::process::id().to_string();
+    for line in &processes {
+        let (pid, cmdline) = line.split_once(' ').unwrap_or((line, ""));
+        assert!(
+            pid.parse::<u32>().unwrap() < 100,
+            "a host-looking pid: {line}"
+        );
+        assert!(
+            cmdline.contains("bash")
+                || cmdline.contains("sleep")
+                || cmdline.contains("tr")
+                || cmdline.is_empty(),
+            "unexpected process {line} (host pid {host_pid})"
+        );
+    }
+}
+
+/// A fork bomb stops at the pids limit.
+pub fn fork_bomb_stops_at_the_pids_limit(sandbox: &Backend) {
+    let fixture = Fixture::new();
+    let view = open(sandbox, &fixture.view(false));
+    let mut command = python(
+        "import os, time\ncount = 0\ntry:\n    while count < 1000:\n        pid = os.fork()\n        if pid == 0:\n            time.sleep(30); os._exit(0)\n        count += 1\nexcept OSError as e:\n    print('stopped', count, e.errno)\nelse:\n    print('unlimited', count)",
+    );
+    command.limits = ResourceLimits {
+        pids: 24,
+        ..ResourceLimits::default()
+    };
+    command.timeout = Duration::from_secs(20);
+    let started = Instant::now();
+    let output = run(view.as_ref(), command);
+    let stdout = text(&output.stdout);
+    assert!(
+        stdout.starts_with("stopped"),
+        "{stdout} {}",
+        text(&output.stderr)
+    );
+    let count: u32 = stdout.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(count <= 24, "forked {count} processes with a limit of 24");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the children outlived their parent"
+    );
+    // The classic bomb: it must end (by the timeout) and leave the host usable.
+    let mut bomb = CommandSpec::bash(
+        "bomb() { bomb | bomb & }; bomb; sleep 30",
+        Duration::from_secs(2),
+    );
+    bomb.limits.pids = 32;
+    let output = run(view.as_ref(), bomb);
+    assert!(output.timed_out || !output.success());
+    expect_success(&bash(view.as_ref(), "true"));
+    view.close().unwrap();
+}
+
+/// A memory balloon is stopped at its limit (killed, or refused the memory).
+pub fn memory_balloon_is_stopped(sandbox: &Backend) {
+    let fixture = Fixture::new();
+    let view = open(sandbox, &fixture.view(false));
+    let mut command = python("b = bytearray(768 << 20)\nprint('ALLOCATED', len(b))");
+    command.limits.memory_bytes = 64 << 20;
+    let output = run(view.as_ref(), command);
+    view.close().unwrap();
+    let stderr = text(&output.stderr);
+    assert!(
+        !text(&output.stdout).contains("ALLOCATED"),
+        "the balloon got its memory"
+    );
+    assert!(
+        output.signal == Some(9) || stderr.contains("MemoryError"),
+        "neither killed nor refused: {output:?}"
+    );
+}
+
+/// The timeout kills the whole tree: grandchildren that would write a marker later never do
+/// (for isolating backends also ones that left the process group or ignore SIGTERM/SIGHUP).
+pub fn timeout_kills_grandchildren(sandbox: &Backend) {
+    let fixture = Fixture::new();
+    let view = open(sandbox, &fixture.view(true));
+    let mut script = String::from("(sleep 1.5; echo late > marker-1) & ");
+    if sandbox.backend().isolates() {
+        script.push_str(
+            "setsid sh -c 'sleep 1.5; echo late > marker-2' & \
+             nohup sh -c 'trap \"\" TERM HUP; sleep 1.5; echo late > marker-3' >/dev/null 2>&1 & ",
+        );
+    }
+    script.push_str("echo started; sleep 60");
+    let started = Instant::now();
+    let output = run(
+        view.as_ref(),
+        CommandSpec::bash(&script, Duration::from_millis(500)),
+    );
+    assert!(output.timed_out, "{output:?}");
+    assert_eq!(output.signal, Some(9));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+    assert!(text(&output.stdout).contains("started"));
+    std::thread::sleep(Duration::from_millis(2500));
+    let stdout = expect_success(&bash(view.as_ref(), "ls"));
+    assert!(
+        !stdout.contains("marker"),
+        "a grandchild survived the timeout: {stdout}"
+    );
+    view.close().unwrap();
+}
+
+/// An output flood is truncated with the marker, and the command still completes.
+pub fn output_flood_is_truncated(sandbox: &Backend) {
+    let fixture = Fixture::new();
+    let view = open(sandbox, &fixture.view(false));
+    let mut command = CommandSpec::bash(
+        "yes flood | head -c 20000000; echo done >&2",
+        Duration::from_secs(30),
+    );
+    command.output_limit = 10_000;
+    let mut streamed = 0usize;
+    let output = view
+        .run_streaming(&command, &mut |stream, data| {
+            if stream == Stream::Stdout {
+                streamed += data.len();
+            }
+        })
+        .unwrap();
+    view.close().unwrap();
+    assert!(output.success(), "{output:?}");
+    assert!(output.truncated);
+    let stdout = text(&output.stdout);
+    assert!(
+        stdout.ends_with("[output truncated at 10000 bytes]\n"),
+        "{}",
+        &stdout[stdout.len().saturating_sub(100)..]
+    );
+    assert!(output.stdout.len() + output.stderr.len() <= 10_000 + 2 * 40);
+    assert_eq!(streamed, output.stdout.len());
+}
+
+/// The command's environment is exactly the caller's allow-list.
+pub fn environment_is_exactly_the_allow_list(sandbox: &Backend) {
+    let fixture = Fixture::new();
+    let view = open(sandbox, &fixture.view(false));
+    let mut command = CommandSpec::bash("", Duration::from_secs(30));
+    command.argv = vec!["/usr/bin/env".into()];
+    command.env = vec![("ONLY".into(), "this".into())];
+    let stdout = expect_success(&run(view.as_ref(), command));
+    view.close().unwrap();
+    assert_eq!(stdout, "ONLY=this\n");
+}
+
+/// Nothing of the host environment enters: not the canary key set in this process, not
+/// through `/proc`. Runs in a child test process that has the key in its environment.
+pub fn model_key_is_absent(sandbox: &Backend) {
+    assert_eq!(
+        std::env::var("OPENAI_API_KEY").as_deref(),
+        Ok(CANARY_KEY),
+        "run through the re-exec"
+    );
+    let fixture = Fixture::new();
+    let view = open(sandbox, &fixture.view(false));
+    let host_pid = std::process::id();
+    let script = format!(
+        "env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'; cat /proc/{host_pid}/environ 2>&1; \
+         cat /proc/1/environ | tr '\\0' '\\n'; true"
+    );
+    let output = bash(view.as_ref(), &script);
+    view.close().unwrap();
+    let all = format!("{}{}", text(&output.stdout), text(&output.stderr));
+    assert!(
+        !all.contains(CANARY_KEY) && !all.contains("OPENAI_API_KEY"),
+        "the key leaked:\n{all}"
+    );
+}
+
+/// The host process (Warden) cannot be traced or its memory read from inside.
+pub fn ptrace_of_the_host_is_impossible(sandbox: &Backend) {
+    let fixture = Fixture::new();
+    let view = open(sandbox, &fixture.view(false));
+    let host_pid = std::process::id();
+    let script = format!(
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n\
+         for pid in ({host_pid}, 1, os.getppid()):\n    r = libc.ptrace(16, pid, 0, 0)\n    print(pid, r, ctypes.get_errno())\n\
+         try:\n    open('/proc/{host_pid}/mem', 'rb').read(1); print('MEM-READ')\nexcept OSError as e:\n    print('mem denied', e.errno)"
+    );
+    let output = run(view.as_ref(), python(&script));
+    view.close().unwrap();
+    let stdout = expect_success(&output);
+    for line in stdout.lines().filter(|l| !l.starts_with("mem")) {
+        let result: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(result.get(1), Some(&"-1"), "ptrace succeeded: {line}");
+    }
+    assert!(!stdout.contains("MEM-READ"), "{stdout}");
+}
+
+/// Exit codes, the working directory, the exact environment and a missing program.
+pub fn commands_behave(sandbox: &Backend) {
+    let fixture = Fixture::new();
+    let view = open(sandbox, &fixture.view(false));
+    assert_eq!(bash(view.as_ref(), "exit 3").exit_code, Some(3));
+    let mut in_src = CommandSpec::bash("pwd; ls", Duration::from_secs(10));
+    in_src.cwd = "src".into();
+    let stdout = expect_success(&run(view.as_ref(), in_src));
+    assert!(stdout.ends_with("lib.rs\n"), "{stdout}");
+    assert!(
+        stdout.starts_with(&view_path(sandbox, view.as_ref(), "src")),
+        "{stdout}"
+    );
+    let mut missing = CommandSpec::bash("", Duration::from_secs(10));
+    missing.argv = vec!["no-such-program-xyz".into()];
+    let output = run(view.as_ref(), missing);
+    assert_eq!(output.exit_code, Some(127), "{output:?}");
+    assert!(text(&output.stderr).contains("no-such-program-xyz"));
+    let mut bad_cwd = CommandSpec::bash("true", Duration::from_secs(10));
+    bad_cwd.cwd = "../..".into();
+    assert!(view.run(&bad_cwd).is_err());
+    view.close().unwrap();
+}
+
+fn view_path(sandbox: &Backend, view: &dyn SandboxView, relative: &str) -> String {
+    if sandbox.backend().isolates() {
+        format!("{WORKING_ROOT}/{relative}")
+    } else {
+        view.root().join(relative).to_string_lossy().into_owned()
+    }
+}
+
+/// Several commands at once in one view.
+pub fn concurrent_commands(sandbox: &Backend) {
+    let fixture = Fixture::new();
+    let view = open(sandbox, &fixture.view(true));
+    std::thread::scope(|scope| {
+        for index in 0..6 {
+            let view = &view;
+            scope.spawn(move || {
+                let stdout = expect_success(&bash(
+                    view.as_ref(),
+                    &format!("echo {index} > f{index}; cat f{index}"),
+                ));
+                assert_eq!(stdout, format!("{index}\n"));
+            });
+        }
+    });
+    view.close().unwrap();
+}

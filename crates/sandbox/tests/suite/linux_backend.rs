@@ -1,0 +1,352 @@
+//! Tests specific to the `linux` backend: probe and select agree, failing closed with the
+//! layer named, the scratch layout, escapes the seccomp filter and Landlock stop, the
+//! hardened Warden process, and the whole linux suite re-run as uid 65534 (with and without
+//! delegated cgroups).
+
+use super::support::{
+    bash, config, euid, expect_success, mode, reexec, text, Fixture, CANARY_KEY, DELEGATED,
+    MODE_VAR, UNDELEGATED,
+};
+use std::path::PathBuf;
+use std::time::Duration;
+use warden_sandbox::{
+    probe_with, select, Backend, CommandSpec, Layer, SandboxConfig, SandboxError,
+};
+
+#[test]
+fn probe_agrees_with_select() {
+    let config = config();
+    let reports: Vec<_> = probe_with(&config)
+        .into_iter()
+        .filter(|r| r.backend == Backend::Linux)
+        .collect();
+    for report in &reports {
+        eprintln!(
+            "{:<18} {:<5} {}",
+            report.layer.as_str(),
+            report.available,
+            report.detail
+        );
+    }
+    let missing: Vec<_> = reports
+        .iter()
+        .filter(|r| !r.available && !config.disabled_layers.contains(&r.layer))
+        .collect();
+    match select(Backend::Linux, &config) {
+        Ok(_) => assert!(
+            missing.is_empty(),
+            "select succeeded but probe reports {missing:?}"
+        ),
+        Err(error) => {
+            assert!(
+                !missing.is_empty(),
+                "select failed ({error}) but probe reports every layer"
+            );
+            let layer = error.layer().expect("an unavailable layer");
+            assert!(
+                missing.iter().any(|r| r.layer == layer),
+                "select names {layer}, probe does not report it: {missing:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn only_resource_layers_can_be_disabled() {
+    let config = SandboxConfig {
+        disabled_layers: vec![Layer::Landlock],
+        runsc: None,
+    };
+    match select(Backend::Linux, &config) {
+        Err(SandboxError::InvalidConfig(message)) => {
+            assert!(message.contains("landlock"), "{message}")
+        }
+        other => panic!(
+            "expected a configuration error, got {:?}",
+            other.map(|_| ())
+        ),
+    }
+}
+
+/// In the undelegated uid-65534 run: the default configuration fails closed, naming a cgroup
+/// layer, and probe reports it.
+#[test]
+fn fails_closed_naming_the_layer_without_cgroup_delegation() {
+    if mode().as_deref() != Some(UNDELEGATED) {
+        eprintln!("runs in the uid 65534 child without delegated cgroups (as_nobody_without_cgroup_delegation)");
+        return;
+    }
+    let error = match select(Backend::Linux, &SandboxConfig::default()) {
+        Err(error) => error,
+        Ok(_) => panic!("the linux backend came up without cgroups; it must fail closed"),
+    };
+    let message = error.to_string();
+    let layer = error.layer().expect("an unavailable layer");
+    assert!(
+        matches!(
+            layer,
+            Layer::CgroupMemory | Layer::CgroupPids | Layer::CgroupCpu
+        ),
+        "{message}"
+    );
+    assert!(
+        message.contains(layer.as_str()) && message.contains("linux"),
+        "{message}"
+    );
+    let report = probe_with(&SandboxConfig::default())
+        .into_iter()
+        .find(|r| r.backend == Backend::Linux && r.layer == layer)
+        .expect("a report for the layer");
+    assert!(!report.available, "{report:?}");
+}
+
+#[test]
+fn copy_up_lands_in_the_scratch_upper_dir() {
+    let Some(sandbox) = super::support::sandbox(Backend::Linux) else {
+        return;
+    };
+    let fixture = Fixture::new();
+    let before = fixture.snapshot_state();
+    let spec = fixture.view(true);
+    let view = sandbox.open(&spec).unwrap();
+    expect_success(&bash(
+        view.as_ref(),
+        "echo appended >> README.md && echo new > src/new.rs",
+    ));
+    let upper = spec.scratch_dir.join("upper");
+    assert!(std::fs::read_to_string(upper.join("README.md"))
+        .unwrap()
+        .ends_with("appended\n"));
+    assert_eq!(
+        std::fs::read_to_string(upper.join("src/new.rs")).unwrap(),
+        "new\n"
+    );
+    assert!(!upper.join("run.sh").exists(), "untouched files stay below");
+    view.close().unwrap();
+    assert_eq!(fixture.snapshot_state(), before);
+    assert!(
+        !spec.scratch_dir.exists(),
+        "close deletes the scratch directory"
+    );
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts.contains(spec.scratch_dir.to_str().unwrap()),
+        "close leaves no mount behind"
+    );
+}
+
+#[test]
+fn escapes_are_refused() {
+    let Some(sandbox) = super::support::sandbox(Backend::Linux) else {
+        return;
+    };
+    let fixture = Fixture::new();
+    for writable in [false, true] {
+        let view = sandbox.open(&fixture.view(writable)).unwrap();
+        for script in [
+            "unshare -U true",
+            "unshare -r true",
+            "unshare -n true",
+            "mount -t tmpfs none /tmp",
+            "umount /proc",
+            "python3 -c 'import os; os.chroot(\"/tmp\")'",
+            "python3 -c 'import ctypes; l = ctypes.CDLL(None, use_errno=True); assert l.syscall(425, 8, 0) >= 0'",
+            "echo 1 > /proc/sys/kernel/ns_last_pid",
+            "echo c > /proc/sysrq-trigger",
+            "ls /sys/fs/cgroup",
+            "cat /etc/shadow",
+            "ls /etc/ssl/private",
+        ] {
+            let output = bash(view.as_ref(), script);
+            assert!(!output.success(), "{script} succeeded (writable: {writable})");
+        }
+        let status = expect_success(&bash(
+            view.as_ref(),
+            "grep -E '^(NoNewPrivs|Seccomp|CapEff|CapBnd):' /proc/self/status",
+        ));
+        assert!(
+            status.contains("NoNewPrivs:\t1") && status.contains("Seccomp:\t2"),
+            "{status}"
+        );
+        // Read-only views keep no capability at all; writable ones only CAP_DAC_OVERRIDE, for
+        // the snapshot's read-only modes (it covers only files owned by the mapped user).
+        let expect = if writable {
+            "0000000000000002"
+        } else {
+            "0000000000000000"
+        };
+        assert!(status.contains(&format!("CapEff:\t{expect}")), "{status}");
+        assert!(status.contains(&format!("CapBnd:\t{expect}")), "{status}");
+        view.close().unwrap();
+    }
+}
+
+/// The Warden process, hardened, is not dumpable, its environment cannot be read through
+/// /proc by other processes of its user, and sandboxes still work from it.
+#[test]
+fn hardened_warden_process() {
+    const FLAG: &str = "WARDEN_SANDBOX_TEST_HARDENED";
+    if std::env::var(FLAG).is_err() {
+        reexec(
+            "suite::linux_backend::hardened_warden_process",
+            true,
+            &[(FLAG, "1"), ("OPENAI_API_KEY", CANARY_KEY)],
+            false,
+            &[],
+        );
+        return;
+    }
+    warden_sandbox::harden_current_process().unwrap();
+    // SAFETY: PR_GET_DUMPABLE reads a flag of this process.
+    assert_eq!(unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) }, 0);
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let environ = format!("/proc/{}/environ", std::process::id());
+    if euid() != 0 {
+        // Another process of the same user cannot read the environment any more.
+        #[allow(clippy::disallowed_methods)]
+        let other = std::process::Command::new("cat")
+            .arg(&environ)
+            .output()
+            .unwrap();
+        assert!(!other.status.success(), "{}", text(&other.stdout));
+    } else {
+        eprintln!("note: as root, other root processes can read {environ} anyway; checked non-dumpable only ({})", status.lines().count());
+    }
+    if let Some(sandbox) = super::support::sandbox(Backend::Linux) {
+        let fixture = Fixture::new();
+        let view = sandbox.open(&fixture.view(true)).unwrap();
+        let stdout = expect_success(&bash(
+            view.as_ref(),
+            "cat /proc/*/environ | tr '\\0' '\\n'; env",
+        ));
+        assert!(!stdout.contains(CANARY_KEY), "{stdout}");
+        view.close().unwrap();
+    }
+}
+
+fn run_as_nobody(mode_value: &str, wrapper: &[String]) {
+    let log = reexec(
+        "suite::linux",
+        false,
+        &[(MODE_VAR, mode_value)],
+        true,
+        wrapper,
+    );
+    let summary: Vec<&str> = log
+        .lines()
+        .filter(|l| {
+            l.starts_with("test ")
+                || l.contains("test result")
+                || l.contains("SKIP")
+                || l.contains("note:")
+        })
+        .collect();
+    eprintln!("uid 65534 ({mode_value}):\n{}", summary.join("\n"));
+    assert!(
+        !log.contains("SKIP linux"),
+        "the linux backend was skipped as uid 65534:\n{log}"
+    );
+}
+
+/// The whole linux suite as uid 65534 where cgroups are not delegated: the cgroup layers are
+/// disabled explicitly (rlimits remain), and the default configuration fails closed.
+#[test]
+fn as_nobody_without_cgroup_delegation() {
+    if euid() != 0 || mode().is_some() {
+        eprintln!(
+            "skipped: needs root to switch to uid 65534 (this run is uid {})",
+            euid()
+        );
+        return;
+    }
+    run_as_nobody(UNDELEGATED, &[]);
+}
+
+/// The whole linux suite as uid 65534 inside cgroups delegated to it: every layer on.
+#[test]
+fn as_nobody_with_delegated_cgroups() {
+    if euid() != 0 || mode().is_some() {
+        eprintln!(
+            "skipped: needs root to delegate cgroups and switch to uid 65534 (uid {})",
+            euid()
+        );
+        return;
+    }
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let mut delegated: Vec<PathBuf> = Vec::new();
+    for controller in ["memory", "pids", "cpu"] {
+        let mount = PathBuf::from("/sys/fs/cgroup").join(controller);
+        let path = own.lines().find_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            controllers
+                .split(',')
+                .any(|c| c == controller)
+                .then(|| path.to_owned())
+        });
+        let (Some(path), true) = (path, mount.join("cgroup.procs").exists()) else {
+            eprintln!(
+                "skipped: no cgroup v1 {controller} hierarchy at {} to delegate from",
+                mount.display()
+            );
+            return;
+        };
+        let dir = mount
+            .join(path.trim_start_matches('/'))
+            .join(format!("warden-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for file in [dir.clone(), dir.join("cgroup.procs")] {
+            std::os::unix::fs::chown(&file, Some(65534), Some(65534)).unwrap();
+        }
+        delegated.push(dir);
+    }
+    let joins: Vec<String> = delegated
+        .iter()
+        .map(|dir| format!("echo $$ > {}/cgroup.procs", dir.display()))
+        .collect();
+    let wrapper = vec![
+        "sh".to_string(),
+        "-c".to_string(),
+        format!("{} && exec \"$@\"", joins.join(" && ")),
+        "sh".to_string(),
+    ];
+    let result = std::panic::catch_unwind(|| run_as_nobody(DELEGATED, &wrapper));
+    for dir in &delegated {
+        let _ = std::fs::remove_dir(dir.join("warden"));
+        for _ in 0..50 {
+            if std::fs::remove_dir(dir).is_ok() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// In the delegated uid-65534 run, every layer is available, cgroups included.
+#[test]
+fn delegated_cgroups_are_used() {
+    if mode().as_deref() != Some(DELEGATED) {
+        eprintln!(
+            "runs in the uid 65534 child with delegated cgroups (as_nobody_with_delegated_cgroups)"
+        );
+        return;
+    }
+    for report in probe_with(&SandboxConfig::default())
+        .into_iter()
+        .filter(|r| r.backend == Backend::Linux)
+    {
+        assert!(report.available, "{report:?}");
+    }
+    let sandbox = select(Backend::Linux, &SandboxConfig::default()).unwrap();
+    let fixture = Fixture::new();
+    let view = sandbox.open(&fixture.view(false)).unwrap();
+    let mut command = CommandSpec::bash("cat /proc/self/cgroup", Duration::from_secs(10));
+    command.limits.pids = 16;
+    let stdout = expect_success(&view.run(&command).unwrap());
+    view.close().unwrap();
+    // The cgroup namespace hides the host path; the command sits at its own root.
+    assert!(stdout.lines().all(|l| l.ends_with(":/")), "{stdout}");
+}

@@ -1,0 +1,108 @@
+//! The suite: the conformance checks instantiated per backend, plus backend-specific tests.
+
+mod conformance;
+mod linux_backend;
+mod support;
+
+/// Instantiates conformance checks as tests of one backend. A backend this machine lacks is
+/// skipped with the reason printed (and `probe` must agree); `keyed` checks run in a child
+/// test process whose environment holds a canary model key.
+macro_rules! conformance {
+    ($module:ident, $backend:expr, [$($check:ident),* $(,)?], keyed [$($keyed:ident),* $(,)?]) => {
+        mod $module {
+            $(
+                #[test]
+                fn $check() {
+                    if let Some(sandbox) = super::support::sandbox($backend) {
+                        super::conformance::$check(&sandbox);
+                    }
+                }
+            )*
+            $(
+                #[test]
+                fn $keyed() {
+                    if std::env::var("OPENAI_API_KEY").as_deref() != Ok(super::support::CANARY_KEY) {
+                        let name = concat!("suite::", stringify!($module), "::", stringify!($keyed));
+                        super::support::reexec(
+                            name,
+                            true,
+                            &[("OPENAI_API_KEY", super::support::CANARY_KEY)],
+                            false,
+                            &[],
+                        );
+                        return;
+                    }
+                    if let Some(sandbox) = super::support::sandbox($backend) {
+                        super::conformance::$keyed(&sandbox);
+                    }
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    linux,
+    warden_sandbox::Backend::Linux,
+    [
+        writing_the_snapshot_fails,
+        writing_outside_the_writable_layer_fails,
+        writable_view_changes_land_in_the_view_only,
+        multi_repository_views,
+        inet_sockets_fail,
+        tcp_to_a_host_listener_fails,
+        dns_fails,
+        host_files_are_absent,
+        proc_shows_only_sandbox_processes,
+        fork_bomb_stops_at_the_pids_limit,
+        memory_balloon_is_stopped,
+        timeout_kills_grandchildren,
+        output_flood_is_truncated,
+        environment_is_exactly_the_allow_list,
+        ptrace_of_the_host_is_impossible,
+        commands_behave,
+        concurrent_commands,
+    ],
+    keyed[model_key_is_absent]
+);
+
+conformance!(
+    gvisor,
+    warden_sandbox::Backend::Gvisor,
+    [
+        writing_the_snapshot_fails,
+        writing_outside_the_writable_layer_fails,
+        writable_view_changes_land_in_the_view_only,
+        multi_repository_views,
+        inet_sockets_fail,
+        tcp_to_a_host_listener_fails,
+        dns_fails,
+        host_files_are_absent,
+        proc_shows_only_sandbox_processes,
+        fork_bomb_stops_at_the_pids_limit,
+        memory_balloon_is_stopped,
+        timeout_kills_grandchildren,
+        output_flood_is_truncated,
+        environment_is_exactly_the_allow_list,
+        ptrace_of_the_host_is_impossible,
+        commands_behave,
+        concurrent_commands,
+    ],
+    keyed[model_key_is_absent]
+);
+
+// No isolation: only what the backend promises (the caller's environment, the working root,
+// timeouts that kill the process group, bounded output, a copy for writable views).
+conformance!(
+    local,
+    warden_sandbox::Backend::Local,
+    [
+        writable_view_changes_land_in_the_view_only,
+        timeout_kills_grandchildren,
+        output_flood_is_truncated,
+        environment_is_exactly_the_allow_list,
+        commands_behave,
+        concurrent_commands,
+    ],
+    keyed[]
+);
