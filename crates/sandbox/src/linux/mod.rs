@@ -39,7 +39,8 @@ use crate::{
     SandboxView, Stream, ViewSpec, WORKING_ROOT,
 };
 use child::{code, Filter, HolderPlan, RunPlan, UNSHARE_ORDER};
-use plan::{Steps, SystemEntry, SystemLayout, DEVICES, SANDBOX_ID};
+pub(crate) use plan::{write_etc, SystemEntry, SystemLayout};
+use plan::{Steps, DEVICES, SANDBOX_ID};
 use std::ffi::CString;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -198,12 +199,13 @@ impl Sandbox for LinuxSandbox {
 }
 
 /// Mounts made in Warden's own mount namespace (root only), undone at close.
-struct HostMounts {
+#[derive(Default)]
+pub(crate) struct HostMounts {
     mounted: Vec<PathBuf>,
 }
 
 impl HostMounts {
-    fn unmount(&mut self) {
+    pub(crate) fn unmount(&mut self) {
         for path in self.mounted.drain(..).rev() {
             let path = plan::cstring(&path);
             // SAFETY: umount2 with a NUL-terminated path of a mount we made.
@@ -214,9 +216,29 @@ impl HostMounts {
     }
 }
 
+/// Creates the overlayfs `upper/` and `work/` directories (one per repository for several).
+pub(crate) fn create_layer_dirs(
+    validated: &ValidatedView,
+    scratch: &Path,
+) -> Result<(), SandboxError> {
+    let names: Vec<&str> = match validated {
+        ValidatedView::Single(_) => vec![""],
+        ValidatedView::Multi(repos) => repos.iter().map(|(name, _)| name.as_str()).collect(),
+    };
+    for name in names {
+        for dir in ["upper", "work"] {
+            let path = scratch.join(dir).join(name);
+            std::fs::create_dir_all(&path)
+                .map_err(|e| SandboxError::io(format!("cannot create {}", path.display()), e))?;
+        }
+    }
+    Ok(())
+}
+
 /// Tries to mount the view's working tree in Warden's own mount namespace. `Ok(false)` when
 /// this process may not mount (unprivileged): the holder mounts it in its namespace instead.
-fn mount_on_host(
+pub(crate) fn mount_on_host(
+    backend: Backend,
     validated: &ValidatedView,
     writable: bool,
     scratch: &Path,
@@ -304,14 +326,15 @@ fn mount_on_host(
             }
             Err(error) => {
                 mounts.unmount();
-                return Err(unavailable(
-                    if writable {
+                return Err(SandboxError::Unavailable {
+                    backend,
+                    layer: if writable {
                         Layer::Overlayfs
                     } else {
                         Layer::Filesystem
                     },
-                    format!("cannot mount {}: {error}", target.display()),
-                ));
+                    reason: format!("cannot mount {}: {error}", target.display()),
+                });
             }
         }
     }
@@ -475,18 +498,7 @@ impl LinuxView {
         plan::write_etc(&scratch.join("etc"), &sandbox.layout).map_err(|e| io_error("etc", e))?;
         let multi = matches!(validated, ValidatedView::Multi(_));
         if spec.writable {
-            let names: Vec<&str> = match validated {
-                ValidatedView::Single(_) => vec![""],
-                ValidatedView::Multi(repos) => {
-                    repos.iter().map(|(name, _)| name.as_str()).collect()
-                }
-            };
-            for name in names {
-                for dir in ["upper", "work"] {
-                    let path = scratch.join(dir).join(name);
-                    std::fs::create_dir_all(&path).map_err(|e| io_error(dir, e))?;
-                }
-            }
+            create_layer_dirs(validated, &scratch)?;
         }
 
         // The working tree: on the host when we may mount there, else in the holder.
@@ -495,7 +507,13 @@ impl LinuxView {
         };
         let single_read_only = !spec.writable && !multi;
         let on_host = !single_read_only
-            && mount_on_host(validated, spec.writable, &scratch, &mut host_mounts)?;
+            && mount_on_host(
+                Backend::Linux,
+                validated,
+                spec.writable,
+                &scratch,
+                &mut host_mounts,
+            )?;
 
         let mut steps = Steps::default();
         steps.mount(

@@ -1,6 +1,6 @@
 //! Tests specific to the `linux` backend: probe and select agree, failing closed with the
 //! layer named, the scratch layout, escapes the seccomp filter and Landlock stop, the
-//! hardened Warden process, and the whole linux suite re-run as uid 65534 (with and without
+//! hardened Warden process, and the whole suite re-run as uid 65534 (with and without
 //! delegated cgroups).
 
 use super::support::{
