@@ -263,6 +263,14 @@ impl RunCgroups {
             procs: Vec::new(),
         };
         for hierarchy in hierarchies {
+            // Joining a v1 hierarchy costs a migration; without a CPU limit there is nothing
+            // to join the cpu one for.
+            if hierarchy.controller == Controller::Cpu
+                && !hierarchy.v2
+                && limits.cpu_millis.is_none()
+            {
+                continue;
+            }
             let layer = hierarchy.controller.layer();
             // v2 hierarchies are shared by all controllers: one directory serves them all.
             let dir = hierarchy.parent.join(&name);

@@ -97,6 +97,9 @@ pub(crate) struct Filter<'a> {
 
 /// What the view holder does.
 pub(crate) struct HolderPlan<'a> {
+    /// Descriptors the child keeps, sorted; every other one (copies of the Warden process's,
+    /// including other views' and commands' pipes) is closed first thing.
+    pub keep_fds: &'a [RawFd],
     /// `"deny"`, `"1000 <uid> 1"`, `"1000 <gid> 1"`.
     pub setgroups: &'a [u8],
     pub uid_map: &'a [u8],
@@ -114,6 +117,8 @@ pub(crate) struct HolderPlan<'a> {
 
 /// What the relay and the sandboxed process do for one command.
 pub(crate) struct RunPlan<'a> {
+    /// As in [`HolderPlan::keep_fds`].
+    pub keep_fds: &'a [RawFd],
     pub cgroup_procs: &'a [RawFd],
     pub userns: RawFd,
     pub mntns: RawFd,
@@ -268,11 +273,32 @@ fn arrange_fds(error_fd: RawFd, stdin: RawFd, stdout: RawFd, stderr: RawFd) -> R
         if libc::dup3(error_fd, 3, libc::O_CLOEXEC) < 0 {
             fail(error_fd, code::STDIO, errno());
         }
-        if libc::syscall(libc::SYS_close_range, 4u32, u32::MAX, 0u32) < 0 {
-            fail(3, code::CLOSE_FDS, errno());
-        }
-        3
     }
+    close_range(3, 4, u32::MAX);
+    3
+}
+
+/// Closes every descriptor above 2 that is not in `keep` (sorted ascending).
+fn close_others(error_fd: RawFd, keep: &[RawFd]) {
+    let mut first: u32 = 3;
+    for &fd in keep {
+        let fd = fd as u32;
+        if fd < first {
+            continue;
+        }
+        if fd > first {
+            close_range(error_fd, first, fd - 1);
+        }
+        first = fd + 1;
+    }
+    close_range(error_fd, first, u32::MAX);
+}
+
+fn close_range(error_fd: RawFd, first: u32, last: u32) {
+    // SAFETY: close_range on descriptor numbers; closing what nobody in this process uses.
+    check(error_fd, code::CLOSE_FDS, unsafe {
+        libc::syscall(libc::SYS_close_range, first, last, 0u32)
+    });
 }
 
 fn no_new_privs(error_fd: RawFd) {
@@ -319,6 +345,7 @@ fn reset_signals() {
 /// The view holder. Never returns.
 pub(crate) fn holder_main(plan: &HolderPlan<'_>) -> ! {
     let error_fd = plan.error_fd;
+    close_others(error_fd, plan.keep_fds);
     // A process forked from a non-dumpable Warden owns its /proc files as root, so it could not
     // write its own uid map; be dumpable for the three writes below, and only for them.
     // SAFETY: prctl with integer arguments only.
@@ -377,6 +404,9 @@ pub(crate) fn holder_main(plan: &HolderPlan<'_>) -> ! {
 /// `pid` then the raw wait status on the status pipe. Never returns.
 pub(crate) fn relay_main(plan: &RunPlan<'_>) -> ! {
     let error_fd = plan.error_fd;
+    // The relay lives as long as the command: holding copies of other pipes would keep their
+    // readers from ever seeing end of file.
+    close_others(error_fd, plan.keep_fds);
     for (index, &fd) in plan.cgroup_procs.iter().enumerate() {
         // SAFETY: writing a constant to a descriptor the plan owns.
         let written = unsafe { libc::write(fd, b"0".as_ptr().cast(), 1) };

@@ -721,7 +721,10 @@ impl LinuxView {
                 return Err(SandboxError::io("cannot create pipes", error));
             }
         };
+        let mut keep_fds = vec![lifeline_read.as_raw_fd(), error_write.as_raw_fd()];
+        keep_fds.sort_unstable();
         let holder_plan = HolderPlan {
+            keep_fds: &keep_fds,
             setgroups: b"deny",
             uid_map: uid_map.as_bytes(),
             gid_map: gid_map.as_bytes(),
@@ -1073,7 +1076,21 @@ impl LinuxView {
         ) = pipes;
         let proc_steps = plan::proc_steps();
         let dev_null = c"/dev/null".to_owned();
+        let mut keep_fds: Vec<std::os::fd::RawFd> = [
+            self.userns.as_raw_fd(),
+            self.mntns.as_raw_fd(),
+            status_write.as_raw_fd(),
+            error_write.as_raw_fd(),
+            out_write.as_raw_fd(),
+            err_write.as_raw_fd(),
+            self.ruleset.raw_fd(),
+        ]
+        .into_iter()
+        .chain(inputs.procs.iter().copied())
+        .collect();
+        keep_fds.sort_unstable();
         let plan = RunPlan {
+            keep_fds: &keep_fds,
             cgroup_procs: inputs.procs,
             userns: self.userns.as_raw_fd(),
             mntns: self.mntns.as_raw_fd(),

@@ -350,3 +350,54 @@ fn delegated_cgroups_are_used() {
     // The cgroup namespace hides the host path; the command sits at its own root.
     assert!(stdout.lines().all(|l| l.ends_with(":/")), "{stdout}");
 }
+
+/// Regression: relay processes (copies of the Warden process) used to keep every inherited
+/// descriptor open, among them the set-up pipe of a view being opened at that moment, so the
+/// open waited for an unrelated long command to finish.
+#[test]
+fn open_is_not_held_up_by_a_running_command() {
+    let Some(sandbox) = super::support::sandbox(Backend::Linux) else {
+        return;
+    };
+    let fixture = Fixture::new();
+    let busy = sandbox.open(&fixture.view(false)).unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let slowest = std::thread::scope(|scope| {
+        let busy = &busy;
+        let stop = &stop;
+        let commands: Vec<_> = (0..6u64)
+            .map(|index| {
+                scope.spawn(move || {
+                    std::thread::sleep(Duration::from_millis(50 + 80 * index));
+                    bash(busy.as_ref(), "sleep 3")
+                })
+            })
+            .collect();
+        let opener = scope.spawn(move || {
+            let mut slowest = Duration::ZERO;
+            let mut index = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let mut spec = fixture.view(false);
+                spec.scratch_dir = fixture.scratch(&format!("open-{index}"));
+                index += 1;
+                let started = std::time::Instant::now();
+                let view = sandbox.open(&spec).unwrap();
+                slowest = slowest.max(started.elapsed());
+                view.close().unwrap();
+            }
+            slowest
+        });
+        std::thread::sleep(Duration::from_millis(800));
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let slowest = opener.join().unwrap();
+        for command in commands {
+            expect_success(&command.join().unwrap());
+        }
+        slowest
+    });
+    busy.close().unwrap();
+    assert!(
+        slowest < Duration::from_millis(1500),
+        "an open took {slowest:?}"
+    );
+}
