@@ -23,7 +23,9 @@ use crate::rows::{
     RawEvent, RawIntent, RawJournal, RawRun, RawTask, APPROVAL_COLUMNS, EVENT_COLUMNS,
     INTENT_COLUMNS, JOURNAL_COLUMNS, RUN_COLUMNS, TASK_COLUMNS,
 };
-use crate::state::{is_active, is_exclusive, kind_name, status_name, transition_allowed};
+use crate::state::{
+    is_active, is_exclusive, kind_name, status_name, transition_allowed, ALL_STATUSES,
+};
 use crate::types::RUN_INTERRUPTED;
 use crate::{
     Approval, ApprovalStatus, BoxFuture, Claim, ClaimFilter, Clock, Created, Decision, EventRecord,
@@ -184,22 +186,27 @@ fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
 }
 
 fn read_task(row: &Row) -> Result<Task, StoreError> {
+    read_task_at(row, 0)
+}
+
+/// Reads `TASK_COLUMNS` starting at column `at`.
+fn read_task_at(row: &Row, at: usize) -> Result<Task, StoreError> {
     RawTask {
-        id: get(row, 0)?,
-        kind: get(row, 1)?,
-        status: get(row, 2)?,
-        owner: get(row, 3)?,
-        prompt: get(row, 4)?,
-        repos: get(row, 5)?,
-        priority: get(row, 6)?,
-        created_at_ms: get(row, 7)?,
-        updated_at_ms: get(row, 8)?,
-        follow_up_to: get(row, 9)?,
-        retry_of: get(row, 10)?,
-        result: get(row, 11)?,
-        metadata: get(row, 12)?,
-        run_count: get(row, 13)?,
-        interrupted_runs: get(row, 14)?,
+        id: get(row, at)?,
+        kind: get(row, at + 1)?,
+        status: get(row, at + 2)?,
+        owner: get(row, at + 3)?,
+        prompt: get(row, at + 4)?,
+        repos: get(row, at + 5)?,
+        priority: get(row, at + 6)?,
+        created_at_ms: get(row, at + 7)?,
+        updated_at_ms: get(row, at + 8)?,
+        follow_up_to: get(row, at + 9)?,
+        retry_of: get(row, at + 10)?,
+        result: get(row, at + 11)?,
+        metadata: get(row, at + 12)?,
+        run_count: get(row, at + 13)?,
+        interrupted_runs: get(row, at + 14)?,
     }
     .decode()
 }
@@ -302,6 +309,18 @@ fn exclusive_kinds() -> Vec<&'static str> {
         .map(kind_name)
         .collect()
 }
+
+/// Rows of running change or maintain tasks (kinds in `$2`) sharing a repository with the task
+/// `mine.task_id`; the caller appends the condition on `mine.task_id`.
+const HOLDERS: &str = "SELECT 1 FROM tasks o
+     JOIN task_repos held ON held.task_id = o.id
+     JOIN task_repos mine ON mine.repo = held.repo
+     WHERE o.status IN ('running', 'testing') AND o.kind = ANY($2)";
+
+/// `TASK_COLUMNS` qualified for an `UPDATE tasks … FROM …` that returns them.
+const CLAIMED_COLUMNS: &str = "tasks.id, tasks.kind, tasks.status, tasks.owner, tasks.prompt, \
+     tasks.repos, tasks.priority, tasks.created_at_ms, tasks.updated_at_ms, tasks.follow_up_to, \
+     tasks.retry_of, tasks.result, tasks.metadata, tasks.run_count, tasks.interrupted_runs";
 
 /// The advisory-lock key of a repository name: stable across processes and versions.
 fn repo_lock_key(repo: &str) -> i64 {
@@ -705,21 +724,61 @@ impl PostgresStore {
         let kinds: Vec<&str> = filter.kinds.iter().map(|k| kind_name(*k)).collect();
         let exclusive = exclusive_kinds();
         let mut client = self.client().await?;
+        // Fast path, one statement: take the best candidate if it is a question. A change or
+        // maintain task needs the per-repository lock below.
+        let now = self.now();
+        let expires = now.saturating_add(duration_ms(lease));
+        let fast = query_opt(
+            &*client,
+            &format!(
+                "WITH candidate AS (
+                     SELECT t.id, t.kind FROM tasks t
+                     WHERE t.status = 'queued'
+                       AND (cardinality($1::text[]) = 0 OR t.kind = ANY($1))
+                       AND (NOT (t.kind = ANY($2)) OR NOT EXISTS ({HOLDERS} AND mine.task_id = t.id))
+                     ORDER BY t.priority DESC, t.created_at_ms, t.id
+                     LIMIT 1
+                     FOR UPDATE OF t SKIP LOCKED),
+                 claimed AS (
+                     UPDATE tasks SET status = 'running', run_count = run_count + 1,
+                         updated_at_ms = $3
+                     FROM candidate
+                     WHERE tasks.id = candidate.id AND NOT (candidate.kind = ANY($2))
+                     RETURNING {CLAIMED_COLUMNS}),
+                 run AS (
+                     INSERT INTO runs (task_id, number, worker, started_at_ms, heartbeat_at_ms,
+                         lease_expires_at_ms)
+                     SELECT id, run_count, $4, $3, $3, $5 FROM claimed)
+                 SELECT candidate.id, claimed.* FROM candidate LEFT JOIN claimed ON true"
+            ),
+            &[&kinds, &exclusive, &now, &worker, &expires],
+        )
+        .await?;
+        match fast {
+            None => return Ok(None),
+            Some(row) if get::<Option<String>>(&row, 1)?.is_some() => {
+                let task = read_task_at(&row, 1)?;
+                return Ok(Some(Claim {
+                    run_number: task.runs,
+                    task,
+                    lease_expires_at_ms: expires,
+                }));
+            }
+            Some(_) => {}
+        }
         for _ in 0..CLAIM_ATTEMPTS {
             let tx = client.transaction().await.map_err(pg_error)?;
             let candidate = query_opt(
                 &tx,
-                "SELECT t.id, t.kind FROM tasks t
+                &format!(
+                    "SELECT t.id, t.kind FROM tasks t
                  WHERE t.status = 'queued'
                    AND (cardinality($1::text[]) = 0 OR t.kind = ANY($1))
-                   AND (NOT (t.kind = ANY($2)) OR NOT EXISTS (
-                       SELECT 1 FROM tasks o
-                       JOIN task_repos held ON held.task_id = o.id
-                       JOIN task_repos mine ON mine.repo = held.repo AND mine.task_id = t.id
-                       WHERE o.status IN ('running', 'testing') AND o.kind = ANY($2)))
+                   AND (NOT (t.kind = ANY($2)) OR NOT EXISTS ({HOLDERS} AND mine.task_id = t.id))
                  ORDER BY t.priority DESC, t.created_at_ms, t.id
                  LIMIT 1
-                 FOR UPDATE OF t SKIP LOCKED",
+                 FOR UPDATE OF t SKIP LOCKED"
+                ),
                 &[&kinds, &exclusive],
             )
             .await?;
@@ -749,10 +808,7 @@ impl PostgresStore {
                 }
                 let blocked = query_opt(
                     &tx,
-                    "SELECT 1 FROM tasks o
-                     JOIN task_repos held ON held.task_id = o.id
-                     JOIN task_repos mine ON mine.repo = held.repo AND mine.task_id = $1
-                     WHERE o.status IN ('running', 'testing') AND o.kind = ANY($2) LIMIT 1",
+                    &format!("{HOLDERS} AND mine.task_id = $1 LIMIT 1"),
                     &[&id, &exclusive],
                 )
                 .await?;
@@ -824,6 +880,46 @@ impl PostgresStore {
         let result = json_text(result.as_ref())?;
         let now = self.now();
         let mut client = self.client().await?;
+        if !is_active(to) {
+            // Fast path, one statement: lock the task, end the run if it is `worker`'s and
+            // open and the task may move to `to`, then move it. No row means one of those
+            // failed; the transaction below finds out which.
+            let from: Vec<&str> = ALL_STATUSES
+                .into_iter()
+                .filter(|s| transition_allowed(*s, to))
+                .map(status_name)
+                .collect();
+            let number = i64::from(run.number);
+            let row = query_opt(
+                &*client,
+                &format!(
+                    "WITH task AS (SELECT id, status FROM tasks WHERE id = $1 FOR UPDATE),
+                     ended AS (
+                         UPDATE runs SET ended_at_ms = $4, outcome = $5
+                         FROM task
+                         WHERE runs.task_id = task.id AND runs.number = $2 AND runs.worker = $3
+                           AND runs.ended_at_ms IS NULL AND task.status = ANY($6)
+                         RETURNING runs.task_id)
+                     UPDATE tasks SET status = $5, result = COALESCE($7, tasks.result),
+                         updated_at_ms = $4
+                     FROM ended WHERE tasks.id = ended.task_id
+                     RETURNING {CLAIMED_COLUMNS}"
+                ),
+                &[
+                    &run.task.as_str(),
+                    &number,
+                    &worker,
+                    &now,
+                    &status_name(to),
+                    &from,
+                    &result,
+                ],
+            )
+            .await?;
+            if let Some(row) = row {
+                return read_task(&row);
+            }
+        }
         let tx = client.transaction().await.map_err(pg_error)?;
         // Task row first, then run row: the order every writer uses.
         let from = lock_task_status(&tx, &run.task).await?;

@@ -26,7 +26,9 @@ CREATE TABLE tasks (
     interrupted_runs BIGINT NOT NULL DEFAULT 0
 );
 CREATE INDEX tasks_queue ON tasks (priority DESC, created_at_ms, id) WHERE status = 'queued';
-CREATE INDEX tasks_status ON tasks (status, kind);
+-- The few tasks holding repositories, for the one-writer-per-repository check.
+CREATE INDEX tasks_active ON tasks (id) WHERE status IN ('running', 'testing');
+CREATE INDEX tasks_status ON tasks (status, id);
 CREATE INDEX tasks_owner ON tasks (owner, id);
 
 CREATE TABLE task_repos (

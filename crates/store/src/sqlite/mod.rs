@@ -1,11 +1,13 @@
-//! The embedded SQLite backend: one connection owned by the store, used from
-//! `tokio::task::spawn_blocking`; WAL with `synchronous=FULL` (a committed status change
-//! survives power loss); writes in `BEGIN IMMEDIATE` transactions so another process sharing
-//! the file waits (busy timeout) instead of failing mid-transaction. A file that is not a
+//! The embedded SQLite backend. Two connections owned by the store: writes go to a writer
+//! thread that group-commits them (`writer.rs`: `BEGIN IMMEDIATE`, a savepoint per write, one
+//! fsync per batch), reads run on the other from `tokio::task::spawn_blocking`. WAL with
+//! `synchronous=FULL`: a write is acknowledged only once it survives power loss; another process
+//! sharing the file waits (busy timeout) instead of failing mid-transaction. A file that is not a
 //! database or fails `PRAGMA quick_check` at open is moved aside to `<name>.corrupt-<time>`
 //! (never deleted) and a fresh database is created; the store reports it in `notices`.
 
 mod schema;
+mod writer;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -21,6 +23,8 @@ use crate::rows::{
     RawEvent, RawIntent, RawJournal, RawRun, RawTask, APPROVAL_COLUMNS, EVENT_COLUMNS,
     INTENT_COLUMNS, JOURNAL_COLUMNS, RUN_COLUMNS, TASK_COLUMNS,
 };
+use writer::Writer;
+
 use crate::state::{is_active, is_exclusive, kind_name, status_name, transition_allowed};
 use crate::types::RUN_INTERRUPTED;
 use crate::{
@@ -42,15 +46,15 @@ pub struct Quarantine {
     pub reason: String,
 }
 
-/// The SQLite store. Cheap to clone; clones share the connection.
+/// The SQLite store. Cheap to clone; clones share the connections.
 #[derive(Clone)]
 pub struct SqliteStore {
     inner: Arc<Inner>,
 }
 
 struct Inner {
-    conn: Mutex<Connection>,
-    clock: Arc<dyn Clock>,
+    writer: Writer,
+    reader: Mutex<Connection>,
     path: PathBuf,
     quarantine: Option<Quarantine>,
 }
@@ -86,21 +90,45 @@ impl SqliteStore {
         &self.inner.path
     }
 
-    /// Runs `f` on the connection in the blocking pool, with the clock read under the lock so
-    /// timestamps follow commit order.
-    fn call<T, F>(&self, f: F) -> BoxFuture<'static, Result<T, StoreError>>
+    /// Runs `f` as one write of the next group commit (inside its own savepoint) with the
+    /// store clock's time; answers once the batch is durable.
+    fn write<T, F>(&self, f: F) -> BoxFuture<'static, Result<T, StoreError>>
     where
         T: Send + 'static,
-        F: FnOnce(&mut Connection, i64) -> Result<T, StoreError> + Send + 'static,
+        F: FnOnce(&Connection, i64) -> Result<T, StoreError> + Send + 'static,
+    {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let job: writer::Job = Box::new(move |conn, now| {
+            let result = f(conn, now);
+            let keep = result.is_ok();
+            let reply: writer::Reply = Box::new(move |failure| {
+                let _ = answer.send(match failure {
+                    None => result,
+                    Some(failure) => Err(failure.to_error()),
+                });
+            });
+            (keep, reply)
+        });
+        let submitted = self.inner.writer.submit(job);
+        Box::pin(async move {
+            submitted?;
+            answered.await.map_err(|_| writer::stopped())?
+        })
+    }
+
+    /// Runs `f` on the read connection in the blocking pool. It sees every write that has
+    /// been answered.
+    fn read<T, F>(&self, f: F) -> BoxFuture<'static, Result<T, StoreError>>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     {
         let inner = Arc::clone(&self.inner);
         Box::pin(async move {
             tokio::task::spawn_blocking(move || {
-                // A panic inside a transaction rolled it back when the transaction dropped, so
-                // a poisoned connection is still consistent.
-                let mut conn = inner.conn.lock().unwrap_or_else(PoisonError::into_inner);
-                let now = inner.clock.now_ms();
-                f(&mut conn, now)
+                // Reads leave nothing half-done behind a panic, so a poisoned lock is harmless.
+                let conn = inner.reader.lock().unwrap_or_else(PoisonError::into_inner);
+                f(&conn)
             })
             .await
             .map_err(join_error)?
@@ -200,10 +228,11 @@ fn open_blocking(path: PathBuf, clock: Arc<dyn Clock>) -> Result<SqliteStore, St
             (conn, Some(quarantine))
         }
     };
+    let reader = open_reader(&path).map_err(db_error)?;
     Ok(SqliteStore {
         inner: Arc::new(Inner {
-            conn: Mutex::new(conn),
-            clock,
+            writer: Writer::start(conn, clock)?,
+            reader: Mutex::new(reader),
             path,
             quarantine,
         }),
@@ -228,6 +257,13 @@ fn open_checked(path: &Path, clock: &dyn Clock) -> Result<Connection, OpenFailur
         return Err(OpenFailure::Corrupt(problems.join("; ")));
     }
     migrate(&mut conn, clock)?;
+    Ok(conn)
+}
+
+fn open_reader(path: &Path) -> rusqlite::Result<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    conn.execute_batch("PRAGMA query_only = ON;")?;
     Ok(conn)
 }
 
@@ -474,11 +510,6 @@ fn json_text(value: Option<&serde_json::Value>) -> Result<Option<String>, StoreE
         .map_err(Into::into)
 }
 
-fn immediate(conn: &mut Connection) -> Result<rusqlite::Transaction<'_>, StoreError> {
-    conn.transaction_with_behavior(TransactionBehavior::Immediate)
-        .db()
-}
-
 fn run_lost(run: &RunRef, worker: &str) -> StoreError {
     StoreError::LeaseLost {
         run: run.clone(),
@@ -595,7 +626,7 @@ impl Store for SqliteStore {
     }
 
     fn check_integrity(&self) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.call(|conn, _| {
+        self.read(|conn| {
             let problems = check_rows(conn, "PRAGMA integrity_check").db()?;
             let fk = check_rows(conn, "PRAGMA foreign_key_check").db()?;
             if problems.is_empty() && fk.is_empty() {
@@ -623,10 +654,9 @@ impl Store for SqliteStore {
         task: NewTask,
         idempotency: Option<IdempotencyKey>,
     ) -> BoxFuture<'_, Result<Created, StoreError>> {
-        self.call(move |conn, now| {
-            let tx = immediate(conn)?;
+        self.write(move |conn, now| {
             if let Some(key) = &idempotency {
-                let seen: Option<(String, String)> = tx
+                let seen: Option<(String, String)> = conn
                     .prepare_cached(
                         "SELECT request_hash, task_id FROM idempotency_keys
                          WHERE owner = ?1 AND key = ?2",
@@ -644,12 +674,12 @@ impl Store for SqliteStore {
                         });
                     }
                     let task =
-                        load_task(&tx, &task_id)?.ok_or_else(|| not_found("task", &task_id))?;
+                        load_task(conn, &task_id)?.ok_or_else(|| not_found("task", &task_id))?;
                     return Ok(Created::Replayed(task));
                 }
             }
             if let Some(old) = &task.retry_of {
-                let old_status = task_status(&tx, old)?;
+                let old_status = task_status(conn, old)?;
                 if !old_status.is_terminal() {
                     return Err(StoreError::NotRetryable {
                         task: old.clone(),
@@ -658,15 +688,15 @@ impl Store for SqliteStore {
                 }
             }
             if let Some(parent) = &task.follow_up_to {
-                task_status(&tx, parent)?;
+                task_status(conn, parent)?;
             }
-            if load_task(&tx, task.id.as_str())?.is_some() {
+            if load_task(conn, task.id.as_str())?.is_some() {
                 return Err(StoreError::AlreadyExists {
                     what: "task",
                     id: task.id.to_string(),
                 });
             }
-            tx.prepare_cached(
+            conn.prepare_cached(
                 "INSERT INTO tasks (id, kind, status, owner, prompt, repos, priority,
                      created_at_ms, updated_at_ms, follow_up_to, retry_of, result, metadata)
                  VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9, NULL, ?10)",
@@ -686,7 +716,7 @@ impl Store for SqliteStore {
             ])
             .db()?;
             {
-                let mut insert_repo = tx
+                let mut insert_repo = conn
                     .prepare_cached(
                         "INSERT INTO task_repos (task_id, repo) VALUES (?1, ?2)
                          ON CONFLICT DO NOTHING",
@@ -699,7 +729,7 @@ impl Store for SqliteStore {
                 }
             }
             if let Some(key) = &idempotency {
-                tx.prepare_cached(
+                conn.prepare_cached(
                     "INSERT INTO idempotency_keys (owner, key, request_hash, task_id, created_at_ms)
                      VALUES (?1, ?2, ?3, ?4, ?5)",
                 )
@@ -713,19 +743,18 @@ impl Store for SqliteStore {
                 ])
                 .db()?;
             }
-            let created = require_task(&tx, &task.id)?;
-            tx.commit().db()?;
+            let created = require_task(conn, &task.id)?;
             Ok(Created::New(created))
         })
     }
 
     fn get_task<'a>(&'a self, id: &'a TaskId) -> BoxFuture<'a, Result<Option<Task>, StoreError>> {
         let id = id.clone();
-        self.call(move |conn, _| load_task(conn, id.as_str()))
+        self.read(move |conn| load_task(conn, id.as_str()))
     }
 
     fn list_tasks(&self, query: TaskQuery) -> BoxFuture<'_, Result<Vec<Task>, StoreError>> {
-        self.call(move |conn, _| {
+        self.read(move |conn| {
             let mut statement = conn
                 .prepare_cached(&format!(
                     "SELECT {TASK_COLUMNS} FROM tasks
@@ -757,13 +786,12 @@ impl Store for SqliteStore {
         result: Option<serde_json::Value>,
     ) -> BoxFuture<'a, Result<Task, StoreError>> {
         let id = id.clone();
-        self.call(move |conn, now| {
+        self.write(move |conn, now| {
             if !transition_allowed(from, to) {
                 return Err(StoreError::InvalidTransition { from, to });
             }
             let result = json_text(result.as_ref())?;
-            let tx = immediate(conn)?;
-            let actual = task_status(&tx, &id)?;
+            let actual = task_status(conn, &id)?;
             if actual != from {
                 return Err(StoreError::StatusConflict {
                     task: id,
@@ -771,14 +799,13 @@ impl Store for SqliteStore {
                     actual,
                 });
             }
-            if is_active(to) && !has_open_run(&tx, &id)? {
+            if is_active(to) && !has_open_run(conn, &id)? {
                 return Err(StoreError::NoOpenRun { task: id });
             }
             if to == TaskStatus::Queued || to.is_terminal() {
-                close_open_runs(&tx, &id, status_name(to), now)?;
+                close_open_runs(conn, &id, status_name(to), now)?;
             }
-            let task = set_status(&tx, &id, to, result.as_deref(), now)?;
-            tx.commit().db()?;
+            let task = set_status(conn, &id, to, result.as_deref(), now)?;
             Ok(task)
         })
     }
@@ -792,23 +819,25 @@ impl Store for SqliteStore {
         let worker = worker.to_string();
         let kinds = name_list(filter.kinds.iter().map(|k| kind_name(*k)));
         let lease_ms = duration_ms(lease);
-        self.call(move |conn, now| {
-            let tx = immediate(conn)?;
-            let claimed = tx
+        self.write(move |conn, now| {
+            // INDEXED BY: without statistics the planner prefers sorting every queued row to
+            // walking the partial queue index, and scanning all tasks to find running ones.
+            let claimed = conn
                 .prepare_cached(&format!(
                     "UPDATE tasks SET status = 'running', run_count = run_count + 1,
                          updated_at_ms = ?1
                      WHERE id = (
-                         SELECT t.id FROM tasks t
+                         SELECT t.id FROM tasks t INDEXED BY tasks_queue
                          WHERE t.status = 'queued'
                            AND (?2 = ',' OR instr(?2, ',' || t.kind || ',') > 0)
                            AND (instr(?3, ',' || t.kind || ',') = 0 OR NOT EXISTS (
-                               SELECT 1 FROM tasks o
-                               JOIN task_repos held ON held.task_id = o.id
-                               JOIN task_repos mine
-                                   ON mine.repo = held.repo AND mine.task_id = t.id
+                               SELECT 1 FROM tasks o INDEXED BY tasks_active
+                               CROSS JOIN task_repos held
+                               CROSS JOIN task_repos mine
                                WHERE o.status IN ('running', 'testing')
-                                 AND instr(?3, ',' || o.kind || ',') > 0))
+                                 AND instr(?3, ',' || o.kind || ',') > 0
+                                 AND held.task_id = o.id
+                                 AND mine.task_id = t.id AND mine.repo = held.repo))
                          ORDER BY t.priority DESC, t.created_at_ms, t.id
                          LIMIT 1)
                      RETURNING {TASK_COLUMNS}"
@@ -822,7 +851,7 @@ impl Store for SqliteStore {
             };
             let task = raw.decode()?;
             let expires = now.saturating_add(lease_ms);
-            tx.prepare_cached(
+            conn.prepare_cached(
                 "INSERT INTO runs (task_id, number, worker, started_at_ms, heartbeat_at_ms,
                      lease_expires_at_ms)
                  VALUES (?1, ?2, ?3, ?4, ?4, ?5)",
@@ -830,7 +859,6 @@ impl Store for SqliteStore {
             .db()?
             .execute(params![task.id.as_str(), task.runs, worker, now, expires])
             .db()?;
-            tx.commit().db()?;
             Ok(Some(Claim {
                 run_number: task.runs,
                 task,
@@ -848,7 +876,7 @@ impl Store for SqliteStore {
         let run = run.clone();
         let worker = worker.to_string();
         let lease_ms = duration_ms(lease);
-        self.call(move |conn, now| {
+        self.write(move |conn, now| {
             let expires = now.saturating_add(lease_ms);
             let updated = conn
                 .prepare_cached(
@@ -875,26 +903,23 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<Task, StoreError>> {
         let run = run.clone();
         let worker = worker.to_string();
-        self.call(move |conn, now| {
+        self.write(move |conn, now| {
             let result = json_text(result.as_ref())?;
-            let tx = immediate(conn)?;
-            check_run_held(&tx, &run, &worker)?;
-            let from = task_status(&tx, &run.task)?;
+            check_run_held(conn, &run, &worker)?;
+            let from = task_status(conn, &run.task)?;
             if is_active(to) || !transition_allowed(from, to) {
                 return Err(StoreError::InvalidTransition { from, to });
             }
-            close_open_runs(&tx, &run.task, status_name(to), now)?;
-            let task = set_status(&tx, &run.task, to, result.as_deref(), now)?;
-            tx.commit().db()?;
+            close_open_runs(conn, &run.task, status_name(to), now)?;
+            let task = set_status(conn, &run.task, to, result.as_deref(), now)?;
             Ok(task)
         })
     }
 
     fn requeue_expired(&self) -> BoxFuture<'_, Result<Vec<Requeued>, StoreError>> {
-        self.call(|conn, now| {
-            let tx = immediate(conn)?;
+        self.write(|conn, now| {
             let expired: Vec<(String, i64)> = {
-                let mut statement = tx
+                let mut statement = conn
                     .prepare_cached(
                         "SELECT r.task_id, r.number FROM runs r JOIN tasks t ON t.id = r.task_id
                          WHERE r.ended_at_ms IS NULL AND r.lease_expires_at_ms <= ?1
@@ -910,8 +935,8 @@ impl Store for SqliteStore {
             let mut requeued = Vec::with_capacity(expired.len());
             for (task_id, number) in expired {
                 let id = crate::rows::task_id(task_id)?;
-                close_open_runs(&tx, &id, RUN_INTERRUPTED, now)?;
-                let task = tx
+                close_open_runs(conn, &id, RUN_INTERRUPTED, now)?;
+                let task = conn
                     .prepare_cached(&format!(
                         "UPDATE tasks SET interrupted_runs = interrupted_runs + 1 WHERE id = ?1
                          RETURNING {TASK_COLUMNS}"
@@ -928,7 +953,7 @@ impl Store for SqliteStore {
                 } else {
                     (TaskStatus::Queued, None)
                 };
-                set_status(&tx, &id, to, result.as_deref(), now)?;
+                set_status(conn, &id, to, result.as_deref(), now)?;
                 requeued.push(Requeued {
                     run: RunRef {
                         task: id,
@@ -937,14 +962,13 @@ impl Store for SqliteStore {
                     status: to,
                 });
             }
-            tx.commit().db()?;
             Ok(requeued)
         })
     }
 
     fn list_runs<'a>(&'a self, task: &'a TaskId) -> BoxFuture<'a, Result<Vec<Run>, StoreError>> {
         let task = task.clone();
-        self.call(move |conn, _| {
+        self.read(move |conn| {
             let mut statement = conn
                 .prepare_cached(&format!(
                     "SELECT {RUN_COLUMNS} FROM runs WHERE task_id = ?1 ORDER BY number"
@@ -961,14 +985,13 @@ impl Store for SqliteStore {
         entry: JournalEntry,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let run = run.clone();
-        self.call(move |conn, _| {
+        self.write(move |conn, _| {
             let conflict = |message: String| StoreError::JournalConflict {
                 run: run.clone(),
                 seq: entry.seq,
                 message,
             };
-            let tx = immediate(conn)?;
-            let ended: Option<Option<i64>> = tx
+            let ended: Option<Option<i64>> = conn
                 .prepare_cached("SELECT ended_at_ms FROM runs WHERE task_id = ?1 AND number = ?2")
                 .db()?
                 .query_row(params![run.task.as_str(), run.number], |row| row.get(0))
@@ -979,7 +1002,7 @@ impl Store for SqliteStore {
                 Some(Some(_)) => return Err(conflict("the run has ended".into())),
                 Some(None) => {}
             }
-            let tail: Option<(i64, String)> = tx
+            let tail: Option<(i64, String)> = conn
                 .prepare_cached(
                     "SELECT seq, hash FROM journal WHERE task_id = ?1 AND run_number = ?2
                      ORDER BY seq DESC LIMIT 1",
@@ -994,7 +1017,7 @@ impl Store for SqliteStore {
                 .map(|(seq, hash)| Ok::<_, StoreError>((crate::rows::to_u64(seq)?, hash)))
                 .transpose()?;
             check_append(tail.as_ref().map(|(s, h)| (*s, h.as_str())), &entry).map_err(conflict)?;
-            tx.prepare_cached(
+            conn.prepare_cached(
                 "INSERT INTO journal (task_id, run_number, seq, at_ms, kind, payload, prev_hash,
                      hash)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -1011,7 +1034,7 @@ impl Store for SqliteStore {
                 entry.hash,
             ])
             .db()?;
-            tx.commit().db()
+            Ok(())
         })
     }
 
@@ -1020,7 +1043,7 @@ impl Store for SqliteStore {
         run: &'a RunRef,
     ) -> BoxFuture<'a, Result<Vec<JournalEntry>, StoreError>> {
         let run = run.clone();
-        self.call(move |conn, _| {
+        self.write(move |conn, _| {
             let mut statement = conn
                 .prepare_cached(&format!(
                     "SELECT {JOURNAL_COLUMNS} FROM journal WHERE task_id = ?1 AND run_number = ?2
@@ -1040,11 +1063,10 @@ impl Store for SqliteStore {
         event: Event,
     ) -> BoxFuture<'a, Result<EventRecord, StoreError>> {
         let task = task.clone();
-        self.call(move |conn, now| {
+        self.write(move |conn, now| {
             let text = serde_json::to_string(&event)?;
-            let tx = immediate(conn)?;
-            task_status(&tx, &task)?;
-            let (seq, task_seq): (i64, i64) = tx
+            task_status(conn, &task)?;
+            let (seq, task_seq): (i64, i64) = conn
                 .prepare_cached(
                     "INSERT INTO events (task_id, task_seq, at_ms, event)
                      VALUES (?1, (SELECT COALESCE(MAX(task_seq), 0) + 1 FROM events
@@ -1056,7 +1078,6 @@ impl Store for SqliteStore {
                     Ok((row.get(0)?, row.get(1)?))
                 })
                 .db()?;
-            tx.commit().db()?;
             Ok(EventRecord {
                 seq: crate::rows::to_u64(seq)?,
                 task_seq: crate::rows::to_u64(task_seq)?,
@@ -1074,7 +1095,7 @@ impl Store for SqliteStore {
         limit: u32,
     ) -> BoxFuture<'a, Result<Vec<EventRecord>, StoreError>> {
         let stream = stream.clone();
-        self.call(move |conn, _| {
+        self.read(move |conn| {
             let after = to_i64(after)?;
             let raws: Vec<RawEvent> = match &stream {
                 EventStream::Task(task) => {
@@ -1107,10 +1128,9 @@ impl Store for SqliteStore {
     }
 
     fn record_usage(&self, entry: UsageEntry) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.call(move |conn, now| {
-            let tx = immediate(conn)?;
-            task_status(&tx, &entry.task)?;
-            tx.prepare_cached(
+        self.write(move |conn, now| {
+            task_status(conn, &entry.task)?;
+            conn.prepare_cached(
                 "INSERT INTO usage_ledger (task_id, run_number, model, input_tokens,
                      cached_input_tokens, output_tokens, cost_micro_usd, at_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
@@ -1127,13 +1147,13 @@ impl Store for SqliteStore {
                 now,
             ])
             .db()?;
-            tx.commit().db()
+            Ok(())
         })
     }
 
     fn spend_for_task<'a>(&'a self, task: &'a TaskId) -> BoxFuture<'a, Result<Spend, StoreError>> {
         let task = task.clone();
-        self.call(move |conn, _| {
+        self.read(move |conn| {
             let sums = conn
                 .prepare_cached(&format!(
                     "SELECT {SPEND_COLUMNS} FROM usage_ledger WHERE task_id = ?1"
@@ -1146,7 +1166,7 @@ impl Store for SqliteStore {
     }
 
     fn spend_for_day(&self, day: UtcDay) -> BoxFuture<'_, Result<Spend, StoreError>> {
-        self.call(move |conn, _| {
+        self.read(move |conn| {
             let sums = conn
                 .prepare_cached(&format!(
                     "SELECT {SPEND_COLUMNS} FROM usage_ledger WHERE at_ms >= ?1 AND at_ms < ?2"
@@ -1162,16 +1182,15 @@ impl Store for SqliteStore {
         &self,
         approval: NewApproval,
     ) -> BoxFuture<'_, Result<Approval, StoreError>> {
-        self.call(move |conn, now| {
-            let tx = immediate(conn)?;
-            task_status(&tx, &approval.task)?;
-            if load_approval(&tx, &approval.id)?.is_some() {
+        self.write(move |conn, now| {
+            task_status(conn, &approval.task)?;
+            if load_approval(conn, &approval.id)?.is_some() {
                 return Err(StoreError::AlreadyExists {
                     what: "approval",
                     id: approval.id,
                 });
             }
-            let created = tx
+            let created = conn
                 .prepare_cached(&format!(
                     "INSERT INTO approvals (id, task_id, kind, subject_hash, status, created_at_ms)
                      VALUES (?1, ?2, ?3, ?4, 'pending', ?5) RETURNING {APPROVAL_COLUMNS}"
@@ -1189,7 +1208,6 @@ impl Store for SqliteStore {
                 )
                 .db()?
                 .decode()?;
-            tx.commit().db()?;
             Ok(created)
         })
     }
@@ -1199,14 +1217,14 @@ impl Store for SqliteStore {
         id: &'a str,
     ) -> BoxFuture<'a, Result<Option<Approval>, StoreError>> {
         let id = id.to_string();
-        self.call(move |conn, _| load_approval(conn, &id))
+        self.read(move |conn| load_approval(conn, &id))
     }
 
     fn list_approvals(
         &self,
         status: Option<ApprovalStatus>,
     ) -> BoxFuture<'_, Result<Vec<Approval>, StoreError>> {
-        self.call(move |conn, _| {
+        self.read(move |conn| {
             let mut statement = conn
                 .prepare_cached(&format!(
                     "SELECT {APPROVAL_COLUMNS} FROM approvals WHERE (?1 IS NULL OR status = ?1)
@@ -1230,15 +1248,14 @@ impl Store for SqliteStore {
         let id = id.to_string();
         let subject_hash = subject_hash.to_string();
         let decided_by = decided_by.to_string();
-        self.call(move |conn, now| {
-            let tx = immediate(conn)?;
-            let approval = load_approval(&tx, &id)?.ok_or_else(|| not_found("approval", &id))?;
+        self.write(move |conn, now| {
+            let approval = load_approval(conn, &id)?.ok_or_else(|| not_found("approval", &id))?;
             check_approval(&approval, &subject_hash, ApprovalStatus::Pending)?;
             let to = match decision {
                 Decision::Approve => ApprovalStatus::Approved,
                 Decision::Reject => ApprovalStatus::Rejected,
             };
-            let decided = tx
+            let decided = conn
                 .prepare_cached(&format!(
                     "UPDATE approvals SET status = ?2, decided_by = ?3, decided_at_ms = ?4
                      WHERE id = ?1 RETURNING {APPROVAL_COLUMNS}"
@@ -1247,7 +1264,6 @@ impl Store for SqliteStore {
                 .query_row(params![id, to.as_str(), decided_by, now], read_approval)
                 .db()?
                 .decode()?;
-            tx.commit().db()?;
             Ok(decided)
         })
     }
@@ -1259,11 +1275,10 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<Approval, StoreError>> {
         let id = id.to_string();
         let subject_hash = subject_hash.to_string();
-        self.call(move |conn, now| {
-            let tx = immediate(conn)?;
-            let approval = load_approval(&tx, &id)?.ok_or_else(|| not_found("approval", &id))?;
+        self.write(move |conn, now| {
+            let approval = load_approval(conn, &id)?.ok_or_else(|| not_found("approval", &id))?;
             check_approval(&approval, &subject_hash, ApprovalStatus::Approved)?;
-            let consumed = tx
+            let consumed = conn
                 .prepare_cached(&format!(
                     "UPDATE approvals SET status = 'consumed', consumed_at_ms = ?2
                      WHERE id = ?1 RETURNING {APPROVAL_COLUMNS}"
@@ -1272,22 +1287,20 @@ impl Store for SqliteStore {
                 .query_row(params![id, now], read_approval)
                 .db()?
                 .decode()?;
-            tx.commit().db()?;
             Ok(consumed)
         })
     }
 
     fn enqueue_intent(&self, intent: NewIntent) -> BoxFuture<'_, Result<Intent, StoreError>> {
-        self.call(move |conn, now| {
-            let tx = immediate(conn)?;
-            task_status(&tx, &intent.task)?;
-            if load_intent(&tx, &intent.id)?.is_some() {
+        self.write(move |conn, now| {
+            task_status(conn, &intent.task)?;
+            if load_intent(conn, &intent.id)?.is_some() {
                 return Err(StoreError::AlreadyExists {
                     what: "outbox intent",
                     id: intent.id,
                 });
             }
-            let created = tx
+            let created = conn
                 .prepare_cached(&format!(
                     "INSERT INTO outbox (id, task_id, kind, payload, status, attempts,
                          next_attempt_at_ms, created_at_ms)
@@ -1306,7 +1319,6 @@ impl Store for SqliteStore {
                 )
                 .db()?
                 .decode()?;
-            tx.commit().db()?;
             Ok(created)
         })
     }
@@ -1318,9 +1330,8 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<Option<Intent>, StoreError>> {
         let worker = worker.to_string();
         let lease_ms = duration_ms(lease);
-        self.call(move |conn, now| {
-            let tx = immediate(conn)?;
-            let claimed = tx
+        self.write(move |conn, now| {
+            let claimed = conn
                 .prepare_cached(&format!(
                     "UPDATE outbox SET lease_owner = ?2, lease_expires_at_ms = ?3,
                          attempts = attempts + 1
@@ -1340,7 +1351,6 @@ impl Store for SqliteStore {
                 .db()?
                 .map(RawIntent::decode)
                 .transpose()?;
-            tx.commit().db()?;
             Ok(claimed)
         })
     }
@@ -1352,10 +1362,9 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<Intent, StoreError>> {
         let id = id.to_string();
         let worker = worker.to_string();
-        self.call(move |conn, now| {
-            let tx = immediate(conn)?;
-            held_intent(&tx, &id, &worker)?;
-            let done = tx
+        self.write(move |conn, now| {
+            held_intent(conn, &id, &worker)?;
+            let done = conn
                 .prepare_cached(&format!(
                     "UPDATE outbox SET status = 'done', done_at_ms = ?2, lease_expires_at_ms = NULL
                      WHERE id = ?1 RETURNING {INTENT_COLUMNS}"
@@ -1364,7 +1373,6 @@ impl Store for SqliteStore {
                 .query_row(params![id, now], read_intent)
                 .db()?
                 .decode()?;
-            tx.commit().db()?;
             Ok(done)
         })
     }
@@ -1379,14 +1387,13 @@ impl Store for SqliteStore {
         let id = id.to_string();
         let worker = worker.to_string();
         let error = error.to_string();
-        self.call(move |conn, _| {
-            let tx = immediate(conn)?;
-            let intent = held_intent(&tx, &id, &worker)?;
+        self.write(move |conn, _| {
+            let intent = held_intent(conn, &id, &worker)?;
             let (status, next) = match retry_at_ms {
                 Some(at) => (IntentStatus::Pending, at),
                 None => (IntentStatus::Failed, intent.next_attempt_at_ms),
             };
-            let failed = tx
+            let failed = conn
                 .prepare_cached(&format!(
                     "UPDATE outbox SET status = ?2, next_attempt_at_ms = ?3, last_error = ?4,
                          lease_owner = NULL, lease_expires_at_ms = NULL
@@ -1396,7 +1403,6 @@ impl Store for SqliteStore {
                 .query_row(params![id, status.as_str(), next, error], read_intent)
                 .db()?
                 .decode()?;
-            tx.commit().db()?;
             Ok(failed)
         })
     }
@@ -1406,7 +1412,7 @@ impl Store for SqliteStore {
         task: &'a TaskId,
     ) -> BoxFuture<'a, Result<Vec<Intent>, StoreError>> {
         let task = task.clone();
-        self.call(move |conn, _| {
+        self.read(move |conn| {
             let mut statement = conn
                 .prepare_cached(&format!(
                     "SELECT {INTENT_COLUMNS} FROM outbox WHERE task_id = ?1

@@ -22,7 +22,9 @@ CREATE TABLE tasks (
     interrupted_runs INTEGER NOT NULL DEFAULT 0
 ) STRICT;
 CREATE INDEX tasks_queue ON tasks (priority DESC, created_at_ms, id) WHERE status = 'queued';
-CREATE INDEX tasks_status ON tasks (status, kind);
+-- The few tasks holding repositories, for the one-writer-per-repository check.
+CREATE INDEX tasks_active ON tasks (id) WHERE status IN ('running', 'testing');
+CREATE INDEX tasks_status ON tasks (status, id);
 CREATE INDEX tasks_owner ON tasks (owner, id);
 
 -- One row per (task, repository name): the key of the one-writer-per-repository rule.
