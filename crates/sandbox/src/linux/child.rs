@@ -119,6 +119,8 @@ pub(crate) struct HolderPlan<'a> {
 pub(crate) struct RunPlan<'a> {
     /// As in [`HolderPlan::keep_fds`].
     pub keep_fds: &'a [RawFd],
+    /// The Warden process; the relay dies with the thread that forked it.
+    pub parent_pid: libc::pid_t,
     pub cgroup_procs: &'a [RawFd],
     pub userns: RawFd,
     pub mntns: RawFd,
@@ -404,6 +406,19 @@ pub(crate) fn holder_main(plan: &HolderPlan<'_>) -> ! {
 /// `pid` then the raw wait status on the status pipe. Never returns.
 pub(crate) fn relay_main(plan: &RunPlan<'_>) -> ! {
     let error_fd = plan.error_fd;
+    // If Warden dies, so does the relay, and with it (its death signal) the sandbox. The
+    // thread that forked us supervises us until we exit, so it cannot end first on its own.
+    // SAFETY: integer-only prctl and getppid.
+    unsafe {
+        check(
+            error_fd,
+            code::PDEATHSIG,
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0).into(),
+        );
+        if libc::getppid() != plan.parent_pid {
+            libc::_exit(127);
+        }
+    }
     // The relay lives as long as the command: holding copies of other pipes would keep their
     // readers from ever seeing end of file.
     close_others(error_fd, plan.keep_fds);

@@ -1091,6 +1091,7 @@ impl LinuxView {
         keep_fds.sort_unstable();
         let plan = RunPlan {
             keep_fds: &keep_fds,
+            parent_pid: std::process::id() as libc::pid_t,
             cgroup_procs: inputs.procs,
             userns: self.userns.as_raw_fd(),
             mntns: self.mntns.as_raw_fd(),

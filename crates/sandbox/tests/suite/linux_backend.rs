@@ -160,6 +160,18 @@ fn escapes_are_refused() {
             let output = bash(view.as_ref(), script);
             assert!(!output.success(), "{script} succeeded (writable: {writable})");
         }
+        let interfaces = expect_success(&bash(view.as_ref(), "tail -n +3 /proc/net/dev"));
+        let names: Vec<&str> = interfaces
+            .lines()
+            .filter_map(|l| l.split(':').next())
+            .map(str::trim)
+            .collect();
+        assert_eq!(names, ["lo"], "{interfaces}");
+        // lo is up: with IPv6 in the kernel, an up lo has ::1, listed without any socket.
+        if std::path::Path::new("/proc/net/if_inet6").exists() {
+            let addresses = expect_success(&bash(view.as_ref(), "cat /proc/net/if_inet6"));
+            assert!(addresses.contains(" lo"), "lo is not up: {addresses:?}");
+        }
         let status = expect_success(&bash(
             view.as_ref(),
             "grep -E '^(NoNewPrivs|Seccomp|CapEff|CapBnd):' /proc/self/status",
@@ -400,4 +412,66 @@ fn open_is_not_held_up_by_a_running_command() {
         slowest < Duration::from_millis(1500),
         "an open took {slowest:?}"
     );
+}
+
+fn processes_with(needle: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|cmdline| String::from_utf8_lossy(&cmdline).contains(needle))
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+/// If the Warden process dies mid-command, the sandboxed processes die with it.
+#[test]
+fn sandbox_dies_with_warden() {
+    const FLAG: &str = "WARDEN_SANDBOX_TEST_DIE_WITH";
+    if let Ok(needle) = std::env::var(FLAG) {
+        let Some(sandbox) = super::support::sandbox(Backend::Linux) else {
+            return;
+        };
+        let fixture = Fixture::new();
+        let view = sandbox.open(&fixture.view(false)).unwrap();
+        bash(view.as_ref(), &format!("sleep {needle}"));
+        return;
+    }
+    if super::support::sandbox(Backend::Linux).is_none() {
+        return;
+    }
+    let needle = format!("1000.{}", std::process::id());
+    // This test plays Warden in a child process and kills it.
+    #[allow(clippy::disallowed_methods)]
+    let mut warden = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "suite::linux_backend::sandbox_dies_with_warden",
+            "--exact",
+            "--nocapture",
+        ])
+        .env(FLAG, &needle)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while processes_with(&needle).is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the sandboxed sleep never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    warden.kill().unwrap();
+    warden.wait().unwrap();
+    let killed = std::time::Instant::now();
+    while !processes_with(&needle).is_empty() {
+        assert!(
+            killed.elapsed() < Duration::from_secs(5),
+            "the sandbox outlived warden"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
