@@ -200,8 +200,7 @@ impl GvisorSandbox {
     #[cfg(target_os = "linux")]
     fn prepare(config: &SandboxConfig) -> Result<GvisorSandbox, SandboxError> {
         let runsc = find_runsc(config)?;
-        // SAFETY: geteuid cannot fail.
-        let rootless = unsafe { libc::geteuid() } != 0;
+        let rootless = crate::sys::euid() != 0;
         if rootless && !config.is_disabled(Layer::CgroupMemory) {
             return Err(unavailable(
                 Layer::CgroupMemory,
@@ -666,8 +665,7 @@ pub(crate) fn probe(config: &SandboxConfig) -> Vec<LayerReport> {
     }
     #[cfg(target_os = "linux")]
     {
-        // SAFETY: geteuid cannot fail.
-        let rootless = unsafe { libc::geteuid() } != 0;
+        let rootless = crate::sys::euid() != 0;
         let mut reports = Vec::new();
         let mut trial_config = config.clone();
         trial_config.disabled_layers.push(Layer::CgroupMemory);

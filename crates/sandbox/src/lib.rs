@@ -16,15 +16,39 @@
 //! that the model key in its memory cannot be read through `/proc` or ptrace.
 //!
 //! [`probe`] reports, layer by layer, what works on this machine (for `warden doctor`).
+//!
+//! # Decisions worth knowing
+//!
+//! - **Who the command is.** The Warden user is mapped to uid/gid 1000 (`sandbox`) in the
+//!   sandbox's user namespace, nothing else is mapped. Snapshots, owned by the Warden user, are
+//!   therefore readable, and overlayfs copy-up works (an unmapped owner would fail with
+//!   `EOVERFLOW`). Commands keep no capability, except `CAP_DAC_OVERRIDE` in writable views, so
+//!   the snapshot's read-only modes (files `0444`, directories `0555`) do not stop edits; it
+//!   only covers inodes owned by the mapped user. When Warden runs as root, the sandbox user is
+//!   host root seen from outside: every confinement layer still applies, but prefer a dedicated
+//!   user.
+//! - **Cgroups fail closed.** An unprivileged Warden without a delegated cgroup cannot limit
+//!   memory and processes through cgroups; the `linux` backend is then unavailable (layer
+//!   `cgroup_memory`), unless the operator lists the cgroup layers in
+//!   [`SandboxConfig::disabled_layers`], in which case `RLIMIT_NPROC` and `RLIMIT_DATA` are the
+//!   limits.
+//! - **The process tree.** The command is pid 1 of its own pid namespace: when it exits or is
+//!   killed (timeout), the kernel kills everything it started, including daemons that
+//!   double-forked or ignore signals. If Warden dies, running sandboxes die with it.
+//! - **`root()` of writable views** is an ordinary path when Warden may mount (root); an
+//!   unprivileged Warden cannot mount on the host, so it is `/proc/<pid>/root/work` of the
+//!   view's holder process: open files under it, but do not canonicalize it.
 
 mod error;
 mod gvisor;
 #[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
 mod linux;
 mod local;
 mod output;
 mod spec;
 #[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
 mod sys;
 
 use std::path::Path;
@@ -53,7 +77,10 @@ pub trait Sandbox: Send + Sync {
 pub trait SandboxView: Send + Sync {
     /// The host path of the working root the agent sees: the snapshot itself for a read-only
     /// single-repository view, otherwise a directory holding the merged (copy-on-write) tree or
-    /// one folder per repository name. See the backend notes for caveats.
+    /// one folder per repository name. Writes through it land in the view like the sandbox's
+    /// own. For an unprivileged Warden's writable `linux` view this is a
+    /// `/proc/<pid>/root/...` path: valid for opening files, not for canonicalizing (see the
+    /// crate documentation).
     fn root(&self) -> &Path;
 
     /// Runs one command to completion (or to its timeout) and collects its output.

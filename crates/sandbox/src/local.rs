@@ -164,11 +164,7 @@ impl SandboxView for LocalView {
 }
 
 fn kill_group(pid: libc::pid_t) {
-    // SAFETY: kill(2) with a negative pid signals the process group the child leads; a group
-    // that no longer exists yields ESRCH, which is fine.
-    unsafe {
-        libc::kill(-pid, libc::SIGKILL);
-    }
+    sys::kill_process_group(pid);
 }
 
 /// Copies a snapshot into a writable plain directory (owner-writable modes).

@@ -39,6 +39,20 @@ pub(crate) fn set_dumpable(dumpable: bool) -> io::Result<()> {
     Ok(())
 }
 
+/// The effective user id of this process.
+pub(crate) fn euid() -> u32 {
+    // SAFETY: geteuid cannot fail and touches no memory of ours.
+    unsafe { libc::geteuid() }
+}
+
+/// Sends SIGKILL to the process group `group` leads; a group that is gone is fine.
+pub(crate) fn kill_process_group(group: libc::pid_t) {
+    // SAFETY: kill(2) with a negative pid signals a process group; no memory involved.
+    unsafe {
+        libc::kill(-group, libc::SIGKILL);
+    }
+}
+
 /// A close-on-exec pipe: `(read end, write end)`.
 pub(crate) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0 as libc::c_int; 2];

@@ -193,6 +193,12 @@ fn escapes_are_refused() {
     }
 }
 
+#[allow(unsafe_code)]
+fn dumpable() -> bool {
+    // SAFETY: PR_GET_DUMPABLE reads a flag of this process.
+    unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) == 1 }
+}
+
 /// The Warden process, hardened, is not dumpable, its environment cannot be read through
 /// /proc by other processes of its user, and sandboxes still work from it.
 #[test]
@@ -208,12 +214,13 @@ fn hardened_warden_process() {
         );
         return;
     }
+    // Before hardening: afterwards /proc/self belongs to root.
+    let uid = euid();
     warden_sandbox::harden_current_process().unwrap();
-    // SAFETY: PR_GET_DUMPABLE reads a flag of this process.
-    assert_eq!(unsafe { libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) }, 0);
+    assert!(!dumpable());
     let status = std::fs::read_to_string("/proc/self/status").unwrap();
     let environ = format!("/proc/{}/environ", std::process::id());
-    if euid() != 0 {
+    if uid != 0 {
         // Another process of the same user cannot read the environment any more.
         #[allow(clippy::disallowed_methods)]
         let other = std::process::Command::new("cat")
