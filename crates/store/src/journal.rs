@@ -4,10 +4,12 @@
 //! change when the runtime adds a kind. Backends check every append against the stored tail in
 //! the same transaction, so two writers cannot fork a run's chain.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::StoreError;
+use crate::{RunRef, Store, StoreError};
 
 /// The hash a run's first record chains to (identical to the runtime's).
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -124,6 +126,50 @@ pub fn verify_chain(entries: &[JournalEntry]) -> Result<(), StoreError> {
         tail = Some((entry.seq, &entry.hash));
     }
     Ok(())
+}
+
+/// One writer's handle on a run's journal: it keeps the chain's tail, builds each record on it
+/// and appends through the store. A second handle on the same run that falls behind gets
+/// [`StoreError::JournalConflict`] instead of forking the chain.
+pub struct RunJournal {
+    store: Arc<dyn Store>,
+    run: RunRef,
+    tail: Option<JournalEntry>,
+}
+
+impl std::fmt::Debug for RunJournal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunJournal")
+            .field("run", &self.run)
+            .field("next_seq", &self.tail.as_ref().map_or(0, |t| t.seq + 1))
+            .finish_non_exhaustive()
+    }
+}
+
+impl RunJournal {
+    /// Continues the run's stored chain (empty for a new run), checking it first.
+    pub async fn open(store: Arc<dyn Store>, run: RunRef) -> Result<RunJournal, StoreError> {
+        let mut entries = store.journal(&run).await?;
+        verify_chain(&entries)?;
+        let tail = entries.pop();
+        Ok(RunJournal { store, run, tail })
+    }
+
+    pub fn run(&self) -> &RunRef {
+        &self.run
+    }
+
+    /// Appends one record; on success it is the new tail.
+    pub async fn append(
+        &mut self,
+        at_ms: u64,
+        kind: &str,
+        payload: serde_json::Value,
+    ) -> Result<&JournalEntry, StoreError> {
+        let entry = JournalEntry::next(self.tail.as_ref(), at_ms, kind, payload)?;
+        self.store.append_journal(&self.run, entry.clone()).await?;
+        Ok(self.tail.insert(entry))
+    }
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use warden_protocol::{Event, TaskId, TaskStatus};
 
 pub use clock::{Clock, ManualClock, SystemClock, UtcDay};
 pub use error::StoreError;
-pub use journal::{JournalEntry, GENESIS_HASH};
+pub use journal::{JournalEntry, RunJournal, GENESIS_HASH};
 pub use postgres::PostgresStore;
 pub use sqlite::{Quarantine, SqliteStore};
 pub use state::{transition_allowed, ABANDONED, MAX_INTERRUPTED_RUNS};

@@ -7,7 +7,7 @@ use serde_json::json;
 use warden_protocol::{TaskKind, TaskStatus};
 use warden_runtime::{FileJournal, Journal, JournalRecord, MemoryJournal, RecordKind};
 use warden_store::journal::verify_chain;
-use warden_store::{JournalEntry, RunRef, StoreError, GENESIS_HASH};
+use warden_store::{JournalEntry, RunJournal, RunRef, StoreError, GENESIS_HASH};
 
 use super::harness::Fixture;
 
@@ -190,7 +190,47 @@ async fn each_run_has_its_own_chain(f: &Fixture) {
     assert_eq!(f.store.journal(&second_run).await.unwrap(), vec![b]);
 }
 
+async fn a_writer_that_falls_behind_cannot_fork(f: &Fixture) {
+    let run = open_run(f).await;
+    let mut first = RunJournal::open(f.store.clone(), run.clone())
+        .await
+        .unwrap();
+    first.append(1, "run_started", json!({})).await.unwrap();
+    // A second writer picks the run up (say, a worker that wrongly thinks it owns it)...
+    let mut second = RunJournal::open(f.store.clone(), run.clone())
+        .await
+        .unwrap();
+    first
+        .append(2, "model_requested", json!({"turn": 1}))
+        .await
+        .unwrap();
+    // ...and its view is now stale: its append is refused, not forked.
+    let refused = second
+        .append(3, "model_requested", json!({"turn": 9}))
+        .await;
+    assert!(
+        matches!(refused, Err(StoreError::JournalConflict { seq: 1, .. })),
+        "{refused:?}"
+    );
+    let tail = first.append(4, "run_finished", json!({})).await.unwrap();
+    assert_eq!(tail.seq, 2);
+    let stored = f.store.journal(&run).await.unwrap();
+    assert_eq!(stored.len(), 3);
+    verify_chain(&stored).unwrap();
+    // Reopening continues where the chain ends.
+    let mut reopened = RunJournal::open(f.store.clone(), run).await.unwrap();
+    assert_eq!(
+        reopened
+            .append(5, "run_finished", json!({}))
+            .await
+            .unwrap()
+            .seq,
+        3
+    );
+}
+
 conformance!(
+    a_writer_that_falls_behind_cannot_fork,
     the_runtime_chain_round_trips,
     forks_gaps_and_tampering_are_refused,
     each_run_has_its_own_chain,
