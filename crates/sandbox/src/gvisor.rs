@@ -44,7 +44,7 @@ fn unavailable(layer: Layer, reason: impl Into<String>) -> SandboxError {
 }
 
 /// System calls the OCI profile refuses (the linux backend's list, by name).
-const DENIED: [&str; 50] = [
+const DENIED: [&str; 49] = [
     "ptrace",
     "process_vm_readv",
     "process_vm_writev",
@@ -90,7 +90,6 @@ const DENIED: [&str; 50] = [
     "clock_adjtime",
     "adjtimex",
     "vhangup",
-    "personality",
     "iopl",
     "ioperm",
     "uselib",

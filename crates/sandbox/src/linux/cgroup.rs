@@ -234,7 +234,20 @@ pub(crate) fn prepare(hierarchy: &Hierarchy) -> io::Result<()> {
             let enabled =
                 std::fs::read_to_string(own.join("cgroup.subtree_control")).unwrap_or_default();
             if !enabled.split_whitespace().any(|c| c == name) {
-                write(&own.join("cgroup.subtree_control"), &format!("+{name}"))?;
+                write(&own.join("cgroup.subtree_control"), &format!("+{name}")).map_err(|e| {
+                    if e.raw_os_error() == Some(libc::EBUSY) {
+                        io::Error::new(
+                            e.kind(),
+                            format!(
+                                "{e}; cgroup v2 forbids controllers below a cgroup that holds \
+                                 processes: run warden in a leaf of its delegated subtree \
+                                 (systemd: DelegateSubgroup=)"
+                            ),
+                        )
+                    } else {
+                        e
+                    }
+                })?;
             }
         }
         write(
@@ -289,7 +302,14 @@ impl RunCgroups {
                 let procs = OpenOptions::new()
                     .write(true)
                     .custom_flags(libc::O_CLOEXEC)
-                    .open(dir.join("cgroup.procs"))
+                    // v1: move the relay's one thread through `tasks`; moving "0" (ourselves)
+                    // as a single thread skips the global threadgroup lock that a whole-process
+                    // move through `cgroup.procs` takes, and with it an RCU grace period.
+                    .open(dir.join(if hierarchy.v2 {
+                        "cgroup.procs"
+                    } else {
+                        "tasks"
+                    }))
                     .map_err(|e| (layer, e))?;
                 cgroups.procs.push(OwnedFd::from(procs));
             }
@@ -297,7 +317,7 @@ impl RunCgroups {
         Ok(cgroups)
     }
 
-    /// `cgroup.procs` descriptors the relay writes `0` to.
+    /// `cgroup.procs` (v2) or `tasks` (v1) descriptors the relay writes `0` to.
     pub(crate) fn procs_fds(&self) -> Vec<RawFd> {
         self.procs.iter().map(AsRawFd::as_raw_fd).collect()
     }

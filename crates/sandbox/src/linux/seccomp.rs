@@ -85,7 +85,6 @@ fn denied() -> Vec<libc::c_long> {
         libc::SYS_clock_adjtime,
         libc::SYS_adjtimex,
         libc::SYS_vhangup,
-        libc::SYS_personality,
     ];
     #[cfg(target_arch = "x86_64")]
     calls.extend([
@@ -127,8 +126,7 @@ fn errno(error: i32) -> u32 {
     libc::SECCOMP_RET_ERRNO | (error as u32 & libc::SECCOMP_RET_DATA)
 }
 
-/// The filter program. `personality` is denied too: nothing a build needs, and it can turn on
-/// `READ_IMPLIES_EXEC`.
+/// The filter program.
 pub(crate) fn program() -> Vec<libc::sock_filter> {
     let eq = libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K;
     let ge = libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K;
