@@ -336,10 +336,10 @@ impl GvisorView {
             .map_err(|e| io_error("tmp", e))?;
         crate::linux::write_etc(&scratch.join("etc"), &sandbox.layout)
             .map_err(|e| io_error("etc", e))?;
-        let mut mounts = vec![
-            "{\"destination\":\"/proc\",\"type\":\"proc\",\"source\":\"proc\"}".to_owned(),
-            "{\"destination\":\"/dev\",\"type\":\"tmpfs\",\"source\":\"tmpfs\",\"options\":[\"nosuid\",\"noexec\",\"ro\"]}".to_owned(),
-        ];
+        // /dev is gVisor's own (an in-sandbox tmpfs with its device nodes); a read-only /dev
+        // there would refuse writes to /dev/null as well.
+        let mut mounts =
+            vec!["{\"destination\":\"/proc\",\"type\":\"proc\",\"source\":\"proc\"}".to_owned()];
         for dir in [
             "etc",
             "tmp",
