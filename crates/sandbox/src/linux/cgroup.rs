@@ -225,6 +225,7 @@ pub(crate) fn prepare(hierarchy: &Hierarchy) -> io::Result<()> {
             ))
         }
     }
+    sweep_stale(&hierarchy.parent);
     if hierarchy.v2 {
         let name = hierarchy.controller.name();
         // Our own cgroup must pass the controller down to `warden/`, which passes it on to the
@@ -256,6 +257,29 @@ pub(crate) fn prepare(hierarchy: &Hierarchy) -> io::Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// Removes `run-<pid>-<n>` cgroups left by a Warden process that died mid-command (its
+/// commands died with it; the empty directories stay). A live pid's are left alone.
+fn sweep_stale(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|name| name.strip_prefix("run-"))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new("/proc").join(pid.to_string()).exists() {
+            // Fails harmlessly if something still runs in it.
+            let _ = std::fs::remove_dir(entry.path());
+        }
+    }
 }
 
 static NEXT_RUN: AtomicU64 = AtomicU64::new(0);

@@ -331,6 +331,14 @@ fn as_nobody_with_delegated_cgroups() {
     ];
     let result = std::panic::catch_unwind(|| run_as_nobody(DELEGATED, &wrapper));
     for dir in &delegated {
+        if let Ok(runs) = std::fs::read_dir(dir.join("warden")) {
+            for run in runs
+                .flatten()
+                .filter(|r| r.file_type().is_ok_and(|t| t.is_dir()))
+            {
+                let _ = std::fs::remove_dir(run.path());
+            }
+        }
         let _ = std::fs::remove_dir(dir.join("warden"));
         for _ in 0..50 {
             if std::fs::remove_dir(dir).is_ok() {
@@ -441,8 +449,16 @@ fn sandbox_dies_with_warden() {
         let Some(sandbox) = super::support::sandbox(Backend::Linux) else {
             return;
         };
-        let fixture = Fixture::new();
-        let view = sandbox.open(&fixture.view(false)).unwrap();
+        let base = PathBuf::from(std::env::var("WARDEN_SANDBOX_TEST_BASE").unwrap());
+        let snapshot = base.join("snapshot");
+        super::support::snapshot_at(&snapshot, &[("a", "a\n")]);
+        let view = sandbox
+            .open(&warden_sandbox::ViewSpec {
+                lower: vec![("a".into(), snapshot)],
+                writable: false,
+                scratch_dir: base.join("scratch"),
+            })
+            .unwrap();
         bash(view.as_ref(), &format!("sleep {needle}"));
         return;
     }
@@ -450,6 +466,10 @@ fn sandbox_dies_with_warden() {
         return;
     }
     let needle = format!("1000.{}", std::process::id());
+    // The killed child cannot clean up after itself: it works in a directory we remove.
+    let fixture = Fixture::new();
+    let base = fixture.dir.path().join("warden");
+    std::fs::create_dir(&base).unwrap();
     // This test plays Warden in a child process and kills it.
     #[allow(clippy::disallowed_methods)]
     let mut warden = std::process::Command::new(std::env::current_exe().unwrap())
@@ -459,6 +479,7 @@ fn sandbox_dies_with_warden() {
             "--nocapture",
         ])
         .env(FLAG, &needle)
+        .env("WARDEN_SANDBOX_TEST_BASE", &base)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
