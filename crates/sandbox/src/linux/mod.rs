@@ -285,6 +285,30 @@ pub(crate) fn mount_on_host(
             })
             .collect(),
     };
+    // A private bind of the directory onto itself first: on hosts whose mounts are shared
+    // (systemd), the view's mounts then do not propagate to other mount namespaces.
+    std::fs::create_dir_all(&merged)
+        .map_err(|e| SandboxError::io(format!("cannot create {}", merged.display()), e))?;
+    let merged_c = plan::cstring(&merged);
+    match mount(&merged_c, &merged, None, libc::MS_BIND, None) {
+        Ok(()) => mounts.mounted.push(merged.clone()),
+        Err(error) if error.raw_os_error() == Some(libc::EPERM) => return Ok(false),
+        Err(error) => {
+            return Err(SandboxError::Unavailable {
+                backend,
+                layer: Layer::Filesystem,
+                reason: format!("cannot bind {}: {error}", merged.display()),
+            })
+        }
+    }
+    if let Err(error) = mount(&merged_c, &merged, None, libc::MS_PRIVATE, None) {
+        mounts.unmount();
+        return Err(SandboxError::Unavailable {
+            backend,
+            layer: Layer::Filesystem,
+            reason: format!("cannot make {} private: {error}", merged.display()),
+        });
+    }
     for (target, snapshot, upper, work) in &layers {
         std::fs::create_dir_all(target)
             .map_err(|e| SandboxError::io(format!("cannot create {}", target.display()), e))?;
@@ -317,11 +341,6 @@ pub(crate) fn mount_on_host(
         };
         match result {
             Ok(()) => mounts.mounted.push(target.clone()),
-            Err(error)
-                if error.raw_os_error() == Some(libc::EPERM) && mounts.mounted.is_empty() =>
-            {
-                return Ok(false)
-            }
             Err(error) => {
                 mounts.unmount();
                 return Err(SandboxError::Unavailable {
