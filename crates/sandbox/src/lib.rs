@@ -35,9 +35,12 @@
 //! - **The process tree.** The command is pid 1 of its own pid namespace: when it exits or is
 //!   killed (timeout), the kernel kills everything it started, including daemons that
 //!   double-forked or ignore signals. If Warden dies, running sandboxes die with it.
-//! - **`root()` of writable views** is an ordinary path when Warden may mount (root); an
-//!   unprivileged Warden cannot mount on the host, so it is `/proc/<pid>/root/work` of the
-//!   view's holder process: open files under it, but do not canonicalize it.
+//! - **`root()` of writable (and multi-repository) views** is an ordinary path when Warden may
+//!   mount (root). An unprivileged Warden cannot mount on the host, so it is
+//!   `/proc/<holder pid>/root/.warden-host/<id>`: files open fine under it, but `realpath`
+//!   cannot follow the `/proc/<pid>/root` link into another mount namespace, so canonicalizing
+//!   it fails (`ENOENT`) rather than resolving anywhere else. Confine paths relative to it
+//!   (e.g. `openat2` with `RESOLVE_IN_ROOT`) instead of canonicalizing.
 
 mod error;
 mod gvisor;
@@ -78,9 +81,9 @@ pub trait SandboxView: Send + Sync {
     /// The host path of the working root the agent sees: the snapshot itself for a read-only
     /// single-repository view, otherwise a directory holding the merged (copy-on-write) tree or
     /// one folder per repository name. Writes through it land in the view like the sandbox's
-    /// own. For an unprivileged Warden's writable `linux` view this is a
-    /// `/proc/<pid>/root/...` path: valid for opening files, not for canonicalizing (see the
-    /// crate documentation).
+    /// own. For an unprivileged Warden's writable or multi-repository `linux` view this is a
+    /// `/proc/<pid>/root/...` path: valid for opening files, while canonicalizing it fails
+    /// (see the crate documentation).
     fn root(&self) -> &Path;
 
     /// Runs one command to completion (or to its timeout) and collects its output.

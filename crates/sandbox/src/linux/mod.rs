@@ -22,8 +22,9 @@
 //! namespace (it runs as root), the copy-on-write layer is mounted there, under the scratch
 //! directory, and [`crate::SandboxView::root`] is an ordinary path. An unprivileged Warden
 //! cannot mount on the host: then the overlay lives only in the view's namespace and `root()` is
-//! `/proc/<holder pid>/root/work` — fine for opening files, but not to be canonicalized
-//! (`realpath` resolves the `/proc/<pid>/root` magic link to `/`).
+//! `/proc/<holder pid>/root/.warden-host/<id>` — fine for opening files; canonicalizing it
+//! fails, because `realpath` resolves the `/proc/<pid>/root` magic link to `/` and
+//! `/.warden-host/<id>` exists nowhere on the host.
 
 mod cgroup;
 mod child;

@@ -21,6 +21,10 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// Where, inside the holder's root, the host finds the working tree of a view it cannot mount
+/// itself (see `open`).
+const HOST_ENTRY: &str = "/.warden-host";
+
 /// One open view.
 pub(super) struct LinuxView {
     root: PathBuf,
@@ -341,6 +345,35 @@ impl LinuxView {
                 }
             }
         }
+        // Without host mounts, the host reaches the tree through /proc/<holder>/root. Give it a
+        // path there that cannot resolve to anything on the host: `realpath` turns the magic
+        // link into `/`, and `/work` of the *host* (it exists on some machines) must never be
+        // mistaken for the view.
+        let host_entry = if !single_read_only && !on_host {
+            static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let unique = format!(
+                "{}-{}",
+                std::process::id(),
+                NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+            );
+            let entry = Path::new(HOST_ENTRY).join(unique);
+            steps.mkdir(&root_dir.join(HOST_ENTRY.trim_start_matches('/')));
+            let target = root_dir.join(entry.strip_prefix("/").unwrap_or(&entry));
+            steps.mkdir(&target);
+            steps.mount(
+                Layer::Filesystem,
+                "bind the working tree for the host".into(),
+                Some(&work),
+                &target,
+                None,
+                libc::MS_BIND | libc::MS_REC,
+                None,
+                false,
+            );
+            Some(entry)
+        } else {
+            None
+        };
         let proc_dir = root_dir.join("proc");
         steps.mkdir(&proc_dir);
         steps.mount(
@@ -370,7 +403,7 @@ impl LinuxView {
             &steps,
             host_mounts,
             spec,
-            on_host,
+            host_entry,
             single_read_only,
             validated,
         )
@@ -382,7 +415,7 @@ impl LinuxView {
         steps: &Steps,
         mut host_mounts: HostMounts,
         spec: &ViewSpec,
-        on_host: bool,
+        host_entry: Option<PathBuf>,
         single_read_only: bool,
         validated: &ValidatedView,
     ) -> Result<LinuxView, SandboxError> {
@@ -558,10 +591,10 @@ impl LinuxView {
                 ));
             }
         }
-        view.root = match validated {
-            ValidatedView::Single(snapshot) if single_read_only => snapshot.clone(),
-            _ if on_host => scratch.join("merged"),
-            _ => work_inside,
+        view.root = match (validated, host_entry) {
+            (ValidatedView::Single(snapshot), _) if single_read_only => snapshot.clone(),
+            (_, Some(entry)) => proc_root.join(entry.strip_prefix("/").unwrap_or(&entry)),
+            (_, None) => scratch.join("merged"),
         };
         Ok(view)
     }

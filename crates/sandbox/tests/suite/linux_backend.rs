@@ -503,3 +503,45 @@ fn sandbox_dies_with_warden() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// Regression: an unprivileged Warden's `root()` went through `/proc/<pid>/root/work`, which
+/// `realpath` resolves to the host's `/work` — a different, possibly existing directory. The
+/// root must canonicalize to itself or not at all.
+#[test]
+fn root_never_canonicalizes_to_another_directory() {
+    let Some(sandbox) = super::support::sandbox(Backend::Linux) else {
+        return;
+    };
+    let fixture = Fixture::new();
+    let other = fixture.dir.path().join("other");
+    super::support::snapshot_at(&other, &[("README.md", "other\n")]);
+    for (index, (multi, writable)) in [(false, false), (false, true), (true, false), (true, true)]
+        .into_iter()
+        .enumerate()
+    {
+        let mut spec = fixture.view(writable);
+        spec.scratch_dir = fixture.scratch(&format!("canonical-{index}"));
+        if multi {
+            spec.lower = vec![
+                ("a".into(), fixture.snapshot.clone()),
+                ("b".into(), other.clone()),
+            ];
+        }
+        let view = sandbox.open(&spec).unwrap();
+        let readme = if multi { "a/README.md" } else { "README.md" };
+        let through_root = std::fs::read_to_string(view.root().join(readme)).unwrap();
+        assert_eq!(through_root, "# fixture\n");
+        if let Ok(canonical) = std::fs::canonicalize(view.root()) {
+            assert_eq!(
+                std::fs::read_to_string(canonical.join(readme))
+                    .ok()
+                    .as_deref(),
+                Some("# fixture\n"),
+                "{} canonicalizes to {}, which is not the view",
+                view.root().display(),
+                canonical.display()
+            );
+        }
+        view.close().unwrap();
+    }
+}
