@@ -5,7 +5,8 @@
 use crate::config::{Config, ModelChoice};
 use crate::progress::StderrProgress;
 use crate::records::{self, RepoRecord, TaskRecord};
-use crate::{ids, prompt, usage};
+use crate::redact::RedactingJournal;
+use crate::{ids, prompt, text, usage};
 use anyhow::Context;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -15,14 +16,17 @@ use warden_protocol::{
     TaskKind, TaskStatus, TranscriptEntry,
 };
 use warden_repo::evidence::PinnedCheckout;
-use warden_repo::{CheckoutRoot, RepoSpec, RepoStore, Source};
+use warden_repo::{CheckoutRoot, RepoError, RepoSpec, RepoStore, Source};
 use warden_runtime::{
-    Agent, AgentConfig, AllowAll, CancelFlag, Clock, EventSink, FileJournal, Finish, Message,
-    Model, RunInput, RunOutcome, SystemClock, Tool,
+    Agent, AgentConfig, AllowAll, CancelFlag, Clock, EventSink, FileJournal, Finish, Journal,
+    Message, Model, RecordKind, RunInput, RunOutcome, RunReport, SystemClock, Tool,
 };
 use warden_tools::faux::{FauxModel, FAUX_LABEL};
 use warden_tools::submit::{AskUser, SubmitAnswer};
 use warden_tools::Workspace;
+
+/// How long a cancelled run may take to stop by itself before it is abandoned.
+const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
 #[derive(Debug, clap::Args)]
 pub struct AskArgs {
@@ -93,7 +97,12 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
             "warden: pinning {}",
             describe_source(&spec.source)
         ));
-        let pinned = store.pin(spec).map_err(usage)?;
+        let pinned = store.pin(spec).map_err(|error| match error {
+            // What the person asked for does not exist: a usage error. Anything else (a
+            // fetch that failed, a timeout) is an infrastructure failure.
+            RepoError::InvalidSpec { .. } | RepoError::RevisionNotFound { .. } => usage(error),
+            other => anyhow::Error::new(other).context("cannot pin the repository"),
+        })?;
         let snapshot = store
             .snapshot(&pinned)
             .with_context(|| format!("cannot build the snapshot of {}", pinned.name))?;
@@ -190,7 +199,12 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
         transcript: transcript.clone(),
         result: None,
     };
-    records::save(&config.home, &record)?;
+    let redactor = config.redactor();
+    // The journal exists before the record says the task runs, so a record never points at a
+    // run that has no journal.
+    let mut file_journal = FileJournal::create(&records::journal_path(&config.home, &task_id, 1))
+        .context("cannot create the run journal")?;
+    records::save(&config.home, &record, &redactor)?;
 
     progress.emit(Event::TaskStarted {
         task_id: task_id.clone(),
@@ -198,24 +212,65 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
         model: model.name(),
         manifest: manifest.clone(),
     });
-    let mut journal = FileJournal::create(&records::journal_path(&config.home, &task_id, 1))
-        .context("cannot create the run journal")?;
-    let report = Agent {
-        model: model.as_ref(),
-        tools: &tools,
-        policy: &AllowAll,
-        journal: &mut journal,
-        events: &progress,
-        clock: &clock,
-        cancel: CancelFlag::default(),
-        config: AgentConfig {
-            limits: config.limits.clone(),
-            max_output_tokens: config.max_output_tokens,
-            ..AgentConfig::default()
-        },
-    }
-    .run(RunInput::Start { messages })
-    .await;
+    let cancel = CancelFlag::default();
+    let mut journal = RedactingJournal {
+        inner: &mut file_journal,
+        redactor: &redactor,
+    };
+    let context = serde_json::json!({
+        "task_id": task_id,
+        "kind": TaskKind::Question,
+        "follow_up_to": record.follow_up_to,
+        "manifest": manifest,
+    });
+    let mut run = Box::pin(
+        Agent {
+            model: model.as_ref(),
+            tools: &tools,
+            policy: &AllowAll,
+            journal: &mut journal,
+            events: &progress,
+            clock: &clock,
+            cancel: cancel.clone(),
+            config: AgentConfig {
+                limits: config.limits.clone(),
+                max_output_tokens: config.max_output_tokens,
+                ..AgentConfig::default()
+            },
+        }
+        .run(RunInput::Start { messages, context }),
+    );
+    let finished = tokio::select! {
+        report = &mut run => Some(report),
+        _ = tokio::signal::ctrl_c() => {
+            progress.line("warden: cancelling (Ctrl-C)");
+            cancel.cancel();
+            // The loop stops at its next step; a model call in flight is abandoned after a
+            // short grace period.
+            tokio::time::timeout(CANCEL_GRACE, &mut run).await.ok()
+        }
+    };
+    drop(run);
+    let report = match finished {
+        Some(report) => report,
+        None => {
+            let failure = Failure {
+                code: FailureCode::Cancelled,
+                message: "the task was cancelled while the model was answering".into(),
+            };
+            // Best effort: the run's end is journaled even though the loop was abandoned.
+            let _ = journal.append(
+                clock.now_ms(),
+                RecordKind::RunFinished,
+                serde_json::json!({ "outcome": { "failure": failure } }),
+            );
+            RunReport {
+                outcome: RunOutcome::Failed(failure),
+                usage: warden_protocol::Usage::default(),
+                messages: vec![],
+            }
+        }
+    };
 
     let (outcome, status, reply) = match report.outcome {
         RunOutcome::Finished(Finish::Answer(answer)) => {
@@ -298,16 +353,16 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
     record.status = status;
     record.transcript = transcript;
     record.result = Some(result.clone());
-    records::save(&config.home, &record)?;
+    records::save(&config.home, &record, &redactor)?;
     progress.emit(Event::TaskFinished {
         status,
         outcome: finish_line(&result),
     });
 
     if args.json {
-        println!("{}", serde_json::to_string(&result)?);
+        println!("{}", redactor.json(serde_json::to_value(&result)?));
     } else {
-        print!("{}", render_result(&result));
+        print!("{}", redactor.text(&render_result(&result)));
     }
     Ok(result.exit_code() as u8)
 }
@@ -363,30 +418,36 @@ fn finish_line(result: &QuestionResult) -> String {
     }
 }
 
-/// The human-readable form of a result for stdout.
+/// The human-readable form of a result for stdout. Everything that came from the model, the
+/// repository or a provider is escaped and indented (`text`), so it cannot forge a citation line
+/// or drive the terminal.
 pub fn render_result(result: &QuestionResult) -> String {
     let mut out = String::new();
     match &result.outcome {
         QuestionOutcome::Answer { answer } => {
-            out.push_str(&answer.summary);
+            out.push_str(&text::block(&answer.summary, ""));
             out.push('\n');
             for (index, claim) in answer.claims.iter().enumerate() {
                 let basis = match claim.basis {
                     warden_protocol::Basis::Observed => "observed",
                     warden_protocol::Basis::Inferred => "inferred",
                 };
-                out.push_str(&format!("\n{}. {} [{basis}]\n", index + 1, claim.text));
+                out.push_str(&format!(
+                    "\n{}. [{basis}] {}\n",
+                    index + 1,
+                    text::block(&claim.text, "      ")
+                ));
                 for evidence in &claim.evidence {
                     out.push_str(&format!(
-                        "   {}:{}:{}-{} @ {}",
-                        evidence.repo,
-                        evidence.path,
+                        "   ✓ {}:{}:{}-{} @ {}",
+                        text::one_line(&evidence.repo),
+                        text::one_line(&evidence.path),
                         evidence.start_line,
                         evidence.end_line,
                         &evidence.commit[..12.min(evidence.commit.len())]
                     ));
                     if let Some(url) = &evidence.url {
-                        out.push_str(&format!("  {url}"));
+                        out.push_str(&format!("  {}", text::one_line(url)));
                     }
                     out.push('\n');
                 }
@@ -394,20 +455,22 @@ pub fn render_result(result: &QuestionResult) -> String {
             if !answer.not_established.is_empty() {
                 out.push_str("\nNot established:\n");
                 for item in &answer.not_established {
-                    out.push_str(&format!("- {item}\n"));
+                    out.push_str(&format!("- {}\n", text::block(item, "  ")));
                 }
             }
         }
         QuestionOutcome::Clarification { clarification } => {
             out.push_str(&format!(
                 "The agent needs a clarification:\n{}\n\nAnswer with: warden ask --follow-up {} \"…\"\n",
-                clarification.question, result.task_id
+                text::block(&clarification.question, "  "),
+                result.task_id
             ));
         }
         QuestionOutcome::Failure { failure } => {
             out.push_str(&format!(
                 "Task failed ({}): {}\n",
-                failure.code, failure.message
+                failure.code,
+                text::block(&failure.message, "  ")
             ));
         }
     }
@@ -419,14 +482,14 @@ pub fn render_result(result: &QuestionResult) -> String {
     out.push_str(&format!(
         "\n[{} · {} · {} model calls · {} tool calls · {} in / {} out tokens · {cost}]\n",
         result.task_id,
-        result.model,
+        text::one_line(&result.model),
         usage.model_calls,
         usage.tool_calls,
         usage.input_tokens,
         usage.output_tokens
     ));
     for notice in &result.notices {
-        out.push_str(&format!("note: {notice}\n"));
+        out.push_str(&format!("note: {}\n", text::one_line(notice)));
     }
     out
 }

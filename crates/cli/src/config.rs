@@ -157,14 +157,25 @@ impl Config {
         if limits_section.max_turns == Some(0) {
             bail!("limits.max_turns must be at least 1");
         }
+        if limits_section.max_tokens == Some(0) {
+            bail!("limits.max_tokens must be at least 1");
+        }
+        let max_wall_ms = match limits_section.max_wall_secs {
+            Some(0) => bail!("limits.max_wall_secs must be at least 1"),
+            Some(secs) => Some(
+                secs.checked_mul(1000)
+                    .ok_or_else(|| anyhow::anyhow!("limits.max_wall_secs {secs} is too large"))?,
+            ),
+            None => defaults.max_wall_ms,
+        };
+        if section.max_output_tokens == Some(0) {
+            bail!("model.max_output_tokens must be at least 1");
+        }
         let limits = Limits {
             max_turns: limits_section.max_turns.unwrap_or(defaults.max_turns),
             max_tokens: limits_section.max_tokens,
             max_cost_micro_usd,
-            max_wall_ms: limits_section
-                .max_wall_secs
-                .map(|s| s * 1000)
-                .or(defaults.max_wall_ms),
+            max_wall_ms,
         };
         let mut prices = Vec::new();
         for entry in &file.prices {
@@ -204,6 +215,20 @@ impl Config {
             max_output_tokens: section.max_output_tokens.unwrap_or(8192),
             prices,
         })
+    }
+}
+
+impl Config {
+    /// The redactor for this configuration's secrets (model API keys).
+    pub fn redactor(&self) -> crate::redact::Redactor {
+        let keys = match &self.model {
+            ModelChoice::Remote { primary, fallback } => std::iter::once(primary.api_key.clone())
+                .chain(fallback.iter().map(|f| f.api_key.clone()))
+                .flatten()
+                .collect(),
+            ModelChoice::Faux | ModelChoice::Missing => Vec::new(),
+        };
+        crate::redact::Redactor::new(keys)
     }
 }
 
@@ -278,8 +303,11 @@ fn remote_model(name: &str, section: &ModelSection, env: &dyn Env) -> anyhow::Re
         }
         config.retry.max_attempts = attempts;
     }
-    // Tests and slow local servers can shorten the retry delays.
-    if let Some(ms) = env.var("WARDEN_RETRY_BASE_MS").and_then(|v| v.parse().ok()) {
+    // The first retry's delay in milliseconds: tests shorten it, slow servers lengthen it.
+    if let Some(text) = env.var("WARDEN_RETRY_BASE_MS") {
+        let ms: u64 = text.parse().map_err(|_| {
+            anyhow::anyhow!("WARDEN_RETRY_BASE_MS must be a number of milliseconds, got {text:?}")
+        })?;
         config.retry.base_delay = Duration::from_millis(ms);
     }
     Ok(config)

@@ -68,7 +68,7 @@ pub fn doctor(config: &Config, as_json: bool) -> anyhow::Result<u8> {
                     warden_models::Provider::Anthropic => "anthropic",
                 },
                 primary.model,
-                primary.base_url,
+                warden_repo::redact_credentials(&primary.base_url),
                 if primary.api_key.is_some() {
                     " (key set)"
                 } else {

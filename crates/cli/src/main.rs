@@ -8,6 +8,8 @@ mod ids;
 mod progress;
 mod prompt;
 mod records;
+mod redact;
+mod text;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -111,7 +113,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
                     "{} · {:?} · {:?} · {}",
                     record.id, record.kind, record.status, record.created_at
                 );
-                println!("prompt: {}", record.prompt);
+                println!("prompt: {}", text::block(&record.prompt, "  "));
                 if let Some(result) = &record.result {
                     print!("{}", ask::render_result(result));
                 }
@@ -129,7 +131,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
                         record.id,
                         format!("{:?}", record.status).to_lowercase(),
                         format!("{:?}", record.kind).to_lowercase(),
-                        record.prompt.lines().next().unwrap_or_default()
+                        text::one_line(record.prompt.lines().next().unwrap_or_default())
                     );
                 }
             }

@@ -18,7 +18,9 @@ impl StderrProgress {
         }
     }
 
+    /// Prints one line; control characters in it are escaped.
     pub fn line(&self, text: &str) {
+        let text = crate::text::one_line(text);
         let _guard = self.lock.lock();
         let mut stderr = std::io::stderr().lock();
         // Progress is best effort: a closed stderr must not fail the task.

@@ -2,6 +2,7 @@
 //! (prompt, pinned repositories, transcript, result) as JSON written atomically, and one
 //! hash-chained journal per run.
 
+use crate::redact::Redactor;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -45,11 +46,12 @@ pub fn journal_path(home: &Path, id: &TaskId, run: u32) -> PathBuf {
     task_dir(home, id).join("runs").join(format!("{run}.jsonl"))
 }
 
-pub fn save(home: &Path, record: &TaskRecord) -> anyhow::Result<()> {
+/// Writes the record atomically, registered secrets redacted.
+pub fn save(home: &Path, record: &TaskRecord, redactor: &Redactor) -> anyhow::Result<()> {
     let dir = task_dir(home, &record.id);
     std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let temporary = dir.join("task.json.tmp");
-    let bytes = serde_json::to_vec_pretty(record)?;
+    let bytes = serde_json::to_vec_pretty(&redactor.json(serde_json::to_value(record)?))?;
     std::fs::write(&temporary, bytes)
         .with_context(|| format!("cannot write {}", temporary.display()))?;
     std::fs::rename(&temporary, dir.join("task.json"))

@@ -140,6 +140,8 @@ pub enum FailureCode {
     NoSubmission,
     /// A policy decision ended the task.
     PolicyAbort,
+    /// The task's runs were interrupted (worker crash, lost lease) too many times.
+    Abandoned,
 }
 
 impl FailureCode {
@@ -155,6 +157,7 @@ impl FailureCode {
             FailureCode::RepositoryError => "repository_error",
             FailureCode::NoSubmission => "no_submission",
             FailureCode::PolicyAbort => "policy_abort",
+            FailureCode::Abandoned => "abandoned",
         }
     }
 }

@@ -129,7 +129,8 @@ impl RepoError {
 
 /// Replaces the user-info part of every `scheme://user:secret@host` in `text` with `***`, so
 /// tokens embedded in URLs never reach an error message, a log line or a reply.
-pub(crate) fn redact_credentials(text: &str) -> String {
+/// Replaces the userinfo of every URL in `text` with `***`.
+pub fn redact_credentials(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(pos) = rest.find("://") {

@@ -12,7 +12,7 @@ pub mod spec;
 pub mod store;
 
 pub use confine::{CheckoutRoot, ConfineError};
-pub use error::RepoError;
+pub use error::{redact_credentials, RepoError};
 pub use evidence::{validate_evidence, EvidenceClaim, EvidenceError, PinnedCheckout};
 pub use git::{Git, GitOutput, GitStream, GitTimeouts};
 pub use spec::{RepoSpec, Source};

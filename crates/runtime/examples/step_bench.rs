@@ -123,6 +123,7 @@ fn main() {
                         text: "question".into(),
                     },
                 ],
+                context: serde_json::Value::Null,
             }),
         );
         let elapsed = started.elapsed();

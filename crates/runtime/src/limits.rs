@@ -38,6 +38,12 @@ pub struct Spend {
 impl Limits {
     /// Whether another model call may be made now.
     pub fn check(&self, spend: &Spend, now_ms: u64) -> Result<(), Failure> {
+        self.check_wall_time(spend, now_ms)?;
+        self.check_budgets(spend)
+    }
+
+    /// Whether the run's wall-clock time is still within its limit.
+    pub fn check_wall_time(&self, spend: &Spend, now_ms: u64) -> Result<(), Failure> {
         if let Some(max_wall_ms) = self.max_wall_ms {
             let elapsed = now_ms.saturating_sub(spend.started_at_ms);
             if elapsed >= max_wall_ms {
@@ -51,6 +57,10 @@ impl Limits {
                 });
             }
         }
+        Ok(())
+    }
+
+    fn check_budgets(&self, spend: &Spend) -> Result<(), Failure> {
         if spend.turns >= self.max_turns {
             return Err(budget(format!(
                 "turn limit of {} reached; the agent did not finish in time",

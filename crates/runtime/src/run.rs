@@ -24,6 +24,8 @@ pub struct AgentConfig {
     /// Replies without any tool call tolerated (each answered with a reminder) before failing.
     pub max_replies_without_tool: u32,
     pub max_output_tokens: u32,
+    /// Tool calls executed from one model reply; the rest are answered with an error.
+    pub max_tool_calls_per_turn: usize,
 }
 
 impl Default for AgentConfig {
@@ -33,6 +35,7 @@ impl Default for AgentConfig {
             max_rejected_submissions: 3,
             max_replies_without_tool: 2,
             max_output_tokens: 8192,
+            max_tool_calls_per_turn: 32,
         }
     }
 }
@@ -56,7 +59,11 @@ impl CancelFlag {
 #[derive(Debug, Clone, PartialEq)]
 pub enum RunInput {
     /// A fresh conversation: system prompt, earlier transcript if any, and the request.
-    Start { messages: Vec<Message> },
+    /// `context` (task id, manifest, …) is journaled with the start of the run.
+    Start {
+        messages: Vec<Message>,
+        context: Value,
+    },
 }
 
 /// How a run ended.
@@ -103,20 +110,24 @@ struct RunState {
 
 impl Agent<'_> {
     pub async fn run(mut self, input: RunInput) -> RunReport {
-        let RunInput::Start { messages } = input;
+        let RunInput::Start { messages, context } = input;
         let mut state = RunState {
             messages,
             spend: Spend {
                 started_at_ms: self.clock.now_ms(),
                 ..Spend::default()
             },
-            usage: Usage::default(),
+            usage: Usage {
+                cost_usd: Some(0.0),
+                ..Usage::default()
+            },
             rejected_submissions: 0,
             replies_without_tool: 0,
         };
         let outcome = match self.record(
             RecordKind::RunStarted,
             json!({
+                "context": context,
                 "model": self.model.name(),
                 "tools": self.tools.iter().map(|t| t.spec().name).collect::<Vec<_>>(),
                 "limits": {
@@ -196,7 +207,7 @@ impl Agent<'_> {
             if let Err(failure) = self.record(RecordKind::ModelDecision, json!(response)) {
                 return RunOutcome::Failed(failure);
             }
-            if let Some(failure) = account(state, &response) {
+            if let Some(failure) = account(state, &response, &self.config.limits) {
                 return RunOutcome::Failed(failure);
             }
             self.events.emit(Event::ModelResponded {
@@ -233,9 +244,31 @@ impl Agent<'_> {
                 continue;
             }
 
-            for call in &response.tool_calls {
+            let cap = self.config.max_tool_calls_per_turn;
+            for (index, call) in response.tool_calls.iter().enumerate() {
                 if self.cancel.is_cancelled() {
                     return cancelled();
+                }
+                // The wall clock keeps running while tools do; stop between calls too.
+                if let Err(failure) = self
+                    .config
+                    .limits
+                    .check_wall_time(&state.spend, self.clock.now_ms())
+                {
+                    if let Err(journal_failure) =
+                        self.record(RecordKind::LimitReached, json!({ "failure": failure }))
+                    {
+                        return RunOutcome::Failed(journal_failure);
+                    }
+                    return RunOutcome::Failed(failure);
+                }
+                if index >= cap {
+                    // Every call still needs a result, or the provider rejects the next request.
+                    let message = format!(
+                        "not run: at most {cap} tool calls are executed per reply; call it again"
+                    );
+                    push_tool_result(state, call, message, true);
+                    continue;
                 }
                 state.usage.tool_calls += 1;
                 match self.execute(call, state).await {
@@ -392,9 +425,10 @@ impl Agent<'_> {
     }
 }
 
-/// Adds a response's usage and cost to the run. Returns a failure when usage can no longer be
-/// trusted: a second response without any usage means budgets cannot be enforced.
-fn account(state: &mut RunState, response: &ModelResponse) -> Option<Failure> {
+/// Adds a response's usage and cost to the run. Returns a failure when a token or money budget
+/// can no longer be enforced: a second response without any usage while such a budget is set.
+/// Without one, missing usage is only counted (and flagged in the result).
+fn account(state: &mut RunState, response: &ModelResponse, limits: &Limits) -> Option<Failure> {
     state.usage.model_calls += 1;
     match response.usage {
         Some(usage) => {
@@ -405,7 +439,8 @@ fn account(state: &mut RunState, response: &ModelResponse) -> Option<Failure> {
         }
         None => {
             state.usage.responses_without_usage += 1;
-            if state.usage.responses_without_usage >= 2 {
+            let budgeted = limits.max_tokens.is_some() || limits.max_cost_micro_usd.is_some();
+            if budgeted && state.usage.responses_without_usage >= 2 {
                 return Some(Failure {
                     code: FailureCode::BudgetExceeded,
                     message: "the model reported no token usage on two responses, so budgets \

@@ -2,7 +2,8 @@
 //! small, strict subset (object, properties, required, additionalProperties, type, enum, items,
 //! minimum/maximum, minLength/maxLength, minItems/maxItems), so this checks exactly that subset
 //! instead of pulling in a general validator; a schema keyword outside the subset is itself an
-//! error, so a tool cannot silently publish a constraint that is not enforced.
+//! error, so a tool cannot silently publish a constraint that is not enforced. Objects are closed
+//! unless the schema says `"additionalProperties": true`: unknown fields are rejected.
 
 use serde_json::Value;
 
@@ -46,7 +47,15 @@ fn check(value: &Value, schema: &Value, at: &str, errors: &mut Vec<String>) {
             ));
         }
     }
-    if let Some(expected) = schema.get("type").and_then(Value::as_str) {
+    let expected = match schema.get("type") {
+        None => None,
+        Some(Value::String(name)) => Some(name.as_str()),
+        Some(other) => {
+            errors.push(format!("{at}: tool schema has an unsupported type {other}"));
+            return;
+        }
+    };
+    if let Some(expected) = expected {
         if !has_type(value, expected) {
             errors.push(format!(
                 "{at}: expected {expected}, got {}",
@@ -73,7 +82,7 @@ fn check(value: &Value, schema: &Value, at: &str, errors: &mut Vec<String>) {
                     }
                 }
             }
-            let closed = schema.get("additionalProperties") == Some(&Value::Bool(false));
+            let closed = schema.get("additionalProperties") != Some(&Value::Bool(true));
             for (name, item) in map {
                 match properties.and_then(|p| p.get(name)) {
                     Some(sub) => check(item, sub, &format!("{at}.{name}"), errors),
@@ -242,6 +251,19 @@ mod tests {
             json!("not an object"),
             &["arguments: expected object, got string"],
         );
+    }
+
+    #[test]
+    fn objects_are_closed_unless_declared_open() {
+        let open = json!({"type": "object", "additionalProperties": true});
+        assert!(validate(&json!({"x": 1}), &open).is_ok());
+        let silent = json!({"type": "object", "properties": {"a": {"type": "string"}}});
+        assert_eq!(
+            validate(&json!({"a": "x", "b": 1}), &silent).unwrap_err(),
+            ["arguments: unknown field \"b\" (known fields: a)"]
+        );
+        let union = json!({"type": ["string", "null"]});
+        assert!(validate(&json!("x"), &union).is_err());
     }
 
     #[test]

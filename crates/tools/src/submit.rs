@@ -91,7 +91,13 @@ impl SubmitAnswer {
     }
 
     fn check_evidence(&self, item: &Value) -> Result<warden_protocol::Evidence, String> {
-        let mut path = item["path"].as_str().unwrap_or_default();
+        let given = item["path"].as_str().unwrap_or_default();
+        // The same normalisation as the read tools, so `./lib/x.rs` means what it meant there.
+        let normalised = warden_repo::confine::lexical_relative(given)
+            .map_err(|e| e.to_string())?
+            .to_string_lossy()
+            .into_owned();
+        let mut path = normalised.as_str();
         let repo = match item["repo"].as_str() {
             Some(repo) => repo,
             None => match self.manifest.as_slice() {
@@ -298,7 +304,7 @@ mod tests {
         let answer = check(
             &tool,
             json!([{"text": "t", "basis": "observed", "evidence": [
-                {"path": "lib/b.rs", "start_line": 1, "end_line": 3},
+                {"path": "./lib/b.rs", "start_line": 1, "end_line": 3},
                 {"repo": "app", "path": "a.rs", "start_line": 1, "end_line": 1}
             ]}]),
         )

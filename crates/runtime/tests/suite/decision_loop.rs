@@ -184,6 +184,7 @@ async fn run_with(
         messages: vec![Message::User {
             text: "question".into(),
         }],
+        context: serde_json::Value::Null,
     })
     .await;
     Harness {
@@ -367,14 +368,23 @@ async fn unknown_cost_is_reported_as_unknown_not_zero() {
 }
 
 #[tokio::test]
-async fn a_second_response_without_usage_fails_the_task() {
+async fn a_second_response_without_usage_fails_only_a_budgeted_task() {
     let mut first = calls(&[("echo", r#"{"text": "a"}"#)]).unwrap();
     first.usage = None;
     let mut second = first.clone();
     second.tool_calls[0].id = "x".into();
+    let mut third = calls(&[("submit", r#"{"ok": true}"#)]).unwrap();
+    third.usage = None;
+    let budgeted = AgentConfig {
+        limits: Limits {
+            max_tokens: Some(1_000_000),
+            ..Limits::default()
+        },
+        ..AgentConfig::default()
+    };
     let h = run_with(
-        vec![Ok(first), Ok(second)],
-        AgentConfig::default(),
+        vec![Ok(first.clone()), Ok(second.clone())],
+        budgeted,
         &AllowAll,
     )
     .await;
@@ -382,6 +392,92 @@ async fn a_second_response_without_usage_fails_the_task() {
         matches!(&h.report.outcome, RunOutcome::Failed(f) if f.code == FailureCode::BudgetExceeded)
     );
     assert_eq!(h.report.usage.responses_without_usage, 2);
+
+    // Without a token or money budget, servers that report no usage still work; it is flagged.
+    let h = run_with(
+        vec![Ok(first), Ok(second), Ok(third)],
+        AgentConfig::default(),
+        &AllowAll,
+    )
+    .await;
+    assert!(
+        matches!(h.report.outcome, RunOutcome::Finished(_)),
+        "{:?}",
+        h.report.outcome
+    );
+    assert_eq!(h.report.usage.responses_without_usage, 3);
+}
+
+#[tokio::test]
+async fn tool_calls_beyond_the_per_reply_cap_are_answered_but_not_run() {
+    let config = AgentConfig {
+        max_tool_calls_per_turn: 2,
+        ..AgentConfig::default()
+    };
+    let h = run_with(
+        vec![
+            calls(&[
+                ("echo", r#"{"text": "1"}"#),
+                ("echo", r#"{"text": "2"}"#),
+                ("echo", r#"{"text": "3"}"#),
+            ]),
+            calls(&[("submit", r#"{"ok": true}"#)]),
+        ],
+        config,
+        &AllowAll,
+    )
+    .await;
+    let results = tool_results(&h.model.requests.lock().unwrap()[1].messages);
+    assert_eq!(results.len(), 3);
+    assert_eq!(results[1], ("2".to_string(), false));
+    assert!(
+        results[2].1 && results[2].0.contains("at most 2 tool calls"),
+        "{results:?}"
+    );
+    let started = h
+        .events
+        .iter()
+        .filter(|e| matches!(e, Event::ToolStarted { .. }))
+        .count();
+    assert_eq!(started, 3, "two echoes and the submit ran");
+}
+
+#[tokio::test]
+async fn wall_time_is_checked_between_tool_calls() {
+    // The ticking clock advances 1 s per reading; a 6 s limit runs out inside the first reply.
+    let config = AgentConfig {
+        limits: Limits {
+            max_wall_ms: Some(6_000),
+            ..Limits::default()
+        },
+        ..AgentConfig::default()
+    };
+    let many: Vec<(&str, &str)> = (0..10).map(|_| ("echo", r#"{"text": "x"}"#)).collect();
+    let h = run_with(vec![calls(&many)], config, &AllowAll).await;
+    assert!(
+        matches!(&h.report.outcome, RunOutcome::Failed(f) if f.code == FailureCode::TimedOut),
+        "{:?}",
+        h.report.outcome
+    );
+    assert!(
+        h.report.usage.tool_calls > 0 && h.report.usage.tool_calls < 10,
+        "{:?}",
+        h.report.usage
+    );
+}
+
+#[tokio::test]
+async fn a_run_without_model_calls_reports_zero_cost_not_unknown() {
+    let config = AgentConfig {
+        limits: Limits {
+            max_wall_ms: Some(0),
+            ..Limits::default()
+        },
+        ..AgentConfig::default()
+    };
+    let h = run_with(vec![], config, &AllowAll).await;
+    assert_eq!(h.report.usage.cost_usd, Some(0.0));
+    assert_eq!(h.report.usage.model_calls, 0);
 }
 
 #[tokio::test]
