@@ -707,3 +707,57 @@ fn model_text_cannot_forge_citations_or_drive_the_terminal() {
         run.stdout
     );
 }
+
+#[test]
+fn ctrl_c_cancels_a_task_waiting_on_the_model() {
+    use std::io::Read;
+    let repo = sample_repo();
+    // The model takes a minute to answer; SIGINT must end the task well before that.
+    let server = ScriptedModelServer::start_blocking(vec![openai::text("late").delayed(60_000)]);
+    let warden = Warden::openai(&server.url());
+    let mut child = warden
+        .command(&[
+            "ask",
+            "--repo",
+            repo.path().to_str().unwrap(),
+            "--json",
+            "q?",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while server.requests().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "warden never called the model"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    super::support::interrupt(child.id());
+    let started = std::time::Instant::now();
+    let exit = child.wait().unwrap();
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "cancel took {:?}",
+        started.elapsed()
+    );
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    assert_eq!(exit.code(), Some(1), "{stdout}");
+    let result: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(result["failure"]["code"], "cancelled");
+    // The task record says so too, and the journal ends with the run's end.
+    let task = result["task_id"].as_str().unwrap();
+    let show = warden.run(&["show", task, "--json"]);
+    assert_eq!(show.json()["status"], "cancelled");
+    let logs = warden.run(&["logs", task]);
+    assert_eq!(logs.code, 0, "{}", logs.stderr);
+    assert!(logs.stdout.lines().last().unwrap().contains("run_finished"));
+}

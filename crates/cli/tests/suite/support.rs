@@ -69,6 +69,20 @@ impl Warden {
     }
 
     pub fn run(&self, args: &[&str]) -> Run {
+        let Output {
+            status,
+            stdout,
+            stderr,
+        } = self.command(args).output().expect("warden runs");
+        Run {
+            code: status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        }
+    }
+
+    /// The command, ready to spawn, for tests that need the process itself.
+    pub fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_warden"));
         command
             .args(args)
@@ -82,15 +96,15 @@ impl Warden {
         if let Some(cwd) = &self.cwd {
             command.current_dir(cwd);
         }
-        let Output {
-            status,
-            stdout,
-            stderr,
-        } = command.output().expect("warden runs");
-        Run {
-            code: status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&stderr).into_owned(),
-        }
+        command
     }
+}
+
+/// Sends SIGINT to a process, as Ctrl-C in a terminal would.
+pub fn interrupt(pid: u32) {
+    let status = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
 }
