@@ -259,11 +259,13 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
                 message: "the task was cancelled while the model was answering".into(),
             };
             // Best effort: the run's end is journaled even though the loop was abandoned.
-            let _ = journal.append(
-                clock.now_ms(),
-                RecordKind::RunFinished,
-                serde_json::json!({ "outcome": { "failure": failure } }),
-            );
+            let _ = journal
+                .append(
+                    clock.now_ms(),
+                    RecordKind::RunFinished,
+                    serde_json::json!({ "outcome": { "failure": failure } }),
+                )
+                .await;
             RunReport {
                 outcome: RunOutcome::Failed(failure),
                 usage: warden_protocol::Usage::default(),

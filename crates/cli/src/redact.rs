@@ -4,7 +4,7 @@
 //! one back.
 
 use serde_json::Value;
-use warden_runtime::{Journal, JournalError, RecordKind};
+use warden_runtime::{BoxFuture, Journal, JournalError, RecordKind};
 
 /// Replaces every registered secret with `[redacted]`.
 #[derive(Debug, Clone, Default)]
@@ -55,8 +55,14 @@ pub struct RedactingJournal<'a> {
 }
 
 impl Journal for RedactingJournal<'_> {
-    fn append(&mut self, at_ms: u64, kind: RecordKind, payload: Value) -> Result<(), JournalError> {
-        self.inner.append(at_ms, kind, self.redactor.json(payload))
+    fn append(
+        &mut self,
+        at_ms: u64,
+        kind: RecordKind,
+        payload: Value,
+    ) -> BoxFuture<'_, Result<(), JournalError>> {
+        let payload = self.redactor.json(payload);
+        self.inner.append(at_ms, kind, payload)
     }
 }
 

@@ -2,6 +2,7 @@
 //! validation, policy verdict, tool observation and outcome of a run. Each record carries the
 //! hash of the previous one, so any edit, removal or reordering is detected by `verify`.
 
+use crate::BoxFuture;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::fs::{File, OpenOptions};
@@ -61,14 +62,15 @@ pub enum JournalError {
     Broken { seq: u64, message: String },
 }
 
-/// Where a run's records go. The durable store will provide another implementation.
+/// Where a run's records go: a file here, the durable store in `warden serve`. An append
+/// completes only once the record is stored; the loop waits for it before going on.
 pub trait Journal: Send {
     fn append(
         &mut self,
         at_ms: u64,
         kind: RecordKind,
         payload: serde_json::Value,
-    ) -> Result<(), JournalError>;
+    ) -> BoxFuture<'_, Result<(), JournalError>>;
 }
 
 /// Computes a record's hash over everything but the hash itself. `serde_json`'s maps are sorted,
@@ -174,6 +176,18 @@ impl Journal for FileJournal {
         at_ms: u64,
         kind: RecordKind,
         payload: serde_json::Value,
+    ) -> BoxFuture<'_, Result<(), JournalError>> {
+        Box::pin(std::future::ready(self.append_now(at_ms, kind, payload)))
+    }
+}
+
+impl FileJournal {
+    /// Appends synchronously (the file write is a single `write` call).
+    pub fn append_now(
+        &mut self,
+        at_ms: u64,
+        kind: RecordKind,
+        payload: serde_json::Value,
     ) -> Result<(), JournalError> {
         let seq = self.next_seq;
         let hash = record_hash(seq, at_ms, kind, &payload, &self.last_hash)?;
@@ -210,6 +224,17 @@ impl Journal for MemoryJournal {
         at_ms: u64,
         kind: RecordKind,
         payload: serde_json::Value,
+    ) -> BoxFuture<'_, Result<(), JournalError>> {
+        Box::pin(std::future::ready(self.append_now(at_ms, kind, payload)))
+    }
+}
+
+impl MemoryJournal {
+    pub fn append_now(
+        &mut self,
+        at_ms: u64,
+        kind: RecordKind,
+        payload: serde_json::Value,
     ) -> Result<(), JournalError> {
         let seq = self.records.len() as u64;
         let prev_hash = self
@@ -237,13 +262,13 @@ mod tests {
     fn write_three(path: &Path) {
         let mut journal = FileJournal::create(path).unwrap();
         journal
-            .append(1, RecordKind::RunStarted, json!({"task": "t"}))
+            .append_now(1, RecordKind::RunStarted, json!({"task": "t"}))
             .unwrap();
         journal
-            .append(2, RecordKind::ModelDecision, json!({"text": "hi"}))
+            .append_now(2, RecordKind::ModelDecision, json!({"text": "hi"}))
             .unwrap();
         journal
-            .append(3, RecordKind::RunFinished, json!({"outcome": "answer"}))
+            .append_now(3, RecordKind::RunFinished, json!({"outcome": "answer"}))
             .unwrap();
     }
 
@@ -304,13 +329,13 @@ mod tests {
         write_three(&path);
         let mut memory = MemoryJournal::default();
         memory
-            .append(1, RecordKind::RunStarted, json!({"task": "t"}))
+            .append_now(1, RecordKind::RunStarted, json!({"task": "t"}))
             .unwrap();
         memory
-            .append(2, RecordKind::ModelDecision, json!({"text": "hi"}))
+            .append_now(2, RecordKind::ModelDecision, json!({"text": "hi"}))
             .unwrap();
         memory
-            .append(3, RecordKind::RunFinished, json!({"outcome": "answer"}))
+            .append_now(3, RecordKind::RunFinished, json!({"outcome": "answer"}))
             .unwrap();
         assert_eq!(memory.records, FileJournal::verify(&path).unwrap());
     }

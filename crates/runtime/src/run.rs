@@ -124,27 +124,30 @@ impl Agent<'_> {
             rejected_submissions: 0,
             replies_without_tool: 0,
         };
-        let outcome = match self.record(
-            RecordKind::RunStarted,
-            json!({
-                "context": context,
-                "model": self.model.name(),
-                "tools": self.tools.iter().map(|t| t.spec().name).collect::<Vec<_>>(),
-                "limits": {
-                    "max_turns": self.config.limits.max_turns,
-                    "max_tokens": self.config.limits.max_tokens,
-                    "max_cost_micro_usd": self.config.limits.max_cost_micro_usd,
-                    "max_wall_ms": self.config.limits.max_wall_ms,
-                },
-                "messages": state.messages,
-            }),
-        ) {
+        let outcome = match self
+            .record(
+                RecordKind::RunStarted,
+                json!({
+                    "context": context,
+                    "model": self.model.name(),
+                    "tools": self.tools.iter().map(|t| t.spec().name).collect::<Vec<_>>(),
+                    "limits": {
+                        "max_turns": self.config.limits.max_turns,
+                        "max_tokens": self.config.limits.max_tokens,
+                        "max_cost_micro_usd": self.config.limits.max_cost_micro_usd,
+                        "max_wall_ms": self.config.limits.max_wall_ms,
+                    },
+                    "messages": state.messages,
+                }),
+            )
+            .await
+        {
             Ok(()) => self.drive(&mut state).await,
             Err(failure) => RunOutcome::Failed(failure),
         };
         let finished = json!({ "outcome": outcome_summary(&outcome), "usage": state.usage });
         // A journal that cannot record the end is reported, but the outcome stands.
-        let outcome = match self.record(RecordKind::RunFinished, finished) {
+        let outcome = match self.record(RecordKind::RunFinished, finished).await {
             Ok(()) => outcome,
             Err(failure) => match outcome {
                 RunOutcome::Failed(_) => outcome,
@@ -164,8 +167,9 @@ impl Agent<'_> {
                 return cancelled();
             }
             if let Err(failure) = self.config.limits.check(&state.spend, self.clock.now_ms()) {
-                if let Err(journal_failure) =
-                    self.record(RecordKind::LimitReached, json!({ "failure": failure }))
+                if let Err(journal_failure) = self
+                    .record(RecordKind::LimitReached, json!({ "failure": failure }))
+                    .await
                 {
                     return RunOutcome::Failed(journal_failure);
                 }
@@ -177,10 +181,13 @@ impl Agent<'_> {
                 tools: self.tools.iter().map(|t| t.spec()).collect(),
                 max_output_tokens: self.config.max_output_tokens,
             };
-            if let Err(failure) = self.record(
-                RecordKind::ModelRequested,
-                json!({ "turn": turn, "messages": request.messages.len() }),
-            ) {
+            if let Err(failure) = self
+                .record(
+                    RecordKind::ModelRequested,
+                    json!({ "turn": turn, "messages": request.messages.len() }),
+                )
+                .await
+            {
                 return RunOutcome::Failed(failure);
             }
             self.events.emit(Event::ModelRequested {
@@ -195,16 +202,22 @@ impl Agent<'_> {
                         code: FailureCode::ModelError,
                         message: error.to_string(),
                     };
-                    if let Err(journal_failure) = self.record(
-                        RecordKind::ModelFailed,
-                        json!({ "error": error.to_string() }),
-                    ) {
+                    if let Err(journal_failure) = self
+                        .record(
+                            RecordKind::ModelFailed,
+                            json!({ "error": error.to_string() }),
+                        )
+                        .await
+                    {
                         return RunOutcome::Failed(journal_failure);
                     }
                     return RunOutcome::Failed(failure);
                 }
             };
-            if let Err(failure) = self.record(RecordKind::ModelDecision, json!(response)) {
+            if let Err(failure) = self
+                .record(RecordKind::ModelDecision, json!(response))
+                .await
+            {
                 return RunOutcome::Failed(failure);
             }
             if let Some(failure) = account(state, &response, &self.config.limits) {
@@ -255,8 +268,9 @@ impl Agent<'_> {
                     .limits
                     .check_wall_time(&state.spend, self.clock.now_ms())
                 {
-                    if let Err(journal_failure) =
-                        self.record(RecordKind::LimitReached, json!({ "failure": failure }))
+                    if let Err(journal_failure) = self
+                        .record(RecordKind::LimitReached, json!({ "failure": failure }))
+                        .await
                     {
                         return RunOutcome::Failed(journal_failure);
                     }
@@ -301,7 +315,8 @@ impl Agent<'_> {
             self.record(
                 RecordKind::ArgumentsRejected,
                 json!({ "call_id": call.id, "tool": call.name, "errors": [message] }),
-            )?;
+            )
+            .await?;
             push_tool_result(state, call, message, true);
             return Ok(None);
         };
@@ -314,7 +329,8 @@ impl Agent<'_> {
                 self.record(
                     RecordKind::ArgumentsRejected,
                     json!({ "call_id": call.id, "tool": call.name, "errors": errors }),
-                )?;
+                )
+                .await?;
                 let message = format!(
                     "invalid arguments for {}: {}. Fix them and call the tool again.",
                     call.name,
@@ -329,7 +345,8 @@ impl Agent<'_> {
         self.record(
             RecordKind::PolicyVerdict,
             json!({ "call_id": call.id, "tool": call.name, "verdict": verdict_json(&verdict) }),
-        )?;
+        )
+        .await?;
         match verdict {
             Verdict::Allow => {}
             Verdict::Deny(reason) => {
@@ -368,7 +385,8 @@ impl Agent<'_> {
         self.record(
             RecordKind::ToolObservation,
             json!({ "call_id": call.id, "tool": call.name, "output": output_json(&output) }),
-        )?;
+        )
+        .await?;
         let ok = matches!(output, ToolOutput::Ok(_) | ToolOutput::Finish(_));
         self.events.emit(Event::ToolFinished {
             call_id: call.id.clone(),
@@ -385,7 +403,8 @@ impl Agent<'_> {
                 self.record(
                     RecordKind::SubmissionRejected,
                     json!({ "attempt": attempt, "errors": errors }),
-                )?;
+                )
+                .await?;
                 self.events.emit(Event::SubmissionRejected {
                     attempt,
                     errors: errors.clone(),
@@ -415,9 +434,10 @@ impl Agent<'_> {
         Ok(None)
     }
 
-    fn record(&mut self, kind: RecordKind, payload: Value) -> Result<(), Failure> {
+    async fn record(&mut self, kind: RecordKind, payload: Value) -> Result<(), Failure> {
         self.journal
             .append(self.clock.now_ms(), kind, payload)
+            .await
             .map_err(|error| Failure {
                 code: FailureCode::Infrastructure,
                 message: format!("could not write the run journal: {error}"),
