@@ -237,6 +237,7 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
                 max_output_tokens: config.max_output_tokens,
                 ..AgentConfig::default()
             },
+            ledger: None,
         }
         .run(RunInput::Start { messages, context }),
     );

@@ -113,6 +113,7 @@ fn main() {
                     },
                     ..AgentConfig::default()
                 },
+                ledger: None,
             }
             .run(RunInput::Start {
                 messages: vec![

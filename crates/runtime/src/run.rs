@@ -9,7 +9,7 @@ use crate::limits::{Limits, Spend};
 use crate::model::{Cost, Message, Model, ModelRequest, ModelResponse, ToolCall};
 use crate::schema;
 use crate::tool::{Finish, Policy, Tool, ToolOutput, Verdict};
-use crate::{Clock, EventSink};
+use crate::{BoxFuture, Clock, EventSink};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -97,6 +97,20 @@ pub struct Agent<'a> {
     pub clock: &'a dyn Clock,
     pub cancel: CancelFlag,
     pub config: AgentConfig,
+    /// Spend kept outside the run (per-task across runs, per-day): asked before every model
+    /// call and told about every response. `None` for one-shot runs with only run limits.
+    pub ledger: Option<&'a dyn Ledger>,
+}
+
+/// A durable record of spend with budgets that span runs and tasks (per task, per day).
+pub trait Ledger: Send + Sync {
+    /// `Err` stops the run before the model call (`budget_exceeded`, or `infrastructure` when
+    /// spend cannot be read).
+    fn before_model_call(&self) -> BoxFuture<'_, Result<(), Failure>>;
+
+    /// Records one response's usage and cost. `Err` ends the run: spend that cannot be
+    /// recorded cannot be enforced.
+    fn record<'a>(&'a self, response: &'a ModelResponse) -> BoxFuture<'a, Result<(), Failure>>;
 }
 
 /// The mutable state of a run.
@@ -175,6 +189,17 @@ impl Agent<'_> {
                 }
                 return RunOutcome::Failed(failure);
             }
+            if let Some(ledger) = self.ledger {
+                if let Err(failure) = ledger.before_model_call().await {
+                    if let Err(journal_failure) = self
+                        .record(RecordKind::LimitReached, json!({ "failure": failure }))
+                        .await
+                    {
+                        return RunOutcome::Failed(journal_failure);
+                    }
+                    return RunOutcome::Failed(failure);
+                }
+            }
             let turn = state.spend.turns + 1;
             let request = ModelRequest {
                 messages: state.messages.clone(),
@@ -219,6 +244,11 @@ impl Agent<'_> {
                 .await
             {
                 return RunOutcome::Failed(failure);
+            }
+            if let Some(ledger) = self.ledger {
+                if let Err(failure) = ledger.record(&response).await {
+                    return RunOutcome::Failed(failure);
+                }
             }
             if let Some(failure) = account(state, &response, &self.config.limits) {
                 return RunOutcome::Failed(failure);

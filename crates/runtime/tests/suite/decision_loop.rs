@@ -179,6 +179,7 @@ async fn run_with(
         clock: &clock,
         cancel: CancelFlag::default(),
         config,
+        ledger: None,
     }
     .run(RunInput::Start {
         messages: vec![Message::User {
@@ -558,4 +559,72 @@ async fn the_journal_records_each_step_verbatim_and_chains() {
     for pair in h.journal.records.windows(2) {
         assert_eq!(pair[1].prev_hash, pair[0].hash);
     }
+}
+
+/// Allows `allowed` model calls, then refuses; remembers what it recorded.
+struct CountingLedger {
+    allowed: usize,
+    recorded: Mutex<Vec<String>>,
+}
+
+impl warden_runtime::Ledger for CountingLedger {
+    fn before_model_call(&self) -> BoxFuture<'_, Result<(), warden_protocol::Failure>> {
+        let spent = self.recorded.lock().unwrap().len();
+        let allowed = self.allowed;
+        Box::pin(async move {
+            if spent < allowed {
+                Ok(())
+            } else {
+                Err(warden_protocol::Failure {
+                    code: FailureCode::BudgetExceeded,
+                    message: "daily budget spent".into(),
+                })
+            }
+        })
+    }
+
+    fn record<'a>(
+        &'a self,
+        response: &'a ModelResponse,
+    ) -> BoxFuture<'a, Result<(), warden_protocol::Failure>> {
+        self.recorded.lock().unwrap().push(response.model.clone());
+        Box::pin(async { Ok(()) })
+    }
+}
+
+#[tokio::test]
+async fn an_outside_ledger_is_asked_before_each_model_call() {
+    let model = Scripted::new(vec![
+        calls(&[("echo", r#"{"text": "a"}"#)]),
+        calls(&[("echo", r#"{"text": "b"}"#)]),
+    ]);
+    let ledger = CountingLedger {
+        allowed: 1,
+        recorded: Mutex::new(vec![]),
+    };
+    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(Echo)];
+    let mut journal = MemoryJournal::default();
+    let report = Agent {
+        model: &model,
+        tools: &tools,
+        policy: &AllowAll,
+        journal: &mut journal,
+        events: &Collect::default(),
+        clock: &Ticking::default(),
+        cancel: CancelFlag::default(),
+        config: AgentConfig::default(),
+        ledger: Some(&ledger),
+    }
+    .run(RunInput::Start {
+        messages: vec![Message::User { text: "q".into() }],
+        context: serde_json::Value::Null,
+    })
+    .await;
+    assert!(matches!(&report.outcome, RunOutcome::Failed(f) if f.message == "daily budget spent"));
+    assert_eq!(
+        model.requests.lock().unwrap().len(),
+        1,
+        "the refused call was never made"
+    );
+    assert_eq!(ledger.recorded.lock().unwrap().len(), 1);
 }
