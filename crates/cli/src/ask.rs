@@ -1,29 +1,25 @@
-//! `warden ask`: pin the repositories, build read-only snapshots, run the question agent with the
-//! read/search tools and `submit_answer` (whose citations are checked against the pinned
-//! commits), then print the result — human-readable, or the exact JSON with `--json`.
+//! `warden ask`: runs a question task in-process (pinning, snapshots, the agent loop and
+//! citation checks live in `warden_server::question`), shows live progress on stderr, keeps the
+//! task record and journal under `WARDEN_HOME/tasks/`, and prints the result — human-readable,
+//! or the exact JSON with `--json`.
 
-use crate::config::{Config, ModelChoice};
 use crate::progress::StderrProgress;
 use crate::records::{self, RepoRecord, TaskRecord};
-use crate::redact::RedactingJournal;
-use crate::{ids, prompt, text, usage};
+use crate::{ids, text, usage};
 use anyhow::Context;
-use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::sync::Arc;
 use warden_protocol::{
-    Event, Failure, FailureCode, ManifestEntry, QuestionOutcome, QuestionResult, Role, TaskId,
-    TaskKind, TaskStatus, TranscriptEntry,
+    Event, Failure, FailureCode, QuestionOutcome, QuestionResult, Role, TaskId, TaskKind,
+    TaskStatus, TranscriptEntry,
 };
-use warden_repo::evidence::PinnedCheckout;
-use warden_repo::{CheckoutRoot, RepoError, RepoSpec, RepoStore, Source};
+use warden_repo::{RepoSpec, RepoStore, Source};
 use warden_runtime::{
-    Agent, AgentConfig, AllowAll, CancelFlag, Clock, EventSink, FileJournal, Finish, Journal,
-    Message, Model, RecordKind, RunInput, RunOutcome, RunReport, SystemClock, Tool,
+    CancelFlag, Clock, EventSink, FileJournal, Journal, RecordKind, RunOutcome, RunReport,
+    SystemClock,
 };
-use warden_tools::faux::{FauxModel, FAUX_LABEL};
-use warden_tools::submit::{AskUser, SubmitAnswer};
-use warden_tools::Workspace;
+use warden_server::config::Config;
+use warden_server::question::{self, QuestionReport, QuestionRun, SetupError};
+use warden_server::redact::RedactingJournal;
 
 /// How long a cancelled run may take to stop by itself before it is abandoned.
 const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
@@ -49,30 +45,7 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
     if question.is_empty() {
         return Err(usage(anyhow::anyhow!("the question is empty")));
     }
-    let model: Arc<dyn Model> = match &config.model {
-        ModelChoice::Faux => Arc::new(FauxModel),
-        ModelChoice::Remote { primary, fallback } => warden_models::build(
-            (**primary).clone(),
-            fallback.as_deref().cloned(),
-            config.prices.clone(),
-        )
-        .map_err(usage)?,
-        ModelChoice::Missing => {
-            return Err(usage(anyhow::anyhow!(
-                "no model configured: set WARDEN_MODEL (e.g. openai:gpt-5.1 with OPENAI_API_KEY, \
-                 anthropic:claude-sonnet-4-5 with ANTHROPIC_API_KEY) or WARDEN_MODEL=faux for the \
-                 deterministic no-model runner"
-            )))
-        }
-    };
-    if config.limits.max_cost_micro_usd.is_some() && !model.has_price() {
-        return Err(usage(anyhow::anyhow!(
-            "a money budget (limits.max_cost_usd) is set but {} has no price; add it under \
-             [[prices]] in warden.toml",
-            model.name()
-        )));
-    }
-
+    let model = question::build_model(config).map_err(setup_error)?;
     let earlier = match &args.follow_up {
         Some(id) => {
             let id: TaskId = id.parse().map_err(usage)?;
@@ -84,97 +57,18 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
 
     let progress = StderrProgress::new();
     let store = RepoStore::open(&config.home).context("cannot open the repository store")?;
-    let mut pinned_repos = Vec::new();
-    let mut names = BTreeSet::new();
-    for spec in &specs {
-        if !names.insert(spec.name.clone()) {
-            return Err(usage(anyhow::anyhow!(
-                "two repositories are named {:?}; each repository of a task needs its own name",
-                spec.name
-            )));
-        }
-        progress.line(&format!(
-            "warden: pinning {}",
-            describe_source(&spec.source)
-        ));
-        let pinned = store.pin(spec).map_err(|error| match error {
-            // What the person asked for does not exist: a usage error. Anything else (a
-            // fetch that failed, a timeout) is an infrastructure failure.
-            RepoError::InvalidSpec { .. } | RepoError::RevisionNotFound { .. } => usage(error),
-            other => anyhow::Error::new(other).context("cannot pin the repository"),
-        })?;
-        let snapshot = store
-            .snapshot(&pinned)
-            .with_context(|| format!("cannot build the snapshot of {}", pinned.name))?;
-        progress.line(&format!(
-            "warden: {} @ {} ({})",
-            pinned.name,
-            &pinned.commit[..12],
-            if snapshot.reused {
-                "snapshot reused"
-            } else {
-                "snapshot built and verified"
-            }
-        ));
-        pinned_repos.push((pinned, snapshot));
-    }
+    let repos =
+        question::pin_all(&store, &specs, &|line| progress.line(line)).map_err(setup_error)?;
+    let tools = question::question_tools(&repos).map_err(setup_error)?;
 
     let clock = SystemClock;
     let now = clock.now_ms();
     let task_id = ids::new_task_id(now)?;
-    let manifest: Vec<ManifestEntry> = pinned_repos
-        .iter()
-        .map(|(pinned, snapshot)| ManifestEntry {
-            repo: pinned.name.clone(),
-            commit: pinned.commit.clone(),
-            root: snapshot.root.display().to_string(),
-        })
-        .collect();
-    let checkouts = pinned_repos
-        .iter()
-        .map(|(pinned, snapshot)| {
-            Ok(PinnedCheckout {
-                repo: pinned.name.clone(),
-                commit: pinned.commit.clone(),
-                root: CheckoutRoot::new(&snapshot.root)?,
-                browse: pinned.browse.clone(),
-            })
-        })
-        .collect::<std::io::Result<Vec<_>>>()
-        .context("cannot open a snapshot")?;
-    let workspace = Workspace::new(
-        pinned_repos
-            .iter()
-            .map(|(pinned, snapshot)| (pinned.name.clone(), snapshot.root.clone()))
-            .collect(),
-    )
-    .context("cannot open the task's working root")?;
-    let mut tools: Vec<Arc<dyn Tool>> = warden_tools::question_tools(Arc::new(workspace));
-    tools.push(Arc::new(SubmitAnswer::new(Arc::new(checkouts))));
-    tools.push(Arc::new(AskUser));
-
-    let mut transcript = earlier
+    let manifest = question::manifest(&repos);
+    let earlier_transcript = earlier
         .as_ref()
         .map(|e| e.transcript.clone())
         .unwrap_or_default();
-    let mut messages = vec![Message::System {
-        text: prompt::question_system_prompt(&manifest),
-    }];
-    for entry in &transcript {
-        messages.push(match entry.role {
-            Role::User => Message::User {
-                text: entry.text.clone(),
-            },
-            Role::Agent => Message::Assistant {
-                text: Some(entry.text.clone()),
-                tool_calls: vec![],
-            },
-        });
-    }
-    messages.push(Message::User {
-        text: question.clone(),
-    });
-
     let mut record = TaskRecord {
         id: task_id.clone(),
         kind: TaskKind::Question,
@@ -182,23 +76,26 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
         prompt: question.clone(),
         created_at: records::rfc3339(now),
         follow_up_to: earlier.as_ref().map(|e| e.id.clone()),
-        repos: pinned_repos
+        repos: repos
             .iter()
-            .map(|(pinned, snapshot)| RepoRecord {
-                name: pinned.name.clone(),
-                source_kind: match pinned.source {
+            .map(|r| RepoRecord {
+                name: r.pinned.name.clone(),
+                source_kind: match r.pinned.source {
                     Source::Path(_) => "path".into(),
                     Source::Url(_) => "url".into(),
                 },
-                source: describe_source(&pinned.source),
-                commit: pinned.commit.clone(),
-                tree: pinned.tree.clone(),
-                root: snapshot.root.display().to_string(),
+                // Credentials never reach the stored record; a follow-up on a credentialed URL
+                // needs --repo again.
+                source: r.pinned.source.display_redacted(),
+                commit: r.pinned.commit.clone(),
+                tree: r.pinned.tree.clone(),
+                root: r.snapshot.root.display().to_string(),
             })
             .collect(),
-        transcript: transcript.clone(),
+        transcript: earlier_transcript.clone(),
         result: None,
     };
+
     let redactor = config.redactor();
     // The journal exists before the record says the task runs, so a record never points at a
     // run that has no journal.
@@ -210,37 +107,30 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
         task_id: task_id.clone(),
         kind: TaskKind::Question,
         model: model.name(),
-        manifest: manifest.clone(),
+        manifest,
     });
     let cancel = CancelFlag::default();
     let mut journal = RedactingJournal {
         inner: &mut file_journal,
         redactor: &redactor,
     };
-    let context = serde_json::json!({
-        "task_id": task_id,
-        "kind": TaskKind::Question,
-        "follow_up_to": record.follow_up_to,
-        "manifest": manifest,
-    });
-    let mut run = Box::pin(
-        Agent {
+    let mut run = Box::pin(question::run_question(
+        QuestionRun {
+            config,
             model: model.as_ref(),
-            tools: &tools,
-            policy: &AllowAll,
+            task_id: &task_id,
+            follow_up_to: record.follow_up_to.as_ref(),
+            repos: &repos,
+            transcript: &earlier_transcript,
+            question: &question,
             journal: &mut journal,
             events: &progress,
             clock: &clock,
             cancel: cancel.clone(),
-            config: AgentConfig {
-                limits: config.limits.clone(),
-                max_output_tokens: config.max_output_tokens,
-                ..AgentConfig::default()
-            },
             ledger: None,
-        }
-        .run(RunInput::Start { messages, context }),
-    );
+        },
+        &tools,
+    ));
     let finished = tokio::select! {
         report = &mut run => Some(report),
         _ = tokio::signal::ctrl_c() => {
@@ -274,75 +164,13 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
             }
         }
     };
+    let QuestionReport {
+        result,
+        status,
+        reply,
+    } = question::question_report(&task_id, model.as_ref(), report);
 
-    let (outcome, status, reply) = match report.outcome {
-        RunOutcome::Finished(Finish::Answer(answer)) => {
-            let reply = answer.summary.clone();
-            (
-                QuestionOutcome::Answer { answer },
-                TaskStatus::Completed,
-                Some(reply),
-            )
-        }
-        RunOutcome::Finished(Finish::Clarification { question }) => (
-            QuestionOutcome::Clarification {
-                clarification: warden_protocol::Clarification {
-                    question: question.clone(),
-                },
-            },
-            TaskStatus::WaitingInput,
-            Some(question),
-        ),
-        RunOutcome::Failed(failure) => {
-            let status = match failure.code {
-                FailureCode::TimedOut => TaskStatus::TimedOut,
-                FailureCode::Cancelled => TaskStatus::Cancelled,
-                _ => TaskStatus::Failed,
-            };
-            (QuestionOutcome::Failure { failure }, status, None)
-        }
-        RunOutcome::AwaitingApproval { tool, reason, .. } => (
-            // Question tasks have no tool that needs approval; treat one as a policy failure.
-            QuestionOutcome::Failure {
-                failure: Failure {
-                    code: FailureCode::PolicyAbort,
-                    message: format!(
-                        "{tool} needs an approval, which question tasks cannot wait for: {reason}"
-                    ),
-                },
-            },
-            TaskStatus::Failed,
-            None,
-        ),
-    };
-    let mut notices = Vec::new();
-    if model.name() == "faux" {
-        notices.push(format!(
-            "{FAUX_LABEL}: this answer comes from the deterministic demo runner, not a model"
-        ));
-    }
-    for unpriced in &report.usage.unpriced_models {
-        notices.push(format!(
-            "cost unknown: no price for {unpriced}; add it under [[prices]] in warden.toml"
-        ));
-        tracing::warn!(model = %unpriced, "model has no price; cost reported as unknown");
-    }
-    if report.usage.responses_without_usage > 0 {
-        notices.push(format!(
-            "{} model response(s) reported no token usage",
-            report.usage.responses_without_usage
-        ));
-    }
-    let result = QuestionResult {
-        task_id: task_id.clone(),
-        kind: TaskKind::Question,
-        outcome,
-        usage: report.usage,
-        model: model.name(),
-        sandbox: None,
-        notices,
-    };
-
+    let mut transcript = earlier_transcript;
     transcript.push(TranscriptEntry {
         role: Role::User,
         text: question,
@@ -368,6 +196,13 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
         print!("{}", redactor.text(&render_result(&result)));
     }
     Ok(result.exit_code() as u8)
+}
+
+fn setup_error(error: SetupError) -> anyhow::Error {
+    match error {
+        SetupError::Usage(message) => usage(anyhow::anyhow!(message)),
+        SetupError::Infrastructure(message) => anyhow::anyhow!(message),
+    }
 }
 
 fn repo_specs(arguments: &[String], earlier: Option<&TaskRecord>) -> anyhow::Result<Vec<RepoSpec>> {
@@ -397,12 +232,6 @@ fn repo_specs(arguments: &[String], earlier: Option<&TaskRecord>) -> anyhow::Res
             "name at least one repository with --repo PATH|URL[@REV]"
         ))),
     }
-}
-
-/// Credentials in a URL never reach progress output or the stored task record; a follow-up on
-/// a credentialed URL therefore needs `--repo` again.
-fn describe_source(source: &Source) -> String {
-    source.display_redacted()
 }
 
 fn finish_line(result: &QuestionResult) -> String {

@@ -1,8 +1,8 @@
 //! `warden doctor`: tells a person what works on this machine — git, the state directory, the
 //! model configuration — and what to do about what does not.
 
-use crate::config::{Config, ModelChoice};
 use serde_json::json;
+use warden_server::config::{Config, ModelChoice};
 
 struct Check {
     name: &'static str,

@@ -2,13 +2,10 @@
 //! and dispatches. Errors print as `warden: error: …` with their causes; exit codes follow SPEC §2.
 
 mod ask;
-mod config;
 mod doctor;
 mod ids;
 mod progress;
-mod prompt;
 mod records;
-mod redact;
 mod text;
 
 use clap::{Parser, Subcommand};
@@ -94,7 +91,11 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<u8> {
-    let config = config::Config::load(cli.config.as_deref(), &config::ProcessEnv).map_err(usage)?;
+    let config = warden_server::config::Config::load(
+        cli.config.as_deref(),
+        &warden_server::config::ProcessEnv,
+    )
+    .map_err(usage)?;
     match cli.command {
         Command::Ask(args) => {
             let runtime = tokio::runtime::Builder::new_multi_thread()

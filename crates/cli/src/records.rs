@@ -2,11 +2,11 @@
 //! (prompt, pinned repositories, transcript, result) as JSON written atomically, and one
 //! hash-chained journal per run.
 
-use crate::redact::Redactor;
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use warden_protocol::{QuestionResult, TaskId, TaskKind, TaskStatus, TranscriptEntry};
+use warden_server::redact::Redactor;
 
 /// One pinned repository of a task, with enough to pin it again for a follow-up.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,0 +1,8 @@
+//! The composition root: resolved configuration, secret redaction, and the execution of a task
+//! over the runtime, a model client, pinned snapshots and the tools. The CLI runs tasks through
+//! it in-process; `warden serve` workers run the same code on claimed tasks.
+
+pub mod config;
+pub mod prompt;
+pub mod question;
+pub mod redact;

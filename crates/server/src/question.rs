@@ -1,0 +1,309 @@
+//! Executing a question task: pin the repositories and build their snapshots, give the agent
+//! the read/search tools plus `submit_answer` (citations checked against the pinned commits) and
+//! `ask_user`, run the loop, and turn its outcome into the result JSON of SPEC §5.
+
+use crate::config::{Config, ModelChoice};
+use crate::prompt;
+use std::sync::Arc;
+use warden_protocol::{
+    Clarification, Failure, FailureCode, ManifestEntry, QuestionOutcome, QuestionResult, Role,
+    TaskId, TaskKind, TaskStatus, TranscriptEntry,
+};
+use warden_repo::evidence::PinnedCheckout;
+use warden_repo::{CheckoutRoot, PinnedRepo, RepoError, RepoSpec, RepoStore, Snapshot};
+use warden_runtime::{
+    Agent, AgentConfig, AllowAll, CancelFlag, Clock, EventSink, Finish, Journal, Ledger, Message,
+    Model, RunInput, RunOutcome, RunReport, Tool,
+};
+use warden_tools::faux::{FauxModel, FAUX_LABEL};
+use warden_tools::submit::{AskUser, SubmitAnswer};
+use warden_tools::Workspace;
+
+/// Why a task could not be set up. `Usage` means the request itself is wrong (exit 2, HTTP 4xx).
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The request names something that does not exist or cannot be used.
+    #[error("{0}")]
+    Usage(String),
+    /// Warden could not do its part (fetch, snapshot, I/O).
+    #[error("{0}")]
+    Infrastructure(String),
+}
+
+/// The model client the configuration names.
+pub fn build_model(config: &Config) -> Result<Arc<dyn Model>, SetupError> {
+    let model: Arc<dyn Model> =
+        match &config.model {
+            ModelChoice::Faux => Arc::new(FauxModel),
+            ModelChoice::Remote { primary, fallback } => warden_models::build(
+                (**primary).clone(),
+                fallback.as_deref().cloned(),
+                config.prices.clone(),
+            )
+            .map_err(|e| SetupError::Usage(e.to_string()))?,
+            ModelChoice::Missing => return Err(SetupError::Usage(
+                "no model configured: set WARDEN_MODEL (e.g. openai:gpt-5.1 with OPENAI_API_KEY, \
+                 anthropic:claude-sonnet-4-5 with ANTHROPIC_API_KEY) or WARDEN_MODEL=faux for \
+                 the deterministic no-model runner"
+                    .into(),
+            )),
+        };
+    if config.limits.max_cost_micro_usd.is_some() && !model.has_price() {
+        return Err(SetupError::Usage(format!(
+            "a money budget (limits.max_cost_usd) is set but {} has no price; add it under \
+             [[prices]] in warden.toml",
+            model.name()
+        )));
+    }
+    Ok(model)
+}
+
+/// One repository of a task, pinned and materialized.
+#[derive(Debug, Clone)]
+pub struct TaskRepo {
+    pub pinned: PinnedRepo,
+    pub snapshot: Snapshot,
+}
+
+/// Pins every repository and builds its snapshot. `progress` receives one line per step.
+pub fn pin_all(
+    store: &RepoStore,
+    specs: &[RepoSpec],
+    progress: &dyn Fn(&str),
+) -> Result<Vec<TaskRepo>, SetupError> {
+    let mut repos: Vec<TaskRepo> = Vec::new();
+    for spec in specs {
+        if repos.iter().any(|r| r.pinned.name == spec.name) {
+            return Err(SetupError::Usage(format!(
+                "two repositories are named {:?}; each repository of a task needs its own name",
+                spec.name
+            )));
+        }
+        progress(&format!(
+            "warden: pinning {}",
+            spec.source.display_redacted()
+        ));
+        let pinned = store.pin(spec).map_err(|error| match error {
+            // What the person asked for does not exist: a usage error. Anything else (a
+            // fetch that failed, a timeout) is an infrastructure failure.
+            RepoError::InvalidSpec { .. } | RepoError::RevisionNotFound { .. } => {
+                SetupError::Usage(error.to_string())
+            }
+            other => SetupError::Infrastructure(format!("cannot pin the repository: {other}")),
+        })?;
+        let snapshot = store.snapshot(&pinned).map_err(|e| {
+            SetupError::Infrastructure(format!("cannot build the snapshot of {}: {e}", pinned.name))
+        })?;
+        progress(&format!(
+            "warden: {} @ {} ({})",
+            pinned.name,
+            &pinned.commit[..12.min(pinned.commit.len())],
+            if snapshot.reused {
+                "snapshot reused"
+            } else {
+                "snapshot built and verified"
+            }
+        ));
+        repos.push(TaskRepo { pinned, snapshot });
+    }
+    Ok(repos)
+}
+
+pub fn manifest(repos: &[TaskRepo]) -> Vec<ManifestEntry> {
+    repos
+        .iter()
+        .map(|r| ManifestEntry {
+            repo: r.pinned.name.clone(),
+            commit: r.pinned.commit.clone(),
+            root: r.snapshot.root.display().to_string(),
+        })
+        .collect()
+}
+
+/// Everything one run of a question needs.
+pub struct QuestionRun<'a> {
+    pub config: &'a Config,
+    pub model: &'a dyn Model,
+    pub task_id: &'a TaskId,
+    pub follow_up_to: Option<&'a TaskId>,
+    pub repos: &'a [TaskRepo],
+    /// The conversation before this question, oldest first.
+    pub transcript: &'a [TranscriptEntry],
+    pub question: &'a str,
+    pub journal: &'a mut dyn Journal,
+    pub events: &'a dyn EventSink,
+    pub clock: &'a dyn Clock,
+    pub cancel: CancelFlag,
+    pub ledger: Option<&'a dyn Ledger>,
+}
+
+/// The tools of a question task over its pinned repositories.
+pub fn question_tools(repos: &[TaskRepo]) -> Result<Vec<Arc<dyn Tool>>, SetupError> {
+    let infrastructure = |e: std::io::Error| {
+        SetupError::Infrastructure(format!("cannot open the task's snapshots: {e}"))
+    };
+    let checkouts = repos
+        .iter()
+        .map(|r| {
+            Ok(PinnedCheckout {
+                repo: r.pinned.name.clone(),
+                commit: r.pinned.commit.clone(),
+                root: CheckoutRoot::new(&r.snapshot.root)?,
+                browse: r.pinned.browse.clone(),
+            })
+        })
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(infrastructure)?;
+    let workspace = Workspace::new(
+        repos
+            .iter()
+            .map(|r| (r.pinned.name.clone(), r.snapshot.root.clone()))
+            .collect(),
+    )
+    .map_err(infrastructure)?;
+    let mut tools = warden_tools::question_tools(Arc::new(workspace));
+    tools.push(Arc::new(SubmitAnswer::new(Arc::new(checkouts))));
+    tools.push(Arc::new(AskUser));
+    Ok(tools)
+}
+
+/// The conversation a run starts from: system prompt, earlier transcript, the question.
+pub fn initial_messages(
+    manifest: &[ManifestEntry],
+    transcript: &[TranscriptEntry],
+    question: &str,
+) -> Vec<Message> {
+    let mut messages = vec![Message::System {
+        text: prompt::question_system_prompt(manifest),
+    }];
+    for entry in transcript {
+        messages.push(match entry.role {
+            Role::User => Message::User {
+                text: entry.text.clone(),
+            },
+            Role::Agent => Message::Assistant {
+                text: Some(entry.text.clone()),
+                tool_calls: vec![],
+            },
+        });
+    }
+    messages.push(Message::User {
+        text: question.to_string(),
+    });
+    messages
+}
+
+/// The loop for one question, ready to await. Tools are built by the caller
+/// ([`question_tools`]) so a setup failure is reported before the run starts.
+pub async fn run_question(run: QuestionRun<'_>, tools: &[Arc<dyn Tool>]) -> RunReport {
+    let manifest = manifest(run.repos);
+    let context = serde_json::json!({
+        "task_id": run.task_id,
+        "kind": TaskKind::Question,
+        "follow_up_to": run.follow_up_to,
+        "manifest": manifest,
+    });
+    Agent {
+        model: run.model,
+        tools,
+        policy: &AllowAll,
+        journal: run.journal,
+        events: run.events,
+        clock: run.clock,
+        cancel: run.cancel,
+        config: AgentConfig {
+            limits: run.config.limits.clone(),
+            max_output_tokens: run.config.max_output_tokens,
+            ..AgentConfig::default()
+        },
+        ledger: run.ledger,
+    }
+    .run(RunInput::Start {
+        messages: initial_messages(&manifest, run.transcript, run.question),
+        context,
+    })
+    .await
+}
+
+/// A finished question: its result, the task status it implies, and the agent's reply for the
+/// transcript (none on failure).
+#[derive(Debug, Clone)]
+pub struct QuestionReport {
+    pub result: QuestionResult,
+    pub status: TaskStatus,
+    pub reply: Option<String>,
+}
+
+/// Turns a run's report into the result JSON and the task's status.
+pub fn question_report(task_id: &TaskId, model: &dyn Model, report: RunReport) -> QuestionReport {
+    let (outcome, status, reply) = match report.outcome {
+        RunOutcome::Finished(Finish::Answer(answer)) => {
+            let reply = answer.summary.clone();
+            (
+                QuestionOutcome::Answer { answer },
+                TaskStatus::Completed,
+                Some(reply),
+            )
+        }
+        RunOutcome::Finished(Finish::Clarification { question }) => (
+            QuestionOutcome::Clarification {
+                clarification: Clarification {
+                    question: question.clone(),
+                },
+            },
+            TaskStatus::WaitingInput,
+            Some(question),
+        ),
+        RunOutcome::Failed(failure) => {
+            let status = match failure.code {
+                FailureCode::TimedOut => TaskStatus::TimedOut,
+                FailureCode::Cancelled => TaskStatus::Cancelled,
+                _ => TaskStatus::Failed,
+            };
+            (QuestionOutcome::Failure { failure }, status, None)
+        }
+        RunOutcome::AwaitingApproval { tool, reason, .. } => (
+            // Question tasks have no tool that needs approval; treat one as a policy failure.
+            QuestionOutcome::Failure {
+                failure: Failure {
+                    code: FailureCode::PolicyAbort,
+                    message: format!(
+                        "{tool} needs an approval, which question tasks cannot wait for: {reason}"
+                    ),
+                },
+            },
+            TaskStatus::Failed,
+            None,
+        ),
+    };
+    let mut notices = Vec::new();
+    if model.name() == "faux" {
+        notices.push(format!(
+            "{FAUX_LABEL}: this answer comes from the deterministic demo runner, not a model"
+        ));
+    }
+    for unpriced in &report.usage.unpriced_models {
+        notices.push(format!(
+            "cost unknown: no price for {unpriced}; add it under [[prices]] in warden.toml"
+        ));
+    }
+    if report.usage.responses_without_usage > 0 {
+        notices.push(format!(
+            "{} model response(s) reported no token usage",
+            report.usage.responses_without_usage
+        ));
+    }
+    QuestionReport {
+        result: QuestionResult {
+            task_id: task_id.clone(),
+            kind: TaskKind::Question,
+            outcome,
+            usage: report.usage,
+            model: model.name(),
+            sandbox: None,
+            notices,
+        },
+        status,
+        reply,
+    }
+}
