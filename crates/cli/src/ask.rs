@@ -18,7 +18,7 @@ use warden_runtime::{
     SystemClock,
 };
 use warden_server::config::Config;
-use warden_server::question::{self, QuestionReport, QuestionRun, SetupError};
+use warden_server::question::{self, QuestionReport, QuestionRun, SetupError, TaskSandbox};
 use warden_server::redact::RedactingJournal;
 
 /// How long a cancelled run may take to stop by itself before it is abandoned.
@@ -59,11 +59,11 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
     let store = RepoStore::open(&config.home).context("cannot open the repository store")?;
     let repos =
         question::pin_all(&store, &specs, &|line| progress.line(line)).map_err(setup_error)?;
-    let tools = question::question_tools(&repos).map_err(setup_error)?;
-
     let clock = SystemClock;
     let now = clock.now_ms();
     let task_id = ids::new_task_id(now)?;
+    let scratch = config.home.join("scratch").join(task_id.as_str());
+    let sandbox = TaskSandbox::open(config, &repos, &scratch);
     let manifest = question::manifest(&repos);
     let earlier_transcript = earlier
         .as_ref()
@@ -109,47 +109,61 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
         model: model.name(),
         manifest,
     });
-    let cancel = CancelFlag::default();
     let mut journal = RedactingJournal {
         inner: &mut file_journal,
         redactor: &redactor,
     };
-    let mut run = Box::pin(question::run_question(
-        QuestionRun {
-            config,
-            model: model.as_ref(),
-            task_id: &task_id,
-            follow_up_to: record.follow_up_to.as_ref(),
-            repos: &repos,
-            transcript: &earlier_transcript,
-            question: &question,
-            journal: &mut journal,
-            events: &progress,
-            clock: &clock,
-            cancel: cancel.clone(),
-            ledger: None,
-        },
-        &tools,
-    ));
-    let finished = tokio::select! {
-        report = &mut run => Some(report),
-        _ = tokio::signal::ctrl_c() => {
-            progress.line("warden: cancelling (Ctrl-C)");
-            cancel.cancel();
-            // The loop stops at its next step; a model call in flight is abandoned after a
-            // short grace period.
-            tokio::time::timeout(CANCEL_GRACE, &mut run).await.ok()
-        }
-    };
-    drop(run);
-    let report = match finished {
-        Some(report) => report,
-        None => {
-            let failure = Failure {
-                code: FailureCode::Cancelled,
-                message: "the task was cancelled while the model was answering".into(),
+    let (report, backend) = match sandbox {
+        Ok(sandbox) => {
+            let tools = question::question_tools(config, &repos, &sandbox).map_err(setup_error)?;
+            let report = run_with_ctrl_c(
+                QuestionRun {
+                    config,
+                    model: model.as_ref(),
+                    task_id: &task_id,
+                    follow_up_to: record.follow_up_to.as_ref(),
+                    repos: &repos,
+                    transcript: &earlier_transcript,
+                    question: &question,
+                    journal: &mut journal,
+                    events: &progress,
+                    clock: &clock,
+                    cancel: CancelFlag::default(),
+                    ledger: None,
+                },
+                &tools,
+                &progress,
+            )
+            .await;
+            drop(tools);
+            let report = match report {
+                Some(report) => report,
+                None => {
+                    let failure = Failure {
+                        code: FailureCode::Cancelled,
+                        message: "the task was cancelled while the model was answering".into(),
+                    };
+                    // The loop was abandoned; its end is journaled here.
+                    let _ = journal
+                        .append(
+                            clock.now_ms(),
+                            RecordKind::RunFinished,
+                            serde_json::json!({ "outcome": { "failure": failure } }),
+                        )
+                        .await;
+                    RunReport {
+                        outcome: RunOutcome::Failed(failure),
+                        usage: warden_protocol::Usage::default(),
+                        messages: vec![],
+                    }
+                }
             };
-            // Best effort: the run's end is journaled even though the loop was abandoned.
+            let backend = sandbox.backend;
+            sandbox.close();
+            (report, Some(backend))
+        }
+        Err(failure) => {
+            // Isolation could not be established: the task fails visibly, nothing runs.
             let _ = journal
                 .append(
                     clock.now_ms(),
@@ -157,18 +171,23 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
                     serde_json::json!({ "outcome": { "failure": failure } }),
                 )
                 .await;
-            RunReport {
+            let report = RunReport {
                 outcome: RunOutcome::Failed(failure),
-                usage: warden_protocol::Usage::default(),
+                usage: warden_protocol::Usage {
+                    cost_usd: Some(0.0),
+                    ..warden_protocol::Usage::default()
+                },
                 messages: vec![],
-            }
+            };
+            (report, None)
         }
     };
+    let _ = std::fs::remove_dir_all(&scratch);
     let QuestionReport {
         result,
         status,
         reply,
-    } = question::question_report(&task_id, model.as_ref(), report);
+    } = question::question_report(&task_id, model.as_ref(), backend, report);
 
     let mut transcript = earlier_transcript;
     transcript.push(TranscriptEntry {
@@ -196,6 +215,25 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
         print!("{}", redactor.text(&render_result(&result)));
     }
     Ok(result.exit_code() as u8)
+}
+
+/// Runs the question; Ctrl-C cancels it. The loop stops at its next step; a model call in
+/// flight is abandoned after a short grace period, and then `None` is returned.
+async fn run_with_ctrl_c(
+    run: QuestionRun<'_>,
+    tools: &[std::sync::Arc<dyn warden_runtime::Tool>],
+    progress: &StderrProgress,
+) -> Option<RunReport> {
+    let cancel = run.cancel.clone();
+    let mut future = Box::pin(question::run_question(run, tools));
+    tokio::select! {
+        report = &mut future => Some(report),
+        _ = tokio::signal::ctrl_c() => {
+            progress.line("warden: cancelling (Ctrl-C)");
+            cancel.cancel();
+            tokio::time::timeout(CANCEL_GRACE, &mut future).await.ok()
+        }
+    }
 }
 
 fn setup_error(error: SetupError) -> anyhow::Error {

@@ -88,20 +88,49 @@ pub fn doctor(config: &Config, as_json: bool) -> anyhow::Result<u8> {
                 .into(),
         },
     });
+    let reports = warden_sandbox::probe_with(&config.sandbox.config);
+    let chosen = config.sandbox.backend;
+    let chosen_ok = reports
+        .iter()
+        .filter(|r| r.backend == chosen)
+        .all(|r| r.available);
     checks.push(Check {
         name: "sandbox",
-        ok: false,
-        detail: "no sandbox backend yet: question tools read the read-only snapshot in-process \
-                 and there is no shell tool"
-            .into(),
+        ok: chosen_ok,
+        detail: if chosen_ok {
+            format!("{} backend: every layer available", chosen.as_str())
+        } else {
+            format!(
+                "{} backend unavailable: tasks will fail with sandbox_error (see the layers below)",
+                chosen.as_str()
+            )
+        },
     });
+    let layer_checks: Vec<Check> = reports
+        .iter()
+        .map(|r| Check {
+            name: "",
+            ok: r.available,
+            detail: format!("{} {}: {}", r.backend.as_str(), r.layer.as_str(), r.detail),
+        })
+        .collect();
 
     if as_json {
         let list: Vec<_> = checks
             .iter()
             .map(|c| json!({"check": c.name, "ok": c.ok, "detail": c.detail}))
             .collect();
-        println!("{}", serde_json::to_string_pretty(&list)?);
+        let layers: Vec<_> = reports
+            .iter()
+            .map(|r| {
+                json!({"backend": r.backend.as_str(), "layer": r.layer.as_str(),
+                    "available": r.available, "detail": r.detail})
+            })
+            .collect();
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&json!({"checks": list, "sandbox_layers": layers}))?
+        );
     } else {
         for check in &checks {
             println!(
@@ -112,7 +141,21 @@ pub fn doctor(config: &Config, as_json: bool) -> anyhow::Result<u8> {
             );
         }
     }
-    let essential_ok = checks.iter().take(2).all(|c| c.ok);
+    if !as_json {
+        println!("\nsandbox layers:");
+        for check in &layer_checks {
+            println!(
+                "  {} {}",
+                if check.ok { "ok  " } else { "no  " },
+                check.detail
+            );
+        }
+    }
+    // git, the state directory and the chosen sandbox are what every task needs.
+    let essential_ok = checks
+        .iter()
+        .filter(|c| matches!(c.name, "git" | "state directory" | "sandbox"))
+        .all(|c| c.ok);
     Ok(if essential_ok { 0 } else { 1 })
 }
 

@@ -72,11 +72,18 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("WARDEN_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .init();
+    // The model key lives in this process: make it non-dumpable so nothing of the same user
+    // (a sandboxed command included) can ptrace it or read its memory through /proc.
+    if let Err(error) = warden_sandbox::harden_current_process() {
+        eprintln!("warden: error: {error}");
+        return ExitCode::from(1);
+    }
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(error) => {

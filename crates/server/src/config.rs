@@ -20,6 +20,26 @@ pub struct FileConfig {
     pub limits: LimitsSection,
     #[serde(default)]
     pub prices: Vec<PriceEntry>,
+    #[serde(default)]
+    pub sandbox: SandboxSection,
+}
+
+/// Where the agent's `shell` commands run.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxSection {
+    /// `linux` (default), `gvisor`, or `local` (no isolation); `WARDEN_SANDBOX` overrides.
+    pub backend: Option<String>,
+    /// Layers run without, explicitly (only the cgroup layers may be listed, e.g. on a host
+    /// without delegated cgroups); everything else is required.
+    #[serde(default)]
+    pub disabled_layers: Vec<String>,
+    /// The `runsc` binary for the gVisor backend.
+    pub runsc: Option<PathBuf>,
+    /// Memory limit of one shell command, in MiB.
+    pub memory_mib: Option<u64>,
+    /// Process limit of one shell command.
+    pub pids: Option<u32>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -72,6 +92,16 @@ pub struct Config {
     pub limits: Limits,
     pub max_output_tokens: u32,
     pub prices: PriceTable,
+    pub sandbox: SandboxChoice,
+}
+
+/// The sandbox backend and its settings. Never chosen by fallback: what is named here is what
+/// runs, or the task fails with `sandbox_error`.
+#[derive(Debug, Clone)]
+pub struct SandboxChoice {
+    pub backend: warden_sandbox::Backend,
+    pub config: warden_sandbox::SandboxConfig,
+    pub limits: warden_sandbox::ResourceLimits,
 }
 
 #[derive(Debug)]
@@ -208,12 +238,14 @@ impl Config {
             table.insert(price);
         }
         let prices = table;
+        let sandbox = sandbox_choice(&file.sandbox, env)?;
         Ok(Config {
             home,
             model,
             limits,
             max_output_tokens: section.max_output_tokens.unwrap_or(8192),
             prices,
+            sandbox,
         })
     }
 }
@@ -230,6 +262,52 @@ impl Config {
         };
         crate::redact::Redactor::new(keys)
     }
+}
+
+fn sandbox_choice(section: &SandboxSection, env: &dyn Env) -> anyhow::Result<SandboxChoice> {
+    let name = env
+        .var("WARDEN_SANDBOX")
+        .or_else(|| section.backend.clone())
+        .unwrap_or_else(|| "linux".into());
+    let backend = match warden_sandbox::Backend::from_name(&name) {
+        Some(backend) => backend,
+        None if name == "kubernetes" => {
+            bail!("sandbox backend \"kubernetes\" is not available in this build yet")
+        }
+        None => bail!("unknown sandbox backend {name:?}: expected linux, gvisor or local"),
+    };
+    let mut disabled_layers = Vec::new();
+    for layer in &section.disabled_layers {
+        let parsed = warden_sandbox::Layer::from_name(layer)
+            .ok_or_else(|| anyhow::anyhow!("sandbox.disabled_layers: unknown layer {layer:?}"))?;
+        if !parsed.may_be_disabled() {
+            bail!("sandbox.disabled_layers: {layer:?} cannot be disabled; only cgroup layers can");
+        }
+        disabled_layers.push(parsed);
+    }
+    let mut limits = warden_sandbox::ResourceLimits::default();
+    if let Some(mib) = section.memory_mib {
+        if mib == 0 {
+            bail!("sandbox.memory_mib must be at least 1");
+        }
+        limits.memory_bytes = mib
+            .checked_mul(1024 * 1024)
+            .ok_or_else(|| anyhow::anyhow!("sandbox.memory_mib {mib} is too large"))?;
+    }
+    if let Some(pids) = section.pids {
+        if pids == 0 {
+            bail!("sandbox.pids must be at least 1");
+        }
+        limits.pids = pids;
+    }
+    Ok(SandboxChoice {
+        backend,
+        config: warden_sandbox::SandboxConfig {
+            disabled_layers,
+            runsc: section.runsc.clone(),
+        },
+        limits,
+    })
 }
 
 pub fn parse_file(text: &str) -> anyhow::Result<FileConfig> {
@@ -382,6 +460,22 @@ mod tests {
             ModelChoice::Faux
         ));
         assert!(matches!(load("", &[]).unwrap().model, ModelChoice::Missing));
+    }
+
+    #[test]
+    fn sandbox_backend_is_explicit_and_validated() {
+        let config = load("", &[]).unwrap();
+        assert_eq!(config.sandbox.backend, warden_sandbox::Backend::Linux);
+        let config = load(
+            "[sandbox]\nbackend = \"gvisor\"\n",
+            &[("WARDEN_SANDBOX", "local")],
+        )
+        .unwrap();
+        assert_eq!(config.sandbox.backend, warden_sandbox::Backend::Local);
+        assert!(load("[sandbox]\nbackend = \"docker\"\n", &[]).is_err());
+        assert!(load("[sandbox]\ndisabled_layers = [\"seccomp\"]\n", &[]).is_err());
+        assert!(load("[sandbox]\ndisabled_layers = [\"nonsense\"]\n", &[]).is_err());
+        assert!(load("[sandbox]\nmemory_mib = 0\n", &[]).is_err());
     }
 
     #[test]

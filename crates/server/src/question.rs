@@ -4,6 +4,7 @@
 
 use crate::config::{Config, ModelChoice};
 use crate::prompt;
+use std::path::Path;
 use std::sync::Arc;
 use warden_protocol::{
     Clarification, Failure, FailureCode, ManifestEntry, QuestionOutcome, QuestionResult, Role,
@@ -15,7 +16,9 @@ use warden_runtime::{
     Agent, AgentConfig, AllowAll, CancelFlag, Clock, EventSink, Finish, Journal, Ledger, Message,
     Model, RunInput, RunOutcome, RunReport, Tool,
 };
+use warden_sandbox::{Backend, SandboxView, ViewSpec};
 use warden_tools::faux::{FauxModel, FAUX_LABEL};
+use warden_tools::shell::Shell;
 use warden_tools::submit::{AskUser, SubmitAnswer};
 use warden_tools::Workspace;
 
@@ -137,8 +140,72 @@ pub struct QuestionRun<'a> {
     pub ledger: Option<&'a dyn Ledger>,
 }
 
-/// The tools of a question task over its pinned repositories.
-pub fn question_tools(repos: &[TaskRepo]) -> Result<Vec<Arc<dyn Tool>>, SetupError> {
+/// A task's sandbox view over its snapshots, shared by the `shell` tool while the run lasts.
+pub struct TaskSandbox {
+    pub backend: Backend,
+    view: Arc<Box<dyn SandboxView>>,
+}
+
+impl TaskSandbox {
+    /// Opens a read-only view over the task's snapshots with the configured backend. Fails
+    /// closed: if any layer cannot be established the task fails with `sandbox_error` naming
+    /// it, and nothing runs with less isolation.
+    pub fn open(
+        config: &Config,
+        repos: &[TaskRepo],
+        scratch_dir: &Path,
+    ) -> Result<TaskSandbox, Failure> {
+        let failure = |error: warden_sandbox::SandboxError| Failure {
+            code: FailureCode::SandboxError,
+            message: format!(
+                "the {} sandbox could not be established: {error}",
+                config.sandbox.backend.as_str()
+            ),
+        };
+        if let Some(parent) = scratch_dir.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| Failure {
+                code: FailureCode::Infrastructure,
+                message: format!("cannot create {}: {e}", parent.display()),
+            })?;
+        }
+        let sandbox = warden_sandbox::select(config.sandbox.backend, &config.sandbox.config)
+            .map_err(failure)?;
+        let view = sandbox
+            .open(&ViewSpec {
+                lower: repos
+                    .iter()
+                    .map(|r| (r.pinned.name.clone(), r.snapshot.root.clone()))
+                    .collect(),
+                writable: false,
+                scratch_dir: scratch_dir.to_path_buf(),
+            })
+            .map_err(failure)?;
+        Ok(TaskSandbox {
+            backend: config.sandbox.backend,
+            view: Arc::new(view),
+        })
+    }
+
+    /// Closes the view once no tool holds it any more (the tools are dropped with the run).
+    pub fn close(self) {
+        match Arc::try_unwrap(self.view) {
+            Ok(view) => {
+                if let Err(error) = view.close() {
+                    tracing::warn!(%error, "closing a sandbox view failed");
+                }
+            }
+            // Still shared: the view is torn down when the last holder drops it.
+            Err(_) => tracing::warn!("sandbox view still in use at close"),
+        }
+    }
+}
+
+/// The tools of a question task over its pinned repositories, `shell` running in `sandbox`.
+pub fn question_tools(
+    config: &Config,
+    repos: &[TaskRepo],
+    sandbox: &TaskSandbox,
+) -> Result<Vec<Arc<dyn Tool>>, SetupError> {
     let infrastructure = |e: std::io::Error| {
         SetupError::Infrastructure(format!("cannot open the task's snapshots: {e}"))
     };
@@ -162,6 +229,10 @@ pub fn question_tools(repos: &[TaskRepo]) -> Result<Vec<Arc<dyn Tool>>, SetupErr
     )
     .map_err(infrastructure)?;
     let mut tools = warden_tools::question_tools(Arc::new(workspace));
+    tools.push(Arc::new(Shell::new(
+        sandbox.view.clone(),
+        config.sandbox.limits,
+    )));
     tools.push(Arc::new(SubmitAnswer::new(Arc::new(checkouts))));
     tools.push(Arc::new(AskUser));
     Ok(tools)
@@ -234,8 +305,14 @@ pub struct QuestionReport {
     pub reply: Option<String>,
 }
 
-/// Turns a run's report into the result JSON and the task's status.
-pub fn question_report(task_id: &TaskId, model: &dyn Model, report: RunReport) -> QuestionReport {
+/// Turns a run's report into the result JSON and the task's status. `sandbox` is the backend
+/// shell commands ran in (`None` when the task failed before one was opened).
+pub fn question_report(
+    task_id: &TaskId,
+    model: &dyn Model,
+    sandbox: Option<Backend>,
+    report: RunReport,
+) -> QuestionReport {
     let (outcome, status, reply) = match report.outcome {
         RunOutcome::Finished(Finish::Answer(answer)) => {
             let reply = answer.summary.clone();
@@ -287,6 +364,13 @@ pub fn question_report(task_id: &TaskId, model: &dyn Model, report: RunReport) -
             "cost unknown: no price for {unpriced}; add it under [[prices]] in warden.toml"
         ));
     }
+    if sandbox == Some(Backend::Local) {
+        notices.push(
+            "no isolation: shell commands ran directly on the host (WARDEN_SANDBOX=local, for \
+             development only)"
+                .into(),
+        );
+    }
     if report.usage.responses_without_usage > 0 {
         notices.push(format!(
             "{} model response(s) reported no token usage",
@@ -300,7 +384,7 @@ pub fn question_report(task_id: &TaskId, model: &dyn Model, report: RunReport) -
             outcome,
             usage: report.usage,
             model: model.name(),
-            sandbox: None,
+            sandbox: sandbox.map(|b| b.as_str().to_string()),
             notices,
         },
         status,

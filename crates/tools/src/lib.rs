@@ -10,6 +10,7 @@ pub mod faux;
 mod list_dir;
 mod read_file;
 mod search;
+pub mod shell;
 pub mod submit;
 mod walk;
 mod workspace;

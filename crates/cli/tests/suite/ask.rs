@@ -761,3 +761,137 @@ fn ctrl_c_cancels_a_task_waiting_on_the_model() {
     assert_eq!(logs.code, 0, "{}", logs.stderr);
     assert!(logs.stdout.lines().last().unwrap().contains("run_finished"));
 }
+
+fn tool_result_of(request: &serde_json::Value) -> String {
+    let last = request["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(last["role"], "tool", "{last}");
+    last["content"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn shell_commands_run_sandboxed_without_network_host_files_or_the_key() {
+    let repo = sample_repo();
+    let canary_dir = tempfile::tempdir_in("/tmp").unwrap();
+    let canary = canary_dir.path().join("host-canary");
+    std::fs::write(&canary, "host secret").unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let script = format!(
+        "env | sort; \
+         test -e {canary} && echo CANARY_VISIBLE; \
+         touch src/new.rs 2>/dev/null && echo SNAPSHOT_WRITTEN || echo SNAPSHOT_READ_ONLY; \
+         (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo CONNECTED || echo NO_NETWORK; \
+         cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n' | grep -c OPENAI; \
+         echo done",
+        canary = canary.display()
+    );
+    let server = ScriptedModelServer::start_blocking(vec![
+        openai::tool_call("shell", &json!({"command": script}).to_string()),
+        openai::tool_call(
+            "shell",
+            &json!({"command": "curl http://example.com"}).to_string(),
+        ),
+        openai::tool_call(
+            "submit_answer",
+            &submit(json!({"path": "src/lib.rs", "start_line": 31, "end_line": 31})),
+        ),
+    ]);
+    let run = Warden::openai(&server.url()).run(&[
+        "ask",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--json",
+        "q?",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.json()["sandbox"], "linux");
+    let requests = server.requests();
+    let observed = tool_result_of(&requests[1].body);
+    assert!(observed.starts_with("exit code 0"), "{observed}");
+    assert!(observed.contains("done"), "{observed}");
+    assert!(observed.contains("SNAPSHOT_READ_ONLY"), "{observed}");
+    assert!(observed.contains("NO_NETWORK"), "{observed}");
+    assert!(!observed.contains("CANARY_VISIBLE"), "{observed}");
+    assert!(
+        !observed.contains("sk-test-key") && !observed.contains("OPENAI"),
+        "{observed}"
+    );
+    assert!(
+        observed.contains("\n0\n"),
+        "no process shows the key in /proc: {observed}"
+    );
+    assert!(
+        !observed.contains("WARDEN_HOME"),
+        "host environment leaked: {observed}"
+    );
+    assert!(
+        listener.accept().is_err(),
+        "the host listener saw a connection"
+    );
+    let refused = tool_result_of(&requests[2].body);
+    assert!(
+        refused.contains("command refused: `curl` is not allowed"),
+        "{refused}"
+    );
+    assert!(std::fs::read_dir(repo.path().join("src"))
+        .unwrap()
+        .all(|e| e.unwrap().file_name() != "new.rs"));
+}
+
+#[test]
+fn the_local_backend_is_explicit_and_labelled() {
+    let repo = sample_repo();
+    let run = Warden::faux().with("WARDEN_SANDBOX", "local").run(&[
+        "ask",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--json",
+        "where is retry_with_backoff?",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let result = run.json();
+    assert_eq!(result["sandbox"], "local");
+    assert!(
+        result["notices"].to_string().contains("no isolation"),
+        "{result}"
+    );
+}
+
+#[test]
+fn an_unavailable_sandbox_fails_the_task_visibly_before_any_model_call() {
+    let repo = sample_repo();
+    let server = ScriptedModelServer::start_blocking(vec![openai::text("never asked")]);
+    let warden = Warden::openai(&server.url()).with("WARDEN_SANDBOX", "gvisor");
+    std::fs::write(
+        warden.home.path().join("warden.toml"),
+        "[sandbox]\nrunsc = \"/nonexistent/runsc\"\n",
+    )
+    .unwrap();
+    let run = warden.run(&[
+        "ask",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--json",
+        "q?",
+    ]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let result = run.json();
+    assert_eq!(result["failure"]["code"], "sandbox_error");
+    assert!(
+        result["failure"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("gvisor"),
+        "{result}"
+    );
+    assert!(
+        server.requests().is_empty(),
+        "the model was called without a sandbox"
+    );
+}
