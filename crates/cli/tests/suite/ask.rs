@@ -895,3 +895,38 @@ fn an_unavailable_sandbox_fails_the_task_visibly_before_any_model_call() {
         "the model was called without a sandbox"
     );
 }
+
+#[test]
+fn repositories_are_pinned_by_url_and_revision() {
+    let repo = sample_repo();
+    let first = repo.git(&["rev-parse", "HEAD"]);
+    repo.write("src/lib.rs", "pub fn retry_with_backoff() {}\n");
+    repo.commit("shrink");
+    repo.git(&["tag", "v2"]);
+    let url = format!("file://{}", repo.path().display());
+    let warden = Warden::faux();
+
+    let at_first = warden.run(&[
+        "ask",
+        "--repo",
+        &format!("{url}@{first}"),
+        "--json",
+        "where is retry_with_backoff?",
+    ]);
+    assert_eq!(at_first.code, 0, "{}", at_first.stderr);
+    let evidence = &at_first.json()["answer"]["claims"][0]["evidence"][0];
+    assert_eq!(evidence["commit"], first.as_str());
+    assert!(evidence["start_line"].as_u64().unwrap() >= 28, "{evidence}");
+
+    let at_tag = warden.run(&[
+        "ask",
+        "--repo",
+        &format!("{}@v2", repo.path().display()),
+        "--json",
+        "where is retry_with_backoff?",
+    ]);
+    assert_eq!(at_tag.code, 0, "{}", at_tag.stderr);
+    let evidence = &at_tag.json()["answer"]["claims"][0]["evidence"][0];
+    assert_eq!(evidence["commit"], repo.git(&["rev-parse", "v2"]).as_str());
+    assert_eq!(evidence["start_line"], 1);
+}
