@@ -44,7 +44,7 @@ async fn the_runtime_chain_round_trips(f: &Fixture) {
         (RecordKind::RunFinished, json!({"outcome": "answer"})),
     ];
     for (i, (kind, payload)) in payloads.into_iter().enumerate() {
-        memory.append(1_000 + i as u64, kind, payload).unwrap();
+        memory.append_now(1_000 + i as u64, kind, payload).unwrap();
     }
     for record in &memory.records {
         f.store
