@@ -5,7 +5,7 @@
 
 use serde_json::json;
 use warden_protocol::{TaskKind, TaskStatus};
-use warden_runtime::{FileJournal, Journal, JournalRecord, MemoryJournal, RecordKind};
+use warden_runtime::{FileJournal, JournalRecord, MemoryJournal, RecordKind};
 use warden_store::journal::verify_chain;
 use warden_store::{JournalEntry, RunJournal, RunRef, StoreError, GENESIS_HASH};
 
