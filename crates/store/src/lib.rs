@@ -31,8 +31,8 @@ pub use sqlite::{Quarantine, SqliteStore};
 pub use state::{transition_allowed, ABANDONED, MAX_INTERRUPTED_RUNS};
 pub use types::{
     Approval, ApprovalStatus, Claim, ClaimFilter, Created, Decision, EventRecord, EventStream,
-    IdempotencyKey, Intent, IntentStatus, NewApproval, NewIntent, NewTask, Requeued, Run, RunRef,
-    Spend, Task, TaskQuery, TaskRepo, UsageEntry, RUN_INTERRUPTED,
+    IdempotencyKey, Intent, IntentStatus, NewApproval, NewIntent, NewRepo, NewTask, Repository,
+    Requeued, Run, RunRef, Spend, Task, TaskQuery, TaskRepo, UsageEntry, RUN_INTERRUPTED,
 };
 
 /// A boxed, sendable future: keeps [`Store`] object-safe without an extra crate.
@@ -119,6 +119,24 @@ pub trait Store: Send + Sync {
     /// [`ABANDONED`] once [`MAX_INTERRUPTED_RUNS`] runs were interrupted.
     fn requeue_expired(&self) -> BoxFuture<'_, Result<Vec<Requeued>, StoreError>>;
 
+    /// Ends every open run held by `worker` as [`RUN_INTERRUPTED`], like [`Store::requeue_expired`]
+    /// does for expired leases, whatever their leases say. For a worker that restarts under the
+    /// same name after a crash: its old runs cannot be alive.
+    fn interrupt_worker_runs<'a>(
+        &'a self,
+        worker: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Requeued>, StoreError>>;
+
+    /// Records the commits `worker`'s run pinned its task's repositories to, so every later run
+    /// of the task uses the same ones. `repos` must be the task's repositories (same names and
+    /// revisions, same order) with `commit` set; a commit already recorded cannot change.
+    fn pin_task_repos<'a>(
+        &'a self,
+        run: &'a RunRef,
+        worker: &'a str,
+        repos: Vec<TaskRepo>,
+    ) -> BoxFuture<'a, Result<Task, StoreError>>;
+
     /// A task's runs, oldest first.
     fn list_runs<'a>(&'a self, task: &'a TaskId) -> BoxFuture<'a, Result<Vec<Run>, StoreError>>;
 
@@ -163,6 +181,19 @@ pub trait Store: Send + Sync {
 
     /// Spend recorded during one UTC day (by the store clock).
     fn spend_for_day(&self, day: UtcDay) -> BoxFuture<'_, Result<Spend, StoreError>>;
+
+    // --- registered repositories ---
+
+    /// Registers a repository; [`StoreError::AlreadyExists`] when the name is taken.
+    fn register_repo(&self, repo: NewRepo) -> BoxFuture<'_, Result<Repository, StoreError>>;
+
+    fn get_repo<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Repository>, StoreError>>;
+
+    /// Every registered repository, by name.
+    fn list_repos(&self) -> BoxFuture<'_, Result<Vec<Repository>, StoreError>>;
 
     // --- approvals ---
 

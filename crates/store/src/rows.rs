@@ -5,7 +5,10 @@
 use warden_protocol::{TaskId, TaskStatus};
 
 use crate::state::{parse_kind, parse_status};
-use crate::types::{Approval, ApprovalStatus, EventRecord, Intent, IntentStatus, Run, Spend, Task};
+use crate::types::{
+    Approval, ApprovalStatus, EventRecord, Intent, IntentStatus, Repository, Run, Spend, Task,
+    TaskRepo,
+};
 use crate::{JournalEntry, StoreError};
 
 /// Column list matching [`RawTask`]'s field order (both backends select it verbatim).
@@ -56,6 +59,69 @@ impl RawTask {
             interrupted_runs: to_u32(self.interrupted_runs)?,
         })
     }
+}
+
+pub(crate) const REPO_COLUMNS: &str = "name, source, branch, checks, created_by, created_at_ms";
+
+pub(crate) struct RawRepo {
+    pub name: String,
+    pub source: String,
+    pub branch: Option<String>,
+    pub checks: String,
+    pub created_by: String,
+    pub created_at_ms: i64,
+}
+
+impl RawRepo {
+    pub fn decode(self) -> Result<Repository, StoreError> {
+        Ok(Repository {
+            name: self.name,
+            source: self.source,
+            branch: self.branch,
+            checks: serde_json::from_str(&self.checks)?,
+            created_by: self.created_by,
+            created_at_ms: self.created_at_ms,
+        })
+    }
+}
+
+/// Checks that `pinned` is `stored` with commits filled in: same names and revisions in the
+/// same order, no recorded commit changed, every commit set.
+pub(crate) fn check_pinned_repos(
+    stored: &[TaskRepo],
+    pinned: &[TaskRepo],
+) -> Result<(), StoreError> {
+    if stored.len() != pinned.len() {
+        return Err(StoreError::invalid_data(format!(
+            "pinned {} repositories but the task has {}",
+            pinned.len(),
+            stored.len()
+        )));
+    }
+    for (old, new) in stored.iter().zip(pinned) {
+        if old.name != new.name || old.rev != new.rev {
+            return Err(StoreError::invalid_data(format!(
+                "pinned repository {:?} is not the task's {:?}",
+                new.name, old.name
+            )));
+        }
+        match (&old.commit, &new.commit) {
+            (_, None) => {
+                return Err(StoreError::invalid_data(format!(
+                    "repository {:?} pinned without a commit",
+                    new.name
+                )))
+            }
+            (Some(was), Some(now)) if was != now => {
+                return Err(StoreError::invalid_data(format!(
+                    "repository {:?} is already pinned to {was}",
+                    new.name
+                )))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 pub(crate) const RUN_COLUMNS: &str = "task_id, number, worker, started_at_ms, heartbeat_at_ms, \

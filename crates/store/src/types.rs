@@ -8,13 +8,16 @@ use serde::{Deserialize, Serialize};
 use warden_protocol::{Event, TaskId, TaskKind, TaskStatus};
 
 /// One repository a task runs against. `name` is the registered repository name and the key
-/// of the one-writer-per-repository rule; `rev` is what the submitter asked for, if anything.
+/// of the one-writer-per-repository rule; `rev` is what the submitter asked for, if anything;
+/// `commit` is the exact commit the first run pinned it to (every later run reuses it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TaskRepo {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rev: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
 }
 
 impl TaskRepo {
@@ -22,8 +25,34 @@ impl TaskRepo {
         TaskRepo {
             name: name.to_string(),
             rev: None,
+            commit: None,
         }
     }
+}
+
+/// A repository to register.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewRepo {
+    pub name: String,
+    pub source: String,
+    pub branch: Option<String>,
+    pub checks: Vec<String>,
+    pub created_by: String,
+}
+
+/// A repository registered with the server (`POST /v1/repos`, SPEC §1), by name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Repository {
+    pub name: String,
+    /// A path on the server or a git URL, as given (credentials included: never shown).
+    pub source: String,
+    /// The default branch; `None` means the source's `HEAD`.
+    pub branch: Option<String>,
+    /// Check commands (how to validate a change).
+    pub checks: Vec<String>,
+    /// Who registered it (the API token's name).
+    pub created_by: String,
+    pub created_at_ms: i64,
 }
 
 /// A task to create. It starts `queued`.

@@ -19,9 +19,10 @@ use warden_protocol::{Event, TaskId, TaskKind, TaskStatus};
 use crate::clock::duration_ms;
 use crate::journal::check_append;
 use crate::rows::{
-    abandoned_result, check_approval, spend_from, status, to_i64, to_u32, to_u64, RawApproval,
-    RawEvent, RawIntent, RawJournal, RawRun, RawTask, APPROVAL_COLUMNS, EVENT_COLUMNS,
-    INTENT_COLUMNS, JOURNAL_COLUMNS, RUN_COLUMNS, TASK_COLUMNS,
+    abandoned_result, check_approval, check_pinned_repos, spend_from, status, to_i64, to_u32,
+    to_u64, RawApproval, RawEvent, RawIntent, RawJournal, RawRepo, RawRun, RawTask,
+    APPROVAL_COLUMNS, EVENT_COLUMNS, INTENT_COLUMNS, JOURNAL_COLUMNS, REPO_COLUMNS, RUN_COLUMNS,
+    TASK_COLUMNS,
 };
 use crate::state::{
     is_active, is_exclusive, kind_name, status_name, transition_allowed, ALL_STATUSES,
@@ -30,8 +31,8 @@ use crate::types::RUN_INTERRUPTED;
 use crate::{
     Approval, ApprovalStatus, BoxFuture, Claim, ClaimFilter, Clock, Created, Decision, EventRecord,
     EventStream, IdempotencyKey, Intent, IntentStatus, JournalEntry, NewApproval, NewIntent,
-    NewTask, Requeued, Run, RunRef, Spend, Store, StoreError, StoreOptions, Task, TaskQuery,
-    UsageEntry, UtcDay, MAX_INTERRUPTED_RUNS,
+    NewRepo, NewTask, Repository, Requeued, Run, RunRef, Spend, Store, StoreError, StoreOptions,
+    Task, TaskQuery, TaskRepo, UsageEntry, UtcDay, MAX_INTERRUPTED_RUNS,
 };
 
 const BACKEND: &str = "postgres";
@@ -328,6 +329,60 @@ fn repo_lock_key(repo: &str) -> i64 {
     let mut bytes = [0u8; 8];
     bytes.copy_from_slice(&digest[..8]);
     i64::from_be_bytes(bytes)
+}
+
+/// Ends each `(task, run)` row as interrupted and queues its task again, or fails it abandoned
+/// after [`MAX_INTERRUPTED_RUNS`] interruptions. The rows must be locked by `tx`.
+async fn interrupt_runs(
+    tx: &Transaction<'_>,
+    runs: &[Row],
+    now: i64,
+) -> Result<Vec<Requeued>, StoreError> {
+    let mut requeued = Vec::with_capacity(runs.len());
+    for row in runs {
+        let id = crate::rows::task_id(get(row, 0)?)?;
+        let number: i64 = get(row, 1)?;
+        close_open_runs(tx, &id, RUN_INTERRUPTED, now).await?;
+        let counted = query_one(
+            tx,
+            &format!(
+                "UPDATE tasks SET interrupted_runs = interrupted_runs + 1 WHERE id = $1
+                 RETURNING {TASK_COLUMNS}"
+            ),
+            &[&id.as_str()],
+        )
+        .await?;
+        let task = read_task(&counted)?;
+        let (to, result) = if task.interrupted_runs >= MAX_INTERRUPTED_RUNS {
+            (
+                TaskStatus::Failed,
+                Some(abandoned_result(&task).to_string()),
+            )
+        } else {
+            (TaskStatus::Queued, None)
+        };
+        set_status(tx, &id, to, result.as_deref(), now).await?;
+        requeued.push(Requeued {
+            run: RunRef {
+                task: id,
+                number: to_u32(number)?,
+            },
+            status: to,
+        });
+    }
+    Ok(requeued)
+}
+
+fn read_repo(row: &Row) -> Result<Repository, StoreError> {
+    RawRepo {
+        name: get(row, 0)?,
+        source: get(row, 1)?,
+        branch: get(row, 2)?,
+        checks: get(row, 3)?,
+        created_by: get(row, 4)?,
+        created_at_ms: get(row, 5)?,
+    }
+    .decode()
 }
 
 async fn load_task(c: &dyn Conn, id: &str) -> Result<Option<Task>, StoreError> {
@@ -947,40 +1002,88 @@ impl PostgresStore {
             &[&now],
         )
         .await?;
-        let mut requeued = Vec::with_capacity(expired.len());
-        for row in &expired {
-            let id = crate::rows::task_id(get(row, 0)?)?;
-            let number: i64 = get(row, 1)?;
-            close_open_runs(&tx, &id, RUN_INTERRUPTED, now).await?;
-            let counted = query_one(
-                &tx,
-                &format!(
-                    "UPDATE tasks SET interrupted_runs = interrupted_runs + 1 WHERE id = $1
-                     RETURNING {TASK_COLUMNS}"
-                ),
-                &[&id.as_str()],
-            )
-            .await?;
-            let task = read_task(&counted)?;
-            let (to, result) = if task.interrupted_runs >= MAX_INTERRUPTED_RUNS {
-                (
-                    TaskStatus::Failed,
-                    Some(abandoned_result(&task).to_string()),
-                )
-            } else {
-                (TaskStatus::Queued, None)
-            };
-            set_status(&tx, &id, to, result.as_deref(), now).await?;
-            requeued.push(Requeued {
-                run: RunRef {
-                    task: id,
-                    number: to_u32(number)?,
-                },
-                status: to,
-            });
-        }
+        let requeued = interrupt_runs(&tx, &expired, now).await?;
         tx.commit().await.map_err(pg_error)?;
         Ok(requeued)
+    }
+
+    async fn interrupt_worker_runs_impl(&self, worker: &str) -> Result<Vec<Requeued>, StoreError> {
+        let now = self.now();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        let held = query(
+            &tx,
+            "SELECT r.task_id, r.number FROM runs r JOIN tasks t ON t.id = r.task_id
+             WHERE r.ended_at_ms IS NULL AND r.worker = $1
+               AND t.status IN ('running', 'testing')
+             ORDER BY r.started_at_ms
+             FOR UPDATE OF t, r",
+            &[&worker],
+        )
+        .await?;
+        let requeued = interrupt_runs(&tx, &held, now).await?;
+        tx.commit().await.map_err(pg_error)?;
+        Ok(requeued)
+    }
+
+    async fn pin_task_repos_impl(
+        &self,
+        run: &RunRef,
+        worker: &str,
+        repos: Vec<TaskRepo>,
+    ) -> Result<Task, StoreError> {
+        let now = self.now();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        lock_task_status(&tx, &run.task).await?;
+        check_run_held(&tx, run, worker).await?;
+        let task = load_task(&tx, run.task.as_str())
+            .await?
+            .ok_or_else(|| not_found("task", run.task.as_str()))?;
+        check_pinned_repos(&task.repos, &repos)?;
+        let text = serde_json::to_string(&repos)?;
+        let row = query_one(
+            &tx,
+            &format!(
+                "UPDATE tasks SET repos = $2, updated_at_ms = $3 WHERE id = $1
+                 RETURNING {TASK_COLUMNS}"
+            ),
+            &[&run.task.as_str(), &text, &now],
+        )
+        .await?;
+        let task = read_task(&row)?;
+        tx.commit().await.map_err(pg_error)?;
+        Ok(task)
+    }
+
+    async fn register_repo_impl(&self, repo: NewRepo) -> Result<Repository, StoreError> {
+        let now = self.now();
+        let checks = serde_json::to_string(&repo.checks)?;
+        let client = self.client().await?;
+        let row = query_opt(
+            &*client,
+            &format!(
+                "INSERT INTO repos (name, source, branch, checks, created_by, created_at_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (name) DO NOTHING
+                 RETURNING {REPO_COLUMNS}"
+            ),
+            &[
+                &repo.name,
+                &repo.source,
+                &repo.branch,
+                &checks,
+                &repo.created_by,
+                &now,
+            ],
+        )
+        .await?;
+        match row {
+            Some(row) => read_repo(&row),
+            None => Err(StoreError::AlreadyExists {
+                what: "repository",
+                id: repo.name,
+            }),
+        }
     }
 
     async fn append_journal_impl(
@@ -1433,6 +1536,59 @@ impl Store for PostgresStore {
 
     fn requeue_expired(&self) -> BoxFuture<'_, Result<Vec<Requeued>, StoreError>> {
         Box::pin(self.requeue_expired_impl())
+    }
+
+    fn interrupt_worker_runs<'a>(
+        &'a self,
+        worker: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Requeued>, StoreError>> {
+        Box::pin(self.interrupt_worker_runs_impl(worker))
+    }
+
+    fn pin_task_repos<'a>(
+        &'a self,
+        run: &'a RunRef,
+        worker: &'a str,
+        repos: Vec<TaskRepo>,
+    ) -> BoxFuture<'a, Result<Task, StoreError>> {
+        Box::pin(self.pin_task_repos_impl(run, worker, repos))
+    }
+
+    fn register_repo(&self, repo: NewRepo) -> BoxFuture<'_, Result<Repository, StoreError>> {
+        Box::pin(self.register_repo_impl(repo))
+    }
+
+    fn get_repo<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Repository>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            query_opt(
+                &*client,
+                &format!("SELECT {REPO_COLUMNS} FROM repos WHERE name = $1"),
+                &[&name],
+            )
+            .await?
+            .as_ref()
+            .map(read_repo)
+            .transpose()
+        })
+    }
+
+    fn list_repos(&self) -> BoxFuture<'_, Result<Vec<Repository>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            query(
+                &*client,
+                &format!("SELECT {REPO_COLUMNS} FROM repos ORDER BY name"),
+                &[],
+            )
+            .await?
+            .iter()
+            .map(read_repo)
+            .collect()
+        })
     }
 
     fn list_runs<'a>(&'a self, task: &'a TaskId) -> BoxFuture<'a, Result<Vec<Run>, StoreError>> {

@@ -2,7 +2,7 @@
 //! first takes an advisory lock, so workers starting together on many machines migrate once.
 //! Never edit a released migration: add the next one.
 
-pub(crate) const MIGRATIONS: &[(i64, &str)] = &[(1, V1)];
+pub(crate) const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2)];
 
 /// Key of the migration advisory lock (the second key is a hash of the schema name).
 pub(crate) const MIGRATION_LOCK: i32 = 0x5744_4d47;
@@ -144,4 +144,16 @@ CREATE TABLE outbox (
 );
 CREATE INDEX outbox_due ON outbox (next_attempt_at_ms, created_at_ms, id) WHERE status = 'pending';
 CREATE INDEX outbox_task ON outbox (task_id, created_at_ms);
+";
+
+/// Registered repositories (`/v1/repos`).
+const V2: &str = r"
+CREATE TABLE repos (
+    name TEXT PRIMARY KEY,
+    source TEXT NOT NULL,
+    branch TEXT,
+    checks TEXT NOT NULL,
+    created_by TEXT NOT NULL,
+    created_at_ms BIGINT NOT NULL
+);
 ";

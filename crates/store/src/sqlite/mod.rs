@@ -19,9 +19,10 @@ use warden_protocol::{Event, TaskId, TaskStatus};
 use crate::clock::{compact_timestamp, duration_ms};
 use crate::journal::check_append;
 use crate::rows::{
-    abandoned_result, check_approval, name_list, spend_from, status, to_i64, to_u32, RawApproval,
-    RawEvent, RawIntent, RawJournal, RawRun, RawTask, APPROVAL_COLUMNS, EVENT_COLUMNS,
-    INTENT_COLUMNS, JOURNAL_COLUMNS, RUN_COLUMNS, TASK_COLUMNS,
+    abandoned_result, check_approval, check_pinned_repos, name_list, spend_from, status, to_i64,
+    to_u32, RawApproval, RawEvent, RawIntent, RawJournal, RawRepo, RawRun, RawTask,
+    APPROVAL_COLUMNS, EVENT_COLUMNS, INTENT_COLUMNS, JOURNAL_COLUMNS, REPO_COLUMNS, RUN_COLUMNS,
+    TASK_COLUMNS,
 };
 use writer::Writer;
 
@@ -30,8 +31,8 @@ use crate::types::RUN_INTERRUPTED;
 use crate::{
     Approval, ApprovalStatus, BoxFuture, Claim, ClaimFilter, Clock, Created, Decision, EventRecord,
     EventStream, IdempotencyKey, Intent, IntentStatus, JournalEntry, NewApproval, NewIntent,
-    NewTask, Requeued, Run, RunRef, Spend, Store, StoreError, StoreOptions, Task, TaskQuery,
-    UsageEntry, UtcDay, MAX_INTERRUPTED_RUNS,
+    NewRepo, NewTask, Repository, Requeued, Run, RunRef, Spend, Store, StoreError, StoreOptions,
+    Task, TaskQuery, TaskRepo, UsageEntry, UtcDay, MAX_INTERRUPTED_RUNS,
 };
 
 const BACKEND: &str = "sqlite";
@@ -605,6 +606,67 @@ fn held_intent(conn: &Connection, id: &str, worker: &str) -> Result<Intent, Stor
     Ok(intent)
 }
 
+/// Ends each `(task, run)` as interrupted and queues its task again, or fails it abandoned
+/// after [`MAX_INTERRUPTED_RUNS`] interruptions.
+fn interrupt_runs(
+    conn: &Connection,
+    runs: Vec<(String, i64)>,
+    now: i64,
+) -> Result<Vec<Requeued>, StoreError> {
+    let mut requeued = Vec::with_capacity(runs.len());
+    for (task_id, number) in runs {
+        let id = crate::rows::task_id(task_id)?;
+        close_open_runs(conn, &id, RUN_INTERRUPTED, now)?;
+        let task = conn
+            .prepare_cached(&format!(
+                "UPDATE tasks SET interrupted_runs = interrupted_runs + 1 WHERE id = ?1
+                 RETURNING {TASK_COLUMNS}"
+            ))
+            .db()?
+            .query_row([id.as_str()], read_task)
+            .db()?
+            .decode()?;
+        let (to, result) = if task.interrupted_runs >= MAX_INTERRUPTED_RUNS {
+            (
+                TaskStatus::Failed,
+                Some(abandoned_result(&task).to_string()),
+            )
+        } else {
+            (TaskStatus::Queued, None)
+        };
+        set_status(conn, &id, to, result.as_deref(), now)?;
+        requeued.push(Requeued {
+            run: RunRef {
+                task: id,
+                number: to_u32(number)?,
+            },
+            status: to,
+        });
+    }
+    Ok(requeued)
+}
+
+fn read_repo(row: &Row<'_>) -> rusqlite::Result<RawRepo> {
+    Ok(RawRepo {
+        name: row.get(0)?,
+        source: row.get(1)?,
+        branch: row.get(2)?,
+        checks: row.get(3)?,
+        created_by: row.get(4)?,
+        created_at_ms: row.get(5)?,
+    })
+}
+
+fn load_repo(conn: &Connection, name: &str) -> Result<Option<Repository>, StoreError> {
+    conn.prepare_cached(&format!("SELECT {REPO_COLUMNS} FROM repos WHERE name = ?1"))
+        .db()?
+        .query_row([name], read_repo)
+        .optional()
+        .db()?
+        .map(RawRepo::decode)
+        .transpose()
+}
+
 impl Store for SqliteStore {
     fn backend(&self) -> &'static str {
         BACKEND
@@ -932,37 +994,57 @@ impl Store for SqliteStore {
                     .db()?;
                 rows.collect::<rusqlite::Result<_>>().db()?
             };
-            let mut requeued = Vec::with_capacity(expired.len());
-            for (task_id, number) in expired {
-                let id = crate::rows::task_id(task_id)?;
-                close_open_runs(conn, &id, RUN_INTERRUPTED, now)?;
-                let task = conn
-                    .prepare_cached(&format!(
-                        "UPDATE tasks SET interrupted_runs = interrupted_runs + 1 WHERE id = ?1
-                         RETURNING {TASK_COLUMNS}"
-                    ))
-                    .db()?
-                    .query_row([id.as_str()], read_task)
-                    .db()?
-                    .decode()?;
-                let (to, result) = if task.interrupted_runs >= MAX_INTERRUPTED_RUNS {
-                    (
-                        TaskStatus::Failed,
-                        Some(abandoned_result(&task).to_string()),
+            interrupt_runs(conn, expired, now)
+        })
+    }
+
+    fn interrupt_worker_runs<'a>(
+        &'a self,
+        worker: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Requeued>, StoreError>> {
+        let worker = worker.to_string();
+        self.write(move |conn, now| {
+            let held: Vec<(String, i64)> = {
+                let mut statement = conn
+                    .prepare_cached(
+                        "SELECT r.task_id, r.number FROM runs r JOIN tasks t ON t.id = r.task_id
+                         WHERE r.ended_at_ms IS NULL AND r.worker = ?1
+                           AND t.status IN ('running', 'testing')
+                         ORDER BY r.started_at_ms",
                     )
-                } else {
-                    (TaskStatus::Queued, None)
-                };
-                set_status(conn, &id, to, result.as_deref(), now)?;
-                requeued.push(Requeued {
-                    run: RunRef {
-                        task: id,
-                        number: to_u32(number)?,
-                    },
-                    status: to,
-                });
-            }
-            Ok(requeued)
+                    .db()?;
+                let rows = statement
+                    .query_map([worker], |row| Ok((row.get(0)?, row.get(1)?)))
+                    .db()?;
+                rows.collect::<rusqlite::Result<_>>().db()?
+            };
+            interrupt_runs(conn, held, now)
+        })
+    }
+
+    fn pin_task_repos<'a>(
+        &'a self,
+        run: &'a RunRef,
+        worker: &'a str,
+        repos: Vec<TaskRepo>,
+    ) -> BoxFuture<'a, Result<Task, StoreError>> {
+        let run = run.clone();
+        let worker = worker.to_string();
+        self.write(move |conn, now| {
+            check_run_held(conn, &run, &worker)?;
+            let task = require_task(conn, &run.task)?;
+            check_pinned_repos(&task.repos, &repos)?;
+            conn.prepare_cached(&format!(
+                "UPDATE tasks SET repos = ?2, updated_at_ms = ?3 WHERE id = ?1
+                 RETURNING {TASK_COLUMNS}"
+            ))
+            .db()?
+            .query_row(
+                params![run.task.as_str(), serde_json::to_string(&repos)?, now],
+                read_task,
+            )
+            .db()?
+            .decode()
         })
     }
 
@@ -1175,6 +1257,50 @@ impl Store for SqliteStore {
                 .query_row(params![day.start_ms(), day.end_ms()], read_spend)
                 .db()?;
             spend_from(sums)
+        })
+    }
+
+    fn register_repo(&self, repo: NewRepo) -> BoxFuture<'_, Result<Repository, StoreError>> {
+        self.write(move |conn, now| {
+            if load_repo(conn, &repo.name)?.is_some() {
+                return Err(StoreError::AlreadyExists {
+                    what: "repository",
+                    id: repo.name,
+                });
+            }
+            conn.prepare_cached(
+                "INSERT INTO repos (name, source, branch, checks, created_by, created_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )
+            .db()?
+            .execute(params![
+                repo.name,
+                repo.source,
+                repo.branch,
+                serde_json::to_string(&repo.checks)?,
+                repo.created_by,
+                now
+            ])
+            .db()?;
+            load_repo(conn, &repo.name)?.ok_or_else(|| not_found("repository", &repo.name))
+        })
+    }
+
+    fn get_repo<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Repository>, StoreError>> {
+        let name = name.to_string();
+        self.read(move |conn| load_repo(conn, &name))
+    }
+
+    fn list_repos(&self) -> BoxFuture<'_, Result<Vec<Repository>, StoreError>> {
+        self.read(|conn| {
+            let mut statement = conn
+                .prepare_cached(&format!("SELECT {REPO_COLUMNS} FROM repos ORDER BY name"))
+                .db()?;
+            let rows = statement.query_map([], read_repo).db()?;
+            rows.map(|row| row.db()?.decode()).collect()
         })
     }
 

@@ -1,7 +1,7 @@
 //! SQLite migrations, numbered from 1 and applied in order, each in its own transaction together
 //! with its `schema_version` row. Never edit a released migration: add the next one.
 
-pub(crate) const MIGRATIONS: &[(i64, &str)] = &[(1, V1)];
+pub(crate) const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2)];
 
 const V1: &str = r"
 CREATE TABLE tasks (
@@ -132,4 +132,16 @@ CREATE TABLE outbox (
 ) STRICT;
 CREATE INDEX outbox_due ON outbox (next_attempt_at_ms, created_at_ms, id) WHERE status = 'pending';
 CREATE INDEX outbox_task ON outbox (task_id, created_at_ms);
+";
+
+/// Registered repositories (`/v1/repos`).
+const V2: &str = r"
+CREATE TABLE repos (
+    name TEXT PRIMARY KEY NOT NULL,
+    source TEXT NOT NULL,
+    branch TEXT,
+    checks TEXT NOT NULL,
+    created_by TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL
+) STRICT;
 ";

@@ -13,4 +13,5 @@ mod ledger;
 mod opening;
 mod outbox;
 mod queue;
+mod repos;
 mod state_machine;
