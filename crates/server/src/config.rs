@@ -22,6 +22,8 @@ pub struct FileConfig {
     pub prices: Vec<PriceEntry>,
     #[serde(default)]
     pub sandbox: SandboxSection,
+    #[serde(default)]
+    pub serve: crate::service::ServeSection,
 }
 
 /// Where the agent's `shell` commands run.
@@ -93,6 +95,8 @@ pub struct Config {
     pub max_output_tokens: u32,
     pub prices: PriceTable,
     pub sandbox: SandboxChoice,
+    /// `[serve]`: workers, leases and per-day budgets of `warden serve` / `warden worker`.
+    pub serve: crate::service::ServeConfig,
 }
 
 /// The sandbox backend and its settings. Never chosen by fallback: what is named here is what
@@ -239,6 +243,7 @@ impl Config {
         }
         let prices = table;
         let sandbox = sandbox_choice(&file.sandbox, env)?;
+        let serve = crate::service::ServeConfig::resolve(&file.serve)?;
         Ok(Config {
             home,
             model,
@@ -246,6 +251,7 @@ impl Config {
             max_output_tokens: section.max_output_tokens.unwrap_or(8192),
             prices,
             sandbox,
+            serve,
         })
     }
 }

@@ -3,6 +3,10 @@
 //! it in-process; `warden serve` workers run the same code on claimed tasks.
 
 pub mod config;
+pub mod journal;
+pub mod ledger;
 pub mod prompt;
 pub mod question;
 pub mod redact;
+pub mod service;
+pub mod worker;

@@ -1,0 +1,114 @@
+//! The `[serve]` section of `warden.toml`: how the service runs tasks (concurrent runs per worker,
+//! lease length, shutdown grace) and the per-UTC-day budgets its workers check from the usage
+//! ledger before every model call. The per-task budgets are `[limits]`, counted across runs.
+
+use anyhow::bail;
+use serde::Deserialize;
+use std::time::Duration;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServeSection {
+    /// Concurrent runs per worker process (default 2).
+    pub workers: Option<usize>,
+    /// How long a claimed run stays leased without a heartbeat (default 30 s); a worker that
+    /// dies loses its runs after this.
+    pub lease_secs: Option<u64>,
+    /// How long `warden serve` lets running tasks finish at shutdown before releasing them back
+    /// to the queue (default 10 s).
+    pub shutdown_grace_secs: Option<u64>,
+    /// Tokens (input + output) all tasks together may spend per UTC day.
+    pub max_tokens_per_day: Option<u64>,
+    /// Dollars all tasks together may spend per UTC day.
+    pub max_cost_usd_per_day: Option<f64>,
+}
+
+/// The `[serve]` section, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServeConfig {
+    pub workers: usize,
+    pub lease: Duration,
+    pub shutdown_grace: Duration,
+    pub max_tokens_per_day: Option<u64>,
+    pub max_cost_micro_usd_per_day: Option<u64>,
+}
+
+impl Default for ServeConfig {
+    fn default() -> ServeConfig {
+        ServeConfig {
+            workers: 2,
+            lease: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(10),
+            max_tokens_per_day: None,
+            max_cost_micro_usd_per_day: None,
+        }
+    }
+}
+
+impl ServeConfig {
+    pub fn resolve(section: &ServeSection) -> anyhow::Result<ServeConfig> {
+        let defaults = ServeConfig::default();
+        let workers = match section.workers {
+            Some(0) => bail!("serve.workers must be at least 1"),
+            Some(n) if n > 256 => bail!("serve.workers must be at most 256, got {n}"),
+            Some(n) => n,
+            None => defaults.workers,
+        };
+        let lease = match section.lease_secs {
+            Some(0) => bail!("serve.lease_secs must be at least 1"),
+            Some(secs) if secs > 86_400 => bail!("serve.lease_secs must be at most 86400"),
+            Some(secs) => Duration::from_secs(secs),
+            None => defaults.lease,
+        };
+        let shutdown_grace = match section.shutdown_grace_secs {
+            Some(secs) if secs > 3_600 => bail!("serve.shutdown_grace_secs must be at most 3600"),
+            Some(secs) => Duration::from_secs(secs),
+            None => defaults.shutdown_grace,
+        };
+        if section.max_tokens_per_day == Some(0) {
+            bail!("serve.max_tokens_per_day must be at least 1");
+        }
+        let max_cost_micro_usd_per_day = match section.max_cost_usd_per_day {
+            Some(usd) if !(usd.is_finite() && usd > 0.0) => {
+                bail!("serve.max_cost_usd_per_day must be a positive number of dollars, got {usd}")
+            }
+            Some(usd) => Some((usd * 1e6).round() as u64),
+            None => None,
+        };
+        Ok(ServeConfig {
+            workers,
+            lease,
+            shutdown_grace,
+            max_tokens_per_day: section.max_tokens_per_day,
+            max_cost_micro_usd_per_day,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(text: &str) -> anyhow::Result<ServeConfig> {
+        let section: ServeSection = toml::from_str(text)?;
+        ServeConfig::resolve(&section)
+    }
+
+    #[test]
+    fn defaults_bounds_and_unknown_keys() {
+        assert_eq!(resolve("").unwrap(), ServeConfig::default());
+        let config = resolve("workers = 4\nlease_secs = 5\nmax_cost_usd_per_day = 2.5\n").unwrap();
+        assert_eq!(config.workers, 4);
+        assert_eq!(config.lease, Duration::from_secs(5));
+        assert_eq!(config.max_cost_micro_usd_per_day, Some(2_500_000));
+        for bad in [
+            "workers = 0",
+            "lease_secs = 0",
+            "max_tokens_per_day = 0",
+            "max_cost_usd_per_day = -1.0",
+            "wrokers = 2",
+        ] {
+            assert!(resolve(bad).is_err(), "{bad}");
+        }
+    }
+}

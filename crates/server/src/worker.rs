@@ -1,0 +1,626 @@
+//! Workers: a loop that claims queued tasks from the store with a lease, runs up to `slots` of
+//! them at once, heartbeats each run while it lasts (a lost lease cancels it), and finishes each
+//! run with its status and result JSON. Expired leases of dead workers are re-queued by every
+//! worker periodically. At shutdown a worker stops claiming, lets its runs finish within a grace
+//! period and releases the rest back to the queue (not counted as an interruption).
+//!
+//! A question run resolves the task's registered repositories, pins them (at the commits an
+//! earlier run recorded, or now, recording them), opens the sandbox, and runs the agent loop
+//! with the store-backed journal, events and ledger. A run after a crash replays the model
+//! decisions an earlier run journaled instead of paying for them again.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::sync::{watch, Notify, Semaphore};
+use warden_protocol::{
+    Event, Failure, FailureCode, QuestionOutcome, QuestionResult, Role, TaskKind, TaskStatus,
+    TranscriptEntry, Usage,
+};
+use warden_repo::{RepoSpec, RepoStore};
+use warden_runtime::{CancelFlag, EventSink, Model, RunReport, SystemClock};
+use warden_store::{Claim, ClaimFilter, RunJournal, RunRef, Store, StoreError, Task, TaskRepo};
+
+use crate::config::Config;
+use crate::journal::{
+    recorded_decisions, store_events, RecordedDecision, ReplayModel, StoreJournal,
+};
+use crate::ledger::{Budget, StoreLedger};
+use crate::question::{self, QuestionRun, SetupError, TaskSandbox};
+use crate::redact::Redactor;
+
+/// What every run of a worker process shares.
+pub struct Services {
+    pub config: Arc<Config>,
+    pub store: Arc<dyn Store>,
+    pub repos: RepoStore,
+    pub model: Arc<dyn Model>,
+    pub redactor: Redactor,
+    /// Woken when a task is submitted, so an idle worker claims it at once.
+    pub wake: Arc<Notify>,
+}
+
+/// How one worker process runs.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// The name runs are leased to. Stable across restarts of `warden serve` (one per
+    /// `WARDEN_HOME`), unique per process for `warden worker`.
+    pub name: String,
+    pub slots: usize,
+    pub lease: Duration,
+    /// How often an idle worker looks for work it was not woken for (other processes'
+    /// submissions, re-queued tasks).
+    pub poll: Duration,
+    pub shutdown_grace: Duration,
+}
+
+impl WorkerOptions {
+    pub fn from_config(name: String, config: &Config) -> WorkerOptions {
+        WorkerOptions {
+            name,
+            slots: config.serve.workers,
+            lease: config.serve.lease,
+            poll: Duration::from_millis(500),
+            shutdown_grace: config.serve.shutdown_grace,
+        }
+    }
+}
+
+/// Runs the worker until `shutdown` turns true, then drains it (see the module docs).
+pub async fn run_workers(
+    services: Arc<Services>,
+    options: WorkerOptions,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let slots = Arc::new(Semaphore::new(options.slots));
+    let (release, _) = watch::channel(false);
+    let mut runs = tokio::task::JoinSet::new();
+    let filter = ClaimFilter {
+        kinds: vec![TaskKind::Question],
+    };
+    let requeue_every = (options.lease / 2).max(Duration::from_millis(500));
+    let mut last_requeue: Option<Instant> = None;
+    loop {
+        if *shutdown.borrow() {
+            break;
+        }
+        while runs.try_join_next().is_some() {}
+        if last_requeue.is_none_or(|at| at.elapsed() >= requeue_every) {
+            last_requeue = Some(Instant::now());
+            match services.store.requeue_expired().await {
+                Ok(requeued) => {
+                    for r in requeued {
+                        tracing::info!(run = %r.run, status = ?r.status, "lease expired");
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "re-queueing expired runs failed"),
+            }
+        }
+        let permit = tokio::select! {
+            permit = Arc::clone(&slots).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                Err(_) => break,
+            },
+            _ = shutdown.changed() => break,
+        };
+        match services
+            .store
+            .claim(&options.name, options.lease, &filter)
+            .await
+        {
+            Ok(Some(claim)) => {
+                let services = Arc::clone(&services);
+                let options = options.clone();
+                let release = release.subscribe();
+                runs.spawn(async move {
+                    execute(&services, &options, claim, release).await;
+                    drop(permit);
+                });
+            }
+            Ok(None) => {
+                drop(permit);
+                tokio::select! {
+                    _ = services.wake.notified() => {}
+                    _ = tokio::time::sleep(options.poll.min(requeue_every)) => {}
+                    _ = shutdown.changed() => break,
+                }
+            }
+            Err(error) => {
+                drop(permit);
+                tracing::warn!(%error, "claiming a task failed");
+                tokio::select! {
+                    _ = tokio::time::sleep(options.poll) => {}
+                    _ = shutdown.changed() => break,
+                }
+            }
+        }
+    }
+    // Stop claiming; let runs finish within the grace period, then release the rest.
+    let drained = tokio::time::timeout(options.shutdown_grace, async {
+        while runs.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::info!(
+            runs = runs.len(),
+            "grace period over: releasing runs to the queue"
+        );
+        let _ = release.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(10), async {
+            while runs.join_next().await.is_some() {}
+        })
+        .await;
+    }
+}
+
+/// How a run ended, for the store.
+enum Ending {
+    Finished {
+        status: TaskStatus,
+        result: Value,
+    },
+    /// Released at shutdown: back to the queue.
+    Released,
+    /// The lease was lost: someone else owns the task now.
+    LeaseLost,
+}
+
+/// Runs one claimed task to its end and records it.
+async fn execute(
+    services: &Services,
+    options: &WorkerOptions,
+    claim: Claim,
+    mut release: watch::Receiver<bool>,
+) {
+    let run = claim.run();
+    let cancel = CancelFlag::default();
+    let lost = Arc::new(AtomicBool::new(false));
+    let heartbeat = tokio::spawn(heartbeat(
+        Arc::clone(&services.store),
+        run.clone(),
+        options.name.clone(),
+        options.lease,
+        cancel.clone(),
+        Arc::clone(&lost),
+    ));
+    let ending = tokio::select! {
+        ending = run_task(services, options, &claim, cancel.clone()) => ending,
+        _ = release.wait_for(|r| *r) => Ending::Released,
+    };
+    heartbeat.abort();
+    let ending = if lost.load(Ordering::SeqCst) {
+        Ending::LeaseLost
+    } else {
+        ending
+    };
+    let (status, result) = match ending {
+        Ending::Finished { status, result } => (status, Some(result)),
+        Ending::Released => (TaskStatus::Queued, None),
+        Ending::LeaseLost => {
+            tracing::warn!(%run, "lease lost; the run was abandoned");
+            return;
+        }
+    };
+    if let Err(error) =
+        finish_with_retries(services.store.as_ref(), &run, options, status, result).await
+    {
+        tracing::warn!(%run, %error, "finishing the run failed");
+    }
+}
+
+async fn finish_with_retries(
+    store: &dyn Store,
+    run: &RunRef,
+    options: &WorkerOptions,
+    status: TaskStatus,
+    result: Option<Value>,
+) -> Result<Task, StoreError> {
+    let mut delay = Duration::from_millis(50);
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match store
+            .finish_run(run, &options.name, status, result.clone())
+            .await
+        {
+            Err(error) if error.is_retryable() && attempt < 10 => {
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// Extends the run's lease every third of it. A lost lease cancels the run.
+async fn heartbeat(
+    store: Arc<dyn Store>,
+    run: RunRef,
+    worker: String,
+    lease: Duration,
+    cancel: CancelFlag,
+    lost: Arc<AtomicBool>,
+) {
+    let every = (lease / 3).max(Duration::from_millis(100));
+    loop {
+        tokio::time::sleep(every).await;
+        match store.heartbeat(&run, &worker, lease).await {
+            Ok(_) => {}
+            Err(StoreError::LeaseLost { .. }) | Err(StoreError::NotFound { .. }) => {
+                lost.store(true, Ordering::SeqCst);
+                cancel.cancel();
+                return;
+            }
+            Err(error) => tracing::warn!(%run, %error, "heartbeat failed; retrying"),
+        }
+    }
+}
+
+/// A failure before the agent loop: the result JSON of SPEC §5 and its status.
+fn failed(task: &Task, model: &str, failure: Failure) -> Ending {
+    let result = QuestionResult {
+        task_id: task.id.clone(),
+        kind: task.kind,
+        outcome: QuestionOutcome::Failure { failure },
+        usage: Usage {
+            cost_usd: Some(0.0),
+            ..Usage::default()
+        },
+        model: model.to_string(),
+        sandbox: None,
+        notices: vec![],
+    };
+    Ending::Finished {
+        status: TaskStatus::Failed,
+        result: serde_json::to_value(&result).unwrap_or(Value::Null),
+    }
+}
+
+fn setup_failure(error: SetupError) -> Failure {
+    match error {
+        SetupError::Usage(message) => Failure {
+            code: FailureCode::RepositoryError,
+            message,
+        },
+        SetupError::Infrastructure(message) => Failure {
+            code: FailureCode::Infrastructure,
+            message,
+        },
+    }
+}
+
+async fn run_task(
+    services: &Services,
+    options: &WorkerOptions,
+    claim: &Claim,
+    cancel: CancelFlag,
+) -> Ending {
+    let task = &claim.task;
+    let model_name = services.model.name();
+    match task.kind {
+        TaskKind::Question => {}
+        TaskKind::Change | TaskKind::Maintain => {
+            return failed(
+                task,
+                &model_name,
+                Failure {
+                    code: FailureCode::Infrastructure,
+                    message: "this server runs question tasks only".into(),
+                },
+            )
+        }
+    }
+    let specs = match repo_specs(services.store.as_ref(), &task.repos).await {
+        Ok(specs) => specs,
+        Err(failure) => return failed(task, &model_name, failure),
+    };
+    let transcript = match transcript(services.store.as_ref(), task).await {
+        Ok(transcript) => transcript,
+        Err(failure) => return failed(task, &model_name, failure),
+    };
+
+    // Pinning, snapshots and the sandbox run git and set up namespaces: blocking work.
+    let config = Arc::clone(&services.config);
+    let repo_store = services.repos.clone();
+    let scratch = config
+        .home
+        .join("scratch")
+        .join(format!("{}-{}", task.id, claim.run_number));
+    let scratch_for_setup = scratch.clone();
+    let setup = tokio::task::spawn_blocking(move || {
+        let repos = question::pin_all(&repo_store, &specs, &|line| tracing::debug!("{line}"))?;
+        let sandbox = TaskSandbox::open(&config, &repos, &scratch_for_setup);
+        Ok::<_, SetupError>((repos, sandbox))
+    })
+    .await;
+    let (repos, sandbox) = match setup {
+        Ok(Ok(setup)) => setup,
+        Ok(Err(error)) => return failed(task, &model_name, setup_failure(error)),
+        Err(error) => {
+            return failed(
+                task,
+                &model_name,
+                Failure {
+                    code: FailureCode::Infrastructure,
+                    message: format!("repository setup failed: {error}"),
+                },
+            )
+        }
+    };
+
+    // Record the commits, so every later run of this task uses the same ones.
+    if task.repos.iter().any(|r| r.commit.is_none()) {
+        let pinned: Vec<TaskRepo> = task
+            .repos
+            .iter()
+            .zip(&repos)
+            .map(|(stored, repo)| TaskRepo {
+                commit: Some(repo.pinned.commit.clone()),
+                ..stored.clone()
+            })
+            .collect();
+        if let Err(error) = services
+            .store
+            .pin_task_repos(&claim.run(), &options.name, pinned)
+            .await
+        {
+            if let Ok(sandbox) = sandbox {
+                sandbox.close();
+            }
+            return match error {
+                StoreError::LeaseLost { .. } => Ending::LeaseLost,
+                other => failed(
+                    task,
+                    &model_name,
+                    Failure {
+                        code: FailureCode::Infrastructure,
+                        message: format!("cannot record the pinned commits: {other}"),
+                    },
+                ),
+            };
+        }
+    }
+
+    let (events, drain) = store_events(
+        Arc::clone(&services.store),
+        task.id.clone(),
+        services.redactor.clone(),
+    );
+    events.emit(Event::TaskStarted {
+        task_id: task.id.clone(),
+        kind: task.kind,
+        model: model_name.clone(),
+        manifest: question::manifest(&repos),
+    });
+
+    let ending = match sandbox {
+        Ok(sandbox) => {
+            let ending = run_question(
+                services,
+                claim,
+                &repos,
+                &sandbox,
+                &transcript,
+                &events,
+                cancel,
+            )
+            .await;
+            sandbox.close();
+            ending
+        }
+        Err(failure) => failed(task, &model_name, failure),
+    };
+    let _ = std::fs::remove_dir_all(&scratch);
+    if let Ending::Finished { status, result } = &ending {
+        events.emit(Event::TaskFinished {
+            status: *status,
+            outcome: result
+                .get("outcome")
+                .and_then(Value::as_str)
+                .unwrap_or("failure")
+                .to_string(),
+        });
+    }
+    drain.finish(events).await;
+    ending
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_question(
+    services: &Services,
+    claim: &Claim,
+    repos: &[question::TaskRepo],
+    sandbox: &TaskSandbox,
+    transcript: &[TranscriptEntry],
+    events: &crate::journal::StoreEvents,
+    cancel: CancelFlag,
+) -> Ending {
+    let task = &claim.task;
+    let run = claim.run();
+    let model_name = services.model.name();
+    let tools = match question::question_tools(&services.config, repos, sandbox) {
+        Ok(tools) => tools,
+        Err(error) => return failed(task, &model_name, setup_failure(error)),
+    };
+    let recorded = earlier_decisions(services.store.as_ref(), &run).await;
+    let replaying = recorded.len();
+    let model = ReplayModel::new(Arc::clone(&services.model), recorded);
+    let ledger = StoreLedger {
+        store: Arc::clone(&services.store),
+        clock: Arc::new(warden_store::SystemClock),
+        task: task.id.clone(),
+        run_number: run.number,
+        per_task: Budget {
+            max_tokens: services.config.limits.max_tokens,
+            max_cost_micro_usd: services.config.limits.max_cost_micro_usd,
+        },
+        per_day: Budget {
+            max_tokens: services.config.serve.max_tokens_per_day,
+            max_cost_micro_usd: services.config.serve.max_cost_micro_usd_per_day,
+        },
+        replayed: Arc::clone(&model.replayed),
+        seen: AtomicU64::new(0),
+    };
+    let journal = match RunJournal::open(Arc::clone(&services.store), run.clone()).await {
+        Ok(journal) => journal,
+        Err(error) => {
+            return failed(
+                task,
+                &model_name,
+                Failure {
+                    code: FailureCode::Infrastructure,
+                    message: format!("cannot open the run journal: {error}"),
+                },
+            )
+        }
+    };
+    let mut journal = StoreJournal {
+        inner: journal,
+        redactor: services.redactor.clone(),
+    };
+    if replaying > 0 {
+        tracing::info!(%run, replaying, "resuming from the journal of an earlier run");
+    }
+    let report: RunReport = question::run_question(
+        QuestionRun {
+            config: &services.config,
+            model: &model,
+            task_id: &task.id,
+            follow_up_to: task.follow_up_to.as_ref(),
+            repos,
+            transcript,
+            question: &task.prompt,
+            journal: &mut journal,
+            events,
+            clock: &SystemClock,
+            cancel,
+            ledger: Some(&ledger),
+        },
+        &tools,
+    )
+    .await;
+    drop(tools);
+    let report = question::question_report(&task.id, &model, Some(sandbox.backend), report);
+    let result = services
+        .redactor
+        .json(serde_json::to_value(&report.result).unwrap_or(Value::Null));
+    Ending::Finished {
+        status: report.status,
+        result,
+    }
+}
+
+/// The longest clean run of model decisions journaled by an earlier run of the task.
+async fn earlier_decisions(store: &dyn Store, run: &RunRef) -> Vec<RecordedDecision> {
+    let mut best = Vec::new();
+    for number in 1..run.number {
+        let earlier = RunRef {
+            task: run.task.clone(),
+            number,
+        };
+        match store.journal(&earlier).await {
+            Ok(entries) => {
+                if warden_store::journal::verify_chain(&entries).is_err() {
+                    continue;
+                }
+                let decisions = recorded_decisions(&entries);
+                if decisions.len() > best.len() {
+                    best = decisions;
+                }
+            }
+            Err(error) => tracing::warn!(run = %earlier, %error, "cannot read an earlier journal"),
+        }
+    }
+    best
+}
+
+/// The task's repositories as pinnable specs: the registered source, at the commit an earlier
+/// run recorded, else the revision asked for, else the registered branch.
+async fn repo_specs(store: &dyn Store, repos: &[TaskRepo]) -> Result<Vec<RepoSpec>, Failure> {
+    let mut specs = Vec::with_capacity(repos.len());
+    for repo in repos {
+        let registered = store
+            .get_repo(&repo.name)
+            .await
+            .map_err(|e| Failure {
+                code: FailureCode::Infrastructure,
+                message: format!("cannot read repository {}: {e}", repo.name),
+            })?
+            .ok_or_else(|| Failure {
+                code: FailureCode::RepositoryError,
+                message: format!("repository {:?} is not registered", repo.name),
+            })?;
+        let mut spec =
+            RepoSpec::parse(&registered.source, Path::new("/")).map_err(|e| Failure {
+                code: FailureCode::RepositoryError,
+                message: e.to_string(),
+            })?;
+        spec.name = registered.name.clone();
+        spec.rev = repo
+            .commit
+            .clone()
+            .or_else(|| repo.rev.clone())
+            .or_else(|| registered.branch.clone());
+        specs.push(spec);
+    }
+    Ok(specs)
+}
+
+/// The conversation before a follow-up: each earlier task's question and the agent's reply,
+/// oldest first.
+async fn transcript(store: &dyn Store, task: &Task) -> Result<Vec<TranscriptEntry>, Failure> {
+    let mut chain = Vec::new();
+    let mut next = task.follow_up_to.clone();
+    while let Some(id) = next.take() {
+        if chain.len() >= 50 {
+            break;
+        }
+        let earlier = store
+            .get_task(&id)
+            .await
+            .map_err(|e| Failure {
+                code: FailureCode::Infrastructure,
+                message: format!("cannot read task {id}: {e}"),
+            })?
+            .ok_or_else(|| Failure {
+                code: FailureCode::Infrastructure,
+                message: format!("the task {id} this one follows up is gone"),
+            })?;
+        next = earlier.follow_up_to.clone();
+        chain.push(earlier);
+    }
+    let mut entries = Vec::new();
+    for earlier in chain.iter().rev() {
+        entries.push(TranscriptEntry {
+            role: Role::User,
+            text: earlier.prompt.clone(),
+        });
+        if let Some(reply) = earlier.result.as_ref().and_then(reply_of) {
+            entries.push(TranscriptEntry {
+                role: Role::Agent,
+                text: reply,
+            });
+        }
+    }
+    Ok(entries)
+}
+
+/// The agent's reply in a result: the answer's summary or the clarifying question.
+fn reply_of(result: &Value) -> Option<String> {
+    result
+        .pointer("/answer/summary")
+        .or_else(|| result.pointer("/clarification/question"))
+        .and_then(Value::as_str)
+        .map(str::to_string)
+}
+
+/// Whether workers can run tasks of this kind (questions only, for now).
+pub fn runnable(kind: TaskKind) -> bool {
+    match kind {
+        TaskKind::Question => true,
+        TaskKind::Change | TaskKind::Maintain => false,
+    }
+}
