@@ -6,6 +6,7 @@ mod doctor;
 mod ids;
 mod progress;
 mod records;
+mod serve;
 mod text;
 
 use clap::{Parser, Subcommand};
@@ -44,6 +45,10 @@ enum Command {
     },
     /// Print a task's run journal (verifying its hash chain)
     Logs { task: String },
+    /// Run the HTTP API and workers (one instance per WARDEN_HOME)
+    Serve,
+    /// Run workers only, against a shared Postgres (WARDEN_DATABASE_URL)
+    Worker,
     /// Report what works on this machine: git, state directory, model configuration
     Doctor {
         #[arg(long)]
@@ -156,5 +161,14 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             Ok(0)
         }
         Command::Doctor { json } => doctor::doctor(&config, json),
+        Command::Serve => tokio_runtime()?.block_on(serve::serve(config)),
+        Command::Worker => tokio_runtime()?.block_on(serve::worker(config)),
     }
+}
+
+fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
 }

@@ -2,11 +2,14 @@
 //! over the runtime, a model client, pinned snapshots and the tools. The CLI runs tasks through
 //! it in-process; `warden serve` workers run the same code on claimed tasks.
 
+pub mod api;
 pub mod config;
 pub mod journal;
 pub mod ledger;
+pub mod lock;
 pub mod prompt;
 pub mod question;
 pub mod redact;
+pub mod serve;
 pub mod service;
 pub mod worker;

@@ -1,0 +1,236 @@
+//! `warden serve` and `warden worker`, composed: the store from `WARDEN_DATABASE_URL` (default
+//! `sqlite://$WARDEN_HOME/warden.db`), the model, the repository store, the workers and (for
+//! `serve`) the HTTP API on `WARDEN_LISTEN`. `serve` holds the `WARDEN_HOME` lock, so its worker
+//! name is stable across restarts and the runs a killed predecessor left open are interrupted
+//! at once instead of waiting for their leases. Shutdown on SIGTERM/SIGINT: stop accepting and
+//! claiming, let runs finish within the grace period, release the rest, return.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::sync::{watch, Notify};
+use warden_repo::RepoStore;
+pub use warden_store::Store;
+
+use crate::api::{self, ApiState, Tokens};
+use crate::config::Config;
+use crate::question;
+use crate::worker::{self, Services, WorkerOptions};
+
+/// Where `serve` listens unless `WARDEN_LISTEN` says otherwise.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
+
+/// `WARDEN_DATABASE_URL`, or the embedded SQLite database under `home`.
+pub fn database_url(explicit: Option<String>, home: &Path) -> String {
+    explicit.unwrap_or_else(|| format!("sqlite://{}", home.join("warden.db").display()))
+}
+
+/// Opens (creating and migrating) the store `url` names.
+pub async fn open_store(url: &str) -> anyhow::Result<Arc<dyn Store>> {
+    warden_store::open(url)
+        .await
+        .context("cannot open the database")
+}
+
+/// A setup problem the operator must fix (exit 2), as opposed to a failure while running.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ServeUsageError(pub String);
+
+/// The API tokens: `WARDEN_API_TOKENS`, or else one admin token generated once and kept in
+/// `home/api-token` (mode 0600), whose path is returned for the start-up message.
+pub fn api_tokens(
+    explicit: Option<String>,
+    home: &Path,
+) -> anyhow::Result<(Tokens, Option<std::path::PathBuf>)> {
+    if let Some(text) = explicit {
+        let tokens = Tokens::parse(&text).map_err(ServeUsageError)?;
+        if tokens.is_empty() {
+            return Err(ServeUsageError("WARDEN_API_TOKENS names no token".into()).into());
+        }
+        return Ok((tokens, None));
+    }
+    let path = home.join("api-token");
+    let token = match std::fs::read_to_string(&path) {
+        Ok(text) if text.trim().len() >= 16 => text.trim().to_string(),
+        _ => {
+            let mut random = [0u8; 24];
+            getrandom::fill(&mut random).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+            let token = format!("wdn_{}", hex::encode(random));
+            write_private(&path, &token)?;
+            token
+        }
+    };
+    let tokens = Tokens::parse(&format!("admin:admin:{token}")).map_err(ServeUsageError)?;
+    Ok((tokens, Some(path)))
+}
+
+fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    file.write_all(text.as_bytes())?;
+    Ok(())
+}
+
+/// This home's stable worker identity (created once in `home/worker-id`).
+pub fn home_worker_name(home: &Path) -> anyhow::Result<String> {
+    let path = home.join("worker-id");
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let id = text.trim();
+        if !id.is_empty() && id.len() <= 64 && id.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Ok(format!("serve-{id}"));
+        }
+    }
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+    let id = hex::encode(random);
+    write_private(&path, &id)?;
+    Ok(format!("serve-{id}"))
+}
+
+/// A worker name unique to this process (`warden worker`).
+pub fn process_worker_name() -> String {
+    let mut random = [0u8; 4];
+    let _ = getrandom::fill(&mut random);
+    let host: String = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap_or_default()
+        .trim()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .take(64)
+        .collect();
+    format!(
+        "worker-{host}-{}-{}",
+        std::process::id(),
+        hex::encode(random)
+    )
+}
+
+/// Everything the workers share, built from the configuration.
+pub async fn services(config: Arc<Config>, store: Arc<dyn Store>) -> anyhow::Result<Arc<Services>> {
+    let model = question::build_model(&config).map_err(|e| ServeUsageError(e.to_string()))?;
+    let home = config.home.clone();
+    let repos = tokio::task::spawn_blocking(move || RepoStore::open(&home))
+        .await?
+        .context("cannot open the repository store")?;
+    Ok(Arc::new(Services {
+        redactor: config.redactor(),
+        config,
+        store,
+        repos,
+        model,
+        wake: Arc::new(Notify::new()),
+    }))
+}
+
+/// Resolves when SIGTERM or SIGINT arrives.
+pub async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = terminate => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// Runs the API on `listener` and the workers until `shutdown` resolves, then drains both.
+pub async fn serve(
+    services: Arc<Services>,
+    tokens: Tokens,
+    listener: tokio::net::TcpListener,
+    worker_name: String,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let interrupted = services
+        .store
+        .interrupt_worker_runs(&worker_name)
+        .await
+        .context("cannot recover the runs of the previous instance")?;
+    for requeued in &interrupted {
+        tracing::info!(run = %requeued.run, status = ?requeued.status, "run of the previous instance interrupted");
+    }
+    let (stop, stopped) = watch::channel(false);
+    let options = WorkerOptions::from_config(worker_name, &services.config);
+    let workers = tokio::spawn(worker::run_workers(
+        Arc::clone(&services),
+        options,
+        stopped.clone(),
+    ));
+    let app = api::router(Arc::new(ApiState {
+        store: Arc::clone(&services.store),
+        tokens,
+        wake: Arc::clone(&services.wake),
+    }));
+    let mut api_stopped = stopped;
+    let (signalled, signal_seen) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = signalled.send(true);
+    });
+    let mut signal_seen_api = signal_seen.clone();
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        tokio::select! {
+            _ = signal_seen_api.wait_for(|s| *s) => {}
+            _ = api_stopped.wait_for(|s| *s) => {}
+        }
+    });
+    let api = tokio::spawn(async move { server.await });
+    let mut signal_seen = signal_seen;
+    let _ = signal_seen.wait_for(|s| *s).await;
+    eprintln!(
+        "warden: shutting down: no new tasks are claimed; running tasks get {} s to finish",
+        services.config.serve.shutdown_grace.as_secs()
+    );
+    let _ = stop.send(true);
+    workers.await.context("the workers failed")?;
+    match api.await {
+        Ok(result) => result.context("the API server failed")?,
+        Err(error) => return Err(error).context("the API server failed"),
+    }
+    Ok(())
+}
+
+/// Runs only the workers until `shutdown` resolves (`warden worker`).
+pub async fn work(
+    services: Arc<Services>,
+    worker_name: String,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let (stop, stopped) = watch::channel(false);
+    let options = WorkerOptions::from_config(worker_name, &services.config);
+    let workers = tokio::spawn(worker::run_workers(services, options, stopped));
+    shutdown.await;
+    eprintln!("warden: shutting down: no new tasks are claimed");
+    let _ = stop.send(true);
+    workers.await.context("the workers failed")?;
+    Ok(())
+}
+
+/// The address to bind: `WARDEN_LISTEN` or [`DEFAULT_LISTEN`].
+pub fn listen_address(explicit: Option<String>) -> anyhow::Result<SocketAddr> {
+    let text = explicit.unwrap_or_else(|| DEFAULT_LISTEN.to_string());
+    text.parse().map_err(|_| {
+        ServeUsageError(format!(
+            "WARDEN_LISTEN {text:?} is not an address like 127.0.0.1:8787"
+        ))
+        .into()
+    })
+}
