@@ -189,18 +189,9 @@ impl FileJournal {
         kind: RecordKind,
         payload: serde_json::Value,
     ) -> Result<(), JournalError> {
-        let seq = self.next_seq;
-        let hash = record_hash(seq, at_ms, kind, &payload, &self.last_hash)?;
-        let record = JournalRecord {
-            seq,
-            at_ms,
-            kind,
-            payload,
-            prev_hash: std::mem::take(&mut self.last_hash),
-            hash,
-        };
+        let record = JournalRecord::chained(self.next_seq, &self.last_hash, at_ms, kind, payload)?;
         let mut line = serde_json::to_vec(&record).map_err(|e| JournalError::Malformed {
-            seq,
+            seq: record.seq,
             message: e.to_string(),
         })?;
         line.push(b'\n');
@@ -209,6 +200,27 @@ impl FileJournal {
         self.last_hash = record.hash;
         self.next_seq += 1;
         Ok(())
+    }
+}
+
+impl JournalRecord {
+    /// The record that follows `prev_hash` at position `seq`, with its hash computed.
+    pub fn chained(
+        seq: u64,
+        prev_hash: &str,
+        at_ms: u64,
+        kind: RecordKind,
+        payload: serde_json::Value,
+    ) -> Result<JournalRecord, JournalError> {
+        let hash = record_hash(seq, at_ms, kind, &payload, prev_hash)?;
+        Ok(JournalRecord {
+            seq,
+            at_ms,
+            kind,
+            payload,
+            prev_hash: prev_hash.to_string(),
+            hash,
+        })
     }
 }
 
@@ -236,20 +248,13 @@ impl MemoryJournal {
         kind: RecordKind,
         payload: serde_json::Value,
     ) -> Result<(), JournalError> {
-        let seq = self.records.len() as u64;
         let prev_hash = self
             .records
             .last()
-            .map_or_else(|| GENESIS_HASH.to_string(), |r| r.hash.clone());
-        let hash = record_hash(seq, at_ms, kind, &payload, &prev_hash)?;
-        self.records.push(JournalRecord {
-            seq,
-            at_ms,
-            kind,
-            payload,
-            prev_hash,
-            hash,
-        });
+            .map_or(GENESIS_HASH, |r| r.hash.as_str());
+        let record =
+            JournalRecord::chained(self.records.len() as u64, prev_hash, at_ms, kind, payload)?;
+        self.records.push(record);
         Ok(())
     }
 }
