@@ -1,2 +1,3 @@
 mod ask;
+mod serve;
 mod support;
