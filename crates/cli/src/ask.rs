@@ -94,6 +94,7 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
             .collect(),
         transcript: earlier_transcript.clone(),
         result: None,
+        change_result: None,
     };
 
     let redactor = config.redactor();
@@ -236,7 +237,7 @@ async fn run_with_ctrl_c(
     }
 }
 
-fn setup_error(error: SetupError) -> anyhow::Error {
+pub(crate) fn setup_error(error: SetupError) -> anyhow::Error {
     match error {
         SetupError::Usage(message) => usage(anyhow::anyhow!(message)),
         SetupError::Infrastructure(message) => anyhow::anyhow!(message),

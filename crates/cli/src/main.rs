@@ -1,11 +1,13 @@
 //! The `warden` command: parses the command line, loads configuration, builds the tokio runtime
 //! and dispatches. Errors print as `warden: error: …` with their causes; exit codes follow SPEC §2.
 
+mod apply;
 mod ask;
 mod doctor;
 mod ids;
 mod progress;
 mod records;
+mod run;
 mod serve;
 mod text;
 
@@ -31,6 +33,10 @@ struct Cli {
 enum Command {
     /// Ask a question about one or more repositories and get an answer with checked citations
     Ask(ask::AskArgs),
+    /// Ask for a change; get a proposal commit proven by the checks (never touches your checkout)
+    Run(run::RunArgs),
+    /// Fetch a change task's proposal into your repository as a branch (work tree untouched)
+    Apply(apply::ApplyArgs),
     /// Show a task and its result
     Show {
         task: String,
@@ -116,6 +122,8 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
                 .build()?;
             runtime.block_on(ask::ask(&config, args))
         }
+        Command::Run(args) => tokio_runtime()?.block_on(run::run(&config, args)),
+        Command::Apply(args) => apply::apply(&config, args),
         Command::Show { task, json } => {
             let id = task.parse().map_err(usage)?;
             let record = records::load(&config.home, &id).map_err(usage)?;
@@ -129,6 +137,9 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
                 println!("prompt: {}", text::block(&record.prompt, "  "));
                 if let Some(result) = &record.result {
                     print!("{}", ask::render_result(result));
+                }
+                if let Some(result) = &record.change_result {
+                    print!("{}", run::render_change(result));
                 }
             }
             Ok(0)

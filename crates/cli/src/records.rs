@@ -5,7 +5,9 @@
 use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use warden_protocol::{QuestionResult, TaskId, TaskKind, TaskStatus, TranscriptEntry};
+use warden_protocol::{
+    ChangeResult, QuestionResult, TaskId, TaskKind, TaskStatus, TranscriptEntry,
+};
 use warden_server::redact::Redactor;
 
 /// One pinned repository of a task, with enough to pin it again for a follow-up.
@@ -36,6 +38,9 @@ pub struct TaskRecord {
     pub transcript: Vec<TranscriptEntry>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<QuestionResult>,
+    /// The result of a change task (`kind: change`); question tasks use `result`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change_result: Option<ChangeResult>,
 }
 
 pub fn task_dir(home: &Path, id: &TaskId) -> PathBuf {

@@ -142,6 +142,10 @@ pub enum FailureCode {
     PolicyAbort,
     /// The task's runs were interrupted (worker crash, lost lease) too many times.
     Abandoned,
+    /// A change's checks kept failing on its candidate tree after the last allowed submission.
+    ChecksFailed,
+    /// The checks already fail on the base commit, before the agent changed anything.
+    BaselineFailing,
 }
 
 impl FailureCode {
@@ -158,6 +162,8 @@ impl FailureCode {
             FailureCode::NoSubmission => "no_submission",
             FailureCode::PolicyAbort => "policy_abort",
             FailureCode::Abandoned => "abandoned",
+            FailureCode::ChecksFailed => "checks_failed",
+            FailureCode::BaselineFailing => "baseline_failing",
         }
     }
 }
@@ -287,6 +293,142 @@ impl QuestionResult {
             QuestionOutcome::Answer { .. } => 0,
             QuestionOutcome::Failure { .. } => 1,
             QuestionOutcome::Clarification { .. } => 3,
+        }
+    }
+}
+
+/// One run of a check command on one exact tree (SPEC §5). A record proves something only about
+/// `tree` under `config_hash` (the check list and sandbox backend): any later write to the
+/// candidate makes a new tree and so needs a new record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Validation {
+    pub command: String,
+    /// `None` when the command was killed (timeout, signal) before it exited.
+    pub exit_code: Option<i32>,
+    pub tree: String,
+    pub config_hash: String,
+    pub sandbox: String,
+    pub duration_ms: u64,
+    /// The last part of stdout and stderr, bounded and redacted.
+    pub output_tail: String,
+}
+
+impl Validation {
+    pub fn passed(&self) -> bool {
+        self.exit_code == Some(0)
+    }
+}
+
+/// One file of a proposal's diff (from `git diff-tree --numstat`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChangedFile {
+    pub path: String,
+    /// `added`, `modified` or `deleted`.
+    pub status: String,
+    /// `None` for binary files.
+    pub additions: Option<u64>,
+    pub deletions: Option<u64>,
+}
+
+/// Totals over a proposal's files.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiffStat {
+    pub files_changed: u64,
+    pub additions: u64,
+    pub deletions: u64,
+}
+
+/// The result of a change: a commit on top of the base commit in Warden's mirror, with the
+/// validations that passed on exactly its tree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Proposal {
+    /// `prp_` followed by the task id's ULID part.
+    pub id: String,
+    pub repo: String,
+    pub base_commit: String,
+    pub commit: String,
+    pub tree: String,
+    #[serde(rename = "ref")]
+    pub reference: String,
+    pub diff_stat: DiffStat,
+    pub files: Vec<ChangedFile>,
+    pub summary: String,
+    /// sha256 over the base commit, tree, commit and the validations' canonical JSON: what an
+    /// approval binds to.
+    pub hash: String,
+    pub validations: Vec<Validation>,
+}
+
+/// Whether and where a proposal was published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PublicationStatus {
+    NotRequested,
+    AwaitingApproval,
+    Pushed,
+    PrOpened,
+    Failed,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Publication {
+    pub status: PublicationStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pr_url: Option<String>,
+}
+
+/// The outcome of a change task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum ChangeOutcome {
+    Proposal {
+        proposal: Box<Proposal>,
+        publication: Publication,
+    },
+    /// The agent submitted a tree identical to the base: nothing to propose.
+    NoChange {
+        summary: String,
+    },
+    Clarification {
+        clarification: Clarification,
+    },
+    Failure {
+        failure: Failure,
+    },
+}
+
+/// The result JSON of SPEC §5 for a change task.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChangeResult {
+    pub task_id: TaskId,
+    pub kind: TaskKind,
+    #[serde(flatten)]
+    pub outcome: ChangeOutcome,
+    /// Check runs on the base commit (`--baseline`), before the agent changed anything.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub baseline: Vec<Validation>,
+    pub usage: Usage,
+    pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notices: Vec<String>,
+}
+
+impl ChangeResult {
+    /// CLI exit code per SPEC §2.
+    pub fn exit_code(&self) -> i32 {
+        match self.outcome {
+            ChangeOutcome::Proposal { .. } | ChangeOutcome::NoChange { .. } => 0,
+            ChangeOutcome::Failure { .. } => 1,
+            ChangeOutcome::Clarification { .. } => 3,
         }
     }
 }

@@ -176,7 +176,29 @@ impl Git {
         args: &[&str],
         timeout: Duration,
     ) -> Result<GitOutput, RepoError> {
-        let mut process = self.start(cwd, args, Stdio::null(), timeout)?;
+        self.run_env(cwd, args, None, timeout)
+    }
+
+    /// Runs a local git command against a temporary index (`GIT_INDEX_FILE`), the only
+    /// variable a caller may add to the hardened environment: it names a file Warden owns and
+    /// makes git run nothing.
+    pub fn run_with_index(
+        &self,
+        cwd: &Path,
+        index_file: &Path,
+        args: &[&str],
+    ) -> Result<GitOutput, RepoError> {
+        self.run_env(cwd, args, Some(index_file), self.timeouts.local)
+    }
+
+    fn run_env(
+        &self,
+        cwd: &Path,
+        args: &[&str],
+        index_file: Option<&Path>,
+        timeout: Duration,
+    ) -> Result<GitOutput, RepoError> {
+        let mut process = self.start(cwd, args, Stdio::null(), timeout, index_file)?;
         let mut stdout = Vec::new();
         let read = match process.child.stdout.take() {
             Some(mut pipe) => pipe.read_to_end(&mut stdout).map(drop),
@@ -194,7 +216,7 @@ impl Git {
     /// `cat-file --batch`, under the transfer timeout. Call [`GitStream::finish`] to collect the
     /// exit status; dropping the stream kills git.
     pub fn stream(&self, cwd: &Path, args: &[&str]) -> Result<GitStream, RepoError> {
-        let process = self.start(cwd, args, Stdio::piped(), self.timeouts.transfer)?;
+        let process = self.start(cwd, args, Stdio::piped(), self.timeouts.transfer, None)?;
         Ok(GitStream {
             process: Some(process),
         })
@@ -206,6 +228,7 @@ impl Git {
         args: &[&str],
         stdin: Stdio,
         timeout: Duration,
+        index_file: Option<&Path>,
     ) -> Result<Supervised, RepoError> {
         let display = display_args(args);
         // The one place Warden constructs a git process: the binary, environment and config
@@ -215,6 +238,9 @@ impl Git {
         command.env_clear().envs(HARDENED_ENV.iter().copied());
         if let Some(agent) = std::env::var_os("SSH_AUTH_SOCK") {
             command.env("SSH_AUTH_SOCK", agent);
+        }
+        if let Some(index_file) = index_file {
+            command.env("GIT_INDEX_FILE", index_file);
         }
         for setting in HARDENED_CONFIG {
             command.arg("-c").arg(setting);

@@ -3,11 +3,13 @@
 //! and evidence validation.
 
 mod browse;
+pub mod candidate;
 pub mod confine;
 pub mod error;
 pub mod evidence;
 pub mod git;
 mod materialize;
+pub mod proposal;
 pub mod spec;
 pub mod store;
 

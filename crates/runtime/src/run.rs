@@ -560,6 +560,9 @@ fn output_json(output: &ToolOutput) -> Value {
         ToolOutput::Finish(Finish::Clarification { question }) => {
             json!({ "clarification": question })
         }
+        ToolOutput::Finish(Finish::Change { summary, proposal }) => {
+            json!({ "change": { "summary": summary, "proposal": proposal } })
+        }
     }
 }
 
@@ -568,6 +571,9 @@ fn outcome_summary(outcome: &RunOutcome) -> Value {
         RunOutcome::Finished(Finish::Answer(answer)) => json!({ "answer": answer }),
         RunOutcome::Finished(Finish::Clarification { question }) => {
             json!({ "clarification": question })
+        }
+        RunOutcome::Finished(Finish::Change { summary, proposal }) => {
+            json!({ "change": { "summary": summary, "proposal": proposal } })
         }
         RunOutcome::Failed(failure) => json!({ "failure": failure }),
         RunOutcome::AwaitingApproval {

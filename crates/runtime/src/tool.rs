@@ -3,7 +3,7 @@
 
 use crate::model::ToolSpec;
 use crate::BoxFuture;
-use warden_protocol::Answer;
+use warden_protocol::{Answer, Proposal};
 
 /// What a tool call produced.
 #[derive(Debug, Clone, PartialEq)]
@@ -22,7 +22,15 @@ pub enum ToolOutput {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Finish {
     Answer(Answer),
-    Clarification { question: String },
+    Clarification {
+        question: String,
+    },
+    /// A change task's accepted submission: a proposal whose checks passed on its exact tree,
+    /// or `None` when the candidate tree equals the base tree (nothing to propose).
+    Change {
+        summary: String,
+        proposal: Option<Box<Proposal>>,
+    },
 }
 
 /// A tool the agent may call. Arguments have already been validated against `spec().parameters`.

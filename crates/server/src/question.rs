@@ -331,6 +331,17 @@ pub fn question_report(
             TaskStatus::WaitingInput,
             Some(question),
         ),
+        RunOutcome::Finished(Finish::Change { .. }) => (
+            // Question tasks have no change tools; a change submission cannot happen here.
+            QuestionOutcome::Failure {
+                failure: Failure {
+                    code: FailureCode::InvalidSubmission,
+                    message: "a question task cannot submit a change".into(),
+                },
+            },
+            TaskStatus::Failed,
+            None,
+        ),
         RunOutcome::Failed(failure) => {
             let status = match failure.code {
                 FailureCode::TimedOut => TaskStatus::TimedOut,

@@ -6,6 +6,8 @@
 
 mod arguments;
 mod blocking;
+pub mod checks;
+pub mod edit;
 pub mod faux;
 mod list_dir;
 mod read_file;

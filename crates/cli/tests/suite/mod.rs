@@ -1,3 +1,4 @@
 mod ask;
+mod change;
 mod serve;
 mod support;

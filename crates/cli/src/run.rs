@@ -1,0 +1,390 @@
+//! `warden run`: runs a change task in-process (`warden_server::change`): pins the repository,
+//! opens a writable copy-on-write view over its snapshot, optionally runs the checks on the base
+//! (`--baseline`), runs the agent, and prints the change result (a proposal commit in Warden's
+//! mirror, `no_change`, a clarification or a failure). The user's checkout is only read.
+//! Progress goes to stderr; the record and journal are kept under `WARDEN_HOME/tasks/` like
+//! `warden ask`'s.
+
+use crate::ask::setup_error;
+use crate::progress::StderrProgress;
+use crate::records::{self, RepoRecord, TaskRecord};
+use crate::{ids, text, usage};
+use anyhow::Context;
+use warden_protocol::{
+    ChangeOutcome, ChangeResult, Event, Failure, FailureCode, Role, TaskKind, TaskStatus,
+    TranscriptEntry, Usage,
+};
+use warden_repo::{RepoSpec, RepoStore, Source};
+use warden_runtime::{
+    CancelFlag, Clock, EventSink, FileJournal, Journal, RecordKind, RunOutcome, RunReport,
+    SystemClock,
+};
+use warden_server::change::{self, ChangeRun, ChangeSandbox, ChangeSetup};
+use warden_server::config::Config;
+use warden_server::question;
+use warden_server::redact::RedactingJournal;
+
+const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The repository: local path or git URL, optionally `@REV`
+    #[arg(long = "repo", value_name = "PATH|URL[@REV]")]
+    pub repo: String,
+    /// Print the result as one JSON object
+    #[arg(long)]
+    pub json: bool,
+    /// A check command run with `bash -c` in the sandbox on the candidate tree (repeatable)
+    #[arg(long = "check", value_name = "CMD")]
+    pub checks: Vec<String>,
+    /// Run the checks once on the base commit first; if they fail there, stop with
+    /// `baseline_failing`
+    #[arg(long)]
+    pub baseline: bool,
+    /// The change request
+    pub request: String,
+}
+
+pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
+    let request = args.request.trim().to_string();
+    if request.is_empty() {
+        return Err(usage(anyhow::anyhow!("the change request is empty")));
+    }
+    if let Some(empty) = args.checks.iter().find(|c| c.trim().is_empty()) {
+        return Err(usage(anyhow::anyhow!("empty --check command {empty:?}")));
+    }
+    let model = question::build_model(config).map_err(setup_error)?;
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let spec = RepoSpec::parse(&args.repo, &cwd).map_err(usage)?;
+
+    let progress = StderrProgress::new();
+    let store = RepoStore::open(&config.home).context("cannot open the repository store")?;
+    let mut repos = question::pin_all(&store, std::slice::from_ref(&spec), &|line| {
+        progress.line(line)
+    })
+    .map_err(setup_error)?;
+    let repo = repos
+        .pop()
+        .ok_or_else(|| anyhow::anyhow!("no repository was pinned"))?;
+    let clock = SystemClock;
+    let now = clock.now_ms();
+    let task_id = ids::new_task_id(now)?;
+    let scratch = config.home.join("scratch").join(task_id.as_str());
+    let mut record = TaskRecord {
+        id: task_id.clone(),
+        kind: TaskKind::Change,
+        status: TaskStatus::Running,
+        prompt: request.clone(),
+        created_at: records::rfc3339(now),
+        follow_up_to: None,
+        repos: vec![RepoRecord {
+            name: repo.pinned.name.clone(),
+            source_kind: match repo.pinned.source {
+                Source::Path(_) => "path".into(),
+                Source::Url(_) => "url".into(),
+            },
+            source: repo.pinned.source.display_redacted(),
+            commit: repo.pinned.commit.clone(),
+            tree: repo.pinned.tree.clone(),
+            root: repo.snapshot.root.display().to_string(),
+        }],
+        transcript: Vec::new(),
+        result: None,
+        change_result: None,
+    };
+    let redactor = config.redactor();
+    let mut file_journal = FileJournal::create(&records::journal_path(&config.home, &task_id, 1))
+        .context("cannot create the run journal")?;
+    records::save(&config.home, &record, &redactor)?;
+    progress.emit(Event::TaskStarted {
+        task_id: task_id.clone(),
+        kind: TaskKind::Change,
+        model: model.name(),
+        manifest: question::manifest(std::slice::from_ref(&repo)),
+    });
+    let mut journal = RedactingJournal {
+        inner: &mut file_journal,
+        redactor: &redactor,
+    };
+
+    let mut baseline = Vec::new();
+    let (report, backend) = match ChangeSandbox::open(config, &repo, &scratch) {
+        Ok(sandbox) => {
+            let setup = ChangeSetup {
+                config,
+                task_id: &task_id,
+                repo: &repo,
+                sandbox: &sandbox,
+                scratch_dir: &scratch,
+                checks: &args.checks,
+                created_at_ms: now,
+            };
+            let session = change::change_session(&setup).map_err(setup_error)?;
+            let baseline_failure = if args.baseline && !args.checks.is_empty() {
+                progress.line("warden: running the checks on the base commit");
+                let session = session.clone();
+                match tokio::task::spawn_blocking(move || change::run_baseline(&session)).await {
+                    Ok(Ok(validations)) => {
+                        baseline = validations;
+                        None
+                    }
+                    Ok(Err((failure, validations))) => {
+                        baseline = validations;
+                        Some(failure)
+                    }
+                    Err(error) => Some(Failure {
+                        code: FailureCode::Infrastructure,
+                        message: format!("the baseline run crashed: {error}"),
+                    }),
+                }
+            } else {
+                None
+            };
+            let report = match baseline_failure {
+                Some(failure) => {
+                    let _ = journal
+                        .append(
+                            clock.now_ms(),
+                            RecordKind::RunFinished,
+                            serde_json::json!({
+                                "outcome": { "failure": failure },
+                                "baseline": baseline,
+                            }),
+                        )
+                        .await;
+                    failed_report(failure)
+                }
+                None => {
+                    let tools = change::change_tools(&setup, &session).map_err(setup_error)?;
+                    let cancel = CancelFlag::default();
+                    let run = ChangeRun {
+                        config,
+                        model: model.as_ref(),
+                        task_id: &task_id,
+                        repo: &repo,
+                        checks: &args.checks,
+                        request: &request,
+                        journal: &mut journal,
+                        events: &progress,
+                        clock: &clock,
+                        cancel: cancel.clone(),
+                        ledger: None,
+                    };
+                    let report = {
+                        let mut future = Box::pin(change::run_change(run, &tools));
+                        tokio::select! {
+                            report = &mut future => Some(report),
+                            _ = tokio::signal::ctrl_c() => {
+                                progress.line("warden: cancelling (Ctrl-C)");
+                                cancel.cancel();
+                                tokio::time::timeout(CANCEL_GRACE, &mut future).await.ok()
+                            }
+                        }
+                    };
+                    drop(tools);
+                    match report {
+                        Some(report) => report,
+                        None => {
+                            let failure = Failure {
+                                code: FailureCode::Cancelled,
+                                message: "the task was cancelled while the model was answering"
+                                    .into(),
+                            };
+                            let _ = journal
+                                .append(
+                                    clock.now_ms(),
+                                    RecordKind::RunFinished,
+                                    serde_json::json!({ "outcome": { "failure": failure } }),
+                                )
+                                .await;
+                            failed_report(failure)
+                        }
+                    }
+                }
+            };
+            drop(session);
+            let backend = sandbox.backend;
+            sandbox.close();
+            (report, Some(backend))
+        }
+        Err(failure) => {
+            let _ = journal
+                .append(
+                    clock.now_ms(),
+                    RecordKind::RunFinished,
+                    serde_json::json!({ "outcome": { "failure": failure } }),
+                )
+                .await;
+            (failed_report(failure), None)
+        }
+    };
+    remove_scratch(&scratch);
+    let change::ChangeReport {
+        result,
+        status,
+        reply,
+    } = change::change_report(
+        &task_id,
+        model.as_ref(),
+        backend,
+        &args.checks,
+        baseline,
+        report,
+    );
+    record.transcript.push(TranscriptEntry {
+        role: Role::User,
+        text: request,
+    });
+    if let Some(reply) = reply {
+        record.transcript.push(TranscriptEntry {
+            role: Role::Agent,
+            text: reply,
+        });
+    }
+    record.status = status;
+    record.change_result = Some(result.clone());
+    records::save(&config.home, &record, &redactor)?;
+    progress.emit(Event::TaskFinished {
+        status,
+        outcome: finish_line(&result),
+    });
+    if args.json {
+        println!("{}", redactor.json(serde_json::to_value(&result)?));
+    } else {
+        print!("{}", redactor.text(&render_change(&result)));
+    }
+    Ok(result.exit_code() as u8)
+}
+
+fn failed_report(failure: Failure) -> RunReport {
+    RunReport {
+        outcome: RunOutcome::Failed(failure),
+        usage: Usage {
+            cost_usd: Some(0.0),
+            ..Usage::default()
+        },
+        messages: vec![],
+    }
+}
+
+/// Scratch holds read-only materializations; make them writable before removing.
+fn remove_scratch(path: &std::path::Path) {
+    fn open_up(dir: &std::path::Path) {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for entry in entries.flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    open_up(&entry.path());
+                }
+            }
+        }
+    }
+    if path.exists() {
+        open_up(path);
+        let _ = std::fs::remove_dir_all(path);
+    }
+}
+
+fn finish_line(result: &ChangeResult) -> String {
+    match &result.outcome {
+        ChangeOutcome::Proposal { proposal, .. } => format!(
+            "proposal {} ({} files, +{} -{}), {} checks passed",
+            &proposal.commit[..12.min(proposal.commit.len())],
+            proposal.diff_stat.files_changed,
+            proposal.diff_stat.additions,
+            proposal.diff_stat.deletions,
+            proposal.validations.len()
+        ),
+        ChangeOutcome::NoChange { .. } => "no change: the agent left the tree as it was".into(),
+        ChangeOutcome::Clarification { .. } => "the agent needs a clarification".into(),
+        ChangeOutcome::Failure { failure } => {
+            format!("failed ({}): {}", failure.code, failure.message)
+        }
+    }
+}
+
+/// The human-readable form of a change result. Model and repository text is escaped.
+pub fn render_change(result: &ChangeResult) -> String {
+    let mut out = String::new();
+    match &result.outcome {
+        ChangeOutcome::Proposal { proposal, .. } => {
+            out.push_str(&text::block(&proposal.summary, ""));
+            out.push_str(&format!(
+                "\n\nProposal {} on {} @ {}\n  commit {}\n  ref    {}\n  hash   {}\n",
+                proposal.id,
+                text::one_line(&proposal.repo),
+                &proposal.base_commit[..12.min(proposal.base_commit.len())],
+                proposal.commit,
+                proposal.reference,
+                proposal.hash
+            ));
+            for file in &proposal.files {
+                let counts = match (file.additions, file.deletions) {
+                    (Some(a), Some(d)) => format!("+{a} -{d}"),
+                    _ => "binary".into(),
+                };
+                out.push_str(&format!(
+                    "  {:<8} {} ({counts})\n",
+                    file.status,
+                    text::one_line(&file.path)
+                ));
+            }
+            for v in &proposal.validations {
+                out.push_str(&format!(
+                    "  ✓ {} ({} ms, {})\n",
+                    text::one_line(&v.command),
+                    v.duration_ms,
+                    v.sandbox
+                ));
+            }
+            out.push_str(&format!(
+                "\nGet it as a branch with: warden apply {}\n",
+                result.task_id
+            ));
+        }
+        ChangeOutcome::NoChange { summary } => {
+            out.push_str(&format!(
+                "No change was needed:\n{}\n",
+                text::block(summary, "  ")
+            ));
+        }
+        ChangeOutcome::Clarification { clarification } => {
+            out.push_str(&format!(
+                "The agent needs a clarification:\n{}\n",
+                text::block(&clarification.question, "  ")
+            ));
+        }
+        ChangeOutcome::Failure { failure } => {
+            out.push_str(&format!(
+                "Task failed ({}): {}\n",
+                failure.code,
+                text::block(&failure.message, "  ")
+            ));
+        }
+    }
+    for v in result.baseline.iter().filter(|v| !v.passed()) {
+        out.push_str(&format!(
+            "baseline ✗ {} (exit {:?})\n{}\n",
+            text::one_line(&v.command),
+            v.exit_code,
+            text::block(&v.output_tail, "    ")
+        ));
+    }
+    let usage = &result.usage;
+    let cost = match usage.cost_usd {
+        Some(cost) => format!("${cost:.4}"),
+        None => "cost unknown".into(),
+    };
+    out.push_str(&format!(
+        "\n[{} · {} · {} model calls · {} tool calls · {cost}]\n",
+        result.task_id,
+        text::one_line(&result.model),
+        usage.model_calls,
+        usage.tool_calls,
+    ));
+    for notice in &result.notices {
+        out.push_str(&format!("note: {}\n", text::one_line(notice)));
+    }
+    out
+}

@@ -1,0 +1,436 @@
+//! `warden run` and `warden apply` end to end: edits land in a copy-on-write view, checks run on
+//! exactly the candidate tree, a proposal commit in Warden's mirror, failing checks sent back,
+//! hostile paths refused, shell edits and deletions picked up, and `apply` creating a branch
+//! without touching the user's checkout.
+
+use super::support::{Run, Warden};
+use serde_json::json;
+use std::path::PathBuf;
+use warden_test_support::git_fixture::TempRepo;
+use warden_test_support::model_server::{openai, ScriptedModelServer};
+
+fn sample_repo() -> TempRepo {
+    let repo = TempRepo::new();
+    repo.write("src/lib.txt", "alpha\nbeta\ngamma\n")
+        .write("README.md", "# sample\n")
+        .write("old.txt", "to be deleted\n")
+        .write(".gitignore", "*.log\nbuild/\n")
+        .write("check.sh", "grep -q BETA src/lib.txt\n");
+    repo.commit("initial");
+    repo
+}
+
+fn call(name: &str, arguments: serde_json::Value) -> warden_test_support::model_server::Reply {
+    openai::tool_call(name, &arguments.to_string())
+}
+
+fn run_change(warden: &Warden, repo: &TempRepo, extra: &[&str]) -> Run {
+    let mut args = vec!["run", "--repo", repo.path().to_str().unwrap(), "--json"];
+    args.extend_from_slice(extra);
+    args.push("make beta uppercase");
+    warden.run(&args)
+}
+
+/// The user's checkout as git sees it: HEAD, branch, index and work tree status.
+fn checkout_state(repo: &TempRepo) -> (String, String, String, String) {
+    (
+        repo.git(&["rev-parse", "HEAD"]),
+        repo.git(&["symbolic-ref", "HEAD"]),
+        repo.git(&["ls-files", "-s"]),
+        repo.git(&["status", "--porcelain", "--ignored"]),
+    )
+}
+
+fn mirror_of(warden: &Warden) -> PathBuf {
+    let dir = warden.home.path().join("mirrors");
+    std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.extension().is_some_and(|e| e == "git"))
+        .unwrap()
+}
+
+fn git_in(dir: &std::path::Path, args: &[&str]) -> String {
+    #[allow(clippy::disallowed_methods)]
+    let output = std::process::Command::new("git")
+        .arg(format!("--git-dir={}", dir.display()))
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+/// Every tool result the model saw, for assertion messages.
+fn transcript(server: &ScriptedModelServer) -> String {
+    server
+        .requests()
+        .last()
+        .map(|r| {
+            r.body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|m| m["role"] == "tool")
+                .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+                .collect::<Vec<_>>()
+                .join("\n----\n")
+        })
+        .unwrap_or_default()
+}
+
+fn last_tool_result(request: &serde_json::Value) -> String {
+    let messages = request["messages"].as_array().unwrap();
+    let last = messages.iter().rev().find(|m| m["role"] == "tool").unwrap();
+    last["content"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn an_edit_with_passing_checks_becomes_a_proposal_and_apply_makes_a_branch() {
+    let repo = sample_repo();
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let before = checkout_state(&repo);
+    let server = ScriptedModelServer::start_blocking(vec![
+        call(
+            "edit_file",
+            json!({"path": "src/lib.txt", "old": "beta", "new": "BETA"}),
+        ),
+        call(
+            "write_file",
+            json!({"path": "notes/new.txt", "content": "new file\n"}),
+        ),
+        // Ignored output never enters the candidate.
+        call(
+            "write_file",
+            json!({"path": "debug.log", "content": "noise\n"}),
+        ),
+        call("run_checks", json!({})),
+        call(
+            "submit_change",
+            json!({"summary": "Make beta uppercase\n\nThe check wants BETA."}),
+        ),
+    ]);
+    let warden = Warden::openai(&server.url());
+    let run = run_change(&warden, &repo, &["--check", "bash check.sh"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, transcript(&server));
+    let result = run.json();
+    assert_eq!(result["kind"], "change");
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    assert_eq!(result["publication"]["status"], "not_requested");
+    let proposal = &result["proposal"];
+    let task_id = result["task_id"].as_str().unwrap();
+    assert_eq!(proposal["base_commit"], base.as_str());
+    assert_eq!(
+        proposal["ref"],
+        format!("refs/warden/proposals/{task_id}").as_str()
+    );
+    assert!(proposal["hash"].as_str().unwrap().starts_with("sha256:"));
+    let validation = &proposal["validations"][0];
+    assert_eq!(validation["command"], "bash check.sh");
+    assert_eq!(validation["exit_code"], 0);
+    assert_eq!(validation["tree"], proposal["tree"]);
+    assert_eq!(validation["sandbox"], "linux");
+    assert!(validation["config_hash"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha256:"));
+    let files: Vec<&str> = proposal["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(files, ["notes/new.txt", "src/lib.txt"]);
+    assert_eq!(proposal["diff_stat"]["files_changed"], 2);
+
+    // The commit is in Warden's mirror under the ref, on top of the base, with the edit.
+    let mirror = mirror_of(&warden);
+    let commit = proposal["commit"].as_str().unwrap();
+    assert_eq!(
+        git_in(
+            &mirror,
+            &["rev-parse", &format!("refs/warden/proposals/{task_id}")]
+        ),
+        commit
+    );
+    assert_eq!(git_in(&mirror, &["rev-parse", &format!("{commit}^")]), base);
+    assert_eq!(
+        git_in(&mirror, &["rev-parse", &format!("{commit}^{{tree}}")]),
+        proposal["tree"].as_str().unwrap()
+    );
+    assert_eq!(
+        git_in(&mirror, &["show", &format!("{commit}:src/lib.txt")]),
+        "alpha\nBETA\ngamma"
+    );
+    let message = git_in(&mirror, &["log", "-1", "--format=%B%n%an <%ae>", commit]);
+    assert!(message.starts_with("Make beta uppercase"), "{message}");
+    assert!(
+        message.contains(&format!("Warden-Task: {task_id}")),
+        "{message}"
+    );
+    assert!(message.contains("Warden <warden@localhost>"), "{message}");
+    assert!(git_in(&mirror, &["ls-tree", "-r", "--name-only", commit])
+        .lines()
+        .all(|p| p != "debug.log"));
+
+    // The user's checkout is untouched; the user's repository has no such object yet.
+    assert_eq!(checkout_state(&repo), before);
+    assert_eq!(
+        std::fs::read_to_string(repo.path().join("src/lib.txt")).unwrap(),
+        "alpha\nbeta\ngamma\n"
+    );
+
+    // run_checks told the agent the checks pass on the candidate.
+    let requests = server.requests();
+    let checks_output = last_tool_result(&requests[4].body);
+    assert!(checks_output.contains("passed"), "{checks_output}");
+    assert!(checks_output.contains("debug.log"), "{checks_output}");
+
+    // apply: a branch with the proposal commit; HEAD, index and work tree unchanged.
+    let applied = warden.run(&["apply", task_id]);
+    assert_eq!(applied.code, 0, "{}", applied.stderr);
+    let branch = format!("warden/{task_id}");
+    assert_eq!(repo.git(&["rev-parse", &branch]), commit);
+    assert_eq!(checkout_state(&repo), before);
+    // Again: already there, fine. A different existing branch name is refused.
+    assert_eq!(warden.run(&["apply", task_id]).code, 0);
+    repo.git(&["branch", "taken", &base]);
+    let refused = warden.run(&["apply", task_id, "--branch", "taken"]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert_eq!(repo.git(&["rev-parse", "taken"]), base);
+}
+
+#[test]
+fn failing_checks_go_back_to_the_model_and_three_failures_fail_the_task() {
+    let repo = sample_repo();
+    let server = ScriptedModelServer::start_blocking(vec![
+        call(
+            "edit_file",
+            json!({"path": "src/lib.txt", "old": "beta", "new": "Beta"}),
+        ),
+        call("submit_change", json!({"summary": "try 1"})),
+        call("submit_change", json!({"summary": "try 2"})),
+        call("submit_change", json!({"summary": "try 3"})),
+    ]);
+    let warden = Warden::openai(&server.url());
+    let run = run_change(&warden, &repo, &["--check", "bash check.sh"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let result = run.json();
+    assert_eq!(result["outcome"], "failure");
+    assert_eq!(result["failure"]["code"], "checks_failed", "{result}");
+    let requests = server.requests();
+    let rejection = last_tool_result(&requests[2].body);
+    assert!(rejection.contains("submission rejected"), "{rejection}");
+    assert!(rejection.contains("bash check.sh"), "{rejection}");
+    assert!(rejection.contains("exit code 1"), "{rejection}");
+    // No proposal ref exists.
+    let mirror = mirror_of(&warden);
+    assert_eq!(
+        git_in(&mirror, &["for-each-ref", "refs/warden/proposals"]),
+        ""
+    );
+}
+
+#[test]
+fn no_edits_is_no_change() {
+    let repo = sample_repo();
+    let server = ScriptedModelServer::start_blocking(vec![
+        // Writing a file's own content back changes nothing.
+        call(
+            "write_file",
+            json!({"path": "README.md", "content": "# sample\n"}),
+        ),
+        call("submit_change", json!({"summary": "nothing to do"})),
+    ]);
+    let warden = Warden::openai(&server.url());
+    let run = run_change(&warden, &repo, &["--check", "bash check.sh"]);
+    // The first submission has no change at all: that is `no_change`.
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.json()["outcome"], "no_change", "{}", run.stdout);
+    assert_eq!(run.json()["summary"], "nothing to do");
+    assert_eq!(server.requests().len(), 2);
+}
+
+#[test]
+fn a_rejected_tree_then_a_passing_one_is_proposed() {
+    let repo = sample_repo();
+    let server = ScriptedModelServer::start_blocking(vec![
+        call(
+            "write_file",
+            json!({"path": "src/lib.txt", "content": "alpha\nBETX\n"}),
+        ),
+        call("submit_change", json!({"summary": "first try"})),
+        call(
+            "write_file",
+            json!({"path": "src/lib.txt", "content": "alpha\nBETA\n"}),
+        ),
+        call("submit_change", json!({"summary": "second try"})),
+    ]);
+    let warden = Warden::openai(&server.url());
+    let run = run_change(&warden, &repo, &["--check", "bash check.sh"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let result = run.json();
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    // Only the records of the submitted tree are in the proposal.
+    let validations = result["proposal"]["validations"].as_array().unwrap();
+    assert_eq!(validations.len(), 1);
+    assert_eq!(validations[0]["tree"], result["proposal"]["tree"]);
+    assert!(
+        run.stderr.contains("submission 1 rejected"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn hostile_paths_are_refused_as_tool_errors_and_nothing_lands() {
+    let repo = sample_repo();
+    let outside = tempfile::tempdir().unwrap();
+    let outside_path = outside.path().to_str().unwrap().to_string();
+    let server = ScriptedModelServer::start_blocking(vec![
+        call(
+            "write_file",
+            json!({"path": ".git/hooks/post-commit", "content": "x"}),
+        ),
+        call(
+            "write_file",
+            json!({"path": "../outside.txt", "content": "x"}),
+        ),
+        call(
+            "write_file",
+            json!({"path": format!("{outside_path}/abs.txt"), "content": "x"}),
+        ),
+        // A symlink planted with the shell, pointing outside; writes through it are refused.
+        call(
+            "shell",
+            json!({"command": format!("ln -s {outside_path} escape && ln -s .git gitlink && echo ok")}),
+        ),
+        call(
+            "write_file",
+            json!({"path": "escape/through.txt", "content": "x"}),
+        ),
+        call(
+            "edit_file",
+            json!({"path": "escape", "old": "a", "new": "b"}),
+        ),
+        call(
+            "write_file",
+            json!({"path": "gitlink/hooks/x", "content": "x"}),
+        ),
+        call(
+            "apply_patch",
+            json!({"patch": "--- /dev/null\n+++ b/.git/config\n@@ -0,0 +1 @@\n+[core]\n"}),
+        ),
+        call("submit_change", json!({"summary": "hostile"})),
+    ]);
+    let warden = Warden::openai(&server.url());
+    let run = run_change(&warden, &repo, &[]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, transcript(&server));
+    let requests = server.requests();
+    let results: Vec<String> = (1..=8)
+        .map(|i| last_tool_result(&requests[i].body))
+        .collect();
+    assert!(results[0].contains(".git"), "{}", results[0]);
+    assert!(results[1].contains("leaves"), "{}", results[1]);
+    assert!(results[2].contains("absolute"), "{}", results[2]);
+    assert!(results[3].contains("ok"), "{}", results[3]);
+    assert!(results[4].contains("symlink"), "{}", results[4]);
+    assert!(results[5].contains("symlink"), "{}", results[5]);
+    assert!(results[6].contains("symlink"), "{}", results[6]);
+    assert!(results[7].contains(".git"), "{}", results[7]);
+    assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+    assert!(!repo.path().join(".git/hooks/post-commit").exists());
+    // The symlinks themselves are ordinary new files of the candidate; nothing else landed.
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let result = run.json();
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    let files: Vec<&str> = result["proposal"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(files, ["escape", "gitlink"]);
+}
+
+#[test]
+fn shell_edits_and_deletions_are_picked_up() {
+    let repo = sample_repo();
+    let server = ScriptedModelServer::start_blocking(vec![
+        call(
+            "shell",
+            json!({"command": "sed -i 's/beta/BETA/' src/lib.txt && rm old.txt && mkdir -p build && echo x > build/out.bin"}),
+        ),
+        call(
+            "submit_change",
+            json!({"summary": "uppercase via sed, drop old.txt"}),
+        ),
+    ]);
+    let warden = Warden::openai(&server.url());
+    let run = run_change(&warden, &repo, &["--check", "bash check.sh", "--baseline"]);
+    // The baseline fails (beta is lowercase on the base): baseline_failing, before any model call.
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let result = run.json();
+    assert_eq!(result["failure"]["code"], "baseline_failing", "{result}");
+    assert_eq!(result["baseline"][0]["exit_code"], 1);
+    assert_eq!(server.requests().len(), 0);
+
+    let run = run_change(&warden, &repo, &["--check", "bash check.sh"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, transcript(&server));
+    let result = run.json();
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    let files = result["proposal"]["files"].as_array().unwrap();
+    let summary: Vec<(String, String)> = files
+        .iter()
+        .map(|f| {
+            (
+                f["path"].as_str().unwrap().to_string(),
+                f["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            ("old.txt".to_string(), "deleted".to_string()),
+            ("src/lib.txt".to_string(), "modified".to_string())
+        ]
+    );
+}
+
+#[test]
+fn apply_patch_changes_files_and_a_conflict_is_a_tool_error() {
+    let repo = sample_repo();
+    let server = ScriptedModelServer::start_blocking(vec![
+        call(
+            "apply_patch",
+            json!({"patch": "--- a/src/lib.txt\n+++ b/src/lib.txt\n@@ -1,3 +1,3 @@\n alpha\n-nope\n+BETA\n gamma\n"}),
+        ),
+        call(
+            "apply_patch",
+            json!({"patch": "--- a/src/lib.txt\n+++ b/src/lib.txt\n@@ -1,3 +1,3 @@\n alpha\n-beta\n+BETA\n gamma\n--- a/README.md\n+++ /dev/null\n@@ -1 +0,0 @@\n-# sample\n"}),
+        ),
+        call("submit_change", json!({"summary": "patched"})),
+    ]);
+    let warden = Warden::openai(&server.url());
+    let run = run_change(&warden, &repo, &["--check", "bash check.sh"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let requests = server.requests();
+    assert!(last_tool_result(&requests[1].body).contains("does not apply"));
+    let result = run.json();
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    let files: Vec<&str> = result["proposal"]["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(files, ["README.md", "src/lib.txt"]);
+}

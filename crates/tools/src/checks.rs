@@ -1,0 +1,500 @@
+//! Checks and submission of change tasks: [`ChangeSession`] owns the candidate of one task (its
+//! writable view's upper and merged directories, the base commit, Warden's mirror) and runs the
+//! repository's check commands on exactly a candidate tree; `run_checks` lets the agent iterate
+//! and `submit_change` builds the tree, runs the final validation and either finishes the task
+//! with a proposal (or `no_change`) or sends the failing checks back as a rejection.
+//!
+//! **Checks see exactly the tree.** A candidate tree is materialized from the mirror (the same
+//! verified walk as snapshots) into `scratch/trees/<tree>` and each check runs in a fresh
+//! writable sandbox view over it, so files the tree does not hold (ignored build output,
+//! anything the view kept that cannot enter) are not there, and what a check writes never
+//! reaches the candidate. The materialization is reused while the tree is unchanged; the base
+//! tree is the snapshot itself. Every record names its tree: a later write makes a new tree,
+//! and only records of the submitted tree go into the proposal.
+
+use crate::blocking;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+use warden_protocol::{ChangedFile, DiffStat, Proposal, Validation};
+use warden_repo::candidate::{build_candidate_tree, materialize_tree, Candidate, CandidateInput};
+use warden_repo::proposal::{
+    create_proposal_commit, diff_files, proposal_hash, proposal_ref, ProposalInput,
+};
+use warden_repo::Git;
+use warden_runtime::{BoxFuture, Finish, Tool, ToolOutput, ToolSpec};
+use warden_sandbox::{CommandSpec, ResourceLimits, Sandbox, ViewSpec};
+
+/// Bytes of a check's output kept in its record.
+const OUTPUT_TAIL: usize = 4000;
+
+/// Replaces registered secrets in text shown or stored.
+pub type Redact = Arc<dyn Fn(&str) -> String + Send + Sync>;
+
+/// Everything a change task's checks and submission need.
+pub struct ChangeSession {
+    pub git: Git,
+    pub repo: String,
+    /// Warden's bare mirror; candidate blobs, trees and the proposal commit are written here.
+    pub mirror: PathBuf,
+    pub base_commit: String,
+    pub base_tree: String,
+    /// The read-only snapshot of the base commit.
+    pub snapshot: PathBuf,
+    /// The writable view's overlay upper directory and merged root.
+    pub upper: PathBuf,
+    pub merged: PathBuf,
+    /// A directory of this task only (temporary index, materializations, check views).
+    pub scratch: PathBuf,
+    pub task_id: String,
+    /// Seconds since the epoch for the proposal commit's dates.
+    pub commit_time: u64,
+    pub sandbox: Arc<dyn Sandbox>,
+    pub checks: Vec<String>,
+    pub check_timeout: Duration,
+    pub limits: ResourceLimits,
+    pub redact: Redact,
+    state: Mutex<SessionState>,
+}
+
+#[derive(Default)]
+struct SessionState {
+    /// The tree currently materialized under `scratch/trees/`.
+    materialized: Option<(String, PathBuf)>,
+    views_opened: u64,
+}
+
+impl ChangeSession {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        git: Git,
+        repo: String,
+        mirror: PathBuf,
+        base_commit: String,
+        base_tree: String,
+        snapshot: PathBuf,
+        upper: PathBuf,
+        merged: PathBuf,
+        scratch: PathBuf,
+        task_id: String,
+        commit_time: u64,
+        sandbox: Arc<dyn Sandbox>,
+        checks: Vec<String>,
+        check_timeout: Duration,
+        limits: ResourceLimits,
+        redact: Redact,
+    ) -> ChangeSession {
+        ChangeSession {
+            git,
+            repo,
+            mirror,
+            base_commit,
+            base_tree,
+            snapshot,
+            upper,
+            merged,
+            scratch,
+            task_id,
+            commit_time,
+            sandbox,
+            checks,
+            check_timeout,
+            limits,
+            redact,
+            state: Mutex::new(SessionState::default()),
+        }
+    }
+
+    /// sha256 of the check list and the sandbox backend: what a validation's result depends
+    /// on besides the tree.
+    pub fn config_hash(&self) -> String {
+        use sha2::Digest;
+        let text = json!({
+            "checks": self.checks,
+            "sandbox": self.sandbox.backend().as_str(),
+            "timeout_ms": self.check_timeout.as_millis() as u64,
+        })
+        .to_string();
+        format!(
+            "sha256:{}",
+            hex::encode(sha2::Sha256::digest(text.as_bytes()))
+        )
+    }
+
+    /// Builds the candidate tree of the view as it is now.
+    pub fn candidate(&self) -> Result<Candidate, String> {
+        build_candidate_tree(CandidateInput {
+            git: &self.git,
+            mirror: &self.mirror,
+            base_tree: &self.base_tree,
+            upper: &self.upper,
+            merged: &self.merged,
+            scratch: &self.scratch.join("candidate"),
+        })
+        .map_err(|e| format!("cannot build the candidate tree: {e}"))
+    }
+
+    /// Runs every check on `tree`, each in a fresh writable view over its materialization.
+    pub fn run_checks(&self, tree: &str) -> Result<Vec<Validation>, String> {
+        let lower = if tree == self.base_tree {
+            self.snapshot.clone()
+        } else {
+            self.materialize(tree)?
+        };
+        std::fs::create_dir_all(&self.scratch)
+            .map_err(|e| format!("cannot create {}: {e}", self.scratch.display()))?;
+        let config_hash = self.config_hash();
+        let backend = self.sandbox.backend().as_str().to_string();
+        let mut validations = Vec::new();
+        for command in &self.checks {
+            let scratch_dir = {
+                let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                state.views_opened += 1;
+                self.scratch.join(format!("check-{}", state.views_opened))
+            };
+            let view = self
+                .sandbox
+                .open(&ViewSpec {
+                    lower: vec![(self.repo.clone(), lower.clone())],
+                    writable: true,
+                    scratch_dir,
+                })
+                .map_err(|e| format!("sandbox error: the check view could not be opened: {e}"))?;
+            let mut spec = CommandSpec::bash(command, self.check_timeout);
+            spec.limits = self.limits;
+            spec.output_limit = 256 * 1024;
+            let started = Instant::now();
+            let output = view.run(&spec);
+            let duration_ms = started.elapsed().as_millis() as u64;
+            if let Err(error) = view.close() {
+                tracing_free_warn(&format!("closing a check view failed: {error}"));
+            }
+            let output = output.map_err(|e| format!("sandbox error running {command:?}: {e}"))?;
+            let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
+            if !output.stderr.is_empty() {
+                if !text.is_empty() && !text.ends_with('\n') {
+                    text.push('\n');
+                }
+                text.push_str(&String::from_utf8_lossy(&output.stderr));
+            }
+            if output.timed_out {
+                text.push_str(&format!(
+                    "\n[timed out after {} ms]",
+                    self.check_timeout.as_millis()
+                ));
+            }
+            validations.push(Validation {
+                command: command.clone(),
+                exit_code: if output.timed_out {
+                    None
+                } else {
+                    output.exit_code
+                },
+                tree: tree.to_string(),
+                config_hash: config_hash.clone(),
+                sandbox: backend.clone(),
+                duration_ms,
+                output_tail: (self.redact)(&tail(&text, OUTPUT_TAIL)),
+            });
+        }
+        Ok(validations)
+    }
+
+    fn materialize(&self, tree: &str) -> Result<PathBuf, String> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((current, path)) = &state.materialized {
+            if current == tree {
+                return Ok(path.clone());
+            }
+        }
+        if let Some((_, old)) = state.materialized.take() {
+            let _ = remove_read_only_tree(&old);
+        }
+        let dest = self.scratch.join("trees").join(tree);
+        if dest.exists() {
+            let _ = remove_read_only_tree(&dest);
+        }
+        materialize_tree(
+            &self.git,
+            &self.mirror,
+            &self.scratch.join("candidate"),
+            &self.base_commit,
+            tree,
+            &dest,
+        )
+        .map_err(|e| format!("cannot materialize the candidate tree: {e}"))?;
+        state.materialized = Some((tree.to_string(), dest.clone()));
+        Ok(dest)
+    }
+
+    /// Creates the proposal commit and ref for `tree` with its passing validations.
+    pub fn propose(
+        &self,
+        tree: &str,
+        summary: &str,
+        validations: Vec<Validation>,
+    ) -> Result<Proposal, String> {
+        let commit = create_proposal_commit(ProposalInput {
+            git: &self.git,
+            mirror: &self.mirror,
+            scratch: &self.scratch.join("candidate"),
+            task_id: &self.task_id,
+            base_commit: &self.base_commit,
+            tree,
+            summary,
+            time: self.commit_time,
+        })
+        .map_err(|e| format!("cannot create the proposal commit: {e}"))?;
+        let stats = diff_files(&self.git, &self.mirror, &self.base_commit, &commit)
+            .map_err(|e| format!("cannot compute the proposal's diff: {e}"))?;
+        let files: Vec<ChangedFile> = stats
+            .into_iter()
+            .map(|s| ChangedFile {
+                path: s.path,
+                status: s.status,
+                additions: s.additions,
+                deletions: s.deletions,
+            })
+            .collect();
+        let diff_stat = DiffStat {
+            files_changed: files.len() as u64,
+            additions: files.iter().filter_map(|f| f.additions).sum(),
+            deletions: files.iter().filter_map(|f| f.deletions).sum(),
+        };
+        let validations_json = serde_json::to_value(&validations)
+            .map_err(|e| format!("cannot serialise validations: {e}"))?;
+        let hash = proposal_hash(&self.base_commit, tree, &commit, &validations_json);
+        Ok(Proposal {
+            id: format!(
+                "prp_{}",
+                self.task_id
+                    .strip_prefix("tsk_")
+                    .unwrap_or(self.task_id.as_str())
+            ),
+            repo: self.repo.clone(),
+            base_commit: self.base_commit.clone(),
+            commit,
+            tree: tree.to_string(),
+            reference: proposal_ref(&self.task_id),
+            diff_stat,
+            files,
+            summary: summary.to_string(),
+            hash,
+            validations,
+        })
+    }
+}
+
+/// A tracing-free warning (the tools crate logs nothing itself): goes to stderr.
+fn tracing_free_warn(text: &str) {
+    eprintln!("warden: warning: {text}");
+}
+
+fn remove_read_only_tree(path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fn open_up(dir: &std::path::Path) -> std::io::Result<()> {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            if entry.file_type()?.is_dir() {
+                open_up(&entry.path())?;
+            }
+        }
+        Ok(())
+    }
+    open_up(path)?;
+    std::fs::remove_dir_all(path)
+}
+
+/// The last `max` bytes of `text` on a character boundary.
+fn tail(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("…{}", &text[start..])
+}
+
+fn render(validations: &[Validation]) -> String {
+    let mut out = String::new();
+    for v in validations {
+        let status = match v.exit_code {
+            Some(0) => "passed".to_string(),
+            Some(code) => format!("FAILED (exit code {code})"),
+            None => "FAILED (killed or timed out)".to_string(),
+        };
+        out.push_str(&format!(
+            "$ {}\n{status} in {} ms\n",
+            v.command, v.duration_ms
+        ));
+        if !v.output_tail.trim().is_empty() && v.exit_code != Some(0) {
+            out.push_str(&format!(
+                "--- output (tail) ---\n{}\n",
+                v.output_tail.trim_end()
+            ));
+        }
+    }
+    out
+}
+
+/// `run_checks`: builds the candidate tree and runs the checks on it.
+pub struct RunChecks {
+    session: Arc<ChangeSession>,
+}
+
+impl RunChecks {
+    pub fn new(session: Arc<ChangeSession>) -> RunChecks {
+        RunChecks { session }
+    }
+}
+
+impl Tool for RunChecks {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "run_checks".into(),
+            description: "Run the repository's check commands (tests, linters) in the sandbox \
+                on exactly the files your change would commit. Use it to iterate before \
+                submit_change."
+                .into(),
+            parameters: json!({"type": "object", "properties": {}, "additionalProperties": false}),
+        }
+    }
+
+    fn describe(&self, _arguments: &Value) -> String {
+        "run_checks".into()
+    }
+
+    fn call<'a>(&'a self, _arguments: Value) -> BoxFuture<'a, ToolOutput> {
+        let session = self.session.clone();
+        Box::pin(async move {
+            let result = blocking::run(move || {
+                if session.checks.is_empty() {
+                    return Ok("no check commands are configured for this repository".into());
+                }
+                let candidate = session.candidate()?;
+                let validations = session.run_checks(&candidate.tree)?;
+                let failed = validations.iter().filter(|v| !v.passed()).count();
+                let mut text = format!(
+                    "candidate tree {} ({} files changed, {} deleted)\n{}",
+                    &candidate.tree[..12.min(candidate.tree.len())],
+                    candidate.written.len(),
+                    candidate.deleted.len(),
+                    render(&validations)
+                );
+                for (path, reason) in &candidate.skipped {
+                    text.push_str(&format!("not in the candidate: {path} ({reason})\n"));
+                }
+                if failed > 0 {
+                    Err(text)
+                } else {
+                    Ok(text)
+                }
+            })
+            .await;
+            match result {
+                None => ToolOutput::Error("the checks crashed Warden's worker thread".into()),
+                Some(Ok(text)) => ToolOutput::Ok(text),
+                Some(Err(text)) => ToolOutput::Error(text),
+            }
+        })
+    }
+}
+
+/// `submit_change`: the final validation and, if it passes, the proposal.
+pub struct SubmitChange {
+    session: Arc<ChangeSession>,
+}
+
+impl SubmitChange {
+    pub fn new(session: Arc<ChangeSession>) -> SubmitChange {
+        SubmitChange { session }
+    }
+}
+
+impl Tool for SubmitChange {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "submit_change".into(),
+            description: "Submit your change. Warden builds the commit from the files you \
+                wrote, runs the checks on exactly that tree, and proposes it if they pass; \
+                failing checks come back to you (at most 3 submissions). `summary` becomes the \
+                commit message: a short first line, then details."
+                .into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "summary": {"type": "string", "minLength": 1, "maxLength": 20000}
+                },
+                "required": ["summary"],
+                "additionalProperties": false
+            }),
+        }
+    }
+
+    fn describe(&self, _arguments: &Value) -> String {
+        "submit_change".into()
+    }
+
+    fn call<'a>(&'a self, arguments: Value) -> BoxFuture<'a, ToolOutput> {
+        let session = self.session.clone();
+        let summary = arguments["summary"]
+            .as_str()
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        Box::pin(async move {
+            let result = blocking::run(move || submit(&session, summary)).await;
+            result.unwrap_or_else(|| {
+                ToolOutput::Error("the submission crashed Warden's worker thread".into())
+            })
+        })
+    }
+}
+
+fn submit(session: &ChangeSession, summary: String) -> ToolOutput {
+    let candidate = match session.candidate() {
+        Ok(candidate) => candidate,
+        Err(text) => return ToolOutput::Error(text),
+    };
+    if candidate.tree == session.base_tree {
+        return ToolOutput::Finish(Finish::Change {
+            summary,
+            proposal: None,
+        });
+    }
+    let validations = match session.run_checks(&candidate.tree) {
+        Ok(validations) => validations,
+        Err(text) => return ToolOutput::Error(text),
+    };
+    let failed: Vec<&Validation> = validations.iter().filter(|v| !v.passed()).collect();
+    if !failed.is_empty() {
+        return ToolOutput::Rejected(
+            failed
+                .iter()
+                .map(|v| {
+                    format!(
+                        "check `{}` failed ({}) on tree {}:\n{}",
+                        v.command,
+                        v.exit_code
+                            .map_or("killed or timed out".to_string(), |c| format!(
+                                "exit code {c}"
+                            )),
+                        &v.tree[..12.min(v.tree.len())],
+                        v.output_tail.trim_end()
+                    )
+                })
+                .collect(),
+        );
+    }
+    match session.propose(&candidate.tree, &summary, validations) {
+        Ok(proposal) => ToolOutput::Finish(Finish::Change {
+            summary,
+            proposal: Some(Box::new(proposal)),
+        }),
+        Err(text) => ToolOutput::Error(text),
+    }
+}
