@@ -118,7 +118,12 @@ fn an_edit_with_passing_checks_becomes_a_proposal_and_apply_makes_a_branch() {
         ),
     ]);
     let warden = Warden::openai(&server.url());
-    let run = run_change(&warden, &repo, &["--check", "bash check.sh"]);
+    // The second check proves the checks see exactly the tree: the ignored file is not there.
+    let run = run_change(
+        &warden,
+        &repo,
+        &["--check", "bash check.sh", "--check", "test ! -e debug.log"],
+    );
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, transcript(&server));
     let result = run.json();
     assert_eq!(result["kind"], "change");
@@ -132,6 +137,7 @@ fn an_edit_with_passing_checks_becomes_a_proposal_and_apply_makes_a_branch() {
         format!("refs/warden/proposals/{task_id}").as_str()
     );
     assert!(proposal["hash"].as_str().unwrap().starts_with("sha256:"));
+    assert_eq!(proposal["validations"].as_array().unwrap().len(), 2);
     let validation = &proposal["validations"][0];
     assert_eq!(validation["command"], "bash check.sh");
     assert_eq!(validation["exit_code"], 0);
@@ -310,7 +316,10 @@ fn hostile_paths_are_refused_as_tool_errors_and_nothing_lands() {
         // A symlink planted with the shell, pointing outside; writes through it are refused.
         call(
             "shell",
-            json!({"command": format!("ln -s {outside_path} escape && ln -s .git gitlink && echo ok")}),
+            json!({"command": format!(
+                "ln -s {outside_path} escape && ln -s .git gitlink && mkdir -p .git/hooks \\
+                 && echo evil > .git/hooks/pre-commit && echo ok"
+            )}),
         ),
         call(
             "write_file",
@@ -433,4 +442,41 @@ fn apply_patch_changes_files_and_a_conflict_is_a_tool_error() {
         .map(|f| f["path"].as_str().unwrap())
         .collect();
     assert_eq!(files, ["README.md", "src/lib.txt"]);
+}
+
+#[test]
+fn a_directory_replaced_or_renamed_with_the_shell_is_picked_up() {
+    let repo = TempRepo::new();
+    repo.write("src/a.txt", "a\n")
+        .write("src/b.txt", "b\n")
+        .write("docs/guide.md", "guide\n")
+        .write("keep.txt", "keep\n");
+    repo.commit("initial");
+    let server = ScriptedModelServer::start_blocking(vec![
+        call(
+            "shell",
+            // An opaque directory (removed and recreated) and a renamed one.
+            json!({"command": "rm -rf src && mkdir src && echo c > src/c.txt && mv docs manual"}),
+        ),
+        call("submit_change", json!({"summary": "reshuffle"})),
+    ]);
+    let warden = Warden::openai(&server.url());
+    let run = run_change(
+        &warden,
+        &repo,
+        &["--check", "test -f src/c.txt && test ! -e src/a.txt"],
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, transcript(&server));
+    let result = run.json();
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    let mirror = mirror_of(&warden);
+    let commit = result["proposal"]["commit"].as_str().unwrap();
+    assert_eq!(
+        git_in(&mirror, &["ls-tree", "-r", "--name-only", commit]),
+        "keep.txt\nmanual/guide.md\nsrc/c.txt"
+    );
+    assert_eq!(
+        git_in(&mirror, &["show", &format!("{commit}:manual/guide.md")]),
+        "guide"
+    );
 }
