@@ -41,6 +41,10 @@ pub struct RunArgs {
     /// `baseline_failing`
     #[arg(long)]
     pub baseline: bool,
+    /// With a proposal, also fetch it into the (local) repository as branch `warden/<task-id>`
+    /// (never touches the work tree, index or current branch)
+    #[arg(long)]
+    pub apply: bool,
     /// The change request
     pub request: String,
 }
@@ -229,6 +233,7 @@ pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
         backend,
         &args.checks,
         baseline,
+        change::preflight_notices(&repo),
         report,
     );
     record.transcript.push(TranscriptEntry {
@@ -248,6 +253,28 @@ pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
         status,
         outcome: finish_line(&result),
     });
+    if args.apply {
+        if let (ChangeOutcome::Proposal { .. }, Source::Path(path)) =
+            (&result.outcome, &repo.pinned.source)
+        {
+            let branch = format!("warden/{task_id}");
+            match warden_repo::proposal::fetch_proposal_into(
+                store.git(),
+                &repo.pinned.mirror,
+                task_id.as_str(),
+                path,
+                &branch,
+            ) {
+                Ok(_) => progress.line(&format!(
+                    "warden: branch {branch} created in {} (work tree untouched)",
+                    path.display()
+                )),
+                Err(error) => progress.line(&format!("warden: --apply failed: {error}")),
+            }
+        } else if matches!(result.outcome, ChangeOutcome::Proposal { .. }) {
+            progress.line("warden: --apply needs a local repository; use warden apply --repo");
+        }
+    }
     if args.json {
         println!("{}", redactor.json(serde_json::to_value(&result)?));
     } else {

@@ -19,7 +19,7 @@ use warden_runtime::{
     Model, RunInput, RunOutcome, RunReport, Tool,
 };
 use warden_sandbox::{Backend, Sandbox, SandboxView, ViewSpec};
-use warden_tools::checks::{ChangeSession, Redact, RunChecks, SubmitChange};
+use warden_tools::checks::{ChangeSession, ChangeSessionConfig, Redact, RunChecks, SubmitChange};
 use warden_tools::edit::{ApplyPatch, EditFile, WriteFile};
 use warden_tools::faux::FAUX_LABEL;
 use warden_tools::shell::Shell;
@@ -111,24 +111,24 @@ pub fn change_session(setup: &ChangeSetup<'_>) -> Result<Arc<ChangeSession>, Set
     let redactor = setup.config.redactor();
     let redact: Redact = Arc::new(move |text: &str| redactor.text(text));
     let git = warden_repo::Git::locate().map_err(|e| SetupError::Infrastructure(e.to_string()))?;
-    Ok(Arc::new(ChangeSession::new(
+    Ok(Arc::new(ChangeSession::new(ChangeSessionConfig {
         git,
-        setup.repo.pinned.name.clone(),
-        setup.repo.pinned.mirror.clone(),
-        setup.repo.pinned.commit.clone(),
-        setup.repo.pinned.tree.clone(),
-        setup.repo.snapshot.root.clone(),
-        setup.sandbox.upper.clone(),
-        setup.sandbox.root().to_path_buf(),
-        setup.scratch_dir.join("work"),
-        setup.task_id.to_string(),
-        setup.created_at_ms / 1000,
-        setup.sandbox.sandbox.clone(),
-        setup.checks.to_vec(),
-        CHECK_TIMEOUT,
-        setup.config.sandbox.limits,
+        repo: setup.repo.pinned.name.clone(),
+        mirror: setup.repo.pinned.mirror.clone(),
+        base_commit: setup.repo.pinned.commit.clone(),
+        base_tree: setup.repo.pinned.tree.clone(),
+        snapshot: setup.repo.snapshot.root.clone(),
+        upper: setup.sandbox.upper.clone(),
+        merged: setup.sandbox.root().to_path_buf(),
+        scratch: setup.scratch_dir.join("work"),
+        task_id: setup.task_id.to_string(),
+        commit_time: setup.created_at_ms / 1000,
+        sandbox: setup.sandbox.sandbox.clone(),
+        checks: setup.checks.to_vec(),
+        check_timeout: CHECK_TIMEOUT,
+        limits: setup.config.sandbox.limits,
         redact,
-    )))
+    })))
 }
 
 /// The tools of a change task. Reads see the merged view, so the agent reads its own edits.
@@ -166,15 +166,17 @@ pub fn change_tools(
 pub fn run_baseline(
     session: &ChangeSession,
 ) -> Result<Vec<Validation>, (Failure, Vec<Validation>)> {
-    let validations = session.run_checks(&session.base_tree).map_err(|message| {
-        (
-            Failure {
-                code: FailureCode::SandboxError,
-                message,
-            },
-            Vec::new(),
-        )
-    })?;
+    let validations = session
+        .run_checks(&session.config.base_tree)
+        .map_err(|message| {
+            (
+                Failure {
+                    code: FailureCode::SandboxError,
+                    message,
+                },
+                Vec::new(),
+            )
+        })?;
     let failing: Vec<&str> = validations
         .iter()
         .filter(|v| !v.passed())
@@ -185,7 +187,7 @@ pub fn run_baseline(
     } else {
         let message = format!(
             "the checks already fail on the base commit {} before any change: {}",
-            session.base_commit,
+            session.config.base_commit,
             failing.join(", ")
         );
         Err((
@@ -195,6 +197,42 @@ pub fn run_baseline(
             },
             validations,
         ))
+    }
+}
+
+/// Files and folders through which other agents take instructions from a repository. Warden
+/// never reads them as configuration (SPEC §7.4); their presence is reported.
+const AGENT_CONFIGURATION: &[&str] = &[
+    "AGENTS.md",
+    "CLAUDE.md",
+    ".mcp.json",
+    ".claude",
+    ".codex",
+    ".cursor",
+    ".cursorrules",
+    ".vscode",
+    ".github/copilot-instructions.md",
+    ".githooks",
+    ".husky",
+    ".pre-commit-config.yaml",
+];
+
+/// Preflight on the base snapshot: repository-supplied agent, MCP and hook configuration is
+/// ignored, and said so.
+pub fn preflight_notices(repo: &TaskRepo) -> Vec<String> {
+    let found: Vec<&str> = AGENT_CONFIGURATION
+        .iter()
+        .copied()
+        .filter(|name| repo.snapshot.root.join(name).symlink_metadata().is_ok())
+        .collect();
+    if found.is_empty() {
+        Vec::new()
+    } else {
+        vec![format!(
+            "repository-supplied agent, MCP or hook configuration ignored (shown to the agent \
+             only as untrusted file content): {}",
+            found.join(", ")
+        )]
     }
 }
 
@@ -304,6 +342,7 @@ pub fn change_report(
     sandbox: Option<Backend>,
     checks: &[String],
     baseline: Vec<Validation>,
+    mut notices: Vec<String>,
     report: RunReport,
 ) -> ChangeReport {
     let failed = |failure: Failure| {
@@ -366,7 +405,6 @@ pub fn change_report(
             message: format!("{tool} needs an approval, which is not supported yet: {reason}"),
         }),
     };
-    let mut notices = Vec::new();
     if model.name() == "faux" {
         notices.push(format!(
             "{FAUX_LABEL}: the deterministic demo runner cannot make changes"

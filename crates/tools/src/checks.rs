@@ -33,7 +33,7 @@ const OUTPUT_TAIL: usize = 4000;
 pub type Redact = Arc<dyn Fn(&str) -> String + Send + Sync>;
 
 /// Everything a change task's checks and submission need.
-pub struct ChangeSession {
+pub struct ChangeSessionConfig {
     pub git: Git,
     pub repo: String,
     /// Warden's bare mirror; candidate blobs, trees and the proposal commit are written here.
@@ -55,6 +55,11 @@ pub struct ChangeSession {
     pub check_timeout: Duration,
     pub limits: ResourceLimits,
     pub redact: Redact,
+}
+
+/// A change task's candidate, checks and proposal, shared by `run_checks` and `submit_change`.
+pub struct ChangeSession {
+    pub config: ChangeSessionConfig,
     state: Mutex<SessionState>,
 }
 
@@ -66,42 +71,9 @@ struct SessionState {
 }
 
 impl ChangeSession {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        git: Git,
-        repo: String,
-        mirror: PathBuf,
-        base_commit: String,
-        base_tree: String,
-        snapshot: PathBuf,
-        upper: PathBuf,
-        merged: PathBuf,
-        scratch: PathBuf,
-        task_id: String,
-        commit_time: u64,
-        sandbox: Arc<dyn Sandbox>,
-        checks: Vec<String>,
-        check_timeout: Duration,
-        limits: ResourceLimits,
-        redact: Redact,
-    ) -> ChangeSession {
+    pub fn new(config: ChangeSessionConfig) -> ChangeSession {
         ChangeSession {
-            git,
-            repo,
-            mirror,
-            base_commit,
-            base_tree,
-            snapshot,
-            upper,
-            merged,
-            scratch,
-            task_id,
-            commit_time,
-            sandbox,
-            checks,
-            check_timeout,
-            limits,
-            redact,
+            config,
             state: Mutex::new(SessionState::default()),
         }
     }
@@ -111,9 +83,9 @@ impl ChangeSession {
     pub fn config_hash(&self) -> String {
         use sha2::Digest;
         let text = json!({
-            "checks": self.checks,
-            "sandbox": self.sandbox.backend().as_str(),
-            "timeout_ms": self.check_timeout.as_millis() as u64,
+            "checks": self.config.checks,
+            "sandbox": self.config.sandbox.backend().as_str(),
+            "timeout_ms": self.config.check_timeout.as_millis() as u64,
         })
         .to_string();
         format!(
@@ -125,44 +97,47 @@ impl ChangeSession {
     /// Builds the candidate tree of the view as it is now.
     pub fn candidate(&self) -> Result<Candidate, String> {
         build_candidate_tree(CandidateInput {
-            git: &self.git,
-            mirror: &self.mirror,
-            base_tree: &self.base_tree,
-            upper: &self.upper,
-            merged: &self.merged,
-            scratch: &self.scratch.join("candidate"),
+            git: &self.config.git,
+            mirror: &self.config.mirror,
+            base_tree: &self.config.base_tree,
+            upper: &self.config.upper,
+            merged: &self.config.merged,
+            scratch: &self.config.scratch.join("candidate"),
         })
         .map_err(|e| format!("cannot build the candidate tree: {e}"))
     }
 
     /// Runs every check on `tree`, each in a fresh writable view over its materialization.
     pub fn run_checks(&self, tree: &str) -> Result<Vec<Validation>, String> {
-        let lower = if tree == self.base_tree {
-            self.snapshot.clone()
+        let lower = if tree == self.config.base_tree {
+            self.config.snapshot.clone()
         } else {
             self.materialize(tree)?
         };
-        std::fs::create_dir_all(&self.scratch)
-            .map_err(|e| format!("cannot create {}: {e}", self.scratch.display()))?;
+        std::fs::create_dir_all(&self.config.scratch)
+            .map_err(|e| format!("cannot create {}: {e}", self.config.scratch.display()))?;
         let config_hash = self.config_hash();
-        let backend = self.sandbox.backend().as_str().to_string();
+        let backend = self.config.sandbox.backend().as_str().to_string();
         let mut validations = Vec::new();
-        for command in &self.checks {
+        for command in &self.config.checks {
             let scratch_dir = {
                 let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
                 state.views_opened += 1;
-                self.scratch.join(format!("check-{}", state.views_opened))
+                self.config
+                    .scratch
+                    .join(format!("check-{}", state.views_opened))
             };
             let view = self
+                .config
                 .sandbox
                 .open(&ViewSpec {
-                    lower: vec![(self.repo.clone(), lower.clone())],
+                    lower: vec![(self.config.repo.clone(), lower.clone())],
                     writable: true,
                     scratch_dir,
                 })
                 .map_err(|e| format!("sandbox error: the check view could not be opened: {e}"))?;
-            let mut spec = CommandSpec::bash(command, self.check_timeout);
-            spec.limits = self.limits;
+            let mut spec = CommandSpec::bash(command, self.config.check_timeout);
+            spec.limits = self.config.limits;
             spec.output_limit = 256 * 1024;
             let started = Instant::now();
             let output = view.run(&spec);
@@ -181,7 +156,7 @@ impl ChangeSession {
             if output.timed_out {
                 text.push_str(&format!(
                     "\n[timed out after {} ms]",
-                    self.check_timeout.as_millis()
+                    self.config.check_timeout.as_millis()
                 ));
             }
             validations.push(Validation {
@@ -195,7 +170,7 @@ impl ChangeSession {
                 config_hash: config_hash.clone(),
                 sandbox: backend.clone(),
                 duration_ms,
-                output_tail: (self.redact)(&tail(&text, OUTPUT_TAIL)),
+                output_tail: (self.config.redact)(&tail(&text, OUTPUT_TAIL)),
             });
         }
         Ok(validations)
@@ -211,15 +186,15 @@ impl ChangeSession {
         if let Some((_, old)) = state.materialized.take() {
             let _ = remove_read_only_tree(&old);
         }
-        let dest = self.scratch.join("trees").join(tree);
+        let dest = self.config.scratch.join("trees").join(tree);
         if dest.exists() {
             let _ = remove_read_only_tree(&dest);
         }
         materialize_tree(
-            &self.git,
-            &self.mirror,
-            &self.scratch.join("candidate"),
-            &self.base_commit,
+            &self.config.git,
+            &self.config.mirror,
+            &self.config.scratch.join("candidate"),
+            &self.config.base_commit,
             tree,
             &dest,
         )
@@ -236,18 +211,23 @@ impl ChangeSession {
         validations: Vec<Validation>,
     ) -> Result<Proposal, String> {
         let commit = create_proposal_commit(ProposalInput {
-            git: &self.git,
-            mirror: &self.mirror,
-            scratch: &self.scratch.join("candidate"),
-            task_id: &self.task_id,
-            base_commit: &self.base_commit,
+            git: &self.config.git,
+            mirror: &self.config.mirror,
+            scratch: &self.config.scratch.join("candidate"),
+            task_id: &self.config.task_id,
+            base_commit: &self.config.base_commit,
             tree,
             summary,
-            time: self.commit_time,
+            time: self.config.commit_time,
         })
         .map_err(|e| format!("cannot create the proposal commit: {e}"))?;
-        let stats = diff_files(&self.git, &self.mirror, &self.base_commit, &commit)
-            .map_err(|e| format!("cannot compute the proposal's diff: {e}"))?;
+        let stats = diff_files(
+            &self.config.git,
+            &self.config.mirror,
+            &self.config.base_commit,
+            &commit,
+        )
+        .map_err(|e| format!("cannot compute the proposal's diff: {e}"))?;
         let files: Vec<ChangedFile> = stats
             .into_iter()
             .map(|s| ChangedFile {
@@ -264,19 +244,20 @@ impl ChangeSession {
         };
         let validations_json = serde_json::to_value(&validations)
             .map_err(|e| format!("cannot serialise validations: {e}"))?;
-        let hash = proposal_hash(&self.base_commit, tree, &commit, &validations_json);
+        let hash = proposal_hash(&self.config.base_commit, tree, &commit, &validations_json);
         Ok(Proposal {
             id: format!(
                 "prp_{}",
-                self.task_id
+                self.config
+                    .task_id
                     .strip_prefix("tsk_")
-                    .unwrap_or(self.task_id.as_str())
+                    .unwrap_or(self.config.task_id.as_str())
             ),
-            repo: self.repo.clone(),
-            base_commit: self.base_commit.clone(),
+            repo: self.config.repo.clone(),
+            base_commit: self.config.base_commit.clone(),
             commit,
             tree: tree.to_string(),
-            reference: proposal_ref(&self.task_id),
+            reference: proposal_ref(&self.config.task_id),
             diff_stat,
             files,
             summary: summary.to_string(),
@@ -372,7 +353,7 @@ impl Tool for RunChecks {
         let session = self.session.clone();
         Box::pin(async move {
             let result = blocking::run(move || {
-                if session.checks.is_empty() {
+                if session.config.checks.is_empty() {
                     return Ok("no check commands are configured for this repository".into());
                 }
                 let candidate = session.candidate()?;
@@ -460,7 +441,7 @@ fn submit(session: &ChangeSession, summary: String) -> ToolOutput {
         Ok(candidate) => candidate,
         Err(text) => return ToolOutput::Error(text),
     };
-    if candidate.tree == session.base_tree {
+    if candidate.tree == session.config.base_tree {
         return ToolOutput::Finish(Finish::Change {
             summary,
             proposal: None,
