@@ -839,3 +839,184 @@ pub fn materialize_tree(
     std::fs::create_dir_all(dest).map_err(RepoError::io("create", dest))?;
     materialize(git, mirror, &commit, tree, dest)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{RepoSpec, RepoStore};
+    use std::os::unix::fs::symlink;
+    use warden_test_support::git_fixture::TempRepo;
+
+    fn writable_fixture() -> (tempfile::TempDir, tempfile::TempDir, WritableRoot) {
+        let outside = tempfile::tempdir().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("src")).unwrap();
+        std::fs::write(root.join("src/lib.rs"), "fn main() {}\n").unwrap();
+        symlink(outside.path(), root.join("escape")).unwrap();
+        symlink("src", root.join("inside")).unwrap();
+        symlink("src/lib.rs", root.join("file_link")).unwrap();
+        let writable = WritableRoot::open(root).unwrap();
+        (dir, outside, writable)
+    }
+
+    #[test]
+    fn writes_stay_beneath_the_root_and_never_follow_symlinks() {
+        let (dir, outside, root) = writable_fixture();
+        for ok in ["src/lib.rs", "new/deep/file.txt", "./src/../top.txt"] {
+            root.write(ok, b"x").unwrap_or_else(|e| panic!("{ok}: {e}"));
+        }
+        assert_eq!(std::fs::read(dir.path().join("top.txt")).unwrap(), b"x");
+        type Expect = fn(&WriteError) -> bool;
+        let refused: &[(&str, Expect)] = &[
+            ("/etc/passwd", |e| {
+                matches!(e, WriteError::Confined(ConfineError::Absolute(_)))
+            }),
+            ("../x", |e| {
+                matches!(e, WriteError::Confined(ConfineError::Escapes(_)))
+            }),
+            (".git/hooks/x", |e| {
+                matches!(e, WriteError::Confined(ConfineError::GitDir(_)))
+            }),
+            ("src/.GIT/x", |e| {
+                matches!(e, WriteError::Confined(ConfineError::GitDir(_)))
+            }),
+            ("escape/x", |e| matches!(e, WriteError::Symlink(_))),
+            ("inside/x", |e| matches!(e, WriteError::Symlink(_))),
+            ("file_link", |e| matches!(e, WriteError::Symlink(_))),
+            ("", |e| matches!(e, WriteError::IsDirectory(_))),
+            ("src", |e| {
+                matches!(e, WriteError::IsDirectory(_) | WriteError::Io { .. })
+            }),
+            ("src/lib.rs/x", |e| matches!(e, WriteError::Io { .. })),
+        ];
+        for (path, expected) in refused {
+            let error = root.write(path, b"x").unwrap_err();
+            assert!(expected(&error), "{path}: {error:?}");
+        }
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+        assert!(root.read("escape/anything").is_err());
+        assert!(root.read("file_link").is_err());
+        assert_eq!(root.read("src/lib.rs").unwrap(), b"x");
+    }
+
+    /// Without an upper directory (a plain copy, as the `local` backend makes) every path is
+    /// compared; ignored new files and `.git` stay out; deletions and modes are picked up.
+    #[test]
+    fn builds_the_tree_of_a_plain_copy() {
+        let repo = TempRepo::new();
+        repo.write("a.txt", "a\n")
+            .write("dir/b.txt", "b\n")
+            .write("gone.txt", "bye\n")
+            .write(".gitignore", "*.log\n");
+        let base_commit = repo.commit("base");
+        let home = tempfile::tempdir().unwrap();
+        let store = RepoStore::open(home.path()).unwrap();
+        let spec = RepoSpec::parse(repo.path().to_str().unwrap(), Path::new("/")).unwrap();
+        let pinned = store.pin(&spec).unwrap();
+        assert_eq!(pinned.commit, base_commit);
+
+        let merged = tempfile::tempdir().unwrap();
+        let m = merged.path();
+        std::fs::create_dir_all(m.join("dir")).unwrap();
+        std::fs::create_dir_all(m.join(".git")).unwrap();
+        std::fs::write(m.join("a.txt"), "A\n").unwrap();
+        std::fs::write(m.join("dir/b.txt"), "b\n").unwrap();
+        std::fs::write(m.join(".gitignore"), "*.log\n").unwrap();
+        std::fs::write(m.join("new.txt"), "new\n").unwrap();
+        std::fs::write(m.join("noise.log"), "noise\n").unwrap();
+        std::fs::write(m.join(".git/config"), "[core]\n").unwrap();
+        std::fs::set_permissions(m.join("dir/b.txt"), std::fs::Permissions::from_mode(0o755))
+            .unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let candidate = build_candidate_tree(CandidateInput {
+            git: store.git(),
+            mirror: &pinned.mirror,
+            base_tree: &pinned.tree,
+            upper: &m.join("no-upper-here"),
+            merged: m,
+            scratch: scratch.path(),
+        })
+        .unwrap();
+        assert_eq!(candidate.written, ["a.txt", "dir/b.txt", "new.txt"]);
+        assert_eq!(candidate.deleted, ["gone.txt"]);
+        assert!(candidate
+            .skipped
+            .iter()
+            .any(|(p, why)| p == "noise.log" && why.contains("gitignore")));
+        assert!(candidate.skipped.iter().any(|(p, _)| p == ".git"));
+        let git_dir = format!("--git-dir={}", pinned.mirror.display());
+        let listing = store
+            .git()
+            .run(
+                &pinned.mirror,
+                &[&git_dir, "ls-tree", "-r", &candidate.tree],
+            )
+            .unwrap()
+            .text();
+        let entries: Vec<(&str, &str)> = listing
+            .lines()
+            .map(|l| {
+                let (meta, path) = l.split_once('\t').unwrap();
+                (meta.split(' ').next().unwrap(), path)
+            })
+            .collect();
+        assert_eq!(
+            entries,
+            [
+                ("100644", ".gitignore"),
+                ("100644", "a.txt"),
+                ("100755", "dir/b.txt"),
+                ("100644", "new.txt")
+            ]
+        );
+
+        // Same state again: the same tree. The base itself: the base tree.
+        let again = build_candidate_tree(CandidateInput {
+            git: store.git(),
+            mirror: &pinned.mirror,
+            base_tree: &pinned.tree,
+            upper: &m.join("no-upper-here"),
+            merged: m,
+            scratch: scratch.path(),
+        })
+        .unwrap();
+        assert_eq!(again.tree, candidate.tree);
+
+        // The commit is deterministic and materializes to exactly the tree.
+        let identity = CommitIdentity::warden(1_700_000_000);
+        let one = write_commit(
+            store.git(),
+            &pinned.mirror,
+            scratch.path(),
+            &candidate.tree,
+            &pinned.commit,
+            "m",
+            &identity,
+        )
+        .unwrap();
+        let two = write_commit(
+            store.git(),
+            &pinned.mirror,
+            scratch.path(),
+            &candidate.tree,
+            &pinned.commit,
+            "m",
+            &identity,
+        )
+        .unwrap();
+        assert_eq!(one, two);
+        let dest = scratch.path().join("tree");
+        materialize_tree(
+            store.git(),
+            &pinned.mirror,
+            scratch.path(),
+            &pinned.commit,
+            &candidate.tree,
+            &dest,
+        )
+        .unwrap();
+        assert_eq!(std::fs::read_to_string(dest.join("a.txt")).unwrap(), "A\n");
+        assert!(!dest.join("noise.log").exists() && !dest.join("gone.txt").exists());
+    }
+}

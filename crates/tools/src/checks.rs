@@ -78,14 +78,16 @@ impl ChangeSession {
         }
     }
 
-    /// sha256 of the check list and the sandbox backend: what a validation's result depends
-    /// on besides the tree.
+    /// sha256 of the check list, timeout, sandbox backend and Warden version: what a
+    /// validation's result depends on besides the tree.
     pub fn config_hash(&self) -> String {
         use sha2::Digest;
         let text = json!({
             "checks": self.config.checks,
             "sandbox": self.config.sandbox.backend().as_str(),
             "timeout_ms": self.config.check_timeout.as_millis() as u64,
+            // The sandbox implementation ships with Warden: its version is the backend's.
+            "warden": env!("CARGO_PKG_VERSION"),
         })
         .to_string();
         format!(
