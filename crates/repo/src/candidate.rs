@@ -304,10 +304,23 @@ pub fn build_candidate_tree(input: CandidateInput<'_>) -> Result<Candidate, Repo
         walk_merged(input.merged, "", &mut touched, &mut skipped)?;
     }
 
-    // 2. The state of every touched path in the merged view.
+    // 2. The state of every touched path in the merged view. Submodules (gitlinks) are
+    // materialized as empty directories: they stay as they are, and nothing enters below them.
+    let gitlinks: Vec<&String> = base
+        .iter()
+        .filter(|(_, entry)| entry.mode == "160000")
+        .map(|(path, _)| path)
+        .collect();
     let mut deleted: BTreeSet<String> = BTreeSet::new();
     let mut present: BTreeMap<String, (String, Vec<u8>)> = BTreeMap::new();
     for path in &touched {
+        if gitlinks.iter().any(|link| {
+            path.strip_prefix(link.as_str())
+                .is_some_and(|r| r.starts_with('/'))
+        }) {
+            skipped.push((path.clone(), "inside a submodule".into()));
+            continue;
+        }
         let on_disk = input.merged.join(path);
         let remove_base_under = |deleted: &mut BTreeSet<String>| {
             let prefix = format!("{path}/");
@@ -348,7 +361,7 @@ pub fn build_candidate_tree(input: CandidateInput<'_>) -> Result<Candidate, Repo
                 } else if kind.is_dir() {
                     // A directory where the base had a file: the file is gone; the directory's
                     // contents were listed by the walk.
-                    if base.contains_key(path) {
+                    if base.get(path).is_some_and(|entry| entry.mode != "160000") {
                         deleted.insert(path.clone());
                     }
                 } else {
@@ -909,6 +922,14 @@ mod tests {
             .write("dir/b.txt", "b\n")
             .write("gone.txt", "bye\n")
             .write(".gitignore", "*.log\n");
+        // A submodule (gitlink) whose checkout is an empty directory.
+        std::fs::create_dir(repo.path().join("sub")).unwrap();
+        repo.git(&[
+            "update-index",
+            "--add",
+            "--cacheinfo",
+            &format!("160000,{},sub", "1".repeat(40)),
+        ]);
         let base_commit = repo.commit("base");
         let home = tempfile::tempdir().unwrap();
         let store = RepoStore::open(home.path()).unwrap();
@@ -926,6 +947,8 @@ mod tests {
         std::fs::write(m.join("new.txt"), "new\n").unwrap();
         std::fs::write(m.join("noise.log"), "noise\n").unwrap();
         std::fs::write(m.join(".git/config"), "[core]\n").unwrap();
+        std::fs::create_dir_all(m.join("sub")).unwrap();
+        std::fs::write(m.join("sub/inside.txt"), "x\n").unwrap();
         std::fs::set_permissions(m.join("dir/b.txt"), std::fs::Permissions::from_mode(0o755))
             .unwrap();
         let scratch = tempfile::tempdir().unwrap();
@@ -945,6 +968,10 @@ mod tests {
             .iter()
             .any(|(p, why)| p == "noise.log" && why.contains("gitignore")));
         assert!(candidate.skipped.iter().any(|(p, _)| p == ".git"));
+        assert!(candidate
+            .skipped
+            .iter()
+            .any(|(p, why)| p == "sub/inside.txt" && why.contains("submodule")));
         let git_dir = format!("--git-dir={}", pinned.mirror.display());
         let listing = store
             .git()
@@ -967,7 +994,8 @@ mod tests {
                 ("100644", ".gitignore"),
                 ("100644", "a.txt"),
                 ("100755", "dir/b.txt"),
-                ("100644", "new.txt")
+                ("100644", "new.txt"),
+                ("160000", "sub")
             ]
         );
 
@@ -1018,5 +1046,18 @@ mod tests {
         .unwrap();
         assert_eq!(std::fs::read_to_string(dest.join("a.txt")).unwrap(), "A\n");
         assert!(!dest.join("noise.log").exists() && !dest.join("gone.txt").exists());
+        // Materializations and snapshots are read-only; open them up so the temp dirs go.
+        for dir in [scratch.path(), home.path()] {
+            open_up(dir);
+        }
+    }
+
+    fn open_up(dir: &Path) {
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                open_up(&entry.path());
+            }
+        }
     }
 }
