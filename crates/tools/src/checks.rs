@@ -144,9 +144,9 @@ impl ChangeSession {
             let started = Instant::now();
             let output = view.run(&spec);
             let duration_ms = started.elapsed().as_millis() as u64;
-            if let Err(error) = view.close() {
-                tracing_free_warn(&format!("closing a check view failed: {error}"));
-            }
+            // A view that fails to close leaves only its scratch directory, which the task's
+            // scratch removal takes with it.
+            let _ = view.close();
             let output = output.map_err(|e| format!("sandbox error running {command:?}: {e}"))?;
             let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
             if !output.stderr.is_empty() {
@@ -267,11 +267,6 @@ impl ChangeSession {
             validations,
         })
     }
-}
-
-/// A tracing-free warning (the tools crate logs nothing itself): goes to stderr.
-fn tracing_free_warn(text: &str) {
-    eprintln!("warden: warning: {text}");
 }
 
 fn remove_read_only_tree(path: &std::path::Path) -> std::io::Result<()> {

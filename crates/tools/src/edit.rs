@@ -205,6 +205,22 @@ fn patch_path(text: &str) -> Option<String> {
     )
 }
 
+/// `@@ -a[,b] +c[,d] @@` → (a, b, d); a missing count is 1.
+fn parse_hunk_header(header: &str) -> Option<(usize, usize, usize)> {
+    let rest = header.strip_prefix("@@ -")?;
+    let (ranges, _) = rest.split_once(" @@")?;
+    let (old, new) = ranges.split_once(" +")?;
+    let range = |text: &str| -> Option<(usize, usize)> {
+        match text.split_once(',') {
+            Some((start, count)) => Some((start.parse().ok()?, count.parse().ok()?)),
+            None => Some((text.parse().ok()?, 1)),
+        }
+    };
+    let (old_start, old_count) = range(old)?;
+    let (_, new_count) = range(new)?;
+    Some((old_start, old_count, new_count))
+}
+
 /// Parses a unified diff (`diff --git` headers and the like are skipped).
 pub fn parse_patch(patch: &str) -> Result<Vec<FilePatch>, String> {
     let lines: Vec<&str> = patch.lines().collect();
@@ -225,34 +241,46 @@ pub fn parse_patch(patch: &str) -> Result<Vec<FilePatch>, String> {
             index += 2;
             while index < lines.len() && lines[index].starts_with("@@") {
                 let header = lines[index];
-                let old_start = header
-                    .strip_prefix("@@ -")
-                    .and_then(|rest| rest.split([',', ' ']).next())
-                    .and_then(|n| n.parse::<usize>().ok())
+                let (old_start, mut old_left, mut new_left) = parse_hunk_header(header)
                     .ok_or_else(|| format!("line {}: bad hunk header {header:?}", index + 1))?;
                 index += 1;
                 let mut hunk = Hunk {
                     old_start,
                     lines: Vec::new(),
                 };
-                while index < lines.len() {
+                // The header's counts say where the hunk ends, so a removed line that looks
+                // like a header (`--- x`) is still a line of the hunk.
+                while index < lines.len() && (old_left > 0 || new_left > 0) {
                     let body = lines[index];
-                    if body.starts_with("@@") || body.starts_with("--- ") {
-                        break;
-                    }
-                    if body.starts_with('\\') {
-                        index += 1;
-                        continue;
-                    }
-                    if body.starts_with("diff ") {
-                        break;
-                    }
-                    match body.chars().next() {
-                        Some(' ' | '-' | '+') => hunk.lines.push(body.to_string()),
+                    index += 1;
+                    let (kind, line) = match body.chars().next() {
+                        Some('\\') => continue,
+                        Some(kind @ (' ' | '-' | '+')) => (kind, body.to_string()),
                         // An empty line inside a hunk is an empty context line.
-                        None => hunk.lines.push(" ".to_string()),
-                        Some(_) => break,
+                        None => (' ', " ".to_string()),
+                        Some(_) => {
+                            return Err(format!(
+                                "line {index}: {body:?} is not a context (space), removed (-) or \
+                                 added (+) line, but the hunk header promises more lines"
+                            ))
+                        }
+                    };
+                    match kind {
+                        ' ' => {
+                            old_left = old_left.saturating_sub(1);
+                            new_left = new_left.saturating_sub(1);
+                        }
+                        '-' => old_left = old_left.saturating_sub(1),
+                        _ => new_left = new_left.saturating_sub(1),
                     }
+                    hunk.lines.push(line);
+                }
+                if old_left > 0 || new_left > 0 {
+                    return Err(format!(
+                        "the hunk {header:?} ends early: the patch is truncated"
+                    ));
+                }
+                while index < lines.len() && lines[index].starts_with('\\') {
                     index += 1;
                 }
                 file.hunks.push(hunk);
@@ -462,5 +490,14 @@ mod tests {
         assert_eq!(new[0].old_path, None);
         assert_eq!(apply_hunks("", &new[0].hunks).unwrap(), "a\nb\n");
         assert!(parse_patch("just text").is_err());
+        // A removed line that looks like a file header stays in its hunk.
+        let sql = parse_patch("--- a/q.sql\n+++ b/q.sql\n@@ -1,2 +1,1 @@\n--- comment\n select\n")
+            .unwrap();
+        assert_eq!(sql.len(), 1);
+        assert_eq!(
+            apply_hunks("-- comment\nselect\n", &sql[0].hunks).unwrap(),
+            "select\n"
+        );
+        assert!(parse_patch("--- a/f\n+++ b/f\n@@ -1,3 +1,3 @@\n a\n").is_err());
     }
 }
