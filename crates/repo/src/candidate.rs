@@ -913,6 +913,32 @@ mod tests {
         assert_eq!(root.read("src/lib.rs").unwrap(), b"x");
     }
 
+    proptest::proptest! {
+        #[test]
+        fn no_write_lands_outside_or_in_git(parts in proptest::collection::vec(
+            proptest::prop_oneof![
+                proptest::strategy::Just("..".to_string()),
+                proptest::strategy::Just(".".to_string()),
+                proptest::strategy::Just(".git".to_string()),
+                proptest::strategy::Just("escape".to_string()),
+                proptest::strategy::Just("inside".to_string()),
+                proptest::strategy::Just("file_link".to_string()),
+                proptest::strategy::Just("src".to_string()),
+                "[a-z./]{0,6}",
+            ], 1..6)) {
+            let (dir, outside, root) = writable_fixture();
+            let joined = parts.join("/");
+            let _ = root.write(&joined, b"x");
+            proptest::prop_assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+            proptest::prop_assert!(!dir.path().join(".git").exists(), "{}", joined);
+            // The symlinks themselves were never replaced.
+            for link in ["escape", "inside", "file_link"] {
+                let meta = std::fs::symlink_metadata(dir.path().join(link)).unwrap();
+                proptest::prop_assert!(meta.file_type().is_symlink(), "{} after {}", link, joined);
+            }
+        }
+    }
+
     /// Without an upper directory (a plain copy, as the `local` backend makes) every path is
     /// compared; ignored new files and `.git` stay out; deletions and modes are picked up.
     #[test]
