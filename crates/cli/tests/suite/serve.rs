@@ -348,6 +348,31 @@ fn serve_answers_questions_over_http_with_checked_citations() {
     assert!(stderr.contains("warden: stopped"), "{stderr}");
     let (runtime, store) = open_store(&warden);
     runtime.block_on(store.check_integrity()).unwrap();
+    // Each run's journal and events are in the store, complete, before the run finished.
+    for id in &ids {
+        let id: warden_protocol::TaskId = id.parse().unwrap();
+        let run = warden_store::RunRef {
+            task: id.clone(),
+            number: 1,
+        };
+        let journal = runtime.block_on(store.journal(&run)).unwrap();
+        warden_store::journal::verify_chain(&journal).unwrap();
+        assert_eq!(journal.first().unwrap().kind, "run_started");
+        assert_eq!(journal.last().unwrap().kind, "run_finished");
+        assert!(journal.iter().any(|r| r.kind == "model_decision"));
+        let events = runtime
+            .block_on(store.events_after(&warden_store::EventStream::Task(id), 0, 1000))
+            .unwrap();
+        let kinds: Vec<Value> = events
+            .iter()
+            .map(|e| serde_json::to_value(&e.event).unwrap()["type"].clone())
+            .collect();
+        assert_eq!(kinds.first().unwrap(), "task_started", "{kinds:?}");
+        assert_eq!(kinds.last().unwrap(), "task_finished", "{kinds:?}");
+        assert!(kinds.iter().any(|k| k == "tool_finished"), "{kinds:?}");
+        let seqs: Vec<u64> = events.iter().map(|e| e.task_seq).collect();
+        assert_eq!(seqs, (1..=events.len() as u64).collect::<Vec<_>>());
+    }
 }
 
 #[test]
