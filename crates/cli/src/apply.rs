@@ -6,9 +6,9 @@
 use crate::records;
 use crate::usage;
 use anyhow::Context;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use warden_protocol::{ChangeOutcome, TaskId, TaskKind};
-use warden_repo::proposal::{fetch_proposal_into, proposal_ref, ApplyError, ApplyOutcome};
+use warden_repo::proposal::{fetch_proposal_into, ApplyError, ApplyOutcome};
 use warden_repo::Git;
 use warden_server::config::Config;
 
@@ -50,7 +50,7 @@ pub fn apply(config: &Config, args: ApplyArgs) -> anyhow::Result<u8> {
         .clone()
         .unwrap_or_else(|| format!("warden/{id}"));
     let git = Git::locate()?;
-    let mirror = find_mirror(&git, &config.home, &proposal.repo, id.as_str())?;
+    let mirror = crate::approve::find_mirror(&git, &config.home, &proposal.repo, id.as_str())?;
     match fetch_proposal_into(&git, &mirror, id.as_str(), &target, &branch) {
         Ok((outcome, commit)) => {
             if commit != proposal.commit {
@@ -72,33 +72,4 @@ pub fn apply(config: &Config, args: ApplyArgs) -> anyhow::Result<u8> {
         }
         Err(error) => Err(error.into()),
     }
-}
-
-/// The mirror holding the task's proposal ref (mirrors are named `<repo>-<hash>.git`).
-fn find_mirror(git: &Git, home: &Path, repo: &str, task: &str) -> anyhow::Result<PathBuf> {
-    let dir = home.join("mirrors");
-    let prefix = format!("{repo}-");
-    let reference = proposal_ref(task);
-    for entry in
-        std::fs::read_dir(&dir).with_context(|| format!("cannot list {}", dir.display()))?
-    {
-        let entry = entry?;
-        let name = entry.file_name();
-        let name = name.to_string_lossy();
-        if !(name.starts_with(&prefix) && name.ends_with(".git")) {
-            continue;
-        }
-        let path = entry.path();
-        let git_dir = format!("--git-dir={}", path.display());
-        if git
-            .run(
-                &path,
-                &[&git_dir, "rev-parse", "--verify", "--quiet", &reference],
-            )
-            .is_ok()
-        {
-            return Ok(path);
-        }
-    }
-    anyhow::bail!("no mirror under {} holds {reference}", dir.display())
 }

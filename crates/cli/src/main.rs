@@ -2,6 +2,7 @@
 //! and dispatches. Errors print as `warden: error: …` with their causes; exit codes follow SPEC §2.
 
 mod apply;
+mod approve;
 mod ask;
 mod doctor;
 mod ids;
@@ -37,6 +38,10 @@ enum Command {
     Run(run::RunArgs),
     /// Fetch a change task's proposal into your repository as a branch (work tree untouched)
     Apply(apply::ApplyArgs),
+    /// Approve what an approval is bound to (its hash), e.g. publishing a proposal
+    Approve(approve::ApproveArgs),
+    /// Reject an approval: nothing is published
+    Reject(approve::RejectArgs),
     /// Show a task and its result
     Show {
         task: String,
@@ -124,6 +129,8 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Run(args) => tokio_runtime()?.block_on(run::run(&config, args)),
         Command::Apply(args) => apply::apply(&config, args),
+        Command::Approve(args) => tokio_runtime()?.block_on(approve::approve(&config, args)),
+        Command::Reject(args) => approve::reject(&config, args),
         Command::Show { task, json } => {
             let id = task.parse().map_err(usage)?;
             let record = records::load(&config.home, &id).map_err(usage)?;

@@ -11,8 +11,8 @@ use crate::records::{self, RepoRecord, TaskRecord};
 use crate::{ids, text, usage};
 use anyhow::Context;
 use warden_protocol::{
-    ChangeOutcome, ChangeResult, Event, Failure, FailureCode, Role, TaskKind, TaskStatus,
-    TranscriptEntry, Usage,
+    Approval, ApprovalStatus, ChangeOutcome, ChangeResult, Event, Failure, FailureCode,
+    PublicationStatus, Role, TaskId, TaskKind, TaskStatus, TranscriptEntry, Usage,
 };
 use warden_repo::{RepoSpec, RepoStore, Source};
 use warden_runtime::{
@@ -41,6 +41,10 @@ pub struct RunArgs {
     /// `baseline_failing`
     #[arg(long)]
     pub baseline: bool,
+    /// Publish the proposal to the repository's remote as branch `warden/<task-id>`, after an
+    /// approval bound to the proposal hash (`warden approve`); the task waits (exit code 4)
+    #[arg(long)]
+    pub publish: bool,
     /// With a proposal, also fetch it into the (local) repository as branch `warden/<task-id>`
     /// (never touches the work tree, index or current branch)
     #[arg(long)]
@@ -224,8 +228,8 @@ pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
     };
     remove_scratch(&scratch);
     let change::ChangeReport {
-        result,
-        status,
+        mut result,
+        mut status,
         reply,
     } = change::change_report(
         &task_id,
@@ -236,6 +240,29 @@ pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
         change::preflight_notices(&repo),
         report,
     );
+    if args.publish {
+        if let ChangeOutcome::Proposal {
+            proposal,
+            publication,
+        } = &mut result.outcome
+        {
+            // Nothing reaches the remote before a person approves this exact proposal hash.
+            publication.status = PublicationStatus::AwaitingApproval;
+            publication.branch = Some(format!("warden/{task_id}"));
+            result.approval = Some(Approval {
+                id: format!(
+                    "apr_{}",
+                    task_id.as_str().trim_start_matches(TaskId::PREFIX)
+                ),
+                kind: "publish".into(),
+                subject_hash: proposal.hash.clone(),
+                status: ApprovalStatus::Pending,
+                decided_by: None,
+                decided_at: None,
+            });
+            status = TaskStatus::WaitingApproval;
+        }
+    }
     record.transcript.push(TranscriptEntry {
         role: Role::User,
         text: request,
@@ -369,6 +396,15 @@ pub fn render_change(result: &ChangeResult) -> String {
                 "\nGet it as a branch with: warden apply {}\n",
                 result.task_id
             ));
+            if let Some(approval) = &result.approval {
+                if approval.status == ApprovalStatus::Pending {
+                    out.push_str(&format!(
+                        "Publishing waits for your approval of exactly this proposal:\n  warden \
+                         approve {} --hash {}\n",
+                        approval.id, approval.subject_hash
+                    ));
+                }
+            }
         }
         ChangeOutcome::NoChange { summary } => {
             out.push_str(&format!(

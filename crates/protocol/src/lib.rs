@@ -384,6 +384,32 @@ pub struct Publication {
     pub pr_url: Option<String>,
 }
 
+/// Where an approval stands. `approved` and `rejected` are final: an approval is used once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApprovalStatus {
+    Pending,
+    Approved,
+    Rejected,
+}
+
+/// A human decision bound to the hash of exactly what it approves (SPEC §1).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Approval {
+    /// `apr_` followed by the task id's ULID part.
+    pub id: String,
+    /// What is approved, e.g. `publish`.
+    pub kind: String,
+    /// The hash of the subject (for `publish`, the proposal hash).
+    pub subject_hash: String,
+    pub status: ApprovalStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_at: Option<String>,
+}
+
 /// The outcome of a change task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "outcome", rename_all = "snake_case")]
@@ -414,6 +440,9 @@ pub struct ChangeResult {
     /// Check runs on the base commit (`--baseline`), before the agent changed anything.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub baseline: Vec<Validation>,
+    /// The approval publication waits for (`--publish`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Approval>,
     pub usage: Usage,
     pub model: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -425,7 +454,12 @@ pub struct ChangeResult {
 impl ChangeResult {
     /// CLI exit code per SPEC §2.
     pub fn exit_code(&self) -> i32 {
-        match self.outcome {
+        match &self.outcome {
+            ChangeOutcome::Proposal { publication, .. }
+                if publication.status == PublicationStatus::AwaitingApproval =>
+            {
+                4
+            }
             ChangeOutcome::Proposal { .. } | ChangeOutcome::NoChange { .. } => 0,
             ChangeOutcome::Failure { .. } => 1,
             ChangeOutcome::Clarification { .. } => 3,

@@ -268,3 +268,76 @@ pub fn proposal_hash(
         hex::encode(sha2::Sha256::digest(text.as_bytes()))
     )
 }
+
+/// The commit `refs/heads/<branch>` points at on `remote`, asked of the remote itself.
+pub fn remote_branch(
+    git: &Git,
+    mirror: &Path,
+    remote: &str,
+    branch: &str,
+) -> Result<Option<String>, RepoError> {
+    let git_dir = format!("--git-dir={}", mirror.display());
+    let full = format!("refs/heads/{branch}");
+    let output = git.run_transfer(
+        mirror,
+        &[&git_dir, "ls-remote", "--end-of-options", remote, &full],
+    )?;
+    Ok(output.text().lines().find_map(|line| {
+        let (id, name) = line.split_once('\t')?;
+        (name == full).then(|| id.to_string())
+    }))
+}
+
+/// What [`push_proposal`] found or did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PushOutcome {
+    Pushed,
+    /// The remote branch already held the commit (an earlier attempt got through).
+    AlreadyThere,
+}
+
+/// Pushes `commit` from the mirror to `refs/heads/<branch>` on `remote`, at most once: the
+/// remote is asked first, a branch already at the commit counts as done, a branch anywhere else
+/// is refused, and the push itself never forces.
+pub fn push_proposal(
+    git: &Git,
+    mirror: &Path,
+    remote: &str,
+    commit: &str,
+    branch: &str,
+) -> Result<PushOutcome, ApplyError> {
+    let full = format!("refs/heads/{branch}");
+    if branch.starts_with('-') || git.run(mirror, &["check-ref-format", &full]).is_err() {
+        return Err(ApplyError::InvalidBranch(branch.to_string()));
+    }
+    match remote_branch(git, mirror, remote, branch)? {
+        Some(existing) if existing == commit => return Ok(PushOutcome::AlreadyThere),
+        Some(existing) => {
+            return Err(ApplyError::BranchExists {
+                branch: branch.to_string(),
+                existing,
+            })
+        }
+        None => {}
+    }
+    let git_dir = format!("--git-dir={}", mirror.display());
+    let refspec = format!("{commit}:{full}");
+    git.run_transfer(
+        mirror,
+        &[
+            &git_dir,
+            "push",
+            "--quiet",
+            "--no-verify",
+            "--end-of-options",
+            remote,
+            &refspec,
+        ],
+    )?;
+    match remote_branch(git, mirror, remote, branch)? {
+        Some(existing) if existing == commit => Ok(PushOutcome::Pushed),
+        other => Err(ApplyError::Repo(RepoError::UnexpectedOutput(format!(
+            "after the push the remote branch {branch} is at {other:?}, not {commit}"
+        )))),
+    }
+}

@@ -36,6 +36,12 @@ pub enum RecordKind {
     LimitReached,
     /// The run ended, with its outcome and usage.
     RunFinished,
+    /// A person approved or rejected something bound to a hash.
+    ApprovalDecided,
+    /// A side effect (a push, a pull request) is about to start: written before it starts.
+    SideEffectIntent,
+    /// What a side effect did, as confirmed by asking the remote.
+    SideEffectOutcome,
 }
 
 /// One journal line.

@@ -434,6 +434,7 @@ pub fn change_report(
             kind: TaskKind::Change,
             outcome,
             baseline,
+            approval: None,
             usage: report.usage,
             model: model.name(),
             sandbox: sandbox.map(|b| b.as_str().to_string()),

@@ -499,3 +499,124 @@ fn a_directory_replaced_or_renamed_with_the_shell_is_picked_up() {
         "guide"
     );
 }
+
+#[test]
+fn publish_waits_for_an_approval_bound_to_the_hash_and_pushes_exactly_once() {
+    let repo = sample_repo();
+    let remote = tempfile::tempdir().unwrap();
+    let remote_git = remote.path().join("remote.git");
+    repo.git(&["init", "-q", "--bare", remote_git.to_str().unwrap()]);
+    repo.git(&["remote", "add", "origin", remote_git.to_str().unwrap()]);
+    let server = ScriptedModelServer::start_blocking(vec![
+        call(
+            "edit_file",
+            json!({"path": "src/lib.txt", "old": "beta", "new": "BETA"}),
+        ),
+        call("submit_change", json!({"summary": "Uppercase beta"})),
+    ]);
+    let warden = Warden::openai(&server.url());
+    let run = run_change(&warden, &repo, &["--check", "bash check.sh", "--publish"]);
+    assert_eq!(run.code, 4, "{}\n{}", run.stdout, transcript(&server));
+    let result = run.json();
+    assert_eq!(result["publication"]["status"], "awaiting_approval");
+    let task_id = result["task_id"].as_str().unwrap();
+    let branch = format!("warden/{task_id}");
+    assert_eq!(result["publication"]["branch"], branch.as_str());
+    let approval = &result["approval"];
+    assert_eq!(approval["status"], "pending");
+    assert_eq!(approval["subject_hash"], result["proposal"]["hash"]);
+    let id = approval["id"].as_str().unwrap();
+    let hash = approval["subject_hash"].as_str().unwrap();
+    let commit = result["proposal"]["commit"].as_str().unwrap();
+    let remote_branches = || {
+        git_in(
+            &remote_git,
+            &["for-each-ref", "--format=%(refname) %(objectname)"],
+        )
+    };
+    // Nothing reached the remote.
+    assert_eq!(remote_branches(), "");
+
+    // A wrong hash is refused, and nothing is pushed.
+    let wrong = warden.run(&[
+        "approve",
+        id,
+        "--hash",
+        &format!("sha256:{}", "0".repeat(64)),
+    ]);
+    assert_eq!(wrong.code, 2, "{}", wrong.stderr);
+    assert_eq!(remote_branches(), "");
+
+    // Crash right after the push, before anything records it; approving again reconciles
+    // with the remote instead of pushing twice.
+    let mut crashing = warden.command(&["approve", id, "--hash", hash]);
+    crashing.env("WARDEN_FAILPOINT", "publish_after_push");
+    #[allow(clippy::disallowed_methods)]
+    let crashed = crashing.output().unwrap();
+    assert_eq!(
+        crashed.status.code(),
+        Some(101),
+        "{}",
+        String::from_utf8_lossy(&crashed.stderr)
+    );
+    assert_eq!(remote_branches(), format!("refs/heads/{branch} {commit}"));
+    let resumed = warden.run(&["approve", id, "--hash", hash]);
+    assert_eq!(resumed.code, 0, "{}", resumed.stderr);
+    assert!(
+        resumed.stdout.contains("already there"),
+        "{}",
+        resumed.stdout
+    );
+    assert_eq!(remote_branches(), format!("refs/heads/{branch} {commit}"));
+    let shown = warden.run(&["show", task_id, "--json"]);
+    let record: serde_json::Value = serde_json::from_str(&shown.stdout).unwrap();
+    assert_eq!(record["change_result"]["publication"]["status"], "pushed");
+    assert_eq!(record["change_result"]["approval"]["status"], "approved");
+    assert_eq!(record["status"], "completed");
+
+    // Single use.
+    let again = warden.run(&["approve", id, "--hash", hash]);
+    assert_eq!(again.code, 2, "{}", again.stderr);
+}
+
+#[test]
+fn a_stale_approval_is_refused_and_a_rejection_publishes_nothing() {
+    let repo = sample_repo();
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let remote = tempfile::tempdir().unwrap();
+    let remote_git = remote.path().join("remote.git");
+    repo.git(&["init", "-q", "--bare", remote_git.to_str().unwrap()]);
+    repo.git(&["remote", "add", "origin", remote_git.to_str().unwrap()]);
+    let server = ScriptedModelServer::start_blocking(vec![
+        call(
+            "edit_file",
+            json!({"path": "src/lib.txt", "old": "beta", "new": "BETA"}),
+        ),
+        call("submit_change", json!({"summary": "Uppercase beta"})),
+    ]);
+    let warden = Warden::openai(&server.url());
+    let run = run_change(&warden, &repo, &["--check", "bash check.sh", "--publish"]);
+    assert_eq!(run.code, 4, "{}", run.stderr);
+    let result = run.json();
+    let task_id = result["task_id"].as_str().unwrap();
+    let id = result["approval"]["id"].as_str().unwrap();
+    let hash = result["approval"]["subject_hash"].as_str().unwrap();
+    // The subject changes under the approval: the proposal ref now points elsewhere.
+    let mirror = mirror_of(&warden);
+    git_in(
+        &mirror,
+        &[
+            "update-ref",
+            &format!("refs/warden/proposals/{task_id}"),
+            &base,
+        ],
+    );
+    let stale = warden.run(&["approve", id, "--hash", hash]);
+    assert_eq!(stale.code, 2, "{}", stale.stderr);
+    assert!(stale.stderr.contains("changed"), "{}", stale.stderr);
+    assert_eq!(git_in(&remote_git, &["for-each-ref"]), "");
+    let rejected = warden.run(&["reject", id]);
+    assert_eq!(rejected.code, 0, "{}", rejected.stderr);
+    assert_eq!(warden.run(&["reject", id]).code, 2);
+    assert_eq!(git_in(&remote_git, &["for-each-ref"]), "");
+}
