@@ -684,3 +684,155 @@ fn crash_harness_every_accepted_task_ends_exactly_once_after_repeated_kill_9() {
     // The kills landed while tasks ran: the harness tested something.
     assert!(interrupted >= 1);
 }
+
+/// A fresh schema of the database `WARDEN_TEST_POSTGRES_URL` names, dropped afterwards; `None`
+/// when no test database is configured.
+struct PgSchema {
+    admin_url: String,
+    name: String,
+}
+
+impl PgSchema {
+    fn create() -> Option<PgSchema> {
+        let Ok(admin_url) = std::env::var("WARDEN_TEST_POSTGRES_URL") else {
+            eprintln!("skipped: WARDEN_TEST_POSTGRES_URL not set");
+            return None;
+        };
+        let name = format!("serve_{}_{}", std::process::id(), random_below(1 << 40));
+        pg_execute(&admin_url, &format!("CREATE SCHEMA {name}"));
+        Some(PgSchema { admin_url, name })
+    }
+
+    fn url(&self) -> String {
+        let separator = if self.admin_url.contains('?') {
+            '&'
+        } else {
+            '?'
+        };
+        format!(
+            "{}{separator}options=-csearch_path%3D{}",
+            self.admin_url, self.name
+        )
+    }
+}
+
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        pg_execute(
+            &self.admin_url,
+            &format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name),
+        );
+    }
+}
+
+fn pg_execute(url: &str, sql: &str) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let connection = tokio::spawn(connection);
+        client.batch_execute(sql).await.unwrap();
+        drop(client);
+        let _ = connection.await;
+    });
+}
+
+#[test]
+fn workers_share_a_postgres_queue_and_a_dead_workers_task_is_finished_by_another() {
+    let Some(schema) = PgSchema::create() else {
+        return;
+    };
+    let repo = sample_repo();
+    let mut script = Vec::new();
+    for _ in 0..40 {
+        script.push(
+            openai::tool_call("submit_answer", &submit_answer("src/lib.rs", 31, 33)).delayed(1_500),
+        );
+    }
+    let model = ScriptedModelServer::start_blocking(script);
+    let config = "[serve]\nworkers = 1\nlease_secs = 1\n";
+    let warden = Warden::openai(&model.url())
+        .with("WARDEN_SANDBOX", "local")
+        .with("WARDEN_DATABASE_URL", &schema.url());
+    write_config(&warden, config);
+    let server = Server::start(&warden);
+    server.register("app", &repo);
+
+    // A second machine: its own home, the same database, workers only.
+    let remote = Warden::openai(&model.url())
+        .with("WARDEN_SANDBOX", "local")
+        .with("WARDEN_DATABASE_URL", &schema.url());
+    write_config(&remote, config);
+    let mut worker = remote
+        .command(&["worker"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(worker.stderr.take().unwrap()).lines();
+    let ready = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find(|line| line.starts_with("warden: worker worker-"));
+    assert!(ready.is_some(), "warden worker did not start");
+    std::thread::spawn(move || for _ in lines {});
+
+    let ids: Vec<String> = (0..4)
+        .map(|n| server.submit(ALICE, "app", &format!("question {n}")))
+        .collect();
+    // Each process runs one task at a time and a decision takes 1.5 s: the second request to
+    // the model comes from the worker machine. Kill it while it waits for the answer.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while model.requests().len() < 2 {
+        assert!(Instant::now() < deadline, "the worker never claimed a task");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    worker.kill().unwrap();
+    worker.wait().unwrap();
+    for id in &ids {
+        let task = server.wait_terminal(ALICE, id);
+        assert_eq!(task["status"], "completed", "{task}");
+    }
+    server.terminate();
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = runtime.block_on(warden_store::open(&schema.url())).unwrap();
+    let mut workers = std::collections::HashSet::new();
+    let mut interrupted = 0;
+    for id in &ids {
+        let runs = runtime
+            .block_on(store.list_runs(&id.parse().unwrap()))
+            .unwrap();
+        for run in &runs {
+            workers.insert(run.worker.clone());
+            if run.outcome.as_deref() == Some(warden_store::RUN_INTERRUPTED) {
+                interrupted += 1;
+                assert!(run.worker.starts_with("worker-"), "{run:?}");
+            }
+        }
+        assert_eq!(
+            runs.iter()
+                .filter(|r| r.outcome.as_deref() == Some("completed"))
+                .count(),
+            1
+        );
+    }
+    assert!(
+        workers.iter().any(|w| w.starts_with("worker-")),
+        "{workers:?}"
+    );
+    assert!(
+        workers.iter().any(|w| w.starts_with("serve-")),
+        "{workers:?}"
+    );
+    assert!(interrupted >= 1, "the killed worker held no run");
+    drop(store);
+    drop(runtime);
+}
