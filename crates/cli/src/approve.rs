@@ -176,7 +176,7 @@ pub async fn approve(config: &Config, args: ApproveArgs) -> anyhow::Result<u8> {
         .append(
             SystemClock.now_ms(),
             RecordKind::SideEffectIntent,
-            serde_json::json!({"push": {"remote": redactor.text(&remote), "branch": branch, "commit": proposal.commit}}),
+            serde_json::json!({"push": {"remote": redactor.text(&warden_repo::redact_credentials(&remote)), "branch": branch, "commit": proposal.commit}}),
         )
         .await?;
     let outcome = push_proposal(&git, &mirror, &remote, &proposal.commit, &branch);
