@@ -451,7 +451,7 @@ impl Agent<'_> {
                 let remaining = self.config.max_rejected_submissions - attempt;
                 let message = format!(
                     "submission rejected (attempt {attempt}; {remaining} left):\n- {}\nFix \
-                     these problems and submit again. Cite only line ranges you have read.",
+                     these problems and submit again.",
                     errors.join("\n- ")
                 );
                 push_tool_result(state, call, message, true);
