@@ -345,22 +345,11 @@ pub fn render_result(result: &QuestionResult) -> String {
             ));
         }
     }
-    let usage = &result.usage;
-    let cost = match usage.cost_usd {
-        Some(cost) => format!("${cost:.4}"),
-        None => "cost unknown".into(),
-    };
-    out.push_str(&format!(
-        "\n[{} · {} · {} model calls · {} tool calls · {} in / {} out tokens · {cost}]\n",
-        result.task_id,
-        text::one_line(&result.model),
-        usage.model_calls,
-        usage.tool_calls,
-        usage.input_tokens,
-        usage.output_tokens
+    out.push_str(&text::result_footer(
+        &result.task_id,
+        &result.model,
+        &result.usage,
+        &result.notices,
     ));
-    for notice in &result.notices {
-        out.push_str(&format!("note: {}\n", text::one_line(notice)));
-    }
     out
 }

@@ -434,20 +434,11 @@ pub fn render_change(result: &ChangeResult) -> String {
             text::block(&v.output_tail, "    ")
         ));
     }
-    let usage = &result.usage;
-    let cost = match usage.cost_usd {
-        Some(cost) => format!("${cost:.4}"),
-        None => "cost unknown".into(),
-    };
-    out.push_str(&format!(
-        "\n[{} · {} · {} model calls · {} tool calls · {cost}]\n",
-        result.task_id,
-        text::one_line(&result.model),
-        usage.model_calls,
-        usage.tool_calls,
+    out.push_str(&text::result_footer(
+        &result.task_id,
+        &result.model,
+        &result.usage,
+        &result.notices,
     ));
-    for notice in &result.notices {
-        out.push_str(&format!("note: {}\n", text::one_line(notice)));
-    }
     out
 }

@@ -25,6 +25,31 @@ pub fn block(text: &str, indent: &str) -> String {
     out
 }
 
+/// The closing lines of a human-readable result: task, model, spend, and notices.
+pub fn result_footer(
+    task_id: &warden_protocol::TaskId,
+    model: &str,
+    usage: &warden_protocol::Usage,
+    notices: &[String],
+) -> String {
+    let cost = match usage.cost_usd {
+        Some(cost) => format!("${cost:.4}"),
+        None => "cost unknown".into(),
+    };
+    let mut out = format!(
+        "\n[{task_id} · {} · {} model calls · {} tool calls · {} in / {} out tokens · {cost}]\n",
+        one_line(model),
+        usage.model_calls,
+        usage.tool_calls,
+        usage.input_tokens,
+        usage.output_tokens
+    );
+    for notice in notices {
+        out.push_str(&format!("note: {}\n", one_line(notice)));
+    }
+    out
+}
+
 fn push_escaped(out: &mut String, c: char) {
     match c {
         '\t' => out.push_str("\\t"),
