@@ -1,0 +1,275 @@
+//! The HTTP API of SPEC §6 on axum. This module holds the shared parts (errors, JSON bodies,
+//! state, router, ids and times); each submodule owns a group of routes and adds them through
+//! its `routes()`.
+//!
+//! - Bearer tokens from `WARDEN_API_TOKENS` (`name:role:token`, comma-separated), compared in
+//!   constant time (SHA-256 of both sides, then a comparison that looks at every byte of every
+//!   token). Tasks belong to the token's name; only `admin` sees everyone's; `viewer` only reads;
+//!   only `admin` registers repositories (a server path is the server's file system).
+//! - Errors are `{"error":{"code","message"}}` through one [`ApiError`] with stable codes
+//!   ([`ErrorCode`]); bodies are JSON objects of at most 1 MiB with no unknown fields.
+//! - `POST /v1/tasks` honours `Idempotency-Key` (same key and body: the same task; same key,
+//!   other body: 409) and answers `202` with the task; workers are woken at once.
+
+mod auth;
+mod repos;
+mod tasks;
+
+pub use auth::{ApiRole, Caller, Tokens};
+pub use tasks::task_json;
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, FromRequest, Request};
+use axum::http::{header, HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+use warden_protocol::TaskId;
+use warden_store::{Store, StoreError, UtcDay};
+
+/// Request bodies larger than this are refused with 413.
+pub const MAX_BODY_BYTES: usize = 1 << 20;
+
+/// Stable error codes of the API, each with its HTTP status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// The body is not JSON, or a query parameter is malformed.
+    BadRequest,
+    /// No bearer token, or one that matches no configured token.
+    Unauthorized,
+    /// The token's role may not do this.
+    Forbidden,
+    NotFound,
+    MethodNotAllowed,
+    /// The `Idempotency-Key` was used before with a different body.
+    IdempotencyConflict,
+    /// A repository with this name is registered already.
+    AlreadyExists,
+    PayloadTooLarge,
+    /// The JSON does not have the expected shape (unknown or missing fields, wrong types) or a
+    /// value is invalid.
+    InvalidRequest,
+    /// A task kind this server cannot run yet.
+    UnsupportedKind,
+    /// A task names a repository that is not registered.
+    UnknownRepository,
+    /// Warden failed; details are in the server log, never in the response.
+    Internal,
+}
+
+impl ErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::MethodNotAllowed => "method_not_allowed",
+            ErrorCode::IdempotencyConflict => "idempotency_conflict",
+            ErrorCode::AlreadyExists => "already_exists",
+            ErrorCode::PayloadTooLarge => "payload_too_large",
+            ErrorCode::InvalidRequest => "invalid_request",
+            ErrorCode::UnsupportedKind => "unsupported_kind",
+            ErrorCode::UnknownRepository => "unknown_repository",
+            ErrorCode::Internal => "internal",
+        }
+    }
+
+    pub fn status(self) -> StatusCode {
+        match self {
+            ErrorCode::BadRequest => StatusCode::BAD_REQUEST,
+            ErrorCode::Unauthorized => StatusCode::UNAUTHORIZED,
+            ErrorCode::Forbidden => StatusCode::FORBIDDEN,
+            ErrorCode::NotFound => StatusCode::NOT_FOUND,
+            ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ErrorCode::IdempotencyConflict | ErrorCode::AlreadyExists => StatusCode::CONFLICT,
+            ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            ErrorCode::InvalidRequest
+            | ErrorCode::UnsupportedKind
+            | ErrorCode::UnknownRepository => StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+/// Every error the API answers with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
+        ApiError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub(crate) fn invalid(message: impl Into<String>) -> ApiError {
+        ApiError::new(ErrorCode::InvalidRequest, message)
+    }
+
+    /// A failure of Warden itself: logged here, reported without details.
+    pub(crate) fn internal(error: impl std::fmt::Display) -> ApiError {
+        tracing::error!(%error, "request failed");
+        ApiError::new(ErrorCode::Internal, "internal error; see the server log")
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(error: StoreError) -> ApiError {
+        match error {
+            StoreError::IdempotencyConflict { key } => ApiError::new(
+                ErrorCode::IdempotencyConflict,
+                format!("Idempotency-Key {key:?} was already used with a different request"),
+            ),
+            StoreError::AlreadyExists { what, id } => ApiError::new(
+                ErrorCode::AlreadyExists,
+                format!("{what} {id} already exists"),
+            ),
+            other => ApiError::internal(other),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"code": self.code.as_str(), "message": self.message}});
+        let mut response = (self.code.status(), Json(body)).into_response();
+        if self.code == ErrorCode::Unauthorized {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+/// A JSON body: the same error format as everything else for bad JSON, unknown fields and
+/// oversized bodies.
+pub struct ApiJson<T>(pub T, pub Value);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::new(
+                        ErrorCode::PayloadTooLarge,
+                        format!("the body is larger than {MAX_BODY_BYTES} bytes"),
+                    )
+                } else {
+                    ApiError::new(ErrorCode::BadRequest, rejection.body_text())
+                }
+            })?;
+        let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
+            ApiError::new(
+                ErrorCode::BadRequest,
+                format!("the body is not valid JSON: {e}"),
+            )
+        })?;
+        if !value.is_object() {
+            return Err(ApiError::invalid("the body must be a JSON object"));
+        }
+        let parsed = serde_json::from_value(value.clone())
+            .map_err(|e| ApiError::invalid(format!("invalid request: {e}")))?;
+        Ok(ApiJson(parsed, value))
+    }
+}
+
+// --- state and router ---
+
+/// What the handlers share.
+pub struct ApiState {
+    pub store: Arc<dyn Store>,
+    pub tokens: Tokens,
+    /// Woken after each new task so an idle worker claims it at once.
+    pub wake: Arc<Notify>,
+}
+
+/// The API's routes.
+pub fn router(state: Arc<ApiState>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .merge(repos::routes())
+        .merge(tasks::routes())
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+async fn not_found(uri: Uri) -> ApiError {
+    ApiError::new(ErrorCode::NotFound, format!("no route {}", uri.path()))
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        ErrorCode::MethodNotAllowed,
+        "method not allowed on this route",
+    )
+}
+
+async fn healthz() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+// --- ids and times ---
+
+const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+
+/// `tsk_` + a ULID: 48 bits of milliseconds, 80 random bits.
+pub fn new_task_id() -> Result<TaskId, String> {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let mut random = [0u8; 10];
+    getrandom::fill(&mut random).map_err(|e| format!("no randomness available: {e}"))?;
+    let mut value: u128 = u128::from(now_ms & 0xFFFF_FFFF_FFFF) << 80;
+    for (index, byte) in random.iter().enumerate() {
+        value |= u128::from(*byte) << (8 * (9 - index));
+    }
+    let mut text = String::with_capacity(26);
+    for index in 0..26 {
+        let shift = 5 * (25 - index);
+        text.push(char::from(CROCKFORD[((value >> shift) & 0x1F) as usize]));
+    }
+    TaskId::from_ulid(&text).map_err(|e| e.to_string())
+}
+
+/// `2026-12-02T12:34:56.789Z`.
+pub fn rfc3339(ms: i64) -> String {
+    let day = UtcDay::of_ms(ms);
+    let (y, m, d) = day.ymd();
+    let in_day = ms - day.start_ms();
+    let seconds = in_day / 1000;
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        seconds / 3600,
+        (seconds / 60) % 60,
+        seconds % 60,
+        in_day % 1000
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_and_ids() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(1_796_131_143_042), "2026-12-01T13:19:03.042Z");
+        let a = new_task_id().unwrap();
+        assert!(a.as_str().starts_with("tsk_"));
+    }
+}

@@ -1,0 +1,135 @@
+//! `GET/POST /v1/repos`: registered repositories.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use warden_repo::{RepoSpec, Source};
+use warden_store::{NewRepo, Repository};
+
+use super::auth::{authenticate, ApiRole};
+use super::{rfc3339, ApiError, ApiJson, ApiState, ErrorCode};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RegisterRepo {
+    name: String,
+    source: String,
+    #[serde(default)]
+    branch: Option<String>,
+    #[serde(default)]
+    checks: Vec<String>,
+}
+
+pub(super) fn routes() -> Router<Arc<ApiState>> {
+    Router::new().route("/v1/repos", get(list_repos).post(register_repo))
+}
+
+pub(super) fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 100
+        && !name.starts_with(['.', '-'])
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+}
+
+/// A revision or branch as given: no option-looking or control-character text.
+pub(super) fn valid_rev(rev: &str) -> bool {
+    !rev.is_empty()
+        && rev.len() <= 200
+        && !rev.starts_with('-')
+        && !rev.chars().any(|c| c.is_control() || c == ' ')
+}
+
+fn repo_json(repo: &Repository) -> Value {
+    let source = match RepoSpec::parse(&repo.source, Path::new("/")) {
+        Ok(spec) => spec.source.display_redacted(),
+        Err(_) => warden_repo::redact_credentials(&repo.source),
+    };
+    json!({
+        "name": repo.name,
+        "source": source,
+        "branch": repo.branch,
+        "checks": repo.checks,
+        "created_by": repo.created_by,
+        "created_at": rfc3339(repo.created_at_ms),
+    })
+}
+
+async fn list_repos(
+    State(state): State<Arc<ApiState>>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    authenticate(&state, &headers)?;
+    let repos = state.store.list_repos().await?;
+    Ok(Json(json!({
+        "data": repos.iter().map(repo_json).collect::<Vec<_>>(),
+        "next_cursor": null,
+    })))
+}
+
+async fn register_repo(
+    State(state): State<Arc<ApiState>>,
+    headers: HeaderMap,
+    ApiJson(request, _): ApiJson<RegisterRepo>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let caller = authenticate(&state, &headers)?;
+    if caller.role != ApiRole::Admin {
+        return Err(ApiError::new(
+            ErrorCode::Forbidden,
+            "only admin tokens register repositories",
+        ));
+    }
+    if !valid_name(&request.name) {
+        return Err(ApiError::invalid(
+            "name must be 1-100 letters, digits, '.', '_' or '-', not starting with '.' or '-'",
+        ));
+    }
+    let is_url = request.source.contains("://") || !request.source.starts_with('/');
+    if !is_url && !Path::new(&request.source).is_absolute() {
+        return Err(ApiError::invalid("a source path must be absolute"));
+    }
+    let spec = RepoSpec::parse(&request.source, Path::new("/"))
+        .map_err(|e| ApiError::invalid(format!("invalid source: {e}")))?;
+    if spec.rev.is_some() {
+        return Err(ApiError::invalid(
+            "the source must not name a revision (@REV); use branch",
+        ));
+    }
+    if let Some(branch) = &request.branch {
+        if !valid_rev(branch) {
+            return Err(ApiError::invalid(format!("invalid branch {branch:?}")));
+        }
+    }
+    if request.checks.len() > 50
+        || request
+            .checks
+            .iter()
+            .any(|c| c.trim().is_empty() || c.len() > 4096 || c.contains('\0'))
+    {
+        return Err(ApiError::invalid(
+            "checks must be at most 50 non-empty commands of at most 4096 bytes",
+        ));
+    }
+    let source = match &spec.source {
+        Source::Path(path) => path.to_string_lossy().into_owned(),
+        Source::Url(url) => url.clone(),
+    };
+    let repo = state
+        .store
+        .register_repo(NewRepo {
+            name: request.name,
+            source,
+            branch: request.branch,
+            checks: request.checks,
+            created_by: caller.name,
+        })
+        .await?;
+    Ok((StatusCode::CREATED, Json(repo_json(&repo))))
+}

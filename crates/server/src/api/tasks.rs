@@ -1,0 +1,358 @@
+//! `GET/POST /v1/tasks`, `GET /v1/tasks/{id}`.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+use warden_protocol::{TaskId, TaskKind, TaskStatus};
+use warden_store::{Created, IdempotencyKey, NewTask, Store, Task, TaskQuery, TaskRepo};
+
+use super::auth::{authenticate, require_writer, ApiRole, Caller};
+use super::repos::{valid_name, valid_rev};
+use super::{new_task_id, rfc3339, ApiError, ApiJson, ApiState, ErrorCode};
+
+const MAX_PAGE: u32 = 200;
+const DEFAULT_PAGE: u32 = 50;
+const MAX_REPOS_PER_TASK: usize = 16;
+
+pub(super) fn routes() -> Router<Arc<ApiState>> {
+    Router::new()
+        .route("/v1/tasks", get(list_tasks).post(submit_task))
+        .route("/v1/tasks/{id}", get(get_task))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SubmitTask {
+    kind: String,
+    #[serde(default)]
+    repo: Option<String>,
+    #[serde(default)]
+    repos: Option<Vec<String>>,
+    prompt: String,
+    #[serde(default)]
+    follow_up_to: Option<String>,
+    #[serde(default)]
+    callback: Option<Value>,
+    #[serde(default)]
+    metadata: Option<Value>,
+}
+
+/// The task as the API shows it.
+pub fn task_json(task: &Task) -> Value {
+    let mut value = json!({
+        "id": task.id,
+        "kind": task.kind,
+        "status": task.status,
+        "owner": task.owner,
+        "repos": task.repos,
+        "prompt": task.prompt,
+        "created_at": rfc3339(task.created_at_ms),
+        "updated_at": rfc3339(task.updated_at_ms),
+        "follow_up_to": task.follow_up_to,
+        "retry_of": task.retry_of,
+        "metadata": task.metadata,
+        "runs": task.runs,
+    });
+    if let (Some(result), Some(map)) = (&task.result, value.as_object_mut()) {
+        map.insert("result".into(), result.clone());
+    }
+    value
+}
+
+fn parse_kind(kind: &str) -> Result<TaskKind, ApiError> {
+    match kind {
+        "question" => Ok(TaskKind::Question),
+        "change" | "maintain" => Err(ApiError::new(
+            ErrorCode::UnsupportedKind,
+            format!("{kind} tasks are not supported by this server yet; only question tasks run"),
+        )),
+        other => Err(ApiError::invalid(format!(
+            "unknown kind {other:?}: expected question, change or maintain"
+        ))),
+    }
+}
+
+async fn submit_task(
+    State(state): State<Arc<ApiState>>,
+    headers: HeaderMap,
+    ApiJson(request, body): ApiJson<SubmitTask>,
+) -> Result<Response, ApiError> {
+    let caller = authenticate(&state, &headers)?;
+    require_writer(&caller)?;
+    let kind = parse_kind(&request.kind)?;
+    if !crate::worker::runnable(kind) {
+        return Err(ApiError::new(
+            ErrorCode::UnsupportedKind,
+            "this kind of task cannot run here",
+        ));
+    }
+    if request.callback.is_some() {
+        return Err(ApiError::invalid(
+            "callbacks are not supported by this server yet",
+        ));
+    }
+    let prompt = request.prompt.trim().to_string();
+    if prompt.is_empty() {
+        return Err(ApiError::invalid("prompt is empty"));
+    }
+    let metadata = match request.metadata {
+        None => json!({}),
+        Some(value @ Value::Object(_)) => value,
+        Some(_) => return Err(ApiError::invalid("metadata must be a JSON object")),
+    };
+    let idempotency = match headers.get("idempotency-key") {
+        None => None,
+        Some(value) => {
+            let key = value
+                .to_str()
+                .ok()
+                .filter(|k| !k.is_empty() && k.len() <= 255)
+                .ok_or_else(|| {
+                    ApiError::new(
+                        ErrorCode::BadRequest,
+                        "Idempotency-Key must be 1-255 visible ASCII characters",
+                    )
+                })?;
+            Some(IdempotencyKey {
+                key: key.to_string(),
+                owner: caller.name.clone(),
+                // serde_json's maps are sorted: equal bodies hash equally.
+                request_hash: hex::encode(Sha256::digest(body.to_string().as_bytes())),
+            })
+        }
+    };
+    let follow_up_to = match &request.follow_up_to {
+        None => None,
+        Some(id) => {
+            let earlier = visible_task(&state, &caller, id)
+                .await
+                .map_err(|_| ApiError::invalid(format!("follow_up_to: no task {id:?} of yours")))?;
+            if earlier.kind != kind {
+                return Err(ApiError::invalid("a follow-up must be of the same kind"));
+            }
+            Some(earlier)
+        }
+    };
+    let names: Vec<String> = match (request.repo, request.repos) {
+        (Some(_), Some(_)) => return Err(ApiError::invalid("give repo or repos, not both")),
+        (Some(one), None) => vec![one],
+        (None, Some(many)) => many,
+        (None, None) => Vec::new(),
+    };
+    let repos = if names.is_empty() {
+        match &follow_up_to {
+            // A follow-up keeps the exact commits of the task it continues.
+            Some(earlier) => earlier.repos.clone(),
+            None => {
+                return Err(ApiError::invalid(
+                    "name at least one repository (repo or repos)",
+                ))
+            }
+        }
+    } else {
+        task_repos(state.store.as_ref(), &names).await?
+    };
+    let id = new_task_id().map_err(ApiError::internal)?;
+    let created = state
+        .store
+        .create_task(
+            NewTask {
+                id,
+                kind,
+                owner: caller.name,
+                prompt,
+                repos,
+                priority: 0,
+                follow_up_to: follow_up_to.map(|t| t.id),
+                retry_of: None,
+                metadata,
+            },
+            idempotency,
+        )
+        .await?;
+    let replayed = matches!(created, Created::Replayed(_));
+    if !replayed {
+        state.wake.notify_one();
+    }
+    let mut response = (StatusCode::ACCEPTED, Json(task_json(created.task()))).into_response();
+    if replayed {
+        response
+            .headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    Ok(response)
+}
+
+/// `name` or `name@rev` entries → the task's repositories, each registered.
+async fn task_repos(store: &dyn Store, names: &[String]) -> Result<Vec<TaskRepo>, ApiError> {
+    if names.len() > MAX_REPOS_PER_TASK {
+        return Err(ApiError::invalid(format!(
+            "at most {MAX_REPOS_PER_TASK} repositories per task"
+        )));
+    }
+    let mut repos: Vec<TaskRepo> = Vec::new();
+    for entry in names {
+        let (name, rev) = match entry.split_once('@') {
+            Some((name, rev)) => (name, Some(rev)),
+            None => (entry.as_str(), None),
+        };
+        if !valid_name(name) {
+            return Err(ApiError::invalid(format!(
+                "invalid repository name {name:?}"
+            )));
+        }
+        if let Some(rev) = rev {
+            if !valid_rev(rev) {
+                return Err(ApiError::invalid(format!("invalid revision {rev:?}")));
+            }
+        }
+        if repos.iter().any(|r| r.name == name) {
+            return Err(ApiError::invalid(format!(
+                "repository {name:?} is named twice"
+            )));
+        }
+        if store.get_repo(name).await?.is_none() {
+            return Err(ApiError::new(
+                ErrorCode::UnknownRepository,
+                format!("repository {name:?} is not registered (POST /v1/repos)"),
+            ));
+        }
+        repos.push(TaskRepo {
+            name: name.to_string(),
+            rev: rev.map(str::to_string),
+            commit: None,
+        });
+    }
+    Ok(repos)
+}
+
+/// The task if the caller may see it; 404 otherwise (another owner's task does not exist for
+/// them).
+pub(super) async fn visible_task(
+    state: &ApiState,
+    caller: &Caller,
+    id: &str,
+) -> Result<Task, ApiError> {
+    let missing = || ApiError::new(ErrorCode::NotFound, format!("task {id} not found"));
+    let id: TaskId = id.parse().map_err(|_| missing())?;
+    let task = state.store.get_task(&id).await?.ok_or_else(missing)?;
+    if caller.role != ApiRole::Admin && task.owner != caller.name {
+        return Err(missing());
+    }
+    Ok(task)
+}
+
+async fn get_task(
+    State(state): State<Arc<ApiState>>,
+    headers: HeaderMap,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let caller = authenticate(&state, &headers)?;
+    let task = visible_task(&state, &caller, &id).await?;
+    Ok(Json(task_json(&task)))
+}
+
+/// `cursor`, `limit` and `status` of a list request.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct ListQuery {
+    cursor: Option<TaskId>,
+    limit: u32,
+    status: Option<TaskStatus>,
+}
+
+fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiError> {
+    let bad = |message: String| ApiError::new(ErrorCode::BadRequest, message);
+    let mut parsed = ListQuery {
+        limit: DEFAULT_PAGE,
+        ..ListQuery::default()
+    };
+    for pair in query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match key {
+            "cursor" if !value.is_empty() => {
+                parsed.cursor = Some(
+                    value
+                        .parse()
+                        .map_err(|_| bad(format!("invalid cursor {value:?}")))?,
+                );
+            }
+            "cursor" => {}
+            "limit" => {
+                parsed.limit = value
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=MAX_PAGE).contains(n))
+                    .ok_or_else(|| bad(format!("limit must be 1-{MAX_PAGE}, got {value:?}")))?;
+            }
+            "status" => {
+                parsed.status = Some(
+                    serde_json::from_value(Value::String(value.to_string()))
+                        .map_err(|_| bad(format!("unknown status {value:?}")))?,
+                );
+            }
+            other => return Err(bad(format!("unknown query parameter {other:?}"))),
+        }
+    }
+    Ok(parsed)
+}
+
+async fn list_tasks(
+    State(state): State<Arc<ApiState>>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Result<Json<Value>, ApiError> {
+    let caller = authenticate(&state, &headers)?;
+    let query = parse_list_query(uri.query())?;
+    let mut tasks = state
+        .store
+        .list_tasks(TaskQuery {
+            owner: (caller.role != ApiRole::Admin).then(|| caller.name.clone()),
+            status: query.status,
+            before: query.cursor,
+            limit: query.limit + 1,
+        })
+        .await?;
+    let more = tasks.len() > query.limit as usize;
+    tasks.truncate(query.limit as usize);
+    let next_cursor = if more {
+        tasks.last().map(|t| t.id.to_string())
+    } else {
+        None
+    };
+    Ok(Json(json!({
+        "data": tasks.iter().map(task_json).collect::<Vec<_>>(),
+        "next_cursor": next_cursor,
+    })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_queries() {
+        assert_eq!(parse_list_query(None).unwrap().limit, DEFAULT_PAGE);
+        let q = parse_list_query(Some("limit=2&status=queued")).unwrap();
+        assert_eq!((q.limit, q.status), (2, Some(TaskStatus::Queued)));
+        for bad in [
+            "limit=0",
+            "limit=201",
+            "status=paused",
+            "cursor=x",
+            "page=2",
+        ] {
+            assert!(parse_list_query(Some(bad)).is_err(), "{bad}");
+        }
+    }
+}
