@@ -13,6 +13,7 @@
 
 mod auth;
 mod repos;
+pub mod schema;
 mod tasks;
 
 pub use auth::{ApiRole, Caller, Tokens};
@@ -29,6 +30,9 @@ use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use warden_protocol::TaskId;
 use warden_store::{Store, StoreError, UtcDay};
 
@@ -197,12 +201,46 @@ pub struct ApiState {
     pub wake: Arc<Notify>,
 }
 
-/// The API's routes.
-pub fn router(state: Arc<ApiState>) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
+/// Every documented route. A route group adds its handlers here through its `routes()`, each
+/// annotated with `#[utoipa::path]`, so `/openapi.json` is generated from the code that serves.
+fn documented_routes() -> OpenApiRouter<Arc<ApiState>> {
+    OpenApiRouter::with_openapi(schema::BaseDocument::openapi())
+        .routes(routes!(healthz))
         .merge(repos::routes())
         .merge(tasks::routes())
+}
+
+/// The OpenAPI 3.1 description of the API.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    documented_routes().split_for_parts().1
+}
+
+/// The API's routes.
+pub fn router(state: Arc<ApiState>) -> Router {
+    let (routes, document) = documented_routes().split_for_parts();
+    let document: Arc<str> = match document.to_json() {
+        Ok(text) => text.into(),
+        Err(error) => {
+            tracing::error!(%error, "the OpenAPI document does not serialize");
+            "{}".into()
+        }
+    };
+    routes
+        .route(
+            "/openapi.json",
+            get(move || {
+                let document = Arc::clone(&document);
+                async move {
+                    (
+                        [(
+                            header::CONTENT_TYPE,
+                            HeaderValue::from_static("application/json"),
+                        )],
+                        document.to_string(),
+                    )
+                }
+            }),
+        )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -220,6 +258,9 @@ async fn method_not_allowed() -> ApiError {
     )
 }
 
+/// Liveness: answers while the process serves.
+#[utoipa::path(get, path = "/healthz", tag = "service", security(()),
+    responses((status = 200, description = "The server is up", body = schema::Health)))]
 async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
@@ -264,6 +305,30 @@ pub fn rfc3339(ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_openapi_document_describes_every_route() {
+        let document: Value = serde_json::from_str(&openapi().to_json().unwrap()).unwrap();
+        assert_eq!(document["openapi"], "3.1.0");
+        for (path, method) in [
+            ("/healthz", "get"),
+            ("/v1/repos", "get"),
+            ("/v1/repos", "post"),
+            ("/v1/tasks", "get"),
+            ("/v1/tasks", "post"),
+            ("/v1/tasks/{id}", "get"),
+        ] {
+            assert!(
+                document["paths"][path][method].is_object(),
+                "{method} {path} is not documented"
+            );
+        }
+        assert_eq!(
+            document["components"]["securitySchemes"]["bearer"]["scheme"],
+            "bearer"
+        );
+        assert!(document["components"]["schemas"]["TaskView"].is_object());
+    }
 
     #[test]
     fn times_and_ids() {

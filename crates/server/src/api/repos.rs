@@ -5,20 +5,26 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use warden_repo::{RepoSpec, Source};
 use warden_store::{NewRepo, Repository};
 
 use super::auth::{authenticate, ApiRole};
+use super::schema::{ErrorBody, RepoPage, RepoView};
 use super::{rfc3339, ApiError, ApiJson, ApiState, ErrorCode};
 
-#[derive(Debug, Deserialize)]
+/// A repository to register.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct RegisterRepo {
+    /// 1-100 letters, digits, `.`, `_` or `-`, not starting with `.` or `-`.
     name: String,
+    /// An absolute path on the server or a git URL.
     source: String,
     #[serde(default)]
     branch: Option<String>,
@@ -26,8 +32,8 @@ struct RegisterRepo {
     checks: Vec<String>,
 }
 
-pub(super) fn routes() -> Router<Arc<ApiState>> {
-    Router::new().route("/v1/repos", get(list_repos).post(register_repo))
+pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
+    OpenApiRouter::new().routes(routes!(list_repos, register_repo))
 }
 
 pub(super) fn valid_name(name: &str) -> bool {
@@ -62,6 +68,11 @@ fn repo_json(repo: &Repository) -> Value {
     })
 }
 
+/// Every registered repository.
+#[utoipa::path(get, path = "/v1/repos", tag = "repos", responses(
+    (status = 200, description = "The repositories, by name", body = RepoPage),
+    (status = 401, description = "No or an invalid token", body = ErrorBody),
+))]
 async fn list_repos(
     State(state): State<Arc<ApiState>>,
     headers: HeaderMap,
@@ -74,6 +85,16 @@ async fn list_repos(
     })))
 }
 
+/// Registers a repository (admin tokens only).
+#[utoipa::path(post, path = "/v1/repos", tag = "repos", request_body = RegisterRepo, responses(
+    (status = 201, description = "Registered", body = RepoView),
+    (status = 400, description = "The body is not JSON", body = ErrorBody),
+    (status = 401, description = "No or an invalid token", body = ErrorBody),
+    (status = 403, description = "Not an admin token", body = ErrorBody),
+    (status = 409, description = "The name is taken", body = ErrorBody),
+    (status = 413, description = "The body is too large", body = ErrorBody),
+    (status = 422, description = "Invalid fields", body = ErrorBody),
+))]
 async fn register_repo(
     State(state): State<Arc<ApiState>>,
     headers: HeaderMap,

@@ -5,29 +5,33 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use axum::{Json, Router};
+use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 use warden_protocol::{TaskId, TaskKind, TaskStatus};
 use warden_store::{Created, IdempotencyKey, NewTask, Store, Task, TaskQuery, TaskRepo};
 
 use super::auth::{authenticate, require_writer, ApiRole, Caller};
 use super::repos::{valid_name, valid_rev};
+use super::schema::{ErrorBody, TaskPage, TaskView};
 use super::{new_task_id, rfc3339, ApiError, ApiJson, ApiState, ErrorCode};
 
 const MAX_PAGE: u32 = 200;
 const DEFAULT_PAGE: u32 = 50;
 const MAX_REPOS_PER_TASK: usize = 16;
 
-pub(super) fn routes() -> Router<Arc<ApiState>> {
-    Router::new()
-        .route("/v1/tasks", get(list_tasks).post(submit_task))
-        .route("/v1/tasks/{id}", get(get_task))
+pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
+    OpenApiRouter::new()
+        .routes(routes!(list_tasks, submit_task))
+        .routes(routes!(get_task))
 }
 
-#[derive(Debug, Deserialize)]
+/// A task to run.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct SubmitTask {
     kind: String,
@@ -79,6 +83,19 @@ fn parse_kind(kind: &str) -> Result<TaskKind, ApiError> {
     }
 }
 
+/// Submits a task; honours `Idempotency-Key`.
+#[utoipa::path(post, path = "/v1/tasks", tag = "tasks", request_body = SubmitTask,
+    params(("Idempotency-Key" = Option<String>, Header,
+        description = "Same key and body: the same task; same key, other body: an error")),
+    responses(
+        (status = 202, description = "Accepted (queued), or replayed for a known key", body = TaskView),
+        (status = 400, description = "The body is not JSON", body = ErrorBody),
+        (status = 401, description = "No or an invalid token", body = ErrorBody),
+        (status = 403, description = "A viewer token", body = ErrorBody),
+        (status = 409, description = "Idempotency-Key reused with another body", body = ErrorBody),
+        (status = 413, description = "The body is too large", body = ErrorBody),
+        (status = 422, description = "Invalid fields, unknown repository or unsupported kind", body = ErrorBody),
+    ))]
 async fn submit_task(
     State(state): State<Arc<ApiState>>,
     headers: HeaderMap,
@@ -249,6 +266,14 @@ pub(super) async fn visible_task(
     Ok(task)
 }
 
+/// One task, with its result once it has one.
+#[utoipa::path(get, path = "/v1/tasks/{id}", tag = "tasks",
+    params(("id" = String, Path, description = "The task id")),
+    responses(
+        (status = 200, description = "The task", body = TaskView),
+        (status = 401, description = "No or an invalid token", body = ErrorBody),
+        (status = 404, description = "No such task visible to this token", body = ErrorBody),
+    ))]
 async fn get_task(
     State(state): State<Arc<ApiState>>,
     headers: HeaderMap,
@@ -307,6 +332,18 @@ fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiError> {
     Ok(parsed)
 }
 
+/// Tasks visible to the token, newest first.
+#[utoipa::path(get, path = "/v1/tasks", tag = "tasks",
+    params(
+        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
+        ("limit" = Option<u32>, Query, description = "1-200, default 50"),
+        ("status" = Option<String>, Query, description = "Only tasks in this status"),
+    ),
+    responses(
+        (status = 200, description = "A page of tasks", body = TaskPage),
+        (status = 400, description = "A malformed query", body = ErrorBody),
+        (status = 401, description = "No or an invalid token", body = ErrorBody),
+    ))]
 async fn list_tasks(
     State(state): State<Arc<ApiState>>,
     headers: HeaderMap,

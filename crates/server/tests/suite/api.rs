@@ -530,3 +530,14 @@ async fn unknown_routes_and_methods_answer_in_the_error_format() {
         .await;
     check_error(&reply, StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed");
 }
+
+#[tokio::test]
+async fn the_openapi_document_is_served_without_a_token() {
+    let api = Api::new().await;
+    let reply = api
+        .send(Method::GET, "/openapi.json", None, None, &[])
+        .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.body["openapi"], "3.1.0");
+    assert!(reply.body["paths"]["/v1/tasks/{id}"]["get"].is_object());
+}
