@@ -126,7 +126,10 @@ impl Tokens {
     }
 }
 
-pub(super) fn authenticate(state: &ApiState, headers: &HeaderMap) -> Result<Caller, ApiError> {
+pub(super) async fn authenticate(
+    state: &ApiState,
+    headers: &HeaderMap,
+) -> Result<Caller, ApiError> {
     let value = headers
         .get(header::AUTHORIZATION)
         .ok_or_else(|| ApiError::new(ErrorCode::Unauthorized, "missing bearer token"))?;

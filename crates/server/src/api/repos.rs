@@ -77,7 +77,7 @@ async fn list_repos(
     State(state): State<Arc<ApiState>>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
-    authenticate(&state, &headers)?;
+    authenticate(&state, &headers).await?;
     let repos = state.store.list_repos().await?;
     Ok(Json(json!({
         "data": repos.iter().map(repo_json).collect::<Vec<_>>(),
@@ -100,7 +100,7 @@ async fn register_repo(
     headers: HeaderMap,
     ApiJson(request, _): ApiJson<RegisterRepo>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let caller = authenticate(&state, &headers)?;
+    let caller = authenticate(&state, &headers).await?;
     if caller.role != ApiRole::Admin {
         return Err(ApiError::new(
             ErrorCode::Forbidden,

@@ -101,7 +101,7 @@ async fn submit_task(
     headers: HeaderMap,
     ApiJson(request, body): ApiJson<SubmitTask>,
 ) -> Result<Response, ApiError> {
-    let caller = authenticate(&state, &headers)?;
+    let caller = authenticate(&state, &headers).await?;
     require_writer(&caller)?;
     let kind = parse_kind(&request.kind)?;
     if !crate::worker::runnable(kind) {
@@ -279,7 +279,7 @@ async fn get_task(
     headers: HeaderMap,
     axum::extract::Path(id): axum::extract::Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = authenticate(&state, &headers)?;
+    let caller = authenticate(&state, &headers).await?;
     let task = visible_task(&state, &caller, &id).await?;
     Ok(Json(task_json(&task)))
 }
@@ -349,7 +349,7 @@ async fn list_tasks(
     headers: HeaderMap,
     uri: Uri,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = authenticate(&state, &headers)?;
+    let caller = authenticate(&state, &headers).await?;
     let query = parse_list_query(uri.query())?;
     let mut tasks = state
         .store
