@@ -83,6 +83,7 @@ async fn measure(store: Arc<dyn Store>, workers: usize, tasks: usize) -> Result<
                     follow_up_to: None,
                     retry_of: None,
                     metadata: serde_json::json!({}),
+                    callback_url: None,
                 },
                 None,
             )

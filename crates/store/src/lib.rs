@@ -30,9 +30,10 @@ pub use postgres::PostgresStore;
 pub use sqlite::{Quarantine, SqliteStore};
 pub use state::{transition_allowed, ABANDONED, MAX_INTERRUPTED_RUNS};
 pub use types::{
-    Approval, ApprovalStatus, Claim, ClaimFilter, Created, Decision, EventRecord, EventStream,
-    IdempotencyKey, Intent, IntentStatus, NewApproval, NewIntent, NewRepo, NewTask, Repository,
-    Requeued, Run, RunRef, Spend, Task, TaskQuery, TaskRepo, UsageEntry, RUN_INTERRUPTED,
+    ApiToken, Approval, ApprovalStatus, Claim, ClaimFilter, Created, Decision, EventRecord,
+    EventStream, IdempotencyKey, Intent, IntentStatus, NewApiToken, NewApproval, NewIntent,
+    NewRepo, NewTask, Repository, Requeued, Run, RunRef, Spend, Task, TaskMessage, TaskQuery,
+    TaskRepo, UsageEntry, UsageQuery, UsageSummary, MESSAGE_AGENT, MESSAGE_USER, RUN_INTERRUPTED,
 };
 
 /// A boxed, sendable future: keeps [`Store`] object-safe without an extra crate.
@@ -261,6 +262,60 @@ pub trait Store: Send + Sync {
         &'a self,
         task: &'a TaskId,
     ) -> BoxFuture<'a, Result<Vec<Intent>, StoreError>>;
+
+    // --- API tokens ---
+
+    /// Stores a token; [`StoreError::AlreadyExists`] when its id or its digest is taken.
+    fn create_api_token(&self, token: NewApiToken) -> BoxFuture<'_, Result<ApiToken, StoreError>>;
+
+    /// The unrevoked token with this digest (lowercase hex SHA-256 of the secret).
+    fn find_api_token<'a>(
+        &'a self,
+        digest: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ApiToken>, StoreError>>;
+
+    /// Every token, revoked ones included, oldest first.
+    fn list_api_tokens(&self) -> BoxFuture<'_, Result<Vec<ApiToken>, StoreError>>;
+
+    /// Revokes a token for good; revoking it again changes nothing and returns it.
+    /// [`StoreError::NotFound`] for an unknown id.
+    fn revoke_api_token<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<ApiToken, StoreError>>;
+
+    // --- task conversation ---
+
+    /// Appends a message (`role` is [`MESSAGE_USER`] or [`MESSAGE_AGENT`], else
+    /// [`StoreError::InvalidData`]) to an existing task's conversation.
+    fn append_task_message<'a>(
+        &'a self,
+        task: &'a TaskId,
+        role: &'a str,
+        text: &'a str,
+        author: &'a str,
+    ) -> BoxFuture<'a, Result<TaskMessage, StoreError>>;
+
+    /// A task's conversation, oldest first (empty for an unknown task).
+    fn task_messages<'a>(
+        &'a self,
+        task: &'a TaskId,
+    ) -> BoxFuture<'a, Result<Vec<TaskMessage>, StoreError>>;
+
+    /// Answers a `waiting_input` task in one transaction: appends the `user` message and moves
+    /// the task to `queued` (ending any run still open) so a worker claims it again.
+    /// [`StoreError::StatusConflict`] when the task is not waiting for input.
+    fn answer_task<'a>(
+        &'a self,
+        task: &'a TaskId,
+        text: &'a str,
+        author: &'a str,
+    ) -> BoxFuture<'a, Result<Task, StoreError>>;
+
+    // --- reporting ---
+
+    /// Ledger spend per UTC day, per task and per model, filtered by `query`.
+    fn usage_summary(&self, query: UsageQuery) -> BoxFuture<'_, Result<UsageSummary, StoreError>>;
+
+    /// The number of tasks in every status (zeros included), in [`state::ALL_STATUSES`] order.
+    fn count_tasks_by_status(&self) -> BoxFuture<'_, Result<Vec<(TaskStatus, u64)>, StoreError>>;
 }
 
 /// How a store is opened.

@@ -6,15 +6,15 @@ use warden_protocol::{TaskId, TaskStatus};
 
 use crate::state::{parse_kind, parse_status};
 use crate::types::{
-    Approval, ApprovalStatus, EventRecord, Intent, IntentStatus, Repository, Run, Spend, Task,
-    TaskRepo,
+    ApiToken, Approval, ApprovalStatus, EventRecord, Intent, IntentStatus, Repository, Run, Spend,
+    Task, TaskMessage, TaskRepo, MESSAGE_AGENT, MESSAGE_USER,
 };
 use crate::{JournalEntry, StoreError};
 
 /// Column list matching [`RawTask`]'s field order (both backends select it verbatim).
 pub(crate) const TASK_COLUMNS: &str = "id, kind, status, owner, prompt, repos, priority, \
      created_at_ms, updated_at_ms, follow_up_to, retry_of, result, metadata, run_count, \
-     interrupted_runs";
+     interrupted_runs, callback_url";
 
 pub(crate) struct RawTask {
     pub id: String,
@@ -32,6 +32,7 @@ pub(crate) struct RawTask {
     pub metadata: String,
     pub run_count: i64,
     pub interrupted_runs: i64,
+    pub callback_url: Option<String>,
 }
 
 impl RawTask {
@@ -57,6 +58,7 @@ impl RawTask {
             metadata: serde_json::from_str(&self.metadata)?,
             runs: to_u32(self.run_count)?,
             interrupted_runs: to_u32(self.interrupted_runs)?,
+            callback_url: self.callback_url,
         })
     }
 }
@@ -266,6 +268,69 @@ impl RawIntent {
         })
     }
 }
+
+pub(crate) const API_TOKEN_COLUMNS: &str =
+    "id, name, role, digest, created_by, created_at_ms, revoked_at_ms";
+
+pub(crate) struct RawApiToken {
+    pub id: String,
+    pub name: String,
+    pub role: String,
+    pub digest: String,
+    pub created_by: String,
+    pub created_at_ms: i64,
+    pub revoked_at_ms: Option<i64>,
+}
+
+impl RawApiToken {
+    pub fn decode(self) -> ApiToken {
+        ApiToken {
+            id: self.id,
+            name: self.name,
+            role: self.role,
+            digest: self.digest,
+            created_by: self.created_by,
+            created_at_ms: self.created_at_ms,
+            revoked_at_ms: self.revoked_at_ms,
+        }
+    }
+}
+
+pub(crate) const MESSAGE_COLUMNS: &str = "seq, role, text, author, at_ms";
+
+pub(crate) struct RawMessage {
+    pub seq: i64,
+    pub role: String,
+    pub text: String,
+    pub author: String,
+    pub at_ms: i64,
+}
+
+impl RawMessage {
+    pub fn decode(self) -> Result<TaskMessage, StoreError> {
+        Ok(TaskMessage {
+            seq: to_u64(self.seq)?,
+            role: self.role,
+            text: self.text,
+            author: self.author,
+            at_ms: self.at_ms,
+        })
+    }
+}
+
+/// A message role the store accepts.
+pub(crate) fn check_message_role(role: &str) -> Result<(), StoreError> {
+    if role == MESSAGE_USER || role == MESSAGE_AGENT {
+        Ok(())
+    } else {
+        Err(StoreError::invalid_data(format!(
+            "message role {role:?}: expected {MESSAGE_USER:?} or {MESSAGE_AGENT:?}"
+        )))
+    }
+}
+
+/// Milliseconds in a UTC day, for grouping the ledger by day in SQL.
+pub(crate) const MS_PER_DAY: i64 = 86_400_000;
 
 pub(crate) fn task_id(value: String) -> Result<TaskId, StoreError> {
     TaskId::try_from(value).map_err(StoreError::invalid_data)

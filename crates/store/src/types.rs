@@ -69,6 +69,8 @@ pub struct NewTask {
     /// Set for a retry: the terminal task this one repeats.
     pub retry_of: Option<TaskId>,
     pub metadata: serde_json::Value,
+    /// Where to POST the result when the task ends (validated by the caller).
+    pub callback_url: Option<String>,
 }
 
 /// A stored task.
@@ -92,6 +94,8 @@ pub struct Task {
     pub runs: u32,
     /// Runs that lost their lease; at [`crate::MAX_INTERRUPTED_RUNS`] the task is abandoned.
     pub interrupted_runs: u32,
+    /// Where to POST the result when the task ends.
+    pub callback_url: Option<String>,
 }
 
 /// `Idempotency-Key` handling for task creation: the same key and owner with the same request
@@ -369,4 +373,65 @@ pub struct Intent {
     pub last_error: Option<String>,
     pub created_at_ms: i64,
     pub done_at_ms: Option<i64>,
+}
+
+/// An API token to store. Only the digest of the secret is kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewApiToken {
+    pub id: String,
+    /// Who the token acts as (a task's `owner`).
+    pub name: String,
+    /// `admin`, `operator` or `viewer` (checked by the caller).
+    pub role: String,
+    /// Lowercase hex SHA-256 of the token.
+    pub digest: String,
+    pub created_by: String,
+}
+
+/// A stored API token (never the secret itself).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiToken {
+    pub id: String,
+    pub name: String,
+    pub role: String,
+    pub digest: String,
+    pub created_by: String,
+    pub created_at_ms: i64,
+    /// Set once revoked; a revoked token never authenticates again.
+    pub revoked_at_ms: Option<i64>,
+}
+
+/// `TaskMessage::role` of a message from a human (an answer).
+pub const MESSAGE_USER: &str = "user";
+/// `TaskMessage::role` of a message from the agent (a question it asked).
+pub const MESSAGE_AGENT: &str = "agent";
+
+/// One message of a task's conversation (questions asked, answers given).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskMessage {
+    /// Per task, from 1, in append order.
+    pub seq: u64,
+    /// [`MESSAGE_USER`] or [`MESSAGE_AGENT`].
+    pub role: String,
+    pub text: String,
+    /// Who wrote it (a token name, or the model for the agent).
+    pub author: String,
+    pub at_ms: i64,
+}
+
+/// Which ledger entries a usage summary covers.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UsageQuery {
+    /// Only entries of tasks owned by this caller.
+    pub owner: Option<String>,
+    /// Only entries recorded at or after this instant.
+    pub since_ms: Option<i64>,
+}
+
+/// Spend grouped three ways, each sorted by its key (day, task id, model).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UsageSummary {
+    pub by_day: Vec<(crate::UtcDay, Spend)>,
+    pub by_task: Vec<(TaskId, Spend)>,
+    pub by_model: Vec<(String, Spend)>,
 }

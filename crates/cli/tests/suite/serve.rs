@@ -507,6 +507,7 @@ fn an_expired_lease_puts_the_task_back_and_another_run_finishes_it() {
                         follow_up_to: None,
                         retry_of: None,
                         metadata: json!({}),
+                        callback_url: None,
                     },
                     None,
                 )

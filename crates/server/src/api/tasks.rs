@@ -190,6 +190,7 @@ async fn submit_task(
                 follow_up_to: follow_up_to.map(|t| t.id),
                 retry_of: None,
                 metadata,
+                callback_url: None,
             },
             idempotency,
         )

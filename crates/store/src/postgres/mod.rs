@@ -19,20 +19,21 @@ use warden_protocol::{Event, TaskId, TaskKind, TaskStatus};
 use crate::clock::duration_ms;
 use crate::journal::check_append;
 use crate::rows::{
-    abandoned_result, check_approval, check_pinned_repos, spend_from, status, to_i64, to_u32,
-    to_u64, RawApproval, RawEvent, RawIntent, RawJournal, RawRepo, RawRun, RawTask,
-    APPROVAL_COLUMNS, EVENT_COLUMNS, INTENT_COLUMNS, JOURNAL_COLUMNS, REPO_COLUMNS, RUN_COLUMNS,
-    TASK_COLUMNS,
+    abandoned_result, check_approval, check_message_role, check_pinned_repos, spend_from, status,
+    to_i64, to_u32, to_u64, RawApiToken, RawApproval, RawEvent, RawIntent, RawJournal, RawMessage,
+    RawRepo, RawRun, RawTask, API_TOKEN_COLUMNS, APPROVAL_COLUMNS, EVENT_COLUMNS, INTENT_COLUMNS,
+    JOURNAL_COLUMNS, MESSAGE_COLUMNS, MS_PER_DAY, REPO_COLUMNS, RUN_COLUMNS, TASK_COLUMNS,
 };
 use crate::state::{
     is_active, is_exclusive, kind_name, status_name, transition_allowed, ALL_STATUSES,
 };
 use crate::types::RUN_INTERRUPTED;
 use crate::{
-    Approval, ApprovalStatus, BoxFuture, Claim, ClaimFilter, Clock, Created, Decision, EventRecord,
-    EventStream, IdempotencyKey, Intent, IntentStatus, JournalEntry, NewApproval, NewIntent,
-    NewRepo, NewTask, Repository, Requeued, Run, RunRef, Spend, Store, StoreError, StoreOptions,
-    Task, TaskQuery, TaskRepo, UsageEntry, UtcDay, MAX_INTERRUPTED_RUNS,
+    ApiToken, Approval, ApprovalStatus, BoxFuture, Claim, ClaimFilter, Clock, Created, Decision,
+    EventRecord, EventStream, IdempotencyKey, Intent, IntentStatus, JournalEntry, NewApiToken,
+    NewApproval, NewIntent, NewRepo, NewTask, Repository, Requeued, Run, RunRef, Spend, Store,
+    StoreError, StoreOptions, Task, TaskMessage, TaskQuery, TaskRepo, UsageEntry, UsageQuery,
+    UsageSummary, UtcDay, MAX_INTERRUPTED_RUNS, MESSAGE_USER,
 };
 
 const BACKEND: &str = "postgres";
@@ -208,6 +209,7 @@ fn read_task_at(row: &Row, at: usize) -> Result<Task, StoreError> {
         metadata: get(row, at + 12)?,
         run_count: get(row, at + 13)?,
         interrupted_runs: get(row, at + 14)?,
+        callback_url: get(row, at + 15)?,
     }
     .decode()
 }
@@ -321,7 +323,8 @@ const HOLDERS: &str = "SELECT 1 FROM tasks o
 /// `TASK_COLUMNS` qualified for an `UPDATE tasks … FROM …` that returns them.
 const CLAIMED_COLUMNS: &str = "tasks.id, tasks.kind, tasks.status, tasks.owner, tasks.prompt, \
      tasks.repos, tasks.priority, tasks.created_at_ms, tasks.updated_at_ms, tasks.follow_up_to, \
-     tasks.retry_of, tasks.result, tasks.metadata, tasks.run_count, tasks.interrupted_runs";
+     tasks.retry_of, tasks.result, tasks.metadata, tasks.run_count, tasks.interrupted_runs, \
+     tasks.callback_url";
 
 /// The advisory-lock key of a repository name: stable across processes and versions.
 fn repo_lock_key(repo: &str) -> i64 {
@@ -527,6 +530,70 @@ fn read_spend(row: &Row) -> Result<Spend, StoreError> {
     ])
 }
 
+fn read_api_token(row: &Row) -> Result<ApiToken, StoreError> {
+    Ok(RawApiToken {
+        id: get(row, 0)?,
+        name: get(row, 1)?,
+        role: get(row, 2)?,
+        digest: get(row, 3)?,
+        created_by: get(row, 4)?,
+        created_at_ms: get(row, 5)?,
+        revoked_at_ms: get(row, 6)?,
+    }
+    .decode())
+}
+
+fn read_message(row: &Row) -> Result<TaskMessage, StoreError> {
+    RawMessage {
+        seq: get(row, 0)?,
+        role: get(row, 1)?,
+        text: get(row, 2)?,
+        author: get(row, 3)?,
+        at_ms: get(row, 4)?,
+    }
+    .decode()
+}
+
+/// Appends a message to a task whose row `tx` has locked (so sequences cannot collide).
+async fn insert_message(
+    tx: &Transaction<'_>,
+    task: &TaskId,
+    role: &str,
+    text: &str,
+    author: &str,
+    now: i64,
+) -> Result<TaskMessage, StoreError> {
+    let row = query_one(
+        tx,
+        &format!(
+            "INSERT INTO task_messages (task_id, seq, role, text, author, at_ms)
+             VALUES ($1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM task_messages WHERE task_id = $1),
+                     $2, $3, $4, $5)
+             RETURNING {MESSAGE_COLUMNS}"
+        ),
+        &[&task.as_str(), &role, &text, &author, &now],
+    )
+    .await?;
+    read_message(&row)
+}
+
+/// The `WHERE` clause of a usage summary: `$1` owner, `$2` since.
+const USAGE_FILTER: &str =
+    "($1::text IS NULL OR task_id IN (SELECT id FROM tasks WHERE owner = $1))
+     AND ($2::bigint IS NULL OR at_ms >= $2)";
+
+/// Spend of rows whose columns from 1 on are `SPEND_COLUMNS`.
+fn read_spend_at(row: &Row) -> Result<Spend, StoreError> {
+    spend_from([
+        get(row, 1)?,
+        get(row, 2)?,
+        get(row, 3)?,
+        get(row, 4)?,
+        get(row, 5)?,
+        get(row, 6)?,
+    ])
+}
+
 impl PostgresStore {
     /// Connects with the system clock and migrates the schema (the first schema of the
     /// connection's `search_path`; set it with `?options=-csearch_path%3DNAME`).
@@ -672,8 +739,9 @@ impl PostgresStore {
             &tx,
             &format!(
                 "INSERT INTO tasks (id, kind, status, owner, prompt, repos, priority,
-                     created_at_ms, updated_at_ms, follow_up_to, retry_of, result, metadata)
-                 VALUES ($1, $2, 'queued', $3, $4, $5, $6, $7, $7, $8, $9, NULL, $10)
+                     created_at_ms, updated_at_ms, follow_up_to, retry_of, result, metadata,
+                     callback_url)
+                 VALUES ($1, $2, 'queued', $3, $4, $5, $6, $7, $7, $8, $9, NULL, $10, $11)
                  ON CONFLICT (id) DO NOTHING RETURNING {TASK_COLUMNS}"
             ),
             &[
@@ -687,6 +755,7 @@ impl PostgresStore {
                 &task.follow_up_to.as_ref().map(TaskId::as_str),
                 &task.retry_of.as_ref().map(TaskId::as_str),
                 &metadata,
+                &task.callback_url,
             ],
         )
         .await?;
@@ -1428,6 +1497,127 @@ impl PostgresStore {
         tx.commit().await.map_err(pg_error)?;
         Ok(failed)
     }
+
+    async fn create_api_token_impl(&self, token: NewApiToken) -> Result<ApiToken, StoreError> {
+        let now = self.now();
+        let client = self.client().await?;
+        // No conflict target: a taken id and a taken digest both insert nothing.
+        let row = query_opt(
+            &*client,
+            &format!(
+                "INSERT INTO api_tokens (id, name, role, digest, created_by, created_at_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT DO NOTHING
+                 RETURNING {API_TOKEN_COLUMNS}"
+            ),
+            &[
+                &token.id,
+                &token.name,
+                &token.role,
+                &token.digest,
+                &token.created_by,
+                &now,
+            ],
+        )
+        .await?;
+        match row {
+            Some(row) => read_api_token(&row),
+            None => Err(StoreError::AlreadyExists {
+                what: "api token",
+                id: token.id,
+            }),
+        }
+    }
+
+    async fn append_task_message_impl(
+        &self,
+        task: &TaskId,
+        role: &str,
+        text: &str,
+        author: &str,
+    ) -> Result<TaskMessage, StoreError> {
+        check_message_role(role)?;
+        let now = self.now();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        lock_task_status(&tx, task).await?;
+        let message = insert_message(&tx, task, role, text, author, now).await?;
+        tx.commit().await.map_err(pg_error)?;
+        Ok(message)
+    }
+
+    async fn answer_task_impl(
+        &self,
+        task: &TaskId,
+        text: &str,
+        author: &str,
+    ) -> Result<Task, StoreError> {
+        let now = self.now();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        let actual = lock_task_status(&tx, task).await?;
+        if actual != TaskStatus::WaitingInput {
+            return Err(StoreError::StatusConflict {
+                task: task.clone(),
+                expected: TaskStatus::WaitingInput,
+                actual,
+            });
+        }
+        insert_message(&tx, task, MESSAGE_USER, text, author, now).await?;
+        close_open_runs(&tx, task, status_name(TaskStatus::Queued), now).await?;
+        let answered = set_status(&tx, task, TaskStatus::Queued, None, now).await?;
+        tx.commit().await.map_err(pg_error)?;
+        Ok(answered)
+    }
+
+    async fn usage_summary_impl(&self, query_: UsageQuery) -> Result<UsageSummary, StoreError> {
+        let client = self.client().await?;
+        let params: Params<'_> = &[&query_.owner, &query_.since_ms];
+        // Floor division, so an instant before 1970 still lands on its own day.
+        let day = format!(
+            "(at_ms - (((at_ms % {MS_PER_DAY}) + {MS_PER_DAY}) % {MS_PER_DAY})) / {MS_PER_DAY}"
+        );
+        let days = query(
+            &*client,
+            &format!(
+                "SELECT ({day})::BIGINT AS day, {SPEND_COLUMNS} FROM usage_ledger
+                 WHERE {USAGE_FILTER} GROUP BY day ORDER BY day"
+            ),
+            params,
+        )
+        .await?;
+        let tasks = query(
+            &*client,
+            &format!(
+                "SELECT task_id, {SPEND_COLUMNS} FROM usage_ledger
+                 WHERE {USAGE_FILTER} GROUP BY task_id ORDER BY task_id"
+            ),
+            params,
+        )
+        .await?;
+        let models = query(
+            &*client,
+            &format!(
+                "SELECT model, {SPEND_COLUMNS} FROM usage_ledger
+                 WHERE {USAGE_FILTER} GROUP BY model ORDER BY model"
+            ),
+            params,
+        )
+        .await?;
+        Ok(UsageSummary {
+            by_day: days
+                .iter()
+                .map(|row| Ok((UtcDay(get(row, 0)?), read_spend_at(row)?)))
+                .collect::<Result<_, StoreError>>()?,
+            by_task: tasks
+                .iter()
+                .map(|row| Ok((crate::rows::task_id(get(row, 0)?)?, read_spend_at(row)?)))
+                .collect::<Result<_, StoreError>>()?,
+            by_model: models
+                .iter()
+                .map(|row| Ok((get(row, 0)?, read_spend_at(row)?)))
+                .collect::<Result<_, StoreError>>()?,
+        })
+    }
 }
 
 impl Store for PostgresStore {
@@ -1798,6 +1988,134 @@ impl Store for PostgresStore {
             )
             .await?;
             rows.iter().map(read_intent).collect()
+        })
+    }
+
+    fn create_api_token(&self, token: NewApiToken) -> BoxFuture<'_, Result<ApiToken, StoreError>> {
+        Box::pin(self.create_api_token_impl(token))
+    }
+
+    fn find_api_token<'a>(
+        &'a self,
+        digest: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ApiToken>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            query_opt(
+                &*client,
+                &format!(
+                    "SELECT {API_TOKEN_COLUMNS} FROM api_tokens
+                     WHERE digest = $1 AND revoked_at_ms IS NULL"
+                ),
+                &[&digest],
+            )
+            .await?
+            .as_ref()
+            .map(read_api_token)
+            .transpose()
+        })
+    }
+
+    fn list_api_tokens(&self) -> BoxFuture<'_, Result<Vec<ApiToken>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            query(
+                &*client,
+                &format!("SELECT {API_TOKEN_COLUMNS} FROM api_tokens ORDER BY created_at_ms, id"),
+                &[],
+            )
+            .await?
+            .iter()
+            .map(read_api_token)
+            .collect()
+        })
+    }
+
+    fn revoke_api_token<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<ApiToken, StoreError>> {
+        Box::pin(async move {
+            let now = self.now();
+            let client = self.client().await?;
+            query_opt(
+                &*client,
+                &format!(
+                    "UPDATE api_tokens SET revoked_at_ms = COALESCE(revoked_at_ms, $2)
+                     WHERE id = $1 RETURNING {API_TOKEN_COLUMNS}"
+                ),
+                &[&id, &now],
+            )
+            .await?
+            .as_ref()
+            .map(read_api_token)
+            .transpose()?
+            .ok_or_else(|| not_found("api token", id))
+        })
+    }
+
+    fn append_task_message<'a>(
+        &'a self,
+        task: &'a TaskId,
+        role: &'a str,
+        text: &'a str,
+        author: &'a str,
+    ) -> BoxFuture<'a, Result<TaskMessage, StoreError>> {
+        Box::pin(self.append_task_message_impl(task, role, text, author))
+    }
+
+    fn task_messages<'a>(
+        &'a self,
+        task: &'a TaskId,
+    ) -> BoxFuture<'a, Result<Vec<TaskMessage>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            query(
+                &*client,
+                &format!(
+                    "SELECT {MESSAGE_COLUMNS} FROM task_messages WHERE task_id = $1 ORDER BY seq"
+                ),
+                &[&task.as_str()],
+            )
+            .await?
+            .iter()
+            .map(read_message)
+            .collect()
+        })
+    }
+
+    fn answer_task<'a>(
+        &'a self,
+        task: &'a TaskId,
+        text: &'a str,
+        author: &'a str,
+    ) -> BoxFuture<'a, Result<Task, StoreError>> {
+        Box::pin(self.answer_task_impl(task, text, author))
+    }
+
+    fn usage_summary(&self, query: UsageQuery) -> BoxFuture<'_, Result<UsageSummary, StoreError>> {
+        Box::pin(self.usage_summary_impl(query))
+    }
+
+    fn count_tasks_by_status(&self) -> BoxFuture<'_, Result<Vec<(TaskStatus, u64)>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let rows = query(
+                &*client,
+                "SELECT status, COUNT(*) FROM tasks GROUP BY status",
+                &[],
+            )
+            .await?;
+            let mut counted = Vec::new();
+            for row in &rows {
+                let name: String = get(row, 0)?;
+                let count: i64 = get(row, 1)?;
+                counted.push((status(&name)?, to_u64(count)?));
+            }
+            Ok(ALL_STATUSES
+                .into_iter()
+                .map(|s| {
+                    let n = counted.iter().find(|(c, _)| *c == s).map_or(0, |(_, n)| *n);
+                    (s, n)
+                })
+                .collect())
         })
     }
 }

@@ -2,7 +2,7 @@
 //! first takes an advisory lock, so workers starting together on many machines migrate once.
 //! Never edit a released migration: add the next one.
 
-pub(crate) const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2)];
+pub(crate) const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3)];
 
 /// Key of the migration advisory lock (the second key is a hash of the schema name).
 pub(crate) const MIGRATION_LOCK: i32 = 0x5744_4d47;
@@ -156,4 +156,29 @@ CREATE TABLE repos (
     created_by TEXT NOT NULL,
     created_at_ms BIGINT NOT NULL
 );
+";
+
+/// API tokens (stored by digest), task conversations, result callbacks.
+const V3: &str = r"
+CREATE TABLE api_tokens (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    role TEXT NOT NULL,
+    digest TEXT NOT NULL UNIQUE,
+    created_by TEXT NOT NULL,
+    created_at_ms BIGINT NOT NULL,
+    revoked_at_ms BIGINT
+);
+
+CREATE TABLE task_messages (
+    task_id TEXT NOT NULL REFERENCES tasks (id),
+    seq BIGINT NOT NULL,
+    role TEXT NOT NULL,
+    text TEXT NOT NULL,
+    author TEXT NOT NULL,
+    at_ms BIGINT NOT NULL,
+    PRIMARY KEY (task_id, seq)
+);
+
+ALTER TABLE tasks ADD COLUMN callback_url TEXT;
 ";

@@ -19,20 +19,24 @@ use warden_protocol::{Event, TaskId, TaskStatus};
 use crate::clock::{compact_timestamp, duration_ms};
 use crate::journal::check_append;
 use crate::rows::{
-    abandoned_result, check_approval, check_pinned_repos, name_list, spend_from, status, to_i64,
-    to_u32, RawApproval, RawEvent, RawIntent, RawJournal, RawRepo, RawRun, RawTask,
-    APPROVAL_COLUMNS, EVENT_COLUMNS, INTENT_COLUMNS, JOURNAL_COLUMNS, REPO_COLUMNS, RUN_COLUMNS,
-    TASK_COLUMNS,
+    abandoned_result, check_approval, check_message_role, check_pinned_repos, name_list,
+    spend_from, status, to_i64, to_u32, to_u64, RawApiToken, RawApproval, RawEvent, RawIntent,
+    RawJournal, RawMessage, RawRepo, RawRun, RawTask, API_TOKEN_COLUMNS, APPROVAL_COLUMNS,
+    EVENT_COLUMNS, INTENT_COLUMNS, JOURNAL_COLUMNS, MESSAGE_COLUMNS, MS_PER_DAY, REPO_COLUMNS,
+    RUN_COLUMNS, TASK_COLUMNS,
 };
 use writer::Writer;
 
-use crate::state::{is_active, is_exclusive, kind_name, status_name, transition_allowed};
+use crate::state::{
+    is_active, is_exclusive, kind_name, status_name, transition_allowed, ALL_STATUSES,
+};
 use crate::types::RUN_INTERRUPTED;
 use crate::{
-    Approval, ApprovalStatus, BoxFuture, Claim, ClaimFilter, Clock, Created, Decision, EventRecord,
-    EventStream, IdempotencyKey, Intent, IntentStatus, JournalEntry, NewApproval, NewIntent,
-    NewRepo, NewTask, Repository, Requeued, Run, RunRef, Spend, Store, StoreError, StoreOptions,
-    Task, TaskQuery, TaskRepo, UsageEntry, UtcDay, MAX_INTERRUPTED_RUNS,
+    ApiToken, Approval, ApprovalStatus, BoxFuture, Claim, ClaimFilter, Clock, Created, Decision,
+    EventRecord, EventStream, IdempotencyKey, Intent, IntentStatus, JournalEntry, NewApiToken,
+    NewApproval, NewIntent, NewRepo, NewTask, Repository, Requeued, Run, RunRef, Spend, Store,
+    StoreError, StoreOptions, Task, TaskMessage, TaskQuery, TaskRepo, UsageEntry, UsageQuery,
+    UsageSummary, UtcDay, MAX_INTERRUPTED_RUNS, MESSAGE_USER,
 };
 
 const BACKEND: &str = "sqlite";
@@ -363,6 +367,7 @@ fn read_task(row: &Row<'_>) -> rusqlite::Result<RawTask> {
         metadata: row.get(12)?,
         run_count: row.get(13)?,
         interrupted_runs: row.get(14)?,
+        callback_url: row.get(15)?,
     })
 }
 
@@ -667,6 +672,86 @@ fn load_repo(conn: &Connection, name: &str) -> Result<Option<Repository>, StoreE
         .transpose()
 }
 
+fn read_api_token(row: &Row<'_>) -> rusqlite::Result<RawApiToken> {
+    Ok(RawApiToken {
+        id: row.get(0)?,
+        name: row.get(1)?,
+        role: row.get(2)?,
+        digest: row.get(3)?,
+        created_by: row.get(4)?,
+        created_at_ms: row.get(5)?,
+        revoked_at_ms: row.get(6)?,
+    })
+}
+
+fn read_message(row: &Row<'_>) -> rusqlite::Result<RawMessage> {
+    Ok(RawMessage {
+        seq: row.get(0)?,
+        role: row.get(1)?,
+        text: row.get(2)?,
+        author: row.get(3)?,
+        at_ms: row.get(4)?,
+    })
+}
+
+/// Appends a message to an existing task's conversation (the caller checked the task).
+fn insert_message(
+    conn: &Connection,
+    task: &TaskId,
+    role: &str,
+    text: &str,
+    author: &str,
+    now: i64,
+) -> Result<TaskMessage, StoreError> {
+    check_message_role(role)?;
+    conn.prepare_cached(&format!(
+        "INSERT INTO task_messages (task_id, seq, role, text, author, at_ms)
+         VALUES (?1, (SELECT COALESCE(MAX(seq), 0) + 1 FROM task_messages WHERE task_id = ?1),
+                 ?2, ?3, ?4, ?5)
+         RETURNING {MESSAGE_COLUMNS}"
+    ))
+    .db()?
+    .query_row(
+        params![task.as_str(), role, text, author, now],
+        read_message,
+    )
+    .db()?
+    .decode()
+}
+
+/// The `WHERE` clause of a usage summary: `?1` owner, `?2` since.
+const USAGE_FILTER: &str = "(?1 IS NULL OR task_id IN (SELECT id FROM tasks WHERE owner = ?1))
+     AND (?2 IS NULL OR at_ms >= ?2)";
+
+/// Runs a grouped spend query whose first column is the group key.
+fn grouped_spend<K: rusqlite::types::FromSql>(
+    conn: &Connection,
+    sql: &str,
+    query: &UsageQuery,
+) -> Result<Vec<(K, Spend)>, StoreError> {
+    let mut statement = conn.prepare_cached(sql).db()?;
+    let rows = statement
+        .query_map(params![query.owner, query.since_ms], |row| {
+            Ok((
+                row.get::<_, K>(0)?,
+                [
+                    row.get(1)?,
+                    row.get(2)?,
+                    row.get(3)?,
+                    row.get(4)?,
+                    row.get(5)?,
+                    row.get(6)?,
+                ],
+            ))
+        })
+        .db()?;
+    rows.map(|row| {
+        let (key, sums) = row.db()?;
+        Ok((key, spend_from(sums)?))
+    })
+    .collect()
+}
+
 impl Store for SqliteStore {
     fn backend(&self) -> &'static str {
         BACKEND
@@ -760,8 +845,9 @@ impl Store for SqliteStore {
             }
             conn.prepare_cached(
                 "INSERT INTO tasks (id, kind, status, owner, prompt, repos, priority,
-                     created_at_ms, updated_at_ms, follow_up_to, retry_of, result, metadata)
-                 VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9, NULL, ?10)",
+                     created_at_ms, updated_at_ms, follow_up_to, retry_of, result, metadata,
+                     callback_url)
+                 VALUES (?1, ?2, 'queued', ?3, ?4, ?5, ?6, ?7, ?7, ?8, ?9, NULL, ?10, ?11)",
             )
             .db()?
             .execute(params![
@@ -775,6 +861,7 @@ impl Store for SqliteStore {
                 task.follow_up_to.as_ref().map(TaskId::as_str),
                 task.retry_of.as_ref().map(TaskId::as_str),
                 serde_json::to_string(&task.metadata)?,
+                task.callback_url,
             ])
             .db()?;
             {
@@ -1547,6 +1634,210 @@ impl Store for SqliteStore {
                 .db()?;
             let rows = statement.query_map([task.as_str()], read_intent).db()?;
             rows.map(|row| row.db()?.decode()).collect()
+        })
+    }
+
+    fn create_api_token(&self, token: NewApiToken) -> BoxFuture<'_, Result<ApiToken, StoreError>> {
+        self.write(move |conn, now| {
+            let taken = conn
+                .prepare_cached("SELECT 1 FROM api_tokens WHERE id = ?1 OR digest = ?2")
+                .db()?
+                .exists(params![token.id, token.digest])
+                .db()?;
+            if taken {
+                return Err(StoreError::AlreadyExists {
+                    what: "api token",
+                    id: token.id,
+                });
+            }
+            conn.prepare_cached(&format!(
+                "INSERT INTO api_tokens (id, name, role, digest, created_by, created_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING {API_TOKEN_COLUMNS}"
+            ))
+            .db()?
+            .query_row(
+                params![
+                    token.id,
+                    token.name,
+                    token.role,
+                    token.digest,
+                    token.created_by,
+                    now
+                ],
+                read_api_token,
+            )
+            .db()
+            .map(RawApiToken::decode)
+        })
+    }
+
+    fn find_api_token<'a>(
+        &'a self,
+        digest: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ApiToken>, StoreError>> {
+        let digest = digest.to_string();
+        self.read(move |conn| {
+            Ok(conn
+                .prepare_cached(&format!(
+                    "SELECT {API_TOKEN_COLUMNS} FROM api_tokens
+                     WHERE digest = ?1 AND revoked_at_ms IS NULL"
+                ))
+                .db()?
+                .query_row([digest], read_api_token)
+                .optional()
+                .db()?
+                .map(RawApiToken::decode))
+        })
+    }
+
+    fn list_api_tokens(&self) -> BoxFuture<'_, Result<Vec<ApiToken>, StoreError>> {
+        self.read(|conn| {
+            let mut statement = conn
+                .prepare_cached(&format!(
+                    "SELECT {API_TOKEN_COLUMNS} FROM api_tokens ORDER BY created_at_ms, id"
+                ))
+                .db()?;
+            let rows = statement.query_map([], read_api_token).db()?;
+            rows.map(|row| Ok(row.db()?.decode())).collect()
+        })
+    }
+
+    fn revoke_api_token<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<ApiToken, StoreError>> {
+        let id = id.to_string();
+        self.write(move |conn, now| {
+            conn.prepare_cached(&format!(
+                "UPDATE api_tokens SET revoked_at_ms = COALESCE(revoked_at_ms, ?2)
+                 WHERE id = ?1 RETURNING {API_TOKEN_COLUMNS}"
+            ))
+            .db()?
+            .query_row(params![id, now], read_api_token)
+            .optional()
+            .db()?
+            .map(RawApiToken::decode)
+            .ok_or_else(|| not_found("api token", &id))
+        })
+    }
+
+    fn append_task_message<'a>(
+        &'a self,
+        task: &'a TaskId,
+        role: &'a str,
+        text: &'a str,
+        author: &'a str,
+    ) -> BoxFuture<'a, Result<TaskMessage, StoreError>> {
+        let task = task.clone();
+        let (role, text, author) = (role.to_string(), text.to_string(), author.to_string());
+        self.write(move |conn, now| {
+            task_status(conn, &task)?;
+            insert_message(conn, &task, &role, &text, &author, now)
+        })
+    }
+
+    fn task_messages<'a>(
+        &'a self,
+        task: &'a TaskId,
+    ) -> BoxFuture<'a, Result<Vec<TaskMessage>, StoreError>> {
+        let task = task.clone();
+        self.read(move |conn| {
+            let mut statement = conn
+                .prepare_cached(&format!(
+                    "SELECT {MESSAGE_COLUMNS} FROM task_messages WHERE task_id = ?1 ORDER BY seq"
+                ))
+                .db()?;
+            let rows = statement.query_map([task.as_str()], read_message).db()?;
+            rows.map(|row| row.db()?.decode()).collect()
+        })
+    }
+
+    fn answer_task<'a>(
+        &'a self,
+        task: &'a TaskId,
+        text: &'a str,
+        author: &'a str,
+    ) -> BoxFuture<'a, Result<Task, StoreError>> {
+        let task = task.clone();
+        let (text, author) = (text.to_string(), author.to_string());
+        self.write(move |conn, now| {
+            let actual = task_status(conn, &task)?;
+            if actual != TaskStatus::WaitingInput {
+                return Err(StoreError::StatusConflict {
+                    task,
+                    expected: TaskStatus::WaitingInput,
+                    actual,
+                });
+            }
+            insert_message(conn, &task, MESSAGE_USER, &text, &author, now)?;
+            close_open_runs(conn, &task, status_name(TaskStatus::Queued), now)?;
+            set_status(conn, &task, TaskStatus::Queued, None, now)
+        })
+    }
+
+    fn usage_summary(&self, query: UsageQuery) -> BoxFuture<'_, Result<UsageSummary, StoreError>> {
+        self.read(move |conn| {
+            // Floor division, so an instant before 1970 still lands on its own day.
+            let day = format!(
+                "(at_ms - (((at_ms % {MS_PER_DAY}) + {MS_PER_DAY}) % {MS_PER_DAY})) / {MS_PER_DAY}"
+            );
+            let by_day: Vec<(i64, Spend)> = grouped_spend(
+                conn,
+                &format!(
+                    "SELECT {day} AS day, {SPEND_COLUMNS} FROM usage_ledger
+                     WHERE {USAGE_FILTER} GROUP BY day ORDER BY day"
+                ),
+                &query,
+            )?;
+            let by_task: Vec<(String, Spend)> = grouped_spend(
+                conn,
+                &format!(
+                    "SELECT task_id, {SPEND_COLUMNS} FROM usage_ledger
+                     WHERE {USAGE_FILTER} GROUP BY task_id ORDER BY task_id"
+                ),
+                &query,
+            )?;
+            let by_model = grouped_spend(
+                conn,
+                &format!(
+                    "SELECT model, {SPEND_COLUMNS} FROM usage_ledger
+                     WHERE {USAGE_FILTER} GROUP BY model ORDER BY model"
+                ),
+                &query,
+            )?;
+            Ok(UsageSummary {
+                by_day: by_day
+                    .into_iter()
+                    .map(|(day, spend)| (UtcDay(day), spend))
+                    .collect(),
+                by_task: by_task
+                    .into_iter()
+                    .map(|(id, spend)| Ok((crate::rows::task_id(id)?, spend)))
+                    .collect::<Result<_, StoreError>>()?,
+                by_model,
+            })
+        })
+    }
+
+    fn count_tasks_by_status(&self) -> BoxFuture<'_, Result<Vec<(TaskStatus, u64)>, StoreError>> {
+        self.read(|conn| {
+            let mut statement = conn
+                .prepare_cached("SELECT status, COUNT(*) FROM tasks GROUP BY status")
+                .db()?;
+            let rows = statement
+                .query_map([], |row| {
+                    Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+                })
+                .db()?;
+            let mut counted = Vec::new();
+            for row in rows {
+                let (name, count) = row.db()?;
+                counted.push((status(&name)?, to_u64(count)?));
+            }
+            Ok(ALL_STATUSES
+                .into_iter()
+                .map(|s| {
+                    let n = counted.iter().find(|(c, _)| *c == s).map_or(0, |(_, n)| *n);
+                    (s, n)
+                })
+                .collect())
         })
     }
 }

@@ -1,7 +1,7 @@
 //! SQLite migrations, numbered from 1 and applied in order, each in its own transaction together
 //! with its `schema_version` row. Never edit a released migration: add the next one.
 
-pub(crate) const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2)];
+pub(crate) const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3)];
 
 const V1: &str = r"
 CREATE TABLE tasks (
@@ -144,4 +144,29 @@ CREATE TABLE repos (
     created_by TEXT NOT NULL,
     created_at_ms INTEGER NOT NULL
 ) STRICT;
+";
+
+/// API tokens (stored by digest), task conversations, result callbacks.
+const V3: &str = r"
+CREATE TABLE api_tokens (
+    id TEXT PRIMARY KEY NOT NULL,
+    name TEXT NOT NULL,
+    role TEXT NOT NULL,
+    digest TEXT NOT NULL UNIQUE,
+    created_by TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    revoked_at_ms INTEGER
+) STRICT;
+
+CREATE TABLE task_messages (
+    task_id TEXT NOT NULL REFERENCES tasks (id),
+    seq INTEGER NOT NULL,
+    role TEXT NOT NULL,
+    text TEXT NOT NULL,
+    author TEXT NOT NULL,
+    at_ms INTEGER NOT NULL,
+    PRIMARY KEY (task_id, seq)
+) STRICT, WITHOUT ROWID;
+
+ALTER TABLE tasks ADD COLUMN callback_url TEXT;
 ";

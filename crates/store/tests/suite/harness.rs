@@ -144,6 +144,7 @@ pub fn new_task(kind: TaskKind, repos: &[&str]) -> NewTask {
         follow_up_to: None,
         retry_of: None,
         metadata: serde_json::json!({"source": "test"}),
+        callback_url: None,
     }
 }
 

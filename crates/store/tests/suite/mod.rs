@@ -6,6 +6,7 @@
 mod harness;
 
 mod approvals;
+mod conversation;
 mod events;
 mod idempotency;
 mod journal;
@@ -13,5 +14,7 @@ mod ledger;
 mod opening;
 mod outbox;
 mod queue;
+mod reporting;
 mod repos;
 mod state_machine;
+mod tokens;
