@@ -18,6 +18,7 @@
 //! "Invalid argument". No seccomp rule can repair it (the flag would have to be dropped, not the
 //! call refused); a newer runsc fixes it.
 
+use crate::cancel::{cancelled_output, Cancellation, Target};
 use crate::output::Collector;
 use crate::spec::{validate_command, validate_view, ValidatedView};
 use crate::sys::{self, OutputPipes, Pumped};
@@ -302,6 +303,9 @@ struct GvisorView {
     root_and_mounts: String,
     profile: String,
     host_mounts: HostMounts,
+    /// The `runsc` process groups of the commands running now, killed by
+    /// [`SandboxView::cancel`] (the container is deleted after each command anyway).
+    cancellation: Cancellation,
     closed: bool,
 }
 
@@ -444,6 +448,7 @@ impl GvisorView {
             root_and_mounts,
             profile: sandbox.profile.clone(),
             host_mounts,
+            cancellation: Cancellation::default(),
             closed: false,
         })
     }
@@ -551,6 +556,9 @@ impl SandboxView for GvisorView {
             format!("{WORKING_ROOT}/{cwd}")
         };
         let started = Instant::now();
+        if self.cancellation.is_cancelled() {
+            return Ok(cancelled_output(vec![], vec![], false, started.elapsed()));
+        }
         let deadline = started + command.timeout;
         let id = format!(
             "warden-{}-{}",
@@ -576,6 +584,7 @@ impl SandboxView for GvisorView {
         })?;
         let pid = child.id() as libc::pid_t;
         let mut collector = Collector::new(command.output_limit, on_output);
+        let tracked = self.cancellation.track(Target::Group(pid));
         let supervised = (|| -> std::io::Result<(libc::c_int, bool)> {
             let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
                 return Err(std::io::Error::other("missing output pipes"));
@@ -592,6 +601,8 @@ impl SandboxView for GvisorView {
                     sys::pidfd_kill(pidfd.as_fd(), libc::SIGKILL)?;
                 }
             }
+            // Deregistered before runsc is reaped: its pid may be reused after.
+            drop(tracked);
             let status = sys::wait_for(pid)?;
             pipes.read_to_end(&mut collector, Instant::now() + Duration::from_millis(500))?;
             Ok((status, timed_out))
@@ -613,6 +624,14 @@ impl SandboxView for GvisorView {
             other => other,
         };
         let (stdout, stderr, truncated) = collector.finish();
+        if self.cancellation.is_cancelled() && !timed_out {
+            return Ok(cancelled_output(
+                stdout,
+                stderr,
+                truncated,
+                started.elapsed(),
+            ));
+        }
         // runsc resolves the program itself and reports a missing one as its own failure (128);
         // report it the way a shell would.
         let exit_code = match exit_code {
@@ -634,6 +653,10 @@ impl SandboxView for GvisorView {
             timed_out,
             duration: started.elapsed(),
         })
+    }
+
+    fn cancel(&self) {
+        self.cancellation.cancel();
     }
 
     fn close(mut self: Box<Self>) -> Result<(), SandboxError> {

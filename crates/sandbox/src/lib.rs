@@ -42,6 +42,8 @@
 //!   it fails (`ENOENT`) rather than resolving anywhere else. Confine paths relative to it
 //!   (e.g. `openat2` with `RESOLVE_IN_ROOT`) instead of canonicalizing.
 
+#[cfg(target_os = "linux")]
+mod cancel;
 mod error;
 mod gvisor;
 #[cfg(target_os = "linux")]
@@ -98,6 +100,11 @@ pub trait SandboxView: Send + Sync {
         command: &CommandSpec,
         on_output: &mut dyn FnMut(Stream, &[u8]),
     ) -> Result<CommandOutput, SandboxError>;
+
+    /// Kills every command running in the view now and refuses the ones started afterwards
+    /// (their task was cancelled): both return as killed by `SIGKILL`, with a note on stderr.
+    /// The view stays open until [`SandboxView::close`].
+    fn cancel(&self);
 
     /// Stops everything still running in the view and deletes the scratch directory.
     fn close(self: Box<Self>) -> Result<(), SandboxError>;

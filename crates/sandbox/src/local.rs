@@ -5,6 +5,7 @@
 //! kernel features; it is only ever used when asked for by name, and every result is labelled
 //! `local`.
 
+use crate::cancel::{cancelled_output, Cancellation, Target};
 use crate::output::Collector;
 use crate::spec::{validate_command, validate_view, ValidatedView};
 use crate::sys::{self, OutputPipes, Pumped};
@@ -61,6 +62,7 @@ impl Sandbox for LocalSandbox {
         Ok(Box::new(LocalView {
             root,
             scratch: view.scratch_dir.clone(),
+            cancellation: Cancellation::default(),
         }))
     }
 }
@@ -68,6 +70,8 @@ impl Sandbox for LocalSandbox {
 struct LocalView {
     root: PathBuf,
     scratch: PathBuf,
+    /// The process groups of the commands running now, killed by [`SandboxView::cancel`].
+    cancellation: Cancellation,
 }
 
 impl SandboxView for LocalView {
@@ -82,6 +86,9 @@ impl SandboxView for LocalView {
     ) -> Result<CommandOutput, SandboxError> {
         let cwd = validate_command(command)?;
         let started = Instant::now();
+        if self.cancellation.is_cancelled() {
+            return Ok(cancelled_output(vec![], vec![], false, started.elapsed()));
+        }
         let deadline = started + command.timeout;
         let mut collector = Collector::new(command.output_limit, on_output);
         // The one place the local backend starts a process: no isolation by definition, with
@@ -126,6 +133,7 @@ impl SandboxView for LocalView {
             (Some(out), Some(err)) => OutputPipes::new(OwnedFd::from(out), OwnedFd::from(err)),
             _ => Err(std::io::Error::other("missing output pipes")),
         };
+        let tracked = self.cancellation.track(Target::Group(pid));
         let result = (|| -> std::io::Result<(libc::c_int, bool)> {
             let mut pipes = pipes?;
             let pidfd = sys::pidfd_open(pid)?;
@@ -133,6 +141,8 @@ impl SandboxView for LocalView {
                 pipes.pump_until(&mut collector, &[pidfd.as_fd()], deadline)? == Pumped::Deadline;
             // Whatever the leader did, nothing of the group outlives the command.
             kill_group(pid);
+            // Deregistered before the leader is reaped: its pid may be reused after.
+            drop(tracked);
             let status = sys::wait_for(pid)?;
             pipes.read_to_end(&mut collector, Instant::now() + Duration::from_millis(200))?;
             Ok((status, timed_out))
@@ -147,6 +157,14 @@ impl SandboxView for LocalView {
         };
         let (exit_code, signal) = sys::decode_status(status);
         let (stdout, stderr, truncated) = collector.finish();
+        if self.cancellation.is_cancelled() && !timed_out && signal == Some(libc::SIGKILL) {
+            return Ok(cancelled_output(
+                stdout,
+                stderr,
+                truncated,
+                started.elapsed(),
+            ));
+        }
         Ok(CommandOutput {
             exit_code,
             signal,
@@ -156,6 +174,10 @@ impl SandboxView for LocalView {
             timed_out,
             duration: started.elapsed(),
         })
+    }
+
+    fn cancel(&self) {
+        self.cancellation.cancel();
     }
 
     fn close(self: Box<Self>) -> Result<(), SandboxError> {

@@ -8,6 +8,7 @@ use super::{
     cgroup, create_layer_dirs, describe_errno, landlock, mount_on_host, unavailable, HostMounts,
     LinuxSandbox,
 };
+use crate::cancel::{cancelled_output, Cancellation, Target};
 use crate::output::Collector;
 use crate::spec::{validate_command, ValidatedView};
 use crate::sys::{self, OutputPipes, Pumped};
@@ -42,6 +43,8 @@ pub(super) struct LinuxView {
     memory_cgroup: bool,
     filter: Vec<libc::sock_filter>,
     last_cap: libc::c_int,
+    /// The relays of the commands running now, killed by [`SandboxView::cancel`].
+    cancellation: Cancellation,
     closed: bool,
 }
 
@@ -528,6 +531,7 @@ impl LinuxView {
             memory_cgroup: sandbox.memory_cgroup,
             filter: sandbox.filter.clone(),
             last_cap: sandbox.last_cap,
+            cancellation: Cancellation::default(),
             closed: false,
         };
         if let Err(error) = wait {
@@ -672,6 +676,9 @@ impl SandboxView for LinuxView {
     ) -> Result<CommandOutput, SandboxError> {
         let cwd = validate_command(command)?;
         let started = Instant::now();
+        if self.cancellation.is_cancelled() {
+            return Ok(cancelled_output(vec![], vec![], false, started.elapsed()));
+        }
         let deadline = started + command.timeout;
         let inside_cwd = if cwd.is_empty() {
             WORKING_ROOT.to_owned()
@@ -753,6 +760,10 @@ impl SandboxView for LinuxView {
             output.stderr.extend_from_slice(note);
         }
         Ok(output)
+    }
+
+    fn cancel(&self) {
+        self.cancellation.cancel();
     }
 
     fn close(mut self: Box<Self>) -> Result<(), SandboxError> {
@@ -842,6 +853,20 @@ impl LinuxView {
                 return Err(SandboxError::io("pidfd_open", error));
             }
         };
+        // Killing the relay kills the command: its init dies of the relay's death, and its
+        // pid namespace with it. A pidfd cannot hit a reused pid.
+        let tracked_fd = match relay_fd.try_clone() {
+            Ok(fd) => fd,
+            Err(error) => {
+                let _ = sys::pidfd_kill(relay_fd.as_fd(), libc::SIGKILL);
+                let _ = sys::wait_for(relay);
+                return Err(SandboxError::io(
+                    "cannot duplicate the relay's pidfd",
+                    error,
+                ));
+            }
+        };
+        let _tracked = self.cancellation.track(Target::Process(tracked_fd));
         let mut collector = Collector::new(command.output_limit, on_output);
         let outcome = self.supervise(
             relay,
@@ -924,6 +949,9 @@ impl LinuxView {
             sys::decode_status(status)
         } else if timed_out {
             (None, Some(libc::SIGKILL))
+        } else if self.cancellation.is_cancelled() {
+            let (stdout, stderr, truncated) = collector.finish();
+            return Ok(cancelled_output(stdout, stderr, truncated, duration));
         } else {
             return Err(unavailable(
                 Layer::Process,

@@ -549,3 +549,50 @@ pub fn concurrent_commands(sandbox: &Backend) {
     });
     view.close().unwrap();
 }
+
+/// `cancel` kills a running command and its children at once (long before its timeout) and
+/// every later command of the view returns killed without running.
+pub fn cancel_kills_running_commands_and_refuses_new_ones(sandbox: &Backend) {
+    let fixture = Fixture::new();
+    let view = open!(sandbox, fixture.view(true));
+    let output = std::thread::scope(|scope| {
+        let running = scope.spawn(|| {
+            run(
+                view.as_ref(),
+                CommandSpec::bash(
+                    "(sleep 3; echo late > marker) & echo started; sleep 120",
+                    Duration::from_secs(120),
+                ),
+            )
+        });
+        // Cancel once the command is under way (gVisor needs a moment to boot).
+        std::thread::sleep(if sandbox.backend() == warden_sandbox::Backend::Gvisor {
+            Duration::from_secs(3)
+        } else {
+            Duration::from_millis(500)
+        });
+        view.cancel();
+        running.join().unwrap()
+    });
+    assert!(!output.timed_out, "{output:?}");
+    assert_eq!(output.signal, Some(9), "{output:?}");
+    assert!(
+        text(&output.stderr).contains("cancelled"),
+        "{}",
+        text(&output.stderr)
+    );
+    let refused = run(
+        view.as_ref(),
+        CommandSpec::bash("echo ran > ran", Duration::from_secs(10)),
+    );
+    assert_eq!(refused.signal, Some(9), "{refused:?}");
+    // The killed command's child would write its marker after 3 s.
+    std::thread::sleep(Duration::from_secs(4));
+    for written in ["marker", "ran"] {
+        assert!(
+            !view.root().join(written).exists(),
+            "{written} was written after the cancellation"
+        );
+    }
+    view.close().unwrap();
+}

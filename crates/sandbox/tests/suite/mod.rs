@@ -62,6 +62,7 @@ conformance!(
         ptrace_of_the_host_is_impossible,
         commands_behave,
         concurrent_commands,
+        cancel_kills_running_commands_and_refuses_new_ones,
     ],
     keyed[model_key_is_absent]
 );
@@ -87,6 +88,7 @@ conformance!(
         ptrace_of_the_host_is_impossible,
         commands_behave,
         concurrent_commands,
+        cancel_kills_running_commands_and_refuses_new_ones,
     ],
     keyed[model_key_is_absent]
 );
@@ -103,6 +105,7 @@ conformance!(
         environment_is_exactly_the_allow_list,
         commands_behave,
         concurrent_commands,
+        cancel_kills_running_commands_and_refuses_new_ones,
     ],
     keyed[]
 );
