@@ -2,20 +2,27 @@
 //! hash, for change tasks run in-process with `--publish`. Approving checks that `H` is the
 //! approval's subject hash and that the proposal still hashes to it (its commit still under its
 //! ref in the mirror, same tree, same validations); the decision, who and when, is recorded
-//! once. Publication then pushes the proposal commit to `warden/<task-id>` on the repository's
-//! remote: the intent is journaled before the push, the remote is asked before and after
-//! (`ls-remote`), so a crash at any point followed by `warden approve` again (same hash)
-//! completes it without a second push. Pull requests are not opened yet.
+//! once. Publication then runs the steps of [`warden_server::publish`]: push the proposal
+//! commit to `warden/<task-id>` on the repository's remote, then, when the repository has a
+//! GitHub target (`--github OWNER/NAME`, a `[[publish]]` entry, or a GitHub remote URL), open a
+//! pull request. Each step journals its intent first and asks the remote before acting, so a
+//! crash at any point followed by `warden approve` again (same hash) completes publication
+//! with one branch and one pull request. Without a GitHub target publication ends at `pushed`.
 
 use crate::records::{self, TaskRecord};
 use crate::usage;
 use anyhow::Context;
 use std::path::{Path, PathBuf};
 use warden_protocol::{ApprovalStatus, ChangeOutcome, PublicationStatus, TaskStatus};
-use warden_repo::proposal::{proposal_hash, proposal_ref, push_proposal, PushOutcome};
+use warden_repo::proposal::{proposal_hash, proposal_ref, PushOutcome};
 use warden_repo::Git;
 use warden_runtime::{Clock, FileJournal, Journal, RecordKind, SystemClock};
 use warden_server::config::Config;
+use warden_server::github::GithubRepo;
+use warden_server::publish::{
+    branch_for, client_for, open_pull_request_step, pull_request_body, pull_request_title,
+    push_step, remote_default_branch, resolve_target, PublishError, PullRequestInput, PushInput,
+};
 
 #[derive(Debug, clap::Args)]
 pub struct ApproveArgs {
@@ -24,6 +31,10 @@ pub struct ApproveArgs {
     /// The hash the approval is bound to, exactly as shown with the proposal
     #[arg(long)]
     pub hash: String,
+    /// The GitHub repository (`owner/name`) to open the pull request on, overriding
+    /// `[[publish]]` and the remote URL (pass it again when resuming)
+    #[arg(long, value_name = "OWNER/NAME")]
+    pub github: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -31,10 +42,6 @@ pub struct RejectArgs {
     /// The approval id (`apr_…`)
     pub id: String,
 }
-
-/// Failure point for crash tests: `WARDEN_FAILPOINT=publish_after_push` exits right after the
-/// push, before anything records it.
-const FAILPOINT: &str = "WARDEN_FAILPOINT";
 
 fn find(home: &Path, id: &str) -> anyhow::Result<TaskRecord> {
     records::list(home)?
@@ -89,24 +96,35 @@ pub async fn approve(config: &Config, args: ApproveArgs) -> anyhow::Result<u8> {
     let redactor = config.redactor();
     let git = Git::locate()?;
     let task_id = record.id.clone();
-    let (proposal, approval) = match record.change_result.as_ref() {
+    let (proposal, approval, status) = match record.change_result.as_ref() {
         Some(result) => match (&result.outcome, &result.approval) {
-            (ChangeOutcome::Proposal { proposal, .. }, Some(approval)) => {
-                (proposal.clone(), approval.clone())
-            }
+            (
+                ChangeOutcome::Proposal {
+                    proposal,
+                    publication,
+                },
+                Some(approval),
+            ) => (proposal.clone(), approval.clone(), publication.status),
             _ => return Err(usage(anyhow::anyhow!("no approval {}", args.id))),
         },
         None => return Err(usage(anyhow::anyhow!("no approval {}", args.id))),
     };
-    let published = matches!(
-        record.change_result.as_ref().map(|r| &r.outcome),
-        Some(ChangeOutcome::Proposal { publication, .. })
-            if publication.status == PublicationStatus::Pushed
-    );
+    let explicit = match &args.github {
+        Some(text) => Some(
+            GithubRepo::parse(text)
+                .ok_or_else(|| usage(anyhow::anyhow!("--github {text:?} is not owner/name")))?,
+        ),
+        None => None,
+    };
+    let remote = remote_of(&git, &record)?;
+    let target = resolve_target(&config.github, &proposal.repo, &remote, explicit.as_ref());
+    // Done: the pull request is open, or the branch is pushed and there is no GitHub target.
+    let finished = status == PublicationStatus::PrOpened
+        || (status == PublicationStatus::Pushed && target.is_none());
     match approval.status {
         ApprovalStatus::Pending => {}
-        // Approved before, publication unfinished (a crash): the same hash resumes it.
-        ApprovalStatus::Approved if !published => {}
+        // Approved before, publication unfinished (a crash, a failure): the same hash resumes it.
+        ApprovalStatus::Approved if !finished => {}
         _ => {
             return Err(usage(anyhow::anyhow!(
                 "approval {} was already used ({:?}); an approval is single use",
@@ -155,8 +173,7 @@ pub async fn approve(config: &Config, args: ApproveArgs) -> anyhow::Result<u8> {
             )))
         }
     }
-    let remote = remote_of(&git, &record)?;
-    let branch = format!("warden/{task_id}");
+    let branch = branch_for(task_id.as_str());
 
     let now = SystemClock.now_ms();
     let mut journal = FileJournal::create(&next_journal(&config.home, &record))
@@ -172,55 +189,117 @@ pub async fn approve(config: &Config, args: ApproveArgs) -> anyhow::Result<u8> {
             serde_json::json!({"approval": args.id, "decision": "approve", "hash": args.hash, "by": who()}),
         )
         .await?;
-    journal
-        .append(
-            SystemClock.now_ms(),
-            RecordKind::SideEffectIntent,
-            serde_json::json!({"push": {"remote": redactor.text(&warden_repo::redact_credentials(&remote)), "branch": branch, "commit": proposal.commit}}),
-        )
-        .await?;
-    let outcome = push_proposal(&git, &mirror, &remote, &proposal.commit, &branch);
-    if std::env::var(FAILPOINT).is_ok_and(|v| v == "publish_after_push") {
-        std::process::exit(101);
-    }
-    let outcome = match outcome {
+
+    // Step 1: the branch.
+    let push = PushInput {
+        git: git.clone(),
+        mirror: mirror.clone(),
+        remote: remote.clone(),
+        commit: proposal.commit.clone(),
+        branch: branch.clone(),
+    };
+    let pushed = match push_step(&push, &mut journal, &redactor).await {
         Ok(outcome) => outcome,
         Err(error) => {
-            let _ = journal
-                .append(
-                    SystemClock.now_ms(),
-                    RecordKind::SideEffectOutcome,
-                    serde_json::json!({"push": {"failed": error.to_string()}}),
-                )
-                .await;
-            set_publication(&mut record, PublicationStatus::Failed, &branch);
+            set_publication(&mut record, PublicationStatus::Failed, &branch, None);
             records::save(&config.home, &record, &redactor)?;
-            return Err(anyhow::anyhow!("publication failed: {error}"));
+            return Err(anyhow::anyhow!(
+                "publication failed: {}",
+                redactor.text(&error.to_string())
+            ));
         }
     };
-    journal
-        .append(
-            SystemClock.now_ms(),
-            RecordKind::SideEffectOutcome,
-            serde_json::json!({"push": {"branch": branch, "commit": proposal.commit,
-                "already_there": outcome == PushOutcome::AlreadyThere}}),
-        )
-        .await?;
-    set_publication(&mut record, PublicationStatus::Pushed, &branch);
-    record.status = TaskStatus::Completed;
+    set_publication(&mut record, PublicationStatus::Pushed, &branch, None);
+    let Some(target) = target else {
+        record.status = TaskStatus::Completed;
+        records::save(&config.home, &record, &redactor)?;
+        println!(
+            "approved {}: pushed {} to {branch}{}",
+            args.id,
+            proposal.commit,
+            already(pushed == PushOutcome::AlreadyThere)
+        );
+        eprintln!(
+            "warden: no GitHub repository for {} (its remote is not on {}); no pull request was \
+             opened. Name one with [[publish]] in warden.toml or --github OWNER/NAME",
+            proposal.repo, config.github.api_url
+        );
+        return Ok(0);
+    };
     records::save(&config.home, &record, &redactor)?;
-    println!(
-        "approved {}: pushed {} to {branch}{}",
-        args.id,
-        proposal.commit,
-        if outcome == PushOutcome::AlreadyThere {
-            " (it was already there)"
-        } else {
-            ""
+
+    // Step 2: the pull request.
+    let opened = async {
+        let client = client_for(&config.github)?;
+        let base = match &target.base {
+            Some(base) => base.clone(),
+            None => {
+                let (git, mirror, remote) = (git.clone(), mirror.clone(), remote.clone());
+                tokio::task::spawn_blocking(move || remote_default_branch(&git, &mirror, &remote))
+                    .await
+                    .map_err(|e| PublishError::Internal(e.to_string()))?
+                    .map_err(|e| PublishError::Push(e.into()))?
+                    .ok_or_else(|| {
+                        PublishError::Config(format!(
+                            "cannot tell the remote's default branch (its HEAD); set base in \
+                             the [[publish]] entry for {}",
+                            proposal.repo
+                        ))
+                    })?
+            }
+        };
+        let input = PullRequestInput {
+            repo: target.repo.clone(),
+            branch: branch.clone(),
+            base,
+            commit: proposal.commit.clone(),
+            title: pull_request_title(&proposal, &redactor),
+            body: pull_request_body(task_id.as_str(), &proposal, &redactor),
+            draft: config.github.draft,
+        };
+        open_pull_request_step(&client, &input, &mut journal, &redactor).await
+    }
+    .await;
+    match opened {
+        Ok(outcome) => {
+            set_publication(
+                &mut record,
+                PublicationStatus::PrOpened,
+                &branch,
+                Some(outcome.pull.html_url.clone()),
+            );
+            record.status = TaskStatus::Completed;
+            records::save(&config.home, &record, &redactor)?;
+            println!(
+                "approved {}: pushed {} to {branch}{}; pull request {}{}",
+                args.id,
+                proposal.commit,
+                already(pushed == PushOutcome::AlreadyThere),
+                outcome.pull.html_url,
+                already(outcome.already_there)
+            );
+            Ok(0)
         }
-    );
-    eprintln!("warden: pull requests are not opened yet; open one from {branch}");
-    Ok(0)
+        Err(error) => {
+            set_publication(&mut record, PublicationStatus::Failed, &branch, None);
+            records::save(&config.home, &record, &redactor)?;
+            Err(anyhow::anyhow!(
+                "the branch {branch} is pushed, but {}; fix it and run `warden approve {} --hash \
+                 {}` again",
+                redactor.text(&error.to_string()),
+                args.id,
+                args.hash
+            ))
+        }
+    }
+}
+
+fn already(yes: bool) -> &'static str {
+    if yes {
+        " (it was already there)"
+    } else {
+        ""
+    }
 }
 
 fn set_approval(record: &mut TaskRecord, status: ApprovalStatus, at_ms: Option<u64>) {
@@ -235,12 +314,20 @@ fn set_approval(record: &mut TaskRecord, status: ApprovalStatus, at_ms: Option<u
     }
 }
 
-fn set_publication(record: &mut TaskRecord, status: PublicationStatus, branch: &str) {
+fn set_publication(
+    record: &mut TaskRecord,
+    status: PublicationStatus,
+    branch: &str,
+    pr_url: Option<String>,
+) {
     if let Some(ChangeOutcome::Proposal { publication, .. }) =
         record.change_result.as_mut().map(|r| &mut r.outcome)
     {
         publication.status = status;
         publication.branch = Some(branch.to_string());
+        if pr_url.is_some() {
+            publication.pr_url = pr_url;
+        }
     }
 }
 

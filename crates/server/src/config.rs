@@ -24,6 +24,56 @@ pub struct FileConfig {
     pub sandbox: SandboxSection,
     #[serde(default)]
     pub serve: crate::service::ServeSection,
+    #[serde(default)]
+    pub callbacks: crate::callback::CallbackSection,
+    #[serde(default)]
+    pub github: GithubSection,
+    /// `[[publish]]`: the GitHub repository (and base branch) a repository publishes to.
+    #[serde(default)]
+    pub publish: Vec<PublishEntry>,
+}
+
+/// `[github]`: the API publication talks to. The token is never read from this file (nor from
+/// a repository): only from `WARDEN_GITHUB_TOKEN` or `GITHUB_TOKEN`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GithubSection {
+    /// Default `https://api.github.com`; GitHub Enterprise Server: `https://HOST/api/v3`.
+    /// `WARDEN_GITHUB_API_URL` overrides.
+    pub api_url: Option<String>,
+    /// Open pull requests as drafts.
+    pub draft: Option<bool>,
+}
+
+/// One `[[publish]]` entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublishEntry {
+    /// The repository's name in Warden.
+    pub repo: String,
+    /// `owner/name` on GitHub.
+    pub github: String,
+    /// The branch pull requests target; default: the remote's `HEAD`.
+    pub base: Option<String>,
+}
+
+/// `[github]` and `[[publish]]`, resolved, with the token from the environment.
+#[derive(Debug, Clone)]
+pub struct GithubSettings {
+    pub api_url: String,
+    pub token: Option<crate::github::GithubToken>,
+    pub draft: bool,
+    pub targets: Vec<PublishTarget>,
+    /// First retry delay (`WARDEN_RETRY_BASE_MS`, for tests).
+    pub retry_base: Option<Duration>,
+}
+
+/// A resolved `[[publish]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishTarget {
+    pub repo: String,
+    pub github: crate::github::GithubRepo,
+    pub base: Option<String>,
 }
 
 /// Where the agent's `shell` commands run.
@@ -97,6 +147,10 @@ pub struct Config {
     pub sandbox: SandboxChoice,
     /// `[serve]`: workers, leases and per-day budgets of `warden serve` / `warden worker`.
     pub serve: crate::service::ServeConfig,
+    /// `[callbacks]`: where task callbacks may go and how they are signed.
+    pub callbacks: crate::callback::CallbackConfig,
+    /// `[github]` and `[[publish]]`: where approved proposals are published.
+    pub github: GithubSettings,
 }
 
 /// The sandbox backend and its settings. Never chosen by fallback: what is named here is what
@@ -244,6 +298,11 @@ impl Config {
         let prices = table;
         let sandbox = sandbox_choice(&file.sandbox, env)?;
         let serve = crate::service::ServeConfig::resolve(&file.serve)?;
+        let callbacks = crate::callback::CallbackConfig::resolve(
+            &file.callbacks,
+            env.var("WARDEN_CALLBACK_SECRET"),
+        )?;
+        let github = github_settings(&file, env)?;
         Ok(Config {
             home,
             model,
@@ -252,8 +311,66 @@ impl Config {
             prices,
             sandbox,
             serve,
+            callbacks,
+            github,
         })
     }
+}
+
+fn github_settings(file: &FileConfig, env: &dyn Env) -> anyhow::Result<GithubSettings> {
+    let api_url = env
+        .var("WARDEN_GITHUB_API_URL")
+        .or_else(|| file.github.api_url.clone())
+        .unwrap_or_else(|| crate::github::DEFAULT_API_URL.to_string());
+    let parsed = reqwest::Url::parse(api_url.trim())
+        .map_err(|e| anyhow::anyhow!("github.api_url {api_url:?} is not a URL: {e}"))?;
+    if !matches!(parsed.scheme(), "https" | "http") || parsed.host_str().is_none() {
+        bail!("github.api_url {api_url:?} must be an http(s) URL with a host");
+    }
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        bail!("github.api_url must not carry credentials; set WARDEN_GITHUB_TOKEN");
+    }
+    let mut targets = Vec::new();
+    for entry in &file.publish {
+        let github = crate::github::GithubRepo::parse(&entry.github).ok_or_else(|| {
+            anyhow::anyhow!(
+                "publish: github {:?} for repo {:?} is not owner/name",
+                entry.github,
+                entry.repo
+            )
+        })?;
+        if let Some(base) = &entry.base {
+            if base.is_empty() || base.starts_with('-') || base.chars().any(char::is_whitespace) {
+                bail!(
+                    "publish: invalid base branch {base:?} for repo {:?}",
+                    entry.repo
+                );
+            }
+        }
+        if targets.iter().any(|t: &PublishTarget| t.repo == entry.repo) {
+            bail!("publish: repo {:?} is listed twice", entry.repo);
+        }
+        targets.push(PublishTarget {
+            repo: entry.repo.clone(),
+            github,
+            base: entry.base.clone(),
+        });
+    }
+    let token = env
+        .var("WARDEN_GITHUB_TOKEN")
+        .or_else(|| env.var("GITHUB_TOKEN"))
+        .and_then(crate::github::GithubToken::new);
+    let retry_base = env
+        .var("WARDEN_RETRY_BASE_MS")
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .map(Duration::from_millis);
+    Ok(GithubSettings {
+        api_url: api_url.trim().to_string(),
+        token,
+        draft: file.github.draft.unwrap_or(false),
+        targets,
+        retry_base,
+    })
 }
 
 impl Config {
@@ -266,6 +383,8 @@ impl Config {
                 .collect(),
             ModelChoice::Faux | ModelChoice::Missing => Vec::new(),
         };
+        let mut keys: Vec<String> = keys;
+        keys.extend(self.github.token.iter().map(|t| t.expose().to_string()));
         crate::redact::Redactor::new(keys)
     }
 }

@@ -5,10 +5,12 @@
 pub mod api;
 pub mod change;
 pub mod config;
+pub mod github;
 pub mod journal;
 pub mod ledger;
 pub mod lock;
 pub mod prompt;
+pub mod publish;
 pub mod question;
 pub mod redact;
 pub mod serve;

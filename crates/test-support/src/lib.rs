@@ -1,6 +1,8 @@
 //! Test-only helpers shared by every crate's tests: a scripted model server that speaks the real
 //! OpenAI Chat Completions and Anthropic Messages wire formats (streaming and not) and records
-//! every request, and temporary git repositories built with the system git.
+//! every request, temporary git repositories built with the system git, and a fake of GitHub's
+//! pulls API backed by a bare repository.
 
 pub mod git_fixture;
+pub mod github_fake;
 pub mod model_server;

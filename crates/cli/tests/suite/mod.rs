@@ -1,4 +1,5 @@
 mod ask;
 mod change;
+mod publish;
 mod serve;
 mod support;

@@ -11,6 +11,7 @@
 //! - `POST /v1/tasks` honours `Idempotency-Key` (same key and body: the same task; same key,
 //!   other body: 409) and answers `202` with the task; workers are woken at once.
 
+pub mod approvals;
 mod auth;
 mod repos;
 pub mod schema;
@@ -62,6 +63,10 @@ pub enum ErrorCode {
     UnsupportedKind,
     /// A task names a repository that is not registered.
     UnknownRepository,
+    /// The hash presented is not the one the approval is bound to (409).
+    HashMismatch,
+    /// The approval was decided before; an approval is decided once (409).
+    AlreadyDecided,
     /// Warden failed; details are in the server log, never in the response.
     Internal,
 }
@@ -80,6 +85,8 @@ impl ErrorCode {
             ErrorCode::InvalidRequest => "invalid_request",
             ErrorCode::UnsupportedKind => "unsupported_kind",
             ErrorCode::UnknownRepository => "unknown_repository",
+            ErrorCode::HashMismatch => "hash_mismatch",
+            ErrorCode::AlreadyDecided => "already_decided",
             ErrorCode::Internal => "internal",
         }
     }
@@ -91,7 +98,10 @@ impl ErrorCode {
             ErrorCode::Forbidden => StatusCode::FORBIDDEN,
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ErrorCode::IdempotencyConflict | ErrorCode::AlreadyExists => StatusCode::CONFLICT,
+            ErrorCode::IdempotencyConflict
+            | ErrorCode::AlreadyExists
+            | ErrorCode::HashMismatch
+            | ErrorCode::AlreadyDecided => StatusCode::CONFLICT,
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::InvalidRequest
             | ErrorCode::UnsupportedKind
@@ -207,6 +217,7 @@ fn documented_routes() -> OpenApiRouter<Arc<ApiState>> {
     OpenApiRouter::with_openapi(schema::BaseDocument::openapi())
         .routes(routes!(healthz))
         .merge(repos::routes())
+        .merge(approvals::routes())
         .merge(tasks::routes())
 }
 

@@ -1,1 +1,2 @@
+mod approvals;
 mod api;

@@ -1,0 +1,392 @@
+//! `GET /v1/approvals`, `GET /v1/approvals/{id}`, `POST /v1/approvals/{id}`: approvals bound to
+//! the hash of what they approve (a proposal hash for `publish`).
+//!
+//! - Everyone sees the approvals of their own tasks; admins see all. An approval of a task the
+//!   caller cannot see is 404, exactly like an unknown id.
+//! - Only admins decide (SPEC: "an admin manages repositories, tokens and approvals"): 403 for
+//!   other roles on an approval they can see.
+//! - The decision names the hash it approves: a hash that is not `sha256:` + 64 lowercase hex
+//!   digits is 422 `invalid_request`; a well-formed hash that is not the one the approval is
+//!   bound to is 409 `hash_mismatch`; an approval decided before (approved, rejected or
+//!   consumed) is 409 `already_decided`. Nothing changes in either case.
+//! - Approving a `publish` (or `publish_sensitive`) approval enqueues one outbox intent
+//!   `publish` (id `int_publish_<approval id>`, payload `{approval, task, hash}`) in the store;
+//!   the server's publish loop consumes the approval and publishes through
+//!   [`crate::publish`]. The intent id is derived from the approval, so it is enqueued at most
+//!   once; an approval approved but left without its intent (a crash between the two writes)
+//!   is picked up by [`enqueue_missing_publish_intents`].
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, Uri};
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use warden_store::{Approval, ApprovalStatus, Decision, NewIntent, Store, StoreError};
+
+use super::auth::{authenticate, ApiRole, Caller};
+use super::schema::ErrorBody;
+use super::{rfc3339, ApiError, ApiJson, ApiState, ErrorCode};
+
+/// Approval kinds whose approval publishes a proposal.
+pub const PUBLISH_KINDS: [&str; 2] = ["publish", "publish_sensitive"];
+/// The outbox intent kind that publishes an approved proposal.
+pub const PUBLISH_INTENT: &str = "publish";
+
+const DEFAULT_PAGE: usize = 50;
+const MAX_PAGE: usize = 200;
+
+/// An approval.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApprovalView {
+    /// `apr_…`.
+    pub id: String,
+    pub task_id: String,
+    /// What is approved: `publish`, `publish_sensitive`, `command`, `dirty_start`, …
+    pub kind: String,
+    /// `sha256:` + 64 hex digits: the hash of exactly what is approved.
+    pub subject_hash: String,
+    /// `pending`, `approved`, `rejected` or `consumed` (approved and used).
+    pub status: String,
+    pub created_at: String,
+    pub decided_by: Option<String>,
+    pub decided_at: Option<String>,
+    pub consumed_at: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ApprovalPage {
+    pub data: Vec<ApprovalView>,
+    pub next_cursor: Option<String>,
+}
+
+/// `approve` or `reject`.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+enum DecisionName {
+    Approve,
+    Reject,
+}
+
+/// A decision on a pending approval, bound to the hash it approves.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct DecideApproval {
+    decision: DecisionName,
+    /// The approval's `subject_hash`, exactly.
+    hash: String,
+}
+
+pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
+    OpenApiRouter::new()
+        .routes(routes!(list_approvals))
+        .routes(routes!(get_approval, decide_approval))
+}
+
+fn approval_json(approval: &Approval) -> Value {
+    json!({
+        "id": approval.id,
+        "task_id": approval.task.as_str(),
+        "kind": approval.kind,
+        "subject_hash": approval.subject_hash,
+        "status": approval.status.as_str(),
+        "created_at": rfc3339(approval.created_at_ms),
+        "decided_by": approval.decided_by,
+        "decided_at": approval.decided_at_ms.map(rfc3339),
+        "consumed_at": approval.consumed_at_ms.map(rfc3339),
+    })
+}
+
+/// Whether the caller may see the approval: admins see all, others those of their own tasks.
+async fn may_see(state: &ApiState, caller: &Caller, approval: &Approval) -> Result<bool, ApiError> {
+    if caller.role == ApiRole::Admin {
+        return Ok(true);
+    }
+    let task = state.store.get_task(&approval.task).await?;
+    Ok(task.is_some_and(|t| t.owner == caller.name))
+}
+
+async fn visible_approval(
+    state: &ApiState,
+    caller: &Caller,
+    id: &str,
+) -> Result<Approval, ApiError> {
+    let missing = || ApiError::new(ErrorCode::NotFound, format!("approval {id} not found"));
+    if id.is_empty() || id.len() > 100 {
+        return Err(missing());
+    }
+    let approval = state.store.get_approval(id).await?.ok_or_else(missing)?;
+    if !may_see(state, caller, &approval).await? {
+        return Err(missing());
+    }
+    Ok(approval)
+}
+
+/// `status` (default `pending`, or `all`), `cursor`, `limit`.
+struct ListQuery {
+    status: Option<ApprovalStatus>,
+    cursor: Option<String>,
+    limit: usize,
+}
+
+fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiError> {
+    let bad = |message: String| ApiError::new(ErrorCode::BadRequest, message);
+    let mut parsed = ListQuery {
+        status: Some(ApprovalStatus::Pending),
+        cursor: None,
+        limit: DEFAULT_PAGE,
+    };
+    for pair in query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match key {
+            "status" if value == "all" => parsed.status = None,
+            "status" => {
+                parsed.status = Some(ApprovalStatus::parse(value).ok_or_else(|| {
+                    bad(format!(
+                        "unknown status {value:?}: pending, approved, rejected, consumed or all"
+                    ))
+                })?);
+            }
+            "cursor" if value.is_empty() => {}
+            "cursor"
+                if value.len() <= 100
+                    && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') =>
+            {
+                parsed.cursor = Some(value.to_string());
+            }
+            "cursor" => return Err(bad(format!("invalid cursor {value:?}"))),
+            "limit" => {
+                parsed.limit = value
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=MAX_PAGE).contains(n))
+                    .ok_or_else(|| bad(format!("limit must be 1-{MAX_PAGE}, got {value:?}")))?;
+            }
+            other => return Err(bad(format!("unknown query parameter {other:?}"))),
+        }
+    }
+    Ok(parsed)
+}
+
+/// Approvals of the caller's tasks (every task's for admins), oldest first; pending ones unless
+/// `status` says otherwise.
+#[utoipa::path(get, path = "/v1/approvals", tag = "approvals",
+    params(
+        ("status" = Option<String>, Query,
+            description = "`pending` (default), `approved`, `rejected`, `consumed` or `all`"),
+        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
+        ("limit" = Option<u32>, Query, description = "1-200, default 50"),
+    ),
+    responses(
+        (status = 200, description = "A page of approvals", body = ApprovalPage),
+        (status = 400, description = "A malformed query", body = ErrorBody),
+        (status = 401, description = "No or an invalid token", body = ErrorBody),
+    ))]
+async fn list_approvals(
+    State(state): State<Arc<ApiState>>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Result<Json<Value>, ApiError> {
+    let caller = authenticate(&state, &headers).await?;
+    let query = parse_list_query(uri.query())?;
+    let all = state.store.list_approvals(query.status).await?;
+    let mut page = Vec::new();
+    let mut past_cursor = query.cursor.is_none();
+    let mut next_cursor = None;
+    for approval in all {
+        if !past_cursor {
+            past_cursor = query.cursor.as_deref() == Some(approval.id.as_str());
+            continue;
+        }
+        if !may_see(&state, &caller, &approval).await? {
+            continue;
+        }
+        if page.len() == query.limit {
+            next_cursor = page
+                .last()
+                .and_then(|last: &Value| last["id"].as_str().map(str::to_string));
+            break;
+        }
+        page.push(approval_json(&approval));
+    }
+    Ok(Json(json!({"data": page, "next_cursor": next_cursor})))
+}
+
+/// One approval.
+#[utoipa::path(get, path = "/v1/approvals/{id}", tag = "approvals",
+    params(("id" = String, Path, description = "The approval id")),
+    responses(
+        (status = 200, description = "The approval", body = ApprovalView),
+        (status = 401, description = "No or an invalid token", body = ErrorBody),
+        (status = 404, description = "No such approval visible to this token", body = ErrorBody),
+    ))]
+async fn get_approval(
+    State(state): State<Arc<ApiState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let caller = authenticate(&state, &headers).await?;
+    let approval = visible_approval(&state, &caller, &id).await?;
+    Ok(Json(approval_json(&approval)))
+}
+
+fn well_formed_hash(hash: &str) -> bool {
+    hash.strip_prefix("sha256:").is_some_and(|hex| {
+        hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+/// Decides a pending approval, once, for exactly the hash it is bound to (admin tokens only).
+/// Approving a `publish` approval starts publication in the background.
+#[utoipa::path(post, path = "/v1/approvals/{id}", tag = "approvals", request_body = DecideApproval,
+    params(("id" = String, Path, description = "The approval id")),
+    responses(
+        (status = 200, description = "Decided", body = ApprovalView),
+        (status = 400, description = "The body is not JSON", body = ErrorBody),
+        (status = 401, description = "No or an invalid token", body = ErrorBody),
+        (status = 403, description = "Not an admin token", body = ErrorBody),
+        (status = 404, description = "No such approval visible to this token", body = ErrorBody),
+        (status = 409, description = "`hash_mismatch`: not the hash the approval is bound to; \
+            `already_decided`: the approval was decided before", body = ErrorBody),
+        (status = 413, description = "The body is too large", body = ErrorBody),
+        (status = 422, description = "Invalid fields (unknown decision, malformed hash)", body = ErrorBody),
+    ))]
+async fn decide_approval(
+    State(state): State<Arc<ApiState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    ApiJson(request, _): ApiJson<DecideApproval>,
+) -> Result<Json<Value>, ApiError> {
+    let caller = authenticate(&state, &headers).await?;
+    let approval = visible_approval(&state, &caller, &id).await?;
+    if caller.role != ApiRole::Admin {
+        return Err(ApiError::new(
+            ErrorCode::Forbidden,
+            "only admin tokens decide approvals",
+        ));
+    }
+    if !well_formed_hash(&request.hash) {
+        return Err(ApiError::invalid(
+            "hash must be sha256: followed by 64 lowercase hex digits",
+        ));
+    }
+    let decision = match request.decision {
+        DecisionName::Approve => Decision::Approve,
+        DecisionName::Reject => Decision::Reject,
+    };
+    let decided = state
+        .store
+        .decide_approval(&approval.id, &request.hash, decision, &caller.name)
+        .await
+        .map_err(|error| match error {
+            StoreError::ApprovalMismatch { id } => ApiError::new(
+                ErrorCode::HashMismatch,
+                format!(
+                    "hash {} is not the hash approval {id} is bound to; nothing was decided",
+                    request.hash
+                ),
+            ),
+            StoreError::ApprovalState { id, actual, .. } => ApiError::new(
+                ErrorCode::AlreadyDecided,
+                format!(
+                    "approval {id} is {}; an approval is decided once",
+                    actual.as_str()
+                ),
+            ),
+            StoreError::NotFound { .. } => {
+                ApiError::new(ErrorCode::NotFound, format!("approval {id} not found"))
+            }
+            other => ApiError::from(other),
+        })?;
+    if decided.status == ApprovalStatus::Approved && PUBLISH_KINDS.contains(&decided.kind.as_str())
+    {
+        enqueue_publish_intent(state.store.as_ref(), &decided).await?;
+        state.wake.notify_waiters();
+    }
+    Ok(Json(approval_json(&decided)))
+}
+
+/// The outbox intent id publishing the proposal `approval` approves.
+pub fn publish_intent_id(approval: &str) -> String {
+    format!("int_publish_{approval}")
+}
+
+/// Enqueues the `publish` intent of an approved approval; one that exists already is fine.
+pub async fn enqueue_publish_intent(
+    store: &dyn Store,
+    approval: &Approval,
+) -> Result<(), StoreError> {
+    let intent = NewIntent {
+        id: publish_intent_id(&approval.id),
+        task: approval.task.clone(),
+        kind: PUBLISH_INTENT.to_string(),
+        payload: json!({
+            "approval": approval.id,
+            "task": approval.task.as_str(),
+            "hash": approval.subject_hash,
+        }),
+    };
+    match store.enqueue_intent(intent).await {
+        Ok(_) | Err(StoreError::AlreadyExists { .. }) => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+/// Enqueues the `publish` intent of every approved (not yet consumed) publish approval that
+/// has none: recovery after a crash between recording the decision and enqueueing. Returns how
+/// many were enqueued.
+pub async fn enqueue_missing_publish_intents(store: &dyn Store) -> Result<usize, StoreError> {
+    let mut enqueued = 0;
+    for approval in store.list_approvals(Some(ApprovalStatus::Approved)).await? {
+        if !PUBLISH_KINDS.contains(&approval.kind.as_str()) {
+            continue;
+        }
+        let id = publish_intent_id(&approval.id);
+        let known = store
+            .list_intents(&approval.task)
+            .await?
+            .iter()
+            .any(|intent| intent.id == id);
+        if !known {
+            enqueue_publish_intent(store, &approval).await?;
+            enqueued += 1;
+        }
+    }
+    Ok(enqueued)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashes_and_queries() {
+        assert!(well_formed_hash(&format!("sha256:{}", "a1".repeat(32))));
+        assert!(!well_formed_hash(&format!("sha256:{}", "A1".repeat(32))));
+        assert!(!well_formed_hash("sha256:abc"));
+        assert!(!well_formed_hash(&"a".repeat(71)));
+        assert!(parse_list_query(Some("status=all"))
+            .unwrap()
+            .status
+            .is_none());
+        assert_eq!(
+            parse_list_query(None).unwrap().status,
+            Some(ApprovalStatus::Pending)
+        );
+        assert!(parse_list_query(Some("status=maybe")).is_err());
+        assert!(parse_list_query(Some("limit=0")).is_err());
+        assert!(parse_list_query(Some("cursor=a%20b")).is_err());
+        assert!(parse_list_query(Some("x=1")).is_err());
+    }
+}

@@ -1,0 +1,496 @@
+//! A local fake of GitHub's pulls API for publication tests: `POST /repos/{owner}/{repo}/pulls`
+//! and `GET /repos/{owner}/{repo}/pulls?head=owner:branch&state=...`, with GitHub's request
+//! checks, status codes (201, 200, 400, 401, 403, 404, 422) and response and error shapes
+//! (`{"message", "errors": [...], "documentation_url", "status"}`). Branches are looked up in a
+//! real bare repository (the "remote" the test pushes to), so a pull request can only be opened
+//! for a head that was really pushed, and records its sha. Faults can be injected: fail the
+//! next create with a status without creating anything, or create it and then fail or cut the
+//! response, as when GitHub acted but the caller never heard back.
+
+// Test-only code: it asks the bare remote with the system git directly.
+#![allow(clippy::disallowed_methods)]
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use serde_json::{json, Value};
+
+/// The API version the fake accepts in `X-GitHub-Api-Version` (absent is accepted too).
+pub const API_VERSION: &str = "2022-11-28";
+
+/// A planned failure of the next create request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// Answer with this status (e.g. 502) and GitHub's error body; nothing is created.
+    FailCreate(u16),
+    /// Create the pull request, then answer 502: GitHub acted, the caller saw a failure.
+    CreateThenFail,
+    /// Create the pull request, then cut the connection in the middle of the response.
+    CreateThenDrop,
+    /// Answer the next list request with this status.
+    FailList(u16),
+}
+
+/// One request the fake received.
+#[derive(Debug, Clone)]
+pub struct SeenRequest {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    /// Header names lowercase.
+    pub headers: Vec<(String, String)>,
+    pub body: Value,
+}
+
+impl SeenRequest {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+struct Shared {
+    owner: String,
+    repo: String,
+    token: String,
+    remote: PathBuf,
+    base_url: Mutex<String>,
+    pulls: Mutex<Vec<Value>>,
+    faults: Mutex<VecDeque<Fault>>,
+    requests: Mutex<Vec<SeenRequest>>,
+}
+
+/// The running fake; stops when dropped.
+pub struct GithubFake {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl GithubFake {
+    /// Starts a fake serving repository `owner/repo`, backed by the bare repository `remote`,
+    /// accepting only `token`, on its own thread (usable from sync and async tests).
+    ///
+    /// # Panics
+    /// If no local port can be bound or the thread cannot start.
+    pub fn start(remote: &Path, owner: &str, repo: &str, token: &str) -> GithubFake {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
+            .unwrap_or_else(|error| panic!("github fake cannot bind: {error}"));
+        let addr = listener
+            .local_addr()
+            .unwrap_or_else(|error| panic!("github fake has no address: {error}"));
+        let shared = Arc::new(Shared {
+            owner: owner.to_string(),
+            repo: repo.to_string(),
+            token: token.to_string(),
+            remote: remote.to_path_buf(),
+            base_url: Mutex::new(format!("http://{addr}")),
+            pulls: Mutex::new(Vec::new()),
+            faults: Mutex::new(VecDeque::new()),
+            requests: Mutex::new(Vec::new()),
+        });
+        let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread_shared = Arc::clone(&shared);
+        std::thread::Builder::new()
+            .name(format!("github-fake-{}", addr.port()))
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap_or_else(|error| panic!("github fake runtime: {error}"));
+                runtime.block_on(async move {
+                    let listener = tokio::net::TcpListener::from_std(listener)
+                        .unwrap_or_else(|error| panic!("github fake listener: {error}"));
+                    let app = Router::new().fallback(handle).with_state(thread_shared);
+                    tokio::select! {
+                        result = axum::serve(listener, app) => {
+                            if let Err(error) = result {
+                                eprintln!("github fake stopped: {error}");
+                            }
+                        }
+                        _ = stopped => {}
+                    }
+                });
+            })
+            .unwrap_or_else(|error| panic!("github fake thread: {error}"));
+        GithubFake {
+            addr,
+            shared,
+            shutdown: Some(shutdown),
+        }
+    }
+
+    /// The API base URL (`http://127.0.0.1:PORT`), as `api_url`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Every pull request created so far, oldest first, as GitHub would return it.
+    pub fn pulls(&self) -> Vec<Value> {
+        lock(&self.shared.pulls).clone()
+    }
+
+    /// Every request received so far, oldest first.
+    pub fn requests(&self) -> Vec<SeenRequest> {
+        lock(&self.shared.requests).clone()
+    }
+
+    /// Plans a failure; faults are used in order, each once.
+    pub fn inject(&self, fault: Fault) {
+        lock(&self.shared.faults).push_back(fault);
+    }
+
+    /// Closes a pull request (as a person on GitHub would).
+    pub fn close(&self, number: u64) {
+        for pull in lock(&self.shared.pulls).iter_mut() {
+            if pull["number"] == number {
+                pull["state"] = json!("closed");
+            }
+        }
+    }
+}
+
+impl Drop for GithubFake {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+    }
+}
+
+fn github_error(status: StatusCode, message: &str, errors: Option<Value>) -> Response {
+    let mut body = json!({
+        "message": message,
+        "documentation_url": "https://docs.github.com/rest/pulls/pulls",
+        "status": status.as_u16().to_string(),
+    });
+    if let Some(errors) = errors {
+        body["errors"] = errors;
+    }
+    (status, axum::Json(body)).into_response()
+}
+
+/// The sha of `refs/heads/<branch>` in the bare remote.
+fn branch_sha(remote: &Path, branch: &str) -> Option<String> {
+    if branch.is_empty() || branch.starts_with('-') {
+        return None;
+    }
+    let output = Command::new("git")
+        .arg(format!("--git-dir={}", remote.display()))
+        .args([
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            "--end-of-options",
+            &format!("refs/heads/{branch}^{{commit}}"),
+        ])
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .output()
+        .ok()?;
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_string())
+}
+
+fn query_pairs(query: &str) -> Vec<(String, String)> {
+    query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect()
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        let byte = bytes[index];
+        let escaped = (byte == b'%')
+            .then(|| bytes.get(index + 1..index + 3))
+            .flatten()
+            .and_then(|hex| std::str::from_utf8(hex).ok())
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match (byte, escaped) {
+            (_, Some(decoded)) => {
+                out.push(decoded);
+                index += 3;
+            }
+            (b'+', None) => {
+                out.push(b' ');
+                index += 1;
+            }
+            (other, None) => {
+                out.push(other);
+                index += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+async fn handle(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let seen = SeenRequest {
+        method: method.to_string(),
+        path: uri.path().to_string(),
+        query: uri.query().unwrap_or_default().to_string(),
+        headers: headers
+            .iter()
+            .map(|(n, v)| {
+                (
+                    n.as_str().to_string(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect(),
+        body: serde_json::from_slice(&body)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned())),
+    };
+    lock(&shared.requests).push(seen);
+
+    // GitHub refuses requests without a User-Agent.
+    if headers.get("user-agent").is_none() {
+        return github_error(
+            StatusCode::FORBIDDEN,
+            "Request forbidden by administrative rules. Please make sure your request has a User-Agent header",
+            None,
+        );
+    }
+    if let Some(version) = headers.get("x-github-api-version") {
+        if version.as_bytes() != API_VERSION.as_bytes() {
+            return github_error(
+                StatusCode::BAD_REQUEST,
+                &format!(
+                    "API version {} is not supported.",
+                    String::from_utf8_lossy(version.as_bytes())
+                ),
+                None,
+            );
+        }
+    }
+    let authorized = headers
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("token "))
+        })
+        .is_some_and(|token| token == shared.token);
+    if !authorized {
+        return github_error(StatusCode::UNAUTHORIZED, "Bad credentials", None);
+    }
+    let expected = format!("/repos/{}/{}/pulls", shared.owner, shared.repo);
+    if uri.path() != expected {
+        return github_error(StatusCode::NOT_FOUND, "Not Found", None);
+    }
+    match method {
+        Method::POST => create(&shared, &body),
+        Method::GET => list(&shared, uri.query().unwrap_or_default()),
+        _ => github_error(StatusCode::NOT_FOUND, "Not Found", None),
+    }
+}
+
+fn invalid_field(field: &str, code: &str) -> Response {
+    github_error(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "Validation Failed",
+        Some(json!([{"resource": "PullRequest", "field": field, "code": code}])),
+    )
+}
+
+fn create(shared: &Shared, body: &Bytes) -> Response {
+    let request: Value = match serde_json::from_slice(body) {
+        Ok(value @ Value::Object(_)) => value,
+        _ => return github_error(StatusCode::BAD_REQUEST, "Problems parsing JSON", None),
+    };
+    let field = |name: &str| {
+        request
+            .get(name)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let Some(title) = field("title").filter(|t| !t.trim().is_empty()) else {
+        return invalid_field("title", "missing_field");
+    };
+    let Some(head) = field("head") else {
+        return invalid_field("head", "missing_field");
+    };
+    let Some(base) = field("base") else {
+        return invalid_field("base", "missing_field");
+    };
+    // `owner:branch` or a branch of this repository.
+    let head_branch = match head.split_once(':') {
+        Some((owner, branch)) if owner == shared.owner => branch.to_string(),
+        Some(_) => return invalid_field("head", "invalid"),
+        None => head.clone(),
+    };
+    let Some(head_sha) = branch_sha(&shared.remote, &head_branch) else {
+        return invalid_field("head", "invalid");
+    };
+    let Some(base_sha) = branch_sha(&shared.remote, &base) else {
+        return invalid_field("base", "invalid");
+    };
+    if head_sha == base_sha {
+        return github_error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Validation Failed",
+            Some(json!([{"resource": "PullRequest", "code": "custom",
+                "message": format!("No commits between {base} and {head_branch}")}])),
+        );
+    }
+    let fault = {
+        let mut faults = lock(&shared.faults);
+        match faults.front() {
+            Some(Fault::FailList(_)) | None => None,
+            Some(_) => faults.pop_front(),
+        }
+    };
+    if let Some(Fault::FailCreate(status)) = fault {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+        return github_error(status, "Server Error", None);
+    }
+    let label = format!("{}:{head_branch}", shared.owner);
+    let mut pulls = lock(&shared.pulls);
+    let duplicate = pulls.iter().any(|p| {
+        p["state"] == "open" && p["head"]["label"] == label.as_str() && p["base"]["ref"] == base
+    });
+    if duplicate {
+        return github_error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Validation Failed",
+            Some(json!([{"resource": "PullRequest", "code": "custom",
+                "message": format!("A pull request already exists for {label}.")}])),
+        );
+    }
+    let number = pulls.len() as u64 + 1;
+    let base_url = lock(&shared.base_url).clone();
+    let user = json!({"login": "warden-bot", "id": 1, "type": "User"});
+    let repo_json = json!({
+        "id": 1,
+        "name": shared.repo,
+        "full_name": format!("{}/{}", shared.owner, shared.repo),
+        "owner": {"login": shared.owner, "id": 2, "type": "Organization"},
+    });
+    let pull = json!({
+        "url": format!("{base_url}/repos/{}/{}/pulls/{number}", shared.owner, shared.repo),
+        "id": 1000 + number,
+        "node_id": format!("PR_fake{number}"),
+        "html_url": format!("https://github.example/{}/{}/pull/{number}", shared.owner, shared.repo),
+        "number": number,
+        "state": "open",
+        "locked": false,
+        "title": title,
+        "body": field("body"),
+        "draft": request.get("draft").and_then(Value::as_bool).unwrap_or(false),
+        "user": user,
+        "created_at": "2026-12-02T12:00:00Z",
+        "updated_at": "2026-12-02T12:00:00Z",
+        "head": {"label": label, "ref": head_branch, "sha": head_sha, "user": {"login": shared.owner}, "repo": repo_json},
+        "base": {"label": format!("{}:{base}", shared.owner), "ref": base, "sha": base_sha, "user": {"login": shared.owner}, "repo": repo_json},
+        "merged": false,
+    });
+    pulls.push(pull.clone());
+    drop(pulls);
+    match fault {
+        Some(Fault::CreateThenFail) => github_error(StatusCode::BAD_GATEWAY, "Server Error", None),
+        Some(Fault::CreateThenDrop) => {
+            let cut = futures_util::stream::once(async {
+                Err::<Bytes, std::io::Error>(std::io::Error::other("connection cut by the fake"))
+            });
+            Response::builder()
+                .status(StatusCode::CREATED)
+                .header("content-type", "application/json; charset=utf-8")
+                .header("content-length", "4096")
+                .body(Body::from_stream(cut))
+                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+        }
+        _ => {
+            let location = pull["url"].as_str().unwrap_or_default().to_string();
+            (
+                StatusCode::CREATED,
+                [("location", location)],
+                axum::Json(pull),
+            )
+                .into_response()
+        }
+    }
+}
+
+fn list(shared: &Shared, query: &str) -> Response {
+    {
+        let mut faults = lock(&shared.faults);
+        if let Some(Fault::FailList(status)) = faults.front().cloned() {
+            faults.pop_front();
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+            return github_error(status, "Server Error", None);
+        }
+    }
+    let pairs = query_pairs(query);
+    let get = |name: &str| {
+        pairs
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    let state = get("state").unwrap_or_else(|| "open".into());
+    if !matches!(state.as_str(), "open" | "closed" | "all") {
+        return invalid_field("state", "invalid");
+    }
+    let head = get("head");
+    let base = get("base");
+    let pulls: Vec<Value> = lock(&shared.pulls)
+        .iter()
+        .filter(|p| state == "all" || p["state"] == state.as_str())
+        // GitHub filters by `user:ref-name`; a head without the user matches nothing.
+        .filter(|p| {
+            head.as_ref()
+                .is_none_or(|h| p["head"]["label"] == h.as_str())
+        })
+        .filter(|p| base.as_ref().is_none_or(|b| p["base"]["ref"] == b.as_str()))
+        .rev() // newest first, like GitHub's default sort (created, desc)
+        .cloned()
+        .collect();
+    (StatusCode::OK, axum::Json(Value::Array(pulls))).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent_decode;
+
+    #[test]
+    fn decodes_query_values() {
+        assert_eq!(percent_decode("acme%3Awarden%2Ftsk_1"), "acme:warden/tsk_1");
+        assert_eq!(percent_decode("a+b"), "a b");
+        assert_eq!(percent_decode("bad%zz"), "bad%zz");
+        assert_eq!(percent_decode("end%4"), "end%4");
+        assert_eq!(percent_decode("end%"), "end%");
+    }
+}
