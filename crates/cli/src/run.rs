@@ -11,8 +11,8 @@ use crate::records::{self, RepoRecord, TaskRecord};
 use crate::{ids, text, usage};
 use anyhow::Context;
 use warden_protocol::{
-    Approval, ApprovalStatus, ChangeOutcome, ChangeResult, Event, Failure, FailureCode,
-    PublicationStatus, Role, TaskId, TaskKind, TaskStatus, TranscriptEntry, Usage,
+    ApprovalStatus, ChangeOutcome, ChangeResult, Event, Failure, FailureCode, Role, TaskKind,
+    TaskStatus, TranscriptEntry, Usage,
 };
 use warden_repo::{RepoSpec, RepoStore, Source};
 use warden_runtime::{
@@ -172,6 +172,7 @@ pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
                         repo: &repo,
                         checks: &args.checks,
                         request: &request,
+                        conversation: &[],
                         journal: &mut journal,
                         events: &progress,
                         clock: &clock,
@@ -241,25 +242,9 @@ pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
         report,
     );
     if args.publish {
-        if let ChangeOutcome::Proposal {
-            proposal,
-            publication,
-        } = &mut result.outcome
-        {
-            // Nothing reaches the remote before a person approves this exact proposal hash.
-            publication.status = PublicationStatus::AwaitingApproval;
-            publication.branch = Some(format!("warden/{task_id}"));
-            result.approval = Some(Approval {
-                id: format!(
-                    "apr_{}",
-                    task_id.as_str().trim_start_matches(TaskId::PREFIX)
-                ),
-                kind: "publish".into(),
-                subject_hash: proposal.hash.clone(),
-                status: ApprovalStatus::Pending,
-                decided_by: None,
-                decided_at: None,
-            });
+        // A diff touching sensitive files waits for a publish_sensitive approval instead.
+        let approval_id = change::publication_approval_id(&task_id);
+        if change::await_publication(&mut result, approval_id).is_some() {
             status = TaskStatus::WaitingApproval;
         }
     }
@@ -384,6 +369,14 @@ pub fn render_change(result: &ChangeResult) -> String {
                     text::one_line(&file.path)
                 ));
             }
+            if !proposal.sensitive_files.is_empty() {
+                out.push_str(
+                    "  sensitive files (publishing needs a publish_sensitive approval):\n",
+                );
+                for path in &proposal.sensitive_files {
+                    out.push_str(&format!("    ! {}\n", text::one_line(path)));
+                }
+            }
             for v in &proposal.validations {
                 out.push_str(&format!(
                     "  ✓ {} ({} ms, {})\n",
@@ -399,9 +392,9 @@ pub fn render_change(result: &ChangeResult) -> String {
             if let Some(approval) = &result.approval {
                 if approval.status == ApprovalStatus::Pending {
                     out.push_str(&format!(
-                        "Publishing waits for your approval of exactly this proposal:\n  warden \
-                         approve {} --hash {}\n",
-                        approval.id, approval.subject_hash
+                        "Publishing waits for your approval ({}) of exactly this proposal:\n  \
+                         warden approve {} --hash {}\n",
+                        approval.kind, approval.id, approval.subject_hash
                     ));
                 }
             }

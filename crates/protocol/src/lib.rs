@@ -361,6 +361,11 @@ pub struct Proposal {
     /// approval binds to.
     pub hash: String,
     pub validations: Vec<Validation>,
+    /// Changed paths that are sensitive (environment files, private keys, CI configuration,
+    /// credential stores): publishing such a proposal needs a `publish_sensitive` approval.
+    /// Derived from `files`, so the hash (which covers the tree) already binds it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sensitive_files: Vec<String>,
 }
 
 /// Whether and where a proposal was published.

@@ -7,12 +7,14 @@
 
 use crate::config::Config;
 use crate::question::{manifest, SetupError, TaskRepo};
+use crate::sensitive;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use warden_protocol::{
-    ChangeOutcome, ChangeResult, Clarification, Failure, FailureCode, ManifestEntry, Publication,
-    PublicationStatus, TaskId, TaskKind, TaskStatus, Validation,
+    Approval, ApprovalStatus, ChangeOutcome, ChangeResult, Clarification, Failure, FailureCode,
+    ManifestEntry, Proposal, Publication, PublicationStatus, Role, TaskId, TaskKind, TaskStatus,
+    TranscriptEntry, Validation,
 };
 use warden_runtime::{
     Agent, AgentConfig, AllowAll, CancelFlag, Clock, EventSink, Finish, Journal, Ledger, Message,
@@ -25,6 +27,33 @@ use warden_tools::faux::FAUX_LABEL;
 use warden_tools::shell::Shell;
 use warden_tools::submit::AskUser;
 use warden_tools::Workspace;
+
+/// Where a change task submitted over the API keeps its options (`checks`, `publish`) in the
+/// task's metadata: `metadata.warden`. The API refuses callers' metadata with this key.
+pub const OPTIONS_METADATA_KEY: &str = "warden";
+
+/// Per-task options of a change submitted over the API.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChangeOptions {
+    /// Check commands replacing the registered repository's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checks: Option<Vec<String>>,
+    /// Publish a proposal after an approval bound to its hash.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub publish: bool,
+}
+
+impl ChangeOptions {
+    /// The options stored in a task's metadata (defaults when there are none).
+    pub fn from_metadata(metadata: &serde_json::Value) -> Result<ChangeOptions, String> {
+        match metadata.get(OPTIONS_METADATA_KEY) {
+            None => Ok(ChangeOptions::default()),
+            Some(value) => serde_json::from_value(value.clone())
+                .map_err(|e| format!("invalid change options in the task's metadata: {e}")),
+        }
+    }
+}
 
 /// How long one check command may run.
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(600);
@@ -47,6 +76,7 @@ impl ChangeSandbox {
         repo: &TaskRepo,
         scratch_dir: &Path,
     ) -> Result<ChangeSandbox, Failure> {
+        let _timing = crate::metrics::time_sandbox_start("change");
         let failure = |error: warden_sandbox::SandboxError| Failure {
             code: FailureCode::SandboxError,
             message: format!(
@@ -79,6 +109,18 @@ impl ChangeSandbox {
     /// The host path of the merged working root.
     pub fn root(&self) -> &Path {
         self.view.root()
+    }
+
+    /// Kills the commands running in the view and refuses later ones (the task was
+    /// cancelled). The returned function does not keep the view open. Check runs open views
+    /// of their own and end with their timeout.
+    pub fn canceller(&self) -> impl Fn() + Send + Sync + 'static {
+        let view = Arc::downgrade(&self.view);
+        move || {
+            if let Some(view) = view.upgrade() {
+                view.cancel();
+            }
+        }
     }
 
     /// Closes the view once no tool holds it any more.
@@ -244,6 +286,9 @@ pub struct ChangeRun<'a> {
     pub repo: &'a TaskRepo,
     pub checks: &'a [String],
     pub request: &'a str,
+    /// What was said after the request, oldest first: the agent's clarifying questions and the
+    /// answers to them (a change resumed after `waiting_input`).
+    pub conversation: &'a [TranscriptEntry],
     pub journal: &'a mut dyn Journal,
     pub events: &'a dyn EventSink,
     pub clock: &'a dyn Clock,
@@ -289,6 +334,36 @@ Failing checks come back to you; after three failing submissions the task fails.
     )
 }
 
+/// The conversation a change run starts from: system prompt, the request, then any
+/// clarification asked and answered since.
+fn change_messages(
+    manifest: &[ManifestEntry],
+    checks: &[String],
+    request: &str,
+    conversation: &[TranscriptEntry],
+) -> Vec<Message> {
+    let mut messages = vec![
+        Message::System {
+            text: change_system_prompt(manifest, checks),
+        },
+        Message::User {
+            text: request.to_string(),
+        },
+    ];
+    for entry in conversation {
+        messages.push(match entry.role {
+            Role::User => Message::User {
+                text: entry.text.clone(),
+            },
+            Role::Agent => Message::Assistant {
+                text: Some(entry.text.clone()),
+                tool_calls: vec![],
+            },
+        });
+    }
+    messages
+}
+
 /// The loop for one change, ready to await.
 pub async fn run_change(run: ChangeRun<'_>, tools: &[Arc<dyn Tool>]) -> RunReport {
     let manifest = manifest(std::slice::from_ref(run.repo));
@@ -314,14 +389,7 @@ pub async fn run_change(run: ChangeRun<'_>, tools: &[Arc<dyn Tool>]) -> RunRepor
         ledger: run.ledger,
     }
     .run(RunInput::Start {
-        messages: vec![
-            Message::System {
-                text: change_system_prompt(&manifest, run.checks),
-            },
-            Message::User {
-                text: run.request.to_string(),
-            },
-        ],
+        messages: change_messages(&manifest, run.checks, run.request, run.conversation),
         context,
     })
     .await
@@ -356,19 +424,24 @@ pub fn change_report(
     let (outcome, status, reply) = match report.outcome {
         RunOutcome::Finished(Finish::Change {
             summary,
-            proposal: Some(proposal),
-        }) => (
-            ChangeOutcome::Proposal {
-                proposal,
-                publication: Publication {
-                    status: PublicationStatus::NotRequested,
-                    branch: None,
-                    pr_url: None,
+            proposal: Some(mut proposal),
+        }) => {
+            proposal.sensitive_files =
+                sensitive::sensitive_paths(proposal.files.iter().map(|f| f.path.as_str()));
+            notices.extend(sensitive::sensitive_notice(&proposal.sensitive_files));
+            (
+                ChangeOutcome::Proposal {
+                    proposal,
+                    publication: Publication {
+                        status: PublicationStatus::NotRequested,
+                        branch: None,
+                        pr_url: None,
+                    },
                 },
-            },
-            TaskStatus::Completed,
-            Some(summary),
-        ),
+                TaskStatus::Completed,
+                Some(summary),
+            )
+        }
         RunOutcome::Finished(Finish::Change {
             summary,
             proposal: None,
@@ -443,4 +516,48 @@ pub fn change_report(
         status,
         reply,
     }
+}
+
+/// The approval kind publishing `proposal` needs: `publish_sensitive` when its diff touches
+/// sensitive files (see [`crate::sensitive`]), else `publish`. Both bind the proposal hash.
+pub fn publication_approval_kind(proposal: &Proposal) -> &'static str {
+    if proposal.sensitive_files.is_empty() {
+        "publish"
+    } else {
+        "publish_sensitive"
+    }
+}
+
+/// The approval id of a task's publication: `apr_` and the task id's ULID part.
+pub fn publication_approval_id(task_id: &TaskId) -> String {
+    format!(
+        "apr_{}",
+        task_id.as_str().trim_start_matches(TaskId::PREFIX)
+    )
+}
+
+/// Marks a proposal as waiting for the approval `approval_id` (publication `awaiting_approval`
+/// on branch `warden/<task-id>`) and returns the pending approval it waits for, bound to the
+/// proposal hash. `None` (and nothing changed) when the result is not a proposal.
+pub fn await_publication(result: &mut ChangeResult, approval_id: String) -> Option<Approval> {
+    let ChangeOutcome::Proposal {
+        proposal,
+        publication,
+    } = &mut result.outcome
+    else {
+        return None;
+    };
+    // Nothing reaches the remote before a person approves this exact proposal hash.
+    publication.status = PublicationStatus::AwaitingApproval;
+    publication.branch = Some(format!("warden/{}", result.task_id));
+    let approval = Approval {
+        id: approval_id,
+        kind: publication_approval_kind(proposal).into(),
+        subject_hash: proposal.hash.clone(),
+        status: ApprovalStatus::Pending,
+        decided_by: None,
+        decided_at: None,
+    };
+    result.approval = Some(approval.clone());
+    Some(approval)
 }

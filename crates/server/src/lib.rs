@@ -13,6 +13,7 @@ pub mod prompt;
 pub mod publish;
 pub mod question;
 pub mod redact;
+pub mod sensitive;
 pub mod serve;
 pub mod service;
 pub mod worker;

@@ -265,6 +265,8 @@ impl ChangeSession {
             summary: summary.to_string(),
             hash,
             validations,
+            // Filled in by the server's change report, which owns the sensitive-path rules.
+            sensitive_files: Vec::new(),
         })
     }
 }
