@@ -186,6 +186,17 @@ impl TaskSandbox {
         })
     }
 
+    /// Kills the commands running in the view and refuses later ones (the task was
+    /// cancelled). The returned function does not keep the view open.
+    pub fn canceller(&self) -> impl Fn() + Send + Sync + 'static {
+        let view = Arc::downgrade(&self.view);
+        move || {
+            if let Some(view) = view.upgrade() {
+                view.cancel();
+            }
+        }
+    }
+
     /// Closes the view once no tool holds it any more (the tools are dropped with the run).
     pub fn close(self) {
         match Arc::try_unwrap(self.view) {

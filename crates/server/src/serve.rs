@@ -132,6 +132,7 @@ pub async fn services(config: Arc<Config>, store: Arc<dyn Store>) -> anyhow::Res
         repos,
         model,
         wake: Arc::new(Notify::new()),
+        running: Arc::default(),
     }))
 }
 

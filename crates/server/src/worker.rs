@@ -22,7 +22,9 @@ use warden_protocol::{
 };
 use warden_repo::{RepoSpec, RepoStore};
 use warden_runtime::{CancelFlag, EventSink, Model, RunReport, SystemClock};
-use warden_store::{Claim, ClaimFilter, RunJournal, RunRef, Store, StoreError, Task, TaskRepo};
+use warden_store::{
+    Claim, ClaimFilter, RunJournal, RunRef, Store, StoreError, Task, TaskRepo, MESSAGE_AGENT,
+};
 
 use crate::config::Config;
 use crate::journal::{
@@ -30,6 +32,7 @@ use crate::journal::{
 };
 use crate::ledger::{Budget, StoreLedger};
 use crate::question::{self, QuestionRun, SetupError, TaskSandbox};
+use crate::cancel::{RunningTasks, STATUS_CHECK_EVERY};
 use crate::redact::Redactor;
 
 /// What every run of a worker process shares.
@@ -41,6 +44,8 @@ pub struct Services {
     pub redactor: Redactor,
     /// Woken when a task is submitted, so an idle worker claims it at once.
     pub wake: Arc<Notify>,
+    /// The runs of this process, so the API can stop one at once (cancel).
+    pub running: Arc<RunningTasks>,
 }
 
 /// How one worker process runs.
@@ -177,6 +182,13 @@ async fn execute(
 ) {
     let run = claim.run();
     let cancel = CancelFlag::default();
+    let registration = services.running.register(&claim.task.id, cancel.clone());
+    let watcher = tokio::spawn(crate::cancel::watch_status(
+        Arc::clone(&services.store),
+        claim.task.id.clone(),
+        Arc::clone(registration.control()),
+        STATUS_CHECK_EVERY,
+    ));
     let lost = Arc::new(AtomicBool::new(false));
     let heartbeat = tokio::spawn(heartbeat(
         Arc::clone(&services.store),
@@ -189,8 +201,15 @@ async fn execute(
     let ending = tokio::select! {
         ending = run_task(services, options, &claim, cancel.clone()) => ending,
         _ = release.wait_for(|r| *r) => Ending::Released,
+        // A stopped run that does not wind down (a model call in flight) is dropped.
+        _ = registration.control().stopped_for(STOP_GRACE) => Ending::LeaseLost,
     };
     heartbeat.abort();
+    watcher.abort();
+    if registration.control().stopped() {
+        tracing::info!(%run, "the task was ended outside the run; the run stops without a result");
+        return;
+    }
     let ending = if lost.load(Ordering::SeqCst) {
         Ending::LeaseLost
     } else {
@@ -204,10 +223,35 @@ async fn execute(
             return;
         }
     };
+    if status == TaskStatus::WaitingInput {
+        record_clarification(services, &claim.task, result.as_ref()).await;
+    }
     if let Err(error) =
         finish_with_retries(services.store.as_ref(), &run, options, status, result).await
     {
         tracing::warn!(%run, %error, "finishing the run failed");
+    }
+}
+
+/// How long a stopped run may take to wind down (its sandbox commands are killed at once; a
+/// model call in flight is not) before it is dropped.
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// Appends the agent's clarifying question to the task's conversation before the task starts
+/// waiting, so the answer always comes after it and the run after the answer sees both.
+async fn record_clarification(services: &Services, task: &Task, result: Option<&Value>) {
+    let Some(question) = result
+        .and_then(|r| r.pointer("/clarification/question"))
+        .and_then(Value::as_str)
+    else {
+        return;
+    };
+    if let Err(error) = services
+        .store
+        .append_task_message(&task.id, MESSAGE_AGENT, question, &services.model.name())
+        .await
+    {
+        tracing::warn!(task = %task.id, %error, "cannot record the clarifying question");
     }
 }
 
@@ -398,7 +442,12 @@ async fn run_task(
 
     let ending = match sandbox {
         Ok(sandbox) => {
+            // Cancelling the task kills the commands running in its sandbox at once.
+            if let Some(control) = services.running.control(&task.id) {
+                control.on_stop(sandbox.canceller());
+            }
             let ending = run_question(
+
                 services,
                 claim,
                 &repos,
@@ -414,7 +463,9 @@ async fn run_task(
         Err(failure) => failed(task, &model_name, failure),
     };
     let _ = std::fs::remove_dir_all(&scratch);
-    if let Ending::Finished { status, result } = &ending {
+    // A task ended from outside (cancelled) got its task_finished event from whoever ended it.
+    let stopped = services.running.stopped(&task.id);
+    if let (Ending::Finished { status, result }, false) = (&ending, stopped) {
         events.emit(Event::TaskFinished {
             status: *status,
             outcome: result
@@ -484,6 +535,11 @@ async fn run_question(
     if replaying > 0 {
         tracing::info!(%run, replaying, "resuming from the journal of an earlier run");
     }
+    // The conversation ends with what this run answers: the prompt, or the latest answer.
+    let (request, earlier) = match transcript.split_last() {
+        Some((last, earlier)) if last.role == Role::User => (last.text.as_str(), earlier),
+        _ => (task.prompt.as_str(), transcript),
+    };
     let report: RunReport = question::run_question(
         QuestionRun {
             config: &services.config,
@@ -491,8 +547,8 @@ async fn run_question(
             task_id: &task.id,
             follow_up_to: task.follow_up_to.as_ref(),
             repos,
-            transcript,
-            question: &task.prompt,
+            transcript: earlier,
+            question: request,
             journal: &mut journal,
             events,
             clock: &SystemClock,
@@ -569,26 +625,27 @@ async fn repo_specs(store: &dyn Store, repos: &[TaskRepo]) -> Result<Vec<RepoSpe
     Ok(specs)
 }
 
-/// The conversation before a follow-up: each earlier task's question and the agent's reply,
-/// oldest first.
+/// The task's conversation, oldest first, ending with what this run answers: each earlier
+/// task of the follow-up chain (its request, the questions and answers of its conversation,
+/// the agent's final reply), then this task's request and conversation. A retry carries the
+/// conversation of the task it repeats. A question the agent asked that nobody answered yet
+/// (a run interrupted right after asking) is left out: the run asks again.
 async fn transcript(store: &dyn Store, task: &Task) -> Result<Vec<TranscriptEntry>, Failure> {
+    let infrastructure = |message: String| Failure {
+        code: FailureCode::Infrastructure,
+        message,
+    };
     let mut chain = Vec::new();
     let mut next = task.follow_up_to.clone();
     while let Some(id) = next.take() {
-        if chain.len() >= 50 {
+        if chain.len() >= MAX_CHAIN {
             break;
         }
         let earlier = store
             .get_task(&id)
             .await
-            .map_err(|e| Failure {
-                code: FailureCode::Infrastructure,
-                message: format!("cannot read task {id}: {e}"),
-            })?
-            .ok_or_else(|| Failure {
-                code: FailureCode::Infrastructure,
-                message: format!("the task {id} this one follows up is gone"),
-            })?;
+            .map_err(|e| infrastructure(format!("cannot read task {id}: {e}")))?
+            .ok_or_else(|| infrastructure(format!("the task {id} this one follows up is gone")))?;
         next = earlier.follow_up_to.clone();
         chain.push(earlier);
     }
@@ -598,12 +655,61 @@ async fn transcript(store: &dyn Store, task: &Task) -> Result<Vec<TranscriptEntr
             role: Role::User,
             text: earlier.prompt.clone(),
         });
+        entries.extend(conversation(store, earlier).await?);
         if let Some(reply) = earlier.result.as_ref().and_then(reply_of) {
-            entries.push(TranscriptEntry {
-                role: Role::Agent,
-                text: reply,
-            });
+            if entries.last().is_none_or(|e| e.text != reply) {
+                entries.push(TranscriptEntry {
+                    role: Role::Agent,
+                    text: reply,
+                });
+            }
         }
+    }
+    entries.push(TranscriptEntry {
+        role: Role::User,
+        text: task.prompt.clone(),
+    });
+    entries.extend(conversation(store, task).await?);
+    while entries.last().is_some_and(|e| e.role == Role::Agent) {
+        entries.pop();
+    }
+    Ok(entries)
+}
+
+/// Follow-up chains and retry chains longer than this are cut (oldest first).
+const MAX_CHAIN: usize = 50;
+
+/// The messages of a task's conversation (questions asked, answers given), after those of the
+/// tasks it retries.
+async fn conversation(store: &dyn Store, task: &Task) -> Result<Vec<TranscriptEntry>, Failure> {
+    let mut retried = vec![task.id.clone()];
+    let mut next = task.retry_of.clone();
+    while let Some(id) = next.take() {
+        if retried.len() >= MAX_CHAIN {
+            break;
+        }
+        next = store
+            .get_task(&id)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|t| t.retry_of);
+        retried.push(id);
+    }
+    let mut entries = Vec::new();
+    for id in retried.iter().rev() {
+        let messages = store.task_messages(id).await.map_err(|e| Failure {
+            code: FailureCode::Infrastructure,
+            message: format!("cannot read the conversation of task {id}: {e}"),
+        })?;
+        entries.extend(messages.into_iter().map(|m| TranscriptEntry {
+            role: if m.role == MESSAGE_AGENT {
+                Role::Agent
+            } else {
+                Role::User
+            },
+            text: m.text,
+        }));
     }
     Ok(entries)
 }

@@ -13,9 +13,11 @@
 
 pub mod approvals;
 mod auth;
+mod control;
 mod repos;
 pub mod schema;
 mod tasks;
+mod usage;
 
 pub use auth::{ApiRole, Caller, Tokens};
 pub use tasks::task_json;
@@ -63,6 +65,9 @@ pub enum ErrorCode {
     UnsupportedKind,
     /// A task names a repository that is not registered.
     UnknownRepository,
+    /// The task's status does not allow this (cancel a finished task, retry an unfinished
+    /// one, answer a task that asked nothing) (409).
+    Conflict,
     /// The hash presented is not the one the approval is bound to (409).
     HashMismatch,
     /// The approval was decided before; an approval is decided once (409).
@@ -85,6 +90,7 @@ impl ErrorCode {
             ErrorCode::InvalidRequest => "invalid_request",
             ErrorCode::UnsupportedKind => "unsupported_kind",
             ErrorCode::UnknownRepository => "unknown_repository",
+            ErrorCode::Conflict => "conflict",
             ErrorCode::HashMismatch => "hash_mismatch",
             ErrorCode::AlreadyDecided => "already_decided",
             ErrorCode::Internal => "internal",
@@ -101,7 +107,8 @@ impl ErrorCode {
             ErrorCode::IdempotencyConflict
             | ErrorCode::AlreadyExists
             | ErrorCode::HashMismatch
-            | ErrorCode::AlreadyDecided => StatusCode::CONFLICT,
+            | ErrorCode::AlreadyDecided
+            | ErrorCode::Conflict => StatusCode::CONFLICT,
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::InvalidRequest
             | ErrorCode::UnsupportedKind
@@ -209,6 +216,8 @@ pub struct ApiState {
     pub tokens: Tokens,
     /// Woken after each new task so an idle worker claims it at once.
     pub wake: Arc<Notify>,
+    /// The runs of this process's workers, stopped at once by the cancel route.
+    pub running: Arc<crate::cancel::RunningTasks>,
 }
 
 /// Every documented route. A route group adds its handlers here through its `routes()`, each
@@ -219,6 +228,8 @@ fn documented_routes() -> OpenApiRouter<Arc<ApiState>> {
         .merge(repos::routes())
         .merge(approvals::routes())
         .merge(tasks::routes())
+        .merge(control::routes())
+        .merge(usage::routes())
 }
 
 /// The OpenAPI 3.1 description of the API.

@@ -1,2 +1,3 @@
 mod approvals;
 mod api;
+mod control;

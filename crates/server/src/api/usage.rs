@@ -1,0 +1,188 @@
+//! `GET /v1/usage[?since=YYYY-MM-DD]`: the usage ledger summed per UTC day, per task and per
+//! model. Admins see everyone's spend; other tokens the spend of their own tasks.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, Uri};
+use axum::Json;
+use serde::Serialize;
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use warden_store::{Spend, UsageQuery, UtcDay};
+
+use super::auth::{authenticate, ApiRole};
+use super::schema::ErrorBody;
+use super::{ApiError, ApiState, ErrorCode};
+
+pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
+    OpenApiRouter::new().routes(routes!(usage))
+}
+
+/// Sums over ledger entries.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SpendView {
+    pub input_tokens: u64,
+    pub cached_input_tokens: u64,
+    pub output_tokens: u64,
+    /// Dollars of the entries with a known price.
+    pub cost_usd: f64,
+    /// Some entry's model had no price: the true cost is higher than `cost_usd`.
+    pub cost_unknown: bool,
+    /// Model calls recorded (one ledger entry each).
+    pub model_calls: u64,
+}
+
+impl From<Spend> for SpendView {
+    fn from(spend: Spend) -> SpendView {
+        SpendView {
+            input_tokens: spend.input_tokens,
+            cached_input_tokens: spend.cached_input_tokens,
+            output_tokens: spend.output_tokens,
+            cost_usd: spend.cost_micro_usd as f64 / 1e6,
+            cost_unknown: spend.cost_unknown,
+            model_calls: spend.entries,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DaySpend {
+    /// `YYYY-MM-DD`, UTC.
+    pub day: String,
+    #[serde(flatten)]
+    pub spend: SpendView,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TaskSpend {
+    pub task_id: String,
+    #[serde(flatten)]
+    pub spend: SpendView,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ModelSpend {
+    pub model: String,
+    #[serde(flatten)]
+    pub spend: SpendView,
+}
+
+/// Spend three ways, each sorted by its key.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UsageView {
+    pub by_day: Vec<DaySpend>,
+    pub by_task: Vec<TaskSpend>,
+    pub by_model: Vec<ModelSpend>,
+}
+
+/// `YYYY-MM-DD` → the day.
+fn parse_day(text: &str) -> Option<UtcDay> {
+    let mut parts = text.splitn(3, '-');
+    let (year, month, day) = (parts.next()?, parts.next()?, parts.next()?);
+    let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
+    if !(digits(year, 4) && digits(month, 2) && digits(day, 2)) {
+        return None;
+    }
+    UtcDay::from_ymd(year.parse().ok()?, month.parse().ok()?, day.parse().ok()?)
+}
+
+fn parse_since(query: Option<&str>) -> Result<Option<UtcDay>, ApiError> {
+    let bad = |message: String| ApiError::new(ErrorCode::BadRequest, message);
+    let mut since = None;
+    for pair in query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match key {
+            "since" => {
+                since = Some(parse_day(value).ok_or_else(|| {
+                    bad(format!(
+                        "since must be a date like 2026-12-01, got {value:?}"
+                    ))
+                })?);
+            }
+            other => return Err(bad(format!("unknown query parameter {other:?}"))),
+        }
+    }
+    Ok(since)
+}
+
+/// Spend per UTC day, per task and per model.
+#[utoipa::path(get, path = "/v1/usage", tag = "usage",
+    params(("since" = Option<String>, Query,
+        description = "Only spend recorded on or after this UTC day (`YYYY-MM-DD`)")),
+    responses(
+        (status = 200, description = "Spend of the token's tasks (everyone's for an admin)", body = UsageView),
+        (status = 400, description = "A malformed query", body = ErrorBody),
+        (status = 401, description = "No or an invalid token", body = ErrorBody),
+    ))]
+async fn usage(
+    State(state): State<Arc<ApiState>>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Result<Json<UsageView>, ApiError> {
+    let caller = authenticate(&state, &headers).await?;
+    let since = parse_since(uri.query())?;
+    let summary = state
+        .store
+        .usage_summary(UsageQuery {
+            owner: (caller.role != ApiRole::Admin).then(|| caller.name.clone()),
+            since_ms: since.map(UtcDay::start_ms),
+        })
+        .await?;
+    Ok(Json(UsageView {
+        by_day: summary
+            .by_day
+            .into_iter()
+            .map(|(day, spend)| DaySpend {
+                day: day.to_string(),
+                spend: spend.into(),
+            })
+            .collect(),
+        by_task: summary
+            .by_task
+            .into_iter()
+            .map(|(task, spend)| TaskSpend {
+                task_id: task.to_string(),
+                spend: spend.into(),
+            })
+            .collect(),
+        by_model: summary
+            .by_model
+            .into_iter()
+            .map(|(model, spend)| ModelSpend {
+                model,
+                spend: spend.into(),
+            })
+            .collect(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn since_queries() {
+        assert_eq!(parse_since(None).unwrap(), None);
+        assert_eq!(
+            parse_since(Some("since=2026-12-01")).unwrap(),
+            UtcDay::from_ymd(2026, 12, 1)
+        );
+        for bad in [
+            "since=2026-13-01",
+            "since=2026-02-30",
+            "since=26-12-01",
+            "since=2026-12-1",
+            "since=+026-12-01",
+            "since=",
+            "day=2026-12-01",
+        ] {
+            assert!(parse_since(Some(bad)).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,660 @@
+//! Task control through the router: cancel, retry, messages (answers and follow-ups), the
+//! journal and usage routes — every success path and every error (401, 403, 404, 409, 422,
+//! 400), on a real SQLite store whose statuses the tests drive like a worker would.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode};
+use axum::Router;
+use serde_json::{json, Value};
+use tokio::sync::Notify;
+use tower::ServiceExt;
+use warden_protocol::{Event, TaskId, TaskStatus};
+use warden_runtime::CancelFlag;
+use warden_server::api::{router, ApiState, Tokens};
+use warden_server::cancel::RunningTasks;
+use warden_store::{Claim, ClaimFilter, EventStream, RunJournal, Store, StoreError, UsageEntry};
+use warden_test_support::git_fixture::TempRepo;
+
+const ADMIN: &str = "admin-token-0123456789";
+const ALICE: &str = "alice-token-0123456789";
+const BOB: &str = "bob-token-01234567890";
+const VIEWER: &str = "viewer-token-01234567";
+
+struct Api {
+    router: Router,
+    store: Arc<dyn Store>,
+    running: Arc<RunningTasks>,
+    wake: Arc<Notify>,
+    repo: TempRepo,
+    _dir: tempfile::TempDir,
+}
+
+struct Reply {
+    status: StatusCode,
+    body: Value,
+}
+
+impl Reply {
+    fn code(&self) -> &str {
+        self.body["error"]["code"].as_str().unwrap_or_default()
+    }
+}
+
+fn check_error(reply: &Reply, status: StatusCode, code: &str) {
+    assert_eq!(reply.status, status, "{}", reply.body);
+    assert_eq!(reply.code(), code, "{}", reply.body);
+    assert!(
+        !reply.body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .is_empty(),
+        "{}",
+        reply.body
+    );
+}
+
+impl Api {
+    async fn new() -> Api {
+        let dir = tempfile::tempdir().unwrap();
+        let store = warden_store::open(&format!(
+            "sqlite://{}",
+            dir.path().join("warden.db").display()
+        ))
+        .await
+        .unwrap();
+        let tokens = Tokens::parse(&format!(
+            "root:admin:{ADMIN},alice:operator:{ALICE},bob:operator:{BOB},val:viewer:{VIEWER}"
+        ))
+        .unwrap();
+        let wake = Arc::new(Notify::new());
+        let running = Arc::new(RunningTasks::default());
+        let router = router(Arc::new(
+            ApiState::new(Arc::clone(&store), tokens, Arc::clone(&wake))
+                .with_running(Arc::clone(&running)),
+        ));
+        let repo = TempRepo::new();
+        repo.write("src/lib.rs", "pub fn f() {}\n");
+        repo.commit("initial");
+        let api = Api {
+            router,
+            store,
+            running,
+            wake,
+            repo,
+            _dir: dir,
+        };
+        let reply = api
+            .post(
+                "/v1/repos",
+                ADMIN,
+                json!({"name": "app", "source": api.repo.path().to_str().unwrap()}),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.body);
+        api
+    }
+
+    async fn send(&self, method: Method, uri: &str, token: Option<&str>, body: &str) -> Reply {
+        let mut request = Request::builder().method(method).uri(uri);
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        let request = request
+            .header("content-type", "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        let response = self.router.clone().oneshot(request).await.unwrap();
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        Reply {
+            status,
+            body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        }
+    }
+
+    async fn get(&self, uri: &str, token: &str) -> Reply {
+        self.send(Method::GET, uri, Some(token), "").await
+    }
+
+    async fn post(&self, uri: &str, token: &str, body: Value) -> Reply {
+        self.send(Method::POST, uri, Some(token), &body.to_string())
+            .await
+    }
+
+    /// A queued question of `token`'s owner.
+    async fn submit(&self, token: &str, prompt: &str) -> TaskId {
+        let reply = self
+            .post(
+                "/v1/tasks",
+                token,
+                json!({"kind": "question", "repo": "app", "prompt": prompt}),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::ACCEPTED, "{}", reply.body);
+        reply.body["id"].as_str().unwrap().parse().unwrap()
+    }
+
+    /// Claims the oldest queued task as worker `w`, as a worker would.
+    async fn claim(&self, expected: &TaskId) -> Claim {
+        let claim = self
+            .store
+            .claim("w", Duration::from_secs(30), &ClaimFilter::default())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(&claim.task.id, expected);
+        claim
+    }
+
+    /// Runs the task once (claim, finish) into `status` with `result`.
+    async fn finish(&self, id: &TaskId, status: TaskStatus, result: Value) -> Claim {
+        let claim = self.claim(id).await;
+        self.store
+            .finish_run(&claim.run(), "w", status, Some(result))
+            .await
+            .unwrap();
+        claim
+    }
+
+    async fn status(&self, id: &TaskId) -> TaskStatus {
+        self.store.get_task(id).await.unwrap().unwrap().status
+    }
+
+    /// Takes a pending wake-up (tasks submitted earlier leave one).
+    async fn woken(&self) -> bool {
+        tokio::time::timeout(Duration::from_millis(200), self.wake.notified())
+            .await
+            .is_ok()
+    }
+}
+
+fn answer_result(id: &TaskId) -> Value {
+    json!({"task_id": id, "kind": "question", "outcome": "answer",
+           "answer": {"summary": "it doubles", "claims": [], "not_established": []},
+           "usage": {"input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0,
+                     "cost_usd": 0.0, "model_calls": 1, "tool_calls": 0},
+           "model": "gpt-test"})
+}
+
+fn clarification_result(id: &TaskId) -> Value {
+    json!({"task_id": id, "kind": "question", "outcome": "clarification",
+           "clarification": {"question": "Which branch do you mean?"},
+           "usage": {"input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0,
+                     "cost_usd": 0.0, "model_calls": 1, "tool_calls": 0},
+           "model": "gpt-test"})
+}
+
+#[tokio::test]
+async fn the_routes_are_in_the_openapi_document() {
+    let api = Api::new().await;
+    let reply = api.send(Method::GET, "/openapi.json", None, "").await;
+    assert_eq!(reply.status, StatusCode::OK);
+    for (path, method) in [
+        ("/v1/tasks/{id}/cancel", "post"),
+        ("/v1/tasks/{id}/retry", "post"),
+        ("/v1/tasks/{id}/messages", "post"),
+        ("/v1/tasks/{id}/journal", "get"),
+        ("/v1/usage", "get"),
+    ] {
+        let operation = &reply.body["paths"][path][method];
+        assert!(operation.is_object(), "{method} {path} is not documented");
+        assert!(operation["responses"]["401"].is_object(), "{method} {path}");
+    }
+    for schema in ["JournalView", "UsageView", "PostMessage"] {
+        assert!(
+            reply.body["components"]["schemas"][schema].is_object(),
+            "{schema}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn tokens_roles_and_owners_are_checked_on_every_route() {
+    let api = Api::new().await;
+    let id = api.submit(ALICE, "where is f?").await;
+    let unknown = "tsk_01M8VBQV37BCXJMMGC5Y911WEV";
+    let message = json!({"text": "hello"});
+    for (method, action) in [
+        (Method::POST, "cancel"),
+        (Method::POST, "retry"),
+        (Method::POST, "messages"),
+        (Method::GET, "journal"),
+    ] {
+        let uri = format!("/v1/tasks/{id}/{action}");
+        let body = message.to_string();
+        let reply = api.send(method.clone(), &uri, None, &body).await;
+        check_error(&reply, StatusCode::UNAUTHORIZED, "unauthorized");
+        let reply = api
+            .send(method.clone(), &uri, Some("wrong-token-0123456789"), &body)
+            .await;
+        check_error(&reply, StatusCode::UNAUTHORIZED, "unauthorized");
+        // Another operator's task does not exist for them; nor does an unknown or malformed id.
+        for uri in [
+            uri.clone(),
+            format!("/v1/tasks/{unknown}/{action}"),
+            format!("/v1/tasks/not-an-id/{action}"),
+        ] {
+            let reply = api.send(method.clone(), &uri, Some(BOB), &body).await;
+            check_error(&reply, StatusCode::NOT_FOUND, "not_found");
+        }
+        let reply = api.send(method.clone(), &uri, Some(VIEWER), &body).await;
+        if method == Method::POST {
+            check_error(&reply, StatusCode::FORBIDDEN, "forbidden");
+        } else {
+            // Viewers read, but only their own tasks.
+            check_error(&reply, StatusCode::NOT_FOUND, "not_found");
+        }
+    }
+    // Nothing happened to the task.
+    assert_eq!(api.status(&id).await, TaskStatus::Queued);
+    // An admin reads anyone's journal.
+    let reply = api.get(&format!("/v1/tasks/{id}/journal"), ADMIN).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert_eq!(reply.body, json!({"runs": []}));
+    let reply = api.send(Method::GET, "/v1/usage", None, "").await;
+    check_error(&reply, StatusCode::UNAUTHORIZED, "unauthorized");
+}
+
+#[tokio::test]
+async fn cancelling_a_queued_task_sets_the_cancelled_result_and_a_finished_task_is_a_conflict() {
+    let api = Api::new().await;
+    let id = api.submit(ALICE, "where is f?").await;
+    let reply = api
+        .post(&format!("/v1/tasks/{id}/cancel"), ALICE, json!({}))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert_eq!(reply.body["status"], "cancelled");
+    let result = &reply.body["result"];
+    assert_eq!(result["outcome"], "failure", "{result}");
+    assert_eq!(result["failure"]["code"], "cancelled", "{result}");
+    assert_eq!(result["failure"]["message"], "cancelled by alice");
+    assert_eq!(result["task_id"], id.as_str());
+    assert_eq!(result["usage"]["model_calls"], 0);
+    assert_eq!(api.status(&id).await, TaskStatus::Cancelled);
+    // Followers of the task's events see it end.
+    let events = api
+        .store
+        .events_after(&EventStream::Task(id.clone()), 0, 100)
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            events.last().map(|e| &e.event),
+            Some(Event::TaskFinished {
+                status: TaskStatus::Cancelled,
+                ..
+            })
+        ),
+        "{events:?}"
+    );
+    // Nothing is claimable any more.
+    assert!(api
+        .store
+        .claim("w", Duration::from_secs(30), &ClaimFilter::default())
+        .await
+        .unwrap()
+        .is_none());
+    // A finished task cannot be cancelled (again), whatever it ended as.
+    let reply = api
+        .post(&format!("/v1/tasks/{id}/cancel"), ALICE, json!({}))
+        .await;
+    check_error(&reply, StatusCode::CONFLICT, "conflict");
+    let done = api.submit(ALICE, "another").await;
+    api.finish(&done, TaskStatus::Completed, answer_result(&done))
+        .await;
+    let reply = api
+        .post(&format!("/v1/tasks/{done}/cancel"), ADMIN, json!({}))
+        .await;
+    check_error(&reply, StatusCode::CONFLICT, "conflict");
+    assert_eq!(api.status(&done).await, TaskStatus::Completed);
+}
+
+#[tokio::test]
+async fn cancelling_a_running_task_stops_its_run_in_this_process_and_ends_its_lease() {
+    let api = Api::new().await;
+    let id = api.submit(ALICE, "where is f?").await;
+    let claim = api.claim(&id).await;
+    let cancel = CancelFlag::default();
+    let registration = api.running.register(&id, cancel.clone());
+    let killed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let hook = Arc::clone(&killed);
+    registration
+        .control()
+        .on_stop(move || hook.store(true, std::sync::atomic::Ordering::SeqCst));
+    // Someone else's run of an unrelated task is left alone.
+    let other = api.submit(BOB, "unrelated").await;
+    let other_claim = api.claim(&other).await;
+    let other_cancel = CancelFlag::default();
+    let _other_registration = api.running.register(&other, other_cancel.clone());
+
+    let reply = api
+        .post(&format!("/v1/tasks/{id}/cancel"), ADMIN, json!({}))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert_eq!(reply.body["status"], "cancelled");
+    assert_eq!(reply.body["owner"], "alice");
+    assert_eq!(
+        reply.body["result"]["failure"]["message"],
+        "cancelled by root"
+    );
+    assert!(cancel.is_cancelled(), "the agent loop is cancelled at once");
+    assert!(registration.control().stopped());
+    assert!(
+        killed.load(std::sync::atomic::Ordering::SeqCst),
+        "sandbox hook ran"
+    );
+    assert!(!other_cancel.is_cancelled());
+    // The run is over in the store: the worker's heartbeat and finish fail, and cannot
+    // overwrite the cancelled status.
+    let heartbeat = api
+        .store
+        .heartbeat(&claim.run(), "w", Duration::from_secs(30))
+        .await;
+    assert!(
+        matches!(heartbeat, Err(StoreError::LeaseLost { .. })),
+        "{heartbeat:?}"
+    );
+    assert!(api
+        .store
+        .finish_run(
+            &claim.run(),
+            "w",
+            TaskStatus::Completed,
+            Some(answer_result(&id))
+        )
+        .await
+        .is_err());
+    let task = api.store.get_task(&id).await.unwrap().unwrap();
+    assert_eq!(task.status, TaskStatus::Cancelled);
+    assert_eq!(task.result.unwrap()["failure"]["code"], "cancelled");
+    api.store
+        .heartbeat(&other_claim.run(), "w", Duration::from_secs(30))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_finished_task_is_retried_as_a_new_task_over_the_same_commits() {
+    let api = Api::new().await;
+    let id = api.submit(ALICE, "where is f?").await;
+    assert!(api.woken().await);
+    let reply = api
+        .post(&format!("/v1/tasks/{id}/retry"), ALICE, json!({}))
+        .await;
+    check_error(&reply, StatusCode::CONFLICT, "conflict");
+    // A worker pins the commit, then the task fails.
+    let claim = api.claim(&id).await;
+    let head = api.repo.git(&["rev-parse", "HEAD"]);
+    let mut pinned = claim.task.repos.clone();
+    pinned[0].commit = Some(head.clone());
+    api.store
+        .pin_task_repos(&claim.run(), "w", pinned)
+        .await
+        .unwrap();
+    api.store
+        .finish_run(
+            &claim.run(),
+            "w",
+            TaskStatus::Failed,
+            Some(json!({"outcome": "failure", "failure": {"code": "model_error", "message": "x"}})),
+        )
+        .await
+        .unwrap();
+    // The repository moves on; the retry still answers about the pinned commit.
+    api.repo.write("src/lib.rs", "pub fn g() {}\n");
+    api.repo.commit("later");
+    assert!(!api.woken().await);
+    let reply = api
+        .post(&format!("/v1/tasks/{id}/retry"), ADMIN, json!({}))
+        .await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED, "{}", reply.body);
+    let retry = &reply.body;
+    assert_ne!(retry["id"], id.as_str());
+    assert_eq!(retry["retry_of"], id.as_str());
+    assert_eq!(retry["status"], "queued");
+    assert_eq!(retry["owner"], "alice", "a retry keeps the owner");
+    assert_eq!(retry["prompt"], "where is f?");
+    assert_eq!(retry["repos"][0]["commit"], head.as_str());
+    assert!(retry.get("result").is_none(), "{retry}");
+    assert!(api.woken().await, "workers are woken");
+    // The owner sees the retry in their list.
+    let list = api.get("/v1/tasks", ALICE).await;
+    assert_eq!(list.body["data"][0]["id"], retry["id"]);
+    // Retrying an unfinished retry is a conflict.
+    let retry_id = retry["id"].as_str().unwrap();
+    let reply = api
+        .post(&format!("/v1/tasks/{retry_id}/retry"), ALICE, json!({}))
+        .await;
+    check_error(&reply, StatusCode::CONFLICT, "conflict");
+}
+
+#[tokio::test]
+async fn messages_answer_a_waiting_task_and_follow_up_a_finished_one() {
+    let api = Api::new().await;
+    let id = api.submit(ALICE, "how do I deploy?").await;
+    let uri = format!("/v1/tasks/{id}/messages");
+    // Queued: nothing to answer yet.
+    let reply = api.post(&uri, ALICE, json!({"text": "main"})).await;
+    check_error(&reply, StatusCode::CONFLICT, "conflict");
+
+    api.finish(&id, TaskStatus::WaitingInput, clarification_result(&id))
+        .await;
+    // Bad bodies change nothing.
+    for (body, status, code) in [
+        ("{}", StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
+        (
+            r#"{"text": ""}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+        ),
+        (
+            r#"{"text": " \n\t "}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+        ),
+        (
+            r#"{"text": 5}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+        ),
+        (
+            r#"{"text": "main", "urgent": true}"#,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+        ),
+        ("[]", StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
+        ("not json", StatusCode::BAD_REQUEST, "bad_request"),
+    ] {
+        let reply = api.send(Method::POST, &uri, Some(ALICE), body).await;
+        check_error(&reply, status, code);
+    }
+    let long = "x".repeat(64 * 1024 + 1);
+    let reply = api.post(&uri, ALICE, json!({ "text": long })).await;
+    check_error(&reply, StatusCode::UNPROCESSABLE_ENTITY, "invalid_request");
+    assert_eq!(api.status(&id).await, TaskStatus::WaitingInput);
+    assert!(api.store.task_messages(&id).await.unwrap().is_empty());
+
+    // The answer: the same task, queued again, with the answer in its conversation.
+    assert!(api.woken().await);
+    let reply = api
+        .post(&uri, ALICE, json!({"text": "  the main branch  "}))
+        .await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED, "{}", reply.body);
+    assert_eq!(reply.body["id"], id.as_str());
+    assert_eq!(reply.body["status"], "queued");
+    assert!(api.woken().await, "workers are woken");
+    let messages = api.store.task_messages(&id).await.unwrap();
+    assert_eq!(messages.len(), 1);
+    assert_eq!(
+        (
+            messages[0].role.as_str(),
+            messages[0].text.as_str(),
+            messages[0].author.as_str()
+        ),
+        ("user", "the main branch", "alice")
+    );
+    // Answered once: a second answer finds it queued.
+    let reply = api.post(&uri, ALICE, json!({"text": "again"})).await;
+    check_error(&reply, StatusCode::CONFLICT, "conflict");
+
+    // The next run answers; a message now follows up with a new task over the same commits.
+    let claim = api.claim(&id).await;
+    assert_eq!(claim.run_number, 2);
+    let head = api.repo.git(&["rev-parse", "HEAD"]);
+    let mut pinned = claim.task.repos.clone();
+    pinned[0].commit = Some(head.clone());
+    api.store
+        .pin_task_repos(&claim.run(), "w", pinned)
+        .await
+        .unwrap();
+    api.store
+        .finish_run(
+            &claim.run(),
+            "w",
+            TaskStatus::Completed,
+            Some(answer_result(&id)),
+        )
+        .await
+        .unwrap();
+    let reply = api
+        .post(&uri, ALICE, json!({"text": "and for staging?"}))
+        .await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED, "{}", reply.body);
+    let follow_up = &reply.body;
+    assert_ne!(follow_up["id"], id.as_str());
+    assert_eq!(follow_up["follow_up_to"], id.as_str());
+    assert_eq!(follow_up["prompt"], "and for staging?");
+    assert_eq!(follow_up["kind"], "question");
+    assert_eq!(follow_up["status"], "queued");
+    assert_eq!(follow_up["repos"][0]["commit"], head.as_str());
+    assert_eq!(api.status(&id).await, TaskStatus::Completed);
+}
+
+#[tokio::test]
+async fn the_journal_lists_every_run_with_its_verified_chain() {
+    let api = Api::new().await;
+    let id = api.submit(ALICE, "where is f?").await;
+    let claim = api.claim(&id).await;
+    let mut journal = RunJournal::open(Arc::clone(&api.store), claim.run())
+        .await
+        .unwrap();
+    journal
+        .append(1_796_131_143_042, "run_started", json!({"task_id": id}))
+        .await
+        .unwrap();
+    journal
+        .append(1_796_131_143_043, "model_requested", json!({"turn": 1}))
+        .await
+        .unwrap();
+    api.store
+        .finish_run(&claim.run(), "w", TaskStatus::Queued, None)
+        .await
+        .unwrap();
+    api.claim(&id).await;
+
+    let reply = api.get(&format!("/v1/tasks/{id}/journal"), ALICE).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    let runs = reply.body["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2, "{}", reply.body);
+    let first = &runs[0];
+    assert_eq!(first["number"], 1);
+    assert_eq!(first["worker"], "w");
+    assert_eq!(first["outcome"], "queued");
+    assert!(first["ended_at"].is_string());
+    assert_eq!(first["chain_ok"], true);
+    let entries = first["entries"].as_array().unwrap();
+    assert_eq!(entries.len(), 2);
+    assert_eq!(entries[0]["seq"], 0);
+    assert_eq!(entries[0]["kind"], "run_started");
+    assert_eq!(entries[0]["at"], "2026-12-01T13:19:03.042Z");
+    assert_eq!(entries[0]["payload"], json!({"task_id": id}));
+    assert_eq!(entries[0]["prev_hash"], warden_store::GENESIS_HASH);
+    assert_eq!(entries[1]["prev_hash"], entries[0]["hash"]);
+    let stored = api.store.journal(&claim.run()).await.unwrap();
+    assert_eq!(entries[1]["hash"], stored[1].hash.as_str());
+    let second = &runs[1];
+    assert_eq!(second["number"], 2);
+    assert_eq!(second["outcome"], Value::Null);
+    assert_eq!(second["ended_at"], Value::Null);
+    assert_eq!(second["entries"], json!([]));
+    assert_eq!(second["chain_ok"], true);
+}
+
+#[tokio::test]
+async fn usage_is_summed_per_day_task_and_model_for_the_callers_tasks() {
+    let api = Api::new().await;
+    let alices = api.submit(ALICE, "one").await;
+    let bobs = api.submit(BOB, "two").await;
+    for (task, model, tokens, cost) in [
+        (&alices, "gpt-test", 100, Some(1_500)),
+        (&alices, "gpt-test", 50, Some(500)),
+        (&bobs, "claude-test", 10, None),
+    ] {
+        api.store
+            .record_usage(UsageEntry {
+                task: task.clone(),
+                run_number: Some(1),
+                model: model.into(),
+                input_tokens: tokens,
+                cached_input_tokens: 1,
+                output_tokens: 2,
+                cost_micro_usd: cost,
+            })
+            .await
+            .unwrap();
+    }
+    let reply = api.get("/v1/usage", ALICE).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    let today = warden_store::UtcDay::of_ms(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64,
+    )
+    .to_string();
+    let spend = json!({"input_tokens": 150, "cached_input_tokens": 2, "output_tokens": 4,
+                       "cost_usd": 0.002, "cost_unknown": false, "model_calls": 2});
+    let with = |key: &str, value: &str| {
+        let mut entry = spend.clone();
+        entry[key] = json!(value);
+        entry
+    };
+    assert_eq!(
+        reply.body,
+        json!({"by_day": [with("day", &today)],
+               "by_task": [with("task_id", alices.as_str())],
+               "by_model": [with("model", "gpt-test")]})
+    );
+    // A viewer has no tasks, so no spend; an admin sees everyone's.
+    let reply = api.get("/v1/usage", VIEWER).await;
+    assert_eq!(
+        reply.body,
+        json!({"by_day": [], "by_task": [], "by_model": []})
+    );
+    let reply = api.get("/v1/usage", ADMIN).await;
+    assert_eq!(reply.body["by_day"][0]["model_calls"], 3);
+    assert_eq!(reply.body["by_day"][0]["cost_unknown"], true);
+    assert_eq!(reply.body["by_task"].as_array().unwrap().len(), 2);
+    let models: Vec<&str> = reply.body["by_model"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["model"].as_str().unwrap())
+        .collect();
+    assert_eq!(models, ["claude-test", "gpt-test"]);
+    // `since` filters by UTC day.
+    let reply = api.get(&format!("/v1/usage?since={today}"), ADMIN).await;
+    assert_eq!(reply.body["by_day"][0]["model_calls"], 3, "{}", reply.body);
+    let reply = api.get("/v1/usage?since=2999-01-01", ADMIN).await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert_eq!(reply.body["by_task"], json!([]));
+    for bad in ["since=yesterday", "since=2026-02-30", "from=2026-01-01"] {
+        let reply = api.get(&format!("/v1/usage?{bad}"), ADMIN).await;
+        check_error(&reply, StatusCode::BAD_REQUEST, "bad_request");
+    }
+}
