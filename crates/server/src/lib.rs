@@ -3,6 +3,7 @@
 //! it in-process; `warden serve` workers run the same code on claimed tasks.
 
 pub mod api;
+pub mod callback;
 pub mod change;
 pub mod config;
 pub mod github;
