@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Property-based API testing: starts the real `warden serve` (SQLite store, faux model) on a free
+# port with a registered repository, then lets schemathesis (PyPI) generate requests from
+# /openapi.json — valid and invalid — and fails on any 5xx, any status code or content type the
+# document does not declare, and any response body that does not match its declared schema.
+# Usage: bash .ci/schemathesis.sh [path/to/warden]   (default: $CARGO_TARGET_DIR/debug/warden)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { echo "schemathesis.sh: $*" >&2; }
+
+target="${CARGO_TARGET_DIR:-target}"
+warden="${1:-$target/debug/warden}"
+[ -x "$warden" ] || { log "no warden binary at $warden (cargo build -p warden-cli first)"; exit 2; }
+
+venv="${SCHEMATHESIS_VENV:-/var/cache/warden-ci/schemathesis-venv}"
+if ! "$venv/bin/schemathesis" --version >/dev/null 2>&1; then
+  log "installing schemathesis into $venv"
+  if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >&2
+    apt-get install -y -q --no-install-recommends python3-venv python3-pip >&2
+    python3 -m venv "$venv"
+  fi
+  "$venv/bin/pip" install -q "schemathesis==4.32.5"
+fi
+
+work="$(mktemp -d)"
+server_pid=""
+cleanup() {
+  if [ -n "$server_pid" ]; then
+    kill -TERM "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# A repository to ask about.
+git init -q "$work/repo"
+printf 'pub fn answer() -> u32 {\n    42\n}\n' >"$work/repo/lib.rs"
+git -C "$work/repo" -c user.name=ci -c user.email=ci@example.com add lib.rs
+git -C "$work/repo" -c user.name=ci -c user.email=ci@example.com commit -q -m initial
+
+port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+admin="schemathesis-admin-token-0123456789"
+operator="schemathesis-operator-token-0123456789"
+mkdir -p "$work/home"
+# Generous rate limits: schemathesis sends thousands of requests from one token.
+cat >"$work/home/warden.toml" <<'EOF'
+[serve]
+workers = 1
+rate_limit_per_minute = 1000000
+rate_limit_burst = 100000
+EOF
+
+WARDEN_HOME="$work/home" WARDEN_MODEL=faux WARDEN_LISTEN="127.0.0.1:$port" \
+  WARDEN_API_TOKENS="root:admin:$admin,ops:operator:$operator" \
+  "$warden" serve >"$work/serve.log" 2>&1 &
+server_pid=$!
+base="http://127.0.0.1:$port"
+for _ in $(seq 1 100); do
+  curl -fsS "$base/healthz" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+curl -fsS "$base/healthz" >/dev/null || { cat "$work/serve.log" >&2; exit 1; }
+curl -fsS -X POST "$base/v1/repos" -H "Authorization: Bearer $admin" \
+  -H 'Content-Type: application/json' \
+  -d "{\"name\":\"app\",\"source\":\"$work/repo\"}" >/dev/null
+
+status=0
+"$venv/bin/schemathesis" run "$base/openapi.json" \
+  --header "Authorization: Bearer $admin" \
+  --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance \
+  --phases examples,coverage,fuzzing \
+  --max-examples "${SCHEMATHESIS_MAX_EXAMPLES:-60}" \
+  --workers 2 \
+  --no-color || status=$?
+if [ "$status" -ne 0 ]; then
+  log "schemathesis failed; the server log follows"
+  tail -n 50 "$work/serve.log" >&2
+fi
+exit "$status"
