@@ -1,5 +1,6 @@
 mod ask;
 mod change;
+mod control;
 mod publish;
 mod serve;
 mod support;
