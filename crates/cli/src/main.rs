@@ -11,6 +11,7 @@ mod records;
 mod run;
 mod serve;
 mod text;
+mod token;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -60,6 +61,11 @@ enum Command {
     Serve,
     /// Run workers only, against a shared Postgres (WARDEN_DATABASE_URL)
     Worker,
+    /// Manage the API tokens `warden serve` accepts (in its database)
+    Token {
+        #[command(subcommand)]
+        command: token::TokenCommand,
+    },
     /// Report what works on this machine: git, state directory, model configuration
     Doctor {
         #[arg(long)]
@@ -181,6 +187,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Doctor { json } => doctor::doctor(&config, json),
         Command::Serve => tokio_runtime()?.block_on(serve::serve(config)),
         Command::Worker => tokio_runtime()?.block_on(serve::worker(config)),
+        Command::Token { command } => tokio_runtime()?.block_on(token::token(&config, command)),
     }
 }
 

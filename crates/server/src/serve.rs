@@ -175,11 +175,14 @@ pub async fn serve(
         options,
         stopped.clone(),
     ));
-    let app = api::router(Arc::new(ApiState {
-        store: Arc::clone(&services.store),
-        tokens,
-        wake: Arc::clone(&services.wake),
-    }));
+    let app = api::router(Arc::new(
+        ApiState::new(
+            Arc::clone(&services.store),
+            tokens,
+            Arc::clone(&services.wake),
+        )
+        .with_rate_limit(services.config.serve.rate_limit),
+    ));
     let mut api_stopped = stopped;
     let (signalled, signal_seen) = watch::channel(false);
     tokio::spawn(async move {

@@ -21,6 +21,10 @@ pub struct ServeSection {
     pub max_tokens_per_day: Option<u64>,
     /// Dollars all tasks together may spend per UTC day.
     pub max_cost_usd_per_day: Option<f64>,
+    /// API requests each token may make per minute on average (default 600).
+    pub rate_limit_per_minute: Option<u32>,
+    /// API requests a token may make at once before the per-minute rate applies (default 120).
+    pub rate_limit_burst: Option<u32>,
 }
 
 /// The `[serve]` section, resolved.
@@ -31,6 +35,8 @@ pub struct ServeConfig {
     pub shutdown_grace: Duration,
     pub max_tokens_per_day: Option<u64>,
     pub max_cost_micro_usd_per_day: Option<u64>,
+    /// Per-token API rate limit.
+    pub rate_limit: crate::api::RateLimit,
 }
 
 impl Default for ServeConfig {
@@ -41,6 +47,7 @@ impl Default for ServeConfig {
             shutdown_grace: Duration::from_secs(10),
             max_tokens_per_day: None,
             max_cost_micro_usd_per_day: None,
+            rate_limit: crate::api::RateLimit::default(),
         }
     }
 }
@@ -75,12 +82,27 @@ impl ServeConfig {
             Some(usd) => Some((usd * 1e6).round() as u64),
             None => None,
         };
+        if section.rate_limit_per_minute == Some(0) {
+            bail!("serve.rate_limit_per_minute must be at least 1");
+        }
+        if section.rate_limit_burst == Some(0) {
+            bail!("serve.rate_limit_burst must be at least 1");
+        }
+        let rate_limit = crate::api::RateLimit {
+            per_minute: section
+                .rate_limit_per_minute
+                .unwrap_or(defaults.rate_limit.per_minute),
+            burst: section
+                .rate_limit_burst
+                .unwrap_or(defaults.rate_limit.burst),
+        };
         Ok(ServeConfig {
             workers,
             lease,
             shutdown_grace,
             max_tokens_per_day: section.max_tokens_per_day,
             max_cost_micro_usd_per_day,
+            rate_limit,
         })
     }
 }
@@ -101,7 +123,19 @@ mod tests {
         assert_eq!(config.workers, 4);
         assert_eq!(config.lease, Duration::from_secs(5));
         assert_eq!(config.max_cost_micro_usd_per_day, Some(2_500_000));
+        assert_eq!(config.rate_limit, crate::api::RateLimit::default());
+        let limited = resolve("rate_limit_per_minute = 30\nrate_limit_burst = 5\n").unwrap();
+        assert_eq!(
+            limited.rate_limit,
+            crate::api::RateLimit {
+                per_minute: 30,
+                burst: 5
+            }
+        );
         for bad in [
+            "rate_limit_per_minute = 0",
+            "rate_limit_burst = 0",
+            "rate_limit_burst = -1",
             "workers = 0",
             "lease_secs = 0",
             "max_tokens_per_day = 0",

@@ -4,3 +4,4 @@ mod control;
 mod publish;
 mod serve;
 mod support;
+mod token;

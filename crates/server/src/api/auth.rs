@@ -1,7 +1,21 @@
-//! Bearer tokens and roles.
+//! Bearer tokens, roles and per-token rate limits.
+//!
+//! A request's token is hashed (SHA-256) once; the digest is compared in constant time with the
+//! bootstrap tokens of `WARDEN_API_TOKENS`, then looked up among the store's tokens (created by
+//! `warden token create` or `POST /v1/tokens`, kept only as digests, revocable). Roles: a viewer
+//! reads, an operator also creates, cancels and answers tasks, an admin also manages
+//! repositories, tokens and approvals and sees every task. Each authenticated request then takes
+//! one unit from its token's bucket (in memory, per process); an empty bucket is a 429 with
+//! `Retry-After`.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use std::time::Instant;
 
 use axum::http::{header, HeaderMap};
 use sha2::{Digest, Sha256};
+use utoipa::openapi::{Content, HeaderBuilder, ObjectBuilder, OpenApi, Ref, ResponseBuilder, Type};
+use warden_store::NewApiToken;
 
 use super::{ApiError, ApiState, ErrorCode};
 
@@ -17,12 +31,20 @@ pub enum ApiRole {
 }
 
 impl ApiRole {
-    fn parse(name: &str) -> Option<ApiRole> {
+    pub fn parse(name: &str) -> Option<ApiRole> {
         match name {
             "admin" => Some(ApiRole::Admin),
             "operator" => Some(ApiRole::Operator),
             "viewer" => Some(ApiRole::Viewer),
             _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApiRole::Admin => "admin",
+            ApiRole::Operator => "operator",
+            ApiRole::Viewer => "viewer",
         }
     }
 }
@@ -77,11 +99,7 @@ impl Tokens {
                     index + 1
                 )
             })?;
-            if name.is_empty()
-                || !name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c))
-            {
+            if !valid_token_name(name) {
                 return Err(format!(
                     "WARDEN_API_TOKENS entry {}: the name must be letters, digits, - _ . @",
                     index + 1
@@ -107,7 +125,10 @@ impl Tokens {
     /// The caller whose token this is. Every configured token is compared in full, whatever
     /// matches, so the time taken says nothing about which bytes matched.
     pub fn authenticate(&self, presented: &str) -> Option<Caller> {
-        let presented = digest(presented);
+        self.authenticate_digest(&digest(presented))
+    }
+
+    fn authenticate_digest(&self, presented: &[u8; 32]) -> Option<Caller> {
         let mut found: Option<&Token> = None;
         for token in &self.0 {
             let mut difference = 0u8;
@@ -126,6 +147,122 @@ impl Tokens {
     }
 }
 
+/// Token names (a task's owner): 1-64 letters, digits, `-`, `_`, `.`, `@`.
+pub(super) fn valid_token_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.@".contains(c))
+}
+
+/// Lowercase hex SHA-256 of a token: what the store keeps and looks up.
+pub fn token_digest(token: &str) -> String {
+    hex::encode(digest(token))
+}
+
+/// A new random token for `name` with `role`: the row to store (its digest only) and the
+/// secret, `wdn_` + 64 hex digits (32 random bytes), to show once.
+pub fn mint_token(
+    name: Option<&str>,
+    role: ApiRole,
+    created_by: &str,
+) -> Result<(NewApiToken, String), String> {
+    let mut id = [0u8; 8];
+    let mut secret = [0u8; 32];
+    getrandom::fill(&mut id).map_err(|e| format!("no randomness available: {e}"))?;
+    getrandom::fill(&mut secret).map_err(|e| format!("no randomness available: {e}"))?;
+    let id = format!("tok_{}", hex::encode(id));
+    let name = name.map_or_else(|| id.clone(), str::to_string);
+    if !valid_token_name(&name) {
+        return Err(format!(
+            "invalid token name {name:?}: 1-64 letters, digits, '-', '_', '.' or '@'"
+        ));
+    }
+    let secret = format!("wdn_{}", hex::encode(secret));
+    let token = NewApiToken {
+        id,
+        name,
+        role: role.as_str().to_string(),
+        digest: token_digest(&secret),
+        created_by: created_by.to_string(),
+    };
+    Ok((token, secret))
+}
+
+/// How many requests a token may make: `per_minute` on average, `burst` at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    pub per_minute: u32,
+    pub burst: u32,
+}
+
+impl Default for RateLimit {
+    fn default() -> RateLimit {
+        RateLimit {
+            per_minute: 600,
+            burst: 120,
+        }
+    }
+}
+
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+/// A token bucket per API token (keyed by its digest), in memory. Only authenticated tokens
+/// get a bucket, so the map is bounded by the number of real tokens.
+pub struct RateLimiter {
+    limit: RateLimit,
+    buckets: Mutex<HashMap<[u8; 32], Bucket>>,
+}
+
+impl std::fmt::Debug for RateLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimiter")
+            .field("limit", &self.limit)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RateLimiter {
+    pub fn new(limit: RateLimit) -> RateLimiter {
+        RateLimiter {
+            limit: RateLimit {
+                per_minute: limit.per_minute.max(1),
+                burst: limit.burst.max(1),
+            },
+            buckets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Takes one request from `key`'s bucket, or says in how many whole seconds one is back.
+    fn take(&self, key: [u8; 32], now: Instant) -> Result<(), u64> {
+        let burst = f64::from(self.limit.burst);
+        let per_second = f64::from(self.limit.per_minute) / 60.0;
+        // Nothing panics while the lock is held, but a poisoned map is still a valid map.
+        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
+        let bucket = buckets.entry(key).or_insert(Bucket {
+            tokens: burst,
+            at: now,
+        });
+        let elapsed = now.saturating_duration_since(bucket.at).as_secs_f64();
+        bucket.tokens = (bucket.tokens + elapsed * per_second).min(burst);
+        bucket.at = now;
+        if bucket.tokens >= 1.0 {
+            bucket.tokens -= 1.0;
+            Ok(())
+        } else {
+            let wait = ((1.0 - bucket.tokens) / per_second).ceil();
+            // At most a minute per unit at the slowest allowed rate (1 per minute).
+            Err((wait as u64).clamp(1, 60))
+        }
+    }
+}
+
+/// The caller presenting the request's bearer token (bootstrap tokens first, then the store's
+/// unrevoked tokens), after charging its rate limit.
 pub(super) async fn authenticate(
     state: &ApiState,
     headers: &HeaderMap,
@@ -145,12 +282,99 @@ pub(super) async fn authenticate(
             ))
         }
     };
+    let invalid = || ApiError::new(ErrorCode::Unauthorized, "invalid token");
+    if token.is_empty() || token.len() > 512 {
+        return Err(invalid());
+    }
+    let presented = digest(token);
+    let caller = match state.tokens.authenticate_digest(&presented) {
+        Some(caller) => caller,
+        None => {
+            let stored = state
+                .store
+                .find_api_token(&hex::encode(presented))
+                .await?
+                .ok_or_else(invalid)?;
+            let Some(role) = ApiRole::parse(&stored.role) else {
+                tracing::warn!(token = %stored.id, role = %stored.role, "stored token has an unknown role");
+                return Err(invalid());
+            };
+            Caller {
+                name: stored.name,
+                role,
+            }
+        }
+    };
     state
-        .tokens
-        .authenticate(token)
-        .ok_or_else(|| ApiError::new(ErrorCode::Unauthorized, "invalid token"))
+        .limiter
+        .take(presented, Instant::now())
+        .map_err(|secs| ApiError {
+            retry_after_secs: Some(secs),
+            ..ApiError::new(
+                ErrorCode::RateLimited,
+                format!("too many requests for this token; retry in {secs} s"),
+            )
+        })?;
+    Ok(caller)
 }
 
+/// Admins only: managing repositories, tokens and approvals.
+pub(super) fn require_admin(caller: &Caller, action: &str) -> Result<(), ApiError> {
+    match caller.role {
+        ApiRole::Admin => Ok(()),
+        ApiRole::Operator | ApiRole::Viewer => Err(ApiError::new(
+            ErrorCode::Forbidden,
+            format!("only admin tokens {action}"),
+        )),
+    }
+}
+
+/// Adds the 429 answer (with `Retry-After`) to every operation that needs a token: every such
+/// route goes through [`authenticate`], which charges the rate limit.
+pub(super) fn document_rate_limit(document: &mut OpenApi) {
+    for item in document.paths.paths.values_mut() {
+        for operation in [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            // `security(())` (an empty requirement) marks a route without a token.
+            let public = operation
+                .security
+                .as_ref()
+                .is_some_and(|s| s.iter().all(|r| r == &Default::default()));
+            if public {
+                continue;
+            }
+            let response = ResponseBuilder::new()
+                .description("Too many requests for this token; retry after Retry-After seconds")
+                .header(
+                    "Retry-After",
+                    HeaderBuilder::new()
+                        .schema(ObjectBuilder::new().schema_type(Type::Integer))
+                        .description(Some("Seconds until a request is allowed again"))
+                        .build(),
+                )
+                .content(
+                    "application/json",
+                    Content::new(Some(Ref::from_schema_name("ErrorBody"))),
+                )
+                .build();
+            operation
+                .responses
+                .responses
+                .entry("429".to_string())
+                .or_insert_with(|| response.into());
+        }
+    }
+}
+
+/// Operators and admins: creating, cancelling and answering tasks.
 pub(super) fn require_writer(caller: &Caller) -> Result<(), ApiError> {
     match caller.role {
         ApiRole::Admin | ApiRole::Operator => Ok(()),
@@ -164,6 +388,54 @@ pub(super) fn require_writer(caller: &Caller) -> Result<(), ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn buckets_hold_a_burst_and_refill_per_token() {
+        let limiter = RateLimiter::new(RateLimit {
+            per_minute: 60,
+            burst: 2,
+        });
+        let start = Instant::now();
+        let (a, b) = ([1u8; 32], [2u8; 32]);
+        assert_eq!(limiter.take(a, start), Ok(()));
+        assert_eq!(limiter.take(a, start), Ok(()));
+        assert_eq!(limiter.take(a, start), Err(1));
+        // Another token has its own bucket.
+        assert_eq!(limiter.take(b, start), Ok(()));
+        // One per second comes back, never more than the burst.
+        let later = start + std::time::Duration::from_secs(1);
+        assert_eq!(limiter.take(a, later), Ok(()));
+        assert_eq!(limiter.take(a, later), Err(1));
+        let much_later = start + std::time::Duration::from_secs(3600);
+        assert_eq!(limiter.take(a, much_later), Ok(()));
+        assert_eq!(limiter.take(a, much_later), Ok(()));
+        assert!(limiter.take(a, much_later).is_err());
+        let slow = RateLimiter::new(RateLimit {
+            per_minute: 1,
+            burst: 1,
+        });
+        assert_eq!(slow.take(a, start), Ok(()));
+        assert_eq!(slow.take(a, start), Err(60));
+    }
+
+    #[test]
+    fn minted_tokens_are_random_and_stored_as_digests() {
+        let (row, secret) = mint_token(Some("ci-bot"), ApiRole::Operator, "root").unwrap();
+        assert!(secret.starts_with("wdn_") && secret.len() == 4 + 64);
+        assert_eq!(row.digest, token_digest(&secret));
+        assert_eq!(row.digest.len(), 64);
+        assert!(!row.digest.contains(&secret[4..]));
+        assert_eq!(
+            (row.name.as_str(), row.role.as_str()),
+            ("ci-bot", "operator")
+        );
+        let (other, other_secret) = mint_token(None, ApiRole::Viewer, "root").unwrap();
+        assert_ne!(other_secret, secret);
+        assert_ne!(other.id, row.id);
+        assert_eq!(other.name, other.id);
+        assert!(mint_token(Some("bad name"), ApiRole::Viewer, "root").is_err());
+        assert!(mint_token(Some(""), ApiRole::Viewer, "root").is_err());
+    }
 
     #[test]
     fn tokens_parse_and_authenticate() {

@@ -5,11 +5,14 @@
 //! - Bearer tokens from `WARDEN_API_TOKENS` (`name:role:token`, comma-separated), compared in
 //!   constant time (SHA-256 of both sides, then a comparison that looks at every byte of every
 //!   token). Tasks belong to the token's name; only `admin` sees everyone's; `viewer` only reads;
-//!   only `admin` registers repositories (a server path is the server's file system).
+//!   only `admin` registers repositories (a server path is the server's file system). Tokens
+//!   created with `warden token create` or `POST /v1/tokens` live in the store as digests.
+//!   Every authenticated request spends from its token's bucket (429 with `Retry-After`).
 //! - Errors are `{"error":{"code","message"}}` through one [`ApiError`] with stable codes
-//!   ([`ErrorCode`]); bodies are JSON objects of at most 1 MiB with no unknown fields.
+//!   ([`ErrorCode`]); bodies are JSON objects of at most 1 MiB, nested at most
+//!   [`MAX_JSON_DEPTH`] deep, with no unknown fields.
 //! - `POST /v1/tasks` honours `Idempotency-Key` (same key and body: the same task; same key,
-//!   other body: 409) and answers `202` with the task; workers are woken at once.
+//!   other body: 422) and answers `202` with the task; workers are woken at once.
 
 pub mod approvals;
 mod auth;
@@ -17,9 +20,10 @@ mod control;
 mod repos;
 pub mod schema;
 mod tasks;
+mod tokens;
 mod usage;
 
-pub use auth::{ApiRole, Caller, Tokens};
+pub use auth::{mint_token, ApiRole, Caller, RateLimit, RateLimiter, Tokens};
 pub use tasks::task_json;
 
 use std::sync::Arc;
@@ -42,6 +46,9 @@ use warden_store::{Store, StoreError, UtcDay};
 /// Request bodies larger than this are refused with 413.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
 
+/// JSON bodies nested deeper than this (arrays and objects) are refused with 400 before parsing.
+pub const MAX_JSON_DEPTH: usize = 32;
+
 /// Stable error codes of the API, each with its HTTP status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorCode {
@@ -53,7 +60,7 @@ pub enum ErrorCode {
     Forbidden,
     NotFound,
     MethodNotAllowed,
-    /// The `Idempotency-Key` was used before with a different body.
+    /// The `Idempotency-Key` was used before with a different body (422).
     IdempotencyConflict,
     /// A repository with this name is registered already.
     AlreadyExists,
@@ -72,6 +79,8 @@ pub enum ErrorCode {
     HashMismatch,
     /// The approval was decided before; an approval is decided once (409).
     AlreadyDecided,
+    /// The token spent its request budget; `Retry-After` says when to come back.
+    RateLimited,
     /// Warden failed; details are in the server log, never in the response.
     Internal,
 }
@@ -93,6 +102,7 @@ impl ErrorCode {
             ErrorCode::Conflict => "conflict",
             ErrorCode::HashMismatch => "hash_mismatch",
             ErrorCode::AlreadyDecided => "already_decided",
+            ErrorCode::RateLimited => "rate_limited",
             ErrorCode::Internal => "internal",
         }
     }
@@ -104,15 +114,16 @@ impl ErrorCode {
             ErrorCode::Forbidden => StatusCode::FORBIDDEN,
             ErrorCode::NotFound => StatusCode::NOT_FOUND,
             ErrorCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ErrorCode::IdempotencyConflict
-            | ErrorCode::AlreadyExists
+            ErrorCode::AlreadyExists
             | ErrorCode::HashMismatch
             | ErrorCode::AlreadyDecided
             | ErrorCode::Conflict => StatusCode::CONFLICT,
             ErrorCode::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ErrorCode::InvalidRequest
+            | ErrorCode::IdempotencyConflict
             | ErrorCode::UnsupportedKind
             | ErrorCode::UnknownRepository => StatusCode::UNPROCESSABLE_ENTITY,
+            ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -123,6 +134,8 @@ impl ErrorCode {
 pub struct ApiError {
     pub code: ErrorCode,
     pub message: String,
+    /// Seconds for a `Retry-After` header (rate limits).
+    pub retry_after_secs: Option<u64>,
 }
 
 impl ApiError {
@@ -130,6 +143,7 @@ impl ApiError {
         ApiError {
             code,
             message: message.into(),
+            retry_after_secs: None,
         }
     }
 
@@ -169,12 +183,17 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
+        if let Some(secs) = self.retry_after_secs {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
         response
     }
 }
 
-/// A JSON body: the same error format as everything else for bad JSON, unknown fields and
-/// oversized bodies.
+/// A JSON body: the same error format as everything else for bad JSON, too deep nesting,
+/// unknown fields (named in the message) and oversized bodies.
 pub struct ApiJson<T>(pub T, pub Value);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
@@ -193,6 +212,12 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
                     ApiError::new(ErrorCode::BadRequest, rejection.body_text())
                 }
             })?;
+        if json_depth_exceeds(&bytes, MAX_JSON_DEPTH) {
+            return Err(ApiError::new(
+                ErrorCode::BadRequest,
+                format!("the body nests arrays and objects deeper than {MAX_JSON_DEPTH} levels"),
+            ));
+        }
         let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
             ApiError::new(
                 ErrorCode::BadRequest,
@@ -208,28 +233,84 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     }
 }
 
+/// Whether `json` opens more than `limit` arrays or objects inside each other (brackets in
+/// strings do not count). Runs on the raw bytes, so a deep body costs no recursion.
+fn json_depth_exceeds(json: &[u8], limit: usize) -> bool {
+    let mut depth = 0usize;
+    let mut in_string = false;
+    let mut escaped = false;
+    for &byte in json {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if byte == b'\\' {
+                escaped = true;
+            } else if byte == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > limit {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
 // --- state and router ---
 
-/// What the handlers share.
+/// What the handlers share. Build it with [`ApiState::new`] (fields may be added).
 pub struct ApiState {
     pub store: Arc<dyn Store>,
     pub tokens: Tokens,
     /// Woken after each new task so an idle worker claims it at once.
     pub wake: Arc<Notify>,
+    /// Per-token request budgets.
+    pub limiter: RateLimiter,
     /// The runs of this process's workers, stopped at once by the cancel route.
     pub running: Arc<crate::cancel::RunningTasks>,
+}
+
+impl ApiState {
+    /// The state with the default rate limit ([`RateLimit::default`]).
+    pub fn new(store: Arc<dyn Store>, tokens: Tokens, wake: Arc<Notify>) -> ApiState {
+        ApiState {
+            store,
+            tokens,
+            wake,
+            limiter: RateLimiter::new(RateLimit::default()),
+            running: Arc::default(),
+        }
+    }
+
+    /// Replaces the rate limit.
+    pub fn with_rate_limit(mut self, limit: RateLimit) -> ApiState {
+        self.limiter = RateLimiter::new(limit);
+        self
+    }
 }
 
 /// Every documented route. A route group adds its handlers here through its `routes()`, each
 /// annotated with `#[utoipa::path]`, so `/openapi.json` is generated from the code that serves.
 fn documented_routes() -> OpenApiRouter<Arc<ApiState>> {
-    OpenApiRouter::with_openapi(schema::BaseDocument::openapi())
+    let mut routes = OpenApiRouter::with_openapi(schema::BaseDocument::openapi())
         .routes(routes!(healthz))
         .merge(repos::routes())
         .merge(approvals::routes())
         .merge(tasks::routes())
         .merge(control::routes())
         .merge(usage::routes())
+        .merge(tokens::routes());
+    auth::document_rate_limit(routes.get_openapi_mut());
+    routes
 }
 
 /// The OpenAPI 3.1 description of the API.

@@ -92,9 +92,8 @@ fn parse_kind(kind: &str) -> Result<TaskKind, ApiError> {
         (status = 400, description = "The body is not JSON", body = ErrorBody),
         (status = 401, description = "No or an invalid token", body = ErrorBody),
         (status = 403, description = "A viewer token", body = ErrorBody),
-        (status = 409, description = "Idempotency-Key reused with another body", body = ErrorBody),
         (status = 413, description = "The body is too large", body = ErrorBody),
-        (status = 422, description = "Invalid fields, unknown repository or unsupported kind", body = ErrorBody),
+        (status = 422, description = "Invalid fields, unknown repository, unsupported kind, or Idempotency-Key reused with another body", body = ErrorBody),
     ))]
 async fn submit_task(
     State(state): State<Arc<ApiState>>,

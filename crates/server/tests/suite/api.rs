@@ -52,11 +52,7 @@ impl Api {
         ))
         .unwrap();
         let wake = Arc::new(Notify::new());
-        let router = router(Arc::new(ApiState {
-            store,
-            tokens,
-            wake: Arc::clone(&wake),
-        }));
+        let router = router(Arc::new(ApiState::new(store, tokens, Arc::clone(&wake))));
         let repo = TempRepo::new();
         repo.write("src/lib.rs", "pub fn f() {}\n");
         repo.commit("initial");
@@ -403,7 +399,16 @@ async fn idempotency_keys_replay_the_task_or_conflict() {
             &key,
         )
         .await;
-    check_error(&conflict, StatusCode::CONFLICT, "idempotency_conflict");
+    check_error(
+        &conflict,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "idempotency_conflict",
+    );
+    assert!(
+        conflict.message().contains("key-1"),
+        "{}",
+        conflict.message()
+    );
     // Keys are per owner: bob's key-1 is his own.
     let bobs = api
         .send(

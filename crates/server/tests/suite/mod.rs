@@ -1,3 +1,4 @@
-mod approvals;
 mod api;
+mod approvals;
+mod auth;
 mod control;
