@@ -658,3 +658,32 @@ async fn usage_is_summed_per_day_task_and_model_for_the_callers_tasks() {
         check_error(&reply, StatusCode::BAD_REQUEST, "bad_request");
     }
 }
+
+#[tokio::test]
+async fn a_run_notices_a_cancellation_made_by_another_process() {
+    // What a `warden worker` on a shared Postgres sees: no in-process signal, only the status.
+    let api = Api::new().await;
+    let id = api.submit(ALICE, "where is f?").await;
+    let _claim = api.claim(&id).await;
+    let elsewhere = Arc::new(RunningTasks::default());
+    let cancel = CancelFlag::default();
+    let registration = elsewhere.register(&id, cancel.clone());
+    let watcher = tokio::spawn(warden_server::cancel::watch_status(
+        Arc::clone(&api.store),
+        id.clone(),
+        Arc::clone(registration.control()),
+        Duration::from_millis(20),
+    ));
+    // Still running: the run goes on.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!cancel.is_cancelled() && !watcher.is_finished());
+    let reply = api
+        .post(&format!("/v1/tasks/{id}/cancel"), ALICE, json!({}))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    tokio::time::timeout(Duration::from_secs(30), watcher)
+        .await
+        .expect("the watcher noticed the cancellation")
+        .unwrap();
+    assert!(cancel.is_cancelled() && registration.control().stopped());
+}
