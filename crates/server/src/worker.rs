@@ -730,3 +730,168 @@ pub fn runnable(kind: TaskKind) -> bool {
         TaskKind::Change | TaskKind::Maintain => false,
     }
 }
+
+#[cfg(test)]
+mod conversation_tests {
+    use super::*;
+    use serde_json::json;
+    use warden_store::{ClaimFilter, NewTask};
+
+    async fn store() -> (tempfile::TempDir, Arc<dyn Store>) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("w.db").display());
+        let store = warden_store::open(&url).await.unwrap();
+        store
+            .register_repo(warden_store::NewRepo {
+                name: "app".into(),
+                source: dir.path().display().to_string(),
+                branch: None,
+                checks: vec![],
+                created_by: "root".into(),
+            })
+            .await
+            .unwrap();
+        (dir, store)
+    }
+
+    async fn create(
+        store: &dyn Store,
+        id: &str,
+        prompt: &str,
+        follow_up_to: Option<&Task>,
+        retry_of: Option<&Task>,
+    ) -> Task {
+        store
+            .create_task(
+                NewTask {
+                    id: id.parse().unwrap(),
+                    kind: TaskKind::Question,
+                    owner: "alice".into(),
+                    prompt: prompt.into(),
+                    repos: vec![TaskRepo::named("app")],
+                    priority: 0,
+                    follow_up_to: follow_up_to.map(|t| t.id.clone()),
+                    retry_of: retry_of.map(|t| t.id.clone()),
+                    metadata: json!({}),
+                    callback_url: None,
+                },
+                None,
+            )
+            .await
+            .unwrap()
+            .task()
+            .clone()
+    }
+
+    /// Runs the task once into `status`.
+    async fn run(store: &dyn Store, status: TaskStatus, result: Value) -> Task {
+        let claim = store
+            .claim("w", Duration::from_secs(30), &ClaimFilter::default())
+            .await
+            .unwrap()
+            .unwrap();
+        store
+            .finish_run(&claim.run(), "w", status, Some(result))
+            .await
+            .unwrap()
+    }
+
+    fn texts(entries: &[TranscriptEntry]) -> Vec<(Role, &str)> {
+        entries.iter().map(|e| (e.role, e.text.as_str())).collect()
+    }
+
+    #[tokio::test]
+    async fn answers_retries_and_follow_ups_carry_the_whole_conversation() {
+        let (_dir, store) = store().await;
+        let store = store.as_ref();
+        let first = create(
+            store,
+            "tsk_01M8VBQV37BCXJMMGC5Y911WE0",
+            "deploy?",
+            None,
+            None,
+        )
+        .await;
+        assert_eq!(
+            texts(&transcript(store, &first).await.unwrap()),
+            [(Role::User, "deploy?")]
+        );
+        // The agent asks, the owner answers, the next run fails.
+        run(
+            store,
+            TaskStatus::WaitingInput,
+            json!({"clarification": {"question": "which env?"}}),
+        )
+        .await;
+        store
+            .append_task_message(&first.id, MESSAGE_AGENT, "which env?", "m")
+            .await
+            .unwrap();
+        let answered = store
+            .answer_task(&first.id, "staging", "alice")
+            .await
+            .unwrap();
+        let resumed = [
+            (Role::User, "deploy?"),
+            (Role::Agent, "which env?"),
+            (Role::User, "staging"),
+        ];
+        assert_eq!(texts(&transcript(store, &answered).await.unwrap()), resumed);
+        let failed = run(store, TaskStatus::Failed, json!({})).await;
+        // A retry repeats the request with its conversation.
+        let retry = create(
+            store,
+            "tsk_01M8VBQV37BCXJMMGC5Y911WE1",
+            "deploy?",
+            None,
+            Some(&failed),
+        )
+        .await;
+        assert_eq!(texts(&transcript(store, &retry).await.unwrap()), resumed);
+        // The retry asks again; until the answer comes, that question is left out.
+        run(
+            store,
+            TaskStatus::WaitingInput,
+            json!({"clarification": {"question": "sure?"}}),
+        )
+        .await;
+        store
+            .append_task_message(&retry.id, MESSAGE_AGENT, "sure?", "m")
+            .await
+            .unwrap();
+        assert_eq!(texts(&transcript(store, &retry).await.unwrap()), resumed);
+        let retry = store.answer_task(&retry.id, "yes", "alice").await.unwrap();
+        assert_eq!(
+            texts(&transcript(store, &retry).await.unwrap()).last(),
+            Some(&(Role::User, "yes"))
+        );
+        run(
+            store,
+            TaskStatus::Completed,
+            json!({"answer": {"summary": "run make deploy"}}),
+        )
+        .await;
+        let done = store.get_task(&retry.id).await.unwrap().unwrap();
+        // A follow-up sees all of it, then its own question.
+        let follow_up = create(
+            store,
+            "tsk_01M8VBQV37BCXJMMGC5Y911WE2",
+            "and prod?",
+            Some(&done),
+            None,
+        )
+        .await;
+        assert_eq!(
+            texts(&transcript(store, &follow_up).await.unwrap()),
+            [
+                (Role::User, "deploy?"),
+                (Role::Agent, "which env?"),
+                (Role::User, "staging"),
+                (Role::Agent, "sure?"),
+                (Role::User, "yes"),
+                (Role::Agent, "run make deploy"),
+                (Role::User, "and prod?"),
+            ]
+        );
+    }
+}
