@@ -13,15 +13,14 @@ use crate::records::{self, TaskRecord};
 use crate::usage;
 use anyhow::Context;
 use std::path::{Path, PathBuf};
-use warden_protocol::{ApprovalStatus, ChangeOutcome, PublicationStatus, TaskStatus};
-use warden_repo::proposal::{proposal_hash, proposal_ref, PushOutcome};
+use warden_protocol::{ApprovalStatus, ChangeOutcome, Publication, PublicationStatus, TaskStatus};
+use warden_repo::proposal::{proposal_ref, PushOutcome};
 use warden_repo::Git;
 use warden_runtime::{Clock, FileJournal, Journal, RecordKind, SystemClock};
 use warden_server::config::Config;
 use warden_server::github::GithubRepo;
 use warden_server::publish::{
-    branch_for, client_for, open_pull_request_step, pull_request_body, pull_request_title,
-    push_step, remote_default_branch, resolve_target, PublishError, PullRequestInput, PushInput,
+    branch_for, origin_of, publish_proposal, resolve_target, verify_proposal, PublishRequest,
 };
 
 #[derive(Debug, clap::Args)]
@@ -142,36 +141,18 @@ pub async fn approve(config: &Config, args: ApproveArgs) -> anyhow::Result<u8> {
     }
     // The subject must still be exactly what was approved.
     let mirror = find_mirror(&git, &config.home, &proposal.repo, task_id.as_str())?;
-    let git_dir = format!("--git-dir={}", mirror.display());
-    let current = || -> Option<(String, String)> {
-        let run = |rev: String| {
-            git.run(
-                &mirror,
-                &[&git_dir, "rev-parse", "--verify", "--quiet", &rev],
-            )
-            .ok()
-            .map(|o| o.text())
-        };
-        let at_ref = run(proposal_ref(task_id.as_str()))?;
-        let tree = run(format!("{at_ref}^{{tree}}"))?;
-        let parent = run(format!("{at_ref}^"))?;
-        let validations = serde_json::to_value(&proposal.validations).ok()?;
-        Some((
-            at_ref.clone(),
-            proposal_hash(&parent, &tree, &at_ref, &validations),
-        ))
-    };
-    match current() {
-        Some((at_ref, recomputed))
-            if recomputed == approval.subject_hash && at_ref == proposal.commit => {}
-        other => {
-            return Err(usage(anyhow::anyhow!(
-                "the proposal changed since approval {} was requested (now {}); the approval \
-                 is invalid and nothing was published",
-                args.id,
-                other.map_or("missing".to_string(), |(_, hash)| hash)
-            )))
-        }
+    if let Err(now) = verify_proposal(
+        &git,
+        &mirror,
+        task_id.as_str(),
+        &proposal,
+        &approval.subject_hash,
+    ) {
+        return Err(usage(anyhow::anyhow!(
+            "the proposal changed since approval {} was requested (now {now}); the approval is \
+             invalid and nothing was published",
+            args.id
+        )));
     }
     let branch = branch_for(task_id.as_str());
 
@@ -190,106 +171,65 @@ pub async fn approve(config: &Config, args: ApproveArgs) -> anyhow::Result<u8> {
         )
         .await?;
 
-    // Step 1: the branch.
-    let push = PushInput {
-        git: git.clone(),
-        mirror: mirror.clone(),
-        remote: remote.clone(),
-        commit: proposal.commit.clone(),
-        branch: branch.clone(),
+    let request = PublishRequest {
+        git: &git,
+        mirror: &mirror,
+        remote: &remote,
+        task_id: task_id.as_str(),
+        proposal: &proposal,
+        target: target.as_ref(),
+        settings: &config.github,
     };
-    let pushed = match push_step(&push, &mut journal, &redactor).await {
-        Ok(outcome) => outcome,
-        Err(error) => {
-            set_publication(&mut record, PublicationStatus::Failed, &branch, None);
-            records::save(&config.home, &record, &redactor)?;
-            return Err(anyhow::anyhow!(
-                "publication failed: {}",
-                redactor.text(&error.to_string())
-            ));
-        }
+    let home = config.home.clone();
+    let mut pushed_record = record.clone();
+    let mut on_pushed = |publication: &Publication| {
+        set_publication(&mut pushed_record, publication);
+        records::save(&home, &pushed_record, &redactor).map_err(|e| format!("{e:#}"))
     };
-    set_publication(&mut record, PublicationStatus::Pushed, &branch, None);
-    let Some(target) = target else {
-        record.status = TaskStatus::Completed;
-        records::save(&config.home, &record, &redactor)?;
-        println!(
-            "approved {}: pushed {} to {branch}{}",
-            args.id,
-            proposal.commit,
-            already(pushed == PushOutcome::AlreadyThere)
-        );
-        eprintln!(
-            "warden: no GitHub repository for {} (its remote is not on {}); no pull request was \
-             opened. Name one with [[publish]] in warden.toml or --github OWNER/NAME",
-            proposal.repo, config.github.api_url
-        );
-        return Ok(0);
-    };
-    records::save(&config.home, &record, &redactor)?;
-
-    // Step 2: the pull request.
-    let opened = async {
-        let client = client_for(&config.github)?;
-        let base = match &target.base {
-            Some(base) => base.clone(),
-            None => {
-                let (git, mirror, remote) = (git.clone(), mirror.clone(), remote.clone());
-                tokio::task::spawn_blocking(move || remote_default_branch(&git, &mirror, &remote))
-                    .await
-                    .map_err(|e| PublishError::Internal(e.to_string()))?
-                    .map_err(|e| PublishError::Push(e.into()))?
-                    .ok_or_else(|| {
-                        PublishError::Config(format!(
-                            "cannot tell the remote's default branch (its HEAD); set base in \
-                             the [[publish]] entry for {}",
-                            proposal.repo
-                        ))
-                    })?
-            }
-        };
-        let input = PullRequestInput {
-            repo: target.repo.clone(),
-            branch: branch.clone(),
-            base,
-            commit: proposal.commit.clone(),
-            title: pull_request_title(&proposal, &redactor),
-            body: pull_request_body(task_id.as_str(), &proposal, &redactor),
-            draft: config.github.draft,
-        };
-        open_pull_request_step(&client, &input, &mut journal, &redactor).await
-    }
-    .await;
-    match opened {
-        Ok(outcome) => {
-            set_publication(
-                &mut record,
-                PublicationStatus::PrOpened,
-                &branch,
-                Some(outcome.pull.html_url.clone()),
-            );
+    let published = publish_proposal(request, &mut journal, &redactor, &mut on_pushed).await;
+    match published {
+        Ok(published) => {
+            set_publication(&mut record, &published.publication);
             record.status = TaskStatus::Completed;
             records::save(&config.home, &record, &redactor)?;
-            println!(
-                "approved {}: pushed {} to {branch}{}; pull request {}{}",
-                args.id,
-                proposal.commit,
-                already(pushed == PushOutcome::AlreadyThere),
-                outcome.pull.html_url,
-                already(outcome.already_there)
-            );
+            let pushed = already(published.push == PushOutcome::AlreadyThere);
+            match &published.pull {
+                Some(pull) => println!(
+                    "approved {}: pushed {} to {branch}{pushed}; pull request {}{}",
+                    args.id,
+                    proposal.commit,
+                    pull.pull.html_url,
+                    already(pull.already_there)
+                ),
+                None => {
+                    println!(
+                        "approved {}: pushed {} to {branch}{pushed}",
+                        args.id, proposal.commit
+                    );
+                    eprintln!(
+                        "warden: no GitHub repository for {} (its remote is not on {}); no pull \
+                         request was opened. Name one with [[publish]] in warden.toml or \
+                         --github OWNER/NAME",
+                        proposal.repo, config.github.api_url
+                    );
+                }
+            }
             Ok(0)
         }
-        Err(error) => {
-            set_publication(&mut record, PublicationStatus::Failed, &branch, None);
+        Err(failure) => {
+            set_publication(&mut record, &failure.publication(task_id.as_str()));
             records::save(&config.home, &record, &redactor)?;
-            Err(anyhow::anyhow!(
-                "the branch {branch} is pushed, but {}; fix it and run `warden approve {} --hash \
-                 {}` again",
-                redactor.text(&error.to_string()),
-                args.id,
-                args.hash
-            ))
+            let error = redactor.text(&failure.error.to_string());
+            if failure.pushed {
+                Err(anyhow::anyhow!(
+                    "the branch {branch} is pushed, but {error}; fix it and run `warden approve \
+                     {} --hash {}` again",
+                    args.id,
+                    args.hash
+                ))
+            } else {
+                Err(anyhow::anyhow!("publication failed: {error}"))
+            }
         }
     }
 }
@@ -314,19 +254,14 @@ fn set_approval(record: &mut TaskRecord, status: ApprovalStatus, at_ms: Option<u
     }
 }
 
-fn set_publication(
-    record: &mut TaskRecord,
-    status: PublicationStatus,
-    branch: &str,
-    pr_url: Option<String>,
-) {
+fn set_publication(record: &mut TaskRecord, new: &Publication) {
     if let Some(ChangeOutcome::Proposal { publication, .. }) =
         record.change_result.as_mut().map(|r| &mut r.outcome)
     {
-        publication.status = status;
-        publication.branch = Some(branch.to_string());
-        if pr_url.is_some() {
-            publication.pr_url = pr_url;
+        publication.status = new.status;
+        publication.branch = new.branch.clone();
+        if new.pr_url.is_some() {
+            publication.pr_url = new.pr_url.clone();
         }
     }
 }
@@ -353,20 +288,11 @@ fn remote_of(git: &Git, record: &TaskRecord) -> anyhow::Result<String> {
         return Ok(repo.source.clone());
     }
     let path = PathBuf::from(&repo.source);
-    let url = git
-        .run(&path, &["config", "--get", "remote.origin.url"])
-        .map_err(|_| {
-            usage(anyhow::anyhow!(
-                "{} has no `origin` remote to publish to",
-                path.display()
-            ))
-        })?
-        .text();
-    let looks_like_url = url.contains("://") || url.contains(':');
-    Ok(if !looks_like_url && Path::new(&url).is_relative() {
-        path.join(url).display().to_string()
-    } else {
-        url
+    origin_of(git, &path).ok_or_else(|| {
+        usage(anyhow::anyhow!(
+            "{} has no `origin` remote to publish to",
+            path.display()
+        ))
     })
 }
 

@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
-use warden_protocol::Proposal;
+use warden_protocol::{Proposal, Publication, PublicationStatus};
 use warden_repo::proposal::{push_proposal, ApplyError, PushOutcome};
 use warden_repo::{Git, RepoError};
 use warden_runtime::{Journal, JournalError, RecordKind};
@@ -402,4 +402,349 @@ async fn open_reconciled(
         }
         attempt += 1;
     }
+}
+
+/// Everything [`publish_proposal`] needs.
+#[derive(Debug, Clone, Copy)]
+pub struct PublishRequest<'a> {
+    pub git: &'a Git,
+    /// The mirror holding the proposal commit (already verified against the approved hash).
+    pub mirror: &'a Path,
+    /// The repository's remote URL or path.
+    pub remote: &'a str,
+    pub task_id: &'a str,
+    pub proposal: &'a Proposal,
+    /// From [`resolve_target`]; `None`: publication ends at the push.
+    pub target: Option<&'a GithubTarget>,
+    pub settings: &'a GithubSettings,
+}
+
+/// What [`publish_proposal`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    /// `pushed` (no GitHub target) or `pr_opened`, with the branch and the pull request URL.
+    pub publication: Publication,
+    pub push: PushOutcome,
+    pub pull: Option<PullRequestOutcome>,
+}
+
+/// Why [`publish_proposal`] stopped, and whether the branch is on the remote by then.
+#[derive(Debug)]
+pub struct PublishFailure {
+    pub pushed: bool,
+    pub error: PublishError,
+}
+
+impl PublishFailure {
+    /// The publication to record: `failed`, with the branch.
+    pub fn publication(&self, task_id: &str) -> Publication {
+        Publication {
+            status: PublicationStatus::Failed,
+            branch: Some(branch_for(task_id)),
+            pr_url: None,
+        }
+    }
+}
+
+/// Publishes an approved proposal: [`push_step`], then `on_pushed` (the caller records
+/// `pushed`), then, with a GitHub target, [`open_pull_request_step`] against the target's base
+/// or the remote's default branch. Safe to call again after a crash or a failure at any point:
+/// each step reconciles with the remote first. The caller must have checked the approval and
+/// that the proposal still hashes to what it approved.
+pub async fn publish_proposal(
+    request: PublishRequest<'_>,
+    journal: &mut dyn Journal,
+    redactor: &Redactor,
+    on_pushed: &mut (dyn FnMut(&Publication) -> Result<(), String> + Send),
+) -> Result<Published, PublishFailure> {
+    let branch = branch_for(request.task_id);
+    let before_push = |error: PublishError| PublishFailure {
+        pushed: false,
+        error,
+    };
+    let after_push = |error: PublishError| PublishFailure {
+        pushed: true,
+        error,
+    };
+    let push = PushInput {
+        git: request.git.clone(),
+        mirror: request.mirror.to_path_buf(),
+        remote: request.remote.to_string(),
+        commit: request.proposal.commit.clone(),
+        branch: branch.clone(),
+    };
+    let pushed = push_step(&push, journal, redactor)
+        .await
+        .map_err(before_push)?;
+    let mut publication = Publication {
+        status: PublicationStatus::Pushed,
+        branch: Some(branch.clone()),
+        pr_url: None,
+    };
+    on_pushed(&publication).map_err(|e| after_push(PublishError::Internal(e)))?;
+    let Some(target) = request.target else {
+        return Ok(Published {
+            publication,
+            push: pushed,
+            pull: None,
+        });
+    };
+    let client = client_for(request.settings).map_err(after_push)?;
+    let base = match &target.base {
+        Some(base) => base.clone(),
+        None => {
+            let (git, mirror, remote) = (
+                request.git.clone(),
+                request.mirror.to_path_buf(),
+                request.remote.to_string(),
+            );
+            tokio::task::spawn_blocking(move || remote_default_branch(&git, &mirror, &remote))
+                .await
+                .map_err(|e| after_push(PublishError::Internal(e.to_string())))?
+                .map_err(|e| after_push(PublishError::Push(e.into())))?
+                .ok_or_else(|| {
+                    after_push(PublishError::Config(format!(
+                        "cannot tell the remote's default branch (its HEAD); set base in the \
+                         [[publish]] entry for {}",
+                        request.proposal.repo
+                    )))
+                })?
+        }
+    };
+    let input = PullRequestInput {
+        repo: target.repo.clone(),
+        branch,
+        base,
+        commit: request.proposal.commit.clone(),
+        title: pull_request_title(request.proposal, redactor),
+        body: pull_request_body(request.task_id, request.proposal, redactor),
+        draft: request.settings.draft,
+    };
+    let opened = open_pull_request_step(&client, &input, journal, redactor)
+        .await
+        .map_err(after_push)?;
+    publication.status = PublicationStatus::PrOpened;
+    publication.pr_url = Some(opened.pull.html_url.clone());
+    Ok(Published {
+        publication,
+        push: pushed,
+        pull: Some(opened),
+    })
+}
+
+/// The remote a local repository publishes to: its `origin` URL (a relative path resolved
+/// against the repository). `None` without an `origin`.
+pub fn origin_of(git: &Git, repository: &Path) -> Option<String> {
+    let url = git
+        .run(repository, &["config", "--get", "remote.origin.url"])
+        .ok()?
+        .text();
+    if url.is_empty() {
+        return None;
+    }
+    let looks_like_url = url.contains("://") || url.contains(':');
+    Some(if !looks_like_url && Path::new(&url).is_relative() {
+        repository.join(url).display().to_string()
+    } else {
+        url
+    })
+}
+
+/// Checks that the proposal is still exactly what `hash` approved: the commit under the task's
+/// proposal ref in the mirror is `proposal.commit`, and its parent, tree and the validation
+/// records hash to `hash`. `Err` carries what the mirror holds now (a hash, or `missing`).
+pub fn verify_proposal(
+    git: &Git,
+    mirror: &Path,
+    task_id: &str,
+    proposal: &Proposal,
+    hash: &str,
+) -> Result<(), String> {
+    let git_dir = format!("--git-dir={}", mirror.display());
+    let run = |rev: String| {
+        git.run(
+            mirror,
+            &[
+                &git_dir,
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                "--end-of-options",
+                &rev,
+            ],
+        )
+        .ok()
+        .map(|o| o.text())
+    };
+    let current = || -> Option<(String, String)> {
+        let at_ref = run(warden_repo::proposal::proposal_ref(task_id))?;
+        let tree = run(format!("{at_ref}^{{tree}}"))?;
+        let parent = run(format!("{at_ref}^"))?;
+        let validations = serde_json::to_value(&proposal.validations).ok()?;
+        let recomputed =
+            warden_repo::proposal::proposal_hash(&parent, &tree, &at_ref, &validations);
+        Some((at_ref, recomputed))
+    };
+    match current() {
+        Some((at_ref, recomputed)) if recomputed == hash && at_ref == proposal.commit => Ok(()),
+        Some((_, recomputed)) => Err(recomputed),
+        None => Err("missing".into()),
+    }
+}
+
+/// What the server's publication of an approved proposal needs.
+#[derive(Clone, Copy)]
+pub struct ServerPublish<'a> {
+    pub store: &'a dyn warden_store::Store,
+    pub repos: &'a warden_repo::RepoStore,
+    pub settings: &'a GithubSettings,
+    pub redactor: &'a Redactor,
+}
+
+/// Why [`publish_approved`] did not publish.
+#[derive(Debug, thiserror::Error)]
+pub enum ApprovedPublishError {
+    /// The approval, its task, its proposal or its repository is not what publication needs
+    /// (unknown, not approved, not a publish approval, another hash, a changed proposal).
+    /// Retrying cannot help.
+    #[error("{0}")]
+    Refused(String),
+    #[error(transparent)]
+    Store(#[from] warden_store::StoreError),
+    /// Publication started and stopped (see [`PublishFailure::pushed`]); calling again resumes.
+    #[error("{}", .0.error)]
+    Publish(PublishFailure),
+}
+
+/// Publishes the proposal a `publish` approval approved, for a server change task: checks that
+/// the approval is approved (or consumed: resuming after a crash) and bound to the task's
+/// proposal hash, that the proposal in the mirror still hashes to it, consumes the approval
+/// (an approval authorises one publication), then runs [`publish_proposal`] against the
+/// registered repository's remote (a URL, or a local repository's `origin`). Returns the task's
+/// change result with the publication filled in; recording it (and the task's status) is the
+/// caller's. Safe to call again after a crash at any point.
+pub async fn publish_approved(
+    context: ServerPublish<'_>,
+    approval_id: &str,
+    journal: &mut dyn Journal,
+) -> Result<warden_protocol::ChangeResult, ApprovedPublishError> {
+    use warden_store::ApprovalStatus;
+    let refused = |message: String| ApprovedPublishError::Refused(message);
+    let approval = context
+        .store
+        .get_approval(approval_id)
+        .await?
+        .ok_or_else(|| refused(format!("no approval {approval_id}")))?;
+    if !matches!(approval.kind.as_str(), "publish" | "publish_sensitive") {
+        return Err(refused(format!(
+            "approval {approval_id} is a {} approval, not a publication",
+            approval.kind
+        )));
+    }
+    if !matches!(
+        approval.status,
+        ApprovalStatus::Approved | ApprovalStatus::Consumed
+    ) {
+        return Err(refused(format!(
+            "approval {approval_id} is {}, not approved",
+            approval.status.as_str()
+        )));
+    }
+    let task = context
+        .store
+        .get_task(&approval.task)
+        .await?
+        .ok_or_else(|| refused(format!("no task {}", approval.task)))?;
+    let mut result: warden_protocol::ChangeResult = task
+        .result
+        .clone()
+        .and_then(|value| serde_json::from_value(value).ok())
+        .ok_or_else(|| refused(format!("task {} has no change result", task.id)))?;
+    let proposal = match &result.outcome {
+        warden_protocol::ChangeOutcome::Proposal { proposal, .. } => proposal.as_ref().clone(),
+        _ => return Err(refused(format!("task {} has no proposal", task.id))),
+    };
+    if proposal.hash != approval.subject_hash {
+        return Err(refused(format!(
+            "approval {approval_id} is bound to another hash than task {}'s proposal",
+            task.id
+        )));
+    }
+    let repository = context
+        .store
+        .get_repo(&proposal.repo)
+        .await?
+        .ok_or_else(|| refused(format!("repository {} is not registered", proposal.repo)))?;
+    let spec = warden_repo::RepoSpec::parse(&repository.source, Path::new("/"))
+        .map_err(|e| refused(format!("repository {}: {e}", proposal.repo)))?;
+    let mirror = context.repos.mirror_path(&spec);
+    let git = context.repos.git().clone();
+    let remote = match &spec.source {
+        warden_repo::Source::Url(url) => url.clone(),
+        warden_repo::Source::Path(path) => origin_of(&git, path).ok_or_else(|| {
+            refused(format!(
+                "{} has no `origin` remote to publish to",
+                path.display()
+            ))
+        })?,
+    };
+    let (check_git, check_mirror, check_proposal, task_text, hash) = (
+        git.clone(),
+        mirror.clone(),
+        proposal.clone(),
+        task.id.as_str().to_string(),
+        approval.subject_hash.clone(),
+    );
+    tokio::task::spawn_blocking(move || {
+        verify_proposal(
+            &check_git,
+            &check_mirror,
+            &task_text,
+            &check_proposal,
+            &hash,
+        )
+    })
+    .await
+    .map_err(|e| refused(format!("verification task: {e}")))?
+    .map_err(|now| {
+        refused(format!(
+            "the proposal changed since approval {approval_id} was given (now {now}); nothing \
+             was published"
+        ))
+    })?;
+    if approval.status == ApprovalStatus::Approved {
+        context
+            .store
+            .consume_approval(approval_id, &approval.subject_hash)
+            .await?;
+    }
+    let mut target = resolve_target(context.settings, &proposal.repo, &remote, None);
+    if let Some(target) = target.as_mut() {
+        if target.base.is_none() {
+            target.base = repository.branch.clone();
+        }
+    }
+    let request = PublishRequest {
+        git: &git,
+        mirror: &mirror,
+        remote: &remote,
+        task_id: task.id.as_str(),
+        proposal: &proposal,
+        target: target.as_ref(),
+        settings: context.settings,
+    };
+    let published = publish_proposal(request, journal, context.redactor, &mut |_| Ok(()))
+        .await
+        .map_err(ApprovedPublishError::Publish)?;
+    if let warden_protocol::ChangeOutcome::Proposal { publication, .. } = &mut result.outcome {
+        *publication = published.publication;
+    }
+    if let Some(recorded) = result.approval.as_mut() {
+        if recorded.id == approval.id {
+            recorded.status = warden_protocol::ApprovalStatus::Approved;
+            recorded.decided_by = approval.decided_by.clone();
+            recorded.decided_at = approval.decided_at_ms.map(crate::api::rfc3339);
+        }
+    }
+    Ok(result)
 }

@@ -10,11 +10,13 @@
 //!   bound to is 409 `hash_mismatch`; an approval decided before (approved, rejected or
 //!   consumed) is 409 `already_decided`. Nothing changes in either case.
 //! - Approving a `publish` (or `publish_sensitive`) approval enqueues one outbox intent
-//!   `publish` (id `int_publish_<approval id>`, payload `{approval, task, hash}`) in the store;
-//!   the server's publish loop consumes the approval and publishes through
-//!   [`crate::publish`]. The intent id is derived from the approval, so it is enqueued at most
-//!   once; an approval approved but left without its intent (a crash between the two writes)
-//!   is picked up by [`enqueue_missing_publish_intents`].
+//!   `publish` (id `int_publish_<approval id>`, payload `{approval, task, hash}`) in the store:
+//!   the durable record that publication is due. The intent id is derived from the approval, so
+//!   it is enqueued at most once; an approval approved but left without its intent (a crash
+//!   between the two writes) is found by [`enqueue_missing_publish_intents`]. Performing it is
+//!   [`crate::publish::publish_approved`]; no loop in `warden serve` calls it yet (the task
+//!   would stay `waiting_approval`: the store's state machine has no `waiting_approval →
+//!   completed`, so the publication must run in a worker run of the task).
 
 use std::sync::Arc;
 
@@ -312,7 +314,6 @@ async fn decide_approval(
     if decided.status == ApprovalStatus::Approved && PUBLISH_KINDS.contains(&decided.kind.as_str())
     {
         enqueue_publish_intent(state.store.as_ref(), &decided).await?;
-        state.wake.notify_waiters();
     }
     Ok(Json(approval_json(&decided)))
 }
