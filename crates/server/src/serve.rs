@@ -181,7 +181,8 @@ pub async fn serve(
             tokens,
             Arc::clone(&services.wake),
         )
-        .with_rate_limit(services.config.serve.rate_limit),
+        .with_rate_limit(services.config.serve.rate_limit)
+        .with_running(Arc::clone(&services.running)),
     ));
     let mut api_stopped = stopped;
     let (signalled, signal_seen) = watch::channel(false);

@@ -291,6 +291,12 @@ impl ApiState {
         }
     }
 
+    /// Shares the workers' registry of runs, so cancelling stops a run of this process at once.
+    pub fn with_running(mut self, running: Arc<crate::cancel::RunningTasks>) -> ApiState {
+        self.running = running;
+        self
+    }
+
     /// Replaces the rate limit.
     pub fn with_rate_limit(mut self, limit: RateLimit) -> ApiState {
         self.limiter = RateLimiter::new(limit);
