@@ -665,4 +665,51 @@ mod tests {
         assert!(GithubRepo::parse("acme").is_none());
         assert!(GithubRepo::parse("a/b/c").is_none());
     }
+
+    #[tokio::test]
+    async fn reads_are_retried_and_refusals_are_named() {
+        use warden_test_support::github_fake::{Fault, GithubFake};
+        let origin = warden_test_support::git_fixture::TempRepo::new();
+        let remote = tempfile::tempdir().unwrap();
+        origin.git(&["init", "-q", "--bare", remote.path().to_str().unwrap()]);
+        let fake = GithubFake::start(remote.path(), "acme", "widgets", "ghp_secret_secret");
+        let mut config = GithubClientConfig::new(
+            &format!("{}/", fake.url()),
+            GithubToken::new("ghp_secret_secret").unwrap(),
+        );
+        config.retry_base = Duration::from_millis(1);
+        let client = GithubClient::new(config.clone()).unwrap();
+        let repo = GithubRepo::parse("acme/widgets").unwrap();
+        fake.inject(Fault::FailList(502));
+        fake.inject(Fault::FailList(503));
+        assert_eq!(client.pulls_for_branch(&repo, "warden/x").await, Ok(vec![]));
+        assert_eq!(fake.requests().len(), 3);
+        let head = &fake.requests()[2].query;
+        assert_eq!(head, "head=acme%3Awarden%2Fx&state=all&per_page=100");
+
+        // A branch that is not on the remote: GitHub's 422, named.
+        let pull = NewPullRequest {
+            title: "t".into(),
+            head: "warden/x".into(),
+            base: "main".into(),
+            body: String::new(),
+            draft: false,
+        };
+        assert_eq!(
+            client.create_pull(&repo, &pull).await,
+            Err(GithubError::Validation(
+                "Validation Failed: head invalid".into()
+            ))
+        );
+        let missing = GithubRepo::parse("acme/nothing").unwrap();
+        assert!(matches!(
+            client.pulls_for_branch(&missing, "warden/x").await,
+            Err(GithubError::NotFound(_))
+        ));
+        config.token = GithubToken::new("ghp_wrong_wrong").unwrap();
+        let wrong = GithubClient::new(config).unwrap();
+        let error = wrong.pulls_for_branch(&repo, "warden/x").await.unwrap_err();
+        assert_eq!(error, GithubError::Unauthorized("Bad credentials".into()));
+        assert!(!error.is_retryable());
+    }
 }

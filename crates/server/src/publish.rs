@@ -748,3 +748,167 @@ pub async fn publish_approved(
     }
     Ok(result)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Config, Env};
+    use std::collections::HashMap;
+
+    struct MapEnv(HashMap<&'static str, String>);
+
+    impl Env for MapEnv {
+        fn var(&self, name: &str) -> Option<String> {
+            self.0.get(name).cloned()
+        }
+    }
+
+    fn load(toml: &str, env: &[(&'static str, &str)]) -> anyhow::Result<Config> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("warden.toml");
+        std::fs::write(&path, toml)?;
+        let mut vars: HashMap<&'static str, String> =
+            env.iter().map(|(k, v)| (*k, v.to_string())).collect();
+        vars.insert("WARDEN_HOME", dir.path().display().to_string());
+        Config::load(Some(&path), &MapEnv(vars))
+    }
+
+    #[test]
+    fn targets_come_from_the_flag_then_publish_entries_then_the_remote_url() {
+        let config = load(
+            "[[publish]]\nrepo = \"app\"\ngithub = \"acme/app\"\nbase = \"develop\"\n",
+            &[],
+        )
+        .unwrap();
+        let settings = &config.github;
+        assert_eq!(settings.api_url, "https://api.github.com");
+        assert!(settings.token.is_none());
+        let target = |repo: &str, remote: &str, explicit: Option<&str>| {
+            let explicit = explicit.and_then(GithubRepo::parse);
+            resolve_target(settings, repo, remote, explicit.as_ref())
+                .map(|t| (t.repo.to_string(), t.base))
+        };
+        assert_eq!(
+            target("app", "git@github.com:other/app.git", None),
+            Some(("acme/app".into(), Some("develop".into())))
+        );
+        assert_eq!(
+            target("app", "/srv/app.git", Some("me/fork")),
+            Some(("me/fork".into(), Some("develop".into())))
+        );
+        assert_eq!(
+            target("lib", "https://github.com/acme/lib.git", None),
+            Some(("acme/lib".into(), None))
+        );
+        assert_eq!(target("lib", "/srv/lib.git", None), None);
+        assert_eq!(target("lib", "https://gitlab.com/acme/lib.git", None), None);
+
+        // GitHub Enterprise: remotes on the API's host are recognised.
+        let enterprise = load(
+            "[github]\napi_url = \"https://ghe.example.com/api/v3\"\n",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            resolve_target(
+                &enterprise.github,
+                "lib",
+                "https://ghe.example.com/acme/lib.git",
+                None
+            )
+            .map(|t| t.repo.to_string()),
+            Some("acme/lib".into())
+        );
+    }
+
+    #[test]
+    fn the_token_comes_from_the_environment_only_and_is_redacted() {
+        let config = load(
+            "",
+            &[
+                ("GITHUB_TOKEN", "ghp_from_github_token_123"),
+                ("WARDEN_GITHUB_API_URL", "http://127.0.0.1:9"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            config.github.token.as_ref().map(|t| t.expose()),
+            Some("ghp_from_github_token_123")
+        );
+        assert_eq!(config.github.api_url, "http://127.0.0.1:9");
+        assert!(!format!("{config:?}").contains("ghp_from_github_token_123"));
+        assert_eq!(
+            config
+                .redactor()
+                .text("token ghp_from_github_token_123 here"),
+            "token [redacted] here"
+        );
+        let preferred = load(
+            "",
+            &[
+                ("GITHUB_TOKEN", "ghp_from_github_token_123"),
+                ("WARDEN_GITHUB_TOKEN", "ghp_from_warden_token_456"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            preferred.github.token.as_ref().map(|t| t.expose()),
+            Some("ghp_from_warden_token_456")
+        );
+        // Never from the file.
+        assert!(load("[github]\ntoken = \"ghp_in_file_123456\"\n", &[]).is_err());
+        for bad in [
+            "[github]\napi_url = \"ftp://x\"\n",
+            "[github]\napi_url = \"https://u:p@api.github.com\"\n",
+            "[[publish]]\nrepo = \"a\"\ngithub = \"not-a-pair\"\n",
+            "[[publish]]\nrepo = \"a\"\ngithub = \"o/a\"\nbase = \"-x\"\n",
+            "[[publish]]\nrepo = \"a\"\ngithub = \"o/a\"\n[[publish]]\nrepo = \"a\"\ngithub = \"o/b\"\n",
+        ] {
+            assert!(load(bad, &[]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_pull_request_body_has_the_facts_and_no_secret() {
+        let proposal = Proposal {
+            id: "prp_1".into(),
+            repo: "app".into(),
+            base_commit: "a".repeat(40),
+            commit: "b".repeat(40),
+            tree: "c".repeat(40),
+            reference: "refs/warden/proposals/tsk_1".into(),
+            diff_stat: warden_protocol::DiffStat {
+                files_changed: 1,
+                additions: 2,
+                deletions: 1,
+            },
+            files: vec![warden_protocol::ChangedFile {
+                path: "src/`odd`.rs".into(),
+                status: "modified".into(),
+                additions: Some(2),
+                deletions: Some(1),
+            }],
+            summary: "Fix the parser\n\nIt used sk-live-secret-value-1234 by mistake.".into(),
+            hash: format!("sha256:{}", "d".repeat(64)),
+            validations: vec![warden_protocol::Validation {
+                command: "cargo test | tee log".into(),
+                exit_code: Some(0),
+                tree: "c".repeat(40),
+                config_hash: "sha256:x".into(),
+                sandbox: "linux".into(),
+                duration_ms: 5,
+                output_tail: "output sk-live-secret-value-1234".into(),
+            }],
+            sensitive_files: vec![],
+        };
+        let redactor = Redactor::new(["sk-live-secret-value-1234".to_string()]);
+        let body = pull_request_body("tsk_1", &proposal, &redactor);
+        assert!(body.contains("`tsk_1`"), "{body}");
+        assert!(body.contains("Fix the parser"), "{body}");
+        assert!(body.contains("| `cargo test \\| tee log` | 0 |"), "{body}");
+        assert!(body.contains("`src/'odd'.rs` (modified)"), "{body}");
+        assert!(!body.contains("sk-live-secret-value-1234"), "{body}");
+        assert!(!body.contains("output"), "{body}");
+        assert_eq!(pull_request_title(&proposal, &redactor), "Fix the parser");
+    }
+}
