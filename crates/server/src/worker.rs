@@ -226,10 +226,13 @@ async fn execute(
     if status == TaskStatus::WaitingInput {
         record_clarification(services, &claim.task, result.as_ref()).await;
     }
-    if let Err(error) =
-        finish_with_retries(services.store.as_ref(), &run, options, status, result).await
-    {
-        tracing::warn!(%run, %error, "finishing the run failed");
+    match finish_with_retries(services.store.as_ref(), &run, options, status, result).await {
+        Ok(_) => {}
+        // Ended outside the run a moment before it finished (a cancel): that outcome stands.
+        Err(error @ (StoreError::LeaseLost { .. } | StoreError::StatusConflict { .. })) => {
+            tracing::info!(%run, %error, "the run no longer holds its task; its result is dropped");
+        }
+        Err(error) => tracing::warn!(%run, %error, "finishing the run failed"),
     }
 }
 
