@@ -26,13 +26,13 @@ use warden_store::{
     Claim, ClaimFilter, RunJournal, RunRef, Store, StoreError, Task, TaskRepo, MESSAGE_AGENT,
 };
 
+use crate::cancel::{RunningTasks, STATUS_CHECK_EVERY};
 use crate::config::Config;
 use crate::journal::{
     recorded_decisions, store_events, RecordedDecision, ReplayModel, StoreJournal,
 };
 use crate::ledger::{Budget, StoreLedger};
 use crate::question::{self, QuestionRun, SetupError, TaskSandbox};
-use crate::cancel::{RunningTasks, STATUS_CHECK_EVERY};
 use crate::redact::Redactor;
 
 /// What every run of a worker process shares.
@@ -450,7 +450,6 @@ async fn run_task(
                 control.on_stop(sandbox.canceller());
             }
             let ending = run_question(
-
                 services,
                 claim,
                 &repos,
