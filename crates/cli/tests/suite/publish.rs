@@ -318,6 +318,9 @@ fn a_crash_between_opening_the_pull_request_and_recording_it_is_reconciled_by_as
     assert_eq!(setup.fake.pulls().len(), 1);
     // The record only knows about the push.
     assert_eq!(setup.publication()["status"], "pushed");
+    // Someone closes it meanwhile: GitHub would accept a new one for the branch, but the
+    // closed one is the publication and no second one is opened.
+    setup.fake.close(1);
 
     let resumed = setup.approve(&["--github", "acme/widgets"]);
     assert_eq!(resumed.code, 0, "{}", resumed.stderr);
