@@ -113,7 +113,7 @@ fn parse_since(query: Option<&str>) -> Result<Option<UtcDay>, ApiError> {
 
 /// Spend per UTC day, per task and per model.
 #[utoipa::path(get, path = "/v1/usage", tag = "usage",
-    params(("since" = Option<String>, Query,
+    params(("since" = Option<String>, Query, format = Date,
         description = "Only spend recorded on or after this UTC day (`YYYY-MM-DD`)")),
     responses(
         (status = 200, description = "Spend of the token's tasks (everyone's for an admin)", body = UsageView),
