@@ -392,3 +392,185 @@ fn retrying_a_failed_task_runs_a_new_task_over_the_same_commit() {
     assert_eq!(server.task(&id)["status"], "failed");
     server.terminate();
 }
+
+/// A fresh schema of the database `WARDEN_TEST_POSTGRES_URL` names, dropped afterwards; `None`
+/// when no test database is configured.
+struct PgSchema {
+    admin_url: String,
+    name: String,
+}
+
+impl PgSchema {
+    fn create() -> Option<PgSchema> {
+        let Ok(admin_url) = std::env::var("WARDEN_TEST_POSTGRES_URL") else {
+            eprintln!("skipped: WARDEN_TEST_POSTGRES_URL not set");
+            return None;
+        };
+        let mut random = [0u8; 5];
+        getrandom::fill(&mut random).unwrap();
+        let name = format!("control_{}_{}", std::process::id(), hex_of(&random));
+        pg_execute(&admin_url, &format!("CREATE SCHEMA {name}"));
+        Some(PgSchema { admin_url, name })
+    }
+
+    fn url(&self) -> String {
+        let separator = if self.admin_url.contains('?') {
+            '&'
+        } else {
+            '?'
+        };
+        format!(
+            "{}{separator}options=-csearch_path%3D{}",
+            self.admin_url, self.name
+        )
+    }
+}
+
+impl Drop for PgSchema {
+    fn drop(&mut self) {
+        pg_execute(
+            &self.admin_url,
+            &format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name),
+        );
+    }
+}
+
+fn hex_of(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn pg_execute(url: &str, sql: &str) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        let connection = tokio::spawn(connection);
+        client.batch_execute(sql).await.unwrap();
+        drop(client);
+        let _ = connection.await;
+    });
+}
+
+#[test]
+fn a_task_running_on_another_worker_process_is_cancelled_through_the_shared_store() {
+    let Some(schema) = PgSchema::create() else {
+        return;
+    };
+    let repo = sample_repo();
+    let mut random = [0u8; 4];
+    getrandom::fill(&mut random).unwrap();
+    let marker = format!("sleep 8{}.{}", u32::from_le_bytes(random) % 1000, 321);
+    let model = ScriptedModelServer::start_blocking(vec![openai::tool_call(
+        "shell",
+        &json!({"command": marker, "timeout_ms": 300_000}).to_string(),
+    )]);
+    // The task is queued before any process runs, so `warden worker` (a second machine)
+    // claims it, not the API server's own workers.
+    let id: warden_protocol::TaskId = {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let store = warden_store::open(&schema.url()).await.unwrap();
+            store
+                .register_repo(warden_store::NewRepo {
+                    name: "app".into(),
+                    source: repo.path().canonicalize().unwrap().display().to_string(),
+                    branch: None,
+                    checks: vec![],
+                    created_by: "alice".into(),
+                })
+                .await
+                .unwrap();
+            let id: warden_protocol::TaskId = "tsk_01M8VBQV37BCXJMMGC5Y911WEV".parse().unwrap();
+            store
+                .create_task(
+                    warden_store::NewTask {
+                        id: id.clone(),
+                        kind: warden_protocol::TaskKind::Question,
+                        owner: "alice".into(),
+                        prompt: "what does sleeping do?".into(),
+                        repos: vec![warden_store::TaskRepo::named("app")],
+                        priority: 0,
+                        follow_up_to: None,
+                        retry_of: None,
+                        metadata: json!({}),
+                        callback_url: None,
+                    },
+                    None,
+                )
+                .await
+                .unwrap();
+            id
+        })
+    };
+    let remote = Warden::openai(&model.url()).with("WARDEN_DATABASE_URL", &schema.url());
+    let mut worker = remote
+        .command(&["worker"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let worker_log = Arc::new(Mutex::new(String::new()));
+    let log = Arc::clone(&worker_log);
+    let reader = BufReader::new(worker.stderr.take().unwrap());
+    std::thread::spawn(move || {
+        for line in reader.lines().map_while(Result::ok) {
+            let mut log = log.lock().unwrap();
+            log.push_str(&line);
+            log.push('\n');
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !process_running(&marker) {
+        assert!(
+            Instant::now() < deadline,
+            "the worker never ran the command:\n{}",
+            worker_log.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let warden = Warden::openai(&model.url()).with("WARDEN_DATABASE_URL", &schema.url());
+    let server = Server::start(&warden);
+    assert_eq!(server.task(id.as_str())["status"], "running");
+    let (status, body) = server.request("POST", &format!("/v1/tasks/{id}/cancel"), None);
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "cancelled");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while process_running(&marker) {
+        assert!(
+            Instant::now() < deadline,
+            "the other process's sandboxed command survived the cancellation:\n{}",
+            worker_log.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let task = server.task(id.as_str());
+    assert_eq!(task["status"], "cancelled", "{task}");
+    assert_eq!(task["result"]["failure"]["code"], "cancelled", "{task}");
+    assert!(
+        worker.try_wait().unwrap().is_none(),
+        "the worker keeps running"
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let runs = runtime.block_on(async {
+        let store = warden_store::open(&schema.url()).await.unwrap();
+        store.list_runs(&id).await.unwrap()
+    });
+    assert_eq!(runs.len(), 1);
+    assert!(runs[0].worker.starts_with("worker-"), "{runs:?}");
+    assert_eq!(runs[0].outcome.as_deref(), Some("cancelled"));
+    let _ = worker.kill();
+    let _ = worker.wait();
+    server.terminate();
+}
