@@ -18,7 +18,7 @@
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -393,11 +393,41 @@ pub struct JournalEntryView {
     pub payload: Value,
 }
 
-/// The journal of every run of a task.
+/// `run=N` of a journal request: only that run.
+fn parse_run(query: Option<&str>) -> Result<Option<u32>, ApiError> {
+    let bad = |message: String| ApiError::new(ErrorCode::BadRequest, message);
+    let mut run = None;
+    for pair in query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        match pair.split_once('=').unwrap_or((pair, "")) {
+            ("run", value) => {
+                run = Some(
+                    value
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|n| *n >= 1)
+                        .ok_or_else(|| bad(format!("run must be a run number, got {value:?}")))?,
+                );
+            }
+            (other, _) => return Err(bad(format!("unknown query parameter {other:?}"))),
+        }
+    }
+    Ok(run)
+}
+
+/// The journal of every run of a task (or of one, with `run`).
 #[utoipa::path(get, path = "/v1/tasks/{id}/journal", tag = "tasks",
-    params(("id" = String, Path, description = "The task id")),
+    params(
+        ("id" = String, Path, description = "The task id"),
+        ("run" = Option<u32>, Query, minimum = 1,
+            description = "Only this run (from 1); no runs when it does not exist"),
+    ),
     responses(
         (status = 200, description = "The task's runs and their journals", body = JournalView),
+        (status = 400, description = "A malformed query", body = ErrorBody),
         (status = 401, description = "No or an invalid token", body = ErrorBody),
         (status = 404, description = "No such task visible to this token", body = ErrorBody),
     ))]
@@ -405,11 +435,16 @@ async fn task_journal(
     State(state): State<Arc<ApiState>>,
     headers: HeaderMap,
     Path(id): Path<String>,
+    uri: Uri,
 ) -> Result<Json<JournalView>, ApiError> {
     let caller = authenticate(&state, &headers).await?;
+    let only = parse_run(uri.query())?;
     let task = visible_task(&state, &caller, &id).await?;
     let mut runs = Vec::new();
     for run in state.store.list_runs(&task.id).await? {
+        if only.is_some_and(|n| n != run.number) {
+            continue;
+        }
         let entries = state
             .store
             .journal(&RunRef {

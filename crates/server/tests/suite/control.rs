@@ -583,6 +583,22 @@ async fn the_journal_lists_every_run_with_its_verified_chain() {
     assert_eq!(second["ended_at"], Value::Null);
     assert_eq!(second["entries"], json!([]));
     assert_eq!(second["chain_ok"], true);
+    // One run at a time.
+    let reply = api
+        .get(&format!("/v1/tasks/{id}/journal?run=1"), ALICE)
+        .await;
+    assert_eq!(reply.body["runs"].as_array().unwrap().len(), 1);
+    assert_eq!(reply.body["runs"][0], *first);
+    let reply = api
+        .get(&format!("/v1/tasks/{id}/journal?run=3"), ALICE)
+        .await;
+    assert_eq!(reply.body, json!({"runs": []}));
+    for bad in ["run=0", "run=x", "run=-1", "limit=2"] {
+        let reply = api
+            .get(&format!("/v1/tasks/{id}/journal?{bad}"), ALICE)
+            .await;
+        check_error(&reply, StatusCode::BAD_REQUEST, "bad_request");
+    }
 }
 
 #[tokio::test]
