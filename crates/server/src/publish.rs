@@ -749,6 +749,45 @@ pub async fn publish_approved(
     Ok(result)
 }
 
+/// The approval a claimed change task should be published under instead of running the agent
+/// again: its result is a proposal whose publication is not finished (`awaiting_approval`,
+/// `pushed` or `failed`) and its publish approval is approved (or consumed: a publication
+/// interrupted earlier). For the worker that claims a task an approval re-queued.
+pub async fn approved_publication(
+    store: &dyn warden_store::Store,
+    task: &warden_store::Task,
+) -> Result<Option<warden_store::Approval>, warden_store::StoreError> {
+    let Some(result) = task
+        .result
+        .clone()
+        .and_then(|value| serde_json::from_value::<warden_protocol::ChangeResult>(value).ok())
+    else {
+        return Ok(None);
+    };
+    let unfinished = matches!(
+        &result.outcome,
+        warden_protocol::ChangeOutcome::Proposal { publication, .. }
+            if matches!(
+                publication.status,
+                PublicationStatus::AwaitingApproval
+                    | PublicationStatus::Pushed
+                    | PublicationStatus::Failed
+            )
+    );
+    let Some(recorded) = result.approval.filter(|_| unfinished) else {
+        return Ok(None);
+    };
+    let approval = store.get_approval(&recorded.id).await?;
+    Ok(approval.filter(|a| {
+        a.task == task.id
+            && matches!(a.kind.as_str(), "publish" | "publish_sensitive")
+            && matches!(
+                a.status,
+                warden_store::ApprovalStatus::Approved | warden_store::ApprovalStatus::Consumed
+            )
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

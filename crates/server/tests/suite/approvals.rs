@@ -370,7 +370,9 @@ mod server_publication {
     use warden_runtime::MemoryJournal;
     use warden_server::config::{GithubSettings, PublishTarget};
     use warden_server::github::{GithubRepo, GithubToken};
-    use warden_server::publish::{publish_approved, ApprovedPublishError, ServerPublish};
+    use warden_server::publish::{
+        approved_publication, publish_approved, ApprovedPublishError, ServerPublish,
+    };
     use warden_server::redact::Redactor;
     use warden_store::{ApprovalStatus, Decision, NewApproval, NewRepo, NewTask, Store};
     use warden_test_support::git_fixture::TempRepo;
@@ -618,12 +620,23 @@ mod server_publication {
         );
         assert_eq!(world.remote_branches(), "");
         assert!(journal.records.is_empty());
+        let task = world.store.get_task(&world.task).await.unwrap().unwrap();
+        assert_eq!(
+            approved_publication(world.store.as_ref(), &task)
+                .await
+                .unwrap(),
+            None
+        );
 
         world
             .store
             .decide_approval("apr_1", &world.task_hash().await, Decision::Approve, "root")
             .await
             .unwrap();
+        let due = approved_publication(world.store.as_ref(), &task)
+            .await
+            .unwrap();
+        assert_eq!(due.map(|a| a.id).as_deref(), Some("apr_1"));
         let result = publish_approved(context, "apr_1", &mut journal)
             .await
             .unwrap();
