@@ -151,7 +151,9 @@ pub struct ChangeSetup<'a> {
 /// The session (candidate, checks, proposal) of a change task.
 pub fn change_session(setup: &ChangeSetup<'_>) -> Result<Arc<ChangeSession>, SetupError> {
     let redactor = setup.config.redactor();
-    let redact: Redact = Arc::new(move |text: &str| redactor.text(text));
+    // Check output is shown to people (results, the model): credential-looking strings go too.
+    let redact: Redact =
+        Arc::new(move |text: &str| sensitive::redact_credential_patterns(&redactor.text(text)));
     let git = warden_repo::Git::locate().map_err(|e| SetupError::Infrastructure(e.to_string()))?;
     Ok(Arc::new(ChangeSession::new(ChangeSessionConfig {
         git,

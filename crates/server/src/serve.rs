@@ -182,6 +182,7 @@ pub async fn serve(
             Arc::clone(&services.wake),
         )
         .with_rate_limit(services.config.serve.rate_limit)
+        .with_repos(services.repos.clone(), services.redactor.clone())
         .with_running(Arc::clone(&services.running)),
     ));
     let mut api_stopped = stopped;

@@ -8,6 +8,9 @@
 //! earlier run recorded, or now, recording them), opens the sandbox, and runs the agent loop
 //! with the store-backed journal, events and ledger. A run after a crash replays the model
 //! decisions an earlier run journaled instead of paying for them again.
+//!
+//! A change run (one repository, a writable view, checks, a proposal, an approval when it is to
+//! be published) lives in [`change_task`].
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -34,6 +37,8 @@ use crate::journal::{
 use crate::ledger::{Budget, StoreLedger};
 use crate::question::{self, QuestionRun, SetupError, TaskSandbox};
 use crate::redact::Redactor;
+
+mod change_task;
 
 /// What every run of a worker process shares.
 pub struct Services {
@@ -84,7 +89,7 @@ pub async fn run_workers(
     let (release, _) = watch::channel(false);
     let mut runs = tokio::task::JoinSet::new();
     let filter = ClaimFilter {
-        kinds: vec![TaskKind::Question],
+        kinds: vec![TaskKind::Question, TaskKind::Change],
     };
     let requeue_every = (options.lease / 2).max(Duration::from_millis(500));
     let mut last_requeue: Option<Instant> = None;
@@ -349,13 +354,16 @@ async fn run_task(
     let model_name = services.model.name();
     match task.kind {
         TaskKind::Question => {}
-        TaskKind::Change | TaskKind::Maintain => {
+        TaskKind::Change => {
+            return change_task::run_change_task(services, options, claim, cancel).await
+        }
+        TaskKind::Maintain => {
             return failed(
                 task,
                 &model_name,
                 Failure {
                     code: FailureCode::Infrastructure,
-                    message: "this server runs question tasks only".into(),
+                    message: "this server runs question and change tasks only".into(),
                 },
             )
         }
@@ -725,11 +733,11 @@ fn reply_of(result: &Value) -> Option<String> {
         .map(str::to_string)
 }
 
-/// Whether workers can run tasks of this kind (questions only, for now).
+/// Whether workers can run tasks of this kind (questions and changes, not maintenance yet).
 pub fn runnable(kind: TaskKind) -> bool {
     match kind {
-        TaskKind::Question => true,
-        TaskKind::Change | TaskKind::Maintain => false,
+        TaskKind::Question | TaskKind::Change => true,
+        TaskKind::Maintain => false,
     }
 }
 

@@ -17,6 +17,7 @@
 pub mod approvals;
 mod auth;
 mod control;
+mod diff;
 mod repos;
 pub mod schema;
 mod tasks;
@@ -277,6 +278,11 @@ pub struct ApiState {
     pub limiter: RateLimiter,
     /// The runs of this process's workers, stopped at once by the cancel route.
     pub running: Arc<crate::cancel::RunningTasks>,
+    /// Warden's repository store, whose mirrors hold proposals (`GET /v1/tasks/{id}/diff`);
+    /// `None` serves no diffs.
+    pub repos: Option<warden_repo::RepoStore>,
+    /// Redacts registered secrets from what is shown (diffs).
+    pub redactor: crate::redact::Redactor,
 }
 
 impl ApiState {
@@ -288,7 +294,20 @@ impl ApiState {
             wake,
             limiter: RateLimiter::new(RateLimit::default()),
             running: Arc::default(),
+            repos: None,
+            redactor: crate::redact::Redactor::default(),
         }
+    }
+
+    /// Serves proposal diffs from `repos`' mirrors, redacted with `redactor`.
+    pub fn with_repos(
+        mut self,
+        repos: warden_repo::RepoStore,
+        redactor: crate::redact::Redactor,
+    ) -> ApiState {
+        self.repos = Some(repos);
+        self.redactor = redactor;
+        self
     }
 
     /// Shares the workers' registry of runs, so cancelling stops a run of this process at once.
@@ -312,6 +331,7 @@ fn documented_routes() -> OpenApiRouter<Arc<ApiState>> {
         .merge(repos::routes())
         .merge(approvals::routes())
         .merge(tasks::routes())
+        .merge(diff::routes())
         .merge(control::routes())
         .merge(usage::routes())
         .merge(tokens::routes());

@@ -46,6 +46,14 @@ struct SubmitTask {
     callback: Option<Value>,
     #[serde(default)]
     metadata: Option<Value>,
+    /// Change tasks: check commands replacing the registered repository's (at most 16).
+    #[serde(default)]
+    checks: Option<Vec<String>>,
+    /// Change tasks: publish a proposal after an approval bound to its hash (the task then
+    /// waits in `waiting_approval`; a `publish_sensitive` approval when the diff touches
+    /// sensitive files).
+    #[serde(default)]
+    publish: Option<bool>,
 }
 
 /// The task as the API shows it.
@@ -73,9 +81,10 @@ pub fn task_json(task: &Task) -> Value {
 fn parse_kind(kind: &str) -> Result<TaskKind, ApiError> {
     match kind {
         "question" => Ok(TaskKind::Question),
-        "change" | "maintain" => Err(ApiError::new(
+        "change" => Ok(TaskKind::Change),
+        "maintain" => Err(ApiError::new(
             ErrorCode::UnsupportedKind,
-            format!("{kind} tasks are not supported by this server yet; only question tasks run"),
+            "maintain tasks are not supported by this server yet",
         )),
         other => Err(ApiError::invalid(format!(
             "unknown kind {other:?}: expected question, change or maintain"
@@ -118,11 +127,17 @@ async fn submit_task(
     if prompt.is_empty() {
         return Err(ApiError::invalid("prompt is empty"));
     }
-    let metadata = match request.metadata {
+    let mut metadata = match request.metadata {
         None => json!({}),
         Some(value @ Value::Object(_)) => value,
         Some(_) => return Err(ApiError::invalid("metadata must be a JSON object")),
     };
+    change_options(kind, request.checks, request.publish, &mut metadata)?;
+    if kind == TaskKind::Change && request.follow_up_to.is_some() {
+        return Err(ApiError::invalid(
+            "follow_up_to is for questions; answer a change's clarification instead",
+        ));
+    }
     let idempotency = match headers.get("idempotency-key") {
         None => None,
         Some(value) => {
@@ -175,6 +190,11 @@ async fn submit_task(
     } else {
         task_repos(state.store.as_ref(), &names).await?
     };
+    if kind == TaskKind::Change && repos.len() != 1 {
+        return Err(ApiError::invalid(
+            "a change task works on exactly one repository",
+        ));
+    }
     let id = new_task_id().map_err(ApiError::internal)?;
     let created = state
         .store
@@ -205,6 +225,56 @@ async fn submit_task(
             .insert("idempotent-replayed", HeaderValue::from_static("true"));
     }
     Ok(response)
+}
+
+/// A change's `checks` and `publish`, validated and kept in the task's metadata under
+/// [`crate::change::OPTIONS_METADATA_KEY`] (a key callers may not use themselves).
+fn change_options(
+    kind: TaskKind,
+    checks: Option<Vec<String>>,
+    publish: Option<bool>,
+    metadata: &mut Value,
+) -> Result<(), ApiError> {
+    const MAX_CHECKS: usize = 16;
+    const MAX_CHECK_BYTES: usize = 4096;
+    let key = crate::change::OPTIONS_METADATA_KEY;
+    if metadata.get(key).is_some() {
+        return Err(ApiError::invalid(format!(
+            "metadata key {key:?} is reserved for Warden"
+        )));
+    }
+    if kind != TaskKind::Change {
+        if checks.is_some() || publish.is_some() {
+            return Err(ApiError::invalid("checks and publish are for change tasks"));
+        }
+        return Ok(());
+    }
+    if let Some(checks) = &checks {
+        if checks.len() > MAX_CHECKS {
+            return Err(ApiError::invalid(format!(
+                "at most {MAX_CHECKS} check commands"
+            )));
+        }
+        if checks
+            .iter()
+            .any(|c| c.trim().is_empty() || c.len() > MAX_CHECK_BYTES || c.contains('\0'))
+        {
+            return Err(ApiError::invalid(format!(
+                "each check command must be non-empty, without NUL, at most {MAX_CHECK_BYTES} bytes"
+            )));
+        }
+    }
+    let options = crate::change::ChangeOptions {
+        checks,
+        publish: publish.unwrap_or(false),
+    };
+    if options != crate::change::ChangeOptions::default() {
+        let value = serde_json::to_value(&options).map_err(ApiError::internal)?;
+        if let Some(map) = metadata.as_object_mut() {
+            map.insert(key.to_string(), value);
+        }
+    }
+    Ok(())
 }
 
 /// `name` or `name@rev` entries → the task's repositories, each registered.

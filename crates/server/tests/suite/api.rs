@@ -264,9 +264,9 @@ async fn tasks_are_accepted_and_each_bad_request_named() {
 
     for (body, code, fragment) in [
         (
-            json!({"kind": "change", "repo": "app", "prompt": "p"}),
-            "unsupported_kind",
-            "change",
+            json!({"kind": "change", "repo": "app", "prompt": "p", "checks": [""]}),
+            "invalid_request",
+            "check command",
         ),
         (
             json!({"kind": "maintain", "repo": "app", "prompt": "p"}),

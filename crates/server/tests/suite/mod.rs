@@ -2,3 +2,4 @@ mod api;
 mod approvals;
 mod auth;
 mod control;
+mod diff;

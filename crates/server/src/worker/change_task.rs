@@ -1,0 +1,461 @@
+//! The change-task branch of a worker run: one registered repository pinned (at the commit an
+//! earlier run recorded, or now, recording it), a writable copy-on-write view over its snapshot,
+//! the change tools, and the loop with the store-backed journal, events and ledger. Checks are
+//! the task's own (`checks` when it was submitted) or else the registered repository's. The
+//! result is the change result of SPEC §5, the same JSON `warden run --json` prints; the
+//! proposal commit lives under `refs/warden/proposals/<task>` in the mirror.
+//!
+//! With `publish`, a proposal ends the task in `waiting_approval`: a store approval bound to the
+//! proposal hash is created first (`publish`, or `publish_sensitive` when the diff touches
+//! sensitive files); nothing is pushed here.
+//!
+//! After a crash, a new run replays the model decisions the earlier run journaled, like a
+//! question run does, but every tool call is executed again: the candidate tree is rebuilt from
+//! scratch in a fresh view over the same pinned commit (edits are deterministic; a shell
+//! command's output may differ from what the replayed decision saw). The proposal commit is
+//! deterministic for the same tree; its hash covers the check records, which a new run makes
+//! anew, so an approval an interrupted run created for another hash is rejected (by `warden`)
+//! and a new one is created.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use serde_json::Value;
+use warden_protocol::{
+    ChangeOutcome, ChangeResult, Event, Failure, FailureCode, Role, TaskStatus, TranscriptEntry,
+    Usage,
+};
+use warden_runtime::{CancelFlag, EventSink, RunReport, SystemClock};
+use warden_store::{
+    ApprovalStatus, Claim, Decision, NewApproval, RunJournal, Store, StoreError, Task, TaskRepo,
+    MESSAGE_AGENT, MESSAGE_USER,
+};
+
+use super::{earlier_decisions, repo_specs, setup_failure, Ending, Services, WorkerOptions};
+use crate::change::{self, ChangeOptions, ChangeRun, ChangeSandbox, ChangeSetup};
+use crate::journal::{store_events, ReplayModel, StoreEvents, StoreJournal};
+use crate::ledger::{Budget, StoreLedger};
+use crate::question;
+
+/// Who rejects an approval whose proposal a later run replaced.
+const WARDEN: &str = "warden";
+
+/// A change failure before or around the loop: the change result JSON and its status.
+fn change_failed(task: &Task, model: &str, failure: Failure) -> Ending {
+    let status = match failure.code {
+        FailureCode::Cancelled => TaskStatus::Cancelled,
+        FailureCode::TimedOut => TaskStatus::TimedOut,
+        _ => TaskStatus::Failed,
+    };
+    let result = ChangeResult {
+        task_id: task.id.clone(),
+        kind: task.kind,
+        outcome: ChangeOutcome::Failure { failure },
+        baseline: vec![],
+        approval: None,
+        usage: Usage {
+            cost_usd: Some(0.0),
+            ..Usage::default()
+        },
+        model: model.to_string(),
+        sandbox: None,
+        notices: vec![],
+    };
+    Ending::Finished {
+        status,
+        result: serde_json::to_value(&result).unwrap_or(Value::Null),
+    }
+}
+
+fn infrastructure(message: String) -> Failure {
+    Failure {
+        code: FailureCode::Infrastructure,
+        message,
+    }
+}
+
+/// Runs one claimed change task to its ending.
+pub(super) async fn run_change_task(
+    services: &Services,
+    options: &WorkerOptions,
+    claim: &Claim,
+    cancel: CancelFlag,
+) -> Ending {
+    let task = &claim.task;
+    let model_name = services.model.name();
+    let store = services.store.as_ref();
+    let change_options = match ChangeOptions::from_metadata(&task.metadata) {
+        Ok(options) => options,
+        Err(message) => return change_failed(task, &model_name, infrastructure(message)),
+    };
+    if task.repos.len() != 1 {
+        return change_failed(
+            task,
+            &model_name,
+            Failure {
+                code: FailureCode::RepositoryError,
+                message: format!(
+                    "a change task works on exactly one repository, not {}",
+                    task.repos.len()
+                ),
+            },
+        );
+    }
+    let specs = match repo_specs(store, &task.repos).await {
+        Ok(specs) => specs,
+        Err(failure) => return change_failed(task, &model_name, failure),
+    };
+    let checks = match change_options.checks {
+        Some(checks) => checks,
+        None => match store.get_repo(&task.repos[0].name).await {
+            Ok(Some(registered)) => registered.checks,
+            Ok(None) => {
+                return change_failed(
+                    task,
+                    &model_name,
+                    Failure {
+                        code: FailureCode::RepositoryError,
+                        message: format!("repository {:?} is not registered", task.repos[0].name),
+                    },
+                )
+            }
+            Err(error) => {
+                return change_failed(
+                    task,
+                    &model_name,
+                    infrastructure(format!("cannot read the repository: {error}")),
+                )
+            }
+        },
+    };
+    let conversation = match conversation(store, task).await {
+        Ok(conversation) => conversation,
+        Err(failure) => return change_failed(task, &model_name, failure),
+    };
+
+    // Pinning, the snapshot and the writable view run git and set up namespaces.
+    let config = Arc::clone(&services.config);
+    let repo_store = services.repos.clone();
+    let scratch = config
+        .home
+        .join("scratch")
+        .join(format!("{}-{}", task.id, claim.run_number));
+    let scratch_for_setup = scratch.clone();
+    let setup = tokio::task::spawn_blocking(move || {
+        let mut repos = question::pin_all(&repo_store, &specs, &|line| tracing::debug!("{line}"))?;
+        let repo = repos
+            .pop()
+            .ok_or_else(|| question::SetupError::Infrastructure("no repository pinned".into()))?;
+        let sandbox = ChangeSandbox::open(&config, &repo, &scratch_for_setup);
+        Ok::<_, question::SetupError>((repo, sandbox))
+    })
+    .await;
+    let (repo, sandbox) = match setup {
+        Ok(Ok(setup)) => setup,
+        Ok(Err(error)) => return change_failed(task, &model_name, setup_failure(error)),
+        Err(error) => {
+            return change_failed(
+                task,
+                &model_name,
+                infrastructure(format!("repository setup failed: {error}")),
+            )
+        }
+    };
+
+    // Record the commit, so every later run of this task changes the same base.
+    if task.repos[0].commit.is_none() {
+        let pinned = vec![TaskRepo {
+            commit: Some(repo.pinned.commit.clone()),
+            ..task.repos[0].clone()
+        }];
+        if let Err(error) = store
+            .pin_task_repos(&claim.run(), &options.name, pinned)
+            .await
+        {
+            if let Ok(sandbox) = sandbox {
+                sandbox.close();
+            }
+            remove_scratch(&scratch);
+            return match error {
+                StoreError::LeaseLost { .. } => Ending::LeaseLost,
+                other => change_failed(
+                    task,
+                    &model_name,
+                    infrastructure(format!("cannot record the pinned commit: {other}")),
+                ),
+            };
+        }
+    }
+
+    let (events, drain) = store_events(
+        Arc::clone(&services.store),
+        task.id.clone(),
+        services.redactor.clone(),
+    );
+    events.emit(Event::TaskStarted {
+        task_id: task.id.clone(),
+        kind: task.kind,
+        model: model_name.clone(),
+        manifest: question::manifest(std::slice::from_ref(&repo)),
+    });
+    let ending = match sandbox {
+        Ok(sandbox) => {
+            // Cancelling the task kills the commands running in its view at once.
+            if let Some(control) = services.running.control(&task.id) {
+                control.on_stop(sandbox.canceller());
+            }
+            let ending = run_change_loop(
+                services,
+                claim,
+                LoopInput {
+                    repo: &repo,
+                    sandbox: &sandbox,
+                    scratch: &scratch,
+                    checks: &checks,
+                    publish: change_options.publish,
+                    conversation: &conversation,
+                    events: &events,
+                },
+                cancel,
+            )
+            .await;
+            sandbox.close();
+            ending
+        }
+        Err(failure) => change_failed(task, &model_name, failure),
+    };
+    remove_scratch(&scratch);
+    // A task ended from outside (cancelled) got its task_finished event from whoever ended it.
+    let stopped = services.running.stopped(&task.id);
+    if let (Ending::Finished { status, result }, false) = (&ending, stopped) {
+        events.emit(Event::TaskFinished {
+            status: *status,
+            outcome: result
+                .get("outcome")
+                .and_then(Value::as_str)
+                .unwrap_or("failure")
+                .to_string(),
+        });
+    }
+    drain.finish(events).await;
+    ending
+}
+
+/// What the loop of a change run works on.
+struct LoopInput<'a> {
+    repo: &'a question::TaskRepo,
+    sandbox: &'a ChangeSandbox,
+    scratch: &'a std::path::Path,
+    checks: &'a [String],
+    publish: bool,
+    conversation: &'a [TranscriptEntry],
+    events: &'a StoreEvents,
+}
+
+async fn run_change_loop(
+    services: &Services,
+    claim: &Claim,
+    input: LoopInput<'_>,
+    cancel: CancelFlag,
+) -> Ending {
+    let task = &claim.task;
+    let run = claim.run();
+    let model_name = services.model.name();
+    let setup = ChangeSetup {
+        config: &services.config,
+        task_id: &task.id,
+        repo: input.repo,
+        sandbox: input.sandbox,
+        scratch_dir: input.scratch,
+        checks: input.checks,
+        created_at_ms: u64::try_from(task.created_at_ms).unwrap_or(0),
+    };
+    let session = match change::change_session(&setup) {
+        Ok(session) => session,
+        Err(error) => return change_failed(task, &model_name, setup_failure(error)),
+    };
+    let tools = match change::change_tools(&setup, &session) {
+        Ok(tools) => tools,
+        Err(error) => return change_failed(task, &model_name, setup_failure(error)),
+    };
+    let recorded = earlier_decisions(services.store.as_ref(), &run).await;
+    let replaying = recorded.len();
+    let model = ReplayModel::new(Arc::clone(&services.model), recorded);
+    let ledger = StoreLedger {
+        store: Arc::clone(&services.store),
+        clock: Arc::new(warden_store::SystemClock),
+        task: task.id.clone(),
+        run_number: run.number,
+        per_task: Budget {
+            max_tokens: services.config.limits.max_tokens,
+            max_cost_micro_usd: services.config.limits.max_cost_micro_usd,
+        },
+        per_day: Budget {
+            max_tokens: services.config.serve.max_tokens_per_day,
+            max_cost_micro_usd: services.config.serve.max_cost_micro_usd_per_day,
+        },
+        replayed: Arc::clone(&model.replayed),
+        seen: AtomicU64::new(0),
+    };
+    let journal = match RunJournal::open(Arc::clone(&services.store), run.clone()).await {
+        Ok(journal) => journal,
+        Err(error) => {
+            return change_failed(
+                task,
+                &model_name,
+                infrastructure(format!("cannot open the run journal: {error}")),
+            )
+        }
+    };
+    let mut journal = StoreJournal {
+        inner: journal,
+        redactor: services.redactor.clone(),
+    };
+    if replaying > 0 {
+        tracing::info!(%run, replaying, "resuming a change: replaying journaled decisions, re-running their tools");
+    }
+    let report: RunReport = change::run_change(
+        ChangeRun {
+            config: &services.config,
+            model: &model,
+            task_id: &task.id,
+            repo: input.repo,
+            checks: input.checks,
+            request: &task.prompt,
+            conversation: input.conversation,
+            journal: &mut journal,
+            events: input.events,
+            clock: &SystemClock,
+            cancel,
+            ledger: Some(&ledger),
+        },
+        &tools,
+    )
+    .await;
+    drop(tools);
+    drop(session);
+    let change::ChangeReport {
+        mut result,
+        mut status,
+        reply: _,
+    } = change::change_report(
+        &task.id,
+        &model,
+        Some(input.sandbox.backend),
+        input.checks,
+        Vec::new(),
+        change::preflight_notices(input.repo),
+        report,
+    );
+    if input.publish && status == TaskStatus::Completed {
+        match request_publication(services.store.as_ref(), task, run.number, &mut result).await {
+            Ok(true) => status = TaskStatus::WaitingApproval,
+            Ok(false) => {}
+            Err(failure) => return change_failed(task, &model_name, failure),
+        }
+    }
+    let result = services
+        .redactor
+        .json(serde_json::to_value(&result).unwrap_or(Value::Null));
+    Ending::Finished { status, result }
+}
+
+/// Creates the approval publication of a proposal waits for and marks the result as waiting.
+/// `Ok(false)` when the result has no proposal.
+async fn request_publication(
+    store: &dyn Store,
+    task: &Task,
+    run_number: u32,
+    result: &mut ChangeResult,
+) -> Result<bool, Failure> {
+    let first_id = change::publication_approval_id(&task.id);
+    let Some(approval) = change::await_publication(result, first_id.clone()) else {
+        return Ok(false);
+    };
+    let new = |id: String| NewApproval {
+        id,
+        task: task.id.clone(),
+        kind: approval.kind.clone(),
+        subject_hash: approval.subject_hash.clone(),
+    };
+    let store_failure =
+        |error: StoreError| infrastructure(format!("cannot create the approval: {error}"));
+    match store.create_approval(new(first_id.clone())).await {
+        Ok(_) => return Ok(true),
+        Err(StoreError::AlreadyExists { .. }) => {}
+        Err(error) => return Err(store_failure(error)),
+    }
+    // An interrupted earlier run of this task created it.
+    let existing = store.get_approval(&first_id).await.map_err(store_failure)?;
+    if let Some(existing) = &existing {
+        if existing.kind == approval.kind
+            && existing.subject_hash == approval.subject_hash
+            && existing.status == ApprovalStatus::Pending
+        {
+            return Ok(true);
+        }
+        if existing.status == ApprovalStatus::Pending {
+            // Its proposal is replaced by this run's: it must never authorise anything.
+            if let Err(error) = store
+                .decide_approval(&first_id, &existing.subject_hash, Decision::Reject, WARDEN)
+                .await
+            {
+                tracing::warn!(%error, approval = %first_id, "cannot reject a superseded approval");
+            }
+        }
+    }
+    let id = format!("{first_id}-{run_number}");
+    match store.create_approval(new(id.clone())).await {
+        Ok(_) | Err(StoreError::AlreadyExists { .. }) => {}
+        Err(error) => return Err(store_failure(error)),
+    }
+    if let Some(approval) = result.approval.as_mut() {
+        approval.id = id;
+    }
+    Ok(true)
+}
+
+/// The messages exchanged since the request (clarifying questions and their answers; the
+/// worker records each question when the task starts waiting for input).
+async fn conversation(store: &dyn Store, task: &Task) -> Result<Vec<TranscriptEntry>, Failure> {
+    let messages = store
+        .task_messages(&task.id)
+        .await
+        .map_err(|e| infrastructure(format!("cannot read the task's messages: {e}")))?;
+    let mut entries: Vec<TranscriptEntry> = messages
+        .into_iter()
+        .filter_map(|m| {
+            let role = match m.role.as_str() {
+                MESSAGE_USER => Role::User,
+                MESSAGE_AGENT => Role::Agent,
+                _ => return None,
+            };
+            Some(TranscriptEntry { role, text: m.text })
+        })
+        .collect();
+    // A question nobody answered yet (the run was interrupted right after asking) is asked
+    // again rather than left dangling.
+    while entries.last().is_some_and(|e| e.role == Role::Agent) {
+        entries.pop();
+    }
+    Ok(entries)
+}
+
+/// Scratch holds read-only materializations (check runs); open them up before removing.
+fn remove_scratch(path: &std::path::Path) {
+    fn open_up(dir: &std::path::Path) {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for entry in entries.flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    open_up(&entry.path());
+                }
+            }
+        }
+    }
+    if path.exists() {
+        open_up(path);
+        let _ = std::fs::remove_dir_all(path);
+    }
+}
