@@ -155,6 +155,7 @@ impl TaskSandbox {
         repos: &[TaskRepo],
         scratch_dir: &Path,
     ) -> Result<TaskSandbox, Failure> {
+        let _timing = crate::metrics::time_sandbox_start("question");
         let failure = |error: warden_sandbox::SandboxError| Failure {
             code: FailureCode::SandboxError,
             message: format!(

@@ -125,7 +125,10 @@ pub async fn services(config: Arc<Config>, store: Arc<dyn Store>) -> anyhow::Res
     let repos = tokio::task::spawn_blocking(move || RepoStore::open(&home))
         .await?
         .context("cannot open the repository store")?;
+    // Every event the workers store reaches this process's SSE subscribers at once.
+    let (store, hub) = crate::hub::instrument(store, crate::hub::HubOptions::default());
     Ok(Arc::new(Services {
+        hub,
         redactor: config.redactor(),
         config,
         store,
@@ -182,6 +185,7 @@ pub async fn serve(
             Arc::clone(&services.wake),
         )
         .with_rate_limit(services.config.serve.rate_limit)
+        .with_hub(Arc::clone(&services.hub))
         .with_repos(services.repos.clone(), services.redactor.clone())
         .with_running(Arc::clone(&services.running)),
     ));
@@ -192,11 +196,14 @@ pub async fn serve(
         let _ = signalled.send(true);
     });
     let mut signal_seen_api = signal_seen.clone();
+    let hub = Arc::clone(&services.hub);
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
         tokio::select! {
             _ = signal_seen_api.wait_for(|s| *s) => {}
             _ = api_stopped.wait_for(|s| *s) => {}
         }
+        // Event streams never end by themselves: end them so the server can drain.
+        hub.close();
     });
     let api = tokio::spawn(async move { server.await });
     let mut signal_seen = signal_seen;

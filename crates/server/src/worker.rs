@@ -51,6 +51,8 @@ pub struct Services {
     pub wake: Arc<Notify>,
     /// The runs of this process, so the API can stop one at once (cancel).
     pub running: Arc<RunningTasks>,
+    /// Where the events `store` stores are published (SSE) and what is counted (metrics).
+    pub hub: Arc<crate::hub::Hub>,
 }
 
 /// How one worker process runs.

@@ -18,6 +18,7 @@ pub mod approvals;
 mod auth;
 mod control;
 mod diff;
+mod events;
 mod repos;
 pub mod schema;
 mod tasks;
@@ -283,12 +284,20 @@ pub struct ApiState {
     pub repos: Option<warden_repo::RepoStore>,
     /// Redacts registered secrets from what is shown (diffs).
     pub redactor: crate::redact::Redactor,
+    /// Event fan-out for the SSE routes, and the metrics. [`ApiState::new`] gives one that
+    /// only polls the store; give the hub of the store's [`crate::hub::instrument`] with
+    /// [`ApiState::with_hub`] for immediate delivery and the workers' counters.
+    pub hub: Arc<crate::hub::Hub>,
 }
 
 impl ApiState {
     /// The state with the default rate limit ([`RateLimit::default`]).
     pub fn new(store: Arc<dyn Store>, tokens: Tokens, wake: Arc<Notify>) -> ApiState {
         ApiState {
+            hub: Arc::new(crate::hub::Hub::new(
+                Arc::clone(&store),
+                crate::hub::HubOptions::default(),
+            )),
             store,
             tokens,
             wake,
@@ -316,6 +325,12 @@ impl ApiState {
         self
     }
 
+    /// Serves events and metrics from `hub` (see [`crate::hub::instrument`]).
+    pub fn with_hub(mut self, hub: Arc<crate::hub::Hub>) -> ApiState {
+        self.hub = hub;
+        self
+    }
+
     /// Replaces the rate limit.
     pub fn with_rate_limit(mut self, limit: RateLimit) -> ApiState {
         self.limiter = RateLimiter::new(limit);
@@ -331,6 +346,7 @@ fn documented_routes() -> OpenApiRouter<Arc<ApiState>> {
         .merge(repos::routes())
         .merge(approvals::routes())
         .merge(tasks::routes())
+        .merge(events::routes())
         .merge(diff::routes())
         .merge(control::routes())
         .merge(usage::routes())
@@ -373,7 +389,34 @@ pub fn router(state: Arc<ApiState>) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state.hub.metrics),
+            track_http,
+        ))
         .with_state(state)
+}
+
+/// Counts every request and its time to the response head by route template and status
+/// (`Router::layer` wraps each route, so the matched template is known here).
+async fn track_http(
+    axum::extract::State(metrics): axum::extract::State<Arc<crate::metrics::Metrics>>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let started = std::time::Instant::now();
+    let method = request.method().clone();
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|path| path.as_str().to_string());
+    let response = next.run(request).await;
+    metrics.http_request(
+        &method,
+        route.as_deref(),
+        response.status().as_u16(),
+        started.elapsed(),
+    );
+    response
 }
 
 async fn not_found(uri: Uri) -> ApiError {

@@ -3,3 +3,4 @@ mod approvals;
 mod auth;
 mod control;
 mod diff;
+mod events;

@@ -1,0 +1,204 @@
+//! `GET /v1/tasks/{id}/events` and `GET /v1/events` (Server-Sent Events) and `GET /metrics`.
+//!
+//! Each event is one message:
+//! `id: N\nevent: <type>\ndata: {"seq","task_seq","task","at","event"}\n\n`, where `N` is the
+//! task's own sequence (`task_seq`) on a task's stream and the global `seq` on `/v1/events`.
+//! `Last-Event-ID` (or `?after=N`; the header wins, as a reconnecting browser sends both)
+//! resumes strictly after `N` with no gap and no repeat. A task's stream starts at its first
+//! event and ends once the task is terminal and every stored event was sent (at once for a
+//! finished task); `/v1/events` starts at the current end unless a cursor is given
+//! (`?after=0` replays everything) and never ends. Idle streams carry `: keep-alive` comments.
+//! Admins see every task's events; other tokens their own tasks'.
+//!
+//! `/metrics` needs a token of any role: the counters say what the server is doing (task
+//! counts, spend), which is not for anyone who can reach the port. Prometheus sends it with
+//! `authorization: {credentials: …}` (or `bearer_token`).
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use super::auth::authenticate;
+use super::schema::ErrorBody;
+use super::tasks::visible_task;
+use super::{ApiError, ApiRole, ApiState, ErrorCode};
+use crate::hub::{Selection, Subscription};
+
+pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
+    OpenApiRouter::new()
+        .routes(routes!(task_events))
+        .routes(routes!(all_events))
+        .routes(routes!(metrics))
+}
+
+/// The cursor of a stream request: `Last-Event-ID`, else `?after=`; `None` when neither.
+fn parse_cursor(headers: &HeaderMap, query: Option<&str>) -> Result<Option<u64>, ApiError> {
+    let bad = |message: String| ApiError::new(ErrorCode::BadRequest, message);
+    let mut after = None;
+    for pair in query
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match key {
+            "after" => {
+                after = Some(value.parse::<u64>().map_err(|_| {
+                    bad(format!(
+                        "after must be a non-negative integer, got {value:?}"
+                    ))
+                })?);
+            }
+            other => return Err(bad(format!("unknown query parameter {other:?}"))),
+        }
+    }
+    match headers.get("last-event-id") {
+        None => Ok(after),
+        Some(value) => {
+            let text = value.to_str().unwrap_or("\u{0}").trim();
+            if text.is_empty() {
+                // An empty id resets the browser's last event id: no cursor from the header.
+                return Ok(after);
+            }
+            text.parse::<u64>().map(Some).map_err(|_| {
+                bad(format!(
+                    "Last-Event-ID must be an event id (a non-negative integer), got {text:?}"
+                ))
+            })
+        }
+    }
+}
+
+fn event_stream(subscription: Subscription) -> Response {
+    let stream = futures_util::stream::unfold(subscription, |mut subscription| async move {
+        subscription
+            .next_chunk()
+            .await
+            .map(|chunk| (Ok::<_, std::convert::Infallible>(chunk), subscription))
+    });
+    let mut response = Response::new(Body::from_stream(stream));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    // Reverse proxies (nginx) must pass each message on at once.
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+/// One task's events as Server-Sent Events; ends once the task is terminal and all were sent.
+#[utoipa::path(get, path = "/v1/tasks/{id}/events", tag = "events",
+    params(
+        ("id" = String, Path, description = "The task id"),
+        ("after" = Option<u64>, Query, description = "Resume after this task sequence number"),
+        ("Last-Event-ID" = Option<String>, Header,
+            description = "Resume after this id (wins over `after`)"),
+    ),
+    responses(
+        (status = 200, description = "`id: <task_seq>`, `event: <type>`, `data: {seq, task_seq, task, at, event}` messages and `: keep-alive` comments",
+            content_type = "text/event-stream", body = String),
+        (status = 400, description = "A malformed cursor or query", body = ErrorBody),
+        (status = 401, description = "No or an invalid token", body = ErrorBody),
+        (status = 404, description = "No such task visible to this token", body = ErrorBody),
+    ))]
+async fn task_events(
+    State(state): State<Arc<ApiState>>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    uri: Uri,
+) -> Result<Response, ApiError> {
+    let caller = authenticate(&state, &headers).await?;
+    let task = visible_task(&state, &caller, &id).await?;
+    let after = parse_cursor(&headers, uri.query())?;
+    let subscription = Subscription::new(
+        Arc::clone(&state.hub),
+        Selection::Task(task.id),
+        Some(after.unwrap_or(0)),
+    )
+    .await
+    .map_err(ApiError::internal)?;
+    Ok(event_stream(subscription))
+}
+
+/// Every visible task's events as Server-Sent Events, from now on or after a cursor.
+#[utoipa::path(get, path = "/v1/events", tag = "events",
+    params(
+        ("after" = Option<u64>, Query,
+            description = "Resume after this global sequence number (0: from the beginning); without a cursor the stream starts at the current end"),
+        ("Last-Event-ID" = Option<String>, Header,
+            description = "Resume after this id (wins over `after`)"),
+    ),
+    responses(
+        (status = 200, description = "`id: <seq>`, `event: <type>`, `data: {seq, task_seq, task, at, event}` messages and `: keep-alive` comments; admins see every task, others their own",
+            content_type = "text/event-stream", body = String),
+        (status = 400, description = "A malformed cursor or query", body = ErrorBody),
+        (status = 401, description = "No or an invalid token", body = ErrorBody),
+    ))]
+async fn all_events(
+    State(state): State<Arc<ApiState>>,
+    headers: HeaderMap,
+    uri: Uri,
+) -> Result<Response, ApiError> {
+    let caller = authenticate(&state, &headers).await?;
+    let after = parse_cursor(&headers, uri.query())?;
+    let owner = (caller.role != ApiRole::Admin).then_some(caller.name);
+    let subscription = Subscription::new(Arc::clone(&state.hub), Selection::All { owner }, after)
+        .await
+        .map_err(ApiError::internal)?;
+    Ok(event_stream(subscription))
+}
+
+/// Prometheus metrics (text format 0.0.4, names prefixed `warden_`); any valid token.
+#[utoipa::path(get, path = "/metrics", tag = "service",
+    responses(
+        (status = 200, description = "The metrics", content_type = "text/plain", body = String),
+        (status = 401, description = "No or an invalid token", body = ErrorBody),
+    ))]
+async fn metrics(
+    State(state): State<Arc<ApiState>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    authenticate(&state, &headers).await?;
+    let tasks = state.store.count_tasks_by_status().await?;
+    let text = state.hub.metrics.render(&tasks);
+    Ok((
+        StatusCode::OK,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        )],
+        text,
+    )
+        .into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors() {
+        let none = HeaderMap::new();
+        assert_eq!(parse_cursor(&none, None).unwrap(), None);
+        assert_eq!(parse_cursor(&none, Some("after=7")).unwrap(), Some(7));
+        let mut resume = HeaderMap::new();
+        resume.insert("last-event-id", HeaderValue::from_static("12"));
+        assert_eq!(parse_cursor(&resume, Some("after=7")).unwrap(), Some(12));
+        let mut empty = HeaderMap::new();
+        empty.insert("last-event-id", HeaderValue::from_static(""));
+        assert_eq!(parse_cursor(&empty, Some("after=3")).unwrap(), Some(3));
+        for bad in ["after=-1", "after=x", "after=", "limit=2"] {
+            assert!(parse_cursor(&none, Some(bad)).is_err(), "{bad}");
+        }
+        let mut bad = HeaderMap::new();
+        bad.insert("last-event-id", HeaderValue::from_static("abc"));
+        assert!(parse_cursor(&bad, None).is_err());
+    }
+}
