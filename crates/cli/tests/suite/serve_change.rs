@@ -2,7 +2,8 @@
 //! repository with its check command, tasks submitted over HTTP, the scripted model editing
 //! files and calling `submit_change`. Covers the checked proposal in the mirror, the redacted
 //! diff route, sensitive files (`.env`) flagged with a `publish_sensitive` approval bound to the
-//! proposal hash, a change resumed after `kill -9` (journaled decisions replayed, the edits
+//! proposal hash, a clarification answered over the API and the change finished with the
+//! exchange, a change resumed after `kill -9` (journaled decisions replayed, the edits
 //! re-executed into a fresh view), and the same sensitive-file rule in the in-process
 //! `warden run`.
 
@@ -448,6 +449,75 @@ fn a_change_interrupted_by_a_crash_is_rebuilt_from_its_journal_by_the_next_run()
     assert!(
         diff["diff"].as_str().unwrap().contains("-beta\n+BETA\n"),
         "{diff}"
+    );
+    server.terminate();
+}
+
+#[test]
+fn a_change_that_asks_waits_for_input_and_an_answer_resumes_it_with_the_exchange() {
+    let repo = sample_repo();
+    let model = ScriptedModelServer::start_blocking(vec![
+        call("ask_user", json!({"question": "Which word should change?"})),
+        call(
+            "edit_file",
+            json!({"path": "src/lib.txt", "old": "beta", "new": "BETA"}),
+        ),
+        call("submit_change", json!({"summary": "Make beta uppercase"})),
+    ]);
+    let warden = Warden::openai(&model.url());
+    let server = Server::start(&warden);
+    server.register(&repo, &["bash check.sh"]);
+    let id = server.submit(json!({"kind": "change", "repo": "app", "prompt": "uppercase a word"}));
+    let task = server.wait_settled(&id);
+    assert_eq!(
+        task["status"],
+        "waiting_input",
+        "{task}\n{}",
+        server.stderr()
+    );
+    assert_eq!(task["result"]["outcome"], "clarification");
+    assert_eq!(
+        task["result"]["clarification"]["question"],
+        "Which word should change?"
+    );
+
+    let (status, body) = server.request(
+        "POST",
+        &format!("/v1/tasks/{id}/messages"),
+        ALICE,
+        Some(&json!({"text": "beta"})),
+    );
+    assert_eq!(status, 202, "{body}");
+    let task = server.wait_settled(&id);
+    assert_eq!(
+        task["status"],
+        "completed",
+        "{task}\n{}\n{}",
+        transcript(&model),
+        server.stderr()
+    );
+    assert_eq!(task["result"]["outcome"], "proposal");
+    // The second run started from the request, the question and the answer, in that order.
+    let requests = model.requests();
+    assert_eq!(requests.len(), 3);
+    let messages = requests[1].body["messages"].as_array().unwrap();
+    let tail: Vec<(&str, &str)> = messages
+        .iter()
+        .skip(1)
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap(),
+                m["content"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        tail,
+        [
+            ("user", "uppercase a word"),
+            ("assistant", "Which word should change?"),
+            ("user", "beta"),
+        ]
     );
     server.terminate();
 }
