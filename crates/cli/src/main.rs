@@ -90,16 +90,37 @@ pub fn usage(error: impl Into<anyhow::Error>) -> anyhow::Error {
     anyhow::Error::new(UsageError(error.into()))
 }
 
+/// Log lines on stderr, filtered by `WARDEN_LOG` (default `warn`): text, or one JSON object
+/// per line (`timestamp`, `level`, `message`, the event's fields, `target`) with
+/// `WARDEN_LOG_FORMAT=json`, for log shippers.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("WARDEN_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter);
+    match std::env::var("WARDEN_LOG_FORMAT").as_deref() {
+        Ok("json") => builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .init(),
+        other => {
+            builder
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+                .init();
+            if let Ok(format) = other {
+                if format != "text" {
+                    tracing::warn!(%format, "WARDEN_LOG_FORMAT is json or text; logging text");
+                }
+            }
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("WARDEN_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .init();
+    init_logging();
     // The model key lives in this process: make it non-dumpable so nothing of the same user
     // (a sandboxed command included) can ptrace it or read its memory through /proc.
     if let Err(error) = warden_sandbox::harden_current_process() {

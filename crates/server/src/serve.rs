@@ -171,6 +171,11 @@ pub async fn serve(
     for requeued in &interrupted {
         tracing::info!(run = %requeued.run, status = ?requeued.status, "run of the previous instance interrupted");
     }
+    tracing::info!(
+        workers = services.config.serve.workers,
+        store = services.store.backend(),
+        "serving the API and running the workers"
+    );
     let (stop, stopped) = watch::channel(false);
     let options = WorkerOptions::from_config(worker_name, &services.config);
     let workers = tokio::spawn(worker::run_workers(

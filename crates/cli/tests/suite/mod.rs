@@ -1,6 +1,7 @@
 mod ask;
 mod change;
 mod control;
+mod logs_json;
 mod publish;
 mod serve;
 mod serve_change;
