@@ -1,6 +1,7 @@
 //! What counts as sensitive in a change: paths whose change needs a `publish_sensitive` approval
-//! (environment files, private keys, CI configuration, credential stores), and credential-looking
-//! strings redacted from diffs shown to people.
+//! (environment files, private keys, CI configuration, credential stores), credential-looking
+//! strings redacted from diffs shown to people, and the values of sensitive files hidden in
+//! diffs.
 //!
 //! Path rules, decided once here so the worker and `warden run` agree:
 //! - Matching is ASCII case-insensitive: `.ENV` or `ID_RSA` are flagged like their lowercase
@@ -323,6 +324,72 @@ fn redact_tokens(line: &str) -> String {
     out
 }
 
+/// In a unified diff, hides the values of sensitive files' lines: environment files keep the
+/// names before `=` or `:` (a reviewer sees which settings changed, not their values; comments
+/// stay), private keys and credential stores keep only the diff markers. CI configuration is
+/// code to review and is left alone (credential-looking strings are redacted by
+/// [`redact_credential_patterns`]).
+pub fn redact_sensitive_file_values(diff: &str) -> String {
+    let mut out = String::with_capacity(diff.len());
+    let mut kind: Option<SensitiveKind> = None;
+    let mut in_hunk = false;
+    for line in diff.split_inclusive('\n') {
+        let (content, newline) = match line.strip_suffix('\n') {
+            Some(content) => (content, "\n"),
+            None => (line, ""),
+        };
+        if let Some(header) = content.strip_prefix("diff --git ") {
+            in_hunk = false;
+            // `a/<path> b/<path>`: the path after the last ` b/` (exact unless it holds one).
+            kind = header
+                .rfind(" b/")
+                .and_then(|at| sensitive_kind(&header[at + 3..]));
+        } else if !in_hunk {
+            if content.starts_with("@@") {
+                in_hunk = true;
+            } else if let Some(path) = content
+                .strip_prefix("+++ b/")
+                .or_else(|| content.strip_prefix("--- a/"))
+            {
+                kind = kind.or_else(|| sensitive_kind(path));
+            }
+        } else if content.starts_with("@@") {
+            // The next hunk of the same file.
+        } else if let Some(kind) = kind {
+            out.push_str(&redact_value_line(content, kind));
+            out.push_str(newline);
+            continue;
+        }
+        out.push_str(content);
+        out.push_str(newline);
+    }
+    out
+}
+
+/// One content line of a sensitive file, its value hidden (see [`redact_sensitive_file_values`]).
+fn redact_value_line(line: &str, kind: SensitiveKind) -> String {
+    let mut chars = line.chars();
+    let Some(marker) = chars.next().filter(|c| matches!(c, '+' | '-' | ' ')) else {
+        // `\ No newline at end of file` and the like.
+        return line.to_string();
+    };
+    let content = chars.as_str();
+    let trimmed = content.trim_start();
+    if trimmed.is_empty() {
+        return line.to_string();
+    }
+    match kind {
+        SensitiveKind::Ci => line.to_string(),
+        SensitiveKind::Environment if trimmed.starts_with('#') => line.to_string(),
+        SensitiveKind::Environment => match content.find(['=', ':']) {
+            Some(at) if content[at + 1..].trim().is_empty() => line.to_string(),
+            Some(at) => format!("{marker}{}{REDACTED}", &content[..=at]),
+            None => format!("{marker}{REDACTED}"),
+        },
+        SensitiveKind::PrivateKey | SensitiveKind::Credentials => format!("{marker}{REDACTED}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -487,6 +554,69 @@ mod tests {
         ] {
             assert_eq!(redact_credential_patterns(input), expect, "{input}");
         }
+    }
+
+    #[test]
+    fn sensitive_files_values_are_hidden_in_a_diff() {
+        let diff = "\
+diff --git a/.env b/.env
+new file mode 100644
+index 0000000..1111111
+--- /dev/null
++++ b/.env
+@@ -0,0 +1,4 @@
++# database settings
++DB_PASSWORD=hunter2
++EMPTY=
++bare-secret-line
+diff --git a/src/lib.rs b/src/lib.rs
+--- a/src/lib.rs
++++ b/src/lib.rs
+@@ -1 +1 @@
+-let password = 1;
++let password = 2;
+diff --git a/.npmrc b/.npmrc
+--- a/.npmrc
++++ b/.npmrc
+@@ -1,2 +1,2 @@
+ registry=https://registry.npmjs.org/
+-//registry.npmjs.org/:_authToken=old
++//registry.npmjs.org/:_authToken=new
+@@ -9 +9 @@
+--- a dashed line
++++ b/looks like a header
+diff --git a/.github/workflows/ci.yml b/.github/workflows/ci.yml
+--- a/.github/workflows/ci.yml
++++ b/.github/workflows/ci.yml
+@@ -1 +1 @@
+-on: push
++on: pull_request
+";
+        let redacted = redact_sensitive_file_values(diff);
+        for kept in [
+            "+# database settings\n",
+            "+DB_PASSWORD=[redacted]\n",
+            "+EMPTY=\n",
+            "+[redacted]\n",
+            "+let password = 2;\n",
+            " [redacted]\n",
+            "-[redacted]\n",
+            "+on: pull_request\n",
+            "+++ b/.npmrc\n",
+            "--- a/.npmrc\n",
+        ] {
+            assert!(redacted.contains(kept), "{kept:?} missing:\n{redacted}");
+        }
+        for hidden in [
+            "hunter2",
+            "bare-secret-line",
+            "_authToken=new",
+            "a dashed line",
+            "looks like",
+        ] {
+            assert!(!redacted.contains(hidden), "{hidden} shown:\n{redacted}");
+        }
+        assert_eq!(redacted.lines().count(), diff.lines().count());
     }
 
     #[test]

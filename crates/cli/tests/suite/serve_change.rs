@@ -274,6 +274,11 @@ fn a_change_touching_env_waits_for_a_publish_sensitive_approval_and_its_diff_is_
                    "content": format!("OPENAI_API_KEY={MODEL_KEY}\nGH_TOKEN={GITHUB_TOKEN}\n")}),
         ),
         call(
+            "write_file",
+            json!({"path": "notes.txt",
+                   "content": format!("key {MODEL_KEY} token {GITHUB_TOKEN}\n")}),
+        ),
+        call(
             "submit_change",
             json!({"summary": "Add the environment file"}),
         ),
@@ -321,6 +326,11 @@ fn a_change_touching_env_waits_for_a_publish_sensitive_approval_and_its_diff_is_
     assert!(text.contains("+++ b/.env"), "{text}");
     assert!(text.contains("+OPENAI_API_KEY=[redacted]"), "{text}");
     assert!(text.contains("+GH_TOKEN=[redacted]"), "{text}");
+    // Outside the sensitive file: the model key (registered) and the token (its shape).
+    assert!(
+        text.contains("+key [redacted] token [redacted]\n"),
+        "{text}"
+    );
     assert!(
         !text.contains(MODEL_KEY) && !text.contains(GITHUB_TOKEN),
         "{text}"

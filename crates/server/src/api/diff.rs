@@ -8,7 +8,9 @@
 //!   parent is the recorded base.
 //! - Registered secrets (model API keys, URL credentials) and credential-looking strings
 //!   (GitHub/GitLab/AWS/Slack/`sk-` tokens, PEM private-key bodies) are replaced by
-//!   `[redacted]` before the diff leaves the server.
+//!   `[redacted]` before the diff leaves the server, and so are the values of sensitive files
+//!   (`.env*` keep their names, keys and credential stores only their diff markers; see
+//!   [`crate::sensitive`]).
 //! - At most [`MAX_DIFF_BYTES`], cut at a line end (`truncated: true`), so a secret is never
 //!   cut in half past the redaction.
 //! - 404 when the task is not visible to the token, is not a change, or has no proposal — also
@@ -52,8 +54,8 @@ pub struct DiffView {
     pub commit: String,
     /// The proposal hash approvals bind to.
     pub hash: String,
-    /// Unified diff (`git diff-tree -p`), registered secrets and credential-looking strings
-    /// replaced by `[redacted]`.
+    /// Unified diff (`git diff-tree -p`), registered secrets, credential-looking strings and
+    /// the values of sensitive files replaced by `[redacted]`.
     pub diff: String,
     /// The diff was longer than the server serves and was cut at a line end.
     pub truncated: bool,
@@ -145,7 +147,9 @@ async fn get_diff(
         Ok(None) => return Err(gone()),
         Err(error) => return Err(ApiError::internal(error)),
     };
-    let diff = crate::sensitive::redact_credential_patterns(&state.redactor.text(&text));
+    let diff = crate::sensitive::redact_sensitive_file_values(
+        &crate::sensitive::redact_credential_patterns(&state.redactor.text(&text)),
+    );
     Ok(Json(DiffView {
         task_id: task.id.to_string(),
         repo: proposal.repo.clone(),

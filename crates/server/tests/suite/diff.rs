@@ -62,7 +62,10 @@ async fn fixture() -> Fixture {
         )
         .write(
             "deploy.yml",
-            &format!("token: {GITHUB_TOKEN}\nurl: https://bot:hunter22@example.com/x\n"),
+            &format!(
+                "token: {GITHUB_TOKEN}\nurl: https://bot:hunter22@example.com/x\nmodel: \
+                 {REGISTERED}\naws: {AWS_KEY_ID}\n"
+            ),
         );
     let commit = repo.commit("the change");
     let repos = RepoStore::open(home.path()).unwrap();
@@ -245,7 +248,11 @@ async fn the_diff_of_a_proposal_comes_from_the_mirror_with_secrets_redacted() {
     assert!(diff.contains("+pub fn g() -> u32 { 7 }"), "{diff}");
     assert!(diff.contains("+MODEL_KEY=[redacted]"), "{diff}");
     assert!(diff.contains("+AWS=[redacted]"), "{diff}");
-    assert!(diff.contains("+token: [redacted]"), "{diff}");
+    // Outside sensitive files: registered secrets and credential-looking strings.
+    assert!(diff.contains("+token: [redacted]\n"), "{diff}");
+    assert!(diff.contains("+model: [redacted]\n"), "{diff}");
+    assert!(diff.contains("+aws: [redacted]\n"), "{diff}");
+    assert!(diff.contains("+url: https://***@example.com/x\n"), "{diff}");
     for secret in [REGISTERED, GITHUB_TOKEN, AWS_KEY_ID, "hunter22"] {
         assert!(!diff.contains(secret), "{secret} leaked:\n{diff}");
     }
