@@ -176,6 +176,7 @@ pub async fn serve(
         store = services.store.backend(),
         "serving the API and running the workers"
     );
+    let callback_worker = format!("{worker_name}-callbacks");
     let (stop, stopped) = watch::channel(false);
     let options = WorkerOptions::from_config(worker_name, &services.config);
     let workers = tokio::spawn(worker::run_workers(
@@ -192,8 +193,16 @@ pub async fn serve(
         .with_rate_limit(services.config.serve.rate_limit)
         .with_hub(Arc::clone(&services.hub))
         .with_repos(services.repos.clone(), services.redactor.clone())
-        .with_running(Arc::clone(&services.running)),
+        .with_running(Arc::clone(&services.running))
+        .with_callbacks(services.config.callbacks.clone()),
     ));
+    let callbacks = crate::callback::spawn(
+        Arc::clone(&services.store),
+        &services.config.callbacks,
+        callback_worker,
+        stopped.clone(),
+    )
+    .context("cannot start callback delivery")?;
     let mut api_stopped = stopped;
     let (signalled, signal_seen) = watch::channel(false);
     tokio::spawn(async move {
@@ -219,6 +228,9 @@ pub async fn serve(
     );
     let _ = stop.send(true);
     workers.await.context("the workers failed")?;
+    if let Some(callbacks) = callbacks {
+        let _ = callbacks.await;
+    }
     match api.await {
         Ok(result) => result.context("the API server failed")?,
         Err(error) => return Err(error).context("the API server failed"),

@@ -277,6 +277,8 @@ pub struct ApiState {
     pub wake: Arc<Notify>,
     /// Per-token request budgets.
     pub limiter: RateLimiter,
+    /// Which `callback.url`s a task may name (none by default).
+    pub callbacks: Arc<crate::callback::CallbackConfig>,
     /// The runs of this process's workers, stopped at once by the cancel route.
     pub running: Arc<crate::cancel::RunningTasks>,
     /// Warden's repository store, whose mirrors hold proposals (`GET /v1/tasks/{id}/diff`);
@@ -302,6 +304,7 @@ impl ApiState {
             tokens,
             wake,
             limiter: RateLimiter::new(RateLimit::default()),
+            callbacks: Arc::default(),
             running: Arc::default(),
             repos: None,
             redactor: crate::redact::Redactor::default(),
@@ -328,6 +331,12 @@ impl ApiState {
     /// Serves events and metrics from `hub` (see [`crate::hub::instrument`]).
     pub fn with_hub(mut self, hub: Arc<crate::hub::Hub>) -> ApiState {
         self.hub = hub;
+        self
+    }
+
+    /// Accepts task callbacks as `config` allows.
+    pub fn with_callbacks(mut self, config: crate::callback::CallbackConfig) -> ApiState {
+        self.callbacks = Arc::new(config);
         self
     }
 

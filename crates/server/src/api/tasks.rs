@@ -43,7 +43,7 @@ struct SubmitTask {
     #[serde(default)]
     follow_up_to: Option<String>,
     #[serde(default)]
-    callback: Option<Value>,
+    callback: Option<CallbackRequest>,
     #[serde(default)]
     metadata: Option<Value>,
     /// Change tasks: check commands replacing the registered repository's (at most 16).
@@ -54,6 +54,14 @@ struct SubmitTask {
     /// sensitive files).
     #[serde(default)]
     publish: Option<bool>,
+}
+
+/// Where to POST the task's result when it ends or waits for input: an `https` URL whose origin
+/// the server allow-lists (signed with HMAC-SHA256, see the `Warden-Signature` header).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct CallbackRequest {
+    url: String,
 }
 
 /// The task as the API shows it.
@@ -118,11 +126,16 @@ async fn submit_task(
             "this kind of task cannot run here",
         ));
     }
-    if request.callback.is_some() {
-        return Err(ApiError::invalid(
-            "callbacks are not supported by this server yet",
-        ));
-    }
+    let callback_url = match &request.callback {
+        None => None,
+        Some(callback) => Some(
+            state
+                .callbacks
+                .check_url(&callback.url)
+                .map_err(ApiError::invalid)?
+                .to_string(),
+        ),
+    };
     let prompt = request.prompt.trim().to_string();
     if prompt.is_empty() {
         return Err(ApiError::invalid("prompt is empty"));
@@ -209,7 +222,7 @@ async fn submit_task(
                 follow_up_to: follow_up_to.map(|t| t.id),
                 retry_of: None,
                 metadata,
-                callback_url: None,
+                callback_url,
             },
             idempotency,
         )

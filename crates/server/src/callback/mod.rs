@@ -50,7 +50,7 @@ const DEFAULT_MAX_ATTEMPTS: u32 = 8;
 const DEFAULT_TIMEOUT_SECS: u64 = 10;
 /// Requests must end well within the intent lease, or a second sender could claim it.
 const MAX_TIMEOUT_SECS: u64 = 30;
-const LEASE: Duration = Duration::from_secs(120);
+const LEASE: Duration = Duration::from_secs(60);
 const RETRY_BASE_MS: i64 = 10_000;
 const RETRY_CAP_MS: i64 = 15 * 60_000;
 /// How long a run's last event may wait for the run's end to be committed (the worker emits

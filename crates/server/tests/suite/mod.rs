@@ -1,6 +1,7 @@
 mod api;
 mod approvals;
 mod auth;
+mod callback;
 mod control;
 mod diff;
 mod events;
