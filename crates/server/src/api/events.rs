@@ -39,6 +39,12 @@ pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
 /// The cursor of a stream request: `Last-Event-ID`, else `?after=`; `None` when neither.
 fn parse_cursor(headers: &HeaderMap, query: Option<&str>) -> Result<Option<u64>, ApiError> {
     let bad = |message: String| ApiError::new(ErrorCode::BadRequest, message);
+    // Sequences are stored as signed 64-bit integers.
+    let id = |text: &str| {
+        text.parse::<u64>()
+            .ok()
+            .filter(|n| i64::try_from(*n).is_ok())
+    };
     let mut after = None;
     for pair in query
         .unwrap_or_default()
@@ -48,9 +54,9 @@ fn parse_cursor(headers: &HeaderMap, query: Option<&str>) -> Result<Option<u64>,
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
         match key {
             "after" => {
-                after = Some(value.parse::<u64>().map_err(|_| {
+                after = Some(id(value).ok_or_else(|| {
                     bad(format!(
-                        "after must be a non-negative integer, got {value:?}"
+                        "after must be an event id (0 to 2^63-1), got {value:?}"
                     ))
                 })?);
             }
@@ -65,9 +71,9 @@ fn parse_cursor(headers: &HeaderMap, query: Option<&str>) -> Result<Option<u64>,
                 // An empty id resets the browser's last event id: no cursor from the header.
                 return Ok(after);
             }
-            text.parse::<u64>().map(Some).map_err(|_| {
+            id(text).map(Some).ok_or_else(|| {
                 bad(format!(
-                    "Last-Event-ID must be an event id (a non-negative integer), got {text:?}"
+                    "Last-Event-ID must be an event id (0 to 2^63-1), got {text:?}"
                 ))
             })
         }
@@ -194,7 +200,17 @@ mod tests {
         let mut empty = HeaderMap::new();
         empty.insert("last-event-id", HeaderValue::from_static(""));
         assert_eq!(parse_cursor(&empty, Some("after=3")).unwrap(), Some(3));
-        for bad in ["after=-1", "after=x", "after=", "limit=2"] {
+        assert_eq!(
+            parse_cursor(&none, Some("after=9223372036854775807")).unwrap(),
+            Some(i64::MAX as u64)
+        );
+        for bad in [
+            "after=-1",
+            "after=x",
+            "after=",
+            "limit=2",
+            "after=9223372036854775808",
+        ] {
             assert!(parse_cursor(&none, Some(bad)).is_err(), "{bad}");
         }
         let mut bad = HeaderMap::new();

@@ -498,6 +498,9 @@ mod tests {
             ("/v1/tasks", "get"),
             ("/v1/tasks", "post"),
             ("/v1/tasks/{id}", "get"),
+            ("/v1/tasks/{id}/events", "get"),
+            ("/v1/events", "get"),
+            ("/metrics", "get"),
         ] {
             assert!(
                 document["paths"][path][method].is_object(),
