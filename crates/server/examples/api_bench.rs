@@ -12,7 +12,8 @@
 //! and `wrk` share the machine: on 2 cores the figures are lower bounds.
 //!
 //! `cargo run --release -p warden-server --example api_bench -- [--subscribers N]
-//! [--events N] [--seconds N] [--connections N]`
+//! [--events N] [--seconds N] [--connections N] [--batch N]` (`--batch`: connections opened
+//! at a time, default 50)
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
@@ -242,6 +243,7 @@ fn main() {
     let events = arg("--events", 20);
     let seconds = arg("--seconds", 10);
     let connections = arg("--connections", 64);
+    let batch = arg("--batch", 50).max(1);
 
     let mut child = Command::new(std::env::current_exe().unwrap())
         .arg("--server")
@@ -290,12 +292,17 @@ fn main() {
     runtime.block_on(async {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let before = rss_kb(pid);
+        // Connections are opened in batches of `batch` so the transient memory of handling
+        // many requests at once (which the allocator keeps) does not count as theirs.
         let (idle_tx, mut idle) = tokio::sync::mpsc::channel(subscribers as usize);
-        for _ in 0..subscribers {
-            tokio::spawn(idle_connection(addr.clone(), idle_tx.clone()));
-        }
-        for _ in 0..subscribers {
-            idle.recv().await.unwrap();
+        for start in (0..subscribers).step_by(batch as usize) {
+            let count = batch.min(subscribers - start);
+            for _ in 0..count {
+                tokio::spawn(idle_connection(addr.clone(), idle_tx.clone()));
+            }
+            for _ in 0..count {
+                idle.recv().await.unwrap();
+            }
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
         let plain = rss_kb(pid);
@@ -307,15 +314,18 @@ fn main() {
         let (connected_tx, mut connected) = tokio::sync::mpsc::channel(subscribers as usize);
         let (latency_tx, mut latency_rx) = tokio::sync::mpsc::unbounded_channel();
         let started = Instant::now();
-        for _ in 0..subscribers {
-            tokio::spawn(subscriber(
-                addr.clone(),
-                connected_tx.clone(),
-                latency_tx.clone(),
-            ));
-        }
-        for _ in 0..subscribers {
-            connected.recv().await.unwrap();
+        for start in (0..subscribers).step_by(batch as usize) {
+            let count = batch.min(subscribers - start);
+            for _ in 0..count {
+                tokio::spawn(subscriber(
+                    addr.clone(),
+                    connected_tx.clone(),
+                    latency_tx.clone(),
+                ));
+            }
+            for _ in 0..count {
+                connected.recv().await.unwrap();
+            }
         }
         println!(
             "{subscribers} SSE subscribers connected in {:.0} ms",
