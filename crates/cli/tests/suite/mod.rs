@@ -5,5 +5,6 @@ mod logs_json;
 mod publish;
 mod serve;
 mod serve_change;
+mod sse;
 mod support;
 mod token;
