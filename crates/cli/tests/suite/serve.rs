@@ -338,7 +338,7 @@ fn serve_answers_questions_over_http_with_checked_citations() {
     let (s3, conflict) = server.request_with("POST", "/v1/tasks", Some(ALICE), Some(&other), &key);
     assert_eq!(
         (s3, conflict["error"]["code"].as_str()),
-        (409, Some("idempotency_conflict"))
+        (422, Some("idempotency_conflict"))
     );
     let once = server.wait_terminal(ALICE, first["id"].as_str().unwrap());
     assert_eq!(once["runs"], 1);
