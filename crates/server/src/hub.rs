@@ -464,6 +464,8 @@ pub struct Subscription {
     /// Reading the task's events from the store rather than from the ring.
     catching_up: bool,
     check_status: bool,
+    /// The task is terminal: end once the store has nothing more.
+    ending: bool,
     next_status_check: Instant,
     next_keep_alive: Instant,
     latest: watch::Receiver<u64>,
@@ -499,6 +501,7 @@ impl Subscription {
             scan,
             catching_up,
             check_status: false,
+            ending: false,
             done: false,
         })
     }
@@ -600,7 +603,7 @@ impl Subscription {
             RingRead::UpToDate => {
                 if self.check_status {
                     self.check_status = false;
-                    return self.finish_if_terminal(out).await;
+                    return self.finish_if_terminal().await;
                 }
                 return Ok(false);
             }
@@ -631,6 +634,9 @@ impl Subscription {
             Published::new(record).write_frame(self.cursor, out);
         }
         if complete {
+            if self.ending {
+                self.done = true;
+            }
             self.catching_up = false;
             // Every event up to `mark` was committed before the read, so the ring can take
             // over from there.
@@ -654,34 +660,18 @@ impl Subscription {
     }
 
     /// For a task stream whose task is terminal (or gone): sends what is left in the store
-    /// and ends. The worker stores a run's events before it finishes the run, so once the
-    /// status is terminal nothing more is coming.
-    async fn finish_if_terminal(&mut self, out: &mut String) -> Result<bool, StoreError> {
-        let Selection::Task(task) = self.selection.clone() else {
+    /// (batch by batch) and ends. The worker stores a run's events before it finishes the
+    /// run, so once the status is terminal nothing more is coming.
+    async fn finish_if_terminal(&mut self) -> Result<bool, StoreError> {
+        let Selection::Task(task) = &self.selection else {
             return Ok(false);
         };
-        let status = self.hub.store.get_task(&task).await?.map(|t| t.status);
+        let status = self.hub.store.get_task(task).await?.map(|t| t.status);
         if !status.is_none_or(TaskStatus::is_terminal) {
             return Ok(false);
         }
-        loop {
-            let records = self
-                .hub
-                .store
-                .events_after(&EventStream::Task(task.clone()), self.cursor, BATCH)
-                .await?;
-            let complete = records.len() < BATCH as usize;
-            for record in records {
-                if record.task_seq > self.cursor {
-                    self.cursor = record.task_seq;
-                    Published::new(record).write_frame(self.cursor, out);
-                }
-            }
-            if complete {
-                break;
-            }
-        }
-        self.done = true;
+        self.ending = true;
+        self.catching_up = true;
         Ok(true)
     }
 

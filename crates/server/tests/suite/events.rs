@@ -560,7 +560,8 @@ async fn connect(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_a_socket_streams_resume_with_last_event_id_without_gaps_or_duplicates() {
-    const EVENTS: u64 = 300;
+    // More than a batch is left for the replay of the finished task at the end.
+    const EVENTS: u64 = 600;
     let api = Events::new().await;
     let base = serve(&api).await;
     let task = api.task("alice").await;
