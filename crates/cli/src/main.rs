@@ -8,6 +8,8 @@ mod doctor;
 mod ids;
 mod progress;
 mod records;
+mod remote;
+mod remote_cli;
 mod run;
 mod serve;
 mod text;
@@ -27,6 +29,8 @@ struct Cli {
     /// Configuration file (default: WARDEN_CONFIG, else WARDEN_HOME/warden.toml)
     #[arg(long, global = true, value_name = "PATH")]
     config: Option<PathBuf>,
+    #[command(flatten)]
+    remote: remote::RemoteOptions,
     #[command(subcommand)]
     command: Command,
 }
@@ -55,8 +59,37 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Print a task's run journal (verifying its hash chain)
-    Logs { task: String },
+    /// Print a task's run journal (verifying its hash chain); with --server and --follow, follow
+    /// its events live and print its result
+    Logs {
+        task: String,
+        /// Follow the task's events until it settles, then print its result (needs --server)
+        #[arg(long)]
+        follow: bool,
+        /// With --follow, print the result as one JSON object
+        #[arg(long)]
+        json: bool,
+    },
+    /// Cancel a task on the server (needs --server)
+    Cancel {
+        task: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a finished task again as a new task on the server and follow it (needs --server)
+    Retry {
+        task: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Answer a task's clarification on the server and follow it as it resumes (needs --server)
+    Answer {
+        task: String,
+        /// The answer
+        text: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the HTTP API and workers (one instance per WARDEN_HOME)
     Serve,
     /// Run workers only, against a shared Postgres (WARDEN_DATABASE_URL)
@@ -141,6 +174,10 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> anyhow::Result<u8> {
+    let cli = match remote_cli::dispatch(&cli.remote, cli.command)? {
+        remote_cli::Dispatch::Done(code) => return Ok(code),
+        remote_cli::Dispatch::Local(command) => Cli { command, ..cli },
+    };
     let config = warden_server::config::Config::load(
         cli.config.as_deref(),
         &warden_server::config::ProcessEnv,
@@ -195,7 +232,11 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             }
             Ok(0)
         }
-        Command::Logs { task } => {
+        Command::Logs { follow: true, .. } => Err(needs_server("logs --follow")),
+        Command::Cancel { .. } => Err(needs_server("cancel")),
+        Command::Retry { .. } => Err(needs_server("retry")),
+        Command::Answer { .. } => Err(needs_server("answer")),
+        Command::Logs { task, .. } => {
             let id = task.parse().map_err(usage)?;
             let path = records::journal_path(&config.home, &id, 1);
             let records = warden_runtime::FileJournal::verify(&path)?;
@@ -210,6 +251,14 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Worker => tokio_runtime()?.block_on(serve::worker(config)),
         Command::Token { command } => tokio_runtime()?.block_on(token::token(&config, command)),
     }
+}
+
+/// A command that only exists against a server.
+fn needs_server(command: &str) -> anyhow::Error {
+    usage(anyhow::anyhow!(
+        "warden {command} needs a server: give --server URL or set WARDEN_SERVER (with the token \
+         in WARDEN_TOKEN)"
+    ))
 }
 
 fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {

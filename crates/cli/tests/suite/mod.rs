@@ -3,6 +3,7 @@ mod change;
 mod control;
 mod logs_json;
 mod publish;
+mod remote;
 mod serve;
 mod serve_change;
 mod sse;

@@ -1,0 +1,823 @@
+//! A client of a remote Warden server: `--server URL` (or `WARDEN_SERVER`) with the token from
+//! `--token` (or `WARDEN_TOKEN`). JSON requests over reqwest; the server's
+//! `{"error":{"code","message"}}` shown as it said it (escaped: the server is not trusted with
+//! the terminal); and a reader of a task's Server-Sent Events that follows it live, reconnects
+//! with `Last-Event-ID` after a dropped connection, and falls back to polling the task on a
+//! server that has no events route.
+//!
+//! Exit codes: what the server refuses as a bad request (400, 401, 403, 404, 405, 409, 413, 422:
+//! a wrong token, an unknown task or repository, an invalid body) is a usage error, exit 2; a
+//! server that cannot be reached, 429 and 5xx are failures, exit 1.
+
+use crate::text;
+use crate::usage;
+use anyhow::Context;
+use serde_json::Value;
+use std::time::Duration;
+use warden_protocol::{Event, TaskId, TaskStatus};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Every request but the events stream.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Without a byte (keep-alive comments included) for this long, the events stream is reopened.
+const STREAM_IDLE: Duration = Duration::from_secs(75);
+/// How often the task's status is looked at while its stream is quiet: a task's stream ends only
+/// once the task is terminal, so a task waiting for input or an approval is noticed this way.
+const STATUS_CHECK: Duration = Duration::from_secs(5);
+/// After an event that ends a run, the status is looked at this often until it settles.
+const FINISH_CHECK: Duration = Duration::from_millis(250);
+/// Reading a settled task's stored events: once nothing came for this long, all were read.
+const DRAINED: Duration = Duration::from_millis(1500);
+/// Largest JSON body read from the server.
+const MAX_BODY: usize = 32 << 20;
+/// Largest single event (or line) read from the events stream.
+const MAX_EVENT: usize = 4 << 20;
+/// How often a task is polled when the server has no events route.
+const POLL: Duration = Duration::from_millis(500);
+/// Consecutive failed attempts to (re)open the events stream before giving up.
+const MAX_RECONNECTS: u32 = 8;
+/// Attempts at submitting a task (same Idempotency-Key each time).
+const SUBMIT_ATTEMPTS: u32 = 3;
+
+/// Where a remote server is and how to authenticate to it.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct RemoteOptions {
+    /// Talk to the Warden server at this URL instead of running in-process
+    #[arg(long, global = true, env = "WARDEN_SERVER", value_name = "URL")]
+    pub server: Option<String>,
+    /// The API token for --server (prefer WARDEN_TOKEN: arguments are visible to other users)
+    #[arg(
+        long,
+        global = true,
+        env = "WARDEN_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub token: Option<String>,
+}
+
+impl RemoteOptions {
+    /// The server URL, when one is configured.
+    pub fn server(&self) -> Option<&str> {
+        self.server
+            .as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+    }
+}
+
+/// A refusal by the server: its status and its `{"error":{"code","message"}}`.
+#[derive(Debug)]
+pub struct ApiFailure {
+    pub server: String,
+    pub status: u16,
+    pub code: String,
+    pub message: String,
+    pub retry_after: Option<String>,
+}
+
+impl std::fmt::Display for ApiFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} refused the request ({} {}): {}",
+            self.server, self.status, self.code, self.message
+        )?;
+        match self.status {
+            401 => write!(f, "; give a valid API token with WARDEN_TOKEN or --token"),
+            403 => write!(f, "; this token's role may not do this"),
+            429 => match &self.retry_after {
+                Some(seconds) => write!(f, "; retry after {seconds} s"),
+                None => Ok(()),
+            },
+            _ => Ok(()),
+        }
+    }
+}
+
+impl std::error::Error for ApiFailure {}
+
+impl ApiFailure {
+    /// A 404 of the router itself (the server predates this route), not of a task.
+    fn is_missing_route(&self) -> bool {
+        self.status == 404 && self.message.starts_with("no route")
+    }
+
+    /// Worth trying again: the server or a proxy in front of it is momentarily unavailable.
+    fn is_transient(&self) -> bool {
+        matches!(self.status, 502..=504)
+    }
+
+    fn into_error(self) -> anyhow::Error {
+        match self.status {
+            400 | 401 | 403 | 404 | 405 | 409 | 413 | 422 => usage(anyhow::Error::new(self)),
+            _ => anyhow::Error::new(self),
+        }
+    }
+}
+
+/// The server's refusal inside an error, if that is what it is.
+pub fn api_failure(error: &anyhow::Error) -> Option<&ApiFailure> {
+    error.downcast_ref::<ApiFailure>().or_else(|| {
+        error
+            .downcast_ref::<crate::UsageError>()
+            .and_then(|u| u.0.downcast_ref::<ApiFailure>())
+    })
+}
+
+/// A connection to one Warden server.
+pub struct Remote {
+    /// The URL without a trailing slash; paths (`/v1/…`) are appended.
+    base: String,
+    token: Option<String>,
+    client: reqwest::Client,
+}
+
+impl Remote {
+    pub fn new(server: &str, token: Option<&str>) -> anyhow::Result<Remote> {
+        let url = reqwest::Url::parse(server).map_err(|e| {
+            usage(anyhow::anyhow!(
+                "--server {}: not a URL ({e}); expected http(s)://HOST[:PORT]",
+                text::one_line(server)
+            ))
+        })?;
+        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+            return Err(usage(anyhow::anyhow!(
+                "--server {}: expected an http:// or https:// URL",
+                text::one_line(server)
+            )));
+        }
+        if url.query().is_some() || url.fragment().is_some() || !url.username().is_empty() {
+            return Err(usage(anyhow::anyhow!(
+                "--server {}: give the server's base URL, without credentials, query or fragment \
+                 (the token goes in WARDEN_TOKEN)",
+                text::one_line(server)
+            )));
+        }
+        let token = token
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(str::to_string);
+        if let Some(token) = &token {
+            if token.chars().any(|c| c.is_control() || c == ' ') {
+                return Err(usage(anyhow::anyhow!(
+                    "the API token contains spaces or control characters"
+                )));
+            }
+            if url.scheme() == "http" && !is_loopback(&url) {
+                eprintln!(
+                    "warden: warning: sending the API token over plain http to {}; use https",
+                    url.host_str().unwrap_or_default()
+                );
+            }
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(CONNECT_TIMEOUT)
+            // A redirect could carry the token elsewhere; a Warden server never redirects.
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("warden-cli/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .context("cannot build the HTTP client")?;
+        Ok(Remote {
+            base: url.as_str().trim_end_matches('/').to_string(),
+            token,
+            client,
+        })
+    }
+
+    /// The server's URL as given (no trailing slash).
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let request = self
+            .client
+            .request(method, format!("{}{path}", self.base))
+            .header(reqwest::header::ACCEPT, "application/json");
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
+    /// Sends the request: the response when it is a success, the server's refusal otherwise.
+    async fn execute(&self, request: reqwest::RequestBuilder) -> anyhow::Result<reqwest::Response> {
+        let response = request.send().await.map_err(|e| {
+            anyhow::Error::new(e)
+                .context(format!("cannot reach the Warden server at {}", self.base))
+        })?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let retry_after = response
+            .headers()
+            .get(reqwest::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .map(text::one_line);
+        let body = read_bounded(response, 64 << 10).await.unwrap_or_default();
+        let parsed: Option<Value> = serde_json::from_slice(&body).ok();
+        let error = parsed.as_ref().and_then(|v| v.get("error"));
+        let field = |name: &str| {
+            error
+                .and_then(|e| e.get(name))
+                .and_then(Value::as_str)
+                .map(|s| text::one_line(&truncate(s, 2000)))
+        };
+        let code = field("code").unwrap_or_else(|| format!("http_{}", status.as_u16()));
+        let message = field("message").unwrap_or_else(|| {
+            let body = String::from_utf8_lossy(&body);
+            let body = body.trim();
+            if body.is_empty() {
+                status
+                    .canonical_reason()
+                    .unwrap_or("no message")
+                    .to_string()
+            } else {
+                text::one_line(&truncate(body, 300))
+            }
+        });
+        if status.is_redirection() {
+            return Err(usage(anyhow::anyhow!(
+                "{} answered with a redirect ({status}); give the server's own URL",
+                self.base
+            )));
+        }
+        Err(ApiFailure {
+            server: self.base.clone(),
+            status: status.as_u16(),
+            code,
+            message,
+            retry_after,
+        }
+        .into_error())
+    }
+
+    async fn json_of(&self, response: reqwest::Response) -> anyhow::Result<Value> {
+        let body = read_bounded(response, MAX_BODY)
+            .await
+            .with_context(|| format!("the connection to {} broke while reading", self.base))?;
+        serde_json::from_slice(&body).map_err(|_| {
+            anyhow::anyhow!(
+                "{} did not answer with JSON; is it a Warden server?",
+                self.base
+            )
+        })
+    }
+
+    pub async fn get(&self, path: &str) -> anyhow::Result<Value> {
+        let response = self
+            .execute(
+                self.request(reqwest::Method::GET, path)
+                    .timeout(REQUEST_TIMEOUT),
+            )
+            .await?;
+        self.json_of(response).await
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
+        let response = self
+            .execute(
+                self.request(reqwest::Method::POST, path)
+                    .timeout(REQUEST_TIMEOUT)
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(body.to_string()),
+            )
+            .await?;
+        self.json_of(response).await
+    }
+
+    /// `POST /v1/tasks` with an `Idempotency-Key`: a submission that broke off (a timeout, a
+    /// proxy error) is sent again with the same key, so the server makes one task of it.
+    pub async fn submit(&self, body: &Value) -> anyhow::Result<Value> {
+        let key = idempotency_key()?;
+        let mut attempt = 1;
+        loop {
+            let request = self
+                .request(reqwest::Method::POST, "/v1/tasks")
+                .timeout(REQUEST_TIMEOUT)
+                .header("Idempotency-Key", &key)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.to_string());
+            let outcome = match self.execute(request).await {
+                Ok(response) => self.json_of(response).await,
+                Err(error) => Err(error),
+            };
+            match outcome {
+                Err(error) if attempt < SUBMIT_ATTEMPTS && retry_submit(&error) => {
+                    tracing::debug!(error = %format!("{error:#}"), attempt, "submitting again");
+                    tokio::time::sleep(Duration::from_millis(500 * u64::from(attempt))).await;
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Opens the task's events stream after `last` (`None`: from the start); `None` when the
+    /// server has no events route.
+    async fn open_events(
+        &self,
+        task: &TaskId,
+        last: Option<u64>,
+    ) -> anyhow::Result<Option<EventStream>> {
+        let mut request = self
+            .request(reqwest::Method::GET, &format!("/v1/tasks/{task}/events"))
+            .header(reqwest::header::ACCEPT, "text/event-stream");
+        if let Some(last) = last {
+            request = request.header("Last-Event-ID", last.to_string());
+        }
+        match self.execute(request).await {
+            Ok(response) => Ok(Some(EventStream {
+                response,
+                parser: SseParser::default(),
+                last_bytes: std::time::Instant::now(),
+            })),
+            Err(error) if api_failure(&error).is_some_and(ApiFailure::is_missing_route) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// `GET /v1/tasks/{id}`.
+    pub async fn task(&self, task: &TaskId) -> anyhow::Result<Value> {
+        self.get(&format!("/v1/tasks/{task}")).await
+    }
+
+    /// Follows the task until it is settled (terminal, or waiting for input or an approval):
+    /// each event after `last` is shown on `progress` as it happens. Returns the settled task.
+    pub async fn follow(
+        &self,
+        task: &TaskId,
+        mut last: Option<u64>,
+        progress: &dyn Fn(Event),
+        status_line: &dyn Fn(&str),
+    ) -> anyhow::Result<Value> {
+        let mut failures = 0u32;
+        loop {
+            let opened = self.open_events(task, last).await;
+            let mut stream = match opened {
+                Ok(Some(stream)) => stream,
+                Ok(None) => return self.poll(task, status_line).await,
+                Err(error) if is_transient(&error) && failures < MAX_RECONNECTS => {
+                    failures += 1;
+                    tracing::debug!(error = %format!("{error:#}"), failures, "reopening events");
+                    tokio::time::sleep(backoff(failures)).await;
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
+            let mut received = false;
+            let mut check_every = STATUS_CHECK;
+            let broken = loop {
+                let message = match tokio::time::timeout(check_every, stream.next()).await {
+                    Ok(Ok(Some(message))) => message,
+                    Ok(Ok(None)) => break None,
+                    Ok(Err(error)) => break Some(error),
+                    Err(_) => {
+                        if let Some(current) = self.settled_task(task).await? {
+                            return Ok(current);
+                        }
+                        if stream.idle() > STREAM_IDLE {
+                            break Some(anyhow::anyhow!(
+                                "nothing arrived on the events stream for {} s",
+                                STREAM_IDLE.as_secs()
+                            ));
+                        }
+                        continue;
+                    }
+                };
+                received = true;
+                let Some((seq, event)) = decode(&message) else {
+                    continue;
+                };
+                if let Some(seq) = seq {
+                    // A reconnection can repeat what was already shown.
+                    if last.is_some_and(|last| seq <= last) {
+                        continue;
+                    }
+                    last = Some(seq);
+                }
+                let Some(event) = event else {
+                    continue;
+                };
+                let ends_run = matches!(
+                    event,
+                    Event::TaskFinished { .. } | Event::StatusChanged { .. }
+                );
+                progress(event);
+                if ends_run {
+                    if let Some(current) = self.settled_task(task).await? {
+                        return Ok(current);
+                    }
+                    check_every = FINISH_CHECK;
+                }
+            };
+            if received {
+                failures = 0;
+            }
+            // The stream ends once the task is settled; anything else was a dropped connection.
+            match self.task(task).await {
+                Ok(current) if settled(&current) => return Ok(current),
+                Ok(_) => {}
+                Err(error) if is_transient(&error) => {}
+                Err(error) => return Err(error),
+            }
+            failures += 1;
+            if failures > MAX_RECONNECTS {
+                let why = broken.map_or("the stream kept ending early".to_string(), |e| {
+                    format!("{e:#}")
+                });
+                anyhow::bail!(
+                    "lost the events of {task} from {} ({why}); the task goes on on the server: \
+                     follow it again with `warden logs {task} --follow`",
+                    self.base
+                );
+            }
+            tokio::time::sleep(backoff(failures)).await;
+        }
+    }
+
+    /// The task if it is settled, `None` while it is not (or the server is momentarily away).
+    async fn settled_task(&self, task: &TaskId) -> anyhow::Result<Option<Value>> {
+        match self.task(task).await {
+            Ok(current) if settled(&current) => Ok(Some(current)),
+            Ok(_) => Ok(None),
+            Err(error) if is_transient(&error) => Ok(None),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Reads the stored events of a waiting task, showing nothing: the sequence number to
+    /// follow from once it resumes. Its stream does not end (the task is not terminal): they
+    /// were all read once nothing more came for a moment. `None` when there is nothing to
+    /// skip or no events route.
+    pub async fn last_event(&self, task: &TaskId) -> anyhow::Result<Option<u64>> {
+        let Some(mut stream) = self.open_events(task, None).await? else {
+            return Ok(None);
+        };
+        let mut last = None;
+        while let Ok(message) = tokio::time::timeout(DRAINED, stream.next()).await {
+            let Some(message) = message? else {
+                break;
+            };
+            if let Some((Some(seq), _)) = decode(&message) {
+                last = Some(last.map_or(seq, |l: u64| l.max(seq)));
+            }
+        }
+        Ok(last)
+    }
+
+    /// The fallback for a server without an events route: the task's status, polled.
+    async fn poll(&self, task: &TaskId, status_line: &dyn Fn(&str)) -> anyhow::Result<Value> {
+        let mut shown: Option<String> = None;
+        let mut failures = 0u32;
+        loop {
+            match self.task(task).await {
+                Ok(current) => {
+                    failures = 0;
+                    if settled(&current) {
+                        return Ok(current);
+                    }
+                    let status = current["status"].as_str().unwrap_or("unknown").to_string();
+                    if shown.as_deref() != Some(status.as_str()) {
+                        status_line(&format!("warden: {task} is {status}"));
+                        shown = Some(status);
+                    }
+                    tokio::time::sleep(POLL).await;
+                }
+                Err(error) if is_transient(&error) && failures < MAX_RECONNECTS => {
+                    failures += 1;
+                    tokio::time::sleep(backoff(failures)).await;
+                }
+                Err(error) => return Err(error),
+            }
+        }
+    }
+}
+
+/// The task's status, if it has a known one.
+pub fn status_of(task: &Value) -> Option<TaskStatus> {
+    serde_json::from_value(task.get("status")?.clone()).ok()
+}
+
+/// Nothing more happens to the task until someone acts: terminal, or waiting for input or an
+/// approval.
+pub fn settled(task: &Value) -> bool {
+    status_of(task).is_some_and(|status| {
+        status.is_terminal()
+            || matches!(
+                status,
+                TaskStatus::WaitingInput | TaskStatus::WaitingApproval
+            )
+    })
+}
+
+/// The task id in a task JSON the server sent.
+pub fn task_id_of(task: &Value) -> anyhow::Result<TaskId> {
+    task.get("id")
+        .and_then(Value::as_str)
+        .and_then(|id| id.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("the server answered without a valid task id"))
+}
+
+/// One event of the stream: its sequence number and the event, when they decode. Events of
+/// kinds this build does not know are skipped.
+fn decode(message: &SseMessage) -> Option<(Option<u64>, Option<Event>)> {
+    let envelope: Value = serde_json::from_str(&message.data).ok()?;
+    let seq = envelope
+        .get("task_seq")
+        .and_then(Value::as_u64)
+        .or_else(|| message.id.as_deref().and_then(|id| id.trim().parse().ok()));
+    let event = envelope
+        .get("event")
+        .and_then(|event| serde_json::from_value(event.clone()).ok());
+    Some((seq, event))
+}
+
+/// Connection failures, timeouts and 502-504: worth another attempt.
+fn is_transient(error: &anyhow::Error) -> bool {
+    match api_failure(error) {
+        Some(failure) => failure.is_transient(),
+        None => error
+            .chain()
+            .any(|cause| cause.downcast_ref::<reqwest::Error>().is_some()),
+    }
+}
+
+/// A submission is sent again when it may not have arrived, but never to a server that refused
+/// the connection outright (nothing is listening there: say so at once).
+fn retry_submit(error: &anyhow::Error) -> bool {
+    let refused = error.chain().any(|cause| {
+        cause
+            .downcast_ref::<reqwest::Error>()
+            .is_some_and(reqwest::Error::is_connect)
+    });
+    !refused && is_transient(error)
+}
+
+fn backoff(failures: u32) -> Duration {
+    Duration::from_millis((250u64 << failures.min(4)).min(5_000))
+}
+
+fn is_loopback(url: &reqwest::Url) -> bool {
+    let host = url.host_str().unwrap_or_default();
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+fn idempotency_key() -> anyhow::Result<String> {
+    let mut random = [0u8; 16];
+    getrandom::fill(&mut random).map_err(|e| anyhow::anyhow!("no randomness available: {e}"))?;
+    Ok(format!(
+        "warden-cli-{}",
+        random
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    ))
+}
+
+fn truncate(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((index, _)) => format!("{}…", &text[..index]),
+        None => text.to_string(),
+    }
+}
+
+async fn read_bounded(mut response: reqwest::Response, limit: usize) -> anyhow::Result<Vec<u8>> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        if body.len() + chunk.len() > limit {
+            anyhow::bail!("the response is larger than {limit} bytes");
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// An open `text/event-stream` response.
+struct EventStream {
+    response: reqwest::Response,
+    parser: SseParser,
+    /// When the last bytes (keep-alive comments included) arrived.
+    last_bytes: std::time::Instant,
+}
+
+impl EventStream {
+    /// How long nothing arrived.
+    fn idle(&self) -> Duration {
+        self.last_bytes.elapsed()
+    }
+
+    /// The next message; `None` when the server ended the stream. Cancel-safe: what was read
+    /// stays in the parser.
+    async fn next(&mut self) -> anyhow::Result<Option<SseMessage>> {
+        loop {
+            if let Some(message) = self.parser.next_message()? {
+                return Ok(Some(message));
+            }
+            match tokio::time::timeout(STREAM_IDLE, self.response.chunk()).await {
+                Err(_) => anyhow::bail!(
+                    "nothing arrived on the events stream for {} s",
+                    STREAM_IDLE.as_secs()
+                ),
+                Ok(chunk) => match chunk? {
+                    Some(bytes) => {
+                        self.last_bytes = std::time::Instant::now();
+                        self.parser.feed(&bytes);
+                    }
+                    None => return Ok(None),
+                },
+            }
+        }
+    }
+}
+
+/// One Server-Sent Events message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SseMessage {
+    /// The last `id:` seen on the stream so far.
+    pub id: Option<String>,
+    pub event: Option<String>,
+    pub data: String,
+}
+
+/// The `text/event-stream` format, fed in arbitrary pieces: `field: value` lines, `:` comments,
+/// a blank line ends a message; `data:` lines join with newlines.
+#[derive(Debug, Default)]
+struct SseParser {
+    buffer: Vec<u8>,
+    event: Option<String>,
+    data: Option<String>,
+    id: Option<String>,
+}
+
+impl SseParser {
+    fn feed(&mut self, bytes: &[u8]) {
+        self.buffer.extend_from_slice(bytes);
+    }
+
+    fn next_message(&mut self) -> anyhow::Result<Option<SseMessage>> {
+        loop {
+            let Some(end) = self.buffer.iter().position(|b| *b == b'\n') else {
+                if self.buffer.len() > MAX_EVENT {
+                    anyhow::bail!("an events stream line is longer than {MAX_EVENT} bytes");
+                }
+                return Ok(None);
+            };
+            let mut line: Vec<u8> = self.buffer.drain(..=end).collect();
+            line.pop();
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            let line = String::from_utf8_lossy(&line);
+            if line.is_empty() {
+                let event = self.event.take();
+                if let Some(mut data) = self.data.take() {
+                    data.pop();
+                    return Ok(Some(SseMessage {
+                        id: self.id.clone(),
+                        event,
+                        data,
+                    }));
+                }
+                continue;
+            }
+            if line.starts_with(':') {
+                continue;
+            }
+            let (field, value) = match line.split_once(':') {
+                Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
+                None => (line.as_ref(), ""),
+            };
+            match field {
+                "event" => self.event = Some(value.to_string()),
+                "data" => {
+                    let data = self.data.get_or_insert_with(String::new);
+                    data.push_str(value);
+                    data.push('\n');
+                    if data.len() > MAX_EVENT {
+                        anyhow::bail!("an event is larger than {MAX_EVENT} bytes");
+                    }
+                }
+                "id" if !value.contains('\0') => self.id = Some(value.to_string()),
+                _ => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn messages(pieces: &[&str]) -> Vec<SseMessage> {
+        let mut parser = SseParser::default();
+        let mut out = Vec::new();
+        for piece in pieces {
+            parser.feed(piece.as_bytes());
+            while let Some(message) = parser.next_message().unwrap() {
+                out.push(message);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn sse_messages_split_anywhere_with_comments_and_multiline_data() {
+        let stream = ": keep-alive\n\nid: 1\nevent: tool_started\ndata: {\"a\":1}\n\n\
+                      : keep-alive\r\nid: 2\r\ndata: line one\r\ndata:line two\r\n\r\n";
+        let whole = messages(&[stream]);
+        let expected = vec![
+            SseMessage {
+                id: Some("1".into()),
+                event: Some("tool_started".into()),
+                data: "{\"a\":1}".into(),
+            },
+            SseMessage {
+                id: Some("2".into()),
+                event: None,
+                data: "line one\nline two".into(),
+            },
+        ];
+        assert_eq!(whole, expected);
+        // Byte by byte gives the same messages.
+        let bytes: Vec<String> = stream.chars().map(String::from).collect();
+        let pieces: Vec<&str> = bytes.iter().map(String::as_str).collect();
+        assert_eq!(messages(&pieces), expected);
+        // An unfinished message is not dispatched.
+        assert_eq!(messages(&["id: 3\ndata: x\n"]), vec![]);
+    }
+
+    #[test]
+    fn oversized_events_are_refused() {
+        let mut parser = SseParser::default();
+        parser.feed(&vec![b'x'; MAX_EVENT + 1]);
+        assert!(parser.next_message().is_err());
+    }
+
+    #[test]
+    fn events_decode_with_their_sequence_and_unknown_kinds_are_skipped() {
+        let message = |data: &str| SseMessage {
+            id: Some("7".into()),
+            event: None,
+            data: data.into(),
+        };
+        let known = json!({"seq": 40, "task_seq": 5, "task": "tsk_x", "at": "…",
+            "event": {"type": "tool_started", "call_id": "c", "tool": "search", "summary": "search x"}});
+        let (seq, event) = decode(&message(&known.to_string())).unwrap();
+        assert_eq!(seq, Some(5));
+        assert!(matches!(event, Some(Event::ToolStarted { .. })));
+        let unknown = json!({"event": {"type": "from_the_future"}});
+        assert_eq!(
+            decode(&message(&unknown.to_string())),
+            Some((Some(7), None))
+        );
+        assert_eq!(decode(&message("not json")), None);
+    }
+
+    #[test]
+    fn server_urls_are_checked() {
+        for bad in [
+            "localhost:8787",
+            "ftp://host",
+            "http://u:p@host",
+            "http://h/?q=1",
+            "x",
+        ] {
+            let error = Remote::new(bad, None).err().unwrap();
+            assert!(error.downcast_ref::<crate::UsageError>().is_some(), "{bad}");
+        }
+        let remote = Remote::new("http://127.0.0.1:8787/", Some("t")).unwrap();
+        assert_eq!(remote.base(), "http://127.0.0.1:8787");
+        let prefixed = Remote::new("https://example.com/warden/", None).unwrap();
+        assert_eq!(prefixed.base(), "https://example.com/warden");
+    }
+
+    #[test]
+    fn refusals_are_usage_errors_and_outages_are_not() {
+        let failure = |status| ApiFailure {
+            server: "http://s".into(),
+            status,
+            code: "c".into(),
+            message: "m".into(),
+            retry_after: None,
+        };
+        for status in [400, 401, 403, 404, 409, 422] {
+            let error = failure(status).into_error();
+            assert!(error.downcast_ref::<crate::UsageError>().is_some());
+            assert_eq!(api_failure(&error).unwrap().status, status);
+        }
+        for status in [429, 500, 503] {
+            let error = failure(status).into_error();
+            assert!(error.downcast_ref::<crate::UsageError>().is_none());
+            assert_eq!(api_failure(&error).unwrap().status, status);
+        }
+        assert!(failure(401).to_string().contains("WARDEN_TOKEN"));
+    }
+}

@@ -1,0 +1,523 @@
+//! The commands run against a Warden server when `--server URL` (or `WARDEN_SERVER`) is given:
+//! `ask` and `run` submit a task and follow its events live on stderr, then print the result
+//! exactly as the in-process path does (`--json`: the result JSON) with the same exit codes;
+//! `tasks`, `show`, `logs [--follow]`, `cancel`, `retry`, `answer`, `approve` and `reject` go to
+//! the API. Ctrl-C while following stops following only: the task goes on on the server, and
+//! `warden logs TASK --follow` picks it up again (exit code 130).
+
+use crate::progress::StderrProgress;
+use crate::remote::{self, Remote, RemoteOptions};
+use crate::{ask, run, text, usage, Command};
+use serde_json::{json, Value};
+use warden_protocol::{ChangeResult, QuestionResult, TaskId, TaskKind, TaskStatus};
+use warden_runtime::EventSink;
+
+/// Exit code when Ctrl-C stopped following (the shell's convention for SIGINT).
+const INTERRUPTED: u8 = 130;
+
+/// What became of a command: handled against the server, or left to run locally.
+pub enum Dispatch {
+    Done(u8),
+    Local(Command),
+}
+
+/// Runs the command against the server when one is configured and the command talks to one.
+pub fn dispatch(options: &RemoteOptions, command: Command) -> anyhow::Result<Dispatch> {
+    let Some(server) = options.server() else {
+        return Ok(Dispatch::Local(command));
+    };
+    let command = match command {
+        command @ (Command::Ask(_)
+        | Command::Run(_)
+        | Command::Approve(_)
+        | Command::Reject(_)
+        | Command::Show { .. }
+        | Command::Tasks { .. }
+        | Command::Logs { .. }
+        | Command::Cancel { .. }
+        | Command::Retry { .. }
+        | Command::Answer { .. }) => command,
+        other => return Ok(Dispatch::Local(other)),
+    };
+    let remote = Remote::new(server, options.token.as_deref())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime
+        .block_on(execute(&remote, command))
+        .map(Dispatch::Done)
+}
+
+async fn execute(remote: &Remote, command: Command) -> anyhow::Result<u8> {
+    match command {
+        Command::Ask(args) => ask_remote(remote, args).await,
+        Command::Run(args) => run_remote(remote, args).await,
+        Command::Show { task, json } => show(remote, &task_id(&task)?, json).await,
+        Command::Tasks { json } => tasks(remote, json).await,
+        Command::Logs { task, follow, json } => {
+            let id = task_id(&task)?;
+            if follow {
+                follow_and_print(remote, &id, None, json).await
+            } else {
+                journal(remote, &id).await
+            }
+        }
+        Command::Cancel { task, json } => cancel(remote, &task_id(&task)?, json).await,
+        Command::Retry { task, json } => {
+            let id = task_id(&task)?;
+            let new = remote
+                .post(&format!("/v1/tasks/{id}/retry"), &json!({}))
+                .await?;
+            let new_id = remote::task_id_of(&new)?;
+            eprintln!("warden: retrying {id} as {new_id}");
+            follow_and_print(remote, &new_id, None, json).await
+        }
+        Command::Answer { task, text, json } => answer(remote, &task_id(&task)?, &text, json).await,
+        Command::Approve(args) => {
+            let id = approval_id(&args.id)?;
+            let reply = remote
+                .post(
+                    &format!("/v1/approvals/{id}"),
+                    &json!({"decision": "approve", "hash": args.hash}),
+                )
+                .await?;
+            println!("approved {id}{}", decision_detail(&reply));
+            Ok(0)
+        }
+        Command::Reject(args) => {
+            let id = approval_id(&args.id)?;
+            // A decision names the hash it is about; rejecting is about whatever is pending.
+            let approval = remote.get(&format!("/v1/approvals/{id}")).await?;
+            let hash = approval["subject_hash"].as_str().unwrap_or_default();
+            let reply = remote
+                .post(
+                    &format!("/v1/approvals/{id}"),
+                    &json!({"decision": "reject", "hash": hash}),
+                )
+                .await?;
+            println!(
+                "rejected {id}: nothing is published{}",
+                decision_detail(&reply)
+            );
+            Ok(0)
+        }
+        other => Err(anyhow::anyhow!("{other:?} does not talk to a server")),
+    }
+}
+
+fn task_id(text: &str) -> anyhow::Result<TaskId> {
+    text.trim().parse().map_err(usage)
+}
+
+/// Approval ids go into a URL path: only their documented characters.
+fn approval_id(text: &str) -> anyhow::Result<String> {
+    let id = text.trim();
+    let valid = !id.is_empty()
+        && id.len() <= 100
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if valid {
+        Ok(id.to_string())
+    } else {
+        Err(usage(anyhow::anyhow!(
+            "{} is not an approval id (apr_…)",
+            text::one_line(text)
+        )))
+    }
+}
+
+/// What the server said about a decision, in a few words.
+fn decision_detail(reply: &Value) -> String {
+    let pick = |key: &str| reply.get(key).and_then(Value::as_str).map(text::one_line);
+    match (pick("status"), pick("task_id").or_else(|| pick("task"))) {
+        (Some(status), Some(task)) => format!(" ({status}; task {task})"),
+        (Some(status), None) => format!(" ({status})"),
+        (None, Some(task)) => format!(" (task {task})"),
+        (None, None) => String::new(),
+    }
+}
+
+/// With a server, `--repo` names repositories registered there (`NAME[@REV]`), never a local
+/// path or URL: the server cannot read this machine.
+fn registered_repos(arguments: &[String]) -> anyhow::Result<Vec<String>> {
+    arguments
+        .iter()
+        .map(|argument| {
+            let (name, rev) = match argument.split_once('@') {
+                Some((name, rev)) => (name, Some(rev)),
+                None => (argument.as_str(), None),
+            };
+            let name_ok = !name.is_empty()
+                && name.len() <= 100
+                && !name.starts_with(['.', '-'])
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+            let rev_ok = rev.is_none_or(|rev| {
+                !rev.is_empty()
+                    && !rev.starts_with('-')
+                    && !rev.chars().any(|c| c.is_control() || c == ' ')
+            });
+            if name_ok && rev_ok {
+                Ok(argument.clone())
+            } else {
+                Err(usage(anyhow::anyhow!(
+                    "with --server, --repo names a repository registered on the server \
+                     (NAME[@REV]), not a local path or URL: {}. Register it first (admin \
+                     token): POST /v1/repos {{\"name\": \"…\", \"source\": \"<path on the server \
+                     or git URL>\"}}",
+                    text::one_line(argument)
+                )))
+            }
+        })
+        .collect()
+}
+
+fn with_repos(mut body: Value, repos: Vec<String>) -> Value {
+    match repos.len() {
+        0 => {}
+        1 => body["repo"] = json!(repos[0]),
+        _ => body["repos"] = json!(repos),
+    }
+    body
+}
+
+async fn ask_remote(remote: &Remote, args: ask::AskArgs) -> anyhow::Result<u8> {
+    let question = args.question.trim();
+    if question.is_empty() {
+        return Err(usage(anyhow::anyhow!("the question is empty")));
+    }
+    let repos = registered_repos(&args.repos)?;
+    let mut body = json!({"kind": "question", "prompt": question});
+    match &args.follow_up {
+        Some(earlier) => body["follow_up_to"] = json!(task_id(earlier)?),
+        None if repos.is_empty() => {
+            return Err(usage(anyhow::anyhow!(
+                "name at least one registered repository with --repo NAME[@REV]"
+            )))
+        }
+        None => {}
+    }
+    submit_and_follow(remote, with_repos(body, repos), args.json).await
+}
+
+async fn run_remote(remote: &Remote, args: run::RunArgs) -> anyhow::Result<u8> {
+    let request = args.request.trim();
+    if request.is_empty() {
+        return Err(usage(anyhow::anyhow!("the change request is empty")));
+    }
+    if args.apply {
+        return Err(usage(anyhow::anyhow!(
+            "--apply fetches the proposal from a local mirror; with --server the proposal is on \
+             the server (see GET /v1/tasks/TASK/diff)"
+        )));
+    }
+    if args.baseline {
+        return Err(usage(anyhow::anyhow!(
+            "--baseline is not supported with --server yet"
+        )));
+    }
+    if let Some(empty) = args.checks.iter().find(|c| c.trim().is_empty()) {
+        return Err(usage(anyhow::anyhow!("empty --check command {empty:?}")));
+    }
+    let repos = registered_repos(std::slice::from_ref(&args.repo))?;
+    let mut body = json!({"kind": "change", "prompt": request});
+    if !args.checks.is_empty() {
+        body["checks"] = json!(args.checks);
+    }
+    if args.publish {
+        body["publish"] = json!(true);
+    }
+    submit_and_follow(remote, with_repos(body, repos), args.json).await
+}
+
+async fn submit_and_follow(remote: &Remote, body: Value, json: bool) -> anyhow::Result<u8> {
+    let task = remote.submit(&body).await?;
+    let id = remote::task_id_of(&task)?;
+    eprintln!(
+        "warden: submitted {id} to {} ({})",
+        remote.base(),
+        text::one_line(task["status"].as_str().unwrap_or("queued"))
+    );
+    follow_and_print(remote, &id, None, json).await
+}
+
+/// Follows the task live on stderr, then prints it as `ask`/`run` would. Ctrl-C stops
+/// following and says how to pick it up again.
+async fn follow_and_print(
+    remote: &Remote,
+    id: &TaskId,
+    after: Option<u64>,
+    json: bool,
+) -> anyhow::Result<u8> {
+    let progress = StderrProgress::new();
+    let show_event = |event| progress.emit(event);
+    let show_line = |line: &str| progress.line(line);
+    let followed = tokio::select! {
+        task = remote.follow(id, after, &show_event, &show_line) => task?,
+        _ = tokio::signal::ctrl_c() => {
+            progress.line(&format!(
+                "warden: stopped following {id}; it goes on on the server. Follow it again \
+                 with: warden logs {id} --follow --server {}",
+                remote.base()
+            ));
+            return Ok(INTERRUPTED);
+        }
+    };
+    print_outcome(&followed, json)
+}
+
+/// Prints a settled task's result like the in-process path and returns its exit code.
+fn print_outcome(task: &Value, json: bool) -> anyhow::Result<u8> {
+    let id = remote::task_id_of(task)?;
+    let status = remote::status_of(task);
+    let Some(result) = task.get("result").filter(|r| r.is_object()) else {
+        // Settled without a result: cancelled while queued, or waiting before it started.
+        if json {
+            println!("{task}");
+        } else {
+            println!(
+                "Task {id} is {} without a result",
+                text::one_line(task["status"].as_str().unwrap_or("unknown"))
+            );
+        }
+        return Ok(match status {
+            Some(TaskStatus::WaitingApproval) => 4,
+            Some(TaskStatus::WaitingInput) => 3,
+            _ => 1,
+        });
+    };
+    if json {
+        println!("{result}");
+    } else {
+        print!("{}", render(task, result));
+    }
+    let code = exit_code(result);
+    if code == 3 {
+        eprintln!("warden: answer it with: warden answer {id} \"…\"");
+    }
+    Ok(code)
+}
+
+/// The human-readable result with the in-process renderers; JSON (escaped) for a result this
+/// build does not understand.
+fn render(task: &Value, result: &Value) -> String {
+    let kind: Option<TaskKind> = serde_json::from_value(task["kind"].clone()).ok();
+    let rendered = match kind {
+        Some(TaskKind::Question) => serde_json::from_value::<QuestionResult>(result.clone())
+            .ok()
+            .map(|r| ask::render_result(&r)),
+        Some(TaskKind::Change) => serde_json::from_value::<ChangeResult>(result.clone())
+            .ok()
+            .map(|r| run::render_change(&r)),
+        _ => None,
+    };
+    rendered.unwrap_or_else(|| {
+        let pretty = serde_json::to_string_pretty(result).unwrap_or_default();
+        format!("{}\n", text::block(&pretty, ""))
+    })
+}
+
+/// SPEC §2 from the result JSON (§5), as `QuestionResult::exit_code` and
+/// `ChangeResult::exit_code` compute it.
+fn exit_code(result: &Value) -> u8 {
+    match result["outcome"].as_str() {
+        Some("proposal") if result["publication"]["status"] == "awaiting_approval" => 4,
+        Some("answer" | "proposal" | "no_change") => 0,
+        Some("clarification") => 3,
+        _ => 1,
+    }
+}
+
+fn debug_name<T: serde::de::DeserializeOwned + std::fmt::Debug>(value: &Value) -> String {
+    serde_json::from_value::<T>(value.clone())
+        .map(|v| format!("{v:?}"))
+        .unwrap_or_else(|_| text::one_line(value.as_str().unwrap_or("?")))
+}
+
+async fn show(remote: &Remote, id: &TaskId, json: bool) -> anyhow::Result<u8> {
+    let task = remote.task(id).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&task)?);
+        return Ok(0);
+    }
+    println!(
+        "{id} · {} · {} · {}",
+        debug_name::<TaskKind>(&task["kind"]),
+        debug_name::<TaskStatus>(&task["status"]),
+        text::one_line(task["created_at"].as_str().unwrap_or_default())
+    );
+    println!(
+        "prompt: {}",
+        text::block(task["prompt"].as_str().unwrap_or_default(), "  ")
+    );
+    if let Some(result) = task.get("result").filter(|r| r.is_object()) {
+        print!("{}", render(&task, result));
+    }
+    Ok(0)
+}
+
+async fn tasks(remote: &Remote, json: bool) -> anyhow::Result<u8> {
+    let page = remote.get("/v1/tasks?limit=200").await?;
+    let data = page["data"].as_array().cloned().unwrap_or_default();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&data)?);
+    } else {
+        for task in &data {
+            println!(
+                "{}  {:<10} {:<9} {}",
+                text::one_line(task["id"].as_str().unwrap_or("?")),
+                text::one_line(task["status"].as_str().unwrap_or("?")),
+                text::one_line(task["kind"].as_str().unwrap_or("?")),
+                text::one_line(
+                    task["prompt"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .lines()
+                        .next()
+                        .unwrap_or_default()
+                )
+            );
+        }
+    }
+    if page["next_cursor"].is_string() {
+        eprintln!(
+            "warden: the {} newest tasks; more are on the server",
+            data.len()
+        );
+    }
+    Ok(0)
+}
+
+/// Each run's journal records, one JSON object a line, as the local `logs` prints them; the
+/// server verified each run's hash chain and says so.
+async fn journal(remote: &Remote, id: &TaskId) -> anyhow::Result<u8> {
+    let journal = remote.get(&format!("/v1/tasks/{id}/journal")).await?;
+    let runs = journal["runs"].as_array().cloned().unwrap_or_default();
+    let mut broken = Vec::new();
+    for run in &runs {
+        for entry in run["entries"].as_array().into_iter().flatten() {
+            println!("{entry}");
+        }
+        if run["chain_ok"] != json!(true) {
+            broken.push(run["number"].to_string());
+        }
+    }
+    if !broken.is_empty() {
+        anyhow::bail!(
+            "the server reports a broken journal hash chain in run {} of {id}",
+            broken.join(", ")
+        );
+    }
+    eprintln!(
+        "warden: {} run journal(s); hash chains verified by {}",
+        runs.len(),
+        remote.base()
+    );
+    Ok(0)
+}
+
+async fn cancel(remote: &Remote, id: &TaskId, json: bool) -> anyhow::Result<u8> {
+    let task = remote
+        .post(&format!("/v1/tasks/{id}/cancel"), &json!({}))
+        .await?;
+    if json {
+        println!("{task}");
+        return Ok(0);
+    }
+    let status = task["status"].as_str().unwrap_or("unknown");
+    if remote::status_of(&task).is_some_and(TaskStatus::is_terminal) {
+        println!("{id}: {}", text::one_line(status));
+    } else {
+        println!(
+            "{id}: {} (cancellation requested; the run stops at its next step)",
+            text::one_line(status)
+        );
+    }
+    Ok(0)
+}
+
+/// Answers a clarification: the task resumes (or, for a finished task, a follow-up starts) and
+/// is followed like `ask`, showing only what happens from now on.
+async fn answer(remote: &Remote, id: &TaskId, reply: &str, json: bool) -> anyhow::Result<u8> {
+    let reply = reply.trim();
+    if reply.is_empty() {
+        return Err(usage(anyhow::anyhow!("the answer is empty")));
+    }
+    let before = remote.task(id).await?;
+    let after = if remote::status_of(&before) == Some(TaskStatus::WaitingInput) {
+        remote.last_event(id).await?
+    } else {
+        None
+    };
+    let task = remote
+        .post(&format!("/v1/tasks/{id}/messages"), &json!({"text": reply}))
+        .await?;
+    let next = remote::task_id_of(&task)?;
+    if &next == id {
+        eprintln!("warden: {id} resumes");
+        follow_and_print(remote, id, after, json).await
+    } else {
+        eprintln!("warden: {id} had ended; the answer started {next}");
+        follow_and_print(remote, &next, None, json).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_follow_the_spec_and_the_typed_results() {
+        assert_eq!(exit_code(&json!({"outcome": "answer"})), 0);
+        assert_eq!(exit_code(&json!({"outcome": "no_change"})), 0);
+        assert_eq!(
+            exit_code(&json!({"outcome": "proposal", "publication": {"status": "not_requested"}})),
+            0
+        );
+        assert_eq!(
+            exit_code(
+                &json!({"outcome": "proposal", "publication": {"status": "awaiting_approval"}})
+            ),
+            4
+        );
+        assert_eq!(exit_code(&json!({"outcome": "clarification"})), 3);
+        assert_eq!(exit_code(&json!({"outcome": "failure"})), 1);
+        assert_eq!(exit_code(&json!({})), 1);
+    }
+
+    #[test]
+    fn only_registered_names_go_to_the_server() {
+        let ok = |s: &str| registered_repos(&[s.to_string()]).is_ok();
+        assert!(ok("app"));
+        assert!(ok("app@v1.2"));
+        assert!(ok("my_repo-2@main"));
+        for bad in [
+            "./app",
+            "/srv/app",
+            "../app",
+            "https://x/y.git",
+            "a b",
+            "app@",
+            "-x",
+            ".",
+        ] {
+            assert!(!ok(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        // Global --server/--token must not clash with any subcommand's arguments.
+        <crate::Cli as clap::CommandFactory>::command().debug_assert();
+    }
+
+    #[test]
+    fn approval_ids_cannot_leave_their_path() {
+        assert!(approval_id("apr_01ABC").is_ok());
+        for bad in ["../tasks", "apr/x", "", "apr?x=1"] {
+            assert!(approval_id(bad).is_err(), "{bad}");
+        }
+    }
+}

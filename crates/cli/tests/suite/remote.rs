@@ -1,0 +1,513 @@
+//! The `warden` CLI as a client of a remote `warden serve`: the real binary on both sides, the
+//! scripted model server behind the server. `ask --server` prints the same result JSON as the
+//! in-process path with progress on stderr; clarifications exit 3 and `answer` resumes them;
+//! `tasks`, `show`, `cancel`, `logs --follow`; Ctrl-C stops following without cancelling;
+//! a wrong token and an unreachable server are clear errors.
+
+#![allow(clippy::disallowed_methods)] // the tests spawn the binary under test and `kill`
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use warden_test_support::git_fixture::TempRepo;
+use warden_test_support::model_server::{openai, ScriptedModelServer};
+
+use super::support::{interrupt, Run, Warden};
+
+const ADMIN: &str = "admin-token-0123456789";
+const ALICE: &str = "alice-token-0123456789";
+
+/// A running `warden serve` and its address.
+struct Server {
+    child: Child,
+    addr: String,
+    stderr: Arc<Mutex<String>>,
+    /// Keeps the server's WARDEN_HOME alive as long as the server.
+    _warden: Warden,
+}
+
+impl Server {
+    fn start(warden: Warden) -> Server {
+        let mut child = warden
+            .command(&["serve"])
+            .env("WARDEN_LISTEN", "127.0.0.1:0")
+            .env(
+                "WARDEN_API_TOKENS",
+                format!("root:admin:{ADMIN},alice:operator:{ALICE}"),
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (found, address) = std::sync::mpsc::channel();
+        let reader = BufReader::new(child.stderr.take().unwrap());
+        let log = Arc::clone(&stderr);
+        std::thread::spawn(move || {
+            for line in reader.lines().map_while(Result::ok) {
+                if let Some(addr) = line.strip_prefix("warden: listening on http://") {
+                    let _ = found.send(addr.to_string());
+                }
+                let mut log = log.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let addr = address
+            .recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("serve did not start:\n{}", stderr.lock().unwrap()));
+        Server {
+            child,
+            addr,
+            stderr,
+            _warden: warden,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// A `warden` that talks to this server with `token` and has no model of its own.
+    fn client(&self, token: &str) -> Warden {
+        Warden::new()
+            .with("WARDEN_SERVER", &self.url())
+            .with("WARDEN_TOKEN", token)
+    }
+
+    fn request(&self, method: &str, path: &str, token: &str, body: Option<&Value>) -> (u16, Value) {
+        let mut stream = TcpStream::connect(&self.addr).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        let body = body.map(Value::to_string).unwrap_or_default();
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Type: \
+             application/json\r\nContent-Length: {}\r\nAuthorization: Bearer {token}\r\n\r\n{body}",
+            self.addr,
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).unwrap();
+        let text = String::from_utf8_lossy(&response);
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        (status, serde_json::from_str(body).unwrap_or(Value::Null))
+    }
+
+    fn register(&self, name: &str, repo: &TempRepo) {
+        let (status, body) = self.request(
+            "POST",
+            "/v1/repos",
+            ADMIN,
+            Some(&json!({"name": name, "source": repo.path().to_str().unwrap()})),
+        );
+        assert_eq!(status, 201, "{body}");
+    }
+
+    fn submit(&self, repo: &str, prompt: &str) -> String {
+        let (status, body) = self.request(
+            "POST",
+            "/v1/tasks",
+            ALICE,
+            Some(&json!({"kind": "question", "repo": repo, "prompt": prompt})),
+        );
+        assert_eq!(status, 202, "{body}");
+        body["id"].as_str().unwrap().to_string()
+    }
+
+    fn status(&self, id: &str) -> String {
+        let (status, body) = self.request("GET", &format!("/v1/tasks/{id}"), ALICE, None);
+        assert_eq!(status, 200, "{body}");
+        body["status"].as_str().unwrap().to_string()
+    }
+
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Asserts the client's exit code, showing both sides' output when it differs.
+    fn expect(&self, run: &Run, code: i32) {
+        assert_eq!(
+            run.code,
+            code,
+            "stdout:\n{}\nstderr:\n{}\nserver:\n{}",
+            run.stdout,
+            run.stderr,
+            self.stderr()
+        );
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn sample_repo() -> TempRepo {
+    let repo = TempRepo::new();
+    let mut lib = String::new();
+    for n in 1..=30 {
+        lib.push_str(&format!("// line {n}\n"));
+    }
+    lib.push_str("pub fn retry_with_backoff(attempts: u32) -> u32 {\n    attempts * 2\n}\n");
+    repo.write("src/lib.rs", &lib)
+        .write("README.md", "# sample\n");
+    repo.commit("initial");
+    repo
+}
+
+fn submit_answer() -> String {
+    json!({
+        "summary": "retry_with_backoff doubles the attempts",
+        "claims": [{"text": "it doubles its input", "basis": "observed",
+                    "evidence": [{"path": "src/lib.rs", "start_line": 31, "end_line": 33}]}]
+    })
+    .to_string()
+}
+
+/// A search, then an answer citing what it found.
+fn answering_script() -> Vec<warden_test_support::model_server::Reply> {
+    vec![
+        openai::tool_call(
+            "search",
+            &json!({"pattern": "retry_with_backoff"}).to_string(),
+        ),
+        openai::tool_call("submit_answer", &submit_answer()),
+    ]
+}
+
+fn assert_code(run: &Run, code: i32) {
+    assert_eq!(
+        run.code, code,
+        "stdout:\n{}\nstderr:\n{}",
+        run.stdout, run.stderr
+    );
+}
+
+/// The keys of an object, sorted.
+fn keys(value: &Value) -> Vec<String> {
+    let mut keys: Vec<String> = value.as_object().unwrap().keys().cloned().collect();
+    keys.sort();
+    keys
+}
+
+#[test]
+fn ask_with_a_server_streams_progress_and_prints_the_in_process_result() {
+    let repo = sample_repo();
+    let head = repo.git(&["rev-parse", "HEAD"]);
+    let model = ScriptedModelServer::start_blocking(answering_script());
+    let server = Server::start(Warden::openai(&model.url()));
+    server.register("app", &repo);
+
+    let client = server.client(ALICE);
+    let remote = client.run(&["ask", "--repo", "app", "--json", "how does retry work?"]);
+    server.expect(&remote, 0);
+    let result = remote.json();
+    assert_eq!(result["outcome"], "answer");
+    let evidence = &result["answer"]["claims"][0]["evidence"][0];
+    assert_eq!(evidence["repo"], "app");
+    assert_eq!(evidence["commit"], head.as_str());
+    assert_eq!(evidence["path"], "src/lib.rs");
+    // Progress came live on stderr, event by event, as in-process.
+    let task = result["task_id"].as_str().unwrap();
+    assert!(
+        remote.stderr.contains(&format!("submitted {task}")),
+        "{}",
+        remote.stderr
+    );
+    assert!(remote.stderr.contains("→ search"), "{}", remote.stderr);
+    assert!(
+        remote.stderr.contains("→ submit_answer"),
+        "{}",
+        remote.stderr
+    );
+
+    // The same question in-process gives a result of the same shape and content.
+    let local_model = ScriptedModelServer::start_blocking(answering_script());
+    let local = Warden::openai(&local_model.url()).run(&[
+        "ask",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--json",
+        "how does retry work?",
+    ]);
+    assert_code(&local, 0);
+    let mut local = local.json();
+    assert_eq!(keys(&result), keys(&local));
+    assert_eq!(keys(&result["usage"]), keys(&local["usage"]));
+    // In-process, a repository is named after its directory; on the server, as registered.
+    local["answer"]["claims"][0]["evidence"][0]["repo"] = json!("app");
+    assert_eq!(result["answer"]["claims"], local["answer"]["claims"]);
+    assert_eq!(result["model"], local["model"]);
+
+    // The human-readable form is the in-process one too.
+    let model = ScriptedModelServer::start_blocking(answering_script());
+    drop(server);
+    let server = Server::start(Warden::openai(&model.url()));
+    server.register("app", &repo);
+    let human = server
+        .client(ALICE)
+        .run(&["ask", "--repo", "app", "how does retry work?"]);
+    server.expect(&human, 0);
+    assert!(
+        human.stdout.contains("[observed] it doubles its input"),
+        "{}",
+        human.stdout
+    );
+    assert!(
+        human.stdout.contains("✓ app:src/lib.rs:31-33 @"),
+        "{}",
+        human.stdout
+    );
+}
+
+#[test]
+fn tasks_show_and_logs_follow_read_the_server() {
+    let repo = sample_repo();
+    let model = ScriptedModelServer::start_blocking(answering_script());
+    let server = Server::start(Warden::openai(&model.url()));
+    server.register("app", &repo);
+    let client = server.client(ALICE);
+    let asked = client.run(&["ask", "--repo", "app", "--json", "how does retry work?"]);
+    server.expect(&asked, 0);
+    let id = asked.json()["task_id"].as_str().unwrap().to_string();
+
+    let tasks = client.run(&["tasks", "--json"]);
+    server.expect(&tasks, 0);
+    let listed = tasks.json();
+    assert_eq!(listed[0]["id"], id.as_str(), "{listed}");
+    assert_eq!(listed[0]["status"], "completed");
+    let text = client.run(&["tasks"]);
+    server.expect(&text, 0);
+    assert!(text.stdout.contains(&id) && text.stdout.contains("how does retry work?"));
+
+    let show = client.run(&["show", &id, "--json"]);
+    server.expect(&show, 0);
+    assert_eq!(show.json()["result"], asked.json());
+    let show = client.run(&["show", &id]);
+    server.expect(&show, 0);
+    assert!(
+        show.stdout.contains("prompt: how does retry work?"),
+        "{}",
+        show.stdout
+    );
+    assert!(
+        show.stdout.contains("✓ app:src/lib.rs:31-33"),
+        "{}",
+        show.stdout
+    );
+
+    // Following a finished task replays its events and prints its result.
+    let logs = client.run(&["logs", &id, "--follow", "--json"]);
+    server.expect(&logs, 0);
+    assert_eq!(logs.json(), asked.json());
+    assert!(logs.stderr.contains("→ search"), "{}", logs.stderr);
+
+    // Another user's server token sees nothing of it; an unknown task is a usage error.
+    let missing = client.run(&["show", "tsk_01HZY8Q6K9V2M3N4P5R6S7T8V9"]);
+    server.expect(&missing, 2);
+    assert!(
+        missing.stderr.contains("404 not_found"),
+        "{}",
+        missing.stderr
+    );
+}
+
+#[test]
+fn a_clarification_exits_3_and_answer_resumes_the_task() {
+    let repo = sample_repo();
+    let model = ScriptedModelServer::start_blocking(vec![
+        openai::tool_call(
+            "ask_user",
+            &json!({"question": "Which retry, the HTTP one or the queue one?"}).to_string(),
+        ),
+        openai::tool_call("submit_answer", &submit_answer()),
+    ]);
+    let server = Server::start(Warden::openai(&model.url()));
+    server.register("app", &repo);
+    let client = server.client(ALICE);
+
+    let first = client.run(&["ask", "--repo", "app", "--json", "how does retry work?"]);
+    server.expect(&first, 3);
+    let result = first.json();
+    assert_eq!(result["outcome"], "clarification");
+    assert_eq!(
+        result["clarification"]["question"],
+        "Which retry, the HTTP one or the queue one?"
+    );
+    let id = result["task_id"].as_str().unwrap().to_string();
+    assert!(
+        first.stderr.contains(&format!("warden answer {id}")),
+        "{}",
+        first.stderr
+    );
+    assert_eq!(server.status(&id), "waiting_input");
+
+    let answered = client.run(&["answer", &id, "the HTTP one", "--json"]);
+    server.expect(&answered, 0);
+    let answer = answered.json();
+    assert_eq!(answer["outcome"], "answer");
+    // Only what happened after the answer is shown: the clarification is not replayed.
+    assert!(
+        !answered.stderr.contains("needs a clarification"),
+        "{}",
+        answered.stderr
+    );
+    // The model saw the conversation: the question, its clarification and the answer.
+    let messages = model.requests()[1].body["messages"].to_string();
+    assert!(messages.contains("how does retry work?"), "{messages}");
+    assert!(messages.contains("Which retry"), "{messages}");
+    assert!(messages.contains("the HTTP one"), "{messages}");
+}
+
+#[test]
+fn cancel_stops_a_queued_task_on_the_server() {
+    let repo = sample_repo();
+    // The only worker is busy with a slow model call, so the second task stays queued.
+    let model = ScriptedModelServer::start_blocking(vec![openai::tool_call(
+        "submit_answer",
+        &submit_answer(),
+    )
+    .delayed(4_000)]);
+    let warden = Warden::openai(&model.url());
+    std::fs::write(
+        warden.home.path().join("warden.toml"),
+        "[serve]\nworkers = 1\n",
+    )
+    .unwrap();
+    let server = Server::start(warden);
+    server.register("app", &repo);
+    let busy = server.submit("app", "slow question");
+    while model.requests().is_empty() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let queued = server.submit("app", "waits its turn");
+    assert_eq!(server.status(&queued), "queued");
+
+    let client = server.client(ALICE);
+    let cancel = client.run(&["cancel", &queued]);
+    server.expect(&cancel, 0);
+    assert!(cancel.stdout.contains(&queued), "{}", cancel.stdout);
+    assert_eq!(server.status(&queued), "cancelled");
+    // Following it ends at once: a task cancelled before it ran has no result, exit 1.
+    let follow = client.run(&["logs", &queued, "--follow"]);
+    server.expect(&follow, 1);
+    // The busy one was not touched.
+    let busy = client.run(&["logs", &busy, "--follow", "--json"]);
+    server.expect(&busy, 0);
+    assert_eq!(busy.json()["outcome"], "answer", "{}", server.stderr());
+}
+
+#[test]
+fn ctrl_c_stops_following_but_not_the_task() {
+    let repo = sample_repo();
+    let model = ScriptedModelServer::start_blocking(vec![openai::tool_call(
+        "submit_answer",
+        &submit_answer(),
+    )
+    .delayed(3_000)]);
+    let server = Server::start(Warden::openai(&model.url()));
+    server.register("app", &repo);
+    let client = server.client(ALICE);
+    let child = client
+        .command(&["ask", "--repo", "app", "--json", "how does retry work?"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    while model.requests().is_empty() {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    interrupt(child.id());
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert!(output.stdout.is_empty());
+    let id = stderr
+        .split_whitespace()
+        .find(|w| w.starts_with("tsk_"))
+        .unwrap()
+        .to_string();
+    assert!(
+        stderr.contains(&format!("warden logs {id} --follow")),
+        "{stderr}"
+    );
+    // The task went on and can be picked up again.
+    let resumed = client.run(&["logs", &id, "--follow", "--json"]);
+    server.expect(&resumed, 0);
+    assert_eq!(resumed.json()["task_id"], id.as_str());
+}
+
+#[test]
+fn wrong_tokens_unknown_servers_and_local_paths_are_clear_errors() {
+    let repo = sample_repo();
+    let server = Server::start(Warden::faux());
+    server.register("app", &repo);
+
+    // A wrong token: the server's message, a hint, exit 2 (authentication is a usage problem).
+    let wrong = server
+        .client("wrong-token-0123456789")
+        .run(&["ask", "--repo", "app", "q?"]);
+    server.expect(&wrong, 2);
+    assert!(
+        wrong.stderr.contains("401 unauthorized"),
+        "{}",
+        wrong.stderr
+    );
+    assert!(wrong.stderr.contains("WARDEN_TOKEN"), "{}", wrong.stderr);
+    assert!(wrong.stdout.is_empty());
+
+    // An unregistered repository: the server's 422 message.
+    let unknown = server.client(ALICE).run(&["ask", "--repo", "nope", "q?"]);
+    server.expect(&unknown, 2);
+    assert!(
+        unknown.stderr.contains("not registered"),
+        "{}",
+        unknown.stderr
+    );
+
+    // A local path cannot be sent to a server: said before anything is sent.
+    let path = server
+        .client(ALICE)
+        .run(&["ask", "--repo", repo.path().to_str().unwrap(), "q?"]);
+    server.expect(&path, 2);
+    assert!(path.stderr.contains("POST /v1/repos"), "{}", path.stderr);
+
+    // Nothing listens there: the URL is named, exit 1.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let nowhere = format!("http://127.0.0.1:{port}");
+    let down = Warden::new().run(&["--server", &nowhere, "tasks"]);
+    assert_code(&down, 1);
+    assert!(
+        down.stderr
+            .contains(&format!("cannot reach the Warden server at {nowhere}")),
+        "{}",
+        down.stderr
+    );
+    let bad_url = Warden::new().run(&["tasks", "--server", "localhost:8787"]);
+    assert_code(&bad_url, 2);
+    assert!(bad_url.stderr.contains("http://"), "{}", bad_url.stderr);
+
+    // Commands that only exist against a server say so without one.
+    for args in [
+        vec!["cancel", "tsk_01HZY8Q6K9V2M3N4P5R6S7T8V9"],
+        vec!["retry", "tsk_01HZY8Q6K9V2M3N4P5R6S7T8V9"],
+        vec!["answer", "tsk_01HZY8Q6K9V2M3N4P5R6S7T8V9", "yes"],
+    ] {
+        let run = Warden::new().run(&args);
+        assert_code(&run, 2);
+        assert!(run.stderr.contains("needs a server"), "{}", run.stderr);
+    }
+}
