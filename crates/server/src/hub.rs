@@ -482,6 +482,7 @@ impl Subscription {
         after: Option<u64>,
     ) -> Result<Subscription, StoreError> {
         hub.start().await?;
+        hub.metrics.stream_opened();
         let now = Instant::now();
         let (cursor, scan, catching_up) = match &selection {
             Selection::Task(_) => (after.unwrap_or(0), 0, true),
@@ -720,6 +721,12 @@ impl Subscription {
             }
         }
         Ok(())
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.hub.metrics.stream_closed();
     }
 }
 

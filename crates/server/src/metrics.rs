@@ -118,6 +118,7 @@ struct HttpKey {
 pub struct Metrics {
     runs_started: AtomicU64,
     events: AtomicU64,
+    streams: AtomicU64,
     models: Mutex<BTreeMap<String, ModelCounters>>,
     tools: Mutex<BTreeMap<(String, bool), u64>>,
     http: Mutex<BTreeMap<HttpKey, Histogram>>,
@@ -201,6 +202,16 @@ fn header(out: &mut String, name: &str, kind: &str, help: &str) {
 impl Metrics {
     pub fn new() -> Metrics {
         Metrics::default()
+    }
+
+    /// An event stream (SSE) opened.
+    pub fn stream_opened(&self) {
+        self.streams.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An event stream closed.
+    pub fn stream_closed(&self) {
+        self.streams.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// A worker of this process claimed a run.
@@ -291,6 +302,18 @@ impl Metrics {
             out,
             "warden_events_total {}",
             self.events.load(Ordering::Relaxed)
+        );
+
+        header(
+            &mut out,
+            "warden_event_streams",
+            "gauge",
+            "Open Server-Sent-Events streams.",
+        );
+        let _ = writeln!(
+            out,
+            "warden_event_streams {}",
+            self.streams.load(Ordering::Relaxed)
         );
 
         let models = self

@@ -468,6 +468,9 @@ async fn metrics_count_tasks_events_spend_and_requests() {
     )
     .await;
     api.request("/no/such/route", Some(ALICE), &[]).await;
+    // One stream open, one opened and closed.
+    let open = api.request("/v1/events", Some(ALICE), &[]).await;
+    drop(api.request("/v1/events", Some(ALICE), &[]).await);
 
     let reply = api.request("/metrics", Some(BOB), &[]).await;
     assert_eq!(reply.status, StatusCode::OK);
@@ -483,6 +486,8 @@ async fn metrics_count_tasks_events_spend_and_requests() {
         "warden_runs_started_total 1",
         "# TYPE warden_events_total counter",
         "warden_events_total 3",
+        "# TYPE warden_event_streams gauge",
+        "warden_event_streams 1",
         "# TYPE warden_model_calls_total counter",
         "warden_model_calls_total{model=\"gpt-x\"} 2",
         "warden_model_input_tokens_total{model=\"gpt-x\"} 200",
@@ -526,6 +531,7 @@ async fn metrics_count_tasks_events_spend_and_requests() {
             "{line}"
         );
     }
+    drop(open);
 }
 
 // --- over a real socket ---
