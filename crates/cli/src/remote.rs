@@ -716,6 +716,154 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// A server answering the `n`th request with `respond(n, request head)`, then closing the
+    /// connection; every request head is kept.
+    async fn fake_server(
+        respond: fn(usize, &str) -> String,
+    ) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = std::sync::Arc::clone(&heads);
+        tokio::spawn(async move {
+            let mut count = 0;
+            loop {
+                let (mut socket, _) = listener.accept().await.unwrap();
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if socket.read(&mut byte).await.unwrap() == 0 {
+                        break;
+                    }
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).into_owned();
+                let reply = respond(count, &head);
+                seen.lock().unwrap().push(head);
+                count += 1;
+                let _ = socket.write_all(reply.as_bytes()).await;
+                let _ = socket.shutdown().await;
+            }
+        });
+        (url, heads)
+    }
+
+    fn http_json(status: &str, body: &Value) -> String {
+        let body = body.to_string();
+        format!(
+            "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            body.len()
+        )
+    }
+
+    /// An event stream that the connection's end cuts off (no length, no chunking).
+    fn http_events(events: &[(u64, Value)]) -> String {
+        let mut out = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n: keep-alive\n\n".to_string();
+        for (seq, event) in events {
+            let data =
+                json!({"seq": seq + 100, "task_seq": seq, "task": TASK, "at": "", "event": event});
+            out.push_str(&format!("id: {seq}\nevent: x\ndata: {data}\n\n"));
+        }
+        out
+    }
+
+    const TASK: &str = "tsk_01HZY8Q6K9V2M3N4P5R6S7T8V9";
+
+    fn tool(n: u64) -> Value {
+        json!({"type": "tool_started", "call_id": format!("c{n}"), "tool": "search", "summary": format!("step {n}")})
+    }
+
+    fn task(status: &str) -> Value {
+        json!({"id": TASK, "kind": "question", "status": status,
+               "result": {"task_id": TASK, "outcome": "answer"}})
+    }
+
+    async fn follow_collecting(url: &str) -> (anyhow::Result<Value>, Vec<String>) {
+        let remote = Remote::new(url, Some("token")).unwrap();
+        let seen = std::cell::RefCell::new(Vec::new());
+        let id: TaskId = TASK.parse().unwrap();
+        let followed = remote
+            .follow(
+                &id,
+                None,
+                &|event| {
+                    if let Event::ToolStarted { summary, .. } = event {
+                        seen.borrow_mut().push(summary);
+                    }
+                },
+                &|line| seen.borrow_mut().push(line.to_string()),
+            )
+            .await;
+        (followed, seen.into_inner())
+    }
+
+    #[tokio::test]
+    async fn a_dropped_stream_resumes_after_the_last_event_without_repeats() {
+        let (url, heads) = fake_server(|n, _| match n {
+            // The stream breaks off after two events; the task still runs.
+            0 => http_events(&[(1, tool(1)), (2, tool(2))]),
+            1 => http_json("200 OK", &task("running")),
+            // The server resends from its own cursor: the repeat is not shown twice.
+            2 => http_events(&[(2, tool(2)), (3, tool(3))]),
+            _ => http_json("200 OK", &task("completed")),
+        })
+        .await;
+        let (followed, seen) = follow_collecting(&url).await;
+        assert_eq!(followed.unwrap()["status"], "completed");
+        assert_eq!(seen, ["step 1", "step 2", "step 3"]);
+        let heads = heads.lock().unwrap().clone();
+        assert!(heads[0].starts_with(&format!("GET /v1/tasks/{TASK}/events ")));
+        assert!(!heads[0].to_lowercase().contains("last-event-id"));
+        assert!(
+            heads[0].contains("authorization: Bearer token"),
+            "{}",
+            heads[0]
+        );
+        assert!(
+            heads[2].to_lowercase().contains("last-event-id: 2"),
+            "{}",
+            heads[2]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_server_without_an_events_route_is_polled() {
+        let (url, _) = fake_server(|n, head| {
+            if head.contains("/events ") {
+                let path = head.split(' ').nth(1).unwrap_or_default().to_string();
+                http_json(
+                    "404 Not Found",
+                    &json!({"error": {"code": "not_found", "message": format!("no route {path}")}}),
+                )
+            } else if n < 3 {
+                http_json("200 OK", &task("running"))
+            } else {
+                http_json("200 OK", &task("completed"))
+            }
+        })
+        .await;
+        let (followed, seen) = follow_collecting(&url).await;
+        assert_eq!(followed.unwrap()["status"], "completed");
+        assert_eq!(seen, [format!("warden: {TASK} is running")]);
+    }
+
+    #[tokio::test]
+    async fn a_missing_task_is_not_mistaken_for_a_missing_route() {
+        let (url, _) = fake_server(|_, _| {
+            http_json(
+                "404 Not Found",
+                &json!({"error": {"code": "not_found", "message": format!("task {TASK} not found")}}),
+            )
+        })
+        .await;
+        let (followed, _) = follow_collecting(&url).await;
+        let error = followed.unwrap_err();
+        assert_eq!(api_failure(&error).unwrap().status, 404);
+        assert!(format!("{error:#}").contains("not found"));
+    }
+
     fn messages(pieces: &[&str]) -> Vec<SseMessage> {
         let mut parser = SseParser::default();
         let mut out = Vec::new();

@@ -122,7 +122,7 @@ impl Server {
     }
 
     fn status(&self, id: &str) -> String {
-        let (status, body) = self.request("GET", &format!("/v1/tasks/{id}"), ALICE, None);
+        let (status, body) = self.request("GET", &format!("/v1/tasks/{id}"), ADMIN, None);
         assert_eq!(status, 200, "{body}");
         body["status"].as_str().unwrap().to_string()
     }
@@ -270,9 +270,12 @@ fn ask_with_a_server_streams_progress_and_prints_the_in_process_result() {
 }
 
 #[test]
-fn tasks_show_and_logs_follow_read_the_server() {
+fn tasks_show_logs_and_retry_read_the_server() {
     let repo = sample_repo();
-    let model = ScriptedModelServer::start_blocking(answering_script());
+    // The question, then its retry.
+    let mut script = answering_script();
+    script.extend(answering_script());
+    let model = ScriptedModelServer::start_blocking(script);
     let server = Server::start(Warden::openai(&model.url()));
     server.register("app", &repo);
     let client = server.client(ALICE);
@@ -311,7 +314,35 @@ fn tasks_show_and_logs_follow_read_the_server() {
     assert_eq!(logs.json(), asked.json());
     assert!(logs.stderr.contains("→ search"), "{}", logs.stderr);
 
-    // Another user's server token sees nothing of it; an unknown task is a usage error.
+    // The journal, one record a line, its hash chain verified by the server.
+    let journal = client.run(&["logs", &id]);
+    server.expect(&journal, 0);
+    let kinds: Vec<String> = journal
+        .stdout
+        .lines()
+        .map(|line| {
+            let record: Value = serde_json::from_str(line).unwrap();
+            record["kind"].as_str().unwrap().to_string()
+        })
+        .collect();
+    assert_eq!(kinds.first().map(String::as_str), Some("run_started"));
+    assert_eq!(kinds.last().map(String::as_str), Some("run_finished"));
+    assert!(journal.stderr.contains("verified"), "{}", journal.stderr);
+
+    // A retry is a new task, followed like the first.
+    let retried = client.run(&["retry", &id, "--json"]);
+    server.expect(&retried, 0);
+    let again = retried.json();
+    assert_eq!(again["outcome"], "answer");
+    assert_ne!(again["task_id"], id.as_str());
+    assert!(
+        retried.stderr.contains(&format!("retrying {id} as")),
+        "{}",
+        retried.stderr
+    );
+    assert!(retried.stderr.contains("→ search"), "{}", retried.stderr);
+
+    // An unknown task is a usage error with the server's message.
     let missing = client.run(&["show", "tsk_01HZY8Q6K9V2M3N4P5R6S7T8V9"]);
     server.expect(&missing, 2);
     assert!(
@@ -366,6 +397,77 @@ fn a_clarification_exits_3_and_answer_resumes_the_task() {
     assert!(messages.contains("how does retry work?"), "{messages}");
     assert!(messages.contains("Which retry"), "{messages}");
     assert!(messages.contains("the HTTP one"), "{messages}");
+}
+
+#[test]
+fn run_with_a_server_waits_for_approval_and_reject_decides_it() {
+    let repo = TempRepo::new();
+    repo.write("src/lib.txt", "alpha\nbeta\ngamma\n")
+        .write("check.sh", "grep -q BETA src/lib.txt\n");
+    repo.commit("initial");
+    let model = ScriptedModelServer::start_blocking(vec![
+        openai::tool_call(
+            "edit_file",
+            &json!({"path": "src/lib.txt", "old": "beta", "new": "BETA"}).to_string(),
+        ),
+        openai::tool_call(
+            "submit_change",
+            &json!({"summary": "Make beta uppercase"}).to_string(),
+        ),
+    ]);
+    let server = Server::start(Warden::openai(&model.url()));
+    server.register("app", &repo);
+    let client = server.client(ADMIN);
+    let run = client.run(&[
+        "run",
+        "--repo",
+        "app",
+        "--check",
+        "bash check.sh",
+        "--publish",
+        "make beta uppercase",
+    ]);
+    // A proposal waiting for the approval to publish it: exit 4, printed as in-process.
+    server.expect(&run, 4);
+    assert!(run.stdout.contains("Proposal "), "{}", run.stdout);
+    assert!(run.stdout.contains("✓ bash check.sh"), "{}", run.stdout);
+    assert!(run.stderr.contains("→ edit_file"), "{}", run.stderr);
+    let approve_line = run
+        .stdout
+        .lines()
+        .find(|l| l.trim_start().starts_with("warden approve "))
+        .unwrap_or_else(|| panic!("no approve hint in:\n{}", run.stdout));
+    let words: Vec<&str> = approve_line.split_whitespace().collect();
+    let (approval, hash) = (words[2], words[4]);
+    let task = run
+        .stdout
+        .split(|c: char| c.is_whitespace() || c == '[')
+        .find(|w| w.starts_with("tsk_"))
+        .unwrap()
+        .to_string();
+    assert_eq!(server.status(&task), "waiting_approval");
+
+    // A hash that is not the approval's: refused, nothing decided.
+    let wrong = format!("sha256:{}", "0".repeat(64));
+    assert_ne!(hash, wrong);
+    let mismatch = client.run(&["approve", approval, "--hash", &wrong]);
+    server.expect(&mismatch, 2);
+    assert!(mismatch.stderr.contains("409"), "{}", mismatch.stderr);
+
+    let reject = client.run(&["reject", approval]);
+    server.expect(&reject, 0);
+    assert!(
+        reject.stdout.contains(&format!("rejected {approval}")),
+        "{}",
+        reject.stdout
+    );
+    let (status, decided) =
+        server.request("GET", &format!("/v1/approvals/{approval}"), ADMIN, None);
+    assert_eq!(status, 200, "{decided}");
+    assert_eq!(decided["status"], "rejected");
+    // Decided once: approving now is refused.
+    let late = client.run(&["approve", approval, "--hash", hash]);
+    server.expect(&late, 2);
 }
 
 #[test]
