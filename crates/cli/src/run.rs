@@ -28,7 +28,8 @@ const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// The repository: local path or git URL, optionally `@REV`
+    /// The repository: local path or git URL, optionally `@REV`; with --server, the name of a
+    /// repository registered on the server
     #[arg(long = "repo", value_name = "PATH|URL[@REV]")]
     pub repo: String,
     /// Print the result as one JSON object
