@@ -90,6 +90,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List the repositories registered on the server; `repos add` registers one (needs --server)
+    Repos {
+        #[command(subcommand)]
+        command: Option<remote_cli::ReposCommand>,
+        #[arg(long)]
+        json: bool,
+    },
     /// Run the HTTP API and workers (one instance per WARDEN_HOME)
     Serve,
     /// Run workers only, against a shared Postgres (WARDEN_DATABASE_URL)
@@ -236,6 +243,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Cancel { .. } => Err(needs_server("cancel")),
         Command::Retry { .. } => Err(needs_server("retry")),
         Command::Answer { .. } => Err(needs_server("answer")),
+        Command::Repos { .. } => Err(needs_server("repos")),
         Command::Logs { task, .. } => {
             let id = task.parse().map_err(usage)?;
             let path = records::journal_path(&config.home, &id, 1);

@@ -15,6 +15,26 @@ use warden_runtime::EventSink;
 /// Exit code when Ctrl-C stopped following (the shell's convention for SIGINT).
 const INTERRUPTED: u8 = 130;
 
+/// `warden repos add`.
+#[derive(Debug, clap::Subcommand)]
+pub enum ReposCommand {
+    /// Register a repository on the server (admin token)
+    Add {
+        /// 1-100 letters, digits, `.`, `_` or `-`
+        name: String,
+        /// An absolute path on the server, or a git URL
+        source: String,
+        /// The branch tasks use when they name no revision
+        #[arg(long)]
+        branch: Option<String>,
+        /// A check command for change tasks (repeatable)
+        #[arg(long = "check", value_name = "CMD")]
+        checks: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
 /// What became of a command: handled against the server, or left to run locally.
 pub enum Dispatch {
     Done(u8),
@@ -36,7 +56,8 @@ pub fn dispatch(options: &RemoteOptions, command: Command) -> anyhow::Result<Dis
         | Command::Logs { .. }
         | Command::Cancel { .. }
         | Command::Retry { .. }
-        | Command::Answer { .. }) => command,
+        | Command::Answer { .. }
+        | Command::Repos { .. }) => command,
         other => return Ok(Dispatch::Local(other)),
     };
     let remote = Remote::new(server, options.token.as_deref())?;
@@ -73,6 +94,7 @@ async fn execute(remote: &Remote, command: Command) -> anyhow::Result<u8> {
             follow_and_print(remote, &new_id, None, json).await
         }
         Command::Answer { task, text, json } => answer(remote, &task_id(&task)?, &text, json).await,
+        Command::Repos { command, json } => repos(remote, command, json).await,
         Command::Approve(args) => {
             let id = approval_id(&args.id)?;
             let reply = remote
@@ -165,8 +187,8 @@ fn registered_repos(arguments: &[String]) -> anyhow::Result<Vec<String>> {
                 Err(usage(anyhow::anyhow!(
                     "with --server, --repo names a repository registered on the server \
                      (NAME[@REV]), not a local path or URL: {}. Register it first (admin \
-                     token): POST /v1/repos {{\"name\": \"…\", \"source\": \"<path on the server \
-                     or git URL>\"}}",
+                     token): warden repos add NAME SOURCE (POST /v1/repos), where SOURCE is a \
+                     path on the server or a git URL",
                     text::one_line(argument)
                 )))
             }
@@ -334,6 +356,51 @@ fn debug_name<T: serde::de::DeserializeOwned + std::fmt::Debug>(value: &Value) -
     serde_json::from_value::<T>(value.clone())
         .map(|v| format!("{v:?}"))
         .unwrap_or_else(|_| text::one_line(value.as_str().unwrap_or("?")))
+}
+
+async fn repos(remote: &Remote, command: Option<ReposCommand>, json: bool) -> anyhow::Result<u8> {
+    match command {
+        None => {
+            let page = remote.get("/v1/repos").await?;
+            let data = page["data"].as_array().cloned().unwrap_or_default();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&data)?);
+            } else {
+                for repo in &data {
+                    println!(
+                        "{}  {}",
+                        text::one_line(repo["name"].as_str().unwrap_or("?")),
+                        text::one_line(repo["source"].as_str().unwrap_or("?"))
+                    );
+                }
+            }
+            Ok(0)
+        }
+        Some(ReposCommand::Add {
+            name,
+            source,
+            branch,
+            checks,
+            json: json_out,
+        }) => {
+            let mut body = json!({"name": name, "source": source, "checks": checks});
+            if let Some(branch) = branch {
+                body["branch"] = json!(branch);
+            }
+            let repo = remote.post("/v1/repos", &body).await?;
+            if json || json_out {
+                println!("{repo}");
+            } else {
+                println!(
+                    "registered {} ({}) on {}",
+                    text::one_line(repo["name"].as_str().unwrap_or(&name)),
+                    text::one_line(repo["source"].as_str().unwrap_or(&source)),
+                    remote.base()
+                );
+            }
+            Ok(0)
+        }
+    }
 }
 
 async fn show(remote: &Remote, id: &TaskId, json: bool) -> anyhow::Result<u8> {

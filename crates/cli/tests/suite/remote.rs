@@ -1,7 +1,7 @@
 //! The `warden` CLI as a client of a remote `warden serve`: the real binary on both sides, the
 //! scripted model server behind the server. `ask --server` prints the same result JSON as the
 //! in-process path with progress on stderr; clarifications exit 3 and `answer` resumes them;
-//! `tasks`, `show`, `cancel`, `logs --follow`; Ctrl-C stops following without cancelling;
+//! `tasks`, `show`, `cancel`, `logs --follow`, `repos`; Ctrl-C stops following without cancelling;
 //! a wrong token and an unreachable server are clear errors.
 
 #![allow(clippy::disallowed_methods)] // the tests spawn the binary under test and `kill`
@@ -552,7 +552,18 @@ fn ctrl_c_stops_following_but_not_the_task() {
 fn wrong_tokens_unknown_servers_and_local_paths_are_clear_errors() {
     let repo = sample_repo();
     let server = Server::start(Warden::faux());
-    server.register("app", &repo);
+    let source = repo.path().to_str().unwrap();
+
+    // Registering needs an admin token; the server's 403 says so.
+    let refused = server.client(ALICE).run(&["repos", "add", "app", source]);
+    server.expect(&refused, 2);
+    assert!(refused.stderr.contains("403"), "{}", refused.stderr);
+    let added = server.client(ADMIN).run(&["repos", "add", "app", source]);
+    server.expect(&added, 0);
+    assert!(added.stdout.contains("registered app"), "{}", added.stdout);
+    let listed = server.client(ALICE).run(&["repos", "--json"]);
+    server.expect(&listed, 0);
+    assert_eq!(listed.json()[0]["name"], "app");
 
     // A wrong token: the server's message, a hint, exit 2 (authentication is a usage problem).
     let wrong = server
@@ -581,7 +592,7 @@ fn wrong_tokens_unknown_servers_and_local_paths_are_clear_errors() {
         .client(ALICE)
         .run(&["ask", "--repo", repo.path().to_str().unwrap(), "q?"]);
     server.expect(&path, 2);
-    assert!(path.stderr.contains("POST /v1/repos"), "{}", path.stderr);
+    assert!(path.stderr.contains("warden repos add"), "{}", path.stderr);
 
     // Nothing listens there: the URL is named, exit 1.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
