@@ -457,7 +457,10 @@ impl Remote {
             return Ok(None);
         };
         let mut last = None;
-        while let Ok(message) = tokio::time::timeout(DRAINED, stream.next()).await {
+        // The stored events are sent at once: wait for the first, then until a pause.
+        let mut wait = REQUEST_TIMEOUT;
+        while let Ok(message) = tokio::time::timeout(wait, stream.next()).await {
+            wait = DRAINED;
             let Some(message) = message? else {
                 break;
             };
