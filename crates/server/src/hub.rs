@@ -952,8 +952,9 @@ impl Store for NotifyingStore {
         &'a self,
         worker: &'a str,
         lease: Duration,
+        kinds: &'a [&'a str],
     ) -> BoxFuture<'a, Result<Option<Intent>, StoreError>> {
-        self.inner.claim_intent(worker, lease)
+        self.inner.claim_intent(worker, lease, kinds)
     }
 
     fn complete_intent<'a>(

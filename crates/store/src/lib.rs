@@ -233,11 +233,14 @@ pub trait Store: Send + Sync {
     /// Records a side-effect intent, `pending` and due now.
     fn enqueue_intent(&self, intent: NewIntent) -> BoxFuture<'_, Result<Intent, StoreError>>;
 
-    /// Takes the oldest due pending intent that no live lease holds, leasing it to `worker`.
+    /// Takes the oldest due pending intent of one of `kinds` that no live lease holds, leasing
+    /// it to `worker`. Each consumer names the kinds it performs, so none claims (and delays)
+    /// another's intents; an empty `kinds` claims nothing.
     fn claim_intent<'a>(
         &'a self,
         worker: &'a str,
         lease: Duration,
+        kinds: &'a [&'a str],
     ) -> BoxFuture<'a, Result<Option<Intent>, StoreError>>;
 
     /// Marks `worker`'s claimed intent done. Succeeds exactly once per intent.

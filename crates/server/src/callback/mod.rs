@@ -506,13 +506,12 @@ impl Callbacks {
     /// Delivers every due callback intent once.
     pub async fn send_due(&self) -> Result<Sent, StoreError> {
         let mut report = Sent::default();
-        while let Some(intent) = self.store.claim_intent(&self.worker, LEASE).await? {
-            if intent.kind != INTENT_KIND {
-                // The outbox is shared and claim_intent takes any kind: leave it to its owner
-                // (the lease lapses; this pass does not claim it again).
-                tracing::debug!(intent = %intent.id, kind = %intent.kind, "not a callback; left alone");
-                continue;
-            }
+        // The outbox is shared: claim only callbacks, never another consumer's intents.
+        while let Some(intent) = self
+            .store
+            .claim_intent(&self.worker, LEASE, &[INTENT_KIND])
+            .await?
+        {
             self.send_one(intent, &mut report).await?;
         }
         Ok(report)

@@ -1427,6 +1427,7 @@ impl PostgresStore {
         &self,
         worker: &str,
         lease: Duration,
+        kinds: &[&str],
     ) -> Result<Option<Intent>, StoreError> {
         let now = self.now();
         let expires = now.saturating_add(duration_ms(lease));
@@ -1440,11 +1441,12 @@ impl PostgresStore {
                      SELECT id FROM outbox
                      WHERE status = 'pending' AND next_attempt_at_ms <= $1
                        AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= $1)
+                       AND kind = ANY($4)
                      ORDER BY next_attempt_at_ms, created_at_ms, id
                      LIMIT 1 FOR UPDATE SKIP LOCKED)
                  RETURNING {INTENT_COLUMNS}"
             ),
-            &[&now, &worker, &expires],
+            &[&now, &worker, &expires, &kinds],
         )
         .await?;
         row.as_ref().map(read_intent).transpose()
@@ -1950,8 +1952,9 @@ impl Store for PostgresStore {
         &'a self,
         worker: &'a str,
         lease: Duration,
+        kinds: &'a [&'a str],
     ) -> BoxFuture<'a, Result<Option<Intent>, StoreError>> {
-        Box::pin(self.claim_intent_impl(worker, lease))
+        Box::pin(self.claim_intent_impl(worker, lease, kinds))
     }
 
     fn complete_intent<'a>(

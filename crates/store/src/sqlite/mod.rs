@@ -1540,9 +1540,12 @@ impl Store for SqliteStore {
         &'a self,
         worker: &'a str,
         lease: Duration,
+        kinds: &'a [&'a str],
     ) -> BoxFuture<'a, Result<Option<Intent>, StoreError>> {
         let worker = worker.to_string();
         let lease_ms = duration_ms(lease);
+        // A JSON array, so any kind name matches exactly (no separator to escape).
+        let kinds = serde_json::Value::from(kinds.to_vec()).to_string();
         self.write(move |conn, now| {
             let claimed = conn
                 .prepare_cached(&format!(
@@ -1552,12 +1555,13 @@ impl Store for SqliteStore {
                          SELECT id FROM outbox
                          WHERE status = 'pending' AND next_attempt_at_ms <= ?1
                            AND (lease_expires_at_ms IS NULL OR lease_expires_at_ms <= ?1)
+                           AND kind IN (SELECT value FROM json_each(?4))
                          ORDER BY next_attempt_at_ms, created_at_ms, id LIMIT 1)
                      RETURNING {INTENT_COLUMNS}"
                 ))
                 .db()?
                 .query_row(
-                    params![now, worker, now.saturating_add(lease_ms)],
+                    params![now, worker, now.saturating_add(lease_ms), kinds],
                     read_intent,
                 )
                 .optional()

@@ -1,5 +1,6 @@
 //! The outbox of side-effect intents: claimed under a lease by one worker at a time, marked
-//! done exactly once, retried at a set time or failed for good.
+//! done exactly once, retried at a set time or failed for good; each consumer claims only the
+//! kinds it names.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -10,11 +11,18 @@ use warden_store::{IntentStatus, NewIntent, StoreError};
 
 use super::harness::{Fixture, LEASE};
 
+/// The kind the tests enqueue, as a claim filter.
+const PUSH: &[&str] = &["push"];
+
 fn intent(id: &str, task: &warden_protocol::TaskId) -> NewIntent {
+    of_kind(id, task, "push")
+}
+
+fn of_kind(id: &str, task: &warden_protocol::TaskId, kind: &str) -> NewIntent {
     NewIntent {
         id: id.into(),
         task: task.clone(),
-        kind: "push".into(),
+        kind: kind.into(),
         payload: json!({"branch": "warden/x", "commit": "abc"}),
     }
 }
@@ -48,7 +56,7 @@ async fn intents_are_claimed_once_and_done_once(f: &Fixture) {
         workers.push(tokio::spawn(async move {
             let name = format!("w{w}");
             let mut done = Vec::new();
-            while let Some(claimed) = store.claim_intent(&name, LEASE).await.unwrap() {
+            while let Some(claimed) = store.claim_intent(&name, LEASE, PUSH).await.unwrap() {
                 assert_eq!(claimed.lease_owner.as_deref(), Some(name.as_str()));
                 let finished = store.complete_intent(&claimed.id, &name).await.unwrap();
                 assert_eq!(finished.status, IntentStatus::Done);
@@ -90,13 +98,28 @@ async fn leases_expire_and_failures_retry(f: &Fixture) {
         .enqueue_intent(intent("int_a", &task))
         .await
         .unwrap();
-    let first = f.store.claim_intent("w1", LEASE).await.unwrap().unwrap();
+    let first = f
+        .store
+        .claim_intent("w1", LEASE, PUSH)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(first.attempts, 1);
-    assert!(f.store.claim_intent("w2", LEASE).await.unwrap().is_none());
+    assert!(f
+        .store
+        .claim_intent("w2", LEASE, PUSH)
+        .await
+        .unwrap()
+        .is_none());
 
     // w1 stalls past its lease; w2 takes over, and w1 may no longer complete it.
     f.clock.advance(LEASE + Duration::from_secs(1));
-    let second = f.store.claim_intent("w2", LEASE).await.unwrap().unwrap();
+    let second = f
+        .store
+        .claim_intent("w2", LEASE, PUSH)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!((second.id.as_str(), second.attempts), ("int_a", 2));
     assert!(matches!(
         f.store.complete_intent("int_a", "w1").await,
@@ -113,9 +136,19 @@ async fn leases_expire_and_failures_retry(f: &Fixture) {
     assert_eq!(failed.status, IntentStatus::Pending);
     assert_eq!(failed.last_error.as_deref(), Some("remote said 502"));
     assert_eq!(failed.lease_owner, None);
-    assert!(f.store.claim_intent("w3", LEASE).await.unwrap().is_none());
+    assert!(f
+        .store
+        .claim_intent("w3", LEASE, PUSH)
+        .await
+        .unwrap()
+        .is_none());
     f.clock.advance(LEASE + Duration::from_secs(60));
-    let third = f.store.claim_intent("w3", LEASE).await.unwrap().unwrap();
+    let third = f
+        .store
+        .claim_intent("w3", LEASE, PUSH)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(third.attempts, 3);
 
     // Failing for good is final.
@@ -125,7 +158,12 @@ async fn leases_expire_and_failures_retry(f: &Fixture) {
         .await
         .unwrap();
     assert_eq!(dead.status, IntentStatus::Failed);
-    assert!(f.store.claim_intent("w3", LEASE).await.unwrap().is_none());
+    assert!(f
+        .store
+        .claim_intent("w3", LEASE, PUSH)
+        .await
+        .unwrap()
+        .is_none());
     assert!(matches!(
         f.store.complete_intent("int_a", "w3").await,
         Err(StoreError::IntentState {
@@ -139,7 +177,60 @@ async fn leases_expire_and_failures_retry(f: &Fixture) {
     ));
 }
 
+async fn consumers_claim_only_their_own_kinds(f: &Fixture) {
+    let task = f.task(TaskKind::Change, &["app"]).await.id;
+    // Oldest first overall: another consumer's intent is due before each of ours.
+    for (id, kind) in [
+        ("int_1", "publish"),
+        ("int_2", "callback"),
+        ("int_3", "publish"),
+        // A kind that would match a naive separator-joined list of "callback" and "publish".
+        ("int_4", "callback,publish"),
+        ("int_5", "callback"),
+    ] {
+        f.store
+            .enqueue_intent(of_kind(id, &task, kind))
+            .await
+            .unwrap();
+    }
+    let mut callbacks = Vec::new();
+    while let Some(claimed) = f
+        .store
+        .claim_intent("cb", LEASE, &["callback"])
+        .await
+        .unwrap()
+    {
+        assert_eq!(claimed.kind, "callback", "{claimed:?}");
+        f.store.complete_intent(&claimed.id, "cb").await.unwrap();
+        callbacks.push(claimed.id);
+    }
+    assert_eq!(callbacks, ["int_2", "int_5"]);
+    // Nothing else was touched: no lease taken, no attempt counted.
+    let listed = f.store.list_intents(&task).await.unwrap();
+    for other in listed.iter().filter(|i| i.kind != "callback") {
+        assert_eq!(
+            (other.status, other.attempts, other.lease_owner.as_deref()),
+            (IntentStatus::Pending, 0, None),
+            "{other:?}"
+        );
+    }
+    // An empty filter claims nothing; several kinds claim any of them, oldest first.
+    assert!(f
+        .store
+        .claim_intent("x", LEASE, &[])
+        .await
+        .unwrap()
+        .is_none());
+    let both = ["publish", "callback,publish"];
+    let mut rest = Vec::new();
+    while let Some(claimed) = f.store.claim_intent("p", LEASE, &both).await.unwrap() {
+        rest.push(claimed.id);
+    }
+    assert_eq!(rest, ["int_1", "int_3", "int_4"]);
+}
+
 conformance!(
     intents_are_claimed_once_and_done_once,
-    leases_expire_and_failures_retry
+    leases_expire_and_failures_retry,
+    consumers_claim_only_their_own_kinds
 );
