@@ -4,8 +4,15 @@
 //! asking the remote first (`ls-remote` for the branch, pulls-by-head for the pull request),
 //! never from a local record, so running the steps again after a crash at any point completes
 //! the publication with exactly one branch and one pull request. The caller (the CLI's
-//! `warden approve`, later the server's publish intents) verifies the approval and records the
-//! publication status between the steps.
+//! `warden approve`, or a `warden serve` worker through [`publish_approved`]) verifies the
+//! approval and records the publication status.
+//!
+//! On the server the task queue is the durable trigger: deciding a publish approval moves its
+//! task from `waiting_approval` back to `queued` ([`requeue_decided`], re-done by workers with
+//! [`requeue_decided_tasks`] after a crash in between), and the worker that claims it publishes
+//! ([`approved_publication`]) or ends it with the rejection ([`rejected_publication`]) instead
+//! of running the agent. A crash during publication interrupts that run; the next run resumes
+//! it, each step reconciled with the remote.
 //!
 //! Crash tests stop the process at named points with `WARDEN_FAILPOINT`:
 //! `publish_after_push` (pushed, nothing recorded) and `publish_after_pr` (opened, nothing
@@ -749,6 +756,43 @@ pub async fn publish_approved(
     Ok(result)
 }
 
+/// A change task's result and the stored publish approval it records (the one its proposal
+/// waits for, or was published under). `None`: no proposal, no approval, or one that is not a
+/// publish approval of this task.
+async fn recorded_publication(
+    store: &dyn warden_store::Store,
+    task: &warden_store::Task,
+) -> Result<Option<(warden_protocol::ChangeResult, warden_store::Approval)>, warden_store::StoreError>
+{
+    let Some(result) = task
+        .result
+        .clone()
+        .and_then(|value| serde_json::from_value::<warden_protocol::ChangeResult>(value).ok())
+    else {
+        return Ok(None);
+    };
+    if !matches!(
+        result.outcome,
+        warden_protocol::ChangeOutcome::Proposal { .. }
+    ) {
+        return Ok(None);
+    }
+    let Some(id) = result.approval.as_ref().map(|a| a.id.clone()) else {
+        return Ok(None);
+    };
+    let approval = store.get_approval(&id).await?.filter(|a| {
+        a.task == task.id && matches!(a.kind.as_str(), "publish" | "publish_sensitive")
+    });
+    Ok(approval.map(|approval| (result, approval)))
+}
+
+fn publication_status(result: &warden_protocol::ChangeResult) -> Option<PublicationStatus> {
+    match &result.outcome {
+        warden_protocol::ChangeOutcome::Proposal { publication, .. } => Some(publication.status),
+        _ => None,
+    }
+}
+
 /// The approval a claimed change task should be published under instead of running the agent
 /// again: its result is a proposal whose publication is not finished (`awaiting_approval`,
 /// `pushed` or `failed`) and its publish approval is approved (or consumed: a publication
@@ -757,35 +801,119 @@ pub async fn approved_publication(
     store: &dyn warden_store::Store,
     task: &warden_store::Task,
 ) -> Result<Option<warden_store::Approval>, warden_store::StoreError> {
-    let Some(result) = task
-        .result
-        .clone()
-        .and_then(|value| serde_json::from_value::<warden_protocol::ChangeResult>(value).ok())
-    else {
+    let Some((result, approval)) = recorded_publication(store, task).await? else {
         return Ok(None);
     };
     let unfinished = matches!(
-        &result.outcome,
-        warden_protocol::ChangeOutcome::Proposal { publication, .. }
-            if matches!(
-                publication.status,
-                PublicationStatus::AwaitingApproval
-                    | PublicationStatus::Pushed
-                    | PublicationStatus::Failed
-            )
+        publication_status(&result),
+        Some(
+            PublicationStatus::AwaitingApproval
+                | PublicationStatus::Pushed
+                | PublicationStatus::Failed
+        )
     );
-    let Some(recorded) = result.approval.filter(|_| unfinished) else {
+    let approved = matches!(
+        approval.status,
+        warden_store::ApprovalStatus::Approved | warden_store::ApprovalStatus::Consumed
+    );
+    Ok((unfinished && approved).then_some(approval))
+}
+
+/// The final result of a claimed change task whose publish approval was rejected while it
+/// waited: the proposal stays (in the result and in the mirror, for `warden apply`), its
+/// publication is `not_requested` (nothing was pushed; SPEC §5 has no `rejected` publication)
+/// and its approval shows the rejection. The task then ends `completed`, as `warden reject`
+/// ends a local one. `None` when the task is not a rejected publication.
+pub async fn rejected_publication(
+    store: &dyn warden_store::Store,
+    task: &warden_store::Task,
+) -> Result<Option<warden_protocol::ChangeResult>, warden_store::StoreError> {
+    let Some((mut result, approval)) = recorded_publication(store, task).await? else {
         return Ok(None);
     };
-    let approval = store.get_approval(&recorded.id).await?;
-    Ok(approval.filter(|a| {
-        a.task == task.id
-            && matches!(a.kind.as_str(), "publish" | "publish_sensitive")
-            && matches!(
-                a.status,
-                warden_store::ApprovalStatus::Approved | warden_store::ApprovalStatus::Consumed
-            )
-    }))
+    if publication_status(&result) != Some(PublicationStatus::AwaitingApproval)
+        || approval.status != warden_store::ApprovalStatus::Rejected
+    {
+        return Ok(None);
+    }
+    if let warden_protocol::ChangeOutcome::Proposal { publication, .. } = &mut result.outcome {
+        *publication = Publication {
+            status: PublicationStatus::NotRequested,
+            branch: None,
+            pr_url: None,
+        };
+    }
+    if let Some(recorded) = result.approval.as_mut() {
+        recorded.status = warden_protocol::ApprovalStatus::Rejected;
+        recorded.decided_by = approval.decided_by.clone();
+        recorded.decided_at = approval.decided_at_ms.map(crate::api::rfc3339);
+    }
+    Ok(Some(result))
+}
+
+/// Queues a task that waits for a publish approval once that approval is decided (approved or
+/// rejected): its next run publishes the proposal, or ends the task with the rejection, without
+/// running the agent. The queue is the durable trigger: a decision recorded by a process that
+/// died before queueing is found again by [`requeue_decided_tasks`]. `Ok(true)` when this call
+/// queued it; a task in any other status (still running, cancelled, queued by someone else) is
+/// left alone.
+pub async fn requeue_decided(
+    store: &dyn warden_store::Store,
+    task: &warden_protocol::TaskId,
+) -> Result<bool, warden_store::StoreError> {
+    use warden_protocol::TaskStatus;
+    let Some(current) = store.get_task(task).await? else {
+        return Ok(false);
+    };
+    if current.status != TaskStatus::WaitingApproval {
+        return Ok(false);
+    }
+    let Some((_, approval)) = recorded_publication(store, &current).await? else {
+        return Ok(false);
+    };
+    if approval.status == warden_store::ApprovalStatus::Pending {
+        return Ok(false);
+    }
+    match store
+        .transition(task, TaskStatus::WaitingApproval, TaskStatus::Queued, None)
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(warden_store::StoreError::StatusConflict { .. }) => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
+/// How many `waiting_approval` tasks one page of [`requeue_decided_tasks`] reads.
+const WAITING_PAGE: u32 = 200;
+
+/// [`requeue_decided`] for every task waiting for an approval: recovery from a crash between
+/// recording a decision and queueing its task, and for a decision made while the run that asked
+/// for it was still finishing. Workers call it periodically. Returns the tasks it queued.
+pub async fn requeue_decided_tasks(
+    store: &dyn warden_store::Store,
+) -> Result<Vec<warden_protocol::TaskId>, warden_store::StoreError> {
+    let mut queued = Vec::new();
+    let mut before = None;
+    loop {
+        let page = store
+            .list_tasks(warden_store::TaskQuery {
+                owner: None,
+                status: Some(warden_protocol::TaskStatus::WaitingApproval),
+                before: before.take(),
+                limit: WAITING_PAGE,
+            })
+            .await?;
+        for task in &page {
+            if requeue_decided(store, &task.id).await? {
+                queued.push(task.id.clone());
+            }
+        }
+        match page.last() {
+            Some(last) if page.len() == WAITING_PAGE as usize => before = Some(last.id.clone()),
+            _ => return Ok(queued),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -10,7 +10,9 @@
 //! decisions an earlier run journaled instead of paying for them again.
 //!
 //! A change run (one repository, a writable view, checks, a proposal, an approval when it is to
-//! be published) lives in [`change_task`].
+//! be published) lives in [`change_task`], as does the run of a task queued again by a decision
+//! on its publish approval (publication or rejection, no agent). Workers also queue, with the
+//! expired runs, waiting tasks whose approval was decided but which were not queued.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -109,6 +111,16 @@ pub async fn run_workers(
                     }
                 }
                 Err(error) => tracing::warn!(%error, "re-queueing expired runs failed"),
+            }
+            // Decisions on publish approvals whose task was not queued (a crash in between,
+            // or a decision made while the asking run was still finishing).
+            match crate::publish::requeue_decided_tasks(services.store.as_ref()).await {
+                Ok(queued) => {
+                    for task in queued {
+                        tracing::info!(%task, "queued for its decided publication");
+                    }
+                }
+                Err(error) => tracing::warn!(%error, "queueing decided publications failed"),
             }
         }
         let permit = tokio::select! {

@@ -9,14 +9,19 @@
 //!   digits is 422 `invalid_request`; a well-formed hash that is not the one the approval is
 //!   bound to is 409 `hash_mismatch`; an approval decided before (approved, rejected or
 //!   consumed) is 409 `already_decided`. Nothing changes in either case.
-//! - Approving a `publish` (or `publish_sensitive`) approval enqueues one outbox intent
-//!   `publish` (id `int_publish_<approval id>`, payload `{approval, task, hash}`) in the store:
-//!   the durable record that publication is due. The intent id is derived from the approval, so
-//!   it is enqueued at most once; an approval approved but left without its intent (a crash
-//!   between the two writes) is found by [`enqueue_missing_publish_intents`]. Performing it is
-//!   [`crate::publish::publish_approved`]; no loop in `warden serve` calls it yet (the task
-//!   would stay `waiting_approval`: the store's state machine has no `waiting_approval →
-//!   completed`, so the publication must run in a worker run of the task).
+//! - An approval of a task that has ended (cancelled, failed, …) is 409 `conflict`: there is
+//!   nothing left to approve. Cancelling a task rejects its pending approvals.
+//! - Deciding a `publish` (or `publish_sensitive`) approval queues its task again
+//!   (`waiting_approval → queued`, the only way out of waiting the state machine allows besides
+//!   cancelling). The worker that claims it does not run the agent: on approval it publishes
+//!   the proposal ([`crate::publish::publish_approved`]: push to `warden/<task>`, open the pull
+//!   request) and the task ends `completed` with `publication` `pushed` or `pr_opened` (`failed`
+//!   and the task `failed` when publication fails); on rejection the task ends `completed` with
+//!   the proposal kept (in the result and the mirror) and `publication` `not_requested`. The
+//!   queue is the durable trigger, no outbox intent is involved: a decision recorded by a
+//!   process that died before queueing its task is found by the workers' periodic
+//!   [`crate::publish::requeue_decided_tasks`]; a crash during publication interrupts the run
+//!   and the next run resumes it, each step reconciled with the remote.
 
 use std::sync::Arc;
 
@@ -28,16 +33,16 @@ use serde_json::{json, Value};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use warden_store::{Approval, ApprovalStatus, Decision, NewIntent, Store, StoreError};
+use warden_protocol::TaskId;
+use warden_store::{Approval, ApprovalStatus, Decision, Store, StoreError, Task};
 
 use super::auth::{authenticate, ApiRole, Caller};
 use super::schema::ErrorBody;
 use super::{rfc3339, ApiError, ApiJson, ApiState, ErrorCode};
+use crate::publish;
 
 /// Approval kinds whose approval publishes a proposal.
 pub const PUBLISH_KINDS: [&str; 2] = ["publish", "publish_sensitive"];
-/// The outbox intent kind that publishes an approved proposal.
-pub const PUBLISH_INTENT: &str = "publish";
 
 const DEFAULT_PAGE: usize = 50;
 const MAX_PAGE: usize = 200;
@@ -240,6 +245,43 @@ async fn get_approval(
     Ok(Json(approval_json(&approval)))
 }
 
+/// The 409 for deciding an approval of a task that has ended.
+fn ended(task: &Task, approval: &str) -> ApiError {
+    ApiError::new(
+        ErrorCode::Conflict,
+        format!(
+            "task {} is {}; approval {approval} can no longer be decided and nothing will be \
+             published",
+            task.id,
+            warden_store::state::status_name(task.status)
+        ),
+    )
+}
+
+/// Rejects the pending approvals of a task that was just cancelled, in the canceller's name, so
+/// none of them can authorise anything later. Failures are logged: the task has ended anyway
+/// (and deciding its approvals is refused from now on).
+pub async fn reject_pending(store: &dyn Store, task: &TaskId, by: &str) {
+    let pending = match store.list_approvals(Some(ApprovalStatus::Pending)).await {
+        Ok(pending) => pending,
+        Err(error) => {
+            tracing::warn!(%task, %error, "cannot list the approvals of a cancelled task");
+            return;
+        }
+    };
+    for approval in pending.iter().filter(|a| &a.task == task) {
+        match store
+            .decide_approval(&approval.id, &approval.subject_hash, Decision::Reject, by)
+            .await
+        {
+            Ok(_) | Err(StoreError::ApprovalState { .. }) => {}
+            Err(error) => {
+                tracing::warn!(%task, approval = %approval.id, %error, "cannot reject the approval of a cancelled task")
+            }
+        }
+    }
+}
+
 fn well_formed_hash(hash: &str) -> bool {
     hash.strip_prefix("sha256:").is_some_and(|hex| {
         hex.len() == 64
@@ -250,7 +292,8 @@ fn well_formed_hash(hash: &str) -> bool {
 }
 
 /// Decides a pending approval, once, for exactly the hash it is bound to (admin tokens only).
-/// Approving a `publish` approval starts publication in the background.
+/// Deciding a `publish` approval queues its task: a worker publishes the proposal (approve) or
+/// ends the task with it unpublished (reject).
 #[utoipa::path(post, path = "/v1/approvals/{id}", tag = "approvals", request_body = DecideApproval,
     params(("id" = String, Path, description = "The approval id")),
     responses(
@@ -260,7 +303,8 @@ fn well_formed_hash(hash: &str) -> bool {
         (status = 403, description = "Not an admin token", body = ErrorBody),
         (status = 404, description = "No such approval visible to this token", body = ErrorBody),
         (status = 409, description = "`hash_mismatch`: not the hash the approval is bound to; \
-            `already_decided`: the approval was decided before", body = ErrorBody),
+            `already_decided`: the approval was decided before; `conflict`: its task has ended \
+            (cancelled, failed, …)", body = ErrorBody),
         (status = 413, description = "The body is too large", body = ErrorBody),
         (status = 422, description = "Invalid fields (unknown decision, malformed hash)", body = ErrorBody),
     ))]
@@ -282,6 +326,11 @@ async fn decide_approval(
         return Err(ApiError::invalid(
             "hash must be sha256: followed by 64 lowercase hex digits",
         ));
+    }
+    if let Some(task) = state.store.get_task(&approval.task).await? {
+        if task.status.is_terminal() {
+            return Err(ended(&task, &approval.id));
+        }
     }
     let decision = match request.decision {
         DecisionName::Approve => Decision::Approve,
@@ -311,60 +360,20 @@ async fn decide_approval(
             }
             other => ApiError::from(other),
         })?;
-    if decided.status == ApprovalStatus::Approved && PUBLISH_KINDS.contains(&decided.kind.as_str())
-    {
-        enqueue_publish_intent(state.store.as_ref(), &decided).await?;
+    if PUBLISH_KINDS.contains(&decided.kind.as_str()) {
+        if publish::requeue_decided(state.store.as_ref(), &decided.task).await? {
+            state.wake.notify_one();
+        }
+        // Cancelled between the check above and the decision: nothing will be published.
+        if decided.status == ApprovalStatus::Approved {
+            if let Some(task) = state.store.get_task(&decided.task).await? {
+                if task.status.is_terminal() {
+                    return Err(ended(&task, &approval.id));
+                }
+            }
+        }
     }
     Ok(Json(approval_json(&decided)))
-}
-
-/// The outbox intent id publishing the proposal `approval` approves.
-pub fn publish_intent_id(approval: &str) -> String {
-    format!("int_publish_{approval}")
-}
-
-/// Enqueues the `publish` intent of an approved approval; one that exists already is fine.
-pub async fn enqueue_publish_intent(
-    store: &dyn Store,
-    approval: &Approval,
-) -> Result<(), StoreError> {
-    let intent = NewIntent {
-        id: publish_intent_id(&approval.id),
-        task: approval.task.clone(),
-        kind: PUBLISH_INTENT.to_string(),
-        payload: json!({
-            "approval": approval.id,
-            "task": approval.task.as_str(),
-            "hash": approval.subject_hash,
-        }),
-    };
-    match store.enqueue_intent(intent).await {
-        Ok(_) | Err(StoreError::AlreadyExists { .. }) => Ok(()),
-        Err(error) => Err(error),
-    }
-}
-
-/// Enqueues the `publish` intent of every approved (not yet consumed) publish approval that
-/// has none: recovery after a crash between recording the decision and enqueueing. Returns how
-/// many were enqueued.
-pub async fn enqueue_missing_publish_intents(store: &dyn Store) -> Result<usize, StoreError> {
-    let mut enqueued = 0;
-    for approval in store.list_approvals(Some(ApprovalStatus::Approved)).await? {
-        if !PUBLISH_KINDS.contains(&approval.kind.as_str()) {
-            continue;
-        }
-        let id = publish_intent_id(&approval.id);
-        let known = store
-            .list_intents(&approval.task)
-            .await?
-            .iter()
-            .any(|intent| intent.id == id);
-        if !known {
-            enqueue_publish_intent(store, &approval).await?;
-            enqueued += 1;
-        }
-    }
-    Ok(enqueued)
 }
 
 #[cfg(test)]

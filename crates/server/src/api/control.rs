@@ -6,7 +6,8 @@
 //!   so a run finishing at the same moment either wins or loses cleanly) with the result
 //!   `failure {code: "cancelled"}` and the spend so far, appends `task_finished`, and stops the
 //!   run: at once when it runs in this process, within about a second elsewhere
-//!   ([`crate::cancel`]); its sandbox commands are killed.
+//!   ([`crate::cancel`]); its sandbox commands are killed. Its pending approvals are rejected
+//!   in the canceller's name.
 //! - **Retry** repeats a finished task as a new one (`retry_of`): same kind, owner, request,
 //!   metadata and callback, and the same pinned commits, so the retry answers about the same
 //!   code the first attempt saw (submit a new task for the current code). A conversation the
@@ -150,6 +151,9 @@ async fn cancel_task(
             Ok(cancelled) => {
                 // Stop a run of this process now; others notice the status within a second.
                 state.running.stop(&cancelled.id);
+                // Its pending approvals (a proposal waiting to be published) die with it.
+                super::approvals::reject_pending(state.store.as_ref(), &cancelled.id, &caller.name)
+                    .await;
                 if let Err(error) = state
                     .store
                     .append_event(

@@ -22,8 +22,8 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use warden_protocol::{
-    ChangeOutcome, ChangeResult, Event, Failure, FailureCode, Role, TaskStatus, TranscriptEntry,
-    Usage,
+    ChangeOutcome, ChangeResult, Event, Failure, FailureCode, Publication, PublicationStatus, Role,
+    TaskStatus, TranscriptEntry, Usage,
 };
 use warden_runtime::{CancelFlag, EventSink, RunReport, SystemClock};
 use warden_store::{
@@ -35,7 +35,7 @@ use super::{earlier_decisions, repo_specs, setup_failure, Ending, Services, Work
 use crate::change::{self, ChangeOptions, ChangeRun, ChangeSandbox, ChangeSetup};
 use crate::journal::{store_events, ReplayModel, StoreEvents, StoreJournal};
 use crate::ledger::{Budget, StoreLedger};
-use crate::question;
+use crate::{publish, question};
 
 /// Who rejects an approval whose proposal a later run replaced.
 const WARDEN: &str = "warden";
@@ -84,6 +84,10 @@ pub(super) async fn run_change_task(
     let task = &claim.task;
     let model_name = services.model.name();
     let store = services.store.as_ref();
+    // Queued again by a decision on its publish approval: publish or end, no agent.
+    if let Some(ending) = decided_publication(services, claim).await {
+        return ending;
+    }
     let change_options = match ChangeOptions::from_metadata(&task.metadata) {
         Ok(options) => options,
         Err(message) => return change_failed(task, &model_name, infrastructure(message)),
@@ -413,6 +417,115 @@ async fn request_publication(
         approval.id = id;
     }
     Ok(true)
+}
+
+/// The run of a task whose publish approval was decided while it waited: with an approved
+/// (or consumed: an interrupted publication) approval, publishes the proposal with the run's
+/// journal and ends `completed` with the publication (`pushed` or `pr_opened`), or `failed`
+/// with publication `failed` and the reason in the notices; with a rejected one, ends
+/// `completed` with nothing published. `None`: an ordinary run (the agent works).
+async fn decided_publication(services: &Services, claim: &Claim) -> Option<Ending> {
+    let task = &claim.task;
+    let store = services.store.as_ref();
+    let model_name = services.model.name();
+    let approval = match publish::approved_publication(store, task).await {
+        Ok(approval) => approval,
+        Err(error) => {
+            return Some(change_failed(
+                task,
+                &model_name,
+                infrastructure(format!("cannot read the publish approval: {error}")),
+            ))
+        }
+    };
+    let Some(approval) = approval else {
+        return match publish::rejected_publication(store, task).await {
+            Ok(Some(result)) => {
+                tracing::info!(task = %task.id, "publication rejected; the task ends with its proposal unpublished");
+                Some(finish_publication(services, task, TaskStatus::Completed, &result).await)
+            }
+            Ok(None) => None,
+            Err(error) => Some(change_failed(
+                task,
+                &model_name,
+                infrastructure(format!("cannot read the publish approval: {error}")),
+            )),
+        };
+    };
+    let journal = match RunJournal::open(Arc::clone(&services.store), claim.run()).await {
+        Ok(journal) => journal,
+        Err(error) => {
+            return Some(change_failed(
+                task,
+                &model_name,
+                infrastructure(format!("cannot open the run journal: {error}")),
+            ))
+        }
+    };
+    let mut journal = StoreJournal {
+        inner: journal,
+        redactor: services.redactor.clone(),
+    };
+    let context = publish::ServerPublish {
+        store,
+        repos: &services.repos,
+        settings: &services.config.github,
+        redactor: &services.redactor,
+    };
+    tracing::info!(task = %task.id, approval = %approval.id, "publishing the approved proposal");
+    match publish::publish_approved(context, &approval.id, &mut journal).await {
+        Ok(result) => {
+            Some(finish_publication(services, task, TaskStatus::Completed, &result).await)
+        }
+        Err(error) => {
+            tracing::warn!(task = %task.id, approval = %approval.id, %error, "publication failed");
+            let pushed = match &error {
+                publish::ApprovedPublishError::Publish(failure) => failure.pushed,
+                _ => false,
+            };
+            let mut result: ChangeResult = task
+                .result
+                .clone()
+                .and_then(|value| serde_json::from_value(value).ok())?;
+            if let ChangeOutcome::Proposal { publication, .. } = &mut result.outcome {
+                *publication = Publication {
+                    status: PublicationStatus::Failed,
+                    branch: pushed.then(|| publish::branch_for(task.id.as_str())),
+                    pr_url: None,
+                };
+            }
+            result.notices.push(format!(
+                "publication failed: {}",
+                services.redactor.text(&error.to_string())
+            ));
+            Some(finish_publication(services, task, TaskStatus::Failed, &result).await)
+        }
+    }
+}
+
+/// Ends a publication run: the result, redacted, and a `task_finished` event.
+async fn finish_publication(
+    services: &Services,
+    task: &Task,
+    status: TaskStatus,
+    result: &ChangeResult,
+) -> Ending {
+    let result = services
+        .redactor
+        .json(serde_json::to_value(result).unwrap_or(Value::Null));
+    let (events, drain) = store_events(
+        Arc::clone(&services.store),
+        task.id.clone(),
+        services.redactor.clone(),
+    );
+    if !services.running.stopped(&task.id) {
+        events.emit(Event::TaskFinished {
+            status,
+            outcome: "proposal".into(),
+        });
+    }
+    drain.finish(events).await;
+    Ending::Finished { status, result }
 }
 
 /// The messages exchanged since the request (clarifying questions and their answers; the

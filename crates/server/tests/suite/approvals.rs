@@ -1,7 +1,10 @@
 //! `GET /v1/approvals`, `GET /v1/approvals/{id}` and `POST /v1/approvals/{id}` through
 //! `Router::oneshot` on a real SQLite store: who sees which approvals, who decides, the hash
-//! binding (422 malformed, 409 `hash_mismatch`), single use (409 `already_decided`), and the
-//! `publish` outbox intent an approval enqueues exactly once.
+//! binding (422 malformed, 409 `hash_mismatch`), single use (409 `already_decided`), a decided
+//! publish approval queueing its waiting task again (and workers' recovery of a decision whose
+//! task was not queued), approvals of ended tasks refused (409 `conflict`) and a cancel
+//! rejecting the pending ones; then `publish_approved`, `approved_publication` and
+//! `rejected_publication` against a bare remote and the GitHub fake.
 
 use std::sync::Arc;
 
@@ -11,9 +14,9 @@ use axum::Router;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tower::ServiceExt;
-use warden_protocol::{TaskId, TaskKind};
-use warden_server::api::approvals::{enqueue_missing_publish_intents, publish_intent_id};
+use warden_protocol::{TaskId, TaskKind, TaskStatus};
 use warden_server::api::{router, ApiState, Tokens};
+use warden_server::publish::requeue_decided_tasks;
 use warden_store::{Decision, NewApproval, NewTask, Store, TaskRepo};
 
 const ADMIN: &str = "admin-token-0123456789";
@@ -93,6 +96,40 @@ impl Api {
             .await
             .unwrap();
         id
+    }
+
+    /// Parks the task in `waiting_approval` with a change result whose proposal waits for
+    /// approval `apr_<n>` (what a worker run leaves behind).
+    async fn waiting(&self, task: &TaskId, n: u32, subject: &str) {
+        let result = json!({
+            "task_id": task.as_str(), "kind": "change", "outcome": "proposal",
+            "proposal": {"id": "prp_1", "repo": "app", "base_commit": "a".repeat(40),
+                "commit": "b".repeat(40), "tree": "c".repeat(40),
+                "ref": format!("refs/warden/proposals/{task}"),
+                "diff_stat": {"files_changed": 1, "additions": 1, "deletions": 1},
+                "files": [], "summary": "s", "hash": subject, "validations": []},
+            "publication": {"status": "awaiting_approval", "branch": format!("warden/{task}")},
+            "approval": {"id": format!("apr_{n}"), "kind": "publish", "subject_hash": subject,
+                "status": "pending"},
+            "usage": {"input_tokens": 0, "cached_input_tokens": 0, "output_tokens": 0,
+                "cost_usd": 0.0, "model_calls": 0, "tool_calls": 0},
+            "model": "m",
+        });
+        serde_json::from_value::<warden_protocol::ChangeResult>(result.clone())
+            .expect("a valid change result");
+        self.store
+            .transition(
+                task,
+                TaskStatus::Queued,
+                TaskStatus::WaitingApproval,
+                Some(result),
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn status(&self, task: &TaskId) -> TaskStatus {
+        self.store.get_task(task).await.unwrap().unwrap().status
     }
 
     async fn send(&self, method: Method, uri: &str, token: &str, body: Option<Value>) -> Reply {
@@ -205,11 +242,12 @@ async fn each_caller_sees_the_approvals_of_their_own_tasks_and_admins_see_all() 
 }
 
 #[tokio::test]
-async fn only_admins_decide_once_for_exactly_the_bound_hash_and_approval_enqueues_publication() {
+async fn only_admins_decide_once_for_exactly_the_bound_hash_and_approval_queues_the_task() {
     let api = Api::new().await;
     let task = api
         .task_with_approval("alice", 1, "publish", &hash('a'))
         .await;
+    api.waiting(&task, 1, &hash('a')).await;
     let approve = json!({"decision": "approve", "hash": hash('a')});
 
     // The owner may look but not decide; another operator does not see it at all.
@@ -250,30 +288,25 @@ async fn only_admins_decide_once_for_exactly_the_bound_hash_and_approval_enqueue
         )
         .await;
     check_error(&reply, StatusCode::CONFLICT, "hash_mismatch");
-    assert!(api.store.list_intents(&task).await.unwrap().is_empty());
+    assert_eq!(api.status(&task).await, TaskStatus::WaitingApproval);
     assert_eq!(api.ids("/v1/approvals", ADMIN).await, ["apr_1"]);
 
-    // The admin approves the bound hash: approved, who and when, one publish intent.
+    // The admin approves the bound hash: approved, who and when; the task is queued for the
+    // worker that publishes; no outbox intent is involved.
     let reply = api.decide("apr_1", ADMIN, approve.clone()).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
     assert_eq!(reply.body["status"], "approved");
     assert_eq!(reply.body["decided_by"], "root");
     assert!(reply.body["decided_at"].is_string());
-    let intents = api.store.list_intents(&task).await.unwrap();
-    assert_eq!(intents.len(), 1, "{intents:?}");
-    assert_eq!(intents[0].id, publish_intent_id("apr_1"));
-    assert_eq!(intents[0].kind, "publish");
-    assert_eq!(
-        intents[0].payload,
-        json!({"approval": "apr_1", "task": task.as_str(), "hash": hash('a')})
-    );
+    assert_eq!(api.status(&task).await, TaskStatus::Queued);
+    assert!(api.store.list_intents(&task).await.unwrap().is_empty());
     assert!(api.ids("/v1/approvals", ADMIN).await.is_empty());
     assert_eq!(
         api.ids("/v1/approvals?status=approved", ALICE).await,
         ["apr_1"]
     );
 
-    // Single use: approving or rejecting again is 409 and enqueues nothing more.
+    // Single use: approving or rejecting again is 409.
     for decision in ["approve", "reject"] {
         let reply = api
             .decide(
@@ -284,21 +317,28 @@ async fn only_admins_decide_once_for_exactly_the_bound_hash_and_approval_enqueue
             .await;
         check_error(&reply, StatusCode::CONFLICT, "already_decided");
     }
-    assert_eq!(api.store.list_intents(&task).await.unwrap().len(), 1);
+    assert_eq!(api.status(&task).await, TaskStatus::Queued);
 }
 
 #[tokio::test]
-async fn a_rejection_or_another_kind_enqueues_nothing_and_lost_intents_are_recovered() {
+async fn a_rejection_queues_too_another_kind_does_not_and_lost_decisions_are_recovered() {
     let api = Api::new().await;
     let rejected = api
         .task_with_approval("alice", 1, "publish", &hash('a'))
         .await;
+    api.waiting(&rejected, 1, &hash('a')).await;
     let command = api
         .task_with_approval("alice", 2, "command", &hash('c'))
         .await;
+    api.waiting(&command, 2, &hash('c')).await;
     let lost = api
         .task_with_approval("bob", 3, "publish_sensitive", &hash('d'))
         .await;
+    api.waiting(&lost, 3, &hash('d')).await;
+    let pending = api
+        .task_with_approval("bob", 4, "publish", &hash('e'))
+        .await;
+    api.waiting(&pending, 4, &hash('e')).await;
     let reply = api
         .decide(
             "apr_1",
@@ -308,6 +348,8 @@ async fn a_rejection_or_another_kind_enqueues_nothing_and_lost_intents_are_recov
         .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
     assert_eq!(reply.body["status"], "rejected");
+    // Queued: its next run ends it with the rejection (see `rejected_publication`).
+    assert_eq!(api.status(&rejected).await, TaskStatus::Queued);
     let reply = api
         .decide(
             "apr_2",
@@ -316,30 +358,90 @@ async fn a_rejection_or_another_kind_enqueues_nothing_and_lost_intents_are_recov
         )
         .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
-    assert!(api.store.list_intents(&rejected).await.unwrap().is_empty());
-    assert!(api.store.list_intents(&command).await.unwrap().is_empty());
+    assert_eq!(api.status(&command).await, TaskStatus::WaitingApproval);
 
-    // Approved straight in the store (as if the process died before enqueueing).
+    // Approved straight in the store (as if the process died before queueing the task).
     api.store
         .decide_approval("apr_3", &hash('d'), Decision::Approve, "root")
         .await
         .unwrap();
-    assert!(api.store.list_intents(&lost).await.unwrap().is_empty());
-    assert_eq!(
-        enqueue_missing_publish_intents(api.store.as_ref())
-            .await
-            .unwrap(),
-        1
-    );
-    assert_eq!(
-        enqueue_missing_publish_intents(api.store.as_ref())
-            .await
-            .unwrap(),
-        0
-    );
-    let intents = api.store.list_intents(&lost).await.unwrap();
-    assert_eq!(intents.len(), 1);
-    assert_eq!(intents[0].id, publish_intent_id("apr_3"));
+    assert_eq!(api.status(&lost).await, TaskStatus::WaitingApproval);
+    let queued = requeue_decided_tasks(api.store.as_ref()).await.unwrap();
+    assert_eq!(queued, std::slice::from_ref(&lost));
+    assert!(requeue_decided_tasks(api.store.as_ref())
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(api.status(&lost).await, TaskStatus::Queued);
+    // Undecided and non-publish approvals keep their tasks waiting.
+    assert_eq!(api.status(&pending).await, TaskStatus::WaitingApproval);
+    assert_eq!(api.status(&command).await, TaskStatus::WaitingApproval);
+}
+
+#[tokio::test]
+async fn a_cancel_rejects_pending_approvals_and_approvals_of_ended_tasks_are_refused() {
+    let api = Api::new().await;
+    let task = api
+        .task_with_approval("alice", 1, "publish", &hash('a'))
+        .await;
+    api.waiting(&task, 1, &hash('a')).await;
+    let other = api
+        .task_with_approval("bob", 2, "publish", &hash('b'))
+        .await;
+    api.waiting(&other, 2, &hash('b')).await;
+    let reply = api
+        .send(
+            Method::POST,
+            &format!("/v1/tasks/{task}/cancel"),
+            ALICE,
+            None,
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert_eq!(reply.body["status"], "cancelled");
+    let approval = api.store.get_approval("apr_1").await.unwrap().unwrap();
+    assert_eq!(approval.status, warden_store::ApprovalStatus::Rejected);
+    assert_eq!(approval.decided_by.as_deref(), Some("alice"));
+    // Another task's approval is untouched.
+    let untouched = api.store.get_approval("apr_2").await.unwrap().unwrap();
+    assert_eq!(untouched.status, warden_store::ApprovalStatus::Pending);
+    for decision in ["approve", "reject"] {
+        let reply = api
+            .decide(
+                "apr_1",
+                ADMIN,
+                json!({"decision": decision, "hash": hash('a')}),
+            )
+            .await;
+        check_error(&reply, StatusCode::CONFLICT, "conflict");
+    }
+
+    // An approval left pending on a task that ended another way (here: straight in the store,
+    // not through the cancel route) is refused as well, and stays pending.
+    api.store
+        .transition(
+            &other,
+            TaskStatus::WaitingApproval,
+            TaskStatus::Cancelled,
+            None,
+        )
+        .await
+        .unwrap();
+    let reply = api
+        .decide(
+            "apr_2",
+            ADMIN,
+            json!({"decision": "approve", "hash": hash('b')}),
+        )
+        .await;
+    check_error(&reply, StatusCode::CONFLICT, "conflict");
+    assert!(reply.body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("cancelled"));
+    let still = api.store.get_approval("apr_2").await.unwrap().unwrap();
+    assert_eq!(still.status, warden_store::ApprovalStatus::Pending);
+    assert_eq!(api.status(&other).await, TaskStatus::Cancelled);
 }
 
 #[tokio::test]
@@ -371,7 +473,8 @@ mod server_publication {
     use warden_server::config::{GithubSettings, PublishTarget};
     use warden_server::github::{GithubRepo, GithubToken};
     use warden_server::publish::{
-        approved_publication, publish_approved, ApprovedPublishError, ServerPublish,
+        approved_publication, publish_approved, rejected_publication, ApprovedPublishError,
+        ServerPublish,
     };
     use warden_server::redact::Redactor;
     use warden_store::{ApprovalStatus, Decision, NewApproval, NewRepo, NewTask, Store};
@@ -675,6 +778,48 @@ mod server_publication {
             .filter(|r| r.method == "POST")
             .count();
         assert_eq!(creates, 1);
+    }
+
+    #[tokio::test]
+    async fn a_rejected_proposal_ends_unpublished_and_is_never_due_for_publication() {
+        let world = world().await;
+        let task = world.store.get_task(&world.task).await.unwrap().unwrap();
+        assert!(rejected_publication(world.store.as_ref(), &task)
+            .await
+            .unwrap()
+            .is_none());
+        world
+            .store
+            .decide_approval("apr_1", &world.task_hash().await, Decision::Reject, "root")
+            .await
+            .unwrap();
+        assert_eq!(
+            approved_publication(world.store.as_ref(), &task)
+                .await
+                .unwrap(),
+            None
+        );
+        let result = rejected_publication(world.store.as_ref(), &task)
+            .await
+            .unwrap()
+            .expect("a rejected publication");
+        let ChangeOutcome::Proposal {
+            proposal,
+            publication,
+        } = &result.outcome
+        else {
+            panic!("{result:?}")
+        };
+        // The proposal stays, for `warden apply`; nothing is (or claims to be) published.
+        assert_eq!(proposal.commit, world.commit);
+        assert_eq!(publication.status, PublicationStatus::NotRequested);
+        assert_eq!(publication.branch, None);
+        let approval = result.approval.as_ref().unwrap();
+        assert_eq!(approval.status, WireStatus::Rejected);
+        assert_eq!(approval.decided_by.as_deref(), Some("root"));
+        assert!(approval.decided_at.is_some());
+        assert_eq!(world.remote_branches(), "");
+        assert!(world.fake.requests().is_empty());
     }
 
     #[tokio::test]
