@@ -110,6 +110,46 @@ impl WritableRoot {
         }
     }
 
+    /// Opens a directory beneath the root (`""` is the root itself), without symlinks.
+    fn open_dir(&self, relative: &str, dir: &Path) -> Result<OwnedFd, WriteError> {
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        rustix::fs::openat2(
+            &self.root,
+            dir,
+            OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+            Mode::empty(),
+            WritableRoot::resolve_flags(),
+        )
+        .map_err(|e| WritableRoot::map_errno(relative, e))
+    }
+
+    /// Runs `attempt`; if it is refused with `EACCES`, gives the owner write permission on
+    /// `fd` and runs it once more. Snapshots are materialized read-only (files `0444`,
+    /// directories `0555`) and a copy-on-write view shows those modes: root writes anyway
+    /// (`CAP_DAC_OVERRIDE`), an unprivileged Warden — which owns the files it materialized —
+    /// first makes the one file or directory it changes writable in the view's upper layer.
+    /// The snapshot itself never changes.
+    fn with_owner_write<T>(
+        relative: &str,
+        fd: impl rustix::fd::AsFd,
+        mut attempt: impl FnMut() -> Result<T, rustix::io::Errno>,
+    ) -> Result<T, WriteError> {
+        match attempt() {
+            Err(rustix::io::Errno::ACCESS) => {
+                let stat =
+                    rustix::fs::fstat(&fd).map_err(|e| WritableRoot::map_errno(relative, e))?;
+                let mode = Mode::from_raw_mode(stat.st_mode & 0o7777) | Mode::WUSR;
+                rustix::fs::fchmod(&fd, mode).map_err(|e| WritableRoot::map_errno(relative, e))?;
+                attempt().map_err(|e| WritableRoot::map_errno(relative, e))
+            }
+            other => other.map_err(|e| WritableRoot::map_errno(relative, e)),
+        }
+    }
+
     /// Reads a file's bytes; the path may not go through any symlink.
     pub fn read(&self, relative: &str) -> Result<Vec<u8>, WriteError> {
         use std::io::Read;
@@ -157,28 +197,13 @@ impl WritableRoot {
                 Err(rustix::io::Errno::NOENT) => {
                     // The parent was just resolved beneath the root without symlinks.
                     let parent = prefix.parent().unwrap_or(Path::new(""));
-                    let parent_fd = if parent.as_os_str().is_empty() {
-                        None
-                    } else {
-                        Some(
-                            rustix::fs::openat2(
-                                &self.root,
-                                parent,
-                                OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
-                                Mode::empty(),
-                                WritableRoot::resolve_flags(),
-                            )
-                            .map_err(|e| WritableRoot::map_errno(relative, e))?,
-                        )
-                    };
-                    let made = match &parent_fd {
-                        Some(fd) => rustix::fs::mkdirat(fd, *name, Mode::from_raw_mode(0o755)),
-                        None => rustix::fs::mkdirat(&self.root, *name, Mode::from_raw_mode(0o755)),
-                    };
-                    match made {
-                        Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-                        Err(e) => return Err(WritableRoot::map_errno(relative, e)),
-                    }
+                    let parent_fd = self.open_dir(relative, parent)?;
+                    WritableRoot::with_owner_write(relative, &parent_fd, || {
+                        match rustix::fs::mkdirat(&parent_fd, *name, Mode::from_raw_mode(0o755)) {
+                            Err(rustix::io::Errno::EXIST) => Ok(()),
+                            other => other,
+                        }
+                    })?;
                 }
                 Err(rustix::io::Errno::NOTDIR) => {
                     return Err(WriteError::Io {
@@ -192,14 +217,42 @@ impl WritableRoot {
                 Err(e) => return Err(WritableRoot::map_errno(relative, e)),
             }
         }
-        let fd = rustix::fs::openat2(
-            &self.root,
-            &lexical,
-            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::CLOEXEC | OFlags::NOFOLLOW,
-            Mode::from_raw_mode(0o644),
-            WritableRoot::resolve_flags(),
-        )
-        .map_err(|e| WritableRoot::map_errno(relative, e))?;
+        let open_for_writing = || {
+            rustix::fs::openat2(
+                &self.root,
+                &lexical,
+                OFlags::WRONLY
+                    | OFlags::CREATE
+                    | OFlags::TRUNC
+                    | OFlags::CLOEXEC
+                    | OFlags::NOFOLLOW,
+                Mode::from_raw_mode(0o644),
+                WritableRoot::resolve_flags(),
+            )
+        };
+        let fd = match open_for_writing() {
+            Err(rustix::io::Errno::ACCESS) => {
+                // A read-only file (make it writable), or a new file in a read-only directory
+                // (make the directory writable).
+                let existing = rustix::fs::openat2(
+                    &self.root,
+                    &lexical,
+                    OFlags::RDONLY | OFlags::CLOEXEC | OFlags::NOFOLLOW,
+                    Mode::empty(),
+                    WritableRoot::resolve_flags(),
+                );
+                match existing {
+                    Ok(file) => WritableRoot::with_owner_write(relative, &file, open_for_writing)?,
+                    Err(rustix::io::Errno::NOENT) => {
+                        let parent = lexical.parent().unwrap_or(Path::new(""));
+                        let parent_fd = self.open_dir(relative, parent)?;
+                        WritableRoot::with_owner_write(relative, &parent_fd, open_for_writing)?
+                    }
+                    Err(e) => return Err(WritableRoot::map_errno(relative, e)),
+                }
+            }
+            other => other.map_err(|e| WritableRoot::map_errno(relative, e))?,
+        };
         let mut file = std::fs::File::from(fd);
         file.write_all(bytes).map_err(|source| WriteError::Io {
             path: relative.to_string(),
@@ -213,20 +266,10 @@ impl WritableRoot {
         let lexical = self.checked(relative)?;
         let parent = lexical.parent().unwrap_or(Path::new(""));
         let name = lexical.file_name().unwrap_or_default();
-        let result = if parent.as_os_str().is_empty() {
-            rustix::fs::unlinkat(&self.root, name, rustix::fs::AtFlags::empty())
-        } else {
-            let parent_fd = rustix::fs::openat2(
-                &self.root,
-                parent,
-                OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
-                Mode::empty(),
-                WritableRoot::resolve_flags(),
-            )
-            .map_err(|e| WritableRoot::map_errno(relative, e))?;
+        let parent_fd = self.open_dir(relative, parent)?;
+        WritableRoot::with_owner_write(relative, &parent_fd, || {
             rustix::fs::unlinkat(&parent_fd, name, rustix::fs::AtFlags::empty())
-        };
-        result.map_err(|e| WritableRoot::map_errno(relative, e))
+        })
     }
 }
 

@@ -27,42 +27,110 @@ pub enum ConfineError {
     SymlinkEscape(String),
 }
 
-/// A canonical checkout root to resolve paths against.
+/// Symlinks followed while resolving one path before it is refused as a loop.
+const MAX_SYMLINK_HOPS: usize = 40;
+
+/// A checkout root to resolve paths against.
+///
+/// Resolution walks the path one component at a time under the root and follows each symlink
+/// itself (its target taken relative to the root, `..` never above it), the way
+/// `openat2(RESOLVE_IN_ROOT)` would, instead of canonicalizing with `realpath`. That keeps
+/// working for roots `realpath` cannot follow: an unprivileged Warden's writable view is
+/// `/proc/<pid>/root/.warden-host/<id>`, a magic link into another mount namespace that
+/// `realpath` turns into a path that exists nowhere. Nothing changes the tree during a
+/// resolution: tool calls run one after another, and a sandboxed command's processes die with
+/// it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CheckoutRoot {
     canonical: PathBuf,
 }
 
 impl CheckoutRoot {
+    /// The root, canonicalized when `realpath` can; otherwise (a view root under
+    /// `/proc/<pid>/root/`) the absolute directory as given, normalized lexically.
     pub fn new(root: &Path) -> std::io::Result<CheckoutRoot> {
-        Ok(CheckoutRoot {
-            canonical: root.canonicalize()?,
-        })
+        let canonical = match root.canonicalize() {
+            Ok(path) => path,
+            Err(error) => {
+                let opens_as_directory = std::fs::metadata(root).is_ok_and(|m| m.is_dir());
+                if !root.is_absolute() || !opens_as_directory {
+                    return Err(error);
+                }
+                let mut normalized = PathBuf::from("/");
+                for component in root.components() {
+                    match component {
+                        Component::Normal(name) => normalized.push(name),
+                        Component::ParentDir => {
+                            normalized.pop();
+                        }
+                        Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+                    }
+                }
+                normalized
+            }
+        };
+        Ok(CheckoutRoot { canonical })
     }
 
     pub fn path(&self) -> &Path {
         &self.canonical
     }
 
-    /// Resolves `relative` to an existing path inside the root. Returns the canonical path.
+    /// Resolves `relative` to an existing path inside the root: the root joined with a path
+    /// that has no symlink, `.` or `..` in it.
     pub fn resolve(&self, relative: &str) -> Result<PathBuf, ConfineError> {
         let lexical = lexical_relative(relative)?;
-        let joined = self.canonical.join(&lexical);
-        let canonical = match joined.canonicalize() {
-            Ok(path) => path,
-            Err(_) => {
-                // Distinguish a dangling or escaping symlink from a plain missing file: walk the
-                // existing prefix and see where it lands.
-                return Err(self.classify_missing(relative, &lexical));
+        let escape = || ConfineError::SymlinkEscape(relative.to_string());
+        let missing = || ConfineError::NotFound(relative.to_string());
+        let mut pending: std::collections::VecDeque<std::ffi::OsString> = lexical
+            .components()
+            .map(|c| c.as_os_str().to_os_string())
+            .collect();
+        let mut inside = PathBuf::new();
+        let mut hops = 0;
+        while let Some(name) = pending.pop_front() {
+            if name == "." {
+                continue;
             }
-        };
-        let inside = canonical
-            .strip_prefix(&self.canonical)
-            .map_err(|_| ConfineError::SymlinkEscape(relative.to_string()))?;
-        if inside.components().any(is_git_component) {
-            return Err(ConfineError::GitDir(relative.to_string()));
+            if name == ".." {
+                // Only a symlink's target can bring `..` here; it may not climb above the root.
+                if !inside.pop() {
+                    return Err(escape());
+                }
+                continue;
+            }
+            if is_git_name(&name) {
+                return Err(ConfineError::GitDir(relative.to_string()));
+            }
+            let candidate = self.canonical.join(&inside).join(&name);
+            let meta = std::fs::symlink_metadata(&candidate).map_err(|_| missing())?;
+            if !meta.file_type().is_symlink() {
+                inside.push(&name);
+                continue;
+            }
+            hops += 1;
+            if hops > MAX_SYMLINK_HOPS {
+                return Err(missing());
+            }
+            let target = std::fs::read_link(&candidate).map_err(|_| missing())?;
+            let target = if target.is_absolute() {
+                // An absolute target counts only if it names a place under this root.
+                let rest = target.strip_prefix(&self.canonical).map_err(|_| escape())?;
+                inside.clear();
+                rest.to_path_buf()
+            } else {
+                target
+            };
+            for component in target.components().rev() {
+                match component {
+                    Component::Normal(part) => pending.push_front(part.to_os_string()),
+                    Component::ParentDir => pending.push_front("..".into()),
+                    Component::CurDir => {}
+                    Component::RootDir | Component::Prefix(_) => return Err(escape()),
+                }
+            }
         }
-        Ok(canonical)
+        Ok(self.canonical.join(inside))
     }
 
     /// The path of `canonical` relative to the root, with `/` separators (for citations).
@@ -75,25 +143,6 @@ impl CheckoutRoot {
         } else {
             joined
         })
-    }
-
-    fn classify_missing(&self, relative: &str, lexical: &Path) -> ConfineError {
-        let mut current = self.canonical.clone();
-        for component in lexical.components() {
-            current.push(component);
-            match std::fs::symlink_metadata(&current) {
-                Ok(meta) if meta.file_type().is_symlink() => match current.canonicalize() {
-                    Ok(target) if !target.starts_with(&self.canonical) => {
-                        return ConfineError::SymlinkEscape(relative.to_string())
-                    }
-                    Ok(target) => current = target,
-                    Err(_) => return ConfineError::NotFound(relative.to_string()),
-                },
-                Ok(_) => {}
-                Err(_) => return ConfineError::NotFound(relative.to_string()),
-            }
-        }
-        ConfineError::NotFound(relative.to_string())
     }
 }
 
@@ -127,6 +176,7 @@ pub fn lexical_relative(relative: &str) -> Result<PathBuf, ConfineError> {
     Ok(parts.iter().collect())
 }
 
+#[cfg(test)]
 fn is_git_component(component: Component<'_>) -> bool {
     matches!(component, Component::Normal(name) if is_git_name(name))
 }
@@ -199,6 +249,54 @@ mod tests {
         check(&root, "missing.rs", Err(ConfineError::NotFound));
         check(&root, "dangling", Err(ConfineError::NotFound));
         check(&root, "src/\0lib.rs", Err(ConfineError::Invalid));
+    }
+
+    #[test]
+    fn symlink_loops_and_climbing_targets_are_refused() {
+        let (dir, _outside, root) = fixture();
+        symlink("loop_b", dir.path().join("loop_a")).unwrap();
+        symlink("loop_a", dir.path().join("loop_b")).unwrap();
+        symlink("nested/../../src", dir.path().join("src/sideways")).unwrap();
+        symlink(
+            dir.path().join("src/lib.rs"),
+            dir.path().join("absolute_inside"),
+        )
+        .unwrap();
+        check(&root, "loop_a", Err(ConfineError::NotFound));
+        check(&root, "src/sideways/lib.rs", Ok("src/lib.rs"));
+        check(&root, "absolute_inside", Ok("src/lib.rs"));
+        check(&root, "src/lib.rs/x", Err(ConfineError::NotFound));
+    }
+
+    /// A root `realpath` cannot follow (an unprivileged Warden's view under /proc/<pid>/root)
+    /// is kept as given and paths still resolve inside it.
+    #[test]
+    fn roots_under_proc_pid_root_resolve_without_realpath() {
+        let (dir, _outside, _root) = fixture();
+        let through_proc = PathBuf::from(format!(
+            "/proc/{}/root{}",
+            std::process::id(),
+            dir.path().display()
+        ));
+        // In this mount namespace realpath could follow the link; in a view's it cannot, so
+        // build the root the way `new` falls back to.
+        let root = CheckoutRoot {
+            canonical: through_proc.clone(),
+        };
+        let resolved = root.resolve("src/inside_link").unwrap();
+        assert!(resolved.starts_with(&through_proc), "{resolved:?}");
+        assert_eq!(
+            root.relative_display(&resolved).as_deref(),
+            Some("src/lib.rs")
+        );
+        assert_eq!(
+            root.resolve("escape_link"),
+            Err(ConfineError::SymlinkEscape("escape_link".into()))
+        );
+        assert_eq!(
+            root.resolve("src/up_link/etc"),
+            Err(ConfineError::SymlinkEscape("src/up_link/etc".into()))
+        );
     }
 
     proptest::proptest! {

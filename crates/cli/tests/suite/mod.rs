@@ -2,6 +2,7 @@ mod ask;
 mod change;
 mod control;
 mod logs_json;
+mod nonroot;
 mod publish;
 mod remote;
 mod serve;
