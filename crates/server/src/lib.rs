@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod callback;
+pub mod cancel;
 pub mod change;
 pub mod config;
 pub mod github;
