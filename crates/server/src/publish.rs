@@ -682,8 +682,10 @@ pub async fn publish_approved(
         .get_repo(&proposal.repo)
         .await?
         .ok_or_else(|| refused(format!("repository {} is not registered", proposal.repo)))?;
-    let spec = warden_repo::RepoSpec::parse(&repository.source, Path::new("/"))
+    let mut spec = warden_repo::RepoSpec::parse(&repository.source, Path::new("/"))
         .map_err(|e| refused(format!("repository {}: {e}", proposal.repo)))?;
+    // The mirror is named after the registered name, as the worker that pinned it named it.
+    spec.name = repository.name.clone();
     let mirror = context.repos.mirror_path(&spec);
     let git = context.repos.git().clone();
     let remote = match &spec.source {

@@ -7,6 +7,7 @@ mod publish;
 mod remote;
 mod serve;
 mod serve_change;
+mod serve_publish;
 mod sse;
 mod support;
 mod token;

@@ -160,7 +160,7 @@ impl Setup {
     }
 }
 
-fn bare_git(dir: &Path, args: &[&str]) -> String {
+pub(super) fn bare_git(dir: &Path, args: &[&str]) -> String {
     #[allow(clippy::disallowed_methods)]
     let output = std::process::Command::new("git")
         .arg(format!("--git-dir={}", dir.display()))

@@ -21,23 +21,29 @@ use warden_test_support::model_server::{openai, Reply, ScriptedModelServer};
 
 use super::support::Warden;
 
-const ADMIN: &str = "admin-token-0123456789";
-const ALICE: &str = "alice-token-0123456789";
+pub(super) const ADMIN: &str = "admin-token-0123456789";
+pub(super) const ALICE: &str = "alice-token-0123456789";
 /// What `Warden::openai` sets as the model API key: a registered secret.
 const MODEL_KEY: &str = "sk-test-key";
 const GITHUB_TOKEN: &str = "ghp_abcdefghijklmnopqrstuvwxyz0123456789";
 
 /// A running `warden serve`, its address and its stderr.
-struct Server {
+pub(super) struct Server {
     child: Child,
     addr: String,
     stderr: Arc<Mutex<String>>,
 }
 
 impl Server {
-    fn start(warden: &Warden) -> Server {
-        let mut child = warden
-            .command(&["serve"])
+    pub(super) fn start(warden: &Warden) -> Server {
+        Server::start_with(warden, &[])
+    }
+
+    /// [`Server::start`] with more environment (a crash point).
+    pub(super) fn start_with(warden: &Warden, env: &[(&str, &str)]) -> Server {
+        let mut command = warden.command(&["serve"]);
+        command.envs(env.iter().copied());
+        let mut child = command
             .env("WARDEN_LISTEN", "127.0.0.1:0")
             .env(
                 "WARDEN_API_TOKENS",
@@ -71,11 +77,17 @@ impl Server {
         }
     }
 
-    fn stderr(&self) -> String {
+    pub(super) fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
 
-    fn request(&self, method: &str, path: &str, token: &str, body: Option<&Value>) -> (u16, Value) {
+    pub(super) fn request(
+        &self,
+        method: &str,
+        path: &str,
+        token: &str,
+        body: Option<&Value>,
+    ) -> (u16, Value) {
         let mut stream = TcpStream::connect(&self.addr).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(30)))
@@ -96,7 +108,7 @@ impl Server {
         (status, serde_json::from_str(body).unwrap_or(Value::Null))
     }
 
-    fn register(&self, repo: &TempRepo, checks: &[&str]) {
+    pub(super) fn register(&self, repo: &TempRepo, checks: &[&str]) {
         let (status, body) = self.request(
             "POST",
             "/v1/repos",
@@ -109,7 +121,7 @@ impl Server {
         assert_eq!(status, 201, "{body}");
     }
 
-    fn submit(&self, body: Value) -> String {
+    pub(super) fn submit(&self, body: Value) -> String {
         let (status, task) = self.request("POST", "/v1/tasks", ALICE, Some(&body));
         assert_eq!(status, 202, "{task}");
         assert_eq!(task["kind"], "change");
@@ -117,7 +129,7 @@ impl Server {
     }
 
     /// Polls until the task leaves queued/running/testing.
-    fn wait_settled(&self, id: &str) -> Value {
+    pub(super) fn wait_settled(&self, id: &str) -> Value {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             let (status, task) = self.request("GET", &format!("/v1/tasks/{id}"), ALICE, None);
@@ -138,12 +150,28 @@ impl Server {
     }
 
     /// `kill -9`: no chance to clean up.
-    fn kill(mut self) {
+    pub(super) fn kill(mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
     }
 
-    fn terminate(mut self) {
+    /// Waits for the server to exit on its own (a crash point); its exit status.
+    pub(super) fn wait_exit(mut self) -> Option<i32> {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "serve did not exit:\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub(super) fn terminate(mut self) {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
@@ -158,7 +186,7 @@ impl Drop for Server {
     }
 }
 
-fn sample_repo() -> TempRepo {
+pub(super) fn sample_repo() -> TempRepo {
     let repo = TempRepo::new();
     repo.write("src/lib.txt", "alpha\nbeta\ngamma\n")
         .write("README.md", "# sample\n")
@@ -167,7 +195,7 @@ fn sample_repo() -> TempRepo {
     repo
 }
 
-fn call(name: &str, arguments: Value) -> Reply {
+pub(super) fn call(name: &str, arguments: Value) -> Reply {
     openai::tool_call(name, &arguments.to_string())
 }
 

@@ -9,8 +9,10 @@
 //!   digits is 422 `invalid_request`; a well-formed hash that is not the one the approval is
 //!   bound to is 409 `hash_mismatch`; an approval decided before (approved, rejected or
 //!   consumed) is 409 `already_decided`. Nothing changes in either case.
-//! - An approval of a task that has ended (cancelled, failed, …) is 409 `conflict`: there is
-//!   nothing left to approve. Cancelling a task rejects its pending approvals.
+//! - Cancelling a task rejects its pending approvals (in the canceller's name), so deciding one
+//!   afterwards is 409 `already_decided`; a pending approval of a task that ended another way
+//!   (abandoned after lost leases, cancelled by an older version) is 409 `conflict`: there is
+//!   nothing left to approve.
 //! - Deciding a `publish` (or `publish_sensitive`) approval queues its task again
 //!   (`waiting_approval → queued`, the only way out of waiting the state machine allows besides
 //!   cancelling). The worker that claims it does not run the agent: on approval it publishes
@@ -327,9 +329,12 @@ async fn decide_approval(
             "hash must be sha256: followed by 64 lowercase hex digits",
         ));
     }
-    if let Some(task) = state.store.get_task(&approval.task).await? {
-        if task.status.is_terminal() {
-            return Err(ended(&task, &approval.id));
+    // A decided approval is `already_decided` (below) whatever its task did since.
+    if approval.status == ApprovalStatus::Pending {
+        if let Some(task) = state.store.get_task(&approval.task).await? {
+            if task.status.is_terminal() {
+                return Err(ended(&task, &approval.id));
+            }
         }
     }
     let decision = match request.decision {

@@ -413,7 +413,7 @@ async fn a_cancel_rejects_pending_approvals_and_approvals_of_ended_tasks_are_ref
                 json!({"decision": decision, "hash": hash('a')}),
             )
             .await;
-        check_error(&reply, StatusCode::CONFLICT, "conflict");
+        check_error(&reply, StatusCode::CONFLICT, "already_decided");
     }
 
     // An approval left pending on a task that ended another way (here: straight in the store,
