@@ -5,7 +5,8 @@
 //! wrong hash is 409 and moves nothing; `serve` dying right after the push or right after GitHub
 //! opened the pull request (`WARDEN_FAILPOINT`) and started again still ends with exactly one
 //! branch and one pull request; a rejection ends the task with its proposal kept and nothing
-//! pushed; approving the approval of a cancelled task is 409.
+//! pushed; approving the approval of a cancelled task is 409; a pull request that cannot be
+//! opened (no token) fails the task with the reason and the pushed branch recorded.
 
 use std::path::{Path, PathBuf};
 
@@ -321,5 +322,38 @@ fn a_rejection_keeps_the_proposal_unpublished_and_an_approval_after_cancel_is_re
     // Nothing was ever pushed or opened.
     assert!(setup.remote_branches().is_empty());
     assert!(setup.fake.requests().is_empty());
+    server.terminate();
+}
+
+#[test]
+fn a_publication_that_cannot_open_its_pull_request_fails_the_task_with_the_reason() {
+    let mut setup = Setup::new(1);
+    // No GitHub token in serve's environment: the push works, the pull request cannot.
+    setup
+        .warden
+        .env
+        .retain(|(key, _)| key != "WARDEN_GITHUB_TOKEN");
+    let server = Server::start(&setup.warden);
+    server.register(&setup.repo, &["bash check.sh"]);
+    let (id, approval, hash) = setup.waiting_task(&server);
+    let (status, body) = decide(&server, &approval, "approve", &hash);
+    assert_eq!(status, 200, "{body}");
+    let task = server.wait_settled(&id);
+    assert_eq!(task["status"], "failed", "{task}\n{}", server.stderr());
+    let result = &task["result"];
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    assert_eq!(result["publication"]["status"], "failed", "{result}");
+    // The branch is on the remote and the result says so; no pull request was opened.
+    assert_eq!(
+        result["publication"]["branch"],
+        format!("warden/{id}").as_str()
+    );
+    assert_eq!(setup.remote_branches().len(), 1);
+    assert!(setup.fake.requests().is_empty());
+    let notices = result["notices"].to_string();
+    assert!(
+        notices.contains("publication failed") && notices.contains("WARDEN_GITHUB_TOKEN"),
+        "{notices}"
+    );
     server.terminate();
 }
