@@ -8,6 +8,7 @@ mod remote;
 mod serve;
 mod serve_change;
 mod serve_publish;
+mod server_harness;
 mod sse;
 mod support;
 mod token;

@@ -4,173 +4,21 @@
 //! `tasks`, `show`, `cancel`, `logs --follow`, `repos`; Ctrl-C stops following without cancelling;
 //! a wrong token and an unreachable server are clear errors.
 
-#![allow(clippy::disallowed_methods)] // the tests spawn the binary under test and `kill`
-
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use warden_test_support::git_fixture::TempRepo;
 use warden_test_support::model_server::{openai, ScriptedModelServer};
 
+use super::server_harness::{sample_repo, submit_answer, Server, Token, ADMIN, ALICE};
 use super::support::{interrupt, Run, Warden};
 
-const ADMIN: &str = "admin-token-0123456789";
-const ALICE: &str = "alice-token-0123456789";
+const TOKENS: &[Token] = &[("root", "admin", ADMIN), ("alice", "operator", ALICE)];
 
-/// A running `warden serve` and its address.
-struct Server {
-    child: Child,
-    addr: String,
-    stderr: Arc<Mutex<String>>,
-    /// Keeps the server's WARDEN_HOME alive as long as the server.
-    _warden: Warden,
-}
-
-impl Server {
-    fn start(warden: Warden) -> Server {
-        let mut child = warden
-            .command(&["serve"])
-            .env("WARDEN_LISTEN", "127.0.0.1:0")
-            .env(
-                "WARDEN_API_TOKENS",
-                format!("root:admin:{ADMIN},alice:operator:{ALICE}"),
-            )
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let (found, address) = std::sync::mpsc::channel();
-        let reader = BufReader::new(child.stderr.take().unwrap());
-        let log = Arc::clone(&stderr);
-        std::thread::spawn(move || {
-            for line in reader.lines().map_while(Result::ok) {
-                if let Some(addr) = line.strip_prefix("warden: listening on http://") {
-                    let _ = found.send(addr.to_string());
-                }
-                let mut log = log.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
-        let addr = address
-            .recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|_| panic!("serve did not start:\n{}", stderr.lock().unwrap()));
-        Server {
-            child,
-            addr,
-            stderr,
-            _warden: warden,
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    /// A `warden` that talks to this server with `token` and has no model of its own.
-    fn client(&self, token: &str) -> Warden {
-        Warden::new()
-            .with("WARDEN_SERVER", &self.url())
-            .with("WARDEN_TOKEN", token)
-    }
-
-    fn request(&self, method: &str, path: &str, token: &str, body: Option<&Value>) -> (u16, Value) {
-        let mut stream = TcpStream::connect(&self.addr).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .unwrap();
-        let body = body.map(Value::to_string).unwrap_or_default();
-        let request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Type: \
-             application/json\r\nContent-Length: {}\r\nAuthorization: Bearer {token}\r\n\r\n{body}",
-            self.addr,
-            body.len()
-        );
-        stream.write_all(request.as_bytes()).unwrap();
-        let mut response = Vec::new();
-        stream.read_to_end(&mut response).unwrap();
-        let text = String::from_utf8_lossy(&response);
-        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
-        (status, serde_json::from_str(body).unwrap_or(Value::Null))
-    }
-
-    fn register(&self, name: &str, repo: &TempRepo) {
-        let (status, body) = self.request(
-            "POST",
-            "/v1/repos",
-            ADMIN,
-            Some(&json!({"name": name, "source": repo.path().to_str().unwrap()})),
-        );
-        assert_eq!(status, 201, "{body}");
-    }
-
-    fn submit(&self, repo: &str, prompt: &str) -> String {
-        let (status, body) = self.request(
-            "POST",
-            "/v1/tasks",
-            ALICE,
-            Some(&json!({"kind": "question", "repo": repo, "prompt": prompt})),
-        );
-        assert_eq!(status, 202, "{body}");
-        body["id"].as_str().unwrap().to_string()
-    }
-
-    fn status(&self, id: &str) -> String {
-        let (status, body) = self.request("GET", &format!("/v1/tasks/{id}"), ADMIN, None);
-        assert_eq!(status, 200, "{body}");
-        body["status"].as_str().unwrap().to_string()
-    }
-
-    fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    /// Asserts the client's exit code, showing both sides' output when it differs.
-    fn expect(&self, run: &Run, code: i32) {
-        assert_eq!(
-            run.code,
-            code,
-            "stdout:\n{}\nstderr:\n{}\nserver:\n{}",
-            run.stdout,
-            run.stderr,
-            self.stderr()
-        );
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn sample_repo() -> TempRepo {
-    let repo = TempRepo::new();
-    let mut lib = String::new();
-    for n in 1..=30 {
-        lib.push_str(&format!("// line {n}\n"));
-    }
-    lib.push_str("pub fn retry_with_backoff(attempts: u32) -> u32 {\n    attempts * 2\n}\n");
-    repo.write("src/lib.rs", &lib)
-        .write("README.md", "# sample\n");
-    repo.commit("initial");
-    repo
-}
-
-fn submit_answer() -> String {
-    json!({
-        "summary": "retry_with_backoff doubles the attempts",
-        "claims": [{"text": "it doubles its input", "basis": "observed",
-                    "evidence": [{"path": "src/lib.rs", "start_line": 31, "end_line": 33}]}]
-    })
-    .to_string()
+/// `warden serve` for `warden`, which lives as long as the server.
+fn serve(warden: Warden) -> Server {
+    Server::start(&warden, TOKENS).keeping(warden)
 }
 
 /// A search, then an answer citing what it found.
@@ -180,7 +28,7 @@ fn answering_script() -> Vec<warden_test_support::model_server::Reply> {
             "search",
             &json!({"pattern": "retry_with_backoff"}).to_string(),
         ),
-        openai::tool_call("submit_answer", &submit_answer()),
+        openai::tool_call("submit_answer", &submit_answer("src/lib.rs", 31, 33)),
     ]
 }
 
@@ -204,7 +52,7 @@ fn ask_with_a_server_streams_progress_and_prints_the_in_process_result() {
     let repo = sample_repo();
     let head = repo.git(&["rev-parse", "HEAD"]);
     let model = ScriptedModelServer::start_blocking(answering_script());
-    let server = Server::start(Warden::openai(&model.url()));
+    let server = serve(Warden::openai(&model.url()));
     server.register("app", &repo);
 
     let client = server.client(ALICE);
@@ -251,7 +99,7 @@ fn ask_with_a_server_streams_progress_and_prints_the_in_process_result() {
     // The human-readable form is the in-process one too.
     let model = ScriptedModelServer::start_blocking(answering_script());
     drop(server);
-    let server = Server::start(Warden::openai(&model.url()));
+    let server = serve(Warden::openai(&model.url()));
     server.register("app", &repo);
     let human = server
         .client(ALICE)
@@ -276,7 +124,7 @@ fn tasks_show_logs_and_retry_read_the_server() {
     let mut script = answering_script();
     script.extend(answering_script());
     let model = ScriptedModelServer::start_blocking(script);
-    let server = Server::start(Warden::openai(&model.url()));
+    let server = serve(Warden::openai(&model.url()));
     server.register("app", &repo);
     let client = server.client(ALICE);
     let asked = client.run(&["ask", "--repo", "app", "--json", "how does retry work?"]);
@@ -360,9 +208,9 @@ fn a_clarification_exits_3_and_answer_resumes_the_task() {
             "ask_user",
             &json!({"question": "Which retry, the HTTP one or the queue one?"}).to_string(),
         ),
-        openai::tool_call("submit_answer", &submit_answer()),
+        openai::tool_call("submit_answer", &submit_answer("src/lib.rs", 31, 33)),
     ]);
-    let server = Server::start(Warden::openai(&model.url()));
+    let server = serve(Warden::openai(&model.url()));
     server.register("app", &repo);
     let client = server.client(ALICE);
 
@@ -380,7 +228,7 @@ fn a_clarification_exits_3_and_answer_resumes_the_task() {
         "{}",
         first.stderr
     );
-    assert_eq!(server.status(&id), "waiting_input");
+    assert_eq!(server.task(ADMIN, &id)["status"], "waiting_input");
 
     let answered = client.run(&["answer", &id, "the HTTP one", "--json"]);
     server.expect(&answered, 0);
@@ -415,7 +263,7 @@ fn run_with_a_server_waits_for_approval_and_reject_decides_it() {
             &json!({"summary": "Make beta uppercase"}).to_string(),
         ),
     ]);
-    let server = Server::start(Warden::openai(&model.url()));
+    let server = serve(Warden::openai(&model.url()));
     server.register("app", &repo);
     let client = server.client(ADMIN);
     let run = client.run(&[
@@ -445,7 +293,7 @@ fn run_with_a_server_waits_for_approval_and_reject_decides_it() {
         .find(|w| w.starts_with("tsk_"))
         .unwrap()
         .to_string();
-    assert_eq!(server.status(&task), "waiting_approval");
+    assert_eq!(server.task(ADMIN, &task)["status"], "waiting_approval");
 
     // A hash that is not the approval's: refused, nothing decided.
     let wrong = format!("sha256:{}", "0".repeat(64));
@@ -461,8 +309,12 @@ fn run_with_a_server_waits_for_approval_and_reject_decides_it() {
         "{}",
         reject.stdout
     );
-    let (status, decided) =
-        server.request("GET", &format!("/v1/approvals/{approval}"), ADMIN, None);
+    let (status, decided) = server.request(
+        "GET",
+        &format!("/v1/approvals/{approval}"),
+        Some(ADMIN),
+        None,
+    );
     assert_eq!(status, 200, "{decided}");
     assert_eq!(decided["status"], "rejected");
     // Decided once: approving now is refused.
@@ -476,7 +328,7 @@ fn cancel_stops_a_queued_task_on_the_server() {
     // The only worker is busy with a slow model call, so the second task stays queued.
     let model = ScriptedModelServer::start_blocking(vec![openai::tool_call(
         "submit_answer",
-        &submit_answer(),
+        &submit_answer("src/lib.rs", 31, 33),
     )
     .delayed(4_000)]);
     let warden = Warden::openai(&model.url());
@@ -485,20 +337,20 @@ fn cancel_stops_a_queued_task_on_the_server() {
         "[serve]\nworkers = 1\n",
     )
     .unwrap();
-    let server = Server::start(warden);
+    let server = serve(warden);
     server.register("app", &repo);
-    let busy = server.submit("app", "slow question");
+    let busy = server.submit_question(ALICE, "app", "slow question");
     while model.requests().is_empty() {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let queued = server.submit("app", "waits its turn");
-    assert_eq!(server.status(&queued), "queued");
+    let queued = server.submit_question(ALICE, "app", "waits its turn");
+    assert_eq!(server.task(ADMIN, &queued)["status"], "queued");
 
     let client = server.client(ALICE);
     let cancel = client.run(&["cancel", &queued]);
     server.expect(&cancel, 0);
     assert!(cancel.stdout.contains(&queued), "{}", cancel.stdout);
-    assert_eq!(server.status(&queued), "cancelled");
+    assert_eq!(server.task(ADMIN, &queued)["status"], "cancelled");
     // Following it ends at once: a task cancelled before it ran has no result, exit 1.
     let follow = client.run(&["logs", &queued, "--follow"]);
     server.expect(&follow, 1);
@@ -513,10 +365,10 @@ fn ctrl_c_stops_following_but_not_the_task() {
     let repo = sample_repo();
     let model = ScriptedModelServer::start_blocking(vec![openai::tool_call(
         "submit_answer",
-        &submit_answer(),
+        &submit_answer("src/lib.rs", 31, 33),
     )
     .delayed(3_000)]);
-    let server = Server::start(Warden::openai(&model.url()));
+    let server = serve(Warden::openai(&model.url()));
     server.register("app", &repo);
     let client = server.client(ALICE);
     let child = client
@@ -551,7 +403,7 @@ fn ctrl_c_stops_following_but_not_the_task() {
 #[test]
 fn wrong_tokens_unknown_servers_and_local_paths_are_clear_errors() {
     let repo = sample_repo();
-    let server = Server::start(Warden::faux());
+    let server = serve(Warden::faux());
     let source = repo.path().to_str().unwrap();
 
     // Registering needs an admin token; the server's 403 says so.

@@ -4,271 +4,26 @@
 //! lease expiry, the per-day budget refusing before the model call, and the crash harness:
 //! `kill -9` at random points, restart, every accepted task ends exactly once.
 
-#![allow(clippy::disallowed_methods)] // the tests spawn the binary under test and `kill`
-
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use warden_test_support::git_fixture::TempRepo;
 use warden_test_support::model_server::{openai, ScriptedModelServer};
 
+use super::server_harness::{
+    open_store, queue_question, runtime, sample_repo, submit_answer, PgSchema, Server, Token,
+    Worker, ADMIN, ALICE, BOB,
+};
 use super::support::Warden;
 
-const ADMIN: &str = "admin-token-0123456789";
-const ALICE: &str = "alice-token-0123456789";
-const BOB: &str = "bob-token-01234567890";
-
-fn tokens() -> String {
-    format!("root:admin:{ADMIN},alice:operator:{ALICE},bob:operator:{BOB}")
-}
-
-/// A running `warden serve` (or `worker`), its address and everything it printed on stderr.
-struct Server {
-    child: Child,
-    addr: String,
-    stderr: Arc<Mutex<String>>,
-}
-
-impl Server {
-    fn start(warden: &Warden) -> Server {
-        Server::try_start(warden).unwrap_or_else(|(code, stderr)| {
-            panic!("warden serve exited with {code:?} before listening:\n{stderr}")
-        })
-    }
-
-    /// The server, or its exit code and stderr when it stopped before listening.
-    fn try_start(warden: &Warden) -> Result<Server, (Option<i32>, String)> {
-        let mut child = warden
-            .command(&["serve"])
-            .env("WARDEN_LISTEN", "127.0.0.1:0")
-            .env("WARDEN_API_TOKENS", tokens())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = Arc::new(Mutex::new(String::new()));
-        let (found, address) = std::sync::mpsc::channel();
-        let reader = BufReader::new(child.stderr.take().unwrap());
-        let log = Arc::clone(&stderr);
-        std::thread::spawn(move || {
-            for line in reader.lines().map_while(Result::ok) {
-                if let Some(addr) = line.strip_prefix("warden: listening on http://") {
-                    let _ = found.send(addr.to_string());
-                }
-                let mut log = log.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
-        match address.recv_timeout(Duration::from_secs(60)) {
-            Ok(addr) => Ok(Server {
-                child,
-                addr,
-                stderr,
-            }),
-            Err(_) => {
-                let code = child.wait().ok().and_then(|s| s.code());
-                std::thread::sleep(Duration::from_millis(100));
-                Err((code, stderr.lock().unwrap().clone()))
-            }
-        }
-    }
-
-    fn stderr(&self) -> String {
-        self.stderr.lock().unwrap().clone()
-    }
-
-    /// `kill -TERM`, then waits for the exit code.
-    fn terminate(mut self) -> (Option<i32>, String) {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let code = wait_for_exit(&mut self.child, Duration::from_secs(60));
-        std::thread::sleep(Duration::from_millis(100));
-        (code, self.stderr())
-    }
-
-    /// `kill -9`: no chance to clean up.
-    fn kill(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-
-    fn request(
-        &self,
-        method: &str,
-        path: &str,
-        token: Option<&str>,
-        body: Option<&Value>,
-    ) -> (u16, Value) {
-        self.request_with(method, path, token, body, &[])
-    }
-
-    fn request_with(
-        &self,
-        method: &str,
-        path: &str,
-        token: Option<&str>,
-        body: Option<&Value>,
-        headers: &[(&str, &str)],
-    ) -> (u16, Value) {
-        http(&self.addr, method, path, token, body, headers)
-    }
-
-    fn register(&self, name: &str, repo: &TempRepo) {
-        let (status, body) = self.request(
-            "POST",
-            "/v1/repos",
-            Some(ADMIN),
-            Some(&json!({"name": name, "source": repo.path().to_str().unwrap()})),
-        );
-        assert_eq!(status, 201, "{body}");
-    }
-
-    fn submit(&self, token: &str, repo: &str, prompt: &str) -> String {
-        let (status, body) = self.request(
-            "POST",
-            "/v1/tasks",
-            Some(token),
-            Some(&json!({"kind": "question", "repo": repo, "prompt": prompt})),
-        );
-        assert_eq!(status, 202, "{body}");
-        body["id"].as_str().unwrap().to_string()
-    }
-
-    fn task(&self, token: &str, id: &str) -> Value {
-        let (status, body) = self.request("GET", &format!("/v1/tasks/{id}"), Some(token), None);
-        assert_eq!(status, 200, "{body}");
-        body
-    }
-
-    /// Polls until the task is in a terminal status.
-    fn wait_terminal(&self, token: &str, id: &str) -> Value {
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            let task = self.task(token, id);
-            if matches!(
-                task["status"].as_str(),
-                Some("completed" | "failed" | "cancelled" | "timed_out")
-            ) {
-                return task;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "task {id} never ended: {task}\n{}",
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn wait_for_exit(child: &mut Child, timeout: Duration) -> Option<i32> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            return status.code();
-        }
-        assert!(Instant::now() < deadline, "the process did not exit");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// One HTTP/1.1 request on a fresh connection (`Connection: close`): status and JSON body.
-fn http(
-    addr: &str,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: Option<&Value>,
-    headers: &[(&str, &str)],
-) -> (u16, Value) {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(30)))
-        .unwrap();
-    let body = body.map(Value::to_string).unwrap_or_default();
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    if let Some(token) = token {
-        request.push_str(&format!("Authorization: Bearer {token}\r\n"));
-    }
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    request.push_str("\r\n");
-    request.push_str(&body);
-    stream.write_all(request.as_bytes()).unwrap();
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).unwrap();
-    let text = String::from_utf8_lossy(&response);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {head:?}"));
-    (status, serde_json::from_str(body).unwrap_or(Value::Null))
-}
-
-fn sample_repo() -> TempRepo {
-    let repo = TempRepo::new();
-    let mut lib = String::new();
-    for n in 1..=30 {
-        lib.push_str(&format!("// line {n}\n"));
-    }
-    lib.push_str("pub fn retry_with_backoff(attempts: u32) -> u32 {\n    attempts * 2\n}\n");
-    repo.write("src/lib.rs", &lib)
-        .write("README.md", "# sample\n");
-    repo.commit("initial");
-    repo
-}
+const TOKENS: &[Token] = &[
+    ("root", "admin", ADMIN),
+    ("alice", "operator", ALICE),
+    ("bob", "operator", BOB),
+];
 
 fn write_config(warden: &Warden, text: &str) {
     std::fs::write(warden.home.path().join("warden.toml"), text).unwrap();
-}
-
-/// Opens the server's SQLite store (after the server stopped) for checks the API does not show.
-fn open_store(
-    warden: &Warden,
-) -> (
-    tokio::runtime::Runtime,
-    std::sync::Arc<dyn warden_store::Store>,
-) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let url = format!(
-        "sqlite://{}",
-        warden.home.path().join("warden.db").display()
-    );
-    let store = runtime.block_on(warden_store::open(&url)).unwrap();
-    (runtime, store)
-}
-
-fn submit_answer(path: &str, start: u64, end: u64) -> String {
-    json!({
-        "summary": "retry_with_backoff doubles the attempts",
-        "claims": [{"text": "it doubles its input", "basis": "observed",
-                    "evidence": [{"path": path, "start_line": start, "end_line": end}]}]
-    })
-    .to_string()
 }
 
 #[test]
@@ -276,14 +31,14 @@ fn serve_answers_questions_over_http_with_checked_citations() {
     let repo = sample_repo();
     let head = repo.git(&["rev-parse", "HEAD"]);
     let warden = Warden::faux();
-    let server = Server::start(&warden);
+    let server = Server::start(&warden, TOKENS);
     let (status, body) = server.request("GET", "/healthz", None, None);
     assert_eq!((status, body), (200, json!({"status": "ok"})));
     server.register("app", &repo);
 
     let ids: Vec<String> = (0..3)
         .map(|n| {
-            server.submit(
+            server.submit_question(
                 ALICE,
                 "app",
                 &format!("how does retry_with_backoff work? ({n})"),
@@ -378,17 +133,17 @@ fn serve_answers_questions_over_http_with_checked_citations() {
 #[test]
 fn a_second_serve_on_the_same_home_is_refused() {
     let warden = Warden::faux();
-    let first = Server::start(&warden);
-    let Err((code, stderr)) = Server::try_start(&warden) else {
+    let first = Server::start(&warden, TOKENS);
+    let Err((code, stderr)) = Server::try_start(&warden, TOKENS) else {
         panic!("a second serve started on the same WARDEN_HOME");
     };
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("another warden serve"), "{stderr}");
-    assert!(stderr.contains(&first.child.id().to_string()), "{stderr}");
+    assert!(stderr.contains(&first.pid().to_string()), "{stderr}");
     let (code, _) = first.terminate();
     assert_eq!(code, Some(0));
     // Once the first is gone, the home is free again.
-    Server::start(&warden).terminate();
+    Server::start(&warden, TOKENS).terminate();
 }
 
 #[test]
@@ -412,13 +167,13 @@ fn sigterm_lets_a_running_task_finish() {
     )
     .delayed(1_500)]);
     let warden = Warden::openai(&model.url());
-    let server = Server::start(&warden);
+    let server = Server::start(&warden, TOKENS);
     server.register("app", &repo);
-    let id = server.submit(ALICE, "app", "how does retry work?");
+    let id = server.submit_question(ALICE, "app", "how does retry work?");
     while model.requests().is_empty() {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let addr = server.addr.clone();
+    let addr = server.addr().to_string();
     let (code, stderr) = server.terminate();
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.contains("shutting down"), "{stderr}");
@@ -447,9 +202,9 @@ fn after_the_grace_period_a_run_is_released_and_resumed_without_repeating_model_
     ]);
     let warden = Warden::openai(&model.url());
     write_config(&warden, "[serve]\nshutdown_grace_secs = 0\n");
-    let server = Server::start(&warden);
+    let server = Server::start(&warden, TOKENS);
     server.register("app", &repo);
-    let id = server.submit(ALICE, "app", "how does retry work?");
+    let id = server.submit_question(ALICE, "app", "how does retry work?");
     while model.requests().len() < 2 {
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -464,7 +219,7 @@ fn after_the_grace_period_a_run_is_released_and_resumed_without_repeating_model_
         assert_eq!(task.status, warden_protocol::TaskStatus::Queued, "released");
         assert_eq!(task.interrupted_runs, 0, "a release is not an interruption");
     }
-    let server = Server::start(&warden);
+    let server = Server::start(&warden, TOKENS);
     let task = server.wait_terminal(ALICE, &id);
     assert_eq!(task["status"], "completed", "{task}");
     assert_eq!(task["runs"], 2);
@@ -484,35 +239,7 @@ fn an_expired_lease_puts_the_task_back_and_another_run_finishes_it() {
         // A worker that claims the task and dies without a word.
         let (runtime, store) = open_store(&warden);
         runtime.block_on(async {
-            store
-                .register_repo(warden_store::NewRepo {
-                    name: "app".into(),
-                    source: repo.path().canonicalize().unwrap().display().to_string(),
-                    branch: None,
-                    checks: vec![],
-                    created_by: "root".into(),
-                })
-                .await
-                .unwrap();
-            let id: warden_protocol::TaskId = "tsk_01M8VBQV37BCXJMMGC5Y911WEV".parse().unwrap();
-            store
-                .create_task(
-                    warden_store::NewTask {
-                        id: id.clone(),
-                        kind: warden_protocol::TaskKind::Question,
-                        owner: "alice".into(),
-                        prompt: "where is retry_with_backoff?".into(),
-                        repos: vec![warden_store::TaskRepo::named("app")],
-                        priority: 0,
-                        follow_up_to: None,
-                        retry_of: None,
-                        metadata: json!({}),
-                        callback_url: None,
-                    },
-                    None,
-                )
-                .await
-                .unwrap();
+            let id = queue_question(&*store, &repo, "root", "where is retry_with_backoff?").await;
             let claim = store
                 .claim("ghost", Duration::from_secs(1), &Default::default())
                 .await
@@ -522,7 +249,7 @@ fn an_expired_lease_puts_the_task_back_and_another_run_finishes_it() {
             id
         })
     };
-    let server = Server::start(&warden);
+    let server = Server::start(&warden, TOKENS);
     let task = server.wait_terminal(ALICE, id.as_str());
     assert_eq!(task["status"], "completed", "{task}");
     assert_eq!(task["runs"], 2);
@@ -549,14 +276,14 @@ fn the_daily_budget_refuses_before_the_model_is_called() {
     ]);
     let warden = Warden::openai(&model.url());
     write_config(&warden, "[serve]\nmax_tokens_per_day = 100\n");
-    let server = Server::start(&warden);
+    let server = Server::start(&warden, TOKENS);
     server.register("app", &repo);
-    let first = server.submit(ALICE, "app", "first question");
+    let first = server.submit_question(ALICE, "app", "first question");
     let task = server.wait_terminal(ALICE, &first);
     assert_eq!(task["status"], "completed", "{task}");
     assert_eq!(model.requests().len(), 1);
 
-    let second = server.submit(ALICE, "app", "second question");
+    let second = server.submit_question(ALICE, "app", "second question");
     let task = server.wait_terminal(ALICE, &second);
     assert_eq!(task["status"], "failed", "{task}");
     let failure = &task["result"]["failure"];
@@ -602,11 +329,11 @@ fn crash_harness_every_accepted_task_ends_exactly_once_after_repeated_kill_9() {
     let warden = Warden::openai(&model.url()).with("WARDEN_SANDBOX", "local");
     write_config(&warden, "[serve]\nworkers = 3\n");
 
-    let server = Server::start(&warden);
+    let server = Server::start(&warden, TOKENS);
     server.register("app", &repo);
     let mut accepted = Vec::new();
     for n in 0..TASKS {
-        accepted.push(server.submit(ALICE, "app", &format!("question {n}")));
+        accepted.push(server.submit_question(ALICE, "app", &format!("question {n}")));
     }
     let mut server = Some(server);
     for _ in 0..KILLS {
@@ -614,7 +341,7 @@ fn crash_harness_every_accepted_task_ends_exactly_once_after_repeated_kill_9() {
         if let Some(running) = server.take() {
             running.kill();
         }
-        server = Some(Server::start(&warden));
+        server = Some(Server::start(&warden, TOKENS));
     }
     let server = server.unwrap();
     let mut outcomes = Vec::new();
@@ -686,65 +413,9 @@ fn crash_harness_every_accepted_task_ends_exactly_once_after_repeated_kill_9() {
     assert!(interrupted >= 1);
 }
 
-/// A fresh schema of the database `WARDEN_TEST_POSTGRES_URL` names, dropped afterwards; `None`
-/// when no test database is configured.
-struct PgSchema {
-    admin_url: String,
-    name: String,
-}
-
-impl PgSchema {
-    fn create() -> Option<PgSchema> {
-        let Ok(admin_url) = std::env::var("WARDEN_TEST_POSTGRES_URL") else {
-            eprintln!("skipped: WARDEN_TEST_POSTGRES_URL not set");
-            return None;
-        };
-        let name = format!("serve_{}_{}", std::process::id(), random_below(1 << 40));
-        pg_execute(&admin_url, &format!("CREATE SCHEMA {name}"));
-        Some(PgSchema { admin_url, name })
-    }
-
-    fn url(&self) -> String {
-        let separator = if self.admin_url.contains('?') {
-            '&'
-        } else {
-            '?'
-        };
-        format!(
-            "{}{separator}options=-csearch_path%3D{}",
-            self.admin_url, self.name
-        )
-    }
-}
-
-impl Drop for PgSchema {
-    fn drop(&mut self) {
-        pg_execute(
-            &self.admin_url,
-            &format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name),
-        );
-    }
-}
-
-fn pg_execute(url: &str, sql: &str) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        let connection = tokio::spawn(connection);
-        client.batch_execute(sql).await.unwrap();
-        drop(client);
-        let _ = connection.await;
-    });
-}
-
 #[test]
 fn workers_share_a_postgres_queue_and_a_dead_workers_task_is_finished_by_another() {
-    let Some(schema) = PgSchema::create() else {
+    let Some(schema) = PgSchema::create("serve") else {
         return;
     };
     let repo = sample_repo();
@@ -760,7 +431,7 @@ fn workers_share_a_postgres_queue_and_a_dead_workers_task_is_finished_by_another
         .with("WARDEN_SANDBOX", "local")
         .with("WARDEN_DATABASE_URL", &schema.url());
     write_config(&warden, config);
-    let server = Server::start(&warden);
+    let server = Server::start(&warden, TOKENS);
     server.register("app", &repo);
 
     // A second machine: its own home, the same database, workers only.
@@ -768,22 +439,11 @@ fn workers_share_a_postgres_queue_and_a_dead_workers_task_is_finished_by_another
         .with("WARDEN_SANDBOX", "local")
         .with("WARDEN_DATABASE_URL", &schema.url());
     write_config(&remote, config);
-    let mut worker = remote
-        .command(&["worker"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(worker.stderr.take().unwrap()).lines();
-    let ready = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find(|line| line.starts_with("warden: worker worker-"));
-    assert!(ready.is_some(), "warden worker did not start");
-    std::thread::spawn(move || for _ in lines {});
+    let worker = Worker::start(&remote);
+    worker.wait_for_line(|line| line.starts_with("warden: worker worker-"));
 
     let ids: Vec<String> = (0..4)
-        .map(|n| server.submit(ALICE, "app", &format!("question {n}")))
+        .map(|n| server.submit_question(ALICE, "app", &format!("question {n}")))
         .collect();
     // Each process runs one task at a time and a decision takes 1.5 s: the second request to
     // the model comes from the worker machine. Kill it while it waits for the answer.
@@ -792,18 +452,14 @@ fn workers_share_a_postgres_queue_and_a_dead_workers_task_is_finished_by_another
         assert!(Instant::now() < deadline, "the worker never claimed a task");
         std::thread::sleep(Duration::from_millis(20));
     }
-    worker.kill().unwrap();
-    worker.wait().unwrap();
+    worker.kill();
     for id in &ids {
         let task = server.wait_terminal(ALICE, id);
         assert_eq!(task["status"], "completed", "{task}");
     }
     server.terminate();
 
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     let store = runtime.block_on(warden_store::open(&schema.url())).unwrap();
     let mut workers = std::collections::HashSet::new();
     let mut interrupted = 0;

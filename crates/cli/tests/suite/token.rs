@@ -2,91 +2,12 @@
 //! once and authenticates against the running server with its role, a revoked one stops
 //! working at once, listing never shows secrets, and the database holds no plaintext token.
 
-#![allow(clippy::disallowed_methods)] // the tests spawn the binary under test and `kill`
+use serde_json::json;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
-use serde_json::{json, Value};
-
+use super::server_harness::{Server, Token, ADMIN};
 use super::support::Warden;
 
-const ADMIN: &str = "admin-token-0123456789";
-
-/// A running `warden serve` and its address.
-struct Server {
-    child: Child,
-    addr: String,
-}
-
-impl Server {
-    fn start(warden: &Warden) -> Server {
-        let mut child = warden
-            .command(&["serve"])
-            .env("WARDEN_LISTEN", "127.0.0.1:0")
-            .env("WARDEN_API_TOKENS", format!("root:admin:{ADMIN}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (found, address) = std::sync::mpsc::channel();
-        let reader = BufReader::new(child.stderr.take().unwrap());
-        std::thread::spawn(move || {
-            for line in reader.lines().map_while(Result::ok) {
-                if let Some(addr) = line.strip_prefix("warden: listening on http://") {
-                    let _ = found.send(addr.to_string());
-                }
-            }
-        });
-        let addr = address
-            .recv_timeout(Duration::from_secs(60))
-            .expect("warden serve listens");
-        Server { child, addr }
-    }
-
-    /// One request on a fresh connection: status and JSON body.
-    fn request(&self, method: &str, path: &str, token: &str, body: Option<&Value>) -> (u16, Value) {
-        let mut stream = TcpStream::connect(&self.addr).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(30)))
-            .unwrap();
-        let body = body.map(Value::to_string).unwrap_or_default();
-        let request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\
-             Content-Type: application/json\r\nContent-Length: {}\r\n\
-             Authorization: Bearer {token}\r\n\r\n{body}",
-            self.addr,
-            body.len()
-        );
-        stream.write_all(request.as_bytes()).unwrap();
-        let mut response = Vec::new();
-        stream.read_to_end(&mut response).unwrap();
-        let text = String::from_utf8_lossy(&response);
-        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-        let status = head
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("no status in {head:?}"));
-        (status, serde_json::from_str(body).unwrap_or(Value::Null))
-    }
-
-    /// `kill -TERM`, then waits for the exit.
-    fn terminate(mut self) {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while self.child.try_wait().unwrap().is_none() {
-            assert!(Instant::now() < deadline, "warden serve did not exit");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
+const TOKENS: &[Token] = &[("root", "admin", ADMIN)];
 
 /// Every byte of the server's database files (`warden.db` and its WAL, if any).
 fn database_bytes(warden: &Warden) -> Vec<u8> {
@@ -126,14 +47,14 @@ fn a_created_token_authenticates_against_serve_and_is_stored_only_as_a_digest() 
     let viewer_token = viewer["token"].as_str().unwrap().to_string();
     assert_ne!(viewer_token, operator);
 
-    let server = Server::start(&warden);
-    let (status, body) = server.request("GET", "/v1/tasks", &operator, None);
+    let server = Server::start(&warden, TOKENS);
+    let (status, body) = server.request("GET", "/v1/tasks", Some(&operator), None);
     assert_eq!(status, 200, "{body}");
     // The operator may write (this task is refused for its repository, not for its role).
     let (status, body) = server.request(
         "POST",
         "/v1/tasks",
-        &operator,
+        Some(&operator),
         Some(&json!({"kind": "question", "repo": "nope", "prompt": "p"})),
     );
     assert_eq!(status, 422, "{body}");
@@ -141,11 +62,16 @@ fn a_created_token_authenticates_against_serve_and_is_stored_only_as_a_digest() 
     let (status, body) = server.request(
         "POST",
         "/v1/tasks",
-        &viewer_token,
+        Some(&viewer_token),
         Some(&json!({"kind": "question", "repo": "nope", "prompt": "p"})),
     );
     assert_eq!(status, 403, "{body}");
-    let (status, _) = server.request("GET", "/v1/tasks", "wdn_not-a-real-token-at-all", None);
+    let (status, _) = server.request(
+        "GET",
+        "/v1/tasks",
+        Some("wdn_not-a-real-token-at-all"),
+        None,
+    );
     assert_eq!(status, 401);
 
     // Listing shows ids, names and roles, never a secret.
@@ -167,12 +93,12 @@ fn a_created_token_authenticates_against_serve_and_is_stored_only_as_a_digest() 
     // Revoked while the server runs: refused at once.
     let revoked = warden.run(&["token", "revoke", &id]);
     assert_eq!(revoked.code, 0, "{}", revoked.stderr);
-    let (status, _) = server.request("GET", "/v1/tasks", &operator, None);
+    let (status, _) = server.request("GET", "/v1/tasks", Some(&operator), None);
     assert_eq!(status, 401);
-    let (status, _) = server.request("GET", "/v1/tasks", &viewer_token, None);
+    let (status, _) = server.request("GET", "/v1/tasks", Some(&viewer_token), None);
     assert_eq!(status, 200);
     // The server's admin sees the CLI's tokens, without secrets.
-    let (status, body) = server.request("GET", "/v1/tokens", ADMIN, None);
+    let (status, body) = server.request("GET", "/v1/tokens", Some(ADMIN), None);
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["data"].as_array().unwrap().len(), 2);
     server.terminate();
