@@ -65,11 +65,7 @@ fn an_answered_clarification_resumes_the_conversation_with_question_and_answer()
     );
     assert_eq!(status, 202, "{body}");
     assert_eq!(body["id"], id.as_str());
-    let task = server.wait_for(
-        ALICE,
-        &id,
-        &["completed", "failed", "cancelled", "timed_out"],
-    );
+    let task = server.wait_terminal(ALICE, &id);
     assert_eq!(task["status"], "completed", "{task}");
     assert_eq!(task["runs"], 2);
     assert_eq!(task["result"]["outcome"], "answer", "{task}");
@@ -215,11 +211,7 @@ fn retrying_a_failed_task_runs_a_new_task_over_the_same_commit() {
     let server = Server::start(&warden, TOKENS);
     server.register("app", &repo);
     let id = server.submit_question(ALICE, "app", "how does the retry work?");
-    let failed = server.wait_for(
-        ALICE,
-        &id,
-        &["completed", "failed", "cancelled", "timed_out"],
-    );
+    let failed = server.wait_terminal(ALICE, &id);
     assert_eq!(failed["status"], "failed", "{failed}");
     assert_eq!(
         failed["result"]["failure"]["code"], "model_error",
@@ -237,11 +229,7 @@ fn retrying_a_failed_task_runs_a_new_task_over_the_same_commit() {
     assert_eq!(retry["prompt"], "how does the retry work?");
     let retry_id = retry["id"].as_str().unwrap();
     assert_ne!(retry_id, id);
-    let done = server.wait_for(
-        ALICE,
-        retry_id,
-        &["completed", "failed", "cancelled", "timed_out"],
-    );
+    let done = server.wait_terminal(ALICE, retry_id);
     assert_eq!(done["status"], "completed", "{done}");
     assert_eq!(done["repos"][0]["commit"], pinned.as_str());
     let evidence = &done["result"]["answer"]["claims"][0]["evidence"][0];
