@@ -329,10 +329,17 @@ fn redact_tokens(line: &str) -> String {
 /// stay), private keys and credential stores keep only the diff markers. CI configuration is
 /// code to review and is left alone (credential-looking strings are redacted by
 /// [`redact_credential_patterns`]).
+///
+/// A file's section is recognised from every path its headers name — `diff --git`, `---`,
+/// `+++`, `rename from`/`to`, `copy from`/`to` — in git's C-quoted form too (`"a/d\303\251/.env"`
+/// for non-ASCII names, `\"`, `\\` and control characters), and the strictest rule among them
+/// applies (a deleted `.env` hides its `-` lines, a rename into `.env` its `+` lines). It fails
+/// closed: a header this cannot parse hides every content line of its section.
 pub fn redact_sensitive_file_values(diff: &str) -> String {
     let mut out = String::with_capacity(diff.len());
-    let mut kind: Option<SensitiveKind> = None;
+    let mut hide = Hide::Nothing;
     let mut in_hunk = false;
+    let mut in_binary = false;
     for line in diff.split_inclusive('\n') {
         let (content, newline) = match line.strip_suffix('\n') {
             Some(content) => (content, "\n"),
@@ -340,23 +347,34 @@ pub fn redact_sensitive_file_values(diff: &str) -> String {
         };
         if let Some(header) = content.strip_prefix("diff --git ") {
             in_hunk = false;
-            // `a/<path> b/<path>`: the path after the last ` b/` (exact unless it holds one).
-            kind = header
-                .rfind(" b/")
-                .and_then(|at| sensitive_kind(&header[at + 3..]));
+            in_binary = false;
+            hide = match git_header_paths(header) {
+                Some(paths) => paths.iter().map(|path| Hide::for_path(path)).max(),
+                None => Some(Hide::All),
+            }
+            .unwrap_or(Hide::All);
+        } else if in_binary {
+            // `GIT binary patch` (`--binary`): base85 lines, all content.
+            let keep = content.is_empty()
+                || content.starts_with("literal ")
+                || content.starts_with("delta ");
+            if hide != Hide::Nothing && !keep {
+                out.push_str(REDACTED);
+                out.push_str(newline);
+                continue;
+            }
         } else if !in_hunk {
             if content.starts_with("@@") {
                 in_hunk = true;
-            } else if let Some(path) = content
-                .strip_prefix("+++ b/")
-                .or_else(|| content.strip_prefix("--- a/"))
-            {
-                kind = kind.or_else(|| sensitive_kind(path));
+            } else if content == "GIT binary patch" {
+                in_binary = true;
+            } else if let Some(named) = extended_header_path(content) {
+                hide = hide.max(named.map_or(Hide::All, |path| Hide::for_path(&path)));
             }
         } else if content.starts_with("@@") {
             // The next hunk of the same file.
-        } else if let Some(kind) = kind {
-            out.push_str(&redact_value_line(content, kind));
+        } else if hide != Hide::Nothing {
+            out.push_str(&redact_value_line(content, hide));
             out.push_str(newline);
             continue;
         }
@@ -366,27 +384,184 @@ pub fn redact_sensitive_file_values(diff: &str) -> String {
     out
 }
 
+/// How much of a file's content lines a diff shows, weakest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Hide {
+    /// Not sensitive, or CI configuration (code to review).
+    Nothing,
+    /// Environment files: names and comments stay, values go.
+    Values,
+    /// Keys, credential stores, and sections whose headers could not be read.
+    All,
+}
+
+impl Hide {
+    fn for_path(path: &str) -> Hide {
+        match sensitive_kind(path) {
+            None | Some(SensitiveKind::Ci) => Hide::Nothing,
+            Some(SensitiveKind::Environment) => Hide::Values,
+            Some(SensitiveKind::PrivateKey | SensitiveKind::Credentials) => Hide::All,
+        }
+    }
+}
+
+/// The paths named by the rest of a `diff --git ` line (`a/<path> b/<path>`, each side maybe
+/// C-quoted), without their `a/`/`b/` prefixes; `None` when it does not parse. Unquoted paths
+/// may hold spaces, so `a/x b/y b/z` is ambiguous: every reading is returned.
+fn git_header_paths(header: &str) -> Option<Vec<String>> {
+    if header.starts_with('"') {
+        let (old, rest) = unquote_c(header)?;
+        let rest = rest.strip_prefix(' ')?;
+        let new = if rest.starts_with('"') {
+            let (new, rest) = unquote_c(rest)?;
+            if !rest.is_empty() {
+                return None;
+            }
+            new
+        } else {
+            rest.to_string()
+        };
+        return Some(vec![
+            old.strip_prefix("a/")?.to_string(),
+            new.strip_prefix("b/")?.to_string(),
+        ]);
+    }
+    let mut paths = Vec::new();
+    if header.ends_with('"') {
+        // `a/<plain> "b/<quoted>"`: the quoted side is the one that parses to the end.
+        for (at, _) in header.match_indices(" \"") {
+            if let Some((new, "")) = unquote_c(&header[at + 1..]) {
+                paths.push(header[..at].strip_prefix("a/")?.to_string());
+                paths.push(new.strip_prefix("b/")?.to_string());
+                return Some(paths);
+            }
+        }
+        return None;
+    }
+    let old_new = header.strip_prefix("a/")?;
+    for (at, _) in old_new.match_indices(" b/") {
+        paths.push(old_new[..at].to_string());
+        paths.push(old_new[at + 3..].to_string());
+    }
+    if paths.is_empty() {
+        None
+    } else {
+        Some(paths)
+    }
+}
+
+/// The path an extended header line before the first hunk names: `Some(Some(path))` for
+/// `--- a/…`, `+++ b/…`, `rename from …`, `rename to …`, `copy from …`, `copy to …`
+/// (`/dev/null` is no path), `Some(None)` when such a line's path does not parse, `None` for
+/// other lines (modes, index, similarity, `Binary files … differ`).
+fn extended_header_path(line: &str) -> Option<Option<String>> {
+    const DEV_NULL: &str = "/dev/null";
+    let (rest, prefix) = if let Some(rest) = line.strip_prefix("--- ") {
+        (rest, Some("a/"))
+    } else if let Some(rest) = line.strip_prefix("+++ ") {
+        (rest, Some("b/"))
+    } else {
+        let rest = ["rename from ", "rename to ", "copy from ", "copy to "]
+            .iter()
+            .find_map(|header| line.strip_prefix(header))?;
+        (rest, None)
+    };
+    // git ends `---`/`+++` names that hold a space with a tab.
+    let rest = if prefix.is_some() {
+        rest.strip_suffix('\t').unwrap_or(rest)
+    } else {
+        rest
+    };
+    if prefix.is_some() && rest == DEV_NULL {
+        return Some(Some(String::new()));
+    }
+    let path = if rest.starts_with('"') {
+        match unquote_c(rest) {
+            Some((path, "")) => path,
+            _ => return Some(None),
+        }
+    } else {
+        rest.to_string()
+    };
+    Some(match prefix {
+        Some(prefix) => path.strip_prefix(prefix).map(str::to_string),
+        None => Some(path),
+    })
+}
+
+/// Reads one C-quoted string as git writes paths (`"…"` with `\"`, `\\`, `\a\b\t\n\v\f\r`
+/// and octal `\ooo` bytes) from the start of `text`: the bytes as UTF-8 (lossy only if git
+/// quoted bytes that are not UTF-8) and the text after the closing quote. `None` when `text`
+/// does not start with a well-formed quoted string.
+fn unquote_c(text: &str) -> Option<(String, &str)> {
+    let body = text.strip_prefix('"')?;
+    let mut bytes = Vec::with_capacity(body.len());
+    let mut iter = body.char_indices();
+    while let Some((at, c)) = iter.next() {
+        match c {
+            '"' => {
+                let path = String::from_utf8_lossy(&bytes).into_owned();
+                return Some((path, &body[at + 1..]));
+            }
+            '\\' => {
+                let (_, escaped) = iter.next()?;
+                let byte = match escaped {
+                    '"' => b'"',
+                    '\\' => b'\\',
+                    'a' => 0x07,
+                    'b' => 0x08,
+                    't' => b'\t',
+                    'n' => b'\n',
+                    'v' => 0x0b,
+                    'f' => 0x0c,
+                    'r' => b'\r',
+                    '0'..='3' => {
+                        let mut value = escaped.to_digit(8)?;
+                        for _ in 0..2 {
+                            let (_, digit) = iter.next()?;
+                            value = value * 8 + digit.to_digit(8)?;
+                        }
+                        u8::try_from(value).ok()?
+                    }
+                    _ => return None,
+                };
+                bytes.push(byte);
+            }
+            c => {
+                let mut buffer = [0; 4];
+                bytes.extend_from_slice(c.encode_utf8(&mut buffer).as_bytes());
+            }
+        }
+    }
+    None
+}
+
 /// One content line of a sensitive file, its value hidden (see [`redact_sensitive_file_values`]).
-fn redact_value_line(line: &str, kind: SensitiveKind) -> String {
+fn redact_value_line(line: &str, hide: Hide) -> String {
     let mut chars = line.chars();
     let Some(marker) = chars.next().filter(|c| matches!(c, '+' | '-' | ' ')) else {
-        // `\ No newline at end of file` and the like.
-        return line.to_string();
+        // `\ No newline at end of file`, or a blank line; anything else git does not write in a
+        // hunk, so it is hidden.
+        return if line.is_empty() || line.starts_with('\\') || hide == Hide::Nothing {
+            line.to_string()
+        } else {
+            REDACTED.to_string()
+        };
     };
     let content = chars.as_str();
     let trimmed = content.trim_start();
     if trimmed.is_empty() {
         return line.to_string();
     }
-    match kind {
-        SensitiveKind::Ci => line.to_string(),
-        SensitiveKind::Environment if trimmed.starts_with('#') => line.to_string(),
-        SensitiveKind::Environment => match content.find(['=', ':']) {
+    match hide {
+        Hide::Nothing => line.to_string(),
+        Hide::Values if trimmed.starts_with('#') => line.to_string(),
+        Hide::Values => match content.find(['=', ':']) {
             Some(at) if content[at + 1..].trim().is_empty() => line.to_string(),
             Some(at) => format!("{marker}{}{REDACTED}", &content[..=at]),
             None => format!("{marker}{REDACTED}"),
         },
-        SensitiveKind::PrivateKey | SensitiveKind::Credentials => format!("{marker}{REDACTED}"),
+        Hide::All => format!("{marker}{REDACTED}"),
     }
 }
 
@@ -617,6 +792,173 @@ diff --git a/.github/workflows/ci.yml b/.github/workflows/ci.yml
             assert!(!redacted.contains(hidden), "{hidden} shown:\n{redacted}");
         }
         assert_eq!(redacted.lines().count(), diff.lines().count());
+    }
+
+    /// One added file's section with `header`, `minus` and `plus` as git would print them.
+    fn added(header: &str, minus: &str, plus: &str) -> String {
+        format!(
+            "diff --git {header}\nnew file mode 100644\nindex 0000000..1111111\n{minus}\n{plus}\n\
+             @@ -0,0 +1,2 @@\n+# note\n+DB_PASSWORD=hunter2\n"
+        )
+    }
+
+    #[test]
+    fn quoted_paths_are_read_like_git_writes_them() {
+        for (header, plus) in [
+            // `dé/.env` and `.env.é` under the default core.quotePath.
+            (
+                r#""a/d\303\251/.env" "b/d\303\251/.env""#,
+                r#"+++ "b/d\303\251/.env""#,
+            ),
+            (
+                r#""a/.env.\303\251" "b/.env.\303\251""#,
+                r#"+++ "b/.env.\303\251""#,
+            ),
+            // A quote, a backslash and a tab in a directory name.
+            (
+                r#""a/x\"y\\z\t/.env" "b/x\"y\\z\t/.env""#,
+                r#"+++ "b/x\"y\\z\t/.env""#,
+            ),
+            // A space: unquoted, the `+++` line ends with a tab.
+            ("a/my dir/.env b/my dir/.env", "+++ b/my dir/.env\t"),
+        ] {
+            let diff = added(header, "--- /dev/null", plus);
+            let redacted = redact_sensitive_file_values(&diff);
+            assert!(!redacted.contains("hunter2"), "{header}:\n{redacted}");
+            assert!(
+                redacted.contains("+DB_PASSWORD=[redacted]\n"),
+                "{header}:\n{redacted}"
+            );
+            assert!(redacted.contains("+# note\n"), "{header}:\n{redacted}");
+            assert_eq!(redacted.lines().count(), diff.lines().count());
+        }
+        assert_eq!(
+            unquote_c(r#""a/d\303\251/\"q\"\\\t\n" rest"#),
+            Some(("a/dé/\"q\"\\\t\n".to_string(), " rest"))
+        );
+        for bad in [
+            r#""a/unterminated"#,
+            r#""a/\q""#,
+            r#""a/\40""#,
+            r#""a/\400""#,
+            "a/",
+        ] {
+            assert_eq!(unquote_c(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn unreadable_headers_hide_their_section() {
+        for (header, minus, plus) in [
+            // Not `a/`/`b/` paths.
+            ("x/.env y/.env", "--- /dev/null", "+++ y/.env"),
+            // A broken quote in the header.
+            (r#""a/\z.txt" "b/\z.txt""#, "--- /dev/null", "+++ b/z.txt"),
+            // Fine header, broken `+++` line.
+            ("a/notes.txt b/notes.txt", "--- /dev/null", r#"+++ "b/\9""#),
+            (
+                "a/notes.txt b/notes.txt",
+                "--- /dev/null",
+                "+++ c/notes.txt",
+            ),
+        ] {
+            let diff = added(header, minus, plus);
+            let redacted = redact_sensitive_file_values(&diff);
+            assert!(!redacted.contains("hunter2"), "{header}:\n{redacted}");
+            assert!(
+                redacted.contains("+[redacted]\n+[redacted]\n"),
+                "{header}:\n{redacted}"
+            );
+        }
+    }
+
+    #[test]
+    fn deletions_renames_and_copies_count_every_named_path() {
+        let deleted = "\
+diff --git a/.env b/.env
+deleted file mode 100644
+index 1111111..0000000
+--- a/.env
++++ /dev/null
+@@ -1 +0,0 @@
+-DB_PASSWORD=hunter2
+";
+        let redacted = redact_sensitive_file_values(deleted);
+        assert!(redacted.contains("-DB_PASSWORD=[redacted]\n"), "{redacted}");
+        // A rename into `.env` (with rename detection on) and a copy out of a key.
+        for (header, from, to) in [
+            (
+                "a/notes.txt b/.env",
+                "rename from notes.txt",
+                "rename to .env",
+            ),
+            (
+                "a/id_rsa b/copy.txt",
+                "copy from id_rsa",
+                "copy to copy.txt",
+            ),
+            (
+                r#""a/n\303\266tes" "b/.env""#,
+                r#"rename from "n\303\266tes""#,
+                "rename to .env",
+            ),
+        ] {
+            let diff = format!(
+                "diff --git {header}\nsimilarity index 90%\n{from}\n{to}\n\
+                 @@ -1 +1 @@\n-DB_PASSWORD=old\n+DB_PASSWORD=hunter2\n"
+            );
+            let redacted = redact_sensitive_file_values(&diff);
+            assert!(!redacted.contains("hunter2"), "{header}:\n{redacted}");
+            assert!(!redacted.contains("old"), "{header}:\n{redacted}");
+        }
+        // A renamed header with spaces, unreadable as one split, checks every reading.
+        let diff = "diff --git a/a b/.env b/a b/.env\n@@ -1 +1 @@\n+DB_PASSWORD=hunter2\n";
+        assert!(!redact_sensitive_file_values(diff).contains("hunter2"));
+        // A binary patch of a key loses its base85 lines.
+        let binary = "\
+diff --git a/server.key b/server.key
+new file mode 100644
+index 0000000..1111111
+GIT binary patch
+literal 12
+TcmZQzU|?ooU|?WiWMBXQ0RaFP
+
+literal 0
+HcmV?d00001
+
+";
+        let redacted = redact_sensitive_file_values(binary);
+        assert!(!redacted.contains("TcmZQz"), "{redacted}");
+        assert!(redacted.contains("literal 12\n[redacted]\n"), "{redacted}");
+    }
+
+    #[test]
+    fn ordinary_diffs_are_unchanged() {
+        let diff = "\
+diff --git a/src/lib.rs b/src/lib.rs
+index 1111111..2222222 100644
+--- a/src/lib.rs
++++ b/src/lib.rs
+@@ -1,2 +1,2 @@
+ fn main() {
+-    let password = 1;
++    let password = 2;
+\\ No newline at end of file
+diff --git \"a/d\\303\\251j\\303\\240.txt\" \"b/d\\303\\251j\\303\\240.txt\"
+deleted file mode 100644
+--- \"a/d\\303\\251j\\303\\240.txt\"
++++ /dev/null
+@@ -1 +0,0 @@
+-token: value
+diff --git a/my file.txt b/my file.txt
+--- a/my file.txt\t
++++ b/my file.txt\t
+@@ -1 +1 @@
+-KEY=1
++KEY=2
+Binary files a/logo.png and b/logo.png differ
+";
+        assert_eq!(redact_sensitive_file_values(diff), diff);
     }
 
     #[test]

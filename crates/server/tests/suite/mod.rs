@@ -4,4 +4,5 @@ mod auth;
 mod callback;
 mod control;
 mod diff;
+mod diff_sensitive_paths;
 mod events;
