@@ -16,9 +16,12 @@ use warden_test_support::github_fake::GithubFake;
 use warden_test_support::model_server::ScriptedModelServer;
 
 use super::publish::bare_git;
-use super::serve_change::{call, sample_repo, Server, ADMIN, ALICE};
+use super::server_harness::{
+    call, change_repo, settled, uppercase_beta, Server, Token, ADMIN, ALICE,
+};
 use super::support::Warden;
 
+const TOKENS: &[Token] = &[("root", "admin", ADMIN), ("alice", "operator", ALICE)];
 const TOKEN: &str = "ghp_serve_fake_token_0123456789ab";
 
 /// A registered repository `app` whose `origin` is a bare remote holding `main`, a GitHub fake
@@ -35,7 +38,7 @@ struct Setup {
 
 impl Setup {
     fn new(tasks: usize) -> Setup {
-        let repo = sample_repo();
+        let repo = change_repo();
         let remote_dir = tempfile::tempdir().unwrap();
         let remote = remote_dir.path().join("widgets.git");
         repo.git(&[
@@ -51,10 +54,7 @@ impl Setup {
         let fake = GithubFake::start(&remote, "acme", "widgets", TOKEN);
         let mut script = Vec::new();
         for _ in 0..tasks {
-            script.push(call(
-                "edit_file",
-                json!({"path": "src/lib.txt", "old": "beta", "new": "BETA"}),
-            ));
+            script.push(uppercase_beta());
             script.push(call(
                 "submit_change",
                 json!({"summary": "Uppercase beta\n\nThe check wants BETA."}),
@@ -80,12 +80,27 @@ impl Setup {
         }
     }
 
+    /// `warden serve` with the repository registered ([`Setup::register`]).
+    fn serve(&self) -> Server {
+        let server = Server::start(&self.warden, TOKENS);
+        self.register(&server);
+        server
+    }
+
+    /// Registers the repository on `server` as `app`, checked by `bash check.sh`.
+    fn register(&self, server: &Server) {
+        server.register_with_checks("app", &self.repo, &["bash check.sh"]);
+    }
+
     /// Submits a change with `publish: true` and waits for it to ask for approval: the task id,
     /// the approval id and the hash it is bound to.
     fn waiting_task(&self, server: &Server) -> (String, String, String) {
-        let id = server.submit(json!({"kind": "change", "repo": "app",
-            "prompt": "make beta uppercase", "publish": true}));
-        let task = server.wait_settled(&id);
+        let id = server.submit_change(
+            ALICE,
+            &json!({"kind": "change", "repo": "app",
+                    "prompt": "make beta uppercase", "publish": true}),
+        );
+        let task = server.wait_until(ALICE, &id, settled);
         assert_eq!(
             task["status"],
             "waiting_approval",
@@ -110,7 +125,7 @@ impl Setup {
     /// Exactly one branch for the task at its proposal commit and one pull request for it, the
     /// task completed with the publication recorded as opened.
     fn assert_published_once(&self, server: &Server, id: &str) {
-        let task = server.wait_settled(id);
+        let task = server.wait_until(ALICE, id, settled);
         assert_eq!(task["status"], "completed", "{task}\n{}", server.stderr());
         let result = &task["result"];
         assert_eq!(result["outcome"], "proposal", "{result}");
@@ -158,7 +173,7 @@ fn decide(server: &Server, approval: &str, decision: &str, hash: &str) -> (u16, 
     server.request(
         "POST",
         &format!("/v1/approvals/{approval}"),
-        ADMIN,
+        Some(ADMIN),
         Some(&json!({"decision": decision, "hash": hash})),
     )
 }
@@ -166,8 +181,7 @@ fn decide(server: &Server, approval: &str, decision: &str, hash: &str) -> (u16, 
 #[test]
 fn an_approved_change_is_published_once_by_serve_and_a_wrong_hash_moves_nothing() {
     let setup = Setup::new(1);
-    let server = Server::start(&setup.warden);
-    server.register(&setup.repo, &["bash check.sh"]);
+    let server = setup.serve();
     let (id, approval, hash) = setup.waiting_task(&server);
     // Nothing left the machine before the approval.
     assert!(setup.remote_branches().is_empty());
@@ -179,10 +193,9 @@ fn an_approved_change_is_published_once_by_serve_and_a_wrong_hash_moves_nothing(
     let (status, body) = decide(&server, &approval, "approve", &wrong);
     assert_eq!(status, 409, "{body}");
     assert_eq!(body["error"]["code"], "hash_mismatch");
-    let (status, task) = server.request("GET", &format!("/v1/tasks/{id}"), ALICE, None);
-    assert_eq!(status, 200);
+    let task = server.task(ALICE, &id);
     assert_eq!(task["status"], "waiting_approval", "{task}");
-    let (_, shown) = server.request("GET", &format!("/v1/approvals/{approval}"), ALICE, None);
+    let shown = server.get(ALICE, &format!("/v1/approvals/{approval}"));
     assert_eq!(shown["status"], "pending", "{shown}");
     assert!(setup.remote_branches().is_empty());
     assert!(setup.fake.requests().is_empty());
@@ -190,7 +203,7 @@ fn an_approved_change_is_published_once_by_serve_and_a_wrong_hash_moves_nothing(
     let (status, body) = server.request(
         "POST",
         &format!("/v1/approvals/{approval}"),
-        ALICE,
+        Some(ALICE),
         Some(&json!({"decision": "approve", "hash": hash})),
     );
     assert_eq!(status, 403, "{body}");
@@ -200,7 +213,7 @@ fn an_approved_change_is_published_once_by_serve_and_a_wrong_hash_moves_nothing(
     assert_eq!(body["status"], "approved");
     setup.assert_published_once(&server, &id);
     // The approval authorised one publication: it is used up, and deciding again is refused.
-    let (_, shown) = server.request("GET", &format!("/v1/approvals/{approval}"), ALICE, None);
+    let shown = server.get(ALICE, &format!("/v1/approvals/{approval}"));
     assert_eq!(shown["status"], "consumed", "{shown}");
     let (status, body) = decide(&server, &approval, "approve", &hash);
     assert_eq!(status, 409, "{body}");
@@ -212,9 +225,7 @@ fn an_approved_change_is_published_once_by_serve_and_a_wrong_hash_moves_nothing(
     assert!(text.contains(&id), "{text}");
     assert!(!text.contains(TOKEN), "{text}");
     // The publication run's journal records each side effect before its outcome.
-    let (status, journal) =
-        server.request("GET", &format!("/v1/tasks/{id}/journal?run=2"), ALICE, None);
-    assert_eq!(status, 200, "{journal}");
+    let journal = server.get(ALICE, &format!("/v1/tasks/{id}/journal?run=2"));
     let shown = journal.to_string();
     let push = shown
         .find("\"push\"")
@@ -230,9 +241,9 @@ fn serve_crashing_after_the_push_or_after_the_pull_request_still_publishes_exact
     let setup = Setup::new(2);
     let mut published = Vec::new();
     for point in ["publish_after_push", "publish_after_pr"] {
-        let server = Server::start_with(&setup.warden, &[("WARDEN_FAILPOINT", point)]);
+        let server = Server::start_with(&setup.warden, TOKENS, &[("WARDEN_FAILPOINT", point)]);
         if published.is_empty() {
-            server.register(&setup.repo, &["bash check.sh"]);
+            setup.register(&server);
         }
         let (id, approval, hash) = setup.waiting_task(&server);
         let (status, body) = decide(&server, &approval, "approve", &hash);
@@ -253,9 +264,9 @@ fn serve_crashing_after_the_push_or_after_the_pull_request_still_publishes_exact
 
         // Started again: the run is interrupted, re-claimed, and publication resumes by asking
         // the remote and GitHub what is there.
-        let server = Server::start(&setup.warden);
+        let server = Server::start(&setup.warden, TOKENS);
         setup.assert_published_once(&server, &id);
-        let (_, task) = server.request("GET", &format!("/v1/tasks/{id}"), ALICE, None);
+        let task = server.task(ALICE, &id);
         assert_eq!(task["runs"], 3, "{task}");
         server.terminate();
         published.push(id);
@@ -275,14 +286,13 @@ fn serve_crashing_after_the_push_or_after_the_pull_request_still_publishes_exact
 #[test]
 fn a_rejection_keeps_the_proposal_unpublished_and_an_approval_after_cancel_is_refused() {
     let setup = Setup::new(2);
-    let server = Server::start(&setup.warden);
-    server.register(&setup.repo, &["bash check.sh"]);
+    let server = setup.serve();
 
     let (id, approval, hash) = setup.waiting_task(&server);
     let (status, body) = decide(&server, &approval, "reject", &hash);
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["status"], "rejected");
-    let task = server.wait_settled(&id);
+    let task = server.wait_until(ALICE, &id, settled);
     assert_eq!(task["status"], "completed", "{task}\n{}", server.stderr());
     let result = &task["result"];
     assert_eq!(result["outcome"], "proposal", "{result}");
@@ -291,8 +301,7 @@ fn a_rejection_keeps_the_proposal_unpublished_and_an_approval_after_cancel_is_re
     assert_eq!(result["approval"]["status"], "rejected", "{result}");
     assert_eq!(result["approval"]["decided_by"], "root", "{result}");
     // The proposal is still there to apply by hand.
-    let (status, diff) = server.request("GET", &format!("/v1/tasks/{id}/diff"), ALICE, None);
-    assert_eq!(status, 200, "{diff}");
+    let diff = server.get(ALICE, &format!("/v1/tasks/{id}/diff"));
     assert_eq!(diff["hash"].as_str(), Some(hash.as_str()));
     // Decided once: approving now is refused.
     let (status, body) = decide(&server, &approval, "approve", &hash);
@@ -302,21 +311,21 @@ fn a_rejection_keeps_the_proposal_unpublished_and_an_approval_after_cancel_is_re
     // A task cancelled while it waits: its approval is rejected in the canceller's name and
     // approving it is 409.
     let (other, other_approval, other_hash) = setup.waiting_task(&server);
-    let (status, body) = server.request("POST", &format!("/v1/tasks/{other}/cancel"), ALICE, None);
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["status"], "cancelled");
-    let (_, shown) = server.request(
-        "GET",
-        &format!("/v1/approvals/{other_approval}"),
-        ALICE,
+    let (status, body) = server.request(
+        "POST",
+        &format!("/v1/tasks/{other}/cancel"),
+        Some(ALICE),
         None,
     );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["status"], "cancelled");
+    let shown = server.get(ALICE, &format!("/v1/approvals/{other_approval}"));
     assert_eq!(shown["status"], "rejected", "{shown}");
     assert_eq!(shown["decided_by"], "alice", "{shown}");
     let (status, body) = decide(&server, &other_approval, "approve", &other_hash);
     assert_eq!(status, 409, "{body}");
     assert_eq!(body["error"]["code"], "already_decided");
-    let (_, task) = server.request("GET", &format!("/v1/tasks/{other}"), ALICE, None);
+    let task = server.task(ALICE, &other);
     assert_eq!(task["status"], "cancelled", "{task}");
 
     // Nothing was ever pushed or opened.
@@ -333,12 +342,11 @@ fn a_publication_that_cannot_open_its_pull_request_fails_the_task_with_the_reaso
         .warden
         .env
         .retain(|(key, _)| key != "WARDEN_GITHUB_TOKEN");
-    let server = Server::start(&setup.warden);
-    server.register(&setup.repo, &["bash check.sh"]);
+    let server = setup.serve();
     let (id, approval, hash) = setup.waiting_task(&server);
     let (status, body) = decide(&server, &approval, "approve", &hash);
     assert_eq!(status, 200, "{body}");
-    let task = server.wait_settled(&id);
+    let task = server.wait_until(ALICE, &id, settled);
     assert_eq!(task["status"], "failed", "{task}\n{}", server.stderr());
     let result = &task["result"];
     assert_eq!(result["outcome"], "proposal", "{result}");

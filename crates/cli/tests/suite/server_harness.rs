@@ -1,9 +1,10 @@
 //! The `warden serve` harness the end-to-end tests share: [`Server`] starts the real binary on a
 //! free port with its `WARDEN_HOME` and API tokens, waits until it listens, speaks raw HTTP/1.1
 //! with a bearer token, polls a task until a status and stops it with SIGTERM or `kill -9`;
-//! [`Worker`] runs `warden worker`. Around them: the scripted model's answer, the sample
-//! repository, the stopped server's store, a throw-away Postgres schema and a question queued
-//! straight into a store before any process runs.
+//! [`Worker`] runs `warden worker`. Around them: the scripted model's answer and tool calls, the
+//! sample repositories (one to ask about, one to change), the stopped server's store, a
+//! throw-away Postgres schema and a question queued straight into a store before any process
+//! runs.
 
 #![allow(clippy::disallowed_methods)] // the harness spawns the binary under test and `kill`
 
@@ -16,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use warden_test_support::git_fixture::TempRepo;
+use warden_test_support::model_server::{openai, Reply};
 
 use super::support::{Run, Warden};
 
@@ -106,12 +108,22 @@ impl Process {
             .status()
             .unwrap();
         assert!(status.success());
-        let deadline = Instant::now() + PROCESS_TIMEOUT;
+        self.wait_exit(PROCESS_TIMEOUT)
+    }
+
+    /// Waits for the process to exit: its exit code; panics with its stderr when it outlives
+    /// `timeout`.
+    fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return status.code();
             }
-            assert!(Instant::now() < deadline, "the process did not exit");
+            assert!(
+                Instant::now() < deadline,
+                "the process did not exit:\n{}",
+                self.stderr()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -144,19 +156,34 @@ impl Server {
     /// Starts `warden serve` for `warden` on a free port with `tokens` as `WARDEN_API_TOKENS`
     /// and waits until it listens; panics with its stderr when it stops or hangs before that.
     pub fn start(warden: &Warden, tokens: &[Token]) -> Server {
-        Server::try_start(warden, tokens).unwrap_or_else(|(code, stderr)| {
+        Server::start_with(warden, tokens, &[])
+    }
+
+    /// [`Server::start`] with more environment (a crash point: `WARDEN_FAILPOINT`).
+    pub fn start_with(warden: &Warden, tokens: &[Token], env: &[(&str, &str)]) -> Server {
+        Server::try_start_with(warden, tokens, env).unwrap_or_else(|(code, stderr)| {
             panic!("warden serve exited with {code:?} before listening:\n{stderr}")
         })
     }
 
     /// The server, or its exit code and stderr when it stopped before listening.
     pub fn try_start(warden: &Warden, tokens: &[Token]) -> Result<Server, (Option<i32>, String)> {
+        Server::try_start_with(warden, tokens, &[])
+    }
+
+    /// [`Server::try_start`] with `env` set before the listen address and the tokens.
+    fn try_start_with(
+        warden: &Warden,
+        tokens: &[Token],
+        env: &[(&str, &str)],
+    ) -> Result<Server, (Option<i32>, String)> {
         let entries: Vec<String> = tokens
             .iter()
             .map(|(name, role, token)| format!("{name}:{role}:{token}"))
             .collect();
         let mut command = warden.command(&["serve"]);
         command
+            .envs(env.iter().copied())
             .env("WARDEN_LISTEN", "127.0.0.1:0")
             .env("WARDEN_API_TOKENS", entries.join(","));
         let mut process = Process::spawn(command);
@@ -236,6 +263,12 @@ impl Server {
     /// `kill -9`: no chance to clean up.
     pub fn kill(mut self) {
         self.process.kill();
+    }
+
+    /// Waits for the server to exit on its own (at a crash point, after a task's work): its exit
+    /// code; panics with its stderr when it is still running after a generous timeout.
+    pub fn wait_exit(mut self) -> Option<i32> {
+        self.process.wait_exit(TASK_TIMEOUT)
     }
 
     /// A `warden` that talks to this server with `token` and has no model of its own.
@@ -347,6 +380,13 @@ impl Server {
         self.register_repo(&json!({"name": name, "source": source}));
     }
 
+    /// Registers `repo` under `name` with `checks` as its check commands (`POST /v1/repos` with
+    /// the server's admin token, 201).
+    pub fn register_with_checks(&self, name: &str, repo: &TempRepo, checks: &[&str]) {
+        let source = repo.path().to_str().unwrap();
+        self.register_repo(&json!({"name": name, "source": source, "checks": checks}));
+    }
+
     /// `POST /v1/repos` with `body` and the server's admin token; asserts 201.
     pub fn register_repo(&self, body: &Value) {
         let admin = self
@@ -372,9 +412,21 @@ impl Server {
         task["id"].as_str().unwrap().to_string()
     }
 
+    /// Submits `token`'s change task `body`; asserts it is a change: the task id.
+    pub fn submit_change(&self, token: &str, body: &Value) -> String {
+        let task = self.submit(token, body);
+        assert_eq!(task["kind"], "change", "{task}");
+        task["id"].as_str().unwrap().to_string()
+    }
+
     /// `GET /v1/tasks/{id}` as `token`; asserts 200.
     pub fn task(&self, token: &str, id: &str) -> Value {
-        let (status, body) = self.request("GET", &format!("/v1/tasks/{id}"), Some(token), None);
+        self.get(token, &format!("/v1/tasks/{id}"))
+    }
+
+    /// `GET path` as `token`; asserts 200 and returns the body.
+    pub fn get(&self, token: &str, path: &str) -> Value {
+        let (status, body) = self.request("GET", path, Some(token), None);
         assert_eq!(status, 200, "{body}");
         body
     }
@@ -407,6 +459,12 @@ impl Server {
             std::thread::sleep(Duration::from_millis(50));
         }
     }
+}
+
+/// Whether a task with `status` has settled: left `queued`, `running` and `testing` (ended, or
+/// waiting for input or approval). For [`Server::wait_until`].
+pub fn settled(status: &str) -> bool {
+    !matches!(status, "queued" | "running" | "testing")
 }
 
 /// Reads a response to the end: its status and its body as text.
@@ -479,6 +537,30 @@ pub fn sample_repo() -> TempRepo {
         .write("README.md", "# sample\n");
     repo.commit("initial");
     repo
+}
+
+/// A repository to change: `src/lib.txt` with `beta` in it, a README, and `check.sh`, a check
+/// that passes only once `beta` is `BETA`.
+pub fn change_repo() -> TempRepo {
+    let repo = TempRepo::new();
+    repo.write("src/lib.txt", "alpha\nbeta\ngamma\n")
+        .write("README.md", "# sample\n")
+        .write("check.sh", "grep -q BETA src/lib.txt\n");
+    repo.commit("initial");
+    repo
+}
+
+/// The scripted model's call of tool `name` with `arguments`.
+pub fn call(name: &str, arguments: Value) -> Reply {
+    openai::tool_call(name, &arguments.to_string())
+}
+
+/// The scripted model's edit that makes [`change_repo`]'s check pass: `beta` becomes `BETA`.
+pub fn uppercase_beta() -> Reply {
+    call(
+        "edit_file",
+        json!({"path": "src/lib.txt", "old": "beta", "new": "BETA"}),
+    )
 }
 
 /// A current-thread runtime for a test's direct store calls.
