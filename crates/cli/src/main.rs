@@ -249,7 +249,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             let path = records::journal_path(&config.home, &id, 1);
             let records = warden_runtime::FileJournal::verify(&path)?;
             for record in records {
-                println!("{}", serde_json::to_string(&record)?);
+                println!("{}", text::json_text(&serde_json::to_string(&record)?));
             }
             eprintln!("warden: journal hash chain verified");
             Ok(0)

@@ -297,7 +297,7 @@ fn print_outcome(task: &Value, json: bool) -> anyhow::Result<u8> {
     let Some(result) = task.get("result").filter(|r| r.is_object()) else {
         // Settled without a result: cancelled while queued, or waiting before it started.
         if json {
-            println!("{task}");
+            println!("{}", text::json_line(task));
         } else {
             println!(
                 "Task {id} is {} without a result",
@@ -311,7 +311,7 @@ fn print_outcome(task: &Value, json: bool) -> anyhow::Result<u8> {
         });
     };
     if json {
-        println!("{result}");
+        println!("{}", text::json_line(result));
     } else {
         print!("{}", render(task, result));
     }
@@ -364,7 +364,7 @@ async fn repos(remote: &Remote, command: Option<ReposCommand>, json: bool) -> an
             let page = remote.get("/v1/repos").await?;
             let data = page["data"].as_array().cloned().unwrap_or_default();
             if json {
-                println!("{}", serde_json::to_string_pretty(&data)?);
+                println!("{}", text::json_pretty(&data)?);
             } else {
                 for repo in &data {
                     println!(
@@ -389,7 +389,7 @@ async fn repos(remote: &Remote, command: Option<ReposCommand>, json: bool) -> an
             }
             let repo = remote.post("/v1/repos", &body).await?;
             if json || json_out {
-                println!("{repo}");
+                println!("{}", text::json_line(&repo));
             } else {
                 println!(
                     "registered {} ({}) on {}",
@@ -406,7 +406,7 @@ async fn repos(remote: &Remote, command: Option<ReposCommand>, json: bool) -> an
 async fn show(remote: &Remote, id: &TaskId, json: bool) -> anyhow::Result<u8> {
     let task = remote.task(id).await?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&task)?);
+        println!("{}", text::json_pretty(&task)?);
         return Ok(0);
     }
     println!(
@@ -429,7 +429,7 @@ async fn tasks(remote: &Remote, json: bool) -> anyhow::Result<u8> {
     let page = remote.get("/v1/tasks?limit=200").await?;
     let data = page["data"].as_array().cloned().unwrap_or_default();
     if json {
-        println!("{}", serde_json::to_string_pretty(&data)?);
+        println!("{}", text::json_pretty(&data)?);
     } else {
         for task in &data {
             println!(
@@ -465,10 +465,10 @@ async fn journal(remote: &Remote, id: &TaskId) -> anyhow::Result<u8> {
     let mut broken = Vec::new();
     for run in &runs {
         for entry in run["entries"].as_array().into_iter().flatten() {
-            println!("{entry}");
+            println!("{}", text::json_line(entry));
         }
         if run["chain_ok"] != json!(true) {
-            broken.push(run["number"].to_string());
+            broken.push(text::json_line(&run["number"]));
         }
     }
     if !broken.is_empty() {
@@ -490,7 +490,7 @@ async fn cancel(remote: &Remote, id: &TaskId, json: bool) -> anyhow::Result<u8> 
         .post(&format!("/v1/tasks/{id}/cancel"), &json!({}))
         .await?;
     if json {
-        println!("{task}");
+        println!("{}", text::json_line(&task));
         return Ok(0);
     }
     let status = task["status"].as_str().unwrap_or("unknown");

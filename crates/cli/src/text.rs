@@ -50,18 +50,47 @@ pub fn result_footer(
     out
 }
 
+/// JSON for programs (`--json`, `logs`), one value a line: `serde_json`'s text with the
+/// characters it leaves raw that still steer a terminal (see [`json_text`]) escaped.
+pub fn json_line(value: &serde_json::Value) -> String {
+    json_text(&value.to_string())
+}
+
+/// Pretty-printed JSON for programs, escaped like [`json_line`].
+pub fn json_pretty<T: serde::Serialize + ?Sized>(value: &T) -> anyhow::Result<String> {
+    Ok(json_text(&serde_json::to_string_pretty(value)?))
+}
+
+/// Serialised JSON made safe for a terminal and still equal JSON: `serde_json` escapes C0
+/// controls inside strings but writes DEL, C1 controls (U+009B is a CSI) and bidi overrides
+/// raw; those are written as `\uXXXX` escapes. They can only occur inside strings (JSON's
+/// structure is ASCII), where the escape means the same character. Structural newlines and
+/// indentation stay.
+pub fn json_text(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    for c in json.chars() {
+        if c > '\u{1f}' && steers_terminal(c) {
+            out.push_str(&format!("\\u{:04x}", u32::from(c)));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// C0, DEL and C1 controls (ESC, CSI, OSC, BEL, …), and Unicode bidi overrides and isolates.
+fn steers_terminal(c: char) -> bool {
+    c.is_control()
+        || ('\u{202a}'..='\u{202e}').contains(&c)
+        || ('\u{2066}'..='\u{2069}').contains(&c)
+}
+
 fn push_escaped(out: &mut String, c: char) {
     match c {
         '\t' => out.push_str("\\t"),
         '\n' => out.push_str("\\n"),
         '\r' => out.push_str("\\r"),
-        // C0, DEL and C1 controls (ESC, CSI, OSC, BEL, …), and Unicode bidi overrides.
-        c if c.is_control()
-            || ('\u{202a}'..='\u{202e}').contains(&c)
-            || ('\u{2066}'..='\u{2069}').contains(&c) =>
-        {
-            out.push_str(&c.escape_unicode().to_string())
-        }
+        c if steers_terminal(c) => out.push_str(&c.escape_unicode().to_string()),
         c => out.push(c),
     }
 }
@@ -81,6 +110,28 @@ mod tests {
         assert_eq!(one_line("\u{9b}31m"), "\\u{9b}31m");
         assert_eq!(one_line("abc\u{202e}txt"), "abc\\u{202e}txt");
         assert_eq!(one_line("plain ünïcode"), "plain ünïcode");
+    }
+
+    #[test]
+    fn json_for_a_terminal_stays_equal_json() {
+        let value = serde_json::json!({
+            "csi\u{9b}key": "a\u{9b}31m b\u{1b}[2J c\u{7f} d\u{202e}txt e\u{2067}f g\u{85}",
+            "plain": "ünïcode \u{a0}nbsp é",
+            "n": [1, null, true]
+        });
+        for text in [json_line(&value), json_pretty(&value).unwrap()] {
+            for raw in [
+                '\u{9b}', '\u{1b}', '\u{7f}', '\u{202e}', '\u{2067}', '\u{85}',
+            ] {
+                assert!(!text.contains(raw), "{raw:?} raw in {text}");
+            }
+            assert!(text.contains(r"a\u009b31m b\u001b[2J c\u007f d\u202etxt e\u2067f g\u0085"));
+            assert!(text.contains("ünïcode \u{a0}nbsp é"), "{text}");
+            let parsed: serde_json::Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(parsed, value);
+        }
+        assert_eq!(json_line(&serde_json::json!("x")), "\"x\"");
+        assert!(json_pretty(&value).unwrap().contains("\n  \""));
     }
 
     #[test]

@@ -5,6 +5,7 @@ mod logs_json;
 mod nonroot;
 mod publish;
 mod remote;
+mod remote_escaping;
 mod serve;
 mod serve_change;
 mod serve_publish;
