@@ -323,7 +323,9 @@ fn print_outcome(task: &Value, json: bool) -> anyhow::Result<u8> {
 }
 
 /// The human-readable result with the in-process renderers; JSON (escaped) for a result this
-/// build does not understand.
+/// build does not understand. The renderers escape model and repository text; the fields they
+/// print as they are (ids, hashes, statuses) come from the server here, so the whole text gets
+/// a last pass too.
 fn render(task: &Value, result: &Value) -> String {
     let kind: Option<TaskKind> = serde_json::from_value(task["kind"].clone()).ok();
     let rendered = match kind {
@@ -334,7 +336,8 @@ fn render(task: &Value, result: &Value) -> String {
             .ok()
             .map(|r| run::render_change(&r)),
         _ => None,
-    };
+    }
+    .map(|rendered| text::lines(&rendered));
     rendered.unwrap_or_else(|| {
         let pretty = serde_json::to_string_pretty(result).unwrap_or_default();
         format!("{}\n", text::block(&pretty, ""))
@@ -578,6 +581,58 @@ mod tests {
     fn the_command_line_definition_is_consistent() {
         // Global --server/--token must not clash with any subcommand's arguments.
         <crate::Cli as clap::CommandFactory>::command().debug_assert();
+    }
+
+    #[test]
+    fn server_fields_the_renderers_print_as_they_are_are_escaped_too() {
+        use warden_protocol::{
+            ChangeOutcome, ChangedFile, DiffStat, Proposal, Publication, PublicationStatus, Usage,
+        };
+        let task_id: TaskId = "tsk_01ARZ3NDEKTSV4RRFFQ69G5FAV".parse().unwrap();
+        let result = ChangeResult {
+            task_id: task_id.clone(),
+            kind: TaskKind::Change,
+            outcome: ChangeOutcome::Proposal {
+                proposal: Box::new(Proposal {
+                    id: "prp_\u{9b}2J".into(),
+                    repo: "app".into(),
+                    base_commit: "b".repeat(40),
+                    commit: "c\u{202e}".into(),
+                    tree: "0".repeat(40),
+                    reference: "refs/warden/proposals/\u{7f}x".into(),
+                    diff_stat: DiffStat::default(),
+                    files: vec![ChangedFile {
+                        path: "src/a.rs".into(),
+                        status: "added\u{1b}[2J".into(),
+                        additions: Some(1),
+                        deletions: Some(0),
+                    }],
+                    summary: "line one\nline two".into(),
+                    hash: format!("sha256:{}", "a".repeat(64)),
+                    validations: vec![],
+                    sensitive_files: vec![],
+                }),
+                publication: Publication {
+                    status: PublicationStatus::NotRequested,
+                    branch: None,
+                    pr_url: None,
+                },
+            },
+            baseline: vec![],
+            approval: None,
+            usage: Usage::default(),
+            model: "m".into(),
+            sandbox: None,
+            notices: vec![],
+        };
+        let task = json!({"id": task_id.to_string(), "kind": "change"});
+        let shown = render(&task, &serde_json::to_value(&result).unwrap());
+        for raw in ['\u{9b}', '\u{202e}', '\u{7f}', '\u{1b}'] {
+            assert!(!shown.contains(raw), "{raw:?} raw in:\n{shown}");
+        }
+        assert!(shown.contains("Proposal prp_\\u{9b}2J on app"), "{shown}");
+        assert!(shown.contains("added\\u{1b}[2J"), "{shown}");
+        assert!(shown.starts_with("line one\nline two\n"), "{shown}");
     }
 
     #[test]

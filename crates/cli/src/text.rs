@@ -50,6 +50,20 @@ pub fn result_footer(
     out
 }
 
+/// Text already laid out in lines (a rendered result) with every control character but the
+/// line breaks escaped: a last pass over output whose fields may come from a server.
+pub fn lines(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c == '\n' {
+            out.push(c);
+        } else {
+            push_escaped(&mut out, c);
+        }
+    }
+    out
+}
+
 /// JSON for programs (`--json`, `logs`), one value a line: `serde_json`'s text with the
 /// characters it leaves raw that still steer a terminal (see [`json_text`]) escaped.
 pub fn json_line(value: &serde_json::Value) -> String {
@@ -110,6 +124,14 @@ mod tests {
         assert_eq!(one_line("\u{9b}31m"), "\\u{9b}31m");
         assert_eq!(one_line("abc\u{202e}txt"), "abc\\u{202e}txt");
         assert_eq!(one_line("plain ünïcode"), "plain ünïcode");
+    }
+
+    #[test]
+    fn laid_out_text_keeps_its_line_breaks_only() {
+        assert_eq!(
+            lines("a\u{9b}2J\nb\tc\r\n\u{202e}d \\u{9b} é\n"),
+            "a\\u{9b}2J\nb\\tc\\r\n\\u{202e}d \\u{9b} é\n"
+        );
     }
 
     #[test]
