@@ -19,6 +19,8 @@
 //!   `azure-pipelines.yml`, `bitbucket-pipelines.yml`. A nested `a/b/.github/workflows/x.yml`
 //!   is not run by GitHub and is not flagged.
 
+use serde_json::Value;
+
 /// Why a path is sensitive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SensitiveKind {
@@ -536,6 +538,135 @@ fn unquote_c(text: &str) -> Option<(String, &str)> {
     None
 }
 
+// --- journal records shown to people ---
+
+/// Redacts a run's journal records for display (`GET /v1/tasks/{id}/journal`); the store keeps
+/// them as written (registered secrets already redacted), because a resumed run replays the
+/// recorded model decisions and must write what the model decided. In the view:
+/// - every string has credential-looking tokens and PEM key bodies redacted, strings holding
+///   JSON (tool-call `arguments`) included;
+/// - an object naming a sensitive `path` (`write_file`'s `content`, `edit`'s `old`/`new`, in
+///   the decision and in the provider's raw response) has its other strings' values hidden
+///   like the diff hides them;
+/// - the observation of a tool call on a sensitive path (`read_file .env`) has its output's
+///   values hidden, and `search` hits (`<path>:<line>:<text>`) in sensitive files lose their
+///   text.
+///
+/// Text a shell command printed (`cat .env`) carries no path and only gets the token patterns.
+pub fn redact_journal_entries(entries: &mut [warden_store::JournalEntry]) {
+    let mut sensitive_calls = std::collections::HashMap::new();
+    for entry in entries {
+        if entry.kind == "model_decision" {
+            let calls = entry.payload.get("tool_calls").and_then(Value::as_array);
+            for call in calls.into_iter().flatten() {
+                let (Some(id), Some(arguments)) = (
+                    call.get("id").and_then(Value::as_str),
+                    call.get("arguments").and_then(Value::as_str),
+                ) else {
+                    continue;
+                };
+                let hide = serde_json::from_str::<Value>(arguments)
+                    .ok()
+                    .and_then(|a| a.get("path").and_then(Value::as_str).map(Hide::for_path))
+                    .unwrap_or(Hide::Nothing);
+                if hide != Hide::Nothing {
+                    sensitive_calls.insert(id.to_string(), hide);
+                }
+            }
+        }
+        let observed = if entry.kind == "tool_observation" {
+            entry
+                .payload
+                .get("call_id")
+                .and_then(Value::as_str)
+                .and_then(|id| sensitive_calls.get(id))
+                .copied()
+        } else {
+            None
+        };
+        let payload = std::mem::take(&mut entry.payload);
+        entry.payload = redact_json(payload, observed.unwrap_or(Hide::Nothing));
+    }
+}
+
+/// [`redact_journal_entries`] over one value; `hide` applies to every string in it.
+fn redact_json(value: Value, hide: Hide) -> Value {
+    match value {
+        Value::String(text) => Value::String(redact_json_string(&text, hide)),
+        Value::Array(items) => items.into_iter().map(|v| redact_json(v, hide)).collect(),
+        Value::Object(map) => {
+            let named = map
+                .get("path")
+                .and_then(Value::as_str)
+                .map_or(Hide::Nothing, Hide::for_path);
+            let others = hide.max(named);
+            map.into_iter()
+                .map(|(key, value)| {
+                    let level = if key == "path" { hide } else { others };
+                    (key, redact_json(value, level))
+                })
+                .collect()
+        }
+        other => other,
+    }
+}
+
+fn redact_json_string(text: &str, hide: Hide) -> String {
+    if text.trim_start().starts_with(['{', '[']) {
+        if let Ok(inner @ (Value::Object(_) | Value::Array(_))) = serde_json::from_str(text) {
+            // Re-serialised only when something was hidden: a JSON file's content keeps its
+            // layout.
+            let redacted = redact_json(inner.clone(), hide);
+            return if redacted == inner {
+                text.to_string()
+            } else {
+                redacted.to_string()
+            };
+        }
+    }
+    redact_credential_patterns(text)
+        .split_inclusive('\n')
+        .map(|line| {
+            let (content, newline) = match line.strip_suffix('\n') {
+                Some(content) => (content, "\n"),
+                None => (line, ""),
+            };
+            let (end, level) = match search_hit(content) {
+                Some((end, level)) => (end, hide.max(level)),
+                None => (numbered_line(content).unwrap_or(0), hide),
+            };
+            let (prefix, rest) = content.split_at(end);
+            if level == Hide::Nothing {
+                return line.to_string();
+            }
+            // The diff's rule for one line, without a diff marker.
+            let hidden = redact_value_line(&format!(" {rest}"), level);
+            format!("{prefix}{}{newline}", &hidden[1..])
+        })
+        .collect()
+}
+
+/// Where the text of a `read_file` output line (`{n:>6}\t{text}`) starts.
+fn numbered_line(line: &str) -> Option<usize> {
+    let number = line.trim_start_matches(' ');
+    let digits = number.bytes().take_while(u8::is_ascii_digit).count();
+    (digits > 0 && number[digits..].starts_with('\t'))
+        .then(|| line.len() - number.len() + digits + 1)
+}
+
+/// Where the text of a `search` hit line (`<path>:<line>:<text>`) starts, and what its path
+/// hides.
+fn search_hit(line: &str) -> Option<(usize, Hide)> {
+    for (at, _) in line.match_indices(':') {
+        let rest = &line[at + 1..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits > 0 && rest[digits..].starts_with(':') {
+            return Some((at + digits + 2, Hide::for_path(&line[..at])));
+        }
+    }
+    None
+}
+
 /// One content line of a sensitive file, its value hidden (see [`redact_sensitive_file_values`]).
 fn redact_value_line(line: &str, hide: Hide) -> String {
     let mut chars = line.chars();
@@ -959,6 +1090,92 @@ diff --git a/my file.txt b/my file.txt
 Binary files a/logo.png and b/logo.png differ
 ";
         assert_eq!(redact_sensitive_file_values(diff), diff);
+    }
+
+    fn record(seq: u64, kind: &str, payload: Value) -> warden_store::JournalEntry {
+        warden_store::JournalEntry {
+            seq,
+            at_ms: 0,
+            kind: kind.into(),
+            payload,
+            prev_hash: String::new(),
+            hash: String::new(),
+        }
+    }
+
+    #[test]
+    fn journal_views_hide_sensitive_file_values_and_tokens() {
+        use serde_json::json;
+        let write = json!({"path": ".env", "content": "# db\nDB_PASSWORD=hunter2\n"}).to_string();
+        let read = json!({"path": "deploy/.env"}).to_string();
+        let plain = "{ \"path\": \"package.json\",\n  \"content\": \"{\\n  \\\"name\\\": 1\\n}\" }";
+        let mut entries = vec![
+            record(
+                0,
+                "model_decision",
+                json!({
+                    "text": null,
+                    "tool_calls": [
+                        {"id": "c1", "name": "write_file", "arguments": write},
+                        {"id": "c2", "name": "read_file", "arguments": read},
+                        {"id": "c3", "name": "write_file", "arguments": plain},
+                    ],
+                    // The provider's raw response repeats the arguments.
+                    "raw": {"choices": [{"message": {"tool_calls": [
+                        {"function": {"name": "write_file", "arguments": write}}
+                    ]}}]},
+                }),
+            ),
+            record(
+                1,
+                "tool_observation",
+                json!({"call_id": "c2", "tool": "read_file",
+                       "output": {"ok": "deploy/.env (lines 1-2 of 2)\n     1\tAPI=s3cret-value\n     2\t# note\n"}}),
+            ),
+            record(
+                2,
+                "tool_observation",
+                json!({"call_id": "c9", "tool": "search",
+                       "output": {"ok": "src/lib.rs:3:let password = 1;\nconfig/.env:7:DB_PASSWORD=hunter3\nsrc/a.rs:1:token ghp_abcdefghijklmnopqrstuvwxyz0123456789\n"}}),
+            ),
+            record(
+                3,
+                "tool_observation",
+                json!({"call_id": "c3", "tool": "write_file", "output": {"ok": "wrote src/lib.rs"}}),
+            ),
+        ];
+        redact_journal_entries(&mut entries);
+        let shown =
+            serde_json::to_string(&entries.iter().map(|e| &e.payload).collect::<Vec<_>>()).unwrap();
+        for secret in ["hunter2", "hunter3", "s3cret-value", "ghp_abcdefghij"] {
+            assert!(!shown.contains(secret), "{secret} shown: {shown}");
+        }
+        // Names, comments, other files and the structure stay.
+        let arguments: Value = serde_json::from_str(
+            entries[0].payload["tool_calls"][0]["arguments"]
+                .as_str()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            arguments,
+            json!({"path": ".env", "content": "# db\nDB_PASSWORD=[redacted]\n"})
+        );
+        assert_eq!(
+            entries[0].payload["tool_calls"][2]["arguments"], plain,
+            "unchanged, layout included"
+        );
+        assert_eq!(
+            entries[1].payload["output"]["ok"],
+            "[redacted]\n     1\tAPI=[redacted]\n     2\t# note\n"
+        );
+        assert_eq!(
+            entries[2].payload["output"]["ok"],
+            "src/lib.rs:3:let password = 1;\nconfig/.env:7:DB_PASSWORD=[redacted]\n\
+             src/a.rs:1:token [redacted]\n"
+        );
+        assert_eq!(entries[3].payload["output"]["ok"], "wrote src/lib.rs");
+        assert_eq!(entries[2].payload["call_id"], "c9");
     }
 
     #[test]
