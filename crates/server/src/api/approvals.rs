@@ -27,8 +27,8 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, Uri};
+use axum::extract::State;
+use axum::http::Uri;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -38,9 +38,9 @@ use utoipa_axum::routes;
 use warden_protocol::TaskId;
 use warden_store::{Approval, ApprovalStatus, Decision, Store, StoreError, Task};
 
-use super::auth::{authenticate, ApiRole, Caller};
+use super::auth::{ApiRole, Caller};
 use super::schema::ErrorBody;
-use super::{rfc3339, ApiError, ApiJson, ApiState, ErrorCode};
+use super::{rfc3339, ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
 use crate::publish;
 
 /// Approval kinds whose approval publishes a proposal.
@@ -201,10 +201,9 @@ fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiError> {
     ))]
 async fn list_approvals(
     State(state): State<Arc<ApiState>>,
-    headers: HeaderMap,
+    caller: Caller,
     uri: Uri,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = authenticate(&state, &headers).await?;
     let query = parse_list_query(uri.query())?;
     let all = state.store.list_approvals(query.status).await?;
     let mut page = Vec::new();
@@ -239,10 +238,9 @@ async fn list_approvals(
     ))]
 async fn get_approval(
     State(state): State<Arc<ApiState>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = authenticate(&state, &headers).await?;
     let approval = visible_approval(&state, &caller, &id).await?;
     Ok(Json(approval_json(&approval)))
 }
@@ -312,11 +310,10 @@ fn well_formed_hash(hash: &str) -> bool {
     ))]
 async fn decide_approval(
     State(state): State<Arc<ApiState>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
     ApiJson(request, _): ApiJson<DecideApproval>,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = authenticate(&state, &headers).await?;
     let approval = visible_approval(&state, &caller, &id).await?;
     if caller.role != ApiRole::Admin {
         return Err(ApiError::new(

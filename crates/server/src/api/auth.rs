@@ -7,11 +7,17 @@
 //! repositories, tokens and approvals and sees every task. Each authenticated request then takes
 //! one unit from its token's bucket (in memory, per process); an empty bucket is a 429 with
 //! `Retry-After`.
+//!
+//! Handlers take a [`Caller`] (an extractor) right after the state, before their path and
+//! body: a request is authenticated and charged once, before anything of its input is read.
+//! Open event streams re-check their token with [`identify`], which charges nothing.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap};
 use sha2::{Digest, Sha256};
 use utoipa::openapi::{Content, HeaderBuilder, ObjectBuilder, OpenApi, Ref, ResponseBuilder, Type};
@@ -261,12 +267,8 @@ impl RateLimiter {
     }
 }
 
-/// The caller presenting the request's bearer token (bootstrap tokens first, then the store's
-/// unrevoked tokens), after charging its rate limit.
-pub(super) async fn authenticate(
-    state: &ApiState,
-    headers: &HeaderMap,
-) -> Result<Caller, ApiError> {
+/// The SHA-256 digest of the request's bearer token, or why the request has none.
+pub(super) fn presented_digest(headers: &HeaderMap) -> Result<[u8; 32], ApiError> {
     let value = headers
         .get(header::AUTHORIZATION)
         .ok_or_else(|| ApiError::new(ErrorCode::Unauthorized, "missing bearer token"))?;
@@ -282,40 +284,76 @@ pub(super) async fn authenticate(
             ))
         }
     };
-    let invalid = || ApiError::new(ErrorCode::Unauthorized, "invalid token");
     if token.is_empty() || token.len() > 512 {
-        return Err(invalid());
+        return Err(invalid_token());
     }
-    let presented = digest(token);
-    let caller = match state.tokens.authenticate_digest(&presented) {
-        Some(caller) => caller,
-        None => {
-            let stored = state
-                .store
-                .find_api_token(&hex::encode(presented))
-                .await?
-                .ok_or_else(invalid)?;
-            let Some(role) = ApiRole::parse(&stored.role) else {
-                tracing::warn!(token = %stored.id, role = %stored.role, "stored token has an unknown role");
-                return Err(invalid());
-            };
-            Caller {
-                name: stored.name,
-                role,
-            }
-        }
+    Ok(digest(token))
+}
+
+fn invalid_token() -> ApiError {
+    ApiError::new(ErrorCode::Unauthorized, "invalid token")
+}
+
+/// Who holds the token with digest `presented` (bootstrap tokens first, then the store's
+/// unrevoked tokens), charging nothing: for [`authenticate`] and for open event streams, which
+/// check now and then that their token still holds.
+pub(super) async fn identify(state: &ApiState, presented: &[u8; 32]) -> Result<Caller, ApiError> {
+    if let Some(caller) = state.tokens.authenticate_digest(presented) {
+        return Ok(caller);
+    }
+    let stored = state
+        .store
+        .find_api_token(&hex::encode(presented))
+        .await?
+        .ok_or_else(invalid_token)?;
+    let Some(role) = ApiRole::parse(&stored.role) else {
+        tracing::warn!(token = %stored.id, role = %stored.role, "stored token has an unknown role");
+        return Err(invalid_token());
     };
+    Ok(Caller {
+        name: stored.name,
+        role,
+    })
+}
+
+/// Takes one request from the bucket of the token with digest `presented` (429 when empty).
+pub(super) fn charge(state: &ApiState, presented: &[u8; 32]) -> Result<(), ApiError> {
     state
         .limiter
-        .take(presented, Instant::now())
+        .take(*presented, Instant::now())
         .map_err(|secs| ApiError {
             retry_after_secs: Some(secs),
             ..ApiError::new(
                 ErrorCode::RateLimited,
                 format!("too many requests for this token; retry in {secs} s"),
             )
-        })?;
+        })
+}
+
+/// The caller presenting the request's bearer token, after charging its rate limit once.
+pub(super) async fn authenticate(
+    state: &ApiState,
+    headers: &HeaderMap,
+) -> Result<Caller, ApiError> {
+    let presented = presented_digest(headers)?;
+    let caller = identify(state, &presented).await?;
+    charge(state, &presented)?;
     Ok(caller)
+}
+
+/// Every route that needs a token takes a [`Caller`] as its first extractor after the state,
+/// so the request is authenticated (and charged, once) before its path parameters and body are
+/// looked at: an anonymous caller learns nothing about the route's input and gets no body
+/// parsed.
+impl FromRequestParts<Arc<ApiState>> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<ApiState>,
+    ) -> Result<Caller, ApiError> {
+        authenticate(state, &parts.headers).await
+    }
 }
 
 /// Admins only: managing repositories, tokens and approvals.
@@ -330,7 +368,7 @@ pub(super) fn require_admin(caller: &Caller, action: &str) -> Result<(), ApiErro
 }
 
 /// Adds the 429 answer (with `Retry-After`) to every operation that needs a token: every such
-/// route goes through [`authenticate`], which charges the rate limit.
+/// route takes a [`Caller`], whose extraction charges the rate limit.
 pub(super) fn document_rate_limit(document: &mut OpenApi) {
     for item in document.paths.paths.values_mut() {
         for operation in [

@@ -7,7 +7,9 @@
 //!   `failure {code: "cancelled"}` and the spend so far, appends `task_finished`, and stops the
 //!   run: at once when it runs in this process, within about a second elsewhere
 //!   ([`crate::cancel`]); its sandbox commands are killed. Its pending approvals are rejected
-//!   in the canceller's name.
+//!   in the canceller's name. A change task whose approved publication is running (or was
+//!   interrupted and resumes on the next claim) is not cancelled (409): the cancel would drop
+//!   the run between the push and the pull request, and the result would not record the push.
 //! - **Retry** repeats a finished task as a new one (`retry_of`): same kind, owner, request,
 //!   metadata and callback, and the same pinned commits, so the retry answers about the same
 //!   code the first attempt saw (submit a new task for the current code). A conversation the
@@ -18,8 +20,8 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::extract::State;
+use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::{Deserialize, Serialize};
@@ -30,12 +32,12 @@ use utoipa_axum::routes;
 use warden_protocol::{
     Event, Failure, FailureCode, QuestionOutcome, QuestionResult, TaskKind, TaskStatus, Usage,
 };
-use warden_store::{NewTask, RunRef, Spend, StoreError, Task};
+use warden_store::{ApprovalStatus, NewTask, RunRef, Spend, StoreError, Task};
 
-use super::auth::{authenticate, require_writer, Caller};
+use super::auth::{require_writer, Caller};
 use super::schema::{ErrorBody, TaskView};
 use super::tasks::visible_task;
-use super::{new_task_id, rfc3339, task_json, ApiError, ApiJson, ApiState, ErrorCode};
+use super::{new_task_id, rfc3339, task_json, ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
 
 /// A message longer than this (in bytes) is refused.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
@@ -124,14 +126,13 @@ const CANCEL_ATTEMPTS: usize = 8;
         (status = 401, description = "No or an invalid token", body = ErrorBody),
         (status = 403, description = "A viewer token", body = ErrorBody),
         (status = 404, description = "No such task visible to this token", body = ErrorBody),
-        (status = 409, description = "The task has finished already (code `conflict`)", body = ErrorBody),
+        (status = 409, description = "The task has finished already, or its approved publication is running (code `conflict`)", body = ErrorBody),
     ))]
 async fn cancel_task(
     State(state): State<Arc<ApiState>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = authenticate(&state, &headers).await?;
     require_writer(&caller)?;
     let mut task = visible_task(&state, &caller, &id).await?;
     for _ in 0..CANCEL_ATTEMPTS {
@@ -141,6 +142,7 @@ async fn cancel_task(
                 "only an unfinished task can be cancelled",
             ));
         }
+        refuse_during_publication(&state, &task).await?;
         let spend = state.store.spend_for_task(&task.id).await?;
         let result = cancelled_result(&task, &caller.name, &spend);
         match state
@@ -182,6 +184,34 @@ async fn cancel_task(
     ))
 }
 
+/// A change task whose approved publication runs (or was interrupted and resumes when the task
+/// is claimed again) is not cancelled: a cancel would drop the run between the push and the
+/// pull request, leaving a pushed branch the result says nothing about. The publication ends
+/// on its own (published or failed, both recorded). A task queued by an approval that no run
+/// has consumed yet has pushed nothing and may still be cancelled (if a worker claims it first,
+/// the cancel's transition fails and this is checked again).
+async fn refuse_during_publication(state: &ApiState, task: &Task) -> Result<(), ApiError> {
+    if task.kind != TaskKind::Change
+        || !matches!(task.status, TaskStatus::Running | TaskStatus::Queued)
+    {
+        return Ok(());
+    }
+    let Some(approval) = crate::publish::approved_publication(state.store.as_ref(), task).await?
+    else {
+        return Ok(());
+    };
+    if task.status == TaskStatus::Running || approval.status == ApprovalStatus::Consumed {
+        return Err(ApiError::new(
+            ErrorCode::Conflict,
+            format!(
+                "task {} is publishing under approval {}; publication in progress, it finishes on its own",
+                task.id, approval.id
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// Repeats a finished task as a new task (`retry_of`) over the same pinned commits.
 #[utoipa::path(post, path = "/v1/tasks/{id}/retry", tag = "tasks",
     params(("id" = String, Path, description = "The task to repeat")),
@@ -195,10 +225,9 @@ async fn cancel_task(
     ))]
 async fn retry_task(
     State(state): State<Arc<ApiState>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
-    let caller = authenticate(&state, &headers).await?;
     require_writer(&caller)?;
     let task = visible_task(&state, &caller, &id).await?;
     if !terminal(task.status) {
@@ -257,20 +286,22 @@ struct PostMessage {
         (status = 404, description = "No such task visible to this token", body = ErrorBody),
         (status = 409, description = "The task is neither waiting for input nor a finished question (code `conflict`)", body = ErrorBody),
         (status = 413, description = "The body is too large", body = ErrorBody),
-        (status = 422, description = "The text is empty or longer than 64 KiB", body = ErrorBody),
+        (status = 422, description = "The text is empty, longer than 64 KiB or holds a NUL character", body = ErrorBody),
     ))]
 async fn post_message(
     State(state): State<Arc<ApiState>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
     ApiJson(message, _): ApiJson<PostMessage>,
 ) -> Result<Response, ApiError> {
-    let caller = authenticate(&state, &headers).await?;
     require_writer(&caller)?;
     let task = visible_task(&state, &caller, &id).await?;
     let text = message.text.trim();
     if text.is_empty() {
         return Err(ApiError::invalid("text is empty"));
+    }
+    if text.contains('\0') {
+        return Err(ApiError::invalid("text must not contain NUL characters"));
     }
     if text.len() > MAX_MESSAGE_BYTES {
         return Err(ApiError::invalid(format!(
@@ -437,11 +468,10 @@ fn parse_run(query: Option<&str>) -> Result<Option<u32>, ApiError> {
     ))]
 async fn task_journal(
     State(state): State<Arc<ApiState>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
     uri: Uri,
 ) -> Result<Json<JournalView>, ApiError> {
-    let caller = authenticate(&state, &headers).await?;
     let only = parse_run(uri.query())?;
     let task = visible_task(&state, &caller, &id).await?;
     let mut runs = Vec::new();

@@ -22,7 +22,6 @@ use std::path::Path;
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::HeaderMap;
 use axum::Json;
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -32,10 +31,10 @@ use warden_protocol::{Proposal, TaskKind};
 use warden_repo::proposal::proposal_ref;
 use warden_repo::{Git, RepoSpec};
 
-use super::auth::authenticate;
+use super::auth::Caller;
 use super::schema::ErrorBody;
 use super::tasks::visible_task;
-use super::{ApiError, ApiState, ErrorCode};
+use super::{ApiError, ApiPath, ApiState, ErrorCode};
 
 /// The largest diff served; longer ones are cut at a line end and marked `truncated`.
 pub const MAX_DIFF_BYTES: usize = 4 << 20;
@@ -89,10 +88,9 @@ fn is_object_id(text: &str) -> bool {
     ))]
 async fn get_diff(
     State(state): State<Arc<ApiState>>,
-    headers: HeaderMap,
-    axum::extract::Path(id): axum::extract::Path<String>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<DiffView>, ApiError> {
-    let caller = authenticate(&state, &headers).await?;
     let task = visible_task(&state, &caller, &id).await?;
     if task.kind != TaskKind::Change {
         return Err(no_proposal(format!(

@@ -10,6 +10,12 @@
 //! (`?after=0` replays everything) and never ends. Idle streams carry `: keep-alive` comments.
 //! Admins see every task's events; other tokens their own tasks'.
 //!
+//! An open stream checks, before sending, that its token still authenticates (at most every
+//! [`ApiState::stream_recheck`], charging no rate limit; keep-alives count, so an idle stream
+//! checks too): a revoked token's stream ends without the message at hand. Bootstrap tokens
+//! cannot be revoked while the server runs; a store that cannot be read ends the stream too
+//! (the client resumes with `Last-Event-ID`).
+//!
 //! `/metrics` needs a token of any role: the counters say what the server is doing (task
 //! counts, spend), which is not for anyone who can reach the port. Prometheus sends it with
 //! `authorization: {credentials: …}` (or `bearer_token`).
@@ -17,16 +23,18 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::auth::authenticate;
+use super::auth::{identify, presented_digest, Caller};
 use super::schema::ErrorBody;
 use super::tasks::visible_task;
-use super::{ApiError, ApiRole, ApiState, ErrorCode};
+use super::{ApiError, ApiPath, ApiRole, ApiState, ErrorCode};
 use crate::hub::{Selection, Subscription};
 
 pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
@@ -80,13 +88,61 @@ fn parse_cursor(headers: &HeaderMap, query: Option<&str>) -> Result<Option<u64>,
     }
 }
 
-fn event_stream(subscription: Subscription) -> Response {
-    let stream = futures_util::stream::unfold(subscription, |mut subscription| async move {
-        subscription
-            .next_chunk()
-            .await
-            .map(|chunk| (Ok::<_, std::convert::Infallible>(chunk), subscription))
-    });
+/// The token behind an open stream, checked again now and then.
+struct TokenCheck {
+    state: Arc<ApiState>,
+    presented: [u8; 32],
+    caller: Caller,
+    every: Duration,
+    next: Instant,
+}
+
+impl TokenCheck {
+    fn new(state: &Arc<ApiState>, headers: &HeaderMap, caller: &Caller) -> Result<Self, ApiError> {
+        let every = state.stream_recheck;
+        Ok(TokenCheck {
+            presented: presented_digest(headers)?,
+            caller: caller.clone(),
+            state: Arc::clone(state),
+            every,
+            next: Instant::now() + every,
+        })
+    }
+
+    /// Whether the token still authenticates as the same caller (looked up at most every
+    /// `every`; without charging its rate limit).
+    async fn holds(&mut self) -> bool {
+        let now = Instant::now();
+        if now < self.next {
+            return true;
+        }
+        self.next = now + self.every;
+        match identify(&self.state, &self.presented).await {
+            Ok(caller) if caller == self.caller => true,
+            Ok(_) | Err(_) => {
+                tracing::info!(caller = %self.caller.name, "an event stream's token no longer authenticates; ending it");
+                false
+            }
+        }
+    }
+}
+
+fn event_stream(subscription: Subscription, check: TokenCheck) -> Response {
+    let stream = futures_util::stream::unfold(
+        (subscription, check),
+        |(mut subscription, mut check)| async move {
+            let chunk = subscription.next_chunk().await?;
+            // Checked after the wait, so a token revoked while the stream was idle gets
+            // nothing more.
+            if !check.holds().await {
+                return None;
+            }
+            Some((
+                Ok::<_, std::convert::Infallible>(chunk),
+                (subscription, check),
+            ))
+        },
+    );
     let mut response = Response::new(Body::from_stream(stream));
     let headers = response.headers_mut();
     headers.insert(
@@ -116,11 +172,12 @@ fn event_stream(subscription: Subscription) -> Response {
     ))]
 async fn task_events(
     State(state): State<Arc<ApiState>>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
     headers: HeaderMap,
-    Path(id): Path<String>,
     uri: Uri,
 ) -> Result<Response, ApiError> {
-    let caller = authenticate(&state, &headers).await?;
+    let check = TokenCheck::new(&state, &headers, &caller)?;
     let task = visible_task(&state, &caller, &id).await?;
     let after = parse_cursor(&headers, uri.query())?;
     let subscription = Subscription::new(
@@ -130,7 +187,7 @@ async fn task_events(
     )
     .await
     .map_err(ApiError::internal)?;
-    Ok(event_stream(subscription))
+    Ok(event_stream(subscription, check))
 }
 
 /// Every visible task's events as Server-Sent Events, from now on or after a cursor.
@@ -149,16 +206,17 @@ async fn task_events(
     ))]
 async fn all_events(
     State(state): State<Arc<ApiState>>,
+    caller: Caller,
     headers: HeaderMap,
     uri: Uri,
 ) -> Result<Response, ApiError> {
-    let caller = authenticate(&state, &headers).await?;
+    let check = TokenCheck::new(&state, &headers, &caller)?;
     let after = parse_cursor(&headers, uri.query())?;
     let owner = (caller.role != ApiRole::Admin).then_some(caller.name);
     let subscription = Subscription::new(Arc::clone(&state.hub), Selection::All { owner }, after)
         .await
         .map_err(ApiError::internal)?;
-    Ok(event_stream(subscription))
+    Ok(event_stream(subscription, check))
 }
 
 /// Prometheus metrics (text format 0.0.4, names prefixed `warden_`); any valid token.
@@ -169,9 +227,8 @@ async fn all_events(
     ))]
 async fn metrics(
     State(state): State<Arc<ApiState>>,
-    headers: HeaderMap,
+    _caller: Caller,
 ) -> Result<Response, ApiError> {
-    authenticate(&state, &headers).await?;
     let tasks = state.store.count_tasks_by_status().await?;
     let text = state.hub.metrics.render(&tasks);
     Ok((

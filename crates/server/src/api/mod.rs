@@ -10,7 +10,10 @@
 //!   Every authenticated request spends from its token's bucket (429 with `Retry-After`).
 //! - Errors are `{"error":{"code","message"}}` through one [`ApiError`] with stable codes
 //!   ([`ErrorCode`]); bodies are JSON objects of at most 1 MiB, nested at most
-//!   [`MAX_JSON_DEPTH`] deep, with no unknown fields.
+//!   [`MAX_JSON_DEPTH`] deep, with no unknown fields, read only after the token is checked (an
+//!   anonymous request is 401 whatever its body; an oversized body with a valid token is 413);
+//!   a path parameter that cannot be read ([`ApiPath`]) is a 404 after authentication; text
+//!   that is stored (prompts, messages, metadata) holds no NUL (Postgres refuses it).
 //! - `POST /v1/tasks` honours `Idempotency-Key` (same key and body: the same task; same key,
 //!   other body: 422) and answers `202` with the task; workers are woken at once.
 
@@ -31,7 +34,8 @@ pub use tasks::task_json;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, FromRequest, Request};
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -235,6 +239,51 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     }
 }
 
+/// A route's one path parameter (`/v1/tasks/{id}`): one that cannot be read (not UTF-8 once
+/// percent-decoded) or holds a NUL (no id does, and Postgres refuses it in a query) names
+/// nothing, so it is a JSON 404 `not_found` like any other unknown id, not axum's plain-text
+/// 400 or a store error. Handlers take it after their [`Caller`], so anonymous requests are 401
+/// first.
+pub struct ApiPath<T>(pub T);
+
+impl<S: Send + Sync> FromRequestParts<S> for ApiPath<String> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        match axum::extract::Path::<String>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(value)) if !value.contains('\0') => Ok(ApiPath(value)),
+            Ok(_) => Err(ApiError::new(
+                ErrorCode::NotFound,
+                "no such resource: the path holds a NUL character",
+            )),
+            Err(rejection) => Err(ApiError::new(
+                ErrorCode::NotFound,
+                format!("no such resource: {}", rejection.body_text()),
+            )),
+        }
+    }
+}
+
+/// Where `value` (named `name`) holds a NUL character, in a string or an object key: Postgres
+/// stores neither in TEXT nor in JSONB (`\u0000`), so such input is refused up front.
+pub(crate) fn nul_in_json(value: &Value, name: &str) -> Option<String> {
+    match value {
+        Value::String(text) => text.contains('\0').then(|| name.to_string()),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(index, item)| nul_in_json(item, &format!("{name}[{index}]"))),
+        Value::Object(map) => map.iter().find_map(|(key, item)| {
+            if key.contains('\0') {
+                Some(format!("a key of {name}"))
+            } else {
+                nul_in_json(item, &format!("{name}.{key}"))
+            }
+        }),
+        Value::Null | Value::Bool(_) | Value::Number(_) => None,
+    }
+}
+
 /// Whether `json` opens more than `limit` arrays or objects inside each other (brackets in
 /// strings do not count). Runs on the raw bytes, so a deep body costs no recursion.
 fn json_depth_exceeds(json: &[u8], limit: usize) -> bool {
@@ -290,7 +339,14 @@ pub struct ApiState {
     /// only polls the store; give the hub of the store's [`crate::hub::instrument`] with
     /// [`ApiState::with_hub`] for immediate delivery and the workers' counters.
     pub hub: Arc<crate::hub::Hub>,
+    /// How often an open event stream checks, before sending, that its token still
+    /// authenticates (a revoked token's stream ends); [`DEFAULT_STREAM_RECHECK`] by default.
+    pub stream_recheck: std::time::Duration,
 }
+
+/// How often an open event stream re-checks its token by default: a revoked token receives
+/// at most this much more of a stream (checks charge no rate limit).
+pub const DEFAULT_STREAM_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl ApiState {
     /// The state with the default rate limit ([`RateLimit::default`]).
@@ -308,7 +364,14 @@ impl ApiState {
             running: Arc::default(),
             repos: None,
             redactor: crate::redact::Redactor::default(),
+            stream_recheck: DEFAULT_STREAM_RECHECK,
         }
+    }
+
+    /// Sets how often open event streams re-check their token (zero: before every message).
+    pub fn with_stream_recheck(mut self, every: std::time::Duration) -> ApiState {
+        self.stream_recheck = every;
+        self
     }
 
     /// Serves proposal diffs from `repos`' mirrors, redacted with `redactor`.

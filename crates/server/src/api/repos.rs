@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -14,7 +14,7 @@ use utoipa_axum::routes;
 use warden_repo::{RepoSpec, Source};
 use warden_store::{NewRepo, Repository};
 
-use super::auth::{authenticate, ApiRole};
+use super::auth::{ApiRole, Caller};
 use super::schema::{ErrorBody, RepoPage, RepoView};
 use super::{rfc3339, ApiError, ApiJson, ApiState, ErrorCode};
 
@@ -75,9 +75,8 @@ fn repo_json(repo: &Repository) -> Value {
 ))]
 async fn list_repos(
     State(state): State<Arc<ApiState>>,
-    headers: HeaderMap,
+    _caller: Caller,
 ) -> Result<Json<Value>, ApiError> {
-    authenticate(&state, &headers).await?;
     let repos = state.store.list_repos().await?;
     Ok(Json(json!({
         "data": repos.iter().map(repo_json).collect::<Vec<_>>(),
@@ -97,10 +96,9 @@ async fn list_repos(
 ))]
 async fn register_repo(
     State(state): State<Arc<ApiState>>,
-    headers: HeaderMap,
+    caller: Caller,
     ApiJson(request, _): ApiJson<RegisterRepo>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let caller = authenticate(&state, &headers).await?;
     if caller.role != ApiRole::Admin {
         return Err(ApiError::new(
             ErrorCode::Forbidden,

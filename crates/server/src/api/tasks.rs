@@ -15,10 +15,10 @@ use utoipa_axum::routes;
 use warden_protocol::{TaskId, TaskKind, TaskStatus};
 use warden_store::{Created, IdempotencyKey, NewTask, Store, Task, TaskQuery, TaskRepo};
 
-use super::auth::{authenticate, require_writer, ApiRole, Caller};
+use super::auth::{require_writer, ApiRole, Caller};
 use super::repos::{valid_name, valid_rev};
 use super::schema::{ErrorBody, TaskPage, TaskView};
-use super::{new_task_id, rfc3339, ApiError, ApiJson, ApiState, ErrorCode};
+use super::{new_task_id, rfc3339, ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
 
 const MAX_PAGE: u32 = 200;
 const DEFAULT_PAGE: u32 = 50;
@@ -110,14 +110,14 @@ fn parse_kind(kind: &str) -> Result<TaskKind, ApiError> {
         (status = 401, description = "No or an invalid token", body = ErrorBody),
         (status = 403, description = "A viewer token", body = ErrorBody),
         (status = 413, description = "The body is too large", body = ErrorBody),
-        (status = 422, description = "Invalid fields, unknown repository, unsupported kind, or Idempotency-Key reused with another body", body = ErrorBody),
+        (status = 422, description = "Invalid fields (a NUL character in prompt or metadata among them), unknown repository, unsupported kind, or Idempotency-Key reused with another body", body = ErrorBody),
     ))]
 async fn submit_task(
     State(state): State<Arc<ApiState>>,
+    caller: Caller,
     headers: HeaderMap,
     ApiJson(request, body): ApiJson<SubmitTask>,
 ) -> Result<Response, ApiError> {
-    let caller = authenticate(&state, &headers).await?;
     require_writer(&caller)?;
     let kind = parse_kind(&request.kind)?;
     if !crate::worker::runnable(kind) {
@@ -140,11 +140,19 @@ async fn submit_task(
     if prompt.is_empty() {
         return Err(ApiError::invalid("prompt is empty"));
     }
+    if prompt.contains('\0') {
+        return Err(ApiError::invalid("prompt must not contain NUL characters"));
+    }
     let mut metadata = match request.metadata {
         None => json!({}),
         Some(value @ Value::Object(_)) => value,
         Some(_) => return Err(ApiError::invalid("metadata must be a JSON object")),
     };
+    if let Some(at) = super::nul_in_json(&metadata, "metadata") {
+        return Err(ApiError::invalid(format!(
+            "{at} must not contain NUL characters"
+        )));
+    }
     change_options(kind, request.checks, request.publish, &mut metadata)?;
     if kind == TaskKind::Change && request.follow_up_to.is_some() {
         return Err(ApiError::invalid(
@@ -359,10 +367,9 @@ pub(super) async fn visible_task(
     ))]
 async fn get_task(
     State(state): State<Arc<ApiState>>,
-    headers: HeaderMap,
-    axum::extract::Path(id): axum::extract::Path<String>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = authenticate(&state, &headers).await?;
     let task = visible_task(&state, &caller, &id).await?;
     Ok(Json(task_json(&task)))
 }
@@ -429,10 +436,9 @@ fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiError> {
     ))]
 async fn list_tasks(
     State(state): State<Arc<ApiState>>,
-    headers: HeaderMap,
+    caller: Caller,
     uri: Uri,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = authenticate(&state, &headers).await?;
     let query = parse_list_query(uri.query())?;
     let mut tasks = state
         .store

@@ -5,8 +5,8 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::State;
+use axum::http::StatusCode;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -14,9 +14,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use warden_store::{ApiToken, StoreError};
 
-use super::auth::{authenticate, mint_token, require_admin, ApiRole};
+use super::auth::{mint_token, require_admin, ApiRole, Caller};
 use super::schema::ErrorBody;
-use super::{rfc3339, ApiError, ApiJson, ApiState, ErrorCode};
+use super::{rfc3339, ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
 
 pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
     OpenApiRouter::new()
@@ -85,9 +85,8 @@ fn token_view(token: &ApiToken) -> TokenView {
 ))]
 async fn list_tokens(
     State(state): State<Arc<ApiState>>,
-    headers: HeaderMap,
+    caller: Caller,
 ) -> Result<Json<TokenPage>, ApiError> {
-    let caller = authenticate(&state, &headers).await?;
     require_admin(&caller, "manage tokens")?;
     let tokens = state.store.list_api_tokens().await?;
     Ok(Json(TokenPage {
@@ -107,10 +106,9 @@ async fn list_tokens(
 ))]
 async fn create_token(
     State(state): State<Arc<ApiState>>,
-    headers: HeaderMap,
+    caller: Caller,
     ApiJson(request, _): ApiJson<CreateToken>,
 ) -> Result<(StatusCode, Json<CreatedTokenView>), ApiError> {
-    let caller = authenticate(&state, &headers).await?;
     require_admin(&caller, "manage tokens")?;
     let role = ApiRole::parse(&request.role).ok_or_else(|| {
         ApiError::invalid(format!(
@@ -147,10 +145,9 @@ async fn create_token(
     ))]
 async fn revoke_token(
     State(state): State<Arc<ApiState>>,
-    headers: HeaderMap,
-    Path(id): Path<String>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<TokenView>, ApiError> {
-    let caller = authenticate(&state, &headers).await?;
     require_admin(&caller, "manage tokens")?;
     match state.store.revoke_api_token(&id).await {
         Ok(token) => {

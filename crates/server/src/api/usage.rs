@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, Uri};
+use axum::http::Uri;
 use axum::Json;
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -12,7 +12,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use warden_store::{Spend, UsageQuery, UtcDay};
 
-use super::auth::{authenticate, ApiRole};
+use super::auth::{ApiRole, Caller};
 use super::schema::ErrorBody;
 use super::{ApiError, ApiState, ErrorCode};
 
@@ -122,10 +122,9 @@ fn parse_since(query: Option<&str>) -> Result<Option<UtcDay>, ApiError> {
     ))]
 async fn usage(
     State(state): State<Arc<ApiState>>,
-    headers: HeaderMap,
+    caller: Caller,
     uri: Uri,
 ) -> Result<Json<UsageView>, ApiError> {
-    let caller = authenticate(&state, &headers).await?;
     let since = parse_since(uri.query())?;
     let summary = state
         .store

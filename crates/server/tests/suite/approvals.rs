@@ -866,3 +866,89 @@ mod server_publication {
         }
     }
 }
+
+#[tokio::test]
+async fn a_running_publication_is_not_cancelled_and_its_approval_stays() {
+    let api = Api::new().await;
+    let task = api
+        .task_with_approval("alice", 1, "publish", &hash('a'))
+        .await;
+    api.waiting(&task, 1, &hash('a')).await;
+    let reply = api
+        .decide(
+            "apr_1",
+            ADMIN,
+            json!({"decision": "approve", "hash": hash('a')}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    // A worker claims the queued task to publish it: approved, then consumed by the push.
+    let claim = api
+        .store
+        .claim(
+            "w",
+            std::time::Duration::from_secs(30),
+            &warden_store::ClaimFilter::default(),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(claim.task.id, task);
+    let cancel = format!("/v1/tasks/{task}/cancel");
+    for consumed in [false, true] {
+        if consumed {
+            api.store
+                .consume_approval("apr_1", &hash('a'))
+                .await
+                .unwrap();
+        }
+        for token in [ALICE, ADMIN] {
+            let reply = api.send(Method::POST, &cancel, token, None).await;
+            check_error(&reply, StatusCode::CONFLICT, "conflict");
+            assert!(
+                reply.body["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("publication in progress"),
+                "{}",
+                reply.body
+            );
+        }
+        assert_eq!(api.status(&task).await, TaskStatus::Running);
+        let approval = api.store.get_approval("apr_1").await.unwrap().unwrap();
+        let expected = if consumed {
+            warden_store::ApprovalStatus::Consumed
+        } else {
+            warden_store::ApprovalStatus::Approved
+        };
+        assert_eq!(approval.status, expected);
+    }
+}
+
+#[tokio::test]
+async fn an_approved_task_no_run_has_claimed_yet_can_still_be_cancelled() {
+    let api = Api::new().await;
+    let task = api
+        .task_with_approval("alice", 1, "publish", &hash('a'))
+        .await;
+    api.waiting(&task, 1, &hash('a')).await;
+    let reply = api
+        .decide(
+            "apr_1",
+            ADMIN,
+            json!({"decision": "approve", "hash": hash('a')}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert_eq!(api.status(&task).await, TaskStatus::Queued);
+    let reply = api
+        .send(
+            Method::POST,
+            &format!("/v1/tasks/{task}/cancel"),
+            ALICE,
+            None,
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    assert_eq!(reply.body["status"], "cancelled");
+}

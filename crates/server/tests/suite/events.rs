@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tower::ServiceExt;
 use warden_protocol::{Event, TaskId, TaskKind, TaskStatus};
-use warden_server::api::{new_task_id, router, ApiState, Tokens};
+use warden_server::api::{new_task_id, router, ApiRole, ApiState, RateLimit, Tokens};
 use warden_server::hub::{self, Hub, HubOptions};
 use warden_store::{ClaimFilter, NewTask, Store, UsageEntry};
 
@@ -678,4 +678,64 @@ async fn over_a_socket_a_live_task_stream_ends_when_the_task_finishes() {
     let text = reader.await.unwrap().expect("the stream ended").unwrap();
     let events: Vec<String> = messages(&text).into_iter().map(|m| m.event).collect();
     assert_eq!(events, vec!["agent_message", "task_finished"], "{text}");
+}
+
+#[tokio::test]
+async fn a_revoked_tokens_open_stream_ends_before_the_next_message() {
+    let api = Events::new().await;
+    let (row, secret) =
+        warden_server::api::mint_token(Some("carol"), ApiRole::Operator, "root").unwrap();
+    let token_id = row.id.clone();
+    api.store.create_api_token(row).await.unwrap();
+    let tokens = Tokens::parse(&format!("root:admin:{ADMIN}")).unwrap();
+    // Checked before every message and keep-alive; a burst of two requests per token.
+    let state = ApiState::new(Arc::clone(&api.store), tokens, Arc::new(Notify::new()))
+        .with_hub(Arc::clone(&api.hub))
+        .with_stream_recheck(Duration::ZERO)
+        .with_rate_limit(RateLimit {
+            per_minute: 1,
+            burst: 2,
+        });
+    let router = router(Arc::new(state));
+    let send = |method: &str, uri: String, token: &str| {
+        let request = Request::builder()
+            .method(method)
+            .uri(uri)
+            .header("authorization", format!("Bearer {token}"))
+            .body(Body::empty())
+            .unwrap();
+        router.clone().oneshot(request)
+    };
+    let task = api.task("carol").await;
+    let response = send("GET", "/v1/events".into(), &secret).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut stream = response.into_body().into_data_stream();
+    let before = api.append(&task, "before revoking").await;
+    let mut buffer = String::new();
+    let (got, _) = read_until(&mut stream, &mut buffer, |m| !m.is_empty()).await;
+    assert_eq!(got[0].id, before);
+    // The stream's checks charged nothing: the second request of the burst still passes.
+    let reply = send("GET", format!("/v1/tasks/{task}"), &secret)
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), StatusCode::OK);
+
+    let reply = send("DELETE", format!("/v1/tokens/{token_id}"), ADMIN)
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), StatusCode::OK);
+    api.append(&task, "after revoking").await;
+    // Keep-alives come every 200 ms, so the deadline is for the whole rest of the stream.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut rest = String::new();
+    while let Some(chunk) = tokio::time::timeout_at(deadline, stream.next())
+        .await
+        .unwrap_or_else(|_| panic!("the revoked token's stream did not end: {rest:?}"))
+    {
+        rest.push_str(std::str::from_utf8(&chunk.unwrap()).unwrap());
+        assert!(
+            !rest.contains("id: "),
+            "a message after the revocation: {rest:?}"
+        );
+    }
 }

@@ -6,3 +6,4 @@ mod control;
 mod diff;
 mod diff_sensitive_paths;
 mod events;
+mod hardening;
