@@ -923,6 +923,14 @@ async fn a_running_publication_is_not_cancelled_and_its_approval_stays() {
         };
         assert_eq!(approval.status, expected);
     }
+    // The publishing worker stops (serve shuts down): the task is queued again with its
+    // approval consumed, and the next claim resumes the publication, so it is not cancelled
+    // either.
+    api.store.interrupt_worker_runs("w").await.unwrap();
+    assert_eq!(api.status(&task).await, TaskStatus::Queued);
+    let reply = api.send(Method::POST, &cancel, ALICE, None).await;
+    check_error(&reply, StatusCode::CONFLICT, "conflict");
+    assert_eq!(api.status(&task).await, TaskStatus::Queued);
 }
 
 #[tokio::test]
