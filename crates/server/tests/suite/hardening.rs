@@ -274,8 +274,9 @@ fn answer_result(id: &TaskId) -> Value {
            "model": "gpt-test"})
 }
 
-/// NUL in a prompt, in metadata (values and keys, nested) and in a message (answer and
-/// follow-up) is 422 naming the field, and nothing is stored.
+/// NUL in a prompt, metadata (values and keys, nested) and a message (answer and follow-up) is
+/// 422 naming the field, and nothing is stored; a repository source with NUL was refused
+/// before (`RepoSpec::parse`) and still is.
 async fn nul_characters_are_refused(api: &Api) {
     let repo = TempRepo::new();
     repo.write("src/lib.rs", "pub fn f() {}\n");
@@ -289,6 +290,23 @@ async fn nul_characters_are_refused(api: &Api) {
         )
         .await;
     assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.body);
+    for source in ["/srv/repo\u{0}", "https://example.com/a\u{0}.git"] {
+        let reply = api
+            .send(
+                Method::POST,
+                "/v1/repos",
+                Some(ADMIN),
+                json!({"name": "other", "source": source}).to_string(),
+            )
+            .await;
+        check_error(
+            &reply,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid_request",
+            source,
+        );
+        assert!(reply.message().contains("source"), "{}", reply.body);
+    }
     let submits = [
         (
             json!({"kind": "question", "repo": "app", "prompt": "a\u{0}b"}),
