@@ -316,7 +316,7 @@ pub fn render_result(result: &QuestionResult) -> String {
                         text::one_line(&evidence.path),
                         evidence.start_line,
                         evidence.end_line,
-                        &evidence.commit[..12.min(evidence.commit.len())]
+                        crate::text::short_commit(&evidence.commit)
                     ));
                     if let Some(url) = &evidence.url {
                         out.push_str(&format!("  {}", text::one_line(url)));

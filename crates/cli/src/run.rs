@@ -330,7 +330,7 @@ fn finish_line(result: &ChangeResult) -> String {
     match &result.outcome {
         ChangeOutcome::Proposal { proposal, .. } => format!(
             "proposal {} ({} files, +{} -{}), {} checks passed",
-            &proposal.commit[..12.min(proposal.commit.len())],
+            crate::text::short_commit(&proposal.commit),
             proposal.diff_stat.files_changed,
             proposal.diff_stat.additions,
             proposal.diff_stat.deletions,
@@ -354,7 +354,7 @@ pub fn render_change(result: &ChangeResult) -> String {
                 "\n\nProposal {} on {} @ {}\n  commit {}\n  ref    {}\n  hash   {}\n",
                 proposal.id,
                 text::one_line(&proposal.repo),
-                &proposal.base_commit[..12.min(proposal.base_commit.len())],
+                crate::text::short_commit(&proposal.base_commit),
                 proposal.commit,
                 proposal.reference,
                 proposal.hash

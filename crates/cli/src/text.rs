@@ -109,9 +109,26 @@ fn push_escaped(out: &mut String, c: char) {
     }
 }
 
+/// The first 12 characters of a commit id for display (a hostile server's non-ASCII text
+/// cannot split a character).
+pub fn short_commit(commit: &str) -> &str {
+    let end = commit
+        .char_indices()
+        .nth(12)
+        .map_or(commit.len(), |(i, _)| i);
+    &commit[..end]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn short_commits_never_split_a_character() {
+        assert_eq!(short_commit("0123456789abcdef"), "0123456789ab");
+        assert_eq!(short_commit("abc"), "abc");
+        assert_eq!(short_commit("ééééééééééééé"), "éééééééééééé");
+    }
 
     #[test]
     fn escapes_terminal_controls() {

@@ -479,7 +479,7 @@ async fn task_journal(
         if only.is_some_and(|n| n != run.number) {
             continue;
         }
-        let entries = state
+        let mut entries = state
             .store
             .journal(&RunRef {
                 task: task.id.clone(),
@@ -487,6 +487,9 @@ async fn task_journal(
             })
             .await?;
         let chain_ok = warden_store::journal::verify_chain(&entries).is_ok();
+        // Shown to people: sensitive files' contents and credential-looking tokens hidden
+        // (the stored records stay verbatim, for replay and the chain).
+        crate::sensitive::redact_journal_entries(&mut entries);
         runs.push(RunJournalView {
             number: run.number,
             worker: run.worker,
