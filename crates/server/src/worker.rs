@@ -520,41 +520,23 @@ async fn run_question(
         Ok(tools) => tools,
         Err(error) => return failed(task, &model_name, setup_failure(error)),
     };
-    let recorded = earlier_decisions(services.store.as_ref(), &run).await;
-    let replaying = recorded.len();
-    let model = ReplayModel::new(Arc::clone(&services.model), recorded);
-    let ledger = StoreLedger {
-        store: Arc::clone(&services.store),
-        clock: Arc::new(warden_store::SystemClock),
-        task: task.id.clone(),
-        run_number: run.number,
-        per_task: Budget {
-            max_tokens: services.config.limits.max_tokens,
-            max_cost_micro_usd: services.config.limits.max_cost_micro_usd,
-        },
-        per_day: Budget {
-            max_tokens: services.config.serve.max_tokens_per_day,
-            max_cost_micro_usd: services.config.serve.max_cost_micro_usd_per_day,
-        },
-        replayed: Arc::clone(&model.replayed),
-        seen: AtomicU64::new(0),
-    };
-    let journal = match RunJournal::open(Arc::clone(&services.store), run.clone()).await {
-        Ok(journal) => journal,
-        Err(error) => {
+    let RunPlumbing {
+        model,
+        ledger,
+        mut journal,
+        replaying,
+    } = match run_plumbing(services, task, &run).await {
+        Ok(plumbing) => plumbing,
+        Err(message) => {
             return failed(
                 task,
                 &model_name,
                 Failure {
                     code: FailureCode::Infrastructure,
-                    message: format!("cannot open the run journal: {error}"),
+                    message,
                 },
             )
         }
-    };
-    let mut journal = StoreJournal {
-        inner: journal,
-        redactor: services.redactor.clone(),
     };
     if replaying > 0 {
         tracing::info!(%run, replaying, "resuming from the journal of an earlier run");
@@ -591,6 +573,54 @@ async fn run_question(
         status: report.status,
         result,
     }
+}
+
+/// What a run of any kind talks through: the model (answering from an earlier run's journaled
+/// decisions first), the ledger checking budgets before every call, and the run's journal.
+pub(crate) struct RunPlumbing {
+    pub model: ReplayModel,
+    pub ledger: StoreLedger,
+    pub journal: StoreJournal,
+    /// Decisions an earlier run journaled that this one replays.
+    pub replaying: usize,
+}
+
+pub(crate) async fn run_plumbing(
+    services: &Services,
+    task: &Task,
+    run: &RunRef,
+) -> Result<RunPlumbing, String> {
+    let recorded = earlier_decisions(services.store.as_ref(), run).await;
+    let replaying = recorded.len();
+    let model = ReplayModel::new(Arc::clone(&services.model), recorded);
+    let ledger = StoreLedger {
+        store: Arc::clone(&services.store),
+        clock: Arc::new(warden_store::SystemClock),
+        task: task.id.clone(),
+        run_number: run.number,
+        per_task: Budget {
+            max_tokens: services.config.limits.max_tokens,
+            max_cost_micro_usd: services.config.limits.max_cost_micro_usd,
+        },
+        per_day: Budget {
+            max_tokens: services.config.serve.max_tokens_per_day,
+            max_cost_micro_usd: services.config.serve.max_cost_micro_usd_per_day,
+        },
+        replayed: Arc::clone(&model.replayed),
+        seen: AtomicU64::new(0),
+    };
+    let journal = RunJournal::open(Arc::clone(&services.store), run.clone())
+        .await
+        .map_err(|error| format!("cannot open the run journal: {error}"))?;
+    Ok(RunPlumbing {
+        model,
+        ledger,
+        journal: StoreJournal {
+            inner: journal,
+            redactor: services.redactor.clone(),
+        },
+        replaying,
+    })
 }
 
 /// The longest clean run of model decisions journaled by an earlier run of the task.

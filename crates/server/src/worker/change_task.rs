@@ -17,7 +17,6 @@
 //! anew, so an approval an interrupted run created for another hash is rejected (by `warden`)
 //! and a new one is created.
 
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use serde_json::Value;
@@ -31,10 +30,11 @@ use warden_store::{
     MESSAGE_AGENT, MESSAGE_USER,
 };
 
-use super::{earlier_decisions, repo_specs, setup_failure, Ending, Services, WorkerOptions};
+use super::{
+    repo_specs, run_plumbing, setup_failure, Ending, RunPlumbing, Services, WorkerOptions,
+};
 use crate::change::{self, ChangeOptions, ChangeRun, ChangeSandbox, ChangeSetup};
-use crate::journal::{store_events, ReplayModel, StoreEvents, StoreJournal};
-use crate::ledger::{Budget, StoreLedger};
+use crate::journal::{store_events, StoreEvents, StoreJournal};
 use crate::{publish, question};
 
 /// Who rejects an approval whose proposal a later run replaced.
@@ -282,38 +282,14 @@ async fn run_change_loop(
         Ok(tools) => tools,
         Err(error) => return change_failed(task, &model_name, setup_failure(error)),
     };
-    let recorded = earlier_decisions(services.store.as_ref(), &run).await;
-    let replaying = recorded.len();
-    let model = ReplayModel::new(Arc::clone(&services.model), recorded);
-    let ledger = StoreLedger {
-        store: Arc::clone(&services.store),
-        clock: Arc::new(warden_store::SystemClock),
-        task: task.id.clone(),
-        run_number: run.number,
-        per_task: Budget {
-            max_tokens: services.config.limits.max_tokens,
-            max_cost_micro_usd: services.config.limits.max_cost_micro_usd,
-        },
-        per_day: Budget {
-            max_tokens: services.config.serve.max_tokens_per_day,
-            max_cost_micro_usd: services.config.serve.max_cost_micro_usd_per_day,
-        },
-        replayed: Arc::clone(&model.replayed),
-        seen: AtomicU64::new(0),
-    };
-    let journal = match RunJournal::open(Arc::clone(&services.store), run.clone()).await {
-        Ok(journal) => journal,
-        Err(error) => {
-            return change_failed(
-                task,
-                &model_name,
-                infrastructure(format!("cannot open the run journal: {error}")),
-            )
-        }
-    };
-    let mut journal = StoreJournal {
-        inner: journal,
-        redactor: services.redactor.clone(),
+    let RunPlumbing {
+        model,
+        ledger,
+        mut journal,
+        replaying,
+    } = match run_plumbing(services, task, &run).await {
+        Ok(plumbing) => plumbing,
+        Err(message) => return change_failed(task, &model_name, infrastructure(message)),
     };
     if replaying > 0 {
         tracing::info!(%run, replaying, "resuming a change: replaying journaled decisions, re-running their tools");
