@@ -5,7 +5,7 @@
 
 use crate::progress::StderrProgress;
 use crate::records::{self, RepoRecord, TaskRecord};
-use crate::{ids, text, usage};
+use crate::{text, usage};
 use anyhow::Context;
 use std::path::PathBuf;
 use warden_protocol::{
@@ -62,7 +62,7 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
         question::pin_all(&store, &specs, &|line| progress.line(line)).map_err(setup_error)?;
     let clock = SystemClock;
     let now = clock.now_ms();
-    let task_id = ids::new_task_id(now)?;
+    let task_id = warden_store::new_task_id_at(now)?;
     let scratch = config.home.join("scratch").join(task_id.as_str());
     let sandbox = TaskSandbox::open(config, &repos, &scratch);
     let manifest = question::manifest(&repos);

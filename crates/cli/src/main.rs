@@ -5,7 +5,6 @@ mod apply;
 mod approve;
 mod ask;
 mod doctor;
-mod ids;
 mod progress;
 mod records;
 mod remote;

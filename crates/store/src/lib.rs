@@ -9,6 +9,7 @@
 
 mod clock;
 mod error;
+mod ids;
 pub mod journal;
 mod postgres;
 mod rows;
@@ -25,6 +26,7 @@ use warden_protocol::{Event, TaskId, TaskStatus};
 
 pub use clock::{Clock, ManualClock, SystemClock, UtcDay};
 pub use error::StoreError;
+pub use ids::{new_task_id, new_task_id_at, IdError};
 pub use journal::{JournalEntry, RunJournal, GENESIS_HASH};
 pub use postgres::PostgresStore;
 pub use sqlite::{Quarantine, SqliteStore};
