@@ -146,6 +146,9 @@ pub enum FailureCode {
     ChecksFailed,
     /// The checks already fail on the base commit, before the agent changed anything.
     BaselineFailing,
+    /// The agent's tool calls were rejected (unknown tool, invalid arguments, denied by policy)
+    /// too many times in a row.
+    InvalidToolCalls,
 }
 
 impl FailureCode {
@@ -164,6 +167,7 @@ impl FailureCode {
             FailureCode::Abandoned => "abandoned",
             FailureCode::ChecksFailed => "checks_failed",
             FailureCode::BaselineFailing => "baseline_failing",
+            FailureCode::InvalidToolCalls => "invalid_tool_calls",
         }
     }
 }
@@ -536,6 +540,13 @@ pub enum Event {
     PolicyDenied {
         tool: String,
         reason: String,
+    },
+    /// A tool call that did not run: an unknown tool or arguments that fail its schema. The
+    /// model is told why and may try again (`consecutive` rejections in a row so far).
+    ToolCallRejected {
+        tool: String,
+        reason: String,
+        consecutive: u32,
     },
     SubmissionRejected {
         attempt: u32,
