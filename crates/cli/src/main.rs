@@ -105,10 +105,16 @@ enum Command {
         #[command(subcommand)]
         command: token::TokenCommand,
     },
-    /// Report what works on this machine: git, state directory, model configuration
+    /// Report what works on this machine: configuration, git, state directory, the model and
+    /// its endpoint, sandbox backends and layers, and the server (WARDEN_SERVER); exit 1 if
+    /// anything fails
     Doctor {
+        /// Print the checks as one JSON object
         #[arg(long)]
         json: bool,
+        /// Make no network request (the model endpoint and the server are not checked)
+        #[arg(long)]
+        offline: bool,
     },
 }
 
@@ -184,6 +190,10 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         remote_cli::Dispatch::Done(code) => return Ok(code),
         remote_cli::Dispatch::Local(command) => Cli { command, ..cli },
     };
+    if let Command::Doctor { json, offline } = cli.command {
+        // Every check, even when the configuration does not load.
+        return doctor_anyway(cli.config.as_deref(), &cli.remote, json, offline);
+    }
     let config = warden_server::config::Config::load(
         cli.config.as_deref(),
         &warden_server::config::ProcessEnv,
@@ -253,10 +263,52 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             eprintln!("warden: journal hash chain verified");
             Ok(0)
         }
-        Command::Doctor { json } => doctor::doctor(&config, json),
+        // Normally answered above, before the configuration had to load.
+        Command::Doctor { json, offline } => {
+            doctor_anyway(cli.config.as_deref(), &cli.remote, json, offline)
+        }
         Command::Serve => tokio_runtime()?.block_on(serve::serve(config)),
         Command::Worker => tokio_runtime()?.block_on(serve::worker(config)),
         Command::Token { command } => tokio_runtime()?.block_on(token::token(&config, command)),
+    }
+}
+
+/// `warden doctor` runs every check even when the configuration does not load (a bad
+/// `WARDEN_MODEL`, an unknown key in warden.toml): it reports that failure first and checks the
+/// rest with the defaults.
+fn doctor_anyway(
+    explicit: Option<&std::path::Path>,
+    remote: &remote::RemoteOptions,
+    json: bool,
+    offline: bool,
+) -> anyhow::Result<u8> {
+    use warden_server::config::{Config, ProcessEnv};
+    let (config, config_error) = match Config::load(explicit, &ProcessEnv) {
+        Ok(config) => (config, None),
+        Err(error) => {
+            let defaults =
+                Config::load(Some(std::path::Path::new("/dev/null")), &HomeOnly).map_err(usage)?;
+            (defaults, Some(format!("{error:#}")))
+        }
+    };
+    let options = doctor::DoctorOptions {
+        as_json: json,
+        offline,
+        config_error,
+        remote,
+    };
+    tokio_runtime()?.block_on(doctor::doctor(&config, options))
+}
+
+/// The environment as far as it says where Warden's state lives, and nothing else.
+struct HomeOnly;
+
+impl warden_server::config::Env for HomeOnly {
+    fn var(&self, name: &str) -> Option<String> {
+        matches!(name, "WARDEN_HOME" | "HOME")
+            .then(|| std::env::var(name).ok())
+            .flatten()
+            .filter(|v| !v.is_empty())
     }
 }
 

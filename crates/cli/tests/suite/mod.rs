@@ -1,6 +1,7 @@
 mod ask;
 mod change;
 mod control;
+mod first_hour;
 mod logs_json;
 mod nonroot;
 mod publish;
