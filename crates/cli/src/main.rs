@@ -12,6 +12,7 @@ mod remote_cli;
 mod run;
 mod serve;
 mod text;
+mod timeline;
 mod token;
 
 use clap::{Parser, Subcommand};
@@ -58,14 +59,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Print a task's run journal (verifying its hash chain); with --server and --follow, follow
-    /// its events live and print its result
+    /// Print a task's run journal as a timeline (turns, tool calls with durations, rejections,
+    /// checks, spend), verifying its hash chain; with --server and --follow, follow its events
+    /// live and print its result
     Logs {
         task: String,
         /// Follow the task's events until it settles, then print its result (needs --server)
         #[arg(long)]
         follow: bool,
-        /// With --follow, print the result as one JSON object
+        /// The raw journal records, one JSON object a line (with --follow: the result as one
+        /// JSON object)
         #[arg(long)]
         json: bool,
     },
@@ -253,12 +256,23 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Retry { .. } => Err(needs_server("retry")),
         Command::Answer { .. } => Err(needs_server("answer")),
         Command::Repos { .. } => Err(needs_server("repos")),
-        Command::Logs { task, .. } => {
+        Command::Logs { task, json, .. } => {
             let id = task.parse().map_err(usage)?;
+            // An unknown task is one sentence and exit 2, like `show`.
+            records::load(&config.home, &id).map_err(usage)?;
             let path = records::journal_path(&config.home, &id, 1);
             let records = warden_runtime::FileJournal::verify(&path)?;
-            for record in records {
-                println!("{}", text::json_text(&serde_json::to_string(&record)?));
+            if json {
+                for record in records {
+                    println!("{}", text::json_text(&serde_json::to_string(&record)?));
+                }
+            } else {
+                let values = records
+                    .iter()
+                    .map(serde_json::to_value)
+                    .collect::<Result<Vec<_>, _>>()?;
+                println!("{id} · run 1");
+                print!("{}", timeline::render(&values));
             }
             eprintln!("warden: journal hash chain verified");
             Ok(0)
