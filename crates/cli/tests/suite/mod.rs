@@ -3,6 +3,7 @@ mod change;
 mod control;
 mod logs_json;
 mod nonroot;
+mod outage;
 mod publish;
 mod remote;
 mod remote_escaping;
