@@ -562,3 +562,95 @@ impl Store for RunStore {
         self.retry(move || self.inner.count_tasks_by_status())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicU32;
+
+    fn unreachable() -> StoreError {
+        StoreError::Database {
+            backend: "postgres",
+            message: "connection refused".into(),
+            retryable: true,
+            source: None,
+        }
+    }
+
+    /// A call that fails retryably `failures` times, then answers; counts its attempts.
+    fn flaky(failures: u32, calls: &AtomicU32) -> BoxFuture<'_, Result<u32, StoreError>> {
+        Box::pin(async move {
+            let call = calls.fetch_add(1, Ordering::SeqCst) + 1;
+            if call <= failures {
+                Err(unreachable())
+            } else {
+                Ok(call)
+            }
+        })
+    }
+
+    #[tokio::test]
+    async fn transient_failures_are_retried_within_the_lease() {
+        let lease = RunLease::new(Duration::from_secs(30), Instant::now());
+        let calls = AtomicU32::new(0);
+        assert_eq!(lease.retry("read", || flaky(3, &calls)).await.unwrap(), 4);
+        assert!(!lease.is_lost());
+        // A failure that retrying cannot fix is returned at once.
+        let calls = AtomicU32::new(0);
+        let refused = lease
+            .retry("read", || {
+                calls.fetch_add(1, Ordering::SeqCst);
+                Box::pin(async { Err::<(), _>(StoreError::InvalidData("bad".into())) })
+            })
+            .await;
+        assert!(matches!(refused, Err(StoreError::InvalidData(_))));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+        assert!(!lease.is_lost());
+    }
+
+    #[tokio::test]
+    async fn an_outage_past_the_deadline_loses_the_run_before_the_lease_expires() {
+        let length = Duration::from_millis(600);
+        let granted = Instant::now();
+        let lease = RunLease::new(length, granted);
+        let calls = AtomicU32::new(0);
+        let result = lease.retry("append", || flaky(u32::MAX, &calls)).await;
+        assert!(result.is_err_and(|e| e.is_retryable()));
+        assert_eq!(lease.lost(), Some(Lost::Outage));
+        assert!(
+            calls.load(Ordering::SeqCst) >= 2,
+            "retried before giving up"
+        );
+        let stopped = Instant::now();
+        assert!(stopped >= lease.deadline());
+        // Once lost, nothing is tried any more; the first reason stays.
+        let calls = AtomicU32::new(0);
+        assert!(lease.retry("read", || flaky(0, &calls)).await.is_err());
+        assert_eq!(calls.load(Ordering::SeqCst), 0);
+        lease.lose(Lost::Taken);
+        assert_eq!(lease.lost(), Some(Lost::Outage));
+    }
+
+    #[tokio::test]
+    async fn a_call_hanging_past_the_deadline_loses_the_run() {
+        let lease = RunLease::new(Duration::from_millis(300), Instant::now());
+        let hung = lease
+            .retry("read", || {
+                Box::pin(std::future::pending::<Result<(), StoreError>>())
+            })
+            .await;
+        assert!(hung.is_err());
+        assert!(lease.is_lost());
+    }
+
+    #[tokio::test]
+    async fn renewals_move_the_deadline() {
+        let granted = Instant::now();
+        let lease = RunLease::new(Duration::from_secs(10), granted);
+        assert_eq!(lease.deadline(), granted + Duration::from_secs(8));
+        lease.renewed(granted + Duration::from_secs(5));
+        // An older renewal answered late does not move it back.
+        lease.renewed(granted + Duration::from_secs(1));
+        assert_eq!(lease.deadline(), granted + Duration::from_secs(13));
+    }
+}

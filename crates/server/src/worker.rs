@@ -1,6 +1,9 @@
 //! Workers: a loop that claims queued tasks from the store with a lease, runs up to `slots` of
 //! them at once, heartbeats each run while it lasts (a lost lease cancels it), and finishes each
-//! run with its status and result JSON. Expired leases of dead workers are re-queued by every
+//! run with its status and result JSON. A run talks to the store through
+//! [`crate::outage::RunStore`], which rides out outages until the run's lease would expire; a
+//! run lost then (or when the heartbeat cannot renew the lease in time) records nothing and is
+//! released to the queue once the store answers again, never failed by the outage. Expired leases of dead workers are re-queued by every
 //! worker periodically. At shutdown a worker stops claiming, lets its runs finish within a grace
 //! period and releases the rest back to the queue (not counted as an interruption).
 //!

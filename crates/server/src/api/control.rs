@@ -4,8 +4,8 @@
 //!
 //! - **Cancel** moves any unfinished task to `cancelled` (compare-and-set on the status it has,
 //!   so a run finishing at the same moment either wins or loses cleanly) with the result
-//!   `failure {code: "cancelled"}` and the spend so far (storing `task_finished` with it), and stops the
-//!   run: at once when it runs in this process, within about a second elsewhere
+//!   `failure {code: "cancelled"}` and the spend so far (the store adds `task_finished` in the
+//!   same transaction), and stops the run: at once when it runs in this process, within about a second elsewhere
 //!   ([`crate::cancel`]); its sandbox commands are killed. Its pending approvals are rejected
 //!   in the canceller's name. A change task whose approved publication is running (or was
 //!   interrupted and resumes on the next claim) is not cancelled (409): the cancel would drop
