@@ -11,7 +11,6 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use warden_protocol::{Event, TaskId};
 use warden_runtime::{
@@ -104,26 +103,17 @@ fn redact_event(redactor: &Redactor, event: Event) -> Event {
     }
 }
 
-/// Appends one event, retrying transient store failures for a few seconds. `false` when it
-/// could not be stored.
+/// Appends one event; `false` when it could not be stored. A run's store
+/// ([`crate::outage::RunStore`]) retries transient failures until the run's lease would
+/// expire, so a failure here means the run is lost or the store refused the event.
 async fn append_with_retries(store: &dyn Store, task: &TaskId, event: Event) -> bool {
-    let mut delay = Duration::from_millis(20);
-    for _ in 0..8 {
-        match store.append_event(task, event.clone()).await {
-            Ok(_) => return true,
-            Err(error) if error.is_retryable() => {
-                tracing::debug!(%error, %task, "retrying an event append");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(1));
-            }
-            Err(error) => {
-                tracing::warn!(%error, %task, "an event could not be stored");
-                return false;
-            }
+    match store.append_event(task, event).await {
+        Ok(_) => true,
+        Err(error) => {
+            tracing::warn!(%error, %task, "an event could not be stored");
+            false
         }
     }
-    tracing::warn!(%task, "an event could not be stored after retries");
-    false
 }
 
 impl EventSink for StoreEvents {

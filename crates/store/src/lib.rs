@@ -44,6 +44,10 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// Everything Warden keeps durably. Every method is one transaction: it happens entirely or not
 /// at all, and concurrent callers (threads, processes, machines) see each other's effects in a
 /// single order.
+///
+/// Every move of a task to a terminal status (a run finishing, a cancel, a task abandoned after
+/// too many interrupted runs) stores the task's `task_finished` event (its status and the
+/// result's `outcome`, else `failure`) in the same transaction; callers never append it.
 pub trait Store: Send + Sync {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;

@@ -4,6 +4,7 @@ mod control;
 mod first_hour;
 mod logs_json;
 mod nonroot;
+mod outage;
 mod publish;
 mod remote;
 mod remote_escaping;

@@ -4,8 +4,8 @@
 //!
 //! - **Cancel** moves any unfinished task to `cancelled` (compare-and-set on the status it has,
 //!   so a run finishing at the same moment either wins or loses cleanly) with the result
-//!   `failure {code: "cancelled"}` and the spend so far, appends `task_finished`, and stops the
-//!   run: at once when it runs in this process, within about a second elsewhere
+//!   `failure {code: "cancelled"}` and the spend so far (the store adds `task_finished` in the
+//!   same transaction), and stops the run: at once when it runs in this process, within about a second elsewhere
 //!   ([`crate::cancel`]); its sandbox commands are killed. Its pending approvals are rejected
 //!   in the canceller's name. A change task whose approved publication is running (or was
 //!   interrupted and resumes on the next claim) is not cancelled (409): the cancel would drop
@@ -156,19 +156,6 @@ async fn cancel_task(
                 // Its pending approvals (a proposal waiting to be published) die with it.
                 super::approvals::reject_pending(state.store.as_ref(), &cancelled.id, &caller.name)
                     .await;
-                if let Err(error) = state
-                    .store
-                    .append_event(
-                        &cancelled.id,
-                        Event::TaskFinished {
-                            status: TaskStatus::Cancelled,
-                            outcome: "failure".into(),
-                        },
-                    )
-                    .await
-                {
-                    tracing::warn!(task = %cancelled.id, %error, "cannot store task_finished");
-                }
                 tracing::info!(task = %cancelled.id, by = %caller.name, "task cancelled");
                 return Ok(Json(task_json(&cancelled)));
             }

@@ -236,16 +236,7 @@ async fn a_finished_tasks_stream_replays_every_event_in_the_wire_format_and_ends
     api.append(&other, "not yours").await;
     let first = api.append(&task, "one").await;
     api.append(&task, "two\nlines").await;
-    api.store
-        .append_event(
-            &task,
-            Event::TaskFinished {
-                status: TaskStatus::Cancelled,
-                outcome: "failure".into(),
-            },
-        )
-        .await
-        .unwrap();
+    // Cancelling stores task_finished with the status.
     api.cancel(&task).await;
 
     let reply = api
@@ -644,7 +635,9 @@ async fn over_a_socket_streams_resume_with_last_event_id_without_gaps_or_duplica
     task_ids.extend(messages(&text).iter().map(|m| m.id));
 
     let expected: Vec<u64> = (1..=EVENTS).collect();
-    assert_eq!(task_ids, expected, "the task's stream");
+    // The cancel stored the task's task_finished after them.
+    let finished: Vec<u64> = (1..=EVENTS + 1).collect();
+    assert_eq!(task_ids, finished, "the task's stream");
     assert_eq!(all_ids, expected, "the global stream");
 }
 
@@ -664,16 +657,7 @@ async fn over_a_socket_a_live_task_stream_ends_when_the_task_finishes() {
         tokio::time::timeout(Duration::from_secs(20), response.text()).await
     });
     api.append(&task, "working").await;
-    api.store
-        .append_event(
-            &task,
-            Event::TaskFinished {
-                status: TaskStatus::Cancelled,
-                outcome: "failure".into(),
-            },
-        )
-        .await
-        .unwrap();
+    // Cancelling stores task_finished with the status.
     api.cancel(&task).await;
     let text = reader.await.unwrap().expect("the stream ended").unwrap();
     let events: Vec<String> = messages(&text).into_iter().map(|m| m.event).collect();
