@@ -47,10 +47,8 @@ impl PrivatePostgres {
     /// installed and the environment does not require Postgres.
     fn start() -> Option<PrivatePostgres> {
         let Some(bin) = postgres_bin() else {
-            let required = std::env::var("WARDEN_TEST_REQUIRE")
-                .is_ok_and(|r| r.split(',').any(|r| r.trim() == "postgres"));
             assert!(
-                !required,
+                !warden_test_support::postgres::required("postgres"),
                 "WARDEN_TEST_REQUIRE names postgres but no Postgres server binaries (initdb, \
                  pg_ctl) were found under /usr/lib/postgresql/*/bin or on PATH"
             );
