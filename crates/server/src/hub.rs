@@ -652,6 +652,8 @@ impl Subscription {
         let finished = match event {
             Event::TaskFinished { .. } => true,
             Event::StatusChanged { status } => status.is_terminal(),
+            // It may stand for a withheld `task_finished`.
+            Event::RedactionFailed => true,
             _ => false,
         };
         if finished {
