@@ -852,6 +852,15 @@ impl Store for NotifyingStore {
         self.inner.journal(run)
     }
 
+    fn journal_page<'a>(
+        &'a self,
+        run: &'a RunRef,
+        from: u64,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<JournalEntry>, StoreError>> {
+        self.inner.journal_page(run, from, limit)
+    }
+
     fn append_event<'a>(
         &'a self,
         task: &'a TaskId,
