@@ -86,6 +86,9 @@ fn render(event: &Event) -> Option<String> {
             )
         }
         Event::TaskFinished { outcome, .. } => format!("warden: {outcome}"),
+        Event::RedactionFailed => {
+            "  ! an event was withheld: redacting secrets from it failed".into()
+        }
         Event::ModelResponded { .. }
         | Event::AgentMessage { .. }
         | Event::ToolFinished { ok: true, .. }

@@ -559,6 +559,10 @@ pub enum Event {
         status: TaskStatus,
         outcome: String,
     },
+    /// An event was withheld: with the registered secrets redacted it was no longer an event
+    /// (a secret overlapped its fixed vocabulary, say its type or a status), so neither it nor
+    /// any part of it was stored or streamed. Carries nothing of the event it replaces.
+    RedactionFailed,
 }
 
 #[cfg(test)]

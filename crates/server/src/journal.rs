@@ -2,8 +2,10 @@
 //! - [`StoreJournal`]: the runtime's journal over the store's hash-chained [`RunJournal`],
 //!   redacting every payload before it is hashed and stored.
 //! - [`StoreEvents`]: the runtime's (synchronous) event sink, feeding a bounded channel that a
-//!   task drains into the store's event log; [`EventDrain::finish`] waits until every event
-//!   of the run is stored, so a run is never finished with events still in flight.
+//!   task drains into the store's event log, each event redacted first (one that redaction
+//!   breaks is replaced by a `redaction_failed` notice, see [`Redactor::event`]);
+//!   [`EventDrain::finish`] waits until every event of the run is stored, so a run is never
+//!   finished with events still in flight.
 //! - [`ReplayModel`]: after a crash, a new run of the task answers its first model calls from
 //!   the decisions an earlier run journaled (as long as the conversation matches what was
 //!   recorded), so recorded model calls are not paid for twice; then it calls the real model.
@@ -80,7 +82,7 @@ pub fn store_events(
     let handle = tokio::spawn(async move {
         let mut failed = 0u64;
         while let Some(event) = receiver.recv().await {
-            let event = redact_event(&redactor, event);
+            let event = redactor.event(event);
             if !append_with_retries(store.as_ref(), &task, event).await {
                 failed += 1;
             }
@@ -94,13 +96,6 @@ pub fn store_events(
         },
         EventDrain { handle, lost },
     )
-}
-
-fn redact_event(redactor: &Redactor, event: Event) -> Event {
-    match serde_json::to_value(&event) {
-        Ok(value) => serde_json::from_value(redactor.json(value)).unwrap_or(event),
-        Err(_) => event,
-    }
 }
 
 /// Appends one event; `false` when it could not be stored. A run's store

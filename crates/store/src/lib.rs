@@ -164,6 +164,23 @@ pub trait Store: Send + Sync {
         run: &'a RunRef,
     ) -> BoxFuture<'a, Result<Vec<JournalEntry>, StoreError>>;
 
+    /// Up to `limit` records of a run's journal from sequence `from` on, in order (a page of
+    /// `GET /v1/tasks/{id}/journal`). The backends read just those rows; this default reads the
+    /// whole run.
+    fn journal_page<'a>(
+        &'a self,
+        run: &'a RunRef,
+        from: u64,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<JournalEntry>, StoreError>> {
+        Box::pin(async move {
+            let mut entries = self.journal(run).await?;
+            entries.retain(|entry| entry.seq >= from);
+            entries.truncate(limit as usize);
+            Ok(entries)
+        })
+    }
+
     // --- events ---
 
     fn append_event<'a>(

@@ -22,6 +22,7 @@ mod auth;
 mod control;
 mod diff;
 mod events;
+mod journal;
 mod repos;
 pub mod schema;
 mod tasks;
@@ -421,6 +422,7 @@ fn documented_routes() -> OpenApiRouter<Arc<ApiState>> {
         .merge(events::routes())
         .merge(diff::routes())
         .merge(control::routes())
+        .merge(journal::routes())
         .merge(usage::routes())
         .merge(tokens::routes());
     auth::document_rate_limit(routes.get_openapi_mut());

@@ -723,3 +723,45 @@ async fn a_revoked_tokens_open_stream_ends_before_the_next_message() {
         );
     }
 }
+
+#[tokio::test]
+async fn an_event_redaction_breaks_is_withheld_from_the_store_and_the_stream() {
+    let api = Events::new().await;
+    let task = api.task("alice").await;
+    // A registered secret that is also the event's type tag: redacted string by string, the
+    // event is no event any more. It must not be stored as it was.
+    let secret = "agent_message";
+    let redactor = warden_server::redact::Redactor::new([secret.to_string()]);
+    let (sink, drain) =
+        warden_server::journal::store_events(Arc::clone(&api.store), task.clone(), redactor);
+    use warden_runtime::EventSink;
+    sink.emit(Event::AgentMessage {
+        text: format!("the key is {secret}"),
+    });
+    sink.emit(Event::ToolStarted {
+        call_id: "c1".into(),
+        tool: "search".into(),
+        summary: "search sk".into(),
+    });
+    assert_eq!(drain.finish(sink).await, 0);
+
+    let stored = api
+        .store
+        .events_after(&warden_store::EventStream::Task(task.clone()), 0, 100)
+        .await
+        .unwrap();
+    let kinds: Vec<Event> = stored.into_iter().map(|record| record.event).collect();
+    assert_eq!(kinds[0], Event::RedactionFailed);
+    assert!(matches!(kinds[1], Event::ToolStarted { .. }), "{kinds:?}");
+
+    api.cancel(&task).await;
+    let reply = api
+        .request(&format!("/v1/tasks/{task}/events"), Some(ALICE), &[])
+        .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let text = reply.text().await;
+    assert!(!text.contains(secret), "{text}");
+    let shown = messages(&text);
+    assert_eq!(shown[0].event, "redaction_failed");
+    assert_eq!(shown[0].data["event"], json!({"type": "redaction_failed"}));
+}

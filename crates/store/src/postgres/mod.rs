@@ -1865,6 +1865,32 @@ impl Store for PostgresStore {
         })
     }
 
+    fn journal_page<'a>(
+        &'a self,
+        run: &'a RunRef,
+        from: u64,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<JournalEntry>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let number = i64::from(run.number);
+            // Past i64 there is no record: an empty page.
+            let from = i64::try_from(from).unwrap_or(i64::MAX);
+            let limit = i64::from(limit);
+            let rows = query(
+                &*client,
+                &format!(
+                    "SELECT {JOURNAL_COLUMNS} FROM journal
+                     WHERE task_id = $1 AND run_number = $2 AND seq >= $3
+                     ORDER BY seq LIMIT $4"
+                ),
+                &[&run.task.as_str(), &number, &from, &limit],
+            )
+            .await?;
+            rows.iter().map(read_journal).collect()
+        })
+    }
+
     fn append_event<'a>(
         &'a self,
         task: &'a TaskId,

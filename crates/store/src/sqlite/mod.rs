@@ -1253,6 +1253,33 @@ impl Store for SqliteStore {
         })
     }
 
+    fn journal_page<'a>(
+        &'a self,
+        run: &'a RunRef,
+        from: u64,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<JournalEntry>, StoreError>> {
+        let run = run.clone();
+        // Past i64 there is no record: an empty page.
+        let from = i64::try_from(from).unwrap_or(i64::MAX);
+        self.write(move |conn, _| {
+            let mut statement = conn
+                .prepare_cached(&format!(
+                    "SELECT {JOURNAL_COLUMNS} FROM journal
+                     WHERE task_id = ?1 AND run_number = ?2 AND seq >= ?3
+                     ORDER BY seq LIMIT ?4"
+                ))
+                .db()?;
+            let rows = statement
+                .query_map(
+                    params![run.task.as_str(), run.number, from, limit],
+                    read_journal,
+                )
+                .db()?;
+            rows.map(|row| row.db()?.decode()).collect()
+        })
+    }
+
     fn append_event<'a>(
         &'a self,
         task: &'a TaskId,
