@@ -80,7 +80,7 @@ async fn execute(remote: &Remote, command: Command) -> anyhow::Result<u8> {
             if follow {
                 follow_and_print(remote, &id, None, json).await
             } else {
-                journal(remote, &id).await
+                journal(remote, &id, json).await
             }
         }
         Command::Cancel { task, json } => cancel(remote, &task_id(&task)?, json).await,
@@ -463,8 +463,13 @@ async fn tasks(remote: &Remote, json: bool) -> anyhow::Result<u8> {
 /// Each run's journal records, one JSON object a line, as the local `logs` prints them; the
 /// server verified each record's link in its run's hash chain and says so. Read a page at a
 /// time (`cursor`), printed as it comes.
-async fn journal(remote: &Remote, id: &TaskId) -> anyhow::Result<u8> {
+/// `warden logs TASK`: every page of the task's journal; a timeline per run, or with `json`
+/// the records one a line as a local journal holds them.
+async fn journal(remote: &Remote, id: &TaskId, json: bool) -> anyhow::Result<u8> {
     let mut runs = None;
+    // The current run's records, for its timeline.
+    let mut run_records: Vec<Value> = Vec::new();
+    let mut run_number: Option<Value> = None;
     let mut broken: Vec<String> = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
@@ -482,7 +487,16 @@ async fn journal(remote: &Remote, id: &TaskId) -> anyhow::Result<u8> {
             for field in ["seq", "kind", "at", "hash", "prev_hash", "payload"] {
                 entry.insert(field.to_string(), record[field].clone());
             }
-            println!("{}", text::json_line(&Value::Object(entry)));
+            if json {
+                println!("{}", text::json_line(&Value::Object(entry)));
+            } else {
+                if run_number.as_ref() != Some(&record["run"]) {
+                    print_run_timeline(id, run_number.as_ref(), &run_records);
+                    run_records.clear();
+                    run_number = Some(record["run"].clone());
+                }
+                run_records.push(Value::Object(entry));
+            }
             let run = text::json_line(&record["run"]);
             if record["chain_ok"] != json!(true) && !broken.contains(&run) {
                 broken.push(run);
@@ -508,6 +522,7 @@ async fn journal(remote: &Remote, id: &TaskId) -> anyhow::Result<u8> {
             None => break,
         }
     }
+    print_run_timeline(id, run_number.as_ref(), &run_records);
     let runs = runs.unwrap_or(0);
     if !broken.is_empty() {
         anyhow::bail!(
@@ -520,6 +535,13 @@ async fn journal(remote: &Remote, id: &TaskId) -> anyhow::Result<u8> {
         remote.base()
     );
     Ok(0)
+}
+
+fn print_run_timeline(id: &TaskId, run: Option<&Value>, records: &[Value]) {
+    if let Some(run) = run {
+        println!("{id} · run {}", text::json_line(run));
+        print!("{}", crate::timeline::render(records));
+    }
 }
 
 async fn cancel(remote: &Remote, id: &TaskId, json: bool) -> anyhow::Result<u8> {
