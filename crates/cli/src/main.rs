@@ -49,6 +49,7 @@ enum Command {
     Reject(approve::RejectArgs),
     /// Show a task and its result
     Show {
+        /// The task id (tsk_…)
         task: String,
         /// Print the task record as JSON
         #[arg(long)]
@@ -56,6 +57,7 @@ enum Command {
     },
     /// List tasks
     Tasks {
+        /// Print the tasks as JSON
         #[arg(long)]
         json: bool,
     },
@@ -63,6 +65,7 @@ enum Command {
     /// checks, spend), verifying its hash chain; with --server and --follow, follow its events
     /// live and print its result
     Logs {
+        /// The task id (tsk_…)
         task: String,
         /// Follow the task's events until it settles, then print its result (needs --server)
         #[arg(long)]
@@ -74,21 +77,27 @@ enum Command {
     },
     /// Cancel a task on the server (needs --server)
     Cancel {
+        /// The task id (tsk_…)
         task: String,
+        /// Print the result as JSON
         #[arg(long)]
         json: bool,
     },
     /// Run a finished task again as a new task on the server and follow it (needs --server)
     Retry {
+        /// The task id (tsk_…)
         task: String,
+        /// Print the result as JSON
         #[arg(long)]
         json: bool,
     },
     /// Answer a task's clarification on the server and follow it as it resumes (needs --server)
     Answer {
+        /// The task id (tsk_…)
         task: String,
         /// The answer
         text: String,
+        /// Print the result as JSON
         #[arg(long)]
         json: bool,
     },
@@ -96,6 +105,7 @@ enum Command {
     Repos {
         #[command(subcommand)]
         command: Option<remote_cli::ReposCommand>,
+        /// Print the repositories as JSON
         #[arg(long)]
         json: bool,
     },

@@ -30,6 +30,7 @@ pub enum ReposCommand {
         /// A check command for change tasks (repeatable)
         #[arg(long = "check", value_name = "CMD")]
         checks: Vec<String>,
+        /// Print the registered repository as JSON
         #[arg(long)]
         json: bool,
     },

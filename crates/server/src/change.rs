@@ -482,7 +482,9 @@ pub fn change_report(
     };
     if model.name() == "faux" {
         notices.push(format!(
-            "{FAUX_LABEL}: the deterministic demo runner cannot make changes"
+            "{FAUX_LABEL}: the change is a labelled note ({}) written by the deterministic demo \
+             runner, not an implementation of the request",
+            warden_tools::faux::FAUX_CHANGE_FILE
         ));
     }
     if checks.is_empty() {
