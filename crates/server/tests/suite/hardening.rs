@@ -19,8 +19,8 @@ use warden_server::api::{new_task_id, router, ApiState, RateLimit, Tokens, MAX_B
 use warden_store::{ClaimFilter, NewTask, Store};
 use warden_test_support::git_fixture::TempRepo;
 
-const ADMIN: &str = "admin-token-0123456789";
-const ALICE: &str = "alice-token-0123456789";
+const ADMIN: &str = "admin-token-0123456789-0123456789";
+const ALICE: &str = "alice-token-0123456789-0123456789";
 
 struct Api {
     router: Router,
