@@ -13,7 +13,9 @@
 //!   anonymous sockets only ever displaces itself, and a client with a token keeps being served.
 //! - **A header-read timeout** ([`ConnectionLimits::header_timeout`]): a request head must
 //!   arrive in full within it, counted from the connect (a new connection) or from its first
-//!   byte (a kept-alive one): slow-header clients are closed.
+//!   byte (a kept-alive one): slow-header clients are closed. Under pressure (more than half
+//!   the cap open) a new connection gets a quarter of it, at least a second. A request head
+//!   (with its read buffer) is at most [`MAX_HEAD_BYTES`] (431 beyond).
 //! - **An idle keep-alive timeout** ([`ConnectionLimits::keep_alive`]): a connection with no
 //!   request after its last response is closed.
 //! - `accept()` errors (`EMFILE` when the process is out of descriptors) shed one connection and
@@ -61,6 +63,10 @@ pub struct ConnectionLimits {
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// The default idle keep-alive timeout.
 pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(60);
+
+/// How much of a request hyper buffers per connection: bounds a head's size, and the memory
+/// a connection that never finishes its head can hold.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
 
 impl Default for ConnectionLimits {
     fn default() -> ConnectionLimits {
@@ -283,6 +289,11 @@ impl Registry {
                 return Admission::Refuse;
             }
         }
+        let header_timeout = if table.slots.len() - table.shedding > cap / 2 {
+            (self.limits.header_timeout / 4).max(Duration::from_secs(1))
+        } else {
+            self.limits.header_timeout
+        };
         let id = table.next_id;
         table.next_id += 1;
         let signal = Arc::new(Signal {
@@ -297,7 +308,7 @@ impl Registry {
                 in_flight: 0,
                 served: 0,
                 authenticated: false,
-                deadline: Some(now + self.limits.header_timeout),
+                deadline: Some(now + header_timeout),
                 key: None,
                 shed: false,
             },
@@ -485,7 +496,7 @@ pub async fn serve_connections(
         table: Mutex::default(),
     });
     let mut http = hyper::server::conn::http1::Builder::new();
-    http.keep_alive(true);
+    http.keep_alive(true).max_buf_size(MAX_HEAD_BYTES);
     let http = Arc::new(http);
     let (stop, stopped) = watch::channel(false);
     // Every connection task holds a sender; all are gone once the last connection closed.
@@ -728,7 +739,12 @@ mod tests {
         assert!(tracker.signal.waiting.load(Ordering::Acquire));
         tracker.head_started();
         assert!(tracker.deadline().unwrap() <= Instant::now() + DEFAULT_HEADER_TIMEOUT);
-        drop(tracker);
+        // Past half the cap, new connections get a quarter of the header timeout.
+        let more: Vec<_> = (0..5).map(|_| open(&registry)).collect();
+        let pressed = more[4].deadline().unwrap();
+        assert!(pressed <= Instant::now() + DEFAULT_HEADER_TIMEOUT / 4);
+        assert!(more[3].deadline().unwrap() > Instant::now() + DEFAULT_HEADER_TIMEOUT / 4);
+        drop((tracker, more));
         assert!(registry.lock().slots.is_empty());
     }
 }

@@ -249,7 +249,7 @@ pub async fn serve(
         // Event streams never end by themselves: end them so the server can drain.
         hub.close();
     });
-    let api = tokio::spawn(async move { server.await });
+    let api = tokio::spawn(server);
     let mut signal_seen = signal_seen;
     let _ = signal_seen.wait_for(|s| *s).await;
     eprintln!(
