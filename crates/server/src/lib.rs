@@ -7,6 +7,7 @@ pub mod callback;
 pub mod cancel;
 pub mod change;
 pub mod config;
+pub mod connections;
 pub mod github;
 pub mod hub;
 pub mod journal;

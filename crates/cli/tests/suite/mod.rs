@@ -2,6 +2,7 @@ mod ask;
 mod change;
 mod control;
 mod first_hour;
+mod front_door;
 mod logs_json;
 mod nonroot;
 mod outage;

@@ -26,7 +26,7 @@ use warden_store::{
 };
 
 const SECRET: &str = "callback-secret-0123456789abcdef0123";
-const TOKEN: &str = "alice-token-0123456789";
+const TOKEN: &str = "alice-token-0123456789-0123456789";
 
 /// One request a receiver saw.
 #[derive(Debug, Clone)]

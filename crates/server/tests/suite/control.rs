@@ -18,10 +18,10 @@ use warden_server::cancel::RunningTasks;
 use warden_store::{Claim, ClaimFilter, EventStream, RunJournal, Store, StoreError, UsageEntry};
 use warden_test_support::git_fixture::TempRepo;
 
-const ADMIN: &str = "admin-token-0123456789";
-const ALICE: &str = "alice-token-0123456789";
-const BOB: &str = "bob-token-01234567890";
-const VIEWER: &str = "viewer-token-01234567";
+const ADMIN: &str = "admin-token-0123456789-0123456789";
+const ALICE: &str = "alice-token-0123456789-0123456789";
+const BOB: &str = "bob-token-01234567890-0123456789";
+const VIEWER: &str = "viewer-token-01234567-0123456789";
 
 struct Api {
     router: Router,

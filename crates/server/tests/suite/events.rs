@@ -18,9 +18,9 @@ use warden_server::api::{new_task_id, router, ApiRole, ApiState, RateLimit, Toke
 use warden_server::hub::{self, Hub, HubOptions};
 use warden_store::{ClaimFilter, NewTask, Store, UsageEntry};
 
-const ADMIN: &str = "admin-token-0123456789";
-const ALICE: &str = "alice-token-0123456789";
-const BOB: &str = "bob-token-01234567890";
+const ADMIN: &str = "admin-token-0123456789-0123456789";
+const ALICE: &str = "alice-token-0123456789-0123456789";
+const BOB: &str = "bob-token-01234567890-0123456789";
 
 struct Events {
     router: Router,

@@ -7,4 +7,5 @@ mod diff;
 mod diff_sensitive_paths;
 mod events;
 mod failpoints;
+mod front_door;
 mod hardening;
