@@ -146,6 +146,11 @@ pub enum FailureCode {
     ChecksFailed,
     /// The checks already fail on the base commit, before the agent changed anything.
     BaselineFailing,
+    /// A disk budget was exceeded: a snapshot larger than `[storage] snapshot_max_mib` /
+    /// `snapshot_max_files`, or a candidate tree larger than the view's writable space
+    /// (`[sandbox] disk_mib` / `disk_inodes`). A command that fills its sandbox's writable space
+    /// only sees `ENOSPC` (a tool observation, not a failure).
+    QuotaExceeded,
 }
 
 impl FailureCode {
@@ -164,6 +169,7 @@ impl FailureCode {
             FailureCode::Abandoned => "abandoned",
             FailureCode::ChecksFailed => "checks_failed",
             FailureCode::BaselineFailing => "baseline_failing",
+            FailureCode::QuotaExceeded => "quota_exceeded",
         }
     }
 }
