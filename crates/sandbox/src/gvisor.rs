@@ -35,8 +35,7 @@ use std::time::{Duration, Instant};
 
 #[cfg(target_os = "linux")]
 use crate::linux::{
-    disk_dir, disk_layout, mount_disk_on_host, mount_on_host, HostMounts, SystemEntry,
-    SystemLayout,
+    disk_dir, disk_layout, mount_disk_on_host, mount_on_host, HostMounts, SystemEntry, SystemLayout,
 };
 
 fn unavailable(layer: Layer, reason: impl Into<String>) -> SandboxError {
@@ -392,6 +391,7 @@ impl GvisorView {
         )?;
         if disk_on_host {
             mounts.push(bind("/tmp", &disk.join("tmp"), true));
+            mounts.push(bind("/dev/shm", &disk.join("shm"), true));
         } else {
             mounts.push(format!(
                 "{{\"destination\":\"/tmp\",\"type\":\"tmpfs\",\"source\":\"tmpfs\",\

@@ -335,7 +335,10 @@ pub(crate) fn mount_disk_on_host(
             .and_then(|()| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode)));
         if let Err(e) = made {
             mounts.unmount();
-            return Err(SandboxError::io(format!("cannot create {}", path.display()), e));
+            return Err(SandboxError::io(
+                format!("cannot create {}", path.display()),
+                e,
+            ));
         }
     }
     Ok(true)
