@@ -5,6 +5,7 @@ mod apply;
 mod approve;
 mod ask;
 mod doctor;
+mod gc;
 mod ids;
 mod progress;
 mod records;
@@ -111,6 +112,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Evict unused mirrors and snapshots down to [storage] max_bytes
+    Gc(gc::GcArgs),
 }
 
 /// An error in how Warden was invoked or configured: exit code 2.
@@ -255,6 +258,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             Ok(0)
         }
         Command::Doctor { json } => doctor::doctor(&config, json),
+        Command::Gc(args) => gc::gc(&config, args),
         Command::Serve => tokio_runtime()?.block_on(serve::serve(config)),
         Command::Worker => tokio_runtime()?.block_on(serve::worker(config)),
         Command::Token { command } => tokio_runtime()?.block_on(token::token(&config, command)),

@@ -4,6 +4,7 @@ mod control;
 mod logs_json;
 mod nonroot;
 mod publish;
+mod quota;
 mod remote;
 mod remote_escaping;
 mod serve;
