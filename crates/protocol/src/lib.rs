@@ -615,6 +615,17 @@ mod tests {
     }
 
     #[test]
+    fn quota_exceeded_is_a_named_failure_code() {
+        let code = FailureCode::QuotaExceeded;
+        assert_eq!(serde_json::to_value(code).unwrap(), "quota_exceeded");
+        assert_eq!(code.as_str(), "quota_exceeded");
+        assert_eq!(
+            serde_json::from_str::<FailureCode>("\"quota_exceeded\"").unwrap(),
+            code
+        );
+    }
+
+    #[test]
     fn terminal_statuses_are_exactly_the_last_four() {
         let terminal: Vec<_> = [
             TaskStatus::Queued,

@@ -96,16 +96,18 @@ impl TempRepo {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("run git {args:?}: {e}"));
-        let mut stdin = child.stdin.take().expect("piped stdin");
+        let Some(mut stdin) = child.stdin.take() else {
+            panic!("git {args:?} has no standard input");
+        };
         let input = input.to_vec();
         let writer = std::thread::spawn(move || stdin.write_all(&input));
         let output = child
             .wait_with_output()
             .unwrap_or_else(|e| panic!("wait for git {args:?}: {e}"));
-        writer
-            .join()
-            .expect("stdin writer")
-            .unwrap_or_else(|e| panic!("write to git {args:?}: {e}"));
+        match writer.join() {
+            Ok(written) => written.unwrap_or_else(|e| panic!("write to git {args:?}: {e}")),
+            Err(_) => panic!("the writer of git {args:?}'s input panicked"),
+        }
         assert!(
             output.status.success(),
             "git {args:?} failed ({}): {}",
@@ -132,7 +134,7 @@ impl TempRepo {
             "hash-object",
             "-w",
             "--no-filters",
-            sparse.to_str().expect("utf-8 temp path"),
+            &sparse.to_string_lossy(),
         ]);
         let tree = self.git_with_input(
             &["mktree"],
