@@ -206,7 +206,11 @@ impl RepoStore {
                 found.push(Candidate {
                     entry: GcEntry {
                         kind: GcKind::Snapshot,
-                        bytes: recorded_size(&dir, commit).unwrap_or_else(|| disk_usage(&path)),
+                        bytes: recorded_size(&dir, commit).unwrap_or_else(|| {
+                            // Measured once (snapshots from before sizes were recorded).
+                            record_size(&dir, commit, &path);
+                            disk_usage(&path)
+                        }),
                         last_used: modified(&use_file)
                             .or_else(|| modified(&marker))
                             .unwrap_or(0),
