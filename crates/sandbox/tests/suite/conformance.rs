@@ -612,6 +612,11 @@ fn no_space(output: &warden_sandbox::CommandOutput) -> bool {
 pub fn disk_quota_stops_writes_with_enospc(sandbox: &Backend) {
     let sandbox = super::support::with_quota(sandbox.backend(), QUOTA);
     let fixture = Fixture::new();
+    // A read-only view's /tmp has the limit too.
+    let view = open!(&sandbox, fixture.view(false));
+    let output = bash(view.as_ref(), "head -c 64M /dev/zero > /tmp/fill");
+    assert!(no_space(&output), "{output:?}");
+    view.close().unwrap();
     let spec = fixture.view(true);
     let view = open!(&sandbox, spec);
     for target in ["/tmp/fill", "fill", "/dev/shm/fill"] {
@@ -642,11 +647,6 @@ pub fn disk_quota_stops_writes_with_enospc(sandbox: &Backend) {
         super::support::host_bytes(&spec.scratch_dir),
         spec.scratch_dir.display()
     );
-    view.close().unwrap();
-    // A read-only view's /tmp has the same limit.
-    let view = open!(&sandbox, fixture.view(false));
-    let output = bash(view.as_ref(), "head -c 64M /dev/zero > /tmp/fill");
-    assert!(no_space(&output), "{output:?}");
     view.close().unwrap();
 }
 
