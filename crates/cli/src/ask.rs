@@ -5,7 +5,7 @@
 
 use crate::progress::StderrProgress;
 use crate::records::{self, RepoRecord, TaskRecord};
-use crate::{ids, text, usage};
+use crate::{text, usage};
 use anyhow::Context;
 use std::path::PathBuf;
 use warden_protocol::{
@@ -68,7 +68,7 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
         Err(SetupError::Quota(message)) => {
             let now = clock.now_ms();
             let record = TaskRecord {
-                id: ids::new_task_id(now)?,
+                id: warden_store::new_task_id_at(now)?,
                 kind: TaskKind::Question,
                 status: TaskStatus::Running,
                 prompt: question.clone(),
@@ -88,7 +88,7 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
         Err(error) => return Err(setup_error(error)),
     };
     let now = clock.now_ms();
-    let task_id = ids::new_task_id(now)?;
+    let task_id = warden_store::new_task_id_at(now)?;
     let scratch = config.home.join("scratch").join(task_id.as_str());
     let sandbox = TaskSandbox::open(config, &repos, &scratch);
     let manifest = question::manifest(&repos);

@@ -8,7 +8,7 @@
 use crate::ask::setup_error;
 use crate::progress::StderrProgress;
 use crate::records::{self, RepoRecord, TaskRecord};
-use crate::{ids, text, usage};
+use crate::{text, usage};
 use anyhow::Context;
 use warden_protocol::{
     ApprovalStatus, ChangeOutcome, ChangeResult, Event, Failure, FailureCode, Role, TaskKind,
@@ -80,7 +80,7 @@ pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
         .ok_or_else(|| anyhow::anyhow!("no repository was pinned"))?;
     let clock = SystemClock;
     let now = clock.now_ms();
-    let task_id = ids::new_task_id(now)?;
+    let task_id = warden_store::new_task_id_at(now)?;
     let scratch = config.home.join("scratch").join(task_id.as_str());
     let mut record = TaskRecord {
         id: task_id.clone(),

@@ -189,7 +189,7 @@ impl RepoStore {
                     &format!("{rev}^{{commit}}"),
                 ],
             )
-            .map_err(|e| revision_error(e, rev, &spec.name))?
+            .map_err(|e| local_error(e, rev, &spec.name, path))?
             .text();
         let mut lines = resolved.lines();
         let (git_dir, format, commit) = match (lines.next(), lines.next(), lines.next()) {
@@ -446,6 +446,20 @@ impl RepoStore {
 }
 
 /// Maps "not a commit" failures of `rev-parse` to [`RepoError::RevisionNotFound`].
+/// A local path that is no git repository is the person's mistake: one sentence saying what to give instead, not git's command line.
+fn local_error(error: RepoError, rev: &str, repo: &str, path: &Path) -> RepoError {
+    match error {
+        RepoError::GitFailed { stderr, .. } if stderr.contains("not a git repository") => {
+            RepoError::InvalidSpec {
+                spec: path.display().to_string(),
+                reason: "not a git repository; give the path of a git checkout (or a git URL)"
+                    .into(),
+            }
+        }
+        other => revision_error(other, rev, repo),
+    }
+}
+
 fn revision_error(error: RepoError, rev: &str, repo: &str) -> RepoError {
     match error {
         RepoError::GitFailed { stderr, .. }

@@ -418,6 +418,39 @@ fn github_settings(file: &FileConfig, env: &dyn Env) -> anyhow::Result<GithubSet
     })
 }
 
+impl ModelChoice {
+    /// What a remote model lacks to be usable, as one sentence naming the variable to set: an
+    /// official endpoint (OpenAI, Anthropic) without its API key. A compatible server at
+    /// another address (Ollama, llama.cpp, vLLM) may need no key.
+    pub fn missing_key(&self) -> Option<String> {
+        let ModelChoice::Remote { primary, fallback } = self else {
+            return None;
+        };
+        std::iter::once(primary.as_ref())
+            .chain(fallback.as_deref())
+            .find(|model| model.api_key.is_none() && model.base_url == official_base_url(model))
+            .map(|model| {
+                let (variable, base) = match model.provider {
+                    Provider::OpenAi => ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
+                    Provider::Anthropic => ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+                };
+                format!(
+                    "{variable} is not set for model {}: export {variable}=… (or point {base} at \
+                     a compatible server that needs no key, or use WARDEN_MODEL=faux)",
+                    model.model
+                )
+            })
+    }
+}
+
+/// The provider's own endpoint for `model`.
+pub fn official_base_url(model: &ModelConfig) -> String {
+    match model.provider {
+        Provider::OpenAi => ModelConfig::openai(&model.model).base_url,
+        Provider::Anthropic => ModelConfig::anthropic(&model.model).base_url,
+    }
+}
+
 impl Config {
     /// The redactor for this configuration's secrets (model API keys).
     pub fn redactor(&self) -> crate::redact::Redactor {

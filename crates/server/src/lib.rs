@@ -13,6 +13,7 @@ pub mod journal;
 pub mod ledger;
 pub mod lock;
 pub mod metrics;
+pub mod outage;
 pub mod prompt;
 pub mod publish;
 pub mod question;

@@ -39,6 +39,10 @@ pub enum SetupError {
 
 /// The model client the configuration names.
 pub fn build_model(config: &Config) -> Result<Arc<dyn Model>, SetupError> {
+    // Before anything is pinned or queued: the first model call would only fail with a 401.
+    if let Some(missing) = config.model.missing_key() {
+        return Err(SetupError::Usage(missing));
+    }
     let model: Arc<dyn Model> =
         match &config.model {
             ModelChoice::Faux => Arc::new(FauxModel),

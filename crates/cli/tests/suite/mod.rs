@@ -1,8 +1,10 @@
 mod ask;
 mod change;
 mod control;
+mod first_hour;
 mod logs_json;
 mod nonroot;
+mod outage;
 mod publish;
 mod quota;
 mod remote;

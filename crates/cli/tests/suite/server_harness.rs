@@ -637,10 +637,7 @@ pub struct PgSchema {
 impl PgSchema {
     /// A schema named `{prefix}_{pid}_{random}`.
     pub fn create(prefix: &str) -> Option<PgSchema> {
-        let Ok(admin_url) = std::env::var("WARDEN_TEST_POSTGRES_URL") else {
-            eprintln!("skipped: WARDEN_TEST_POSTGRES_URL not set");
-            return None;
-        };
+        let admin_url = warden_test_support::postgres::url()?;
         let mut random = [0u8; 5];
         getrandom::fill(&mut random).unwrap();
         let random: String = random.iter().map(|b| format!("{b:02x}")).collect();

@@ -31,6 +31,12 @@ fn try_open(sandbox: &Backend, view: &ViewSpec) -> Option<Box<dyn SandboxView>> 
                 !report.available,
                 "open failed ({error}) but probe reports {report:?}"
             );
+            // A layer this machine lacks may skip a case, but not on a backend CI requires.
+            assert!(
+                !super::support::required(backend),
+                "{backend} is required here ({}) but: {error}",
+                super::support::REQUIRE_VAR
+            );
             eprintln!("SKIP on {backend}: {error}");
             None
         }

@@ -36,7 +36,8 @@ pub fn config() -> SandboxConfig {
     config
 }
 
-fn required(backend: Backend) -> bool {
+/// Whether `WARDEN_SANDBOX_TEST_REQUIRE` lists `backend`: then nothing of it may skip.
+pub fn required(backend: Backend) -> bool {
     std::env::var(REQUIRE_VAR)
         .unwrap_or_default()
         .split(',')

@@ -22,6 +22,7 @@ mod auth;
 mod control;
 mod diff;
 mod events;
+mod journal;
 mod repos;
 pub mod schema;
 mod tasks;
@@ -421,6 +422,7 @@ fn documented_routes() -> OpenApiRouter<Arc<ApiState>> {
         .merge(events::routes())
         .merge(diff::routes())
         .merge(control::routes())
+        .merge(journal::routes())
         .merge(usage::routes())
         .merge(tokens::routes());
     auth::document_rate_limit(routes.get_openapi_mut());
@@ -510,25 +512,9 @@ async fn healthz() -> Json<Value> {
 }
 // --- ids and times ---
 
-const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
-
-/// `tsk_` + a ULID: 48 bits of milliseconds, 80 random bits.
+/// A new task id (one generator for every interface: `warden_store::new_task_id`).
 pub fn new_task_id() -> Result<TaskId, String> {
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    let mut random = [0u8; 10];
-    getrandom::fill(&mut random).map_err(|e| format!("no randomness available: {e}"))?;
-    let mut value: u128 = u128::from(now_ms & 0xFFFF_FFFF_FFFF) << 80;
-    for (index, byte) in random.iter().enumerate() {
-        value |= u128::from(*byte) << (8 * (9 - index));
-    }
-    let mut text = String::with_capacity(26);
-    for index in 0..26 {
-        let shift = 5 * (25 - index);
-        text.push(char::from(CROCKFORD[((value >> shift) & 0x1F) as usize]));
-    }
-    TaskId::from_ulid(&text).map_err(|e| e.to_string())
+    warden_store::new_task_id().map_err(|e| e.to_string())
 }
 
 /// `2026-12-02T12:34:56.789Z`.

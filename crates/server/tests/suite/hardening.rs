@@ -387,8 +387,7 @@ async fn nul_characters_in_stored_text_are_refused_on_sqlite() {
 
 #[tokio::test]
 async fn nul_characters_in_stored_text_are_refused_on_postgres() {
-    let Ok(admin_url) = std::env::var("WARDEN_TEST_POSTGRES_URL") else {
-        eprintln!("skipped: WARDEN_TEST_POSTGRES_URL not set");
+    let Some(admin_url) = warden_test_support::postgres::url() else {
         return;
     };
     let mut random = [0u8; 5];

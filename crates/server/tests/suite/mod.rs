@@ -6,4 +6,5 @@ mod control;
 mod diff;
 mod diff_sensitive_paths;
 mod events;
+mod failpoints;
 mod hardening;
