@@ -5,6 +5,7 @@ mod apply;
 mod approve;
 mod ask;
 mod doctor;
+mod gc;
 mod progress;
 mod records;
 mod remote;
@@ -129,6 +130,8 @@ enum Command {
         #[arg(long)]
         offline: bool,
     },
+    /// Evict unused mirrors and snapshots down to [storage] max_bytes
+    Gc(gc::GcArgs),
 }
 
 /// An error in how Warden was invoked or configured: exit code 2.
@@ -291,6 +294,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Doctor { json, offline } => {
             doctor_anyway(cli.config.as_deref(), &cli.remote, json, offline)
         }
+        Command::Gc(args) => gc::gc(&config, args),
         Command::Serve => tokio_runtime()?.block_on(serve::serve(config)),
         Command::Worker => tokio_runtime()?.block_on(serve::worker(config)),
         Command::Token { command } => tokio_runtime()?.block_on(token::token(&config, command)),

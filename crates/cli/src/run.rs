@@ -14,7 +14,7 @@ use warden_protocol::{
     ApprovalStatus, ChangeOutcome, ChangeResult, Event, Failure, FailureCode, Role, TaskKind,
     TaskStatus, TranscriptEntry, Usage,
 };
-use warden_repo::{RepoSpec, RepoStore, Source};
+use warden_repo::{RepoSpec, Source};
 use warden_runtime::{
     CancelFlag, Clock, EventSink, FileJournal, Journal, RecordKind, RunOutcome, RunReport,
     SystemClock,
@@ -67,7 +67,10 @@ pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
     let spec = RepoSpec::parse(&args.repo, &cwd).map_err(usage)?;
 
     let progress = StderrProgress::new();
-    let store = RepoStore::open(&config.home).context("cannot open the repository store")?;
+    let store = config
+        .storage
+        .open_repos(&config.home)
+        .context("cannot open the repository store")?;
     let mut repos = question::pin_all(&store, std::slice::from_ref(&spec), &|line| {
         progress.line(line)
     })

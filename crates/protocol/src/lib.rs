@@ -149,6 +149,11 @@ pub enum FailureCode {
     /// The agent's tool calls were rejected (unknown tool, invalid arguments, denied by policy)
     /// too many times in a row.
     InvalidToolCalls,
+    /// A disk budget was exceeded: a snapshot larger than `[storage] snapshot_max_mib` /
+    /// `snapshot_max_files`. A command (or a tool) that fills the view's writable space
+    /// (`[sandbox] disk_mib` / `disk_inodes`) only meets `ENOSPC`: a tool observation, not a
+    /// failure.
+    QuotaExceeded,
 }
 
 impl FailureCode {
@@ -168,6 +173,7 @@ impl FailureCode {
             FailureCode::ChecksFailed => "checks_failed",
             FailureCode::BaselineFailing => "baseline_failing",
             FailureCode::InvalidToolCalls => "invalid_tool_calls",
+            FailureCode::QuotaExceeded => "quota_exceeded",
         }
     }
 }
@@ -621,6 +627,17 @@ mod tests {
         assert!(value["usage"]["cost_usd"].is_null());
         let back: QuestionResult = serde_json::from_value(value).unwrap();
         assert_eq!(back, result);
+    }
+
+    #[test]
+    fn quota_exceeded_is_a_named_failure_code() {
+        let code = FailureCode::QuotaExceeded;
+        assert_eq!(serde_json::to_value(code).unwrap(), "quota_exceeded");
+        assert_eq!(code.as_str(), "quota_exceeded");
+        assert_eq!(
+            serde_json::from_str::<FailureCode>("\"quota_exceeded\"").unwrap(),
+            code
+        );
     }
 
     #[test]

@@ -98,11 +98,15 @@ impl ChangeSandbox {
                 scratch_dir: view_dir.clone(),
             })
             .map_err(failure)?;
+        // Without an upper layer (the `local` backend copies) the candidate compares the tree.
+        let upper = view
+            .upper()
+            .map_or_else(|| view_dir.join("upper"), Path::to_path_buf);
         Ok(ChangeSandbox {
             backend: config.sandbox.backend,
             sandbox,
             view: Arc::new(view),
-            upper: view_dir.join("upper"),
+            upper,
         })
     }
 

@@ -22,4 +22,5 @@ pub mod redact;
 pub mod sensitive;
 pub mod serve;
 pub mod service;
+pub mod storage;
 pub mod worker;

@@ -13,7 +13,6 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use tokio::sync::{watch, Notify};
-use warden_repo::RepoStore;
 pub use warden_store::Store;
 
 use crate::api::{self, ApiState, HostPolicy, Tokens};
@@ -125,7 +124,8 @@ pub fn process_worker_name() -> String {
 pub async fn services(config: Arc<Config>, store: Arc<dyn Store>) -> anyhow::Result<Arc<Services>> {
     let model = question::build_model(&config).map_err(|e| ServeUsageError(e.to_string()))?;
     let home = config.home.clone();
-    let repos = tokio::task::spawn_blocking(move || RepoStore::open(&home))
+    let storage = config.storage;
+    let repos = tokio::task::spawn_blocking(move || storage.open_repos(&home))
         .await?
         .context("cannot open the repository store")?;
     // Every event the workers store reaches this process's SSE subscribers at once.
@@ -209,6 +209,7 @@ pub async fn serve(
         keep_alive: serve_config.keep_alive,
     };
     tracing::info!(max_connections, open_files, "connection cap");
+    crate::storage::spawn_eviction(&services, stopped.clone());
     let app = api::router(Arc::new(
         ApiState::new(
             Arc::clone(&services.store),
@@ -276,6 +277,7 @@ pub async fn work(
 ) -> anyhow::Result<()> {
     let (stop, stopped) = watch::channel(false);
     let options = WorkerOptions::from_config(worker_name, &services.config);
+    crate::storage::spawn_eviction(&services, stopped.clone());
     let workers = tokio::spawn(worker::run_workers(services, options, stopped));
     shutdown.await;
     eprintln!("warden: shutting down: no new tasks are claimed");

@@ -444,6 +444,10 @@ fn setup_failure(error: SetupError) -> Failure {
             code: FailureCode::Infrastructure,
             message,
         },
+        SetupError::Quota(message) => Failure {
+            code: FailureCode::QuotaExceeded,
+            message,
+        },
     }
 }
 

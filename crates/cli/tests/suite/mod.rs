@@ -7,6 +7,7 @@ mod logs_json;
 mod nonroot;
 mod outage;
 mod publish;
+mod quota;
 mod remote;
 mod remote_escaping;
 mod serve;
