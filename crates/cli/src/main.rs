@@ -4,6 +4,7 @@
 mod apply;
 mod approve;
 mod ask;
+mod diff;
 mod doctor;
 mod gc;
 mod progress;
@@ -42,6 +43,8 @@ enum Command {
     Ask(ask::AskArgs),
     /// Ask for a change; get a proposal commit proven by the checks (never touches your checkout)
     Run(run::RunArgs),
+    /// Show a change task's proposal: stat, sensitive files and the redacted diff
+    Diff(diff::DiffArgs),
     /// Fetch a change task's proposal into your repository as a branch (work tree untouched)
     Apply(apply::ApplyArgs),
     /// Approve what an approval is bound to (its hash), e.g. publishing a proposal
@@ -224,6 +227,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             runtime.block_on(ask::ask(&config, args))
         }
         Command::Run(args) => tokio_runtime()?.block_on(run::run(&config, args)),
+        Command::Diff(args) => diff::diff_local(&config, &args),
         Command::Apply(args) => apply::apply(&config, args),
         Command::Approve(args) => tokio_runtime()?.block_on(approve::approve(&config, args)),
         Command::Reject(args) => approve::reject(&config, args),

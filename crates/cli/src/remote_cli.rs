@@ -53,6 +53,7 @@ pub fn dispatch(options: &RemoteOptions, command: Command) -> anyhow::Result<Dis
         | Command::Approve(_)
         | Command::Reject(_)
         | Command::Show { .. }
+        | Command::Diff(_)
         | Command::Tasks { .. }
         | Command::Logs { .. }
         | Command::Cancel { .. }
@@ -75,6 +76,7 @@ async fn execute(remote: &Remote, command: Command) -> anyhow::Result<u8> {
         Command::Ask(args) => ask_remote(remote, args).await,
         Command::Run(args) => run_remote(remote, args).await,
         Command::Show { task, json } => show(remote, &task_id(&task)?, json).await,
+        Command::Diff(args) => diff(remote, &args).await,
         Command::Tasks { json } => tasks(remote, json).await,
         Command::Logs { task, follow, json } => {
             let id = task_id(&task)?;
@@ -543,6 +545,18 @@ fn print_run_timeline(id: &TaskId, run: Option<&Value>, records: &[Value]) {
         println!("{id} · run {}", text::json_line(run));
         print!("{}", crate::timeline::render(records));
     }
+}
+
+/// `warden diff TASK` against the server: its diff route, with the stat from the task's result.
+async fn diff(remote: &Remote, args: &crate::diff::DiffArgs) -> anyhow::Result<u8> {
+    let id = task_id(&args.task)?;
+    let view = remote.get(&format!("/v1/tasks/{id}/diff")).await?;
+    let task = remote.task(&id).await?;
+    let proposal: Option<warden_protocol::Proposal> = task
+        .pointer("/result/proposal")
+        .and_then(|p| serde_json::from_value(p.clone()).ok());
+    crate::diff::print_diff(&view, proposal.as_ref(), args);
+    Ok(0)
 }
 
 async fn cancel(remote: &Remote, id: &TaskId, json: bool) -> anyhow::Result<u8> {

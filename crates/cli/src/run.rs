@@ -11,8 +11,8 @@ use crate::records::{self, RepoRecord, TaskRecord};
 use crate::{text, usage};
 use anyhow::Context;
 use warden_protocol::{
-    ApprovalStatus, ChangeOutcome, ChangeResult, Event, Failure, FailureCode, Role, TaskKind,
-    TaskStatus, TranscriptEntry, Usage,
+    ApprovalStatus, ChangeOutcome, ChangeResult, Event, Failure, FailureCode, Publication,
+    PublicationStatus, Role, TaskKind, TaskStatus, TranscriptEntry, Usage,
 };
 use warden_repo::{RepoSpec, Source};
 use warden_runtime::{
@@ -348,10 +348,38 @@ fn finish_line(result: &ChangeResult) -> String {
 }
 
 /// The human-readable form of a change result. Model and repository text is escaped.
+/// Where publication stands, once it was asked for: the branch pushed, the pull request.
+fn render_publication(publication: &Publication) -> String {
+    let branch = publication
+        .branch
+        .as_deref()
+        .map(|b| format!(" branch {}", text::one_line(b)))
+        .unwrap_or_default();
+    let pull_request = publication
+        .pr_url
+        .as_deref()
+        .map(|url| format!("; pull request {}", text::one_line(url)))
+        .unwrap_or_default();
+    match publication.status {
+        PublicationStatus::NotRequested => String::new(),
+        PublicationStatus::AwaitingApproval => {
+            format!("Publication ({}) waits for an approval.\n", branch.trim())
+        }
+        PublicationStatus::Pushed => format!("Published:{branch} pushed{pull_request}\n"),
+        PublicationStatus::PrOpened => format!("Published:{branch}{pull_request}\n"),
+        PublicationStatus::Failed => {
+            format!("Publication failed:{branch}{pull_request} (see the notices)\n")
+        }
+    }
+}
+
 pub fn render_change(result: &ChangeResult) -> String {
     let mut out = String::new();
     match &result.outcome {
-        ChangeOutcome::Proposal { proposal, .. } => {
+        ChangeOutcome::Proposal {
+            proposal,
+            publication,
+        } => {
             out.push_str(&text::block(&proposal.summary, ""));
             out.push_str(&format!(
                 "\n\nProposal {} on {} @ {}\n  commit {}\n  ref    {}\n  hash   {}\n",
@@ -390,9 +418,10 @@ pub fn render_change(result: &ChangeResult) -> String {
                 ));
             }
             out.push_str(&format!(
-                "\nGet it as a branch with: warden apply {}\n",
-                result.task_id
+                "\nSee the diff with: warden diff {}\nGet it as a branch with: warden apply {}\n",
+                result.task_id, result.task_id
             ));
+            out.push_str(&render_publication(publication));
             if let Some(approval) = &result.approval {
                 if approval.status == ApprovalStatus::Pending {
                     out.push_str(&format!(

@@ -8,6 +8,7 @@ pub mod cancel;
 pub mod change;
 pub mod config;
 pub mod connections;
+pub mod diff;
 pub mod github;
 pub mod hub;
 pub mod journal;

@@ -667,3 +667,67 @@ fn the_faux_runner_makes_a_labelled_change_that_the_checks_prove() {
     );
     assert!(note.contains("> fix the flaky retry test"), "{note}");
 }
+
+#[test]
+fn diff_shows_the_proposal_with_its_stat_and_hides_sensitive_values() {
+    let repo = sample_repo();
+    let server = ScriptedModelServer::start_blocking(vec![
+        call(
+            "edit_file",
+            json!({"path": "src/lib.txt", "old": "beta", "new": "BETA"}),
+        ),
+        call(
+            "write_file",
+            json!({"path": ".env", "content": "DATABASE_PASSWORD=hunter2hunter2\n"}),
+        ),
+        call("submit_change", json!({"summary": "Uppercase beta"})),
+    ]);
+    let warden = Warden::openai(&server.url());
+    let run = run_change(&warden, &repo, &["--check", "bash check.sh"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, transcript(&server));
+    let task = run.json()["task_id"].as_str().unwrap().to_string();
+
+    let shown = warden.run(&["diff", &task]);
+    assert_eq!(shown.code, 0, "{}", shown.stderr);
+    assert!(shown.stdout.contains("-beta\n+BETA\n"), "{}", shown.stdout);
+    assert!(
+        shown.stdout.contains("modified src/lib.txt (+1 -1)"),
+        "{}",
+        shown.stdout
+    );
+    assert!(shown.stdout.contains("! .env"), "{}", shown.stdout);
+    assert!(
+        shown.stdout.contains("+DATABASE_PASSWORD=[redacted]"),
+        "{}",
+        shown.stdout
+    );
+    assert!(!shown.stdout.contains("hunter2"), "{}", shown.stdout);
+
+    let stat = warden.run(&["diff", &task, "--stat"]);
+    assert!(stat.stdout.contains("2 file(s) changed"), "{}", stat.stdout);
+    assert!(!stat.stdout.contains("+BETA"), "{}", stat.stdout);
+
+    let as_json = warden.run(&["diff", &task, "--json"]);
+    let view = as_json.json();
+    assert_eq!(view["sensitive_files"], json!([".env"]));
+    assert_eq!(view["hash"], run.json()["proposal"]["hash"]);
+    assert!(!view.to_string().contains("hunter2"));
+
+    // A question has no diff: one sentence, exit 2.
+    let asked = Warden::faux();
+    let question = asked.run(&[
+        "ask",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--json",
+        "what?",
+    ]);
+    let question_id = question.json()["task_id"].as_str().unwrap().to_string();
+    let refused = asked.run(&["diff", &question_id]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("only change tasks have a diff"),
+        "{}",
+        refused.stderr
+    );
+}

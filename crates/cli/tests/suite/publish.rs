@@ -157,6 +157,14 @@ impl Setup {
         assert_eq!(publication["status"], "pr_opened", "{publication}");
         assert_eq!(publication["pr_url"], pull["html_url"]);
         assert_eq!(publication["branch"], self.branch().as_str());
+        // `warden show` says where it went.
+        let shown = self.warden.run(&["show", &self.task_id]);
+        let expected = format!(
+            "Published: branch {}; pull request {}",
+            self.branch(),
+            pull["html_url"].as_str().unwrap()
+        );
+        assert!(shown.stdout.contains(&expected), "{}", shown.stdout);
     }
 }
 

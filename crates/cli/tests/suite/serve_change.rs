@@ -175,6 +175,25 @@ fn a_change_touching_env_waits_for_a_publish_sensitive_approval_and_its_diff_is_
         "{text}"
     );
     assert_eq!(diff["sensitive_files"], json!([".env"]));
+    // `warden diff` over the server shows the same redacted text, with the stat.
+    let client = server.client(ALICE);
+    let shown = client.run(&["diff", &id]);
+    server.expect(&shown, 0);
+    assert!(
+        shown.stdout.contains("+OPENAI_API_KEY=[redacted]"),
+        "{}",
+        shown.stdout
+    );
+    assert!(shown.stdout.contains("! .env"), "{}", shown.stdout);
+    assert!(
+        shown.stdout.contains("2 file(s) changed"),
+        "{}",
+        shown.stdout
+    );
+    assert!(!shown.stdout.contains(MODEL_KEY), "{}", shown.stdout);
+    let as_json = client.run(&["diff", &id, "--json"]);
+    server.expect(&as_json, 0);
+    assert_eq!(as_json.json()["diff"], diff["diff"]);
     server.terminate();
 
     // The store holds the approval, bound to the proposal hash, pending.
