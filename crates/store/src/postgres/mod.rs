@@ -29,7 +29,8 @@ use crate::state::{
 };
 use crate::types::RUN_INTERRUPTED;
 use crate::{
-    ApiToken, Approval, ApprovalStatus, BoxFuture, Claim, ClaimFilter, Clock, Created, Decision,
+    ApiToken, Approval, ApprovalStatus, BoxFuture, Claim, ClaimFilter, Clock, Completion, Created,
+    Decision, Finished,
     EventRecord, EventStream, IdempotencyKey, Intent, IntentStatus, JournalEntry, NewApiToken,
     NewApproval, NewIntent, NewRepo, NewTask, Repository, Requeued, Run, RunRef, Spend, Store,
     StoreError, StoreOptions, Task, TaskMessage, TaskQuery, TaskRepo, UsageEntry, UsageQuery,
@@ -374,6 +375,403 @@ async fn interrupt_runs(
         });
     }
     Ok(requeued)
+}
+
+/// What one attempt of the locking claim path found.
+enum Attempt {
+    Claimed(Claim),
+    /// Nothing is claimable.
+    Empty,
+    /// The candidate's repository was taken by a writer that started concurrently: try again.
+    Blocked,
+}
+
+/// One statement: claims up to `limit` of the best claimable candidates that are questions.
+/// Also says whether a change or maintain candidate was passed over (it needs
+/// [`claim_attempt`]). Claims come back best first.
+async fn claim_fast(
+    c: &dyn Conn,
+    worker: &str,
+    lease: Duration,
+    kinds: &[&str],
+    exclusive: &[&str],
+    now: i64,
+    limit: i64,
+) -> Result<(Vec<Claim>, bool), StoreError> {
+    let expires = now.saturating_add(duration_ms(lease));
+    let rows = query(
+        c,
+        &format!(
+            "WITH candidate AS MATERIALIZED (
+                 SELECT t.id, t.kind FROM tasks t
+                 WHERE t.status = 'queued'
+                   AND (cardinality($1::text[]) = 0 OR t.kind = ANY($1))
+                   AND (NOT (t.kind = ANY($2)) OR NOT EXISTS ({HOLDERS} AND mine.task_id = t.id))
+                 ORDER BY t.priority DESC, t.created_at_ms, t.id
+                 LIMIT $6
+                 FOR UPDATE OF t SKIP LOCKED),
+             claimed AS (
+                 UPDATE tasks SET status = 'running', run_count = run_count + 1,
+                     updated_at_ms = $3
+                 FROM candidate
+                 WHERE tasks.id = candidate.id AND NOT (candidate.kind = ANY($2))
+                 RETURNING {CLAIMED_COLUMNS}),
+             run AS (
+                 INSERT INTO runs (task_id, number, worker, started_at_ms, heartbeat_at_ms,
+                     lease_expires_at_ms)
+                 SELECT id, run_count, $4, $3, $3, $5 FROM claimed)
+             SELECT candidate.id, claimed.* FROM candidate
+             LEFT JOIN claimed ON claimed.id = candidate.id"
+        ),
+        &[&kinds, &exclusive, &now, &worker, &expires, &limit],
+    )
+    .await?;
+    let mut claims = Vec::with_capacity(rows.len());
+    let mut passed_over = false;
+    for row in &rows {
+        if get::<Option<String>>(row, 1)?.is_none() {
+            passed_over = true;
+            continue;
+        }
+        let task = read_task_at(row, 1)?;
+        claims.push(Claim {
+            run_number: task.runs,
+            task,
+            lease_expires_at_ms: expires,
+        });
+    }
+    claims.sort_by(|a, b| {
+        (b.task.priority, a.task.created_at_ms, &a.task.id).cmp(&(
+            a.task.priority,
+            b.task.created_at_ms,
+            &b.task.id,
+        ))
+    });
+    Ok((claims, passed_over))
+}
+
+/// The locking claim path, inside `tx`: the best candidate of any kind; for a change or
+/// maintain task, its repositories' advisory locks and a fresh look for a writer holding them.
+async fn claim_attempt(
+    tx: &Transaction<'_>,
+    worker: &str,
+    lease: Duration,
+    kinds: &[&str],
+    exclusive: &[&str],
+    now: i64,
+) -> Result<Attempt, StoreError> {
+    let candidate = query_opt(
+        tx,
+        &format!(
+            "SELECT t.id, t.kind FROM tasks t
+             WHERE t.status = 'queued'
+               AND (cardinality($1::text[]) = 0 OR t.kind = ANY($1))
+               AND (NOT (t.kind = ANY($2)) OR NOT EXISTS ({HOLDERS} AND mine.task_id = t.id))
+             ORDER BY t.priority DESC, t.created_at_ms, t.id
+             LIMIT 1
+             FOR UPDATE OF t SKIP LOCKED"
+        ),
+        &[&kinds, &exclusive],
+    )
+    .await?;
+    let Some(candidate) = candidate else {
+        return Ok(Attempt::Empty);
+    };
+    let id: String = get(&candidate, 0)?;
+    let kind: String = get(&candidate, 1)?;
+    if exclusive.contains(&kind.as_str()) {
+        // Serialise starts per repository, then look again with a fresh snapshot: a
+        // concurrent claim may have started a writer there after ours was taken.
+        let repos = query(
+            tx,
+            "SELECT repo FROM task_repos WHERE task_id = $1 ORDER BY repo",
+            &[&id],
+        )
+        .await?;
+        for row in &repos {
+            let repo: String = get(row, 0)?;
+            execute(
+                tx,
+                "SELECT pg_advisory_xact_lock($1)",
+                &[&repo_lock_key(&repo)],
+            )
+            .await?;
+        }
+        let blocked = query_opt(
+            tx,
+            &format!("{HOLDERS} AND mine.task_id = $1 LIMIT 1"),
+            &[&id, &exclusive],
+        )
+        .await?;
+        if blocked.is_some() {
+            return Ok(Attempt::Blocked);
+        }
+    }
+    let expires = now.saturating_add(duration_ms(lease));
+    let row = query_one(
+        tx,
+        &format!(
+            "WITH claimed AS (
+                 UPDATE tasks SET status = 'running', run_count = run_count + 1,
+                     updated_at_ms = $2
+                 WHERE id = $1 RETURNING {TASK_COLUMNS}),
+             run AS (
+                 INSERT INTO runs (task_id, number, worker, started_at_ms,
+                     heartbeat_at_ms, lease_expires_at_ms)
+                 SELECT id, run_count, $3, $2, $2, $4 FROM claimed)
+             SELECT {TASK_COLUMNS} FROM claimed"
+        ),
+        &[&id, &now, &worker, &expires],
+    )
+    .await?;
+    let task = read_task(&row)?;
+    Ok(Attempt::Claimed(Claim {
+        run_number: task.runs,
+        task,
+        lease_expires_at_ms: expires,
+    }))
+}
+
+/// [`PostgresStore::claim`] inside a transaction that did other work first: the locking
+/// path's retries run in savepoints so they roll back alone.
+async fn claim_in(
+    tx: &mut Transaction<'_>,
+    worker: &str,
+    lease: Duration,
+    kinds: &[&str],
+    exclusive: &[&str],
+    now: i64,
+) -> Result<Option<Claim>, StoreError> {
+    let (claims, passed_over) = claim_fast(&*tx, worker, lease, kinds, exclusive, now, 1).await?;
+    if let Some(claim) = claims.into_iter().next() {
+        return Ok(Some(claim));
+    }
+    if !passed_over {
+        return Ok(None);
+    }
+    for _ in 0..CLAIM_ATTEMPTS {
+        let savepoint = tx.transaction().await.map_err(pg_error)?;
+        match claim_attempt(&savepoint, worker, lease, kinds, exclusive, now).await? {
+            Attempt::Claimed(claim) => {
+                savepoint.commit().await.map_err(pg_error)?;
+                return Ok(Some(claim));
+            }
+            Attempt::Empty => {
+                savepoint.commit().await.map_err(pg_error)?;
+                return Ok(None);
+            }
+            Attempt::Blocked => savepoint.rollback().await.map_err(pg_error)?,
+        }
+    }
+    Ok(None)
+}
+
+/// A run [`end_runs`] ended (its task as stored, the events still to write) or why not.
+type Ended = Result<(Task, Completion), StoreError>;
+
+/// The first outcome's error (the caller checked there is one).
+fn single_ended(ended: Vec<Ended>) -> StoreError {
+    match ended.into_iter().next() {
+        Some(Err(error)) => error,
+        Some(Ok(_)) | None => StoreError::invalid_data("finish_runs returned no outcome"),
+    }
+}
+
+/// `from>to` pairs a completion may apply (to a status that is not active).
+fn finish_transitions() -> Vec<String> {
+    let mut pairs = Vec::new();
+    for from in ALL_STATUSES {
+        for to in ALL_STATUSES {
+            if !is_active(to) && transition_allowed(from, to) {
+                pairs.push(format!("{}>{}", status_name(from), status_name(to)));
+            }
+        }
+    }
+    pairs
+}
+
+/// Ends the completions' runs inside `tx`, each exactly as `finish_run` does: one statement
+/// locks the tasks (in id order), ends every run that is open and the completion's worker's
+/// whose task may move to the completion's status, and moves those tasks. A completion it did
+/// not apply (a lost lease, a status that does not allow it, a second completion of a task)
+/// then goes through `finish_run`'s checks one by one, which name the reason (or apply it).
+async fn end_runs(
+    tx: &Transaction<'_>,
+    completions: Vec<Completion>,
+    now: i64,
+) -> Result<Vec<Ended>, StoreError> {
+    let mut results = Vec::with_capacity(completions.len());
+    let mut outcomes: Vec<Option<Result<Task, StoreError>>> = Vec::new();
+    for completion in &completions {
+        match json_text(completion.result.as_ref()) {
+            Ok(result) => {
+                results.push(result);
+                outcomes.push(None);
+            }
+            Err(error) => {
+                results.push(None);
+                outcomes.push(Some(Err(error)));
+            }
+        }
+    }
+    let (mut ids, mut numbers, mut workers, mut statuses, mut texts, mut ords) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
+    let mut tasks = std::collections::HashSet::new();
+    for (i, completion) in completions.iter().enumerate() {
+        if outcomes[i].is_none() && tasks.insert(completion.run.task.as_str()) {
+            ids.push(completion.run.task.as_str());
+            numbers.push(i64::from(completion.run.number));
+            workers.push(completion.worker.as_str());
+            statuses.push(status_name(completion.status));
+            texts.push(results[i].as_deref());
+            ords.push(to_i64(i as u64)?);
+        }
+    }
+    let rows = query(
+        tx,
+        &format!(
+            "WITH input AS MATERIALIZED (
+                 SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[],
+                     $5::text[], $6::bigint[]) AS i(task_id, number, worker, status, result, ord)),
+             task AS MATERIALIZED (
+                 SELECT id, status FROM tasks WHERE id = ANY($1) ORDER BY id FOR UPDATE),
+             ended AS (
+                 UPDATE runs SET ended_at_ms = $7, outcome = input.status
+                 FROM input JOIN task ON task.id = input.task_id
+                 WHERE runs.task_id = input.task_id AND runs.number = input.number
+                   AND runs.worker = input.worker AND runs.ended_at_ms IS NULL
+                   AND (task.status || '>' || input.status) = ANY($8)
+                 RETURNING runs.task_id, input.status, input.result, input.ord)
+             UPDATE tasks SET status = ended.status, result = COALESCE(ended.result, tasks.result),
+                 updated_at_ms = $7
+             FROM ended WHERE tasks.id = ended.task_id
+             RETURNING ended.ord, {CLAIMED_COLUMNS}"
+        ),
+        &[
+            &ids,
+            &numbers,
+            &workers,
+            &statuses,
+            &texts,
+            &ords,
+            &now,
+            &finish_transitions(),
+        ],
+    )
+    .await?;
+    for row in &rows {
+        let ord: i64 = get(row, 0)?;
+        let slot = usize::try_from(ord)
+            .ok()
+            .and_then(|i| outcomes.get_mut(i))
+            .ok_or_else(|| StoreError::invalid_data("finish_runs: unknown row"))?;
+        *slot = Some(Ok(read_task_at(row, 1)?));
+    }
+    let mut ended = Vec::with_capacity(completions.len());
+    for ((completion, outcome), result) in completions.into_iter().zip(outcomes).zip(results) {
+        let outcome = match outcome {
+            Some(outcome) => outcome,
+            None => match finish_checked(tx, &completion, result.as_deref(), now).await {
+                Err(error @ StoreError::Database { .. }) => return Err(error),
+                outcome => outcome,
+            },
+        };
+        ended.push(outcome.map(|task| (task, completion)));
+    }
+    Ok(ended)
+}
+
+/// `finish_run`'s transaction body for one completion inside `tx`.
+async fn finish_checked(
+    tx: &Transaction<'_>,
+    completion: &Completion,
+    result: Option<&str>,
+    now: i64,
+) -> Result<Task, StoreError> {
+    let (run, to) = (&completion.run, completion.status);
+    // Task row first, then run row: the order every writer uses.
+    let from = lock_task_status(tx, &run.task).await?;
+    check_run_held(tx, run, &completion.worker).await?;
+    if is_active(to) || !transition_allowed(from, to) {
+        return Err(StoreError::InvalidTransition { from, to });
+    }
+    close_open_runs(tx, &run.task, status_name(to), now).await?;
+    set_status(tx, &run.task, to, result, now).await
+}
+
+/// Writes the events of every ended run, in order, with sequences taken from the event counter
+/// (whose row lock `tx` then holds until it ends, as `append_event` does).
+async fn append_finish_events(
+    tx: &Transaction<'_>,
+    ended: Vec<Ended>,
+    now: i64,
+) -> Result<Vec<Result<Finished, StoreError>>, StoreError> {
+    let (mut tasks, mut texts) = (Vec::new(), Vec::new());
+    for (task, completion) in ended.iter().flatten() {
+        for event in &completion.events {
+            tasks.push(task.id.as_str());
+            texts.push(serde_json::to_string(event)?);
+        }
+    }
+    let mut sequences = Vec::new();
+    if !texts.is_empty() {
+        let count = to_i64(texts.len() as u64)?;
+        let counter = query_one(
+            tx,
+            "UPDATE counters SET value = value + $1 WHERE name = 'events' RETURNING value",
+            &[&count],
+        )
+        .await?;
+        let base = get::<i64>(&counter, 0)? - count;
+        let ords: Vec<i64> = (1..=count).collect();
+        // A new statement, so its snapshot includes every event committed before we took the
+        // counter lock.
+        let rows = query(
+            tx,
+            "INSERT INTO events (seq, task_id, task_seq, at_ms, event)
+             SELECT $1 + i.ord, i.task_id,
+                 COALESCE((SELECT MAX(e.task_seq) FROM events e WHERE e.task_id = i.task_id), 0)
+                     + row_number() OVER (PARTITION BY i.task_id ORDER BY i.ord),
+                 $2, i.event
+             FROM unnest($3::text[], $4::text[], $5::bigint[]) AS i(task_id, event, ord)
+             RETURNING seq, task_seq",
+            &[&base, &now, &tasks, &texts, &ords],
+        )
+        .await?;
+        sequences = vec![(0, 0); texts.len()];
+        for row in &rows {
+            let seq: i64 = get(row, 0)?;
+            let slot = usize::try_from(seq - base - 1)
+                .ok()
+                .and_then(|i| sequences.get_mut(i))
+                .ok_or_else(|| StoreError::invalid_data("finish_runs: unknown event"))?;
+            *slot = (seq, get::<i64>(row, 1)?);
+        }
+    }
+    let mut sequences = sequences.into_iter();
+    let mut finished = Vec::with_capacity(ended.len());
+    for outcome in ended {
+        finished.push(match outcome {
+            Err(error) => Err(error),
+            Ok((task, completion)) => {
+                let mut events = Vec::with_capacity(completion.events.len());
+                for event in completion.events {
+                    let (seq, task_seq) = sequences
+                        .next()
+                        .ok_or_else(|| StoreError::invalid_data("finish_runs: missing event"))?;
+                    events.push(EventRecord {
+                        seq: to_u64(seq)?,
+                        task_seq: to_u64(task_seq)?,
+                        task: task.id.clone(),
+                        at_ms: now,
+                        event,
+                    });
+                }
+                Ok(Finished { task, events })
+            }
+        });
+    }
+    Ok(finished)
 }
 
 fn read_repo(row: &Row) -> Result<Repository, StoreError> {
@@ -850,124 +1248,99 @@ impl PostgresStore {
         let mut client = self.client().await?;
         // Fast path, one statement: take the best candidate if it is a question. A change or
         // maintain task needs the per-repository lock below.
-        let now = self.now();
-        let expires = now.saturating_add(duration_ms(lease));
-        let fast = query_opt(
-            &*client,
-            &format!(
-                "WITH candidate AS (
-                     SELECT t.id, t.kind FROM tasks t
-                     WHERE t.status = 'queued'
-                       AND (cardinality($1::text[]) = 0 OR t.kind = ANY($1))
-                       AND (NOT (t.kind = ANY($2)) OR NOT EXISTS ({HOLDERS} AND mine.task_id = t.id))
-                     ORDER BY t.priority DESC, t.created_at_ms, t.id
-                     LIMIT 1
-                     FOR UPDATE OF t SKIP LOCKED),
-                 claimed AS (
-                     UPDATE tasks SET status = 'running', run_count = run_count + 1,
-                         updated_at_ms = $3
-                     FROM candidate
-                     WHERE tasks.id = candidate.id AND NOT (candidate.kind = ANY($2))
-                     RETURNING {CLAIMED_COLUMNS}),
-                 run AS (
-                     INSERT INTO runs (task_id, number, worker, started_at_ms, heartbeat_at_ms,
-                         lease_expires_at_ms)
-                     SELECT id, run_count, $4, $3, $3, $5 FROM claimed)
-                 SELECT candidate.id, claimed.* FROM candidate LEFT JOIN claimed ON true"
-            ),
-            &[&kinds, &exclusive, &now, &worker, &expires],
-        )
-        .await?;
-        match fast {
-            None => return Ok(None),
-            Some(row) if get::<Option<String>>(&row, 1)?.is_some() => {
-                let task = read_task_at(&row, 1)?;
-                return Ok(Some(Claim {
-                    run_number: task.runs,
-                    task,
-                    lease_expires_at_ms: expires,
-                }));
-            }
-            Some(_) => {}
+        let (claims, passed_over) =
+            claim_fast(&*client, worker, lease, &kinds, &exclusive, self.now(), 1).await?;
+        if let Some(claim) = claims.into_iter().next() {
+            return Ok(Some(claim));
+        }
+        if !passed_over {
+            return Ok(None);
         }
         for _ in 0..CLAIM_ATTEMPTS {
             let tx = client.transaction().await.map_err(pg_error)?;
-            let candidate = query_opt(
-                &tx,
-                &format!(
-                    "SELECT t.id, t.kind FROM tasks t
-                 WHERE t.status = 'queued'
-                   AND (cardinality($1::text[]) = 0 OR t.kind = ANY($1))
-                   AND (NOT (t.kind = ANY($2)) OR NOT EXISTS ({HOLDERS} AND mine.task_id = t.id))
-                 ORDER BY t.priority DESC, t.created_at_ms, t.id
-                 LIMIT 1
-                 FOR UPDATE OF t SKIP LOCKED"
-                ),
-                &[&kinds, &exclusive],
-            )
-            .await?;
-            let Some(candidate) = candidate else {
-                tx.commit().await.map_err(pg_error)?;
-                return Ok(None);
-            };
-            let id: String = get(&candidate, 0)?;
-            let kind: String = get(&candidate, 1)?;
-            if exclusive.contains(&kind.as_str()) {
-                // Serialise starts per repository, then look again with a fresh snapshot: a
-                // concurrent claim may have started a writer there after ours was taken.
-                let repos = query(
-                    &tx,
-                    "SELECT repo FROM task_repos WHERE task_id = $1 ORDER BY repo",
-                    &[&id],
-                )
-                .await?;
-                for row in &repos {
-                    let repo: String = get(row, 0)?;
-                    execute(
-                        &tx,
-                        "SELECT pg_advisory_xact_lock($1)",
-                        &[&repo_lock_key(&repo)],
-                    )
-                    .await?;
+            match claim_attempt(&tx, worker, lease, &kinds, &exclusive, self.now()).await? {
+                Attempt::Claimed(claim) => {
+                    tx.commit().await.map_err(pg_error)?;
+                    return Ok(Some(claim));
                 }
-                let blocked = query_opt(
-                    &tx,
-                    &format!("{HOLDERS} AND mine.task_id = $1 LIMIT 1"),
-                    &[&id, &exclusive],
-                )
-                .await?;
-                if blocked.is_some() {
-                    tx.rollback().await.map_err(pg_error)?;
-                    continue;
+                Attempt::Empty => {
+                    tx.commit().await.map_err(pg_error)?;
+                    return Ok(None);
                 }
+                Attempt::Blocked => tx.rollback().await.map_err(pg_error)?,
             }
-            let now = self.now();
-            let expires = now.saturating_add(duration_ms(lease));
-            let row = query_one(
-                &tx,
-                &format!(
-                    "WITH claimed AS (
-                         UPDATE tasks SET status = 'running', run_count = run_count + 1,
-                             updated_at_ms = $2
-                         WHERE id = $1 RETURNING {TASK_COLUMNS}),
-                     run AS (
-                         INSERT INTO runs (task_id, number, worker, started_at_ms,
-                             heartbeat_at_ms, lease_expires_at_ms)
-                         SELECT id, run_count, $3, $2, $2, $4 FROM claimed)
-                     SELECT {TASK_COLUMNS} FROM claimed"
-                ),
-                &[&id, &now, &worker, &expires],
-            )
-            .await?;
-            let task = read_task(&row)?;
-            tx.commit().await.map_err(pg_error)?;
-            return Ok(Some(Claim {
-                run_number: task.runs,
-                task,
-                lease_expires_at_ms: expires,
-            }));
         }
         Ok(None)
+    }
+
+    async fn claim_batch_impl(
+        &self,
+        worker: &str,
+        lease: Duration,
+        filter: &ClaimFilter,
+        max: usize,
+    ) -> Result<Vec<Claim>, StoreError> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let kinds: Vec<&str> = filter.kinds.iter().map(|k| kind_name(*k)).collect();
+        let exclusive = exclusive_kinds();
+        let limit = i64::try_from(max).unwrap_or(i64::MAX);
+        let (mut claims, passed_over) = {
+            let client = self.client().await?;
+            claim_fast(&*client, worker, lease, &kinds, &exclusive, self.now(), limit).await?
+        };
+        // Change and maintain tasks among the candidates need the per-repository lock: one
+        // claim at a time, until the batch is full or nothing is claimable.
+        if passed_over {
+            while claims.len() < max {
+                match self.claim_impl(worker, lease, filter).await? {
+                    Some(claim) => claims.push(claim),
+                    None => break,
+                }
+            }
+        }
+        Ok(claims)
+    }
+
+    async fn finish_runs_impl(
+        &self,
+        completions: Vec<Completion>,
+    ) -> Result<Vec<Result<Finished, StoreError>>, StoreError> {
+        if completions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = self.now();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        let ended = end_runs(&tx, completions, now).await?;
+        let finished = append_finish_events(&tx, ended, now).await?;
+        tx.commit().await.map_err(pg_error)?;
+        Ok(finished)
+    }
+
+    async fn finish_and_claim_impl(
+        &self,
+        completion: Completion,
+        lease: Duration,
+        filter: &ClaimFilter,
+    ) -> Result<(Finished, Option<Claim>), StoreError> {
+        let kinds: Vec<&str> = filter.kinds.iter().map(|k| kind_name(*k)).collect();
+        let exclusive = exclusive_kinds();
+        let worker = completion.worker.clone();
+        let now = self.now();
+        let mut client = self.client().await?;
+        let mut tx = client.transaction().await.map_err(pg_error)?;
+        // A failed check returns before anything is claimed; dropping `tx` rolls back.
+        let ended = end_runs(&tx, vec![completion], now).await?;
+        if let Some(Err(_)) = ended.first() {
+            return Err(single_ended(ended));
+        }
+        let claim = claim_in(&mut tx, &worker, lease, &kinds, &exclusive, now).await?;
+        // Events last: the event counter's row lock is held until the commit.
+        let finished = crate::batch::single(append_finish_events(&tx, ended, now).await?)?;
+        tx.commit().await.map_err(pg_error)?;
+        Ok((finished, claim))
     }
 
     async fn heartbeat_impl(
@@ -1705,6 +2078,32 @@ impl Store for PostgresStore {
         filter: &'a ClaimFilter,
     ) -> BoxFuture<'a, Result<Option<Claim>, StoreError>> {
         Box::pin(self.claim_impl(worker, lease, filter))
+    }
+
+    fn finish_and_claim<'a>(
+        &'a self,
+        completion: Completion,
+        lease: Duration,
+        filter: &'a ClaimFilter,
+    ) -> BoxFuture<'a, Result<(Finished, Option<Claim>), StoreError>> {
+        Box::pin(self.finish_and_claim_impl(completion, lease, filter))
+    }
+
+    fn claim_batch<'a>(
+        &'a self,
+        worker: &'a str,
+        lease: Duration,
+        filter: &'a ClaimFilter,
+        max: usize,
+    ) -> BoxFuture<'a, Result<Vec<Claim>, StoreError>> {
+        Box::pin(self.claim_batch_impl(worker, lease, filter, max))
+    }
+
+    fn finish_runs(
+        &self,
+        completions: Vec<Completion>,
+    ) -> BoxFuture<'_, Result<Vec<Result<Finished, StoreError>>, StoreError>> {
+        Box::pin(self.finish_runs_impl(completions))
     }
 
     fn heartbeat<'a>(
