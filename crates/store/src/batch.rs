@@ -63,9 +63,7 @@ pub struct Finished {
 }
 
 /// The only outcome of a one-completion [`Store::finish_runs`].
-pub(crate) fn single(
-    outcomes: Vec<Result<Finished, StoreError>>,
-) -> Result<Finished, StoreError> {
+pub(crate) fn single(outcomes: Vec<Result<Finished, StoreError>>) -> Result<Finished, StoreError> {
     outcomes
         .into_iter()
         .next()
@@ -306,7 +304,9 @@ async fn run_batches(
                 let mut outcomes = outcomes.into_iter();
                 for answer in answers {
                     let outcome = outcomes.next().unwrap_or_else(|| {
-                        Err(StoreError::invalid_data("finish_runs returned too few outcomes"))
+                        Err(StoreError::invalid_data(
+                            "finish_runs returned too few outcomes",
+                        ))
                     });
                     let _ = answer.send(outcome);
                 }

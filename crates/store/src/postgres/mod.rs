@@ -30,11 +30,10 @@ use crate::state::{
 use crate::types::RUN_INTERRUPTED;
 use crate::{
     ApiToken, Approval, ApprovalStatus, BoxFuture, Claim, ClaimFilter, Clock, Completion, Created,
-    Decision, Finished,
-    EventRecord, EventStream, IdempotencyKey, Intent, IntentStatus, JournalEntry, NewApiToken,
-    NewApproval, NewIntent, NewRepo, NewTask, Repository, Requeued, Run, RunRef, Spend, Store,
-    StoreError, StoreOptions, Task, TaskMessage, TaskQuery, TaskRepo, UsageEntry, UsageQuery,
-    UsageSummary, UtcDay, MAX_INTERRUPTED_RUNS, MESSAGE_USER,
+    Decision, EventRecord, EventStream, Finished, IdempotencyKey, Intent, IntentStatus,
+    JournalEntry, NewApiToken, NewApproval, NewIntent, NewRepo, NewTask, Repository, Requeued, Run,
+    RunRef, Spend, Store, StoreError, StoreOptions, Task, TaskMessage, TaskQuery, TaskRepo,
+    UsageEntry, UsageQuery, UsageSummary, UtcDay, MAX_INTERRUPTED_RUNS, MESSAGE_USER,
 };
 
 const BACKEND: &str = "postgres";
@@ -564,6 +563,154 @@ async fn claim_in(
         }
     }
     Ok(None)
+}
+
+/// `finish_and_claim` as one statement (so nothing waits on the client while the event
+/// counter's lock is held): lock the task, end the run if it is the worker's and open and the
+/// task may move to the completion's status, move the task, write the events, and claim the
+/// best candidate if it is a question. `None` when the run was not ended (nothing was
+/// written). Also says whether a change or maintain candidate was passed over.
+async fn finish_and_claim_fast(
+    c: &dyn Conn,
+    completion: &Completion,
+    lease: Duration,
+    kinds: &[&str],
+    exclusive: &[&str],
+    now: i64,
+) -> Result<Option<(Finished, Option<Claim>, bool)>, StoreError> {
+    let to = completion.status;
+    let from: Vec<&str> = ALL_STATUSES
+        .into_iter()
+        .filter(|s| transition_allowed(*s, to))
+        .map(status_name)
+        .collect();
+    let result = json_text(completion.result.as_ref())?;
+    let events = completion
+        .events
+        .iter()
+        .map(serde_json::to_string)
+        .collect::<Result<Vec<_>, _>>()?;
+    let expires = now.saturating_add(duration_ms(lease));
+    let number = i64::from(completion.run.number);
+    // The snapshot still sees the task being finished as running: it holds nothing anymore.
+    let holders = format!("{} AND o.id <> $1", HOLDERS.replace("$2", "$10"));
+    let rows = c
+        .rows(
+            &format!(
+                "WITH task AS MATERIALIZED (SELECT id, status FROM tasks WHERE id = $1 FOR UPDATE),
+             ended AS (
+                 UPDATE runs SET ended_at_ms = $4, outcome = $5
+                 FROM task
+                 WHERE runs.task_id = task.id AND runs.number = $2 AND runs.worker = $3
+                   AND runs.ended_at_ms IS NULL AND task.status = ANY($6)
+                 RETURNING runs.task_id),
+             finished AS (
+                 UPDATE tasks SET status = $5, result = COALESCE($7, tasks.result),
+                     updated_at_ms = $4
+                 FROM ended WHERE tasks.id = ended.task_id
+                 RETURNING {CLAIMED_COLUMNS}),
+             counter AS (
+                 UPDATE counters SET value = value + cardinality($8::text[])
+                 WHERE name = 'events' AND cardinality($8::text[]) > 0
+                   AND EXISTS (SELECT 1 FROM finished)
+                 RETURNING value),
+             inserted AS (
+                 INSERT INTO events (seq, task_id, task_seq, at_ms, event)
+                 SELECT counter.value - cardinality($8::text[]) + e.ord, $1,
+                     COALESCE((SELECT MAX(x.task_seq) FROM events x WHERE x.task_id = $1), 0)
+                         + e.ord,
+                     $4, e.event
+                 FROM counter, unnest($8::text[]) WITH ORDINALITY AS e(event, ord)
+                 RETURNING seq, task_seq),
+             candidate AS MATERIALIZED (
+                 SELECT t.id, t.kind FROM tasks t
+                 WHERE t.status = 'queued' AND EXISTS (SELECT 1 FROM finished)
+                   AND (cardinality($9::text[]) = 0 OR t.kind = ANY($9))
+                   AND (NOT (t.kind = ANY($10))
+                        OR NOT EXISTS ({holders} AND mine.task_id = t.id))
+                 ORDER BY t.priority DESC, t.created_at_ms, t.id
+                 LIMIT 1
+                 FOR UPDATE OF t SKIP LOCKED),
+             claimed AS (
+                 UPDATE tasks SET status = 'running', run_count = run_count + 1,
+                     updated_at_ms = $4
+                 FROM candidate
+                 WHERE tasks.id = candidate.id AND NOT (candidate.kind = ANY($10))
+                 RETURNING {CLAIMED_COLUMNS}),
+             run AS (
+                 INSERT INTO runs (task_id, number, worker, started_at_ms, heartbeat_at_ms,
+                     lease_expires_at_ms)
+                 SELECT id, run_count, $3, $4, $4, $11 FROM claimed)
+             SELECT (SELECT COALESCE(array_agg(seq ORDER BY seq), '{{}}') FROM inserted),
+                 (SELECT COALESCE(array_agg(task_seq ORDER BY seq), '{{}}') FROM inserted),
+                 EXISTS (SELECT 1 FROM candidate) AND NOT EXISTS (SELECT 1 FROM claimed),
+                 finished.*, claimed.*
+             FROM finished LEFT JOIN claimed ON true"
+            ),
+            &[
+                &completion.run.task.as_str(),
+                &number,
+                &completion.worker,
+                &now,
+                &status_name(to),
+                &from,
+                &result,
+                &events,
+                &kinds,
+                &exclusive,
+                &expires,
+            ],
+        )
+        .await;
+    let rows = match rows {
+        Ok(rows) => rows,
+        // An event of the task was committed after this statement's snapshot was taken: the
+        // caller's transaction, which reads the task's events after taking the counter lock,
+        // does it instead.
+        Err(e) if has_code(&e, &SqlState::UNIQUE_VIOLATION) => return Ok(None),
+        Err(e) => return Err(pg_error(e)),
+    };
+    let Some(row) = rows.into_iter().next() else {
+        return Ok(None);
+    };
+    let seqs: Vec<i64> = get(&row, 0)?;
+    let task_seqs: Vec<i64> = get(&row, 1)?;
+    let passed_over: bool = get(&row, 2)?;
+    let task = read_task_at(&row, 3)?;
+    let claim = match get::<Option<String>>(&row, 19)? {
+        Some(_) => {
+            let next = read_task_at(&row, 19)?;
+            Some(Claim {
+                run_number: next.runs,
+                task: next,
+                lease_expires_at_ms: expires,
+            })
+        }
+        None => None,
+    };
+    if seqs.len() != completion.events.len() || task_seqs.len() != seqs.len() {
+        return Err(StoreError::invalid_data(
+            "finish_and_claim: events not stored",
+        ));
+    }
+    let mut records = Vec::with_capacity(seqs.len());
+    for ((event, seq), task_seq) in completion.events.iter().zip(seqs).zip(task_seqs) {
+        records.push(EventRecord {
+            seq: to_u64(seq)?,
+            task_seq: to_u64(task_seq)?,
+            task: task.id.clone(),
+            at_ms: now,
+            event: event.clone(),
+        });
+    }
+    Ok(Some((
+        Finished {
+            task,
+            events: records,
+        },
+        claim,
+        passed_over,
+    )))
 }
 
 /// A run [`end_runs`] ended (its task as stored, the events still to write) or why not.
@@ -1288,7 +1435,16 @@ impl PostgresStore {
         let limit = i64::try_from(max).unwrap_or(i64::MAX);
         let (mut claims, passed_over) = {
             let client = self.client().await?;
-            claim_fast(&*client, worker, lease, &kinds, &exclusive, self.now(), limit).await?
+            claim_fast(
+                &*client,
+                worker,
+                lease,
+                &kinds,
+                &exclusive,
+                self.now(),
+                limit,
+            )
+            .await?
         };
         // Change and maintain tasks among the candidates need the per-repository lock: one
         // claim at a time, until the batch is full or nothing is claimable.
@@ -1330,6 +1486,27 @@ impl PostgresStore {
         let worker = completion.worker.clone();
         let now = self.now();
         let mut client = self.client().await?;
+        if !is_active(completion.status) {
+            match finish_and_claim_fast(&*client, &completion, lease, &kinds, &exclusive, now).await
+            {
+                Ok(Some((finished, claim, passed_over))) => {
+                    drop(client);
+                    let claim = match claim {
+                        // The finish is committed: a failure to claim the change or maintain
+                        // task that came next leaves it queued for the next claim.
+                        None if passed_over => self
+                            .claim_impl(&worker, lease, filter)
+                            .await
+                            .unwrap_or(None),
+                        claim => claim,
+                    };
+                    return Ok((finished, claim));
+                }
+                // Not applied: the transaction below says why (or applies it after a race).
+                Ok(None) => {}
+                Err(error) => return Err(error),
+            }
+        }
         let mut tx = client.transaction().await.map_err(pg_error)?;
         // A failed check returns before anything is claimed; dropping `tx` rolls back.
         let ended = end_runs(&tx, vec![completion], now).await?;

@@ -33,11 +33,10 @@ use crate::state::{
 use crate::types::RUN_INTERRUPTED;
 use crate::{
     ApiToken, Approval, ApprovalStatus, BoxFuture, Claim, ClaimFilter, Clock, Completion, Created,
-    Decision, Finished,
-    EventRecord, EventStream, IdempotencyKey, Intent, IntentStatus, JournalEntry, NewApiToken,
-    NewApproval, NewIntent, NewRepo, NewTask, Repository, Requeued, Run, RunRef, Spend, Store,
-    StoreError, StoreOptions, Task, TaskMessage, TaskQuery, TaskRepo, UsageEntry, UsageQuery,
-    UsageSummary, UtcDay, MAX_INTERRUPTED_RUNS, MESSAGE_USER,
+    Decision, EventRecord, EventStream, Finished, IdempotencyKey, Intent, IntentStatus,
+    JournalEntry, NewApiToken, NewApproval, NewIntent, NewRepo, NewTask, Repository, Requeued, Run,
+    RunRef, Spend, Store, StoreError, StoreOptions, Task, TaskMessage, TaskQuery, TaskRepo,
+    UsageEntry, UsageQuery, UsageSummary, UtcDay, MAX_INTERRUPTED_RUNS, MESSAGE_USER,
 };
 
 const BACKEND: &str = "sqlite";
@@ -665,7 +664,10 @@ fn finish_one(
             event,
         });
     }
-    Ok(Ok(Finished { task, events: records }))
+    Ok(Ok(Finished {
+        task,
+        events: records,
+    }))
 }
 
 const SPEND_COLUMNS: &str =

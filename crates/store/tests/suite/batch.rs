@@ -11,8 +11,8 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 use warden_protocol::{Event, TaskId, TaskKind, TaskStatus};
 use warden_store::{
-    Claim, ClaimFilter, ClaimQueue, Clock, Completion, CompletionBatcher, EventStream, Store, StoreError,
-    RUN_INTERRUPTED,
+    Claim, ClaimFilter, ClaimQueue, Clock, Completion, CompletionBatcher, EventStream, Store,
+    StoreError, RUN_INTERRUPTED,
 };
 
 use super::harness::{Fixture, LEASE};
@@ -341,10 +341,22 @@ async fn batched_completions_check_each_lease(f: &Fixture) {
         .await
         .unwrap();
     f.clock.advance(LEASE + Duration::from_secs(1));
-    f.store.heartbeat(&claims[0].run(), "w", LEASE).await.unwrap();
-    f.store.heartbeat(&claims[1].run(), "w", LEASE).await.unwrap();
-    f.store.heartbeat(&claims[4].run(), "w", LEASE).await.unwrap();
-    f.store.heartbeat(&claims[5].run(), "w", LEASE).await.unwrap();
+    f.store
+        .heartbeat(&claims[0].run(), "w", LEASE)
+        .await
+        .unwrap();
+    f.store
+        .heartbeat(&claims[1].run(), "w", LEASE)
+        .await
+        .unwrap();
+    f.store
+        .heartbeat(&claims[4].run(), "w", LEASE)
+        .await
+        .unwrap();
+    f.store
+        .heartbeat(&claims[5].run(), "w", LEASE)
+        .await
+        .unwrap();
     f.store.requeue_expired().await.unwrap();
     let stolen = f.claim("thief").await.unwrap();
     assert_eq!(stolen.task.id, ids[3]);
@@ -356,9 +368,7 @@ async fn batched_completions_check_each_lease(f: &Fixture) {
         Some(serde_json::json!({"outcome": "failure"})),
     )
     .with_event(finished(TaskStatus::Failed))
-    .with_event(Event::AgentMessage {
-        text: "bye".into(),
-    });
+    .with_event(Event::AgentMessage { text: "bye".into() });
     let outcomes = f
         .store
         .finish_runs(vec![
@@ -429,7 +439,9 @@ async fn batched_completions_check_each_lease(f: &Fixture) {
     );
     assert_eq!(events_of(f.store.as_ref(), &ids[1]).await.len(), 2);
     for untouched in [2, 3, 4] {
-        assert!(events_of(f.store.as_ref(), &ids[untouched]).await.is_empty());
+        assert!(events_of(f.store.as_ref(), &ids[untouched])
+            .await
+            .is_empty());
     }
     let runs = f.store.list_runs(&ids[3]).await.unwrap();
     assert_eq!(runs[0].outcome.as_deref(), Some(RUN_INTERRUPTED));
