@@ -159,13 +159,15 @@ pub trait Store: Send + Sync {
         })
     }
 
-    /// Ends many runs in one transaction, each exactly as [`Store::finish_run`] would, and
-    /// writes each completion's `events` (e.g. `task_finished`) in that transaction when, and
-    /// only when, its run ends. One outcome per completion, in order: a completion whose check
-    /// fails ([`StoreError::LeaseLost`], [`StoreError::InvalidTransition`], …) changes nothing
-    /// and does not fail the others. `Err` only when the transaction itself failed (nothing was
-    /// written). Backends implement it; a wrapping store must forward it (the default refuses
-    /// with [`StoreError::Unsupported`], so a wrapper cannot silently split the transaction).
+    /// Ends many runs, each exactly as [`Store::finish_run`] would, in one transaction when
+    /// every check passes (Postgres: one statement), and writes each completion's `events`
+    /// (e.g. `task_finished`) in the transaction that ends its run, when and only when it
+    /// ends. One outcome per completion, in order: a completion whose check fails
+    /// ([`StoreError::LeaseLost`], [`StoreError::InvalidTransition`], …) changes nothing and
+    /// does not fail the others (on Postgres such rows are re-checked in a second transaction,
+    /// so one may also fail alone with a database error). `Err` when nothing was written.
+    /// Backends implement it; a wrapping store must forward it (the default refuses with
+    /// [`StoreError::Unsupported`], so a wrapper cannot silently split the transaction).
     fn finish_runs(
         &self,
         completions: Vec<Completion>,

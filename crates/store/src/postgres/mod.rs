@@ -713,6 +713,203 @@ async fn finish_and_claim_fast(
     )))
 }
 
+/// The common head of the `finish_runs` statements: `input` (one row per completion, `$1`–`$6`),
+/// `task` (their tasks, locked in id order) and `ended` (the runs it ended at `$7`, checked
+/// against the allowed `from>to` pairs `$8`).
+const END_RUNS: &str = "WITH input AS MATERIALIZED (
+         SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[],
+             $5::text[], $6::bigint[]) AS i(task_id, number, worker, status, result, ord)),
+     task AS MATERIALIZED (
+         SELECT id, status FROM tasks WHERE id = ANY($1) ORDER BY id FOR UPDATE),
+     ended AS (
+         UPDATE runs SET ended_at_ms = $7, outcome = input.status
+         FROM input JOIN task ON task.id = input.task_id
+         WHERE runs.task_id = input.task_id AND runs.number = input.number
+           AND runs.worker = input.worker AND runs.ended_at_ms IS NULL
+           AND (task.status || '>' || input.status) = ANY($8)
+         RETURNING runs.task_id, input.status, input.result, input.ord)";
+
+/// The `input` arrays of [`END_RUNS`]: the first pending completion of each task (a task has
+/// one open run; a second completion of it goes through the per-row checks).
+struct EndRunsInput<'a> {
+    ids: Vec<&'a str>,
+    numbers: Vec<i64>,
+    workers: Vec<&'a str>,
+    statuses: Vec<&'static str>,
+    results: Vec<Option<&'a str>>,
+    ords: Vec<i64>,
+}
+
+impl<'a> EndRunsInput<'a> {
+    fn new(
+        completions: &'a [Completion],
+        results: &'a [Option<String>],
+        pending: &[bool],
+    ) -> Result<EndRunsInput<'a>, StoreError> {
+        let mut input = EndRunsInput {
+            ids: Vec::new(),
+            numbers: Vec::new(),
+            workers: Vec::new(),
+            statuses: Vec::new(),
+            results: Vec::new(),
+            ords: Vec::new(),
+        };
+        let mut tasks = std::collections::HashSet::new();
+        for (i, ((completion, result), pending)) in
+            completions.iter().zip(results).zip(pending).enumerate()
+        {
+            if *pending && tasks.insert(completion.run.task.as_str()) {
+                input.ids.push(completion.run.task.as_str());
+                input.numbers.push(i64::from(completion.run.number));
+                input.workers.push(completion.worker.as_str());
+                input.statuses.push(status_name(completion.status));
+                input.results.push(result.as_deref());
+                input.ords.push(to_i64(i as u64)?);
+            }
+        }
+        Ok(input)
+    }
+}
+
+/// `finish_runs` as one statement: [`END_RUNS`], the tasks moved, and the events of the ended
+/// runs written (sequences from the event counter, taken in the same statement). One outcome
+/// slot per completion: `Some` for an ended run (or a result that does not serialize), `None`
+/// for a completion the statement did not apply (its checks go through the transaction path).
+/// `Ok(None)` when an event of one of the tasks was committed after the statement's snapshot
+/// (nothing was written: the transaction path reads the tasks' events after the counter lock).
+async fn finish_runs_fast(
+    c: &dyn Conn,
+    completions: &[Completion],
+    now: i64,
+) -> Result<Option<Vec<Option<Result<Finished, StoreError>>>>, StoreError> {
+    let mut results = Vec::with_capacity(completions.len());
+    let mut outcomes: Vec<Option<Result<Finished, StoreError>>> = Vec::new();
+    let (mut event_rows, mut event_texts, mut event_idx) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, completion) in completions.iter().enumerate() {
+        let prepared = json_text(completion.result.as_ref()).and_then(|result| {
+            let texts = completion
+                .events
+                .iter()
+                .map(serde_json::to_string)
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((result, texts))
+        });
+        match prepared {
+            Ok((result, texts)) => {
+                results.push(result);
+                outcomes.push(None);
+                for text in texts {
+                    event_rows.push(to_i64(i as u64)?);
+                    event_idx.push(to_i64(event_texts.len() as u64)?);
+                    event_texts.push(text);
+                }
+            }
+            Err(error) => {
+                results.push(None);
+                outcomes.push(Some(Err(error)));
+            }
+        }
+    }
+    let pending: Vec<bool> = outcomes.iter().map(Option::is_none).collect();
+    let input = EndRunsInput::new(completions, &results, &pending)?;
+    let rows = c
+        .rows(
+            &format!(
+                "{END_RUNS},
+                 finished AS (
+                     UPDATE tasks SET status = ended.status,
+                         result = COALESCE(ended.result, tasks.result), updated_at_ms = $7
+                     FROM ended WHERE tasks.id = ended.task_id
+                     RETURNING ended.ord, {CLAIMED_COLUMNS}),
+                 wanted AS MATERIALIZED (
+                     SELECT e.event, f.id AS task_id,
+                         row_number() OVER (ORDER BY e.idx) AS n,
+                         row_number() OVER (PARTITION BY f.id ORDER BY e.idx) AS k
+                     FROM unnest($9::bigint[], $10::text[], $11::bigint[]) AS e(row_ord, event, idx)
+                     JOIN finished f ON f.ord = e.row_ord),
+                 counter AS (
+                     UPDATE counters SET value = value + (SELECT count(*) FROM wanted)
+                     WHERE name = 'events' AND EXISTS (SELECT 1 FROM wanted)
+                     RETURNING value),
+                 inserted AS (
+                     INSERT INTO events (seq, task_id, task_seq, at_ms, event)
+                     SELECT counter.value - (SELECT count(*) FROM wanted) + w.n, w.task_id,
+                         COALESCE((SELECT MAX(x.task_seq) FROM events x
+                                   WHERE x.task_id = w.task_id), 0) + w.k,
+                         $7, w.event
+                     FROM counter, wanted w
+                     RETURNING seq, task_seq, task_id)
+                 SELECT f.*,
+                     (SELECT COALESCE(array_agg(i.seq ORDER BY i.seq), '{{}}') FROM inserted i
+                      WHERE i.task_id = f.id),
+                     (SELECT COALESCE(array_agg(i.task_seq ORDER BY i.seq), '{{}}') FROM inserted i
+                      WHERE i.task_id = f.id)
+                 FROM finished f"
+            ),
+            &[
+                &input.ids,
+                &input.numbers,
+                &input.workers,
+                &input.statuses,
+                &input.results,
+                &input.ords,
+                &now,
+                &finish_transitions(),
+                &event_rows,
+                &event_texts,
+                &event_idx,
+            ],
+        )
+        .await;
+    let rows = match rows {
+        Ok(rows) => rows,
+        Err(e) if has_code(&e, &SqlState::UNIQUE_VIOLATION) => return Ok(None),
+        Err(e) => return Err(pg_error(e)),
+    };
+    for row in &rows {
+        let ord: i64 = get(row, 0)?;
+        let i = usize::try_from(ord)
+            .ok()
+            .filter(|i| *i < completions.len())
+            .ok_or_else(|| StoreError::invalid_data("finish_runs: unknown row"))?;
+        let task = read_task_at(row, 1)?;
+        let seqs: Vec<i64> = get(row, 17)?;
+        let task_seqs: Vec<i64> = get(row, 18)?;
+        let events = &completions[i].events;
+        if seqs.len() != events.len() || task_seqs.len() != events.len() {
+            return Err(StoreError::invalid_data("finish_runs: events not stored"));
+        }
+        let mut records = Vec::with_capacity(events.len());
+        for ((event, seq), task_seq) in events.iter().zip(seqs).zip(task_seqs) {
+            records.push(EventRecord {
+                seq: to_u64(seq)?,
+                task_seq: to_u64(task_seq)?,
+                task: task.id.clone(),
+                at_ms: now,
+                event: event.clone(),
+            });
+        }
+        outcomes[i] = Some(Ok(Finished {
+            task,
+            events: records,
+        }));
+    }
+    Ok(Some(outcomes))
+}
+
+/// `finish_runs` in one transaction: [`end_runs`], then the events.
+async fn finish_runs_in_transaction(
+    client: &mut deadpool_postgres::Client,
+    completions: Vec<Completion>,
+    now: i64,
+) -> Result<Vec<Result<Finished, StoreError>>, StoreError> {
+    let tx = client.transaction().await.map_err(pg_error)?;
+    let ended = end_runs(&tx, completions, now).await?;
+    let finished = append_finish_events(&tx, ended, now).await?;
+    tx.commit().await.map_err(pg_error)?;
+    Ok(finished)
+}
+
 /// A run [`end_runs`] ended (its task as stored, the events still to write) or why not.
 type Ended = Result<(Task, Completion), StoreError>;
 
@@ -761,46 +958,24 @@ async fn end_runs(
             }
         }
     }
-    let (mut ids, mut numbers, mut workers, mut statuses, mut texts, mut ords) =
-        (vec![], vec![], vec![], vec![], vec![], vec![]);
-    let mut tasks = std::collections::HashSet::new();
-    for (i, completion) in completions.iter().enumerate() {
-        if outcomes[i].is_none() && tasks.insert(completion.run.task.as_str()) {
-            ids.push(completion.run.task.as_str());
-            numbers.push(i64::from(completion.run.number));
-            workers.push(completion.worker.as_str());
-            statuses.push(status_name(completion.status));
-            texts.push(results[i].as_deref());
-            ords.push(to_i64(i as u64)?);
-        }
-    }
+    let pending: Vec<bool> = outcomes.iter().map(Option::is_none).collect();
+    let input = EndRunsInput::new(&completions, &results, &pending)?;
     let rows = query(
         tx,
         &format!(
-            "WITH input AS MATERIALIZED (
-                 SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[],
-                     $5::text[], $6::bigint[]) AS i(task_id, number, worker, status, result, ord)),
-             task AS MATERIALIZED (
-                 SELECT id, status FROM tasks WHERE id = ANY($1) ORDER BY id FOR UPDATE),
-             ended AS (
-                 UPDATE runs SET ended_at_ms = $7, outcome = input.status
-                 FROM input JOIN task ON task.id = input.task_id
-                 WHERE runs.task_id = input.task_id AND runs.number = input.number
-                   AND runs.worker = input.worker AND runs.ended_at_ms IS NULL
-                   AND (task.status || '>' || input.status) = ANY($8)
-                 RETURNING runs.task_id, input.status, input.result, input.ord)
+            "{END_RUNS}
              UPDATE tasks SET status = ended.status, result = COALESCE(ended.result, tasks.result),
                  updated_at_ms = $7
              FROM ended WHERE tasks.id = ended.task_id
              RETURNING ended.ord, {CLAIMED_COLUMNS}"
         ),
         &[
-            &ids,
-            &numbers,
-            &workers,
-            &statuses,
-            &texts,
-            &ords,
+            &input.ids,
+            &input.numbers,
+            &input.workers,
+            &input.statuses,
+            &input.results,
+            &input.ords,
             &now,
             &finish_transitions(),
         ],
@@ -1468,11 +1643,46 @@ impl PostgresStore {
         }
         let now = self.now();
         let mut client = self.client().await?;
-        let tx = client.transaction().await.map_err(pg_error)?;
-        let ended = end_runs(&tx, completions, now).await?;
-        let finished = append_finish_events(&tx, ended, now).await?;
-        tx.commit().await.map_err(pg_error)?;
-        Ok(finished)
+        let Some(mut outcomes) = finish_runs_fast(&*client, &completions, now).await? else {
+            return finish_runs_in_transaction(&mut client, completions, now).await;
+        };
+        // The rest (lost leases, refused transitions, a task's second completion) go through
+        // `finish_run`'s checks, which name the reason. The statement above committed: from
+        // here on a failure is that of the remaining rows only.
+        let mut rest = Vec::new();
+        let mut slots = Vec::new();
+        for (i, completion) in completions.into_iter().enumerate() {
+            if outcomes[i].is_none() {
+                rest.push(completion);
+                slots.push(i);
+            }
+        }
+        if rest.is_empty() {
+            return Ok(outcomes.into_iter().flatten().collect());
+        }
+        match finish_runs_in_transaction(&mut client, rest, self.now()).await {
+            Ok(finished) => {
+                for (i, outcome) in slots.into_iter().zip(finished) {
+                    outcomes[i] = Some(outcome);
+                }
+            }
+            Err(error) => {
+                for i in slots {
+                    outcomes[i] = Some(Err(StoreError::Database {
+                        backend: BACKEND,
+                        message: error.to_string(),
+                        retryable: error.is_retryable(),
+                        source: None,
+                    }));
+                }
+            }
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|outcome| {
+                outcome.unwrap_or_else(|| Err(StoreError::invalid_data("finish_runs: no outcome")))
+            })
+            .collect())
     }
 
     async fn finish_and_claim_impl(
