@@ -597,7 +597,8 @@ async fn finish_and_claim_fast(
     let rows = c
         .rows(
             &format!(
-                "WITH task AS MATERIALIZED (SELECT id, status FROM tasks WHERE id = $1 FOR UPDATE),
+                "WITH task AS MATERIALIZED (
+                 SELECT id, status FROM tasks WHERE id = $1 FOR NO KEY UPDATE),
              ended AS (
                  UPDATE runs SET ended_at_ms = $4, outcome = $5
                  FROM task
@@ -714,13 +715,14 @@ async fn finish_and_claim_fast(
 }
 
 /// The common head of the `finish_runs` statements: `input` (one row per completion, `$1`–`$6`),
-/// `task` (their tasks, locked in id order) and `ended` (the runs it ended at `$7`, checked
+/// `task` (their tasks, locked in id order; NO KEY UPDATE so the foreign-key checks of a
+/// concurrent `append_event`, which holds the event counter, do not wait on it) and `ended` (the runs it ended at `$7`, checked
 /// against the allowed `from>to` pairs `$8`).
 const END_RUNS: &str = "WITH input AS MATERIALIZED (
          SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[],
              $5::text[], $6::bigint[]) AS i(task_id, number, worker, status, result, ord)),
      task AS MATERIALIZED (
-         SELECT id, status FROM tasks WHERE id = ANY($1) ORDER BY id FOR UPDATE),
+         SELECT id, status FROM tasks WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE),
      ended AS (
          UPDATE runs SET ended_at_ms = $7, outcome = input.status
          FROM input JOIN task ON task.id = input.task_id
@@ -1011,8 +1013,17 @@ async fn finish_checked(
     now: i64,
 ) -> Result<Task, StoreError> {
     let (run, to) = (&completion.run, completion.status);
-    // Task row first, then run row: the order every writer uses.
-    let from = lock_task_status(tx, &run.task).await?;
+    // Task row first, then run row: the order every writer uses. NO KEY UPDATE, not UPDATE:
+    // `append_event` takes the event counter and then (its foreign key) a KEY SHARE lock on
+    // the task, while this transaction takes the counter after the task.
+    let row = query_opt(
+        tx,
+        "SELECT status FROM tasks WHERE id = $1 FOR NO KEY UPDATE",
+        &[&run.task.as_str()],
+    )
+    .await?
+    .ok_or_else(|| not_found("task", run.task.as_str()))?;
+    let from = status(&get::<String>(&row, 0)?)?;
     check_run_held(tx, run, &completion.worker).await?;
     if is_active(to) || !transition_allowed(from, to) {
         return Err(StoreError::InvalidTransition { from, to });

@@ -626,3 +626,95 @@ conformance!(
     a_queue_never_hands_out_a_claim_whose_lease_was_lost,
     a_queue_keeps_its_claims_alive_and_releases_them,
 );
+
+/// Other events of the same tasks are appended while their runs finish (the completion's
+/// events then race them for the tasks' next sequence numbers): every append and every
+/// completion succeeds, and both sequences stay gap-free.
+async fn completion_events_interleave_with_concurrent_events(f: &Fixture) {
+    const TASKS: usize = 16;
+    const APPENDS: usize = 40;
+    let mut ids = Vec::new();
+    for _ in 0..TASKS {
+        ids.push(f.task(TaskKind::Question, &["app"]).await.id);
+    }
+    let claims = f
+        .store
+        .claim_batch("w", LEASE, &ClaimFilter::default(), TASKS)
+        .await
+        .unwrap();
+    let mut writers = Vec::new();
+    for writer in 0..4 {
+        let store = f.store.clone();
+        let ids = ids.clone();
+        writers.push(tokio::spawn(async move {
+            for i in 0..APPENDS {
+                let task = &ids[(i * 7 + writer) % ids.len()];
+                let text = format!("{writer}/{i}");
+                store
+                    .append_event(task, Event::AgentMessage { text })
+                    .await
+                    .unwrap();
+            }
+        }));
+    }
+    let mut finishing = Vec::new();
+    for (n, chunk) in claims.chunks(4).enumerate() {
+        let store = f.store.clone();
+        let chunk = chunk.to_vec();
+        finishing.push(tokio::spawn(async move {
+            if n % 2 == 0 {
+                let completions = chunk
+                    .iter()
+                    .map(|c| completion(c, "w", TaskStatus::Completed))
+                    .collect();
+                for outcome in store.finish_runs(completions).await.unwrap() {
+                    outcome.unwrap();
+                }
+            } else {
+                for claim in &chunk {
+                    store
+                        .finish_and_claim(
+                            completion(claim, "w", TaskStatus::Completed),
+                            LEASE,
+                            &ClaimFilter::default(),
+                        )
+                        .await
+                        .unwrap();
+                }
+            }
+        }));
+    }
+    for handle in writers.into_iter().chain(finishing) {
+        handle.await.unwrap();
+    }
+    let mut total = 0;
+    for id in &ids {
+        let records = f
+            .store
+            .events_after(&EventStream::Task(id.clone()), 0, 1000)
+            .await
+            .unwrap();
+        assert_eq!(
+            records.iter().map(|r| r.task_seq).collect::<Vec<_>>(),
+            (1..=records.len() as u64).collect::<Vec<_>>()
+        );
+        let finished_events = records
+            .iter()
+            .filter(|r| matches!(r.event, Event::TaskFinished { .. }))
+            .count();
+        assert_eq!(finished_events, 1, "{id}");
+        total += records.len();
+    }
+    assert_eq!(total, TASKS + 4 * APPENDS);
+    let every = f
+        .store
+        .events_after(&EventStream::All, 0, 1000)
+        .await
+        .unwrap();
+    assert_eq!(
+        every.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=total as u64).collect::<Vec<_>>()
+    );
+}
+
+conformance!(completion_events_interleave_with_concurrent_events);
