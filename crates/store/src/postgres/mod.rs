@@ -378,7 +378,7 @@ async fn interrupt_runs(
 
 /// What one attempt of the locking claim path found.
 enum Attempt {
-    Claimed(Claim),
+    Claimed(Box<Claim>),
     /// Nothing is claimable.
     Empty,
     /// The candidate's repository was taken by a writer that started concurrently: try again.
@@ -524,11 +524,11 @@ async fn claim_attempt(
     )
     .await?;
     let task = read_task(&row)?;
-    Ok(Attempt::Claimed(Claim {
+    Ok(Attempt::Claimed(Box::new(Claim {
         run_number: task.runs,
         task,
         lease_expires_at_ms: expires,
-    }))
+    })))
 }
 
 /// [`PostgresStore::claim`] inside a transaction that did other work first: the locking
@@ -553,7 +553,7 @@ async fn claim_in(
         match claim_attempt(&savepoint, worker, lease, kinds, exclusive, now).await? {
             Attempt::Claimed(claim) => {
                 savepoint.commit().await.map_err(pg_error)?;
-                return Ok(Some(claim));
+                return Ok(Some(*claim));
             }
             Attempt::Empty => {
                 savepoint.commit().await.map_err(pg_error)?;
@@ -1594,7 +1594,7 @@ impl PostgresStore {
             match claim_attempt(&tx, worker, lease, &kinds, &exclusive, self.now()).await? {
                 Attempt::Claimed(claim) => {
                     tx.commit().await.map_err(pg_error)?;
-                    return Ok(Some(claim));
+                    return Ok(Some(*claim));
                 }
                 Attempt::Empty => {
                     tx.commit().await.map_err(pg_error)?;
