@@ -4,6 +4,8 @@
 //! schema per measurement, dropped afterwards), for three paths:
 //!
 //! - `claim+finish`: `claim`, then `finish_run` — two transactions per cycle (the old path);
+//! - `+event`: the old path with the `task_finished` event appended on its own before
+//!   `finish_run`, as the worker does today — three transactions per cycle;
 //! - `finish+claim`: `finish_and_claim` — one transaction per cycle, plus a `task_finished`
 //!   event written in it;
 //! - `queue+batch`: the W workers are the slots of one process sharing a `ClaimQueue`
@@ -39,13 +41,15 @@ const GOAL_CYCLES: f64 = 2_000.0;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Path {
     ClaimThenFinish,
+    ClaimEventFinish,
     FinishAndClaim,
     QueueAndBatch,
 }
 
 impl Path {
-    const ALL: [Path; 3] = [
+    const ALL: [Path; 4] = [
         Path::ClaimThenFinish,
+        Path::ClaimEventFinish,
         Path::FinishAndClaim,
         Path::QueueAndBatch,
     ];
@@ -53,6 +57,7 @@ impl Path {
     fn name(self) -> &'static str {
         match self {
             Path::ClaimThenFinish => "claim+finish",
+            Path::ClaimEventFinish => "+event",
             Path::FinishAndClaim => "finish+claim",
             Path::QueueAndBatch => "queue+batch",
         }
@@ -131,7 +136,9 @@ async fn main() -> Result<()> {
     let goal = GOAL_CYCLES.min(0.9 * 2.0 * commits);
     let best = results
         .iter()
-        .filter(|(path, workers, _)| *path != Path::ClaimThenFinish && *workers == 8)
+        .filter(|(path, workers, _)| {
+            matches!(path, Path::FinishAndClaim | Path::QueueAndBatch) && *workers == 8
+        })
         .map(|(_, _, cycles)| *cycles)
         .fold(0.0, f64::max);
     println!(
@@ -203,6 +210,15 @@ async fn measure(
             match path {
                 Path::ClaimThenFinish => {
                     while let Some(claim) = store.claim(&name, LEASE, &filter).await? {
+                        store
+                            .finish_run(&claim.run(), &name, TaskStatus::Completed, None)
+                            .await?;
+                        cycles += 1;
+                    }
+                }
+                Path::ClaimEventFinish => {
+                    while let Some(claim) = store.claim(&name, LEASE, &filter).await? {
+                        store.append_event(&claim.task.id, task_finished()).await?;
                         store
                             .finish_run(&claim.run(), &name, TaskStatus::Completed, None)
                             .await?;
