@@ -119,8 +119,11 @@ pub trait Store: Send + Sync {
 
     /// Ends `completion.run` like [`Store::finish_run`] (the same checks, the same errors, and
     /// nothing claimed when one fails), writes `completion.events` for it, and claims the next
-    /// task like [`Store::claim`] — all in one transaction. The default does the finish through
-    /// [`Store::finish_runs`] and the claim in a second transaction.
+    /// task like [`Store::claim`], in one transaction. Except: on Postgres a change or maintain
+    /// task that comes next is claimed in a second transaction (under its repositories' locks),
+    /// and if that claim fails the run stays finished and the claim is `None` (the task stays
+    /// queued). The default does the finish through [`Store::finish_runs`] and the claim in a
+    /// second transaction.
     fn finish_and_claim<'a>(
         &'a self,
         completion: Completion,
