@@ -5,14 +5,14 @@
 
 use crate::progress::StderrProgress;
 use crate::records::{self, RepoRecord, TaskRecord};
-use crate::{ids, text, usage};
+use crate::{text, usage};
 use anyhow::Context;
 use std::path::PathBuf;
 use warden_protocol::{
     Event, Failure, FailureCode, QuestionOutcome, QuestionResult, Role, TaskId, TaskKind,
     TaskStatus, TranscriptEntry,
 };
-use warden_repo::{RepoSpec, RepoStore, Source};
+use warden_repo::{RepoSpec, Source};
 use warden_runtime::{
     CancelFlag, Clock, EventSink, FileJournal, Journal, RecordKind, RunOutcome, RunReport,
     SystemClock,
@@ -57,12 +57,38 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
     let specs = repo_specs(&args.repos, earlier.as_ref())?;
 
     let progress = StderrProgress::new();
-    let store = RepoStore::open(&config.home).context("cannot open the repository store")?;
-    let repos =
-        question::pin_all(&store, &specs, &|line| progress.line(line)).map_err(setup_error)?;
+    let store = config
+        .storage
+        .open_repos(&config.home)
+        .context("cannot open the repository store")?;
     let clock = SystemClock;
+    let repos = match question::pin_all(&store, &specs, &|line| progress.line(line)) {
+        Ok(repos) => repos,
+        // A disk budget refused the repository: the task fails visibly, with a result.
+        Err(SetupError::Quota(message)) => {
+            let now = clock.now_ms();
+            let record = TaskRecord {
+                id: warden_store::new_task_id_at(now)?,
+                kind: TaskKind::Question,
+                status: TaskStatus::Running,
+                prompt: question.clone(),
+                created_at: records::rfc3339(now),
+                follow_up_to: earlier.as_ref().map(|e| e.id.clone()),
+                repos: Vec::new(),
+                transcript: Vec::new(),
+                result: None,
+                change_result: None,
+            };
+            let failure = Failure {
+                code: FailureCode::QuotaExceeded,
+                message,
+            };
+            return finish_failed(config, &args, model.as_ref(), record, failure, &progress);
+        }
+        Err(error) => return Err(setup_error(error)),
+    };
     let now = clock.now_ms();
-    let task_id = ids::new_task_id(now)?;
+    let task_id = warden_store::new_task_id_at(now)?;
     let scratch = config.home.join("scratch").join(task_id.as_str());
     let sandbox = TaskSandbox::open(config, &repos, &scratch);
     let manifest = question::manifest(&repos);
@@ -241,8 +267,50 @@ async fn run_with_ctrl_c(
 pub(crate) fn setup_error(error: SetupError) -> anyhow::Error {
     match error {
         SetupError::Usage(message) => usage(anyhow::anyhow!(message)),
-        SetupError::Infrastructure(message) => anyhow::anyhow!(message),
+        SetupError::Infrastructure(message) | SetupError::Quota(message) => {
+            anyhow::anyhow!(message)
+        }
     }
+}
+
+/// Ends a question that failed before it could run (nothing was journaled, nothing spent):
+/// the record, the finish line and the result.
+fn finish_failed(
+    config: &Config,
+    args: &AskArgs,
+    model: &dyn warden_runtime::Model,
+    mut record: TaskRecord,
+    failure: Failure,
+    progress: &StderrProgress,
+) -> anyhow::Result<u8> {
+    let redactor = config.redactor();
+    let report = RunReport {
+        outcome: RunOutcome::Failed(failure),
+        usage: warden_protocol::Usage {
+            cost_usd: Some(0.0),
+            ..warden_protocol::Usage::default()
+        },
+        messages: vec![],
+    };
+    let QuestionReport { result, status, .. } =
+        question::question_report(&record.id, model, None, report);
+    record.status = status;
+    record.transcript.push(TranscriptEntry {
+        role: Role::User,
+        text: record.prompt.clone(),
+    });
+    record.result = Some(result.clone());
+    records::save(&config.home, &record, &redactor)?;
+    progress.emit(Event::TaskFinished {
+        status,
+        outcome: finish_line(&result),
+    });
+    if args.json {
+        println!("{}", redactor.json(serde_json::to_value(&result)?));
+    } else {
+        print!("{}", redactor.text(&render_result(&result)));
+    }
+    Ok(result.exit_code() as u8)
 }
 
 fn repo_specs(arguments: &[String], earlier: Option<&TaskRecord>) -> anyhow::Result<Vec<RepoSpec>> {

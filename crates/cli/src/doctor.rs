@@ -1,8 +1,16 @@
-//! `warden doctor`: tells a person what works on this machine — git, the state directory, the
-//! model configuration — and what to do about what does not.
+//! `warden doctor`: tells a person what works on this machine — the configuration, git, the
+//! state directory, the model (its configuration, and its endpoint with one request that
+//! costs nothing: the provider's model list), the sandbox backends and their layers, and the
+//! server named by `WARDEN_SERVER` — and what to do about what does not. Every check is shown
+//! even when an earlier one fails (a bad `WARDEN_MODEL` included); the exit code is 1 when any
+//! check fails.
+
+use std::time::Duration;
 
 use serde_json::json;
 use warden_server::config::{Config, ModelChoice};
+
+use crate::remote::RemoteOptions;
 
 struct Check {
     name: &'static str,
@@ -10,8 +18,34 @@ struct Check {
     detail: String,
 }
 
-pub fn doctor(config: &Config, as_json: bool) -> anyhow::Result<u8> {
+/// How long the endpoint and server checks wait.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What to check besides the machine.
+pub struct DoctorOptions<'a> {
+    pub as_json: bool,
+    /// Make no network request (model endpoint, server).
+    pub offline: bool,
+    /// Why the configuration could not be loaded; the checks then run on the defaults.
+    pub config_error: Option<String>,
+    pub remote: &'a RemoteOptions,
+}
+
+pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Result<u8> {
+    let as_json = options.as_json;
     let mut checks = Vec::new();
+    checks.push(match &options.config_error {
+        None => Check {
+            name: "configuration",
+            ok: true,
+            detail: "loaded (warden.toml and the environment)".into(),
+        },
+        Some(error) => Check {
+            name: "configuration",
+            ok: false,
+            detail: format!("{error}; the checks below use the defaults"),
+        },
+    });
     checks.push(
         match warden_repo::Git::locate().and_then(|git| git.version()) {
             Ok(version) => Check {
@@ -51,43 +85,10 @@ pub fn doctor(config: &Config, as_json: bool) -> anyhow::Result<u8> {
             ),
         },
     });
-    checks.push(match &config.model {
-        ModelChoice::Faux => Check {
-            name: "model",
-            ok: true,
-            detail: "faux: the deterministic no-model runner (demos and tests only)".into(),
-        },
-        ModelChoice::Remote { primary, fallback } => Check {
-            name: "model",
-            // Local compatible servers (Ollama, llama.cpp) need no key; the official APIs do.
-            ok: primary.api_key.is_some() || primary.base_url != official_base_url(primary),
-            detail: format!(
-                "{}:{} at {}{}{}",
-                match primary.provider {
-                    warden_models::Provider::OpenAi => "openai",
-                    warden_models::Provider::Anthropic => "anthropic",
-                },
-                primary.model,
-                warden_repo::redact_credentials(&primary.base_url),
-                if primary.api_key.is_some() {
-                    " (key set)"
-                } else {
-                    " (no API key set)"
-                },
-                fallback
-                    .as_ref()
-                    .map(|f| format!("; fallback {}", f.model))
-                    .unwrap_or_default()
-            ),
-        },
-        ModelChoice::Missing => Check {
-            name: "model",
-            ok: false,
-            detail: "no model configured; set WARDEN_MODEL=openai:MODEL (OPENAI_API_KEY, \
-                     OPENAI_BASE_URL for compatible servers) or WARDEN_MODEL=faux"
-                .into(),
-        },
-    });
+    checks.push(model_check(config, options.offline).await);
+    if let Some(server) = options.remote.server() {
+        checks.push(server_check(server, options.remote.token.as_deref(), options.offline).await);
+    }
     let reports = warden_sandbox::probe_with(&config.sandbox.config);
     let chosen = config.sandbox.backend;
     let chosen_ok = reports
@@ -151,21 +152,204 @@ pub fn doctor(config: &Config, as_json: bool) -> anyhow::Result<u8> {
             );
         }
     }
-    // git, the state directory and the chosen sandbox are what every task needs.
-    let essential_ok = checks
-        .iter()
-        .filter(|c| matches!(c.name, "git" | "state directory" | "sandbox"))
-        .all(|c| c.ok);
-    Ok(if essential_ok { 0 } else { 1 })
+    Ok(if checks.iter().all(|c| c.ok) { 0 } else { 1 })
 }
 
-fn official_base_url(config: &warden_models::ModelConfig) -> String {
-    match config.provider {
+async fn model_check(config: &Config, offline: bool) -> Check {
+    let (primary, fallback) = match &config.model {
+        ModelChoice::Faux => {
+            return Check {
+                name: "model",
+                ok: true,
+                detail: "faux: the deterministic no-model runner (demos and tests only)".into(),
+            }
+        }
+        ModelChoice::Missing => {
+            return Check {
+                name: "model",
+                ok: false,
+                detail: "no model configured; set WARDEN_MODEL=openai:MODEL (OPENAI_API_KEY, \
+                         OPENAI_BASE_URL for compatible servers), anthropic:MODEL \
+                         (ANTHROPIC_API_KEY) or WARDEN_MODEL=faux"
+                    .into(),
+            }
+        }
+        ModelChoice::Remote { primary, fallback } => (primary, fallback),
+    };
+    let described = format!(
+        "{}:{} at {}{}",
+        provider_name(primary.provider),
+        primary.model,
+        warden_repo::redact_credentials(&primary.base_url),
+        fallback
+            .as_ref()
+            .map(|f| format!("; fallback {}:{}", provider_name(f.provider), f.model))
+            .unwrap_or_default()
+    );
+    if let Some(missing) = config.model.missing_key() {
+        return Check {
+            name: "model",
+            ok: false,
+            detail: format!("{described}: {missing}"),
+        };
+    }
+    if offline {
+        return Check {
+            name: "model",
+            ok: true,
+            detail: format!("{described}; endpoint not checked (--offline)"),
+        };
+    }
+    let (ok, verdict) = probe_endpoint(primary).await;
+    Check {
+        name: "model",
+        ok,
+        detail: format!("{described}: {verdict}"),
+    }
+}
+
+fn provider_name(provider: warden_models::Provider) -> &'static str {
+    match provider {
+        warden_models::Provider::OpenAi => "openai",
+        warden_models::Provider::Anthropic => "anthropic",
+    }
+}
+
+/// One request that spends nothing: the provider's model list, with the key. Says whether the
+/// endpoint answers and the key is accepted; a server without the list route is reachable but
+/// its key unchecked.
+async fn probe_endpoint(model: &warden_models::ModelConfig) -> (bool, String) {
+    let base = model.base_url.trim_end_matches('/');
+    let client = match reqwest::Client::builder()
+        .timeout(PROBE_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+    {
+        Ok(client) => client,
+        Err(error) => return (false, format!("cannot build an HTTP client: {error}")),
+    };
+    let (url, request) = match model.provider {
         warden_models::Provider::OpenAi => {
-            warden_models::ModelConfig::openai(&config.model).base_url
+            let url = format!("{base}/models");
+            let request = client.get(&url);
+            let request = match &model.api_key {
+                Some(key) => request.bearer_auth(key),
+                None => request,
+            };
+            (url, request)
         }
         warden_models::Provider::Anthropic => {
-            warden_models::ModelConfig::anthropic(&config.model).base_url
+            let url = format!("{base}/v1/models");
+            let request = client.get(&url).header("anthropic-version", "2023-06-01");
+            let request = match &model.api_key {
+                Some(key) => request.header("x-api-key", key),
+                None => request,
+            };
+            (url, request)
         }
+    };
+    let shown = warden_repo::redact_credentials(&url);
+    let key_variable = match model.provider {
+        warden_models::Provider::OpenAi => "OPENAI_API_KEY",
+        warden_models::Provider::Anthropic => "ANTHROPIC_API_KEY",
+    };
+    match request.send().await {
+        Ok(response) => match response.status().as_u16() {
+            200..=299 => (
+                true,
+                format!("endpoint answers and accepts the key (GET {shown})"),
+            ),
+            401 | 403 => (
+                false,
+                format!(
+                    "the endpoint refused the key (GET {shown}: {}); check {key_variable}",
+                    response.status()
+                ),
+            ),
+            404 | 405 => (
+                true,
+                format!(
+                    "endpoint reachable, but it has no model list (GET {shown}: {}), so the key \
+                     was not checked",
+                    response.status()
+                ),
+            ),
+            _ => (
+                false,
+                format!(
+                    "the endpoint answered GET {shown} with {}",
+                    response.status()
+                ),
+            ),
+        },
+        Err(error) => (
+            false,
+            format!(
+                "cannot reach {shown}: {}; check the base URL and the network",
+                error_chain(&error)
+            ),
+        ),
     }
+}
+
+/// The server `WARDEN_SERVER` names: reachable (`/healthz`) and the token accepted.
+async fn server_check(server: &str, token: Option<&str>, offline: bool) -> Check {
+    let shown = crate::text::one_line(server);
+    if offline {
+        return Check {
+            name: "server",
+            ok: true,
+            detail: format!("{shown}: not checked (--offline)"),
+        };
+    }
+    let remote = match crate::remote::Remote::new(server, token) {
+        Ok(remote) => remote,
+        Err(error) => {
+            return Check {
+                name: "server",
+                ok: false,
+                detail: format!("{error:#}"),
+            }
+        }
+    };
+    let health = tokio::time::timeout(PROBE_TIMEOUT, remote.get("/healthz")).await;
+    if let Err(error) = health.unwrap_or_else(|_| Err(anyhow::anyhow!("no answer in 10 s"))) {
+        return Check {
+            name: "server",
+            ok: false,
+            detail: format!("{shown}: {error:#}; is `warden serve` running there?"),
+        };
+    }
+    if token.is_none() {
+        return Check {
+            name: "server",
+            ok: false,
+            detail: format!("{shown} answers, but WARDEN_TOKEN is not set"),
+        };
+    }
+    let tasks = tokio::time::timeout(PROBE_TIMEOUT, remote.get("/v1/tasks?limit=1")).await;
+    match tasks.unwrap_or_else(|_| Err(anyhow::anyhow!("no answer in 10 s"))) {
+        Ok(_) => Check {
+            name: "server",
+            ok: true,
+            detail: format!("{shown} answers and accepts the token"),
+        },
+        Err(error) => Check {
+            name: "server",
+            ok: false,
+            detail: format!("{shown} answers, but: {error:#}; check WARDEN_TOKEN"),
+        },
+    }
+}
+
+/// An error with its causes, on one line.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }

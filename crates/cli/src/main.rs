@@ -5,7 +5,7 @@ mod apply;
 mod approve;
 mod ask;
 mod doctor;
-mod ids;
+mod gc;
 mod progress;
 mod records;
 mod remote;
@@ -13,6 +13,7 @@ mod remote_cli;
 mod run;
 mod serve;
 mod text;
+mod timeline;
 mod token;
 
 use clap::{Parser, Subcommand};
@@ -49,6 +50,7 @@ enum Command {
     Reject(approve::RejectArgs),
     /// Show a task and its result
     Show {
+        /// The task id (tsk_…)
         task: String,
         /// Print the task record as JSON
         #[arg(long)]
@@ -56,37 +58,47 @@ enum Command {
     },
     /// List tasks
     Tasks {
+        /// Print the tasks as JSON
         #[arg(long)]
         json: bool,
     },
-    /// Print a task's run journal (verifying its hash chain); with --server and --follow, follow
-    /// its events live and print its result
+    /// Print a task's run journal as a timeline (turns, tool calls with durations, rejections,
+    /// checks, spend), verifying its hash chain; with --server and --follow, follow its events
+    /// live and print its result
     Logs {
+        /// The task id (tsk_…)
         task: String,
         /// Follow the task's events until it settles, then print its result (needs --server)
         #[arg(long)]
         follow: bool,
-        /// With --follow, print the result as one JSON object
+        /// The raw journal records, one JSON object a line (with --follow: the result as one
+        /// JSON object)
         #[arg(long)]
         json: bool,
     },
     /// Cancel a task on the server (needs --server)
     Cancel {
+        /// The task id (tsk_…)
         task: String,
+        /// Print the result as JSON
         #[arg(long)]
         json: bool,
     },
     /// Run a finished task again as a new task on the server and follow it (needs --server)
     Retry {
+        /// The task id (tsk_…)
         task: String,
+        /// Print the result as JSON
         #[arg(long)]
         json: bool,
     },
     /// Answer a task's clarification on the server and follow it as it resumes (needs --server)
     Answer {
+        /// The task id (tsk_…)
         task: String,
         /// The answer
         text: String,
+        /// Print the result as JSON
         #[arg(long)]
         json: bool,
     },
@@ -94,6 +106,7 @@ enum Command {
     Repos {
         #[command(subcommand)]
         command: Option<remote_cli::ReposCommand>,
+        /// Print the repositories as JSON
         #[arg(long)]
         json: bool,
     },
@@ -106,11 +119,19 @@ enum Command {
         #[command(subcommand)]
         command: token::TokenCommand,
     },
-    /// Report what works on this machine: git, state directory, model configuration
+    /// Report what works on this machine: configuration, git, state directory, the model and
+    /// its endpoint, sandbox backends and layers, and the server (WARDEN_SERVER); exit 1 if
+    /// anything fails
     Doctor {
+        /// Print the checks as one JSON object
         #[arg(long)]
         json: bool,
+        /// Make no network request (the model endpoint and the server are not checked)
+        #[arg(long)]
+        offline: bool,
     },
+    /// Evict unused mirrors and snapshots down to [storage] max_bytes
+    Gc(gc::GcArgs),
 }
 
 /// An error in how Warden was invoked or configured: exit code 2.
@@ -185,6 +206,10 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         remote_cli::Dispatch::Done(code) => return Ok(code),
         remote_cli::Dispatch::Local(command) => Cli { command, ..cli },
     };
+    if let Command::Doctor { json, offline } = cli.command {
+        // Every check, even when the configuration does not load.
+        return doctor_anyway(cli.config.as_deref(), &cli.remote, json, offline);
+    }
     let config = warden_server::config::Config::load(
         cli.config.as_deref(),
         &warden_server::config::ProcessEnv,
@@ -244,20 +269,74 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Retry { .. } => Err(needs_server("retry")),
         Command::Answer { .. } => Err(needs_server("answer")),
         Command::Repos { .. } => Err(needs_server("repos")),
-        Command::Logs { task, .. } => {
+        Command::Logs { task, json, .. } => {
             let id = task.parse().map_err(usage)?;
+            // An unknown task is one sentence and exit 2, like `show`.
+            records::load(&config.home, &id).map_err(usage)?;
             let path = records::journal_path(&config.home, &id, 1);
             let records = warden_runtime::FileJournal::verify(&path)?;
-            for record in records {
-                println!("{}", text::json_text(&serde_json::to_string(&record)?));
+            if json {
+                for record in records {
+                    println!("{}", text::json_text(&serde_json::to_string(&record)?));
+                }
+            } else {
+                let values = records
+                    .iter()
+                    .map(serde_json::to_value)
+                    .collect::<Result<Vec<_>, _>>()?;
+                println!("{id} · run 1");
+                print!("{}", timeline::render(&values));
             }
             eprintln!("warden: journal hash chain verified");
             Ok(0)
         }
-        Command::Doctor { json } => doctor::doctor(&config, json),
+        // Normally answered above, before the configuration had to load.
+        Command::Doctor { json, offline } => {
+            doctor_anyway(cli.config.as_deref(), &cli.remote, json, offline)
+        }
+        Command::Gc(args) => gc::gc(&config, args),
         Command::Serve => tokio_runtime()?.block_on(serve::serve(config)),
         Command::Worker => tokio_runtime()?.block_on(serve::worker(config)),
         Command::Token { command } => tokio_runtime()?.block_on(token::token(&config, command)),
+    }
+}
+
+/// `warden doctor` runs every check even when the configuration does not load (a bad
+/// `WARDEN_MODEL`, an unknown key in warden.toml): it reports that failure first and checks the
+/// rest with the defaults.
+fn doctor_anyway(
+    explicit: Option<&std::path::Path>,
+    remote: &remote::RemoteOptions,
+    json: bool,
+    offline: bool,
+) -> anyhow::Result<u8> {
+    use warden_server::config::{Config, ProcessEnv};
+    let (config, config_error) = match Config::load(explicit, &ProcessEnv) {
+        Ok(config) => (config, None),
+        Err(error) => {
+            let defaults =
+                Config::load(Some(std::path::Path::new("/dev/null")), &HomeOnly).map_err(usage)?;
+            (defaults, Some(format!("{error:#}")))
+        }
+    };
+    let options = doctor::DoctorOptions {
+        as_json: json,
+        offline,
+        config_error,
+        remote,
+    };
+    tokio_runtime()?.block_on(doctor::doctor(&config, options))
+}
+
+/// The environment as far as it says where Warden's state lives, and nothing else.
+struct HomeOnly;
+
+impl warden_server::config::Env for HomeOnly {
+    fn var(&self, name: &str) -> Option<String> {
+        matches!(name, "WARDEN_HOME" | "HOME")
+            .then(|| std::env::var(name).ok())
+            .flatten()
+            .filter(|v| !v.is_empty())
     }
 }
 

@@ -18,9 +18,10 @@ impl StderrProgress {
         }
     }
 
-    /// Prints one line; control characters in it are escaped.
+    /// Prints one step; control characters in it are escaped, and line breaks (in rejection
+    /// reasons, check output) continue on indented lines instead of showing as `\n`.
     pub fn line(&self, text: &str) {
-        let text = crate::text::one_line(text);
+        let text = progress_text(text);
         let _guard = self.lock.lock();
         let mut stderr = std::io::stderr().lock();
         // Progress is best effort: a closed stderr must not fail the task.
@@ -34,6 +35,11 @@ impl EventSink for StderrProgress {
             self.line(&text);
         }
     }
+}
+
+/// One progress step as printed: escaped, continuation lines indented.
+fn progress_text(text: &str) -> String {
+    crate::text::block(text.trim_end_matches('\n'), "      ")
 }
 
 fn render(event: &Event) -> Option<String> {
@@ -68,13 +74,50 @@ fn render(event: &Event) -> Option<String> {
             ok: false, summary, ..
         } => format!("    ✗ {summary} failed"),
         Event::PolicyDenied { tool, reason } => format!("    ✗ {tool} denied: {reason}"),
+        Event::ToolCallRejected {
+            tool,
+            reason,
+            consecutive,
+        } => format!("    ✗ {tool} call rejected ({consecutive} in a row): {reason}"),
         Event::SubmissionRejected { attempt, errors } => {
-            format!("    ✗ submission {attempt} rejected: {}", errors.join("; "))
+            format!(
+                "    ✗ submission {attempt} rejected:\n- {}",
+                errors.join("\n- ")
+            )
         }
         Event::TaskFinished { outcome, .. } => format!("warden: {outcome}"),
+        Event::RedactionFailed => {
+            "  ! an event was withheld: redacting secrets from it failed".into()
+        }
         Event::ModelResponded { .. }
         | Event::AgentMessage { .. }
         | Event::ToolFinished { ok: true, .. }
         | Event::StatusChanged { .. } => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejections_render_line_breaks_as_lines_and_escape_the_rest() {
+        let event = Event::SubmissionRejected {
+            attempt: 2,
+            errors: vec!["line 99 is past the end".into(), "no \x1b[31mcolour".into()],
+        };
+        assert_eq!(
+            progress_text(&render(&event).unwrap()),
+            "    ✗ submission 2 rejected:\n      - line 99 is past the end\n      - no \\u{1b}[31mcolour"
+        );
+        let event = Event::ToolCallRejected {
+            tool: "nope".into(),
+            reason: "unknown tool \"nope\"".into(),
+            consecutive: 3,
+        };
+        assert_eq!(
+            progress_text(&render(&event).unwrap()),
+            "    ✗ nope call rejected (3 in a row): unknown tool \"nope\""
+        );
+    }
 }

@@ -401,9 +401,12 @@ impl Remote {
                 let Some(event) = event else {
                     continue;
                 };
+                // A withheld event (`redaction_failed`) may have been the end.
                 let ends_run = matches!(
                     event,
-                    Event::TaskFinished { .. } | Event::StatusChanged { .. }
+                    Event::TaskFinished { .. }
+                        | Event::StatusChanged { .. }
+                        | Event::RedactionFailed
                 );
                 progress(event);
                 if ends_run {

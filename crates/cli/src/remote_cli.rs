@@ -30,6 +30,7 @@ pub enum ReposCommand {
         /// A check command for change tasks (repeatable)
         #[arg(long = "check", value_name = "CMD")]
         checks: Vec<String>,
+        /// Print the registered repository as JSON
         #[arg(long)]
         json: bool,
     },
@@ -80,7 +81,7 @@ async fn execute(remote: &Remote, command: Command) -> anyhow::Result<u8> {
             if follow {
                 follow_and_print(remote, &id, None, json).await
             } else {
-                journal(remote, &id).await
+                journal(remote, &id, json).await
             }
         }
         Command::Cancel { task, json } => cancel(remote, &task_id(&task)?, json).await,
@@ -461,19 +462,69 @@ async fn tasks(remote: &Remote, json: bool) -> anyhow::Result<u8> {
 }
 
 /// Each run's journal records, one JSON object a line, as the local `logs` prints them; the
-/// server verified each run's hash chain and says so.
-async fn journal(remote: &Remote, id: &TaskId) -> anyhow::Result<u8> {
-    let journal = remote.get(&format!("/v1/tasks/{id}/journal")).await?;
-    let runs = journal["runs"].as_array().cloned().unwrap_or_default();
-    let mut broken = Vec::new();
-    for run in &runs {
-        for entry in run["entries"].as_array().into_iter().flatten() {
-            println!("{}", text::json_line(entry));
+/// server verified each record's link in its run's hash chain and says so. Read a page at a
+/// time (`cursor`), printed as it comes.
+/// `warden logs TASK`: every page of the task's journal; a timeline per run, or with `json`
+/// the records one a line as a local journal holds them.
+async fn journal(remote: &Remote, id: &TaskId, json: bool) -> anyhow::Result<u8> {
+    let mut runs = None;
+    // The current run's records, for its timeline.
+    let mut run_records: Vec<Value> = Vec::new();
+    let mut run_number: Option<Value> = None;
+    let mut broken: Vec<String> = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(cursor) => format!("/v1/tasks/{id}/journal?limit=200&cursor={cursor}"),
+            None => format!("/v1/tasks/{id}/journal?limit=200"),
+        };
+        let page = remote.get(&path).await?;
+        if runs.is_none() {
+            runs = Some(page["runs"].as_array().map_or(0, Vec::len));
         }
-        if run["chain_ok"] != json!(true) {
-            broken.push(text::json_line(&run["number"]));
+        for record in page["data"].as_array().into_iter().flatten() {
+            // The record as the local journal holds it: without the page's `run`/`chain_ok`.
+            let mut entry = serde_json::Map::new();
+            for field in ["seq", "kind", "at", "hash", "prev_hash", "payload"] {
+                entry.insert(field.to_string(), record[field].clone());
+            }
+            if json {
+                println!("{}", text::json_line(&Value::Object(entry)));
+            } else {
+                if run_number.as_ref() != Some(&record["run"]) {
+                    print_run_timeline(id, run_number.as_ref(), &run_records);
+                    run_records.clear();
+                    run_number = Some(record["run"].clone());
+                }
+                run_records.push(Value::Object(entry));
+            }
+            let run = text::json_line(&record["run"]);
+            if record["chain_ok"] != json!(true) && !broken.contains(&run) {
+                broken.push(run);
+            }
+        }
+        let next = page["next_cursor"]
+            .as_str()
+            .filter(|next| !next.is_empty())
+            .map(|next| {
+                // A cursor is `<run>.<seq>`; anything else is not put in a URL.
+                if next.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+                    Ok(next.to_string())
+                } else {
+                    Err(anyhow::anyhow!("the server sent an invalid journal cursor"))
+                }
+            })
+            .transpose()?;
+        match next {
+            Some(next) if cursor.as_deref() == Some(next.as_str()) => {
+                anyhow::bail!("the server repeated a journal page of {id}")
+            }
+            Some(next) => cursor = Some(next),
+            None => break,
         }
     }
+    print_run_timeline(id, run_number.as_ref(), &run_records);
+    let runs = runs.unwrap_or(0);
     if !broken.is_empty() {
         anyhow::bail!(
             "the server reports a broken journal hash chain in run {} of {id}",
@@ -481,11 +532,17 @@ async fn journal(remote: &Remote, id: &TaskId) -> anyhow::Result<u8> {
         );
     }
     eprintln!(
-        "warden: {} run journal(s); hash chains verified by {}",
-        runs.len(),
+        "warden: {runs} run journal(s); hash chains verified by {}",
         remote.base()
     );
     Ok(0)
+}
+
+fn print_run_timeline(id: &TaskId, run: Option<&Value>, records: &[Value]) {
+    if let Some(run) = run {
+        println!("{id} · run {}", text::json_line(run));
+        print!("{}", crate::timeline::render(records));
+    }
 }
 
 async fn cancel(remote: &Remote, id: &TaskId, json: bool) -> anyhow::Result<u8> {

@@ -8,13 +8,13 @@
 use crate::ask::setup_error;
 use crate::progress::StderrProgress;
 use crate::records::{self, RepoRecord, TaskRecord};
-use crate::{ids, text, usage};
+use crate::{text, usage};
 use anyhow::Context;
 use warden_protocol::{
     ApprovalStatus, ChangeOutcome, ChangeResult, Event, Failure, FailureCode, Role, TaskKind,
     TaskStatus, TranscriptEntry, Usage,
 };
-use warden_repo::{RepoSpec, RepoStore, Source};
+use warden_repo::{RepoSpec, Source};
 use warden_runtime::{
     CancelFlag, Clock, EventSink, FileJournal, Journal, RecordKind, RunOutcome, RunReport,
     SystemClock,
@@ -67,7 +67,10 @@ pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
     let spec = RepoSpec::parse(&args.repo, &cwd).map_err(usage)?;
 
     let progress = StderrProgress::new();
-    let store = RepoStore::open(&config.home).context("cannot open the repository store")?;
+    let store = config
+        .storage
+        .open_repos(&config.home)
+        .context("cannot open the repository store")?;
     let mut repos = question::pin_all(&store, std::slice::from_ref(&spec), &|line| {
         progress.line(line)
     })
@@ -77,7 +80,7 @@ pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
         .ok_or_else(|| anyhow::anyhow!("no repository was pinned"))?;
     let clock = SystemClock;
     let now = clock.now_ms();
-    let task_id = ids::new_task_id(now)?;
+    let task_id = warden_store::new_task_id_at(now)?;
     let scratch = config.home.join("scratch").join(task_id.as_str());
     let mut record = TaskRecord {
         id: task_id.clone(),

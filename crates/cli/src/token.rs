@@ -27,11 +27,15 @@ pub enum TokenCommand {
     },
     /// List the stored tokens (never their secrets)
     List {
+        /// Print the tokens as JSON
         #[arg(long)]
         json: bool,
     },
     /// Revoke a token by id; it stops working at once
-    Revoke { id: String },
+    Revoke {
+        /// The token's id (from `warden token list`)
+        id: String,
+    },
 }
 
 /// Who `created_by` names for tokens made on the command line.

@@ -1,11 +1,18 @@
 //! One configured provider endpoint: sends a request, reads the response (whole or streamed),
 //! retries what is worth retrying and prices the result. Wire details live in `openai` and
 //! `anthropic`; the decisions about failures in `retry`.
+//!
+//! What a server sends is capped, so a misbehaving compatible server cannot exhaust memory:
+//! [`MAX_RESPONSE_BYTES`] for a response body and for everything one stream sends,
+//! [`MAX_STREAM_EVENT_BYTES`] for one SSE line or event, [`MAX_STREAM_EVENTS`] events in one
+//! stream, and [`MAX_ERROR_BODY_BYTES`] read of an error body. Past a response cap the attempt fails for good with a protocol error naming
+//! the cap (the same request would get the same answer); an error body is cut at its cap and
+//! classified by its status as usual.
 
 use crate::config::{ModelConfig, Provider};
 use crate::price::Price;
 use crate::retry::{self, AttemptError};
-use crate::sse::{SseEvent, SseParser};
+use crate::sse::{EventTooLarge, SseEvent, SseParser};
 use crate::{anthropic, openai};
 use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use serde_json::Value;
@@ -14,6 +21,29 @@ use warden_protocol::Event;
 use warden_runtime::{
     Cost, EventSink, ModelError, ModelRequest, ModelResponse, TokenUsage, ToolCall,
 };
+
+/// The most a response body, or everything one stream sends, may hold. Generous: a long
+/// answer is a few hundred kilobytes of JSON.
+pub(crate) const MAX_RESPONSE_BYTES: usize = 32 << 20;
+/// The most one SSE line, or one event's joined `data`, may hold.
+pub(crate) const MAX_STREAM_EVENT_BYTES: usize = 8 << 20;
+/// The most events one stream may send. Each is kept (parsed) in the raw response, which costs
+/// far more memory than its bytes when events are tiny; a stream sends about one event per
+/// output token, and the default output limit is 8,192 tokens.
+pub(crate) const MAX_STREAM_EVENTS: usize = 100_000;
+/// The most of an error body that is read; only its message is used.
+pub(crate) const MAX_ERROR_BODY_BYTES: usize = 64 << 10;
+
+/// `32 MiB`, `64 KiB`: a cap as people read it.
+fn size(bytes: usize) -> String {
+    if bytes >= 1 << 20 && bytes.is_multiple_of(1 << 20) {
+        format!("{} MiB", bytes >> 20)
+    } else if bytes >= 1 << 10 && bytes.is_multiple_of(1 << 10) {
+        format!("{} KiB", bytes >> 10)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
 
 /// What a response decided, before it is priced and named.
 #[derive(Debug, Clone, PartialEq)]
@@ -228,13 +258,20 @@ impl Endpoint {
         let status = response.status();
         if !status.is_success() {
             let headers = response.headers().clone();
-            let text = response.text().await.unwrap_or_default();
-            return Err(retry::classify_http_error(
-                status.as_u16(),
-                &headers,
-                &text,
-                self.secret(),
-            ));
+            let (text, cut) = match read_body(&mut response, MAX_ERROR_BODY_BYTES).await {
+                Ok(Body::Whole(bytes)) => (String::from_utf8_lossy(&bytes).into_owned(), false),
+                Ok(Body::Cut(bytes)) => (String::from_utf8_lossy(&bytes).into_owned(), true),
+                Err(_) => (String::new(), false),
+            };
+            let error = retry::classify_http_error(status.as_u16(), &headers, &text, self.secret());
+            return Err(if cut {
+                error.with_note(&format!(
+                    "error body longer than the {} cap, cut",
+                    size(MAX_ERROR_BODY_BYTES)
+                ))
+            } else {
+                error
+            });
         }
         let content_type = response
             .headers()
@@ -246,9 +283,28 @@ impl Endpoint {
             || (self.config.stream && !content_type.contains("json"));
         if !is_stream {
             // Also taken when a stream was asked for but the server answered with one JSON body.
-            let bytes = response.bytes().await.map_err(|error| {
-                AttemptError::retryable(transport_error("reading the response failed", &error))
-            })?;
+            let too_large = || {
+                AttemptError::protocol(format!(
+                    "response body exceeds the {} cap",
+                    size(MAX_RESPONSE_BYTES)
+                ))
+            };
+            if response
+                .content_length()
+                .is_some_and(|length| length > MAX_RESPONSE_BYTES as u64)
+            {
+                return Err(too_large());
+            }
+            let bytes = match read_body(&mut response, MAX_RESPONSE_BYTES).await {
+                Ok(Body::Whole(bytes)) => bytes,
+                Ok(Body::Cut(_)) => return Err(too_large()),
+                Err(error) => {
+                    return Err(AttemptError::retryable(transport_error(
+                        "reading the response failed",
+                        &error,
+                    )))
+                }
+            };
             let json: Value = serde_json::from_slice(&bytes).map_err(|_| {
                 AttemptError::protocol(retry::clean(
                     &format!(
@@ -305,8 +361,31 @@ fn check_complete(complete: bool, end: StreamEnd, model: &str) -> Result<(), Att
     }
 }
 
+/// A body read up to a cap.
+enum Body {
+    Whole(Vec<u8>),
+    /// The first `cap` bytes of a longer body; the rest was not read.
+    Cut(Vec<u8>),
+}
+
+/// Reads the body, stopping at `cap` bytes.
+async fn read_body(response: &mut reqwest::Response, cap: usize) -> Result<Body, reqwest::Error> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        let room = cap - body.len();
+        if chunk.len() > room {
+            body.extend_from_slice(&chunk[..room]);
+            return Ok(Body::Cut(body));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Body::Whole(body))
+}
+
 /// Reads SSE events until the assembler stops, the body ends, or the transport fails. Every
-/// `data:` payload is appended to `raw` (parsed when it is JSON, as a string otherwise).
+/// `data:` payload is appended to `raw` (parsed when it is JSON, as a string otherwise). A
+/// stream sending more than [`MAX_RESPONSE_BYTES`] or [`MAX_STREAM_EVENTS`] events, or one
+/// event over [`MAX_STREAM_EVENT_BYTES`], fails the attempt for good.
 async fn read_stream<F>(
     response: &mut reqwest::Response,
     raw: &mut Vec<Value>,
@@ -315,8 +394,20 @@ async fn read_stream<F>(
 where
     F: FnMut(&SseEvent, Option<&Value>) -> Result<Flow, AttemptError>,
 {
-    let mut parser = SseParser::default();
+    let mut parser = SseParser::new(MAX_STREAM_EVENT_BYTES);
+    let event_too_large = |error: EventTooLarge| {
+        AttemptError::protocol(format!(
+            "a stream event exceeds the {} cap",
+            size(error.limit)
+        ))
+    };
+    let mut received = 0usize;
     let mut dispatch = |event: SseEvent, raw: &mut Vec<Value>| {
+        if raw.len() >= MAX_STREAM_EVENTS {
+            return Err(AttemptError::protocol(format!(
+                "streamed response exceeds the {MAX_STREAM_EVENTS}-event cap"
+            )));
+        }
         let json = serde_json::from_str::<Value>(&event.data).ok();
         raw.push(
             json.clone()
@@ -327,14 +418,21 @@ where
     loop {
         match response.chunk().await {
             Ok(Some(bytes)) => {
-                for event in parser.push(&bytes) {
+                received = received.saturating_add(bytes.len());
+                if received > MAX_RESPONSE_BYTES {
+                    return Err(AttemptError::protocol(format!(
+                        "streamed response exceeds the {} cap",
+                        size(MAX_RESPONSE_BYTES)
+                    )));
+                }
+                for event in parser.push(&bytes).map_err(event_too_large)? {
                     if dispatch(event, raw)? == Flow::Stop {
                         return Ok(StreamEnd::Stopped);
                     }
                 }
             }
             Ok(None) => {
-                if let Some(event) = parser.finish() {
+                if let Some(event) = parser.finish().map_err(event_too_large)? {
                     if dispatch(event, raw)? == Flow::Stop {
                         return Ok(StreamEnd::Stopped);
                     }

@@ -48,6 +48,28 @@ impl AttemptError {
             message: message.into(),
         }
     }
+
+    /// The same error, its message followed by `; note`.
+    pub fn with_note(self, note: &str) -> AttemptError {
+        match self {
+            AttemptError::Retryable { reason, delay } => AttemptError::Retryable {
+                reason: format!("{reason}; {note}"),
+                delay,
+            },
+            AttemptError::Permanent {
+                status,
+                message,
+                fallback,
+            } => AttemptError::Permanent {
+                status,
+                message: format!("{message}; {note}"),
+                fallback,
+            },
+            AttemptError::Protocol { message } => AttemptError::Protocol {
+                message: format!("{message}; {note}"),
+            },
+        }
+    }
 }
 
 /// The fields of a provider error object that matter for classification and messages.

@@ -1,5 +1,7 @@
 //! An incremental Server-Sent Events parser: bytes in as they arrive, complete events out.
 //! Only what model providers use: `event:` and `data:` fields, comment lines, any line ending.
+//! What it buffers is capped: a line, or an event's joined `data`, longer than its limit is an
+//! error rather than memory a misbehaving server can fill.
 
 /// One dispatched event. `data` joins multiple `data:` lines with `\n`, as the SSE spec says.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -8,8 +10,16 @@ pub(crate) struct SseEvent {
     pub data: String,
 }
 
-#[derive(Debug, Default)]
+/// A line, or an event's joined `data`, went past the parser's limit (in bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EventTooLarge {
+    pub limit: usize,
+}
+
+#[derive(Debug)]
 pub(crate) struct SseParser {
+    /// The longest line, and the longest joined `data` of one event, in bytes.
+    limit: usize,
     /// Bytes of a line not yet terminated.
     line: Vec<u8>,
     /// The previous chunk ended in `\r`: a `\n` starting the next chunk belongs to it.
@@ -19,8 +29,19 @@ pub(crate) struct SseParser {
 }
 
 impl SseParser {
+    /// A parser refusing lines and events longer than `limit` bytes.
+    pub fn new(limit: usize) -> SseParser {
+        SseParser {
+            limit,
+            line: Vec::new(),
+            after_cr: false,
+            event: None,
+            data: None,
+        }
+    }
+
     /// Feeds bytes; returns the events they complete.
-    pub fn push(&mut self, bytes: &[u8]) -> Vec<SseEvent> {
+    pub fn push(&mut self, bytes: &[u8]) -> Result<Vec<SseEvent>, EventTooLarge> {
         let mut out = Vec::new();
         for &byte in bytes {
             if std::mem::take(&mut self.after_cr) && byte == b'\n' {
@@ -30,34 +51,37 @@ impl SseParser {
                 b'\n' | b'\r' => {
                     self.after_cr = byte == b'\r';
                     let line = std::mem::take(&mut self.line);
-                    if let Some(event) = self.line_complete(&line) {
+                    if let Some(event) = self.line_complete(&line)? {
                         out.push(event);
                     }
+                }
+                _ if self.line.len() >= self.limit => {
+                    return Err(EventTooLarge { limit: self.limit })
                 }
                 _ => self.line.push(byte),
             }
         }
-        out
+        Ok(out)
     }
 
     /// The stream ended cleanly: an event left without its closing blank line is still delivered
     /// (some servers end with `data: [DONE]\n` and nothing after).
-    pub fn finish(&mut self) -> Option<SseEvent> {
+    pub fn finish(&mut self) -> Result<Option<SseEvent>, EventTooLarge> {
         let line = std::mem::take(&mut self.line);
         if !line.is_empty() {
-            if let Some(event) = self.line_complete(&line) {
-                return Some(event);
+            if let Some(event) = self.line_complete(&line)? {
+                return Ok(Some(event));
             }
         }
-        self.dispatch()
+        Ok(self.dispatch())
     }
 
-    fn line_complete(&mut self, line: &[u8]) -> Option<SseEvent> {
+    fn line_complete(&mut self, line: &[u8]) -> Result<Option<SseEvent>, EventTooLarge> {
         if line.is_empty() {
-            return self.dispatch();
+            return Ok(self.dispatch());
         }
         if line.first() == Some(&b':') {
-            return None; // comment, e.g. `: PROCESSING` or a keep-alive
+            return Ok(None); // comment, e.g. `: PROCESSING` or a keep-alive
         }
         let line = String::from_utf8_lossy(line);
         let (field, value) = match line.split_once(':') {
@@ -68,6 +92,9 @@ impl SseParser {
             "event" => self.event = Some(value.to_string()),
             "data" => match &mut self.data {
                 Some(data) => {
+                    if data.len() + 1 + value.len() > self.limit {
+                        return Err(EventTooLarge { limit: self.limit });
+                    }
                     data.push('\n');
                     data.push_str(value);
                 }
@@ -75,7 +102,7 @@ impl SseParser {
             },
             _ => {} // `id:`, `retry:` and unknown fields mean nothing to a model client
         }
-        None
+        Ok(None)
     }
 
     fn dispatch(&mut self) -> Option<SseEvent> {
@@ -90,12 +117,12 @@ mod tests {
     use super::*;
 
     fn parse_in_pieces(input: &str, piece: usize) -> Vec<SseEvent> {
-        let mut parser = SseParser::default();
+        let mut parser = SseParser::new(1 << 20);
         let mut events = Vec::new();
         for chunk in input.as_bytes().chunks(piece) {
-            events.extend(parser.push(chunk));
+            events.extend(parser.push(chunk).unwrap());
         }
-        events.extend(parser.finish());
+        events.extend(parser.finish().unwrap());
         events
     }
 
@@ -129,6 +156,26 @@ mod tests {
         assert_eq!(
             parse_in_pieces("event: x\n\ndata: [DONE]", 4),
             vec![data(None, "[DONE]")]
+        );
+    }
+
+    #[test]
+    fn lines_and_events_past_the_limit_are_refused() {
+        let too_large = Err(EventTooLarge { limit: 16 });
+        // One line without an end.
+        let mut parser = SseParser::new(16);
+        assert_eq!(parser.push(b"data: 0123456789"), Ok(vec![]));
+        assert_eq!(parser.push(b"abcdef"), too_large);
+        // Short lines adding up to one long event.
+        let mut parser = SseParser::new(16);
+        assert_eq!(parser.push(b"data: 01234567\ndata: 0123"), Ok(vec![]));
+        assert_eq!(parser.push(b"\n"), Ok(vec![]));
+        assert_eq!(parser.push(b"data: 0123\n"), too_large);
+        // Right at the limit is fine.
+        let mut parser = SseParser::new(16);
+        assert_eq!(
+            parser.push(b"data: 0123456789\n\n"),
+            Ok(vec![data(None, "0123456789")])
         );
     }
 }

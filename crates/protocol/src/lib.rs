@@ -146,6 +146,14 @@ pub enum FailureCode {
     ChecksFailed,
     /// The checks already fail on the base commit, before the agent changed anything.
     BaselineFailing,
+    /// The agent's tool calls were rejected (unknown tool, invalid arguments, denied by policy)
+    /// too many times in a row.
+    InvalidToolCalls,
+    /// A disk budget was exceeded: a snapshot larger than `[storage] snapshot_max_mib` /
+    /// `snapshot_max_files`. A command (or a tool) that fills the view's writable space
+    /// (`[sandbox] disk_mib` / `disk_inodes`) only meets `ENOSPC`: a tool observation, not a
+    /// failure.
+    QuotaExceeded,
 }
 
 impl FailureCode {
@@ -164,6 +172,8 @@ impl FailureCode {
             FailureCode::Abandoned => "abandoned",
             FailureCode::ChecksFailed => "checks_failed",
             FailureCode::BaselineFailing => "baseline_failing",
+            FailureCode::InvalidToolCalls => "invalid_tool_calls",
+            FailureCode::QuotaExceeded => "quota_exceeded",
         }
     }
 }
@@ -537,6 +547,13 @@ pub enum Event {
         tool: String,
         reason: String,
     },
+    /// A tool call that did not run: an unknown tool or arguments that fail its schema. The
+    /// model is told why and may try again (`consecutive` rejections in a row so far).
+    ToolCallRejected {
+        tool: String,
+        reason: String,
+        consecutive: u32,
+    },
     SubmissionRejected {
         attempt: u32,
         errors: Vec<String>,
@@ -548,6 +565,10 @@ pub enum Event {
         status: TaskStatus,
         outcome: String,
     },
+    /// An event was withheld: with the registered secrets redacted it was no longer an event
+    /// (a secret overlapped its fixed vocabulary, say its type or a status), so neither it nor
+    /// any part of it was stored or streamed. Carries nothing of the event it replaces.
+    RedactionFailed,
 }
 
 #[cfg(test)]
@@ -606,6 +627,17 @@ mod tests {
         assert!(value["usage"]["cost_usd"].is_null());
         let back: QuestionResult = serde_json::from_value(value).unwrap();
         assert_eq!(back, result);
+    }
+
+    #[test]
+    fn quota_exceeded_is_a_named_failure_code() {
+        let code = FailureCode::QuotaExceeded;
+        assert_eq!(serde_json::to_value(code).unwrap(), "quota_exceeded");
+        assert_eq!(code.as_str(), "quota_exceeded");
+        assert_eq!(
+            serde_json::from_str::<FailureCode>("\"quota_exceeded\"").unwrap(),
+            code
+        );
     }
 
     #[test]

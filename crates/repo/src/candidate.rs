@@ -893,7 +893,13 @@ pub fn materialize_tree(
         &CommitIdentity::warden(0),
     )?;
     std::fs::create_dir_all(dest).map_err(RepoError::io("create", dest))?;
-    materialize(git, mirror, &commit, tree, dest)
+    // Bounded already: the base is a snapshot within its limits, the changes came through the
+    // view's writable space, which has its own quota.
+    let unbounded = crate::materialize::SnapshotLimits {
+        max_bytes: u64::MAX,
+        max_files: u64::MAX,
+    };
+    materialize(git, mirror, &commit, tree, dest, unbounded)
 }
 
 #[cfg(test)]

@@ -75,6 +75,10 @@ pub enum RepoError {
         /// Why it was refused.
         reason: String,
     },
+    /// A disk budget would be exceeded (a snapshot larger than its limit); nothing past the
+    /// limit was written and nothing partial is kept.
+    #[error("quota exceeded: {0}")]
+    QuotaExceeded(String),
     /// A file-system operation under `WARDEN_HOME` failed.
     #[error("{action} {}: {source}", path.display())]
     Io {
@@ -122,6 +126,7 @@ impl RepoError {
             | RepoError::UnexpectedOutput(_)
             | RepoError::Corrupt(_)
             | RepoError::UnsafeEntry { .. }
+            | RepoError::QuotaExceeded(_)
             | RepoError::Io { .. } => false,
         }
     }

@@ -10,6 +10,11 @@
 //! Entries are only ever created inside directories this walk created itself, with exclusive
 //! creation, so a hostile tree (duplicate names, `a` as a symlink and `a/x` as a file, `..`,
 //! `.git`) cannot write outside the destination.
+//!
+//! **Budgets.** [`SnapshotLimits`] are checked as the walk goes: an entry is counted when its
+//! tree is parsed (before anything is created for it) and a blob's size when its header arrives
+//! (before a byte of it is written), so a small repository that expands to gigabytes or to
+//! millions of files is refused after writing at most the limit.
 
 use std::collections::VecDeque;
 use std::ffi::OsStr;
@@ -97,14 +102,42 @@ impl ObjectHasher {
     }
 }
 
+/// How large one snapshot may grow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotLimits {
+    /// Bytes of file contents and symlink targets.
+    pub max_bytes: u64,
+    /// Entries: files, directories and symlinks.
+    pub max_files: u64,
+}
+
+impl Default for SnapshotLimits {
+    /// 1 GiB and 100,000 entries.
+    fn default() -> Self {
+        SnapshotLimits {
+            max_bytes: 1 << 30,
+            max_files: 100_000,
+        }
+    }
+}
+
+/// What the walk has written so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Usage {
+    bytes: u64,
+    entries: u64,
+}
+
 /// Materializes `commit` (whose tree must be `tree`) from the bare repository `git_dir` into
-/// `dest`, an empty directory that ends up read-only.
+/// `dest`, an empty directory that ends up read-only. Stops with [`RepoError::QuotaExceeded`]
+/// as soon as the tree outgrows `limits`.
 pub(crate) fn materialize(
     git: &Git,
     git_dir: &Path,
     commit: &str,
     tree: &str,
     dest: &Path,
+    limits: SnapshotLimits,
 ) -> Result<(), RepoError> {
     let format = ObjectFormat::of_id(commit)
         .ok_or_else(|| RepoError::Corrupt(format!("{commit:?} is not a full object id")))?;
@@ -134,7 +167,7 @@ pub(crate) fn materialize(
             .send(id.to_string())
             .map_err(|_| RepoError::UnexpectedOutput("cat-file stopped reading requests".into()))
     };
-    let walked = Walk::new(dest, format).run(commit, tree, &mut request, &mut responses);
+    let walked = Walk::new(dest, format, limits).run(commit, tree, &mut request, &mut responses);
     drop(requests);
     match walked {
         Ok(()) => {
@@ -175,16 +208,46 @@ struct Walk<'a> {
     /// Directories created, parents before children.
     dirs: Vec<PathBuf>,
     header: Vec<u8>,
+    limits: SnapshotLimits,
+    usage: Usage,
 }
 
 impl<'a> Walk<'a> {
-    fn new(dest: &'a Path, format: ObjectFormat) -> Walk<'a> {
+    fn new(dest: &'a Path, format: ObjectFormat, limits: SnapshotLimits) -> Walk<'a> {
         Walk {
             dest,
             format,
             dirs: Vec::new(),
             header: Vec::with_capacity(128),
+            limits,
+            usage: Usage::default(),
         }
+    }
+
+    /// Counts one more entry, refusing it past the limit.
+    fn count_entry(&mut self, rel: &Path) -> Result<(), RepoError> {
+        self.usage.entries += 1;
+        if self.usage.entries > self.limits.max_files {
+            return Err(RepoError::QuotaExceeded(format!(
+                "the snapshot would hold more than {} files and directories (stopped at {})",
+                self.limits.max_files,
+                rel.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Counts `size` more bytes, refusing them past the limit (before they are written).
+    fn count_bytes(&mut self, size: usize, rel: &Path) -> Result<(), RepoError> {
+        self.usage.bytes = self.usage.bytes.saturating_add(size as u64);
+        if self.usage.bytes > self.limits.max_bytes {
+            return Err(RepoError::QuotaExceeded(format!(
+                "the snapshot would exceed {} bytes ({} is {size} bytes)",
+                self.limits.max_bytes,
+                rel.display()
+            )));
+        }
+        Ok(())
     }
 
     fn run(
@@ -195,7 +258,7 @@ impl<'a> Walk<'a> {
         responses: &mut impl BufRead,
     ) -> Result<(), RepoError> {
         request(commit)?;
-        let body = self.read_whole(responses, commit, "commit")?;
+        let body = self.read_whole(responses, commit, "commit", None)?;
         let tree = body
             .strip_prefix(b"tree ")
             .and_then(|rest| rest.split(|&b| b == b'\n').next())
@@ -217,9 +280,10 @@ impl<'a> Walk<'a> {
         while let Some((id, pending)) = queue.pop_front() {
             match pending {
                 Pending::Tree { rel } => {
-                    let body = self.read_whole(responses, &id, "tree")?;
+                    let body = self.read_whole(responses, &id, "tree", None)?;
                     for entry in parse_tree(&body, self.format, &rel)? {
                         let child = rel.join(OsStr::from_bytes(entry.name));
+                        self.count_entry(&child)?;
                         match entry.kind {
                             EntryKind::Tree => {
                                 self.create_dir(&child)?;
@@ -250,7 +314,7 @@ impl<'a> Walk<'a> {
                     self.write_file(responses, &id, &rel, executable)?;
                 }
                 Pending::Symlink { rel } => {
-                    let target = self.read_whole(responses, &id, "blob")?;
+                    let target = self.read_whole(responses, &id, "blob", Some(&rel))?;
                     if target.is_empty() || target.len() > MAX_SYMLINK_TARGET || target.contains(&0)
                     {
                         return Err(unsafe_entry(
@@ -322,14 +386,20 @@ impl<'a> Walk<'a> {
             .ok_or_else(|| RepoError::UnexpectedOutput(format!("bad cat-file header {line:?}")))
     }
 
-    /// Reads a whole object (commit, tree, symlink target) and verifies its id.
+    /// Reads a whole object (commit, tree, symlink target) and verifies its id. A symlink
+    /// target (`counted` names its path) counts towards the byte limit, checked before it is
+    /// read; a commit or tree is held in memory only, bounded by what git stores.
     fn read_whole(
         &mut self,
         responses: &mut impl BufRead,
         id: &str,
         kind: &str,
+        counted: Option<&Path>,
     ) -> Result<Vec<u8>, RepoError> {
         let size = self.read_header(responses, id, kind)?;
+        if let Some(rel) = counted {
+            self.count_bytes(size, rel)?;
+        }
         let mut body = vec![0u8; size];
         responses
             .read_exact(&mut body)
@@ -351,6 +421,7 @@ impl<'a> Walk<'a> {
         executable: bool,
     ) -> Result<(), RepoError> {
         let size = self.read_header(responses, id, "blob")?;
+        self.count_bytes(size, rel)?;
         let path = self.dest.join(rel);
         let mode = if executable { 0o555 } else { 0o444 };
         // Exclusive creation never follows or replaces an existing entry (symlinks included).
@@ -585,7 +656,7 @@ mod tests {
             asked.push(id.to_string());
             Ok(())
         };
-        Walk::new(dest, ObjectFormat::Sha1).run(
+        Walk::new(dest, ObjectFormat::Sha1, SnapshotLimits::default()).run(
             &repo.commit,
             &repo.tree,
             &mut request,

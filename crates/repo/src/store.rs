@@ -10,6 +10,13 @@
 //!
 //! Concurrent pins of one mirror and concurrent snapshots of one commit are serialised with
 //! `flock`-style file locks; snapshots are built in a temp dir and renamed into place.
+//!
+//! **A cache with a budget** (`gc.rs`). A snapshot is at most [`SnapshotLimits`] large, checked
+//! while it is written. Mirrors and snapshots are evicted oldest-last-use first by
+//! [`RepoStore::gc`]: the last use is the modification time of `<mirror>.git.use` /
+//! `<commit>.use`, touched at every use, and a task holds a shared `flock` on those files while
+//! it runs ([`InUse`]), so eviction (which needs the exclusive lock) never takes what a running
+//! task uses, and a crashed task's lock goes with its process.
 
 use std::fs::{File, OpenOptions, Permissions};
 use std::os::unix::fs::PermissionsExt;
@@ -21,6 +28,7 @@ use crate::browse::browse_base;
 pub use crate::browse::{evidence_url, BrowseBase};
 use crate::error::RepoError;
 use crate::git::Git;
+pub use crate::materialize::SnapshotLimits;
 use crate::materialize::{materialize, ObjectFormat};
 use crate::spec::{RepoSpec, Source};
 
@@ -39,6 +47,9 @@ const MIRROR_REFSPECS: [&str; 3] = [
 pub struct RepoStore {
     home: PathBuf,
     git: Git,
+    limits: SnapshotLimits,
+    /// Automatic eviction before a new snapshot is written, when set.
+    pub(crate) cache: Option<crate::gc::CachePolicy>,
 }
 
 /// A repository pinned to one exact commit, present in Warden's mirror.
@@ -80,7 +91,29 @@ impl RepoStore {
         let home = home
             .canonicalize()
             .map_err(RepoError::io("resolve", home))?;
-        Ok(RepoStore { home, git })
+        Ok(RepoStore {
+            home,
+            git,
+            limits: SnapshotLimits::default(),
+            cache: None,
+        })
+    }
+
+    /// The same store with other snapshot limits (checked while materializing).
+    pub fn with_snapshot_limits(mut self, limits: SnapshotLimits) -> RepoStore {
+        self.limits = limits;
+        self
+    }
+
+    /// The same store, evicting unused mirrors and snapshots under `policy` before it writes a
+    /// new snapshot (see [`RepoStore::gc`]).
+    pub fn with_cache_policy(mut self, policy: crate::gc::CachePolicy) -> RepoStore {
+        self.cache = Some(policy);
+        self
+    }
+
+    pub fn snapshot_limits(&self) -> SnapshotLimits {
+        self.limits
     }
 
     pub fn home(&self) -> &Path {
@@ -156,7 +189,7 @@ impl RepoStore {
                     &format!("{rev}^{{commit}}"),
                 ],
             )
-            .map_err(|e| revision_error(e, rev, &spec.name))?
+            .map_err(|e| local_error(e, rev, &spec.name, path))?
             .text();
         let mut lines = resolved.lines();
         let (git_dir, format, commit) = match (lines.next(), lines.next(), lines.next()) {
@@ -328,7 +361,9 @@ impl RepoStore {
     }
 
     /// The read-only, verified checkout of `pinned.commit`, materialized on first use.
-    pub fn snapshot(&self, pinned: &PinnedRepo) -> Result<Snapshot, RepoError> {
+    /// The directory holding `pinned`'s snapshots (one per commit), after checking that the
+    /// ids can safely be path components.
+    pub(crate) fn snapshot_dir(&self, pinned: &PinnedRepo) -> Result<PathBuf, RepoError> {
         // Both ids become path components: accept nothing but full hex ids of one format.
         let format = ObjectFormat::of_id(&pinned.commit);
         if format.is_none() || ObjectFormat::of_id(&pinned.tree) != format {
@@ -344,7 +379,11 @@ impl RepoStore {
             .map(|n| n.strip_suffix(".git").unwrap_or(n))
             .filter(|n| !matches!(*n, "" | "." | ".."))
             .ok_or_else(|| RepoError::Corrupt(format!("mirror path {:?}", pinned.mirror)))?;
-        let dir = self.home.join("snapshots").join(mirror_name);
+        Ok(self.home.join("snapshots").join(mirror_name))
+    }
+
+    pub fn snapshot(&self, pinned: &PinnedRepo) -> Result<Snapshot, RepoError> {
+        let dir = self.snapshot_dir(pinned)?;
         let root = dir.join(&pinned.commit);
         let marker = dir.join(format!("{}.done", pinned.commit));
         let expected = format!("{} {}\n", pinned.commit, pinned.tree);
@@ -379,6 +418,10 @@ impl RepoStore {
                 remove_tree(stale).map_err(RepoError::io("remove", stale))?;
             }
         }
+        if let Some(policy) = &self.cache {
+            // Make room first; a failing eviction must not stop the task.
+            let _ = self.gc(policy, false);
+        }
         let staging = dir.join(format!("{staging_prefix}{}", std::process::id()));
         std::fs::create_dir(&staging).map_err(RepoError::io("create directory", &staging))?;
         if let Err(e) = materialize(
@@ -387,10 +430,12 @@ impl RepoStore {
             &pinned.commit,
             &pinned.tree,
             &staging,
+            self.limits,
         ) {
             let _ = remove_tree(&staging);
             return Err(e);
         }
+        crate::gc::record_size(&dir, &pinned.commit, &staging);
         std::fs::rename(&staging, &root).map_err(RepoError::io("rename snapshot into", &root))?;
         let marker_staging = dir.join(format!("{staging_prefix}{}.done", std::process::id()));
         std::fs::write(&marker_staging, &expected)
@@ -401,6 +446,20 @@ impl RepoStore {
 }
 
 /// Maps "not a commit" failures of `rev-parse` to [`RepoError::RevisionNotFound`].
+/// A local path that is no git repository is the person's mistake: one sentence saying what to give instead, not git's command line.
+fn local_error(error: RepoError, rev: &str, repo: &str, path: &Path) -> RepoError {
+    match error {
+        RepoError::GitFailed { stderr, .. } if stderr.contains("not a git repository") => {
+            RepoError::InvalidSpec {
+                spec: path.display().to_string(),
+                reason: "not a git repository; give the path of a git checkout (or a git URL)"
+                    .into(),
+            }
+        }
+        other => revision_error(other, rev, repo),
+    }
+}
+
 fn revision_error(error: RepoError, rev: &str, repo: &str) -> RepoError {
     match error {
         RepoError::GitFailed { stderr, .. }
@@ -425,12 +484,12 @@ fn revision_error(error: RepoError, rev: &str, repo: &str) -> RepoError {
     }
 }
 
-fn is_complete(marker: &Path, expected: &str, root: &Path) -> bool {
+pub(crate) fn is_complete(marker: &Path, expected: &str, root: &Path) -> bool {
     std::fs::read_to_string(marker).is_ok_and(|content| content == expected) && root.is_dir()
 }
 
 /// An exclusive lock held until the returned file is dropped.
-fn lock(path: &Path) -> Result<File, RepoError> {
+pub(crate) fn lock(path: &Path) -> Result<File, RepoError> {
     let file = OpenOptions::new()
         .create(true)
         .truncate(false)
@@ -442,7 +501,7 @@ fn lock(path: &Path) -> Result<File, RepoError> {
 }
 
 /// Removes a file or a directory tree, first making read-only directories writable again.
-fn remove_tree(path: &Path) -> std::io::Result<()> {
+pub(crate) fn remove_tree(path: &Path) -> std::io::Result<()> {
     fn make_writable(dir: &Path) -> std::io::Result<()> {
         std::fs::set_permissions(dir, Permissions::from_mode(0o755))?;
         for entry in std::fs::read_dir(dir)? {

@@ -26,6 +26,9 @@ pub struct AgentConfig {
     pub max_output_tokens: u32,
     /// Tool calls executed from one model reply; the rest are answered with an error.
     pub max_tool_calls_per_turn: usize,
+    /// Tool calls rejected in a row (unknown tool, invalid arguments, denied by policy) before
+    /// the run fails with `invalid_tool_calls` instead of spending its remaining turns.
+    pub max_consecutive_rejected_calls: u32,
 }
 
 impl Default for AgentConfig {
@@ -36,6 +39,7 @@ impl Default for AgentConfig {
             max_replies_without_tool: 2,
             max_output_tokens: 8192,
             max_tool_calls_per_turn: 32,
+            max_consecutive_rejected_calls: 8,
         }
     }
 }
@@ -120,6 +124,8 @@ struct RunState {
     usage: Usage,
     rejected_submissions: u32,
     replies_without_tool: u32,
+    /// Tool calls rejected since the last one that ran.
+    rejected_calls_in_a_row: u32,
 }
 
 impl Agent<'_> {
@@ -137,6 +143,7 @@ impl Agent<'_> {
             },
             rejected_submissions: 0,
             replies_without_tool: 0,
+            rejected_calls_in_a_row: 0,
         };
         let outcome = match self
             .record(
@@ -347,8 +354,7 @@ impl Agent<'_> {
                 json!({ "call_id": call.id, "tool": call.name, "errors": [message] }),
             )
             .await?;
-            push_tool_result(state, call, message, true);
-            return Ok(None);
+            return Ok(self.rejected_call(state, call, message));
         };
         let spec = tool.spec();
         let arguments = match parse_arguments(&call.arguments)
@@ -366,8 +372,7 @@ impl Agent<'_> {
                     call.name,
                     errors.join("; ")
                 );
-                push_tool_result(state, call, message, true);
-                return Ok(None);
+                return Ok(self.rejected_call(state, call, message));
             }
         };
 
@@ -384,8 +389,9 @@ impl Agent<'_> {
                     tool: call.name.clone(),
                     reason: reason.clone(),
                 });
+                state.rejected_calls_in_a_row += 1;
                 push_tool_result(state, call, format!("denied by policy: {reason}"), true);
-                return Ok(None);
+                return Ok(self.too_many_rejected_calls(state, &reason));
             }
             Verdict::Abort(reason) => {
                 return Ok(Some(RunOutcome::Failed(Failure {
@@ -405,6 +411,7 @@ impl Agent<'_> {
             }
         }
 
+        state.rejected_calls_in_a_row = 0;
         let summary = tool.describe(&arguments);
         self.events.emit(Event::ToolStarted {
             call_id: call.id.clone(),
@@ -462,6 +469,37 @@ impl Agent<'_> {
             }
         }
         Ok(None)
+    }
+
+    /// A call that did not run (unknown tool, invalid arguments): the model is told why, the
+    /// person following sees it, and too many in a row end the run.
+    fn rejected_call(
+        &self,
+        state: &mut RunState,
+        call: &ToolCall,
+        message: String,
+    ) -> Option<RunOutcome> {
+        state.rejected_calls_in_a_row += 1;
+        self.events.emit(Event::ToolCallRejected {
+            tool: call.name.clone(),
+            reason: message.clone(),
+            consecutive: state.rejected_calls_in_a_row,
+        });
+        push_tool_result(state, call, message.clone(), true);
+        self.too_many_rejected_calls(state, &message)
+    }
+
+    fn too_many_rejected_calls(&self, state: &RunState, last: &str) -> Option<RunOutcome> {
+        let count = state.rejected_calls_in_a_row;
+        (count >= self.config.max_consecutive_rejected_calls).then(|| {
+            RunOutcome::Failed(Failure {
+                code: FailureCode::InvalidToolCalls,
+                message: format!(
+                    "the agent's last {count} tool calls were rejected (unknown tool, invalid \
+                     arguments or denied by policy); last: {last}"
+                ),
+            })
+        })
     }
 
     async fn record(&mut self, kind: RecordKind, payload: Value) -> Result<(), Failure> {

@@ -24,7 +24,9 @@ impl Target {
             Target::Process(pidfd) => {
                 let _ = sys::pidfd_kill(pidfd.as_fd(), libc::SIGKILL);
             }
-            Target::Group(group) => sys::kill_process_group(*group),
+            Target::Group(group) => {
+                let _ = sys::kill_process_group(*group);
+            }
         }
     }
 }

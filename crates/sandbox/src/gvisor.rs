@@ -34,7 +34,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 #[cfg(target_os = "linux")]
-use crate::linux::{create_layer_dirs, mount_on_host, HostMounts, SystemEntry, SystemLayout};
+use crate::linux::{
+    disk_dir, disk_layout, mount_disk_on_host, mount_on_host, HostMounts, SystemEntry, SystemLayout,
+};
 
 fn unavailable(layer: Layer, reason: impl Into<String>) -> SandboxError {
     SandboxError::Unavailable {
@@ -182,6 +184,7 @@ pub(crate) struct GvisorSandbox {
     #[cfg(target_os = "linux")]
     layout: SystemLayout,
     profile: String,
+    disk: crate::DiskQuota,
 }
 
 impl GvisorSandbox {
@@ -214,6 +217,7 @@ impl GvisorSandbox {
             runsc,
             rootless,
             memory_cgroup: !rootless && !config.is_disabled(Layer::CgroupMemory),
+            disk: config.disk,
             layout,
             profile: seccomp_profile(),
         })
@@ -298,6 +302,7 @@ struct GvisorView {
     memory_cgroup: bool,
     scratch: PathBuf,
     root: PathBuf,
+    upper: Option<PathBuf>,
     writable: bool,
     /// The OCI `root` and `mounts` entries, rendered once.
     root_and_mounts: String,
@@ -332,12 +337,9 @@ impl GvisorView {
         };
         let rootfs = scratch.join("rootfs");
         let multi = matches!(validated, ValidatedView::Multi(_));
-        for dir in ["rootfs", "tmp", "state", "bundles"] {
+        for dir in ["rootfs", "state", "bundles"] {
             std::fs::create_dir(scratch.join(dir)).map_err(|e| io_error(dir, e))?;
         }
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(scratch.join("tmp"), std::fs::Permissions::from_mode(0o1777))
-            .map_err(|e| io_error("tmp", e))?;
         crate::linux::write_etc(&scratch.join("etc"), &sandbox.layout)
             .map_err(|e| io_error("etc", e))?;
         // /dev is gVisor's own (an in-sandbox tmpfs with its device nodes); a read-only /dev
@@ -373,14 +375,32 @@ impl GvisorView {
                 false,
             ));
         }
-        mounts.push(bind("/tmp", &scratch.join("tmp"), true));
 
+        // The writable space (/tmp and the upper layer): a tmpfs with the quota on the host
+        // when Warden may mount (root); otherwise /tmp is a tmpfs of gVisor's own with the
+        // same size (there is no writable view then, see below).
         let mut host_mounts = HostMounts::default();
         let single_read_only = !spec.writable && !multi;
-        if spec.writable {
-            create_layer_dirs(validated, &scratch)?;
+        let disk = disk_dir(&scratch);
+        let disk_on_host = mount_disk_on_host(
+            Backend::Gvisor,
+            &scratch,
+            &disk_layout(validated, spec.writable),
+            &sandbox.disk,
+            &mut host_mounts,
+        )?;
+        if disk_on_host {
+            mounts.push(bind("/tmp", &disk.join("tmp"), true));
+            mounts.push(bind("/dev/shm", &disk.join("shm"), true));
+        } else {
+            mounts.push(format!(
+                "{{\"destination\":\"/tmp\",\"type\":\"tmpfs\",\"source\":\"tmpfs\",\
+                 \"options\":[\"nosuid\",\"nodev\",\"mode=1777\",\"size={}\"]}}",
+                sandbox.disk.bytes
+            ));
         }
-        let on_host = !single_read_only
+        let on_host = disk_on_host
+            && !single_read_only
             && mount_on_host(
                 Backend::Gvisor,
                 validated,
@@ -444,6 +464,7 @@ impl GvisorView {
             memory_cgroup: sandbox.memory_cgroup,
             scratch,
             root,
+            upper: spec.writable.then(|| disk.join("upper")),
             writable: spec.writable,
             root_and_mounts,
             profile: sandbox.profile.clone(),
@@ -541,6 +562,10 @@ impl Drop for GvisorView {
 impl SandboxView for GvisorView {
     fn root(&self) -> &Path {
         &self.root
+    }
+
+    fn upper(&self) -> Option<&Path> {
+        self.upper.as_deref()
     }
 
     fn run_streaming(

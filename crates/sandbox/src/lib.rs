@@ -35,6 +35,12 @@
 //! - **The process tree.** The command is pid 1 of its own pid namespace: when it exits or is
 //!   killed (timeout), the kernel kills everything it started, including daemons that
 //!   double-forked or ignore signals. If Warden dies, running sandboxes die with it.
+//! - **Disk is a budget.** Writable space (the upper layer, `/tmp`, `/dev/shm`) is one tmpfs per
+//!   view with `size=` and `nr_inodes=` from [`SandboxConfig::disk`]: a command that fills it
+//!   gets `ENOSPC` as a shell would (output, not an error), and so does a host-side write
+//!   through [`SandboxView::root`]. When Warden may mount, it mounts the tmpfs under the scratch
+//!   directory; otherwise the view holder mounts it in its own mount namespace. The `local`
+//!   backend has no quota.
 //! - **`root()` of writable (and multi-repository) views** is an ordinary path when Warden may
 //!   mount (root). An unprivileged Warden cannot mount on the host, so it is
 //!   `/proc/<holder pid>/root/.warden-host/<id>`: files open fine under it, but `realpath`
@@ -61,8 +67,8 @@ use std::sync::Arc;
 
 pub use error::SandboxError;
 pub use spec::{
-    baseline_env, Backend, CommandOutput, CommandSpec, Layer, LayerReport, ResourceLimits,
-    SandboxConfig, Stream, ViewSpec, WORKING_ROOT,
+    baseline_env, Backend, CommandOutput, CommandSpec, DiskQuota, Layer, LayerReport,
+    ResourceLimits, SandboxConfig, Stream, ViewSpec, WORKING_ROOT,
 };
 
 /// An isolation backend. Opening a view is the expensive part (namespaces, mounts, rulesets);
@@ -87,6 +93,13 @@ pub trait SandboxView: Send + Sync {
     /// `/proc/<pid>/root/...` path: valid for opening files, while canonicalizing it fails
     /// (see the crate documentation).
     fn root(&self) -> &Path;
+
+    /// The host path of the copy-on-write layer's upper directory — what the view changed —
+    /// for writable views that have one (`None`: compare the whole tree). Read it only; like
+    /// [`SandboxView::root`] it may be a `/proc/<pid>/root/...` path.
+    fn upper(&self) -> Option<&Path> {
+        None
+    }
 
     /// Runs one command to completion (or to its timeout) and collects its output.
     fn run(&self, command: &CommandSpec) -> Result<CommandOutput, SandboxError> {

@@ -186,7 +186,7 @@ impl SandboxView for LocalView {
 }
 
 fn kill_group(pid: libc::pid_t) {
-    sys::kill_process_group(pid);
+    let _ = sys::kill_process_group(pid);
 }
 
 /// Copies a snapshot into a writable plain directory (owner-writable modes).

@@ -199,10 +199,54 @@ pub struct SandboxConfig {
     /// The `runsc` binary for the gVisor backend; searched in `/usr/bin`, `/usr/local/bin` and
     /// `/usr/sbin` when unset.
     pub runsc: Option<PathBuf>,
+    /// The writable space of one view (see [`DiskQuota`]).
+    pub disk: DiskQuota,
+}
+
+/// How much one view may write: its copy-on-write upper layer, `/tmp` and `/dev/shm`
+/// together, in bytes and in inodes (files, directories, symlinks). The isolating backends keep
+/// all three on one tmpfs mounted with `size=` and `nr_inodes=`, so a command that fills it gets
+/// `ENOSPC` (and so do host-side writes into the view), and the host's disk is never touched.
+/// The space is memory (swappable), not disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DiskQuota {
+    /// Bytes of file data.
+    pub bytes: u64,
+    /// Inodes.
+    pub inodes: u64,
+}
+
+impl Default for DiskQuota {
+    /// 1 GiB and 100,000 inodes.
+    fn default() -> Self {
+        DiskQuota {
+            bytes: 1 << 30,
+            inodes: 100_000,
+        }
+    }
+}
+
+impl DiskQuota {
+    /// tmpfs mount options for this quota (`extra_inodes` for the directories Warden makes
+    /// itself in it).
+    pub(crate) fn tmpfs_options(&self, mode: &str, extra_inodes: u64) -> String {
+        format!(
+            "mode={mode},size={},nr_inodes={}",
+            self.bytes,
+            self.inodes.saturating_add(extra_inodes)
+        )
+    }
 }
 
 impl SandboxConfig {
     pub(crate) fn validate(&self) -> Result<(), SandboxError> {
+        if self.disk.bytes < 4096 || self.disk.inodes < 16 {
+            return Err(SandboxError::InvalidConfig(format!(
+                "the writable space of a view must be at least 4096 bytes and 16 inodes (got {} \
+                 bytes, {} inodes)",
+                self.disk.bytes, self.disk.inodes
+            )));
+        }
         match self
             .disabled_layers
             .iter()
@@ -227,8 +271,9 @@ pub struct ViewSpec {
     /// `(name, read-only snapshot root)`. One entry: it *is* the working root. Several: the
     /// working root holds one folder per name.
     pub lower: Vec<(String, PathBuf)>,
-    /// Change tasks: a copy-on-write (overlayfs) layer over the snapshots; writes land in
-    /// `scratch_dir/upper[/<name>]` and never in a snapshot.
+    /// Change tasks: a copy-on-write (overlayfs) layer over the snapshots; writes land in its
+    /// upper directory ([`crate::SandboxView::upper`]), within the [`DiskQuota`], and never in
+    /// a snapshot.
     pub writable: bool,
     /// A host directory Warden owns for this view (upper and work directories, `/tmp`, the
     /// generated `/etc`). Created if missing, must be empty, deleted at close.
@@ -565,13 +610,13 @@ mod tests {
     fn only_cgroup_layers_can_be_disabled() {
         let ok = SandboxConfig {
             disabled_layers: vec![Layer::CgroupMemory, Layer::CgroupPids, Layer::CgroupCpu],
-            runsc: None,
+            ..SandboxConfig::default()
         };
         assert!(ok.validate().is_ok());
         for layer in [Layer::Landlock, Layer::Seccomp, Layer::UserNamespace] {
             let bad = SandboxConfig {
                 disabled_layers: vec![layer],
-                runsc: None,
+                ..SandboxConfig::default()
             };
             assert!(bad.validate().is_err(), "{layer}");
         }

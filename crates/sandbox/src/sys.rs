@@ -45,12 +45,18 @@ pub(crate) fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// Sends SIGKILL to the process group `group` leads; a group that is gone is fine.
-pub(crate) fn kill_process_group(group: libc::pid_t) {
+/// Sends SIGKILL to the process group `group` leads; a group that is gone is fine. Groups 0
+/// and 1 (and anything negative) are refused: `kill(-0)` is our own group, `kill(-1)` is every
+/// process we may signal, and no group Warden started can have either id.
+pub(crate) fn kill_process_group(group: libc::pid_t) -> bool {
+    if group <= 1 {
+        return false;
+    }
     // SAFETY: kill(2) with a negative pid signals a process group; no memory involved.
     unsafe {
         libc::kill(-group, libc::SIGKILL);
     }
+    true
 }
 
 /// A close-on-exec pipe: `(read end, write end)`.
@@ -287,5 +293,19 @@ impl OutputPipes {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn process_groups_0_and_1_and_negative_ones_are_never_signalled() {
+        // kill(-0) would kill this test's own group and kill(-1) every process we may signal:
+        // surviving this test is the assertion as much as the return values are.
+        for group in [0, 1, -1, -4242] {
+            assert!(!kill_process_group(group), "group {group} was signalled");
+        }
     }
 }

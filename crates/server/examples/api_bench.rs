@@ -29,7 +29,7 @@ use warden_server::api::{new_task_id, router, ApiState, RateLimit, Tokens};
 use warden_server::hub::{self, HubOptions};
 use warden_store::NewTask;
 
-const TOKEN: &str = "bench-token-0123456789";
+const TOKEN: &str = "bench-token-0123456789-0123456789";
 
 fn now_micros() -> u64 {
     SystemTime::now()

@@ -20,7 +20,7 @@ use warden_server::config::{Config, Env};
 use warden_test_support::git_fixture::TempRepo;
 use warden_test_support::model_server::{openai, ScriptedModelServer};
 
-const TOKEN: &str = "bench-token-0123456789";
+const TOKEN: &str = "bench-token-0123456789-0123456789";
 
 struct MapEnv(HashMap<String, String>);
 

@@ -98,11 +98,15 @@ impl ChangeSandbox {
                 scratch_dir: view_dir.clone(),
             })
             .map_err(failure)?;
+        // Without an upper layer (the `local` backend copies) the candidate compares the tree.
+        let upper = view
+            .upper()
+            .map_or_else(|| view_dir.join("upper"), Path::to_path_buf);
         Ok(ChangeSandbox {
             backend: config.sandbox.backend,
             sandbox,
             view: Arc::new(view),
-            upper: view_dir.join("upper"),
+            upper,
         })
     }
 
@@ -482,7 +486,9 @@ pub fn change_report(
     };
     if model.name() == "faux" {
         notices.push(format!(
-            "{FAUX_LABEL}: the deterministic demo runner cannot make changes"
+            "{FAUX_LABEL}: the change is a labelled note ({}) written by the deterministic demo \
+             runner, not an implementation of the request",
+            warden_tools::faux::FAUX_CHANGE_FILE
         ));
     }
     if checks.is_empty() {

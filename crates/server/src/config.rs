@@ -23,6 +23,8 @@ pub struct FileConfig {
     #[serde(default)]
     pub sandbox: SandboxSection,
     #[serde(default)]
+    pub storage: StorageSection,
+    #[serde(default)]
     pub serve: crate::service::ServeSection,
     #[serde(default)]
     pub callbacks: crate::callback::CallbackSection,
@@ -92,6 +94,45 @@ pub struct SandboxSection {
     pub memory_mib: Option<u64>,
     /// Process limit of one shell command.
     pub pids: Option<u32>,
+    /// Writable space of one task's view (upper layer, `/tmp`, `/dev/shm` together), in MiB;
+    /// default 1024. Past it, writes fail with `ENOSPC`.
+    pub disk_mib: Option<u64>,
+    /// Files and directories in that space; default 100000.
+    pub disk_inodes: Option<u64>,
+}
+
+/// `[storage]`: how large snapshots may be and how much mirrors and snapshots may take.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageSection {
+    /// Largest snapshot (file contents), in MiB; default 1024. Larger: `quota_exceeded`.
+    pub snapshot_max_mib: Option<u64>,
+    /// Most files and directories in one snapshot; default 100000.
+    pub snapshot_max_files: Option<u64>,
+    /// Mirrors and snapshots together, in bytes; default 20 GiB. `warden serve` evicts unused
+    /// ones past it (periodically and before writing a snapshot); `warden gc` on demand.
+    pub max_bytes: Option<u64>,
+    /// Anything used within this many minutes is never evicted; default 60.
+    pub keep_recent_mins: Option<u64>,
+}
+
+/// `[storage]`, resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StorageConfig {
+    pub snapshot: warden_repo::SnapshotLimits,
+    pub cache: warden_repo::CachePolicy,
+}
+
+impl StorageConfig {
+    /// The repository store under `home` with these limits and automatic eviction.
+    pub fn open_repos(
+        &self,
+        home: &Path,
+    ) -> Result<warden_repo::RepoStore, warden_repo::RepoError> {
+        Ok(warden_repo::RepoStore::open(home)?
+            .with_snapshot_limits(self.snapshot)
+            .with_cache_policy(self.cache))
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -145,6 +186,8 @@ pub struct Config {
     pub max_output_tokens: u32,
     pub prices: PriceTable,
     pub sandbox: SandboxChoice,
+    /// `[storage]`: snapshot limits and the cache budget of mirrors and snapshots.
+    pub storage: StorageConfig,
     /// `[serve]`: workers, leases and per-day budgets of `warden serve` / `warden worker`.
     pub serve: crate::service::ServeConfig,
     /// `[callbacks]`: where task callbacks may go and how they are signed.
@@ -297,6 +340,7 @@ impl Config {
         }
         let prices = table;
         let sandbox = sandbox_choice(&file.sandbox, env)?;
+        let storage = storage_config(&file.storage)?;
         let serve = crate::service::ServeConfig::resolve(&file.serve)?;
         let callbacks = crate::callback::CallbackConfig::resolve(
             &file.callbacks,
@@ -310,6 +354,7 @@ impl Config {
             max_output_tokens: section.max_output_tokens.unwrap_or(8192),
             prices,
             sandbox,
+            storage,
             serve,
             callbacks,
             github,
@@ -373,6 +418,39 @@ fn github_settings(file: &FileConfig, env: &dyn Env) -> anyhow::Result<GithubSet
     })
 }
 
+impl ModelChoice {
+    /// What a remote model lacks to be usable, as one sentence naming the variable to set: an
+    /// official endpoint (OpenAI, Anthropic) without its API key. A compatible server at
+    /// another address (Ollama, llama.cpp, vLLM) may need no key.
+    pub fn missing_key(&self) -> Option<String> {
+        let ModelChoice::Remote { primary, fallback } = self else {
+            return None;
+        };
+        std::iter::once(primary.as_ref())
+            .chain(fallback.as_deref())
+            .find(|model| model.api_key.is_none() && model.base_url == official_base_url(model))
+            .map(|model| {
+                let (variable, base) = match model.provider {
+                    Provider::OpenAi => ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
+                    Provider::Anthropic => ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+                };
+                format!(
+                    "{variable} is not set for model {}: export {variable}=… (or point {base} at \
+                     a compatible server that needs no key, or use WARDEN_MODEL=faux)",
+                    model.model
+                )
+            })
+    }
+}
+
+/// The provider's own endpoint for `model`.
+pub fn official_base_url(model: &ModelConfig) -> String {
+    match model.provider {
+        Provider::OpenAi => ModelConfig::openai(&model.model).base_url,
+        Provider::Anthropic => ModelConfig::anthropic(&model.model).base_url,
+    }
+}
+
 impl Config {
     /// The redactor for this configuration's secrets (model API keys).
     pub fn redactor(&self) -> crate::redact::Redactor {
@@ -425,13 +503,61 @@ fn sandbox_choice(section: &SandboxSection, env: &dyn Env) -> anyhow::Result<San
         }
         limits.pids = pids;
     }
+    let mut disk = warden_sandbox::DiskQuota::default();
+    if let Some(mib) = section.disk_mib {
+        disk.bytes = mebibytes("sandbox.disk_mib", mib)?;
+    }
+    if let Some(inodes) = section.disk_inodes {
+        if inodes < 16 {
+            bail!("sandbox.disk_inodes must be at least 16");
+        }
+        disk.inodes = inodes;
+    }
     Ok(SandboxChoice {
         backend,
         config: warden_sandbox::SandboxConfig {
             disabled_layers,
             runsc: section.runsc.clone(),
+            disk,
         },
         limits,
+    })
+}
+
+/// A positive number of MiB in bytes.
+fn mebibytes(key: &str, mib: u64) -> anyhow::Result<u64> {
+    if mib == 0 {
+        bail!("{key} must be at least 1");
+    }
+    mib.checked_mul(1024 * 1024)
+        .ok_or_else(|| anyhow::anyhow!("{key} {mib} is too large"))
+}
+
+fn storage_config(section: &StorageSection) -> anyhow::Result<StorageConfig> {
+    let mut snapshot = warden_repo::SnapshotLimits::default();
+    if let Some(mib) = section.snapshot_max_mib {
+        snapshot.max_bytes = mebibytes("storage.snapshot_max_mib", mib)?;
+    }
+    if let Some(files) = section.snapshot_max_files {
+        if files == 0 {
+            bail!("storage.snapshot_max_files must be at least 1");
+        }
+        snapshot.max_files = files;
+    }
+    let max_bytes = section.max_bytes.unwrap_or(20 << 30);
+    let keep_recent = Duration::from_secs(
+        section
+            .keep_recent_mins
+            .unwrap_or(60)
+            .checked_mul(60)
+            .ok_or_else(|| anyhow::anyhow!("storage.keep_recent_mins is too large"))?,
+    );
+    Ok(StorageConfig {
+        snapshot,
+        cache: warden_repo::CachePolicy {
+            max_bytes,
+            keep_recent,
+        },
     })
 }
 
@@ -601,6 +727,40 @@ mod tests {
         assert!(load("[sandbox]\ndisabled_layers = [\"seccomp\"]\n", &[]).is_err());
         assert!(load("[sandbox]\ndisabled_layers = [\"nonsense\"]\n", &[]).is_err());
         assert!(load("[sandbox]\nmemory_mib = 0\n", &[]).is_err());
+    }
+
+    #[test]
+    fn disk_budgets_are_configurable_and_checked() {
+        let config = load("", &[]).unwrap();
+        assert_eq!(config.sandbox.config.disk.bytes, 1 << 30);
+        assert_eq!(config.sandbox.config.disk.inodes, 100_000);
+        assert_eq!(config.storage.snapshot.max_bytes, 1 << 30);
+        assert_eq!(config.storage.snapshot.max_files, 100_000);
+        assert_eq!(config.storage.cache.max_bytes, 20 << 30);
+        assert_eq!(config.storage.cache.keep_recent, Duration::from_secs(3600));
+        let config = load(
+            "[sandbox]\ndisk_mib = 64\ndisk_inodes = 500\n\
+             [storage]\nsnapshot_max_mib = 2\nsnapshot_max_files = 10\nmax_bytes = 3145728\n\
+             keep_recent_mins = 0\n",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(config.sandbox.config.disk.bytes, 64 << 20);
+        assert_eq!(config.sandbox.config.disk.inodes, 500);
+        assert_eq!(config.storage.snapshot.max_bytes, 2 << 20);
+        assert_eq!(config.storage.snapshot.max_files, 10);
+        assert_eq!(config.storage.cache.max_bytes, 3 << 20);
+        assert_eq!(config.storage.cache.keep_recent, Duration::ZERO);
+        for bad in [
+            "[sandbox]\ndisk_mib = 0\n",
+            "[sandbox]\ndisk_inodes = 1\n",
+            "[sandbox]\ndisk_quota = 1\n",
+            "[storage]\nsnapshot_max_mib = 0\n",
+            "[storage]\nmax_mib = 1\n",
+            "[storage]\nmax_bytes = -1\n",
+        ] {
+            assert!(load(bad, &[]).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -652,6 +652,8 @@ impl Subscription {
         let finished = match event {
             Event::TaskFinished { .. } => true,
             Event::StatusChanged { status } => status.is_terminal(),
+            // It may stand for a withheld `task_finished`.
+            Event::RedactionFailed => true,
             _ => false,
         };
         if finished {
@@ -848,6 +850,15 @@ impl Store for NotifyingStore {
         run: &'a RunRef,
     ) -> BoxFuture<'a, Result<Vec<JournalEntry>, StoreError>> {
         self.inner.journal(run)
+    }
+
+    fn journal_page<'a>(
+        &'a self,
+        run: &'a RunRef,
+        from: u64,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<JournalEntry>, StoreError>> {
+        self.inner.journal_page(run, from, limit)
     }
 
     fn append_event<'a>(

@@ -2,8 +2,10 @@
 //! - [`StoreJournal`]: the runtime's journal over the store's hash-chained [`RunJournal`],
 //!   redacting every payload before it is hashed and stored.
 //! - [`StoreEvents`]: the runtime's (synchronous) event sink, feeding a bounded channel that a
-//!   task drains into the store's event log; [`EventDrain::finish`] waits until every event
-//!   of the run is stored, so a run is never finished with events still in flight.
+//!   task drains into the store's event log, each event redacted first (one that redaction
+//!   breaks is replaced by a `redaction_failed` notice, see [`Redactor::event`]);
+//!   [`EventDrain::finish`] waits until every event of the run is stored, so a run is never
+//!   finished with events still in flight.
 //! - [`ReplayModel`]: after a crash, a new run of the task answers its first model calls from
 //!   the decisions an earlier run journaled (as long as the conversation matches what was
 //!   recorded), so recorded model calls are not paid for twice; then it calls the real model.
@@ -11,7 +13,6 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use warden_protocol::{Event, TaskId};
 use warden_runtime::{
@@ -81,7 +82,7 @@ pub fn store_events(
     let handle = tokio::spawn(async move {
         let mut failed = 0u64;
         while let Some(event) = receiver.recv().await {
-            let event = redact_event(&redactor, event);
+            let event = redactor.event(event);
             if !append_with_retries(store.as_ref(), &task, event).await {
                 failed += 1;
             }
@@ -97,33 +98,17 @@ pub fn store_events(
     )
 }
 
-fn redact_event(redactor: &Redactor, event: Event) -> Event {
-    match serde_json::to_value(&event) {
-        Ok(value) => serde_json::from_value(redactor.json(value)).unwrap_or(event),
-        Err(_) => event,
-    }
-}
-
-/// Appends one event, retrying transient store failures for a few seconds. `false` when it
-/// could not be stored.
+/// Appends one event; `false` when it could not be stored. A run's store
+/// ([`crate::outage::RunStore`]) retries transient failures until the run's lease would
+/// expire, so a failure here means the run is lost or the store refused the event.
 async fn append_with_retries(store: &dyn Store, task: &TaskId, event: Event) -> bool {
-    let mut delay = Duration::from_millis(20);
-    for _ in 0..8 {
-        match store.append_event(task, event.clone()).await {
-            Ok(_) => return true,
-            Err(error) if error.is_retryable() => {
-                tracing::debug!(%error, %task, "retrying an event append");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(1));
-            }
-            Err(error) => {
-                tracing::warn!(%error, %task, "an event could not be stored");
-                return false;
-            }
+    match store.append_event(task, event).await {
+        Ok(_) => true,
+        Err(error) => {
+            tracing::warn!(%error, %task, "an event could not be stored");
+            false
         }
     }
-    tracing::warn!(%task, "an event could not be stored after retries");
-    false
 }
 
 impl EventSink for StoreEvents {

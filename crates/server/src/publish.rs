@@ -16,7 +16,9 @@
 //!
 //! Crash tests stop the process at named points with `WARDEN_FAILPOINT`:
 //! `publish_after_push` (pushed, nothing recorded) and `publish_after_pr` (opened, nothing
-//! recorded).
+//! recorded). Only a build with the `failpoints` feature has them, and only test builds enable
+//! it (a dev-dependency of warden-cli): in any other build [`crash_point`] is empty and the
+//! variable is never read.
 
 use std::path::{Path, PathBuf};
 
@@ -33,10 +35,13 @@ use crate::github::{
 };
 use crate::redact::Redactor;
 
-/// The environment variable naming a crash point (tests only; see the module docs).
+/// The environment variable naming a crash point (`failpoints` builds only; see the module
+/// docs).
 pub const FAILPOINT_ENV: &str = "WARDEN_FAILPOINT";
 /// The exit status of a planned crash.
 pub const FAILPOINT_EXIT: i32 = 101;
+/// Whether this build stops at crash points (the `failpoints` feature, test builds only).
+pub const FAILPOINTS: bool = cfg!(feature = "failpoints");
 
 /// GitHub caps a pull request body at 65,536 characters; stay well under.
 const MAX_BODY_CHARS: usize = 60_000;
@@ -68,11 +73,17 @@ pub fn branch_for(task_id: &str) -> String {
 }
 
 /// Stops the process if `WARDEN_FAILPOINT` names `point` (crash tests).
+#[cfg(feature = "failpoints")]
 pub fn crash_point(point: &str) {
     if std::env::var(FAILPOINT_ENV).is_ok_and(|v| v == point) {
         std::process::exit(FAILPOINT_EXIT);
     }
 }
+
+/// Without the `failpoints` feature a crash point does nothing and reads nothing.
+#[cfg(not(feature = "failpoints"))]
+#[inline(always)]
+pub fn crash_point(_point: &str) {}
 
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -929,6 +940,35 @@ mod tests {
     impl Env for MapEnv {
         fn var(&self, name: &str) -> Option<String> {
             self.0.get(name).cloned()
+        }
+    }
+
+    /// Runs in a child copy of this test binary (so the variable is set for it alone): a
+    /// `failpoints` build exits at the named point, any other build ignores the variable.
+    #[test]
+    fn a_crash_point_stops_the_process_only_in_a_failpoints_build() {
+        const CHILD: &str = "WARDEN_FAILPOINT_TEST_CHILD";
+        if std::env::var_os(CHILD).is_some() {
+            crash_point("test_point");
+            return;
+        }
+        #[allow(clippy::disallowed_methods)]
+        let output = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "publish::tests::a_crash_point_stops_the_process_only_in_a_failpoints_build",
+                "--test-threads=1",
+            ])
+            .env(CHILD, "1")
+            .env(FAILPOINT_ENV, "test_point")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        if FAILPOINTS {
+            assert_eq!(output.status.code(), Some(FAILPOINT_EXIT), "{stdout}");
+        } else {
+            assert!(output.status.success(), "{stdout}");
+            assert!(stdout.contains("1 passed"), "{stdout}");
         }
     }
 

@@ -11,7 +11,7 @@ use warden_protocol::{
     TaskId, TaskKind, TaskStatus, TranscriptEntry,
 };
 use warden_repo::evidence::PinnedCheckout;
-use warden_repo::{CheckoutRoot, PinnedRepo, RepoError, RepoSpec, RepoStore, Snapshot};
+use warden_repo::{CheckoutRoot, InUse, PinnedRepo, RepoError, RepoSpec, RepoStore, Snapshot};
 use warden_runtime::{
     Agent, AgentConfig, AllowAll, CancelFlag, Clock, EventSink, Finish, Journal, Ledger, Message,
     Model, RunInput, RunOutcome, RunReport, Tool,
@@ -31,10 +31,18 @@ pub enum SetupError {
     /// Warden could not do its part (fetch, snapshot, I/O).
     #[error("{0}")]
     Infrastructure(String),
+    /// A disk budget would be exceeded (a snapshot past `[storage]` limits): the task fails
+    /// with `quota_exceeded`.
+    #[error("{0}")]
+    Quota(String),
 }
 
 /// The model client the configuration names.
 pub fn build_model(config: &Config) -> Result<Arc<dyn Model>, SetupError> {
+    // Before anything is pinned or queued: the first model call would only fail with a 401.
+    if let Some(missing) = config.model.missing_key() {
+        return Err(SetupError::Usage(missing));
+    }
     let model: Arc<dyn Model> =
         match &config.model {
             ModelChoice::Faux => Arc::new(FauxModel),
@@ -66,6 +74,8 @@ pub fn build_model(config: &Config) -> Result<Arc<dyn Model>, SetupError> {
 pub struct TaskRepo {
     pub pinned: PinnedRepo,
     pub snapshot: Snapshot,
+    /// Keeps the mirror and snapshot from eviction while the task uses them.
+    pub in_use: Arc<InUse>,
 }
 
 /// Pins every repository and builds its snapshot. `progress` receives one line per step.
@@ -86,6 +96,9 @@ pub fn pin_all(
             "warden: pinning {}",
             spec.source.display_redacted()
         ));
+        let mut in_use = store.hold_mirror(spec).map_err(|e| {
+            SetupError::Infrastructure(format!("cannot mark the mirror in use: {e}"))
+        })?;
         let pinned = store.pin(spec).map_err(|error| match error {
             // What the person asked for does not exist: a usage error. Anything else (a
             // fetch that failed, a timeout) is an infrastructure failure.
@@ -94,8 +107,19 @@ pub fn pin_all(
             }
             other => SetupError::Infrastructure(format!("cannot pin the repository: {other}")),
         })?;
-        let snapshot = store.snapshot(&pinned).map_err(|e| {
-            SetupError::Infrastructure(format!("cannot build the snapshot of {}: {e}", pinned.name))
+        store.hold_snapshot(&pinned, &mut in_use).map_err(|e| {
+            SetupError::Infrastructure(format!("cannot mark the snapshot in use: {e}"))
+        })?;
+        let snapshot = store.snapshot(&pinned).map_err(|e| match e {
+            RepoError::QuotaExceeded(_) => SetupError::Quota(format!(
+                "the snapshot of {} was refused: {e}; raise [storage] snapshot_max_mib or \
+                 snapshot_max_files in warden.toml to allow it",
+                pinned.name
+            )),
+            e => SetupError::Infrastructure(format!(
+                "cannot build the snapshot of {}: {e}",
+                pinned.name
+            )),
         })?;
         progress(&format!(
             "warden: {} @ {} ({})",
@@ -107,7 +131,11 @@ pub fn pin_all(
                 "snapshot built and verified"
             }
         ));
-        repos.push(TaskRepo { pinned, snapshot });
+        repos.push(TaskRepo {
+            pinned,
+            snapshot,
+            in_use: Arc::new(in_use),
+        });
     }
     Ok(repos)
 }

@@ -2,8 +2,13 @@
 //! from everything Warden stores or shows: journal records, task records, progress and results.
 //! Secrets never reach the model, so this is defence in depth against a provider or tool echoing
 //! one back.
+//!
+//! Redaction fails closed: JSON is redacted string by string (so it always stays JSON), and a
+//! typed value redacted that way which no longer reads back as its type is withheld, never
+//! kept as it was ([`Redactor::event`]).
 
 use serde_json::Value;
+use warden_protocol::Event;
 use warden_runtime::{BoxFuture, Journal, JournalError, RecordKind};
 
 /// Replaces every registered secret with `[redacted]`.
@@ -46,6 +51,22 @@ impl Redactor {
             other => other,
         }
     }
+
+    /// The event with every registered secret redacted. When the redacted form is no longer
+    /// an event (a secret overlapped its type tag or a status name), the event is dropped and
+    /// [`Event::RedactionFailed`] takes its place: the event as it was is never returned.
+    pub fn event(&self, event: Event) -> Event {
+        let redacted = serde_json::to_value(&event)
+            .ok()
+            .and_then(|value| serde_json::from_value::<Event>(self.json(value)).ok());
+        match redacted {
+            Some(redacted) => redacted,
+            None => {
+                tracing::warn!("an event was withheld: it was no longer an event once redacted");
+                Event::RedactionFailed
+            }
+        }
+    }
 }
 
 /// A journal that redacts each payload before it is hashed and written.
@@ -85,5 +106,38 @@ mod tests {
         assert!(!text.contains("user:pw"), "{text}");
         assert!(text.contains("[redacted]"));
         assert!(text.contains("short stays"));
+    }
+
+    #[test]
+    fn an_event_redaction_breaks_is_replaced_by_a_notice_never_kept() {
+        // The secret is part of the event's type tag: redacted, the JSON is no event.
+        let redactor = Redactor::new(["agent_message".to_string()]);
+        let event = Event::AgentMessage {
+            text: "the key is agent_message".into(),
+        };
+        let redacted = redactor.event(event);
+        assert_eq!(redacted, Event::RedactionFailed);
+        let shown = serde_json::to_string(&redacted).unwrap();
+        assert_eq!(shown, r#"{"type":"redaction_failed"}"#);
+
+        // A status name, likewise.
+        let redactor = Redactor::new(["completed".to_string()]);
+        let event = Event::TaskFinished {
+            status: warden_protocol::TaskStatus::Completed,
+            outcome: "completed".into(),
+        };
+        assert_eq!(redactor.event(event), Event::RedactionFailed);
+
+        // An ordinary event is redacted and kept.
+        let redactor = Redactor::new(["sk-live-abcdef123456".to_string()]);
+        let event = Event::AgentMessage {
+            text: "key sk-live-abcdef123456".into(),
+        };
+        assert_eq!(
+            redactor.event(event),
+            Event::AgentMessage {
+                text: "key [redacted]".into()
+            }
+        );
     }
 }

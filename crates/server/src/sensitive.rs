@@ -554,32 +554,54 @@ fn unquote_c(text: &str) -> Option<(String, &str)> {
 ///
 /// Text a shell command printed (`cat .env`) carries no path and only gets the token patterns.
 pub fn redact_journal_entries(entries: &mut [warden_store::JournalEntry]) {
-    let mut sensitive_calls = std::collections::HashMap::new();
+    let mut redaction = JournalRedaction::default();
     for entry in entries {
-        if entry.kind == "model_decision" {
-            let calls = entry.payload.get("tool_calls").and_then(Value::as_array);
-            for call in calls.into_iter().flatten() {
-                let (Some(id), Some(arguments)) = (
-                    call.get("id").and_then(Value::as_str),
-                    call.get("arguments").and_then(Value::as_str),
-                ) else {
-                    continue;
-                };
-                let hide = serde_json::from_str::<Value>(arguments)
-                    .ok()
-                    .and_then(|a| a.get("path").and_then(Value::as_str).map(Hide::for_path))
-                    .unwrap_or(Hide::Nothing);
-                if hide != Hide::Nothing {
-                    sensitive_calls.insert(id.to_string(), hide);
-                }
+        redaction.redact(entry);
+    }
+}
+
+/// [`redact_journal_entries`] a record at a time, for a run read a page at a time: the calls on
+/// sensitive paths its model decisions made are remembered, so the observation of such a call
+/// is hidden even when its decision was on an earlier page. A page that starts mid-run must
+/// first [`JournalRedaction::learn`] every earlier record of the run.
+#[derive(Debug, Default)]
+pub struct JournalRedaction {
+    sensitive_calls: std::collections::HashMap<String, Hide>,
+}
+
+impl JournalRedaction {
+    /// Remembers the sensitive calls of `entry` if it is a model decision.
+    pub fn learn(&mut self, entry: &warden_store::JournalEntry) {
+        if entry.kind != "model_decision" {
+            return;
+        }
+        let calls = entry.payload.get("tool_calls").and_then(Value::as_array);
+        for call in calls.into_iter().flatten() {
+            let (Some(id), Some(arguments)) = (
+                call.get("id").and_then(Value::as_str),
+                call.get("arguments").and_then(Value::as_str),
+            ) else {
+                continue;
+            };
+            let hide = serde_json::from_str::<Value>(arguments)
+                .ok()
+                .and_then(|a| a.get("path").and_then(Value::as_str).map(Hide::for_path))
+                .unwrap_or(Hide::Nothing);
+            if hide != Hide::Nothing {
+                self.sensitive_calls.insert(id.to_string(), hide);
             }
         }
+    }
+
+    /// Redacts the next record of the run for display.
+    pub fn redact(&mut self, entry: &mut warden_store::JournalEntry) {
+        self.learn(entry);
         let observed = if entry.kind == "tool_observation" {
             entry
                 .payload
                 .get("call_id")
                 .and_then(Value::as_str)
-                .and_then(|id| sensitive_calls.get(id))
+                .and_then(|id| self.sensitive_calls.get(id))
                 .copied()
         } else {
             None

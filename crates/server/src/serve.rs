@@ -2,8 +2,10 @@
 //! `sqlite://$WARDEN_HOME/warden.db`), the model, the repository store, the workers and (for
 //! `serve`) the HTTP API on `WARDEN_LISTEN`. `serve` holds the `WARDEN_HOME` lock, so its worker
 //! name is stable across restarts and the runs a killed predecessor left open are interrupted
-//! at once instead of waiting for their leases. Shutdown on SIGTERM/SIGINT: stop accepting and
-//! claiming, let runs finish within the grace period, release the rest, return.
+//! at once instead of waiting for their leases. The API's connections are held by
+//! [`crate::connections`] (a cap from the open-file limit, raised to its hard limit at start,
+//! header and keep-alive timeouts). Shutdown on SIGTERM/SIGINT: stop accepting and claiming,
+//! let runs finish within the grace period, release the rest, return.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -11,11 +13,11 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use tokio::sync::{watch, Notify};
-use warden_repo::RepoStore;
 pub use warden_store::Store;
 
-use crate::api::{self, ApiState, Tokens};
+use crate::api::{self, ApiState, HostPolicy, Tokens};
 use crate::config::Config;
+use crate::connections::{self, ConnectionLimits};
 use crate::question;
 use crate::worker::{self, Services, WorkerOptions};
 
@@ -54,7 +56,7 @@ pub fn api_tokens(
     }
     let path = home.join("api-token");
     let token = match std::fs::read_to_string(&path) {
-        Ok(text) if text.trim().len() >= 16 => text.trim().to_string(),
+        Ok(text) if text.trim().len() >= api::MIN_BOOTSTRAP_TOKEN_LEN => text.trim().to_string(),
         _ => {
             let mut random = [0u8; 24];
             getrandom::fill(&mut random).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
@@ -122,7 +124,8 @@ pub fn process_worker_name() -> String {
 pub async fn services(config: Arc<Config>, store: Arc<dyn Store>) -> anyhow::Result<Arc<Services>> {
     let model = question::build_model(&config).map_err(|e| ServeUsageError(e.to_string()))?;
     let home = config.home.clone();
-    let repos = tokio::task::spawn_blocking(move || RepoStore::open(&home))
+    let storage = config.storage;
+    let repos = tokio::task::spawn_blocking(move || storage.open_repos(&home))
         .await?
         .context("cannot open the repository store")?;
     // Every event the workers store reaches this process's SSE subscribers at once.
@@ -184,13 +187,41 @@ pub async fn serve(
         options,
         stopped.clone(),
     ));
+    let serve_config = &services.config.serve;
+    let open_files = connections::raise_open_files_limit();
+    let computed_cap = connections::connection_cap(open_files, serve_config.workers);
+    let max_connections = match serve_config.max_connections {
+        Some(max) if max > computed_cap => {
+            tracing::warn!(
+                max,
+                computed_cap,
+                open_files,
+                "serve.max_connections is above what the open-file limit allows; using the latter"
+            );
+            computed_cap
+        }
+        Some(max) => max,
+        None => computed_cap,
+    };
+    let limits = ConnectionLimits {
+        max_connections,
+        header_timeout: serve_config.header_timeout,
+        keep_alive: serve_config.keep_alive,
+    };
+    tracing::info!(max_connections, open_files, "connection cap");
+    crate::storage::spawn_eviction(&services, stopped.clone());
     let app = api::router(Arc::new(
         ApiState::new(
             Arc::clone(&services.store),
             tokens,
             Arc::clone(&services.wake),
         )
-        .with_rate_limit(services.config.serve.rate_limit)
+        .with_rate_limit(serve_config.rate_limit)
+        .with_max_streams_per_token(serve_config.max_streams_per_token)
+        .with_hosts(HostPolicy {
+            listen: listener.local_addr().ok(),
+            public_names: serve_config.public_names.clone(),
+        })
         .with_hub(Arc::clone(&services.hub))
         .with_repos(services.repos.clone(), services.redactor.clone())
         .with_running(Arc::clone(&services.running))
@@ -211,7 +242,7 @@ pub async fn serve(
     });
     let mut signal_seen_api = signal_seen.clone();
     let hub = Arc::clone(&services.hub);
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+    let server = connections::serve_connections(listener, app, limits, async move {
         tokio::select! {
             _ = signal_seen_api.wait_for(|s| *s) => {}
             _ = api_stopped.wait_for(|s| *s) => {}
@@ -219,7 +250,7 @@ pub async fn serve(
         // Event streams never end by themselves: end them so the server can drain.
         hub.close();
     });
-    let api = tokio::spawn(async move { server.await });
+    let api = tokio::spawn(server);
     let mut signal_seen = signal_seen;
     let _ = signal_seen.wait_for(|s| *s).await;
     eprintln!(
@@ -246,6 +277,7 @@ pub async fn work(
 ) -> anyhow::Result<()> {
     let (stop, stopped) = watch::channel(false);
     let options = WorkerOptions::from_config(worker_name, &services.config);
+    crate::storage::spawn_eviction(&services, stopped.clone());
     let workers = tokio::spawn(worker::run_workers(services, options, stopped));
     shutdown.await;
     eprintln!("warden: shutting down: no new tasks are claimed");

@@ -1,6 +1,7 @@
 //! The `[serve]` section of `warden.toml`: how the service runs tasks (concurrent runs per worker,
-//! lease length, shutdown grace) and the per-UTC-day budgets its workers check from the usage
-//! ledger before every model call. The per-task budgets are `[limits]`, counted across runs.
+//! lease length, shutdown grace), the per-UTC-day budgets its workers check from the usage
+//! ledger before every model call, and how the API holds connections (cap, timeouts, event
+//! streams per token, the public names it answers to). The per-task budgets are `[limits]`, counted across runs.
 
 use anyhow::bail;
 use serde::Deserialize;
@@ -25,6 +26,18 @@ pub struct ServeSection {
     pub rate_limit_per_minute: Option<u32>,
     /// API requests a token may make at once before the per-minute rate applies (default 120).
     pub rate_limit_burst: Option<u32>,
+    /// Open API connections at most (default: from the open-file limit, see
+    /// [`crate::connections::connection_cap`]); only lowers that.
+    pub max_connections: Option<usize>,
+    /// Seconds a client has to send a request head in full (default 10).
+    pub header_timeout_secs: Option<u64>,
+    /// Seconds an idle kept-alive connection stays open (default 60).
+    pub keep_alive_secs: Option<u64>,
+    /// Event streams one token may hold open at once (default 16); beyond, 429.
+    pub max_streams_per_token: Option<u32>,
+    /// Host names (optionally `name:port`) clients may use besides the listen address, e.g. the
+    /// name of a reverse proxy in front: other `Host`s get 421, other `Origin`s 403.
+    pub public_names: Option<Vec<String>>,
 }
 
 /// The `[serve]` section, resolved.
@@ -37,6 +50,13 @@ pub struct ServeConfig {
     pub max_cost_micro_usd_per_day: Option<u64>,
     /// Per-token API rate limit.
     pub rate_limit: crate::api::RateLimit,
+    /// `max_connections` when set; otherwise the cap comes from the open-file limit.
+    pub max_connections: Option<usize>,
+    pub header_timeout: Duration,
+    pub keep_alive: Duration,
+    pub max_streams_per_token: u32,
+    /// Lowercase, without a trailing dot.
+    pub public_names: Vec<String>,
 }
 
 impl Default for ServeConfig {
@@ -48,6 +68,11 @@ impl Default for ServeConfig {
             max_tokens_per_day: None,
             max_cost_micro_usd_per_day: None,
             rate_limit: crate::api::RateLimit::default(),
+            max_connections: None,
+            header_timeout: crate::connections::DEFAULT_HEADER_TIMEOUT,
+            keep_alive: crate::connections::DEFAULT_KEEP_ALIVE,
+            max_streams_per_token: crate::api::DEFAULT_MAX_STREAMS_PER_TOKEN,
+            public_names: Vec::new(),
         }
     }
 }
@@ -96,6 +121,39 @@ impl ServeConfig {
                 .rate_limit_burst
                 .unwrap_or(defaults.rate_limit.burst),
         };
+        if section.max_connections == Some(0) {
+            bail!("serve.max_connections must be at least 1");
+        }
+        let seconds = |value: Option<u64>, name: &str, default: Duration| match value {
+            Some(secs) if !(1..=3_600).contains(&secs) => {
+                bail!("serve.{name} must be between 1 and 3600, got {secs}")
+            }
+            Some(secs) => Ok(Duration::from_secs(secs)),
+            None => Ok(default),
+        };
+        let header_timeout = seconds(
+            section.header_timeout_secs,
+            "header_timeout_secs",
+            defaults.header_timeout,
+        )?;
+        let keep_alive = seconds(
+            section.keep_alive_secs,
+            "keep_alive_secs",
+            defaults.keep_alive,
+        )?;
+        if section.max_streams_per_token == Some(0) {
+            bail!("serve.max_streams_per_token must be at least 1");
+        }
+        let mut public_names = Vec::new();
+        for name in section.public_names.iter().flatten() {
+            match crate::api::normalize_public_name(name) {
+                Some(name) => public_names.push(name),
+                None => bail!(
+                    "serve.public_names: {name:?} is not a host name or name:port \
+                     (no scheme, no path)"
+                ),
+            }
+        }
         Ok(ServeConfig {
             workers,
             lease,
@@ -103,6 +161,13 @@ impl ServeConfig {
             max_tokens_per_day: section.max_tokens_per_day,
             max_cost_micro_usd_per_day,
             rate_limit,
+            max_connections: section.max_connections,
+            header_timeout,
+            keep_alive,
+            max_streams_per_token: section
+                .max_streams_per_token
+                .unwrap_or(defaults.max_streams_per_token),
+            public_names,
         })
     }
 }
@@ -132,7 +197,24 @@ mod tests {
                 burst: 5
             }
         );
+        let front = resolve(
+            "max_connections = 100\nheader_timeout_secs = 2\nkeep_alive_secs = 5\n\
+             max_streams_per_token = 3\npublic_names = [\"Warden.Example.com.\", \"proxy:8443\"]\n",
+        )
+        .unwrap();
+        assert_eq!(front.max_connections, Some(100));
+        assert_eq!(front.header_timeout, Duration::from_secs(2));
+        assert_eq!(front.keep_alive, Duration::from_secs(5));
+        assert_eq!(front.max_streams_per_token, 3);
+        assert_eq!(front.public_names, ["warden.example.com", "proxy:8443"]);
         for bad in [
+            "max_connections = 0",
+            "header_timeout_secs = 0",
+            "keep_alive_secs = 100000",
+            "max_streams_per_token = 0",
+            "public_names = [\"https://warden.example.com\"]",
+            "public_names = [\"warden.example.com/api\"]",
+            "public_names = [\"\"]",
             "rate_limit_per_minute = 0",
             "rate_limit_burst = 0",
             "rate_limit_burst = -1",

@@ -1,6 +1,9 @@
 //! Workers: a loop that claims queued tasks from the store with a lease, runs up to `slots` of
 //! them at once, heartbeats each run while it lasts (a lost lease cancels it), and finishes each
-//! run with its status and result JSON. Expired leases of dead workers are re-queued by every
+//! run with its status and result JSON. A run talks to the store through
+//! [`crate::outage::RunStore`], which rides out outages until the run's lease would expire; a
+//! run lost then (or when the heartbeat cannot renew the lease in time) records nothing and is
+//! released to the queue once the store answers again, never failed by the outage. Expired leases of dead workers are re-queued by every
 //! worker periodically. At shutdown a worker stops claiming, lets its runs finish within a grace
 //! period and releases the rest back to the queue (not counted as an interruption).
 //!
@@ -15,7 +18,7 @@
 //! expired runs, waiting tasks whose approval was decided but which were not queued.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,6 +40,7 @@ use crate::journal::{
     recorded_decisions, store_events, RecordedDecision, ReplayModel, StoreJournal,
 };
 use crate::ledger::{Budget, StoreLedger};
+use crate::outage::{Lost, RunLease, RunStore};
 use crate::question::{self, QuestionRun, SetupError, TaskSandbox};
 use crate::redact::Redactor;
 
@@ -130,6 +134,8 @@ pub async fn run_workers(
             },
             _ = shutdown.changed() => break,
         };
+        // The lease the store grants starts no earlier than the claim is sent.
+        let granted = tokio::time::Instant::now();
         match services
             .store
             .claim(&options.name, options.lease, &filter)
@@ -140,7 +146,8 @@ pub async fn run_workers(
                 let options = options.clone();
                 let release = release.subscribe();
                 runs.spawn(async move {
-                    execute(&services, &options, claim, release).await;
+                    let lease = RunLease::new(options.lease, granted);
+                    execute(&services, &options, claim, lease, release).await;
                     drop(permit);
                 });
             }
@@ -192,66 +199,155 @@ enum Ending {
     LeaseLost,
 }
 
-/// Runs one claimed task to its end and records it.
+/// The services of one run: the same as the worker's, but its store retries through outages
+/// until the run's lease would expire ([`crate::outage`]).
+fn run_services(services: &Services, lease: &Arc<RunLease>) -> Services {
+    Services {
+        config: Arc::clone(&services.config),
+        store: Arc::new(RunStore::new(
+            Arc::clone(&services.store),
+            Arc::clone(lease),
+        )),
+        repos: services.repos.clone(),
+        model: Arc::clone(&services.model),
+        redactor: services.redactor.clone(),
+        wake: Arc::clone(&services.wake),
+        running: Arc::clone(&services.running),
+        hub: Arc::clone(&services.hub),
+    }
+}
+
+/// Runs one claimed task to its end and records it. A run whose lease is lost (taken by the
+/// store, or not renewable through an outage) records nothing: the task is someone else's, or
+/// goes back to the queue.
 async fn execute(
     services: &Services,
     options: &WorkerOptions,
     claim: Claim,
+    lease: Arc<RunLease>,
     mut release: watch::Receiver<bool>,
 ) {
     let run = claim.run();
     let cancel = CancelFlag::default();
     let registration = services.running.register(&claim.task.id, cancel.clone());
+    let control = Arc::clone(registration.control());
     let watcher = tokio::spawn(crate::cancel::watch_status(
         Arc::clone(&services.store),
         claim.task.id.clone(),
-        Arc::clone(registration.control()),
+        Arc::clone(&control),
         STATUS_CHECK_EVERY,
     ));
-    let lost = Arc::new(AtomicBool::new(false));
     let heartbeat = tokio::spawn(heartbeat(
         Arc::clone(&services.store),
         run.clone(),
         options.name.clone(),
-        options.lease,
-        cancel.clone(),
-        Arc::clone(&lost),
+        Arc::clone(&lease),
     ));
+    let run_services = run_services(services, &lease);
     let ending = tokio::select! {
-        ending = run_task(services, options, &claim, cancel.clone()) => ending,
+        ending = run_task(&run_services, options, &claim, cancel.clone()) => ending,
         _ = release.wait_for(|r| *r) => Ending::Released,
         // A stopped run that does not wind down (a model call in flight) is dropped.
-        _ = registration.control().stopped_for(STOP_GRACE) => Ending::LeaseLost,
+        _ = control.stopped_for(STOP_GRACE) => Ending::LeaseLost,
+        // A lost run stops: its agent loop is cancelled, its sandbox commands killed.
+        _ = async {
+            lease.lost_now().await;
+            control.stop();
+            tokio::time::sleep(STOP_GRACE).await;
+        } => Ending::LeaseLost,
     };
-    heartbeat.abort();
     watcher.abort();
-    if registration.control().stopped() {
+    if let Some(why) = lease.lost() {
+        heartbeat.abort();
+        abandon(services, options, &run, why);
+        return;
+    }
+    if control.stopped() {
+        heartbeat.abort();
         tracing::info!(%run, "the task was ended outside the run; the run stops without a result");
         return;
     }
-    let ending = if lost.load(Ordering::SeqCst) {
-        Ending::LeaseLost
-    } else {
-        ending
-    };
     let (status, result) = match ending {
         Ending::Finished { status, result } => (status, Some(result)),
         Ending::Released => (TaskStatus::Queued, None),
         Ending::LeaseLost => {
+            heartbeat.abort();
             tracing::warn!(%run, "lease lost; the run was abandoned");
             return;
         }
     };
+    // The heartbeat goes on while the run is recorded: finishing, too, may wait out an outage.
     if status == TaskStatus::WaitingInput {
-        record_clarification(services, &claim.task, result.as_ref()).await;
+        record_clarification(&run_services, &claim.task, result.as_ref()).await;
     }
-    match finish_with_retries(services.store.as_ref(), &run, options, status, result).await {
+    let finished = run_services
+        .store
+        .finish_run(&run, &options.name, status, result)
+        .await;
+    heartbeat.abort();
+    match finished {
         Ok(_) => {}
         // Ended outside the run a moment before it finished (a cancel): that outcome stands.
         Err(error @ (StoreError::LeaseLost { .. } | StoreError::StatusConflict { .. })) => {
             tracing::info!(%run, %error, "the run no longer holds its task; its result is dropped");
         }
-        Err(error) => tracing::warn!(%run, %error, "finishing the run failed"),
+        Err(error) => match lease.lost() {
+            Some(why) => abandon(services, options, &run, why),
+            None => tracing::warn!(%run, %error, "finishing the run failed"),
+        },
+    }
+}
+
+/// A lost run stops without a result. Lost to an outage, it is released to the queue once the
+/// store answers again (unless its lease expired and a worker re-queued it first).
+fn abandon(services: &Services, options: &WorkerOptions, run: &RunRef, why: Lost) {
+    match why {
+        Lost::Taken => tracing::warn!(%run, "lease lost; the run was abandoned"),
+        Lost::Outage => {
+            tracing::warn!(%run, "the store was unreachable for the run's lease; the run stopped and its task goes back to the queue");
+            tokio::spawn(release_when_reachable(
+                Arc::clone(&services.store),
+                run.clone(),
+                options.name.clone(),
+                options.lease,
+            ));
+        }
+    }
+}
+
+/// How long a worker keeps trying to release a run lost to an outage.
+const RELEASE_FOR: Duration = Duration::from_secs(600);
+
+/// Releases a run that stopped during an outage back to the queue (not counted as an
+/// interruption) once the store answers, for at most [`RELEASE_FOR`].
+async fn release_when_reachable(
+    store: Arc<dyn Store>,
+    run: RunRef,
+    worker: String,
+    lease: Duration,
+) {
+    let give_up = tokio::time::Instant::now() + RELEASE_FOR;
+    let mut delay = Duration::from_millis(200);
+    loop {
+        match store
+            .finish_run(&run, &worker, TaskStatus::Queued, None)
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(%run, "the store answers again: the run's task was released to the queue");
+                return;
+            }
+            Err(error) if error.is_retryable() && tokio::time::Instant::now() < give_up => {
+                tracing::debug!(%run, %error, "releasing the run failed; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min((lease / 4).max(Duration::from_millis(200)));
+            }
+            // Re-queued at its lease's expiry (or ended) meanwhile: nothing to release.
+            Err(error) => {
+                tracing::info!(%run, %error, "the run was not released");
+                return;
+            }
+        }
     }
 }
 
@@ -277,50 +373,43 @@ async fn record_clarification(services: &Services, task: &Task, result: Option<&
     }
 }
 
-async fn finish_with_retries(
-    store: &dyn Store,
-    run: &RunRef,
-    options: &WorkerOptions,
-    status: TaskStatus,
-    result: Option<Value>,
-) -> Result<Task, StoreError> {
-    let mut delay = Duration::from_millis(50);
-    let mut attempt = 0;
+/// Renews the run's lease every third of it (sooner after a failed renewal). The run is lost
+/// when the store says the run is no longer this worker's, or when the lease could not be
+/// renewed before its deadline ([`RunLease::deadline`]): another worker may claim the task
+/// once it expires, so the run must have stopped by then.
+async fn heartbeat(store: Arc<dyn Store>, run: RunRef, worker: String, lease: Arc<RunLease>) {
+    let every = (lease.lease() / 3).max(Duration::from_millis(100));
+    let retry_every = (every / 4).max(Duration::from_millis(50));
+    let mut next = tokio::time::Instant::now() + every;
     loop {
-        attempt += 1;
-        match store
-            .finish_run(run, &options.name, status, result.clone())
-            .await
-        {
-            Err(error) if error.is_retryable() && attempt < 10 => {
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(2));
-            }
-            other => return other,
+        let deadline = lease.deadline();
+        tokio::time::sleep_until(next.min(deadline)).await;
+        if tokio::time::Instant::now() >= lease.deadline() {
+            tracing::warn!(%run, "the lease could not be renewed in time; the run stops");
+            lease.lose(Lost::Outage);
+            return;
         }
-    }
-}
-
-/// Extends the run's lease every third of it. A lost lease cancels the run.
-async fn heartbeat(
-    store: Arc<dyn Store>,
-    run: RunRef,
-    worker: String,
-    lease: Duration,
-    cancel: CancelFlag,
-    lost: Arc<AtomicBool>,
-) {
-    let every = (lease / 3).max(Duration::from_millis(100));
-    loop {
-        tokio::time::sleep(every).await;
-        match store.heartbeat(&run, &worker, lease).await {
-            Ok(_) => {}
-            Err(StoreError::LeaseLost { .. }) | Err(StoreError::NotFound { .. }) => {
-                lost.store(true, Ordering::SeqCst);
-                cancel.cancel();
+        let asked = tokio::time::Instant::now();
+        match tokio::time::timeout_at(
+            lease.deadline(),
+            store.heartbeat(&run, &worker, lease.lease()),
+        )
+        .await
+        {
+            Ok(Ok(_)) => {
+                lease.renewed(asked);
+                next = asked + every;
+            }
+            Ok(Err(StoreError::LeaseLost { .. })) | Ok(Err(StoreError::NotFound { .. })) => {
+                lease.lose(Lost::Taken);
                 return;
             }
-            Err(error) => tracing::warn!(%run, %error, "heartbeat failed; retrying"),
+            Ok(Err(error)) => {
+                tracing::warn!(%run, %error, "heartbeat failed; retrying");
+                next = tokio::time::Instant::now() + retry_every;
+            }
+            // The loop looks at the deadline again.
+            Err(_) => next = tokio::time::Instant::now(),
         }
     }
 }
@@ -353,6 +442,10 @@ fn setup_failure(error: SetupError) -> Failure {
         },
         SetupError::Infrastructure(message) => Failure {
             code: FailureCode::Infrastructure,
+            message,
+        },
+        SetupError::Quota(message) => Failure {
+            code: FailureCode::QuotaExceeded,
             message,
         },
     }
@@ -487,9 +580,14 @@ async fn run_task(
         Err(failure) => failed(task, &model_name, failure),
     };
     let _ = std::fs::remove_dir_all(&scratch);
-    // A task ended from outside (cancelled) got its task_finished event from whoever ended it.
+    // A terminal status stores its task_finished event when the run is finished (in the same
+    // transaction); a task that waits for an answer or an approval says so here.
     let stopped = services.running.stopped(&task.id);
     if let (Ending::Finished { status, result }, false) = (&ending, stopped) {
+        if status.is_terminal() {
+            drain.finish(events).await;
+            return ending;
+        }
         events.emit(Event::TaskFinished {
             status: *status,
             outcome: result
@@ -590,7 +688,7 @@ pub(crate) async fn run_plumbing(
     task: &Task,
     run: &RunRef,
 ) -> Result<RunPlumbing, String> {
-    let recorded = earlier_decisions(services.store.as_ref(), run).await;
+    let recorded = earlier_decisions(services.store.as_ref(), run).await?;
     let replaying = recorded.len();
     let model = ReplayModel::new(Arc::clone(&services.model), recorded);
     let ledger = StoreLedger {
@@ -623,8 +721,13 @@ pub(crate) async fn run_plumbing(
     })
 }
 
-/// The longest clean run of model decisions journaled by an earlier run of the task.
-async fn earlier_decisions(store: &dyn Store, run: &RunRef) -> Vec<RecordedDecision> {
+/// The longest clean run of model decisions journaled by an earlier run of the task. A journal
+/// the store cannot read now (an outage that outlasted the lease) stops the run rather than
+/// paying for its decisions again.
+async fn earlier_decisions(
+    store: &dyn Store,
+    run: &RunRef,
+) -> Result<Vec<RecordedDecision>, String> {
     let mut best = Vec::new();
     for number in 1..run.number {
         let earlier = RunRef {
@@ -641,10 +744,13 @@ async fn earlier_decisions(store: &dyn Store, run: &RunRef) -> Vec<RecordedDecis
                     best = decisions;
                 }
             }
+            Err(error) if error.is_retryable() => {
+                return Err(format!("cannot read the journal of run {earlier}: {error}"))
+            }
             Err(error) => tracing::warn!(run = %earlier, %error, "cannot read an earlier journal"),
         }
     }
-    best
+    Ok(best)
 }
 
 /// The task's repositories as pinnable specs: the registered source, at the commit an earlier

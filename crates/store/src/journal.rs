@@ -115,6 +115,13 @@ pub(crate) fn check_append(tail: Option<(u64, &str)>, entry: &JournalEntry) -> R
     }
 }
 
+/// Whether `entry` continues the record preceding it in its run, given as `(seq, hash)`
+/// (`None`: it must be the run's first): next sequence, linked to that hash, with a hash
+/// matching its content. A chain read a piece at a time verifies record by record with this.
+pub fn continues(before: Option<(u64, &str)>, entry: &JournalEntry) -> bool {
+    check_append(before, entry).is_ok()
+}
+
 /// Checks a whole chain as read back from the store (like `FileJournal::verify`).
 pub fn verify_chain(entries: &[JournalEntry]) -> Result<(), StoreError> {
     let mut tail: Option<(u64, &str)> = None;

@@ -10,6 +10,7 @@
 mod batch;
 mod clock;
 mod error;
+mod ids;
 pub mod journal;
 mod postgres;
 mod rows;
@@ -27,6 +28,7 @@ use warden_protocol::{Event, TaskId, TaskStatus};
 pub use batch::{ClaimQueue, Completion, CompletionBatcher, Finished};
 pub use clock::{Clock, ManualClock, SystemClock, UtcDay};
 pub use error::StoreError;
+pub use ids::{new_task_id, new_task_id_at, IdError};
 pub use journal::{JournalEntry, RunJournal, GENESIS_HASH};
 pub use postgres::PostgresStore;
 pub use sqlite::{Quarantine, SqliteStore};
@@ -44,6 +46,10 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// Everything Warden keeps durably. Every method is one transaction: it happens entirely or not
 /// at all, and concurrent callers (threads, processes, machines) see each other's effects in a
 /// single order.
+///
+/// Every move of a task to a terminal status (a run finishing, a cancel, a task abandoned after
+/// too many interrupted runs) stores the task's `task_finished` event (its status and the
+/// result's `outcome`, else `failure`) in the same transaction; callers never append it.
 pub trait Store: Send + Sync {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
@@ -221,6 +227,23 @@ pub trait Store: Send + Sync {
         &'a self,
         run: &'a RunRef,
     ) -> BoxFuture<'a, Result<Vec<JournalEntry>, StoreError>>;
+
+    /// Up to `limit` records of a run's journal from sequence `from` on, in order (a page of
+    /// `GET /v1/tasks/{id}/journal`). The backends read just those rows; this default reads the
+    /// whole run.
+    fn journal_page<'a>(
+        &'a self,
+        run: &'a RunRef,
+        from: u64,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<JournalEntry>, StoreError>> {
+        Box::pin(async move {
+            let mut entries = self.journal(run).await?;
+            entries.retain(|entry| entry.seq >= from);
+            entries.truncate(limit as usize);
+            Ok(entries)
+        })
+    }
 
     // --- events ---
 

@@ -2,7 +2,7 @@
 //! into the public types, so decoding rules — status names, JSON columns, integer ranges — live
 //! in one place.
 
-use warden_protocol::{TaskId, TaskStatus};
+use warden_protocol::{Event, TaskId, TaskStatus};
 
 use crate::state::{parse_kind, parse_status};
 use crate::types::{
@@ -360,6 +360,19 @@ pub(crate) fn to_u64(value: i64) -> Result<u64, StoreError> {
 
 pub(crate) fn to_u32(value: i64) -> Result<u32, StoreError> {
     u32::try_from(value).map_err(|_| StoreError::OutOfRange(format!("stored {value} exceeds u32")))
+}
+
+/// The event every move to a terminal status stores in the same transaction: `task_finished`
+/// with the status and the result's `outcome` (`failure` when the result names none).
+pub(crate) fn finished_event(status: TaskStatus, result: Option<&serde_json::Value>) -> Event {
+    Event::TaskFinished {
+        status,
+        outcome: result
+            .and_then(|r| r.get("outcome"))
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("failure")
+            .to_string(),
+    }
 }
 
 /// The result JSON of a task abandoned after too many interrupted runs.

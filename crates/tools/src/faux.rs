@@ -1,8 +1,11 @@
-//! The faux runner (`WARDEN_MODEL=faux`): a deterministic investigator that needs no language
-//! model. It lists the working root, searches for the most distinctive word of the question,
-//! reads around the first match and submits a small answer citing exactly the lines it read.
-//! It exists for demos and tests, parses the tools' documented output formats, and labels every
-//! answer it gives as coming from no model.
+//! The faux runner (`WARDEN_MODEL=faux`): a deterministic agent that needs no language model.
+//! For a question it lists the working root, searches for the most distinctive word of the
+//! question, reads around the first match and submits a small answer citing exactly the lines
+//! it read. For a change (the `submit_change` tool is offered) it writes one labelled note,
+//! [`FAUX_CHANGE_FILE`], and submits it, so the whole change pipeline (edit, checks, proposal,
+//! diff, approval) can be tried without a model; if the note cannot be written the submission
+//! finds nothing changed (`no_change`). It exists for demos and tests, parses the tools'
+//! documented output formats, and labels everything it produces as coming from no model.
 
 use serde_json::json;
 use warden_runtime::{
@@ -12,6 +15,9 @@ use warden_runtime::{
 
 /// Prefix of every faux summary, so nobody mistakes it for a model's answer.
 pub const FAUX_LABEL: &str = "[faux runner: no language model was used]";
+
+/// The file a faux change writes at the repository root.
+pub const FAUX_CHANGE_FILE: &str = "WARDEN-FAUX-CHANGE.md";
 
 const STOPWORDS: &[&str] = &[
     "what",
@@ -71,7 +77,12 @@ impl Model for FauxModel {
         request: &'a ModelRequest,
         _events: &'a dyn EventSink,
     ) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
-        let (name, arguments) = next_step(&request.messages);
+        let change = request.tools.iter().any(|t| t.name == "submit_change");
+        let (name, arguments) = if change {
+            next_change_step(&request.messages)
+        } else {
+            next_step(&request.messages)
+        };
         let call = ToolCall {
             id: format!("faux_{}", request.messages.len()),
             name: name.to_string(),
@@ -170,6 +181,33 @@ fn next_step(messages: &[Message]) -> (&'static str, serde_json::Value) {
     }
 }
 
+/// A change: write the note, then submit it (again after a rejection: the checks decide).
+fn next_change_step(messages: &[Message]) -> (&'static str, serde_json::Value) {
+    let asked = question(messages);
+    match last_exchange(messages) {
+        None => (
+            "write_file",
+            json!({"path": FAUX_CHANGE_FILE, "content": change_note(&asked)}),
+        ),
+        Some(_) => (
+            "submit_change",
+            json!({"summary": format!(
+                "{FAUX_LABEL} Wrote {FAUX_CHANGE_FILE}, a note naming the request {asked:?}, to \
+                 exercise the change pipeline. It does not implement the request."
+            )}),
+        ),
+    }
+}
+
+fn change_note(asked: &str) -> String {
+    format!(
+        "# Faux change\n\n{FAUX_LABEL}\n\nWarden's faux runner wrote this file to exercise the \
+         change pipeline (edit, checks, proposal, approval) without a language model. It does \
+         not implement the request.\n\nRequest:\n\n> {}\n",
+        asked.trim().replace('\n', "\n> ")
+    )
+}
+
 fn listing(messages: &[Message]) -> Option<String> {
     let call_id = messages.iter().find_map(|m| match m {
         Message::Assistant { tool_calls, .. } => tool_calls
@@ -254,6 +292,49 @@ fn submit(asked: &str, cited: Option<(&str, u64, u64)>) -> (&'static str, serde_
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn reply(name: &str, content: &str, is_error: bool) -> [Message; 2] {
+        [
+            Message::Assistant {
+                text: None,
+                tool_calls: vec![ToolCall {
+                    id: "c1".into(),
+                    name: name.into(),
+                    arguments: "{}".into(),
+                }],
+            },
+            Message::Tool {
+                call_id: "c1".into(),
+                content: content.into(),
+                is_error,
+            },
+        ]
+    }
+
+    #[test]
+    fn a_change_writes_a_labelled_note_then_submits_it() {
+        let mut messages = vec![Message::User {
+            text: "fix the flaky retry test".into(),
+        }];
+        let (tool, arguments) = next_change_step(&messages);
+        assert_eq!(tool, "write_file");
+        assert_eq!(arguments["path"], FAUX_CHANGE_FILE);
+        let content = arguments["content"].as_str().unwrap();
+        assert!(content.contains(FAUX_LABEL), "{content}");
+        assert!(content.contains("> fix the flaky retry test"), "{content}");
+        // Deterministic: the same request writes the same note.
+        assert_eq!(next_change_step(&messages), (tool, arguments));
+        messages.extend(reply("write_file", "wrote 200 bytes", false));
+        let (tool, arguments) = next_change_step(&messages);
+        assert_eq!(tool, "submit_change");
+        assert!(arguments["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with(FAUX_LABEL));
+        // After a rejected submission (failing checks) it submits again: the checks decide.
+        messages.extend(reply("submit_change", "checks failed", true));
+        assert_eq!(next_change_step(&messages).0, "submit_change");
+    }
 
     #[test]
     fn picks_the_longest_distinctive_word() {

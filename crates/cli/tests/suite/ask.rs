@@ -517,7 +517,32 @@ fn the_run_journal_is_hash_chained_and_verifiable() {
         "where is retry_with_backoff?",
     ]);
     let task = run.json()["task_id"].as_str().unwrap().to_string();
-    let logs = warden.run(&["logs", &task]);
+    // By default a timeline a person reads.
+    let timeline = warden.run(&["logs", &task]);
+    assert_eq!(timeline.code, 0, "{}", timeline.stderr);
+    assert!(timeline.stderr.contains("verified"));
+    assert!(
+        timeline.stdout.contains("run started · model faux"),
+        "{}",
+        timeline.stdout
+    );
+    assert!(
+        timeline.stdout.contains("turn 1: asking the model"),
+        "{}",
+        timeline.stdout
+    );
+    assert!(
+        timeline.stdout.contains("→ search ("),
+        "{}",
+        timeline.stdout
+    );
+    assert!(
+        timeline.stdout.contains("run finished: answered"),
+        "{}",
+        timeline.stdout
+    );
+    // --json: the raw records.
+    let logs = warden.run(&["logs", &task, "--json"]);
     assert_eq!(logs.code, 0, "{}", logs.stderr);
     assert!(logs.stderr.contains("verified"));
     let kinds: Vec<String> = logs
@@ -546,6 +571,10 @@ fn the_run_journal_is_hash_chained_and_verifiable() {
     let logs = warden.run(&["logs", &task]);
     assert_eq!(logs.code, 1);
     assert!(logs.stderr.contains("chain broken"), "{}", logs.stderr);
+    // An unknown task is one sentence and exit 2.
+    let unknown = warden.run(&["logs", "tsk_01M8X9827AZ3A20WRPAKR1KP4K"]);
+    assert_eq!(unknown.code, 2, "{}", unknown.stderr);
+    assert_eq!(unknown.stderr.lines().count(), 1, "{}", unknown.stderr);
 }
 
 #[test]
@@ -757,9 +786,15 @@ fn ctrl_c_cancels_a_task_waiting_on_the_model() {
     let task = result["task_id"].as_str().unwrap();
     let show = warden.run(&["show", task, "--json"]);
     assert_eq!(show.json()["status"], "cancelled");
-    let logs = warden.run(&["logs", task]);
+    let logs = warden.run(&["logs", task, "--json"]);
     assert_eq!(logs.code, 0, "{}", logs.stderr);
     assert!(logs.stdout.lines().last().unwrap().contains("run_finished"));
+    let timeline = warden.run(&["logs", task]);
+    assert!(
+        timeline.stdout.contains("failed: cancelled"),
+        "{}",
+        timeline.stdout
+    );
 }
 
 fn tool_result_of(request: &serde_json::Value) -> String {

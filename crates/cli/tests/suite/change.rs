@@ -620,3 +620,50 @@ fn a_stale_approval_is_refused_and_a_rejection_publishes_nothing() {
     assert_eq!(warden.run(&["reject", id]).code, 2);
     assert_eq!(git_in(&remote_git, &["for-each-ref"]), "");
 }
+
+#[test]
+fn the_faux_runner_makes_a_labelled_change_that_the_checks_prove() {
+    let repo = sample_repo();
+    let warden = Warden::faux();
+    let path = repo.path().to_str().unwrap();
+    let run = warden.run(&[
+        "run",
+        "--repo",
+        path,
+        "--check",
+        "grep -q 'faux runner' WARDEN-FAUX-CHANGE.md",
+        "--json",
+        "fix the flaky retry test",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let result = run.json();
+    assert_eq!(result["model"], "faux");
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    let proposal = &result["proposal"];
+    assert!(
+        proposal["summary"]
+            .as_str()
+            .unwrap()
+            .starts_with("[faux runner"),
+        "{proposal}"
+    );
+    let files: Vec<&str> = proposal["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(files, ["WARDEN-FAUX-CHANGE.md"]);
+    assert_eq!(proposal["validations"][0]["exit_code"], 0, "{proposal}");
+    let note = git_in(
+        &mirror_of(&warden),
+        &[
+            "show",
+            &format!(
+                "{}:WARDEN-FAUX-CHANGE.md",
+                proposal["commit"].as_str().unwrap()
+            ),
+        ],
+    );
+    assert!(note.contains("> fix the flaky retry test"), "{note}");
+}

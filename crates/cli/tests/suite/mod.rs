@@ -1,9 +1,13 @@
 mod ask;
 mod change;
 mod control;
+mod first_hour;
+mod front_door;
 mod logs_json;
 mod nonroot;
+mod outage;
 mod publish;
+mod quota;
 mod remote;
 mod remote_escaping;
 mod serve;

@@ -162,8 +162,26 @@ fn tasks_show_logs_and_retry_read_the_server() {
     assert_eq!(logs.json(), asked.json());
     assert!(logs.stderr.contains("→ search"), "{}", logs.stderr);
 
-    // The journal, one record a line, its hash chain verified by the server.
-    let journal = client.run(&["logs", &id]);
+    // The journal as a timeline, and with --json one record a line, its hash chain verified
+    // by the server.
+    let timeline = client.run(&["logs", &id]);
+    server.expect(&timeline, 0);
+    assert!(
+        timeline.stdout.contains(" · run 1\n"),
+        "{}",
+        timeline.stdout
+    );
+    assert!(
+        timeline.stdout.contains("→ search ("),
+        "{}",
+        timeline.stdout
+    );
+    assert!(
+        timeline.stdout.contains("run finished: answered"),
+        "{}",
+        timeline.stdout
+    );
+    let journal = client.run(&["logs", &id, "--json"]);
     server.expect(&journal, 0);
     let kinds: Vec<String> = journal
         .stdout

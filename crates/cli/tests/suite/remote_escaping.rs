@@ -36,8 +36,12 @@ fn journal_task_and_listing_output_escape_terminal_controls() {
     server.expect(&asked, 0);
     let id = asked.json()["task_id"].as_str().unwrap().to_string();
 
+    // The timeline escapes what it shows.
+    let timeline = client.run(&["logs", &id]);
+    server.expect(&timeline, 0);
+    assert_no_raw("logs", &timeline.stdout);
     // The journal: one JSON record a line, the model's pattern escaped yet equal.
-    let journal = client.run(&["logs", &id]);
+    let journal = client.run(&["logs", &id, "--json"]);
     server.expect(&journal, 0);
     assert_no_raw("logs", &journal.stdout);
     assert!(

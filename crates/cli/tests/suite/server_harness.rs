@@ -22,9 +22,9 @@ use warden_test_support::model_server::{openai, Reply};
 use super::support::{Run, Warden};
 
 // Bearer tokens the tests hand to `warden serve` in their `Token` lists.
-pub const ADMIN: &str = "admin-token-0123456789";
-pub const ALICE: &str = "alice-token-0123456789";
-pub const BOB: &str = "bob-token-01234567890";
+pub const ADMIN: &str = "admin-token-0123456789-0123456789";
+pub const ALICE: &str = "alice-token-0123456789-0123456789";
+pub const BOB: &str = "bob-token-01234567890-0123456789";
 
 /// One `WARDEN_API_TOKENS` entry: `(name, role, token)`.
 pub type Token = (&'static str, &'static str, &'static str);
@@ -171,9 +171,27 @@ impl Server {
         Server::try_start_with(warden, tokens, &[])
     }
 
+    /// [`Server::start`] with the process's open-file limit (soft and hard) set to
+    /// `open_files`, so that a test can exhaust it with a few thousand sockets.
+    pub fn start_with_open_files(warden: &Warden, tokens: &[Token], open_files: u64) -> Server {
+        let command = warden.command_with_open_files(&["serve"], open_files);
+        Server::try_start_command(command, tokens, &[]).unwrap_or_else(|(code, stderr)| {
+            panic!("warden serve exited with {code:?} before listening:\n{stderr}")
+        })
+    }
+
     /// [`Server::try_start`] with `env` set before the listen address and the tokens.
     fn try_start_with(
         warden: &Warden,
+        tokens: &[Token],
+        env: &[(&str, &str)],
+    ) -> Result<Server, (Option<i32>, String)> {
+        Server::try_start_command(warden.command(&["serve"]), tokens, env)
+    }
+
+    /// Starts `command` (a `warden serve`) with `env`, then the listen address and the tokens.
+    fn try_start_command(
+        mut command: Command,
         tokens: &[Token],
         env: &[(&str, &str)],
     ) -> Result<Server, (Option<i32>, String)> {
@@ -181,7 +199,6 @@ impl Server {
             .iter()
             .map(|(name, role, token)| format!("{name}:{role}:{token}"))
             .collect();
-        let mut command = warden.command(&["serve"]);
         command
             .envs(env.iter().copied())
             .env("WARDEN_LISTEN", "127.0.0.1:0")
@@ -637,10 +654,7 @@ pub struct PgSchema {
 impl PgSchema {
     /// A schema named `{prefix}_{pid}_{random}`.
     pub fn create(prefix: &str) -> Option<PgSchema> {
-        let Ok(admin_url) = std::env::var("WARDEN_TEST_POSTGRES_URL") else {
-            eprintln!("skipped: WARDEN_TEST_POSTGRES_URL not set");
-            return None;
-        };
+        let admin_url = warden_test_support::postgres::url()?;
         let mut random = [0u8; 5];
         getrandom::fill(&mut random).unwrap();
         let random: String = random.iter().map(|b| format!("{b:02x}")).collect();

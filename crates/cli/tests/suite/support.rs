@@ -84,8 +84,24 @@ impl Warden {
     /// The command, ready to spawn, for tests that need the process itself.
     pub fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_warden"));
+        command.args(args);
+        self.configure(command)
+    }
+
+    /// [`Warden::command`] started through `sh` with its open-file limit (soft and hard) set
+    /// to `limit` first.
+    pub fn command_with_open_files(&self, args: &[&str], limit: u64) -> Command {
+        let mut command = Command::new("sh");
         command
-            .args(args)
+            .arg("-c")
+            .arg(format!("ulimit -n {limit} && exec \"$0\" \"$@\""))
+            .arg(env!("CARGO_BIN_EXE_warden"))
+            .args(args);
+        self.configure(command)
+    }
+
+    fn configure(&self, mut command: Command) -> Command {
+        command
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("WARDEN_HOME", self.home.path())

@@ -1,6 +1,7 @@
 //! Shared helpers: configs pointing at a scripted server, an event recorder, a typical request.
 
 mod anthropic;
+mod caps;
 mod fallback;
 mod openai;
 mod retries;

@@ -3,6 +3,7 @@
 
 mod hostile;
 mod pin_snapshot;
+mod quota;
 mod untouched;
 
 use std::collections::BTreeMap;

@@ -628,3 +628,101 @@ async fn an_outside_ledger_is_asked_before_each_model_call() {
     );
     assert_eq!(ledger.recorded.lock().unwrap().len(), 1);
 }
+
+fn four_rejections_in_a_row() -> AgentConfig {
+    AgentConfig {
+        max_consecutive_rejected_calls: 4,
+        ..AgentConfig::default()
+    }
+}
+
+#[tokio::test]
+async fn rejected_tool_calls_in_a_row_end_the_run_with_invalid_tool_calls() {
+    let h = run_with(
+        vec![
+            calls(&[("nope", "{}")]),
+            calls(&[("echo", r#"{"text": 1}"#)]),
+            calls(&[("echo", "{not json")]),
+            calls(&[("nope", "{}")]),
+            calls(&[("submit", r#"{"ok": true}"#)]),
+        ],
+        four_rejections_in_a_row(),
+        &AllowAll,
+    )
+    .await;
+    match &h.report.outcome {
+        RunOutcome::Failed(f) => {
+            assert_eq!(f.code, FailureCode::InvalidToolCalls);
+            assert!(f.message.contains("last 4 tool calls"), "{}", f.message);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Four model calls, not the turn budget; the fifth reply was never asked for.
+    assert_eq!(h.model.requests.lock().unwrap().len(), 4);
+    let rejected: Vec<(String, u32)> = h
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ToolCallRejected {
+                tool, consecutive, ..
+            } => Some((tool.clone(), *consecutive)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        rejected,
+        [
+            ("nope".to_string(), 1),
+            ("echo".to_string(), 2),
+            ("echo".to_string(), 3),
+            ("nope".to_string(), 4)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_call_that_runs_resets_the_rejection_count() {
+    let h = run_with(
+        vec![
+            calls(&[("nope", "{}"), ("nope", "{}"), ("nope", "{}")]),
+            calls(&[("echo", r#"{"text": "fine"}"#)]),
+            calls(&[("nope", "{}"), ("nope", "{}"), ("nope", "{}")]),
+            calls(&[("submit", r#"{"ok": true}"#)]),
+        ],
+        four_rejections_in_a_row(),
+        &AllowAll,
+    )
+    .await;
+    assert!(
+        matches!(h.report.outcome, RunOutcome::Finished(_)),
+        "{:?}",
+        h.report.outcome
+    );
+}
+
+#[tokio::test]
+async fn policy_denials_count_as_rejected_calls() {
+    let h = run_with(
+        vec![calls(&[
+            ("echo", r#"{"text": "a"}"#),
+            ("echo", r#"{"text": "b"}"#),
+            ("echo", r#"{"text": "c"}"#),
+            ("echo", r#"{"text": "d"}"#),
+            ("submit", r#"{"ok": true}"#),
+        ])],
+        four_rejections_in_a_row(),
+        &DenyEcho,
+    )
+    .await;
+    match &h.report.outcome {
+        RunOutcome::Failed(f) => {
+            assert_eq!(f.code, FailureCode::InvalidToolCalls);
+            assert!(
+                f.message.contains("echo is not allowed here"),
+                "{}",
+                f.message
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -367,21 +367,17 @@ impl RunCgroups {
     }
 
     /// Kills whatever is left in the cgroups (normally nothing: the pid namespace died with its
-    /// init) and removes them.
+    /// init) and removes them. Where the kernel has `cgroup.kill` (cgroup v2, Linux ≥ 5.14) one
+    /// write kills every process in the cgroup atomically, forks in flight included; cgroup v1
+    /// has no such file, so there the pids listed in `cgroup.procs` are killed one by one (never
+    /// pid 0 or 1, which `kill(2)` would read as "our group" or "init").
     pub(crate) fn remove(self) {
         drop(self.procs);
         for (_, dir) in &self.dirs {
+            let kill_file = dir.join("cgroup.kill");
             for attempt in 0..50 {
-                if let Ok(text) = std::fs::read_to_string(dir.join("cgroup.procs")) {
-                    for pid in text
-                        .lines()
-                        .filter_map(|l| l.trim().parse::<libc::pid_t>().ok())
-                    {
-                        // SAFETY: kill(2) on a pid read from our own run cgroup.
-                        unsafe {
-                            libc::kill(pid, libc::SIGKILL);
-                        }
-                    }
+                if !(kill_file.exists() && write(&kill_file, "1").is_ok()) {
+                    kill_listed(dir);
                 }
                 match std::fs::remove_dir(dir) {
                     Ok(()) => break,
@@ -390,6 +386,23 @@ impl RunCgroups {
                     Err(_) => {}
                 }
             }
+        }
+    }
+}
+
+/// SIGKILL to every process `dir/cgroup.procs` lists (cgroup v1, which has no `cgroup.kill`).
+fn kill_listed(dir: &Path) {
+    let Ok(text) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
+        return;
+    };
+    for pid in text
+        .lines()
+        .filter_map(|l| l.trim().parse::<libc::pid_t>().ok())
+        .filter(|&pid| pid > 1)
+    {
+        // SAFETY: kill(2) on a positive pid (> 1) read from our own run cgroup.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
         }
     }
 }
@@ -460,6 +473,63 @@ use std::os::unix::fs::OpenOptionsExt;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sleeper() -> std::process::Child {
+        #[allow(clippy::disallowed_methods)]
+        std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap()
+    }
+
+    fn fake_cgroup(dir: &Path, procs: &str, kill_file: bool) -> RunCgroups {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("cgroup.procs"), procs).unwrap();
+        if kill_file {
+            std::fs::write(dir.join("cgroup.kill"), "").unwrap();
+        }
+        let hierarchy = Hierarchy {
+            controller: Controller::Pids,
+            v2: kill_file,
+            parent: dir.to_path_buf(),
+        };
+        RunCgroups {
+            dirs: vec![(hierarchy, dir.to_path_buf())],
+            procs: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn removal_writes_cgroup_kill_where_it_exists_instead_of_signalling_listed_pids() {
+        let temp = tempfile::tempdir().unwrap();
+        let mut child = sleeper();
+        let dir = temp.path().join("v2");
+        fake_cgroup(&dir, &format!("{}\n", child.id()), true).remove();
+        assert_eq!(
+            std::fs::read_to_string(dir.join("cgroup.kill")).unwrap(),
+            "1"
+        );
+        // The listed pid was left to the kernel's cgroup.kill, not signalled by pid.
+        assert!(child.try_wait().unwrap().is_none(), "signalled by pid");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn removal_without_cgroup_kill_signals_listed_pids_but_never_0_or_1() {
+        let temp = tempfile::tempdir().unwrap();
+        let mut child = sleeper();
+        // kill(0) would be this test's own process group, kill(1) init.
+        fake_cgroup(
+            &temp.path().join("v1"),
+            &format!("0\n1\n-1\n{}\n", child.id()),
+            false,
+        )
+        .remove();
+        let status = child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
+    }
 
     #[test]
     fn unescapes_mountinfo_fields() {

@@ -62,6 +62,11 @@ pub(crate) enum Op {
         path: CString,
         mode: libc::mode_t,
     },
+    /// Sets a mode exactly (`mkdir` is subject to the umask).
+    Chmod {
+        path: CString,
+        mode: libc::mode_t,
+    },
     /// An empty file to bind a file onto.
     Touch {
         path: CString,
@@ -192,6 +197,7 @@ fn run_step(step: &Step) -> Result<(), i32> {
     let result = unsafe {
         match &step.op {
             Op::Mkdir { path, mode } => libc::mkdir(path.as_ptr(), *mode),
+            Op::Chmod { path, mode } => libc::chmod(path.as_ptr(), *mode),
             Op::Touch { path } => {
                 let fd = libc::open(
                     path.as_ptr(),

@@ -57,6 +57,7 @@ pub(crate) struct LinuxSandbox {
     uid: u32,
     gid: u32,
     last_cap: libc::c_int,
+    disk: crate::DiskQuota,
 }
 
 fn unavailable(layer: Layer, reason: impl Into<String>) -> SandboxError {
@@ -133,6 +134,7 @@ impl LinuxSandbox {
             // SAFETY: as above.
             gid: unsafe { libc::getgid() },
             last_cap,
+            disk: config.disk,
         })
     }
 
@@ -203,6 +205,13 @@ pub(crate) struct HostMounts {
     mounted: Vec<PathBuf>,
 }
 
+impl Drop for HostMounts {
+    /// Error paths of `open` need not undo mounts one by one.
+    fn drop(&mut self) {
+        self.unmount();
+    }
+}
+
 impl HostMounts {
     pub(crate) fn unmount(&mut self) {
         for path in self.mounted.drain(..).rev() {
@@ -215,23 +224,124 @@ impl HostMounts {
     }
 }
 
-/// Creates the overlayfs `upper/` and `work/` directories (one per repository for several).
-pub(crate) fn create_layer_dirs(
-    validated: &ValidatedView,
-    scratch: &Path,
-) -> Result<(), SandboxError> {
-    let names: Vec<&str> = match validated {
-        ValidatedView::Single(_) => vec![""],
-        ValidatedView::Multi(repos) => repos.iter().map(|(name, _)| name.as_str()).collect(),
-    };
-    for name in names {
+/// Where a view's writable space (one tmpfs, see [`crate::DiskQuota`]) is mounted: it holds
+/// the overlayfs `upper/` and `work/` directories, `tmp/` and `shm/`.
+pub(crate) fn disk_dir(scratch: &Path) -> PathBuf {
+    scratch.join("disk")
+}
+
+/// The directories made in the writable space, parents first, with their modes: `tmp/` and
+/// `shm/` (sticky, writable by the sandbox user), and for writable views `upper/` and `work/`
+/// (one of each per repository for several).
+pub(crate) fn disk_layout(validated: &ValidatedView, writable: bool) -> Vec<(PathBuf, u32)> {
+    let mut dirs = vec![
+        (PathBuf::from("tmp"), 0o1777),
+        (PathBuf::from("shm"), 0o1777),
+    ];
+    if writable {
         for dir in ["upper", "work"] {
-            let path = scratch.join(dir).join(name);
-            std::fs::create_dir_all(&path)
-                .map_err(|e| SandboxError::io(format!("cannot create {}", path.display()), e))?;
+            dirs.push((PathBuf::from(dir), 0o755));
+            if let ValidatedView::Multi(repos) = validated {
+                for (name, _) in repos {
+                    dirs.push((Path::new(dir).join(name), 0o755));
+                }
+            }
         }
     }
-    Ok(())
+    dirs
+}
+
+/// `mount(2)` with optional pieces.
+fn mount_raw(
+    source: &CString,
+    target: &Path,
+    fstype: Option<&CString>,
+    flags: libc::c_ulong,
+    data: Option<&CString>,
+) -> io::Result<()> {
+    let target = plan::cstring(target);
+    // SAFETY: all pointers are NUL-terminated strings alive across the call.
+    let result = unsafe {
+        libc::mount(
+            source.as_ptr(),
+            target.as_ptr(),
+            fstype.map_or(std::ptr::null(), |f| f.as_ptr()),
+            flags,
+            data.map_or(std::ptr::null(), |d| d.as_ptr().cast()),
+        )
+    };
+    if result < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Tries to mount the view's writable space (a tmpfs of `quota`) at [`disk_dir`] in Warden's
+/// own mount namespace and to create `layout` in it. `Ok(false)` when this process may not
+/// mount (unprivileged): the holder mounts it in its namespace instead.
+pub(crate) fn mount_disk_on_host(
+    backend: Backend,
+    scratch: &Path,
+    layout: &[(PathBuf, u32)],
+    quota: &crate::DiskQuota,
+    mounts: &mut HostMounts,
+) -> Result<bool, SandboxError> {
+    use std::os::unix::fs::PermissionsExt;
+    let disk = disk_dir(scratch);
+    std::fs::create_dir_all(&disk)
+        .map_err(|e| SandboxError::io(format!("cannot create {}", disk.display()), e))?;
+    let disk_c = plan::cstring(&disk);
+    // Private first (see `mount_on_host`), so the tmpfs does not propagate.
+    match mount_raw(&disk_c, &disk, None, libc::MS_BIND, None) {
+        Ok(()) => mounts.mounted.push(disk.clone()),
+        Err(error) if error.raw_os_error() == Some(libc::EPERM) => return Ok(false),
+        Err(error) => {
+            return Err(SandboxError::Unavailable {
+                backend,
+                layer: Layer::Filesystem,
+                reason: format!("cannot bind {}: {error}", disk.display()),
+            })
+        }
+    }
+    let tmpfs = c"tmpfs".to_owned();
+    let data = plan::cstring(Path::new(
+        &quota.tmpfs_options("0755", layout.len() as u64 + 1),
+    ));
+    let mounted = mount_raw(&disk_c, &disk, None, libc::MS_PRIVATE, None).and_then(|()| {
+        mount_raw(
+            &tmpfs,
+            &disk,
+            Some(&tmpfs),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            Some(&data),
+        )
+    });
+    if let Err(error) = mounted {
+        mounts.unmount();
+        return Err(SandboxError::Unavailable {
+            backend,
+            layer: Layer::Filesystem,
+            reason: format!(
+                "cannot mount the view's writable space (tmpfs) at {}: {error}",
+                disk.display()
+            ),
+        });
+    }
+    mounts.mounted.push(disk.clone());
+    for (relative, mode) in layout {
+        let path = disk.join(relative);
+        let made = std::fs::create_dir(&path)
+            .and_then(|()| std::fs::set_permissions(&path, std::fs::Permissions::from_mode(*mode)));
+        if let Err(e) = made {
+            mounts.unmount();
+            return Err(SandboxError::io(
+                format!("cannot create {}", path.display()),
+                e,
+            ));
+        }
+    }
+    Ok(true)
 }
 
 /// Tries to mount the view's working tree in Warden's own mount namespace. `Ok(false)` when
@@ -244,35 +354,15 @@ pub(crate) fn mount_on_host(
     mounts: &mut HostMounts,
 ) -> Result<bool, SandboxError> {
     let merged = scratch.join("merged");
-    let mount = |source: &CString,
-                 target: &Path,
-                 fstype: Option<&CString>,
-                 flags: libc::c_ulong,
-                 data: Option<&CString>| {
-        let target = plan::cstring(target);
-        // SAFETY: all pointers are NUL-terminated strings alive across the call.
-        let result = unsafe {
-            libc::mount(
-                source.as_ptr(),
-                target.as_ptr(),
-                fstype.map_or(std::ptr::null(), |f| f.as_ptr()),
-                flags,
-                data.map_or(std::ptr::null(), |d| d.as_ptr().cast()),
-            )
-        };
-        if result < 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(())
-        }
-    };
+    let disk = disk_dir(scratch);
+    let mount = mount_raw;
     let overlay = c"overlay".to_owned();
     let layers: Vec<(PathBuf, &Path, PathBuf, PathBuf)> = match validated {
         ValidatedView::Single(snapshot) => vec![(
             merged.clone(),
             snapshot.as_path(),
-            scratch.join("upper"),
-            scratch.join("work"),
+            disk.join("upper"),
+            disk.join("work"),
         )],
         ValidatedView::Multi(repos) => repos
             .iter()
@@ -280,8 +370,8 @@ pub(crate) fn mount_on_host(
                 (
                     merged.join(name),
                     snapshot.as_path(),
-                    scratch.join("upper").join(name),
-                    scratch.join("work").join(name),
+                    disk.join("upper").join(name),
+                    disk.join("work").join(name),
                 )
             })
             .collect(),

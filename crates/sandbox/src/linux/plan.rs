@@ -200,6 +200,20 @@ impl Steps {
         );
     }
 
+    /// A directory with exactly `mode`.
+    pub(crate) fn mkdir_mode(&mut self, path: &Path, mode: u32) {
+        self.mkdir(path);
+        self.push(
+            Layer::Filesystem,
+            format!("set the mode of {}", path.display()),
+            Op::Chmod {
+                path: cstring(path),
+                mode,
+            },
+            false,
+        );
+    }
+
     pub(crate) fn touch(&mut self, path: &Path) {
         self.push(
             Layer::Filesystem,

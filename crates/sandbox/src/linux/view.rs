@@ -5,8 +5,8 @@
 use super::child::{self, code, Filter, HolderPlan, RunPlan, UNSHARE_ORDER};
 use super::plan::{self, Steps, SystemEntry, DEVICES, SANDBOX_ID};
 use super::{
-    cgroup, create_layer_dirs, describe_errno, landlock, mount_on_host, unavailable, HostMounts,
-    LinuxSandbox,
+    cgroup, describe_errno, disk_dir, disk_layout, landlock, mount_disk_on_host, mount_on_host,
+    unavailable, HostMounts, LinuxSandbox,
 };
 use crate::cancel::{cancelled_output, Cancellation, Target};
 use crate::output::Collector;
@@ -29,6 +29,7 @@ const HOST_ENTRY: &str = "/.warden-host";
 /// One open view.
 pub(super) struct LinuxView {
     root: PathBuf,
+    upper: Option<PathBuf>,
     scratch: PathBuf,
     writable: bool,
     holder_pid: libc::pid_t,
@@ -173,34 +174,48 @@ impl LinuxView {
             SandboxError::io(format!("cannot prepare {what} in {}", scratch.display()), e)
         };
         let root_dir = scratch.join("root");
-        for dir in ["root", "tmp", "shm"] {
+        let disk = disk_dir(&scratch);
+        for dir in ["root", "disk"] {
             std::fs::create_dir(scratch.join(dir)).map_err(|e| io_error(dir, e))?;
-        }
-        use std::os::unix::fs::PermissionsExt;
-        // /tmp and /dev/shm: writable by the sandbox user (the Warden user, mapped), sticky.
-        for dir in ["tmp", "shm"] {
-            std::fs::set_permissions(scratch.join(dir), std::fs::Permissions::from_mode(0o1777))
-                .map_err(|e| io_error(dir, e))?;
         }
         plan::write_etc(&scratch.join("etc"), &sandbox.layout).map_err(|e| io_error("etc", e))?;
         let multi = matches!(validated, ValidatedView::Multi(_));
-        if spec.writable {
-            create_layer_dirs(validated, &scratch)?;
-        }
+        // The writable space: /tmp and /dev/shm (writable by the sandbox user — the Warden
+        // user, mapped — and sticky), and the copy-on-write layer's directories.
+        let layout = disk_layout(validated, spec.writable);
 
-        // The working tree: on the host when we may mount there, else in the holder.
+        // The writable space and the working tree: on the host when we may mount there, else in
+        // the holder.
         let mut host_mounts = HostMounts {
             mounted: Vec::new(),
         };
         let single_read_only = !spec.writable && !multi;
         let on_host = !single_read_only
-            && mount_on_host(
+            && mount_disk_on_host(
+                Backend::Linux,
+                &scratch,
+                &layout,
+                &sandbox.disk,
+                &mut host_mounts,
+            )?;
+        let on_host = on_host
+            && match mount_on_host(
                 Backend::Linux,
                 validated,
                 spec.writable,
                 &scratch,
                 &mut host_mounts,
-            )?;
+            ) {
+                Ok(true) => true,
+                Ok(false) => {
+                    host_mounts.unmount();
+                    false
+                }
+                Err(error) => {
+                    host_mounts.unmount();
+                    return Err(error);
+                }
+            };
 
         let mut steps = Steps::default();
         steps.mount(
@@ -213,6 +228,24 @@ impl LinuxView {
             None,
             false,
         );
+        if !on_host {
+            steps.mount(
+                Layer::Filesystem,
+                format!(
+                    "mount the view's writable space (tmpfs of {} bytes, {} inodes)",
+                    sandbox.disk.bytes, sandbox.disk.inodes
+                ),
+                Some(Path::new("tmpfs")),
+                &disk,
+                Some("tmpfs"),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                Some(&sandbox.disk.tmpfs_options("0755", layout.len() as u64 + 1)),
+                false,
+            );
+            for (relative, mode) in &layout {
+                steps.mkdir_mode(&disk.join(relative), *mode);
+            }
+        }
         steps.mount(
             Layer::Filesystem,
             "mount the sandbox root tmpfs".into(),
@@ -279,11 +312,11 @@ impl LinuxView {
             steps.symlink(Path::new(target), &dev.join(name));
         }
         steps.mkdir(&dev.join("shm"));
-        steps.bind(&scratch.join("shm"), &dev.join("shm"), true, false);
+        steps.bind(&disk.join("shm"), &dev.join("shm"), true, false);
         steps.remount(Path::new("/dev"), &dev, false);
         let tmp = root_dir.join("tmp");
         steps.mkdir(&tmp);
-        steps.bind(&scratch.join("tmp"), &tmp, true, false);
+        steps.bind(&disk.join("tmp"), &tmp, true, false);
 
         let work = root_dir.join(WORKING_ROOT.trim_start_matches('/'));
         steps.mkdir(&work);
@@ -312,8 +345,8 @@ impl LinuxView {
                     vec![(
                         work.clone(),
                         snapshot.as_path(),
-                        scratch.join("upper"),
-                        scratch.join("work"),
+                        disk.join("upper"),
+                        disk.join("work"),
                     )]
                 }
                 ValidatedView::Multi(repos) => repos
@@ -322,8 +355,8 @@ impl LinuxView {
                         (
                             work.join(name),
                             snapshot.as_path(),
-                            scratch.join("upper").join(name),
-                            scratch.join("work").join(name),
+                            disk.join("upper").join(name),
+                            disk.join("work").join(name),
                         )
                     })
                     .collect(),
@@ -352,6 +385,7 @@ impl LinuxView {
         // path there that cannot resolve to anything on the host: `realpath` turns the magic
         // link into `/`, and `/work` of the *host* (it exists on some machines) must never be
         // mistaken for the view.
+        let mut upper_entry = None;
         let host_entry = if !single_read_only && !on_host {
             static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
             let unique = format!(
@@ -373,6 +407,14 @@ impl LinuxView {
                 None,
                 false,
             );
+            if spec.writable {
+                // What the view changed, read-only, for building the candidate tree.
+                let entry = entry.with_extension("upper");
+                let target = root_dir.join(entry.strip_prefix("/").unwrap_or(&entry));
+                steps.mkdir(&target);
+                steps.bind(&disk.join("upper"), &target, false, false);
+                upper_entry = Some(entry);
+            }
             Some(entry)
         } else {
             None
@@ -401,7 +443,7 @@ impl LinuxView {
         );
         steps.pivot(&root_dir);
 
-        LinuxView::spawn_holder(
+        let mut view = LinuxView::spawn_holder(
             sandbox,
             &steps,
             host_mounts,
@@ -409,7 +451,15 @@ impl LinuxView {
             host_entry,
             single_read_only,
             validated,
-        )
+        )?;
+        if spec.writable {
+            view.upper = Some(match upper_entry {
+                Some(entry) => PathBuf::from(format!("/proc/{}/root", view.holder_pid))
+                    .join(entry.strip_prefix("/").unwrap_or(&entry)),
+                None => disk.join("upper"),
+            });
+        }
+        Ok(view)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -513,6 +563,7 @@ impl LinuxView {
         };
         let mut view = LinuxView {
             root: PathBuf::new(),
+            upper: None,
             scratch: scratch.clone(),
             writable: spec.writable,
             holder_pid: pid,
@@ -568,8 +619,8 @@ impl LinuxView {
         let work_inside = proc_root.join(WORKING_ROOT.trim_start_matches('/'));
         let mut rules: Vec<(PathBuf, landlock::Access)> = vec![
             (proc_root.clone(), landlock::Access::ReadExecute),
-            (scratch.join("tmp"), landlock::Access::Write),
-            (scratch.join("shm"), landlock::Access::Write),
+            (proc_root.join("tmp"), landlock::Access::Write),
+            (proc_root.join("dev/shm"), landlock::Access::Write),
         ];
         for device in DEVICES {
             rules.push((Path::new("/dev").join(device), landlock::Access::Device));
@@ -667,6 +718,10 @@ fn loopback_request() -> libc::ifreq {
 impl SandboxView for LinuxView {
     fn root(&self) -> &Path {
         &self.root
+    }
+
+    fn upper(&self) -> Option<&Path> {
+        self.upper.as_deref()
     }
 
     fn run_streaming(

@@ -31,6 +31,12 @@ fn try_open(sandbox: &Backend, view: &ViewSpec) -> Option<Box<dyn SandboxView>> 
                 !report.available,
                 "open failed ({error}) but probe reports {report:?}"
             );
+            // A layer this machine lacks may skip a case, but not on a backend CI requires.
+            assert!(
+                !super::support::required(backend),
+                "{backend} is required here ({}) but: {error}",
+                super::support::REQUIRE_VAR
+            );
             eprintln!("SKIP on {backend}: {error}");
             None
         }
@@ -593,6 +599,93 @@ pub fn cancel_kills_running_commands_and_refuses_new_ones(sandbox: &Backend) {
             !view.root().join(written).exists(),
             "{written} was written after the cancellation"
         );
+    }
+    view.close().unwrap();
+}
+
+const QUOTA: warden_sandbox::DiskQuota = warden_sandbox::DiskQuota {
+    bytes: 8 << 20,
+    inodes: 300,
+};
+
+fn no_space(output: &warden_sandbox::CommandOutput) -> bool {
+    !output.success() && text(&output.stderr).contains("No space left on device")
+}
+
+/// A command writing past the view's writable space gets `ENOSPC` — in `/tmp` and in the
+/// copy-on-write layer alike, which share one budget — as does a host-side write through the
+/// view's root; freeing space makes room again, and nothing of it lands on the host's disk.
+pub fn disk_quota_stops_writes_with_enospc(sandbox: &Backend) {
+    let sandbox = super::support::with_quota(sandbox.backend(), QUOTA);
+    let fixture = Fixture::new();
+    // A read-only view's /tmp has the limit too.
+    let view = open!(&sandbox, fixture.view(false));
+    let output = bash(view.as_ref(), "head -c 64M /dev/zero > /tmp/fill");
+    assert!(no_space(&output), "{output:?}");
+    view.close().unwrap();
+    let spec = fixture.view(true);
+    let view = open!(&sandbox, spec);
+    for target in ["/tmp/fill", "fill", "/dev/shm/fill"] {
+        let output = bash(view.as_ref(), &format!("head -c 64M /dev/zero > {target}"));
+        assert!(no_space(&output), "{target}: {output:?}");
+        // The part that fit is there; freeing it makes room again.
+        expect_success(&bash(
+            view.as_ref(),
+            &format!(
+                "test -s {target} && rm {target} && head -c 1M /dev/zero > {target} && rm {target}"
+            ),
+        ));
+    }
+    // Half in /tmp, half in the working tree: one budget.
+    expect_success(&bash(view.as_ref(), "head -c 5M /dev/zero > /tmp/half"));
+    let output = bash(view.as_ref(), "head -c 5M /dev/zero > half");
+    assert!(no_space(&output), "{output:?}");
+    // The host side (tools writing files) meets the same limit.
+    let host_write = std::fs::write(view.root().join("host-side"), vec![0u8; 16 << 20]);
+    assert_eq!(
+        host_write.map_err(|e| e.raw_os_error()),
+        Err(Some(libc_enospc())),
+        "a host-side write past the quota"
+    );
+    assert!(
+        super::support::host_bytes(&spec.scratch_dir) < 1 << 20,
+        "the writes landed on the host's disk: {} bytes under {}",
+        super::support::host_bytes(&spec.scratch_dir),
+        spec.scratch_dir.display()
+    );
+    view.close().unwrap();
+}
+
+fn libc_enospc() -> i32 {
+    28
+}
+
+/// Creating files and directories stops at the inode limit with `ENOSPC`, in `/tmp` and in the
+/// working tree.
+pub fn inode_quota_stops_file_creation(sandbox: &Backend) {
+    let sandbox = super::support::with_quota(sandbox.backend(), QUOTA);
+    let fixture = Fixture::new();
+    let view = open!(&sandbox, fixture.view(true));
+    for (dir, make) in [("/tmp/many", ": >"), ("many", "mkdir")] {
+        let output = bash(
+            view.as_ref(),
+            &format!("mkdir {dir} && for i in $(seq 1 1000); do {make} {dir}/f$i || exit 3; done"),
+        );
+        assert_eq!(output.exit_code, Some(3), "{dir}: {output:?}");
+        assert!(no_space(&output), "{dir}: {output:?}");
+        let created = expect_success(&bash(
+            view.as_ref(),
+            &format!("shopt -s nullglob; entries=({dir}/*); echo ${{#entries[@]}}"),
+        ));
+        let created: u64 = created.trim().parse().unwrap();
+        assert!(
+            (100..=QUOTA.inodes).contains(&created),
+            "{dir}: {created} entries"
+        );
+        expect_success(&bash(
+            view.as_ref(),
+            &format!("rm -rf {dir} && touch {dir}"),
+        ));
     }
     view.close().unwrap();
 }

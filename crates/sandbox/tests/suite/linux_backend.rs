@@ -55,7 +55,7 @@ fn probe_agrees_with_select() {
 fn only_resource_layers_can_be_disabled() {
     let config = SandboxConfig {
         disabled_layers: vec![Layer::Landlock],
-        runsc: None,
+        ..SandboxConfig::default()
     };
     match select(Backend::Linux, &config) {
         Err(SandboxError::InvalidConfig(message)) => {
@@ -113,7 +113,10 @@ fn copy_up_lands_in_the_scratch_upper_dir() {
         view.as_ref(),
         "echo appended >> README.md && echo new > src/new.rs",
     ));
-    let upper = spec.scratch_dir.join("upper");
+    let upper = view
+        .upper()
+        .expect("a writable linux view has an upper layer")
+        .to_path_buf();
     assert!(std::fs::read_to_string(upper.join("README.md"))
         .unwrap()
         .ends_with("appended\n"));

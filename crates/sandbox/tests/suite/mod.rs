@@ -63,6 +63,8 @@ conformance!(
         commands_behave,
         concurrent_commands,
         cancel_kills_running_commands_and_refuses_new_ones,
+        disk_quota_stops_writes_with_enospc,
+        inode_quota_stops_file_creation,
     ],
     keyed[model_key_is_absent]
 );
@@ -89,6 +91,8 @@ conformance!(
         commands_behave,
         concurrent_commands,
         cancel_kills_running_commands_and_refuses_new_ones,
+        disk_quota_stops_writes_with_enospc,
+        inode_quota_stops_file_creation,
     ],
     keyed[model_key_is_absent]
 );

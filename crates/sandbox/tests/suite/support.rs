@@ -36,7 +36,8 @@ pub fn config() -> SandboxConfig {
     config
 }
 
-fn required(backend: Backend) -> bool {
+/// Whether `WARDEN_SANDBOX_TEST_REQUIRE` lists `backend`: then nothing of it may skip.
+pub fn required(backend: Backend) -> bool {
     std::env::var(REQUIRE_VAR)
         .unwrap_or_default()
         .split(',')
@@ -279,4 +280,38 @@ pub fn reexec(
 pub fn euid() -> u32 {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/self").unwrap().uid()
+}
+
+/// The backend once more, with a small writable space per view (the quota checks).
+pub fn with_quota(backend: Backend, disk: warden_sandbox::DiskQuota) -> Arc<dyn Sandbox> {
+    let mut config = config();
+    config.disk = disk;
+    select(backend, &config).unwrap_or_else(|error| panic!("{backend} with {disk:?}: {error}"))
+}
+
+/// Bytes allocated under `dir` on `dir`'s own file system: what landed on the host's disk
+/// (mounts below it, such as a view's tmpfs, are not followed).
+pub fn host_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    fn walk(path: &Path, dev: u64) -> u64 {
+        let Ok(meta) = std::fs::symlink_metadata(path) else {
+            return 0;
+        };
+        if meta.dev() != dev {
+            return 0;
+        }
+        let mut total = meta.blocks() * 512;
+        if meta.is_dir() {
+            if let Ok(entries) = std::fs::read_dir(path) {
+                for entry in entries.flatten() {
+                    total += walk(&entry.path(), dev);
+                }
+            }
+        }
+        total
+    }
+    match std::fs::symlink_metadata(dir) {
+        Ok(meta) => walk(dir, meta.dev()),
+        Err(_) => 0,
+    }
 }

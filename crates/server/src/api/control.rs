@@ -1,11 +1,10 @@
-//! Acting on a task and reading its record: `POST /v1/tasks/{id}/cancel`, `…/retry`,
-//! `…/messages` (answer a clarification, or follow up on a finished question) and
-//! `GET /v1/tasks/{id}/journal`.
+//! Acting on a task: `POST /v1/tasks/{id}/cancel`, `…/retry` and `…/messages` (answer a
+//! clarification, or follow up on a finished question). Its journal is `journal.rs`'.
 //!
 //! - **Cancel** moves any unfinished task to `cancelled` (compare-and-set on the status it has,
 //!   so a run finishing at the same moment either wins or loses cleanly) with the result
-//!   `failure {code: "cancelled"}` and the spend so far, appends `task_finished`, and stops the
-//!   run: at once when it runs in this process, within about a second elsewhere
+//!   `failure {code: "cancelled"}` and the spend so far (the store adds `task_finished` in the
+//!   same transaction), and stops the run: at once when it runs in this process, within about a second elsewhere
 //!   ([`crate::cancel`]); its sandbox commands are killed. Its pending approvals are rejected
 //!   in the canceller's name. A change task whose approved publication is running (or was
 //!   interrupted and resumes on the next claim) is not cancelled (409): the cancel would drop
@@ -21,10 +20,10 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{StatusCode, Uri};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{json, Value};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
@@ -32,12 +31,12 @@ use utoipa_axum::routes;
 use warden_protocol::{
     Event, Failure, FailureCode, QuestionOutcome, QuestionResult, TaskKind, TaskStatus, Usage,
 };
-use warden_store::{ApprovalStatus, NewTask, RunRef, Spend, StoreError, Task};
+use warden_store::{ApprovalStatus, NewTask, Spend, StoreError, Task};
 
 use super::auth::{require_writer, Caller};
 use super::schema::{ErrorBody, TaskView};
 use super::tasks::visible_task;
-use super::{new_task_id, rfc3339, task_json, ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
+use super::{new_task_id, task_json, ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
 
 /// A message longer than this (in bytes) is refused.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
@@ -47,7 +46,6 @@ pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
         .routes(routes!(cancel_task))
         .routes(routes!(retry_task))
         .routes(routes!(post_message))
-        .routes(routes!(task_journal))
 }
 
 /// Whether a task in `status` is finished for good.
@@ -156,19 +154,6 @@ async fn cancel_task(
                 // Its pending approvals (a proposal waiting to be published) die with it.
                 super::approvals::reject_pending(state.store.as_ref(), &cancelled.id, &caller.name)
                     .await;
-                if let Err(error) = state
-                    .store
-                    .append_event(
-                        &cancelled.id,
-                        Event::TaskFinished {
-                            status: TaskStatus::Cancelled,
-                            outcome: "failure".into(),
-                        },
-                    )
-                    .await
-                {
-                    tracing::warn!(task = %cancelled.id, %error, "cannot store task_finished");
-                }
                 tracing::info!(task = %cancelled.id, by = %caller.name, "task cancelled");
                 return Ok(Json(task_json(&cancelled)));
             }
@@ -388,127 +373,4 @@ async fn follow_up(
         )
         .await?;
     Ok(created.task().clone())
-}
-
-/// A task's runs, each with its journal and whether its hash chain verifies.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct JournalView {
-    pub runs: Vec<RunJournalView>,
-}
-
-/// One run and its journal.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct RunJournalView {
-    /// From 1.
-    pub number: u32,
-    pub worker: String,
-    pub started_at: String,
-    /// `null` while the run is open.
-    pub ended_at: Option<String>,
-    /// How the run ended: the status its task moved to, or `interrupted`; `null` while open.
-    pub outcome: Option<String>,
-    /// Whether every record continues the chain (sequence, previous hash, content hash).
-    pub chain_ok: bool,
-    pub entries: Vec<JournalEntryView>,
-}
-
-/// One journal record, redacted when it was written.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct JournalEntryView {
-    /// From 0.
-    pub seq: u64,
-    /// `run_started`, `model_requested`, `model_decision`, `tool_observation`, …
-    pub kind: String,
-    /// RFC 3339, UTC.
-    pub at: String,
-    /// SHA-256 over the record and `prev_hash`, hex.
-    pub hash: String,
-    pub prev_hash: String,
-    #[schema(value_type = Object)]
-    pub payload: Value,
-}
-
-/// `run=N` of a journal request: only that run.
-fn parse_run(query: Option<&str>) -> Result<Option<u32>, ApiError> {
-    let bad = |message: String| ApiError::new(ErrorCode::BadRequest, message);
-    let mut run = None;
-    for pair in query
-        .unwrap_or_default()
-        .split('&')
-        .filter(|p| !p.is_empty())
-    {
-        match pair.split_once('=').unwrap_or((pair, "")) {
-            ("run", value) => {
-                run = Some(
-                    value
-                        .parse::<u32>()
-                        .ok()
-                        .filter(|n| *n >= 1)
-                        .ok_or_else(|| bad(format!("run must be a run number, got {value:?}")))?,
-                );
-            }
-            (other, _) => return Err(bad(format!("unknown query parameter {other:?}"))),
-        }
-    }
-    Ok(run)
-}
-
-/// The journal of every run of a task (or of one, with `run`).
-#[utoipa::path(get, path = "/v1/tasks/{id}/journal", tag = "tasks",
-    params(
-        ("id" = String, Path, description = "The task id"),
-        ("run" = Option<u32>, Query, minimum = 1,
-            description = "Only this run (from 1); no runs when it does not exist"),
-    ),
-    responses(
-        (status = 200, description = "The task's runs and their journals", body = JournalView),
-        (status = 400, description = "A malformed query", body = ErrorBody),
-        (status = 401, description = "No or an invalid token", body = ErrorBody),
-        (status = 404, description = "No such task visible to this token", body = ErrorBody),
-    ))]
-async fn task_journal(
-    State(state): State<Arc<ApiState>>,
-    caller: Caller,
-    ApiPath(id): ApiPath<String>,
-    uri: Uri,
-) -> Result<Json<JournalView>, ApiError> {
-    let only = parse_run(uri.query())?;
-    let task = visible_task(&state, &caller, &id).await?;
-    let mut runs = Vec::new();
-    for run in state.store.list_runs(&task.id).await? {
-        if only.is_some_and(|n| n != run.number) {
-            continue;
-        }
-        let mut entries = state
-            .store
-            .journal(&RunRef {
-                task: task.id.clone(),
-                number: run.number,
-            })
-            .await?;
-        let chain_ok = warden_store::journal::verify_chain(&entries).is_ok();
-        // Shown to people: sensitive files' contents and credential-looking tokens hidden
-        // (the stored records stay verbatim, for replay and the chain).
-        crate::sensitive::redact_journal_entries(&mut entries);
-        runs.push(RunJournalView {
-            number: run.number,
-            worker: run.worker,
-            started_at: rfc3339(run.started_at_ms),
-            ended_at: run.ended_at_ms.map(rfc3339),
-            outcome: run.outcome,
-            chain_ok,
-            entries: entries
-                .into_iter()
-                .map(|entry| JournalEntryView {
-                    seq: entry.seq,
-                    kind: entry.kind,
-                    at: rfc3339(i64::try_from(entry.at_ms).unwrap_or(i64::MAX)),
-                    hash: entry.hash,
-                    prev_hash: entry.prev_hash,
-                    payload: entry.payload,
-                })
-                .collect(),
-        });
-    }
-    Ok(Json(JournalView { runs }))
 }

@@ -16,11 +16,19 @@
 //! cannot be revoked while the server runs; a store that cannot be read ends the stream too
 //! (the client resumes with `Last-Event-ID`).
 //!
+//! A token holds at most [`ApiState::streams`]' limit of open streams at once (`[serve]
+//! max_streams_per_token`, [`DEFAULT_MAX_STREAMS_PER_TOKEN`] by default, counted per token
+//! across both routes): one more is refused with 429 `too_many_streams` (no `Retry-After`: a
+//! slot frees when one of the token's streams ends). Failed authentications are throttled per
+//! address (see `auth.rs`), so anonymous stream attempts cost a 401 or 429 each and hold
+//! nothing.
+//!
 //! `/metrics` needs a token of any role: the counters say what the server is doing (task
 //! counts, spend), which is not for anyone who can reach the port. Prometheus sends it with
 //! `authorization: {credentials: …}` (or `bearer_token`).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use axum::body::Body;
 use std::time::{Duration, Instant};
@@ -88,7 +96,67 @@ fn parse_cursor(headers: &HeaderMap, query: Option<&str>) -> Result<Option<u64>,
     }
 }
 
-/// The token behind an open stream, checked again now and then.
+/// Event streams a token may hold open at once by default.
+pub const DEFAULT_MAX_STREAMS_PER_TOKEN: u32 = 16;
+
+/// Open event streams per token (by digest). Only authenticated tokens get an entry, and an
+/// entry goes when its last stream ends, so the map is bounded by the real tokens.
+pub struct StreamCounter {
+    limit: u32,
+    open: Mutex<HashMap<[u8; 32], u32>>,
+}
+
+impl std::fmt::Debug for StreamCounter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamCounter")
+            .field("limit", &self.limit)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StreamCounter {
+    pub fn new(limit: u32) -> StreamCounter {
+        StreamCounter {
+            limit: limit.max(1),
+            open: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], u32>> {
+        self.open.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Counts one more stream of `token`, or refuses it at the limit.
+    fn open(&self, token: [u8; 32]) -> Result<(), ApiError> {
+        let mut open = self.lock();
+        let count = open.entry(token).or_insert(0);
+        if *count >= self.limit {
+            return Err(ApiError::new(
+                ErrorCode::TooManyStreams,
+                format!(
+                    "this token has {} event streams open already (serve.max_streams_per_token); \
+                     close one first",
+                    self.limit
+                ),
+            ));
+        }
+        *count += 1;
+        Ok(())
+    }
+
+    fn close(&self, token: [u8; 32]) {
+        let mut open = self.lock();
+        if let Some(count) = open.get_mut(&token) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                open.remove(&token);
+            }
+        }
+    }
+}
+
+/// The token behind an open stream, checked again now and then. It holds one of the token's
+/// stream slots until dropped (when the stream ends or the client goes away).
 struct TokenCheck {
     state: Arc<ApiState>,
     presented: [u8; 32],
@@ -98,10 +166,13 @@ struct TokenCheck {
 }
 
 impl TokenCheck {
+    /// Takes one of the token's stream slots (429 `too_many_streams` when none is left).
     fn new(state: &Arc<ApiState>, headers: &HeaderMap, caller: &Caller) -> Result<Self, ApiError> {
         let every = state.stream_recheck;
+        let presented = presented_digest(headers)?;
+        state.streams.open(presented)?;
         Ok(TokenCheck {
-            presented: presented_digest(headers)?,
+            presented,
             caller: caller.clone(),
             state: Arc::clone(state),
             every,
@@ -124,6 +195,12 @@ impl TokenCheck {
                 false
             }
         }
+    }
+}
+
+impl Drop for TokenCheck {
+    fn drop(&mut self) {
+        self.state.streams.close(self.presented);
     }
 }
 
@@ -169,6 +246,7 @@ fn event_stream(subscription: Subscription, check: TokenCheck) -> Response {
         (status = 400, description = "A malformed cursor or query", body = ErrorBody),
         (status = 401, description = "No or an invalid token", body = ErrorBody),
         (status = 404, description = "No such task visible to this token", body = ErrorBody),
+        (status = 429, description = "Too many requests or failed authentications (with Retry-After), or `too_many_streams`: the token holds serve.max_streams_per_token open streams already", body = ErrorBody),
     ))]
 async fn task_events(
     State(state): State<Arc<ApiState>>,
@@ -177,9 +255,9 @@ async fn task_events(
     headers: HeaderMap,
     uri: Uri,
 ) -> Result<Response, ApiError> {
-    let check = TokenCheck::new(&state, &headers, &caller)?;
     let task = visible_task(&state, &caller, &id).await?;
     let after = parse_cursor(&headers, uri.query())?;
+    let check = TokenCheck::new(&state, &headers, &caller)?;
     let subscription = Subscription::new(
         Arc::clone(&state.hub),
         Selection::Task(task.id),
@@ -203,6 +281,7 @@ async fn task_events(
             content_type = "text/event-stream", body = String),
         (status = 400, description = "A malformed cursor or query", body = ErrorBody),
         (status = 401, description = "No or an invalid token", body = ErrorBody),
+        (status = 429, description = "Too many requests or failed authentications (with Retry-After), or `too_many_streams`: the token holds serve.max_streams_per_token open streams already", body = ErrorBody),
     ))]
 async fn all_events(
     State(state): State<Arc<ApiState>>,
@@ -210,8 +289,8 @@ async fn all_events(
     headers: HeaderMap,
     uri: Uri,
 ) -> Result<Response, ApiError> {
-    let check = TokenCheck::new(&state, &headers, &caller)?;
     let after = parse_cursor(&headers, uri.query())?;
+    let check = TokenCheck::new(&state, &headers, &caller)?;
     let owner = (caller.role != ApiRole::Admin).then_some(caller.name);
     let subscription = Subscription::new(Arc::clone(&state.hub), Selection::All { owner }, after)
         .await

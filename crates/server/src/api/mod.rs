@@ -7,7 +7,14 @@
 //!   token). Tasks belong to the token's name; only `admin` sees everyone's; `viewer` only reads;
 //!   only `admin` registers repositories (a server path is the server's file system). Tokens
 //!   created with `warden token create` or `POST /v1/tokens` live in the store as digests.
-//!   Every authenticated request spends from its token's bucket (429 with `Retry-After`).
+//!   Every authenticated request spends from its token's bucket (429 with `Retry-After`);
+//!   every failed authentication from its client address's (429 with `Retry-After` instead of
+//!   401 once spent, never slowing a valid token). Bootstrap tokens have at least 32
+//!   characters.
+//! - Requests for a foreign `Host` are 421, state-changing ones from a foreign `Origin` 403
+//!   (`origin.rs`); a token holds at most `[serve] max_streams_per_token` event streams (429
+//!   `too_many_streams`). Connection limits (cap, header and keep-alive timeouts) live in
+//!   [`crate::connections`].
 //! - Errors are `{"error":{"code","message"}}` through one [`ApiError`] with stable codes
 //!   ([`ErrorCode`]); bodies are JSON objects of at most 1 MiB, nested at most
 //!   [`MAX_JSON_DEPTH`] deep, with no unknown fields, read only after the token is checked (an
@@ -22,13 +29,20 @@ mod auth;
 mod control;
 mod diff;
 mod events;
+mod journal;
+mod origin;
 mod repos;
 pub mod schema;
 mod tasks;
 mod tokens;
 mod usage;
 
-pub use auth::{mint_token, ApiRole, Caller, RateLimit, RateLimiter, Tokens};
+pub use auth::{
+    mint_token, ApiRole, AuthThrottle, Caller, RateLimit, RateLimiter, Tokens,
+    DEFAULT_AUTH_FAILURE_LIMIT, MIN_BOOTSTRAP_TOKEN_LEN,
+};
+pub use events::DEFAULT_MAX_STREAMS_PER_TOKEN;
+pub use origin::{normalize_public_name, HostPolicy};
 pub use tasks::task_json;
 
 use std::sync::Arc;
@@ -85,8 +99,13 @@ pub enum ErrorCode {
     HashMismatch,
     /// The approval was decided before; an approval is decided once (409).
     AlreadyDecided,
-    /// The token spent its request budget; `Retry-After` says when to come back.
+    /// The token spent its request budget, or its address too many failed authentications;
+    /// `Retry-After` says when to come back.
     RateLimited,
+    /// The token holds as many open event streams as it may (429).
+    TooManyStreams,
+    /// The `Host` is not an address or public name of this server (421).
+    MisdirectedRequest,
     /// Warden failed; details are in the server log, never in the response.
     Internal,
 }
@@ -109,6 +128,8 @@ impl ErrorCode {
             ErrorCode::HashMismatch => "hash_mismatch",
             ErrorCode::AlreadyDecided => "already_decided",
             ErrorCode::RateLimited => "rate_limited",
+            ErrorCode::TooManyStreams => "too_many_streams",
+            ErrorCode::MisdirectedRequest => "misdirected_request",
             ErrorCode::Internal => "internal",
         }
     }
@@ -129,7 +150,8 @@ impl ErrorCode {
             | ErrorCode::IdempotencyConflict
             | ErrorCode::UnsupportedKind
             | ErrorCode::UnknownRepository => StatusCode::UNPROCESSABLE_ENTITY,
-            ErrorCode::RateLimited => StatusCode::TOO_MANY_REQUESTS,
+            ErrorCode::RateLimited | ErrorCode::TooManyStreams => StatusCode::TOO_MANY_REQUESTS,
+            ErrorCode::MisdirectedRequest => StatusCode::MISDIRECTED_REQUEST,
             ErrorCode::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -326,6 +348,12 @@ pub struct ApiState {
     pub wake: Arc<Notify>,
     /// Per-token request budgets.
     pub limiter: RateLimiter,
+    /// Failed authentications per client address.
+    pub auth_failures: AuthThrottle,
+    /// Open event streams per token.
+    pub streams: events::StreamCounter,
+    /// The `Host`s and `Origin`s the API answers to besides its address.
+    pub hosts: HostPolicy,
     /// Which `callback.url`s a task may name (none by default).
     pub callbacks: Arc<crate::callback::CallbackConfig>,
     /// The runs of this process's workers, stopped at once by the cancel route.
@@ -360,6 +388,9 @@ impl ApiState {
             tokens,
             wake,
             limiter: RateLimiter::new(RateLimit::default()),
+            auth_failures: AuthThrottle::new(DEFAULT_AUTH_FAILURE_LIMIT),
+            streams: events::StreamCounter::new(DEFAULT_MAX_STREAMS_PER_TOKEN),
+            hosts: HostPolicy::default(),
             callbacks: Arc::default(),
             running: Arc::default(),
             repos: None,
@@ -408,6 +439,25 @@ impl ApiState {
         self.limiter = RateLimiter::new(limit);
         self
     }
+
+    /// Replaces how many failed authentications a client address may make.
+    pub fn with_auth_failure_limit(mut self, limit: RateLimit) -> ApiState {
+        self.auth_failures = AuthThrottle::new(limit);
+        self
+    }
+
+    /// Sets how many event streams one token may hold open at once.
+    pub fn with_max_streams_per_token(mut self, max: u32) -> ApiState {
+        self.streams = events::StreamCounter::new(max);
+        self
+    }
+
+    /// Sets the names (and the listen address, for requests that do not carry their
+    /// connection) the API answers to.
+    pub fn with_hosts(mut self, hosts: HostPolicy) -> ApiState {
+        self.hosts = hosts;
+        self
+    }
 }
 
 /// Every documented route. A route group adds its handlers here through its `routes()`, each
@@ -421,9 +471,11 @@ fn documented_routes() -> OpenApiRouter<Arc<ApiState>> {
         .merge(events::routes())
         .merge(diff::routes())
         .merge(control::routes())
+        .merge(journal::routes())
         .merge(usage::routes())
         .merge(tokens::routes());
     auth::document_rate_limit(routes.get_openapi_mut());
+    origin::document_pinning(routes.get_openapi_mut());
     routes
 }
 
@@ -461,6 +513,10 @@ pub fn router(state: Arc<ApiState>) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&state),
+            origin::pin_host_and_origin,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&state.hub.metrics),
             track_http,
@@ -510,25 +566,9 @@ async fn healthz() -> Json<Value> {
 }
 // --- ids and times ---
 
-const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
-
-/// `tsk_` + a ULID: 48 bits of milliseconds, 80 random bits.
+/// A new task id (one generator for every interface: `warden_store::new_task_id`).
 pub fn new_task_id() -> Result<TaskId, String> {
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    let mut random = [0u8; 10];
-    getrandom::fill(&mut random).map_err(|e| format!("no randomness available: {e}"))?;
-    let mut value: u128 = u128::from(now_ms & 0xFFFF_FFFF_FFFF) << 80;
-    for (index, byte) in random.iter().enumerate() {
-        value |= u128::from(*byte) << (8 * (9 - index));
-    }
-    let mut text = String::with_capacity(26);
-    for index in 0..26 {
-        let shift = 5 * (25 - index);
-        text.push(char::from(CROCKFORD[((value >> shift) & 0x1F) as usize]));
-    }
-    TaskId::from_ulid(&text).map_err(|e| e.to_string())
+    warden_store::new_task_id().map_err(|e| e.to_string())
 }
 
 /// `2026-12-02T12:34:56.789Z`.

@@ -92,7 +92,7 @@ pub struct TaskPage {
     info(
         title = "Warden API",
         description = "Questions and changes over pinned repositories, run by sandboxed agents \
-                       (SPEC §6). Every route but /healthz, /metrics and /openapi.json takes \
+                       (the API overview is docs/api.md in the repository). Every route but /healthz and /openapi.json takes \
                        `Authorization: Bearer <token>`.",
     ),
     modifiers(&BearerScheme),

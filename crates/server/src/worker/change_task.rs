@@ -229,9 +229,14 @@ pub(super) async fn run_change_task(
         Err(failure) => change_failed(task, &model_name, failure),
     };
     remove_scratch(&scratch);
-    // A task ended from outside (cancelled) got its task_finished event from whoever ended it.
+    // A terminal status stores its task_finished event when the run is finished (in the same
+    // transaction); a task that waits for an answer or an approval says so here.
     let stopped = services.running.stopped(&task.id);
     if let (Ending::Finished { status, result }, false) = (&ending, stopped) {
+        if status.is_terminal() {
+            drain.finish(events).await;
+            return ending;
+        }
         events.emit(Event::TaskFinished {
             status: *status,
             outcome: result
@@ -418,7 +423,7 @@ async fn decided_publication(services: &Services, claim: &Claim) -> Option<Endin
         return match publish::rejected_publication(store, task).await {
             Ok(Some(result)) => {
                 tracing::info!(task = %task.id, "publication rejected; the task ends with its proposal unpublished");
-                Some(finish_publication(services, task, TaskStatus::Completed, &result).await)
+                Some(finish_publication(services, TaskStatus::Completed, &result))
             }
             Ok(None) => None,
             Err(error) => Some(change_failed(
@@ -450,9 +455,7 @@ async fn decided_publication(services: &Services, claim: &Claim) -> Option<Endin
     };
     tracing::info!(task = %task.id, approval = %approval.id, "publishing the approved proposal");
     match publish::publish_approved(context, &approval.id, &mut journal).await {
-        Ok(result) => {
-            Some(finish_publication(services, task, TaskStatus::Completed, &result).await)
-        }
+        Ok(result) => Some(finish_publication(services, TaskStatus::Completed, &result)),
         Err(error) => {
             tracing::warn!(task = %task.id, approval = %approval.id, %error, "publication failed");
             let pushed = match &error {
@@ -474,33 +477,17 @@ async fn decided_publication(services: &Services, claim: &Claim) -> Option<Endin
                 "publication failed: {}",
                 services.redactor.text(&error.to_string())
             ));
-            Some(finish_publication(services, task, TaskStatus::Failed, &result).await)
+            Some(finish_publication(services, TaskStatus::Failed, &result))
         }
     }
 }
 
-/// Ends a publication run: the result, redacted, and a `task_finished` event.
-async fn finish_publication(
-    services: &Services,
-    task: &Task,
-    status: TaskStatus,
-    result: &ChangeResult,
-) -> Ending {
+/// Ends a publication run: the result, redacted (finishing the run stores its
+/// `task_finished` event).
+fn finish_publication(services: &Services, status: TaskStatus, result: &ChangeResult) -> Ending {
     let result = services
         .redactor
         .json(serde_json::to_value(result).unwrap_or(Value::Null));
-    let (events, drain) = store_events(
-        Arc::clone(&services.store),
-        task.id.clone(),
-        services.redactor.clone(),
-    );
-    if !services.running.stopped(&task.id) {
-        events.emit(Event::TaskFinished {
-            status,
-            outcome: "proposal".into(),
-        });
-    }
-    drain.finish(events).await;
     Ending::Finished { status, result }
 }
 

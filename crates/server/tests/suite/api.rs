@@ -11,10 +11,10 @@ use tower::ServiceExt;
 use warden_server::api::{router, ApiState, Tokens};
 use warden_test_support::git_fixture::TempRepo;
 
-const ADMIN: &str = "admin-token-0123456789";
-const ALICE: &str = "alice-token-0123456789";
-const BOB: &str = "bob-token-01234567890";
-const VIEWER: &str = "viewer-token-01234567";
+const ADMIN: &str = "admin-token-0123456789-0123456789";
+const ALICE: &str = "alice-token-0123456789-0123456789";
+const BOB: &str = "bob-token-01234567890-0123456789";
+const VIEWER: &str = "viewer-token-01234567-0123456789";
 
 struct Api {
     router: Router,

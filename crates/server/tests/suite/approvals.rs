@@ -19,10 +19,10 @@ use warden_server::api::{router, ApiState, Tokens};
 use warden_server::publish::requeue_decided_tasks;
 use warden_store::{Decision, NewApproval, NewTask, Store, TaskRepo};
 
-const ADMIN: &str = "admin-token-0123456789";
-const ALICE: &str = "alice-token-0123456789";
-const BOB: &str = "bob-token-01234567890";
-const VIEWER: &str = "viewer-token-01234567";
+const ADMIN: &str = "admin-token-0123456789-0123456789";
+const ALICE: &str = "alice-token-0123456789-0123456789";
+const BOB: &str = "bob-token-01234567890-0123456789";
+const VIEWER: &str = "viewer-token-01234567-0123456789";
 
 struct Api {
     router: Router,

@@ -15,8 +15,8 @@ use warden_server::api::{mint_token, router, ApiRole, ApiState, RateLimit, Token
 use warden_store::Store;
 use warden_test_support::git_fixture::TempRepo;
 
-const ADMIN: &str = "admin-token-0123456789";
-const OPERATOR: &str = "operator-token-0123456789";
+const ADMIN: &str = "admin-token-0123456789-0123456789";
+const OPERATOR: &str = "operator-token-0123456789-0123456789";
 
 struct Api {
     router: Router,

@@ -18,10 +18,10 @@ use warden_server::cancel::RunningTasks;
 use warden_store::{Claim, ClaimFilter, EventStream, RunJournal, Store, StoreError, UsageEntry};
 use warden_test_support::git_fixture::TempRepo;
 
-const ADMIN: &str = "admin-token-0123456789";
-const ALICE: &str = "alice-token-0123456789";
-const BOB: &str = "bob-token-01234567890";
-const VIEWER: &str = "viewer-token-01234567";
+const ADMIN: &str = "admin-token-0123456789-0123456789";
+const ALICE: &str = "alice-token-0123456789-0123456789";
+const BOB: &str = "bob-token-01234567890-0123456789";
+const VIEWER: &str = "viewer-token-01234567-0123456789";
 
 struct Api {
     router: Router,
@@ -205,7 +205,7 @@ async fn the_routes_are_in_the_openapi_document() {
         assert!(operation.is_object(), "{method} {path} is not documented");
         assert!(operation["responses"]["401"].is_object(), "{method} {path}");
     }
-    for schema in ["JournalView", "UsageView", "PostMessage"] {
+    for schema in ["JournalPage", "UsageView", "PostMessage"] {
         assert!(
             reply.body["components"]["schemas"][schema].is_object(),
             "{schema}"
@@ -255,7 +255,10 @@ async fn tokens_roles_and_owners_are_checked_on_every_route() {
     // An admin reads anyone's journal.
     let reply = api.get(&format!("/v1/tasks/{id}/journal"), ADMIN).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
-    assert_eq!(reply.body, json!({"runs": []}));
+    assert_eq!(
+        reply.body,
+        json!({"runs": [], "data": [], "next_cursor": null})
+    );
     let reply = api.send(Method::GET, "/v1/usage", None, "").await;
     check_error(&reply, StatusCode::UNAUTHORIZED, "unauthorized");
 }
@@ -536,7 +539,7 @@ async fn messages_answer_a_waiting_task_and_follow_up_a_finished_one() {
 }
 
 #[tokio::test]
-async fn the_journal_lists_every_run_with_its_verified_chain() {
+async fn the_journal_lists_every_run_and_its_records_each_verified() {
     let api = Api::new().await;
     let id = api.submit(ALICE, "where is f?").await;
     let claim = api.claim(&id).await;
@@ -566,38 +569,214 @@ async fn the_journal_lists_every_run_with_its_verified_chain() {
     assert_eq!(first["worker"], "w");
     assert_eq!(first["outcome"], "queued");
     assert!(first["ended_at"].is_string());
-    assert_eq!(first["chain_ok"], true);
-    let entries = first["entries"].as_array().unwrap();
-    assert_eq!(entries.len(), 2);
-    assert_eq!(entries[0]["seq"], 0);
-    assert_eq!(entries[0]["kind"], "run_started");
-    assert_eq!(entries[0]["at"], "2026-12-01T13:19:03.042Z");
-    assert_eq!(entries[0]["payload"], json!({"task_id": id}));
-    assert_eq!(entries[0]["prev_hash"], warden_store::GENESIS_HASH);
-    assert_eq!(entries[1]["prev_hash"], entries[0]["hash"]);
-    let stored = api.store.journal(&claim.run()).await.unwrap();
-    assert_eq!(entries[1]["hash"], stored[1].hash.as_str());
     let second = &runs[1];
     assert_eq!(second["number"], 2);
     assert_eq!(second["outcome"], Value::Null);
     assert_eq!(second["ended_at"], Value::Null);
-    assert_eq!(second["entries"], json!([]));
-    assert_eq!(second["chain_ok"], true);
+    let records = reply.body["data"].as_array().unwrap();
+    assert_eq!(records.len(), 2);
+    assert_eq!(records[0]["run"], 1);
+    assert_eq!(records[0]["seq"], 0);
+    assert_eq!(records[0]["kind"], "run_started");
+    assert_eq!(records[0]["at"], "2026-12-01T13:19:03.042Z");
+    assert_eq!(records[0]["payload"], json!({"task_id": id}));
+    assert_eq!(records[0]["prev_hash"], warden_store::GENESIS_HASH);
+    assert_eq!(records[1]["prev_hash"], records[0]["hash"]);
+    assert!(records.iter().all(|r| r["chain_ok"] == true));
+    let stored = api.store.journal(&claim.run()).await.unwrap();
+    assert_eq!(records[1]["hash"], stored[1].hash.as_str());
+    assert_eq!(reply.body["next_cursor"], Value::Null);
     // One run at a time.
     let reply = api
         .get(&format!("/v1/tasks/{id}/journal?run=1"), ALICE)
         .await;
-    assert_eq!(reply.body["runs"].as_array().unwrap().len(), 1);
-    assert_eq!(reply.body["runs"][0], *first);
+    assert_eq!(reply.body["runs"], json!([first]));
+    assert_eq!(reply.body["data"], json!(records));
+    let reply = api
+        .get(&format!("/v1/tasks/{id}/journal?run=2"), ALICE)
+        .await;
+    assert_eq!(reply.body["runs"], json!([second]));
+    assert_eq!(reply.body["data"], json!([]));
     let reply = api
         .get(&format!("/v1/tasks/{id}/journal?run=3"), ALICE)
         .await;
-    assert_eq!(reply.body, json!({"runs": []}));
-    for bad in ["run=0", "run=x", "run=-1", "limit=2"] {
+    assert_eq!(
+        reply.body,
+        json!({"runs": [], "data": [], "next_cursor": null})
+    );
+    for bad in [
+        "run=0",
+        "run=x",
+        "run=-1",
+        "limit=0",
+        "limit=201",
+        "limit=x",
+        "cursor=x",
+        "cursor=1",
+        "cursor=1.x",
+        "cursor=0.1",
+        "cursor=1.-1",
+        "page=2",
+    ] {
         let reply = api
             .get(&format!("/v1/tasks/{id}/journal?{bad}"), ALICE)
             .await;
         check_error(&reply, StatusCode::BAD_REQUEST, "bad_request");
+    }
+}
+
+/// Appends `count` records to `claim`'s run.
+async fn journal_records(api: &Api, claim: &Claim, count: u64) {
+    let mut journal = RunJournal::open(Arc::clone(&api.store), claim.run())
+        .await
+        .unwrap();
+    for turn in 0..count {
+        journal
+            .append(1_000 + turn, "model_requested", json!({"turn": turn}))
+            .await
+            .unwrap();
+    }
+}
+
+/// Every page of `id`'s journal at `limit` records a page, following `next_cursor`.
+async fn journal_pages(api: &Api, id: &TaskId, limit: u32) -> Vec<Value> {
+    let mut pages = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let reply = api
+            .get(
+                &format!("/v1/tasks/{id}/journal?limit={limit}&cursor={cursor}"),
+                ALICE,
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+        let next = reply.body["next_cursor"].as_str().map(str::to_string);
+        pages.push(reply.body);
+        match next {
+            Some(next) => cursor = next,
+            None => return pages,
+        }
+        assert!(pages.len() < 100, "pages do not end");
+    }
+}
+
+#[tokio::test]
+async fn the_journal_pages_across_runs_and_a_cursor_resumes_where_it_points() {
+    let api = Api::new().await;
+    let id = api.submit(ALICE, "where is f?").await;
+    // Run 1: five records; run 2: three.
+    let claim = api.claim(&id).await;
+    journal_records(&api, &claim, 5).await;
+    api.store
+        .finish_run(&claim.run(), "w", TaskStatus::Queued, None)
+        .await
+        .unwrap();
+    let claim = api.claim(&id).await;
+    journal_records(&api, &claim, 3).await;
+
+    let whole = api
+        .get(&format!("/v1/tasks/{id}/journal?limit=200"), ALICE)
+        .await;
+    let all = whole.body["data"].as_array().unwrap().clone();
+    let position = |r: &Value| (r["run"].as_u64().unwrap(), r["seq"].as_u64().unwrap());
+    assert_eq!(
+        all.iter().map(position).collect::<Vec<_>>(),
+        [
+            (1, 0),
+            (1, 1),
+            (1, 2),
+            (1, 3),
+            (1, 4),
+            (2, 0),
+            (2, 1),
+            (2, 2)
+        ]
+    );
+    assert_eq!(whole.body["next_cursor"], Value::Null);
+
+    for limit in [1, 2, 3, 5, 7, 8] {
+        let pages = journal_pages(&api, &id, limit).await;
+        let mut joined = Vec::new();
+        for page in &pages {
+            let data = page["data"].as_array().unwrap();
+            assert!(data.len() <= limit as usize);
+            // Every page lists the runs and verifies its own records, the first one included
+            // (its predecessor is on the page before).
+            assert_eq!(page["runs"], whole.body["runs"]);
+            assert!(data.iter().all(|r| r["chain_ok"] == true), "{page}");
+            joined.extend(data.iter().cloned());
+        }
+        assert_eq!(joined, all, "limit {limit}");
+        assert_eq!(
+            pages.len(),
+            all.len().div_ceil(limit as usize),
+            "limit {limit}"
+        );
+    }
+
+    // A cursor is a position: asked again, the same page.
+    let first = api
+        .get(&format!("/v1/tasks/{id}/journal?limit=3"), ALICE)
+        .await;
+    assert_eq!(first.body["next_cursor"], "1.2");
+    let again = |cursor: &str| {
+        let uri = format!("/v1/tasks/{id}/journal?limit=3&cursor={cursor}");
+        let api = &api;
+        async move { api.get(&uri, ALICE).await.body }
+    };
+    let second = again("1.2").await;
+    assert_eq!(second, again("1.2").await);
+    assert_eq!(second["data"], json!(all[3..6]));
+    assert_eq!(second["next_cursor"], "2.0");
+    // Past the last record of a run, the next run's; past everything, nothing.
+    assert_eq!(again("1.4").await["data"], json!(all[5..8]));
+    assert_eq!(again("2.2").await["data"], json!([]));
+    assert_eq!(again("9.0").await["next_cursor"], Value::Null);
+    // With `run`, only that run's records.
+    let reply = api
+        .get(&format!("/v1/tasks/{id}/journal?run=2&limit=2"), ALICE)
+        .await;
+    assert_eq!(reply.body["data"], json!(all[5..7]));
+    assert_eq!(reply.body["next_cursor"], "2.1");
+}
+
+#[tokio::test]
+async fn an_observation_of_a_sensitive_file_is_hidden_on_a_later_page_too() {
+    let api = Api::new().await;
+    let id = api.submit(ALICE, "what is in .env?").await;
+    let claim = api.claim(&id).await;
+    let mut journal = RunJournal::open(Arc::clone(&api.store), claim.run())
+        .await
+        .unwrap();
+    journal
+        .append(
+            1,
+            "model_decision",
+            json!({"tool_calls": [{"id": "c1", "name": "read_file",
+                                   "arguments": "{\"path\":\".env\"}"}]}),
+        )
+        .await
+        .unwrap();
+    for turn in 0..3 {
+        journal
+            .append(2, "policy_verdict", json!({"turn": turn}))
+            .await
+            .unwrap();
+    }
+    journal
+        .append(
+            3,
+            "tool_observation",
+            json!({"call_id": "c1", "tool": "read_file",
+                   "output": {"ok": ".env (lines 1-1 of 1)\n     1\tDB_PASSWORD=hunter2\n"}}),
+        )
+        .await
+        .unwrap();
+    for limit in [1, 2, 4, 200] {
+        let pages = journal_pages(&api, &id, limit).await;
+        let shown = serde_json::to_string(&pages).unwrap();
+        assert!(!shown.contains("hunter2"), "limit {limit}: {shown}");
+        assert!(shown.contains("DB_PASSWORD=[redacted]"), "limit {limit}");
     }
 }
 

@@ -23,9 +23,9 @@ use warden_server::redact::Redactor;
 use warden_store::{ClaimFilter, NewRepo, NewTask, Store, TaskRepo};
 use warden_test_support::git_fixture::TempRepo;
 
-const ADMIN: &str = "admin-token-0123456789";
-const ALICE: &str = "alice-token-0123456789";
-const BOB: &str = "bob-token-01234567890";
+const ADMIN: &str = "admin-token-0123456789-0123456789";
+const ALICE: &str = "alice-token-0123456789-0123456789";
+const BOB: &str = "bob-token-01234567890-0123456789";
 
 /// A registered secret (as the model API key would be).
 const REGISTERED: &str = "sk-registered-model-key-0123456789";

@@ -20,7 +20,7 @@ use warden_server::redact::Redactor;
 use warden_store::{ClaimFilter, NewRepo, NewTask, TaskRepo};
 use warden_test_support::git_fixture::TempRepo;
 
-const ALICE: &str = "alice-token-0123456789";
+const ALICE: &str = "alice-token-0123456789-0123456789";
 
 /// Sensitive files whose diff headers git quotes, each holding its own password.
 const QUOTED: &[(&str, &str)] = &[

@@ -18,9 +18,9 @@ use warden_server::api::{new_task_id, router, ApiRole, ApiState, RateLimit, Toke
 use warden_server::hub::{self, Hub, HubOptions};
 use warden_store::{ClaimFilter, NewTask, Store, UsageEntry};
 
-const ADMIN: &str = "admin-token-0123456789";
-const ALICE: &str = "alice-token-0123456789";
-const BOB: &str = "bob-token-01234567890";
+const ADMIN: &str = "admin-token-0123456789-0123456789";
+const ALICE: &str = "alice-token-0123456789-0123456789";
+const BOB: &str = "bob-token-01234567890-0123456789";
 
 struct Events {
     router: Router,
@@ -236,16 +236,7 @@ async fn a_finished_tasks_stream_replays_every_event_in_the_wire_format_and_ends
     api.append(&other, "not yours").await;
     let first = api.append(&task, "one").await;
     api.append(&task, "two\nlines").await;
-    api.store
-        .append_event(
-            &task,
-            Event::TaskFinished {
-                status: TaskStatus::Cancelled,
-                outcome: "failure".into(),
-            },
-        )
-        .await
-        .unwrap();
+    // Cancelling stores task_finished with the status.
     api.cancel(&task).await;
 
     let reply = api
@@ -644,7 +635,9 @@ async fn over_a_socket_streams_resume_with_last_event_id_without_gaps_or_duplica
     task_ids.extend(messages(&text).iter().map(|m| m.id));
 
     let expected: Vec<u64> = (1..=EVENTS).collect();
-    assert_eq!(task_ids, expected, "the task's stream");
+    // The cancel stored the task's task_finished after them.
+    let finished: Vec<u64> = (1..=EVENTS + 1).collect();
+    assert_eq!(task_ids, finished, "the task's stream");
     assert_eq!(all_ids, expected, "the global stream");
 }
 
@@ -664,16 +657,7 @@ async fn over_a_socket_a_live_task_stream_ends_when_the_task_finishes() {
         tokio::time::timeout(Duration::from_secs(20), response.text()).await
     });
     api.append(&task, "working").await;
-    api.store
-        .append_event(
-            &task,
-            Event::TaskFinished {
-                status: TaskStatus::Cancelled,
-                outcome: "failure".into(),
-            },
-        )
-        .await
-        .unwrap();
+    // Cancelling stores task_finished with the status.
     api.cancel(&task).await;
     let text = reader.await.unwrap().expect("the stream ended").unwrap();
     let events: Vec<String> = messages(&text).into_iter().map(|m| m.event).collect();
@@ -738,4 +722,46 @@ async fn a_revoked_tokens_open_stream_ends_before_the_next_message() {
             "a message after the revocation: {rest:?}"
         );
     }
+}
+
+#[tokio::test]
+async fn an_event_redaction_breaks_is_withheld_from_the_store_and_the_stream() {
+    let api = Events::new().await;
+    let task = api.task("alice").await;
+    // A registered secret that is also the event's type tag: redacted string by string, the
+    // event is no event any more. It must not be stored as it was.
+    let secret = "agent_message";
+    let redactor = warden_server::redact::Redactor::new([secret.to_string()]);
+    let (sink, drain) =
+        warden_server::journal::store_events(Arc::clone(&api.store), task.clone(), redactor);
+    use warden_runtime::EventSink;
+    sink.emit(Event::AgentMessage {
+        text: format!("the key is {secret}"),
+    });
+    sink.emit(Event::ToolStarted {
+        call_id: "c1".into(),
+        tool: "search".into(),
+        summary: "search sk".into(),
+    });
+    assert_eq!(drain.finish(sink).await, 0);
+
+    let stored = api
+        .store
+        .events_after(&warden_store::EventStream::Task(task.clone()), 0, 100)
+        .await
+        .unwrap();
+    let kinds: Vec<Event> = stored.into_iter().map(|record| record.event).collect();
+    assert_eq!(kinds[0], Event::RedactionFailed);
+    assert!(matches!(kinds[1], Event::ToolStarted { .. }), "{kinds:?}");
+
+    api.cancel(&task).await;
+    let reply = api
+        .request(&format!("/v1/tasks/{task}/events"), Some(ALICE), &[])
+        .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    let text = reply.text().await;
+    assert!(!text.contains(secret), "{text}");
+    let shown = messages(&text);
+    assert_eq!(shown[0].event, "redaction_failed");
+    assert_eq!(shown[0].data["event"], json!({"type": "redaction_failed"}));
 }

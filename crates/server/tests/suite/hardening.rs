@@ -19,8 +19,8 @@ use warden_server::api::{new_task_id, router, ApiState, RateLimit, Tokens, MAX_B
 use warden_store::{ClaimFilter, NewTask, Store};
 use warden_test_support::git_fixture::TempRepo;
 
-const ADMIN: &str = "admin-token-0123456789";
-const ALICE: &str = "alice-token-0123456789";
+const ADMIN: &str = "admin-token-0123456789-0123456789";
+const ALICE: &str = "alice-token-0123456789-0123456789";
 
 struct Api {
     router: Router,
@@ -45,8 +45,13 @@ impl Reply {
 impl Api {
     fn new(store: Arc<dyn Store>, limit: RateLimit) -> Api {
         let tokens = Tokens::parse(&format!("root:admin:{ADMIN},alice:operator:{ALICE}")).unwrap();
+        // These tests fail authentication on purpose, many times over.
         let state = ApiState::new(Arc::clone(&store), tokens, Arc::new(Notify::new()))
-            .with_rate_limit(limit);
+            .with_rate_limit(limit)
+            .with_auth_failure_limit(RateLimit {
+                per_minute: 100_000,
+                burst: 100_000,
+            });
         Api {
             router: router(Arc::new(state)),
             store,
@@ -387,8 +392,7 @@ async fn nul_characters_in_stored_text_are_refused_on_sqlite() {
 
 #[tokio::test]
 async fn nul_characters_in_stored_text_are_refused_on_postgres() {
-    let Ok(admin_url) = std::env::var("WARDEN_TEST_POSTGRES_URL") else {
-        eprintln!("skipped: WARDEN_TEST_POSTGRES_URL not set");
+    let Some(admin_url) = warden_test_support::postgres::url() else {
         return;
     };
     let mut random = [0u8; 5];

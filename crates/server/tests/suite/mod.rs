@@ -6,4 +6,6 @@ mod control;
 mod diff;
 mod diff_sensitive_paths;
 mod events;
+mod failpoints;
+mod front_door;
 mod hardening;

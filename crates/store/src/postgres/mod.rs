@@ -19,10 +19,11 @@ use warden_protocol::{Event, TaskId, TaskKind, TaskStatus};
 use crate::clock::duration_ms;
 use crate::journal::check_append;
 use crate::rows::{
-    abandoned_result, check_approval, check_message_role, check_pinned_repos, spend_from, status,
-    to_i64, to_u32, to_u64, RawApiToken, RawApproval, RawEvent, RawIntent, RawJournal, RawMessage,
-    RawRepo, RawRun, RawTask, API_TOKEN_COLUMNS, APPROVAL_COLUMNS, EVENT_COLUMNS, INTENT_COLUMNS,
-    JOURNAL_COLUMNS, MESSAGE_COLUMNS, MS_PER_DAY, REPO_COLUMNS, RUN_COLUMNS, TASK_COLUMNS,
+    abandoned_result, check_approval, check_message_role, check_pinned_repos, finished_event,
+    spend_from, status, to_i64, to_u32, to_u64, RawApiToken, RawApproval, RawEvent, RawIntent,
+    RawJournal, RawMessage, RawRepo, RawRun, RawTask, API_TOKEN_COLUMNS, APPROVAL_COLUMNS,
+    EVENT_COLUMNS, INTENT_COLUMNS, JOURNAL_COLUMNS, MESSAGE_COLUMNS, MS_PER_DAY, REPO_COLUMNS,
+    RUN_COLUMNS, TASK_COLUMNS,
 };
 use crate::state::{
     is_active, is_exclusive, kind_name, status_name, transition_allowed, ALL_STATUSES,
@@ -67,6 +68,7 @@ fn pg_error(e: PgError) -> StoreError {
                 || *code == SqlState::T_R_DEADLOCK_DETECTED
                 || *code == SqlState::LOCK_NOT_AVAILABLE
                 || *code == SqlState::ADMIN_SHUTDOWN
+                || *code == SqlState::CRASH_SHUTDOWN
                 || *code == SqlState::CANNOT_CONNECT_NOW
                 || *code == SqlState::TOO_MANY_CONNECTIONS
                 || code.code().starts_with("08");
@@ -1165,6 +1167,8 @@ async fn close_open_runs(
     Ok(())
 }
 
+/// Moves the task to `to` (inside the caller's transaction); a terminal `to` stores its
+/// `task_finished` event with it.
 async fn set_status(
     c: &dyn Conn,
     id: &TaskId,
@@ -1181,7 +1185,41 @@ async fn set_status(
         &[&id.as_str(), &status_name(to), &result, &now],
     )
     .await?;
-    read_task(&row)
+    let task = read_task(&row)?;
+    if to.is_terminal() {
+        let event = finished_event(to, task.result.as_ref());
+        insert_event(c, id, &serde_json::to_string(&event)?, now).await?;
+    }
+    Ok(task)
+}
+
+/// Appends one event (its JSON text) to the task's stream inside the caller's transaction:
+/// its global and per-task sequence numbers.
+async fn insert_event(
+    c: &dyn Conn,
+    task: &TaskId,
+    text: &str,
+    now: i64,
+) -> Result<(i64, i64), StoreError> {
+    let counter = query_one(
+        c,
+        "UPDATE counters SET value = value + 1 WHERE name = 'events' RETURNING value",
+        &[],
+    )
+    .await?;
+    let seq: i64 = get(&counter, 0)?;
+    // A new statement, so its snapshot includes every event committed before we took the
+    // counter lock.
+    let row = query_one(
+        c,
+        "INSERT INTO events (seq, task_id, task_seq, at_ms, event)
+         VALUES ($1, $2, (SELECT COALESCE(MAX(task_seq), 0) + 1 FROM events WHERE task_id = $2),
+                 $3, $4)
+         RETURNING task_seq",
+        &[&seq, &task.as_str(), &now, &text],
+    )
+    .await?;
+    Ok((seq, get(&row, 0)?))
 }
 
 /// Locks the run row; fails unless it is open and `worker`'s.
@@ -1772,13 +1810,21 @@ impl PostgresStore {
         to: TaskStatus,
         result: Option<serde_json::Value>,
     ) -> Result<Task, StoreError> {
-        let result = json_text(result.as_ref())?;
+        let result_value = result;
+        let result = json_text(result_value.as_ref())?;
         let now = self.now();
         let mut client = self.client().await?;
-        if !is_active(to) {
+        // A terminal status stores its `task_finished` event in the same statement; its
+        // outcome comes from the result, so without one the transaction below reads it.
+        let finished = match (&result_value, to.is_terminal()) {
+            (Some(value), true) => Some(serde_json::to_string(&finished_event(to, Some(value)))?),
+            _ => None,
+        };
+        if !is_active(to) && (finished.is_some() || !to.is_terminal()) {
             // Fast path, one statement: lock the task, end the run if it is `worker`'s and
-            // open and the task may move to `to`, then move it. No row means one of those
-            // failed; the transaction below finds out which.
+            // open and the task may move to `to`, then move it (and store the event of a
+            // terminal move). No row means one of those failed; the transaction below finds
+            // out which.
             let from: Vec<&str> = ALL_STATUSES
                 .into_iter()
                 .filter(|s| transition_allowed(*s, to))
@@ -1794,7 +1840,19 @@ impl PostgresStore {
                          FROM task
                          WHERE runs.task_id = task.id AND runs.number = $2 AND runs.worker = $3
                            AND runs.ended_at_ms IS NULL AND task.status = ANY($6)
-                         RETURNING runs.task_id)
+                         RETURNING runs.task_id),
+                     counter AS (
+                         UPDATE counters SET value = value + 1
+                         WHERE name = 'events' AND $8::text IS NOT NULL
+                           AND EXISTS (SELECT 1 FROM ended)
+                         RETURNING value),
+                     event AS (
+                         INSERT INTO events (seq, task_id, task_seq, at_ms, event)
+                         SELECT counter.value, $1,
+                             (SELECT COALESCE(MAX(task_seq), 0) + 1 FROM events
+                              WHERE task_id = $1),
+                             $4, $8
+                         FROM counter)
                      UPDATE tasks SET status = $5, result = COALESCE($7, tasks.result),
                          updated_at_ms = $4
                      FROM ended WHERE tasks.id = ended.task_id
@@ -1808,6 +1866,7 @@ impl PostgresStore {
                     &status_name(to),
                     &from,
                     &result,
+                    &finished,
                 ],
             )
             .await?;
@@ -2002,25 +2061,7 @@ impl PostgresStore {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_error)?;
         require_task_exists(&tx, task).await?;
-        let counter = query_one(
-            &tx,
-            "UPDATE counters SET value = value + 1 WHERE name = 'events' RETURNING value",
-            &[],
-        )
-        .await?;
-        let seq: i64 = get(&counter, 0)?;
-        // A new statement, so its snapshot includes every event committed before we took the
-        // counter lock.
-        let row = query_one(
-            &tx,
-            "INSERT INTO events (seq, task_id, task_seq, at_ms, event)
-             VALUES ($1, $2, (SELECT COALESCE(MAX(task_seq), 0) + 1 FROM events WHERE task_id = $2),
-                     $3, $4)
-             RETURNING task_seq",
-            &[&seq, &task.as_str(), &now, &text],
-        )
-        .await?;
-        let task_seq: i64 = get(&row, 0)?;
+        let (seq, task_seq) = insert_event(&tx, task, &text, now).await?;
         tx.commit().await.map_err(pg_error)?;
         Ok(EventRecord {
             seq: to_u64(seq)?,
@@ -2615,6 +2656,32 @@ impl Store for PostgresStore {
                      ORDER BY seq"
                 ),
                 &[&run.task.as_str(), &number],
+            )
+            .await?;
+            rows.iter().map(read_journal).collect()
+        })
+    }
+
+    fn journal_page<'a>(
+        &'a self,
+        run: &'a RunRef,
+        from: u64,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<JournalEntry>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let number = i64::from(run.number);
+            // Past i64 there is no record: an empty page.
+            let from = i64::try_from(from).unwrap_or(i64::MAX);
+            let limit = i64::from(limit);
+            let rows = query(
+                &*client,
+                &format!(
+                    "SELECT {JOURNAL_COLUMNS} FROM journal
+                     WHERE task_id = $1 AND run_number = $2 AND seq >= $3
+                     ORDER BY seq LIMIT $4"
+                ),
+                &[&run.task.as_str(), &number, &from, &limit],
             )
             .await?;
             rows.iter().map(read_journal).collect()

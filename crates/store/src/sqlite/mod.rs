@@ -19,11 +19,11 @@ use warden_protocol::{Event, TaskId, TaskStatus};
 use crate::clock::{compact_timestamp, duration_ms};
 use crate::journal::check_append;
 use crate::rows::{
-    abandoned_result, check_approval, check_message_role, check_pinned_repos, name_list,
-    spend_from, status, to_i64, to_u32, to_u64, RawApiToken, RawApproval, RawEvent, RawIntent,
-    RawJournal, RawMessage, RawRepo, RawRun, RawTask, API_TOKEN_COLUMNS, APPROVAL_COLUMNS,
-    EVENT_COLUMNS, INTENT_COLUMNS, JOURNAL_COLUMNS, MESSAGE_COLUMNS, MS_PER_DAY, REPO_COLUMNS,
-    RUN_COLUMNS, TASK_COLUMNS,
+    abandoned_result, check_approval, check_message_role, check_pinned_repos, finished_event,
+    name_list, spend_from, status, to_i64, to_u32, to_u64, RawApiToken, RawApproval, RawEvent,
+    RawIntent, RawJournal, RawMessage, RawRepo, RawRun, RawTask, API_TOKEN_COLUMNS,
+    APPROVAL_COLUMNS, EVENT_COLUMNS, INTENT_COLUMNS, JOURNAL_COLUMNS, MESSAGE_COLUMNS, MS_PER_DAY,
+    REPO_COLUMNS, RUN_COLUMNS, TASK_COLUMNS,
 };
 use writer::Writer;
 
@@ -489,6 +489,7 @@ fn close_open_runs(
     Ok(())
 }
 
+/// Moves the task to `to`; a terminal `to` stores its `task_finished` event with it.
 fn set_status(
     conn: &Connection,
     id: &TaskId,
@@ -496,17 +497,43 @@ fn set_status(
     result: Option<&str>,
     now: i64,
 ) -> Result<Task, StoreError> {
-    conn.prepare_cached(&format!(
-        "UPDATE tasks SET status = ?2, result = COALESCE(?3, result), updated_at_ms = ?4
-         WHERE id = ?1 RETURNING {TASK_COLUMNS}"
-    ))
-    .db()?
-    .query_row(
-        params![id.as_str(), status_name(to), result, now],
-        read_task,
+    let task = conn
+        .prepare_cached(&format!(
+            "UPDATE tasks SET status = ?2, result = COALESCE(?3, result), updated_at_ms = ?4
+             WHERE id = ?1 RETURNING {TASK_COLUMNS}"
+        ))
+        .db()?
+        .query_row(
+            params![id.as_str(), status_name(to), result, now],
+            read_task,
+        )
+        .db()?
+        .decode()?;
+    if to.is_terminal() {
+        insert_event(conn, id, &finished_event(to, task.result.as_ref()), now)?;
+    }
+    Ok(task)
+}
+
+/// Appends `event` to the task's stream: its global and per-task sequence numbers.
+fn insert_event(
+    conn: &Connection,
+    task: &TaskId,
+    event: &Event,
+    now: i64,
+) -> Result<(i64, i64), StoreError> {
+    let text = serde_json::to_string(event)?;
+    conn.prepare_cached(
+        "INSERT INTO events (task_id, task_seq, at_ms, event)
+         VALUES (?1, (SELECT COALESCE(MAX(task_seq), 0) + 1 FROM events
+                      WHERE task_id = ?1), ?2, ?3)
+         RETURNING seq, task_seq",
     )
     .db()?
-    .decode()
+    .query_row(params![task.as_str(), now, text], |row| {
+        Ok((row.get(0)?, row.get(1)?))
+    })
+    .db()
 }
 
 fn json_text(value: Option<&serde_json::Value>) -> Result<Option<String>, StoreError> {
@@ -1351,6 +1378,33 @@ impl Store for SqliteStore {
         })
     }
 
+    fn journal_page<'a>(
+        &'a self,
+        run: &'a RunRef,
+        from: u64,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<JournalEntry>, StoreError>> {
+        let run = run.clone();
+        // Past i64 there is no record: an empty page.
+        let from = i64::try_from(from).unwrap_or(i64::MAX);
+        self.write(move |conn, _| {
+            let mut statement = conn
+                .prepare_cached(&format!(
+                    "SELECT {JOURNAL_COLUMNS} FROM journal
+                     WHERE task_id = ?1 AND run_number = ?2 AND seq >= ?3
+                     ORDER BY seq LIMIT ?4"
+                ))
+                .db()?;
+            let rows = statement
+                .query_map(
+                    params![run.task.as_str(), run.number, from, limit],
+                    read_journal,
+                )
+                .db()?;
+            rows.map(|row| row.db()?.decode()).collect()
+        })
+    }
+
     fn append_event<'a>(
         &'a self,
         task: &'a TaskId,
@@ -1358,20 +1412,8 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<EventRecord, StoreError>> {
         let task = task.clone();
         self.write(move |conn, now| {
-            let text = serde_json::to_string(&event)?;
             task_status(conn, &task)?;
-            let (seq, task_seq): (i64, i64) = conn
-                .prepare_cached(
-                    "INSERT INTO events (task_id, task_seq, at_ms, event)
-                     VALUES (?1, (SELECT COALESCE(MAX(task_seq), 0) + 1 FROM events
-                                  WHERE task_id = ?1), ?2, ?3)
-                     RETURNING seq, task_seq",
-                )
-                .db()?
-                .query_row(params![task.as_str(), now, text], |row| {
-                    Ok((row.get(0)?, row.get(1)?))
-                })
-                .db()?;
+            let (seq, task_seq) = insert_event(conn, &task, &event, now)?;
             Ok(EventRecord {
                 seq: crate::rows::to_u64(seq)?,
                 task_seq: crate::rows::to_u64(task_seq)?,

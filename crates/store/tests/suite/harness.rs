@@ -4,7 +4,7 @@
 //! `async fn(&Fixture)` into one test per backend, each ending with an integrity check.
 
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,17 +54,8 @@ impl Fixture {
 
     /// `None` (after saying so once on the real stderr) when no test database is configured.
     pub async fn postgres() -> Option<Fixture> {
-        let Ok(url) = std::env::var("WARDEN_TEST_POSTGRES_URL") else {
-            static SAID: AtomicBool = AtomicBool::new(false);
-            if !SAID.swap(true, Ordering::SeqCst) {
-                // Not `eprintln!`: the test harness would capture it.
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "skipped: WARDEN_TEST_POSTGRES_URL not set (Postgres half of the store suite)"
-                );
-            }
-            return None;
-        };
+        // Fails instead of skipping when CI requires Postgres (`WARDEN_TEST_REQUIRE`).
+        let url = warden_test_support::postgres::url()?;
         let schema = PgSchema::create(&url).await;
         let clock = ManualClock::new(START_MS);
         let store = warden_store::open_with(&schema.store_url(), options(&clock))

@@ -229,7 +229,32 @@ async fn a_writer_that_falls_behind_cannot_fork(f: &Fixture) {
     );
 }
 
+async fn a_run_journal_is_read_a_page_at_a_time(f: &Fixture) {
+    let run = open_run(f).await;
+    let mut journal = RunJournal::open(f.store.clone(), run.clone())
+        .await
+        .unwrap();
+    for turn in 0..5u64 {
+        journal
+            .append(turn, "model_requested", json!({"turn": turn}))
+            .await
+            .unwrap();
+    }
+    let all = f.store.journal(&run).await.unwrap();
+    let page = |from, limit| {
+        let (store, run) = (f.store.clone(), run.clone());
+        async move { store.journal_page(&run, from, limit).await.unwrap() }
+    };
+    assert_eq!(page(0, 2).await, all[..2]);
+    assert_eq!(page(2, 2).await, all[2..4]);
+    assert_eq!(page(4, 2).await, all[4..]);
+    assert_eq!(page(1, 100).await, all[1..]);
+    assert_eq!(page(5, 2).await, vec![]);
+    assert_eq!(page(u64::MAX, 2).await, vec![]);
+}
+
 conformance!(
+    a_run_journal_is_read_a_page_at_a_time,
     a_writer_that_falls_behind_cannot_fork,
     the_runtime_chain_round_trips,
     forks_gaps_and_tampering_are_refused,

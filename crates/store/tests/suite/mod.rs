@@ -18,4 +18,5 @@ mod queue;
 mod reporting;
 mod repos;
 mod state_machine;
+mod terminal_events;
 mod tokens;

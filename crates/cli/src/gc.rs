@@ -1,0 +1,76 @@
+//! `warden gc`: evicts unused mirrors and snapshots under `WARDEN_HOME`, oldest last use first,
+//! until they take at most `[storage] max_bytes` (`--max-bytes` overrides, `0` takes every
+//! unused one). What a running task holds, or what was used within `[storage]
+//! keep_recent_mins`, stays; so do mirrors holding proposals. `--dry-run` only reports.
+
+use anyhow::Context;
+use warden_repo::{GcEntry, GcKind};
+use warden_server::config::Config;
+
+#[derive(Debug, clap::Args)]
+pub struct GcArgs {
+    /// Report what would be removed, remove nothing
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Print the report as one JSON object
+    #[arg(long)]
+    pub json: bool,
+    /// Trim to this many bytes instead of `[storage] max_bytes` (0: every unused entry)
+    #[arg(long, value_name = "BYTES")]
+    pub max_bytes: Option<u64>,
+}
+
+pub fn gc(config: &Config, args: GcArgs) -> anyhow::Result<u8> {
+    let store =
+        warden_repo::RepoStore::open(&config.home).context("cannot open the repository store")?;
+    let mut policy = config.storage.cache;
+    if let Some(max_bytes) = args.max_bytes {
+        policy.max_bytes = max_bytes;
+    }
+    let report = store
+        .gc(&policy, args.dry_run)
+        .context("cannot evict mirrors and snapshots")?;
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+        return Ok(0);
+    }
+    let verb = if report.dry_run {
+        "would remove"
+    } else {
+        "removed"
+    };
+    for entry in &report.removed {
+        println!("{verb} {}", describe(entry));
+    }
+    for entry in &report.kept {
+        println!(
+            "kept {} ({})",
+            describe(entry),
+            entry.kept.unwrap_or("kept")
+        );
+    }
+    println!(
+        "{} {} bytes; mirrors and snapshots take {} bytes (limit {})",
+        if report.dry_run {
+            "would free"
+        } else {
+            "freed"
+        },
+        report.freed_bytes,
+        report.bytes_after,
+        report.max_bytes
+    );
+    Ok(0)
+}
+
+fn describe(entry: &GcEntry) -> String {
+    let kind = match entry.kind {
+        GcKind::Mirror => "mirror",
+        GcKind::Snapshot => "snapshot",
+    };
+    crate::text::one_line(&format!(
+        "{kind} {} ({} bytes)",
+        entry.path.display(),
+        entry.bytes
+    ))
+}

@@ -1,0 +1,314 @@
+//! `warden logs`: a run journal as a timeline a person can read — turns, tool calls with their
+//! durations, rejections and denials, checks, limits, the outcome and its spend — one line a
+//! step, times relative to the run's start. `--json` prints the raw records instead. Journal
+//! text comes from the model and the repository: every line is escaped for the terminal.
+
+use serde_json::Value;
+
+use crate::text;
+
+/// At most this many characters of a tool's output or an argument are shown on a line.
+const PREVIEW: usize = 100;
+
+/// The timeline of one run's journal records (each `{seq, at_ms, kind, payload, …}` as a local
+/// journal holds them, or with `at` as RFC 3339 text as the API sends them).
+pub fn render(records: &[Value]) -> String {
+    let Some(start) = records.first().and_then(at_ms) else {
+        return "  (no records)\n".into();
+    };
+    let mut out = String::new();
+    // When each tool call was allowed to run, by call id: its duration ends at the observation.
+    let mut started: Vec<(String, u64)> = Vec::new();
+    for record in records {
+        let at = at_ms(record).unwrap_or(start);
+        let payload = &record["payload"];
+        let kind = record["kind"].as_str().unwrap_or_default();
+        let Some(line) = step(kind, payload, at, &mut started) else {
+            continue;
+        };
+        let elapsed = at.saturating_sub(start);
+        out.push_str(&format!(
+            "{:>4}.{:03}s  {}\n",
+            elapsed / 1000,
+            elapsed % 1000,
+            text::block(&line, "            ")
+        ));
+    }
+    out
+}
+
+fn step(kind: &str, payload: &Value, at: u64, started: &mut Vec<(String, u64)>) -> Option<String> {
+    let tool = payload["tool"].as_str().unwrap_or("?");
+    Some(match kind {
+        "run_started" => {
+            let model = payload["model"].as_str().unwrap_or("?");
+            let repos: Vec<String> = payload["context"]["manifest"]
+                .as_array()
+                .map(|m| {
+                    m.iter()
+                        .map(|r| {
+                            format!(
+                                "{}@{}",
+                                r["repo"].as_str().unwrap_or("?"),
+                                text::short_commit(r["commit"].as_str().unwrap_or("?"))
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            format!("run started · model {model} · {}", repos.join(", "))
+        }
+        "model_requested" => format!("turn {}: asking the model", payload["turn"]),
+        "model_decision" => {
+            let calls: Vec<&str> = payload["tool_calls"]
+                .as_array()
+                .map(|c| c.iter().filter_map(|c| c["name"].as_str()).collect())
+                .unwrap_or_default();
+            let usage = &payload["usage"];
+            let cost = match payload["cost"]["micro_usd"].as_u64() {
+                Some(micro) => format!("${:.4}", micro as f64 / 1e6),
+                None => "cost unknown".into(),
+            };
+            let mut line = format!(
+                "  model {} → {} · {} in / {} out tokens · {cost}",
+                payload["model"].as_str().unwrap_or("?"),
+                if calls.is_empty() {
+                    "no tool call".to_string()
+                } else {
+                    calls.join(", ")
+                },
+                usage["input_tokens"].as_u64().unwrap_or(0),
+                usage["output_tokens"].as_u64().unwrap_or(0),
+            );
+            if let Some(said) = payload["text"].as_str().filter(|t| !t.trim().is_empty()) {
+                line.push_str(&format!("\n  says: {}", preview(said)));
+            }
+            line
+        }
+        "model_failed" => format!("  ✗ model failed: {}", preview_value(&payload["error"])),
+        "arguments_rejected" => format!(
+            "    ✗ {tool} call rejected: {}",
+            preview(&strings(&payload["errors"]).join("; "))
+        ),
+        "policy_verdict" => {
+            let verdict = &payload["verdict"];
+            if let Some(reason) = verdict["deny"].as_str() {
+                format!("    ✗ {tool} denied: {}", preview(reason))
+            } else if let Some(reason) = verdict["abort"].as_str() {
+                format!("    ✗ {tool} aborted the run: {}", preview(reason))
+            } else if let Some(reason) = verdict["require_approval"].as_str() {
+                format!("    ! {tool} needs an approval: {}", preview(reason))
+            } else {
+                let id = payload["call_id"].as_str().unwrap_or_default().to_string();
+                started.push((id, at));
+                return None;
+            }
+        }
+        "tool_observation" => {
+            let id = payload["call_id"].as_str().unwrap_or_default();
+            let took = started
+                .iter()
+                .rposition(|(call, _)| call == id)
+                .map(|index| at.saturating_sub(started.remove(index).1));
+            let took = took.map(|ms| format!(" ({ms} ms)")).unwrap_or_default();
+            let output = &payload["output"];
+            let (mark, detail) = if let Some(ok) = output["ok"].as_str() {
+                ("→", first_line(ok))
+            } else if let Some(error) = output["error"].as_str() {
+                ("✗", first_line(error))
+            } else if output["rejected"].is_array() {
+                ("✗", "rejected".to_string())
+            } else if output.get("answer").is_some() {
+                ("✓", "answer accepted".to_string())
+            } else if let Some(question) = output["clarification"].as_str() {
+                ("?", format!("asks: {}", preview(question)))
+            } else if output.get("change").is_some() {
+                ("✓", "change accepted".to_string())
+            } else {
+                ("→", String::new())
+            };
+            format!("    {mark} {tool}{took}: {detail}")
+        }
+        "submission_rejected" => format!(
+            "    ✗ submission {} rejected:\n- {}",
+            payload["attempt"],
+            strings(&payload["errors"]).join("\n- ")
+        ),
+        "limit_reached" => format!(
+            "  ✗ limit reached: {}",
+            preview_value(&payload["failure"]["message"])
+        ),
+        "run_finished" => {
+            let outcome = &payload["outcome"];
+            let ended = if outcome.get("answer").is_some() {
+                "answered".to_string()
+            } else if outcome.get("change").is_some() {
+                "proposed a change".to_string()
+            } else if let Some(question) = outcome["clarification"].as_str() {
+                format!("needs an answer: {}", preview(question))
+            } else if let Some(failure) = outcome.get("failure") {
+                format!(
+                    "failed: {} — {}",
+                    failure["code"].as_str().unwrap_or("?"),
+                    preview_value(&failure["message"])
+                )
+            } else if outcome.get("awaiting_approval").is_some() {
+                "waits for an approval".to_string()
+            } else {
+                "ended".to_string()
+            };
+            let usage = &payload["usage"];
+            let cost = match usage["cost_usd"].as_f64() {
+                Some(cost) => format!("${cost:.4}"),
+                None => "cost unknown".into(),
+            };
+            format!(
+                "run finished: {ended} · {} model calls · {} tool calls · {} in / {} out tokens · {cost}",
+                usage["model_calls"].as_u64().unwrap_or(0),
+                usage["tool_calls"].as_u64().unwrap_or(0),
+                usage["input_tokens"].as_u64().unwrap_or(0),
+                usage["output_tokens"].as_u64().unwrap_or(0),
+            )
+        }
+        "approval_decided" => format!("approval decided: {}", preview_value(payload)),
+        "side_effect_intent" => format!("side effect starting: {}", preview_value(payload)),
+        "side_effect_outcome" => format!("side effect done: {}", preview_value(payload)),
+        other => format!("{other}: {}", preview_value(payload)),
+    })
+}
+
+/// When a record was written, in milliseconds since the epoch.
+fn at_ms(record: &Value) -> Option<u64> {
+    record["at_ms"]
+        .as_u64()
+        .or_else(|| record["at"].as_str().and_then(parse_rfc3339_ms))
+}
+
+/// `2026-12-02T12:34:56.789Z` (UTC, as the API writes it) → milliseconds since the epoch.
+fn parse_rfc3339_ms(text: &str) -> Option<u64> {
+    let text = text.strip_suffix('Z')?;
+    let (date, time) = text.split_once('T')?;
+    let mut date = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
+    let (year, month, day) = (date.next()??, date.next()??, date.next()??);
+    let (clock, fraction) = time.split_once('.').unwrap_or((time, "0"));
+    let mut clock = clock.splitn(3, ':').map(|p| p.parse::<i64>().ok());
+    let (hour, minute, second) = (clock.next()??, clock.next()??, clock.next()??);
+    let millis: i64 = format!("{fraction:0<3}").get(..3)?.parse().ok()?;
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let day_of_year = (153 * (month + if month > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    let days = era * 146_097 + day_of_era - 719_468;
+    let ms = ((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + millis;
+    u64::try_from(ms).ok()
+}
+
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn first_line(text: &str) -> String {
+    let lines = text.lines().count();
+    let first = text.lines().next().unwrap_or_default();
+    if lines > 1 {
+        format!("{} (+{} lines)", preview(first), lines - 1)
+    } else {
+        preview(first)
+    }
+}
+
+fn preview(text: &str) -> String {
+    let text = text.trim();
+    match text.char_indices().nth(PREVIEW) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_string(),
+    }
+}
+
+fn preview_value(value: &Value) -> String {
+    match value.as_str() {
+        Some(text) => preview(text),
+        None => preview(&value.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn record(at: u64, kind: &str, payload: Value) -> Value {
+        json!({"seq": 0, "at_ms": at, "kind": kind, "payload": payload})
+    }
+
+    #[test]
+    fn api_times_are_read_as_milliseconds() {
+        assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:00.000Z"), Some(0));
+        assert_eq!(
+            parse_rfc3339_ms("2026-12-02T12:34:56.789Z"),
+            Some(1_796_214_896_789)
+        );
+        assert_eq!(
+            parse_rfc3339_ms("2000-02-29T23:59:59.5Z"),
+            Some(951_868_799_500)
+        );
+        assert_eq!(parse_rfc3339_ms("yesterday"), None);
+    }
+
+    #[test]
+    fn a_run_reads_as_a_timeline_with_durations_rejections_and_spend() {
+        let records = vec![
+            record(
+                1_000,
+                "run_started",
+                json!({"model": "openai:gpt", "context": {"manifest": [{"repo": "api", "commit": "0123456789abcdef0123"}]}}),
+            ),
+            record(1_010, "model_requested", json!({"turn": 1, "messages": 2})),
+            record(
+                1_500,
+                "model_decision",
+                json!({"model": "gpt", "text": "Let me look.\n\u{1b}[2J", "tool_calls": [{"name": "search"}, {"name": "nope"}], "usage": {"input_tokens": 120, "output_tokens": 30}, "cost": {"cost": "known", "micro_usd": 1500}}),
+            ),
+            record(
+                1_501,
+                "policy_verdict",
+                json!({"call_id": "c1", "tool": "search", "verdict": {"allow": true}}),
+            ),
+            record(
+                1_743,
+                "tool_observation",
+                json!({"call_id": "c1", "tool": "search", "output": {"ok": "src/a.rs:3:retry\nsrc/b.rs:9:retry"}}),
+            ),
+            record(
+                1_744,
+                "arguments_rejected",
+                json!({"call_id": "c2", "tool": "nope", "errors": ["unknown tool \"nope\""]}),
+            ),
+            record(
+                2_000,
+                "run_finished",
+                json!({"outcome": {"failure": {"code": "invalid_tool_calls", "message": "too many"}}, "usage": {"model_calls": 1, "tool_calls": 2, "input_tokens": 120, "output_tokens": 30, "cost_usd": 0.0015}}),
+            ),
+        ];
+        let timeline = render(&records);
+        let expected = "   0.000s  run started · model openai:gpt · api@0123456789ab
+   0.010s  turn 1: asking the model
+   0.500s    model gpt → search, nope · 120 in / 30 out tokens · $0.0015
+              says: Let me look.
+            \\u{1b}[2J
+   0.743s      → search (242 ms): src/a.rs:3:retry (+1 lines)
+   0.744s      ✗ nope call rejected: unknown tool \"nope\"
+   1.000s  run finished: failed: invalid_tool_calls — too many · 1 model calls · 2 tool calls · 120 in / 30 out tokens · $0.0015
+";
+        assert_eq!(timeline, expected, "\n{timeline}");
+    }
+}

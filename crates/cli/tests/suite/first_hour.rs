@@ -1,0 +1,186 @@
+//! The mistakes a new user makes in the first hour, each answered with one sentence that names
+//! the fix: `warden doctor` shows every check (even with a bad `WARDEN_MODEL`), checks the model
+//! endpoint with one request that costs nothing and the server `WARDEN_SERVER` names, and exits
+//! 1 when anything fails; a missing API key stops a task before anything is pinned; a directory
+//! that is not a git repository is a usage error without git's command line.
+
+use super::support::Warden;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use warden_test_support::git_fixture::TempRepo;
+
+/// A one-route HTTP server: every request gets `status` with `body`; the request lines and
+/// headers it saw are kept.
+struct Endpoint {
+    url: String,
+    seen: Arc<Mutex<Vec<String>>>,
+}
+
+fn endpoint(status: &'static str, body: &'static str) -> Endpoint {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(8) {
+            let Ok(mut stream) = stream else { return };
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut head = String::new();
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                head.push_str(&line);
+            }
+            log.lock().unwrap().push(head);
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+                 connection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    Endpoint { url, seen }
+}
+
+fn checks_of(run: &super::support::Run) -> serde_json::Value {
+    let json = run.json();
+    let mut by_name = serde_json::Map::new();
+    for check in json["checks"].as_array().unwrap() {
+        by_name.insert(check["check"].as_str().unwrap().to_string(), check.clone());
+    }
+    serde_json::Value::Object(by_name)
+}
+
+#[test]
+fn doctor_shows_every_check_when_the_model_setting_is_bad_and_exits_1() {
+    let run = Warden::new()
+        .with("WARDEN_MODEL", "bogus")
+        .run(&["doctor", "--json", "--offline"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let checks = checks_of(&run);
+    assert_eq!(checks["configuration"]["ok"], false);
+    assert!(checks["configuration"]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("invalid model \"bogus\""));
+    for name in ["git", "state directory", "model", "sandbox"] {
+        assert!(checks.get(name).is_some(), "{name} missing: {checks}");
+    }
+    assert_eq!(checks["git"]["ok"], true);
+    assert!(!run.json()["sandbox_layers"].as_array().unwrap().is_empty());
+}
+
+#[test]
+fn doctor_checks_the_model_endpoint_with_the_key() {
+    let accepting = endpoint("200 OK", r#"{"object":"list","data":[]}"#);
+    let run = Warden::new()
+        .with("WARDEN_MODEL", "openai:gpt-test")
+        .with("OPENAI_BASE_URL", &format!("{}/v1", accepting.url))
+        .with("OPENAI_API_KEY", "sk-doctor-key")
+        .run(&["doctor", "--json"]);
+    let checks = checks_of(&run);
+    assert_eq!(checks["model"]["ok"], true, "{checks}");
+    assert!(checks["model"]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("accepts the key"));
+    let seen = accepting.seen.lock().unwrap().join("\n");
+    assert!(seen.starts_with("GET /v1/models "), "{seen}");
+    assert!(seen.contains("Bearer sk-doctor-key"), "{seen}");
+    // Nothing else fails on a machine where the sandbox works, so the exit code is the model's.
+    let sandbox_ok = checks["sandbox"]["ok"] == true;
+    assert_eq!(run.code == 0, sandbox_ok, "{}", run.stdout);
+
+    let refusing = endpoint(
+        "401 Unauthorized",
+        r#"{"error":{"message":"Incorrect API key","code":"invalid_api_key"}}"#,
+    );
+    let run = Warden::new()
+        .with("WARDEN_MODEL", "openai:gpt-test")
+        .with("OPENAI_BASE_URL", &format!("{}/v1", refusing.url))
+        .with("OPENAI_API_KEY", "sk-wrong")
+        .run(&["doctor"]);
+    assert_eq!(run.code, 1);
+    let model_line = run
+        .stdout
+        .lines()
+        .find(|l| l.contains("model"))
+        .unwrap()
+        .to_string();
+    assert!(model_line.starts_with("FAIL"), "{model_line}");
+    assert!(model_line.contains("refused the key"), "{model_line}");
+    assert!(model_line.contains("OPENAI_API_KEY"), "{model_line}");
+    assert!(!run.stdout.contains("sk-wrong"), "{}", run.stdout);
+}
+
+#[test]
+fn doctor_checks_the_server_it_is_pointed_at() {
+    // A port nothing listens on: bind, note it, close.
+    let closed = {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let warden = Warden::faux()
+        .with("WARDEN_SERVER", &closed)
+        .with("WARDEN_TOKEN", "wdn_not_checked");
+    let run = warden.run(&["doctor", "--json"]);
+    assert_eq!(run.code, 1, "{}", run.stdout);
+    let checks = checks_of(&run);
+    assert_eq!(checks["server"]["ok"], false);
+    assert!(checks["server"]["detail"]
+        .as_str()
+        .unwrap()
+        .contains("warden serve"));
+    // --offline makes no request and does not fail on the server.
+    let run = warden.run(&["doctor", "--json", "--offline"]);
+    assert_eq!(checks_of(&run)["server"]["ok"], true);
+}
+
+#[test]
+fn a_missing_api_key_stops_the_task_before_anything_is_pinned() {
+    let repo = TempRepo::new();
+    repo.write("a.txt", "alpha\n");
+    repo.commit("initial");
+    let run = Warden::new().with("WARDEN_MODEL", "openai:gpt-5.1").run(&[
+        "ask",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "what is alpha?",
+    ]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("OPENAI_API_KEY is not set"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("pinning"), "{}", run.stderr);
+    let run = Warden::new()
+        .with("WARDEN_MODEL", "anthropic:claude-sonnet-4-5")
+        .run(&["run", "--repo", repo.path().to_str().unwrap(), "change it"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("ANTHROPIC_API_KEY is not set"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_directory_that_is_not_a_git_repository_is_one_sentence_and_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "hello\n").unwrap();
+    let run = Warden::faux().run(&["ask", "--repo", dir.path().to_str().unwrap(), "what?"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    let error: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("warden: error"))
+        .collect();
+    assert_eq!(error.len(), 1, "{}", run.stderr);
+    assert!(error[0].contains("not a git repository"), "{}", error[0]);
+    assert!(!run.stderr.contains("rev-parse"), "{}", run.stderr);
+}

@@ -1,0 +1,345 @@
+//! The cache budget of mirrors and snapshots: last-use times, in-use locks and eviction.
+//!
+//! - **Last use** of a mirror is the modification time of `mirrors/<mirror>.use`, of a snapshot
+//!   that of `snapshots/<mirror>/<commit>.use`; [`RepoStore::hold_mirror`] and
+//!   [`RepoStore::hold_snapshot`] touch them. Without one (a store used without holding), the
+//!   mirror directory's or the `.done` marker's time stands in.
+//! - **In use**: the same calls take a shared `flock` on that file, kept by the returned
+//!   [`InUse`] for as long as the task runs. Eviction takes the exclusive lock without waiting
+//!   and skips what it cannot get; a process that dies releases its locks with it, so a crash
+//!   never pins the cache and never lets eviction take what a live task holds. A holder that
+//!   arrives during an eviction waits for it, then finds the snapshot gone and rebuilds it.
+//! - **Eviction** ([`RepoStore::gc`]) removes, oldest last use first, what is neither in use,
+//!   nor used within [`CachePolicy::keep_recent`], nor (for mirrors) holding proposals
+//!   (`refs/warden/proposals/*`: a decision may still need them), until the total is at most
+//!   [`CachePolicy::max_bytes`]. A snapshot loses its `.done` marker first, so a crash half-way
+//!   leaves debris the next materialization clears, never a snapshot taken for complete. The
+//!   `.use` and `.lock` files stay (empty): deleting a lock file someone waits on would let two
+//!   processes hold "the" lock at once.
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use crate::error::RepoError;
+use crate::spec::RepoSpec;
+use crate::store::{remove_tree, PinnedRepo, RepoStore};
+
+/// When and how far the cache is trimmed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CachePolicy {
+    /// The most mirrors and snapshots may take together (bytes on disk).
+    pub max_bytes: u64,
+    /// Anything used more recently than this is kept even over the limit.
+    pub keep_recent: Duration,
+}
+
+/// What a cache entry is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GcKind {
+    Mirror,
+    Snapshot,
+}
+
+/// One mirror or snapshot as eviction saw it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct GcEntry {
+    pub kind: GcKind,
+    pub path: PathBuf,
+    /// Bytes on disk (allocated blocks).
+    pub bytes: u64,
+    /// Last use, seconds since the epoch.
+    pub last_used: u64,
+    /// Why it was kept (`in_use`, `recent`, `holds_proposals`), absent for removed entries and
+    /// for entries not needed to get under the limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept: Option<&'static str>,
+}
+
+/// What [`RepoStore::gc`] did (or, dry, would do).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct GcReport {
+    pub dry_run: bool,
+    pub max_bytes: u64,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    pub freed_bytes: u64,
+    pub removed: Vec<GcEntry>,
+    /// Entries eviction wanted but had to keep, with the reason.
+    pub kept: Vec<GcEntry>,
+}
+
+/// Shared locks keeping a task's mirror and snapshots from eviction until dropped.
+#[derive(Debug, Default)]
+pub struct InUse {
+    files: Vec<File>,
+}
+
+/// Opens (creating) a use-marker, touches it and takes a shared lock, waiting for an eviction
+/// in progress.
+fn hold(path: &Path) -> Result<File, RepoError> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(RepoError::io("open", path))?;
+    file.lock_shared().map_err(RepoError::io("lock", path))?;
+    file.set_modified(SystemTime::now())
+        .map_err(RepoError::io("touch", path))?;
+    Ok(file)
+}
+
+impl RepoStore {
+    /// Marks the mirror of `spec` as in use (and used now) until the guard is dropped. Take it
+    /// before [`RepoStore::pin`], so the mirror cannot go between pinning and use.
+    pub fn hold_mirror(&self, spec: &RepoSpec) -> Result<InUse, RepoError> {
+        let path = self.mirror_path(spec).with_extension("use");
+        Ok(InUse {
+            files: vec![hold(&path)?],
+        })
+    }
+
+    /// Adds `pinned`'s snapshot to `held`. Take it before [`RepoStore::snapshot`].
+    pub fn hold_snapshot(&self, pinned: &PinnedRepo, held: &mut InUse) -> Result<(), RepoError> {
+        let dir = self.snapshot_dir(pinned)?;
+        std::fs::create_dir_all(&dir).map_err(RepoError::io("create directory", &dir))?;
+        held.files
+            .push(hold(&dir.join(format!("{}.use", pinned.commit)))?);
+        Ok(())
+    }
+
+    /// Removes unused mirrors and snapshots, oldest last use first, until they take at most
+    /// `policy.max_bytes`; `dry_run` only reports what would go.
+    pub fn gc(&self, policy: &CachePolicy, dry_run: bool) -> Result<GcReport, RepoError> {
+        let mut entries = self.cache_entries()?;
+        let before: u64 = entries.iter().map(|e| e.entry.bytes).sum();
+        let mut report = GcReport {
+            dry_run,
+            max_bytes: policy.max_bytes,
+            bytes_before: before,
+            bytes_after: before,
+            ..GcReport::default()
+        };
+        entries.sort_by_key(|e| e.entry.last_used);
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        for candidate in entries {
+            if report.bytes_after <= policy.max_bytes {
+                break;
+            }
+            let mut entry = candidate.entry.clone();
+            if now.saturating_sub(entry.last_used) < policy.keep_recent.as_secs() {
+                entry.kept = Some("recent");
+                report.kept.push(entry);
+                continue;
+            }
+            if entry.kind == GcKind::Mirror && holds_proposals(&entry.path) {
+                entry.kept = Some("holds_proposals");
+                report.kept.push(entry);
+                continue;
+            }
+            // Nobody holds it, nobody pins into or materializes it: ours until the locks go.
+            let locks = match (
+                try_exclusive(&candidate.use_file)?,
+                try_exclusive(&candidate.build_lock)?,
+            ) {
+                (Some(used), Some(built)) => (used, built),
+                _ => {
+                    entry.kept = Some("in_use");
+                    report.kept.push(entry);
+                    continue;
+                }
+            };
+            if !dry_run {
+                candidate.remove()?;
+            }
+            drop(locks);
+            report.bytes_after -= entry.bytes;
+            report.freed_bytes += entry.bytes;
+            report.removed.push(entry);
+        }
+        Ok(report)
+    }
+
+    fn cache_entries(&self) -> Result<Vec<Candidate>, RepoError> {
+        let mut found = Vec::new();
+        let mirrors = self.home().join("mirrors");
+        for path in list(&mirrors)? {
+            let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            // Staging mirrors are `.tmp-<name>-<pid>`: only finished ones end in `.git`.
+            if !name.ends_with(".git") || !path.is_dir() {
+                continue;
+            }
+            let use_file = path.with_extension("use");
+            found.push(Candidate {
+                entry: GcEntry {
+                    kind: GcKind::Mirror,
+                    bytes: disk_usage(&path),
+                    last_used: modified(&use_file).or_else(|| modified(&path)).unwrap_or(0),
+                    path: path.clone(),
+                    kept: None,
+                },
+                build_lock: path.with_extension("lock"),
+                use_file,
+                marker: None,
+            });
+        }
+        for dir in list(&self.home().join("snapshots"))? {
+            if !dir.is_dir() {
+                continue;
+            }
+            for path in list(&dir)? {
+                let Some(commit) = path.file_name().and_then(|n| n.to_str()) else {
+                    continue;
+                };
+                if commit.starts_with('.') || commit.contains('.') || !path.is_dir() {
+                    continue;
+                }
+                let marker = dir.join(format!("{commit}.done"));
+                let use_file = dir.join(format!("{commit}.use"));
+                found.push(Candidate {
+                    entry: GcEntry {
+                        kind: GcKind::Snapshot,
+                        bytes: recorded_size(&dir, commit).unwrap_or_else(|| {
+                            // Measured once (snapshots from before sizes were recorded).
+                            record_size(&dir, commit, &path);
+                            disk_usage(&path)
+                        }),
+                        last_used: modified(&use_file)
+                            .or_else(|| modified(&marker))
+                            .unwrap_or(0),
+                        path: path.clone(),
+                        kept: None,
+                    },
+                    build_lock: dir.join(format!("{commit}.lock")),
+                    use_file,
+                    marker: Some(marker),
+                });
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// An entry with the files eviction needs.
+struct Candidate {
+    entry: GcEntry,
+    use_file: PathBuf,
+    /// The lock pinning (mirrors) or materializing (snapshots) takes.
+    build_lock: PathBuf,
+    /// A snapshot's completion marker, removed first.
+    marker: Option<PathBuf>,
+}
+
+impl Candidate {
+    fn remove(&self) -> Result<(), RepoError> {
+        if let Some(marker) = &self.marker {
+            remove_if_present(marker)?;
+            if let Some(size) = size_file(marker) {
+                remove_if_present(&size)?;
+            }
+        }
+        let path = &self.entry.path;
+        match remove_tree(path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(RepoError::io("remove", path)(e)),
+        }
+    }
+}
+
+fn remove_if_present(path: &Path) -> Result<(), RepoError> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(RepoError::io("remove", path)(e)),
+        _ => Ok(()),
+    }
+}
+
+/// The exclusive lock on `path` if nobody holds it, `None` if somebody does.
+fn try_exclusive(path: &Path) -> Result<Option<File>, RepoError> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(RepoError::io("open lock", path))?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(TryLockError::WouldBlock) => Ok(None),
+        Err(TryLockError::Error(e)) => Err(RepoError::io("lock", path)(e)),
+    }
+}
+
+fn list(dir: &Path) -> Result<Vec<PathBuf>, RepoError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(RepoError::io("list", dir)(e)),
+    };
+    let mut paths = Vec::new();
+    for entry in entries {
+        paths.push(entry.map_err(RepoError::io("list", dir))?.path());
+    }
+    paths.sort();
+    Ok(paths)
+}
+
+fn modified(path: &Path) -> Option<u64> {
+    let time = std::fs::metadata(path).ok()?.modified().ok()?;
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .ok()
+        .map(|d| d.as_secs())
+}
+
+/// Bytes allocated on disk under `path` (symlinks not followed).
+pub(crate) fn disk_usage(path: &Path) -> u64 {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    let mut total = meta.blocks() * 512;
+    if meta.is_dir() {
+        if let Ok(entries) = std::fs::read_dir(path) {
+            for entry in entries.flatten() {
+                total += disk_usage(&entry.path());
+            }
+        }
+    }
+    total
+}
+
+fn size_file(marker: &Path) -> Option<PathBuf> {
+    let name = marker.file_name()?.to_str()?.strip_suffix(".done")?;
+    Some(marker.with_file_name(format!("{name}.size")))
+}
+
+/// Records a new snapshot's size beside it (`<commit>.size`: bytes on disk), so eviction need
+/// not walk it. Best effort: without it, eviction measures.
+pub(crate) fn record_size(dir: &Path, commit: &str, staging: &Path) {
+    let _ = std::fs::write(
+        dir.join(format!("{commit}.size")),
+        format!("{}\n", disk_usage(staging)),
+    );
+}
+
+fn recorded_size(dir: &Path, commit: &str) -> Option<u64> {
+    std::fs::read_to_string(dir.join(format!("{commit}.size")))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Whether a mirror holds proposal refs (loose or packed).
+fn holds_proposals(mirror: &Path) -> bool {
+    let loose = mirror.join("refs/warden/proposals");
+    let has_loose = std::fs::read_dir(&loose).is_ok_and(|mut entries| entries.next().is_some());
+    has_loose
+        || std::fs::read_to_string(mirror.join("packed-refs"))
+            .is_ok_and(|refs| refs.contains(" refs/warden/proposals/"))
+}
