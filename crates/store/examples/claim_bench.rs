@@ -4,13 +4,12 @@
 //! schema per measurement, dropped afterwards), for three paths:
 //!
 //! - `claim+finish`: `claim`, then `finish_run` — two transactions per cycle (the old path);
-//! - `+event`: the old path with the `task_finished` event appended on its own before
-//!   `finish_run`, as the worker does today — three transactions per cycle;
-//! - `finish+claim`: `finish_and_claim` — one transaction per cycle, plus a `task_finished`
-//!   event written in it;
+//! - `finish+claim`: `finish_and_claim` — one transaction per cycle;
 //! - `queue+batch`: the W workers are the slots of one process sharing a `ClaimQueue`
 //!   (refilled W claims at a time by `claim_batch`) and a `CompletionBatcher` (group commit of
-//!   `finish_runs`), also with a `task_finished` event per completion.
+//!   `finish_runs`).
+//!
+//! Every path stores each task's `task_finished` event with its completion (the store does).
 //!
 //! Beside them it runs `pgbench` against the same Postgres server (a one-statement insert,
 //! `-c 8 -j 2 -T 10`, before and after the measurements) and prints its durable commits per
@@ -26,7 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::Mutex;
-use warden_protocol::{Event, TaskId, TaskKind, TaskStatus};
+use warden_protocol::{TaskId, TaskKind, TaskStatus};
 use warden_store::{
     ClaimFilter, ClaimQueue, Completion, CompletionBatcher, NewTask, Store, StoreOptions,
     SystemClock, TaskRepo,
@@ -41,15 +40,13 @@ const GOAL_CYCLES: f64 = 2_000.0;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Path {
     ClaimThenFinish,
-    ClaimEventFinish,
     FinishAndClaim,
     QueueAndBatch,
 }
 
 impl Path {
-    const ALL: [Path; 4] = [
+    const ALL: [Path; 3] = [
         Path::ClaimThenFinish,
-        Path::ClaimEventFinish,
         Path::FinishAndClaim,
         Path::QueueAndBatch,
     ];
@@ -57,7 +54,7 @@ impl Path {
     fn name(self) -> &'static str {
         match self {
             Path::ClaimThenFinish => "claim+finish",
-            Path::ClaimEventFinish => "+event",
+
             Path::FinishAndClaim => "finish+claim",
             Path::QueueAndBatch => "queue+batch",
         }
@@ -172,11 +169,9 @@ fn schema_url(admin_url: &str, schema: &str) -> String {
     format!("{admin_url}{separator}options=-csearch_path%3D{schema}")
 }
 
-fn task_finished() -> Event {
-    Event::TaskFinished {
-        status: TaskStatus::Completed,
-        outcome: "answer".into(),
-    }
+/// A completed question's result (its `outcome` names the `task_finished` event's).
+fn result() -> Option<serde_json::Value> {
+    Some(serde_json::json!({"outcome": "answer"}))
 }
 
 /// Queues `tasks` questions (untimed), then times `workers` concurrent claim-and-complete
@@ -211,26 +206,17 @@ async fn measure(
                 Path::ClaimThenFinish => {
                     while let Some(claim) = store.claim(&name, LEASE, &filter).await? {
                         store
-                            .finish_run(&claim.run(), &name, TaskStatus::Completed, None)
+                            .finish_run(&claim.run(), &name, TaskStatus::Completed, result())
                             .await?;
                         cycles += 1;
                     }
                 }
-                Path::ClaimEventFinish => {
-                    while let Some(claim) = store.claim(&name, LEASE, &filter).await? {
-                        store.append_event(&claim.task.id, task_finished()).await?;
-                        store
-                            .finish_run(&claim.run(), &name, TaskStatus::Completed, None)
-                            .await?;
-                        cycles += 1;
-                    }
-                }
+
                 Path::FinishAndClaim => {
                     let mut next = store.claim(&name, LEASE, &filter).await?;
                     while let Some(claim) = next {
                         let completion =
-                            Completion::new(claim.run(), &name, TaskStatus::Completed, None)
-                                .with_event(task_finished());
+                            Completion::new(claim.run(), &name, TaskStatus::Completed, result());
                         next = store.finish_and_claim(completion, LEASE, &filter).await?.1;
                         cycles += 1;
                     }
@@ -239,8 +225,7 @@ async fn measure(
                     let claim = queue.lock().await.next().await?;
                     let Some(claim) = claim else { break };
                     let completion =
-                        Completion::new(claim.run(), "process", TaskStatus::Completed, None)
-                            .with_event(task_finished());
+                        Completion::new(claim.run(), "process", TaskStatus::Completed, result());
                     batcher.finish(completion).await?;
                     cycles += 1;
                 },

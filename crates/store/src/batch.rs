@@ -14,13 +14,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
-use warden_protocol::{Event, TaskStatus};
+use warden_protocol::TaskStatus;
 
 use crate::clock::duration_ms;
 use crate::{Claim, ClaimFilter, Clock, EventRecord, RunRef, Store, StoreError, Task};
 
-/// One run to end: what [`Store::finish_run`] takes, plus the events written in the same
-/// transaction when (and only when) the run ends.
+/// One run to end: what [`Store::finish_run`] takes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Completion {
     pub run: RunRef,
@@ -28,12 +27,9 @@ pub struct Completion {
     /// A terminal status, a waiting status, or `queued` (released).
     pub status: TaskStatus,
     pub result: Option<serde_json::Value>,
-    /// Appended to the task's events in order (e.g. `task_finished`).
-    pub events: Vec<Event>,
 }
 
 impl Completion {
-    /// A completion without events.
     pub fn new(
         run: RunRef,
         worker: &str,
@@ -45,17 +41,12 @@ impl Completion {
             worker: worker.to_string(),
             status,
             result,
-            events: Vec::new(),
         }
-    }
-
-    pub fn with_event(mut self, event: Event) -> Completion {
-        self.events.push(event);
-        self
     }
 }
 
-/// A run that ended: its task as stored, and the completion's events as stored.
+/// A run that ended: its task as stored, and the events stored with it (the `task_finished`
+/// of a terminal status, as [`Store::finish_run`] stores it), for a caller that publishes them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Finished {
     pub task: Task,

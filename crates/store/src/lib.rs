@@ -123,8 +123,8 @@ pub trait Store: Send + Sync {
         result: Option<serde_json::Value>,
     ) -> BoxFuture<'a, Result<Task, StoreError>>;
 
-    /// Ends `completion.run` like [`Store::finish_run`] (the same checks, the same errors, and
-    /// nothing claimed when one fails), writes `completion.events` for it, and claims the next
+    /// Ends `completion.run` like [`Store::finish_run`] (the same checks, the same errors, the
+    /// same `task_finished` event, and nothing claimed when a check fails) and claims the next
     /// task like [`Store::claim`], in one transaction. Except: on Postgres a change or maintain
     /// task that comes next is claimed in a second transaction (under its repositories' locks),
     /// and if that claim fails the run stays finished and the claim is `None` (the task stays
@@ -168,10 +168,9 @@ pub trait Store: Send + Sync {
         })
     }
 
-    /// Ends many runs, each exactly as [`Store::finish_run`] would, in one transaction when
-    /// every check passes (Postgres: one statement), and writes each completion's `events`
-    /// (e.g. `task_finished`) in the transaction that ends its run, when and only when it
-    /// ends. One outcome per completion, in order: a completion whose check fails
+    /// Ends many runs, each exactly as [`Store::finish_run`] would (a terminal status stores
+    /// its `task_finished` event in the transaction that ends the run), in one transaction when
+    /// every check passes (Postgres: one statement). One outcome per completion, in order: a completion whose check fails
     /// ([`StoreError::LeaseLost`], [`StoreError::InvalidTransition`], …) changes nothing and
     /// does not fail the others (on Postgres such rows are re-checked in a second transaction,
     /// so one may also fail alone with a database error). `Err` when nothing was written.

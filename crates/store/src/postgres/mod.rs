@@ -581,14 +581,19 @@ async fn finish_and_claim_fast(
     now: i64,
 ) -> Result<Option<(Finished, Option<Claim>, bool)>, StoreError> {
     let to = completion.status;
+    // A terminal status stores its `task_finished`, whose outcome comes from the result: without
+    // one the transaction path reads the stored result (as `finish_run` does).
+    if to.is_terminal() && completion.result.is_none() {
+        return Ok(None);
+    }
     let from: Vec<&str> = ALL_STATUSES
         .into_iter()
         .filter(|s| transition_allowed(*s, to))
         .map(status_name)
         .collect();
     let result = json_text(completion.result.as_ref())?;
-    let events = completion
-        .events
+    let events = finish_events(to, completion.result.as_ref());
+    let texts = events
         .iter()
         .map(serde_json::to_string)
         .collect::<Result<Vec<_>, _>>()?;
@@ -658,7 +663,7 @@ async fn finish_and_claim_fast(
                 &status_name(to),
                 &from,
                 &result,
-                &events,
+                &texts,
                 &kinds,
                 &exclusive,
                 &expires,
@@ -691,21 +696,7 @@ async fn finish_and_claim_fast(
         }
         None => None,
     };
-    if seqs.len() != completion.events.len() || task_seqs.len() != seqs.len() {
-        return Err(StoreError::invalid_data(
-            "finish_and_claim: events not stored",
-        ));
-    }
-    let mut records = Vec::with_capacity(seqs.len());
-    for ((event, seq), task_seq) in completion.events.iter().zip(seqs).zip(task_seqs) {
-        records.push(EventRecord {
-            seq: to_u64(seq)?,
-            task_seq: to_u64(task_seq)?,
-            task: task.id.clone(),
-            at_ms: now,
-            event: event.clone(),
-        });
-    }
+    let records = event_records(&task.id, events, &seqs, &task_seqs, now)?;
     Ok(Some((
         Finished {
             task,
@@ -714,6 +705,40 @@ async fn finish_and_claim_fast(
         claim,
         passed_over,
     )))
+}
+
+/// The events a run's end stores with it: `task_finished` for a terminal status (as
+/// `set_status` stores it), computed from the task's result.
+fn finish_events(to: TaskStatus, result: Option<&serde_json::Value>) -> Vec<Event> {
+    if to.is_terminal() {
+        vec![finished_event(to, result)]
+    } else {
+        Vec::new()
+    }
+}
+
+/// Stored `events` of `task` with the sequence numbers the statement returned for them.
+fn event_records(
+    task: &TaskId,
+    events: Vec<Event>,
+    seqs: &[i64],
+    task_seqs: &[i64],
+    now: i64,
+) -> Result<Vec<EventRecord>, StoreError> {
+    if seqs.len() != events.len() || task_seqs.len() != events.len() {
+        return Err(StoreError::invalid_data("finished run: events not stored"));
+    }
+    let mut records = Vec::with_capacity(events.len());
+    for ((event, seq), task_seq) in events.into_iter().zip(seqs).zip(task_seqs) {
+        records.push(EventRecord {
+            seq: to_u64(*seq)?,
+            task_seq: to_u64(*task_seq)?,
+            task: task.clone(),
+            at_ms: now,
+            event,
+        });
+    }
+    Ok(records)
 }
 
 /// The common head of the `finish_runs` statements: `input` (one row per completion, `$1`–`$6`),
@@ -788,11 +813,15 @@ async fn finish_runs_fast(
 ) -> Result<Option<Vec<Option<Result<Finished, StoreError>>>>, StoreError> {
     let mut results = Vec::with_capacity(completions.len());
     let mut outcomes: Vec<Option<Result<Finished, StoreError>>> = Vec::new();
+    let mut row_events = Vec::with_capacity(completions.len());
+    // A terminal completion without a result is left to the transaction path: its event's
+    // outcome comes from the stored result (as `finish_run` does).
+    let mut in_statement = Vec::with_capacity(completions.len());
     let (mut event_rows, mut event_texts, mut event_idx) = (Vec::new(), Vec::new(), Vec::new());
     for (i, completion) in completions.iter().enumerate() {
+        let events = finish_events(completion.status, completion.result.as_ref());
         let prepared = json_text(completion.result.as_ref()).and_then(|result| {
-            let texts = completion
-                .events
+            let texts = events
                 .iter()
                 .map(serde_json::to_string)
                 .collect::<Result<Vec<_>, _>>()?;
@@ -802,6 +831,8 @@ async fn finish_runs_fast(
             Ok((result, texts)) => {
                 results.push(result);
                 outcomes.push(None);
+                in_statement
+                    .push(!(completion.status.is_terminal() && completion.result.is_none()));
                 for text in texts {
                     event_rows.push(to_i64(i as u64)?);
                     event_idx.push(to_i64(event_texts.len() as u64)?);
@@ -811,11 +842,12 @@ async fn finish_runs_fast(
             Err(error) => {
                 results.push(None);
                 outcomes.push(Some(Err(error)));
+                in_statement.push(false);
             }
         }
+        row_events.push(events);
     }
-    let pending: Vec<bool> = outcomes.iter().map(Option::is_none).collect();
-    let input = EndRunsInput::new(completions, &results, &pending)?;
+    let input = EndRunsInput::new(completions, &results, &in_statement)?;
     let rows = c
         .rows(
             &format!(
@@ -879,20 +911,8 @@ async fn finish_runs_fast(
         let task = read_task_at(row, 1)?;
         let seqs: Vec<i64> = get(row, 17)?;
         let task_seqs: Vec<i64> = get(row, 18)?;
-        let events = &completions[i].events;
-        if seqs.len() != events.len() || task_seqs.len() != events.len() {
-            return Err(StoreError::invalid_data("finish_runs: events not stored"));
-        }
-        let mut records = Vec::with_capacity(events.len());
-        for ((event, seq), task_seq) in events.iter().zip(seqs).zip(task_seqs) {
-            records.push(EventRecord {
-                seq: to_u64(seq)?,
-                task_seq: to_u64(task_seq)?,
-                task: task.id.clone(),
-                at_ms: now,
-                event: event.clone(),
-            });
-        }
+        let events = std::mem::take(&mut row_events[i]);
+        let records = event_records(&task.id, events, &seqs, &task_seqs, now)?;
         outcomes[i] = Some(Ok(Finished {
             task,
             events: records,
@@ -914,8 +934,16 @@ async fn finish_runs_in_transaction(
     Ok(finished)
 }
 
-/// A run [`end_runs`] ended (its task as stored, the events still to write) or why not.
-type Ended = Result<(Task, Completion), StoreError>;
+/// A run [`end_runs`] ended: its task as stored, and the events `set_status` stored with it
+/// (`None` when the statement ended it: the terminal event is still to be written).
+struct EndedRun {
+    task: Task,
+    to: TaskStatus,
+    stored: Option<Vec<EventRecord>>,
+}
+
+/// A run [`end_runs`] ended, or why not.
+type Ended = Result<EndedRun, StoreError>;
 
 /// The first outcome's error (the caller checked there is one).
 fn single_ended(ended: Vec<Ended>) -> StoreError {
@@ -995,25 +1023,34 @@ async fn end_runs(
     }
     let mut ended = Vec::with_capacity(completions.len());
     for ((completion, outcome), result) in completions.into_iter().zip(outcomes).zip(results) {
+        let to = completion.status;
         let outcome = match outcome {
-            Some(outcome) => outcome,
+            Some(outcome) => outcome.map(|task| EndedRun {
+                task,
+                to,
+                stored: None,
+            }),
             None => match finish_checked(tx, &completion, result.as_deref(), now).await {
                 Err(error @ StoreError::Database { .. }) => return Err(error),
-                outcome => outcome,
+                outcome => outcome.map(|(task, stored)| EndedRun {
+                    task,
+                    to,
+                    stored: Some(stored),
+                }),
             },
         };
-        ended.push(outcome.map(|task| (task, completion)));
+        ended.push(outcome);
     }
     Ok(ended)
 }
 
-/// `finish_run`'s transaction body for one completion inside `tx`.
+/// `finish_run`'s transaction body for one completion inside `tx`; also the events it stored.
 async fn finish_checked(
     tx: &Transaction<'_>,
     completion: &Completion,
     result: Option<&str>,
     now: i64,
-) -> Result<Task, StoreError> {
+) -> Result<(Task, Vec<EventRecord>), StoreError> {
     let (run, to) = (&completion.run, completion.status);
     // Task row first, then run row: the order every writer uses. NO KEY UPDATE, not UPDATE:
     // `append_event` takes the event counter and then (its foreign key) a KEY SHARE lock on
@@ -1031,22 +1068,44 @@ async fn finish_checked(
         return Err(StoreError::InvalidTransition { from, to });
     }
     close_open_runs(tx, &run.task, status_name(to), now).await?;
-    set_status(tx, &run.task, to, result, now).await
+    let task = set_status(tx, &run.task, to, result, now).await?;
+    let mut stored = Vec::new();
+    if to.is_terminal() {
+        // The one `set_status` just stored: this transaction holds the event counter.
+        let row = query_one(
+            tx,
+            &format!(
+                "SELECT {EVENT_COLUMNS} FROM events WHERE task_id = $1
+                 ORDER BY task_seq DESC LIMIT 1"
+            ),
+            &[&run.task.as_str()],
+        )
+        .await?;
+        stored.push(read_event(&row)?);
+    }
+    Ok((task, stored))
 }
 
-/// Writes the events of every ended run, in order, with sequences taken from the event counter
-/// (whose row lock `tx` then holds until it ends, as `append_event` does).
+/// Writes the `task_finished` of every run the statement of [`end_runs`] moved to a terminal
+/// status (outcome from the stored result, as `set_status` does), with sequences taken from the
+/// event counter (whose row lock `tx` then holds until it ends, as `append_event` does).
 async fn append_finish_events(
     tx: &Transaction<'_>,
     ended: Vec<Ended>,
     now: i64,
 ) -> Result<Vec<Result<Finished, StoreError>>, StoreError> {
+    let mut pending = Vec::new();
     let (mut tasks, mut texts) = (Vec::new(), Vec::new());
-    for (task, completion) in ended.iter().flatten() {
-        for event in &completion.events {
-            tasks.push(task.id.as_str());
+    for run in ended.iter().flatten() {
+        let events = match run.stored {
+            Some(_) => Vec::new(),
+            None => finish_events(run.to, run.task.result.as_ref()),
+        };
+        for event in &events {
+            tasks.push(run.task.id.as_str());
             texts.push(serde_json::to_string(event)?);
         }
+        pending.push(events);
     }
     let mut sequences = Vec::new();
     if !texts.is_empty() {
@@ -1084,17 +1143,29 @@ async fn append_finish_events(
         }
     }
     let mut sequences = sequences.into_iter();
+    let mut pending = pending.into_iter();
     let mut finished = Vec::with_capacity(ended.len());
     for outcome in ended {
         finished.push(match outcome {
             Err(error) => Err(error),
-            Ok((task, completion)) => {
-                let mut events = Vec::with_capacity(completion.events.len());
-                for event in completion.events {
+            Ok(EndedRun {
+                task,
+                stored: Some(events),
+                ..
+            }) => {
+                pending.next();
+                Ok(Finished { task, events })
+            }
+            Ok(EndedRun {
+                task, stored: None, ..
+            }) => {
+                let events = pending.next().unwrap_or_default();
+                let mut records = Vec::with_capacity(events.len());
+                for event in events {
                     let (seq, task_seq) = sequences
                         .next()
                         .ok_or_else(|| StoreError::invalid_data("finish_runs: missing event"))?;
-                    events.push(EventRecord {
+                    records.push(EventRecord {
                         seq: to_u64(seq)?,
                         task_seq: to_u64(task_seq)?,
                         task: task.id.clone(),
@@ -1102,7 +1173,10 @@ async fn append_finish_events(
                         event,
                     });
                 }
-                Ok(Finished { task, events })
+                Ok(Finished {
+                    task,
+                    events: records,
+                })
             }
         });
     }

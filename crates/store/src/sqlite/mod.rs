@@ -635,8 +635,9 @@ fn claim_one(
     }))
 }
 
-/// Ends a completion's run exactly as `finish_run` does and appends its events, inside the
-/// caller's write. `Ok(Err(_))` when a check failed: nothing was written for it.
+/// Ends a completion's run exactly as `finish_run` does (`set_status` stores the
+/// `task_finished` of a terminal status), inside the caller's write. `Ok(Err(_))` when a check
+/// failed: nothing was written for it.
 fn finish_one(
     conn: &Connection,
     completion: Completion,
@@ -647,54 +648,37 @@ fn finish_one(
         worker,
         status: to,
         result,
-        events,
     } = completion;
     let checked = (|| {
         let result = json_text(result.as_ref())?;
-        let texts = events
-            .iter()
-            .map(serde_json::to_string)
-            .collect::<Result<Vec<_>, _>>()?;
         check_run_held(conn, &run, &worker)?;
         let from = task_status(conn, &run.task)?;
         if is_active(to) || !transition_allowed(from, to) {
             return Err(StoreError::InvalidTransition { from, to });
         }
-        Ok((result, texts))
+        Ok(result)
     })();
-    let (result, texts) = match checked {
-        Ok(checked) => checked,
+    let result = match checked {
+        Ok(result) => result,
         Err(error @ StoreError::Database { .. }) => return Err(error),
         Err(error) => return Ok(Err(error)),
     };
     close_open_runs(conn, &run.task, status_name(to), now)?;
     let task = set_status(conn, &run.task, to, result.as_deref(), now)?;
-    let mut records = Vec::with_capacity(events.len());
-    for (event, text) in events.into_iter().zip(texts) {
-        let (seq, task_seq): (i64, i64) = conn
-            .prepare_cached(
-                "INSERT INTO events (task_id, task_seq, at_ms, event)
-                 VALUES (?1, (SELECT COALESCE(MAX(task_seq), 0) + 1 FROM events
-                              WHERE task_id = ?1), ?2, ?3)
-                 RETURNING seq, task_seq",
-            )
+    let mut events = Vec::new();
+    if to.is_terminal() {
+        // The one `set_status` just stored: this write is the only writer.
+        let raw = conn
+            .prepare_cached(&format!(
+                "SELECT {EVENT_COLUMNS} FROM events WHERE task_id = ?1
+                 ORDER BY task_seq DESC LIMIT 1"
+            ))
             .db()?
-            .query_row(params![run.task.as_str(), now, text], |row| {
-                Ok((row.get(0)?, row.get(1)?))
-            })
+            .query_row([run.task.as_str()], read_event)
             .db()?;
-        records.push(EventRecord {
-            seq: to_u64(seq)?,
-            task_seq: to_u64(task_seq)?,
-            task: run.task.clone(),
-            at_ms: now,
-            event,
-        });
+        events.push(raw.decode()?);
     }
-    Ok(Ok(Finished {
-        task,
-        events: records,
-    }))
+    Ok(Ok(Finished { task, events }))
 }
 
 const SPEND_COLUMNS: &str =

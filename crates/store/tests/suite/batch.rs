@@ -1,7 +1,7 @@
 //! Claiming and finishing in batches: `claim_batch`, `finish_and_claim` and `finish_runs` keep
 //! every check of `claim` and `finish_run` (exactly-once claims, one writer per repository,
-//! leases checked per row, terminal statuses immutable), write each completion's events once
-//! and only with its run's end; `ClaimQueue` never hands out a claim whose lease was lost, and
+//! leases checked per row, terminal statuses immutable) and store a terminal move's
+//! `task_finished` once, with its run's end and only then; `ClaimQueue` never hands out a claim whose lease was lost, and
 //! the claims of a process that died come back through lease expiry.
 
 use std::collections::{HashMap, HashSet};
@@ -31,7 +31,6 @@ fn completion(claim: &Claim, worker: &str, status: TaskStatus) -> Completion {
         status,
         Some(serde_json::json!({"outcome": "answer"})),
     )
-    .with_event(finished(status))
 }
 
 async fn events_of(store: &dyn Store, task: &TaskId) -> Vec<Event> {
@@ -258,7 +257,15 @@ async fn finish_and_claim_ends_the_run_and_claims_the_next(f: &Fixture) {
         .await
         .unwrap();
     assert_eq!(done.task.status, TaskStatus::Failed);
-    assert!(done.events.is_empty());
+    // Without a result the outcome is `failure`, as `finish_run` stores it.
+    let stored: Vec<Event> = done.events.iter().map(|e| e.event.clone()).collect();
+    assert_eq!(
+        stored,
+        [Event::TaskFinished {
+            status: TaskStatus::Failed,
+            outcome: "failure".into()
+        }]
+    );
     assert!(none.is_none());
 }
 
@@ -361,14 +368,8 @@ async fn batched_completions_check_each_lease(f: &Fixture) {
     let stolen = f.claim("thief").await.unwrap();
     assert_eq!(stolen.task.id, ids[3]);
 
-    let two = Completion::new(
-        claims[1].run(),
-        "w",
-        TaskStatus::Failed,
-        Some(serde_json::json!({"outcome": "failure"})),
-    )
-    .with_event(finished(TaskStatus::Failed))
-    .with_event(Event::AgentMessage { text: "bye".into() });
+    // Without a result: its outcome is read from the stored one.
+    let two = Completion::new(claims[1].run(), "w", TaskStatus::Failed, None);
     let outcomes = f
         .store
         .finish_runs(vec![
@@ -394,11 +395,16 @@ async fn batched_completions_check_each_lease(f: &Fixture) {
     assert_eq!(zero.events[0].task_seq, 2);
     let one = outcomes[1].as_ref().unwrap();
     assert_eq!(one.task.status, TaskStatus::Failed);
+    assert_eq!(one.events.len(), 1);
+    assert_eq!(one.events[0].task_seq, 1);
     assert_eq!(
-        one.events.iter().map(|e| e.task_seq).collect::<Vec<_>>(),
-        [1, 2]
+        one.events[0].event,
+        Event::TaskFinished {
+            status: TaskStatus::Failed,
+            outcome: "failure".into()
+        }
     );
-    assert_eq!(one.events[1].seq, one.events[0].seq + 1);
+    assert!(outcomes[5].as_ref().unwrap().events.is_empty());
     for lost in [2, 3, 4, 6] {
         assert!(
             matches!(outcomes[lost], Err(StoreError::LeaseLost { .. })),
@@ -437,8 +443,16 @@ async fn batched_completions_check_each_lease(f: &Fixture) {
             finished(TaskStatus::Completed)
         ]
     );
-    assert_eq!(events_of(f.store.as_ref(), &ids[1]).await.len(), 2);
-    for untouched in [2, 3, 4] {
+    assert_eq!(events_of(f.store.as_ref(), &ids[1]).await.len(), 1);
+    // The cancel stored its own `task_finished`; the batch added nothing to 2, 3, 4 or 5.
+    assert_eq!(
+        events_of(f.store.as_ref(), &ids[2]).await,
+        [Event::TaskFinished {
+            status: TaskStatus::Cancelled,
+            outcome: "failure".into()
+        }]
+    );
+    for untouched in [3, 4, 5] {
         assert!(events_of(f.store.as_ref(), &ids[untouched])
             .await
             .is_empty());
