@@ -88,6 +88,9 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    /// The store does not implement this operation (a wrapping store that does not forward it).
+    #[error("{0} is not supported by this store")]
+    Unsupported(&'static str),
     /// The database failed; `retryable` when the same operation may succeed later (busy,
     /// serialization failure, deadlock, lost connection, pool exhausted).
     #[error("{backend} error: {message}")]
@@ -124,7 +127,8 @@ impl StoreError {
             | StoreError::OutOfRange(_)
             | StoreError::InvalidData(_)
             | StoreError::SchemaTooNew { .. }
-            | StoreError::Io { .. } => false,
+            | StoreError::Io { .. }
+            | StoreError::Unsupported(_) => false,
         }
     }
 

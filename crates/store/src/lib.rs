@@ -7,6 +7,7 @@
 //! **API Boundary:** [`open`] and the [`Store`] trait; the backends' own types are public only
 //! for their constructors. Every timestamp comes from the injected [`Clock`].
 
+mod batch;
 mod clock;
 mod error;
 mod ids;
@@ -24,6 +25,7 @@ use std::time::Duration;
 
 use warden_protocol::{Event, TaskId, TaskStatus};
 
+pub use batch::{ClaimQueue, Completion, CompletionBatcher, Finished};
 pub use clock::{Clock, ManualClock, SystemClock, UtcDay};
 pub use error::StoreError;
 pub use ids::{new_task_id, new_task_id_at, IdError};
@@ -120,6 +122,67 @@ pub trait Store: Send + Sync {
         to: TaskStatus,
         result: Option<serde_json::Value>,
     ) -> BoxFuture<'a, Result<Task, StoreError>>;
+
+    /// Ends `completion.run` like [`Store::finish_run`] (the same checks, the same errors, the
+    /// same `task_finished` event, and nothing claimed when a check fails) and claims the next
+    /// task like [`Store::claim`], in one transaction. Except: on Postgres a change or maintain
+    /// task that comes next is claimed in a second transaction (under its repositories' locks),
+    /// and if that claim fails the run stays finished and the claim is `None` (the task stays
+    /// queued). The default does the finish through [`Store::finish_runs`] and the claim in a
+    /// second transaction.
+    fn finish_and_claim<'a>(
+        &'a self,
+        completion: Completion,
+        lease: Duration,
+        filter: &'a ClaimFilter,
+    ) -> BoxFuture<'a, Result<(Finished, Option<Claim>), StoreError>> {
+        Box::pin(async move {
+            let worker = completion.worker.clone();
+            let finished = batch::single(self.finish_runs(vec![completion]).await?)?;
+            let claim = self.claim(&worker, lease, filter).await?;
+            Ok((finished, claim))
+        })
+    }
+
+    /// Claims up to `max` tasks for `worker` as [`Store::claim`] would one by one (best first,
+    /// each with a new run leased for `lease`), in as few transactions as the backend can.
+    /// Fewer (or none) when fewer are claimable. Each claim's lease runs from now: a process
+    /// that queues claims must start or renew them in time (see [`ClaimQueue`]); if it dies
+    /// they come back through [`Store::requeue_expired`] like any crashed run.
+    fn claim_batch<'a>(
+        &'a self,
+        worker: &'a str,
+        lease: Duration,
+        filter: &'a ClaimFilter,
+        max: usize,
+    ) -> BoxFuture<'a, Result<Vec<Claim>, StoreError>> {
+        Box::pin(async move {
+            let mut claims = Vec::new();
+            while claims.len() < max {
+                match self.claim(worker, lease, filter).await? {
+                    Some(claim) => claims.push(claim),
+                    None => break,
+                }
+            }
+            Ok(claims)
+        })
+    }
+
+    /// Ends many runs, each exactly as [`Store::finish_run`] would (a terminal status stores
+    /// its `task_finished` event in the transaction that ends the run), in one transaction when
+    /// every check passes (Postgres: one statement). One outcome per completion, in order: a completion whose check fails
+    /// ([`StoreError::LeaseLost`], [`StoreError::InvalidTransition`], …) changes nothing and
+    /// does not fail the others (on Postgres such rows are re-checked in a second transaction,
+    /// so one may also fail alone with a database error). `Err` when nothing was written.
+    /// Backends implement it; a wrapping store must forward it (the default refuses with
+    /// [`StoreError::Unsupported`], so a wrapper cannot silently split the transaction).
+    fn finish_runs(
+        &self,
+        completions: Vec<Completion>,
+    ) -> BoxFuture<'_, Result<Vec<Result<Finished, StoreError>>, StoreError>> {
+        let _ = completions;
+        Box::pin(async { Err(StoreError::Unsupported("finish_runs")) })
+    }
 
     /// Ends every run of a running or testing task whose lease expired by the store clock's
     /// now, as [`RUN_INTERRUPTED`]; its task goes back to `queued`, or fails with

@@ -30,11 +30,11 @@ use crate::state::{
 };
 use crate::types::RUN_INTERRUPTED;
 use crate::{
-    ApiToken, Approval, ApprovalStatus, BoxFuture, Claim, ClaimFilter, Clock, Created, Decision,
-    EventRecord, EventStream, IdempotencyKey, Intent, IntentStatus, JournalEntry, NewApiToken,
-    NewApproval, NewIntent, NewRepo, NewTask, Repository, Requeued, Run, RunRef, Spend, Store,
-    StoreError, StoreOptions, Task, TaskMessage, TaskQuery, TaskRepo, UsageEntry, UsageQuery,
-    UsageSummary, UtcDay, MAX_INTERRUPTED_RUNS, MESSAGE_USER,
+    ApiToken, Approval, ApprovalStatus, BoxFuture, Claim, ClaimFilter, Clock, Completion, Created,
+    Decision, EventRecord, EventStream, Finished, IdempotencyKey, Intent, IntentStatus,
+    JournalEntry, NewApiToken, NewApproval, NewIntent, NewRepo, NewTask, Repository, Requeued, Run,
+    RunRef, Spend, Store, StoreError, StoreOptions, Task, TaskMessage, TaskQuery, TaskRepo,
+    UsageEntry, UsageQuery, UsageSummary, UtcDay, MAX_INTERRUPTED_RUNS, MESSAGE_USER,
 };
 
 const BACKEND: &str = "postgres";
@@ -376,6 +376,811 @@ async fn interrupt_runs(
         });
     }
     Ok(requeued)
+}
+
+/// What one attempt of the locking claim path found.
+enum Attempt {
+    Claimed(Box<Claim>),
+    /// Nothing is claimable.
+    Empty,
+    /// The candidate's repository was taken by a writer that started concurrently: try again.
+    Blocked,
+}
+
+/// One statement: claims up to `limit` of the best claimable candidates that are questions.
+/// Also says whether a change or maintain candidate was passed over (it needs
+/// [`claim_attempt`]). Claims come back best first.
+async fn claim_fast(
+    c: &dyn Conn,
+    worker: &str,
+    lease: Duration,
+    kinds: &[&str],
+    exclusive: &[&str],
+    now: i64,
+    limit: i64,
+) -> Result<(Vec<Claim>, bool), StoreError> {
+    let expires = now.saturating_add(duration_ms(lease));
+    let rows = query(
+        c,
+        &format!(
+            "WITH candidate AS MATERIALIZED (
+                 SELECT t.id, t.kind FROM tasks t
+                 WHERE t.status = 'queued'
+                   AND (cardinality($1::text[]) = 0 OR t.kind = ANY($1))
+                   AND (NOT (t.kind = ANY($2)) OR NOT EXISTS ({HOLDERS} AND mine.task_id = t.id))
+                 ORDER BY t.priority DESC, t.created_at_ms, t.id
+                 LIMIT $6
+                 FOR UPDATE OF t SKIP LOCKED),
+             claimed AS (
+                 UPDATE tasks SET status = 'running', run_count = run_count + 1,
+                     updated_at_ms = $3
+                 FROM candidate
+                 WHERE tasks.id = candidate.id AND NOT (candidate.kind = ANY($2))
+                 RETURNING {CLAIMED_COLUMNS}),
+             run AS (
+                 INSERT INTO runs (task_id, number, worker, started_at_ms, heartbeat_at_ms,
+                     lease_expires_at_ms)
+                 SELECT id, run_count, $4, $3, $3, $5 FROM claimed)
+             SELECT candidate.id, claimed.* FROM candidate
+             LEFT JOIN claimed ON claimed.id = candidate.id"
+        ),
+        &[&kinds, &exclusive, &now, &worker, &expires, &limit],
+    )
+    .await?;
+    let mut claims = Vec::with_capacity(rows.len());
+    let mut passed_over = false;
+    for row in &rows {
+        if get::<Option<String>>(row, 1)?.is_none() {
+            passed_over = true;
+            continue;
+        }
+        let task = read_task_at(row, 1)?;
+        claims.push(Claim {
+            run_number: task.runs,
+            task,
+            lease_expires_at_ms: expires,
+        });
+    }
+    claims.sort_by(|a, b| {
+        (b.task.priority, a.task.created_at_ms, &a.task.id).cmp(&(
+            a.task.priority,
+            b.task.created_at_ms,
+            &b.task.id,
+        ))
+    });
+    Ok((claims, passed_over))
+}
+
+/// The locking claim path, inside `tx`: the best candidate of any kind; for a change or
+/// maintain task, its repositories' advisory locks and a fresh look for a writer holding them.
+async fn claim_attempt(
+    tx: &Transaction<'_>,
+    worker: &str,
+    lease: Duration,
+    kinds: &[&str],
+    exclusive: &[&str],
+    now: i64,
+) -> Result<Attempt, StoreError> {
+    let candidate = query_opt(
+        tx,
+        &format!(
+            "SELECT t.id, t.kind FROM tasks t
+             WHERE t.status = 'queued'
+               AND (cardinality($1::text[]) = 0 OR t.kind = ANY($1))
+               AND (NOT (t.kind = ANY($2)) OR NOT EXISTS ({HOLDERS} AND mine.task_id = t.id))
+             ORDER BY t.priority DESC, t.created_at_ms, t.id
+             LIMIT 1
+             FOR UPDATE OF t SKIP LOCKED"
+        ),
+        &[&kinds, &exclusive],
+    )
+    .await?;
+    let Some(candidate) = candidate else {
+        return Ok(Attempt::Empty);
+    };
+    let id: String = get(&candidate, 0)?;
+    let kind: String = get(&candidate, 1)?;
+    if exclusive.contains(&kind.as_str()) {
+        // Serialise starts per repository, then look again with a fresh snapshot: a
+        // concurrent claim may have started a writer there after ours was taken.
+        let repos = query(
+            tx,
+            "SELECT repo FROM task_repos WHERE task_id = $1 ORDER BY repo",
+            &[&id],
+        )
+        .await?;
+        for row in &repos {
+            let repo: String = get(row, 0)?;
+            execute(
+                tx,
+                "SELECT pg_advisory_xact_lock($1)",
+                &[&repo_lock_key(&repo)],
+            )
+            .await?;
+        }
+        let blocked = query_opt(
+            tx,
+            &format!("{HOLDERS} AND mine.task_id = $1 LIMIT 1"),
+            &[&id, &exclusive],
+        )
+        .await?;
+        if blocked.is_some() {
+            return Ok(Attempt::Blocked);
+        }
+    }
+    let expires = now.saturating_add(duration_ms(lease));
+    let row = query_one(
+        tx,
+        &format!(
+            "WITH claimed AS (
+                 UPDATE tasks SET status = 'running', run_count = run_count + 1,
+                     updated_at_ms = $2
+                 WHERE id = $1 RETURNING {TASK_COLUMNS}),
+             run AS (
+                 INSERT INTO runs (task_id, number, worker, started_at_ms,
+                     heartbeat_at_ms, lease_expires_at_ms)
+                 SELECT id, run_count, $3, $2, $2, $4 FROM claimed)
+             SELECT {TASK_COLUMNS} FROM claimed"
+        ),
+        &[&id, &now, &worker, &expires],
+    )
+    .await?;
+    let task = read_task(&row)?;
+    Ok(Attempt::Claimed(Box::new(Claim {
+        run_number: task.runs,
+        task,
+        lease_expires_at_ms: expires,
+    })))
+}
+
+/// [`PostgresStore::claim`] inside a transaction that did other work first: the locking
+/// path's retries run in savepoints so they roll back alone.
+async fn claim_in(
+    tx: &mut Transaction<'_>,
+    worker: &str,
+    lease: Duration,
+    kinds: &[&str],
+    exclusive: &[&str],
+    now: i64,
+) -> Result<Option<Claim>, StoreError> {
+    let (claims, passed_over) = claim_fast(&*tx, worker, lease, kinds, exclusive, now, 1).await?;
+    if let Some(claim) = claims.into_iter().next() {
+        return Ok(Some(claim));
+    }
+    if !passed_over {
+        return Ok(None);
+    }
+    for _ in 0..CLAIM_ATTEMPTS {
+        let savepoint = tx.transaction().await.map_err(pg_error)?;
+        match claim_attempt(&savepoint, worker, lease, kinds, exclusive, now).await? {
+            Attempt::Claimed(claim) => {
+                savepoint.commit().await.map_err(pg_error)?;
+                return Ok(Some(*claim));
+            }
+            Attempt::Empty => {
+                savepoint.commit().await.map_err(pg_error)?;
+                return Ok(None);
+            }
+            Attempt::Blocked => savepoint.rollback().await.map_err(pg_error)?,
+        }
+    }
+    Ok(None)
+}
+
+/// `finish_and_claim` as one statement (so nothing waits on the client while the event
+/// counter's lock is held): lock the task, end the run if it is the worker's and open and the
+/// task may move to the completion's status, move the task, write the events, and claim the
+/// best candidate if it is a question. `None` when the run was not ended (nothing was
+/// written). Also says whether a change or maintain candidate was passed over.
+async fn finish_and_claim_fast(
+    c: &dyn Conn,
+    completion: &Completion,
+    lease: Duration,
+    kinds: &[&str],
+    exclusive: &[&str],
+    now: i64,
+) -> Result<Option<(Finished, Option<Claim>, bool)>, StoreError> {
+    let to = completion.status;
+    // A terminal status stores its `task_finished`, whose outcome comes from the result: without
+    // one the transaction path reads the stored result (as `finish_run` does).
+    if to.is_terminal() && completion.result.is_none() {
+        return Ok(None);
+    }
+    let from: Vec<&str> = ALL_STATUSES
+        .into_iter()
+        .filter(|s| transition_allowed(*s, to))
+        .map(status_name)
+        .collect();
+    let result = json_text(completion.result.as_ref())?;
+    let events = finish_events(to, completion.result.as_ref());
+    let texts = events
+        .iter()
+        .map(serde_json::to_string)
+        .collect::<Result<Vec<_>, _>>()?;
+    let expires = now.saturating_add(duration_ms(lease));
+    let number = i64::from(completion.run.number);
+    // The snapshot still sees the task being finished as running: it holds nothing anymore.
+    let holders = format!("{} AND o.id <> $1", HOLDERS.replace("$2", "$10"));
+    let rows = c
+        .rows(
+            &format!(
+                "WITH task AS MATERIALIZED (
+                 SELECT id, status FROM tasks WHERE id = $1 FOR NO KEY UPDATE),
+             ended AS (
+                 UPDATE runs SET ended_at_ms = $4, outcome = $5
+                 FROM task
+                 WHERE runs.task_id = task.id AND runs.number = $2 AND runs.worker = $3
+                   AND runs.ended_at_ms IS NULL AND task.status = ANY($6)
+                 RETURNING runs.task_id),
+             finished AS (
+                 UPDATE tasks SET status = $5, result = COALESCE($7, tasks.result),
+                     updated_at_ms = $4
+                 FROM ended WHERE tasks.id = ended.task_id
+                 RETURNING {CLAIMED_COLUMNS}),
+             counter AS (
+                 UPDATE counters SET value = value + cardinality($8::text[])
+                 WHERE name = 'events' AND cardinality($8::text[]) > 0
+                   AND EXISTS (SELECT 1 FROM finished)
+                 RETURNING value),
+             inserted AS (
+                 INSERT INTO events (seq, task_id, task_seq, at_ms, event)
+                 SELECT counter.value - cardinality($8::text[]) + e.ord, $1,
+                     COALESCE((SELECT MAX(x.task_seq) FROM events x WHERE x.task_id = $1), 0)
+                         + e.ord,
+                     $4, e.event
+                 FROM counter, unnest($8::text[]) WITH ORDINALITY AS e(event, ord)
+                 RETURNING seq, task_seq),
+             candidate AS MATERIALIZED (
+                 SELECT t.id, t.kind FROM tasks t
+                 WHERE t.status = 'queued' AND EXISTS (SELECT 1 FROM finished)
+                   AND (cardinality($9::text[]) = 0 OR t.kind = ANY($9))
+                   AND (NOT (t.kind = ANY($10))
+                        OR NOT EXISTS ({holders} AND mine.task_id = t.id))
+                 ORDER BY t.priority DESC, t.created_at_ms, t.id
+                 LIMIT 1
+                 FOR UPDATE OF t SKIP LOCKED),
+             claimed AS (
+                 UPDATE tasks SET status = 'running', run_count = run_count + 1,
+                     updated_at_ms = $4
+                 FROM candidate
+                 WHERE tasks.id = candidate.id AND NOT (candidate.kind = ANY($10))
+                 RETURNING {CLAIMED_COLUMNS}),
+             run AS (
+                 INSERT INTO runs (task_id, number, worker, started_at_ms, heartbeat_at_ms,
+                     lease_expires_at_ms)
+                 SELECT id, run_count, $3, $4, $4, $11 FROM claimed)
+             SELECT (SELECT COALESCE(array_agg(seq ORDER BY seq), '{{}}') FROM inserted),
+                 (SELECT COALESCE(array_agg(task_seq ORDER BY seq), '{{}}') FROM inserted),
+                 EXISTS (SELECT 1 FROM candidate) AND NOT EXISTS (SELECT 1 FROM claimed),
+                 finished.*, claimed.*
+             FROM finished LEFT JOIN claimed ON true"
+            ),
+            &[
+                &completion.run.task.as_str(),
+                &number,
+                &completion.worker,
+                &now,
+                &status_name(to),
+                &from,
+                &result,
+                &texts,
+                &kinds,
+                &exclusive,
+                &expires,
+            ],
+        )
+        .await;
+    let rows = match rows {
+        Ok(rows) => rows,
+        // An event of the task was committed after this statement's snapshot was taken: the
+        // caller's transaction, which reads the task's events after taking the counter lock,
+        // does it instead.
+        Err(e) if has_code(&e, &SqlState::UNIQUE_VIOLATION) => return Ok(None),
+        Err(e) => return Err(pg_error(e)),
+    };
+    let Some(row) = rows.into_iter().next() else {
+        return Ok(None);
+    };
+    let seqs: Vec<i64> = get(&row, 0)?;
+    let task_seqs: Vec<i64> = get(&row, 1)?;
+    let passed_over: bool = get(&row, 2)?;
+    let task = read_task_at(&row, 3)?;
+    let claim = match get::<Option<String>>(&row, 19)? {
+        Some(_) => {
+            let next = read_task_at(&row, 19)?;
+            Some(Claim {
+                run_number: next.runs,
+                task: next,
+                lease_expires_at_ms: expires,
+            })
+        }
+        None => None,
+    };
+    let records = event_records(&task.id, events, &seqs, &task_seqs, now)?;
+    Ok(Some((
+        Finished {
+            task,
+            events: records,
+        },
+        claim,
+        passed_over,
+    )))
+}
+
+/// The events a run's end stores with it: `task_finished` for a terminal status (as
+/// `set_status` stores it), computed from the task's result.
+fn finish_events(to: TaskStatus, result: Option<&serde_json::Value>) -> Vec<Event> {
+    if to.is_terminal() {
+        vec![finished_event(to, result)]
+    } else {
+        Vec::new()
+    }
+}
+
+/// Stored `events` of `task` with the sequence numbers the statement returned for them.
+fn event_records(
+    task: &TaskId,
+    events: Vec<Event>,
+    seqs: &[i64],
+    task_seqs: &[i64],
+    now: i64,
+) -> Result<Vec<EventRecord>, StoreError> {
+    if seqs.len() != events.len() || task_seqs.len() != events.len() {
+        return Err(StoreError::invalid_data("finished run: events not stored"));
+    }
+    let mut records = Vec::with_capacity(events.len());
+    for ((event, seq), task_seq) in events.into_iter().zip(seqs).zip(task_seqs) {
+        records.push(EventRecord {
+            seq: to_u64(*seq)?,
+            task_seq: to_u64(*task_seq)?,
+            task: task.clone(),
+            at_ms: now,
+            event,
+        });
+    }
+    Ok(records)
+}
+
+/// The common head of the `finish_runs` statements: `input` (one row per completion, `$1`–`$6`),
+/// `task` (their tasks, locked in id order; NO KEY UPDATE so the foreign-key checks of a
+/// concurrent `append_event`, which holds the event counter, do not wait on it) and `ended` (the runs it ended at `$7`, checked
+/// against the allowed `from>to` pairs `$8`).
+const END_RUNS: &str = "WITH input AS MATERIALIZED (
+         SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[],
+             $5::text[], $6::bigint[]) AS i(task_id, number, worker, status, result, ord)),
+     task AS MATERIALIZED (
+         SELECT id, status FROM tasks WHERE id = ANY($1) ORDER BY id FOR NO KEY UPDATE),
+     ended AS (
+         UPDATE runs SET ended_at_ms = $7, outcome = input.status
+         FROM input JOIN task ON task.id = input.task_id
+         WHERE runs.task_id = input.task_id AND runs.number = input.number
+           AND runs.worker = input.worker AND runs.ended_at_ms IS NULL
+           AND (task.status || '>' || input.status) = ANY($8)
+         RETURNING runs.task_id, input.status, input.result, input.ord)";
+
+/// The `input` arrays of [`END_RUNS`]: the first pending completion of each task (a task has
+/// one open run; a second completion of it goes through the per-row checks).
+struct EndRunsInput<'a> {
+    ids: Vec<&'a str>,
+    numbers: Vec<i64>,
+    workers: Vec<&'a str>,
+    statuses: Vec<&'static str>,
+    results: Vec<Option<&'a str>>,
+    ords: Vec<i64>,
+}
+
+impl<'a> EndRunsInput<'a> {
+    fn new(
+        completions: &'a [Completion],
+        results: &'a [Option<String>],
+        pending: &[bool],
+    ) -> Result<EndRunsInput<'a>, StoreError> {
+        let mut input = EndRunsInput {
+            ids: Vec::new(),
+            numbers: Vec::new(),
+            workers: Vec::new(),
+            statuses: Vec::new(),
+            results: Vec::new(),
+            ords: Vec::new(),
+        };
+        let mut tasks = std::collections::HashSet::new();
+        for (i, ((completion, result), pending)) in
+            completions.iter().zip(results).zip(pending).enumerate()
+        {
+            if *pending && tasks.insert(completion.run.task.as_str()) {
+                input.ids.push(completion.run.task.as_str());
+                input.numbers.push(i64::from(completion.run.number));
+                input.workers.push(completion.worker.as_str());
+                input.statuses.push(status_name(completion.status));
+                input.results.push(result.as_deref());
+                input.ords.push(to_i64(i as u64)?);
+            }
+        }
+        Ok(input)
+    }
+}
+
+/// `finish_runs` as one statement: [`END_RUNS`], the tasks moved, and the events of the ended
+/// runs written (sequences from the event counter, taken in the same statement). One outcome
+/// slot per completion: `Some` for an ended run (or a result that does not serialize), `None`
+/// for a completion the statement did not apply (its checks go through the transaction path).
+/// `Ok(None)` when an event of one of the tasks was committed after the statement's snapshot
+/// (nothing was written: the transaction path reads the tasks' events after the counter lock).
+async fn finish_runs_fast(
+    c: &dyn Conn,
+    completions: &[Completion],
+    now: i64,
+) -> Result<Option<Vec<Option<Result<Finished, StoreError>>>>, StoreError> {
+    let mut results = Vec::with_capacity(completions.len());
+    let mut outcomes: Vec<Option<Result<Finished, StoreError>>> = Vec::new();
+    let mut row_events = Vec::with_capacity(completions.len());
+    // A terminal completion without a result is left to the transaction path: its event's
+    // outcome comes from the stored result (as `finish_run` does).
+    let mut in_statement = Vec::with_capacity(completions.len());
+    let (mut event_rows, mut event_texts, mut event_idx) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, completion) in completions.iter().enumerate() {
+        let events = finish_events(completion.status, completion.result.as_ref());
+        let prepared = json_text(completion.result.as_ref()).and_then(|result| {
+            let texts = events
+                .iter()
+                .map(serde_json::to_string)
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok((result, texts))
+        });
+        match prepared {
+            Ok((result, texts)) => {
+                results.push(result);
+                outcomes.push(None);
+                in_statement
+                    .push(!(completion.status.is_terminal() && completion.result.is_none()));
+                for text in texts {
+                    event_rows.push(to_i64(i as u64)?);
+                    event_idx.push(to_i64(event_texts.len() as u64)?);
+                    event_texts.push(text);
+                }
+            }
+            Err(error) => {
+                results.push(None);
+                outcomes.push(Some(Err(error)));
+                in_statement.push(false);
+            }
+        }
+        row_events.push(events);
+    }
+    let input = EndRunsInput::new(completions, &results, &in_statement)?;
+    let rows = c
+        .rows(
+            &format!(
+                "{END_RUNS},
+                 finished AS (
+                     UPDATE tasks SET status = ended.status,
+                         result = COALESCE(ended.result, tasks.result), updated_at_ms = $7
+                     FROM ended WHERE tasks.id = ended.task_id
+                     RETURNING ended.ord, {CLAIMED_COLUMNS}),
+                 wanted AS MATERIALIZED (
+                     SELECT e.event, f.id AS task_id,
+                         row_number() OVER (ORDER BY e.idx) AS n,
+                         row_number() OVER (PARTITION BY f.id ORDER BY e.idx) AS k
+                     FROM unnest($9::bigint[], $10::text[], $11::bigint[]) AS e(row_ord, event, idx)
+                     JOIN finished f ON f.ord = e.row_ord),
+                 counter AS (
+                     UPDATE counters SET value = value + (SELECT count(*) FROM wanted)
+                     WHERE name = 'events' AND EXISTS (SELECT 1 FROM wanted)
+                     RETURNING value),
+                 inserted AS (
+                     INSERT INTO events (seq, task_id, task_seq, at_ms, event)
+                     SELECT counter.value - (SELECT count(*) FROM wanted) + w.n, w.task_id,
+                         COALESCE((SELECT MAX(x.task_seq) FROM events x
+                                   WHERE x.task_id = w.task_id), 0) + w.k,
+                         $7, w.event
+                     FROM counter, wanted w
+                     RETURNING seq, task_seq, task_id)
+                 SELECT f.*,
+                     (SELECT COALESCE(array_agg(i.seq ORDER BY i.seq), '{{}}') FROM inserted i
+                      WHERE i.task_id = f.id),
+                     (SELECT COALESCE(array_agg(i.task_seq ORDER BY i.seq), '{{}}') FROM inserted i
+                      WHERE i.task_id = f.id)
+                 FROM finished f"
+            ),
+            &[
+                &input.ids,
+                &input.numbers,
+                &input.workers,
+                &input.statuses,
+                &input.results,
+                &input.ords,
+                &now,
+                &finish_transitions(),
+                &event_rows,
+                &event_texts,
+                &event_idx,
+            ],
+        )
+        .await;
+    let rows = match rows {
+        Ok(rows) => rows,
+        Err(e) if has_code(&e, &SqlState::UNIQUE_VIOLATION) => return Ok(None),
+        Err(e) => return Err(pg_error(e)),
+    };
+    for row in &rows {
+        let ord: i64 = get(row, 0)?;
+        let i = usize::try_from(ord)
+            .ok()
+            .filter(|i| *i < completions.len())
+            .ok_or_else(|| StoreError::invalid_data("finish_runs: unknown row"))?;
+        let task = read_task_at(row, 1)?;
+        let seqs: Vec<i64> = get(row, 17)?;
+        let task_seqs: Vec<i64> = get(row, 18)?;
+        let events = std::mem::take(&mut row_events[i]);
+        let records = event_records(&task.id, events, &seqs, &task_seqs, now)?;
+        outcomes[i] = Some(Ok(Finished {
+            task,
+            events: records,
+        }));
+    }
+    Ok(Some(outcomes))
+}
+
+/// `finish_runs` in one transaction: [`end_runs`], then the events.
+async fn finish_runs_in_transaction(
+    client: &mut deadpool_postgres::Client,
+    completions: Vec<Completion>,
+    now: i64,
+) -> Result<Vec<Result<Finished, StoreError>>, StoreError> {
+    let tx = client.transaction().await.map_err(pg_error)?;
+    let ended = end_runs(&tx, completions, now).await?;
+    let finished = append_finish_events(&tx, ended, now).await?;
+    tx.commit().await.map_err(pg_error)?;
+    Ok(finished)
+}
+
+/// A run [`end_runs`] ended: its task as stored, and the events `set_status` stored with it
+/// (`None` when the statement ended it: the terminal event is still to be written).
+struct EndedRun {
+    task: Task,
+    to: TaskStatus,
+    stored: Option<Vec<EventRecord>>,
+}
+
+/// A run [`end_runs`] ended, or why not.
+type Ended = Result<EndedRun, StoreError>;
+
+/// The first outcome's error (the caller checked there is one).
+fn single_ended(ended: Vec<Ended>) -> StoreError {
+    match ended.into_iter().next() {
+        Some(Err(error)) => error,
+        Some(Ok(_)) | None => StoreError::invalid_data("finish_runs returned no outcome"),
+    }
+}
+
+/// `from>to` pairs a completion may apply (to a status that is not active).
+fn finish_transitions() -> Vec<String> {
+    let mut pairs = Vec::new();
+    for from in ALL_STATUSES {
+        for to in ALL_STATUSES {
+            if !is_active(to) && transition_allowed(from, to) {
+                pairs.push(format!("{}>{}", status_name(from), status_name(to)));
+            }
+        }
+    }
+    pairs
+}
+
+/// Ends the completions' runs inside `tx`, each exactly as `finish_run` does: one statement
+/// locks the tasks (in id order), ends every run that is open and the completion's worker's
+/// whose task may move to the completion's status, and moves those tasks. A completion it did
+/// not apply (a lost lease, a status that does not allow it, a second completion of a task)
+/// then goes through `finish_run`'s checks one by one, which name the reason (or apply it).
+async fn end_runs(
+    tx: &Transaction<'_>,
+    completions: Vec<Completion>,
+    now: i64,
+) -> Result<Vec<Ended>, StoreError> {
+    let mut results = Vec::with_capacity(completions.len());
+    let mut outcomes: Vec<Option<Result<Task, StoreError>>> = Vec::new();
+    for completion in &completions {
+        match json_text(completion.result.as_ref()) {
+            Ok(result) => {
+                results.push(result);
+                outcomes.push(None);
+            }
+            Err(error) => {
+                results.push(None);
+                outcomes.push(Some(Err(error)));
+            }
+        }
+    }
+    let pending: Vec<bool> = outcomes.iter().map(Option::is_none).collect();
+    let input = EndRunsInput::new(&completions, &results, &pending)?;
+    let rows = query(
+        tx,
+        &format!(
+            "{END_RUNS}
+             UPDATE tasks SET status = ended.status, result = COALESCE(ended.result, tasks.result),
+                 updated_at_ms = $7
+             FROM ended WHERE tasks.id = ended.task_id
+             RETURNING ended.ord, {CLAIMED_COLUMNS}"
+        ),
+        &[
+            &input.ids,
+            &input.numbers,
+            &input.workers,
+            &input.statuses,
+            &input.results,
+            &input.ords,
+            &now,
+            &finish_transitions(),
+        ],
+    )
+    .await?;
+    for row in &rows {
+        let ord: i64 = get(row, 0)?;
+        let slot = usize::try_from(ord)
+            .ok()
+            .and_then(|i| outcomes.get_mut(i))
+            .ok_or_else(|| StoreError::invalid_data("finish_runs: unknown row"))?;
+        *slot = Some(Ok(read_task_at(row, 1)?));
+    }
+    let mut ended = Vec::with_capacity(completions.len());
+    for ((completion, outcome), result) in completions.into_iter().zip(outcomes).zip(results) {
+        let to = completion.status;
+        let outcome = match outcome {
+            Some(outcome) => outcome.map(|task| EndedRun {
+                task,
+                to,
+                stored: None,
+            }),
+            None => match finish_checked(tx, &completion, result.as_deref(), now).await {
+                Err(error @ StoreError::Database { .. }) => return Err(error),
+                outcome => outcome.map(|(task, stored)| EndedRun {
+                    task,
+                    to,
+                    stored: Some(stored),
+                }),
+            },
+        };
+        ended.push(outcome);
+    }
+    Ok(ended)
+}
+
+/// `finish_run`'s transaction body for one completion inside `tx`; also the events it stored.
+async fn finish_checked(
+    tx: &Transaction<'_>,
+    completion: &Completion,
+    result: Option<&str>,
+    now: i64,
+) -> Result<(Task, Vec<EventRecord>), StoreError> {
+    let (run, to) = (&completion.run, completion.status);
+    // Task row first, then run row: the order every writer uses. NO KEY UPDATE, not UPDATE:
+    // `append_event` takes the event counter and then (its foreign key) a KEY SHARE lock on
+    // the task, while this transaction takes the counter after the task.
+    let row = query_opt(
+        tx,
+        "SELECT status FROM tasks WHERE id = $1 FOR NO KEY UPDATE",
+        &[&run.task.as_str()],
+    )
+    .await?
+    .ok_or_else(|| not_found("task", run.task.as_str()))?;
+    let from = status(&get::<String>(&row, 0)?)?;
+    check_run_held(tx, run, &completion.worker).await?;
+    if is_active(to) || !transition_allowed(from, to) {
+        return Err(StoreError::InvalidTransition { from, to });
+    }
+    close_open_runs(tx, &run.task, status_name(to), now).await?;
+    let task = set_status(tx, &run.task, to, result, now).await?;
+    let mut stored = Vec::new();
+    if to.is_terminal() {
+        // The one `set_status` just stored: this transaction holds the event counter.
+        let row = query_one(
+            tx,
+            &format!(
+                "SELECT {EVENT_COLUMNS} FROM events WHERE task_id = $1
+                 ORDER BY task_seq DESC LIMIT 1"
+            ),
+            &[&run.task.as_str()],
+        )
+        .await?;
+        stored.push(read_event(&row)?);
+    }
+    Ok((task, stored))
+}
+
+/// Writes the `task_finished` of every run the statement of [`end_runs`] moved to a terminal
+/// status (outcome from the stored result, as `set_status` does), with sequences taken from the
+/// event counter (whose row lock `tx` then holds until it ends, as `append_event` does).
+async fn append_finish_events(
+    tx: &Transaction<'_>,
+    ended: Vec<Ended>,
+    now: i64,
+) -> Result<Vec<Result<Finished, StoreError>>, StoreError> {
+    let mut pending = Vec::new();
+    let (mut tasks, mut texts) = (Vec::new(), Vec::new());
+    for run in ended.iter().flatten() {
+        let events = match run.stored {
+            Some(_) => Vec::new(),
+            None => finish_events(run.to, run.task.result.as_ref()),
+        };
+        for event in &events {
+            tasks.push(run.task.id.as_str());
+            texts.push(serde_json::to_string(event)?);
+        }
+        pending.push(events);
+    }
+    let mut sequences = Vec::new();
+    if !texts.is_empty() {
+        let count = to_i64(texts.len() as u64)?;
+        let counter = query_one(
+            tx,
+            "UPDATE counters SET value = value + $1 WHERE name = 'events' RETURNING value",
+            &[&count],
+        )
+        .await?;
+        let base = get::<i64>(&counter, 0)? - count;
+        let ords: Vec<i64> = (1..=count).collect();
+        // A new statement, so its snapshot includes every event committed before we took the
+        // counter lock.
+        let rows = query(
+            tx,
+            "INSERT INTO events (seq, task_id, task_seq, at_ms, event)
+             SELECT $1 + i.ord, i.task_id,
+                 COALESCE((SELECT MAX(e.task_seq) FROM events e WHERE e.task_id = i.task_id), 0)
+                     + row_number() OVER (PARTITION BY i.task_id ORDER BY i.ord),
+                 $2, i.event
+             FROM unnest($3::text[], $4::text[], $5::bigint[]) AS i(task_id, event, ord)
+             RETURNING seq, task_seq",
+            &[&base, &now, &tasks, &texts, &ords],
+        )
+        .await?;
+        sequences = vec![(0, 0); texts.len()];
+        for row in &rows {
+            let seq: i64 = get(row, 0)?;
+            let slot = usize::try_from(seq - base - 1)
+                .ok()
+                .and_then(|i| sequences.get_mut(i))
+                .ok_or_else(|| StoreError::invalid_data("finish_runs: unknown event"))?;
+            *slot = (seq, get::<i64>(row, 1)?);
+        }
+    }
+    let mut sequences = sequences.into_iter();
+    let mut pending = pending.into_iter();
+    let mut finished = Vec::with_capacity(ended.len());
+    for outcome in ended {
+        finished.push(match outcome {
+            Err(error) => Err(error),
+            Ok(EndedRun {
+                task,
+                stored: Some(events),
+                ..
+            }) => {
+                pending.next();
+                Ok(Finished { task, events })
+            }
+            Ok(EndedRun {
+                task, stored: None, ..
+            }) => {
+                let events = pending.next().unwrap_or_default();
+                let mut records = Vec::with_capacity(events.len());
+                for event in events {
+                    let (seq, task_seq) = sequences
+                        .next()
+                        .ok_or_else(|| StoreError::invalid_data("finish_runs: missing event"))?;
+                    records.push(EventRecord {
+                        seq: to_u64(seq)?,
+                        task_seq: to_u64(task_seq)?,
+                        task: task.id.clone(),
+                        at_ms: now,
+                        event,
+                    });
+                }
+                Ok(Finished {
+                    task,
+                    events: records,
+                })
+            }
+        });
+    }
+    Ok(finished)
 }
 
 fn read_repo(row: &Row) -> Result<Repository, StoreError> {
@@ -888,124 +1693,164 @@ impl PostgresStore {
         let mut client = self.client().await?;
         // Fast path, one statement: take the best candidate if it is a question. A change or
         // maintain task needs the per-repository lock below.
-        let now = self.now();
-        let expires = now.saturating_add(duration_ms(lease));
-        let fast = query_opt(
-            &*client,
-            &format!(
-                "WITH candidate AS (
-                     SELECT t.id, t.kind FROM tasks t
-                     WHERE t.status = 'queued'
-                       AND (cardinality($1::text[]) = 0 OR t.kind = ANY($1))
-                       AND (NOT (t.kind = ANY($2)) OR NOT EXISTS ({HOLDERS} AND mine.task_id = t.id))
-                     ORDER BY t.priority DESC, t.created_at_ms, t.id
-                     LIMIT 1
-                     FOR UPDATE OF t SKIP LOCKED),
-                 claimed AS (
-                     UPDATE tasks SET status = 'running', run_count = run_count + 1,
-                         updated_at_ms = $3
-                     FROM candidate
-                     WHERE tasks.id = candidate.id AND NOT (candidate.kind = ANY($2))
-                     RETURNING {CLAIMED_COLUMNS}),
-                 run AS (
-                     INSERT INTO runs (task_id, number, worker, started_at_ms, heartbeat_at_ms,
-                         lease_expires_at_ms)
-                     SELECT id, run_count, $4, $3, $3, $5 FROM claimed)
-                 SELECT candidate.id, claimed.* FROM candidate LEFT JOIN claimed ON true"
-            ),
-            &[&kinds, &exclusive, &now, &worker, &expires],
-        )
-        .await?;
-        match fast {
-            None => return Ok(None),
-            Some(row) if get::<Option<String>>(&row, 1)?.is_some() => {
-                let task = read_task_at(&row, 1)?;
-                return Ok(Some(Claim {
-                    run_number: task.runs,
-                    task,
-                    lease_expires_at_ms: expires,
-                }));
-            }
-            Some(_) => {}
+        let (claims, passed_over) =
+            claim_fast(&*client, worker, lease, &kinds, &exclusive, self.now(), 1).await?;
+        if let Some(claim) = claims.into_iter().next() {
+            return Ok(Some(claim));
+        }
+        if !passed_over {
+            return Ok(None);
         }
         for _ in 0..CLAIM_ATTEMPTS {
             let tx = client.transaction().await.map_err(pg_error)?;
-            let candidate = query_opt(
-                &tx,
-                &format!(
-                    "SELECT t.id, t.kind FROM tasks t
-                 WHERE t.status = 'queued'
-                   AND (cardinality($1::text[]) = 0 OR t.kind = ANY($1))
-                   AND (NOT (t.kind = ANY($2)) OR NOT EXISTS ({HOLDERS} AND mine.task_id = t.id))
-                 ORDER BY t.priority DESC, t.created_at_ms, t.id
-                 LIMIT 1
-                 FOR UPDATE OF t SKIP LOCKED"
-                ),
-                &[&kinds, &exclusive],
-            )
-            .await?;
-            let Some(candidate) = candidate else {
-                tx.commit().await.map_err(pg_error)?;
-                return Ok(None);
-            };
-            let id: String = get(&candidate, 0)?;
-            let kind: String = get(&candidate, 1)?;
-            if exclusive.contains(&kind.as_str()) {
-                // Serialise starts per repository, then look again with a fresh snapshot: a
-                // concurrent claim may have started a writer there after ours was taken.
-                let repos = query(
-                    &tx,
-                    "SELECT repo FROM task_repos WHERE task_id = $1 ORDER BY repo",
-                    &[&id],
-                )
-                .await?;
-                for row in &repos {
-                    let repo: String = get(row, 0)?;
-                    execute(
-                        &tx,
-                        "SELECT pg_advisory_xact_lock($1)",
-                        &[&repo_lock_key(&repo)],
-                    )
-                    .await?;
+            match claim_attempt(&tx, worker, lease, &kinds, &exclusive, self.now()).await? {
+                Attempt::Claimed(claim) => {
+                    tx.commit().await.map_err(pg_error)?;
+                    return Ok(Some(*claim));
                 }
-                let blocked = query_opt(
-                    &tx,
-                    &format!("{HOLDERS} AND mine.task_id = $1 LIMIT 1"),
-                    &[&id, &exclusive],
-                )
-                .await?;
-                if blocked.is_some() {
-                    tx.rollback().await.map_err(pg_error)?;
-                    continue;
+                Attempt::Empty => {
+                    tx.commit().await.map_err(pg_error)?;
+                    return Ok(None);
                 }
+                Attempt::Blocked => tx.rollback().await.map_err(pg_error)?,
             }
-            let now = self.now();
-            let expires = now.saturating_add(duration_ms(lease));
-            let row = query_one(
-                &tx,
-                &format!(
-                    "WITH claimed AS (
-                         UPDATE tasks SET status = 'running', run_count = run_count + 1,
-                             updated_at_ms = $2
-                         WHERE id = $1 RETURNING {TASK_COLUMNS}),
-                     run AS (
-                         INSERT INTO runs (task_id, number, worker, started_at_ms,
-                             heartbeat_at_ms, lease_expires_at_ms)
-                         SELECT id, run_count, $3, $2, $2, $4 FROM claimed)
-                     SELECT {TASK_COLUMNS} FROM claimed"
-                ),
-                &[&id, &now, &worker, &expires],
-            )
-            .await?;
-            let task = read_task(&row)?;
-            tx.commit().await.map_err(pg_error)?;
-            return Ok(Some(Claim {
-                run_number: task.runs,
-                task,
-                lease_expires_at_ms: expires,
-            }));
         }
         Ok(None)
+    }
+
+    async fn claim_batch_impl(
+        &self,
+        worker: &str,
+        lease: Duration,
+        filter: &ClaimFilter,
+        max: usize,
+    ) -> Result<Vec<Claim>, StoreError> {
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let kinds: Vec<&str> = filter.kinds.iter().map(|k| kind_name(*k)).collect();
+        let exclusive = exclusive_kinds();
+        let limit = i64::try_from(max).unwrap_or(i64::MAX);
+        let (mut claims, passed_over) = {
+            let client = self.client().await?;
+            claim_fast(
+                &*client,
+                worker,
+                lease,
+                &kinds,
+                &exclusive,
+                self.now(),
+                limit,
+            )
+            .await?
+        };
+        // Change and maintain tasks among the candidates need the per-repository lock: one
+        // claim at a time, until the batch is full or nothing is claimable.
+        if passed_over {
+            while claims.len() < max {
+                match self.claim_impl(worker, lease, filter).await? {
+                    Some(claim) => claims.push(claim),
+                    None => break,
+                }
+            }
+        }
+        Ok(claims)
+    }
+
+    async fn finish_runs_impl(
+        &self,
+        completions: Vec<Completion>,
+    ) -> Result<Vec<Result<Finished, StoreError>>, StoreError> {
+        if completions.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = self.now();
+        let mut client = self.client().await?;
+        let Some(mut outcomes) = finish_runs_fast(&*client, &completions, now).await? else {
+            return finish_runs_in_transaction(&mut client, completions, now).await;
+        };
+        // The rest (lost leases, refused transitions, a task's second completion) go through
+        // `finish_run`'s checks, which name the reason. The statement above committed: from
+        // here on a failure is that of the remaining rows only.
+        let mut rest = Vec::new();
+        let mut slots = Vec::new();
+        for (i, completion) in completions.into_iter().enumerate() {
+            if outcomes[i].is_none() {
+                rest.push(completion);
+                slots.push(i);
+            }
+        }
+        if rest.is_empty() {
+            return Ok(outcomes.into_iter().flatten().collect());
+        }
+        match finish_runs_in_transaction(&mut client, rest, self.now()).await {
+            Ok(finished) => {
+                for (i, outcome) in slots.into_iter().zip(finished) {
+                    outcomes[i] = Some(outcome);
+                }
+            }
+            Err(error) => {
+                for i in slots {
+                    outcomes[i] = Some(Err(StoreError::Database {
+                        backend: BACKEND,
+                        message: error.to_string(),
+                        retryable: error.is_retryable(),
+                        source: None,
+                    }));
+                }
+            }
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|outcome| {
+                outcome.unwrap_or_else(|| Err(StoreError::invalid_data("finish_runs: no outcome")))
+            })
+            .collect())
+    }
+
+    async fn finish_and_claim_impl(
+        &self,
+        completion: Completion,
+        lease: Duration,
+        filter: &ClaimFilter,
+    ) -> Result<(Finished, Option<Claim>), StoreError> {
+        let kinds: Vec<&str> = filter.kinds.iter().map(|k| kind_name(*k)).collect();
+        let exclusive = exclusive_kinds();
+        let worker = completion.worker.clone();
+        let now = self.now();
+        let mut client = self.client().await?;
+        if !is_active(completion.status) {
+            match finish_and_claim_fast(&*client, &completion, lease, &kinds, &exclusive, now).await
+            {
+                Ok(Some((finished, claim, passed_over))) => {
+                    drop(client);
+                    let claim = match claim {
+                        // The finish is committed: a failure to claim the change or maintain
+                        // task that came next leaves it queued for the next claim.
+                        None if passed_over => self
+                            .claim_impl(&worker, lease, filter)
+                            .await
+                            .unwrap_or(None),
+                        claim => claim,
+                    };
+                    return Ok((finished, claim));
+                }
+                // Not applied: the transaction below says why (or applies it after a race).
+                Ok(None) => {}
+                Err(error) => return Err(error),
+            }
+        }
+        let mut tx = client.transaction().await.map_err(pg_error)?;
+        // A failed check returns before anything is claimed; dropping `tx` rolls back.
+        let ended = end_runs(&tx, vec![completion], now).await?;
+        if let Some(Err(_)) = ended.first() {
+            return Err(single_ended(ended));
+        }
+        let claim = claim_in(&mut tx, &worker, lease, &kinds, &exclusive, now).await?;
+        // Events last: the event counter's row lock is held until the commit.
+        let finished = crate::batch::single(append_finish_events(&tx, ended, now).await?)?;
+        tx.commit().await.map_err(pg_error)?;
+        Ok((finished, claim))
     }
 
     async fn heartbeat_impl(
@@ -1746,6 +2591,32 @@ impl Store for PostgresStore {
         filter: &'a ClaimFilter,
     ) -> BoxFuture<'a, Result<Option<Claim>, StoreError>> {
         Box::pin(self.claim_impl(worker, lease, filter))
+    }
+
+    fn finish_and_claim<'a>(
+        &'a self,
+        completion: Completion,
+        lease: Duration,
+        filter: &'a ClaimFilter,
+    ) -> BoxFuture<'a, Result<(Finished, Option<Claim>), StoreError>> {
+        Box::pin(self.finish_and_claim_impl(completion, lease, filter))
+    }
+
+    fn claim_batch<'a>(
+        &'a self,
+        worker: &'a str,
+        lease: Duration,
+        filter: &'a ClaimFilter,
+        max: usize,
+    ) -> BoxFuture<'a, Result<Vec<Claim>, StoreError>> {
+        Box::pin(self.claim_batch_impl(worker, lease, filter, max))
+    }
+
+    fn finish_runs(
+        &self,
+        completions: Vec<Completion>,
+    ) -> BoxFuture<'_, Result<Vec<Result<Finished, StoreError>>, StoreError>> {
+        Box::pin(self.finish_runs_impl(completions))
     }
 
     fn heartbeat<'a>(

@@ -32,11 +32,11 @@ use crate::state::{
 };
 use crate::types::RUN_INTERRUPTED;
 use crate::{
-    ApiToken, Approval, ApprovalStatus, BoxFuture, Claim, ClaimFilter, Clock, Created, Decision,
-    EventRecord, EventStream, IdempotencyKey, Intent, IntentStatus, JournalEntry, NewApiToken,
-    NewApproval, NewIntent, NewRepo, NewTask, Repository, Requeued, Run, RunRef, Spend, Store,
-    StoreError, StoreOptions, Task, TaskMessage, TaskQuery, TaskRepo, UsageEntry, UsageQuery,
-    UsageSummary, UtcDay, MAX_INTERRUPTED_RUNS, MESSAGE_USER,
+    ApiToken, Approval, ApprovalStatus, BoxFuture, Claim, ClaimFilter, Clock, Completion, Created,
+    Decision, EventRecord, EventStream, Finished, IdempotencyKey, Intent, IntentStatus,
+    JournalEntry, NewApiToken, NewApproval, NewIntent, NewRepo, NewTask, Repository, Requeued, Run,
+    RunRef, Spend, Store, StoreError, StoreOptions, Task, TaskMessage, TaskQuery, TaskRepo,
+    UsageEntry, UsageQuery, UsageSummary, UtcDay, MAX_INTERRUPTED_RUNS, MESSAGE_USER,
 };
 
 const BACKEND: &str = "sqlite";
@@ -580,6 +580,107 @@ fn exclusive_kinds() -> String {
     )
 }
 
+/// Claims the best claimable task (see [`Store::claim`]) inside the caller's write. `kinds` and
+/// the exclusive kinds are `name_list`s.
+fn claim_one(
+    conn: &Connection,
+    now: i64,
+    worker: &str,
+    kinds: &str,
+    lease_ms: i64,
+) -> Result<Option<Claim>, StoreError> {
+    // INDEXED BY: without statistics the planner prefers sorting every queued row to
+    // walking the partial queue index, and scanning all tasks to find running ones.
+    let claimed = conn
+        .prepare_cached(&format!(
+            "UPDATE tasks SET status = 'running', run_count = run_count + 1,
+                 updated_at_ms = ?1
+             WHERE id = (
+                 SELECT t.id FROM tasks t INDEXED BY tasks_queue
+                 WHERE t.status = 'queued'
+                   AND (?2 = ',' OR instr(?2, ',' || t.kind || ',') > 0)
+                   AND (instr(?3, ',' || t.kind || ',') = 0 OR NOT EXISTS (
+                       SELECT 1 FROM tasks o INDEXED BY tasks_active
+                       CROSS JOIN task_repos held
+                       CROSS JOIN task_repos mine
+                       WHERE o.status IN ('running', 'testing')
+                         AND instr(?3, ',' || o.kind || ',') > 0
+                         AND held.task_id = o.id
+                         AND mine.task_id = t.id AND mine.repo = held.repo))
+                 ORDER BY t.priority DESC, t.created_at_ms, t.id
+                 LIMIT 1)
+             RETURNING {TASK_COLUMNS}"
+        ))
+        .db()?
+        .query_row(params![now, kinds, exclusive_kinds()], read_task)
+        .optional()
+        .db()?;
+    let Some(raw) = claimed else {
+        return Ok(None);
+    };
+    let task = raw.decode()?;
+    let expires = now.saturating_add(lease_ms);
+    conn.prepare_cached(
+        "INSERT INTO runs (task_id, number, worker, started_at_ms, heartbeat_at_ms,
+             lease_expires_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?4, ?5)",
+    )
+    .db()?
+    .execute(params![task.id.as_str(), task.runs, worker, now, expires])
+    .db()?;
+    Ok(Some(Claim {
+        run_number: task.runs,
+        task,
+        lease_expires_at_ms: expires,
+    }))
+}
+
+/// Ends a completion's run exactly as `finish_run` does (`set_status` stores the
+/// `task_finished` of a terminal status), inside the caller's write. `Ok(Err(_))` when a check
+/// failed: nothing was written for it.
+fn finish_one(
+    conn: &Connection,
+    completion: Completion,
+    now: i64,
+) -> Result<Result<Finished, StoreError>, StoreError> {
+    let Completion {
+        run,
+        worker,
+        status: to,
+        result,
+    } = completion;
+    let checked = (|| {
+        let result = json_text(result.as_ref())?;
+        check_run_held(conn, &run, &worker)?;
+        let from = task_status(conn, &run.task)?;
+        if is_active(to) || !transition_allowed(from, to) {
+            return Err(StoreError::InvalidTransition { from, to });
+        }
+        Ok(result)
+    })();
+    let result = match checked {
+        Ok(result) => result,
+        Err(error @ StoreError::Database { .. }) => return Err(error),
+        Err(error) => return Ok(Err(error)),
+    };
+    close_open_runs(conn, &run.task, status_name(to), now)?;
+    let task = set_status(conn, &run.task, to, result.as_deref(), now)?;
+    let mut events = Vec::new();
+    if to.is_terminal() {
+        // The one `set_status` just stored: this write is the only writer.
+        let raw = conn
+            .prepare_cached(&format!(
+                "SELECT {EVENT_COLUMNS} FROM events WHERE task_id = ?1
+                 ORDER BY task_seq DESC LIMIT 1"
+            ))
+            .db()?
+            .query_row([run.task.as_str()], read_event)
+            .db()?;
+        events.push(raw.decode()?);
+    }
+    Ok(Ok(Finished { task, events }))
+}
+
 const SPEND_COLUMNS: &str =
     "COALESCE(SUM(input_tokens), 0), COALESCE(SUM(cached_input_tokens), 0), \
      COALESCE(SUM(output_tokens), 0), COALESCE(SUM(cost_micro_usd), 0), \
@@ -995,51 +1096,59 @@ impl Store for SqliteStore {
         let worker = worker.to_string();
         let kinds = name_list(filter.kinds.iter().map(|k| kind_name(*k)));
         let lease_ms = duration_ms(lease);
+        self.write(move |conn, now| claim_one(conn, now, &worker, &kinds, lease_ms))
+    }
+
+    fn finish_and_claim<'a>(
+        &'a self,
+        completion: Completion,
+        lease: Duration,
+        filter: &'a ClaimFilter,
+    ) -> BoxFuture<'a, Result<(Finished, Option<Claim>), StoreError>> {
+        let kinds = name_list(filter.kinds.iter().map(|k| kind_name(*k)));
+        let lease_ms = duration_ms(lease);
         self.write(move |conn, now| {
-            // INDEXED BY: without statistics the planner prefers sorting every queued row to
-            // walking the partial queue index, and scanning all tasks to find running ones.
-            let claimed = conn
-                .prepare_cached(&format!(
-                    "UPDATE tasks SET status = 'running', run_count = run_count + 1,
-                         updated_at_ms = ?1
-                     WHERE id = (
-                         SELECT t.id FROM tasks t INDEXED BY tasks_queue
-                         WHERE t.status = 'queued'
-                           AND (?2 = ',' OR instr(?2, ',' || t.kind || ',') > 0)
-                           AND (instr(?3, ',' || t.kind || ',') = 0 OR NOT EXISTS (
-                               SELECT 1 FROM tasks o INDEXED BY tasks_active
-                               CROSS JOIN task_repos held
-                               CROSS JOIN task_repos mine
-                               WHERE o.status IN ('running', 'testing')
-                                 AND instr(?3, ',' || o.kind || ',') > 0
-                                 AND held.task_id = o.id
-                                 AND mine.task_id = t.id AND mine.repo = held.repo))
-                         ORDER BY t.priority DESC, t.created_at_ms, t.id
-                         LIMIT 1)
-                     RETURNING {TASK_COLUMNS}"
-                ))
-                .db()?
-                .query_row(params![now, kinds, exclusive_kinds()], read_task)
-                .optional()
-                .db()?;
-            let Some(raw) = claimed else {
-                return Ok(None);
-            };
-            let task = raw.decode()?;
-            let expires = now.saturating_add(lease_ms);
-            conn.prepare_cached(
-                "INSERT INTO runs (task_id, number, worker, started_at_ms, heartbeat_at_ms,
-                     lease_expires_at_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?4, ?5)",
-            )
-            .db()?
-            .execute(params![task.id.as_str(), task.runs, worker, now, expires])
-            .db()?;
-            Ok(Some(Claim {
-                run_number: task.runs,
-                task,
-                lease_expires_at_ms: expires,
-            }))
+            let worker = completion.worker.clone();
+            // A failed check wrote nothing; the job's error rolls back its savepoint anyway.
+            let finished = finish_one(conn, completion, now)??;
+            let claim = claim_one(conn, now, &worker, &kinds, lease_ms)?;
+            Ok((finished, claim))
+        })
+    }
+
+    fn claim_batch<'a>(
+        &'a self,
+        worker: &'a str,
+        lease: Duration,
+        filter: &'a ClaimFilter,
+        max: usize,
+    ) -> BoxFuture<'a, Result<Vec<Claim>, StoreError>> {
+        let worker = worker.to_string();
+        let kinds = name_list(filter.kinds.iter().map(|k| kind_name(*k)));
+        let lease_ms = duration_ms(lease);
+        self.write(move |conn, now| {
+            let mut claims = Vec::new();
+            while claims.len() < max {
+                match claim_one(conn, now, &worker, &kinds, lease_ms)? {
+                    Some(claim) => claims.push(claim),
+                    None => break,
+                }
+            }
+            Ok(claims)
+        })
+    }
+
+    fn finish_runs(
+        &self,
+        completions: Vec<Completion>,
+    ) -> BoxFuture<'_, Result<Vec<Result<Finished, StoreError>>, StoreError>> {
+        // One write: the writer thread's group commit already shares the fsync with whatever
+        // else is being written.
+        self.write(move |conn, now| {
+            completions
+                .into_iter()
+                .map(|completion| finish_one(conn, completion, now))
+                .collect()
         })
     }
 

@@ -6,6 +6,7 @@
 mod harness;
 
 mod approvals;
+mod batch;
 mod conversation;
 mod events;
 mod idempotency;
