@@ -1207,11 +1207,14 @@ async fn load_task(c: &dyn Conn, id: &str) -> Result<Option<Task>, StoreError> {
     .transpose()
 }
 
-/// The task's status, row-locked until the transaction ends.
+/// The task's status, row-locked until the transaction ends. `FOR NO KEY UPDATE`, not `FOR
+/// UPDATE`: an event append holds the event counter and then takes a key-share lock on the task
+/// row through its foreign key, so a full row lock taken before the counter would deadlock
+/// with it.
 async fn lock_task_status(tx: &Transaction<'_>, id: &TaskId) -> Result<TaskStatus, StoreError> {
     let row = query_opt(
         tx,
-        "SELECT status FROM tasks WHERE id = $1 FOR UPDATE",
+        "SELECT status FROM tasks WHERE id = $1 FOR NO KEY UPDATE",
         &[&id.as_str()],
     )
     .await?
@@ -1908,7 +1911,7 @@ impl PostgresStore {
             let row = query_opt(
                 &*client,
                 &format!(
-                    "WITH task AS (SELECT id, status FROM tasks WHERE id = $1 FOR UPDATE),
+                    "WITH task AS (SELECT id, status FROM tasks WHERE id = $1 FOR NO KEY UPDATE),
                      ended AS (
                          UPDATE runs SET ended_at_ms = $4, outcome = $5
                          FROM task
@@ -1971,7 +1974,7 @@ impl PostgresStore {
              WHERE r.ended_at_ms IS NULL AND r.lease_expires_at_ms <= $1
                AND t.status IN ('running', 'testing')
              ORDER BY r.lease_expires_at_ms
-             FOR UPDATE OF t, r SKIP LOCKED",
+             FOR NO KEY UPDATE OF t, r SKIP LOCKED",
             &[&now],
         )
         .await?;
@@ -1990,7 +1993,7 @@ impl PostgresStore {
              WHERE r.ended_at_ms IS NULL AND r.worker = $1
                AND t.status IN ('running', 'testing')
              ORDER BY r.started_at_ms
-             FOR UPDATE OF t, r",
+             FOR NO KEY UPDATE OF t, r",
             &[&worker],
         )
         .await?;
