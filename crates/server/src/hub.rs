@@ -27,10 +27,11 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use warden_protocol::{Event, TaskId, TaskStatus};
 use warden_store::{
-    ApiToken, Approval, ApprovalStatus, BoxFuture, Claim, ClaimFilter, Created, Decision,
-    EventRecord, EventStream, IdempotencyKey, Intent, JournalEntry, NewApiToken, NewApproval,
-    NewIntent, NewRepo, NewTask, Repository, Requeued, Run, RunRef, Spend, Store, StoreError, Task,
-    TaskMessage, TaskQuery, TaskRepo, UsageEntry, UsageQuery, UsageSummary, UtcDay,
+    ApiToken, Approval, ApprovalStatus, BoxFuture, Claim, ClaimFilter, Completion, Created,
+    Decision, EventRecord, EventStream, Finished, IdempotencyKey, Intent, JournalEntry,
+    NewApiToken, NewApproval, NewIntent, NewRepo, NewTask, Repository, Requeued, Run, RunRef,
+    Spend, Store, StoreError, Task, TaskMessage, TaskQuery, TaskRepo, UsageEntry, UsageQuery,
+    UsageSummary, UtcDay,
 };
 
 use crate::metrics::Metrics;
@@ -740,6 +741,17 @@ pub struct NotifyingStore {
     hub: Arc<Hub>,
 }
 
+impl NotifyingStore {
+    /// The events a finished run stored with it (its `task_finished`), to this process's
+    /// subscribers at once instead of at the next poll.
+    fn publish_finished(&self, finished: &Finished) {
+        for record in &finished.events {
+            self.hub.metrics.event_stored(&record.event);
+            self.hub.publish(record.clone());
+        }
+    }
+}
+
 impl Store for NotifyingStore {
     fn backend(&self) -> &'static str {
         self.inner.backend()
@@ -791,6 +803,54 @@ impl Store for NotifyingStore {
                 self.hub.metrics.run_started();
             }
             Ok(claim)
+        })
+    }
+
+    fn claim_batch<'a>(
+        &'a self,
+        worker: &'a str,
+        lease: Duration,
+        filter: &'a ClaimFilter,
+        max: usize,
+    ) -> BoxFuture<'a, Result<Vec<Claim>, StoreError>> {
+        Box::pin(async move {
+            let claims = self.inner.claim_batch(worker, lease, filter, max).await?;
+            for _ in &claims {
+                self.hub.metrics.run_started();
+            }
+            Ok(claims)
+        })
+    }
+
+    fn finish_and_claim<'a>(
+        &'a self,
+        completion: Completion,
+        lease: Duration,
+        filter: &'a ClaimFilter,
+    ) -> BoxFuture<'a, Result<(Finished, Option<Claim>), StoreError>> {
+        Box::pin(async move {
+            let (finished, claim) = self
+                .inner
+                .finish_and_claim(completion, lease, filter)
+                .await?;
+            self.publish_finished(&finished);
+            if claim.is_some() {
+                self.hub.metrics.run_started();
+            }
+            Ok((finished, claim))
+        })
+    }
+
+    fn finish_runs(
+        &self,
+        completions: Vec<Completion>,
+    ) -> BoxFuture<'_, Result<Vec<Result<Finished, StoreError>>, StoreError>> {
+        Box::pin(async move {
+            let outcomes = self.inner.finish_runs(completions).await?;
+            for finished in outcomes.iter().flatten() {
+                self.publish_finished(finished);
+            }
+            Ok(outcomes)
         })
     }
 

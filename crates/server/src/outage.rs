@@ -23,10 +23,11 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use warden_protocol::{Event, TaskId, TaskStatus};
 use warden_store::{
-    ApiToken, Approval, ApprovalStatus, BoxFuture, Claim, ClaimFilter, Created, Decision,
-    EventRecord, EventStream, IdempotencyKey, Intent, JournalEntry, NewApiToken, NewApproval,
-    NewIntent, NewRepo, NewTask, Repository, Requeued, Run, RunRef, Spend, Store, StoreError, Task,
-    TaskMessage, TaskQuery, TaskRepo, UsageEntry, UsageQuery, UsageSummary, UtcDay,
+    ApiToken, Approval, ApprovalStatus, BoxFuture, Claim, ClaimFilter, Completion, Created,
+    Decision, EventRecord, EventStream, Finished, IdempotencyKey, Intent, JournalEntry,
+    NewApiToken, NewApproval, NewIntent, NewRepo, NewTask, Repository, Requeued, Run, RunRef,
+    Spend, Store, StoreError, Task, TaskMessage, TaskQuery, TaskRepo, UsageEntry, UsageQuery,
+    UsageSummary, UtcDay,
 };
 
 /// The first pause before a failed store call is tried again; it doubles up to
@@ -323,6 +324,32 @@ impl Store for RunStore {
         filter: &'a ClaimFilter,
     ) -> BoxFuture<'a, Result<Option<Claim>, StoreError>> {
         self.inner.claim(worker, lease, filter)
+    }
+
+    fn claim_batch<'a>(
+        &'a self,
+        worker: &'a str,
+        lease: Duration,
+        filter: &'a ClaimFilter,
+        max: usize,
+    ) -> BoxFuture<'a, Result<Vec<Claim>, StoreError>> {
+        self.inner.claim_batch(worker, lease, filter, max)
+    }
+
+    fn finish_and_claim<'a>(
+        &'a self,
+        completion: Completion,
+        lease: Duration,
+        filter: &'a ClaimFilter,
+    ) -> BoxFuture<'a, Result<(Finished, Option<Claim>), StoreError>> {
+        self.inner.finish_and_claim(completion, lease, filter)
+    }
+
+    fn finish_runs(
+        &self,
+        completions: Vec<Completion>,
+    ) -> BoxFuture<'_, Result<Vec<Result<Finished, StoreError>>, StoreError>> {
+        self.inner.finish_runs(completions)
     }
 
     fn heartbeat<'a>(

@@ -1,6 +1,9 @@
-//! Workers: a loop that claims queued tasks from the store with a lease, runs up to `slots` of
-//! them at once, heartbeats each run while it lasts (a lost lease cancels it), and finishes each
-//! run with its status and result JSON. A run talks to the store through
+//! Workers: a loop that claims queued tasks from the store with a lease — as many at once as it
+//! has free slots ([`ClaimQueue`], one `claim_batch`) — runs up to `slots` of them at once,
+//! heartbeats each run while it lasts (a lost lease cancels it), and finishes each run with its
+//! status and result JSON through a [`CompletionBatcher`] (runs that end together end in one
+//! transaction, each acknowledged once it is durable; their `task_finished` events reach this
+//! process's subscribers at once). A run talks to the store through
 //! [`crate::outage::RunStore`], which rides out outages until the run's lease would expire; a
 //! run lost then (or when the heartbeat cannot renew the lease in time) records nothing and is
 //! released to the queue once the store answers again, never failed by the outage. Expired leases of dead workers are re-queued by every
@@ -31,7 +34,8 @@ use warden_protocol::{
 use warden_repo::{RepoSpec, RepoStore};
 use warden_runtime::{CancelFlag, EventSink, Model, RunReport, SystemClock};
 use warden_store::{
-    Claim, ClaimFilter, RunJournal, RunRef, Store, StoreError, Task, TaskRepo, MESSAGE_AGENT,
+    Claim, ClaimFilter, ClaimQueue, Clock, Completion, CompletionBatcher, RunJournal, RunRef,
+    Store, StoreError, Task, TaskRepo, MESSAGE_AGENT,
 };
 
 use crate::cancel::{RunningTasks, STATUS_CHECK_EVERY};
@@ -101,6 +105,21 @@ pub async fn run_workers(
     };
     let requeue_every = (options.lease / 2).max(Duration::from_millis(500));
     let mut last_requeue: Option<Instant> = None;
+    // The store's leases are in wall-clock time: the queue reads the same clock.
+    let clock: Arc<dyn Clock> = Arc::new(warden_store::SystemClock);
+    let mut queue = ClaimQueue::new(
+        Arc::clone(&services.store),
+        Arc::clone(&clock),
+        &options.name,
+        filter.clone(),
+        options.lease,
+        1,
+    );
+    let batcher = CompletionBatcher::start(
+        Arc::clone(&services.store),
+        Duration::ZERO,
+        COMPLETION_BATCH,
+    );
     loop {
         if *shutdown.borrow() {
             break;
@@ -126,6 +145,9 @@ pub async fn run_workers(
                 }
                 Err(error) => tracing::warn!(%error, "queueing decided publications failed"),
             }
+            if let Err(error) = queue.keep_alive().await {
+                tracing::warn!(%error, "renewing queued claims failed");
+            }
         }
         let permit = tokio::select! {
             permit = Arc::clone(&slots).acquire_owned() => match permit {
@@ -134,20 +156,18 @@ pub async fn run_workers(
             },
             _ = shutdown.changed() => break,
         };
-        // The lease the store grants starts no earlier than the claim is sent.
-        let granted = tokio::time::Instant::now();
-        match services
-            .store
-            .claim(&options.name, options.lease, &filter)
-            .await
-        {
+        // Claim for every free slot at once (this one included), so no claim waits for a slot.
+        queue.set_refill(slots.available_permits() + 1);
+        match queue.next().await {
             Ok(Some(claim)) => {
+                let granted = lease_granted_at(&claim, options.lease, clock.now_ms());
                 let services = Arc::clone(&services);
                 let options = options.clone();
                 let release = release.subscribe();
+                let batcher = batcher.clone();
                 runs.spawn(async move {
                     let lease = RunLease::new(options.lease, granted);
-                    execute(&services, &options, claim, lease, release).await;
+                    execute(&services, &options, claim, lease, release, &batcher).await;
                     drop(permit);
                 });
             }
@@ -169,7 +189,11 @@ pub async fn run_workers(
             }
         }
     }
-    // Stop claiming; let runs finish within the grace period, then release the rest.
+    // Stop claiming: claims not started go back to the queue at once; let runs finish within
+    // the grace period, then release the rest.
+    if let Err(error) = queue.release().await {
+        tracing::warn!(%error, "releasing queued claims failed; they come back when their leases expire");
+    }
     let drained = tokio::time::timeout(options.shutdown_grace, async {
         while runs.join_next().await.is_some() {}
     })
@@ -185,6 +209,18 @@ pub async fn run_workers(
         })
         .await;
     }
+}
+
+/// Completions ended in one transaction at most.
+const COMPLETION_BATCH: usize = 64;
+
+/// When the claim's lease was granted (or last renewed), as this process's monotonic time:
+/// its expiry minus the lease, never later than now.
+fn lease_granted_at(claim: &Claim, lease: Duration, now_ms: i64) -> tokio::time::Instant {
+    let now = tokio::time::Instant::now();
+    let left =
+        Duration::from_millis(u64::try_from(claim.lease_expires_at_ms - now_ms).unwrap_or(0));
+    now.checked_sub(lease.saturating_sub(left)).unwrap_or(now)
 }
 
 /// How a run ended, for the store.
@@ -226,6 +262,7 @@ async fn execute(
     claim: Claim,
     lease: Arc<RunLease>,
     mut release: watch::Receiver<bool>,
+    batcher: &CompletionBatcher,
 ) {
     let run = claim.run();
     let cancel = CancelFlag::default();
@@ -280,10 +317,18 @@ async fn execute(
     if status == TaskStatus::WaitingInput {
         record_clarification(&run_services, &claim.task, result.as_ref()).await;
     }
-    let finished = run_services
-        .store
-        .finish_run(&run, &options.name, status, result)
-        .await;
+    // Batched with whatever else ends now; through an outage, the run's store retries until
+    // the lease would expire.
+    let completion = Completion::new(run.clone(), &options.name, status, result.clone());
+    let finished = match batcher.finish(completion).await {
+        Err(error) if error.is_retryable() => {
+            run_services
+                .store
+                .finish_run(&run, &options.name, status, result)
+                .await
+        }
+        other => other.map(|finished| finished.task),
+    };
     heartbeat.abort();
     match finished {
         Ok(_) => {}

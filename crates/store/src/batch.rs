@@ -112,6 +112,12 @@ impl ClaimQueue {
         }
     }
 
+    /// How many tasks the next refill claims at most (at least one): a worker sets it to its
+    /// free slots, so claims do not wait for a slot while other workers could run them.
+    pub fn set_refill(&mut self, refill: usize) {
+        self.refill = refill.max(1);
+    }
+
     /// Claims waiting to be handed out.
     pub fn len(&self) -> usize {
         self.queued.len()
