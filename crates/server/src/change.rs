@@ -96,6 +96,7 @@ impl ChangeSandbox {
                 lower: vec![(repo.pinned.name.clone(), repo.snapshot.root.clone())],
                 writable: true,
                 scratch_dir: view_dir.clone(),
+                mounts: Vec::new(),
             })
             .map_err(failure)?;
         // Without an upper layer (the `local` backend copies) the candidate compares the tree.

@@ -207,6 +207,7 @@ impl TaskSandbox {
                     .collect(),
                 writable: false,
                 scratch_dir: scratch_dir.to_path_buf(),
+                mounts: Vec::new(),
             })
             .map_err(failure)?;
         Ok(TaskSandbox {

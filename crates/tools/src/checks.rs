@@ -136,6 +136,7 @@ impl ChangeSession {
                     lower: vec![(self.config.repo.clone(), lower.clone())],
                     writable: true,
                     scratch_dir,
+                    mounts: Vec::new(),
                 })
                 .map_err(|e| format!("sandbox error: the check view could not be opened: {e}"))?;
             let mut spec = CommandSpec::bash(command, self.config.check_timeout);
