@@ -319,6 +319,8 @@ fn prepare(
         None => None,
     };
     let config = &session.config;
+    std::fs::create_dir_all(&config.scratch)
+        .map_err(|e| infrastructure(format!("cannot create {}: {e}", config.scratch.display())))?;
     let mut notices = Vec::new();
     for (index, command) in toolchains.prepare.iter().enumerate() {
         progress(&format!(

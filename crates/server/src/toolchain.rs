@@ -277,8 +277,12 @@ pub struct Toolchains {
 const RESERVED: [&str; 5] = ["/proc", "/sys", "/dev", "/etc", WORKING_ROOT];
 
 /// Expands `~` against `home` and checks a mount path (see the module documentation).
-/// `warden_home` is `WARDEN_HOME`.
-pub fn check_mount(raw: &str, home: Option<&Path>, warden_home: &Path) -> Result<PathBuf, String> {
+/// `warden_home` is `WARDEN_HOME`, when known.
+pub fn check_mount(
+    raw: &str,
+    home: Option<&Path>,
+    warden_home: Option<&Path>,
+) -> Result<PathBuf, String> {
     let path = match raw.strip_prefix('~') {
         Some(rest) if rest.is_empty() || rest.starts_with('/') => match home {
             Some(home) => home.join(rest.trim_start_matches('/')),
@@ -315,15 +319,17 @@ pub fn check_mount(raw: &str, home: Option<&Path>, warden_home: &Path) -> Result
                 "mount {shown} is under {reserved}, which the sandbox builds itself"
             ));
         }
-        let warden = warden_home
-            .canonicalize()
-            .unwrap_or_else(|_| warden_home.to_path_buf());
-        if overlaps(candidate, warden_home) || overlaps(candidate, &warden) {
-            return Err(format!(
-                "mount {shown} overlaps WARDEN_HOME ({}), which holds snapshots, scratch \
-                 directories, caches and the task store",
-                warden_home.display()
-            ));
+        if let Some(warden_home) = warden_home {
+            let warden = warden_home
+                .canonicalize()
+                .unwrap_or_else(|_| warden_home.to_path_buf());
+            if overlaps(candidate, warden_home) || overlaps(candidate, &warden) {
+                return Err(format!(
+                    "mount {shown} overlaps WARDEN_HOME ({}), which holds snapshots, scratch \
+                     directories, caches and the task store",
+                    warden_home.display()
+                ));
+            }
         }
         if let Some(home) = home {
             if home.starts_with(candidate) {
@@ -387,7 +393,7 @@ impl Toolchains {
             let setup = detect(preset, home, env)
                 .map_err(|reason| anyhow::anyhow!("sandbox.toolchains: {name}: {reason}"))?;
             for mount in &setup.mounts {
-                let checked = check_mount(&text(mount), Some(home), warden_home)
+                let checked = check_mount(&text(mount), Some(home), Some(warden_home))
                     .map_err(|reason| anyhow::anyhow!("sandbox.toolchains: {name}: {reason}"))?;
                 add_mount(&mut resolved.mounts, checked);
             }
@@ -398,7 +404,7 @@ impl Toolchains {
             resolved.offline_env.extend(setup.offline_env);
         }
         for raw in mounts {
-            let checked = check_mount(raw, home.as_deref(), warden_home)
+            let checked = check_mount(raw, home.as_deref(), Some(warden_home))
                 .map_err(|reason| anyhow::anyhow!("sandbox.mounts: {reason}"))?;
             if let Some(bin) = bin_of(&checked) {
                 if !resolved.path.contains(&bin) {
@@ -428,7 +434,7 @@ impl Toolchains {
         let mut mounts = self.mounts.clone();
         let mut path = self.path.clone();
         for raw in repo_mounts {
-            let checked = check_mount(raw, home.as_deref(), warden_home)?;
+            let checked = check_mount(raw, home.as_deref(), Some(warden_home))?;
             if let Some(bin) = bin_of(&checked) {
                 if !path.contains(&bin) {
                     path.push(bin);
@@ -506,7 +512,7 @@ impl TaskToolchains {
     }
 
     /// The environment of a command: the sandbox's baseline with `PATH` extended, the
-    /// presets' variables, the cache variables and (agent commands and checks) the offline
+    /// presets' variables, the cache variables (`WARDEN_CACHE` is the cache itself) and (agent commands and checks) the offline
     /// switches.
     pub fn command_env(&self, offline: bool) -> Vec<(String, String)> {
         let mut env = warden_sandbox::baseline_env();
@@ -515,9 +521,14 @@ impl TaskToolchains {
             parts.push(value.clone());
             *value = parts.join(":");
         }
+        let cache = self
+            .cache
+            .as_ref()
+            .map(|dir| ("WARDEN_CACHE".to_string(), text(dir)));
         let extra = self
             .env
             .iter()
+            .chain(cache.as_ref())
             .chain(&self.cache_env)
             .chain(offline.then_some(&self.offline_env).into_iter().flatten());
         for (name, value) in extra {
@@ -619,7 +630,7 @@ mod tests {
         let warden = home.join(".local/share/warden");
         std::fs::create_dir_all(warden.join("snapshots")).unwrap();
         std::fs::create_dir_all(home.join(".cargo/bin")).unwrap();
-        let check = |raw: &str| check_mount(raw, Some(&home), &warden);
+        let check = |raw: &str| check_mount(raw, Some(&home), Some(&warden));
         assert_eq!(check("~/.cargo/bin").unwrap(), home.join(".cargo/bin"));
         for (raw, expect) in [
             ("/", "whole host"),

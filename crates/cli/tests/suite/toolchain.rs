@@ -140,3 +140,99 @@ fn a_mount_under_warden_home_is_refused_at_configuration_load() {
         run.stderr
     );
 }
+
+#[test]
+fn prepare_fills_the_cache_that_checks_and_the_agent_only_read() {
+    let repo = repo();
+    let server = ScriptedModelServer::start_blocking(vec![
+        openai::tool_call(
+            "shell",
+            &json!({"command": "echo poisoned > \"$WARDEN_CACHE/dep\""}).to_string(),
+        ),
+        openai::tool_call(
+            "write_file",
+            &json!({"path": "NOTES.md", "content": "notes\n"}).to_string(),
+        ),
+        openai::tool_call(
+            "submit_change",
+            &json!({"summary": "Add notes"}).to_string(),
+        ),
+    ]);
+    let warden = with_config(
+        Warden::openai(&server.url()),
+        "[sandbox]\nprepare = [\"echo fetched > \\\"$WARDEN_CACHE/dep\\\"\"]\n",
+    );
+    let run = warden.run(&[
+        "run",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--json",
+        "--check",
+        "grep -qx fetched \"$WARDEN_CACHE/dep\" && ! touch \"$WARDEN_CACHE/x\"",
+        "add notes",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    let notices = result["notices"].to_string();
+    assert!(notices.contains("prepare ran without network"), "{notices}");
+    let caches = warden.home.path().join("caches");
+    let cache = std::fs::read_dir(&caches)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    assert_eq!(
+        std::fs::read_to_string(cache.join("dep")).unwrap(),
+        "fetched\n"
+    );
+    assert!(!cache.join("x").exists());
+}
+
+#[test]
+fn doctor_suggests_the_rust_preset_when_rustup_is_installed() {
+    use std::os::unix::fs::PermissionsExt;
+    let home = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(home.path().join(".rustup/toolchains")).unwrap();
+    std::fs::create_dir_all(home.path().join(".cargo/bin")).unwrap();
+    let cargo = home.path().join(".cargo/bin/cargo");
+    std::fs::write(&cargo, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&cargo, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let warden = Warden::faux().with("HOME", home.path().to_str().unwrap());
+    let run = warden.run(&["doctor", "--json", "--offline"]);
+    let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let check = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "toolchains")
+        .unwrap_or_else(|| panic!("{report}"));
+    assert_eq!(check["ok"], true);
+    let detail = check["detail"].as_str().unwrap();
+    assert!(detail.contains("found rust: rustup at"), "{detail}");
+    assert!(
+        detail.contains("add to warden.toml:\n[sandbox]\ntoolchains = [\"rust\"]"),
+        "{detail}"
+    );
+
+    // Once configured, the sandbox sees it and the suggestion is gone.
+    std::fs::write(
+        warden.home.path().join("warden.toml"),
+        "[sandbox]\ntoolchains = [\"rust\"]\n",
+    )
+    .unwrap();
+    let run = warden.run(&["doctor", "--json", "--offline"]);
+    let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let detail = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["check"] == "toolchains")
+        .unwrap()["detail"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(detail.contains("configured: rust"), "{detail}");
+    assert!(!detail.contains("add to warden.toml"), "{detail}");
+}

@@ -166,11 +166,11 @@ async fn register_repo(
                 "mount {mount:?} must be an absolute path on the server"
             )));
         }
-        if let Some(repos) = &state.repos {
-            let user_home = std::env::var_os("HOME").map(std::path::PathBuf::from);
-            crate::toolchain::check_mount(mount, user_home.as_deref(), repos.home())
-                .map_err(ApiError::invalid)?;
-        }
+        // The server's own paths: its user's home and state directory stay out.
+        let user_home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+        let warden_home = state.repos.as_ref().map(|repos| repos.home());
+        crate::toolchain::check_mount(mount, user_home.as_deref(), warden_home)
+            .map_err(ApiError::invalid)?;
     }
     let source = match &spec.source {
         Source::Path(path) => path.to_string_lossy().into_owned(),
