@@ -319,6 +319,15 @@ pub fn check_mount(
                 "mount {shown} is under {reserved}, which the sandbox builds itself"
             ));
         }
+        if let Some(home) = home {
+            if home.starts_with(candidate) {
+                return Err(format!(
+                    "mount {shown} would show the whole home directory {} (keys, \
+                     credentials); mount the toolchain's own directories",
+                    home.display()
+                ));
+            }
+        }
         if let Some(warden_home) = warden_home {
             let warden = warden_home
                 .canonicalize()
@@ -328,15 +337,6 @@ pub fn check_mount(
                     "mount {shown} overlaps WARDEN_HOME ({}), which holds snapshots, scratch \
                      directories, caches and the task store",
                     warden_home.display()
-                ));
-            }
-        }
-        if let Some(home) = home {
-            if home.starts_with(candidate) {
-                return Err(format!(
-                    "mount {shown} would show the whole home directory {} (keys, \
-                     credentials); mount the toolchain's own directories",
-                    home.display()
                 ));
             }
         }
