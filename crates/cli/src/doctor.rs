@@ -1,7 +1,9 @@
 //! `warden doctor`: tells a person what works on this machine — the configuration, git, the
 //! state directory, the model (its configuration, and its endpoint with one request that
 //! costs nothing: the provider's model list), the sandbox backends and their layers, and the
-//! server named by `WARDEN_SERVER` — and what to do about what does not. Every check is shown
+//! server named by `WARDEN_SERVER`, the toolchains installed here (with the exact
+//! `[sandbox] toolchains` line that shows them to the sandbox) — and what to do about what
+//! does not. Every check is shown
 //! even when an earlier one fails (a bad `WARDEN_MODEL` included); the exit code is 1 when any
 //! check fails.
 
@@ -89,6 +91,7 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
     if let Some(server) = options.remote.server() {
         checks.push(server_check(server, options.remote.token.as_deref(), options.offline).await);
     }
+    checks.push(toolchain_check(config));
     let reports = warden_sandbox::probe_with(&config.sandbox.config);
     let chosen = config.sandbox.backend;
     let chosen_ok = reports
@@ -134,11 +137,12 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
         );
     } else {
         for check in &checks {
+            // Continuation lines (configuration to copy) line up under the detail.
+            let detail = check.detail.replace('\n', &format!("\n{:22}", ""));
             println!(
-                "{} {:<16} {}",
+                "{} {:<16} {detail}",
                 if check.ok { "ok  " } else { "FAIL" },
                 check.name,
-                check.detail
             );
         }
     }
@@ -153,6 +157,74 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
         }
     }
     Ok(if checks.iter().all(|c| c.ok) { 0 } else { 1 })
+}
+
+/// Which toolchain presets this machine has, which are configured, and the line to add for
+/// the others. Informational: the sandbox works without any.
+fn toolchain_check(config: &Config) -> Check {
+    use warden_server::toolchain::{detect, Preset};
+    let name = "toolchains";
+    let Some(home) = std::env::var_os("HOME").map(std::path::PathBuf::from) else {
+        return Check {
+            name,
+            ok: true,
+            detail: "HOME is not set: cannot look for rustup, nvm, pyenv or go".into(),
+        };
+    };
+    let configured = &config.sandbox.toolchains.presets;
+    let env = warden_server::config::ProcessEnv;
+    let mut found = Vec::new();
+    let mut system = Vec::new();
+    for preset in Preset::ALL {
+        match detect(preset, &home, &env) {
+            Ok(setup) if setup.mounts.is_empty() => {
+                system.push(format!("{} ({})", preset.as_str(), setup.found))
+            }
+            Ok(setup) => found.push((preset, setup.found)),
+            Err(_) => {}
+        }
+    }
+    let mut lines = Vec::new();
+    if !configured.is_empty() {
+        let names: Vec<&str> = configured.iter().map(|p| p.as_str()).collect();
+        lines.push(format!("configured: {}", names.join(", ")));
+    }
+    let missing: Vec<&(Preset, String)> = found
+        .iter()
+        .filter(|(preset, _)| !configured.contains(preset))
+        .collect();
+    if !missing.is_empty() {
+        for (preset, what) in &missing {
+            lines.push(format!("found {}: {what}", preset.as_str()));
+        }
+        let all: Vec<String> = configured
+            .iter()
+            .chain(missing.iter().map(|(preset, _)| preset))
+            .map(|preset| format!("{:?}", preset.as_str()))
+            .collect();
+        lines.push(format!(
+            "the sandbox does not see them yet; add to warden.toml:\n[sandbox]\ntoolchains = [{}]",
+            all.join(", ")
+        ));
+    }
+    if !system.is_empty() {
+        lines.push(format!(
+            "in the system directories the sandbox already shows: {}",
+            system.join(", ")
+        ));
+    }
+    if lines.is_empty() {
+        lines.push(
+            "no rustup, nvm, pyenv or go found; list toolchain directories under [sandbox] \
+             mounts in warden.toml"
+                .into(),
+        );
+    }
+    Check {
+        name,
+        ok: true,
+        detail: lines.join("\n"),
+    }
 }
 
 async fn model_check(config: &Config, offline: bool) -> Check {

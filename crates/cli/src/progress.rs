@@ -71,6 +71,12 @@ fn render(event: &Event) -> Option<String> {
         }
         Event::ToolStarted { summary, .. } => format!("  → {summary}"),
         Event::ToolFinished {
+            ok: false,
+            summary,
+            note: Some(note),
+            ..
+        } => format!("    ✗ {summary} failed: {note}"),
+        Event::ToolFinished {
             ok: false, summary, ..
         } => format!("    ✗ {summary} failed"),
         Event::PolicyDenied { tool, reason } => format!("    ✗ {tool} denied: {reason}"),

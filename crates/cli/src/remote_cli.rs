@@ -30,6 +30,14 @@ pub enum ReposCommand {
         /// A check command for change tasks (repeatable)
         #[arg(long = "check", value_name = "CMD")]
         checks: Vec<String>,
+        /// An absolute directory on the server shown read-only in this repository's sandboxes,
+        /// e.g. a toolchain (repeatable)
+        #[arg(long = "mount", value_name = "PATH")]
+        mounts: Vec<String>,
+        /// A command filling this repository's dependency cache before a change task's agent,
+        /// replacing `[sandbox] prepare` (repeatable)
+        #[arg(long = "prepare", value_name = "CMD")]
+        prepare: Vec<String>,
         /// Print the registered repository as JSON
         #[arg(long)]
         json: bool,
@@ -387,9 +395,17 @@ async fn repos(remote: &Remote, command: Option<ReposCommand>, json: bool) -> an
             source,
             branch,
             checks,
+            mounts,
+            prepare,
             json: json_out,
         }) => {
             let mut body = json!({"name": name, "source": source, "checks": checks});
+            if !mounts.is_empty() {
+                body["mounts"] = json!(mounts);
+            }
+            if !prepare.is_empty() {
+                body["prepare"] = json!(prepare);
+            }
             if let Some(branch) = branch {
                 body["branch"] = json!(branch);
             }

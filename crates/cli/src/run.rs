@@ -120,6 +120,7 @@ pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
     };
 
     let mut baseline = Vec::new();
+    let mut prepared = Vec::new();
     let (report, backend) = match ChangeSandbox::open(config, &repo, &scratch) {
         Ok(sandbox) => {
             let setup = ChangeSetup {
@@ -132,7 +133,27 @@ pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
                 created_at_ms: now,
             };
             let session = change::change_session(&setup).map_err(setup_error)?;
-            let baseline_failure = if args.baseline && !args.checks.is_empty() {
+            let before = {
+                let (session, toolchains) = (session.clone(), sandbox.toolchains.clone());
+                tokio::task::spawn_blocking(move || {
+                    change::before_agent(&session, &toolchains, &|l| StderrProgress::new().line(l))
+                })
+                .await
+            };
+            let before_failure = match before {
+                Ok(Ok(notices)) => {
+                    prepared = notices;
+                    None
+                }
+                Ok(Err(failure)) => Some(failure),
+                Err(error) => Some(Failure {
+                    code: FailureCode::Infrastructure,
+                    message: format!("preparing the task crashed: {error}"),
+                }),
+            };
+            let baseline_failure = if before_failure.is_some() {
+                before_failure
+            } else if args.baseline && !args.checks.is_empty() {
                 progress.line("warden: running the checks on the base commit");
                 let session = session.clone();
                 match tokio::task::spawn_blocking(move || change::run_baseline(&session)).await {
@@ -242,7 +263,7 @@ pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
         backend,
         &args.checks,
         baseline,
-        change::preflight_notices(&repo),
+        [change::preflight_notices(&repo), prepared].concat(),
         report,
     );
     if args.publish {

@@ -542,6 +542,9 @@ pub enum Event {
         tool: String,
         ok: bool,
         summary: String,
+        /// What the person should know about the result (a program not found in the sandbox).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        note: Option<String>,
     },
     PolicyDenied {
         tool: String,

@@ -430,6 +430,7 @@ impl Agent<'_> {
             tool: call.name.clone(),
             ok,
             summary,
+            note: tool.note(&output),
         });
         match output {
             ToolOutput::Ok(text) => push_tool_result(state, call, text, false),

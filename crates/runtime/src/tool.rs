@@ -41,6 +41,12 @@ pub trait Tool: Send + Sync {
     fn describe(&self, arguments: &serde_json::Value) -> String;
 
     fn call<'a>(&'a self, arguments: serde_json::Value) -> BoxFuture<'a, ToolOutput>;
+
+    /// A line for the person following the task about what a call returned (a command the
+    /// sandbox could not find), shown with its progress; most tools have none.
+    fn note(&self, _output: &ToolOutput) -> Option<String> {
+        None
+    }
 }
 
 /// A policy decision about one tool call.

@@ -106,6 +106,7 @@ fn main() {
                 lower: vec![("repo".into(), snapshot.clone())],
                 writable,
                 scratch_dir: base.path().join(name),
+                mounts: Vec::new(),
             })
             .unwrap()
     };

@@ -20,7 +20,7 @@
 
 use crate::cancel::{cancelled_output, Cancellation, Target};
 use crate::output::Collector;
-use crate::spec::{validate_command, validate_view, ValidatedView};
+use crate::spec::{validate_command, validate_view, view_mounts, ValidatedView};
 use crate::sys::{self, OutputPipes, Pumped};
 use crate::{
     Backend, CommandOutput, CommandSpec, Layer, LayerReport, Sandbox, SandboxConfig, SandboxError,
@@ -261,6 +261,7 @@ impl GvisorSandbox {
                 lower: vec![("trial".into(), snapshot.clone())],
                 writable: false,
                 scratch_dir: base.join("scratch"),
+                mounts: Vec::new(),
             })?;
             let output = view.run(&CommandSpec::bash(script, Duration::from_secs(60)));
             view.close()?;
@@ -453,6 +454,29 @@ impl GvisorView {
                 }
             }
         };
+        for mount in view_mounts(spec, validated)? {
+            let top = mount.top();
+            if sandbox.layout.entries.iter().any(|(name, _)| *name == top) {
+                if mount.writable {
+                    return Err(SandboxError::InvalidRequest(format!(
+                        "writable mount {} is inside the read-only system directory /{top}",
+                        mount.target.display()
+                    )));
+                }
+                continue;
+            }
+            // Mount points outside /tmp (a tmpfs of the sandbox's, where runsc makes them)
+            // are made in the read-only root file system.
+            if top != "tmp" {
+                std::fs::create_dir_all(rootfs.join(mount.relative()))
+                    .map_err(|e| io_error("a mount point", e))?;
+            }
+            mounts.push(bind(
+                &mount.target.to_string_lossy(),
+                &mount.source,
+                mount.writable,
+            ));
+        }
         let root_and_mounts = format!(
             "\"root\":{{\"path\":{},\"readonly\":true}},\"mounts\":[{}]",
             json(&rootfs.to_string_lossy()),

@@ -67,7 +67,7 @@ use std::sync::Arc;
 
 pub use error::SandboxError;
 pub use spec::{
-    baseline_env, Backend, CommandOutput, CommandSpec, DiskQuota, Layer, LayerReport,
+    baseline_env, Backend, CommandOutput, CommandSpec, DiskQuota, Layer, LayerReport, Mount,
     ResourceLimits, SandboxConfig, Stream, ViewSpec, WORKING_ROOT,
 };
 

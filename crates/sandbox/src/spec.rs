@@ -278,6 +278,34 @@ pub struct ViewSpec {
     /// A host directory Warden owns for this view (upper and work directories, `/tmp`, the
     /// generated `/etc`). Created if missing, must be empty, deleted at close.
     pub scratch_dir: PathBuf,
+    /// Host directories shown at the same path inside the view (toolchains, dependency
+    /// caches). Nothing else of the host's file system is visible beyond the system
+    /// directories.
+    pub mounts: Vec<Mount>,
+}
+
+/// A host directory bound into a view at the same absolute path: read-only (and `nosuid`,
+/// `nodev`) unless `writable`. Symbolic links in `path` are resolved on the host for the
+/// source; the mount point is `path` as written. Refused: `/`, anything under `/proc`, `/dev`,
+/// `/sys`, `/etc` or the working root, a directory that overlaps a snapshot or the scratch
+/// directory, and one mount inside another. A mount inside a system directory that views
+/// already show (`/usr`, …) is visible anyway and is not mounted again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    /// An absolute path of an existing directory.
+    pub path: PathBuf,
+    /// Writable (a dependency cache being filled); read-only otherwise.
+    pub writable: bool,
+}
+
+impl Mount {
+    /// A read-only mount of `path`.
+    pub fn read_only(path: impl Into<PathBuf>) -> Mount {
+        Mount {
+            path: path.into(),
+            writable: false,
+        }
+    }
 }
 
 /// Resource limits of one command.
@@ -456,6 +484,7 @@ pub(crate) fn validate_view(view: &ViewSpec) -> Result<ValidatedView, SandboxErr
         }
         repos.push((name.clone(), canonical));
     }
+    validate_mounts(view, &repos)?;
     if repos.len() == 1 {
         let (_, snapshot) = repos.remove(0);
         return Ok(ValidatedView::Single(snapshot));
@@ -465,6 +494,135 @@ pub(crate) fn validate_view(view: &ViewSpec) -> Result<ValidatedView, SandboxErr
         return invalid(format!("repository name {:?} is given twice", pair[0].0));
     }
     Ok(ValidatedView::Multi(repos))
+}
+
+/// A [`Mount`] after validation.
+#[derive(Debug, Clone)]
+pub(crate) struct ValidatedMount {
+    /// The canonical host directory.
+    pub(crate) source: PathBuf,
+    /// Where it appears in the view: the path as given, absolute and normal.
+    pub(crate) target: PathBuf,
+    pub(crate) writable: bool,
+}
+
+impl ValidatedMount {
+    /// The target relative to `/`.
+    pub(crate) fn relative(&self) -> &std::path::Path {
+        self.target.strip_prefix("/").unwrap_or(&self.target)
+    }
+
+    /// The first component of the target (`home` of `/home/u/.cargo`).
+    pub(crate) fn top(&self) -> String {
+        self.relative()
+            .components()
+            .next()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .unwrap_or_default()
+    }
+}
+
+/// Top-level directories of a view that Warden builds itself: nothing may be mounted there.
+const RESERVED_TOPS: [&str; 6] = ["proc", "dev", "sys", "etc", "work", ".warden-host"];
+
+/// Checks a view's mounts (see [`Mount`]) against its snapshots (`repos`, canonical) and
+/// scratch directory; sorted by target, parents first.
+fn validate_mounts(
+    view: &ViewSpec,
+    repos: &[(String, PathBuf)],
+) -> Result<Vec<ValidatedMount>, SandboxError> {
+    use std::path::Component;
+    let invalid = |message: String| Err(SandboxError::InvalidRequest(message));
+    let overlaps = |a: &std::path::Path, b: &std::path::Path| a.starts_with(b) || b.starts_with(a);
+    let scratch = view
+        .scratch_dir
+        .parent()
+        .and_then(|parent| parent.canonicalize().ok())
+        .zip(view.scratch_dir.file_name())
+        .map(|(parent, name)| parent.join(name))
+        .unwrap_or_else(|| view.scratch_dir.clone());
+    let mut mounts: Vec<ValidatedMount> = Vec::with_capacity(view.mounts.len());
+    for mount in &view.mounts {
+        let path = &mount.path;
+        let shown = path.display();
+        let normal = path.is_absolute()
+            && path
+                .components()
+                .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+        if !normal || path.as_os_str().as_encoded_bytes().contains(&0) {
+            return invalid(format!(
+                "mount {shown} must be an absolute path without '.' or '..'"
+            ));
+        }
+        if path.parent().is_none() {
+            return invalid("mount / would show the whole host: name directories".into());
+        }
+        let validated = ValidatedMount {
+            source: PathBuf::new(),
+            target: path.components().collect(),
+            writable: mount.writable,
+        };
+        let top = validated.top();
+        if RESERVED_TOPS.contains(&top.as_str())
+            || WORKING_ROOT == format!("/{top}")
+            || validated.target == std::path::Path::new("/tmp")
+        {
+            return invalid(format!(
+                "mount {shown} is under /{top}, which the sandbox builds itself"
+            ));
+        }
+        let source = path
+            .canonicalize()
+            .map_err(|error| SandboxError::InvalidRequest(format!("mount {shown}: {error}")))?;
+        if !source.is_dir() {
+            return invalid(format!("mount {shown} is not a directory"));
+        }
+        if source.parent().is_none() {
+            return invalid(format!("mount {shown} resolves to /"));
+        }
+        for (name, snapshot) in repos {
+            if overlaps(&source, snapshot) {
+                return invalid(format!(
+                    "mount {shown} overlaps the snapshot of {name} ({})",
+                    snapshot.display()
+                ));
+            }
+        }
+        if overlaps(&source, &scratch) || overlaps(&validated.target, &scratch) {
+            return invalid(format!(
+                "mount {shown} overlaps the view's scratch directory {}",
+                scratch.display()
+            ));
+        }
+        mounts.push(ValidatedMount {
+            source,
+            ..validated
+        });
+    }
+    mounts.sort_by(|a, b| a.target.cmp(&b.target));
+    for pair in mounts.windows(2) {
+        if pair[1].target.starts_with(&pair[0].target) {
+            return invalid(format!(
+                "mount {} is inside mount {}: list only one of them",
+                pair[1].target.display(),
+                pair[0].target.display()
+            ));
+        }
+    }
+    Ok(mounts)
+}
+
+/// The validated mounts of a view whose snapshots were validated already.
+pub(crate) fn view_mounts(
+    view: &ViewSpec,
+    validated: &ValidatedView,
+) -> Result<Vec<ValidatedMount>, SandboxError> {
+    match validated {
+        ValidatedView::Single(snapshot) => {
+            validate_mounts(view, &[(String::new(), snapshot.clone())])
+        }
+        ValidatedView::Multi(repos) => validate_mounts(view, repos),
+    }
 }
 
 /// Checks a command and returns its working directory relative to the working root,

@@ -66,6 +66,8 @@ pub struct ChangeSandbox {
     view: Arc<Box<dyn SandboxView>>,
     /// The overlay's upper directory: what the view changed.
     pub upper: PathBuf,
+    /// Toolchain mounts, environment, the repository's cache and its prepare commands.
+    pub toolchains: crate::toolchain::TaskToolchains,
 }
 
 impl ChangeSandbox {
@@ -88,6 +90,7 @@ impl ChangeSandbox {
             code: FailureCode::Infrastructure,
             message: format!("cannot create {}: {e}", scratch_dir.display()),
         })?;
+        let toolchains = crate::toolchain::task_toolchains(config, std::slice::from_ref(repo))?;
         let sandbox = warden_sandbox::select(config.sandbox.backend, &config.sandbox.config)
             .map_err(failure)?;
         let view_dir = scratch_dir.join("view");
@@ -96,6 +99,7 @@ impl ChangeSandbox {
                 lower: vec![(repo.pinned.name.clone(), repo.snapshot.root.clone())],
                 writable: true,
                 scratch_dir: view_dir.clone(),
+                mounts: toolchains.mounts(false),
             })
             .map_err(failure)?;
         // Without an upper layer (the `local` backend copies) the candidate compares the tree.
@@ -107,6 +111,7 @@ impl ChangeSandbox {
             sandbox,
             view: Arc::new(view),
             upper,
+            toolchains,
         })
     }
 
@@ -176,6 +181,8 @@ pub fn change_session(setup: &ChangeSetup<'_>) -> Result<Arc<ChangeSession>, Set
         check_timeout: CHECK_TIMEOUT,
         limits: setup.config.sandbox.limits,
         redact,
+        env: setup.sandbox.toolchains.command_env(true),
+        mounts: setup.sandbox.toolchains.mounts(false),
     })))
 }
 
@@ -196,10 +203,10 @@ pub fn change_tools(
         })?,
     );
     let mut tools = warden_tools::question_tools(Arc::new(workspace));
-    tools.push(Arc::new(Shell::new(
-        setup.sandbox.view.clone(),
-        setup.config.sandbox.limits,
-    )));
+    tools.push(Arc::new(
+        Shell::new(setup.sandbox.view.clone(), setup.config.sandbox.limits)
+            .with_env(setup.sandbox.toolchains.command_env(true)),
+    ));
     tools.push(Arc::new(WriteFile::new(writable.clone())));
     tools.push(Arc::new(EditFile::new(writable.clone())));
     tools.push(Arc::new(ApplyPatch::new(writable)));
@@ -246,6 +253,130 @@ pub fn run_baseline(
             validations,
         ))
     }
+}
+
+/// How long one `prepare` command may run.
+pub const PREPARE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Before the agent's first turn: the repository's `prepare` commands (each in a writable view
+/// over the base whose only difference is the dependency cache mounted writable; like every
+/// sandbox, without network), then a lookup of the checks' programs on the base tree. Returns
+/// notices for the result; `Err` fails the task before the agent spends anything, with the
+/// not-found sentence when a check's program is missing.
+pub fn before_agent(
+    session: &ChangeSession,
+    toolchains: &crate::toolchain::TaskToolchains,
+    progress: &dyn Fn(&str),
+) -> Result<Vec<String>, Failure> {
+    let mut notices = Vec::new();
+    if !toolchains.prepare.is_empty() {
+        notices.push(
+            "prepare ran without network (a proxy for prepare is not supported yet): it fills \
+             the dependency cache only from what the sandbox can already reach"
+                .to_string(),
+        );
+        notices.extend(prepare(session, toolchains, progress)?);
+    }
+    let missing = session.missing_programs().map_err(|message| Failure {
+        code: FailureCode::SandboxError,
+        message,
+    })?;
+    if missing.is_empty() {
+        return Ok(notices);
+    }
+    let reasons: Vec<String> = missing
+        .iter()
+        .map(|(check, program)| {
+            format!(
+                "check `{check}` cannot run on the base commit: {}",
+                warden_tools::not_found_sentence(program)
+            )
+        })
+        .collect();
+    Err(Failure {
+        code: FailureCode::BaselineFailing,
+        message: reasons.join("\n"),
+    })
+}
+
+/// Runs the prepare commands with the cache writable, one view each, holding the cache's lock
+/// so two tasks of a repository do not fill it at once. A failing command is a notice, not a
+/// failure: the checks say whether what it should have fetched is missing.
+fn prepare(
+    session: &ChangeSession,
+    toolchains: &crate::toolchain::TaskToolchains,
+    progress: &dyn Fn(&str),
+) -> Result<Vec<String>, Failure> {
+    let infrastructure = |message: String| Failure {
+        code: FailureCode::Infrastructure,
+        message,
+    };
+    let _lock = match &toolchains.cache {
+        Some(cache) => Some(
+            crate::toolchain::lock_cache(cache)
+                .map_err(|e| infrastructure(format!("cannot lock the dependency cache: {e}")))?,
+        ),
+        None => None,
+    };
+    let config = &session.config;
+    std::fs::create_dir_all(&config.scratch)
+        .map_err(|e| infrastructure(format!("cannot create {}: {e}", config.scratch.display())))?;
+    let mut notices = Vec::new();
+    for (index, command) in toolchains.prepare.iter().enumerate() {
+        progress(&format!(
+            "warden: prepare `{command}` (dependency cache writable; no network: a proxy for \
+             prepare is not supported yet)"
+        ));
+        let view = config
+            .sandbox
+            .open(&ViewSpec {
+                lower: vec![(config.repo.clone(), config.snapshot.clone())],
+                writable: true,
+                scratch_dir: config.scratch.join(format!("prepare-{index}")),
+                mounts: toolchains.mounts(true),
+            })
+            .map_err(|e| Failure {
+                code: FailureCode::SandboxError,
+                message: format!("the prepare view could not be opened: {e}"),
+            })?;
+        let mut spec = warden_sandbox::CommandSpec::bash(command, PREPARE_TIMEOUT);
+        spec.limits = config.limits;
+        spec.env = toolchains.command_env(false);
+        let output = view.run(&spec);
+        let _ = view.close();
+        let output = output.map_err(|e| Failure {
+            code: FailureCode::SandboxError,
+            message: format!("sandbox error running prepare `{command}`: {e}"),
+        })?;
+        if output.success() {
+            continue;
+        }
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let mut reason = match (output.timed_out, output.exit_code) {
+            (true, _) => format!("timed out after {} s", PREPARE_TIMEOUT.as_secs()),
+            (false, Some(code)) => format!("exit code {code}"),
+            (false, None) => "killed".into(),
+        };
+        let note = warden_tools::not_found_note(output.exit_code, &stderr);
+        let detail = if note.is_empty() {
+            stderr
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("")
+                .trim()
+                .to_string()
+        } else {
+            note
+        };
+        if !detail.is_empty() {
+            reason.push_str(&format!(": {}", (config.redact)(&detail)));
+        }
+        let notice = format!("prepare `{command}` failed ({reason})");
+        progress(&format!("warden: {notice}"));
+        notices.push(notice);
+    }
+    Ok(notices)
 }
 
 /// Files and folders through which other agents take instructions from a repository. Warden

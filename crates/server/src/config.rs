@@ -99,6 +99,16 @@ pub struct SandboxSection {
     pub disk_mib: Option<u64>,
     /// Files and directories in that space; default 100000.
     pub disk_inodes: Option<u64>,
+    /// Host directories shown read-only in every sandbox at the same path (`~` is the
+    /// Warden user's home); their `bin` folders go on `PATH`.
+    #[serde(default)]
+    pub mounts: Vec<String>,
+    /// Toolchain presets: `rust`, `node`, `python`, `go` (see `crate::toolchain`).
+    #[serde(default)]
+    pub toolchains: Vec<String>,
+    /// Commands run before a change task's agent with the repository's cache writable.
+    #[serde(default)]
+    pub prepare: Vec<String>,
 }
 
 /// `[storage]`: how large snapshots may be and how much mirrors and snapshots may take.
@@ -203,6 +213,8 @@ pub struct SandboxChoice {
     pub backend: warden_sandbox::Backend,
     pub config: warden_sandbox::SandboxConfig,
     pub limits: warden_sandbox::ResourceLimits,
+    /// `[sandbox] mounts`, `toolchains` and `prepare`, resolved.
+    pub toolchains: crate::toolchain::Toolchains,
 }
 
 #[derive(Debug)]
@@ -339,7 +351,7 @@ impl Config {
             table.insert(price);
         }
         let prices = table;
-        let sandbox = sandbox_choice(&file.sandbox, env)?;
+        let sandbox = sandbox_choice(&file.sandbox, &home, env)?;
         let storage = storage_config(&file.storage)?;
         let serve = crate::service::ServeConfig::resolve(&file.serve)?;
         let callbacks = crate::callback::CallbackConfig::resolve(
@@ -467,7 +479,11 @@ impl Config {
     }
 }
 
-fn sandbox_choice(section: &SandboxSection, env: &dyn Env) -> anyhow::Result<SandboxChoice> {
+fn sandbox_choice(
+    section: &SandboxSection,
+    home: &Path,
+    env: &dyn Env,
+) -> anyhow::Result<SandboxChoice> {
     let name = env
         .var("WARDEN_SANDBOX")
         .or_else(|| section.backend.clone())
@@ -521,6 +537,13 @@ fn sandbox_choice(section: &SandboxSection, env: &dyn Env) -> anyhow::Result<San
             disk,
         },
         limits,
+        toolchains: crate::toolchain::Toolchains::resolve(
+            &section.toolchains,
+            &section.mounts,
+            &section.prepare,
+            home,
+            env,
+        )?,
     })
 }
 

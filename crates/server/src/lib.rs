@@ -24,4 +24,5 @@ pub mod sensitive;
 pub mod serve;
 pub mod service;
 pub mod storage;
+pub mod toolchain;
 pub mod worker;

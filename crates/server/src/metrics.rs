@@ -499,6 +499,7 @@ mod tests {
                 tool: format!("tool{index}"),
                 ok: true,
                 summary: String::new(),
+                note: None,
             });
         }
         let text = metrics.render(&[]);

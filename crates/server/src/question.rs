@@ -76,6 +76,8 @@ pub struct TaskRepo {
     pub snapshot: Snapshot,
     /// Keeps the mirror and snapshot from eviction while the task uses them.
     pub in_use: Arc<InUse>,
+    /// The registered repository's own mounts and prepare commands (none in-process).
+    pub sandbox: crate::toolchain::RepoSandbox,
 }
 
 /// Pins every repository and builds its snapshot. `progress` receives one line per step.
@@ -135,6 +137,7 @@ pub fn pin_all(
             pinned,
             snapshot,
             in_use: Arc::new(in_use),
+            sandbox: Default::default(),
         });
     }
     Ok(repos)
@@ -172,6 +175,8 @@ pub struct QuestionRun<'a> {
 pub struct TaskSandbox {
     pub backend: Backend,
     view: Arc<Box<dyn SandboxView>>,
+    /// Toolchain mounts and environment of the task's commands.
+    pub toolchains: crate::toolchain::TaskToolchains,
 }
 
 impl TaskSandbox {
@@ -197,6 +202,7 @@ impl TaskSandbox {
                 message: format!("cannot create {}: {e}", parent.display()),
             })?;
         }
+        let toolchains = crate::toolchain::task_toolchains(config, repos)?;
         let sandbox = warden_sandbox::select(config.sandbox.backend, &config.sandbox.config)
             .map_err(failure)?;
         let view = sandbox
@@ -207,11 +213,13 @@ impl TaskSandbox {
                     .collect(),
                 writable: false,
                 scratch_dir: scratch_dir.to_path_buf(),
+                mounts: toolchains.mounts(false),
             })
             .map_err(failure)?;
         Ok(TaskSandbox {
             backend: config.sandbox.backend,
             view: Arc::new(view),
+            toolchains,
         })
     }
 
@@ -269,10 +277,10 @@ pub fn question_tools(
     )
     .map_err(infrastructure)?;
     let mut tools = warden_tools::question_tools(Arc::new(workspace));
-    tools.push(Arc::new(Shell::new(
-        sandbox.view.clone(),
-        config.sandbox.limits,
-    )));
+    tools.push(Arc::new(
+        Shell::new(sandbox.view.clone(), config.sandbox.limits)
+            .with_env(sandbox.toolchains.command_env(true)),
+    ));
     tools.push(Arc::new(SubmitAnswer::new(Arc::new(checkouts))));
     tools.push(Arc::new(AskUser));
     Ok(tools)

@@ -537,8 +537,12 @@ async fn run_task(
         .join("scratch")
         .join(format!("{}-{}", task.id, claim.run_number));
     let scratch_for_setup = scratch.clone();
+    let sandboxes = repo_sandboxes(services.store.as_ref(), &task.repos).await;
     let setup = tokio::task::spawn_blocking(move || {
-        let repos = question::pin_all(&repo_store, &specs, &|line| tracing::debug!("{line}"))?;
+        let mut repos = question::pin_all(&repo_store, &specs, &|line| tracing::debug!("{line}"))?;
+        for (repo, sandbox) in repos.iter_mut().zip(sandboxes) {
+            repo.sandbox = sandbox;
+        }
         let sandbox = TaskSandbox::open(&config, &repos, &scratch_for_setup);
         Ok::<_, SetupError>((repos, sandbox))
     })
@@ -798,6 +802,25 @@ async fn earlier_decisions(
     Ok(best)
 }
 
+/// The registered repositories' own mounts and prepare commands, in the task's order
+/// (none for one that cannot be read: pinning reports that).
+async fn repo_sandboxes(
+    store: &dyn Store,
+    repos: &[TaskRepo],
+) -> Vec<crate::toolchain::RepoSandbox> {
+    let mut sandboxes = Vec::with_capacity(repos.len());
+    for repo in repos {
+        sandboxes.push(match store.get_repo(&repo.name).await {
+            Ok(Some(registered)) => crate::toolchain::RepoSandbox {
+                mounts: registered.mounts,
+                prepare: registered.prepare,
+            },
+            _ => crate::toolchain::RepoSandbox::default(),
+        });
+    }
+    sandboxes
+}
+
 /// The task's repositories as pinnable specs: the registered source, at the commit an earlier
 /// run recorded, else the revision asked for, else the registered branch.
 async fn repo_specs(store: &dyn Store, repos: &[TaskRepo]) -> Result<Vec<RepoSpec>, Failure> {
@@ -952,6 +975,8 @@ mod conversation_tests {
                 source: dir.path().display().to_string(),
                 branch: None,
                 checks: vec![],
+                mounts: vec![],
+                prepare: vec![],
                 created_by: "root".into(),
             })
             .await

@@ -63,7 +63,8 @@ impl RawTask {
     }
 }
 
-pub(crate) const REPO_COLUMNS: &str = "name, source, branch, checks, created_by, created_at_ms";
+pub(crate) const REPO_COLUMNS: &str =
+    "name, source, branch, checks, created_by, created_at_ms, mounts, prepare";
 
 pub(crate) struct RawRepo {
     pub name: String,
@@ -72,6 +73,8 @@ pub(crate) struct RawRepo {
     pub checks: String,
     pub created_by: String,
     pub created_at_ms: i64,
+    pub mounts: String,
+    pub prepare: String,
 }
 
 impl RawRepo {
@@ -81,6 +84,8 @@ impl RawRepo {
             source: self.source,
             branch: self.branch,
             checks: serde_json::from_str(&self.checks)?,
+            mounts: serde_json::from_str(&self.mounts)?,
+            prepare: serde_json::from_str(&self.prepare)?,
             created_by: self.created_by,
             created_at_ms: self.created_at_ms,
         })

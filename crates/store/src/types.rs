@@ -37,6 +37,10 @@ pub struct NewRepo {
     pub source: String,
     pub branch: Option<String>,
     pub checks: Vec<String>,
+    /// Host directories shown read-only in this repository's sandboxes.
+    pub mounts: Vec<String>,
+    /// Commands filling this repository's dependency cache before a change task's agent.
+    pub prepare: Vec<String>,
     pub created_by: String,
 }
 
@@ -50,6 +54,12 @@ pub struct Repository {
     pub branch: Option<String>,
     /// Check commands (how to validate a change).
     pub checks: Vec<String>,
+    /// Host directories shown read-only in this repository's sandboxes (on top of
+    /// `[sandbox] mounts`).
+    pub mounts: Vec<String>,
+    /// Commands filling this repository's dependency cache before a change task's agent
+    /// (replacing `[sandbox] prepare`).
+    pub prepare: Vec<String>,
     /// Who registered it (the API token's name).
     pub created_by: String,
     pub created_at_ms: i64,

@@ -45,6 +45,7 @@ fn main() {
                 lower: vec![("bench".into(), snapshot.root.clone())],
                 writable: true,
                 scratch_dir: scratch.join("view"),
+                mounts: Vec::new(),
             })
             .unwrap();
         let opened = started.elapsed();

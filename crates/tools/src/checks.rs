@@ -24,7 +24,7 @@ use warden_repo::proposal::{
 };
 use warden_repo::Git;
 use warden_runtime::{BoxFuture, Finish, Tool, ToolOutput, ToolSpec};
-use warden_sandbox::{CommandSpec, ResourceLimits, Sandbox, ViewSpec};
+use warden_sandbox::{CommandSpec, Mount, ResourceLimits, Sandbox, ViewSpec};
 
 /// Bytes of a check's output kept in its record.
 const OUTPUT_TAIL: usize = 4000;
@@ -55,6 +55,10 @@ pub struct ChangeSessionConfig {
     pub check_timeout: Duration,
     pub limits: ResourceLimits,
     pub redact: Redact,
+    /// The environment of check commands (the sandbox baseline plus the toolchains').
+    pub env: Vec<(String, String)>,
+    /// Host directories the check views show (toolchains, the dependency cache read-only).
+    pub mounts: Vec<Mount>,
 }
 
 /// A change task's candidate, checks and proposal, shared by `run_checks` and `submit_change`.
@@ -136,10 +140,12 @@ impl ChangeSession {
                     lower: vec![(self.config.repo.clone(), lower.clone())],
                     writable: true,
                     scratch_dir,
+                    mounts: self.config.mounts.clone(),
                 })
                 .map_err(|e| format!("sandbox error: the check view could not be opened: {e}"))?;
             let mut spec = CommandSpec::bash(command, self.config.check_timeout);
             spec.limits = self.config.limits;
+            spec.env = self.config.env.clone();
             spec.output_limit = 256 * 1024;
             let started = Instant::now();
             let output = view.run(&spec);
@@ -154,6 +160,14 @@ impl ChangeSession {
                     text.push('\n');
                 }
                 text.push_str(&String::from_utf8_lossy(&output.stderr));
+            }
+            let note =
+                crate::not_found_note(output.exit_code, &String::from_utf8_lossy(&output.stderr));
+            if !note.is_empty() {
+                if !text.is_empty() && !text.ends_with('\n') {
+                    text.push('\n');
+                }
+                text.push_str(&note);
             }
             if output.timed_out {
                 text.push_str(&format!(
@@ -176,6 +190,66 @@ impl ChangeSession {
             });
         }
         Ok(validations)
+    }
+
+    /// The programs the checks name that the sandbox cannot find on the base tree, as
+    /// `(check, program)`: one `command -v` per program in a read-only view, so a check that
+    /// can never run fails the task before the agent works. Only names looked up on `PATH`
+    /// are checked (not `./script`, nor functions the check defines).
+    pub fn missing_programs(&self) -> Result<Vec<(String, String)>, String> {
+        let mut wanted: Vec<(String, String)> = Vec::new();
+        for check in &self.config.checks {
+            for program in check_programs(check) {
+                if !wanted.iter().any(|(_, p)| *p == program) {
+                    wanted.push((check.clone(), program));
+                }
+            }
+        }
+        if wanted.is_empty() {
+            return Ok(Vec::new());
+        }
+        let quoted: Vec<String> = wanted
+            .iter()
+            .map(|(_, program)| format!("'{}'", program.replace('\'', "'\\''")))
+            .collect();
+        let script = format!(
+            "for p in {}; do command -v -- \"$p\" >/dev/null 2>&1 || printf '%s\\n' \"$p\"; done",
+            quoted.join(" ")
+        );
+        std::fs::create_dir_all(&self.config.scratch)
+            .map_err(|e| format!("cannot create {}: {e}", self.config.scratch.display()))?;
+        let view = self
+            .config
+            .sandbox
+            .open(&ViewSpec {
+                lower: vec![(self.config.repo.clone(), self.config.snapshot.clone())],
+                writable: false,
+                scratch_dir: self.config.scratch.join("probe"),
+                mounts: self.config.mounts.clone(),
+            })
+            .map_err(|e| format!("sandbox error: the check view could not be opened: {e}"))?;
+        let mut spec = CommandSpec::bash(&script, Duration::from_secs(60));
+        spec.limits = self.config.limits;
+        spec.env = self.config.env.clone();
+        let output = view.run(&spec);
+        let _ = view.close();
+        let output =
+            output.map_err(|e| format!("sandbox error looking up the checks' programs: {e}"))?;
+        if !output.success() {
+            return Err(format!(
+                "looking up the checks' programs failed (exit {:?}): {}",
+                output.exit_code,
+                String::from_utf8_lossy(&output.stderr).trim()
+            ));
+        }
+        let missing: Vec<String> = String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        Ok(wanted
+            .into_iter()
+            .filter(|(_, program)| missing.contains(program))
+            .collect())
     }
 
     fn materialize(&self, tree: &str) -> Result<PathBuf, String> {
@@ -287,6 +361,34 @@ fn remove_read_only_tree(path: &std::path::Path) -> std::io::Result<()> {
     std::fs::remove_dir_all(path)
 }
 
+/// The programs a check looks up on `PATH`: the command name of each simple command (after
+/// assignments and `env`-like wrappers are not followed), without `/`, not a function the check
+/// defines. A check the parser cannot follow names none.
+fn check_programs(check: &str) -> Vec<String> {
+    let Ok(commands) = crate::shell::simple_commands(check) else {
+        return Vec::new();
+    };
+    let defined = |name: &str| {
+        check.contains(&format!("{name}()"))
+            || check.contains(&format!("{name} ()"))
+            || check.contains(&format!("function {name}"))
+    };
+    let mut programs = Vec::new();
+    for argv in commands {
+        let Some(program) = argv.iter().find(|w| !crate::shell::is_assignment(w)) else {
+            continue;
+        };
+        let usable = !program.is_empty()
+            && !program.contains(['/', '$', '*', '?', '[', '=', '~'])
+            && program != "function"
+            && !defined(program);
+        if usable && !programs.contains(program) {
+            programs.push(program.clone());
+        }
+    }
+    programs
+}
+
 /// The last `max` bytes of `text` on a character boundary.
 fn tail(text: &str, max: usize) -> String {
     if text.len() <= max {
@@ -346,6 +448,13 @@ impl Tool for RunChecks {
 
     fn describe(&self, _arguments: &Value) -> String {
         "run_checks".into()
+    }
+
+    fn note(&self, output: &ToolOutput) -> Option<String> {
+        match output {
+            ToolOutput::Error(text) => crate::not_found_lines(text),
+            _ => None,
+        }
     }
 
     fn call<'a>(&'a self, _arguments: Value) -> BoxFuture<'a, ToolOutput> {
@@ -476,5 +585,24 @@ fn submit(session: &ChangeSession, summary: String) -> ToolOutput {
             proposal: Some(Box::new(proposal)),
         }),
         Err(text) => ToolOutput::Error(text),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn check_programs_are_the_path_lookups() {
+        let check =
+            |text: &str, expect: &[&str]| assert_eq!(check_programs(text), expect, "{text}");
+        check("cargo test", &["cargo"]);
+        check(
+            "cd sub && RUST_LOG=1 cargo test --all | tee log",
+            &["cd", "cargo", "tee"],
+        );
+        check("./scripts/test.sh && make", &["make"]);
+        check("t() { faketool; }; t", &["faketool"]);
+        check("'unterminated", &[]);
     }
 }

@@ -31,6 +31,54 @@ pub fn question_tools(workspace: Arc<Workspace>) -> Vec<Arc<dyn Tool>> {
     ]
 }
 
+/// What Warden says about a program the sandbox cannot find (a command that exited 127): to
+/// the agent, in the person's progress and in check records.
+pub fn not_found_sentence(program: &str) -> String {
+    format!(
+        "`{program}`: not found in the sandbox; the operator can add a mount or a toolchain \
+         preset ([sandbox] toolchains / mounts in warden.toml)"
+    )
+}
+
+/// The programs bash reported as not found (`bash: line 1: cargo: command not found`) in the
+/// output of a command that exited 127, in order, without repeats.
+pub fn programs_not_found(exit_code: Option<i32>, output: &str) -> Vec<String> {
+    if exit_code != Some(127) {
+        return Vec::new();
+    }
+    let mut programs: Vec<String> = Vec::new();
+    for line in output.lines() {
+        let Some(rest) = line.trim_end().strip_suffix(": command not found") else {
+            continue;
+        };
+        let program = rest.rsplit(": ").next().unwrap_or(rest).trim();
+        if !program.is_empty() && !programs.iter().any(|p| p == program) {
+            programs.push(program.to_string());
+        }
+    }
+    programs
+}
+
+/// The not-found sentences for `output` of a command that exited `exit_code`, one per line
+/// (empty when nothing was missing).
+pub fn not_found_note(exit_code: Option<i32>, output: &str) -> String {
+    programs_not_found(exit_code, output)
+        .iter()
+        .map(|program| not_found_sentence(program))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The not-found sentences already in a tool's output, for the person's progress.
+pub(crate) fn not_found_lines(text: &str) -> Option<String> {
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|line| line.contains("not found in the sandbox; the operator can"))
+        .map(str::trim)
+        .collect();
+    (!lines.is_empty()).then(|| lines.join("\n"))
+}
+
 /// The sentence every tool description ends with, explaining paths for this working root.
 fn path_help(workspace: &Workspace) -> String {
     if workspace.is_multi_repo() {
@@ -70,6 +118,23 @@ fn describe_text(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn missing_programs_are_named_from_bash_messages() {
+        let stderr = "bash: line 1: cargo: command not found\nbash: faketool: command not found\n\
+                      bash: line 2: cargo: command not found\n";
+        assert_eq!(
+            programs_not_found(Some(127), stderr),
+            vec!["cargo", "faketool"]
+        );
+        assert!(programs_not_found(Some(1), stderr).is_empty());
+        assert!(programs_not_found(Some(127), "./x: No such file or directory").is_empty());
+        assert_eq!(
+            not_found_note(Some(127), "bash: line 1: cargo: command not found"),
+            "`cargo`: not found in the sandbox; the operator can add a mount or a toolchain \
+             preset ([sandbox] toolchains / mounts in warden.toml)"
+        );
+    }
 
     #[test]
     fn truncates_by_characters() {

@@ -42,11 +42,23 @@ const REFUSED_PROGRAMS: &[(&str, &str)] = &[
 pub struct Shell {
     view: Arc<Box<dyn SandboxView>>,
     limits: ResourceLimits,
+    env: Vec<(String, String)>,
 }
 
 impl Shell {
     pub fn new(view: Arc<Box<dyn SandboxView>>, limits: ResourceLimits) -> Shell {
-        Shell { view, limits }
+        Shell {
+            view,
+            limits,
+            env: warden_sandbox::baseline_env(),
+        }
+    }
+
+    /// Commands get `env` (the allow-listed baseline with the configured toolchains' `PATH`
+    /// and variables) instead of the bare baseline.
+    pub fn with_env(mut self, env: Vec<(String, String)>) -> Shell {
+        self.env = env;
+        self
     }
 }
 
@@ -85,6 +97,13 @@ impl Tool for Shell {
         format!("shell {first}")
     }
 
+    fn note(&self, output: &ToolOutput) -> Option<String> {
+        match output {
+            ToolOutput::Error(text) => crate::not_found_lines(text),
+            _ => None,
+        }
+    }
+
     fn call<'a>(&'a self, arguments: Value) -> BoxFuture<'a, ToolOutput> {
         let command = arguments["command"]
             .as_str()
@@ -96,6 +115,7 @@ impl Tool for Shell {
             .min(MAX_TIMEOUT_MS);
         let view = self.view.clone();
         let limits = self.limits;
+        let env = self.env.clone();
         Box::pin(async move {
             if let Err(reason) = check_command(&command) {
                 return ToolOutput::Error(format!("command refused: {reason}"));
@@ -103,6 +123,7 @@ impl Tool for Shell {
             let mut spec = CommandSpec::bash(&command, Duration::from_millis(timeout_ms));
             spec.output_limit = OUTPUT_LIMIT;
             spec.limits = limits;
+            spec.env = env;
             match blocking::run(move || view.run(&spec)).await {
                 None => ToolOutput::Error("the sandboxed command crashed Warden's runner".into()),
                 Some(Err(error)) => ToolOutput::Error(format!("sandbox error: {error}")),
@@ -122,6 +143,13 @@ impl Tool for Shell {
                                 String::from_utf8_lossy(bytes).trim_end()
                             ));
                         }
+                    }
+                    let note = crate::not_found_note(
+                        output.exit_code,
+                        &String::from_utf8_lossy(&output.stderr),
+                    );
+                    if !note.is_empty() {
+                        text.push_str(&format!("{note}\n"));
                     }
                     if output.exit_code == Some(0) {
                         ToolOutput::Ok(text)
@@ -177,7 +205,7 @@ pub fn check_command(script: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn is_assignment(word: &str) -> bool {
+pub(crate) fn is_assignment(word: &str) -> bool {
     word.split_once('=').is_some_and(|(name, _)| {
         !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
     })
@@ -186,7 +214,7 @@ fn is_assignment(word: &str) -> bool {
 /// Splits a bash script into the argv of its simple commands: quotes and backslashes are
 /// honoured, and `;`, `&`, `|`, newlines, `(`, `)`, `` ` `` and `$(` start a new command. This is
 /// deliberately conservative: anything it cannot follow (an unterminated quote) is refused.
-fn simple_commands(script: &str) -> Result<Vec<Vec<String>>, String> {
+pub(crate) fn simple_commands(script: &str) -> Result<Vec<Vec<String>>, String> {
     let mut commands = Vec::new();
     let mut argv: Vec<String> = Vec::new();
     let mut word = String::new();

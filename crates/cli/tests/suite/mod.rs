@@ -17,3 +17,4 @@ mod server_harness;
 mod sse;
 mod support;
 mod token;
+mod toolchain;

@@ -618,6 +618,8 @@ pub async fn queue_question(
             source: repo.path().canonicalize().unwrap().display().to_string(),
             branch: None,
             checks: vec![],
+            mounts: vec![],
+            prepare: vec![],
             created_by: registered_by.into(),
         })
         .await

@@ -155,6 +155,7 @@ impl LinuxSandbox {
                 lower: vec![("trial".into(), snapshot.clone())],
                 writable: true,
                 scratch_dir: base.join("scratch"),
+                mounts: Vec::new(),
             })?;
             let mut command = CommandSpec::bash("", Duration::from_secs(30));
             command.argv = vec!["true".into()];

@@ -10,7 +10,7 @@ use super::{
 };
 use crate::cancel::{cancelled_output, Cancellation, Target};
 use crate::output::Collector;
-use crate::spec::{validate_command, ValidatedView};
+use crate::spec::{validate_command, view_mounts, ValidatedView};
 use crate::sys::{self, OutputPipes, Pumped};
 use crate::{
     Backend, CommandOutput, CommandSpec, Layer, SandboxError, SandboxView, Stream, ViewSpec,
@@ -317,6 +317,12 @@ impl LinuxView {
         let tmp = root_dir.join("tmp");
         steps.mkdir(&tmp);
         steps.bind(&disk.join("tmp"), &tmp, true, false);
+        mount_host_directories(
+            &mut steps,
+            sandbox,
+            &root_dir,
+            &view_mounts(spec, validated)?,
+        )?;
 
         let work = root_dir.join(WORKING_ROOT.trim_start_matches('/'));
         steps.mkdir(&work);
@@ -625,6 +631,10 @@ impl LinuxView {
         for device in DEVICES {
             rules.push((Path::new("/dev").join(device), landlock::Access::Device));
         }
+        for mount in spec.mounts.iter().filter(|mount| mount.writable) {
+            let relative = mount.path.strip_prefix("/").unwrap_or(&mount.path);
+            rules.push((proc_root.join(relative), landlock::Access::Write));
+        }
         if spec.writable {
             match validated {
                 ValidatedView::Single(_) => {
@@ -683,6 +693,44 @@ impl Drop for LinuxView {
     fn drop(&mut self) {
         let _ = self.shutdown();
     }
+}
+
+/// Binds the view's host directories ([`crate::Mount`]) at their paths under the sandbox root,
+/// creating the mount points (parents first) in the root tmpfs or the view's `/tmp`. One inside
+/// a system directory the root already shows is visible as it is.
+fn mount_host_directories(
+    steps: &mut Steps,
+    sandbox: &LinuxSandbox,
+    root_dir: &Path,
+    mounts: &[crate::spec::ValidatedMount],
+) -> Result<(), SandboxError> {
+    let mut made: std::collections::HashSet<PathBuf> = [PathBuf::from("tmp")].into();
+    for mount in mounts {
+        let top = mount.top();
+        if sandbox.layout.entries.iter().any(|(name, _)| *name == top) {
+            if mount.writable {
+                return Err(SandboxError::InvalidRequest(format!(
+                    "writable mount {} is inside the read-only system directory /{top}",
+                    mount.target.display()
+                )));
+            }
+            continue;
+        }
+        let mut dir = PathBuf::new();
+        for component in mount.relative().components() {
+            dir.push(component);
+            if made.insert(dir.clone()) {
+                steps.mkdir(&root_dir.join(&dir));
+            }
+        }
+        steps.bind(
+            &mount.source,
+            &root_dir.join(mount.relative()),
+            mount.writable,
+            false,
+        );
+    }
+    Ok(())
 }
 
 /// The argv entries a program name may resolve to, searched like `execvp` but in the sandbox's

@@ -160,6 +160,7 @@ pub fn multi_repository_views(sandbox: &Backend) {
                 ],
                 writable,
                 scratch_dir: fixture.scratch(if writable { "multi-rw" } else { "multi-ro" }),
+                mounts: Vec::new(),
             },
         );
         let stdout = expect_success(&bash(view.as_ref(), "ls; cat app/src/lib.rs lib/lib.py"));
@@ -688,4 +689,133 @@ pub fn inode_quota_stops_file_creation(sandbox: &Backend) {
         ));
     }
     view.close().unwrap();
+}
+
+/// A host directory with an executable `bin/faketool`, a data file and an unmounted sibling
+/// holding a canary, all in the fixture's temporary directory.
+fn fake_toolchain(fixture: &Fixture) -> (std::path::PathBuf, std::path::PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let tool = fixture.dir.path().join("toolchain");
+    std::fs::create_dir_all(tool.join("bin")).unwrap();
+    let script = tool.join("bin/faketool");
+    std::fs::write(&script, "#!/bin/sh\necho faketool-ran \"$@\"\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(tool.join("data.txt"), "toolchain data\n").unwrap();
+    let sibling = fixture.dir.path().join("unmounted");
+    std::fs::create_dir_all(&sibling).unwrap();
+    std::fs::write(sibling.join("canary.txt"), "unmounted-canary\n").unwrap();
+    (tool, sibling)
+}
+
+/// A mounted directory is readable and executable at its host path, not writable (nor
+/// through its executables); a host path beside it stays invisible.
+pub fn mounted_directories_are_read_only(sandbox: &Backend) {
+    let fixture = Fixture::new();
+    let (tool, sibling) = fake_toolchain(&fixture);
+    for writable_view in [false, true] {
+        let mut spec = fixture.view(writable_view);
+        spec.mounts = vec![warden_sandbox::Mount::read_only(&tool)];
+        let view = open!(sandbox, spec);
+        let tool_path = tool.display();
+        let out = expect_success(&bash(
+            view.as_ref(),
+            &format!("PATH={tool_path}/bin:$PATH faketool hello && cat {tool_path}/data.txt"),
+        ));
+        assert!(out.contains("faketool-ran hello"), "{out}");
+        assert!(out.contains("toolchain data"), "{out}");
+        for script in [
+            format!("echo x > {tool_path}/data.txt"),
+            format!("echo x >> {tool_path}/bin/faketool"),
+            format!("touch {tool_path}/new-file"),
+            format!("mkdir {tool_path}/new-dir"),
+            format!("rm -f {tool_path}/data.txt"),
+            format!("chmod 777 {tool_path}/bin/faketool"),
+        ] {
+            let output = bash(view.as_ref(), &script);
+            assert!(!output.success(), "{script} succeeded on a read-only mount");
+        }
+        let out = bash(
+            view.as_ref(),
+            &format!(
+                "cat {}/canary.txt 2>&1; ls {} 2>&1",
+                sibling.display(),
+                sibling.display()
+            ),
+        );
+        assert!(
+            !text(&out.stdout).contains("unmounted-canary"),
+            "{}",
+            text(&out.stdout)
+        );
+        view.close().unwrap();
+    }
+    assert_eq!(
+        std::fs::read_to_string(tool.join("data.txt")).unwrap(),
+        "toolchain data\n"
+    );
+    assert!(!tool.join("new-file").exists());
+}
+
+/// A writable mount (a dependency cache being filled) takes writes, which land on the host.
+pub fn writable_mounts_take_writes(sandbox: &Backend) {
+    let fixture = Fixture::new();
+    let cache = fixture.dir.path().join("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let mut spec = fixture.view(true);
+    spec.mounts = vec![warden_sandbox::Mount {
+        path: cache.clone(),
+        writable: true,
+    }];
+    let view = open!(sandbox, spec);
+    expect_success(&bash(
+        view.as_ref(),
+        &format!(
+            "mkdir -p {0}/registry && echo fetched > {0}/registry/crate",
+            cache.display()
+        ),
+    ));
+    view.close().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(cache.join("registry/crate")).unwrap(),
+        "fetched\n"
+    );
+}
+
+/// Mounts that would show the host's root, Warden's own state (snapshots, the scratch
+/// directory) or a directory the sandbox builds itself are refused when the view opens.
+pub fn dangerous_mounts_are_refused(sandbox: &Backend) {
+    let fixture = Fixture::new();
+    let (tool, _) = fake_toolchain(&fixture);
+    let refused = |mounts: Vec<warden_sandbox::Mount>, expect: &str| {
+        let mut spec = fixture.view(false);
+        spec.mounts = mounts.clone();
+        match sandbox.open(&spec) {
+            Ok(view) => {
+                view.close().unwrap();
+                panic!("{mounts:?} was accepted");
+            }
+            Err(error) => {
+                let message = error.to_string();
+                assert!(error.layer().is_none(), "{mounts:?}: {message}");
+                assert!(message.contains(expect), "{mounts:?}: {message}");
+            }
+        }
+    };
+    let ro = |path: std::path::PathBuf| warden_sandbox::Mount::read_only(path);
+    refused(vec![ro("/".into())], "whole host");
+    // The fixture directory holds the snapshot and the scratch directory, like WARDEN_HOME.
+    refused(vec![ro(fixture.dir.path().into())], "overlaps the snapshot");
+    refused(
+        vec![ro(fixture.snapshot.join("src"))],
+        "overlaps the snapshot",
+    );
+    refused(vec![ro("/proc/self".into())], "/proc");
+    refused(vec![ro("/dev".into())], "/dev");
+    refused(vec![ro("/etc/ssl".into())], "/etc");
+    refused(vec![ro(format!("{WORKING_ROOT}/x").into())], WORKING_ROOT);
+    refused(vec![ro("relative/dir".into())], "absolute");
+    refused(vec![ro(tool.join("../toolchain"))], "absolute");
+    refused(vec![ro(tool.join("missing"))], "missing");
+    refused(vec![ro(tool.join("data.txt"))], "not a directory");
+    refused(vec![ro(tool.clone()), ro(tool.join("bin"))], "inside mount");
 }

@@ -460,6 +460,7 @@ fn sandbox_dies_with_warden() {
                 lower: vec![("a".into(), snapshot)],
                 writable: false,
                 scratch_dir: base.join("scratch"),
+                mounts: Vec::new(),
             })
             .unwrap();
         bash(view.as_ref(), &format!("sleep {needle}"));

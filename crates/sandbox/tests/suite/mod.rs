@@ -65,6 +65,9 @@ conformance!(
         cancel_kills_running_commands_and_refuses_new_ones,
         disk_quota_stops_writes_with_enospc,
         inode_quota_stops_file_creation,
+        mounted_directories_are_read_only,
+        writable_mounts_take_writes,
+        dangerous_mounts_are_refused,
     ],
     keyed[model_key_is_absent]
 );
@@ -93,6 +96,9 @@ conformance!(
         cancel_kills_running_commands_and_refuses_new_ones,
         disk_quota_stops_writes_with_enospc,
         inode_quota_stops_file_creation,
+        mounted_directories_are_read_only,
+        writable_mounts_take_writes,
+        dangerous_mounts_are_refused,
     ],
     keyed[model_key_is_absent]
 );
@@ -110,6 +116,7 @@ conformance!(
         commands_behave,
         concurrent_commands,
         cancel_kills_running_commands_and_refuses_new_ones,
+        dangerous_mounts_are_refused,
     ],
     keyed[]
 );

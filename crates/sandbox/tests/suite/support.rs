@@ -159,6 +159,7 @@ impl Fixture {
             lower: vec![("fixture".into(), self.snapshot.clone())],
             writable,
             scratch_dir: self.scratch(if writable { "scratch-rw" } else { "scratch-ro" }),
+            mounts: Vec::new(),
         }
     }
 

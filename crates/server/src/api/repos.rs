@@ -30,6 +30,15 @@ struct RegisterRepo {
     branch: Option<String>,
     #[serde(default)]
     checks: Vec<String>,
+    /// Absolute directories on the server shown read-only (at the same path) in this
+    /// repository's sandboxes: toolchains. Never under `WARDEN_HOME`, `/proc`, `/sys`, `/dev`
+    /// or `/etc`, never `/` or the Warden user's home; each must exist.
+    #[serde(default)]
+    mounts: Vec<String>,
+    /// Commands run before a change task's agent with this repository's dependency cache
+    /// writable (no network); they replace `[sandbox] prepare`.
+    #[serde(default)]
+    prepare: Vec<String>,
 }
 
 pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
@@ -63,6 +72,8 @@ fn repo_json(repo: &Repository) -> Value {
         "source": source,
         "branch": repo.branch,
         "checks": repo.checks,
+        "mounts": repo.mounts,
+        "prepare": repo.prepare,
         "created_by": repo.created_by,
         "created_at": rfc3339(repo.created_at_ms),
     })
@@ -136,6 +147,31 @@ async fn register_repo(
             "checks must be at most 50 non-empty commands of at most 4096 bytes",
         ));
     }
+    if request.prepare.len() > 50
+        || request
+            .prepare
+            .iter()
+            .any(|c| c.trim().is_empty() || c.len() > 4096 || c.contains('\0'))
+    {
+        return Err(ApiError::invalid(
+            "prepare must be at most 50 non-empty commands of at most 4096 bytes",
+        ));
+    }
+    if request.mounts.len() > 50 {
+        return Err(ApiError::invalid("mounts must be at most 50 directories"));
+    }
+    for mount in &request.mounts {
+        if !mount.starts_with('/') || mount.contains('\0') {
+            return Err(ApiError::invalid(format!(
+                "mount {mount:?} must be an absolute path on the server"
+            )));
+        }
+        // The server's own paths: its user's home and state directory stay out.
+        let user_home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+        let warden_home = state.repos.as_ref().map(|repos| repos.home());
+        crate::toolchain::check_mount(mount, user_home.as_deref(), warden_home)
+            .map_err(ApiError::invalid)?;
+    }
     let source = match &spec.source {
         Source::Path(path) => path.to_string_lossy().into_owned(),
         Source::Url(url) => url.clone(),
@@ -147,6 +183,8 @@ async fn register_repo(
             source,
             branch: request.branch,
             checks: request.checks,
+            mounts: request.mounts,
+            prepare: request.prepare,
             created_by: caller.name,
         })
         .await?;

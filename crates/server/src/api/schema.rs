@@ -33,6 +33,10 @@ pub struct RepoView {
     pub source: String,
     pub branch: Option<String>,
     pub checks: Vec<String>,
+    /// Server directories shown read-only in this repository's sandboxes.
+    pub mounts: Vec<String>,
+    /// Commands filling this repository's dependency cache before a change task's agent.
+    pub prepare: Vec<String>,
     pub created_by: String,
     /// RFC 3339, UTC.
     pub created_at: String,

@@ -31,7 +31,8 @@ use warden_store::{
 };
 
 use super::{
-    repo_specs, run_plumbing, setup_failure, Ending, RunPlumbing, Services, WorkerOptions,
+    repo_sandboxes, repo_specs, run_plumbing, setup_failure, Ending, RunPlumbing, Services,
+    WorkerOptions,
 };
 use crate::change::{self, ChangeOptions, ChangeRun, ChangeSandbox, ChangeSetup};
 use crate::journal::{store_events, StoreEvents, StoreJournal};
@@ -145,11 +146,13 @@ pub(super) async fn run_change_task(
         .join("scratch")
         .join(format!("{}-{}", task.id, claim.run_number));
     let scratch_for_setup = scratch.clone();
+    let sandboxes = repo_sandboxes(store, &task.repos).await;
     let setup = tokio::task::spawn_blocking(move || {
         let mut repos = question::pin_all(&repo_store, &specs, &|line| tracing::debug!("{line}"))?;
-        let repo = repos
+        let mut repo = repos
             .pop()
             .ok_or_else(|| question::SetupError::Infrastructure("no repository pinned".into()))?;
+        repo.sandbox = sandboxes.into_iter().next().unwrap_or_default();
         let sandbox = ChangeSandbox::open(&config, &repo, &scratch_for_setup);
         Ok::<_, question::SetupError>((repo, sandbox))
     })
@@ -283,6 +286,25 @@ async fn run_change_loop(
         Ok(session) => session,
         Err(error) => return change_failed(task, &model_name, setup_failure(error)),
     };
+    let before = {
+        let session = Arc::clone(&session);
+        let toolchains = input.sandbox.toolchains.clone();
+        tokio::task::spawn_blocking(move || {
+            change::before_agent(&session, &toolchains, &|line| tracing::info!("{line}"))
+        })
+        .await
+    };
+    let prepared = match before {
+        Ok(Ok(notices)) => notices,
+        Ok(Err(failure)) => return change_failed(task, &model_name, failure),
+        Err(error) => {
+            return change_failed(
+                task,
+                &model_name,
+                infrastructure(format!("preparing the task crashed: {error}")),
+            )
+        }
+    };
     let tools = match change::change_tools(&setup, &session) {
         Ok(tools) => tools,
         Err(error) => return change_failed(task, &model_name, setup_failure(error)),
@@ -329,7 +351,7 @@ async fn run_change_loop(
         Some(input.sandbox.backend),
         input.checks,
         Vec::new(),
-        change::preflight_notices(input.repo),
+        [change::preflight_notices(input.repo), prepared].concat(),
         report,
     );
     if input.publish && status == TaskStatus::Completed {

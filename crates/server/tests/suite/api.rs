@@ -206,6 +206,26 @@ async fn repositories_register_list_and_refuse_bad_input() {
             json!({"name": "x", "source": path, "branch": "--upload-pack=x"}),
             "branch",
         ),
+        (
+            json!({"name": "x", "source": path, "mounts": ["/"]}),
+            "whole host",
+        ),
+        (
+            json!({"name": "x", "source": path, "mounts": ["opt/go"]}),
+            "absolute",
+        ),
+        (
+            json!({"name": "x", "source": path, "mounts": ["/proc/self"]}),
+            "/proc",
+        ),
+        (
+            json!({"name": "x", "source": path, "mounts": ["/nonexistent/toolchain"]}),
+            "No such file",
+        ),
+        (
+            json!({"name": "x", "source": path, "prepare": [" "]}),
+            "prepare",
+        ),
     ] {
         let reply = api.post("/v1/repos", ADMIN, body.clone()).await;
         check_error(&reply, StatusCode::UNPROCESSABLE_ENTITY, "invalid_request");
@@ -233,6 +253,21 @@ async fn repositories_register_list_and_refuse_bad_input() {
     assert_eq!(data[0]["branch"], "main");
     assert_eq!(data[0]["checks"], json!(["cargo test"]));
     assert_eq!(data[0]["created_by"], "root");
+    assert_eq!(data[0]["mounts"], json!([]));
+    assert_eq!(data[0]["prepare"], json!([]));
+    // A toolchain directory and prepare commands are kept with the repository.
+    let toolchain = tempfile::tempdir().unwrap();
+    let mount = toolchain.path().to_str().unwrap();
+    let reply = api
+        .post(
+            "/v1/repos",
+            ADMIN,
+            json!({"name": "tools", "source": path, "mounts": [mount], "prepare": ["cargo fetch"]}),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::CREATED, "{}", reply.body);
+    assert_eq!(reply.body["mounts"], json!([mount]));
+    assert_eq!(reply.body["prepare"], json!(["cargo fetch"]));
 }
 
 #[tokio::test]

@@ -549,6 +549,8 @@ mod server_publication {
                 source: source.to_str().unwrap().to_string(),
                 branch: None,
                 checks: vec!["bash check.sh".into()],
+                mounts: vec![],
+                prepare: vec![],
                 created_by: "root".into(),
             })
             .await

@@ -154,6 +154,8 @@ impl Setup {
                 source: "/nonexistent".into(),
                 branch: None,
                 checks: vec![],
+                mounts: vec![],
+                prepare: vec![],
                 created_by: "root".into(),
             })
             .await

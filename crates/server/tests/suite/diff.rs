@@ -80,6 +80,8 @@ async fn fixture() -> Fixture {
             source: repo.path().to_str().unwrap().into(),
             branch: None,
             checks: vec![],
+            mounts: vec![],
+            prepare: vec![],
             created_by: "root".into(),
         })
         .await

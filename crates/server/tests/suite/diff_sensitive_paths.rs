@@ -63,6 +63,8 @@ async fn quoted_and_deleted_sensitive_files_keep_their_values_hidden() {
             source: repo.path().to_str().unwrap().into(),
             branch: None,
             checks: vec![],
+            mounts: vec![],
+            prepare: vec![],
             created_by: "root".into(),
         })
         .await

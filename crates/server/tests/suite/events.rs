@@ -412,6 +412,7 @@ async fn metrics_count_tasks_events_spend_and_requests() {
                     tool: tool.into(),
                     ok,
                     summary: String::new(),
+                    note: None,
                 },
             )
             .await

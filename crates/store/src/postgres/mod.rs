@@ -1191,6 +1191,8 @@ fn read_repo(row: &Row) -> Result<Repository, StoreError> {
         checks: get(row, 3)?,
         created_by: get(row, 4)?,
         created_at_ms: get(row, 5)?,
+        mounts: get(row, 6)?,
+        prepare: get(row, 7)?,
     }
     .decode()
 }
@@ -2035,12 +2037,15 @@ impl PostgresStore {
     async fn register_repo_impl(&self, repo: NewRepo) -> Result<Repository, StoreError> {
         let now = self.now();
         let checks = serde_json::to_string(&repo.checks)?;
+        let mounts = serde_json::to_string(&repo.mounts)?;
+        let prepare = serde_json::to_string(&repo.prepare)?;
         let client = self.client().await?;
         let row = query_opt(
             &*client,
             &format!(
-                "INSERT INTO repos (name, source, branch, checks, created_by, created_at_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (name) DO NOTHING
+                "INSERT INTO repos (name, source, branch, checks, created_by, created_at_ms,
+                                    mounts, prepare)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (name) DO NOTHING
                  RETURNING {REPO_COLUMNS}"
             ),
             &[
@@ -2050,6 +2055,8 @@ impl PostgresStore {
                 &checks,
                 &repo.created_by,
                 &now,
+                &mounts,
+                &prepare,
             ],
         )
         .await?;

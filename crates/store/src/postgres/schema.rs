@@ -2,7 +2,7 @@
 //! first takes an advisory lock, so workers starting together on many machines migrate once.
 //! Never edit a released migration: add the next one.
 
-pub(crate) const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3)];
+pub(crate) const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4)];
 
 /// Key of the migration advisory lock (the second key is a hash of the schema name).
 pub(crate) const MIGRATION_LOCK: i32 = 0x5744_4d47;
@@ -181,4 +181,10 @@ CREATE TABLE task_messages (
 );
 
 ALTER TABLE tasks ADD COLUMN callback_url TEXT;
+";
+
+/// Per-repository sandbox settings: read-only mounts and the commands that fill its cache.
+const V4: &str = r"
+ALTER TABLE repos ADD COLUMN mounts TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE repos ADD COLUMN prepare TEXT NOT NULL DEFAULT '[]';
 ";

@@ -787,6 +787,8 @@ fn read_repo(row: &Row<'_>) -> rusqlite::Result<RawRepo> {
         checks: row.get(3)?,
         created_by: row.get(4)?,
         created_at_ms: row.get(5)?,
+        mounts: row.get(6)?,
+        prepare: row.get(7)?,
     })
 }
 
@@ -1507,8 +1509,9 @@ impl Store for SqliteStore {
                 });
             }
             conn.prepare_cached(
-                "INSERT INTO repos (name, source, branch, checks, created_by, created_at_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                "INSERT INTO repos (name, source, branch, checks, created_by, created_at_ms,
+                                    mounts, prepare)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )
             .db()?
             .execute(params![
@@ -1517,7 +1520,9 @@ impl Store for SqliteStore {
                 repo.branch,
                 serde_json::to_string(&repo.checks)?,
                 repo.created_by,
-                now
+                now,
+                serde_json::to_string(&repo.mounts)?,
+                serde_json::to_string(&repo.prepare)?
             ])
             .db()?;
             load_repo(conn, &repo.name)?.ok_or_else(|| not_found("repository", &repo.name))

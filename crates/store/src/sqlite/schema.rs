@@ -1,7 +1,7 @@
 //! SQLite migrations, numbered from 1 and applied in order, each in its own transaction together
 //! with its `schema_version` row. Never edit a released migration: add the next one.
 
-pub(crate) const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3)];
+pub(crate) const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4)];
 
 const V1: &str = r"
 CREATE TABLE tasks (
@@ -169,4 +169,10 @@ CREATE TABLE task_messages (
 ) STRICT, WITHOUT ROWID;
 
 ALTER TABLE tasks ADD COLUMN callback_url TEXT;
+";
+
+/// Per-repository sandbox settings: read-only mounts and the commands that fill its cache.
+const V4: &str = r"
+ALTER TABLE repos ADD COLUMN mounts TEXT NOT NULL DEFAULT '[]';
+ALTER TABLE repos ADD COLUMN prepare TEXT NOT NULL DEFAULT '[]';
 ";

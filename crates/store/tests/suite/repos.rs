@@ -12,6 +12,8 @@ fn repo(name: &str) -> NewRepo {
         source: format!("/srv/git/{name}"),
         branch: Some("main".into()),
         checks: vec!["cargo test".into()],
+        mounts: vec![format!("/opt/{name}/toolchain")],
+        prepare: vec!["cargo fetch".into()],
         created_by: "alice".into(),
     }
 }
@@ -19,6 +21,8 @@ fn repo(name: &str) -> NewRepo {
 async fn repositories_register_once_and_list_by_name(f: &Fixture) {
     let b = f.store.register_repo(repo("beta")).await.unwrap();
     assert_eq!(b.checks, ["cargo test"]);
+    assert_eq!(b.mounts, ["/opt/beta/toolchain"]);
+    assert_eq!(b.prepare, ["cargo fetch"]);
     assert_eq!(b.created_by, "alice");
     f.store.register_repo(repo("alpha")).await.unwrap();
     assert!(matches!(
