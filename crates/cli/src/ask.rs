@@ -212,10 +212,11 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
     };
     let _ = std::fs::remove_dir_all(&scratch);
     let QuestionReport {
-        result,
+        mut result,
         status,
         reply,
     } = question::question_report(&task_id, model.as_ref(), backend, report);
+    result.notices.splice(0..0, question::repo_notices(&repos));
 
     let mut transcript = earlier_transcript;
     transcript.push(TranscriptEntry {
@@ -334,6 +335,7 @@ fn repo_specs(arguments: &[String], earlier: Option<&TaskRecord>) -> anyhow::Res
                 },
                 rev: Some(repo.commit.clone()),
                 name: repo.name.clone(),
+                within: None,
             })
             .collect()),
         None => Err(usage(anyhow::anyhow!(

@@ -71,6 +71,11 @@ pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
         .storage
         .open_repos(&config.home)
         .context("cannot open the repository store")?;
+    if args.publish {
+        // Refused before anything is pinned or asked of a model.
+        warden_server::publish::publish_remote(store.git(), &spec.source)
+            .map_err(|message| usage(anyhow::anyhow!(message)))?;
+    }
     let mut repos = question::pin_all(&store, std::slice::from_ref(&spec), &|line| {
         progress.line(line)
     })

@@ -153,6 +153,7 @@ async fn submit_task(
             "{at} must not contain NUL characters"
         )));
     }
+    let publish = kind == TaskKind::Change && request.publish == Some(true);
     change_options(kind, request.checks, request.publish, &mut metadata)?;
     if kind == TaskKind::Change && request.follow_up_to.is_some() {
         return Err(ApiError::invalid(
@@ -215,6 +216,9 @@ async fn submit_task(
         return Err(ApiError::invalid(
             "a change task works on exactly one repository",
         ));
+    }
+    if publish {
+        check_publishable(&state, &repos[0].name).await?;
     }
     let id = new_task_id().map_err(ApiError::internal)?;
     let created = state
@@ -296,6 +300,28 @@ fn change_options(
         }
     }
     Ok(())
+}
+
+/// A publication that could never be pushed is refused now, before any model call, with what
+/// to configure (the same check [`crate::publish::publish_remote`] `warden run --publish` makes).
+async fn check_publishable(state: &ApiState, name: &str) -> Result<(), ApiError> {
+    let registered = state.store.get_repo(name).await?.ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::UnknownRepository,
+            format!("repository {name:?} is not registered (POST /v1/repos)"),
+        )
+    })?;
+    let spec = warden_repo::RepoSpec::parse(&registered.source, std::path::Path::new("/"))
+        .map_err(|e| ApiError::invalid(format!("repository {name:?}: {e}")))?;
+    let git = match &state.repos {
+        Some(repos) => repos.git().clone(),
+        None => warden_repo::Git::locate().map_err(ApiError::internal)?,
+    };
+    tokio::task::spawn_blocking(move || crate::publish::publish_remote(&git, &spec.source))
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(ApiError::invalid)
+        .map(drop)
 }
 
 /// `name` or `name@rev` entries → the task's repositories, each registered.
