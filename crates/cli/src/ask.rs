@@ -26,8 +26,9 @@ const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
 #[derive(Debug, clap::Args)]
 pub struct AskArgs {
-    /// A repository: local path or git URL, optionally `@REV` (repeatable); with --server, the
-    /// name of a repository registered on the server
+    /// A repository: local path or git URL, optionally `@REV` (`PATH@worktree`: the work tree,
+    /// uncommitted files included) (repeatable); with --server, the name of a repository
+    /// registered on the server
     #[arg(long = "repo", value_name = "PATH|URL[@REV]")]
     pub repos: Vec<String>,
     /// Print the result as one JSON object

@@ -45,9 +45,13 @@ fn ask_in_a_subdirectory_uses_the_whole_repository_and_names_what_it_leaves_out(
     let top = repo.path().canonicalize().unwrap();
     let name = top.file_name().unwrap().to_str().unwrap().to_string();
 
-    let run = Warden::faux()
-        .in_dir(&repo.path().join("docs"))
-        .run(&["ask", "--repo", "guide", "--json", "what does beta do?"]);
+    let run = Warden::faux().in_dir(&repo.path().join("docs")).run(&[
+        "ask",
+        "--repo",
+        "guide",
+        "--json",
+        "what does beta do?",
+    ]);
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let inside = format!(
         "--repo {}/docs/guide is inside the repository at {}; using the whole repository",
@@ -99,7 +103,10 @@ fn run_on_the_work_tree_sees_uncommitted_edits_and_leaves_the_index_alone() {
     assert_eq!(result["outcome"], "proposal", "{result}");
     let base = result["proposal"]["base_commit"].as_str().unwrap();
     assert_ne!(base, head, "the base is the snapshot, not HEAD");
-    assert_eq!(mirror_git(&warden, &["rev-parse", &format!("{base}^")]), head);
+    assert_eq!(
+        mirror_git(&warden, &["rev-parse", &format!("{base}^")]),
+        head
+    );
     assert_eq!(
         result["proposal"]["validations"][0]["exit_code"], 0,
         "{result}"
@@ -128,7 +135,11 @@ fn publish_without_a_usable_remote_is_refused_before_anything_runs() {
     assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
     let top = repo.path().canonicalize().unwrap();
     let fix = format!("`git -C {} remote add origin URL`", top.display());
-    assert!(run.stderr.contains("has no `origin` remote"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("has no `origin` remote"),
+        "{}",
+        run.stderr
+    );
     assert!(run.stderr.contains(&fix), "{}", run.stderr);
     assert!(!run.stderr.contains("pinning"), "{}", run.stderr);
     assert_eq!(run.stderr.trim().lines().count(), 1, "{}", run.stderr);

@@ -51,7 +51,7 @@ struct SubmitTask {
     checks: Option<Vec<String>>,
     /// Change tasks: publish a proposal after an approval bound to its hash (the task then
     /// waits in `waiting_approval`; a `publish_sensitive` approval when the diff touches
-    /// sensitive files).
+    /// sensitive files). Refused (422) when the repository has no remote to push to.
     #[serde(default)]
     publish: Option<bool>,
 }
@@ -110,7 +110,7 @@ fn parse_kind(kind: &str) -> Result<TaskKind, ApiError> {
         (status = 401, description = "No or an invalid token", body = ErrorBody),
         (status = 403, description = "A viewer token", body = ErrorBody),
         (status = 413, description = "The body is too large", body = ErrorBody),
-        (status = 422, description = "Invalid fields (a NUL character in prompt or metadata among them), unknown repository, unsupported kind, or Idempotency-Key reused with another body", body = ErrorBody),
+        (status = 422, description = "Invalid fields (a NUL character in prompt or metadata among them), unknown repository, unsupported kind, publish on a repository without a remote to push to, or Idempotency-Key reused with another body", body = ErrorBody),
     ))]
 async fn submit_task(
     State(state): State<Arc<ApiState>>,
