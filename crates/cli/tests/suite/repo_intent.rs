@@ -1,8 +1,9 @@
 //! `--repo` means what the person meant, and says how it was read: a directory inside a
 //! repository is the whole repository (said in progress and as a notice); a pin of `HEAD` names
 //! the uncommitted and untracked files it leaves out; `PATH@worktree` runs on a snapshot of the
-//! work tree without touching the user's index; `--publish` without a remote to push to is
-//! refused at submission, in-process and by the server alike.
+//! work tree without touching the user's index (in-process only: the server refuses it);
+//! `--publish` without a remote to push to is refused at submission, in-process and by the
+//! server alike.
 
 use serde_json::{json, Value};
 use warden_test_support::git_fixture::TempRepo;
@@ -157,7 +158,7 @@ fn publish_without_a_usable_remote_is_refused_before_anything_runs() {
 }
 
 #[test]
-fn the_server_refuses_publish_without_a_remote_at_submission() {
+fn the_server_refuses_publish_without_a_remote_and_work_tree_snapshots_at_submission() {
     let repo = change_repo();
     let warden = Warden::faux();
     let server = Server::start(&warden, TOKENS);
@@ -173,6 +174,12 @@ fn the_server_refuses_publish_without_a_remote_at_submission() {
     assert!(text.contains("remote add origin URL"), "{text}");
     let (_, tasks) = server.request("GET", "/v1/tasks", Some(ADMIN), None);
     assert_eq!(tasks["data"], json!([]), "{tasks}");
+
+    // The server's checkout is the operator's: its work tree is not offered to API users.
+    let worktree = json!({"kind": "question", "repo": "app@worktree", "prompt": "what changed?"});
+    let (status, body) = server.request("POST", "/v1/tasks", Some(ALICE), Some(&worktree));
+    assert_eq!(status, 422, "{body}");
+    assert!(body.to_string().contains("works in-process only"), "{body}");
 
     // Without publication, or once there is a remote, the same task is accepted.
     server.submit_change(ALICE, &change(false));

@@ -346,6 +346,13 @@ async fn task_repos(store: &dyn Store, names: &[String]) -> Result<Vec<TaskRepo>
             if !valid_rev(rev) {
                 return Err(ApiError::invalid(format!("invalid revision {rev:?}")));
             }
+            // The server's checkout is the operator's: its uncommitted files are not shared.
+            if rev == warden_repo::WORK_TREE_REV {
+                return Err(ApiError::invalid(format!(
+                    "{entry:?}: @{rev} snapshots a local work tree and works in-process only; \
+                     commit and push the changes, or name a revision"
+                )));
+            }
         }
         if repos.iter().any(|r| r.name == name) {
             return Err(ApiError::invalid(format!(
