@@ -227,7 +227,9 @@ impl RepoStore {
                 if ObjectFormat::of_id(rev).is_some()
                     && self.is_pinned_in_mirror(mirror, rev).unwrap_or(false)
                 {
-                    return Ok((rev.to_string(), self.local_browse(path)?, None));
+                    // The repository may be gone since; the mirror is enough.
+                    let browse = self.local_browse(path).ok().flatten();
+                    return Ok((rev.to_string(), browse, None));
                 }
                 return Err(local_error(error, rev, &spec.name, path));
             }

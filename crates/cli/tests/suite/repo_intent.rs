@@ -189,3 +189,30 @@ fn the_server_refuses_publish_without_a_remote_and_work_tree_snapshots_at_submis
     server.submit_change(ALICE, &change(true));
     server.terminate();
 }
+
+#[test]
+fn a_follow_up_keeps_the_work_tree_snapshot_it_continues() {
+    let repo = change_repo();
+    let head = repo.git(&["rev-parse", "HEAD"]);
+    repo.write("notes.txt", "beta is uppercase now\n");
+    let warden = Warden::faux().in_dir(repo.path());
+    let first = warden.run(&["ask", "--repo", ".@worktree", "--json", "what is beta?"]);
+    assert_eq!(first.code, 0, "{}\n{}", first.stdout, first.stderr);
+    let first = first.json();
+    let snapshot = first["answer"]["claims"][0]["evidence"][0]["commit"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(snapshot, head, "{first}");
+
+    // The snapshot exists only in Warden's mirror; the follow-up pins it from there.
+    let task = first["task_id"].as_str().unwrap();
+    let again = warden.run(&["ask", "--follow-up", task, "--json", "and where is beta?"]);
+    assert_eq!(again.code, 0, "{}\n{}", again.stdout, again.stderr);
+    let again = again.json();
+    assert_eq!(
+        again["answer"]["claims"][0]["evidence"][0]["commit"],
+        snapshot.as_str(),
+        "{again}"
+    );
+}
