@@ -75,6 +75,13 @@ pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
         .context("cannot open the repository store")?;
     if args.publish {
         // Refused before anything is pinned or asked of a model.
+        if spec.wants_work_tree() {
+            return Err(usage(anyhow::anyhow!(
+                "cannot publish a change made on @worktree: the snapshot's uncommitted files \
+                 would be pushed without review; commit them and run on HEAD, or leave out \
+                 --publish"
+            )));
+        }
         warden_server::publish::publish_remote(store.git(), &spec.source)
             .map_err(|message| usage(anyhow::anyhow!(message)))?;
     }

@@ -146,6 +146,22 @@ fn publish_without_a_usable_remote_is_refused_before_anything_runs() {
     assert_eq!(run.stderr.trim().lines().count(), 1, "{}", run.stderr);
     assert!(!warden.home.path().join("tasks").exists());
 
+    // A work-tree snapshot is never published: its uncommitted files would go unreviewed.
+    let run = warden.run(&[
+        "run",
+        "--repo",
+        &format!("{path}@worktree"),
+        "--publish",
+        "x",
+    ]);
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr
+            .contains("cannot publish a change made on @worktree"),
+        "{}",
+        run.stderr
+    );
+
     // A remote git may not push to is refused the same way.
     repo.git(&["remote", "add", "origin", "http://example.invalid/app.git"]);
     let run = warden.run(&["run", "--repo", path, "--publish", "make beta uppercase"]);
