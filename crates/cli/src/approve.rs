@@ -20,7 +20,7 @@ use warden_runtime::{Clock, FileJournal, Journal, RecordKind, SystemClock};
 use warden_server::config::Config;
 use warden_server::github::GithubRepo;
 use warden_server::publish::{
-    branch_for, origin_of, publish_proposal, resolve_target, verify_proposal, PublishRequest,
+    branch_for, publish_proposal, publish_remote, resolve_target, verify_proposal, PublishRequest,
 };
 
 #[derive(Debug, clap::Args)]
@@ -287,13 +287,8 @@ fn remote_of(git: &Git, record: &TaskRecord) -> anyhow::Result<String> {
     if repo.source_kind == "url" {
         return Ok(repo.source.clone());
     }
-    let path = PathBuf::from(&repo.source);
-    origin_of(git, &path).ok_or_else(|| {
-        usage(anyhow::anyhow!(
-            "{} has no `origin` remote to publish to",
-            path.display()
-        ))
-    })
+    let source = warden_repo::Source::Path(PathBuf::from(&repo.source));
+    publish_remote(git, &source).map_err(|message| usage(anyhow::anyhow!(message)))
 }
 
 /// The mirror holding the task's proposal ref.

@@ -26,8 +26,9 @@ const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
 #[derive(Debug, clap::Args)]
 pub struct AskArgs {
-    /// A repository: local path or git URL, optionally `@REV` (repeatable); with --server, the
-    /// name of a repository registered on the server
+    /// A repository: local path or git URL, optionally `@REV` (`PATH@worktree`: the work tree,
+    /// uncommitted files included) (repeatable); with --server, the name of a repository
+    /// registered on the server
     #[arg(long = "repo", value_name = "PATH|URL[@REV]")]
     pub repos: Vec<String>,
     /// Print the result as one JSON object
@@ -212,10 +213,11 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
     };
     let _ = std::fs::remove_dir_all(&scratch);
     let QuestionReport {
-        result,
+        mut result,
         status,
         reply,
     } = question::question_report(&task_id, model.as_ref(), backend, report);
+    result.notices.splice(0..0, question::repo_notices(&repos));
 
     let mut transcript = earlier_transcript;
     transcript.push(TranscriptEntry {
@@ -334,6 +336,7 @@ fn repo_specs(arguments: &[String], earlier: Option<&TaskRecord>) -> anyhow::Res
                 },
                 rev: Some(repo.commit.clone()),
                 name: repo.name.clone(),
+                within: None,
             })
             .collect()),
         None => Err(usage(anyhow::anyhow!(

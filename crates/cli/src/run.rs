@@ -28,8 +28,9 @@ const CANCEL_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// The repository: local path or git URL, optionally `@REV`; with --server, the name of a
-    /// repository registered on the server
+    /// The repository: local path or git URL, optionally `@REV` (`PATH@worktree`: the work
+    /// tree, uncommitted files included); with --server, the name of a repository registered
+    /// on the server
     #[arg(long = "repo", value_name = "PATH|URL[@REV]")]
     pub repo: String,
     /// Print the result as one JSON object
@@ -43,7 +44,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub baseline: bool,
     /// Publish the proposal to the repository's remote as branch `warden/<task-id>`, after an
-    /// approval bound to the proposal hash (`warden approve`); the task waits (exit code 4)
+    /// approval bound to the proposal hash (`warden approve`); the task waits (exit code 4).
+    /// Refused at once when the repository has no remote to push to
     #[arg(long)]
     pub publish: bool,
     /// With a proposal, also fetch it into the (local) repository as branch `warden/<task-id>`
@@ -71,6 +73,18 @@ pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
         .storage
         .open_repos(&config.home)
         .context("cannot open the repository store")?;
+    if args.publish {
+        // Refused before anything is pinned or asked of a model.
+        if spec.wants_work_tree() {
+            return Err(usage(anyhow::anyhow!(
+                "cannot publish a change made on @worktree: the snapshot's uncommitted files \
+                 would be pushed without review; commit them and run on HEAD, or leave out \
+                 --publish"
+            )));
+        }
+        warden_server::publish::publish_remote(store.git(), &spec.source)
+            .map_err(|message| usage(anyhow::anyhow!(message)))?;
+    }
     let mut repos = question::pin_all(&store, std::slice::from_ref(&spec), &|line| {
         progress.line(line)
     })

@@ -275,9 +275,9 @@ impl WritableRoot {
 
 /// One entry of a git tree listing.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct TreeEntry {
-    mode: String,
-    id: String,
+pub(crate) struct TreeEntry {
+    pub(crate) mode: String,
+    pub(crate) id: String,
 }
 
 /// A built candidate tree.
@@ -544,7 +544,7 @@ pub fn build_candidate_tree(input: CandidateInput<'_>) -> Result<Candidate, Repo
 }
 
 /// `ls-tree -r` of a tree: path → (mode, id).
-fn list_tree(
+pub(crate) fn list_tree(
     git: &Git,
     mirror: &Path,
     git_dir: &str,

@@ -13,11 +13,14 @@ mod materialize;
 pub mod proposal;
 pub mod spec;
 pub mod store;
+mod worktree;
 
 pub use confine::{CheckoutRoot, ConfineError};
 pub use error::{redact_credentials, RepoError};
 pub use evidence::{validate_evidence, EvidenceClaim, EvidenceError, PinnedCheckout};
 pub use gc::{CachePolicy, GcEntry, GcKind, GcReport, InUse};
 pub use git::{Git, GitOutput, GitStream, GitTimeouts};
-pub use spec::{RepoSpec, Source};
-pub use store::{evidence_url, BrowseBase, PinnedRepo, RepoStore, Snapshot, SnapshotLimits};
+pub use spec::{RepoSpec, Source, WORK_TREE_REV};
+pub use store::{
+    evidence_url, BrowseBase, PinnedRepo, RepoStore, Snapshot, SnapshotLimits, WorkTree,
+};

@@ -73,7 +73,7 @@ impl ObjectFormat {
         }
     }
 
-    fn hasher(self) -> ObjectHasher {
+    pub(crate) fn hasher(self) -> ObjectHasher {
         match self {
             ObjectFormat::Sha1 => ObjectHasher::Sha1(sha1::Sha1::new()),
             ObjectFormat::Sha256 => ObjectHasher::Sha256(sha2::Sha256::new()),
@@ -81,20 +81,20 @@ impl ObjectFormat {
     }
 }
 
-enum ObjectHasher {
+pub(crate) enum ObjectHasher {
     Sha1(sha1::Sha1),
     Sha256(sha2::Sha256),
 }
 
 impl ObjectHasher {
-    fn update(&mut self, bytes: &[u8]) {
+    pub(crate) fn update(&mut self, bytes: &[u8]) {
         match self {
             ObjectHasher::Sha1(hasher) => hasher.update(bytes),
             ObjectHasher::Sha256(hasher) => hasher.update(bytes),
         }
     }
 
-    fn finish_hex(self) -> String {
+    pub(crate) fn finish_hex(self) -> String {
         match self {
             ObjectHasher::Sha1(hasher) => hex::encode(hasher.finalize()),
             ObjectHasher::Sha256(hasher) => hex::encode(hasher.finalize()),

@@ -35,11 +35,19 @@ impl Source {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RepoSpec {
     pub source: Source,
-    /// The revision after `@`; `None` means the source's `HEAD`.
+    /// The revision after `@`; `None` means the source's `HEAD`, [`WORK_TREE_REV`] a snapshot
+    /// of a local repository's work tree.
     pub rev: Option<String>,
     /// The repository name: the last path component without `.git`.
     pub name: String,
+    /// The directory the argument named when it lies inside the repository at `source` (a
+    /// local path below the top level): the whole repository is used, and callers say so.
+    pub within: Option<PathBuf>,
 }
+
+/// The revision `PATH@worktree` asks for: the work tree as it is, uncommitted and untracked
+/// files included (a branch literally named `worktree` is `@refs/heads/worktree`).
+pub const WORK_TREE_REV: &str = "worktree";
 
 /// URL schemes git is allowed to use (the transport allow-list in `git.rs` matches).
 const ALLOWED_SCHEMES: [&str; 5] = ["https", "ssh", "git+ssh", "ssh+git", "file"];
@@ -84,18 +92,27 @@ impl RepoSpec {
                     source: Source::Url(location.to_string()),
                     rev,
                     name,
+                    within: None,
                 })
             }
         }
     }
 
+    /// Whether this asks for a snapshot of the work tree (`PATH@worktree`).
+    pub fn wants_work_tree(&self) -> bool {
+        self.rev.as_deref() == Some(WORK_TREE_REV)
+    }
+
     fn local(path: &Path, rev: Option<String>) -> Result<RepoSpec, String> {
-        let canonical = path
+        let given = path
             .canonicalize()
             .map_err(|e| format!("cannot resolve {}: {e}", path.display()))?;
-        if !canonical.is_dir() {
-            return Err(format!("{} is not a directory", canonical.display()));
+        if !given.is_dir() {
+            return Err(format!("{} is not a directory", given.display()));
         }
+        // A directory inside a repository means that repository, as git reads it.
+        let canonical = enclosing_repository(&given).unwrap_or_else(|| given.clone());
+        let within = (canonical != given).then_some(given);
         // `repo/.git` names the repository `repo`, not `.git`.
         let named = if canonical.file_name().is_some_and(|n| n == ".git") {
             canonical.parent().unwrap_or(&canonical)
@@ -111,7 +128,50 @@ impl RepoSpec {
             source: Source::Path(canonical),
             rev,
             name,
+            within,
         })
+    }
+}
+
+/// The repository `dir` belongs to, found the way git discovers it: the nearest of `dir` and
+/// its parents that has a `.git` (a git directory, or a `gitdir:` file of a linked work tree)
+/// or is itself a git directory (a bare repository). `None`: no repository encloses `dir`.
+fn enclosing_repository(dir: &Path) -> Option<PathBuf> {
+    dir.ancestors()
+        .find(|candidate| {
+            let dot_git = candidate.join(".git");
+            let has_dot_git = if dot_git.is_dir() {
+                is_git_dir(&dot_git)
+            } else {
+                std::fs::read(&dot_git).is_ok_and(|text| text.starts_with(b"gitdir:"))
+            };
+            has_dot_git || is_git_dir(candidate)
+        })
+        .map(Path::to_path_buf)
+}
+
+/// Whether `dir` looks like a git directory to git: a `HEAD`, and objects of its own or of the
+/// repository it shares them with (`commondir`).
+fn is_git_dir(dir: &Path) -> bool {
+    dir.join("HEAD").is_file() && (dir.join("objects").is_dir() || dir.join("commondir").is_file())
+}
+
+/// Whether git may push to `remote`, a URL or a path (a relative one taken from `base`): one of
+/// the transports Warden allows, or a directory that exists. `Err` says why not.
+pub fn check_push_target(remote: &str, base: &Path) -> Result<(), String> {
+    if remote.chars().any(char::is_control) {
+        return Err("it contains control characters".into());
+    }
+    match classify(remote) {
+        Kind::Local => {
+            let path = base.join(remote);
+            if path.is_dir() {
+                Ok(())
+            } else {
+                Err(format!("{} is not a directory", path.display()))
+            }
+        }
+        kind => validate_url(remote, kind),
     }
 }
 
@@ -369,6 +429,59 @@ mod tests {
         );
         check(&f, ".", Expect::Path("", None, &root_name));
         check(&f, "app/../x", Expect::Path("x", None, "x"));
+    }
+
+    #[test]
+    fn a_directory_inside_a_repository_means_the_whole_repository() {
+        let f = fixture();
+        let root = f.root();
+        for dir in [
+            "top/.git/objects",
+            "top/sub/dir",
+            "bare.git/objects",
+            "bare.git/hooks",
+        ] {
+            std::fs::create_dir_all(root.join(dir)).unwrap();
+        }
+        for head in ["top/.git/HEAD", "bare.git/HEAD"] {
+            std::fs::write(root.join(head), "ref: refs/heads/main\n").unwrap();
+        }
+        std::fs::create_dir_all(root.join("linked/deep")).unwrap();
+        std::fs::write(root.join("linked/.git"), "gitdir: /elsewhere\n").unwrap();
+
+        let spec = RepoSpec::parse("top/sub/dir@v1", &root).unwrap();
+        assert_eq!(spec.source, Source::Path(root.join("top")));
+        assert_eq!(spec.name, "top");
+        assert_eq!(spec.rev.as_deref(), Some("v1"));
+        assert_eq!(spec.within, Some(root.join("top/sub/dir")));
+        let spec = RepoSpec::parse("top/sub/dir@worktree", &root).unwrap();
+        assert!(spec.wants_work_tree());
+        assert_eq!(spec.source, Source::Path(root.join("top")));
+
+        let spec = RepoSpec::parse("top", &root).unwrap();
+        assert_eq!(
+            (spec.source, spec.within),
+            (Source::Path(root.join("top")), None)
+        );
+        let spec = RepoSpec::parse("top/.git", &root).unwrap();
+        assert_eq!(spec.source, Source::Path(root.join("top/.git")));
+        assert_eq!((spec.name.as_str(), spec.within), ("top", None));
+
+        let spec = RepoSpec::parse("bare.git/hooks", &root).unwrap();
+        assert_eq!(spec.source, Source::Path(root.join("bare.git")));
+        assert_eq!(spec.name, "bare");
+        assert_eq!(spec.within, Some(root.join("bare.git/hooks")));
+
+        let spec = RepoSpec::parse("linked/deep", &root).unwrap();
+        assert_eq!(spec.source, Source::Path(root.join("linked")));
+        assert_eq!(spec.within, Some(root.join("linked/deep")));
+
+        // Outside any repository nothing moves; git says it is no repository later.
+        let spec = RepoSpec::parse("x", &root).unwrap();
+        assert_eq!(
+            (spec.source, spec.within),
+            (Source::Path(root.join("x")), None)
+        );
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //!
 //! - `mirrors/<name>-<8 hex of sha256(source)>.git`: a bare mirror Warden owns, filled by fetching
 //!   from the source. The user's repository is only ever read (`rev-parse`, `config --get`, and
-//!   git's upload-pack serving the fetch); nothing is written into it and its work tree is never
-//!   looked at.
+//!   git's upload-pack serving the fetch); nothing is written into it. Its work tree is read, by
+//!   Warden and never by git (`worktree.rs`), only to say what a pin of `HEAD` leaves out and to
+//!   snapshot it for `PATH@worktree`.
 //! - `snapshots/<mirror>/<commit>/`: one read-only, verified checkout per exact commit, with its
 //!   completion marker `<commit>.done` beside it (outside the root), written only after the walk in
 //!   `materialize` verified every object. Later calls find the marker and reuse the snapshot.
@@ -30,7 +31,7 @@ use crate::error::RepoError;
 use crate::git::Git;
 pub use crate::materialize::SnapshotLimits;
 use crate::materialize::{materialize, ObjectFormat};
-use crate::spec::{RepoSpec, Source};
+use crate::spec::{RepoSpec, Source, WORK_TREE_REV};
 
 /// Where the source's `HEAD` is recorded in a mirror; the mirror's own `HEAD` points at it.
 const SOURCE_HEAD: &str = "refs/warden/source-head";
@@ -64,6 +65,27 @@ pub struct PinnedRepo {
     /// The bare mirror holding the commit.
     pub mirror: PathBuf,
     pub browse: Option<BrowseBase>,
+    /// What the pin of a local repository's work tree left out or took in; `None` for URLs,
+    /// explicit revisions and repositories without a work tree.
+    pub work_tree: Option<WorkTree>,
+}
+
+/// How a local repository's work tree relates to its pin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WorkTree {
+    /// Pinned at `HEAD` (no revision given), and `files` files of the work tree differ from it
+    /// (modified, deleted, or untracked and not ignored): they are not in the pin.
+    Uncommitted { files: usize },
+    /// Pinned at `HEAD`, but the work tree could not be compared with it.
+    Unchecked { reason: String },
+    /// `PATH@worktree`: the pinned commit is a snapshot of the work tree whose parent is
+    /// `head`, taking in `files` files that differ from it (none: the commit is `head`).
+    /// `skipped` are paths left out, with the reason.
+    Snapshot {
+        head: String,
+        files: usize,
+        skipped: Vec<(String, String)>,
+    },
 }
 
 /// A verified, read-only checkout of one commit.
@@ -138,9 +160,12 @@ impl RepoStore {
     pub fn pin(&self, spec: &RepoSpec) -> Result<PinnedRepo, RepoError> {
         let mirror = self.mirror_path(spec);
         let _lock = lock(&mirror.with_extension("lock"))?;
-        let (commit, browse) = match &spec.source {
+        let (commit, browse, work_tree) = match &spec.source {
             Source::Path(path) => self.pin_local(spec, path, &mirror)?,
-            Source::Url(url) => self.pin_url(spec, url, &mirror)?,
+            Source::Url(url) => {
+                let (commit, browse) = self.pin_url(spec, url, &mirror)?;
+                (commit, browse, None)
+            }
         };
         let tree = self
             .in_mirror(
@@ -163,34 +188,52 @@ impl RepoStore {
             tree,
             mirror,
             browse,
+            work_tree,
         })
     }
 
     /// Resolves the revision in the user's repository (read-only), then fetches everything plus
     /// the exact commit into the mirror.
+    ///
+    /// Without a revision the work tree is compared with `HEAD` ([`WorkTree::Uncommitted`]);
+    /// with `@worktree` it is snapshotted on top of `HEAD` ([`WorkTree::Snapshot`]). A full
+    /// commit id the user's repository lacks but the mirror holds pinned (a snapshot, named
+    /// again by a follow-up) is taken from the mirror.
     fn pin_local(
         &self,
         spec: &RepoSpec,
         path: &Path,
         mirror: &Path,
-    ) -> Result<(String, Option<BrowseBase>), RepoError> {
-        let rev = spec.rev.as_deref().unwrap_or("HEAD");
-        let resolved = self
-            .git
-            .run(
-                path,
-                &[
-                    "rev-parse",
-                    "--path-format=absolute",
-                    "--git-common-dir",
-                    "--show-object-format",
-                    "--verify",
-                    "--end-of-options",
-                    &format!("{rev}^{{commit}}"),
-                ],
-            )
-            .map_err(|e| local_error(e, rev, &spec.name, path))?
-            .text();
+    ) -> Result<(String, Option<BrowseBase>, Option<WorkTree>), RepoError> {
+        let wants_work_tree = spec.wants_work_tree();
+        let rev = match spec.rev.as_deref() {
+            Some(rev) if !wants_work_tree => rev,
+            _ => "HEAD",
+        };
+        let resolved = match self.git.run(
+            path,
+            &[
+                "rev-parse",
+                "--path-format=absolute",
+                "--git-common-dir",
+                "--show-object-format",
+                "--verify",
+                "--end-of-options",
+                &format!("{rev}^{{commit}}"),
+            ],
+        ) {
+            Ok(output) => output.text(),
+            Err(error) => {
+                if ObjectFormat::of_id(rev).is_some()
+                    && self.is_pinned_in_mirror(mirror, rev).unwrap_or(false)
+                {
+                    // The repository may be gone since; the mirror is enough.
+                    let browse = self.local_browse(path).ok().flatten();
+                    return Ok((rev.to_string(), browse, None));
+                }
+                return Err(local_error(error, rev, &spec.name, path));
+            }
+        };
         let mut lines = resolved.lines();
         let (git_dir, format, commit) = match (lines.next(), lines.next(), lines.next()) {
             (Some(dir), Some(format), Some(commit)) => (dir, format, commit.to_string()),
@@ -211,6 +254,39 @@ impl RepoStore {
         let mut refspecs = MIRROR_REFSPECS.to_vec();
         refspecs.push(&pin_refspec);
         self.fetch(mirror, git_dir, &refspecs)?;
+        let browse = self.local_browse(path)?;
+        // Only a checkout's top level has a work tree to speak of (a bare repository and a
+        // `.git` directory named directly have none).
+        let has_work_tree = path.join(".git").symlink_metadata().is_ok();
+        if wants_work_tree {
+            if !has_work_tree {
+                return Err(RepoError::InvalidSpec {
+                    spec: format!("{}@{WORK_TREE_REV}", path.display()),
+                    reason: "it has no work tree to snapshot; give the path of a checkout".into(),
+                });
+            }
+            let (snapshot, work_tree) = self.snapshot_work_tree(mirror, path, &commit)?;
+            return Ok((snapshot, browse, Some(work_tree)));
+        }
+        let work_tree = (spec.rev.is_none() && has_work_tree).then(|| {
+            match self
+                .commit_tree(mirror, &commit)
+                .and_then(|tree| crate::worktree::compare(&self.git, mirror, &tree, path))
+            {
+                Ok(changes) => WorkTree::Uncommitted {
+                    files: changes.files(),
+                },
+                Err(error) => WorkTree::Unchecked {
+                    reason: error.to_string(),
+                },
+            }
+        });
+        let work_tree = work_tree.filter(|w| *w != WorkTree::Uncommitted { files: 0 });
+        Ok((commit, browse, work_tree))
+    }
+
+    /// The browse base of a local repository's `origin`, if it has one on a known host.
+    fn local_browse(&self, path: &Path) -> Result<Option<BrowseBase>, RepoError> {
         let origin = match self
             .git
             .run(path, &["config", "--get", "remote.origin.url"])
@@ -219,7 +295,85 @@ impl RepoStore {
             Err(RepoError::GitFailed { code: Some(1), .. }) => None,
             Err(e) => return Err(e),
         };
-        Ok((commit, origin.as_deref().and_then(browse_base)))
+        Ok(origin.as_deref().and_then(browse_base))
+    }
+
+    /// Whether the mirror holds `commit` under `refs/warden/pinned/`.
+    fn is_pinned_in_mirror(&self, mirror: &Path, commit: &str) -> Result<bool, RepoError> {
+        if !mirror.join("HEAD").is_file() {
+            return Ok(false);
+        }
+        match self.in_mirror(
+            mirror,
+            &[
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                "--end-of-options",
+                &format!("refs/warden/pinned/{commit}^{{commit}}"),
+            ],
+        ) {
+            Ok(output) => Ok(output.text() == commit),
+            Err(RepoError::GitFailed { code: Some(1), .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn commit_tree(&self, mirror: &Path, commit: &str) -> Result<String, RepoError> {
+        let tree = self
+            .in_mirror(
+                mirror,
+                &[
+                    "rev-parse",
+                    "--verify",
+                    "--end-of-options",
+                    &format!("{commit}^{{tree}}"),
+                ],
+            )?
+            .text();
+        if ObjectFormat::of_id(&tree).is_none() {
+            return Err(RepoError::UnexpectedOutput(format!("tree id {tree:?}")));
+        }
+        Ok(tree)
+    }
+
+    /// Snapshots the work tree at `path` on top of `head` as a commit in the mirror (kept under
+    /// `refs/warden/pinned/`); a work tree without changes is `head` itself.
+    fn snapshot_work_tree(
+        &self,
+        mirror: &Path,
+        path: &Path,
+        head: &str,
+    ) -> Result<(String, WorkTree), RepoError> {
+        let tree = self.commit_tree(mirror, head)?;
+        let changes = crate::worktree::compare(&self.git, mirror, &tree, path)?;
+        let files = changes.files();
+        let commit = if files == 0 {
+            head.to_string()
+        } else {
+            // The mirror's lock is held: the scratch directory beside it is this pin's alone.
+            let scratch = mirror.with_extension("worktree");
+            let commit = crate::worktree::snapshot_commit(
+                &self.git, mirror, &scratch, path, head, &tree, &changes,
+            )?;
+            self.in_mirror(
+                mirror,
+                &[
+                    "update-ref",
+                    &format!("refs/warden/pinned/{commit}"),
+                    &commit,
+                ],
+            )?;
+            commit
+        };
+        Ok((
+            commit,
+            WorkTree::Snapshot {
+                head: head.to_string(),
+                files,
+                skipped: changes.skipped,
+            },
+        ))
     }
 
     /// Fetches from the URL, then resolves the revision inside the mirror.

@@ -397,22 +397,22 @@ const AGENT_CONFIGURATION: &[&str] = &[
 ];
 
 /// Preflight on the base snapshot: repository-supplied agent, MCP and hook configuration is
-/// ignored, and said so.
+/// ignored, and said so. The pin's own notices (how `--repo` was read) come first.
 pub fn preflight_notices(repo: &TaskRepo) -> Vec<String> {
+    let mut notices = repo.notices.clone();
     let found: Vec<&str> = AGENT_CONFIGURATION
         .iter()
         .copied()
         .filter(|name| repo.snapshot.root.join(name).symlink_metadata().is_ok())
         .collect();
-    if found.is_empty() {
-        Vec::new()
-    } else {
-        vec![format!(
+    if !found.is_empty() {
+        notices.push(format!(
             "repository-supplied agent, MCP or hook configuration ignored (shown to the agent \
              only as untrusted file content): {}",
             found.join(", ")
-        )]
+        ));
     }
+    notices
 }
 
 /// Everything one run of a change needs.

@@ -550,6 +550,34 @@ pub async fn publish_proposal(
     })
 }
 
+/// Where a repository's proposals are pushed: a URL source itself, or a local repository's
+/// `origin` when git may push there. The one check behind both refusing `--publish` at
+/// submission (`warden run --publish`, `POST /v1/tasks` with `publish`) and publishing after
+/// an approval. `Err` is one sentence saying what to configure.
+pub fn publish_remote(git: &Git, source: &warden_repo::Source) -> Result<String, String> {
+    let path = match source {
+        warden_repo::Source::Url(url) => return Ok(url.clone()),
+        warden_repo::Source::Path(path) => path,
+    };
+    let shown = path.display();
+    let Some(remote) = origin_of(git, path) else {
+        return Err(format!(
+            "cannot publish: {shown} has no `origin` remote to push the branch to; add one with \
+             `git -C {shown} remote add origin URL` (https or ssh), or run the task without \
+             publishing"
+        ));
+    };
+    warden_repo::spec::check_push_target(&remote, path).map_err(|why| {
+        format!(
+            "cannot publish: the `origin` remote of {shown} ({}) is not one Warden can push to \
+             ({why}); set an https or ssh URL with `git -C {shown} remote set-url origin URL`, \
+             or run the task without publishing",
+            warden_repo::redact_credentials(&remote)
+        )
+    })?;
+    Ok(remote)
+}
+
 /// The remote a local repository publishes to: its `origin` URL (a relative path resolved
 /// against the repository). `None` without an `origin`.
 pub fn origin_of(git: &Git, repository: &Path) -> Option<String> {
@@ -699,15 +727,7 @@ pub async fn publish_approved(
     spec.name = repository.name.clone();
     let mirror = context.repos.mirror_path(&spec);
     let git = context.repos.git().clone();
-    let remote = match &spec.source {
-        warden_repo::Source::Url(url) => url.clone(),
-        warden_repo::Source::Path(path) => origin_of(&git, path).ok_or_else(|| {
-            refused(format!(
-                "{} has no `origin` remote to publish to",
-                path.display()
-            ))
-        })?,
-    };
+    let remote = publish_remote(&git, &spec.source).map_err(refused)?;
     let (check_git, check_mirror, check_proposal, task_text, hash) = (
         git.clone(),
         mirror.clone(),

@@ -11,7 +11,9 @@ use warden_protocol::{
     TaskId, TaskKind, TaskStatus, TranscriptEntry,
 };
 use warden_repo::evidence::PinnedCheckout;
-use warden_repo::{CheckoutRoot, InUse, PinnedRepo, RepoError, RepoSpec, RepoStore, Snapshot};
+use warden_repo::{
+    CheckoutRoot, InUse, PinnedRepo, RepoError, RepoSpec, RepoStore, Snapshot, WorkTree,
+};
 use warden_runtime::{
     Agent, AgentConfig, AllowAll, CancelFlag, Clock, EventSink, Finish, Journal, Ledger, Message,
     Model, RunInput, RunOutcome, RunReport, Tool,
@@ -78,6 +80,10 @@ pub struct TaskRepo {
     pub in_use: Arc<InUse>,
     /// The registered repository's own mounts and prepare commands (none in-process).
     pub sandbox: crate::toolchain::RepoSandbox,
+    /// What the person should know about how their `--repo` was read (the enclosing
+    /// repository of a directory, uncommitted files left out, a work-tree snapshot): shown as
+    /// progress while pinning, and as notices of the result.
+    pub notices: Vec<String>,
 }
 
 /// Pins every repository and builds its snapshot. `progress` receives one line per step.
@@ -94,6 +100,16 @@ pub fn pin_all(
                 spec.name
             )));
         }
+        let mut notices = Vec::new();
+        if let Some(within) = &spec.within {
+            let notice = format!(
+                "--repo {} is inside the repository at {}; using the whole repository",
+                within.display(),
+                spec.source.display_redacted()
+            );
+            progress(&format!("warden: {notice}"));
+            notices.push(notice);
+        }
         progress(&format!(
             "warden: pinning {}",
             spec.source.display_redacted()
@@ -109,6 +125,10 @@ pub fn pin_all(
             }
             other => SetupError::Infrastructure(format!("cannot pin the repository: {other}")),
         })?;
+        if let Some(notice) = work_tree_notice(&pinned) {
+            progress(&format!("warden: {notice}"));
+            notices.push(notice);
+        }
         store.hold_snapshot(&pinned, &mut in_use).map_err(|e| {
             SetupError::Infrastructure(format!("cannot mark the snapshot in use: {e}"))
         })?;
@@ -138,9 +158,77 @@ pub fn pin_all(
             snapshot,
             in_use: Arc::new(in_use),
             sandbox: Default::default(),
+            notices,
         });
     }
     Ok(repos)
+}
+
+/// The sentence saying what a pin of a local work tree left out or took in.
+fn work_tree_notice(pinned: &PinnedRepo) -> Option<String> {
+    let short = |id: &str| id[..12.min(id.len())].to_string();
+    let files = |n: usize| {
+        if n == 1 {
+            "1 uncommitted or untracked file".to_string()
+        } else {
+            format!("{n} uncommitted or untracked files")
+        }
+    };
+    Some(match pinned.work_tree.as_ref()? {
+        WorkTree::Uncommitted { files: n } => format!(
+            "{}: using HEAD {}; {} {} not included (commit them, or use --repo PATH@worktree)",
+            pinned.name,
+            short(&pinned.commit),
+            files(*n),
+            if *n == 1 { "is" } else { "are" }
+        ),
+        WorkTree::Unchecked { reason } => format!(
+            "{}: using HEAD {}; the work tree could not be checked for uncommitted files \
+             ({reason})",
+            pinned.name,
+            short(&pinned.commit)
+        ),
+        WorkTree::Snapshot { head, files: 0, .. } => format!(
+            "{}: the work tree has no uncommitted or untracked files; using HEAD {}",
+            pinned.name,
+            short(head)
+        ),
+        WorkTree::Snapshot {
+            head,
+            files: n,
+            skipped,
+        } => {
+            let mut notice = format!(
+                "{}: using a snapshot of the work tree, commit {} on top of HEAD {} with {} \
+                 (it exists only in Warden's mirror)",
+                pinned.name,
+                short(&pinned.commit),
+                short(head),
+                files(*n)
+            );
+            if !skipped.is_empty() {
+                let names: Vec<String> = skipped
+                    .iter()
+                    .take(5)
+                    .map(|(path, why)| format!("{path:?} ({why})"))
+                    .collect();
+                notice.push_str(&format!(
+                    "; left out: {}{}",
+                    names.join(", "),
+                    if skipped.len() > 5 { ", …" } else { "" }
+                ));
+            }
+            notice
+        }
+    })
+}
+
+/// The notices of every repository of a task, for its result.
+pub fn repo_notices(repos: &[TaskRepo]) -> Vec<String> {
+    repos
+        .iter()
+        .flat_map(|r| r.notices.iter().cloned())
+        .collect()
 }
 
 pub fn manifest(repos: &[TaskRepo]) -> Vec<ManifestEntry> {

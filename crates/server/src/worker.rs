@@ -712,7 +712,11 @@ async fn run_question(
     )
     .await;
     drop(tools);
-    let report = question::question_report(&task.id, &model, Some(sandbox.backend), report);
+    let mut report = question::question_report(&task.id, &model, Some(sandbox.backend), report);
+    report
+        .result
+        .notices
+        .splice(0..0, question::repo_notices(repos));
     let result = services
         .redactor
         .json(serde_json::to_value(&report.result).unwrap_or(Value::Null));

@@ -10,6 +10,7 @@ mod publish;
 mod quota;
 mod remote;
 mod remote_escaping;
+mod repo_intent;
 mod serve;
 mod serve_change;
 mod serve_publish;

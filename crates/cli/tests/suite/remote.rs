@@ -271,6 +271,8 @@ fn run_with_a_server_waits_for_approval_and_reject_decides_it() {
     repo.write("src/lib.txt", "alpha\nbeta\ngamma\n")
         .write("check.sh", "grep -q BETA src/lib.txt\n");
     repo.commit("initial");
+    // Publication needs a remote to push to; without one `publish` is refused at submission.
+    repo.git(&["remote", "add", "origin", "https://example.invalid/app.git"]);
     let model = ScriptedModelServer::start_blocking(vec![
         openai::tool_call(
             "edit_file",

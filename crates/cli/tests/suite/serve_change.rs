@@ -107,6 +107,8 @@ fn serve_runs_a_change_to_a_checked_proposal_and_shows_its_diff() {
 #[test]
 fn a_change_touching_env_waits_for_a_publish_sensitive_approval_and_its_diff_is_redacted() {
     let repo = change_repo();
+    // Publication needs a remote to push to; without one `publish` is refused at submission.
+    repo.git(&["remote", "add", "origin", "https://example.invalid/app.git"]);
     let model = ScriptedModelServer::start_blocking(vec![
         call(
             "write_file",
@@ -211,6 +213,8 @@ fn a_change_touching_env_waits_for_a_publish_sensitive_approval_and_its_diff_is_
 #[test]
 fn warden_run_flags_sensitive_files_the_same_way() {
     let repo = change_repo();
+    // Publication needs a remote to push to; without one `publish` is refused at submission.
+    repo.git(&["remote", "add", "origin", "https://example.invalid/app.git"]);
     let model = ScriptedModelServer::start_blocking(vec![
         call(
             "write_file",

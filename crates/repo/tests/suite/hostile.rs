@@ -190,6 +190,79 @@ fn pinning_and_snapshotting_a_hostile_repository_runs_none_of_its_code() {
     }
 }
 
+/// Warden reads a hostile work tree itself: comparing it with `HEAD` (a pin without a
+/// revision) and snapshotting it (`@worktree`) run no filter, hook or other program of the
+/// repository's, follow no symlink and never block on a fifo. Git's own comparison would run
+/// the clean filter (`status`, `diff-files` and `ls-files --modified` re-read racily clean
+/// files through it; `add` reads every new file through it), as the control shows.
+#[test]
+fn comparing_and_snapshotting_a_hostile_work_tree_runs_none_of_its_code() {
+    let traps = Traps::new();
+    let repo = hostile_repo(&traps);
+    // Only a clean filter (no long-running process), so git's own reading runs exactly it.
+    repo.git(&["config", "--unset", "filter.evil.process"]);
+    std::fs::write(repo.path().join("a.txt"), "alpha, edited $Id$\r\n").unwrap();
+    std::fs::write(repo.path().join("new.txt"), "new $Id$\n").unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", repo.path().join("escape")).unwrap();
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        repo.path().join("pipe"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+    assert_eq!(
+        traps.fired(),
+        Vec::<String>::new(),
+        "the fixture set off a trap"
+    );
+
+    let (_home, store) = store();
+    let path = repo.path().to_str().unwrap();
+    let (pinned, _) = pin_and_snapshot(&store, path);
+    assert_eq!(
+        pinned.work_tree,
+        Some(warden_repo::WorkTree::Uncommitted { files: 3 })
+    );
+    assert_eq!(traps.fired(), Vec::<String>::new(), "after the comparison");
+
+    let (pinned, snapshot) = pin_and_snapshot(&store, &format!("{path}@worktree"));
+    match &pinned.work_tree {
+        Some(warden_repo::WorkTree::Snapshot { files, skipped, .. }) => {
+            assert_eq!(*files, 3);
+            assert_eq!(
+                skipped,
+                &vec![(
+                    "pipe".to_string(),
+                    "not a regular file or symlink".to_string()
+                )]
+            );
+        }
+        other => panic!("not a snapshot: {other:?}"),
+    }
+    // Raw bytes: no clean filter, no eol conversion, no ident collapsing; the symlink kept.
+    assert_eq!(
+        std::fs::read(snapshot.root.join("a.txt")).unwrap(),
+        b"alpha, edited $Id$\r\n"
+    );
+    assert_eq!(
+        std::fs::read(snapshot.root.join("new.txt")).unwrap(),
+        b"new $Id$\n"
+    );
+    assert_eq!(
+        std::fs::read_link(snapshot.root.join("escape")).unwrap(),
+        Path::new("/etc/hostname")
+    );
+    assert!(!snapshot.root.join("pipe").exists());
+    assert_eq!(traps.fired(), Vec::<String>::new(), "after the snapshot");
+
+    // Control: git's own reading of the same work tree runs the repository's clean filter.
+    control_git(&repo, &["add", "-A"]);
+    let fired = traps.fired();
+    assert!(fired.iter().any(|f| f == "filter-clean"), "{fired:?}");
+}
+
 #[test]
 fn a_tree_that_contains_dot_git_is_never_materialized() {
     let repo = TempRepo::new();

@@ -5,6 +5,7 @@ mod hostile;
 mod pin_snapshot;
 mod quota;
 mod untouched;
+mod work_tree;
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;

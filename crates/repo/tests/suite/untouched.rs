@@ -10,7 +10,7 @@ use warden_test_support::git_fixture::TempRepo;
 use super::{pin_and_snapshot, store};
 
 /// Every path under `root` with its kind, size, mode, mtime and content.
-fn state_of(root: &Path) -> BTreeMap<String, (u32, u64, i64, i64, Vec<u8>)> {
+pub(super) fn state_of(root: &Path) -> BTreeMap<String, (u32, u64, i64, i64, Vec<u8>)> {
     fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, (u32, u64, i64, i64, Vec<u8>)>) {
         for entry in std::fs::read_dir(dir).unwrap() {
             let entry = entry.unwrap();

@@ -133,7 +133,7 @@ async fn register_repo(
         ));
     }
     if let Some(branch) = &request.branch {
-        if !valid_rev(branch) {
+        if !valid_rev(branch) || branch == warden_repo::WORK_TREE_REV {
             return Err(ApiError::invalid(format!("invalid branch {branch:?}")));
         }
     }

@@ -51,7 +51,7 @@ struct SubmitTask {
     checks: Option<Vec<String>>,
     /// Change tasks: publish a proposal after an approval bound to its hash (the task then
     /// waits in `waiting_approval`; a `publish_sensitive` approval when the diff touches
-    /// sensitive files).
+    /// sensitive files). Refused (422) when the repository has no remote to push to.
     #[serde(default)]
     publish: Option<bool>,
 }
@@ -110,7 +110,7 @@ fn parse_kind(kind: &str) -> Result<TaskKind, ApiError> {
         (status = 401, description = "No or an invalid token", body = ErrorBody),
         (status = 403, description = "A viewer token", body = ErrorBody),
         (status = 413, description = "The body is too large", body = ErrorBody),
-        (status = 422, description = "Invalid fields (a NUL character in prompt or metadata among them), unknown repository, unsupported kind, or Idempotency-Key reused with another body", body = ErrorBody),
+        (status = 422, description = "Invalid fields (a NUL character in prompt or metadata among them), unknown repository, unsupported kind, publish on a repository without a remote to push to, or Idempotency-Key reused with another body", body = ErrorBody),
     ))]
 async fn submit_task(
     State(state): State<Arc<ApiState>>,
@@ -153,6 +153,7 @@ async fn submit_task(
             "{at} must not contain NUL characters"
         )));
     }
+    let publish = kind == TaskKind::Change && request.publish == Some(true);
     change_options(kind, request.checks, request.publish, &mut metadata)?;
     if kind == TaskKind::Change && request.follow_up_to.is_some() {
         return Err(ApiError::invalid(
@@ -215,6 +216,9 @@ async fn submit_task(
         return Err(ApiError::invalid(
             "a change task works on exactly one repository",
         ));
+    }
+    if publish {
+        check_publishable(&state, &repos[0].name).await?;
     }
     let id = new_task_id().map_err(ApiError::internal)?;
     let created = state
@@ -298,6 +302,28 @@ fn change_options(
     Ok(())
 }
 
+/// A publication that could never be pushed is refused now, before any model call, with what
+/// to configure (the same check [`crate::publish::publish_remote`] `warden run --publish` makes).
+async fn check_publishable(state: &ApiState, name: &str) -> Result<(), ApiError> {
+    let registered = state.store.get_repo(name).await?.ok_or_else(|| {
+        ApiError::new(
+            ErrorCode::UnknownRepository,
+            format!("repository {name:?} is not registered (POST /v1/repos)"),
+        )
+    })?;
+    let spec = warden_repo::RepoSpec::parse(&registered.source, std::path::Path::new("/"))
+        .map_err(|e| ApiError::invalid(format!("repository {name:?}: {e}")))?;
+    let git = match &state.repos {
+        Some(repos) => repos.git().clone(),
+        None => warden_repo::Git::locate().map_err(ApiError::internal)?,
+    };
+    tokio::task::spawn_blocking(move || crate::publish::publish_remote(&git, &spec.source))
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(ApiError::invalid)
+        .map(drop)
+}
+
 /// `name` or `name@rev` entries → the task's repositories, each registered.
 async fn task_repos(store: &dyn Store, names: &[String]) -> Result<Vec<TaskRepo>, ApiError> {
     if names.len() > MAX_REPOS_PER_TASK {
@@ -319,6 +345,13 @@ async fn task_repos(store: &dyn Store, names: &[String]) -> Result<Vec<TaskRepo>
         if let Some(rev) = rev {
             if !valid_rev(rev) {
                 return Err(ApiError::invalid(format!("invalid revision {rev:?}")));
+            }
+            // The server's checkout is the operator's: its uncommitted files are not shared.
+            if rev == warden_repo::WORK_TREE_REV {
+                return Err(ApiError::invalid(format!(
+                    "{entry:?}: @{rev} snapshots a local work tree and works in-process only; \
+                     commit and push the changes, or name a revision"
+                )));
             }
         }
         if repos.iter().any(|r| r.name == name) {

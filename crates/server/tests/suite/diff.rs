@@ -68,6 +68,8 @@ async fn fixture() -> Fixture {
             ),
         );
     let commit = repo.commit("the change");
+    // Publication needs a remote to push to; without one `publish` is refused at submission.
+    repo.git(&["remote", "add", "origin", "https://example.invalid/app.git"]);
     let repos = RepoStore::open(home.path()).unwrap();
     let mut spec =
         RepoSpec::parse(repo.path().to_str().unwrap(), std::path::Path::new("/")).unwrap();

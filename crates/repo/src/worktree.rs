@@ -1,0 +1,470 @@
+//! The work tree of a local repository, compared with the commit being pinned and, for
+//! `PATH@worktree`, snapshotted as a commit in Warden's mirror.
+//!
+//! **No repository code runs, and nothing of the user's is written.** Git's own comparison
+//! (`status`, `diff-files`, `add`) re-reads files through the repository's clean filters, which
+//! a hostile repository points at its own programs; so no git command runs in the user's
+//! repository here. Warden reads the work tree itself, byte for byte: every path of the pinned
+//! tree is looked at with `lstat` (no symlink followed, not even in a parent directory) and its
+//! raw content hashed as a blob; the rest of the tree is walked with git's ignore rules (the
+//! repository's `.gitignore` files and `.git/info/exclude`; nested repositories and submodules
+//! are not entered) to find untracked files. A snapshot writes private copies of the changed
+//! files into the mirror with `hash-object --no-filters` (every id checked against Warden's own
+//! hash), builds the tree in a temporary index (`GIT_INDEX_FILE`, seeded from the pinned tree)
+//! in the mirror, and writes the commit object byte for byte: the user's index, `HEAD`, refs,
+//! objects and work tree are never touched.
+//!
+//! Because the comparison is raw, a file the repository converts on checkout (a smudge filter
+//! such as Git LFS, `eol=crlf`, `ident`) counts as changed, and a snapshot holds it as it is on
+//! disk.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{FileType, Mode, OFlags};
+
+use crate::candidate::{list_tree, write_commit, CommitIdentity, TreeEntry};
+use crate::error::RepoError;
+use crate::git::Git;
+use crate::materialize::ObjectFormat;
+use crate::store::remove_tree;
+
+/// How the work tree differs from a commit.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Changes {
+    /// Modified, retyped and untracked (not ignored) files and symlinks, by path.
+    pub(crate) written: Vec<Written>,
+    /// Paths of the commit that are gone (or replaced by a directory).
+    pub(crate) deleted: Vec<String>,
+    /// Paths that cannot be taken over, with the reason (special files, unusual names).
+    pub(crate) skipped: Vec<(String, String)>,
+}
+
+impl Changes {
+    /// How many files the work tree has that the commit does not (changed, new or deleted).
+    pub(crate) fn files(&self) -> usize {
+        self.written.len() + self.deleted.len()
+    }
+}
+
+/// One changed or new path as it is on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Written {
+    pub(crate) path: String,
+    pub(crate) mode: &'static str,
+    /// The blob id of the raw content (or symlink target).
+    pub(crate) id: String,
+    /// `None` for a regular file (read again from the work tree), the target for a symlink.
+    pub(crate) symlink: Option<Vec<u8>>,
+}
+
+/// Compares the work tree at `root` with `tree` (in `mirror`).
+pub(crate) fn compare(
+    git: &Git,
+    mirror: &Path,
+    tree: &str,
+    root: &Path,
+) -> Result<Changes, RepoError> {
+    let format = ObjectFormat::of_id(tree)
+        .ok_or_else(|| RepoError::Corrupt(format!("{tree:?} is not a tree id")))?;
+    let git_dir = format!("--git-dir={}", mirror.display());
+    let base = list_tree(git, mirror, &git_dir, tree)?;
+    let mut changes = Changes::default();
+    let mut real_dirs: HashMap<String, bool> = HashMap::new();
+    for (path, entry) in &base {
+        compare_tracked(root, format, path, entry, &mut real_dirs, &mut changes)?;
+    }
+    find_untracked(root, format, &base, &mut changes)?;
+    changes.written.sort_by(|a, b| a.path.cmp(&b.path));
+    changes.deleted.sort();
+    Ok(changes)
+}
+
+/// One path of the commit against the work tree.
+fn compare_tracked(
+    root: &Path,
+    format: ObjectFormat,
+    path: &str,
+    entry: &TreeEntry,
+    real_dirs: &mut HashMap<String, bool>,
+    changes: &mut Changes,
+) -> Result<(), RepoError> {
+    // A submodule stays as committed; a name git listed lossily cannot be looked up.
+    if entry.mode == "160000" {
+        return Ok(());
+    }
+    if path.contains(char::REPLACEMENT_CHARACTER) {
+        changes
+            .skipped
+            .push((path.to_string(), "file name is not UTF-8".into()));
+        return Ok(());
+    }
+    // Through a symlinked or missing parent the file is not there, as git sees it.
+    let mut parent = String::new();
+    for component in path
+        .split('/')
+        .collect::<Vec<_>>()
+        .split_last()
+        .map_or(&[][..], |(_, p)| p)
+    {
+        if !parent.is_empty() {
+            parent.push('/');
+        }
+        parent.push_str(component);
+        let is_dir = *real_dirs.entry(parent.clone()).or_insert_with(|| {
+            std::fs::symlink_metadata(root.join(&parent)).is_ok_and(|m| m.file_type().is_dir())
+        });
+        if !is_dir {
+            changes.deleted.push(path.to_string());
+            return Ok(());
+        }
+    }
+    let on_disk = root.join(path);
+    let meta = match std::fs::symlink_metadata(&on_disk) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            changes.deleted.push(path.to_string());
+            return Ok(());
+        }
+        Err(e) => return Err(RepoError::io("read", &on_disk)(e)),
+    };
+    let kind = meta.file_type();
+    if kind.is_file() {
+        let (id, mode) = hash_file(&on_disk, format, None)?;
+        if id != entry.id || mode != entry.mode {
+            changes.written.push(Written {
+                path: path.to_string(),
+                mode,
+                id,
+                symlink: None,
+            });
+        }
+    } else if kind.is_symlink() {
+        let target = read_link(&on_disk)?;
+        let id = blob_id(format, &target);
+        if id != entry.id || entry.mode != "120000" {
+            changes.written.push(Written {
+                path: path.to_string(),
+                mode: "120000",
+                id,
+                symlink: Some(target),
+            });
+        }
+    } else {
+        // A directory's contents are found by the walk; anything else cannot be taken.
+        if !kind.is_dir() {
+            changes
+                .skipped
+                .push((path.to_string(), "not a regular file or symlink".into()));
+        }
+        changes.deleted.push(path.to_string());
+    }
+    Ok(())
+}
+
+/// Everything the walk finds that the commit does not have and the ignore rules let in.
+fn find_untracked(
+    root: &Path,
+    format: ObjectFormat,
+    base: &BTreeMap<String, TreeEntry>,
+    changes: &mut Changes,
+) -> Result<(), RepoError> {
+    let mut walk = ignore::WalkBuilder::new(root);
+    walk.standard_filters(false)
+        .git_ignore(true)
+        .git_exclude(true)
+        .git_global(false)
+        .require_git(false)
+        .parents(false)
+        .follow_links(false)
+        .filter_entry(|entry| {
+            if entry.file_name() == ".git" {
+                return false;
+            }
+            // A nested repository or a submodule's checkout is not part of this repository.
+            let is_dir = entry.file_type().is_some_and(|t| t.is_dir());
+            !(is_dir && entry.depth() > 0 && entry.path().join(".git").symlink_metadata().is_ok())
+        });
+    for found in walk.build() {
+        let entry = found.map_err(|e| RepoError::Io {
+            action: "walk",
+            path: root.to_path_buf(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        let Some(kind) = entry.file_type() else {
+            continue;
+        };
+        if entry.depth() == 0 || kind.is_dir() {
+            continue;
+        }
+        let relative = entry.path().strip_prefix(root).unwrap_or(entry.path());
+        let Some(path) = relative.to_str() else {
+            changes.skipped.push((
+                relative.to_string_lossy().into_owned(),
+                "file name is not UTF-8".into(),
+            ));
+            continue;
+        };
+        if base.contains_key(path) {
+            continue;
+        }
+        if path.chars().any(|c| c.is_control() || c == '\\') {
+            changes
+                .skipped
+                .push((path.to_string(), "unusual file name".into()));
+            continue;
+        }
+        if kind.is_symlink() {
+            let target = read_link(entry.path())?;
+            changes.written.push(Written {
+                path: path.to_string(),
+                mode: "120000",
+                id: blob_id(format, &target),
+                symlink: Some(target),
+            });
+        } else if kind.is_file() {
+            let (id, mode) = hash_file(entry.path(), format, None)?;
+            changes.written.push(Written {
+                path: path.to_string(),
+                mode,
+                id,
+                symlink: None,
+            });
+        } else {
+            changes
+                .skipped
+                .push((path.to_string(), "not a regular file or symlink".into()));
+        }
+    }
+    Ok(())
+}
+
+/// Writes the work tree as a commit on top of `head` (whose tree is `tree`) into `mirror`,
+/// using `scratch` (created, and removed afterwards) for private copies and the temporary
+/// index. Returns the commit id.
+pub(crate) fn snapshot_commit(
+    git: &Git,
+    mirror: &Path,
+    scratch: &Path,
+    root: &Path,
+    head: &str,
+    tree: &str,
+    changes: &Changes,
+) -> Result<String, RepoError> {
+    if scratch.symlink_metadata().is_ok() {
+        remove_tree(scratch).map_err(RepoError::io("remove", scratch))?;
+    }
+    std::fs::create_dir_all(scratch).map_err(RepoError::io("create", scratch))?;
+    let result = build_snapshot(git, mirror, scratch, root, head, tree, changes);
+    let _ = remove_tree(scratch);
+    result
+}
+
+fn build_snapshot(
+    git: &Git,
+    mirror: &Path,
+    scratch: &Path,
+    root: &Path,
+    head: &str,
+    tree: &str,
+    changes: &Changes,
+) -> Result<String, RepoError> {
+    let format = ObjectFormat::of_id(tree)
+        .ok_or_else(|| RepoError::Corrupt(format!("{tree:?} is not a tree id")))?;
+    let git_dir = format!("--git-dir={}", mirror.display());
+
+    // 1. Private copies, hashed again while copied: a file that changed since the comparison
+    //    stops the snapshot rather than entering half-read.
+    let blobs = scratch.join("blobs");
+    std::fs::create_dir_all(&blobs).map_err(RepoError::io("create", &blobs))?;
+    let mut copies: Vec<(PathBuf, &str)> = Vec::new();
+    for (index, written) in changes.written.iter().enumerate() {
+        let copy = blobs.join(index.to_string());
+        match &written.symlink {
+            Some(target) => std::fs::write(&copy, target).map_err(RepoError::io("write", &copy))?,
+            None => {
+                let mut out = File::create(&copy).map_err(RepoError::io("write", &copy))?;
+                let on_disk = root.join(&written.path);
+                let (id, mode) = hash_file(&on_disk, format, Some(&mut out))?;
+                if id != written.id || mode != written.mode {
+                    return Err(RepoError::Io {
+                        action: "snapshot",
+                        path: on_disk,
+                        source: std::io::Error::other(
+                            "the file changed while Warden read it; try again",
+                        ),
+                    });
+                }
+            }
+        }
+        copies.push((copy, &written.id));
+    }
+    for chunk in copies.chunks(256) {
+        let mut args: Vec<String> = vec![
+            git_dir.clone(),
+            "hash-object".into(),
+            "-w".into(),
+            "--no-filters".into(),
+            "--".into(),
+        ];
+        args.extend(chunk.iter().map(|(p, _)| p.display().to_string()));
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let output = git.run(mirror, &refs)?.text();
+        let ids: Vec<&str> = output.lines().collect();
+        if ids.len() != chunk.len() {
+            return Err(RepoError::UnexpectedOutput(format!(
+                "hash-object wrote {} objects for {} files",
+                ids.len(),
+                chunk.len()
+            )));
+        }
+        for ((_, expected), got) in chunk.iter().zip(ids) {
+            if *expected != got {
+                return Err(RepoError::Corrupt(format!(
+                    "blob written as {got}, expected {expected}"
+                )));
+            }
+        }
+    }
+
+    // 2. The tree, in a temporary index seeded from the pinned tree.
+    let index = scratch.join("index");
+    let empty_work_tree = scratch.join("empty-work-tree");
+    std::fs::create_dir_all(&empty_work_tree).map_err(RepoError::io("create", &empty_work_tree))?;
+    let work_tree = format!("--work-tree={}", empty_work_tree.display());
+    git.run_with_index(mirror, &index, &[&git_dir, "read-tree", tree])?;
+    for chunk in changes.deleted.chunks(256) {
+        let mut args: Vec<&str> =
+            vec![&git_dir, &work_tree, "update-index", "--force-remove", "--"];
+        args.extend(chunk.iter().map(String::as_str));
+        git.run_with_index(&empty_work_tree, &index, &args)?;
+    }
+    let cacheinfo: Vec<String> = changes
+        .written
+        .iter()
+        .map(|w| format!("{},{},{}", w.mode, w.id, w.path))
+        .collect();
+    for chunk in cacheinfo.chunks(256) {
+        let mut args: Vec<&str> = vec![&git_dir, "update-index", "--add", "--replace"];
+        for info in chunk {
+            args.push("--cacheinfo");
+            args.push(info);
+        }
+        git.run_with_index(mirror, &index, &args)?;
+    }
+    let new_tree = git
+        .run_with_index(mirror, &index, &[&git_dir, "write-tree"])?
+        .text();
+    if ObjectFormat::of_id(&new_tree) != Some(format) {
+        return Err(RepoError::UnexpectedOutput(format!(
+            "write-tree printed {new_tree:?}"
+        )));
+    }
+
+    // 3. The commit: dated like `head`, so the same work tree on the same `head` is the same
+    //    commit (and its snapshot is reused).
+    let head_object = git.run(mirror, &[&git_dir, "cat-file", "commit", head])?;
+    let time = String::from_utf8_lossy(&head_object.stdout)
+        .lines()
+        .take_while(|line| !line.is_empty())
+        .find_map(|line| line.strip_prefix("committer "))
+        .and_then(|committer| committer.rsplit(' ').nth(1))
+        .and_then(|seconds| seconds.parse::<u64>().ok())
+        .unwrap_or(0);
+    let place: String = root
+        .display()
+        .to_string()
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    let message = format!(
+        "Warden snapshot of the work tree at {place}\n\nThe uncommitted and untracked files of \
+         the work tree, on top of\n{head}.\nTaken for `--repo PATH@worktree`; this commit exists \
+         only in Warden's mirror.\n"
+    );
+    write_commit(
+        git,
+        mirror,
+        scratch,
+        &new_tree,
+        head,
+        &message,
+        &CommitIdentity::warden(time),
+    )
+}
+
+/// The target of the symlink at `path`, as bytes.
+fn read_link(path: &Path) -> Result<Vec<u8>, RepoError> {
+    std::fs::read_link(path)
+        .map(|target| target.as_os_str().as_bytes().to_vec())
+        .map_err(RepoError::io("read", path))
+}
+
+/// Hashes the regular file at `path` as a blob (and copies it into `copy`), returning its id
+/// and mode. The file is opened without following a symlink and without blocking (a fifo put
+/// there since it was listed cannot stall the read); anything but a regular file of the size it
+/// had when opened is an error.
+fn hash_file(
+    path: &Path,
+    format: ObjectFormat,
+    mut copy: Option<&mut File>,
+) -> Result<(String, &'static str), RepoError> {
+    let fd = rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| RepoError::io("open", path)(e.into()))?;
+    let stat = rustix::fs::fstat(&fd).map_err(|e| RepoError::io("stat", path)(e.into()))?;
+    let changed = |why: &str| RepoError::Io {
+        action: "read",
+        path: path.to_path_buf(),
+        source: std::io::Error::other(format!("{why}; try again")),
+    };
+    if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+        return Err(changed("it is no longer a regular file"));
+    }
+    let size = u64::try_from(stat.st_size).unwrap_or(0);
+    let mode = if stat.st_mode & 0o111 != 0 {
+        "100755"
+    } else {
+        "100644"
+    };
+    let mut file = File::from(fd);
+    let mut hasher = format.hasher();
+    hasher.update(format!("blob {size}\0").as_bytes());
+    let mut buffer = vec![0u8; 64 * 1024];
+    let mut total: u64 = 0;
+    loop {
+        let read = file
+            .read(&mut buffer)
+            .map_err(RepoError::io("read", path))?;
+        if read == 0 {
+            break;
+        }
+        total += read as u64;
+        if total > size {
+            return Err(changed("the file grew while Warden read it"));
+        }
+        hasher.update(&buffer[..read]);
+        if let Some(out) = copy.as_mut() {
+            out.write_all(&buffer[..read])
+                .map_err(RepoError::io("write", path))?;
+        }
+    }
+    if total != size {
+        return Err(changed("the file shrank while Warden read it"));
+    }
+    Ok((hasher.finish_hex(), mode))
+}
+
+/// The git blob id of `bytes`.
+fn blob_id(format: ObjectFormat, bytes: &[u8]) -> String {
+    let mut hasher = format.hasher();
+    hasher.update(format!("blob {}\0", bytes.len()).as_bytes());
+    hasher.update(bytes);
+    hasher.finish_hex()
+}
