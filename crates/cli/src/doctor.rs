@@ -321,10 +321,7 @@ async fn probe_endpoint(model: &warden_models::ModelConfig) -> (bool, String) {
         }
     };
     let shown = warden_repo::redact_credentials(&url);
-    let key_variable = match model.provider {
-        warden_models::Provider::OpenAi => "OPENAI_API_KEY",
-        warden_models::Provider::Anthropic => "ANTHROPIC_API_KEY",
-    };
+    let key_variable = warden_server::config::key_variable(model.provider);
     match request.send().await {
         Ok(response) => match response.status().as_u16() {
             200..=299 => (

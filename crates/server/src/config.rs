@@ -442,9 +442,10 @@ impl ModelChoice {
             .chain(fallback.as_deref())
             .find(|model| model.api_key.is_none() && model.base_url == official_base_url(model))
             .map(|model| {
-                let (variable, base) = match model.provider {
-                    Provider::OpenAi => ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
-                    Provider::Anthropic => ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+                let variable = key_variable(model.provider);
+                let base = match model.provider {
+                    Provider::OpenAi => "OPENAI_BASE_URL",
+                    Provider::Anthropic => "ANTHROPIC_BASE_URL",
                 };
                 format!(
                     "{variable} is not set for model {}: export {variable}=… (or point {base} at \
@@ -452,6 +453,14 @@ impl ModelChoice {
                     model.model
                 )
             })
+    }
+}
+
+/// The environment variable that holds `provider`'s API key.
+pub fn key_variable(provider: Provider) -> &'static str {
+    match provider {
+        Provider::OpenAi => "OPENAI_API_KEY",
+        Provider::Anthropic => "ANTHROPIC_API_KEY",
     }
 }
 

@@ -61,6 +61,23 @@ pub fn build_model(config: &Config) -> Result<Arc<dyn Model>, SetupError> {
                     .into(),
             )),
         };
+    // A refused key says which variable holds it.
+    let model: Arc<dyn Model> = match &config.model {
+        ModelChoice::Remote { primary, fallback } => {
+            let mut variables = vec![crate::config::key_variable(primary.provider)];
+            if let Some(fallback) = fallback {
+                let variable = crate::config::key_variable(fallback.provider);
+                if !variables.contains(&variable) {
+                    variables.push(variable);
+                }
+            }
+            Arc::new(KeyHint {
+                inner: model,
+                variables: variables.join(" or "),
+            })
+        }
+        ModelChoice::Faux | ModelChoice::Missing => model,
+    };
     if config.limits.max_cost_micro_usd.is_some() && !model.has_price() {
         return Err(SetupError::Usage(format!(
             "a money budget (limits.max_cost_usd) is set but {} has no price; add it under \
@@ -69,6 +86,48 @@ pub fn build_model(config: &Config) -> Result<Arc<dyn Model>, SetupError> {
         )));
     }
     Ok(model)
+}
+
+/// A model whose refusals for the key (401, 403) name the variable that holds it, so the fix
+/// is in the message: "… the API key was refused: check OPENAI_API_KEY".
+struct KeyHint {
+    inner: Arc<dyn Model>,
+    variables: String,
+}
+
+impl Model for KeyHint {
+    fn name(&self) -> String {
+        self.inner.name()
+    }
+
+    fn complete<'a>(
+        &'a self,
+        request: &'a warden_runtime::ModelRequest,
+        events: &'a dyn EventSink,
+    ) -> warden_runtime::BoxFuture<
+        'a,
+        Result<warden_runtime::ModelResponse, warden_runtime::ModelError>,
+    > {
+        Box::pin(async move {
+            match self.inner.complete(request, events).await {
+                Err(warden_runtime::ModelError::Permanent {
+                    status: Some(status @ (401 | 403)),
+                    message,
+                }) => Err(warden_runtime::ModelError::Permanent {
+                    status: Some(status),
+                    message: format!(
+                        "{message} — the API key was refused: check {}",
+                        self.variables
+                    ),
+                }),
+                other => other,
+            }
+        })
+    }
+
+    fn has_price(&self) -> bool {
+        self.inner.has_price()
+    }
 }
 
 /// One repository of a task, pinned and materialized.

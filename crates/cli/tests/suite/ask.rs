@@ -290,6 +290,12 @@ fn permanent_model_errors_fail_fast_with_model_error() {
     ]);
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert_eq!(run.json()["failure"]["code"], "model_error");
+    // The message names the variable that holds the refused key.
+    let message = run.json()["failure"]["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(message.contains("check OPENAI_API_KEY"), "{message}");
     assert_eq!(server.requests().len(), 1);
     assert!(!run.stdout.contains("sk-test-key") && !run.stderr.contains("sk-test-key"));
 }
