@@ -258,8 +258,8 @@ async fn run_with_ctrl_c(
     let mut future = Box::pin(question::run_question(run, tools));
     tokio::select! {
         report = &mut future => Some(report),
-        _ = tokio::signal::ctrl_c() => {
-            progress.line("warden: cancelling (Ctrl-C)");
+        _ = crate::interrupt::ctrl_c() => {
+            progress.line("warden: cancelling (Ctrl-C; press it again to exit at once)");
             cancel.cancel();
             tokio::time::timeout(CANCEL_GRACE, &mut future).await.ok()
         }

@@ -7,6 +7,7 @@ mod ask;
 mod diff;
 mod doctor;
 mod gc;
+mod interrupt;
 mod progress;
 mod records;
 mod remote;
@@ -192,6 +193,8 @@ fn main() -> ExitCode {
         return ExitCode::from(1);
     }
     match run(cli) {
+        // A task cancelled by Ctrl-C printed its cancelled result; the command was interrupted.
+        Ok(_) if interrupt::interrupted() => ExitCode::from(interrupt::INTERRUPTED),
         Ok(code) => ExitCode::from(code),
         Err(error) => {
             eprintln!("warden: error: {error:#}");

@@ -222,8 +222,8 @@ pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
                         let mut future = Box::pin(change::run_change(run, &tools));
                         tokio::select! {
                             report = &mut future => Some(report),
-                            _ = tokio::signal::ctrl_c() => {
-                                progress.line("warden: cancelling (Ctrl-C)");
+                            _ = crate::interrupt::ctrl_c() => {
+                                progress.line("warden: cancelling (Ctrl-C; press it again to exit at once)");
                                 cancel.cancel();
                                 tokio::time::timeout(CANCEL_GRACE, &mut future).await.ok()
                             }

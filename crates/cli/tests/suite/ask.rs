@@ -785,7 +785,8 @@ fn ctrl_c_cancels_a_task_waiting_on_the_model() {
         .unwrap()
         .read_to_string(&mut stdout)
         .unwrap();
-    assert_eq!(exit.code(), Some(1), "{stdout}");
+    // Interrupted: 130, with the cancelled result printed and recorded.
+    assert_eq!(exit.code(), Some(130), "{stdout}");
     let result: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(result["failure"]["code"], "cancelled");
     // The task record says so too, and the journal ends with the run's end.
@@ -801,6 +802,59 @@ fn ctrl_c_cancels_a_task_waiting_on_the_model() {
         "{}",
         timeline.stdout
     );
+}
+
+#[test]
+fn a_second_ctrl_c_exits_at_once() {
+    use std::io::Read;
+    let repo = sample_repo();
+    let server = ScriptedModelServer::start_blocking(vec![openai::text("late").delayed(60_000)]);
+    let warden = Warden::openai(&server.url());
+    let mut child = warden
+        .command(&[
+            "ask",
+            "--repo",
+            repo.path().to_str().unwrap(),
+            "--json",
+            "q?",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while server.requests().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "warden never called the model"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    super::support::interrupt(child.id());
+    // The first one asks the run to stop; the model call in flight keeps it waiting.
+    let mut stderr = child.stderr.take().unwrap();
+    let mut seen = Vec::new();
+    let mut buffer = [0u8; 256];
+    while !String::from_utf8_lossy(&seen).contains("cancelling") {
+        let read = stderr.read(&mut buffer).unwrap();
+        assert!(read > 0, "{}", String::from_utf8_lossy(&seen));
+        seen.extend_from_slice(&buffer[..read]);
+    }
+    super::support::interrupt(child.id());
+    let exit = child.wait().unwrap();
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
+    assert_eq!(exit.code(), Some(130), "{rest}");
+    assert!(rest.contains("interrupted again"), "{rest}");
+    // It left without printing a result.
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    assert!(stdout.is_empty(), "{stdout}");
 }
 
 fn tool_result_of(request: &serde_json::Value) -> String {
