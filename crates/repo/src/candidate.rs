@@ -899,7 +899,7 @@ pub fn materialize_tree(
         max_bytes: u64::MAX,
         max_files: u64::MAX,
     };
-    materialize(git, mirror, &commit, tree, dest, unbounded)
+    materialize(git, mirror, &commit, tree, dest, unbounded, &|_| {})
 }
 
 #[cfg(test)]

@@ -20,6 +20,7 @@ pub use error::{redact_credentials, RepoError};
 pub use evidence::{validate_evidence, EvidenceClaim, EvidenceError, PinnedCheckout};
 pub use gc::{CachePolicy, GcEntry, GcKind, GcReport, InUse};
 pub use git::{Git, GitOutput, GitStream, GitTimeouts};
+pub use materialize::SnapshotProgress;
 pub use spec::{RepoSpec, Source, WORK_TREE_REV};
 pub use store::{
     evidence_url, BrowseBase, PinnedRepo, RepoStore, Snapshot, SnapshotLimits, WorkTree,

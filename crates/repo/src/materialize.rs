@@ -128,6 +128,18 @@ struct Usage {
     entries: u64,
 }
 
+/// How far a snapshot being written has got, reported about once a second for long ones.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SnapshotProgress {
+    /// Files, directories and links written.
+    pub entries: u64,
+    /// File content written, in bytes.
+    pub bytes: u64,
+}
+
+/// How often a long snapshot reports its progress.
+const PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Materializes `commit` (whose tree must be `tree`) from the bare repository `git_dir` into
 /// `dest`, an empty directory that ends up read-only. Stops with [`RepoError::QuotaExceeded`]
 /// as soon as the tree outgrows `limits`.
@@ -138,6 +150,7 @@ pub(crate) fn materialize(
     tree: &str,
     dest: &Path,
     limits: SnapshotLimits,
+    progress: &dyn Fn(SnapshotProgress),
 ) -> Result<(), RepoError> {
     let format = ObjectFormat::of_id(commit)
         .ok_or_else(|| RepoError::Corrupt(format!("{commit:?} is not a full object id")))?;
@@ -167,7 +180,8 @@ pub(crate) fn materialize(
             .send(id.to_string())
             .map_err(|_| RepoError::UnexpectedOutput("cat-file stopped reading requests".into()))
     };
-    let walked = Walk::new(dest, format, limits).run(commit, tree, &mut request, &mut responses);
+    let walked =
+        Walk::new(dest, format, limits, progress).run(commit, tree, &mut request, &mut responses);
     drop(requests);
     match walked {
         Ok(()) => {
@@ -210,10 +224,18 @@ struct Walk<'a> {
     header: Vec<u8>,
     limits: SnapshotLimits,
     usage: Usage,
+    progress: &'a dyn Fn(SnapshotProgress),
+    progress_every: std::time::Duration,
+    reported: std::time::Instant,
 }
 
 impl<'a> Walk<'a> {
-    fn new(dest: &'a Path, format: ObjectFormat, limits: SnapshotLimits) -> Walk<'a> {
+    fn new(
+        dest: &'a Path,
+        format: ObjectFormat,
+        limits: SnapshotLimits,
+        progress: &'a dyn Fn(SnapshotProgress),
+    ) -> Walk<'a> {
         Walk {
             dest,
             format,
@@ -221,6 +243,9 @@ impl<'a> Walk<'a> {
             header: Vec::with_capacity(128),
             limits,
             usage: Usage::default(),
+            progress,
+            progress_every: PROGRESS_EVERY,
+            reported: std::time::Instant::now(),
         }
     }
 
@@ -240,6 +265,13 @@ impl<'a> Walk<'a> {
     /// Counts `size` more bytes, refusing them past the limit (before they are written).
     fn count_bytes(&mut self, size: usize, rel: &Path) -> Result<(), RepoError> {
         self.usage.bytes = self.usage.bytes.saturating_add(size as u64);
+        if self.reported.elapsed() >= self.progress_every {
+            self.reported = std::time::Instant::now();
+            (self.progress)(SnapshotProgress {
+                entries: self.usage.entries,
+                bytes: self.usage.bytes,
+            });
+        }
         if self.usage.bytes > self.limits.max_bytes {
             return Err(RepoError::QuotaExceeded(format!(
                 "the snapshot would exceed {} bytes ({} is {size} bytes)",
@@ -651,18 +683,59 @@ mod tests {
     }
 
     fn walk(repo: &Repo, dest: &Path) -> Result<Vec<String>, RepoError> {
+        walk_reporting(repo, dest, &|_| {}, PROGRESS_EVERY)
+    }
+
+    fn walk_reporting(
+        repo: &Repo,
+        dest: &Path,
+        progress: &dyn Fn(SnapshotProgress),
+        every: std::time::Duration,
+    ) -> Result<Vec<String>, RepoError> {
         let mut asked = Vec::new();
         let mut request = |id: &str| {
             asked.push(id.to_string());
             Ok(())
         };
-        Walk::new(dest, ObjectFormat::Sha1, SnapshotLimits::default()).run(
+        let mut walk = Walk::new(
+            dest,
+            ObjectFormat::Sha1,
+            SnapshotLimits::default(),
+            progress,
+        );
+        walk.progress_every = every;
+        walk.run(
             &repo.commit,
             &repo.tree,
             &mut request,
             &mut Cursor::new(repo.objects.stream.clone()),
         )?;
         Ok(asked)
+    }
+
+    #[test]
+    fn a_long_snapshot_reports_files_and_bytes_as_it_goes() {
+        let repo = sample(|_, _| None);
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("out");
+        std::fs::create_dir(&dest).unwrap();
+        let reports = std::cell::RefCell::new(Vec::new());
+        walk_reporting(
+            &repo,
+            &dest,
+            &|p| reports.borrow_mut().push(p),
+            std::time::Duration::ZERO,
+        )
+        .unwrap();
+        make_writable(&dest);
+        let reports = reports.into_inner();
+        assert!(!reports.is_empty());
+        // Growing counts, ending at what was written.
+        assert!(reports
+            .windows(2)
+            .all(|w| w[0].bytes <= w[1].bytes && w[0].entries <= w[1].entries));
+        let last = reports.last().unwrap();
+        assert!(last.bytes > 0 && last.entries > 0, "{last:?}");
     }
 
     fn make_writable(dir: &Path) {

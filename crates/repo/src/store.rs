@@ -537,6 +537,16 @@ impl RepoStore {
     }
 
     pub fn snapshot(&self, pinned: &PinnedRepo) -> Result<Snapshot, RepoError> {
+        self.snapshot_with_progress(pinned, &|_| {})
+    }
+
+    /// [`RepoStore::snapshot`], telling `progress` how far a long one has got (about once a
+    /// second while it writes).
+    pub fn snapshot_with_progress(
+        &self,
+        pinned: &PinnedRepo,
+        progress: &dyn Fn(crate::materialize::SnapshotProgress),
+    ) -> Result<Snapshot, RepoError> {
         let dir = self.snapshot_dir(pinned)?;
         let root = dir.join(&pinned.commit);
         let marker = dir.join(format!("{}.done", pinned.commit));
@@ -585,6 +595,7 @@ impl RepoStore {
             &pinned.tree,
             &staging,
             self.limits,
+            progress,
         ) {
             let _ = remove_tree(&staging);
             return Err(e);

@@ -191,17 +191,27 @@ pub fn pin_all(
         store.hold_snapshot(&pinned, &mut in_use).map_err(|e| {
             SetupError::Infrastructure(format!("cannot mark the snapshot in use: {e}"))
         })?;
-        let snapshot = store.snapshot(&pinned).map_err(|e| match e {
-            RepoError::QuotaExceeded(_) => SetupError::Quota(format!(
-                "the snapshot of {} was refused: {e}; raise [storage] snapshot_max_mib or \
+        let name = pinned.name.clone();
+        let snapshot_progress = |p: warden_repo::SnapshotProgress| {
+            progress(&format!(
+                "warden: snapshot of {name}: {} files, {:.1} MB so far",
+                p.entries,
+                p.bytes as f64 / 1e6
+            ))
+        };
+        let snapshot = store
+            .snapshot_with_progress(&pinned, &snapshot_progress)
+            .map_err(|e| match e {
+                RepoError::QuotaExceeded(_) => SetupError::Quota(format!(
+                    "the snapshot of {} was refused: {e}; raise [storage] snapshot_max_mib or \
                  snapshot_max_files in warden.toml to allow it",
-                pinned.name
-            )),
-            e => SetupError::Infrastructure(format!(
-                "cannot build the snapshot of {}: {e}",
-                pinned.name
-            )),
-        })?;
+                    pinned.name
+                )),
+                e => SetupError::Infrastructure(format!(
+                    "cannot build the snapshot of {}: {e}",
+                    pinned.name
+                )),
+            })?;
         progress(&format!(
             "warden: {} @ {} ({})",
             pinned.name,
