@@ -51,7 +51,15 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
     let earlier = match &args.follow_up {
         Some(id) => {
             let id: TaskId = id.parse().map_err(usage)?;
-            Some(records::load(&config.home, &id).map_err(usage)?)
+            let earlier = records::load(&config.home, &id).map_err(usage)?;
+            if earlier.kind != TaskKind::Question {
+                return Err(usage(anyhow::anyhow!(
+                    "task {id} is a change task: `warden ask --follow-up` continues questions; \
+                     ask a new question with --repo, or continue the change on a server with \
+                     `warden answer {id} \"…\"`"
+                )));
+            }
+            Some(earlier)
         }
         None => None,
     };
@@ -241,6 +249,10 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
 
     if args.json {
         println!("{}", redactor.json(serde_json::to_value(&result)?));
+        // Exit 3 always says how to answer, on stderr where it cannot break the JSON.
+        if matches!(result.outcome, QuestionOutcome::Clarification { .. }) {
+            eprintln!("warden: answer it with: warden ask --follow-up {task_id} \"…\"");
+        }
     } else {
         print!("{}", redactor.text(&render_result(&result)));
     }

@@ -475,8 +475,11 @@ pub fn render_change(result: &ChangeResult) -> String {
         }
         ChangeOutcome::Clarification { clarification } => {
             out.push_str(&format!(
-                "The agent needs a clarification:\n{}\n",
-                text::block(&clarification.question, "  ")
+                "The agent needs a clarification:\n{}\n\nAnswer it by running the change again \
+                 with the answer in the request (warden run --repo … \"…\"); on a server: \
+                 warden answer {} \"…\"\n",
+                text::block(&clarification.question, "  "),
+                result.task_id
             ));
         }
         ChangeOutcome::Failure { failure } => {

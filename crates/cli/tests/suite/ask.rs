@@ -246,6 +246,14 @@ fn a_clarification_exits_3_and_a_follow_up_carries_the_transcript() {
     let result = first.json();
     assert_eq!(result["outcome"], "clarification");
     let task = result["task_id"].as_str().unwrap().to_string();
+    // Even with --json, exit 3 says how to answer (on stderr).
+    assert!(
+        first
+            .stderr
+            .contains(&format!("warden ask --follow-up {task} \"…\"")),
+        "{}",
+        first.stderr
+    );
 
     // Move the repository on: the follow-up must stay on the pinned commit.
     repo.write("src/lib.rs", "rewritten\n");

@@ -731,3 +731,26 @@ fn diff_shows_the_proposal_with_its_stat_and_hides_sensitive_values() {
         refused.stderr
     );
 }
+
+#[test]
+fn ask_follow_up_refuses_a_change_task_in_one_sentence() {
+    let repo = sample_repo();
+    let warden = Warden::faux();
+    let run = warden.run(&[
+        "run",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--json",
+        "add a note",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let task = run.json()["task_id"].as_str().unwrap().to_string();
+    let refused = warden.run(&["ask", "--follow-up", &task, "and then?"]);
+    assert_eq!(refused.code, 2, "{}", refused.stderr);
+    assert_eq!(refused.stderr.lines().count(), 1, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("is a change task"),
+        "{}",
+        refused.stderr
+    );
+}
