@@ -54,9 +54,8 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
             let earlier = records::load(&config.home, &id).map_err(usage)?;
             if earlier.kind != TaskKind::Question {
                 return Err(usage(anyhow::anyhow!(
-                    "task {id} is a change task: `warden ask --follow-up` continues questions; \
-                     ask a new question with --repo, or continue the change on a server with \
-                     `warden answer {id} \"…\"`"
+                    "task {id} is a change task: continue it with `warden run --follow-up {id} \
+                     \"…\"` (or `warden answer {id} \"…\"`)"
                 )));
             }
             Some(earlier)
@@ -87,6 +86,7 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
                 transcript: Vec::new(),
                 result: None,
                 change_result: None,
+                checks: Vec::new(),
             };
             let failure = Failure {
                 code: FailureCode::QuotaExceeded,
@@ -131,6 +131,7 @@ pub async fn ask(config: &Config, args: AskArgs) -> anyhow::Result<u8> {
         transcript: earlier_transcript.clone(),
         result: None,
         change_result: None,
+        checks: Vec::new(),
     };
 
     let redactor = config.redactor();
@@ -327,6 +328,24 @@ fn finish_failed(
     Ok(result.exit_code() as u8)
 }
 
+/// The repositories of the task a follow-up continues, at the commits it used.
+pub(crate) fn earlier_specs(earlier: &TaskRecord) -> Vec<RepoSpec> {
+    earlier
+        .repos
+        .iter()
+        .map(|repo| RepoSpec {
+            source: if repo.source_kind == "url" {
+                Source::Url(repo.source.clone())
+            } else {
+                Source::Path(PathBuf::from(&repo.source))
+            },
+            rev: Some(repo.commit.clone()),
+            name: repo.name.clone(),
+            within: None,
+        })
+        .collect()
+}
+
 fn repo_specs(arguments: &[String], earlier: Option<&TaskRecord>) -> anyhow::Result<Vec<RepoSpec>> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     if !arguments.is_empty() {
@@ -337,20 +356,7 @@ fn repo_specs(arguments: &[String], earlier: Option<&TaskRecord>) -> anyhow::Res
     }
     match earlier {
         // A follow-up keeps the exact commits of the task it continues.
-        Some(earlier) => Ok(earlier
-            .repos
-            .iter()
-            .map(|repo| RepoSpec {
-                source: if repo.source_kind == "url" {
-                    Source::Url(repo.source.clone())
-                } else {
-                    Source::Path(PathBuf::from(&repo.source))
-                },
-                rev: Some(repo.commit.clone()),
-                name: repo.name.clone(),
-                within: None,
-            })
-            .collect()),
+        Some(earlier) => Ok(earlier_specs(earlier)),
         None => Err(usage(anyhow::anyhow!(
             "name at least one repository with --repo PATH|URL[@REV]"
         ))),

@@ -96,7 +96,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Answer a task's clarification on the server and follow it as it resumes (needs --server)
+    /// Answer a task's clarification and follow it as it resumes (in-process: a follow-up of the
+    /// task on the same commits, a change on its proposal when it made one)
     Answer {
         /// The task id (tsk_…)
         task: String,
@@ -274,7 +275,26 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Logs { follow: true, .. } => Err(needs_server("logs --follow")),
         Command::Cancel { .. } => Err(needs_server("cancel")),
         Command::Retry { .. } => Err(needs_server("retry")),
-        Command::Answer { .. } => Err(needs_server("answer")),
+        // In-process, answering continues the task as a follow-up of its own kind.
+        Command::Answer { task, text, json } => {
+            let id: warden_protocol::TaskId = task.parse().map_err(usage)?;
+            let earlier = records::load(&config.home, &id).map_err(usage)?;
+            match earlier.kind {
+                warden_protocol::TaskKind::Change => {
+                    let args = run::RunArgs::follow_up(&task, text, json);
+                    tokio_runtime()?.block_on(run::run(&config, args))
+                }
+                _ => {
+                    let args = ask::AskArgs {
+                        repos: Vec::new(),
+                        json,
+                        follow_up: Some(task),
+                        question: text,
+                    };
+                    tokio_runtime()?.block_on(ask::ask(&config, args))
+                }
+            }
+        }
         Command::Repos { .. } => Err(needs_server("repos")),
         Command::Logs { task, json, .. } => {
             let id = task.parse().map_err(usage)?;

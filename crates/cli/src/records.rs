@@ -41,6 +41,9 @@ pub struct TaskRecord {
     /// The result of a change task (`kind: change`); question tasks use `result`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub change_result: Option<ChangeResult>,
+    /// A change task's check commands, so a follow-up runs the same ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub checks: Vec<String>,
 }
 
 pub fn task_dir(home: &Path, id: &TaskId) -> PathBuf {

@@ -254,7 +254,16 @@ async fn run_remote(remote: &Remote, args: run::RunArgs) -> anyhow::Result<u8> {
     if let Some(empty) = args.checks.iter().find(|c| c.trim().is_empty()) {
         return Err(usage(anyhow::anyhow!("empty --check command {empty:?}")));
     }
-    let repos = registered_repos(std::slice::from_ref(&args.repo))?;
+    if let Some(earlier) = &args.follow_up {
+        // The server continues a task through its conversation: the same as `warden answer`.
+        return answer(remote, &task_id(earlier)?, request, args.json).await;
+    }
+    let Some(repo) = &args.repo else {
+        return Err(usage(anyhow::anyhow!(
+            "name the registered repository with --repo NAME"
+        )));
+    };
+    let repos = registered_repos(std::slice::from_ref(repo))?;
     let mut body = json!({"kind": "change", "prompt": request});
     if !args.checks.is_empty() {
         body["checks"] = json!(args.checks);

@@ -31,8 +31,17 @@ pub struct RunArgs {
     /// The repository: local path or git URL, optionally `@REV` (`PATH@worktree`: the work
     /// tree, uncommitted files included); with --server, the name of a repository registered
     /// on the server
-    #[arg(long = "repo", value_name = "PATH|URL[@REV]")]
-    pub repo: String,
+    #[arg(
+        long = "repo",
+        value_name = "PATH|URL[@REV]",
+        required_unless_present = "follow_up"
+    )]
+    pub repo: Option<String>,
+    /// Continue an earlier change task (answer its clarification, or ask for more): same
+    /// repository, on its proposal when it made one (else the commit it used), same checks
+    /// unless --check is given, the earlier conversation included
+    #[arg(long, value_name = "TASK", conflicts_with = "repo")]
+    pub follow_up: Option<String>,
     /// Print the result as one JSON object
     #[arg(long)]
     pub json: bool,
@@ -56,6 +65,22 @@ pub struct RunArgs {
     pub request: String,
 }
 
+impl RunArgs {
+    /// `warden answer TASK TEXT` for a change task in-process: a follow-up with its checks.
+    pub fn follow_up(task: &str, request: String, json: bool) -> RunArgs {
+        RunArgs {
+            repo: None,
+            follow_up: Some(task.to_string()),
+            json,
+            checks: Vec::new(),
+            baseline: false,
+            publish: false,
+            apply: false,
+            request,
+        }
+    }
+}
+
 pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
     let request = args.request.trim().to_string();
     if request.is_empty() {
@@ -65,8 +90,32 @@ pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
         return Err(usage(anyhow::anyhow!("empty --check command {empty:?}")));
     }
     let model = question::build_model(config).map_err(setup_error)?;
-    let cwd = std::env::current_dir().context("cannot read the current directory")?;
-    let spec = RepoSpec::parse(&args.repo, &cwd).map_err(usage)?;
+    let earlier = match &args.follow_up {
+        Some(id) => Some(earlier_change(config, id)?),
+        None => None,
+    };
+    let spec = match (&args.repo, &earlier) {
+        (Some(text), _) => {
+            let cwd = std::env::current_dir().context("cannot read the current directory")?;
+            RepoSpec::parse(text, &cwd).map_err(usage)?
+        }
+        (None, Some(earlier)) => follow_up_spec(earlier)?,
+        (None, None) => {
+            return Err(usage(anyhow::anyhow!(
+                "name the repository with --repo PATH|URL[@REV] (or continue a task with \
+                 --follow-up TASK)"
+            )))
+        }
+    };
+    // A follow-up runs the checks its task ran, unless new ones are given.
+    let checks: Vec<String> = match (&earlier, args.checks.is_empty()) {
+        (Some(earlier), true) => earlier.checks.clone(),
+        _ => args.checks.clone(),
+    };
+    let conversation: Vec<TranscriptEntry> = earlier
+        .as_ref()
+        .map(|e| e.transcript.clone())
+        .unwrap_or_default();
 
     let progress = StderrProgress::new();
     let store = config
@@ -102,7 +151,7 @@ pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
         status: TaskStatus::Running,
         prompt: request.clone(),
         created_at: records::rfc3339(now),
-        follow_up_to: None,
+        follow_up_to: earlier.as_ref().map(|e| e.id.clone()),
         repos: vec![RepoRecord {
             name: repo.pinned.name.clone(),
             source_kind: match repo.pinned.source {
@@ -114,9 +163,10 @@ pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
             tree: repo.pinned.tree.clone(),
             root: repo.snapshot.root.display().to_string(),
         }],
-        transcript: Vec::new(),
+        transcript: conversation.clone(),
         result: None,
         change_result: None,
+        checks: checks.clone(),
     };
     let redactor = config.redactor();
     let mut file_journal = FileJournal::create(&records::journal_path(&config.home, &task_id, 1))
@@ -143,7 +193,7 @@ pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
                 repo: &repo,
                 sandbox: &sandbox,
                 scratch_dir: &scratch,
-                checks: &args.checks,
+                checks: &checks,
                 created_at_ms: now,
             };
             let session = change::change_session(&setup).map_err(setup_error)?;
@@ -167,7 +217,7 @@ pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
             };
             let baseline_failure = if before_failure.is_some() {
                 before_failure
-            } else if args.baseline && !args.checks.is_empty() {
+            } else if args.baseline && !checks.is_empty() {
                 progress.line("warden: running the checks on the base commit");
                 let session = session.clone();
                 match tokio::task::spawn_blocking(move || change::run_baseline(&session)).await {
@@ -209,9 +259,9 @@ pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
                         model: model.as_ref(),
                         task_id: &task_id,
                         repo: &repo,
-                        checks: &args.checks,
+                        checks: &checks,
                         request: &request,
-                        conversation: &[],
+                        conversation: &conversation,
                         journal: &mut journal,
                         events: &progress,
                         clock: &clock,
@@ -275,7 +325,7 @@ pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
         &task_id,
         model.as_ref(),
         backend,
-        &args.checks,
+        &checks,
         baseline,
         [change::preflight_notices(&repo), prepared].concat(),
         report,
@@ -328,6 +378,10 @@ pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
     }
     if args.json {
         println!("{}", redactor.json(serde_json::to_value(&result)?));
+        // Exit 3 always says how to answer, on stderr where it cannot break the JSON.
+        if matches!(result.outcome, ChangeOutcome::Clarification { .. }) {
+            eprintln!("warden: answer it with: warden answer {task_id} \"…\"");
+        }
     } else {
         print!("{}", redactor.text(&render_change(&result)));
     }
@@ -408,6 +462,38 @@ fn render_publication(publication: &Publication) -> String {
     }
 }
 
+/// The earlier change task a follow-up continues.
+fn earlier_change(config: &Config, id: &str) -> anyhow::Result<TaskRecord> {
+    let id: warden_protocol::TaskId = id.parse().map_err(usage)?;
+    let earlier = records::load(&config.home, &id).map_err(usage)?;
+    if earlier.kind != TaskKind::Change {
+        return Err(usage(anyhow::anyhow!(
+            "task {id} is a question: continue it with `warden ask --follow-up {id} \"…\"`"
+        )));
+    }
+    if !earlier.status.is_terminal() && earlier.status != TaskStatus::WaitingInput {
+        return Err(usage(anyhow::anyhow!(
+            "task {id} is still {:?}: follow it up once it has ended",
+            earlier.status
+        )));
+    }
+    Ok(earlier)
+}
+
+/// The repository of a follow-up: the earlier task's, on its proposal when it made one (the
+/// proposal commit is in Warden's mirror), else at the commit it used.
+fn follow_up_spec(earlier: &TaskRecord) -> anyhow::Result<RepoSpec> {
+    let mut spec = crate::ask::earlier_specs(earlier)
+        .pop()
+        .ok_or_else(|| usage(anyhow::anyhow!("task {} names no repository", earlier.id)))?;
+    if let Some(ChangeOutcome::Proposal { proposal, .. }) =
+        earlier.change_result.as_ref().map(|r| &r.outcome)
+    {
+        spec.rev = Some(proposal.commit.clone());
+    }
+    Ok(spec)
+}
+
 pub fn render_change(result: &ChangeResult) -> String {
     let mut out = String::new();
     match &result.outcome {
@@ -475,9 +561,7 @@ pub fn render_change(result: &ChangeResult) -> String {
         }
         ChangeOutcome::Clarification { clarification } => {
             out.push_str(&format!(
-                "The agent needs a clarification:\n{}\n\nAnswer it by running the change again \
-                 with the answer in the request (warden run --repo … \"…\"); on a server: \
-                 warden answer {} \"…\"\n",
+                "The agent needs a clarification:\n{}\n\nAnswer with: warden answer {} \"…\"\n",
                 text::block(&clarification.question, "  "),
                 result.task_id
             ));

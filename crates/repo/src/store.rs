@@ -197,8 +197,8 @@ impl RepoStore {
     ///
     /// Without a revision the work tree is compared with `HEAD` ([`WorkTree::Uncommitted`]);
     /// with `@worktree` it is snapshotted on top of `HEAD` ([`WorkTree::Snapshot`]). A full
-    /// commit id the user's repository lacks but the mirror holds pinned (a snapshot, named
-    /// again by a follow-up) is taken from the mirror.
+    /// commit id the user's repository lacks but the mirror holds pinned or as a proposal (a
+    /// snapshot or a proposal, named again by a follow-up) is taken from the mirror.
     fn pin_local(
         &self,
         spec: &RepoSpec,
@@ -298,7 +298,8 @@ impl RepoStore {
         Ok(origin.as_deref().and_then(browse_base))
     }
 
-    /// Whether the mirror holds `commit` under `refs/warden/pinned/`.
+    /// Whether the mirror holds `commit` under `refs/warden/pinned/` or as a proposal under
+    /// `refs/warden/proposals/`.
     fn is_pinned_in_mirror(&self, mirror: &Path, commit: &str) -> Result<bool, RepoError> {
         if !mirror.join("HEAD").is_file() {
             return Ok(false);
@@ -313,8 +314,21 @@ impl RepoStore {
                 &format!("refs/warden/pinned/{commit}^{{commit}}"),
             ],
         ) {
-            Ok(output) => Ok(output.text() == commit),
-            Err(RepoError::GitFailed { code: Some(1), .. }) => Ok(false),
+            Ok(output) if output.text() == commit => Ok(true),
+            Ok(_) | Err(RepoError::GitFailed { code: Some(1), .. }) => {
+                // A proposal Warden made (a change task followed up on its proposal) counts
+                // too: it exists only in the mirror.
+                let proposals = self.in_mirror(
+                    mirror,
+                    &[
+                        "for-each-ref",
+                        "--format=%(refname)",
+                        &format!("--points-at={commit}"),
+                        "refs/warden/proposals/",
+                    ],
+                )?;
+                Ok(!proposals.text().trim().is_empty())
+            }
             Err(e) => Err(e),
         }
     }

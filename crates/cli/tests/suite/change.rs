@@ -754,3 +754,95 @@ fn ask_follow_up_refuses_a_change_task_in_one_sentence() {
         refused.stderr
     );
 }
+
+#[test]
+fn a_change_clarification_is_answered_locally_and_a_follow_up_builds_on_the_proposal() {
+    let repo = sample_repo();
+    let server = ScriptedModelServer::start_blocking(vec![
+        // Run 1: asks.
+        call(
+            "ask_user",
+            json!({"question": "Uppercase beta only, or gamma too?"}),
+        ),
+        // Run 2 (the answer): the edit, on the same base, with the same checks.
+        call(
+            "edit_file",
+            json!({"path": "src/lib.txt", "old": "beta", "new": "BETA"}),
+        ),
+        call("submit_change", json!({"summary": "Uppercase beta"})),
+        // Run 3 (a follow-up): on top of the proposal, which already has BETA.
+        call(
+            "edit_file",
+            json!({"path": "src/lib.txt", "old": "gamma", "new": "GAMMA"}),
+        ),
+        call("submit_change", json!({"summary": "Uppercase gamma too"})),
+    ]);
+    let warden = Warden::openai(&server.url());
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let first = run_change(&warden, &repo, &["--check", "bash check.sh"]);
+    assert_eq!(first.code, 3, "{}", first.stderr);
+    let task = first.json()["task_id"].as_str().unwrap().to_string();
+    assert!(
+        first
+            .stderr
+            .contains(&format!("warden answer {task} \"…\"")),
+        "{}",
+        first.stderr
+    );
+    // The repository moves on meanwhile: the answer still works on the pinned commit.
+    repo.write("README.md", "# moved on\n");
+    repo.commit("unrelated");
+
+    let answered = warden.run(&["answer", &task, "beta only", "--json"]);
+    assert_eq!(
+        answered.code,
+        0,
+        "{}\n{}",
+        answered.stderr,
+        transcript(&server)
+    );
+    let result = answered.json();
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    assert_eq!(result["proposal"]["base_commit"], base.as_str());
+    // The same check ran, and the model saw its question and the answer.
+    assert_eq!(
+        result["proposal"]["validations"][0]["command"],
+        "bash check.sh"
+    );
+    let second_request = &server.requests()[1].body;
+    let seen = second_request["messages"].to_string();
+    assert!(
+        seen.contains("Uppercase beta only, or gamma too?"),
+        "{seen}"
+    );
+    assert!(seen.contains("beta only"), "{seen}");
+    let answered_id = result["task_id"].as_str().unwrap().to_string();
+    let shown = warden.run(&["show", &answered_id, "--json"]);
+    assert_eq!(shown.json()["follow_up_to"], task.as_str());
+
+    // A follow-up of the proposal starts from it.
+    let more = warden.run(&[
+        "run",
+        "--follow-up",
+        &answered_id,
+        "--json",
+        "gamma too, please",
+    ]);
+    assert_eq!(more.code, 0, "{}\n{}", more.stderr, transcript(&server));
+    let more = more.json();
+    assert_eq!(
+        more["proposal"]["base_commit"], result["proposal"]["commit"],
+        "{more}"
+    );
+    let commit = more["proposal"]["commit"].as_str().unwrap();
+    assert_eq!(
+        git_in(
+            &mirror_of(&warden),
+            &["show", &format!("{commit}:src/lib.txt")]
+        ),
+        "alpha\nBETA\nGAMMA"
+    );
+    // A question's follow-up flag does not take a change task, and vice versa.
+    let wrong = warden.run(&["run", "--follow-up", &answered_id, "--repo", ".", "x"]);
+    assert_eq!(wrong.code, 2, "{}", wrong.stderr);
+}

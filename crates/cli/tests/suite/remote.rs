@@ -489,10 +489,18 @@ fn wrong_tokens_unknown_servers_and_local_paths_are_clear_errors() {
     for args in [
         vec!["cancel", "tsk_01HZY8Q6K9V2M3N4P5R6S7T8V9"],
         vec!["retry", "tsk_01HZY8Q6K9V2M3N4P5R6S7T8V9"],
-        vec!["answer", "tsk_01HZY8Q6K9V2M3N4P5R6S7T8V9", "yes"],
     ] {
         let run = Warden::new().run(&args);
         assert_code(&run, 2);
         assert!(run.stderr.contains("needs a server"), "{}", run.stderr);
     }
+    // `answer` works in-process too; an unknown task is one sentence.
+    let run = Warden::faux().run(&["answer", "tsk_01HZY8Q6K9V2M3N4P5R6S7T8V9", "yes"]);
+    assert_code(&run, 2);
+    assert!(
+        run.stderr
+            .contains("no task tsk_01HZY8Q6K9V2M3N4P5R6S7T8V9"),
+        "{}",
+        run.stderr
+    );
 }
