@@ -13,6 +13,7 @@
 
 mod anthropic;
 mod config;
+mod decision;
 mod endpoint;
 mod openai;
 mod price;
