@@ -13,7 +13,9 @@ use crate::text;
 use crate::usage;
 use anyhow::Context;
 use serde_json::Value;
+use std::collections::VecDeque;
 use std::time::Duration;
+use warden_models::sse::{SseEvent, SseParser};
 use warden_protocol::{Event, TaskId, TaskStatus};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -331,7 +333,8 @@ impl Remote {
         match self.execute(request).await {
             Ok(response) => Ok(Some(EventStream {
                 response,
-                parser: SseParser::default(),
+                parser: SseParser::new(MAX_EVENT),
+                pending: VecDeque::new(),
                 last_bytes: std::time::Instant::now(),
             })),
             Err(error) if api_failure(&error).is_some_and(ApiFailure::is_missing_route) => Ok(None),
@@ -529,7 +532,7 @@ pub fn task_id_of(task: &Value) -> anyhow::Result<TaskId> {
 
 /// One event of the stream: its sequence number and the event, when they decode. Events of
 /// kinds this build does not know are skipped.
-fn decode(message: &SseMessage) -> Option<(Option<u64>, Option<Event>)> {
+fn decode(message: &SseEvent) -> Option<(Option<u64>, Option<Event>)> {
     let envelope: Value = serde_json::from_str(&message.data).ok()?;
     let seq = envelope
         .get("task_seq")
@@ -609,6 +612,8 @@ async fn read_bounded(mut response: reqwest::Response, limit: usize) -> anyhow::
 struct EventStream {
     response: reqwest::Response,
     parser: SseParser,
+    /// Events parsed but not yet returned by `next`.
+    pending: VecDeque<SseEvent>,
     /// When the last bytes (keep-alive comments included) arrived.
     last_bytes: std::time::Instant,
 }
@@ -621,9 +626,9 @@ impl EventStream {
 
     /// The next message; `None` when the server ended the stream. Cancel-safe: what was read
     /// stays in the parser.
-    async fn next(&mut self) -> anyhow::Result<Option<SseMessage>> {
+    async fn next(&mut self) -> anyhow::Result<Option<SseEvent>> {
         loop {
-            if let Some(message) = self.parser.next_message()? {
+            if let Some(message) = self.pending.pop_front() {
                 return Ok(Some(message));
             }
             match tokio::time::timeout(STREAM_IDLE, self.response.chunk()).await {
@@ -634,84 +639,14 @@ impl EventStream {
                 Ok(chunk) => match chunk? {
                     Some(bytes) => {
                         self.last_bytes = std::time::Instant::now();
-                        self.parser.feed(&bytes);
+                        let events = self
+                            .parser
+                            .push(&bytes)
+                            .context("reading the events stream")?;
+                        self.pending.extend(events);
                     }
                     None => return Ok(None),
                 },
-            }
-        }
-    }
-}
-
-/// One Server-Sent Events message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SseMessage {
-    /// The last `id:` seen on the stream so far.
-    pub id: Option<String>,
-    pub event: Option<String>,
-    pub data: String,
-}
-
-/// The `text/event-stream` format, fed in arbitrary pieces: `field: value` lines, `:` comments,
-/// a blank line ends a message; `data:` lines join with newlines.
-#[derive(Debug, Default)]
-struct SseParser {
-    buffer: Vec<u8>,
-    event: Option<String>,
-    data: Option<String>,
-    id: Option<String>,
-}
-
-impl SseParser {
-    fn feed(&mut self, bytes: &[u8]) {
-        self.buffer.extend_from_slice(bytes);
-    }
-
-    fn next_message(&mut self) -> anyhow::Result<Option<SseMessage>> {
-        loop {
-            let Some(end) = self.buffer.iter().position(|b| *b == b'\n') else {
-                if self.buffer.len() > MAX_EVENT {
-                    anyhow::bail!("an events stream line is longer than {MAX_EVENT} bytes");
-                }
-                return Ok(None);
-            };
-            let mut line: Vec<u8> = self.buffer.drain(..=end).collect();
-            line.pop();
-            if line.last() == Some(&b'\r') {
-                line.pop();
-            }
-            let line = String::from_utf8_lossy(&line);
-            if line.is_empty() {
-                let event = self.event.take();
-                if let Some(mut data) = self.data.take() {
-                    data.pop();
-                    return Ok(Some(SseMessage {
-                        id: self.id.clone(),
-                        event,
-                        data,
-                    }));
-                }
-                continue;
-            }
-            if line.starts_with(':') {
-                continue;
-            }
-            let (field, value) = match line.split_once(':') {
-                Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
-                None => (line.as_ref(), ""),
-            };
-            match field {
-                "event" => self.event = Some(value.to_string()),
-                "data" => {
-                    let data = self.data.get_or_insert_with(String::new);
-                    data.push_str(value);
-                    data.push('\n');
-                    if data.len() > MAX_EVENT {
-                        anyhow::bail!("an event is larger than {MAX_EVENT} bytes");
-                    }
-                }
-                "id" if !value.contains('\0') => self.id = Some(value.to_string()),
-                _ => {}
             }
         }
     }
@@ -870,54 +805,9 @@ mod tests {
         assert!(format!("{error:#}").contains("not found"));
     }
 
-    fn messages(pieces: &[&str]) -> Vec<SseMessage> {
-        let mut parser = SseParser::default();
-        let mut out = Vec::new();
-        for piece in pieces {
-            parser.feed(piece.as_bytes());
-            while let Some(message) = parser.next_message().unwrap() {
-                out.push(message);
-            }
-        }
-        out
-    }
-
-    #[test]
-    fn sse_messages_split_anywhere_with_comments_and_multiline_data() {
-        let stream = ": keep-alive\n\nid: 1\nevent: tool_started\ndata: {\"a\":1}\n\n\
-                      : keep-alive\r\nid: 2\r\ndata: line one\r\ndata:line two\r\n\r\n";
-        let whole = messages(&[stream]);
-        let expected = vec![
-            SseMessage {
-                id: Some("1".into()),
-                event: Some("tool_started".into()),
-                data: "{\"a\":1}".into(),
-            },
-            SseMessage {
-                id: Some("2".into()),
-                event: None,
-                data: "line one\nline two".into(),
-            },
-        ];
-        assert_eq!(whole, expected);
-        // Byte by byte gives the same messages.
-        let bytes: Vec<String> = stream.chars().map(String::from).collect();
-        let pieces: Vec<&str> = bytes.iter().map(String::as_str).collect();
-        assert_eq!(messages(&pieces), expected);
-        // An unfinished message is not dispatched.
-        assert_eq!(messages(&["id: 3\ndata: x\n"]), vec![]);
-    }
-
-    #[test]
-    fn oversized_events_are_refused() {
-        let mut parser = SseParser::default();
-        parser.feed(&vec![b'x'; MAX_EVENT + 1]);
-        assert!(parser.next_message().is_err());
-    }
-
     #[test]
     fn events_decode_with_their_sequence_and_unknown_kinds_are_skipped() {
-        let message = |data: &str| SseMessage {
+        let message = |data: &str| SseEvent {
             id: Some("7".into()),
             event: None,
             data: data.into(),

@@ -3,7 +3,7 @@
 //! streamed one from its typed events.
 
 use crate::config::ModelConfig;
-use crate::endpoint::{Decision, Flow};
+use crate::decision::{Decision, Flow};
 use crate::retry::{classify_error_object, AttemptError};
 use serde_json::{json, Map, Value};
 use std::collections::BTreeMap;

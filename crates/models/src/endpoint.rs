@@ -10,6 +10,7 @@
 //! classified by its status as usual.
 
 use crate::config::{ModelConfig, Provider};
+use crate::decision::{Decision, Flow};
 use crate::price::Price;
 use crate::retry::{self, AttemptError};
 use crate::sse::{EventTooLarge, SseEvent, SseParser};
@@ -18,9 +19,7 @@ use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYP
 use serde_json::Value;
 use std::time::Duration;
 use warden_protocol::Event;
-use warden_runtime::{
-    Cost, EventSink, ModelError, ModelRequest, ModelResponse, TokenUsage, ToolCall,
-};
+use warden_runtime::{Cost, EventSink, ModelError, ModelRequest, ModelResponse};
 
 /// The most a response body, or everything one stream sends, may hold. Generous: a long
 /// answer is a few hundred kilobytes of JSON.
@@ -43,23 +42,6 @@ fn size(bytes: usize) -> String {
     } else {
         format!("{bytes} bytes")
     }
-}
-
-/// What a response decided, before it is priced and named.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Decision {
-    pub text: Option<String>,
-    pub tool_calls: Vec<ToolCall>,
-    pub usage: Option<TokenUsage>,
-    pub stop_reason: Option<String>,
-}
-
-/// Whether to keep reading a stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Flow {
-    Continue,
-    /// The server said it is done (`[DONE]`, `message_stop`).
-    Stop,
 }
 
 /// How a stream ended.

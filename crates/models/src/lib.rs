@@ -3,7 +3,9 @@
 //! model, token usage and cost.
 //!
 //! **API boundary**: `build` turns configuration into an `Arc<dyn Model>`; everything else the
-//! CLI needs is configuration (`ModelConfig`, `PriceTable`). Wire formats stay private.
+//! CLI needs is configuration (`ModelConfig`, `PriceTable`). Wire formats stay private; the one
+//! shared piece is [`sse`], Warden's Server-Sent Events parser, which the CLI also uses to follow
+//! `warden serve`'s event streams.
 //!
 //! Events: before each retry the client emits `ModelRetrying { model, attempt, delay_ms, reason }`
 //! where `attempt` is the number of the attempt about to start (2 for the first retry) and
@@ -13,11 +15,12 @@
 
 mod anthropic;
 mod config;
+mod decision;
 mod endpoint;
 mod openai;
 mod price;
 mod retry;
-mod sse;
+pub mod sse;
 
 pub use config::{ConfigError, MaxTokensField, ModelConfig, Provider, RetryConfig, SystemRole};
 pub use price::{Price, PriceTable};

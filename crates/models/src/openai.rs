@@ -3,7 +3,7 @@
 //! the quirks of the compatible servers (see `StreamAssembler`).
 
 use crate::config::{MaxTokensField, ModelConfig, SystemRole};
-use crate::endpoint::{Decision, Flow};
+use crate::decision::{Decision, Flow};
 use crate::retry::{classify_error_object, AttemptError};
 use serde_json::{json, Map, Value};
 use warden_runtime::{Message, ModelRequest, TokenUsage, ToolCall};

@@ -1,10 +1,10 @@
 //! Runs a tool's filesystem work on its own thread and awaits it, so a large read or search never
-//! stalls the async executor that drives the agent loop. Executor-agnostic: no runtime is needed.
+//! stalls the async executor that drives the agent loop. Executor-agnostic: no runtime is needed
+//! (the value comes back over a `futures-channel` one-shot, which any executor can await).
 
+use futures_channel::oneshot;
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::task::{Context, Poll, Waker};
 
 /// Runs `work` on a new thread; the future resolves to its value, or to `None` if it panicked.
 /// When no thread can be spawned the work runs inline instead.
@@ -13,88 +13,43 @@ where
     T: Send + 'static,
     F: FnOnce() -> T + Send + 'static,
 {
-    let shared = Arc::new(Mutex::new(Shared {
-        value: None,
-        done: false,
-        waker: None,
-    }));
-    let mut sender = Some(Sender(shared.clone()));
+    let (sender, receiver) = oneshot::channel();
     let work = Arc::new(Mutex::new(Some(work)));
     let spawned = {
         let work = work.clone();
-        let sender = sender.take();
         std::thread::Builder::new()
             .name("warden-tool".into())
             .spawn(move || {
                 let work = lock(&work).take();
-                if let (Some(work), Some(sender)) = (work, sender) {
-                    sender.send(work());
+                if let Some(work) = work {
+                    // A panic drops the sender unsent: the receiver then resolves to `None`. An
+                    // error here means the caller stopped waiting: nobody to tell.
+                    let _ = sender.send(work());
                 }
             })
     };
-    if spawned.is_err() {
-        // The closure (and the sender inside it) came back dropped with the error; run here.
-        if let Some(work) = lock(&work).take() {
-            let value = work();
-            let mut state = lock(&shared);
-            state.value = Some(value);
-            state.done = true;
+    // The closure (and the sender inside it) came back dropped with the error; run here.
+    let inline = match spawned {
+        Ok(_) => None,
+        Err(_) => lock(&work).take().map(|work| work()),
+    };
+    async move {
+        match inline {
+            Some(value) => Some(value),
+            None => receiver.await.ok(),
         }
     }
-    Receiver(shared)
-}
-
-struct Shared<T> {
-    value: Option<T>,
-    done: bool,
-    waker: Option<Waker>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // Nothing panics while holding these locks, but never turn a poisoned lock into a second panic.
+    // Nothing panics while holding this lock, but never turn a poisoned lock into a second panic.
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-struct Sender<T>(Arc<Mutex<Shared<T>>>);
-
-impl<T> Sender<T> {
-    fn send(self, value: T) {
-        lock(&self.0).value = Some(value);
-        // Drop marks the channel done and wakes the receiver.
-    }
-}
-
-impl<T> Drop for Sender<T> {
-    fn drop(&mut self) {
-        let waker = {
-            let mut state = lock(&self.0);
-            state.done = true;
-            state.waker.take()
-        };
-        if let Some(waker) = waker {
-            waker.wake();
-        }
-    }
-}
-
-struct Receiver<T>(Arc<Mutex<Shared<T>>>);
-
-impl<T> Future for Receiver<T> {
-    type Output = Option<T>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<T>> {
-        let mut state = lock(&self.0);
-        if state.done {
-            return Poll::Ready(state.value.take());
-        }
-        state.waker = Some(cx.waker().clone());
-        Poll::Pending
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::task::{Context, Poll, Waker};
 
     pub(crate) fn block_on<F: Future>(future: F) -> F::Output {
         struct ThreadWaker(std::thread::Thread);
@@ -123,5 +78,25 @@ mod tests {
     fn a_panic_becomes_none() {
         let out: Option<u8> = block_on(run(|| panic!("boom")));
         assert_eq!(out, None);
+    }
+
+    #[test]
+    fn work_whose_caller_stopped_waiting_still_finishes_and_drops_its_value() {
+        struct Dropped(std::sync::mpsc::Sender<()>);
+        impl Drop for Dropped {
+            fn drop(&mut self) {
+                let _ = self.0.send(());
+            }
+        }
+        let (dropped, was_dropped) = std::sync::mpsc::channel();
+        let (start, started) = std::sync::mpsc::channel::<()>();
+        let future = run(move || {
+            let _ = started.recv();
+            Dropped(dropped)
+        });
+        drop(future);
+        start.send(()).unwrap();
+        // The value went nowhere and was dropped on the worker thread; the worker did not hang.
+        was_dropped.recv().unwrap();
     }
 }

@@ -1,27 +1,20 @@
 //! The callback signature: `Warden-Signature: sha256=<hex HMAC-SHA256(secret, timestamp "." body)>`
 //! with the Unix-seconds timestamp in `Warden-Timestamp`, so a receiver can check both the sender
-//! and the freshness of a request. HMAC (RFC 2104) is written out over `sha2` rather than pulling
-//! in a crate for fifteen lines; RFC 4231's vectors pin it down.
+//! and the freshness of a request. HMAC (RFC 2104) is RustCrypto's `hmac` over `sha2`; RFC 4231's
+//! vectors pin it down.
 
-use sha2::{Digest, Sha256};
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
 
 /// HMAC-SHA256 of `message` under `key`.
 pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
-    const BLOCK: usize = 64;
-    let mut block = [0u8; BLOCK];
-    if key.len() > BLOCK {
-        block[..32].copy_from_slice(&Sha256::digest(key));
-    } else {
-        block[..key.len()].copy_from_slice(key);
-    }
-    let mut inner = Sha256::new();
-    inner.update(block.map(|b| b ^ 0x36));
-    inner.update(message);
-    let inner = inner.finalize();
-    let mut outer = Sha256::new();
-    outer.update(block.map(|b| b ^ 0x5c));
-    outer.update(inner);
-    outer.finalize().into()
+    // HMAC takes a key of any length (one longer than the block is hashed first): the
+    // `InvalidLength` error exists for MACs with fixed-size keys and is never returned here.
+    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(key) else {
+        unreachable!("HMAC-SHA256 accepts keys of any length")
+    };
+    mac.update(message);
+    mac.finalize().into_bytes().into()
 }
 
 /// The `Warden-Signature` value for a request sent at `timestamp` (Unix seconds) with `body`.
@@ -43,6 +36,12 @@ mod tests {
 
     #[test]
     fn rfc_4231_vectors() {
+        // Test case 4: a key of 25 bytes, 50 bytes of data.
+        check(
+            &(1..=25).collect::<Vec<u8>>(),
+            &[0xcd; 50],
+            "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b",
+        );
         // Test case 1.
         check(
             &[0x0b; 20],
@@ -60,6 +59,18 @@ mod tests {
             &[0xaa; 131],
             b"Test Using Larger Than Block-Size Key - Hash Key First",
             "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54",
+        );
+        // Test case 7: a long key and a message longer than the block.
+        check(
+            &[0xaa; 131],
+            b"This is a test using a larger than block-size key and a larger than block-size data. The key needs to be hashed before being used by the HMAC algorithm.",
+            "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2",
+        );
+        // An empty key (padded with zeros to the block), as `openssl dgst -hmac ""` gives.
+        check(
+            b"",
+            b"",
+            "b613679a0814d9ec772f95d778c35fc5ff1697c493715653c6c712144292c5ad",
         );
     }
 
