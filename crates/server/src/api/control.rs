@@ -36,7 +36,8 @@ use warden_store::{ApprovalStatus, NewTask, Spend, StoreError, Task};
 use super::auth::{require_writer, Caller};
 use super::schema::{ErrorBody, TaskView};
 use super::tasks::visible_task;
-use super::{new_task_id, task_json, ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
+use super::{new_task_id, ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
+use crate::task_view::task_json;
 
 /// A message longer than this (in bytes) is refused.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
