@@ -49,21 +49,6 @@ pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
         .routes(routes!(post_message))
 }
 
-/// Whether a task in `status` is finished for good.
-pub(super) fn terminal(status: TaskStatus) -> bool {
-    match status {
-        TaskStatus::Completed
-        | TaskStatus::Failed
-        | TaskStatus::Cancelled
-        | TaskStatus::TimedOut => true,
-        TaskStatus::Queued
-        | TaskStatus::WaitingApproval
-        | TaskStatus::Running
-        | TaskStatus::Testing
-        | TaskStatus::WaitingInput => false,
-    }
-}
-
 fn wrong_status(task: &Task, action: &str) -> ApiError {
     ApiError::new(
         ErrorCode::Conflict,
@@ -135,7 +120,7 @@ async fn cancel_task(
     require_writer(&caller)?;
     let mut task = visible_task(&state, &caller, &id).await?;
     for _ in 0..CANCEL_ATTEMPTS {
-        if terminal(task.status) {
+        if task.status.is_terminal() {
             return Err(wrong_status(
                 &task,
                 "only an unfinished task can be cancelled",
@@ -216,7 +201,7 @@ async fn retry_task(
 ) -> Result<Response, ApiError> {
     require_writer(&caller)?;
     let task = visible_task(&state, &caller, &id).await?;
-    if !terminal(task.status) {
+    if !task.status.is_terminal() {
         return Err(wrong_status(
             &task,
             "only a finished task can be retried (cancel it first)",
@@ -296,7 +281,7 @@ async fn post_message(
     }
     let task = match task.status {
         TaskStatus::WaitingInput => answer(&state, &caller, &task, text).await?,
-        status if terminal(status) => follow_up(&state, &caller, &task, text).await?,
+        status if status.is_terminal() => follow_up(&state, &caller, &task, text).await?,
         _ => {
             return Err(wrong_status(
                 &task,
