@@ -36,7 +36,7 @@ use warden_store::{ApprovalStatus, NewTask, Spend, StoreError, Task};
 use super::auth::{require_writer, Caller};
 use super::schema::{ErrorBody, TaskView};
 use super::tasks::visible_task;
-use super::{new_task_id, ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
+use super::{ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
 use crate::task_view::task_json;
 
 /// A message longer than this (in bytes) is refused.
@@ -217,7 +217,7 @@ async fn retry_task(
         .store
         .create_task(
             NewTask {
-                id: new_task_id().map_err(ApiError::internal)?,
+                id: warden_store::new_task_id().map_err(ApiError::internal)?,
                 kind: task.kind,
                 owner: task.owner.clone(),
                 prompt: task.prompt.clone(),
@@ -343,7 +343,7 @@ async fn follow_up(
         .store
         .create_task(
             NewTask {
-                id: new_task_id().map_err(ApiError::internal)?,
+                id: warden_store::new_task_id().map_err(ApiError::internal)?,
                 kind: task.kind,
                 owner: caller.name.clone(),
                 prompt: text.to_string(),

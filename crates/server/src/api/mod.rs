@@ -1,6 +1,8 @@
 //! The HTTP API of SPEC §6 on axum. This module holds the shared parts (errors, JSON bodies,
-//! state, router, task ids); each submodule owns a group of routes and adds them through
-//! its `routes()`.
+//! state, router); each submodule owns a group of routes and adds them through its
+//! `routes()`. Nothing outside `api/` but the composition root (`serve.rs`) depends on it:
+//! what the routes share with the rest of the crate lives there (`crate::time`,
+//! `crate::task_view`, `crate::authority`, `crate::service::RateLimit`).
 //!
 //! - Bearer tokens from `WARDEN_API_TOKENS` (`name:role:token`, comma-separated), compared in
 //!   constant time (SHA-256 of both sides, then a comparison that looks at every byte of every
@@ -58,7 +60,6 @@ use tokio::sync::Notify;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use warden_protocol::TaskId;
 use warden_store::{Store, StoreError};
 
 use crate::service::RateLimit;
@@ -564,13 +565,6 @@ async fn method_not_allowed() -> ApiError {
 async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
-// --- ids ---
-
-/// A new task id from the one generator, `warden_store::new_task_id`, with the error as text.
-fn new_task_id() -> Result<TaskId, String> {
-    warden_store::new_task_id().map_err(|e| e.to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -600,11 +594,5 @@ mod tests {
             "bearer"
         );
         assert!(document["components"]["schemas"]["TaskView"].is_object());
-    }
-
-    #[test]
-    fn task_ids_come_from_the_store() {
-        let a = new_task_id().unwrap();
-        assert!(a.as_str().starts_with("tsk_"));
     }
 }

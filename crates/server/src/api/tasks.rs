@@ -18,7 +18,7 @@ use warden_store::{Created, IdempotencyKey, NewTask, Store, Task, TaskQuery, Tas
 use super::auth::{require_writer, ApiRole, Caller};
 use super::repos::{valid_name, valid_rev};
 use super::schema::{ErrorBody, TaskPage, TaskView};
-use super::{new_task_id, ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
+use super::{ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
 use crate::task_view::task_json;
 
 const MAX_PAGE: u32 = 200;
@@ -199,7 +199,7 @@ async fn submit_task(
     if publish {
         check_publishable(&state, &repos[0].name).await?;
     }
-    let id = new_task_id().map_err(ApiError::internal)?;
+    let id = warden_store::new_task_id().map_err(ApiError::internal)?;
     let created = state
         .store
         .create_task(
