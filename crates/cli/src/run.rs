@@ -316,7 +316,7 @@ pub async fn run(config: &Config, args: RunArgs) -> anyhow::Result<u8> {
             (failed_report(failure), None)
         }
     };
-    remove_scratch(&scratch);
+    let _ = warden_sandbox::remove_scratch(&scratch);
     let change::ChangeReport {
         mut result,
         mut status,
@@ -396,25 +396,6 @@ fn failed_report(failure: Failure) -> RunReport {
             ..Usage::default()
         },
         messages: vec![],
-    }
-}
-
-/// Scratch holds read-only materializations; make them writable before removing.
-fn remove_scratch(path: &std::path::Path) {
-    fn open_up(dir: &std::path::Path) {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
-        if let Ok(entries) = std::fs::read_dir(dir) {
-            for entry in entries.flatten() {
-                if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    open_up(&entry.path());
-                }
-            }
-        }
-    }
-    if path.exists() {
-        open_up(path);
-        let _ = std::fs::remove_dir_all(path);
     }
 }
 

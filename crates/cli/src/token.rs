@@ -5,9 +5,10 @@
 
 use clap::Subcommand;
 use serde_json::json;
-use warden_server::api::{mint_token, rfc3339, ApiRole};
+use warden_server::api::{mint_token, ApiRole};
 use warden_server::config::{Config, Env, ProcessEnv};
 use warden_server::serve::{self as service, Store};
+use warden_server::time::rfc3339;
 
 use crate::usage;
 

@@ -696,8 +696,10 @@ pub(crate) fn prepare_scratch(dir: &std::path::Path) -> Result<(), SandboxError>
 
 /// Deletes a scratch directory, including directories the sandbox left without write or
 /// search permission (copied-up snapshot directories are `0555`, overlayfs leaves a `000`
-/// work directory). Never follows symbolic links.
-pub(crate) fn remove_scratch(dir: &std::path::Path) -> Result<(), SandboxError> {
+/// work directory, materialized trees are read-only). Never follows symbolic links; a missing
+/// directory is not an error. The one scratch remover of the workspace: the server, the CLI
+/// and the tools use it too.
+pub fn remove_scratch(dir: &std::path::Path) -> Result<(), SandboxError> {
     fn remove(path: &std::path::Path) -> std::io::Result<()> {
         use std::os::unix::fs::PermissionsExt;
         let meta = match std::fs::symlink_metadata(path) {
@@ -736,6 +738,33 @@ mod tests {
         for layer in Layer::ALL {
             assert_eq!(Layer::from_name(layer.as_str()), Some(layer));
         }
+    }
+
+    #[test]
+    fn scratch_is_removed_with_read_only_and_closed_directories_but_not_through_links() {
+        use std::os::unix::fs::PermissionsExt;
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("kept"), "kept").unwrap();
+        let base = tempfile::tempdir().unwrap();
+        let scratch = base.path().join("scratch");
+        let tree = scratch.join("trees/abc/src");
+        std::fs::create_dir_all(&tree).unwrap();
+        std::fs::write(tree.join("lib.rs"), "fn main() {}").unwrap();
+        std::fs::set_permissions(tree.join("lib.rs"), std::fs::Permissions::from_mode(0o444))
+            .unwrap();
+        std::os::unix::fs::symlink(outside.path(), tree.join("link")).unwrap();
+        for dir in [tree.as_path(), tree.parent().unwrap()] {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o555)).unwrap();
+        }
+        let work = scratch.join("work");
+        std::fs::create_dir_all(work.join("inner")).unwrap();
+        std::fs::set_permissions(&work, std::fs::Permissions::from_mode(0o000)).unwrap();
+
+        remove_scratch(&scratch).unwrap();
+        assert!(!scratch.exists());
+        assert!(outside.path().join("kept").exists());
+        // Already gone is fine.
+        remove_scratch(&scratch).unwrap();
     }
 
     fn cwd(cwd: &str) -> Result<String, String> {

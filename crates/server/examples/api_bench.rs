@@ -25,8 +25,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
 use warden_protocol::{Event, TaskKind};
-use warden_server::api::{new_task_id, router, ApiState, RateLimit, Tokens};
+use warden_server::api::{router, ApiState, Tokens};
 use warden_server::hub::{self, HubOptions};
+use warden_server::service::RateLimit;
+use warden_store::new_task_id;
 use warden_store::NewTask;
 
 const TOKEN: &str = "bench-token-0123456789-0123456789";

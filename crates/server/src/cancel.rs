@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::Notify;
-use warden_protocol::{TaskId, TaskStatus};
+use warden_protocol::TaskId;
 use warden_runtime::CancelFlag;
 use warden_store::Store;
 
@@ -145,21 +145,6 @@ impl RunningTasks {
     }
 }
 
-/// Whether a task in `status` is over: no run of it may continue.
-fn ended(status: TaskStatus) -> bool {
-    match status {
-        TaskStatus::Completed
-        | TaskStatus::Failed
-        | TaskStatus::Cancelled
-        | TaskStatus::TimedOut => true,
-        TaskStatus::Queued
-        | TaskStatus::WaitingApproval
-        | TaskStatus::Running
-        | TaskStatus::Testing
-        | TaskStatus::WaitingInput => false,
-    }
-}
-
 /// Stops the run when its task ends from outside (checked every `every`), or returns once the
 /// run was stopped otherwise. Abort it when the run ends.
 pub async fn watch_status(
@@ -177,7 +162,7 @@ pub async fn watch_status(
             return;
         }
         match store.get_task(&task).await {
-            Ok(Some(current)) if !ended(current.status) => {}
+            Ok(Some(current)) if !current.status.is_terminal() => {}
             Ok(Some(_)) | Ok(None) => {
                 tracing::info!(%task, "the task ended outside its run; stopping the run");
                 control.stop();

@@ -105,7 +105,7 @@ impl Published {
             "{{\"seq\":{},\"task_seq\":{},\"task\":{task},\"at\":\"{}\",\"event\":{event}}}",
             record.seq,
             record.task_seq,
-            crate::api::rfc3339(record.at_ms),
+            crate::time::rfc3339(record.at_ms),
         );
         Published { record, kind, data }
     }
@@ -1198,7 +1198,7 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(find_tail(store.as_ref()).await.unwrap(), 0);
-        let id = crate::api::new_task_id().unwrap();
+        let id = warden_store::new_task_id().unwrap();
         store
             .create_task(
                 warden_store::NewTask {

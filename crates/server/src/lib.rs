@@ -3,6 +3,7 @@
 //! it in-process; `warden serve` workers run the same code on claimed tasks.
 
 pub mod api;
+pub mod authority;
 pub mod callback;
 pub mod cancel;
 pub mod change;
@@ -24,5 +25,7 @@ pub mod sensitive;
 pub mod serve;
 pub mod service;
 pub mod storage;
+pub mod task_view;
+pub mod time;
 pub mod toolchain;
 pub mod worker;

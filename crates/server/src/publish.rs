@@ -783,7 +783,7 @@ pub async fn publish_approved(
         if recorded.id == approval.id {
             recorded.status = warden_protocol::ApprovalStatus::Approved;
             recorded.decided_by = approval.decided_by.clone();
-            recorded.decided_at = approval.decided_at_ms.map(crate::api::rfc3339);
+            recorded.decided_at = approval.decided_at_ms.map(crate::time::rfc3339);
         }
     }
     Ok(result)
@@ -879,7 +879,7 @@ pub async fn rejected_publication(
     if let Some(recorded) = result.approval.as_mut() {
         recorded.status = warden_protocol::ApprovalStatus::Rejected;
         recorded.decided_by = approval.decided_by.clone();
-        recorded.decided_at = approval.decided_at_ms.map(crate::api::rfc3339);
+        recorded.decided_at = approval.decided_at_ms.map(crate::time::rfc3339);
     }
     Ok(Some(result))
 }

@@ -40,6 +40,25 @@ pub struct ServeSection {
     pub public_names: Option<Vec<String>>,
 }
 
+/// How many requests a token may make: `per_minute` on average, `burst` at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    pub per_minute: u32,
+    pub burst: u32,
+}
+
+impl Default for RateLimit {
+    fn default() -> RateLimit {
+        RateLimit {
+            per_minute: 600,
+            burst: 120,
+        }
+    }
+}
+
+/// Event streams a token may hold open at once by default.
+pub const DEFAULT_MAX_STREAMS_PER_TOKEN: u32 = 16;
+
 /// The `[serve]` section, resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServeConfig {
@@ -49,7 +68,7 @@ pub struct ServeConfig {
     pub max_tokens_per_day: Option<u64>,
     pub max_cost_micro_usd_per_day: Option<u64>,
     /// Per-token API rate limit.
-    pub rate_limit: crate::api::RateLimit,
+    pub rate_limit: RateLimit,
     /// `max_connections` when set; otherwise the cap comes from the open-file limit.
     pub max_connections: Option<usize>,
     pub header_timeout: Duration,
@@ -67,11 +86,11 @@ impl Default for ServeConfig {
             shutdown_grace: Duration::from_secs(10),
             max_tokens_per_day: None,
             max_cost_micro_usd_per_day: None,
-            rate_limit: crate::api::RateLimit::default(),
+            rate_limit: RateLimit::default(),
             max_connections: None,
             header_timeout: crate::connections::DEFAULT_HEADER_TIMEOUT,
             keep_alive: crate::connections::DEFAULT_KEEP_ALIVE,
-            max_streams_per_token: crate::api::DEFAULT_MAX_STREAMS_PER_TOKEN,
+            max_streams_per_token: DEFAULT_MAX_STREAMS_PER_TOKEN,
             public_names: Vec::new(),
         }
     }
@@ -113,7 +132,7 @@ impl ServeConfig {
         if section.rate_limit_burst == Some(0) {
             bail!("serve.rate_limit_burst must be at least 1");
         }
-        let rate_limit = crate::api::RateLimit {
+        let rate_limit = RateLimit {
             per_minute: section
                 .rate_limit_per_minute
                 .unwrap_or(defaults.rate_limit.per_minute),
@@ -146,7 +165,7 @@ impl ServeConfig {
         }
         let mut public_names = Vec::new();
         for name in section.public_names.iter().flatten() {
-            match crate::api::normalize_public_name(name) {
+            match crate::authority::normalize_public_name(name) {
                 Some(name) => public_names.push(name),
                 None => bail!(
                     "serve.public_names: {name:?} is not a host name or name:port \
@@ -188,11 +207,11 @@ mod tests {
         assert_eq!(config.workers, 4);
         assert_eq!(config.lease, Duration::from_secs(5));
         assert_eq!(config.max_cost_micro_usd_per_day, Some(2_500_000));
-        assert_eq!(config.rate_limit, crate::api::RateLimit::default());
+        assert_eq!(config.rate_limit, RateLimit::default());
         let limited = resolve("rate_limit_per_minute = 30\nrate_limit_burst = 5\n").unwrap();
         assert_eq!(
             limited.rate_limit,
-            crate::api::RateLimit {
+            RateLimit {
                 per_minute: 30,
                 burst: 5
             }

@@ -260,11 +260,11 @@ impl ChangeSession {
             }
         }
         if let Some((_, old)) = state.materialized.take() {
-            let _ = remove_read_only_tree(&old);
+            let _ = warden_sandbox::remove_scratch(&old);
         }
         let dest = self.config.scratch.join("trees").join(tree);
         if dest.exists() {
-            let _ = remove_read_only_tree(&dest);
+            let _ = warden_sandbox::remove_scratch(&dest);
         }
         materialize_tree(
             &self.config.git,
@@ -343,22 +343,6 @@ impl ChangeSession {
             sensitive_files: Vec::new(),
         })
     }
-}
-
-fn remove_read_only_tree(path: &std::path::Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    fn open_up(dir: &std::path::Path) -> std::io::Result<()> {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
-        for entry in std::fs::read_dir(dir)? {
-            let entry = entry?;
-            if entry.file_type()?.is_dir() {
-                open_up(&entry.path())?;
-            }
-        }
-        Ok(())
-    }
-    open_up(path)?;
-    std::fs::remove_dir_all(path)
 }
 
 /// The programs a check looks up on `PATH`: the command name of each simple command (after

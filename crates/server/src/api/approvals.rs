@@ -40,8 +40,9 @@ use warden_store::{Approval, ApprovalStatus, Decision, Store, StoreError, Task};
 
 use super::auth::{ApiRole, Caller};
 use super::schema::ErrorBody;
-use super::{rfc3339, ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
+use super::{ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
 use crate::publish;
+use crate::time::rfc3339;
 
 /// Approval kinds whose approval publishes a proposal.
 pub const PUBLISH_KINDS: [&str; 2] = ["publish", "publish_sensitive"];

@@ -34,6 +34,7 @@ use utoipa::openapi::{Content, HeaderBuilder, ObjectBuilder, OpenApi, Ref, Respo
 use warden_store::NewApiToken;
 
 use super::{ApiError, ApiState, ErrorCode};
+use crate::service::RateLimit;
 
 /// What a token may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,22 +210,6 @@ pub fn mint_token(
         created_by: created_by.to_string(),
     };
     Ok((token, secret))
-}
-
-/// How many requests a token may make: `per_minute` on average, `burst` at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RateLimit {
-    pub per_minute: u32,
-    pub burst: u32,
-}
-
-impl Default for RateLimit {
-    fn default() -> RateLimit {
-        RateLimit {
-            per_minute: 600,
-            burst: 120,
-        }
-    }
 }
 
 struct Bucket {

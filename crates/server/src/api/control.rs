@@ -36,7 +36,8 @@ use warden_store::{ApprovalStatus, NewTask, Spend, StoreError, Task};
 use super::auth::{require_writer, Caller};
 use super::schema::{ErrorBody, TaskView};
 use super::tasks::visible_task;
-use super::{new_task_id, task_json, ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
+use super::{ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
+use crate::task_view::task_json;
 
 /// A message longer than this (in bytes) is refused.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
@@ -46,21 +47,6 @@ pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
         .routes(routes!(cancel_task))
         .routes(routes!(retry_task))
         .routes(routes!(post_message))
-}
-
-/// Whether a task in `status` is finished for good.
-pub(super) fn terminal(status: TaskStatus) -> bool {
-    match status {
-        TaskStatus::Completed
-        | TaskStatus::Failed
-        | TaskStatus::Cancelled
-        | TaskStatus::TimedOut => true,
-        TaskStatus::Queued
-        | TaskStatus::WaitingApproval
-        | TaskStatus::Running
-        | TaskStatus::Testing
-        | TaskStatus::WaitingInput => false,
-    }
 }
 
 fn wrong_status(task: &Task, action: &str) -> ApiError {
@@ -134,7 +120,7 @@ async fn cancel_task(
     require_writer(&caller)?;
     let mut task = visible_task(&state, &caller, &id).await?;
     for _ in 0..CANCEL_ATTEMPTS {
-        if terminal(task.status) {
+        if task.status.is_terminal() {
             return Err(wrong_status(
                 &task,
                 "only an unfinished task can be cancelled",
@@ -215,7 +201,7 @@ async fn retry_task(
 ) -> Result<Response, ApiError> {
     require_writer(&caller)?;
     let task = visible_task(&state, &caller, &id).await?;
-    if !terminal(task.status) {
+    if !task.status.is_terminal() {
         return Err(wrong_status(
             &task,
             "only a finished task can be retried (cancel it first)",
@@ -231,7 +217,7 @@ async fn retry_task(
         .store
         .create_task(
             NewTask {
-                id: new_task_id().map_err(ApiError::internal)?,
+                id: warden_store::new_task_id().map_err(ApiError::internal)?,
                 kind: task.kind,
                 owner: task.owner.clone(),
                 prompt: task.prompt.clone(),
@@ -295,7 +281,7 @@ async fn post_message(
     }
     let task = match task.status {
         TaskStatus::WaitingInput => answer(&state, &caller, &task, text).await?,
-        status if terminal(status) => follow_up(&state, &caller, &task, text).await?,
+        status if status.is_terminal() => follow_up(&state, &caller, &task, text).await?,
         _ => {
             return Err(wrong_status(
                 &task,
@@ -357,7 +343,7 @@ async fn follow_up(
         .store
         .create_task(
             NewTask {
-                id: new_task_id().map_err(ApiError::internal)?,
+                id: warden_store::new_task_id().map_err(ApiError::internal)?,
                 kind: task.kind,
                 owner: caller.name.clone(),
                 prompt: text.to_string(),

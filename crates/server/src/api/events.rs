@@ -17,11 +17,11 @@
 //! (the client resumes with `Last-Event-ID`).
 //!
 //! A token holds at most [`ApiState::streams`]' limit of open streams at once (`[serve]
-//! max_streams_per_token`, [`DEFAULT_MAX_STREAMS_PER_TOKEN`] by default, counted per token
-//! across both routes): one more is refused with 429 `too_many_streams` (no `Retry-After`: a
-//! slot frees when one of the token's streams ends). Failed authentications are throttled per
-//! address (see `auth.rs`), so anonymous stream attempts cost a 401 or 429 each and hold
-//! nothing.
+//! max_streams_per_token`, [`crate::service::DEFAULT_MAX_STREAMS_PER_TOKEN`] by default,
+//! counted per token across both routes): one more is refused with 429 `too_many_streams` (no
+//! `Retry-After`: a slot frees when one of the token's streams ends). Failed authentications
+//! are throttled per address (see `auth.rs`), so anonymous stream attempts cost a 401 or 429
+//! each and hold nothing.
 //!
 //! `/metrics` needs a token of any role: the counters say what the server is doing (task
 //! counts, spend), which is not for anyone who can reach the port. Prometheus sends it with
@@ -95,9 +95,6 @@ fn parse_cursor(headers: &HeaderMap, query: Option<&str>) -> Result<Option<u64>,
         }
     }
 }
-
-/// Event streams a token may hold open at once by default.
-pub const DEFAULT_MAX_STREAMS_PER_TOKEN: u32 = 16;
 
 /// Open event streams per token (by digest). Only authenticated tokens get an entry, and an
 /// entry goes when its last stream ends, so the map is bounded by the real tokens.

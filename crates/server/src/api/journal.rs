@@ -31,8 +31,9 @@ use warden_store::{RunRef, Store, StoreError};
 use super::auth::Caller;
 use super::schema::ErrorBody;
 use super::tasks::visible_task;
-use super::{rfc3339, ApiError, ApiPath, ApiState, ErrorCode};
+use super::{ApiError, ApiPath, ApiState, ErrorCode};
 use crate::sensitive::JournalRedaction;
+use crate::time::rfc3339;
 
 /// Records a page holds unless `limit` says otherwise.
 const DEFAULT_PAGE: u32 = 50;

@@ -1,6 +1,8 @@
 //! The HTTP API of SPEC §6 on axum. This module holds the shared parts (errors, JSON bodies,
-//! state, router, ids and times); each submodule owns a group of routes and adds them through
-//! its `routes()`.
+//! state, router); each submodule owns a group of routes and adds them through its
+//! `routes()`. Nothing outside `api/` but the composition root (`serve.rs`) depends on it:
+//! what the routes share with the rest of the crate lives there (`crate::time`,
+//! `crate::task_view`, `crate::authority`, `crate::service::RateLimit`).
 //!
 //! - Bearer tokens from `WARDEN_API_TOKENS` (`name:role:token`, comma-separated), compared in
 //!   constant time (SHA-256 of both sides, then a comparison that looks at every byte of every
@@ -38,12 +40,10 @@ mod tokens;
 mod usage;
 
 pub use auth::{
-    mint_token, ApiRole, AuthThrottle, Caller, RateLimit, RateLimiter, Tokens,
-    DEFAULT_AUTH_FAILURE_LIMIT, MIN_BOOTSTRAP_TOKEN_LEN,
+    mint_token, ApiRole, AuthThrottle, Caller, RateLimiter, Tokens, DEFAULT_AUTH_FAILURE_LIMIT,
+    MIN_BOOTSTRAP_TOKEN_LEN,
 };
-pub use events::DEFAULT_MAX_STREAMS_PER_TOKEN;
-pub use origin::{normalize_public_name, HostPolicy};
-pub use tasks::task_json;
+pub use origin::HostPolicy;
 
 use std::sync::Arc;
 
@@ -60,8 +60,9 @@ use tokio::sync::Notify;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use warden_protocol::TaskId;
-use warden_store::{Store, StoreError, UtcDay};
+use warden_store::{Store, StoreError};
+
+use crate::service::RateLimit;
 
 /// Request bodies larger than this are refused with 413.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -389,7 +390,7 @@ impl ApiState {
             wake,
             limiter: RateLimiter::new(RateLimit::default()),
             auth_failures: AuthThrottle::new(DEFAULT_AUTH_FAILURE_LIMIT),
-            streams: events::StreamCounter::new(DEFAULT_MAX_STREAMS_PER_TOKEN),
+            streams: events::StreamCounter::new(crate::service::DEFAULT_MAX_STREAMS_PER_TOKEN),
             hosts: HostPolicy::default(),
             callbacks: Arc::default(),
             running: Arc::default(),
@@ -564,28 +565,6 @@ async fn method_not_allowed() -> ApiError {
 async fn healthz() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
-// --- ids and times ---
-
-/// A new task id (one generator for every interface: `warden_store::new_task_id`).
-pub fn new_task_id() -> Result<TaskId, String> {
-    warden_store::new_task_id().map_err(|e| e.to_string())
-}
-
-/// `2026-12-02T12:34:56.789Z`.
-pub fn rfc3339(ms: i64) -> String {
-    let day = UtcDay::of_ms(ms);
-    let (y, m, d) = day.ymd();
-    let in_day = ms - day.start_ms();
-    let seconds = in_day / 1000;
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        seconds / 3600,
-        (seconds / 60) % 60,
-        seconds % 60,
-        in_day % 1000
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -615,13 +594,5 @@ mod tests {
             "bearer"
         );
         assert!(document["components"]["schemas"]["TaskView"].is_object());
-    }
-
-    #[test]
-    fn times_and_ids() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(rfc3339(1_796_131_143_042), "2026-12-01T13:19:03.042Z");
-        let a = new_task_id().unwrap();
-        assert!(a.as_str().starts_with("tsk_"));
     }
 }

@@ -22,6 +22,7 @@ use axum::response::{IntoResponse, Response};
 use utoipa::openapi::{Content, OpenApi, Ref, ResponseBuilder};
 
 use super::{ApiError, ApiState, ErrorCode};
+use crate::authority::{parse_authority, Authority};
 use crate::connections::ClientConnection;
 
 /// The names the API answers to besides its address.
@@ -29,59 +30,8 @@ use crate::connections::ClientConnection;
 pub struct HostPolicy {
     /// The listen address, for requests that do not carry their connection.
     pub listen: Option<SocketAddr>,
-    /// Normalized by [`normalize_public_name`].
+    /// Normalized by [`crate::authority::normalize_public_name`].
     pub public_names: Vec<String>,
-}
-
-/// A host and its port, lowercase, without a trailing dot; IPv6 literals in brackets as Rust
-/// prints them.
-#[derive(Debug, PartialEq, Eq)]
-struct Authority {
-    host: String,
-    port: Option<u16>,
-}
-
-/// Parses `host[:port]` (a `Host` header, an `Origin` without its scheme, a public name).
-fn parse_authority(text: &str) -> Option<Authority> {
-    let text = text.trim();
-    let (host, port) = if let Some(rest) = text.strip_prefix('[') {
-        let (inside, after) = rest.split_once(']')?;
-        let ip: std::net::Ipv6Addr = inside.parse().ok()?;
-        let port = match after {
-            "" => None,
-            port => Some(port.strip_prefix(':')?.parse::<u16>().ok()?),
-        };
-        (format!("[{ip}]"), port)
-    } else {
-        let (host, port) = match text.rsplit_once(':') {
-            Some((host, port)) => (host, Some(port.parse::<u16>().ok()?)),
-            None => (text, None),
-        };
-        let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
-        let valid = !host.is_empty()
-            && host.len() <= 253
-            && host
-                .split('.')
-                .all(|label| !label.is_empty() && label.len() <= 63)
-            && host
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
-        if !valid {
-            return None;
-        }
-        (host, port)
-    };
-    Some(Authority { host, port })
-}
-
-/// A `[serve] public_names` entry, normalized (`Name.Example.` → `name.example`), or `None`
-/// when it is not `host` or `host:port`.
-pub fn normalize_public_name(name: &str) -> Option<String> {
-    let authority = parse_authority(name)?;
-    Some(match authority.port {
-        Some(port) => format!("{}:{port}", authority.host),
-        None => authority.host,
-    })
 }
 
 impl HostPolicy {
@@ -263,20 +213,5 @@ mod tests {
         check(&public, "10.0.0.5:8787", "proxy.internal:8443", true);
         check(&public, "10.0.0.5:8787", "proxy.internal", false);
         check(&public, "10.0.0.5:8787", "example.com", false);
-    }
-
-    #[test]
-    fn public_names_are_normalized() {
-        assert_eq!(
-            normalize_public_name("Warden.Example.com.").as_deref(),
-            Some("warden.example.com")
-        );
-        assert_eq!(
-            normalize_public_name("[::1]:80").as_deref(),
-            Some("[::1]:80")
-        );
-        for bad in ["https://x", "x/y", "", "x:", "x:http", "user@x"] {
-            assert_eq!(normalize_public_name(bad), None, "{bad}");
-        }
     }
 }

@@ -16,7 +16,8 @@ use warden_store::{NewRepo, Repository};
 
 use super::auth::{ApiRole, Caller};
 use super::schema::{ErrorBody, RepoPage, RepoView};
-use super::{rfc3339, ApiError, ApiJson, ApiState, ErrorCode};
+use super::{ApiError, ApiJson, ApiState, ErrorCode};
+use crate::time::rfc3339;
 
 /// A repository to register.
 #[derive(Debug, Deserialize, ToSchema)]

@@ -18,7 +18,8 @@ use warden_store::{Created, IdempotencyKey, NewTask, Store, Task, TaskQuery, Tas
 use super::auth::{require_writer, ApiRole, Caller};
 use super::repos::{valid_name, valid_rev};
 use super::schema::{ErrorBody, TaskPage, TaskView};
-use super::{new_task_id, rfc3339, ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
+use super::{ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
+use crate::task_view::task_json;
 
 const MAX_PAGE: u32 = 200;
 const DEFAULT_PAGE: u32 = 50;
@@ -62,28 +63,6 @@ struct SubmitTask {
 #[serde(deny_unknown_fields)]
 struct CallbackRequest {
     url: String,
-}
-
-/// The task as the API shows it.
-pub fn task_json(task: &Task) -> Value {
-    let mut value = json!({
-        "id": task.id,
-        "kind": task.kind,
-        "status": task.status,
-        "owner": task.owner,
-        "repos": task.repos,
-        "prompt": task.prompt,
-        "created_at": rfc3339(task.created_at_ms),
-        "updated_at": rfc3339(task.updated_at_ms),
-        "follow_up_to": task.follow_up_to,
-        "retry_of": task.retry_of,
-        "metadata": task.metadata,
-        "runs": task.runs,
-    });
-    if let (Some(result), Some(map)) = (&task.result, value.as_object_mut()) {
-        map.insert("result".into(), result.clone());
-    }
-    value
 }
 
 fn parse_kind(kind: &str) -> Result<TaskKind, ApiError> {
@@ -220,7 +199,7 @@ async fn submit_task(
     if publish {
         check_publishable(&state, &repos[0].name).await?;
     }
-    let id = new_task_id().map_err(ApiError::internal)?;
+    let id = warden_store::new_task_id().map_err(ApiError::internal)?;
     let created = state
         .store
         .create_task(

@@ -16,7 +16,8 @@ use warden_store::{ApiToken, StoreError};
 
 use super::auth::{mint_token, require_admin, ApiRole, Caller};
 use super::schema::ErrorBody;
-use super::{rfc3339, ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
+use super::{ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
+use crate::time::rfc3339;
 
 pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
     OpenApiRouter::new()

@@ -182,7 +182,7 @@ pub(super) async fn run_change_task(
             if let Ok(sandbox) = sandbox {
                 sandbox.close();
             }
-            remove_scratch(&scratch);
+            let _ = warden_sandbox::remove_scratch(&scratch);
             return match error {
                 StoreError::LeaseLost { .. } => Ending::LeaseLost,
                 other => change_failed(
@@ -231,7 +231,7 @@ pub(super) async fn run_change_task(
         }
         Err(failure) => change_failed(task, &model_name, failure),
     };
-    remove_scratch(&scratch);
+    let _ = warden_sandbox::remove_scratch(&scratch);
     // A terminal status stores its task_finished event when the run is finished (in the same
     // transaction); a task that waits for an answer or an approval says so here.
     let stopped = services.running.stopped(&task.id);
@@ -537,23 +537,4 @@ async fn conversation(store: &dyn Store, task: &Task) -> Result<Vec<TranscriptEn
         entries.pop();
     }
     Ok(entries)
-}
-
-/// Scratch holds read-only materializations (check runs); open them up before removing.
-fn remove_scratch(path: &std::path::Path) {
-    fn open_up(dir: &std::path::Path) {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
-        if let Ok(entries) = std::fs::read_dir(dir) {
-            for entry in entries.flatten() {
-                if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    open_up(&entry.path());
-                }
-            }
-        }
-    }
-    if path.exists() {
-        open_up(path);
-        let _ = std::fs::remove_dir_all(path);
-    }
 }

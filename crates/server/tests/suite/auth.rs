@@ -11,7 +11,8 @@ use axum::Router;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tower::ServiceExt;
-use warden_server::api::{mint_token, router, ApiRole, ApiState, RateLimit, Tokens};
+use warden_server::api::{mint_token, router, ApiRole, ApiState, Tokens};
+use warden_server::service::RateLimit;
 use warden_store::Store;
 use warden_test_support::git_fixture::TempRepo;
 

@@ -139,7 +139,7 @@ impl Fixture {
 
     /// A task of `kind` owned by alice, left queued.
     async fn task(&self, kind: TaskKind) -> TaskId {
-        let id: TaskId = warden_server::api::new_task_id().unwrap();
+        let id: TaskId = warden_store::new_task_id().unwrap();
         self.store
             .create_task(
                 NewTask {

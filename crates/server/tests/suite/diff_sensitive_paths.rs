@@ -75,7 +75,7 @@ async fn quoted_and_deleted_sensitive_files_keep_their_values_hidden() {
     let app = router(Arc::new(state));
 
     // A completed change task whose proposal is `commit`.
-    let id: TaskId = warden_server::api::new_task_id().unwrap();
+    let id: TaskId = warden_store::new_task_id().unwrap();
     store
         .create_task(
             NewTask {

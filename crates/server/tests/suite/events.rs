@@ -14,8 +14,10 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tower::ServiceExt;
 use warden_protocol::{Event, TaskId, TaskKind, TaskStatus};
-use warden_server::api::{new_task_id, router, ApiRole, ApiState, RateLimit, Tokens};
+use warden_server::api::{router, ApiRole, ApiState, Tokens};
 use warden_server::hub::{self, Hub, HubOptions};
+use warden_server::service::RateLimit;
+use warden_store::new_task_id;
 use warden_store::{ClaimFilter, NewTask, Store, UsageEntry};
 
 const ADMIN: &str = "admin-token-0123456789-0123456789";
@@ -254,7 +256,7 @@ async fn a_finished_tasks_stream_replays_every_event_in_the_wire_format_and_ends
         .remove(0);
     let expected_first = format!(
         "id: 1\nevent: agent_message\ndata: {{\"seq\":{first},\"task_seq\":1,\"task\":\"{task}\",\"at\":\"{}\",\"event\":{{\"type\":\"agent_message\",\"text\":\"one\"}}}}\n\n",
-        warden_server::api::rfc3339(record.at_ms)
+        warden_server::time::rfc3339(record.at_ms)
     );
     assert!(
         text.starts_with(&expected_first),

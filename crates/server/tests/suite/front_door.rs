@@ -15,7 +15,8 @@ use axum::Router;
 use serde_json::Value;
 use tokio::sync::Notify;
 use tower::ServiceExt;
-use warden_server::api::{openapi, router, ApiState, HostPolicy, RateLimit, Tokens};
+use warden_server::api::{openapi, router, ApiState, HostPolicy, Tokens};
+use warden_server::service::RateLimit;
 
 const ADMIN: &str = "admin-token-0123456789-0123456789";
 const ALICE: &str = "alice-token-0123456789-0123456789";

@@ -15,7 +15,9 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tower::ServiceExt;
 use warden_protocol::{TaskId, TaskKind, TaskStatus};
-use warden_server::api::{new_task_id, router, ApiState, RateLimit, Tokens, MAX_BODY_BYTES};
+use warden_server::api::{router, ApiState, Tokens, MAX_BODY_BYTES};
+use warden_server::service::RateLimit;
+use warden_store::new_task_id;
 use warden_store::{ClaimFilter, NewTask, Store};
 use warden_test_support::git_fixture::TempRepo;
 

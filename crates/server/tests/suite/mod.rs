@@ -1,5 +1,6 @@
 mod api;
 mod approvals;
+mod architecture;
 mod auth;
 mod callback;
 mod control;
