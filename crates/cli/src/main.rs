@@ -193,6 +193,17 @@ fn main() -> ExitCode {
         eprintln!("warden: error: {error}");
         return ExitCode::from(1);
     }
+    // Commands that only print end quietly when their reader goes away (`| head`).
+    if matches!(
+        cli.command,
+        Command::Tasks { .. }
+            | Command::Show { .. }
+            | Command::Diff(_)
+            | Command::Doctor { .. }
+            | Command::Logs { follow: false, .. }
+    ) {
+        warden_sandbox::quiet_on_closed_output();
+    }
     match run(cli) {
         // A task cancelled by Ctrl-C printed its cancelled result; the command was interrupted.
         Ok(_) if interrupt::interrupted() => ExitCode::from(interrupt::INTERRUPTED),

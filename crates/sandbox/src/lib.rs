@@ -174,6 +174,17 @@ pub fn probe_with(config: &SandboxConfig) -> Vec<LayerReport> {
     reports
 }
 
+/// For commands that only print (`warden tasks | head`): a closed standard output ends the
+/// process quietly, as it does for other Unix tools, instead of a failed write. Not for
+/// processes that write to pipes of their own children (git, sandboxed commands), which must
+/// see `EPIPE` as an error rather than die.
+pub fn quiet_on_closed_output() {
+    #[cfg(target_os = "linux")]
+    {
+        let _ = sys::default_sigpipe();
+    }
+}
+
 /// Hardens the Warden process itself: not dumpable (so `/proc/<pid>/mem`, `environ` and ptrace
 /// are closed to other processes of the same user, and no core file can carry the model key).
 /// The CLI calls this at start-up, before reading any secret.

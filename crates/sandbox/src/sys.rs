@@ -45,6 +45,15 @@ pub(crate) fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// Gives SIGPIPE its default action back (Rust starts programs with it ignored).
+pub(crate) fn default_sigpipe() -> io::Result<()> {
+    // SAFETY: signal(2) with SIG_DFL installs no handler of ours and touches no memory.
+    if unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) } == libc::SIG_ERR {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Sends SIGKILL to the process group `group` leads; a group that is gone is fine. Groups 0
 /// and 1 (and anything negative) are refused: `kill(-0)` is our own group, `kill(-1)` is every
 /// process we may signal, and no group Warden started can have either id.

@@ -184,3 +184,29 @@ fn a_directory_that_is_not_a_git_repository_is_one_sentence_and_exit_2() {
     assert!(error[0].contains("not a git repository"), "{}", error[0]);
     assert!(!run.stderr.contains("rev-parse"), "{}", run.stderr);
 }
+
+#[test]
+fn output_cut_short_by_the_reader_ends_quietly() {
+    use std::io::Read;
+    let warden = Warden::new().with("WARDEN_MODEL", "faux");
+    let mut child = warden
+        .command(&["doctor", "--offline"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader goes away before doctor prints (like `warden doctor | head -0`).
+    drop(child.stdout.take());
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(!stderr.contains("Broken pipe"), "{stderr}");
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(13), "SIGPIPE: {status:?} {stderr}");
+}
