@@ -109,6 +109,10 @@ pub struct SandboxSection {
     /// Commands run before a change task's agent with the repository's cache writable.
     #[serde(default)]
     pub prepare: Vec<String>,
+    /// The only directories a registered repository's own mounts (`repos add --mount`) may
+    /// lie under; empty (the default): repositories cannot add mounts.
+    #[serde(default)]
+    pub repo_mount_roots: Vec<String>,
 }
 
 /// `[storage]`: how large snapshots may be and how much mirrors and snapshots may take.
@@ -552,7 +556,8 @@ fn sandbox_choice(
             &section.prepare,
             home,
             env,
-        )?,
+        )?
+        .with_repo_mount_roots(&section.repo_mount_roots, home, env)?,
     })
 }
 

@@ -36,9 +36,12 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// How long before its lease expires a run whose lease could not be renewed stops: a fifth of
-/// the lease, so a stopping run is gone before another worker can claim the task.
+/// the lease, but at least the time a stopped run may take to wind down (2 s, plus a second)
+/// where the lease leaves room for it (up to half of it), so a stopping run is gone before
+/// another worker can claim the task.
 pub fn lease_margin(lease: Duration) -> Duration {
-    lease / 5
+    const WIND_DOWN: Duration = Duration::from_secs(3);
+    (lease / 5).max(WIND_DOWN.min(lease / 2))
 }
 
 /// Why a run stopped without a result.
@@ -673,11 +676,20 @@ mod tests {
     #[tokio::test]
     async fn renewals_move_the_deadline() {
         let granted = Instant::now();
-        let lease = RunLease::new(Duration::from_secs(10), granted);
-        assert_eq!(lease.deadline(), granted + Duration::from_secs(8));
+        // A 30 s lease: a fifth of it (6 s) is the margin.
+        let lease = RunLease::new(Duration::from_secs(30), granted);
+        assert_eq!(lease.deadline(), granted + Duration::from_secs(24));
         lease.renewed(granted + Duration::from_secs(5));
         // An older renewal answered late does not move it back.
         lease.renewed(granted + Duration::from_secs(1));
-        assert_eq!(lease.deadline(), granted + Duration::from_secs(13));
+        assert_eq!(lease.deadline(), granted + Duration::from_secs(29));
+    }
+
+    #[test]
+    fn the_margin_leaves_a_stopped_run_time_to_wind_down() {
+        // A fifth of the lease, at least 3 s where the lease allows (at most half of it).
+        assert_eq!(lease_margin(Duration::from_secs(30)), Duration::from_secs(6));
+        assert_eq!(lease_margin(Duration::from_secs(10)), Duration::from_secs(3));
+        assert_eq!(lease_margin(Duration::from_secs(4)), Duration::from_secs(2));
     }
 }

@@ -225,7 +225,8 @@ pub async fn serve(
         .with_hub(Arc::clone(&services.hub))
         .with_repos(services.repos.clone(), services.redactor.clone())
         .with_running(Arc::clone(&services.running))
-        .with_callbacks(services.config.callbacks.clone()),
+        .with_callbacks(services.config.callbacks.clone())
+        .with_repo_mount_roots(services.config.sandbox.toolchains.repo_mount_roots.clone()),
     ));
     let callbacks = crate::callback::spawn(
         Arc::clone(&services.store),

@@ -271,6 +271,10 @@ pub struct Toolchains {
     pub prepare: Vec<String>,
     /// The Warden user's home (`~` of per-repository mounts).
     pub user_home: Option<PathBuf>,
+    /// `[sandbox] repo_mount_roots`, checked and resolved: a repository's own mounts must lie
+    /// under one of them (none: repositories cannot add mounts). A registration API token is
+    /// not the operator: it must not be able to show the server's keys to a sandbox.
+    pub repo_mount_roots: Vec<PathBuf>,
 }
 
 /// The in-sandbox paths Warden builds itself: nothing is mounted over them.
@@ -342,6 +346,22 @@ pub fn check_mount(
         }
     }
     Ok(path)
+}
+
+/// Refuses a repository's own mount (already [`check_mount`]ed) that is not under one of
+/// `roots` (`[sandbox] repo_mount_roots`, canonical).
+pub fn check_repo_mount(roots: &[PathBuf], checked: &Path) -> Result<(), String> {
+    let canonical = checked
+        .canonicalize()
+        .map_err(|e| format!("mount {}: {e}", checked.display()))?;
+    if roots.iter().any(|root| canonical.starts_with(root)) {
+        return Ok(());
+    }
+    Err(format!(
+        "mount {} is not under [sandbox] repo_mount_roots in warden.toml; the operator lists \
+         there the directories repositories may mount",
+        checked.display()
+    ))
 }
 
 /// Adds `mount` unless a listed one holds it; drops listed ones it holds.
@@ -420,6 +440,28 @@ impl Toolchains {
         Ok(resolved)
     }
 
+    /// Adds `[sandbox] repo_mount_roots` (each checked like a mount).
+    pub fn with_repo_mount_roots(
+        mut self,
+        roots: &[String],
+        warden_home: &Path,
+        env: &dyn Env,
+    ) -> anyhow::Result<Toolchains> {
+        let home = env.var("HOME").map(PathBuf::from);
+        for raw in roots {
+            let checked = check_mount(raw, home.as_deref(), Some(warden_home))
+                .map_err(|reason| anyhow::anyhow!("sandbox.repo_mount_roots: {reason}"))?;
+            let canonical = checked.canonicalize().unwrap_or(checked);
+            self.repo_mount_roots.push(canonical);
+        }
+        Ok(self)
+    }
+
+    /// Refuses a repository's own mount that is not under `[sandbox] repo_mount_roots`.
+    pub fn check_repo_mount(&self, checked: &Path) -> Result<(), String> {
+        check_repo_mount(&self.repo_mount_roots, checked)
+    }
+
     /// What one task's sandbox gets for `repo_name`'s repository: these settings plus the
     /// repository's own mounts and prepare commands (which replace `[sandbox] prepare`), and
     /// its cache directory under `warden_home`.
@@ -435,6 +477,7 @@ impl Toolchains {
         let mut path = self.path.clone();
         for raw in repo_mounts {
             let checked = check_mount(raw, home.as_deref(), Some(warden_home))?;
+            self.check_repo_mount(&checked)?;
             if let Some(bin) = bin_of(&checked) {
                 if !path.contains(&bin) {
                     path.push(bin);
@@ -541,14 +584,25 @@ impl TaskToolchains {
     }
 }
 
-/// Waits for and takes the exclusive lock of a dependency cache (a `flock` on its
-/// `.prepare.lock`), held while prepare commands write it; released when the file is dropped.
+/// Waits for and takes the exclusive lock of a dependency cache (a `flock` on
+/// `<cache>.lock` beside it), held while prepare commands write it; released when the file is
+/// dropped. The lock lives outside the cache: prepare runs repository code with the cache
+/// writable, which must not be able to swap the lock for a fifo or a symlink the host opens.
 pub fn lock_cache(cache: &Path) -> std::io::Result<std::fs::File> {
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(cache.join(".prepare.lock"))?;
+    use rustix::fs::{Mode, OFlags};
+    let mut name = cache.as_os_str().to_owned();
+    name.push(".lock");
+    let fd = rustix::fs::open(
+        PathBuf::from(name).as_path(),
+        OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )?;
+    let file = std::fs::File::from(fd);
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other(
+            "the cache lock is not a regular file",
+        ));
+    }
     rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
     Ok(file)
 }
@@ -621,6 +675,50 @@ mod tests {
         let cargo = home.join(".cargo/bin/cargo");
         std::fs::write(&cargo, "#!/bin/sh\n").unwrap();
         std::fs::set_permissions(&cargo, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    #[test]
+    fn a_repository_mounts_only_under_the_operators_roots() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let warden = dir.path().join("warden");
+        let ssh = home.join(".ssh");
+        let tools = dir.path().join("opt/tools/go");
+        for d in [&ssh, &tools, &warden] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let none = Toolchains::resolve(&[], &[], &[], &warden, &env(&home)).unwrap();
+        let error = none
+            .for_repo(&warden, "app", &["~/.ssh".into()], &[])
+            .unwrap_err();
+        assert!(error.contains("repo_mount_roots"), "{error}");
+        let rooted = none
+            .clone()
+            .with_repo_mount_roots(&[text(&dir.path().join("opt/tools"))], &warden, &env(&home))
+            .unwrap();
+        assert!(rooted
+            .for_repo(&warden, "app", &[text(&tools)], &[])
+            .is_ok());
+        assert!(rooted
+            .for_repo(&warden, "app", &["~/.ssh".into()], &[])
+            .is_err());
+    }
+
+    #[test]
+    fn the_cache_lock_lives_beside_the_cache_and_is_never_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("caches/app");
+        std::fs::create_dir_all(&cache).unwrap();
+        drop(lock_cache(&cache).unwrap());
+        assert!(dir.path().join("caches/app.lock").is_file());
+        assert!(!cache.join(".prepare.lock").exists());
+        // A symlink planted where the lock goes is refused, not followed.
+        let planted = dir.path().join("caches/other");
+        std::fs::create_dir_all(&planted).unwrap();
+        let target = dir.path().join("elsewhere");
+        std::os::unix::fs::symlink(&target, dir.path().join("caches/other.lock")).unwrap();
+        assert!(lock_cache(&planted).is_err());
+        assert!(!target.exists());
     }
 
     #[test]

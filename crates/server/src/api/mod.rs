@@ -355,6 +355,9 @@ pub struct ApiState {
     pub streams: events::StreamCounter,
     /// The `Host`s and `Origin`s the API answers to besides its address.
     pub hosts: HostPolicy,
+    /// `[sandbox] repo_mount_roots`: where registered repositories' own mounts may lie (none:
+    /// a registration with mounts is refused).
+    pub repo_mount_roots: Vec<std::path::PathBuf>,
     /// Which `callback.url`s a task may name (none by default).
     pub callbacks: Arc<crate::callback::CallbackConfig>,
     /// The runs of this process's workers, stopped at once by the cancel route.
@@ -392,6 +395,7 @@ impl ApiState {
             auth_failures: AuthThrottle::new(DEFAULT_AUTH_FAILURE_LIMIT),
             streams: events::StreamCounter::new(crate::service::DEFAULT_MAX_STREAMS_PER_TOKEN),
             hosts: HostPolicy::default(),
+            repo_mount_roots: Vec::new(),
             callbacks: Arc::default(),
             running: Arc::default(),
             repos: None,
@@ -455,6 +459,12 @@ impl ApiState {
 
     /// Sets the names (and the listen address, for requests that do not carry their
     /// connection) the API answers to.
+    /// `[sandbox] repo_mount_roots`: where registered repositories' own mounts may lie.
+    pub fn with_repo_mount_roots(mut self, roots: Vec<std::path::PathBuf>) -> ApiState {
+        self.repo_mount_roots = roots;
+        self
+    }
+
     pub fn with_hosts(mut self, hosts: HostPolicy) -> ApiState {
         self.hosts = hosts;
         self

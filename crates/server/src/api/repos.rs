@@ -170,7 +170,10 @@ async fn register_repo(
         // The server's own paths: its user's home and state directory stay out.
         let user_home = std::env::var_os("HOME").map(std::path::PathBuf::from);
         let warden_home = state.repos.as_ref().map(|repos| repos.home());
-        crate::toolchain::check_mount(mount, user_home.as_deref(), warden_home)
+        let checked = crate::toolchain::check_mount(mount, user_home.as_deref(), warden_home)
+            .map_err(ApiError::invalid)?;
+        // Only under the directories the operator lists: an API token is not the operator.
+        crate::toolchain::check_repo_mount(&state.repo_mount_roots, &checked)
             .map_err(ApiError::invalid)?;
     }
     let source = match &spec.source {

@@ -40,6 +40,11 @@ impl Reply {
 
 impl Api {
     async fn new() -> Api {
+        Api::with(|state| state).await
+    }
+
+    /// An API whose state is adjusted by `adjust` (e.g. repository mount roots).
+    async fn with(adjust: impl FnOnce(ApiState) -> ApiState) -> Api {
         let dir = tempfile::tempdir().unwrap();
         let store = warden_store::open(&format!(
             "sqlite://{}",
@@ -52,7 +57,11 @@ impl Api {
         ))
         .unwrap();
         let wake = Arc::new(Notify::new());
-        let router = router(Arc::new(ApiState::new(store, tokens, Arc::clone(&wake))));
+        let router = router(Arc::new(adjust(ApiState::new(
+            store,
+            tokens,
+            Arc::clone(&wake),
+        ))));
         let repo = TempRepo::new();
         repo.write("src/lib.rs", "pub fn f() {}\n");
         repo.commit("initial");
@@ -255,9 +264,31 @@ async fn repositories_register_list_and_refuse_bad_input() {
     assert_eq!(data[0]["created_by"], "root");
     assert_eq!(data[0]["mounts"], json!([]));
     assert_eq!(data[0]["prepare"], json!([]));
-    // A toolchain directory and prepare commands are kept with the repository.
+    // A repository's own mount must lie under [sandbox] repo_mount_roots: none are configured
+    // here, so an API token cannot show a server directory (a key, a socket) to sandboxes.
     let toolchain = tempfile::tempdir().unwrap();
     let mount = toolchain.path().to_str().unwrap();
+    let reply = api
+        .post(
+            "/v1/repos",
+            ADMIN,
+            json!({"name": "tools", "source": path, "mounts": [mount]}),
+        )
+        .await;
+    assert_eq!(
+        reply.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        reply.body
+    );
+    assert!(
+        reply.message().contains("repo_mount_roots"),
+        "{}",
+        reply.body
+    );
+    // Under a listed root, a toolchain directory and prepare commands are kept.
+    let roots = vec![toolchain.path().canonicalize().unwrap()];
+    let api = Api::with(|state| state.with_repo_mount_roots(roots)).await;
     let reply = api
         .post(
             "/v1/repos",
