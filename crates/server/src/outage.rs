@@ -688,8 +688,14 @@ mod tests {
     #[test]
     fn the_margin_leaves_a_stopped_run_time_to_wind_down() {
         // A fifth of the lease, at least 3 s where the lease allows (at most half of it).
-        assert_eq!(lease_margin(Duration::from_secs(30)), Duration::from_secs(6));
-        assert_eq!(lease_margin(Duration::from_secs(10)), Duration::from_secs(3));
+        assert_eq!(
+            lease_margin(Duration::from_secs(30)),
+            Duration::from_secs(6)
+        );
+        assert_eq!(
+            lease_margin(Duration::from_secs(10)),
+            Duration::from_secs(3)
+        );
         assert_eq!(lease_margin(Duration::from_secs(4)), Duration::from_secs(2));
     }
 }

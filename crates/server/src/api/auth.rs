@@ -380,6 +380,25 @@ impl AuthThrottle {
             .take(limit, now)
     }
 
+    /// Whether `address` has no failures left right now, and for how many whole seconds.
+    fn throttled(&self, address: Option<IpAddr>, now: Instant) -> Option<u64> {
+        let key = address_key(address);
+        let limit = self.limit;
+        let mut guard = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+        let table = &mut *guard;
+        let full = table.buckets.len() >= MAX_THROTTLED_ADDRESSES;
+        let bucket = match table.buckets.get_mut(&key) {
+            Some(bucket) => bucket,
+            None if full => table.overflow.as_mut()?,
+            None => return None,
+        };
+        bucket.refill(limit, now);
+        (bucket.tokens < 1.0).then(|| {
+            let per_second = f64::from(limit.per_minute) / 60.0;
+            ((1.0 - bucket.tokens) / per_second).ceil().max(1.0) as u64
+        })
+    }
+
     /// How many addresses have a bucket.
     #[cfg(test)]
     fn addresses(&self) -> usize {
@@ -469,13 +488,43 @@ pub(super) fn client_address(parts: &Parts) -> Option<IpAddr> {
         .map(|info| info.0.ip())
 }
 
+/// 429 for an address out of failed authentications.
+fn throttled(secs: u64) -> ApiError {
+    ApiError {
+        retry_after_secs: Some(secs),
+        ..ApiError::new(
+            ErrorCode::RateLimited,
+            format!("too many failed authentications from this address; retry in {secs} s"),
+        )
+    }
+}
+
 /// The caller presenting the request's bearer token, after charging its rate limit once. A
 /// failure is charged to the client address instead (429 once that is spent).
 pub(super) async fn authenticate(state: &ApiState, parts: &Parts) -> Result<Caller, ApiError> {
     let identified = match presented_digest(&parts.headers) {
-        Ok(presented) => identify(state, &presented)
-            .await
-            .map(|caller| (presented, caller)),
+        Ok(presented) => match state.tokens.authenticate_digest(&presented) {
+            // Bootstrap tokens are checked in memory: never throttled, never queued.
+            Some(caller) => Ok((presented, caller)),
+            None => {
+                // An address out of failures gets its store lookups (one query each) only a
+                // few at a time, so a flood of made-up tokens cannot load the database that
+                // every valid request needs; a valid store token still gets through.
+                let _permit = match state
+                    .auth_failures
+                    .throttled(client_address(parts), Instant::now())
+                {
+                    Some(secs) => match state.throttled_lookups.try_acquire() {
+                        Ok(permit) => Some(permit),
+                        Err(_) => return Err(throttled(secs)),
+                    },
+                    None => None,
+                };
+                identify(state, &presented)
+                    .await
+                    .map(|caller| (presented, caller))
+            }
+        },
         Err(error) => Err(error),
     };
     let (presented, caller) = match identified {
@@ -484,15 +533,7 @@ pub(super) async fn authenticate(state: &ApiState, parts: &Parts) -> Result<Call
             let address = client_address(parts);
             return Err(match state.auth_failures.take(address, Instant::now()) {
                 Ok(()) => error,
-                Err(secs) => ApiError {
-                    retry_after_secs: Some(secs),
-                    ..ApiError::new(
-                        ErrorCode::RateLimited,
-                        format!(
-                            "too many failed authentications from this address; retry in {secs} s"
-                        ),
-                    )
-                },
+                Err(secs) => throttled(secs),
             });
         }
         Err(error) => return Err(error),

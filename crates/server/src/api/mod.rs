@@ -351,6 +351,8 @@ pub struct ApiState {
     pub limiter: RateLimiter,
     /// Failed authentications per client address.
     pub auth_failures: AuthThrottle,
+    /// Store token lookups allowed at once for addresses out of failed authentications.
+    pub throttled_lookups: Arc<tokio::sync::Semaphore>,
     /// Open event streams per token.
     pub streams: events::StreamCounter,
     /// The `Host`s and `Origin`s the API answers to besides its address.
@@ -376,6 +378,9 @@ pub struct ApiState {
     pub stream_recheck: std::time::Duration,
 }
 
+/// Store token lookups at once for addresses that ran out of failed authentications.
+pub const THROTTLED_LOOKUPS: usize = 2;
+
 /// How often an open event stream re-checks its token by default: a revoked token receives
 /// at most this much more of a stream (checks charge no rate limit).
 pub const DEFAULT_STREAM_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
@@ -393,6 +398,7 @@ impl ApiState {
             wake,
             limiter: RateLimiter::new(RateLimit::default()),
             auth_failures: AuthThrottle::new(DEFAULT_AUTH_FAILURE_LIMIT),
+            throttled_lookups: Arc::new(tokio::sync::Semaphore::new(THROTTLED_LOOKUPS)),
             streams: events::StreamCounter::new(crate::service::DEFAULT_MAX_STREAMS_PER_TOKEN),
             hosts: HostPolicy::default(),
             repo_mount_roots: Vec::new(),

@@ -311,3 +311,92 @@ fn the_openapi_document_declares_421_403_and_the_stream_cap() {
         assert!(description.contains("too_many_streams"), "{description}");
     }
 }
+
+#[tokio::test]
+async fn a_throttled_address_gets_only_a_few_store_lookups_at_a_time() {
+    let lookups = Arc::new(tokio::sync::Semaphore::new(2));
+    let shared = Arc::clone(&lookups);
+    let (router, _dir) = api(move |mut state| {
+        state.throttled_lookups = shared;
+        state.with_auth_failure_limit(RateLimit {
+            per_minute: 1,
+            burst: 2,
+        })
+    })
+    .await;
+    // A token kept in the store (not a bootstrap one): checking it costs a query.
+    let admin = format!("Bearer {ADMIN}");
+    let reply = send(
+        &router,
+        Request::builder()
+            .method(Method::POST)
+            .uri("/v1/tokens")
+            .header("authorization", &admin)
+            .header("content-type", "application/json")
+            .extension(ConnectInfo("203.0.113.9:1".parse::<SocketAddr>().unwrap()))
+            .body(Body::from(r#"{"role":"viewer","name":"carol"}"#))
+            .unwrap(),
+    )
+    .await;
+    let (status, created) = json(reply).await;
+    assert_eq!(status, StatusCode::CREATED, "{created}");
+    let stored = format!("Bearer {}", created["token"].as_str().unwrap());
+    let attacker = "192.0.2.8:5000";
+    let guessed: &[(&str, &str)] = &[("authorization", "Bearer guessed-0123456789-0123456789")];
+    for _ in 0..2 {
+        let (status, _) = json(
+            send(
+                &router,
+                request(Method::GET, "/v1/tasks", attacker, guessed),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED);
+    }
+    // Out of failures, with every lookup slot busy (a flood in flight): refused without
+    // asking the store, a guessed token and a stored one alike ...
+    let held = Arc::clone(&lookups).acquire_many_owned(2).await.unwrap();
+    for headers in [guessed, &[("authorization", stored.as_str())]] {
+        let (status, body) = json(
+            send(
+                &router,
+                request(Method::GET, "/v1/tasks", attacker, headers),
+            )
+            .await,
+        )
+        .await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+    }
+    // ... bootstrap tokens are checked in memory and always served ...
+    let (status, _) = json(
+        send(
+            &router,
+            request(
+                Method::GET,
+                "/v1/tasks",
+                attacker,
+                &[("authorization", &admin)],
+            ),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    // ... and once a slot is free, the stored token gets through.
+    drop(held);
+    let (status, body) = json(
+        send(
+            &router,
+            request(
+                Method::GET,
+                "/v1/tasks",
+                attacker,
+                &[("authorization", &stored)],
+            ),
+        )
+        .await,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+}
