@@ -57,8 +57,9 @@ impl HostPolicy {
         }
         self.public_names.iter().any(|name| {
             parse_authority(name).is_some_and(|public| {
-                public.host == authority.host
-                    && public.port.is_none_or(|p| Some(p) == authority.port)
+                // A listed port must match, the scheme's default standing in for none
+                // (`https://name` is `name:443`).
+                public.host == authority.host && public.port.is_none_or(|p| p == port)
             })
         })
     }
@@ -213,5 +214,14 @@ mod tests {
         check(&public, "10.0.0.5:8787", "proxy.internal:8443", true);
         check(&public, "10.0.0.5:8787", "proxy.internal", false);
         check(&public, "10.0.0.5:8787", "example.com", false);
+        // A listed default port matches a name given without one (`https://name` is 443).
+        let tls = HostPolicy {
+            listen: None,
+            public_names: vec!["warden.example.com:443".into()],
+        };
+        let local: SocketAddr = "10.0.0.5:8787".parse().unwrap();
+        let origin = parse_authority("warden.example.com").unwrap();
+        assert!(tls.allows(local, &origin, 443));
+        assert!(!tls.allows(local, &origin, 80));
     }
 }
