@@ -250,12 +250,12 @@ async fn model_check(config: &Config, offline: bool) -> Check {
     };
     let described = format!(
         "{}:{} at {}{}",
-        provider_name(primary.provider),
+        primary.provider.as_str(),
         primary.model,
         warden_repo::redact_credentials(&primary.base_url),
         fallback
             .as_ref()
-            .map(|f| format!("; fallback {}:{}", provider_name(f.provider), f.model))
+            .map(|f| format!("; fallback {}:{}", f.provider.as_str(), f.model))
             .unwrap_or_default()
     );
     if let Some(missing) = config.model.missing_key() {
@@ -277,13 +277,6 @@ async fn model_check(config: &Config, offline: bool) -> Check {
         name: "model",
         ok,
         detail: format!("{described}: {verdict}"),
-    }
-}
-
-fn provider_name(provider: warden_models::Provider) -> &'static str {
-    match provider {
-        warden_models::Provider::OpenAi => "openai",
-        warden_models::Provider::Anthropic => "anthropic",
     }
 }
 

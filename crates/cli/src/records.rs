@@ -98,28 +98,10 @@ pub fn list(home: &Path) -> anyhow::Result<Vec<TaskRecord>> {
     Ok(records)
 }
 
-/// `YYYY-MM-DDTHH:MM:SS.mmmZ` for a Unix time in milliseconds.
+/// `YYYY-MM-DDTHH:MM:SS.mmmZ` for a Unix time in milliseconds (the one formatter every
+/// interface uses, `warden_server::time::rfc3339`).
 pub fn rfc3339(unix_ms: u64) -> String {
-    let secs = unix_ms / 1000;
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Howard Hinnant's civil-from-days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        unix_ms % 1000
-    )
+    warden_server::time::rfc3339(i64::try_from(unix_ms).unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]

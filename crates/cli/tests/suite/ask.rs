@@ -751,14 +751,13 @@ fn model_text_cannot_forge_citations_or_drive_the_terminal() {
     );
 }
 
-#[test]
-fn ctrl_c_cancels_a_task_waiting_on_the_model() {
-    use std::io::Read;
+/// `warden ask --json` spawned against a model that takes a minute to answer, returned once the
+/// model has been asked (Ctrl-C must end the task well before the answer).
+fn asking_a_slow_model() -> (Warden, TempRepo, ScriptedModelServer, std::process::Child) {
     let repo = sample_repo();
-    // The model takes a minute to answer; SIGINT must end the task well before that.
     let server = ScriptedModelServer::start_blocking(vec![openai::text("late").delayed(60_000)]);
     let warden = Warden::openai(&server.url());
-    let mut child = warden
+    let child = warden
         .command(&[
             "ask",
             "--repo",
@@ -778,6 +777,13 @@ fn ctrl_c_cancels_a_task_waiting_on_the_model() {
         );
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
+    (warden, repo, server, child)
+}
+
+#[test]
+fn ctrl_c_cancels_a_task_waiting_on_the_model() {
+    use std::io::Read;
+    let (warden, _repo, _server, mut child) = asking_a_slow_model();
     super::support::interrupt(child.id());
     let started = std::time::Instant::now();
     let exit = child.wait().unwrap();
@@ -815,29 +821,7 @@ fn ctrl_c_cancels_a_task_waiting_on_the_model() {
 #[test]
 fn a_second_ctrl_c_exits_at_once() {
     use std::io::Read;
-    let repo = sample_repo();
-    let server = ScriptedModelServer::start_blocking(vec![openai::text("late").delayed(60_000)]);
-    let warden = Warden::openai(&server.url());
-    let mut child = warden
-        .command(&[
-            "ask",
-            "--repo",
-            repo.path().to_str().unwrap(),
-            "--json",
-            "q?",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while server.requests().is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "warden never called the model"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let (_warden, _repo, _server, mut child) = asking_a_slow_model();
     super::support::interrupt(child.id());
     // The first one asks the run to stop; the model call in flight keeps it waiting.
     let mut stderr = child.stderr.take().unwrap();
