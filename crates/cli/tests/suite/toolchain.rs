@@ -177,12 +177,15 @@ fn prepare_fills_the_cache_that_checks_and_the_agent_only_read() {
     let notices = result["notices"].to_string();
     assert!(notices.contains("prepare ran without network"), "{notices}");
     let caches = warden.home.path().join("caches");
+    // The cache directory (its lock file, `<cache>.lock`, sits beside it).
     let cache = std::fs::read_dir(&caches)
         .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .path();
+        .map(|entry| entry.unwrap().path())
+        .find(|path| path.is_dir())
+        .unwrap();
+    let mut lock = cache.clone().into_os_string();
+    lock.push(".lock");
+    assert!(std::path::PathBuf::from(lock).is_file());
     assert_eq!(
         std::fs::read_to_string(cache.join("dep")).unwrap(),
         "fetched\n"
