@@ -15,16 +15,33 @@ target="${CARGO_TARGET_DIR:-target}"
 warden="${1:-$target/debug/warden}"
 [ -x "$warden" ] || { log "no warden binary at $warden (cargo build -p warden-cli first)"; exit 2; }
 
+# The venv holds exactly the versions .ci/schemathesis-requirements.txt pins, dependencies included:
+# pinning schemathesis alone let pip pick up whatever hypothesis and jsonschema_rs were newest on
+# the day. A venv whose `pip freeze` differs from the file (left by an earlier run, or by an older
+# version of this script, with other versions) is emptied and installed again.
 venv="${SCHEMATHESIS_VENV:-/var/cache/warden-ci/schemathesis-venv}"
-if ! "$venv/bin/schemathesis" --version >/dev/null 2>&1; then
-  log "installing schemathesis into $venv"
-  if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+requirements=".ci/schemathesis-requirements.txt"
+pinned="$(grep -Ev '^[[:space:]]*(#|$)' "$requirements" | LC_ALL=C sort)"
+installed() { "$venv/bin/python" -m pip freeze 2>/dev/null | LC_ALL=C sort; }
+if [ ! -x "$venv/bin/schemathesis" ] || [ "$(installed)" != "$pinned" ]; then
+  # `venv --clear` empties the directory: only ever one that is a venv already, or empty, or absent.
+  if [ -e "$venv" ] && [ ! -f "$venv/pyvenv.cfg" ] && [ -n "$(ls -A "$venv" 2>/dev/null)" ]; then
+    log "$venv exists and is not a venv; not touching it (set SCHEMATHESIS_VENV elsewhere)"
+    exit 2
+  fi
+  log "installing the pinned schemathesis ($requirements) into $venv"
+  if ! python3 -m venv --clear "$venv" >/dev/null 2>&1; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q >&2
     apt-get install -y -q --no-install-recommends python3-venv python3-pip >&2
-    python3 -m venv "$venv"
+    python3 -m venv --clear "$venv"
   fi
-  "$venv/bin/pip" install -q "schemathesis==4.32.5"
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$requirements"
+  if [ "$(installed)" != "$pinned" ]; then
+    log "the venv does not match $requirements after installing it:"
+    diff <(echo "$pinned") <(installed) >&2 || true
+    exit 1
+  fi
 fi
 
 work="$(mktemp -d)"
@@ -70,13 +87,19 @@ curl -fsS -X POST "$base/v1/repos" -H "Authorization: Bearer $admin" \
   -H 'Content-Type: application/json' \
   -d "{\"name\":\"app\",\"source\":\"$work/repo\"}" >/dev/null
 
+# One worker thread: CPython 3.11 before 3.11.8 (CI's python3 is 3.11.7) and 3.12 before 3.12.2 keep
+# the AST constructor's recursion counter in state all threads share (CPython gh-106905), so two
+# threads in `ast.parse` at once - Hypothesis parses source to describe lambdas in strategy reprs -
+# fail at random with "SystemError: AST constructor recursion depth mismatch", reported as an error
+# on an operation. `--workers 2` failed 6 of 9 runs that way, whatever the hypothesis version; one
+# worker runs the same operations, phases, checks and examples in about the same time (10-20 s).
 status=0
 "$venv/bin/schemathesis" run "$base/openapi.json" \
   --header "Authorization: Bearer $admin" \
   --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance \
   --phases examples,coverage,fuzzing \
   --max-examples "${SCHEMATHESIS_MAX_EXAMPLES:-60}" \
-  --workers 2 \
+  --workers 1 \
   --request-timeout 10 \
   --generation-database none \
   --exclude-path /v1/events \
