@@ -1,6 +1,6 @@
 //! `GET /v1/tasks/{id}/diff`: the unified diff of a change task's proposal commit against its
 //! base, as JSON (`{"diff": "...", ...}`; a JSON body keeps one error and content format for the
-//! whole API).
+//! whole API), from [`crate::tasks::TaskService::proposal_diff`].
 //!
 //! - The diff and its redaction are [`crate::diff::redacted_proposal_diff`], the one producer
 //!   `warden diff` uses too: hardened `diff-tree` from Warden's mirror, secrets and sensitive
@@ -9,7 +9,6 @@
 //!   while it is still running (a proposal exists only once the run ends); the message says
 //!   which.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -18,13 +17,10 @@ use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use warden_protocol::{Proposal, TaskKind};
-use warden_repo::RepoSpec;
 
 use super::auth::Caller;
 use super::schema::ErrorBody;
-use super::tasks::visible_task;
-use super::{ApiError, ApiPath, ApiState, ErrorCode};
+use super::{ApiError, ApiPath, ApiState};
 
 pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
     OpenApiRouter::new().routes(routes!(get_diff))
@@ -49,18 +45,6 @@ pub struct DiffView {
     pub sensitive_files: Vec<String>,
 }
 
-fn no_proposal(message: String) -> ApiError {
-    ApiError::new(ErrorCode::NotFound, message)
-}
-
-/// The snake_case name a protocol enum has on the wire.
-fn wire_name(value: impl Serialize) -> String {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(name)) => name,
-        _ => "unknown".into(),
-    }
-}
-
 /// The diff of a change task's proposal.
 #[utoipa::path(get, path = "/v1/tasks/{id}/diff", tag = "tasks",
     params(("id" = String, Path, description = "The task id")),
@@ -74,61 +58,15 @@ async fn get_diff(
     caller: Caller,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<DiffView>, ApiError> {
-    let task = visible_task(&state, &caller, &id).await?;
-    if task.kind != TaskKind::Change {
-        return Err(no_proposal(format!(
-            "task {id} is a {} task: only changes have a diff",
-            wire_name(task.kind)
-        )));
-    }
-    let proposal: Proposal = task
-        .result
-        .as_ref()
-        .filter(|r| r.get("outcome").and_then(|o| o.as_str()) == Some("proposal"))
-        .and_then(|r| r.get("proposal"))
-        .and_then(|p| serde_json::from_value(p.clone()).ok())
-        .ok_or_else(|| {
-            no_proposal(format!(
-                "task {id} has no proposal (status {})",
-                wire_name(task.status)
-            ))
-        })?;
-    let gone = || {
-        no_proposal(format!(
-            "the proposal of task {id} is no longer in Warden's mirror"
-        ))
-    };
-    let repos = state.repos.as_ref().ok_or_else(gone)?;
-    let registered = state
-        .store
-        .get_repo(&proposal.repo)
-        .await?
-        .ok_or_else(gone)?;
-    let mut spec = RepoSpec::parse(&registered.source, Path::new("/")).map_err(|_| gone())?;
-    spec.name = registered.name.clone();
-    let mirror = repos.mirror_path(&spec);
-    let git = repos.git().clone();
-    let task_id = task.id.to_string();
-    let for_diff = proposal.clone();
-    let redactor = state.redactor.clone();
-    let produced = tokio::task::spawn_blocking(move || {
-        crate::diff::redacted_proposal_diff(&git, &mirror, &task_id, &for_diff, &redactor)
-    })
-    .await
-    .map_err(ApiError::internal)?;
-    let (diff, truncated) = match produced {
-        Ok(Some(diff)) => diff,
-        Ok(None) => return Err(gone()),
-        Err(error) => return Err(ApiError::internal(error)),
-    };
+    let proposal = state.tasks.proposal_diff(&caller, &id).await?;
     Ok(Json(DiffView {
-        task_id: task.id.to_string(),
-        repo: proposal.repo.clone(),
-        base_commit: proposal.base_commit.clone(),
-        commit: proposal.commit.clone(),
-        hash: proposal.hash.clone(),
-        diff,
-        truncated,
-        sensitive_files: proposal.sensitive_files.clone(),
+        task_id: proposal.task.to_string(),
+        repo: proposal.repo,
+        base_commit: proposal.base_commit,
+        commit: proposal.commit,
+        hash: proposal.hash,
+        diff: proposal.diff,
+        truncated: proposal.truncated,
+        sensitive_files: proposal.sensitive_files,
     }))
 }
