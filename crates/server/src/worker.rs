@@ -77,6 +77,9 @@ pub struct WorkerOptions {
     /// submissions, re-queued tasks).
     pub poll: Duration,
     pub shutdown_grace: Duration,
+    /// Claim only this task: the worker of an in-process `warden ask`/`run` runs the task it
+    /// follows and nobody else's.
+    pub only: Option<warden_protocol::TaskId>,
 }
 
 impl WorkerOptions {
@@ -87,6 +90,7 @@ impl WorkerOptions {
             lease: config.serve.lease,
             poll: Duration::from_millis(500),
             shutdown_grace: config.serve.shutdown_grace,
+            only: None,
         }
     }
 }
@@ -102,6 +106,7 @@ pub async fn run_workers(
     let mut runs = tokio::task::JoinSet::new();
     let filter = ClaimFilter {
         kinds: vec![TaskKind::Question, TaskKind::Change],
+        task: options.only.clone(),
     };
     let requeue_every = (options.lease / 2).max(Duration::from_millis(500));
     let mut last_requeue: Option<Instant> = None;
@@ -547,7 +552,7 @@ async fn run_task(
         Ok::<_, SetupError>((repos, sandbox))
     })
     .await;
-    let (repos, sandbox) = match setup {
+    let (mut repos, sandbox) = match setup {
         Ok(Ok(setup)) => setup,
         Ok(Err(error)) => return failed(task, &model_name, setup_failure(error)),
         Err(error) => {
@@ -562,6 +567,7 @@ async fn run_task(
         }
     };
 
+    stored_notices(task, &mut repos);
     // Record the commits, so every later run of this task uses the same ones.
     if task.repos.iter().any(|r| r.commit.is_none()) {
         let pinned: Vec<TaskRepo> = task
@@ -827,9 +833,16 @@ async fn repo_sandboxes(
 
 /// The task's repositories as pinnable specs: the registered source, at the commit an earlier
 /// run recorded, else the revision asked for, else the registered branch.
-async fn repo_specs(store: &dyn Store, repos: &[TaskRepo]) -> Result<Vec<RepoSpec>, Failure> {
+pub(crate) async fn repo_specs(
+    store: &dyn Store,
+    repos: &[TaskRepo],
+) -> Result<Vec<RepoSpec>, Failure> {
     let mut specs = Vec::with_capacity(repos.len());
     for repo in repos {
+        if let Some(source) = &repo.source {
+            specs.push(in_process_spec(repo, source)?);
+            continue;
+        }
         let registered = store
             .get_repo(&repo.name)
             .await
@@ -857,12 +870,65 @@ async fn repo_specs(store: &dyn Store, repos: &[TaskRepo]) -> Result<Vec<RepoSpe
     Ok(specs)
 }
 
+/// An in-process task's repository: its own source (never a registered one), at the commit
+/// the front door pinned.
+fn in_process_spec(repo: &TaskRepo, source: &str) -> Result<RepoSpec, Failure> {
+    let repository_error = |message: String| Failure {
+        code: FailureCode::RepositoryError,
+        message,
+    };
+    // A local source is an absolute, canonical path; a URL never starts with `/`.
+    let source = if source.starts_with('/') {
+        warden_repo::Source::Path(std::path::PathBuf::from(source))
+    } else {
+        warden_repo::Source::Url(source.to_string())
+    };
+    let commit = repo.commit.clone().ok_or_else(|| {
+        repository_error(format!("repository {:?} has no pinned commit", repo.name))
+    })?;
+    Ok(RepoSpec {
+        source,
+        rev: Some(commit),
+        name: repo.name.clone(),
+        within: None,
+    })
+}
+
+/// The notices the front door stored with the task go with its first repository (the
+/// result lists every repository's notices in order).
+pub(crate) fn stored_notices(task: &Task, repos: &mut [question::TaskRepo]) {
+    let notices = crate::change::ChangeOptions::from_metadata(&task.metadata)
+        .map(|options| options.notices)
+        .unwrap_or_default();
+    if let Some(first) = repos.first_mut() {
+        first.notices.splice(0..0, notices);
+    }
+}
+
 /// The task's conversation, oldest first, ending with what this run answers: each earlier
 /// task of the follow-up chain (its request, the questions and answers of its conversation,
 /// the agent's final reply), then this task's request and conversation. A retry carries the
 /// conversation of the task it repeats. A question the agent asked that nobody answered yet
 /// (a run interrupted right after asking) is left out: the run asks again.
 async fn transcript(store: &dyn Store, task: &Task) -> Result<Vec<TranscriptEntry>, Failure> {
+    let mut entries = chain_transcript(store, task).await?;
+    entries.push(TranscriptEntry {
+        role: Role::User,
+        text: task.prompt.clone(),
+    });
+    entries.extend(conversation(store, task).await?);
+    while entries.last().is_some_and(|e| e.role == Role::Agent) {
+        entries.pop();
+    }
+    Ok(entries)
+}
+
+/// The conversation of the tasks `task` follows up, oldest first: each one's request, the
+/// questions and answers of its conversation, and the agent's final reply.
+pub(crate) async fn chain_transcript(
+    store: &dyn Store,
+    task: &Task,
+) -> Result<Vec<TranscriptEntry>, Failure> {
     let infrastructure = |message: String| Failure {
         code: FailureCode::Infrastructure,
         message,
@@ -896,14 +962,6 @@ async fn transcript(store: &dyn Store, task: &Task) -> Result<Vec<TranscriptEntr
                 });
             }
         }
-    }
-    entries.push(TranscriptEntry {
-        role: Role::User,
-        text: task.prompt.clone(),
-    });
-    entries.extend(conversation(store, task).await?);
-    while entries.last().is_some_and(|e| e.role == Role::Agent) {
-        entries.pop();
     }
     Ok(entries)
 }
@@ -946,10 +1004,13 @@ async fn conversation(store: &dyn Store, task: &Task) -> Result<Vec<TranscriptEn
     Ok(entries)
 }
 
-/// The agent's reply in a result: the answer's summary or the clarifying question.
+/// The agent's reply in a result: the answer's or the change's summary, or the clarifying
+/// question.
 fn reply_of(result: &Value) -> Option<String> {
     result
         .pointer("/answer/summary")
+        .or_else(|| result.pointer("/proposal/summary"))
+        .or_else(|| result.pointer("/summary"))
         .or_else(|| result.pointer("/clarification/question"))
         .and_then(Value::as_str)
         .map(str::to_string)

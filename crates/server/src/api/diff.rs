@@ -9,7 +9,6 @@
 //!   while it is still running (a proposal exists only once the run ends); the message says
 //!   which.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use axum::extract::State;
@@ -18,8 +17,6 @@ use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use warden_protocol::{Proposal, TaskKind};
-use warden_repo::RepoSpec;
 
 use super::auth::Caller;
 use super::schema::ErrorBody;
@@ -53,14 +50,6 @@ fn no_proposal(message: String) -> ApiError {
     ApiError::new(ErrorCode::NotFound, message)
 }
 
-/// The snake_case name a protocol enum has on the wire.
-fn wire_name(value: impl Serialize) -> String {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(name)) => name,
-        _ => "unknown".into(),
-    }
-}
-
 /// The diff of a change task's proposal.
 #[utoipa::path(get, path = "/v1/tasks/{id}/diff", tag = "tasks",
     params(("id" = String, Path, description = "The task id")),
@@ -75,52 +64,18 @@ async fn get_diff(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<DiffView>, ApiError> {
     let task = visible_task(&state, &caller, &id).await?;
-    if task.kind != TaskKind::Change {
-        return Err(no_proposal(format!(
-            "task {id} is a {} task: only changes have a diff",
-            wire_name(task.kind)
-        )));
-    }
-    let proposal: Proposal = task
-        .result
-        .as_ref()
-        .filter(|r| r.get("outcome").and_then(|o| o.as_str()) == Some("proposal"))
-        .and_then(|r| r.get("proposal"))
-        .and_then(|p| serde_json::from_value(p.clone()).ok())
-        .ok_or_else(|| {
-            no_proposal(format!(
-                "task {id} has no proposal (status {})",
-                wire_name(task.status)
-            ))
-        })?;
-    let gone = || {
+    let repos = state.repos.as_ref().ok_or_else(|| {
         no_proposal(format!(
             "the proposal of task {id} is no longer in Warden's mirror"
         ))
-    };
-    let repos = state.repos.as_ref().ok_or_else(gone)?;
-    let registered = state
-        .store
-        .get_repo(&proposal.repo)
-        .await?
-        .ok_or_else(gone)?;
-    let mut spec = RepoSpec::parse(&registered.source, Path::new("/")).map_err(|_| gone())?;
-    spec.name = registered.name.clone();
-    let mirror = repos.mirror_path(&spec);
-    let git = repos.git().clone();
-    let task_id = task.id.to_string();
-    let for_diff = proposal.clone();
-    let redactor = state.redactor.clone();
-    let produced = tokio::task::spawn_blocking(move || {
-        crate::diff::redacted_proposal_diff(&git, &mirror, &task_id, &for_diff, &redactor)
-    })
-    .await
-    .map_err(ApiError::internal)?;
-    let (diff, truncated) = match produced {
-        Ok(Some(diff)) => diff,
-        Ok(None) => return Err(gone()),
-        Err(error) => return Err(ApiError::internal(error)),
-    };
+    })?;
+    let (proposal, diff, truncated) =
+        crate::diff::task_diff(state.store.as_ref(), repos, &state.redactor, &task)
+            .await
+            .map_err(|error| match error {
+                crate::diff::TaskDiffError::Missing(message) => no_proposal(message),
+                crate::diff::TaskDiffError::Failed(message) => ApiError::internal(message),
+            })?;
     Ok(Json(DiffView {
         task_id: task.id.to_string(),
         repo: proposal.repo.clone(),

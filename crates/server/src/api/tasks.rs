@@ -271,6 +271,7 @@ fn change_options(
     let options = crate::change::ChangeOptions {
         checks,
         publish: publish.unwrap_or(false),
+        ..crate::change::ChangeOptions::default()
     };
     if options != crate::change::ChangeOptions::default() {
         let value = serde_json::to_value(&options).map_err(ApiError::internal)?;
@@ -348,6 +349,7 @@ async fn task_repos(store: &dyn Store, names: &[String]) -> Result<Vec<TaskRepo>
             name: name.to_string(),
             rev: rev.map(str::to_string),
             commit: None,
+            source: None,
         });
     }
     Ok(repos)

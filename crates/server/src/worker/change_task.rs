@@ -157,7 +157,7 @@ pub(super) async fn run_change_task(
         Ok::<_, question::SetupError>((repo, sandbox))
     })
     .await;
-    let (repo, sandbox) = match setup {
+    let (mut repo, sandbox) = match setup {
         Ok(Ok(setup)) => setup,
         Ok(Err(error)) => return change_failed(task, &model_name, setup_failure(error)),
         Err(error) => {
@@ -169,6 +169,7 @@ pub(super) async fn run_change_task(
         }
     };
 
+    super::stored_notices(task, std::slice::from_mut(&mut repo));
     // Record the commit, so every later run of this task changes the same base.
     if task.repos[0].commit.is_none() {
         let pinned = vec![TaskRepo {
@@ -220,6 +221,7 @@ pub(super) async fn run_change_task(
                     scratch: &scratch,
                     checks: &checks,
                     publish: change_options.publish,
+                    baseline: change_options.baseline,
                     conversation: &conversation,
                     events: &events,
                 },
@@ -260,6 +262,8 @@ struct LoopInput<'a> {
     scratch: &'a std::path::Path,
     checks: &'a [String],
     publish: bool,
+    /// Run the checks on the base first (`--baseline`).
+    baseline: bool,
     conversation: &'a [TranscriptEntry],
     events: &'a StoreEvents,
 }
@@ -305,10 +309,6 @@ async fn run_change_loop(
             )
         }
     };
-    let tools = match change::change_tools(&setup, &session) {
-        Ok(tools) => tools,
-        Err(error) => return change_failed(task, &model_name, setup_failure(error)),
-    };
     let RunPlumbing {
         model,
         ledger,
@@ -317,6 +317,58 @@ async fn run_change_loop(
     } = match run_plumbing(services, task, &run).await {
         Ok(plumbing) => plumbing,
         Err(message) => return change_failed(task, &model_name, infrastructure(message)),
+    };
+    let notices = [change::preflight_notices(input.repo), prepared].concat();
+    let mut baseline = Vec::new();
+    if input.baseline && !input.checks.is_empty() {
+        let session = Arc::clone(&session);
+        let failure =
+            match tokio::task::spawn_blocking(move || change::run_baseline(&session)).await {
+                Ok(Ok(validations)) => {
+                    baseline = validations;
+                    None
+                }
+                Ok(Err((failure, validations))) => {
+                    baseline = validations;
+                    Some(failure)
+                }
+                Err(error) => Some(infrastructure(format!("the baseline run crashed: {error}"))),
+            };
+        if let Some(failure) = failure {
+            use warden_runtime::{Clock, Journal, RecordKind};
+            let _ = journal
+                .append(
+                    SystemClock.now_ms(),
+                    RecordKind::RunFinished,
+                    serde_json::json!({ "outcome": { "failure": failure }, "baseline": baseline }),
+                )
+                .await;
+            let report = RunReport {
+                outcome: warden_runtime::RunOutcome::Failed(failure),
+                usage: Usage {
+                    cost_usd: Some(0.0),
+                    ..Usage::default()
+                },
+                messages: vec![],
+            };
+            let change::ChangeReport { result, status, .. } = change::change_report(
+                &task.id,
+                &model,
+                Some(input.sandbox.backend),
+                input.checks,
+                baseline,
+                notices,
+                report,
+            );
+            let result = services
+                .redactor
+                .json(serde_json::to_value(&result).unwrap_or(Value::Null));
+            return Ending::Finished { status, result };
+        }
+    }
+    let tools = match change::change_tools(&setup, &session) {
+        Ok(tools) => tools,
+        Err(error) => return change_failed(task, &model_name, setup_failure(error)),
     };
     if replaying > 0 {
         tracing::info!(%run, replaying, "resuming a change: replaying journaled decisions, re-running their tools");
@@ -350,8 +402,8 @@ async fn run_change_loop(
         &model,
         Some(input.sandbox.backend),
         input.checks,
-        Vec::new(),
-        [change::preflight_notices(input.repo), prepared].concat(),
+        baseline,
+        notices,
         report,
     );
     if input.publish && status == TaskStatus::Completed {
@@ -513,9 +565,17 @@ fn finish_publication(services: &Services, status: TaskStatus, result: &ChangeRe
     Ending::Finished { status, result }
 }
 
-/// The messages exchanged since the request (clarifying questions and their answers; the
-/// worker records each question when the task starts waiting for input).
+/// What the run's request is followed by: the conversation of the change tasks it follows up
+/// (their requests, questions, answers and replies), then the messages exchanged since the
+/// request (clarifying questions and their answers; the worker records each question when the
+/// task starts waiting for input).
 async fn conversation(store: &dyn Store, task: &Task) -> Result<Vec<TranscriptEntry>, Failure> {
+    let mut entries = super::chain_transcript(store, task).await?;
+    entries.extend(own_messages(store, task).await?);
+    Ok(entries)
+}
+
+async fn own_messages(store: &dyn Store, task: &Task) -> Result<Vec<TranscriptEntry>, Failure> {
     let messages = store
         .task_messages(&task.id)
         .await

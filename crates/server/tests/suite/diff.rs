@@ -169,7 +169,7 @@ impl Fixture {
     async fn finish(&self, result: Value) {
         let claim = self
             .store
-            .claim("w", Duration::from_secs(60), &ClaimFilter { kinds: vec![] })
+            .claim("w", Duration::from_secs(60), &ClaimFilter::default())
             .await
             .unwrap()
             .unwrap();

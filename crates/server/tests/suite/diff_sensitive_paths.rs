@@ -136,7 +136,7 @@ async fn quoted_and_deleted_sensitive_files_keep_their_values_hidden() {
         notices: vec![],
     };
     let claim = store
-        .claim("w", Duration::from_secs(60), &ClaimFilter { kinds: vec![] })
+        .claim("w", Duration::from_secs(60), &ClaimFilter::default())
         .await
         .unwrap()
         .unwrap();

@@ -437,11 +437,7 @@ async fn metrics_count_tasks_events_spend_and_requests() {
     let running = api.task("bob").await;
     let claim = api
         .store
-        .claim(
-            "w1",
-            Duration::from_secs(60),
-            &ClaimFilter { kinds: vec![] },
-        )
+        .claim("w1", Duration::from_secs(60), &ClaimFilter::default())
         .await
         .unwrap()
         .unwrap();

@@ -390,11 +390,13 @@ enum Attempt {
 /// One statement: claims up to `limit` of the best claimable candidates that are questions.
 /// Also says whether a change or maintain candidate was passed over (it needs
 /// [`claim_attempt`]). Claims come back best first.
+#[allow(clippy::too_many_arguments)]
 async fn claim_fast(
     c: &dyn Conn,
     worker: &str,
     lease: Duration,
     kinds: &[&str],
+    only: Option<&str>,
     exclusive: &[&str],
     now: i64,
     limit: i64,
@@ -407,6 +409,7 @@ async fn claim_fast(
                  SELECT t.id, t.kind FROM tasks t
                  WHERE t.status = 'queued'
                    AND (cardinality($1::text[]) = 0 OR t.kind = ANY($1))
+                   AND ($7::text IS NULL OR t.id = $7)
                    AND (NOT (t.kind = ANY($2)) OR NOT EXISTS ({HOLDERS} AND mine.task_id = t.id))
                  ORDER BY t.priority DESC, t.created_at_ms, t.id
                  LIMIT $6
@@ -424,7 +427,7 @@ async fn claim_fast(
              SELECT candidate.id, claimed.* FROM candidate
              LEFT JOIN claimed ON claimed.id = candidate.id"
         ),
-        &[&kinds, &exclusive, &now, &worker, &expires, &limit],
+        &[&kinds, &exclusive, &now, &worker, &expires, &limit, &only],
     )
     .await?;
     let mut claims = Vec::with_capacity(rows.len());
@@ -458,6 +461,7 @@ async fn claim_attempt(
     worker: &str,
     lease: Duration,
     kinds: &[&str],
+    only: Option<&str>,
     exclusive: &[&str],
     now: i64,
 ) -> Result<Attempt, StoreError> {
@@ -467,12 +471,13 @@ async fn claim_attempt(
             "SELECT t.id, t.kind FROM tasks t
              WHERE t.status = 'queued'
                AND (cardinality($1::text[]) = 0 OR t.kind = ANY($1))
+               AND ($3::text IS NULL OR t.id = $3)
                AND (NOT (t.kind = ANY($2)) OR NOT EXISTS ({HOLDERS} AND mine.task_id = t.id))
              ORDER BY t.priority DESC, t.created_at_ms, t.id
              LIMIT 1
              FOR UPDATE OF t SKIP LOCKED"
         ),
-        &[&kinds, &exclusive],
+        &[&kinds, &exclusive, &only],
     )
     .await?;
     let Some(candidate) = candidate else {
@@ -540,10 +545,12 @@ async fn claim_in(
     worker: &str,
     lease: Duration,
     kinds: &[&str],
+    only: Option<&str>,
     exclusive: &[&str],
     now: i64,
 ) -> Result<Option<Claim>, StoreError> {
-    let (claims, passed_over) = claim_fast(&*tx, worker, lease, kinds, exclusive, now, 1).await?;
+    let (claims, passed_over) =
+        claim_fast(&*tx, worker, lease, kinds, only, exclusive, now, 1).await?;
     if let Some(claim) = claims.into_iter().next() {
         return Ok(Some(claim));
     }
@@ -552,7 +559,7 @@ async fn claim_in(
     }
     for _ in 0..CLAIM_ATTEMPTS {
         let savepoint = tx.transaction().await.map_err(pg_error)?;
-        match claim_attempt(&savepoint, worker, lease, kinds, exclusive, now).await? {
+        match claim_attempt(&savepoint, worker, lease, kinds, only, exclusive, now).await? {
             Attempt::Claimed(claim) => {
                 savepoint.commit().await.map_err(pg_error)?;
                 return Ok(Some(*claim));
@@ -577,6 +584,7 @@ async fn finish_and_claim_fast(
     completion: &Completion,
     lease: Duration,
     kinds: &[&str],
+    only: Option<&str>,
     exclusive: &[&str],
     now: i64,
 ) -> Result<Option<(Finished, Option<Claim>, bool)>, StoreError> {
@@ -634,6 +642,7 @@ async fn finish_and_claim_fast(
                  SELECT t.id, t.kind FROM tasks t
                  WHERE t.status = 'queued' AND EXISTS (SELECT 1 FROM finished)
                    AND (cardinality($9::text[]) = 0 OR t.kind = ANY($9))
+                   AND ($12::text IS NULL OR t.id = $12)
                    AND (NOT (t.kind = ANY($10))
                         OR NOT EXISTS ({holders} AND mine.task_id = t.id))
                  ORDER BY t.priority DESC, t.created_at_ms, t.id
@@ -667,6 +676,7 @@ async fn finish_and_claim_fast(
                 &kinds,
                 &exclusive,
                 &expires,
+                &only,
             ],
         )
         .await;
@@ -1694,12 +1704,13 @@ impl PostgresStore {
         filter: &ClaimFilter,
     ) -> Result<Option<Claim>, StoreError> {
         let kinds: Vec<&str> = filter.kinds.iter().map(|k| kind_name(*k)).collect();
+        let only = filter.task.as_ref().map(|t| t.as_str());
         let exclusive = exclusive_kinds();
         let mut client = self.client().await?;
         // Fast path, one statement: take the best candidate if it is a question. A change or
         // maintain task needs the per-repository lock below.
         let (claims, passed_over) =
-            claim_fast(&*client, worker, lease, &kinds, &exclusive, self.now(), 1).await?;
+            claim_fast(&*client, worker, lease, &kinds, only, &exclusive, self.now(), 1).await?;
         if let Some(claim) = claims.into_iter().next() {
             return Ok(Some(claim));
         }
@@ -1708,7 +1719,7 @@ impl PostgresStore {
         }
         for _ in 0..CLAIM_ATTEMPTS {
             let tx = client.transaction().await.map_err(pg_error)?;
-            match claim_attempt(&tx, worker, lease, &kinds, &exclusive, self.now()).await? {
+            match claim_attempt(&tx, worker, lease, &kinds, only, &exclusive, self.now()).await? {
                 Attempt::Claimed(claim) => {
                     tx.commit().await.map_err(pg_error)?;
                     return Ok(Some(*claim));
@@ -1734,6 +1745,7 @@ impl PostgresStore {
             return Ok(Vec::new());
         }
         let kinds: Vec<&str> = filter.kinds.iter().map(|k| kind_name(*k)).collect();
+        let only = filter.task.as_ref().map(|t| t.as_str());
         let exclusive = exclusive_kinds();
         let limit = i64::try_from(max).unwrap_or(i64::MAX);
         let (mut claims, passed_over) = {
@@ -1743,6 +1755,7 @@ impl PostgresStore {
                 worker,
                 lease,
                 &kinds,
+                only,
                 &exclusive,
                 self.now(),
                 limit,
@@ -1820,12 +1833,13 @@ impl PostgresStore {
         filter: &ClaimFilter,
     ) -> Result<(Finished, Option<Claim>), StoreError> {
         let kinds: Vec<&str> = filter.kinds.iter().map(|k| kind_name(*k)).collect();
+        let only = filter.task.as_ref().map(|t| t.as_str());
         let exclusive = exclusive_kinds();
         let worker = completion.worker.clone();
         let now = self.now();
         let mut client = self.client().await?;
         if !is_active(completion.status) {
-            match finish_and_claim_fast(&*client, &completion, lease, &kinds, &exclusive, now).await
+            match finish_and_claim_fast(&*client, &completion, lease, &kinds, only, &exclusive, now).await
             {
                 Ok(Some((finished, claim, passed_over))) => {
                     drop(client);
@@ -1851,7 +1865,7 @@ impl PostgresStore {
         if let Some(Err(_)) = ended.first() {
             return Err(single_ended(ended));
         }
-        let claim = claim_in(&mut tx, &worker, lease, &kinds, &exclusive, now).await?;
+        let claim = claim_in(&mut tx, &worker, lease, &kinds, only, &exclusive, now).await?;
         // Events last: the event counter's row lock is held until the commit.
         let finished = crate::batch::single(append_finish_events(&tx, ended, now).await?)?;
         tx.commit().await.map_err(pg_error)?;

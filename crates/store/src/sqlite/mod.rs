@@ -587,6 +587,7 @@ fn claim_one(
     now: i64,
     worker: &str,
     kinds: &str,
+    only: Option<&str>,
     lease_ms: i64,
 ) -> Result<Option<Claim>, StoreError> {
     // INDEXED BY: without statistics the planner prefers sorting every queued row to
@@ -599,6 +600,7 @@ fn claim_one(
                  SELECT t.id FROM tasks t INDEXED BY tasks_queue
                  WHERE t.status = 'queued'
                    AND (?2 = ',' OR instr(?2, ',' || t.kind || ',') > 0)
+                   AND (?4 IS NULL OR t.id = ?4)
                    AND (instr(?3, ',' || t.kind || ',') = 0 OR NOT EXISTS (
                        SELECT 1 FROM tasks o INDEXED BY tasks_active
                        CROSS JOIN task_repos held
@@ -612,7 +614,7 @@ fn claim_one(
              RETURNING {TASK_COLUMNS}"
         ))
         .db()?
-        .query_row(params![now, kinds, exclusive_kinds()], read_task)
+        .query_row(params![now, kinds, exclusive_kinds(), only], read_task)
         .optional()
         .db()?;
     let Some(raw) = claimed else {
@@ -1097,8 +1099,9 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<Option<Claim>, StoreError>> {
         let worker = worker.to_string();
         let kinds = name_list(filter.kinds.iter().map(|k| kind_name(*k)));
+        let only = filter.task.as_ref().map(|t| t.as_str().to_string());
         let lease_ms = duration_ms(lease);
-        self.write(move |conn, now| claim_one(conn, now, &worker, &kinds, lease_ms))
+        self.write(move |conn, now| claim_one(conn, now, &worker, &kinds, only.as_deref(), lease_ms))
     }
 
     fn finish_and_claim<'a>(
@@ -1108,12 +1111,13 @@ impl Store for SqliteStore {
         filter: &'a ClaimFilter,
     ) -> BoxFuture<'a, Result<(Finished, Option<Claim>), StoreError>> {
         let kinds = name_list(filter.kinds.iter().map(|k| kind_name(*k)));
+        let only = filter.task.as_ref().map(|t| t.as_str().to_string());
         let lease_ms = duration_ms(lease);
         self.write(move |conn, now| {
             let worker = completion.worker.clone();
             // A failed check wrote nothing; the job's error rolls back its savepoint anyway.
             let finished = finish_one(conn, completion, now)??;
-            let claim = claim_one(conn, now, &worker, &kinds, lease_ms)?;
+            let claim = claim_one(conn, now, &worker, &kinds, only.as_deref(), lease_ms)?;
             Ok((finished, claim))
         })
     }
@@ -1127,11 +1131,12 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<Vec<Claim>, StoreError>> {
         let worker = worker.to_string();
         let kinds = name_list(filter.kinds.iter().map(|k| kind_name(*k)));
+        let only = filter.task.as_ref().map(|t| t.as_str().to_string());
         let lease_ms = duration_ms(lease);
         self.write(move |conn, now| {
             let mut claims = Vec::new();
             while claims.len() < max {
-                match claim_one(conn, now, &worker, &kinds, lease_ms)? {
+                match claim_one(conn, now, &worker, &kinds, only.as_deref(), lease_ms)? {
                     Some(claim) => claims.push(claim),
                     None => break,
                 }

@@ -1,0 +1,575 @@
+//! Warden without a server: `warden ask`/`run` and the commands that look at their tasks keep
+//! them in a store (an embedded SQLite database, [`DATABASE_FILE`] under `WARDEN_HOME`) and run
+//! them with the worker code `warden serve` uses, one worker in this process. Crash recovery,
+//! budgets, journals and events are the served ones.
+//!
+//! What only a local front door can do happens here, before the task exists: repositories are
+//! named by path or URL (not registered names), pinned with progress on the caller's terminal
+//! (`PATH@worktree` included), and what pinning noticed goes into the task for its result. A
+//! task's repository then carries its source ([`warden_store::TaskRepo::source`]) and the
+//! pinned commit, so the worker pins it again without fetching.
+//!
+//! The database is not `warden serve`'s (`warden.db`): a server on the same `WARDEN_HOME` never
+//! runs an in-process task, and this process's worker claims only the task it follows
+//! ([`WorkerOptions::only`]), so concurrent `warden ask`s on one home each run their own.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+use warden_protocol::{ChangeOutcome, ChangeResult, Event, TaskId, TaskKind, TaskStatus};
+use warden_repo::{RepoSpec, Source};
+use warden_store::{EventStream, NewTask, Store, Task, TaskRepo};
+
+use crate::change::{ChangeOptions, OPTIONS_METADATA_KEY};
+use crate::config::Config;
+use crate::question::{self, SetupError};
+use crate::worker::{self, Services, WorkerOptions};
+
+/// The in-process tasks' database, under `WARDEN_HOME`.
+pub const DATABASE_FILE: &str = "local.db";
+
+/// The owner of in-process tasks.
+pub const OWNER: &str = "local";
+
+/// How often the follower looks for new events and the task's status.
+const FOLLOW_EVERY: Duration = Duration::from_millis(100);
+
+/// A refusal (exit 2) or a failure of the front door.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    /// What was asked for cannot be: the message says what to do instead.
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Failed(#[from] anyhow::Error),
+}
+
+fn usage(message: impl Into<String>) -> LocalError {
+    LocalError::Usage(message.into())
+}
+
+/// A task to submit in-process.
+#[derive(Debug, Clone)]
+pub struct Submission {
+    pub kind: TaskKind,
+    pub prompt: String,
+    /// The `--repo` arguments, parsed; empty to continue on the follow-up's repositories.
+    pub repos: Vec<RepoSpec>,
+    pub follow_up_to: Option<TaskId>,
+    /// A change's checks; `None` keeps a follow-up's (no checks for a new task).
+    pub checks: Option<Vec<String>>,
+    pub baseline: bool,
+    pub publish: bool,
+}
+
+/// The local store, the worker's services and this process's worker.
+pub struct Local {
+    pub services: Arc<Services>,
+}
+
+impl Local {
+    /// Opens (creating) the local database and builds the model client, the repository store
+    /// and the hub the worker uses. A model that cannot be built (a missing key) is a usage
+    /// error naming what to set.
+    pub async fn open(config: Arc<Config>) -> Result<Local, LocalError> {
+        let url = format!("sqlite://{}", config.home.join(DATABASE_FILE).display());
+        let store = crate::serve::open_store(&url).await?;
+        let services = crate::serve::services(config, store)
+            .await
+            .map_err(
+                |error| match error.downcast::<crate::serve::ServeUsageError>() {
+                    Ok(refusal) => usage(refusal.0),
+                    Err(other) => LocalError::Failed(other),
+                },
+            )?;
+        Ok(Local { services })
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.services.store
+    }
+
+    /// The task, or a usage error naming it.
+    pub async fn task(&self, id: &TaskId) -> Result<Task, LocalError> {
+        self.store()
+            .get_task(id)
+            .await
+            .context("cannot read the task")?
+            .ok_or_else(|| usage(format!("no task {id} in {}", self.database_display())))
+    }
+
+    fn database_display(&self) -> String {
+        self.services
+            .config
+            .home
+            .join(DATABASE_FILE)
+            .display()
+            .to_string()
+    }
+
+    /// Pins the repositories (progress through `progress`) and stores the task, queued.
+    pub async fn submit(
+        &self,
+        submission: Submission,
+        progress: &(dyn Fn(&str) + Send + Sync),
+    ) -> Result<Task, LocalError> {
+        let earlier = match &submission.follow_up_to {
+            Some(id) => Some(self.earlier(id, submission.kind).await?),
+            None => None,
+        };
+        let specs = match (&earlier, submission.repos.is_empty()) {
+            (_, false) => submission.repos.clone(),
+            (Some(earlier), true) => follow_up_specs(earlier)?,
+            (None, true) => {
+                return Err(usage(match submission.kind {
+                    TaskKind::Change => {
+                        "name the repository with --repo PATH|URL[@REV] (or continue a task \
+                         with --follow-up TASK)"
+                    }
+                    _ => "name at least one repository with --repo PATH|URL[@REV]",
+                }))
+            }
+        };
+        if submission.kind == TaskKind::Change && specs.len() != 1 {
+            return Err(usage("a change task works on exactly one repository"));
+        }
+        let checks = match (&submission.checks, &earlier) {
+            (Some(checks), _) => checks.clone(),
+            // A follow-up runs the checks its task ran, unless new ones are given.
+            (None, Some(earlier)) => ChangeOptions::from_metadata(&earlier.metadata)
+                .ok()
+                .and_then(|options| options.checks)
+                .unwrap_or_default(),
+            (None, None) => Vec::new(),
+        };
+        if submission.publish {
+            // Refused before anything is pinned or asked of a model.
+            if specs[0].wants_work_tree() {
+                return Err(usage(
+                    "cannot publish a change made on @worktree: the snapshot's uncommitted \
+                     files would be pushed without review; commit them and run on HEAD, or \
+                     leave out --publish",
+                ));
+            }
+            crate::publish::publish_remote(self.services.repos.git(), &specs[0].source)
+                .map_err(usage)?;
+        }
+
+        // Pinning and the snapshots run git and write files: blocking work.
+        let repo_store = self.services.repos.clone();
+        let pin_specs = specs.clone();
+        let (lines, mut received) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let pinning = tokio::task::spawn_blocking(move || {
+            question::pin_all(&repo_store, &pin_specs, &|line| {
+                let _ = lines.send(line.to_string());
+            })
+        });
+        while let Some(line) = received.recv().await {
+            progress(&line);
+        }
+        let pinned = pinning.await.context("pinning the repositories crashed")?;
+        let (repos, notices) = match pinned {
+            Ok(repos) => (
+                repos
+                    .iter()
+                    .map(|repo| TaskRepo {
+                        name: repo.pinned.name.clone(),
+                        rev: None,
+                        commit: Some(repo.pinned.commit.clone()),
+                        source: Some(repo.pinned.source.display_redacted()),
+                    })
+                    .collect(),
+                question::repo_notices(&repos),
+            ),
+            // A disk budget refused a snapshot: the task is stored anyway and its run fails
+            // visibly (`quota_exceeded`), with a result.
+            Err(SetupError::Quota(_)) => (
+                specs
+                    .iter()
+                    .map(|spec| TaskRepo {
+                        name: spec.name.clone(),
+                        rev: spec.rev.clone(),
+                        commit: None,
+                        source: Some(spec.source.display_redacted()),
+                    })
+                    .collect(),
+                Vec::new(),
+            ),
+            Err(SetupError::Usage(message)) => return Err(usage(message)),
+            Err(SetupError::Infrastructure(message)) => {
+                return Err(LocalError::Failed(anyhow::anyhow!(message)))
+            }
+        };
+        let options = ChangeOptions {
+            checks: (submission.kind == TaskKind::Change).then_some(checks),
+            publish: submission.publish,
+            baseline: submission.baseline,
+            notices,
+        };
+        let mut metadata = json!({});
+        if options != ChangeOptions::default() {
+            metadata[OPTIONS_METADATA_KEY] =
+                serde_json::to_value(&options).context("cannot store the task's options")?;
+        }
+        let created = self
+            .store()
+            .create_task(
+                NewTask {
+                    id: warden_store::new_task_id().context("cannot make a task id")?,
+                    kind: submission.kind,
+                    owner: OWNER.into(),
+                    prompt: submission.prompt,
+                    repos,
+                    priority: 0,
+                    follow_up_to: earlier.map(|e| e.id),
+                    retry_of: None,
+                    metadata,
+                    callback_url: None,
+                },
+                None,
+            )
+            .await
+            .context("cannot store the task")?;
+        Ok(created.task().clone())
+    }
+
+    /// The task a follow-up continues: of the same kind, and not still running.
+    async fn earlier(&self, id: &TaskId, kind: TaskKind) -> Result<Task, LocalError> {
+        let earlier = self.task(id).await?;
+        match (earlier.kind, kind) {
+            (TaskKind::Change, TaskKind::Question) => {
+                return Err(usage(format!(
+                    "task {id} is a change task: continue it with `warden run --follow-up {id} \
+                     \"…\"` (or `warden answer {id} \"…\"`)"
+                )))
+            }
+            (TaskKind::Question, TaskKind::Change) => {
+                return Err(usage(format!(
+                    "task {id} is a question: continue it with `warden ask --follow-up {id} \"…\"`"
+                )))
+            }
+            _ => {}
+        }
+        if !earlier.status.is_terminal() && earlier.status != TaskStatus::WaitingInput {
+            return Err(usage(format!(
+                "task {id} is still {}: follow it up once it has ended",
+                warden_store::state::status_name(earlier.status)
+            )));
+        }
+        Ok(earlier)
+    }
+
+    /// Runs this process's worker on `id` until the task no longer waits for one (it finished,
+    /// or waits for an answer or an approval), passing each of its events to `on_event` in
+    /// order; then returns the task. When `interrupt` resolves the task is cancelled and
+    /// followed to its end.
+    pub async fn drive(
+        &self,
+        id: &TaskId,
+        on_event: &(dyn Fn(Event) + Send + Sync),
+        interrupt: impl std::future::Future<Output = ()>,
+    ) -> Result<Task, LocalError> {
+        let (stop, stopped) = watch::channel(false);
+        let options = WorkerOptions {
+            only: Some(id.clone()),
+            slots: 1,
+            poll: Duration::from_millis(200),
+            ..WorkerOptions::from_config(worker_name(), &self.services.config)
+        };
+        let worker = tokio::spawn(worker::run_workers(
+            Arc::clone(&self.services),
+            options,
+            stopped,
+        ));
+        self.services.wake.notify_one();
+        let followed = self.follow(id, on_event, interrupt).await;
+        let _ = stop.send(true);
+        let _ = worker.await;
+        followed
+    }
+
+    /// Passes the task's events to `on_event` until it settles; then its last events and the
+    /// task.
+    async fn follow(
+        &self,
+        id: &TaskId,
+        on_event: &(dyn Fn(Event) + Send + Sync),
+        interrupt: impl std::future::Future<Output = ()>,
+    ) -> Result<Task, LocalError> {
+        let stream = EventStream::Task(id.clone());
+        let mut after = 0;
+        let mut interrupt = std::pin::pin!(interrupt);
+        let mut interrupted = false;
+        loop {
+            // The status first: a settled task's last events are stored by then.
+            let task = self.task(id).await?;
+            loop {
+                let records = self
+                    .store()
+                    .events_after(&stream, after, crate::hub::BATCH)
+                    .await
+                    .context("cannot read the task's events")?;
+                let Some(last) = records.last() else { break };
+                after = last.task_seq;
+                for record in records {
+                    on_event(record.event);
+                }
+            }
+            if !matches!(
+                task.status,
+                TaskStatus::Queued | TaskStatus::Running | TaskStatus::Testing
+            ) {
+                return Ok(task);
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(FOLLOW_EVERY) => {}
+                _ = &mut interrupt, if !interrupted => {
+                    interrupted = true;
+                    self.cancel(id).await?;
+                }
+            }
+        }
+    }
+
+    /// Cancels the task (Ctrl-C): its run stops at once.
+    pub async fn cancel(&self, id: &TaskId) -> Result<Task, LocalError> {
+        let store = self.store();
+        for _ in 0..8 {
+            let task = self.task(id).await?;
+            if task.status.is_terminal() {
+                return Ok(task);
+            }
+            let spend = store
+                .spend_for_task(id)
+                .await
+                .context("cannot read the task's spend")?;
+            let result = crate::task_view::cancelled_result(&task, "Ctrl-C", &spend);
+            match store
+                .transition(id, task.status, TaskStatus::Cancelled, Some(result))
+                .await
+            {
+                Ok(cancelled) => {
+                    self.services.running.stop(id);
+                    return Ok(cancelled);
+                }
+                Err(warden_store::StoreError::StatusConflict { .. }) => continue,
+                Err(error) => return Err(anyhow::Error::new(error).into()),
+            }
+        }
+        Err(anyhow::anyhow!("task {id} kept changing status; try again").into())
+    }
+}
+
+/// One run's journal as `warden logs` shows it.
+pub struct RunJournalView {
+    pub run: u32,
+    /// The records as a journal holds them (`seq`, `kind`, `at`, `hash`, `prev_hash`,
+    /// `payload`), sensitive observations hidden as the API hides them.
+    pub records: Vec<Value>,
+    /// The run's hash chain verified.
+    pub chain_ok: bool,
+}
+
+impl Local {
+    /// Every run's journal of the task, oldest run first.
+    pub async fn journals(&self, id: &TaskId) -> Result<Vec<RunJournalView>, LocalError> {
+        self.task(id).await?;
+        let runs = self
+            .store()
+            .list_runs(id)
+            .await
+            .context("cannot list the task's runs")?;
+        let mut views = Vec::with_capacity(runs.len());
+        for run in runs {
+            let reference = warden_store::RunRef {
+                task: id.clone(),
+                number: run.number,
+            };
+            let mut entries = self
+                .store()
+                .journal(&reference)
+                .await
+                .context("cannot read the run's journal")?;
+            let chain_ok = warden_store::journal::verify_chain(&entries).is_ok();
+            crate::sensitive::redact_journal_entries(&mut entries);
+            let records = entries
+                .into_iter()
+                .map(|entry| {
+                    json!({
+                        "seq": entry.seq,
+                        "kind": entry.kind,
+                        "at": crate::time::rfc3339(i64::try_from(entry.at_ms).unwrap_or(i64::MAX)),
+                        "hash": entry.hash,
+                        "prev_hash": entry.prev_hash,
+                        "payload": entry.payload,
+                    })
+                })
+                .collect();
+            views.push(RunJournalView {
+                run: run.number,
+                records,
+                chain_ok,
+            });
+        }
+        Ok(views)
+    }
+
+    /// A change task's proposal diff (see [`crate::diff::task_diff`]).
+    pub async fn diff(
+        &self,
+        id: &TaskId,
+    ) -> Result<(warden_protocol::Proposal, String, bool), LocalError> {
+        let task = self.task(id).await?;
+        crate::diff::task_diff(
+            self.store().as_ref(),
+            &self.services.repos,
+            &self.services.redactor,
+            &task,
+        )
+        .await
+        .map_err(|error| match error {
+            crate::diff::TaskDiffError::Missing(message) => usage(message),
+            crate::diff::TaskDiffError::Failed(message) => {
+                LocalError::Failed(anyhow::anyhow!(message))
+            }
+        })
+    }
+
+    /// The newest tasks, newest first.
+    pub async fn list(&self, limit: u32) -> Result<Vec<Task>, LocalError> {
+        Ok(self
+            .store()
+            .list_tasks(warden_store::TaskQuery {
+                limit,
+                ..warden_store::TaskQuery::default()
+            })
+            .await
+            .context("cannot list the tasks")?)
+    }
+
+    /// The mirror holding the task's repository (and its proposal), for `warden apply`.
+    pub async fn mirror(&self, task: &Task) -> Result<(RepoSpec, std::path::PathBuf), LocalError> {
+        let spec = crate::worker::repo_specs(self.store().as_ref(), &task.repos)
+            .await
+            .map_err(|failure| usage(failure.message))?
+            .into_iter()
+            .next()
+            .ok_or_else(|| usage(format!("task {} names no repository", task.id)))?;
+        let mirror = self.services.repos.mirror_path(&spec);
+        Ok((spec, mirror))
+    }
+}
+
+impl Local {
+    /// Answers the task: one waiting for input resumes with the answer as the next message of
+    /// its conversation; a finished one is continued by a follow-up of its kind (a change on
+    /// its proposal) with the answer as its request. Returns the task to follow.
+    pub async fn answer(
+        &self,
+        task: &Task,
+        text: &str,
+        progress: &(dyn Fn(&str) + Send + Sync),
+    ) -> Result<Task, LocalError> {
+        if task.status == TaskStatus::WaitingInput {
+            let answered = match self.store().answer_task(&task.id, text, OWNER).await {
+                Ok(answered) => answered,
+                Err(warden_store::StoreError::StatusConflict { actual, .. }) => {
+                    return Err(usage(format!(
+                        "task {} is {}: it no longer waits for input",
+                        task.id,
+                        warden_store::state::status_name(actual)
+                    )))
+                }
+                Err(error) => return Err(anyhow::Error::new(error).into()),
+            };
+            if let Err(error) = self
+                .store()
+                .append_event(
+                    &answered.id,
+                    Event::StatusChanged {
+                        status: answered.status,
+                    },
+                )
+                .await
+            {
+                tracing::warn!(task = %answered.id, %error, "cannot store status_changed");
+            }
+            return Ok(answered);
+        }
+        if !task.status.is_terminal() {
+            return Err(usage(format!(
+                "task {} is {}: an answer continues a task waiting for input or a finished one",
+                task.id,
+                warden_store::state::status_name(task.status)
+            )));
+        }
+        let submission = Submission {
+            kind: task.kind,
+            prompt: text.to_string(),
+            repos: Vec::new(),
+            follow_up_to: Some(task.id.clone()),
+            checks: None,
+            baseline: false,
+            publish: false,
+        };
+        self.submit(submission, progress).await
+    }
+}
+
+/// The worker name of this process: runs it leaves behind when it dies are re-queued when their
+/// lease expires, and a later `warden logs --follow` of the task runs them again.
+fn worker_name() -> String {
+    format!("local-{}", crate::serve::process_worker_name())
+}
+
+/// The repositories of a follow-up: the earlier task's, at the commits it used; a change on
+/// its proposal when it made one (the proposal commit is in Warden's mirror).
+fn follow_up_specs(earlier: &Task) -> Result<Vec<RepoSpec>, LocalError> {
+    let proposal = earlier
+        .result
+        .clone()
+        .and_then(|value| serde_json::from_value::<ChangeResult>(value).ok())
+        .and_then(|result| match result.outcome {
+            ChangeOutcome::Proposal { proposal, .. } => Some(proposal.commit),
+            _ => None,
+        });
+    earlier
+        .repos
+        .iter()
+        .map(|repo| {
+            let source = repo.source.as_deref().ok_or_else(|| {
+                usage(format!(
+                    "task {} names repository {:?} without its source; give --repo again",
+                    earlier.id, repo.name
+                ))
+            })?;
+            let commit = proposal
+                .clone()
+                .or_else(|| repo.commit.clone())
+                .ok_or_else(|| {
+                    usage(format!(
+                        "task {} never pinned {:?}; give --repo again",
+                        earlier.id, repo.name
+                    ))
+                })?;
+            Ok(RepoSpec {
+                source: if source.starts_with('/') {
+                    Source::Path(source.into())
+                } else {
+                    Source::Url(source.to_string())
+                },
+                rev: Some(commit),
+                name: repo.name.clone(),
+                within: None,
+            })
+        })
+        .collect()
+}
+
+/// The task JSON of `GET /v1/tasks/{id}`, for the renderers the CLI shares with `--server`.
+pub fn task_json(task: &Task) -> Value {
+    crate::task_view::task_json(task)
+}
