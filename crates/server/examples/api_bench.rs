@@ -28,6 +28,7 @@ use warden_protocol::{Event, TaskKind};
 use warden_server::api::{router, ApiState, Tokens};
 use warden_server::hub::{self, HubOptions};
 use warden_server::service::RateLimit;
+use warden_server::tasks::TaskService;
 use warden_store::new_task_id;
 use warden_store::NewTask;
 
@@ -86,9 +87,8 @@ fn server() {
             .await
             .unwrap();
         let state = ApiState::new(
-            Arc::clone(&store),
+            TaskService::new(Arc::clone(&store), Arc::new(Notify::new())),
             Tokens::parse(&format!("bench:admin:{TOKEN}")).unwrap(),
-            Arc::new(Notify::new()),
         )
         .with_rate_limit(RateLimit {
             per_minute: 1_000_000_000,

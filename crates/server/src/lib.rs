@@ -27,6 +27,7 @@ pub mod serve;
 pub mod service;
 pub mod storage;
 pub mod task_view;
+pub mod tasks;
 pub mod time;
 pub mod toolchain;
 pub mod worker;

@@ -19,6 +19,7 @@ use crate::api::{self, ApiState, HostPolicy, Tokens};
 use crate::config::Config;
 use crate::connections::{self, ConnectionLimits};
 use crate::question;
+use crate::tasks::TaskService;
 use crate::worker::{self, Services, WorkerOptions};
 
 /// Where `serve` listens unless `WARDEN_LISTEN` says otherwise.
@@ -210,23 +211,21 @@ pub async fn serve(
     };
     tracing::info!(max_connections, open_files, "connection cap");
     crate::storage::spawn_eviction(&services, stopped.clone());
-    let app = api::router(Arc::new(
-        ApiState::new(
-            Arc::clone(&services.store),
-            tokens,
-            Arc::clone(&services.wake),
-        )
-        .with_rate_limit(serve_config.rate_limit)
-        .with_max_streams_per_token(serve_config.max_streams_per_token)
-        .with_hosts(HostPolicy {
-            listen: listener.local_addr().ok(),
-            public_names: serve_config.public_names.clone(),
-        })
-        .with_hub(Arc::clone(&services.hub))
+    // The front door every interface calls; the API is one of them.
+    let tasks = TaskService::new(Arc::clone(&services.store), Arc::clone(&services.wake))
         .with_repos(services.repos.clone(), services.redactor.clone())
         .with_running(Arc::clone(&services.running))
-        .with_callbacks(services.config.callbacks.clone())
-        .with_repo_mount_roots(services.config.sandbox.toolchains.repo_mount_roots.clone()),
+        .with_callbacks(services.config.callbacks.clone());
+    let app = api::router(Arc::new(
+        ApiState::new(tasks, tokens)
+            .with_rate_limit(serve_config.rate_limit)
+            .with_max_streams_per_token(serve_config.max_streams_per_token)
+            .with_hosts(HostPolicy {
+                listen: listener.local_addr().ok(),
+                public_names: serve_config.public_names.clone(),
+            })
+            .with_hub(Arc::clone(&services.hub))
+            .with_repo_mount_roots(services.config.sandbox.toolchains.repo_mount_roots.clone()),
     ));
     let callbacks = crate::callback::spawn(
         Arc::clone(&services.store),

@@ -1,29 +1,11 @@
 //! `GET /v1/approvals`, `GET /v1/approvals/{id}`, `POST /v1/approvals/{id}`: approvals bound to
-//! the hash of what they approve (a proposal hash for `publish`).
-//!
-//! - Everyone sees the approvals of their own tasks; admins see all. An approval of a task the
-//!   caller cannot see is 404, exactly like an unknown id.
-//! - Only admins decide (SPEC: "an admin manages repositories, tokens and approvals"): 403 for
-//!   other roles on an approval they can see.
-//! - The decision names the hash it approves: a hash that is not `sha256:` + 64 lowercase hex
-//!   digits is 422 `invalid_request`; a well-formed hash that is not the one the approval is
-//!   bound to is 409 `hash_mismatch`; an approval decided before (approved, rejected or
-//!   consumed) is 409 `already_decided`. Nothing changes in either case.
-//! - Cancelling a task rejects its pending approvals (in the canceller's name), so deciding one
-//!   afterwards is 409 `already_decided`; a pending approval of a task that ended another way
-//!   (abandoned after lost leases, cancelled by an older version) is 409 `conflict`: there is
-//!   nothing left to approve.
-//! - Deciding a `publish` (or `publish_sensitive`) approval queues its task again
-//!   (`waiting_approval → queued`, the only way out of waiting the state machine allows besides
-//!   cancelling). The worker that claims it does not run the agent: on approval it publishes
-//!   the proposal ([`crate::publish::publish_approved`]: push to `warden/<task>`, open the pull
-//!   request) and the task ends `completed` with `publication` `pushed` or `pr_opened` (`failed`
-//!   and the task `failed` when publication fails); on rejection the task ends `completed` with
-//!   the proposal kept (in the result and the mirror) and `publication` `not_requested`. The
-//!   queue is the durable trigger, no outbox intent is involved: a decision recorded by a
-//!   process that died before queueing its task is found by the workers' periodic
-//!   [`crate::publish::requeue_decided_tasks`]; a crash during publication interrupts the run
-//!   and the next run resumes it, each step reconciled with the remote.
+//! the hash of what they approve (a proposal hash for `publish`), served by
+//! [`crate::tasks::TaskService`], whose `approvals.rs` holds the rules: who sees which
+//! approval (an invisible one is 404, like an unknown id), only admins decide (403), a
+//! malformed hash is 422 `invalid_request`, another hash 409 `hash_mismatch`, a second
+//! decision 409 `already_decided`, an approval of an ended task 409 `conflict`; deciding a
+//! `publish` approval queues its task, whose worker publishes the proposal or ends the task
+//! with it unpublished.
 
 use std::sync::Arc;
 
@@ -35,20 +17,17 @@ use serde_json::{json, Value};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use warden_protocol::TaskId;
-use warden_store::{Approval, ApprovalStatus, Decision, Store, StoreError, Task};
+use warden_store::{Approval, ApprovalStatus, Decision};
 
-use super::auth::{ApiRole, Caller};
+use super::auth::Caller;
 use super::schema::ErrorBody;
 use super::{ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
-use crate::publish;
+use crate::tasks::{ApprovalListing, MAX_PAGE};
 use crate::time::rfc3339;
 
-/// Approval kinds whose approval publishes a proposal.
-pub const PUBLISH_KINDS: [&str; 2] = ["publish", "publish_sensitive"];
+pub use crate::tasks::PUBLISH_KINDS;
 
 const DEFAULT_PAGE: usize = 50;
-const MAX_PAGE: usize = 200;
 
 /// An approval.
 #[derive(Debug, Serialize, ToSchema)]
@@ -111,31 +90,6 @@ fn approval_json(approval: &Approval) -> Value {
     })
 }
 
-/// Whether the caller may see the approval: admins see all, others those of their own tasks.
-async fn may_see(state: &ApiState, caller: &Caller, approval: &Approval) -> Result<bool, ApiError> {
-    if caller.role == ApiRole::Admin {
-        return Ok(true);
-    }
-    let task = state.store.get_task(&approval.task).await?;
-    Ok(task.is_some_and(|t| t.owner == caller.name))
-}
-
-async fn visible_approval(
-    state: &ApiState,
-    caller: &Caller,
-    id: &str,
-) -> Result<Approval, ApiError> {
-    let missing = || ApiError::new(ErrorCode::NotFound, format!("approval {id} not found"));
-    if id.is_empty() || id.len() > 100 {
-        return Err(missing());
-    }
-    let approval = state.store.get_approval(id).await?.ok_or_else(missing)?;
-    if !may_see(state, caller, &approval).await? {
-        return Err(missing());
-    }
-    Ok(approval)
-}
-
 /// `status` (default `pending`, or `all`), `cursor`, `limit`.
 struct ListQuery {
     status: Option<ApprovalStatus>,
@@ -177,7 +131,7 @@ fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiError> {
                 parsed.limit = value
                     .parse()
                     .ok()
-                    .filter(|n| (1..=MAX_PAGE).contains(n))
+                    .filter(|n| (1..=MAX_PAGE as usize).contains(n))
                     .ok_or_else(|| bad(format!("limit must be 1-{MAX_PAGE}, got {value:?}")))?;
             }
             other => return Err(bad(format!("unknown query parameter {other:?}"))),
@@ -206,27 +160,21 @@ async fn list_approvals(
     uri: Uri,
 ) -> Result<Json<Value>, ApiError> {
     let query = parse_list_query(uri.query())?;
-    let all = state.store.list_approvals(query.status).await?;
-    let mut page = Vec::new();
-    let mut past_cursor = query.cursor.is_none();
-    let mut next_cursor = None;
-    for approval in all {
-        if !past_cursor {
-            past_cursor = query.cursor.as_deref() == Some(approval.id.as_str());
-            continue;
-        }
-        if !may_see(&state, &caller, &approval).await? {
-            continue;
-        }
-        if page.len() == query.limit {
-            next_cursor = page
-                .last()
-                .and_then(|last: &Value| last["id"].as_str().map(str::to_string));
-            break;
-        }
-        page.push(approval_json(&approval));
-    }
-    Ok(Json(json!({"data": page, "next_cursor": next_cursor})))
+    let page = state
+        .tasks
+        .approvals(
+            &caller,
+            ApprovalListing {
+                status: query.status,
+                cursor: query.cursor,
+                limit: query.limit,
+            },
+        )
+        .await?;
+    Ok(Json(json!({
+        "data": page.approvals.iter().map(approval_json).collect::<Vec<_>>(),
+        "next_cursor": page.next_cursor,
+    })))
 }
 
 /// One approval.
@@ -242,54 +190,8 @@ async fn get_approval(
     caller: Caller,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let approval = visible_approval(&state, &caller, &id).await?;
+    let approval = state.tasks.approval(&caller, &id).await?;
     Ok(Json(approval_json(&approval)))
-}
-
-/// The 409 for deciding an approval of a task that has ended.
-fn ended(task: &Task, approval: &str) -> ApiError {
-    ApiError::new(
-        ErrorCode::Conflict,
-        format!(
-            "task {} is {}; approval {approval} can no longer be decided and nothing will be \
-             published",
-            task.id,
-            warden_store::state::status_name(task.status)
-        ),
-    )
-}
-
-/// Rejects the pending approvals of a task that was just cancelled, in the canceller's name, so
-/// none of them can authorise anything later. Failures are logged: the task has ended anyway
-/// (and deciding its approvals is refused from now on).
-pub async fn reject_pending(store: &dyn Store, task: &TaskId, by: &str) {
-    let pending = match store.list_approvals(Some(ApprovalStatus::Pending)).await {
-        Ok(pending) => pending,
-        Err(error) => {
-            tracing::warn!(%task, %error, "cannot list the approvals of a cancelled task");
-            return;
-        }
-    };
-    for approval in pending.iter().filter(|a| &a.task == task) {
-        match store
-            .decide_approval(&approval.id, &approval.subject_hash, Decision::Reject, by)
-            .await
-        {
-            Ok(_) | Err(StoreError::ApprovalState { .. }) => {}
-            Err(error) => {
-                tracing::warn!(%task, approval = %approval.id, %error, "cannot reject the approval of a cancelled task")
-            }
-        }
-    }
-}
-
-fn well_formed_hash(hash: &str) -> bool {
-    hash.strip_prefix("sha256:").is_some_and(|hex| {
-        hex.len() == 64
-            && hex
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    })
 }
 
 /// Decides a pending approval, once, for exactly the hash it is bound to (admin tokens only).
@@ -315,67 +217,14 @@ async fn decide_approval(
     ApiPath(id): ApiPath<String>,
     ApiJson(request, _): ApiJson<DecideApproval>,
 ) -> Result<Json<Value>, ApiError> {
-    let approval = visible_approval(&state, &caller, &id).await?;
-    if caller.role != ApiRole::Admin {
-        return Err(ApiError::new(
-            ErrorCode::Forbidden,
-            "only admin tokens decide approvals",
-        ));
-    }
-    if !well_formed_hash(&request.hash) {
-        return Err(ApiError::invalid(
-            "hash must be sha256: followed by 64 lowercase hex digits",
-        ));
-    }
-    // A decided approval is `already_decided` (below) whatever its task did since.
-    if approval.status == ApprovalStatus::Pending {
-        if let Some(task) = state.store.get_task(&approval.task).await? {
-            if task.status.is_terminal() {
-                return Err(ended(&task, &approval.id));
-            }
-        }
-    }
     let decision = match request.decision {
         DecisionName::Approve => Decision::Approve,
         DecisionName::Reject => Decision::Reject,
     };
     let decided = state
-        .store
-        .decide_approval(&approval.id, &request.hash, decision, &caller.name)
-        .await
-        .map_err(|error| match error {
-            StoreError::ApprovalMismatch { id } => ApiError::new(
-                ErrorCode::HashMismatch,
-                format!(
-                    "hash {} is not the hash approval {id} is bound to; nothing was decided",
-                    request.hash
-                ),
-            ),
-            StoreError::ApprovalState { id, actual, .. } => ApiError::new(
-                ErrorCode::AlreadyDecided,
-                format!(
-                    "approval {id} is {}; an approval is decided once",
-                    actual.as_str()
-                ),
-            ),
-            StoreError::NotFound { .. } => {
-                ApiError::new(ErrorCode::NotFound, format!("approval {id} not found"))
-            }
-            other => ApiError::from(other),
-        })?;
-    if PUBLISH_KINDS.contains(&decided.kind.as_str()) {
-        if publish::requeue_decided(state.store.as_ref(), &decided.task).await? {
-            state.wake.notify_one();
-        }
-        // Cancelled between the check above and the decision: nothing will be published.
-        if decided.status == ApprovalStatus::Approved {
-            if let Some(task) = state.store.get_task(&decided.task).await? {
-                if task.status.is_terminal() {
-                    return Err(ended(&task, &approval.id));
-                }
-            }
-        }
-    }
+        .tasks
+        .decide(&caller, &id, decision, &request.hash)
+        .await?;
     Ok(Json(approval_json(&decided)))
 }
 
@@ -384,11 +233,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn hashes_and_queries() {
-        assert!(well_formed_hash(&format!("sha256:{}", "a1".repeat(32))));
-        assert!(!well_formed_hash(&format!("sha256:{}", "A1".repeat(32))));
-        assert!(!well_formed_hash("sha256:abc"));
-        assert!(!well_formed_hash(&"a".repeat(71)));
+    fn queries() {
         assert!(parse_list_query(Some("status=all"))
             .unwrap()
             .status

@@ -36,42 +36,9 @@ use warden_store::NewApiToken;
 use super::{ApiError, ApiState, ErrorCode};
 use crate::service::RateLimit;
 
-/// What a token may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ApiRole {
-    /// Everything, including everyone's tasks and registering repositories.
-    Admin,
-    /// Submits tasks and sees its own.
-    Operator,
-    /// Reads its own tasks and the repositories.
-    Viewer,
-}
-
-impl ApiRole {
-    pub fn parse(name: &str) -> Option<ApiRole> {
-        match name {
-            "admin" => Some(ApiRole::Admin),
-            "operator" => Some(ApiRole::Operator),
-            "viewer" => Some(ApiRole::Viewer),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ApiRole::Admin => "admin",
-            ApiRole::Operator => "operator",
-            ApiRole::Viewer => "viewer",
-        }
-    }
-}
-
-/// Who made a request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller {
-    pub name: String,
-    pub role: ApiRole,
-}
+/// Who made a request, and what their token may do: the task service's principal and role
+/// (one type for every interface), authenticated here from a bearer token.
+pub use crate::tasks::{Principal as Caller, Role as ApiRole};
 
 struct Token {
     caller: Caller,
@@ -619,17 +586,6 @@ pub(super) fn document_rate_limit(document: &mut OpenApi) {
                 .entry("429".to_string())
                 .or_insert_with(|| response.into());
         }
-    }
-}
-
-/// Operators and admins: creating, cancelling and answering tasks.
-pub(super) fn require_writer(caller: &Caller) -> Result<(), ApiError> {
-    match caller.role {
-        ApiRole::Admin | ApiRole::Operator => Ok(()),
-        ApiRole::Viewer => Err(ApiError::new(
-            ErrorCode::Forbidden,
-            "viewer tokens can only read",
-        )),
     }
 }
 

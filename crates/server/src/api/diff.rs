@@ -1,6 +1,6 @@
 //! `GET /v1/tasks/{id}/diff`: the unified diff of a change task's proposal commit against its
 //! base, as JSON (`{"diff": "...", ...}`; a JSON body keeps one error and content format for the
-//! whole API).
+//! whole API), from [`crate::tasks::TaskService::proposal_diff`].
 //!
 //! - The diff and its redaction are [`crate::diff::redacted_proposal_diff`], the one producer
 //!   `warden diff` uses too: hardened `diff-tree` from Warden's mirror, secrets and sensitive
@@ -20,8 +20,7 @@ use utoipa_axum::routes;
 
 use super::auth::Caller;
 use super::schema::ErrorBody;
-use super::tasks::visible_task;
-use super::{ApiError, ApiPath, ApiState, ErrorCode};
+use super::{ApiError, ApiPath, ApiState};
 
 pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
     OpenApiRouter::new().routes(routes!(get_diff))
@@ -46,10 +45,6 @@ pub struct DiffView {
     pub sensitive_files: Vec<String>,
 }
 
-fn no_proposal(message: String) -> ApiError {
-    ApiError::new(ErrorCode::NotFound, message)
-}
-
 /// The diff of a change task's proposal.
 #[utoipa::path(get, path = "/v1/tasks/{id}/diff", tag = "tasks",
     params(("id" = String, Path, description = "The task id")),
@@ -63,27 +58,15 @@ async fn get_diff(
     caller: Caller,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<DiffView>, ApiError> {
-    let task = visible_task(&state, &caller, &id).await?;
-    let repos = state.repos.as_ref().ok_or_else(|| {
-        no_proposal(format!(
-            "the proposal of task {id} is no longer in Warden's mirror"
-        ))
-    })?;
-    let (proposal, diff, truncated) =
-        crate::diff::task_diff(state.store.as_ref(), repos, &state.redactor, &task)
-            .await
-            .map_err(|error| match error {
-                crate::diff::TaskDiffError::Missing(message) => no_proposal(message),
-                crate::diff::TaskDiffError::Failed(message) => ApiError::internal(message),
-            })?;
+    let proposal = state.tasks.proposal_diff(&caller, &id).await?;
     Ok(Json(DiffView {
-        task_id: task.id.to_string(),
-        repo: proposal.repo.clone(),
-        base_commit: proposal.base_commit.clone(),
-        commit: proposal.commit.clone(),
-        hash: proposal.hash.clone(),
-        diff,
-        truncated,
-        sensitive_files: proposal.sensitive_files.clone(),
+        task_id: proposal.task.to_string(),
+        repo: proposal.repo,
+        base_commit: proposal.base_commit,
+        commit: proposal.commit,
+        hash: proposal.hash,
+        diff: proposal.diff,
+        truncated: proposal.truncated,
+        sensitive_files: proposal.sensitive_files,
     }))
 }

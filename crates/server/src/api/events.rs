@@ -41,8 +41,7 @@ use utoipa_axum::routes;
 
 use super::auth::{identify, presented_digest, Caller};
 use super::schema::ErrorBody;
-use super::tasks::visible_task;
-use super::{ApiError, ApiPath, ApiRole, ApiState, ErrorCode};
+use super::{ApiError, ApiPath, ApiState, ErrorCode};
 use crate::hub::{Selection, Subscription};
 
 pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
@@ -252,7 +251,7 @@ async fn task_events(
     headers: HeaderMap,
     uri: Uri,
 ) -> Result<Response, ApiError> {
-    let task = visible_task(&state, &caller, &id).await?;
+    let task = state.tasks.task(&caller, &id).await?;
     let after = parse_cursor(&headers, uri.query())?;
     let check = TokenCheck::new(&state, &headers, &caller)?;
     let subscription = Subscription::new(
@@ -288,7 +287,7 @@ async fn all_events(
 ) -> Result<Response, ApiError> {
     let after = parse_cursor(&headers, uri.query())?;
     let check = TokenCheck::new(&state, &headers, &caller)?;
-    let owner = (caller.role != ApiRole::Admin).then_some(caller.name);
+    let owner = caller.owner_scope().map(str::to_string);
     let subscription = Subscription::new(Arc::clone(&state.hub), Selection::All { owner }, after)
         .await
         .map_err(ApiError::internal)?;

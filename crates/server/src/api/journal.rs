@@ -30,7 +30,6 @@ use warden_store::{RunRef, Store, StoreError};
 
 use super::auth::Caller;
 use super::schema::ErrorBody;
-use super::tasks::visible_task;
 use super::{ApiError, ApiPath, ApiState, ErrorCode};
 use crate::sensitive::JournalRedaction;
 use crate::time::rfc3339;
@@ -179,7 +178,7 @@ async fn task_journal(
     uri: Uri,
 ) -> Result<Json<JournalPage>, ApiError> {
     let query = parse_query(uri.query())?;
-    let task = visible_task(&state, &caller, &id).await?;
+    let task = state.tasks.task(&caller, &id).await?;
     let store = state.store.as_ref();
     let runs: Vec<_> = store
         .list_runs(&task.id)

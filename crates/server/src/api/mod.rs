@@ -4,6 +4,12 @@
 //! what the routes share with the rest of the crate lives there (`crate::time`,
 //! `crate::task_view`, `crate::authority`, `crate::service::RateLimit`).
 //!
+//! The task and approval routes are a transport for [`crate::tasks::TaskService`], the front
+//! door every interface calls: a handler reads the HTTP input (path, query, body, headers, the
+//! authenticated [`Caller`]), calls one service method and renders its answer; the service's
+//! refusals become [`ApiError`]s in one place (`From<ServiceError>`). Who may do what to which
+//! task, and which input a task accepts, is the service's, never a handler's.
+//!
 //! - Bearer tokens from `WARDEN_API_TOKENS` (`name:role:token`, comma-separated), compared in
 //!   constant time (SHA-256 of both sides, then a comparison that looks at every byte of every
 //!   token). Tasks belong to the token's name; only `admin` sees everyone's; `viewer` only reads;
@@ -56,13 +62,13 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
-use tokio::sync::Notify;
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use warden_store::{Store, StoreError};
 
 use crate::service::RateLimit;
+use crate::tasks::{ServiceError, TaskService};
 
 /// Request bodies larger than this are refused with 413.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -203,6 +209,28 @@ impl From<StoreError> for ApiError {
     }
 }
 
+/// The one place the task service's refusals become HTTP answers: each [`ServiceError`]
+/// variant has one status and error code; the message is the service's.
+impl From<ServiceError> for ApiError {
+    fn from(error: ServiceError) -> ApiError {
+        let code = match error {
+            ServiceError::Store(store) => return ApiError::from(store),
+            ServiceError::Internal(failure) => return ApiError::internal(failure),
+            ServiceError::Invalid(_) => ErrorCode::InvalidRequest,
+            ServiceError::InvalidIdempotencyKey => ErrorCode::BadRequest,
+            ServiceError::IdempotencyConflict { .. } => ErrorCode::IdempotencyConflict,
+            ServiceError::NotFound(_) => ErrorCode::NotFound,
+            ServiceError::UnknownRepository { .. } => ErrorCode::UnknownRepository,
+            ServiceError::UnsupportedKind(_) => ErrorCode::UnsupportedKind,
+            ServiceError::Forbidden(_) => ErrorCode::Forbidden,
+            ServiceError::WrongStatus { .. } | ServiceError::Conflict(_) => ErrorCode::Conflict,
+            ServiceError::HashMismatch { .. } => ErrorCode::HashMismatch,
+            ServiceError::AlreadyDecided { .. } => ErrorCode::AlreadyDecided,
+        };
+        ApiError::new(code, error.to_string())
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({"error": {"code": self.code.as_str(), "message": self.message}});
@@ -287,26 +315,6 @@ impl<S: Send + Sync> FromRequestParts<S> for ApiPath<String> {
     }
 }
 
-/// Where `value` (named `name`) holds a NUL character, in a string or an object key: Postgres
-/// stores neither in TEXT nor in JSONB (`\u0000`), so such input is refused up front.
-pub(crate) fn nul_in_json(value: &Value, name: &str) -> Option<String> {
-    match value {
-        Value::String(text) => text.contains('\0').then(|| name.to_string()),
-        Value::Array(items) => items
-            .iter()
-            .enumerate()
-            .find_map(|(index, item)| nul_in_json(item, &format!("{name}[{index}]"))),
-        Value::Object(map) => map.iter().find_map(|(key, item)| {
-            if key.contains('\0') {
-                Some(format!("a key of {name}"))
-            } else {
-                nul_in_json(item, &format!("{name}.{key}"))
-            }
-        }),
-        Value::Null | Value::Bool(_) | Value::Number(_) => None,
-    }
-}
-
 /// Whether `json` opens more than `limit` arrays or objects inside each other (brackets in
 /// strings do not count). Runs on the raw bytes, so a deep body costs no recursion.
 fn json_depth_exceeds(json: &[u8], limit: usize) -> bool {
@@ -343,10 +351,12 @@ fn json_depth_exceeds(json: &[u8], limit: usize) -> bool {
 
 /// What the handlers share. Build it with [`ApiState::new`] (fields may be added).
 pub struct ApiState {
+    /// The front door to tasks: every task and approval route calls it and holds no rule of
+    /// its own.
+    pub tasks: TaskService,
+    /// The service's store: tokens, repositories, usage, journals and metrics are read here.
     pub store: Arc<dyn Store>,
     pub tokens: Tokens,
-    /// Woken after each new task so an idle worker claims it at once.
-    pub wake: Arc<Notify>,
     /// Per-token request budgets.
     pub limiter: RateLimiter,
     /// Failed authentications per client address.
@@ -360,15 +370,6 @@ pub struct ApiState {
     /// `[sandbox] repo_mount_roots`: where registered repositories' own mounts may lie (none:
     /// a registration with mounts is refused).
     pub repo_mount_roots: Vec<std::path::PathBuf>,
-    /// Which `callback.url`s a task may name (none by default).
-    pub callbacks: Arc<crate::callback::CallbackConfig>,
-    /// The runs of this process's workers, stopped at once by the cancel route.
-    pub running: Arc<crate::cancel::RunningTasks>,
-    /// Warden's repository store, whose mirrors hold proposals (`GET /v1/tasks/{id}/diff`);
-    /// `None` serves no diffs.
-    pub repos: Option<warden_repo::RepoStore>,
-    /// Redacts registered secrets from what is shown (diffs).
-    pub redactor: crate::redact::Redactor,
     /// Event fan-out for the SSE routes, and the metrics. [`ApiState::new`] gives one that
     /// only polls the store; give the hub of the store's [`crate::hub::instrument`] with
     /// [`ApiState::with_hub`] for immediate delivery and the workers' counters.
@@ -386,26 +387,23 @@ pub const THROTTLED_LOOKUPS: usize = 2;
 pub const DEFAULT_STREAM_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl ApiState {
-    /// The state with the default rate limit ([`RateLimit::default`]).
-    pub fn new(store: Arc<dyn Store>, tokens: Tokens, wake: Arc<Notify>) -> ApiState {
+    /// The API over `tasks` for `tokens`, with the default rate limit ([`RateLimit::default`]).
+    pub fn new(tasks: TaskService, tokens: Tokens) -> ApiState {
+        let store = Arc::clone(tasks.store());
         ApiState {
             hub: Arc::new(crate::hub::Hub::new(
                 Arc::clone(&store),
                 crate::hub::HubOptions::default(),
             )),
+            tasks,
             store,
             tokens,
-            wake,
             limiter: RateLimiter::new(RateLimit::default()),
             auth_failures: AuthThrottle::new(DEFAULT_AUTH_FAILURE_LIMIT),
             throttled_lookups: Arc::new(tokio::sync::Semaphore::new(THROTTLED_LOOKUPS)),
             streams: events::StreamCounter::new(crate::service::DEFAULT_MAX_STREAMS_PER_TOKEN),
             hosts: HostPolicy::default(),
             repo_mount_roots: Vec::new(),
-            callbacks: Arc::default(),
-            running: Arc::default(),
-            repos: None,
-            redactor: crate::redact::Redactor::default(),
             stream_recheck: DEFAULT_STREAM_RECHECK,
         }
     }
@@ -416,32 +414,9 @@ impl ApiState {
         self
     }
 
-    /// Serves proposal diffs from `repos`' mirrors, redacted with `redactor`.
-    pub fn with_repos(
-        mut self,
-        repos: warden_repo::RepoStore,
-        redactor: crate::redact::Redactor,
-    ) -> ApiState {
-        self.repos = Some(repos);
-        self.redactor = redactor;
-        self
-    }
-
-    /// Shares the workers' registry of runs, so cancelling stops a run of this process at once.
-    pub fn with_running(mut self, running: Arc<crate::cancel::RunningTasks>) -> ApiState {
-        self.running = running;
-        self
-    }
-
     /// Serves events and metrics from `hub` (see [`crate::hub::instrument`]).
     pub fn with_hub(mut self, hub: Arc<crate::hub::Hub>) -> ApiState {
         self.hub = hub;
-        self
-    }
-
-    /// Accepts task callbacks as `config` allows.
-    pub fn with_callbacks(mut self, config: crate::callback::CallbackConfig) -> ApiState {
-        self.callbacks = Arc::new(config);
         self
     }
 
@@ -463,14 +438,14 @@ impl ApiState {
         self
     }
 
-    /// Sets the names (and the listen address, for requests that do not carry their
-    /// connection) the API answers to.
     /// `[sandbox] repo_mount_roots`: where registered repositories' own mounts may lie.
     pub fn with_repo_mount_roots(mut self, roots: Vec<std::path::PathBuf>) -> ApiState {
         self.repo_mount_roots = roots;
         self
     }
 
+    /// Sets the names (and the listen address, for requests that do not carry their
+    /// connection) the API answers to.
     pub fn with_hosts(mut self, hosts: HostPolicy) -> ApiState {
         self.hosts = hosts;
         self

@@ -17,6 +17,7 @@ use warden_store::{NewRepo, Repository};
 use super::auth::{ApiRole, Caller};
 use super::schema::{ErrorBody, RepoPage, RepoView};
 use super::{ApiError, ApiJson, ApiState, ErrorCode};
+use crate::tasks::{valid_repo_name, valid_rev};
 use crate::time::rfc3339;
 
 /// A repository to register.
@@ -44,23 +45,6 @@ struct RegisterRepo {
 
 pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
     OpenApiRouter::new().routes(routes!(list_repos, register_repo))
-}
-
-pub(super) fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 100
-        && !name.starts_with(['.', '-'])
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
-}
-
-/// A revision or branch as given: no option-looking or control-character text.
-pub(super) fn valid_rev(rev: &str) -> bool {
-    !rev.is_empty()
-        && rev.len() <= 200
-        && !rev.starts_with('-')
-        && !rev.chars().any(|c| c.is_control() || c == ' ')
 }
 
 fn repo_json(repo: &Repository) -> Value {
@@ -117,7 +101,7 @@ async fn register_repo(
             "only admin tokens register repositories",
         ));
     }
-    if !valid_name(&request.name) {
+    if !valid_repo_name(&request.name) {
         return Err(ApiError::invalid(
             "name must be 1-100 letters, digits, '.', '_' or '-', not starting with '.' or '-'",
         ));
@@ -169,7 +153,7 @@ async fn register_repo(
         }
         // The server's own paths: its user's home and state directory stay out.
         let user_home = std::env::var_os("HOME").map(std::path::PathBuf::from);
-        let warden_home = state.repos.as_ref().map(|repos| repos.home());
+        let warden_home = state.tasks.repo_store().map(|repos| repos.home());
         let checked = crate::toolchain::check_mount(mount, user_home.as_deref(), warden_home)
             .map_err(ApiError::invalid)?;
         // Only under the directories the operator lists: an API token is not the operator.

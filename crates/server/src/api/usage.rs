@@ -12,7 +12,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use warden_store::{Spend, UsageQuery, UtcDay};
 
-use super::auth::{ApiRole, Caller};
+use super::auth::Caller;
 use super::schema::ErrorBody;
 use super::{ApiError, ApiState, ErrorCode};
 
@@ -129,7 +129,7 @@ async fn usage(
     let summary = state
         .store
         .usage_summary(UsageQuery {
-            owner: (caller.role != ApiRole::Admin).then(|| caller.name.clone()),
+            owner: caller.owner_scope().map(str::to_string),
             since_ms: since.map(UtcDay::start_ms),
         })
         .await?;

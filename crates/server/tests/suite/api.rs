@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tower::ServiceExt;
 use warden_server::api::{router, ApiState, Tokens};
+use warden_server::tasks::TaskService;
 use warden_test_support::git_fixture::TempRepo;
 
 const ADMIN: &str = "admin-token-0123456789-0123456789";
@@ -58,9 +59,8 @@ impl Api {
         .unwrap();
         let wake = Arc::new(Notify::new());
         let router = router(Arc::new(adjust(ApiState::new(
-            store,
+            TaskService::new(store, Arc::clone(&wake)),
             tokens,
-            Arc::clone(&wake),
         ))));
         let repo = TempRepo::new();
         repo.write("src/lib.rs", "pub fn f() {}\n");

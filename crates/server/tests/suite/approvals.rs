@@ -17,6 +17,7 @@ use tower::ServiceExt;
 use warden_protocol::{TaskId, TaskKind, TaskStatus};
 use warden_server::api::{router, ApiState, Tokens};
 use warden_server::publish::requeue_decided_tasks;
+use warden_server::tasks::TaskService;
 use warden_store::{Decision, NewApproval, NewTask, Store, TaskRepo};
 
 const ADMIN: &str = "admin-token-0123456789-0123456789";
@@ -48,9 +49,8 @@ impl Api {
         ))
         .unwrap();
         let router = router(Arc::new(ApiState::new(
-            Arc::clone(&store),
+            TaskService::new(Arc::clone(&store), Arc::new(Notify::new())),
             tokens,
-            Arc::new(Notify::new()),
         )));
         Api {
             router,

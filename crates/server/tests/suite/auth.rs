@@ -13,6 +13,7 @@ use tokio::sync::Notify;
 use tower::ServiceExt;
 use warden_server::api::{mint_token, router, ApiRole, ApiState, Tokens};
 use warden_server::service::RateLimit;
+use warden_server::tasks::TaskService;
 use warden_store::Store;
 use warden_test_support::git_fixture::TempRepo;
 
@@ -65,8 +66,11 @@ impl Api {
         .unwrap();
         let tokens =
             Tokens::parse(&format!("root:admin:{ADMIN},olga:operator:{OPERATOR}")).unwrap();
-        let state = ApiState::new(Arc::clone(&store), tokens, Arc::new(Notify::new()))
-            .with_rate_limit(limit);
+        let state = ApiState::new(
+            TaskService::new(Arc::clone(&store), Arc::new(Notify::new())),
+            tokens,
+        )
+        .with_rate_limit(limit);
         let repo = TempRepo::new();
         repo.write("src/lib.rs", "pub fn f() {}\n");
         repo.commit("initial");

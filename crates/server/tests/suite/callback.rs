@@ -21,6 +21,7 @@ use warden_server::callback::{
     AddressPolicy, CallbackClient, CallbackConfig, CallbackSection, Callbacks, DeliveryError,
     Lookup, LookupFuture, SystemLookup,
 };
+use warden_server::tasks::TaskService;
 use warden_store::{
     ClaimFilter, IntentStatus, ManualClock, NewIntent, NewRepo, Store, StoreOptions,
 };
@@ -167,8 +168,9 @@ impl Setup {
             max_attempts,
         );
         let tokens = Tokens::parse(&format!("alice:operator:{TOKEN}")).unwrap();
-        let state = ApiState::new(Arc::clone(&store), tokens, Arc::new(Notify::new()))
+        let tasks = TaskService::new(Arc::clone(&store), Arc::new(Notify::new()))
             .with_callbacks(config.clone());
+        let state = ApiState::new(tasks, tokens);
         Setup {
             _dir: dir,
             store,
@@ -451,9 +453,8 @@ async fn submissions_are_checked_at_the_api() {
     // A server without a callback secret refuses every callback, saying why.
     let tokens = Tokens::parse(&format!("alice:operator:{TOKEN}")).unwrap();
     let plain = router(Arc::new(ApiState::new(
-        Arc::clone(&setup.store),
+        TaskService::new(Arc::clone(&setup.store), Arc::new(Notify::new())),
         tokens,
-        Arc::new(Notify::new()),
     )));
     let request = Request::builder()
         .method(Method::POST)

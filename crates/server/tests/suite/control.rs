@@ -15,6 +15,7 @@ use warden_protocol::{Event, TaskId, TaskStatus};
 use warden_runtime::CancelFlag;
 use warden_server::api::{router, ApiState, Tokens};
 use warden_server::cancel::RunningTasks;
+use warden_server::tasks::TaskService;
 use warden_store::{Claim, ClaimFilter, EventStream, RunJournal, Store, StoreError, UsageEntry};
 use warden_test_support::git_fixture::TempRepo;
 
@@ -71,10 +72,11 @@ impl Api {
         .unwrap();
         let wake = Arc::new(Notify::new());
         let running = Arc::new(RunningTasks::default());
-        let router = router(Arc::new(
-            ApiState::new(Arc::clone(&store), tokens, Arc::clone(&wake))
+        let router = router(Arc::new(ApiState::new(
+            TaskService::new(Arc::clone(&store), Arc::clone(&wake))
                 .with_running(Arc::clone(&running)),
-        ));
+            tokens,
+        )));
         let repo = TempRepo::new();
         repo.write("src/lib.rs", "pub fn f() {}\n");
         repo.commit("initial");

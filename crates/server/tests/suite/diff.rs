@@ -20,6 +20,7 @@ use warden_protocol::{
 use warden_repo::{RepoSpec, RepoStore};
 use warden_server::api::{router, ApiState, Tokens};
 use warden_server::redact::Redactor;
+use warden_server::tasks::TaskService;
 use warden_store::{ClaimFilter, NewRepo, NewTask, Store, TaskRepo};
 use warden_test_support::git_fixture::TempRepo;
 
@@ -92,8 +93,9 @@ async fn fixture() -> Fixture {
         "root:admin:{ADMIN},alice:operator:{ALICE},bob:operator:{BOB}"
     ))
     .unwrap();
-    let state = ApiState::new(Arc::clone(&store), tokens, Arc::new(Notify::new()))
+    let tasks = TaskService::new(Arc::clone(&store), Arc::new(Notify::new()))
         .with_repos(repos.clone(), Redactor::new([REGISTERED.to_string()]));
+    let state = ApiState::new(tasks, tokens);
     Fixture {
         router: router(Arc::new(state)),
         store,

@@ -17,6 +17,7 @@ use warden_protocol::{
 use warden_repo::{RepoSpec, RepoStore};
 use warden_server::api::{router, ApiState, Tokens};
 use warden_server::redact::Redactor;
+use warden_server::tasks::TaskService;
 use warden_store::{ClaimFilter, NewRepo, NewTask, TaskRepo};
 use warden_test_support::git_fixture::TempRepo;
 
@@ -70,8 +71,9 @@ async fn quoted_and_deleted_sensitive_files_keep_their_values_hidden() {
         .await
         .unwrap();
     let tokens = Tokens::parse(&format!("alice:operator:{ALICE}")).unwrap();
-    let state = ApiState::new(Arc::clone(&store), tokens, Arc::new(Notify::new()))
+    let tasks = TaskService::new(Arc::clone(&store), Arc::new(Notify::new()))
         .with_repos(repos.clone(), Redactor::new(Vec::<String>::new()));
+    let state = ApiState::new(tasks, tokens);
     let app = router(Arc::new(state));
 
     // A completed change task whose proposal is `commit`.

@@ -17,6 +17,7 @@ use warden_protocol::{Event, TaskId, TaskKind, TaskStatus};
 use warden_server::api::{router, ApiRole, ApiState, Tokens};
 use warden_server::hub::{self, Hub, HubOptions};
 use warden_server::service::RateLimit;
+use warden_server::tasks::TaskService;
 use warden_store::new_task_id;
 use warden_store::{ClaimFilter, NewTask, Store, UsageEntry};
 
@@ -55,8 +56,11 @@ impl Events {
             "root:admin:{ADMIN},alice:operator:{ALICE},bob:operator:{BOB}"
         ))
         .unwrap();
-        let state = ApiState::new(Arc::clone(&store), tokens, Arc::new(Notify::new()))
-            .with_hub(Arc::clone(&hub));
+        let state = ApiState::new(
+            TaskService::new(Arc::clone(&store), Arc::new(Notify::new())),
+            tokens,
+        )
+        .with_hub(Arc::clone(&hub));
         Events {
             router: router(Arc::new(state)),
             store,
@@ -672,13 +676,16 @@ async fn a_revoked_tokens_open_stream_ends_before_the_next_message() {
     api.store.create_api_token(row).await.unwrap();
     let tokens = Tokens::parse(&format!("root:admin:{ADMIN}")).unwrap();
     // Checked before every message and keep-alive; a burst of two requests per token.
-    let state = ApiState::new(Arc::clone(&api.store), tokens, Arc::new(Notify::new()))
-        .with_hub(Arc::clone(&api.hub))
-        .with_stream_recheck(Duration::ZERO)
-        .with_rate_limit(RateLimit {
-            per_minute: 1,
-            burst: 2,
-        });
+    let state = ApiState::new(
+        TaskService::new(Arc::clone(&api.store), Arc::new(Notify::new())),
+        tokens,
+    )
+    .with_hub(Arc::clone(&api.hub))
+    .with_stream_recheck(Duration::ZERO)
+    .with_rate_limit(RateLimit {
+        per_minute: 1,
+        burst: 2,
+    });
     let router = router(Arc::new(state));
     let send = |method: &str, uri: String, token: &str| {
         let request = Request::builder()

@@ -17,6 +17,7 @@ use tokio::sync::Notify;
 use tower::ServiceExt;
 use warden_server::api::{openapi, router, ApiState, HostPolicy, Tokens};
 use warden_server::service::RateLimit;
+use warden_server::tasks::TaskService;
 
 const ADMIN: &str = "admin-token-0123456789-0123456789";
 const ALICE: &str = "alice-token-0123456789-0123456789";
@@ -30,7 +31,10 @@ async fn api(configure: impl FnOnce(ApiState) -> ApiState) -> (Router, tempfile:
     .await
     .unwrap();
     let tokens = Tokens::parse(&format!("root:admin:{ADMIN},alice:operator:{ALICE}")).unwrap();
-    let state = configure(ApiState::new(store, tokens, Arc::new(Notify::new())));
+    let state = configure(ApiState::new(
+        TaskService::new(store, Arc::new(Notify::new())),
+        tokens,
+    ));
     (router(Arc::new(state)), dir)
 }
 

@@ -17,6 +17,7 @@ use tower::ServiceExt;
 use warden_protocol::{TaskId, TaskKind, TaskStatus};
 use warden_server::api::{router, ApiState, Tokens, MAX_BODY_BYTES};
 use warden_server::service::RateLimit;
+use warden_server::tasks::TaskService;
 use warden_store::new_task_id;
 use warden_store::{ClaimFilter, NewTask, Store};
 use warden_test_support::git_fixture::TempRepo;
@@ -48,12 +49,15 @@ impl Api {
     fn new(store: Arc<dyn Store>, limit: RateLimit) -> Api {
         let tokens = Tokens::parse(&format!("root:admin:{ADMIN},alice:operator:{ALICE}")).unwrap();
         // These tests fail authentication on purpose, many times over.
-        let state = ApiState::new(Arc::clone(&store), tokens, Arc::new(Notify::new()))
-            .with_rate_limit(limit)
-            .with_auth_failure_limit(RateLimit {
-                per_minute: 100_000,
-                burst: 100_000,
-            });
+        let state = ApiState::new(
+            TaskService::new(Arc::clone(&store), Arc::new(Notify::new())),
+            tokens,
+        )
+        .with_rate_limit(limit)
+        .with_auth_failure_limit(RateLimit {
+            per_minute: 100_000,
+            burst: 100_000,
+        });
         Api {
             router: router(Arc::new(state)),
             store,
