@@ -16,7 +16,7 @@ use warden_server::config::Config;
 use warden_server::local::{self, Local, LocalError, Submission};
 
 use crate::progress::StderrProgress;
-use crate::{ask, render, run, text, usage};
+use crate::{render, text, usage};
 
 /// A front-door error as the CLI reports it: refusals exit 2.
 fn cli_error(error: LocalError) -> anyhow::Error {
@@ -26,10 +26,8 @@ fn cli_error(error: LocalError) -> anyhow::Error {
     }
 }
 
-async fn open(config: &Config) -> anyhow::Result<Local> {
-    Local::open(Arc::new(config.clone()))
-        .await
-        .map_err(cli_error)
+async fn open(config: Config) -> anyhow::Result<Local> {
+    Local::open(Arc::new(config)).await.map_err(cli_error)
 }
 
 fn task_id(text: &str) -> anyhow::Result<TaskId> {
@@ -45,7 +43,7 @@ fn parse_repos(arguments: &[String]) -> anyhow::Result<Vec<RepoSpec>> {
 }
 
 /// `warden ask`.
-pub async fn ask(config: &Config, args: ask::AskArgs) -> anyhow::Result<u8> {
+pub async fn ask(config: Config, args: crate::ask::AskArgs) -> anyhow::Result<u8> {
     let question = args.question.trim().to_string();
     if question.is_empty() {
         return Err(usage(anyhow::anyhow!("the question is empty")));
@@ -71,7 +69,7 @@ pub async fn ask(config: &Config, args: ask::AskArgs) -> anyhow::Result<u8> {
 }
 
 /// `warden run`.
-pub async fn run(config: &Config, args: run::RunArgs) -> anyhow::Result<u8> {
+pub async fn run(config: Config, args: crate::run::RunArgs) -> anyhow::Result<u8> {
     let request = args.request.trim().to_string();
     if request.is_empty() {
         return Err(usage(anyhow::anyhow!("the change request is empty")));
@@ -124,7 +122,11 @@ async fn follow_and_print(
 }
 
 /// `--apply`: the proposal fetched into the (local) repository as branch `warden/<task-id>`.
-async fn apply_after_run(local: &Local, id: &TaskId, progress: &StderrProgress) -> anyhow::Result<()> {
+async fn apply_after_run(
+    local: &Local,
+    id: &TaskId,
+    progress: &StderrProgress,
+) -> anyhow::Result<()> {
     let task = local.task(id).await.map_err(cli_error)?;
     if proposal_of(&task).is_none() {
         return Ok(());
@@ -161,29 +163,118 @@ fn proposal_of(task: &warden_store::Task) -> Option<warden_protocol::Proposal> {
 
 /// `warden answer TASK TEXT`: a task waiting for input resumes with the answer; a finished one
 /// is continued by a follow-up of its kind (a change on its proposal).
-pub async fn answer(config: &Config, task: &str, reply: &str, json: bool) -> anyhow::Result<u8> {
+pub async fn answer(config: Config, task: &str, reply: &str, json: bool) -> anyhow::Result<u8> {
     let id = task_id(task)?;
-    let reply = reply.trim();
-    if reply.is_empty() {
+    if reply.trim().is_empty() {
         return Err(usage(anyhow::anyhow!("the answer is empty")));
     }
     let local = open(config).await?;
-    let earlier = local.task(&id).await.map_err(cli_error)?;
-    let progress = StderrProgress::new();
-    let next = local
-        .answer(&earlier, reply, &|line| progress.line(line))
-        .await
-        .map_err(cli_error)?;
+    let next = local.answer(&id, reply).await.map_err(cli_error)?;
     if next.id == id {
         eprintln!("warden: {id} resumes");
     } else {
         eprintln!("warden: {id} had ended; the answer started {}", next.id);
     }
+    let progress = StderrProgress::new();
     follow_and_print(&local, &next.id, json, &progress).await
 }
 
+/// `warden approve ID --hash H`: decided through the front door, then the task runs here:
+/// its proposal is published. Approving again with the same hash resumes a publication a
+/// crash interrupted.
+pub async fn approve(config: Config, args: crate::approve::ApproveArgs) -> anyhow::Result<u8> {
+    let mut config = config;
+    if let Some(text) = &args.github {
+        let github = warden_server::github::GithubRepo::parse(text)
+            .ok_or_else(|| usage(anyhow::anyhow!("--github {text:?} is not owner/name")))?;
+        // This process publishes: the repository's target is the one given.
+        let store = warden_server::serve::open_store(&local::database_url(&config.home)).await?;
+        let approval = store
+            .get_approval(args.id.trim())
+            .await?
+            .ok_or_else(|| usage(anyhow::anyhow!("approval {} not found", args.id.trim())))?;
+        let task = store
+            .get_task(&approval.task)
+            .await?
+            .ok_or_else(|| usage(anyhow::anyhow!("approval {} has no task", args.id.trim())))?;
+        drop(store);
+        for repo in &task.repos {
+            config.github.targets.retain(|t| t.repo != repo.name);
+            config
+                .github
+                .targets
+                .push(warden_server::config::PublishTarget {
+                    repo: repo.name.clone(),
+                    github: github.clone(),
+                    base: None,
+                });
+        }
+    }
+    let local = open(config).await?;
+    let decided = match local
+        .decide(
+            args.id.trim(),
+            warden_store::Decision::Approve,
+            Some(args.hash.trim()),
+        )
+        .await
+    {
+        Ok(decided) => decided,
+        Err(refusal) => {
+            // Approved before and its publication did not finish (a crash): resume it.
+            let approval = local
+                .tasks
+                .approval(&local::principal(), args.id.trim())
+                .await
+                .ok();
+            match approval {
+                Some(approval)
+                    if approval.status == warden_store::ApprovalStatus::Approved
+                        && approval.subject_hash == args.hash.trim()
+                        && !local
+                            .task(&approval.task)
+                            .await
+                            .map_err(cli_error)?
+                            .status
+                            .is_terminal() =>
+                {
+                    eprintln!(
+                        "warden: resuming the publication approved by {}",
+                        approval.id
+                    );
+                    approval
+                }
+                _ => return Err(cli_error(refusal)),
+            }
+        }
+    };
+    eprintln!(
+        "warden: approved {}; publishing task {}",
+        decided.id, decided.task
+    );
+    let progress = StderrProgress::new();
+    follow_and_print(&local, &decided.task, false, &progress).await
+}
+
+/// `warden reject ID`: nothing is published; the task ends with its proposal unpublished.
+pub async fn reject(config: Config, args: crate::approve::RejectArgs) -> anyhow::Result<u8> {
+    let local = open(config).await?;
+    let decided = local
+        .decide(args.id.trim(), warden_store::Decision::Reject, None)
+        .await
+        .map_err(cli_error)?;
+    let progress = StderrProgress::new();
+    let interrupt = std::future::pending::<()>();
+    local
+        .drive(&decided.task, &|event| progress.emit(event), interrupt)
+        .await
+        .map_err(cli_error)?;
+    println!("rejected {}: nothing was published", decided.id);
+    Ok(0)
+}
+
 /// `warden show`.
-pub async fn show(config: &Config, task: &str, json: bool) -> anyhow::Result<u8> {
+pub async fn show(config: Config, task: &str, json: bool) -> anyhow::Result<u8> {
     let id = task_id(task)?;
     let local = open(config).await?;
     let task = local.task(&id).await.map_err(cli_error)?;
@@ -191,7 +282,7 @@ pub async fn show(config: &Config, task: &str, json: bool) -> anyhow::Result<u8>
 }
 
 /// `warden tasks`.
-pub async fn tasks(config: &Config, json: bool) -> anyhow::Result<u8> {
+pub async fn tasks(config: Config, json: bool) -> anyhow::Result<u8> {
     let local = open(config).await?;
     let tasks: Vec<_> = local
         .list(200)
@@ -207,7 +298,7 @@ pub async fn tasks(config: &Config, json: bool) -> anyhow::Result<u8> {
 /// `warden logs TASK`: every run's journal, its hash chain verified; `--follow` runs the task
 /// here if it still waits for a worker (a run of a process that died is re-queued once its
 /// lease expires and resumes from its journal) and prints its result.
-pub async fn logs(config: &Config, task: &str, follow: bool, json: bool) -> anyhow::Result<u8> {
+pub async fn logs(config: Config, task: &str, follow: bool, json: bool) -> anyhow::Result<u8> {
     let id = task_id(task)?;
     let local = open(config).await?;
     if follow {
@@ -239,7 +330,7 @@ pub async fn logs(config: &Config, task: &str, follow: bool, json: bool) -> anyh
 }
 
 /// `warden diff TASK`.
-pub async fn diff(config: &Config, args: &crate::diff::DiffArgs) -> anyhow::Result<u8> {
+pub async fn diff(config: Config, args: &crate::diff::DiffArgs) -> anyhow::Result<u8> {
     let id = task_id(&args.task)?;
     let local = open(config).await?;
     let (proposal, diff, truncated) = local.diff(&id).await.map_err(cli_error)?;
@@ -258,7 +349,7 @@ pub async fn diff(config: &Config, args: &crate::diff::DiffArgs) -> anyhow::Resu
 }
 
 /// `warden apply TASK`: the proposal fetched into a repository as a branch.
-pub async fn apply(config: &Config, args: crate::apply::ApplyArgs) -> anyhow::Result<u8> {
+pub async fn apply(config: Config, args: crate::apply::ApplyArgs) -> anyhow::Result<u8> {
     let id = task_id(&args.task)?;
     let local = open(config).await?;
     let task = local.task(&id).await.map_err(cli_error)?;
@@ -277,6 +368,16 @@ pub async fn apply(config: &Config, args: crate::apply::ApplyArgs) -> anyhow::Re
         (None, Source::Path(path)) => path.clone(),
         _ => std::env::current_dir().context("cannot read the current directory")?,
     };
-    let branch = args.branch.clone().unwrap_or_else(|| format!("warden/{id}"));
-    crate::apply::fetch(local.services.repos.git(), &mirror, &id, &proposal, &target, &branch)
+    let branch = args
+        .branch
+        .clone()
+        .unwrap_or_else(|| format!("warden/{id}"));
+    crate::apply::fetch(
+        local.services.repos.git(),
+        &mirror,
+        &id,
+        &proposal,
+        &target,
+        &branch,
+    )
 }

@@ -235,21 +235,23 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     )
     .map_err(usage)?;
     match cli.command {
-        Command::Ask(args) => tokio_runtime()?.block_on(local_cli::ask(&config, args)),
-        Command::Run(args) => tokio_runtime()?.block_on(local_cli::run(&config, args)),
-        Command::Diff(args) => tokio_runtime()?.block_on(local_cli::diff(&config, &args)),
-        Command::Apply(args) => tokio_runtime()?.block_on(local_cli::apply(&config, args)),
-        Command::Approve(args) => tokio_runtime()?.block_on(local_cli::approve(&config, args)),
-        Command::Reject(args) => tokio_runtime()?.block_on(local_cli::reject(&config, args)),
-        Command::Show { task, json } => tokio_runtime()?.block_on(local_cli::show(&config, &task, json)),
-        Command::Tasks { json } => tokio_runtime()?.block_on(local_cli::tasks(&config, json)),
+        Command::Ask(args) => tokio_runtime()?.block_on(local_cli::ask(config, args)),
+        Command::Run(args) => tokio_runtime()?.block_on(local_cli::run(config, args)),
+        Command::Diff(args) => tokio_runtime()?.block_on(local_cli::diff(config, &args)),
+        Command::Apply(args) => tokio_runtime()?.block_on(local_cli::apply(config, args)),
+        Command::Approve(args) => tokio_runtime()?.block_on(local_cli::approve(config, args)),
+        Command::Reject(args) => tokio_runtime()?.block_on(local_cli::reject(config, args)),
+        Command::Show { task, json } => {
+            tokio_runtime()?.block_on(local_cli::show(config, &task, json))
+        }
+        Command::Tasks { json } => tokio_runtime()?.block_on(local_cli::tasks(config, json)),
         Command::Logs { task, follow, json } => {
-            tokio_runtime()?.block_on(local_cli::logs(&config, &task, follow, json))
+            tokio_runtime()?.block_on(local_cli::logs(config, &task, follow, json))
         }
         Command::Cancel { .. } => Err(needs_server("cancel")),
         Command::Retry { .. } => Err(needs_server("retry")),
         Command::Answer { task, text, json } => {
-            tokio_runtime()?.block_on(local_cli::answer(&config, &task, &text, json))
+            tokio_runtime()?.block_on(local_cli::answer(config, &task, &text, json))
         }
         Command::Repos { .. } => Err(needs_server("repos")),
         // Normally answered above, before the configuration had to load.

@@ -9,7 +9,7 @@ use crate::progress::StderrProgress;
 use crate::remote::{self, Remote, RemoteOptions};
 use crate::{render, text, usage, Command};
 use serde_json::{json, Value};
-use warden_protocol::{ChangeResult, QuestionResult, TaskId, TaskKind, TaskStatus};
+use warden_protocol::{TaskId, TaskStatus};
 use warden_runtime::EventSink;
 
 /// Exit code when Ctrl-C stopped following (the shell's convention for SIGINT).
@@ -216,7 +216,7 @@ fn with_repos(mut body: Value, repos: Vec<String>) -> Value {
     body
 }
 
-async fn ask_remote(remote: &Remote, args: ask::AskArgs) -> anyhow::Result<u8> {
+async fn ask_remote(remote: &Remote, args: crate::ask::AskArgs) -> anyhow::Result<u8> {
     let question = args.question.trim();
     if question.is_empty() {
         return Err(usage(anyhow::anyhow!("the question is empty")));
@@ -235,7 +235,7 @@ async fn ask_remote(remote: &Remote, args: ask::AskArgs) -> anyhow::Result<u8> {
     submit_and_follow(remote, with_repos(body, repos), args.json).await
 }
 
-async fn run_remote(remote: &Remote, args: run::RunArgs) -> anyhow::Result<u8> {
+async fn run_remote(remote: &Remote, args: crate::run::RunArgs) -> anyhow::Result<u8> {
     let request = args.request.trim();
     if request.is_empty() {
         return Err(usage(anyhow::anyhow!("the change request is empty")));

@@ -143,4 +143,3 @@ pub fn print_run_timeline(id: &TaskId, run: Option<&Value>, records: &[Value]) {
         print!("{}", crate::timeline::render(records));
     }
 }
-

@@ -19,17 +19,22 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::{json, Value};
 use tokio::sync::watch;
-use warden_protocol::{ChangeOutcome, ChangeResult, Event, TaskId, TaskKind, TaskStatus};
-use warden_repo::{RepoSpec, Source};
-use warden_store::{EventStream, NewTask, Store, Task, TaskRepo};
+use warden_protocol::{Event, TaskId, TaskKind, TaskStatus};
+use warden_repo::RepoSpec;
+use warden_store::{EventStream, Store, Task, TaskRepo};
 
-use crate::change::{ChangeOptions, OPTIONS_METADATA_KEY};
 use crate::config::Config;
 use crate::question::{self, SetupError};
+use crate::tasks::{PinnedRepos, Principal, Role, ServiceError, TaskService};
 use crate::worker::{self, Services, WorkerOptions};
 
 /// The in-process tasks' database, under `WARDEN_HOME`.
 pub const DATABASE_FILE: &str = "local.db";
+
+/// The in-process tasks' database URL under `home`.
+pub fn database_url(home: &std::path::Path) -> String {
+    format!("sqlite://{}", home.join(DATABASE_FILE).display())
+}
 
 /// The owner of in-process tasks.
 pub const OWNER: &str = "local";
@@ -65,9 +70,33 @@ pub struct Submission {
     pub publish: bool,
 }
 
-/// The local store, the worker's services and this process's worker.
+/// The local store, the worker's services and this process's worker, and the front door
+/// every interface calls.
 pub struct Local {
     pub services: Arc<Services>,
+    pub tasks: TaskService,
+}
+
+/// Who acts in-process: the person at this machine, who owns every local task and decides
+/// their approvals.
+pub fn principal() -> Principal {
+    Principal {
+        name: OWNER.into(),
+        role: Role::Admin,
+    }
+}
+
+/// A refusal of the front door as this one reports it: the service's message, exit 2 for
+/// what the person asked (anything but a store or internal failure).
+impl From<ServiceError> for LocalError {
+    fn from(error: ServiceError) -> LocalError {
+        match error {
+            ServiceError::Store(_) | ServiceError::Internal(_) => {
+                LocalError::Failed(anyhow::Error::new(error))
+            }
+            refusal => LocalError::Usage(refusal.to_string()),
+        }
+    }
 }
 
 impl Local {
@@ -75,8 +104,7 @@ impl Local {
     /// and the hub the worker uses. A model that cannot be built (a missing key) is a usage
     /// error naming what to set.
     pub async fn open(config: Arc<Config>) -> Result<Local, LocalError> {
-        let url = format!("sqlite://{}", config.home.join(DATABASE_FILE).display());
-        let store = crate::serve::open_store(&url).await?;
+        let store = crate::serve::open_store(&database_url(&config.home)).await?;
         let services = crate::serve::services(config, store)
             .await
             .map_err(
@@ -85,7 +113,10 @@ impl Local {
                     Err(other) => LocalError::Failed(other),
                 },
             )?;
-        Ok(Local { services })
+        let tasks = TaskService::new(Arc::clone(&services.store), Arc::clone(&services.wake))
+            .with_running(Arc::clone(&services.running))
+            .with_repos(services.repos.clone(), services.redactor.clone());
+        Ok(Local { services, tasks })
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -94,11 +125,13 @@ impl Local {
 
     /// The task, or a usage error naming it.
     pub async fn task(&self, id: &TaskId) -> Result<Task, LocalError> {
-        self.store()
-            .get_task(id)
-            .await
-            .context("cannot read the task")?
-            .ok_or_else(|| usage(format!("no task {id} in {}", self.database_display())))
+        match self.tasks.task(&principal(), id.as_str()).await {
+            Err(ServiceError::NotFound(_)) => Err(usage(format!(
+                "no task {id} in {}",
+                self.database_display()
+            ))),
+            other => Ok(other?),
+        }
     }
 
     fn database_display(&self) -> String {
@@ -110,57 +143,80 @@ impl Local {
             .to_string()
     }
 
-    /// Pins the repositories (progress through `progress`) and stores the task, queued.
+    /// Pins the repositories given by path or URL (progress through `progress`) and submits
+    /// the task through the front door every interface uses. Without repositories a follow-up
+    /// continues on its task's commits (a change on its proposal) and nothing is pinned.
     pub async fn submit(
         &self,
         submission: Submission,
         progress: &(dyn Fn(&str) + Send + Sync),
     ) -> Result<Task, LocalError> {
-        let earlier = match &submission.follow_up_to {
-            Some(id) => Some(self.earlier(id, submission.kind).await?),
-            None => None,
-        };
-        let specs = match (&earlier, submission.repos.is_empty()) {
-            (_, false) => submission.repos.clone(),
-            (Some(earlier), true) => follow_up_specs(earlier)?,
-            (None, true) => {
-                return Err(usage(match submission.kind {
-                    TaskKind::Change => {
-                        "name the repository with --repo PATH|URL[@REV] (or continue a task \
-                         with --follow-up TASK)"
-                    }
-                    _ => "name at least one repository with --repo PATH|URL[@REV]",
-                }))
-            }
-        };
-        if submission.kind == TaskKind::Change && specs.len() != 1 {
+        let kind = submission.kind;
+        if submission.repos.is_empty() && submission.follow_up_to.is_none() {
+            return Err(usage(match kind {
+                TaskKind::Change => {
+                    "name the repository with --repo PATH|URL[@REV] (or continue a task with \
+                     --follow-up TASK)"
+                }
+                _ => "name at least one repository with --repo PATH|URL[@REV]",
+            }));
+        }
+        if let Some(id) = &submission.follow_up_to {
+            self.check_follow_up(id, kind).await?;
+        }
+        if kind == TaskKind::Change && submission.repos.len() > 1 {
             return Err(usage("a change task works on exactly one repository"));
         }
-        let checks = match (&submission.checks, &earlier) {
-            (Some(checks), _) => checks.clone(),
-            // A follow-up runs the checks its task ran, unless new ones are given.
-            (None, Some(earlier)) => ChangeOptions::from_metadata(&earlier.metadata)
-                .ok()
-                .and_then(|options| options.checks)
-                .unwrap_or_default(),
-            (None, None) => Vec::new(),
-        };
-        if submission.publish {
+        if submission.publish && submission.repos.iter().any(RepoSpec::wants_work_tree) {
             // Refused before anything is pinned or asked of a model.
-            if specs[0].wants_work_tree() {
-                return Err(usage(
-                    "cannot publish a change made on @worktree: the snapshot's uncommitted \
-                     files would be pushed without review; commit them and run on HEAD, or \
-                     leave out --publish",
-                ));
-            }
-            crate::publish::publish_remote(self.services.repos.git(), &specs[0].source)
-                .map_err(usage)?;
+            return Err(usage(
+                "cannot publish a change made on @worktree: the snapshot's uncommitted files \
+                 would be pushed without review; commit them and run on HEAD, or leave out \
+                 --publish",
+            ));
         }
+        if submission.publish {
+            if let Some(spec) = submission.repos.first() {
+                crate::publish::publish_remote(self.services.repos.git(), &spec.source)
+                    .map_err(usage)?;
+            }
+        }
+        let pinned = if submission.repos.is_empty() {
+            None
+        } else {
+            Some(self.pin(&submission.repos, progress).await?)
+        };
+        let submitted = self
+            .tasks
+            .submit(
+                &principal(),
+                crate::tasks::Submission {
+                    checks: (kind == TaskKind::Change)
+                        .then_some(submission.checks)
+                        .flatten(),
+                    publish: (kind == TaskKind::Change).then_some(submission.publish),
+                    follow_up_to: submission.follow_up_to.map(|id| id.to_string()),
+                    baseline: submission.baseline,
+                    pinned,
+                    ..crate::tasks::Submission::new(kind, submission.prompt, Vec::new())
+                },
+                None,
+            )
+            .await?;
+        Ok(submitted.task)
+    }
 
+    /// Pins `specs` into Warden's mirrors and snapshots, reporting progress; a snapshot a disk
+    /// budget refuses leaves its repository unpinned, so the task's run fails visibly with
+    /// `quota_exceeded` and a result.
+    async fn pin(
+        &self,
+        specs: &[RepoSpec],
+        progress: &(dyn Fn(&str) + Send + Sync),
+    ) -> Result<PinnedRepos, LocalError> {
         // Pinning and the snapshots run git and write files: blocking work.
         let repo_store = self.services.repos.clone();
-        let pin_specs = specs.clone();
+        let pin_specs = specs.to_vec();
         let (lines, mut received) = tokio::sync::mpsc::unbounded_channel::<String>();
         let pinning = tokio::task::spawn_blocking(move || {
             question::pin_all(&repo_store, &pin_specs, &|line| {
@@ -171,8 +227,8 @@ impl Local {
             progress(&line);
         }
         let pinned = pinning.await.context("pinning the repositories crashed")?;
-        let (repos, notices) = match pinned {
-            Ok(repos) => (
+        match pinned {
+            Ok(repos) => Ok(PinnedRepos::new(
                 repos
                     .iter()
                     .map(|repo| TaskRepo {
@@ -183,10 +239,8 @@ impl Local {
                     })
                     .collect(),
                 question::repo_notices(&repos),
-            ),
-            // A disk budget refused a snapshot: the task is stored anyway and its run fails
-            // visibly (`quota_exceeded`), with a result.
-            Err(SetupError::Quota(_)) => (
+            )),
+            Err(SetupError::Quota(_)) => Ok(PinnedRepos::new(
                 specs
                     .iter()
                     .map(|spec| TaskRepo {
@@ -197,47 +251,15 @@ impl Local {
                     })
                     .collect(),
                 Vec::new(),
-            ),
-            Err(SetupError::Usage(message)) => return Err(usage(message)),
-            Err(SetupError::Infrastructure(message)) => {
-                return Err(LocalError::Failed(anyhow::anyhow!(message)))
-            }
-        };
-        let options = ChangeOptions {
-            checks: (submission.kind == TaskKind::Change).then_some(checks),
-            publish: submission.publish,
-            baseline: submission.baseline,
-            notices,
-        };
-        let mut metadata = json!({});
-        if options != ChangeOptions::default() {
-            metadata[OPTIONS_METADATA_KEY] =
-                serde_json::to_value(&options).context("cannot store the task's options")?;
+            )),
+            Err(SetupError::Usage(message)) => Err(usage(message)),
+            Err(SetupError::Infrastructure(message)) => Err(anyhow::anyhow!(message).into()),
         }
-        let created = self
-            .store()
-            .create_task(
-                NewTask {
-                    id: warden_store::new_task_id().context("cannot make a task id")?,
-                    kind: submission.kind,
-                    owner: OWNER.into(),
-                    prompt: submission.prompt,
-                    repos,
-                    priority: 0,
-                    follow_up_to: earlier.map(|e| e.id),
-                    retry_of: None,
-                    metadata,
-                    callback_url: None,
-                },
-                None,
-            )
-            .await
-            .context("cannot store the task")?;
-        Ok(created.task().clone())
     }
 
-    /// The task a follow-up continues: of the same kind, and not still running.
-    async fn earlier(&self, id: &TaskId, kind: TaskKind) -> Result<Task, LocalError> {
+    /// A follow-up continues a task of its kind that is not still running, with the advice
+    /// the person needs when it does not.
+    async fn check_follow_up(&self, id: &TaskId, kind: TaskKind) -> Result<(), LocalError> {
         let earlier = self.task(id).await?;
         match (earlier.kind, kind) {
             (TaskKind::Change, TaskKind::Question) => {
@@ -259,7 +281,7 @@ impl Local {
                 warden_store::state::status_name(earlier.status)
             )));
         }
-        Ok(earlier)
+        Ok(())
     }
 
     /// Runs this process's worker on `id` until the task no longer waits for one (it finished,
@@ -334,32 +356,13 @@ impl Local {
         }
     }
 
-    /// Cancels the task (Ctrl-C): its run stops at once.
+    /// Cancels the task (Ctrl-C) through the front door: its run stops at once.
     pub async fn cancel(&self, id: &TaskId) -> Result<Task, LocalError> {
-        let store = self.store();
-        for _ in 0..8 {
-            let task = self.task(id).await?;
-            if task.status.is_terminal() {
-                return Ok(task);
-            }
-            let spend = store
-                .spend_for_task(id)
-                .await
-                .context("cannot read the task's spend")?;
-            let result = crate::task_view::cancelled_result(&task, "Ctrl-C", &spend);
-            match store
-                .transition(id, task.status, TaskStatus::Cancelled, Some(result))
-                .await
-            {
-                Ok(cancelled) => {
-                    self.services.running.stop(id);
-                    return Ok(cancelled);
-                }
-                Err(warden_store::StoreError::StatusConflict { .. }) => continue,
-                Err(error) => return Err(anyhow::Error::new(error).into()),
-            }
+        match self.tasks.cancel(&principal(), id.as_str()).await {
+            // Ended meanwhile: its result stands.
+            Err(ServiceError::Conflict(_)) => self.task(id).await,
+            other => Ok(other?),
         }
-        Err(anyhow::anyhow!("task {id} kept changing status; try again").into())
     }
 }
 
@@ -464,58 +467,30 @@ impl Local {
 }
 
 impl Local {
-    /// Answers the task: one waiting for input resumes with the answer as the next message of
-    /// its conversation; a finished one is continued by a follow-up of its kind (a change on
-    /// its proposal) with the answer as its request. Returns the task to follow.
-    pub async fn answer(
+    /// Answers task `id` through the front door: one waiting for input resumes with the
+    /// answer; a finished one is continued by a follow-up of its kind (a change on its
+    /// proposal). Returns the task to follow.
+    pub async fn answer(&self, id: &TaskId, text: &str) -> Result<Task, LocalError> {
+        Ok(self
+            .tasks
+            .post_message(&principal(), id.as_str(), text)
+            .await?)
+    }
+
+    /// Decides approval `id` (bound to `hash`) through the front door; returns the task it
+    /// belongs to, queued again to publish or to end unpublished.
+    pub async fn decide(
         &self,
-        task: &Task,
-        text: &str,
-        progress: &(dyn Fn(&str) + Send + Sync),
-    ) -> Result<Task, LocalError> {
-        if task.status == TaskStatus::WaitingInput {
-            let answered = match self.store().answer_task(&task.id, text, OWNER).await {
-                Ok(answered) => answered,
-                Err(warden_store::StoreError::StatusConflict { actual, .. }) => {
-                    return Err(usage(format!(
-                        "task {} is {}: it no longer waits for input",
-                        task.id,
-                        warden_store::state::status_name(actual)
-                    )))
-                }
-                Err(error) => return Err(anyhow::Error::new(error).into()),
-            };
-            if let Err(error) = self
-                .store()
-                .append_event(
-                    &answered.id,
-                    Event::StatusChanged {
-                        status: answered.status,
-                    },
-                )
-                .await
-            {
-                tracing::warn!(task = %answered.id, %error, "cannot store status_changed");
-            }
-            return Ok(answered);
-        }
-        if !task.status.is_terminal() {
-            return Err(usage(format!(
-                "task {} is {}: an answer continues a task waiting for input or a finished one",
-                task.id,
-                warden_store::state::status_name(task.status)
-            )));
-        }
-        let submission = Submission {
-            kind: task.kind,
-            prompt: text.to_string(),
-            repos: Vec::new(),
-            follow_up_to: Some(task.id.clone()),
-            checks: None,
-            baseline: false,
-            publish: false,
+        id: &str,
+        decision: warden_store::Decision,
+        hash: Option<&str>,
+    ) -> Result<warden_store::Approval, LocalError> {
+        let hash = match hash {
+            Some(hash) => hash.to_string(),
+            // Rejecting is about whatever is pending.
+            None => self.tasks.approval(&principal(), id).await?.subject_hash,
         };
-        self.submit(submission, progress).await
+        Ok(self.tasks.decide(&principal(), id, decision, &hash).await?)
     }
 }
 
@@ -523,50 +498,6 @@ impl Local {
 /// lease expires, and a later `warden logs --follow` of the task runs them again.
 fn worker_name() -> String {
     format!("local-{}", crate::serve::process_worker_name())
-}
-
-/// The repositories of a follow-up: the earlier task's, at the commits it used; a change on
-/// its proposal when it made one (the proposal commit is in Warden's mirror).
-fn follow_up_specs(earlier: &Task) -> Result<Vec<RepoSpec>, LocalError> {
-    let proposal = earlier
-        .result
-        .clone()
-        .and_then(|value| serde_json::from_value::<ChangeResult>(value).ok())
-        .and_then(|result| match result.outcome {
-            ChangeOutcome::Proposal { proposal, .. } => Some(proposal.commit),
-            _ => None,
-        });
-    earlier
-        .repos
-        .iter()
-        .map(|repo| {
-            let source = repo.source.as_deref().ok_or_else(|| {
-                usage(format!(
-                    "task {} names repository {:?} without its source; give --repo again",
-                    earlier.id, repo.name
-                ))
-            })?;
-            let commit = proposal
-                .clone()
-                .or_else(|| repo.commit.clone())
-                .ok_or_else(|| {
-                    usage(format!(
-                        "task {} never pinned {:?}; give --repo again",
-                        earlier.id, repo.name
-                    ))
-                })?;
-            Ok(RepoSpec {
-                source: if source.starts_with('/') {
-                    Source::Path(source.into())
-                } else {
-                    Source::Url(source.to_string())
-                },
-                rev: Some(commit),
-                name: repo.name.clone(),
-                within: None,
-            })
-        })
-        .collect()
 }
 
 /// The task JSON of `GET /v1/tasks/{id}`, for the renderers the CLI shares with `--server`.

@@ -716,15 +716,26 @@ pub async fn publish_approved(
             task.id
         )));
     }
-    let repository = context
-        .store
-        .get_repo(&proposal.repo)
-        .await?
-        .ok_or_else(|| refused(format!("repository {} is not registered", proposal.repo)))?;
-    let mut spec = warden_repo::RepoSpec::parse(&repository.source, Path::new("/"))
-        .map_err(|e| refused(format!("repository {}: {e}", proposal.repo)))?;
-    // The mirror is named after the registered name, as the worker that pinned it named it.
-    spec.name = repository.name.clone();
+    // The repository as the task's runs pinned it: registered, or an in-process task's own
+    // source; its mirror holds the proposal.
+    let task_repo = task
+        .repos
+        .iter()
+        .find(|r| r.name == proposal.repo)
+        .ok_or_else(|| refused(format!("task {} has no repository {}", task.id, proposal.repo)))?;
+    let spec = crate::worker::repo_specs(context.store, std::slice::from_ref(task_repo))
+        .await
+        .map_err(|failure| refused(failure.message))?
+        .pop()
+        .ok_or_else(|| refused(format!("repository {}", proposal.repo)))?;
+    let registered_branch = match &task_repo.source {
+        Some(_) => None,
+        None => context
+            .store
+            .get_repo(&proposal.repo)
+            .await?
+            .and_then(|repository| repository.branch),
+    };
     let mirror = context.repos.mirror_path(&spec);
     let git = context.repos.git().clone();
     let remote = publish_remote(&git, &spec.source).map_err(refused)?;
@@ -761,7 +772,7 @@ pub async fn publish_approved(
     let mut target = resolve_target(context.settings, &proposal.repo, &remote, None);
     if let Some(target) = target.as_mut() {
         if target.base.is_none() {
-            target.base = repository.branch.clone();
+            target.base = registered_branch.clone();
         }
     }
     let request = PublishRequest {
