@@ -25,8 +25,6 @@ use super::{ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
 use crate::tasks::{ApprovalListing, MAX_PAGE};
 use crate::time::rfc3339;
 
-pub use crate::tasks::PUBLISH_KINDS;
-
 const DEFAULT_PAGE: usize = 50;
 
 /// An approval.

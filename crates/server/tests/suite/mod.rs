@@ -10,3 +10,4 @@ mod events;
 mod failpoints;
 mod front_door;
 mod hardening;
+mod tasks_service;
