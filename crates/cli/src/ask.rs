@@ -22,6 +22,23 @@ pub struct AskArgs {
     pub question: String,
 }
 
+/// The progress line a settled question ends with.
+pub fn finish_line(result: &QuestionResult) -> String {
+    match &result.outcome {
+        QuestionOutcome::Answer { answer } => {
+            let citations: usize = answer.claims.iter().map(|c| c.evidence.len()).sum();
+            format!(
+                "answered with {} claims and {citations} checked citations",
+                answer.claims.len()
+            )
+        }
+        QuestionOutcome::Clarification { .. } => "the agent needs a clarification".into(),
+        QuestionOutcome::Failure { failure } => {
+            format!("failed ({}): {}", failure.code, failure.message)
+        }
+    }
+}
+
 /// The human-readable form of a result for stdout. Everything that came from the model, the
 /// repository or a provider is escaped and indented (`text`), so it cannot forge a citation line
 /// or drive the terminal.

@@ -51,6 +51,8 @@ pub async fn ask(config: Config, args: crate::ask::AskArgs) -> anyhow::Result<u8
     let follow_up_to = args.follow_up.as_deref().map(task_id).transpose()?;
     let repos = parse_repos(&args.repos)?;
     let local = open(config).await?;
+    // A model that cannot be built (a missing key) is refused before anything is pinned.
+    local.services().await.map_err(cli_error)?;
     let progress = StderrProgress::new();
     let submission = Submission {
         kind: TaskKind::Question,
@@ -80,6 +82,7 @@ pub async fn run(config: Config, args: crate::run::RunArgs) -> anyhow::Result<u8
     let follow_up_to = args.follow_up.as_deref().map(task_id).transpose()?;
     let repos = parse_repos(args.repo.as_slice())?;
     let local = open(config).await?;
+    local.services().await.map_err(cli_error)?;
     let progress = StderrProgress::new();
     let submission = Submission {
         kind: TaskKind::Change,
@@ -138,7 +141,7 @@ async fn apply_after_run(
     };
     let branch = format!("warden/{id}");
     match warden_repo::proposal::fetch_proposal_into(
-        local.services.repos.git(),
+        local.repos.git(),
         &mirror,
         id.as_str(),
         path,
@@ -229,8 +232,11 @@ pub async fn approve(config: Config, args: crate::approve::ApproveArgs) -> anyho
                 .ok();
             match approval {
                 Some(approval)
-                    if approval.status == warden_store::ApprovalStatus::Approved
-                        && approval.subject_hash == args.hash.trim()
+                    if matches!(
+                        approval.status,
+                        warden_store::ApprovalStatus::Approved
+                            | warden_store::ApprovalStatus::Consumed
+                    ) && approval.subject_hash == args.hash.trim()
                         && !local
                             .task(&approval.task)
                             .await
@@ -253,7 +259,25 @@ pub async fn approve(config: Config, args: crate::approve::ApproveArgs) -> anyho
         decided.id, decided.task
     );
     let progress = StderrProgress::new();
-    follow_and_print(&local, &decided.task, false, &progress).await
+    let code = follow_and_print(&local, &decided.task, false, &progress).await?;
+    // A publication that failed says why on stderr too, and how to finish it.
+    let task = local.task(&decided.task).await.map_err(cli_error)?;
+    let failed = task
+        .result
+        .as_ref()
+        .filter(|r| r.pointer("/publication/status").and_then(|s| s.as_str()) == Some("failed"))
+        .and_then(|r| r["notices"].as_array())
+        .and_then(|notices| {
+            notices
+                .iter()
+                .filter_map(|n| n.as_str())
+                .rfind(|n| n.starts_with("publication failed"))
+                .map(str::to_string)
+        });
+    match failed {
+        Some(notice) => Err(anyhow::anyhow!("{}", text::one_line(&notice))),
+        None => Ok(code),
+    }
 }
 
 /// `warden reject ID`: nothing is published; the task ends with its proposal unpublished.
@@ -321,7 +345,8 @@ pub async fn logs(config: Config, task: &str, follow: bool, json: bool) -> anyho
     }
     if !broken.is_empty() {
         anyhow::bail!(
-            "the journal hash chain of run {} of {id} is broken",
+            "journal hash chain broken in run {} of {id}: a record was changed, removed or \
+             inserted after it was written",
             broken.join(", ")
         );
     }
@@ -372,12 +397,5 @@ pub async fn apply(config: Config, args: crate::apply::ApplyArgs) -> anyhow::Res
         .branch
         .clone()
         .unwrap_or_else(|| format!("warden/{id}"));
-    crate::apply::fetch(
-        local.services.repos.git(),
-        &mirror,
-        &id,
-        &proposal,
-        &target,
-        &branch,
-    )
+    crate::apply::fetch(local.repos.git(), &mirror, &id, &proposal, &target, &branch)
 }

@@ -27,6 +27,9 @@ pub fn print_outcome(task: &Value, json: bool) -> anyhow::Result<u8> {
             _ => 1,
         });
     };
+    if let Some(line) = finish_line(task, result) {
+        eprintln!("warden: {}", text::block(&line, "      "));
+    }
     if json {
         println!("{}", text::json_line(result));
     } else {
@@ -37,6 +40,20 @@ pub fn print_outcome(task: &Value, json: bool) -> anyhow::Result<u8> {
         eprintln!("warden: answer it with: warden answer {id} \"…\"");
     }
     Ok(code)
+}
+
+/// The progress line a settled task ends with (answered with how many citations, the
+/// proposal and its checks, the failure), for a result this build understands.
+pub fn finish_line(task: &Value, result: &Value) -> Option<String> {
+    match serde_json::from_value::<TaskKind>(task["kind"].clone()).ok()? {
+        TaskKind::Question => serde_json::from_value::<QuestionResult>(result.clone())
+            .ok()
+            .map(|r| ask::finish_line(&r)),
+        TaskKind::Change => serde_json::from_value::<ChangeResult>(result.clone())
+            .ok()
+            .map(|r| run::finish_line(&r)),
+        TaskKind::Maintain => None,
+    }
 }
 
 /// The human-readable result with the in-process renderers; JSON (escaped) for a result this
@@ -66,6 +83,7 @@ pub fn render(task: &Value, result: &Value) -> String {
 pub fn exit_code(result: &Value) -> u8 {
     match result["outcome"].as_str() {
         Some("proposal") if result["publication"]["status"] == "awaiting_approval" => 4,
+        Some("proposal") if result["publication"]["status"] == "failed" => 1,
         Some("answer" | "proposal" | "no_change") => 0,
         Some("clarification") => 3,
         _ => 1,

@@ -48,6 +48,25 @@ pub struct RunArgs {
     pub request: String,
 }
 
+/// The progress line a settled change ends with.
+pub fn finish_line(result: &ChangeResult) -> String {
+    match &result.outcome {
+        ChangeOutcome::Proposal { proposal, .. } => format!(
+            "proposal {} ({} files, +{} -{}), {} checks passed",
+            crate::text::short_commit(&proposal.commit),
+            proposal.diff_stat.files_changed,
+            proposal.diff_stat.additions,
+            proposal.diff_stat.deletions,
+            proposal.validations.len()
+        ),
+        ChangeOutcome::NoChange { .. } => "no change: the agent left the tree as it was".into(),
+        ChangeOutcome::Clarification { .. } => "the agent needs a clarification".into(),
+        ChangeOutcome::Failure { failure } => {
+            format!("failed ({}): {}", failure.code, failure.message)
+        }
+    }
+}
+
 /// The human-readable form of a change result. Model and repository text is escaped.
 /// Where publication stands, once it was asked for: the branch pushed, the pull request.
 fn render_publication(publication: &Publication) -> String {

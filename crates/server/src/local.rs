@@ -18,11 +18,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::{json, Value};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use warden_protocol::{Event, TaskId, TaskKind, TaskStatus};
-use warden_repo::RepoSpec;
+use warden_repo::{RepoSpec, RepoStore};
 use warden_store::{EventStream, Store, Task, TaskRepo};
 
+use crate::cancel::RunningTasks;
 use crate::config::Config;
 use crate::question::{self, SetupError};
 use crate::tasks::{PinnedRepos, Principal, Role, ServiceError, TaskService};
@@ -70,11 +71,16 @@ pub struct Submission {
     pub publish: bool,
 }
 
-/// The local store, the worker's services and this process's worker, and the front door
-/// every interface calls.
+/// The local store and the front door every interface calls; the worker's services (the
+/// model client among them) are built when a task is to run here.
 pub struct Local {
-    pub services: Arc<Services>,
+    config: Arc<Config>,
+    store: Arc<dyn Store>,
+    pub repos: RepoStore,
     pub tasks: TaskService,
+    wake: Arc<Notify>,
+    running: Arc<RunningTasks>,
+    services: tokio::sync::OnceCell<Arc<Services>>,
 }
 
 /// Who acts in-process: the person at this machine, who owns every local task and decides
@@ -100,27 +106,58 @@ impl From<ServiceError> for LocalError {
 }
 
 impl Local {
-    /// Opens (creating) the local database and builds the model client, the repository store
-    /// and the hub the worker uses. A model that cannot be built (a missing key) is a usage
-    /// error naming what to set.
+    /// Opens (creating) the local database and Warden's repository store.
     pub async fn open(config: Arc<Config>) -> Result<Local, LocalError> {
         let store = crate::serve::open_store(&database_url(&config.home)).await?;
-        let services = crate::serve::services(config, store)
+        let (home, storage) = (config.home.clone(), config.storage);
+        let repos = tokio::task::spawn_blocking(move || storage.open_repos(&home))
             .await
-            .map_err(
-                |error| match error.downcast::<crate::serve::ServeUsageError>() {
-                    Ok(refusal) => usage(refusal.0),
-                    Err(other) => LocalError::Failed(other),
-                },
-            )?;
-        let tasks = TaskService::new(Arc::clone(&services.store), Arc::clone(&services.wake))
-            .with_running(Arc::clone(&services.running))
-            .with_repos(services.repos.clone(), services.redactor.clone());
-        Ok(Local { services, tasks })
+            .context("opening the repository store crashed")?
+            .context("cannot open the repository store")?;
+        let wake = Arc::new(Notify::new());
+        let running: Arc<RunningTasks> = Arc::default();
+        let tasks = TaskService::new(Arc::clone(&store), Arc::clone(&wake))
+            .with_running(Arc::clone(&running))
+            .with_repos(repos.clone(), config.redactor());
+        Ok(Local {
+            config,
+            store,
+            repos,
+            tasks,
+            wake,
+            running,
+            services: tokio::sync::OnceCell::new(),
+        })
+    }
+
+    /// What this process's worker runs tasks with, built once: the model client (a model that
+    /// cannot be built, a missing key among them, is a usage error naming what to set), and
+    /// the store publishing the events it stores.
+    pub async fn services(&self) -> Result<&Arc<Services>, LocalError> {
+        self.services
+            .get_or_try_init(|| async {
+                let model = question::build_model(&self.config)
+                    .map_err(|error| usage(error.to_string()))?;
+                let (store, hub) = crate::hub::instrument(
+                    Arc::clone(&self.store),
+                    crate::hub::HubOptions::default(),
+                );
+                Ok(Arc::new(Services {
+                    config: Arc::clone(&self.config),
+                    store,
+                    repos: self.repos.clone(),
+                    model,
+                    redactor: self.config.redactor(),
+                    wake: Arc::clone(&self.wake),
+                    running: Arc::clone(&self.running),
+                    hub,
+                }))
+            })
+            .await
     }
 
     pub fn store(&self) -> &Arc<dyn Store> {
-        &self.services.store
+        &self.store
     }
 
     /// The task, or a usage error naming it.
@@ -135,12 +172,7 @@ impl Local {
     }
 
     fn database_display(&self) -> String {
-        self.services
-            .config
-            .home
-            .join(DATABASE_FILE)
-            .display()
-            .to_string()
+        self.config.home.join(DATABASE_FILE).display().to_string()
     }
 
     /// Pins the repositories given by path or URL (progress through `progress`) and submits
@@ -177,8 +209,7 @@ impl Local {
         }
         if submission.publish {
             if let Some(spec) = submission.repos.first() {
-                crate::publish::publish_remote(self.services.repos.git(), &spec.source)
-                    .map_err(usage)?;
+                crate::publish::publish_remote(self.repos.git(), &spec.source).map_err(usage)?;
             }
         }
         let pinned = if submission.repos.is_empty() {
@@ -215,7 +246,7 @@ impl Local {
         progress: &(dyn Fn(&str) + Send + Sync),
     ) -> Result<PinnedRepos, LocalError> {
         // Pinning and the snapshots run git and write files: blocking work.
-        let repo_store = self.services.repos.clone();
+        let repo_store = self.repos.clone();
         let pin_specs = specs.to_vec();
         let (lines, mut received) = tokio::sync::mpsc::unbounded_channel::<String>();
         let pinning = tokio::task::spawn_blocking(move || {
@@ -299,14 +330,12 @@ impl Local {
             only: Some(id.clone()),
             slots: 1,
             poll: Duration::from_millis(200),
-            ..WorkerOptions::from_config(worker_name(), &self.services.config)
+            ..WorkerOptions::from_config(worker_name(), &self.config)
         };
-        let worker = tokio::spawn(worker::run_workers(
-            Arc::clone(&self.services),
-            options,
-            stopped,
-        ));
-        self.services.wake.notify_one();
+        let services = Arc::clone(self.services().await?);
+        self.recover_dead_runs(id).await?;
+        let worker = tokio::spawn(worker::run_workers(services, options, stopped));
+        self.wake.notify_one();
         let followed = self.follow(id, on_event, interrupt).await;
         let _ = stop.send(true);
         let _ = worker.await;
@@ -428,8 +457,8 @@ impl Local {
         let task = self.task(id).await?;
         crate::diff::task_diff(
             self.store().as_ref(),
-            &self.services.repos,
-            &self.services.redactor,
+            &self.repos,
+            &self.config.redactor(),
             &task,
         )
         .await
@@ -461,7 +490,7 @@ impl Local {
             .into_iter()
             .next()
             .ok_or_else(|| usage(format!("task {} names no repository", task.id)))?;
-        let mirror = self.services.repos.mirror_path(&spec);
+        let mirror = self.repos.mirror_path(&spec);
         Ok((spec, mirror))
     }
 }
@@ -494,10 +523,73 @@ impl Local {
     }
 }
 
-/// The worker name of this process: runs it leaves behind when it dies are re-queued when their
-/// lease expires, and a later `warden logs --follow` of the task runs them again.
+impl Local {
+    /// A run of this task left open by an in-process worker that died (Ctrl-C twice, a crash,
+    /// a kill) on this machine is interrupted now, so the task is queued again at once rather
+    /// than when the dead run's lease expires; its next run resumes from the journal. A worker
+    /// that may still be alive (another host, a live process with that id) is waited out.
+    async fn recover_dead_runs(&self, id: &TaskId) -> Result<(), LocalError> {
+        let runs = self
+            .store()
+            .list_runs(id)
+            .await
+            .context("cannot list the task's runs")?;
+        for run in runs.iter().filter(|run| run.ended_at_ms.is_none()) {
+            if dead_local_worker(&run.worker) {
+                let requeued = self
+                    .store()
+                    .interrupt_worker_runs(&run.worker)
+                    .await
+                    .context("cannot recover the run of a process that died")?;
+                for requeued in requeued {
+                    tracing::info!(run = %requeued.run, "run of a process that died interrupted");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The worker name of this process: `local-worker-<host>-<pid>-<random>`. A run it leaves behind
+/// when it dies is recovered by the next command that runs the task ([`dead_local_worker`]).
 fn worker_name() -> String {
     format!("local-{}", crate::serve::process_worker_name())
+}
+
+/// Whether `worker` names an in-process worker of this host whose process is gone.
+fn dead_local_worker(worker: &str) -> bool {
+    let Some(rest) = worker.strip_prefix("local-worker-") else {
+        return false;
+    };
+    let mut parts = rest.rsplitn(3, '-');
+    let (Some(_random), Some(pid), Some(host)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    let this_host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let this_host: String = this_host
+        .trim()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .take(64)
+        .collect();
+    if host != this_host {
+        return false;
+    }
+    let Some(pid) = pid
+        .parse::<i32>()
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return false;
+    };
+    if pid == rustix::process::getpid() {
+        return false;
+    }
+    // No such process: it died. Any other answer (alive, or not ours to signal) waits.
+    matches!(
+        rustix::process::test_kill_process(pid),
+        Err(rustix::io::Errno::SRCH)
+    )
 }
 
 /// The task JSON of `GET /v1/tasks/{id}`, for the renderers the CLI shares with `--server`.

@@ -722,7 +722,12 @@ pub async fn publish_approved(
         .repos
         .iter()
         .find(|r| r.name == proposal.repo)
-        .ok_or_else(|| refused(format!("task {} has no repository {}", task.id, proposal.repo)))?;
+        .ok_or_else(|| {
+            refused(format!(
+                "task {} has no repository {}",
+                task.id, proposal.repo
+            ))
+        })?;
     let spec = crate::worker::repo_specs(context.store, std::slice::from_ref(task_repo))
         .await
         .map_err(|failure| refused(failure.message))?
@@ -763,6 +768,21 @@ pub async fn publish_approved(
              was published"
         ))
     })?;
+    // The run's journal starts with the decision it acts on (who approved which hash, when).
+    journal
+        .append(
+            warden_runtime::Clock::now_ms(&warden_runtime::SystemClock),
+            warden_runtime::RecordKind::ApprovalDecided,
+            serde_json::json!({
+                "approval": approval.id,
+                "decision": "approve",
+                "hash": approval.subject_hash,
+                "by": approval.decided_by,
+                "decided_at": approval.decided_at_ms.map(crate::time::rfc3339),
+            }),
+        )
+        .await
+        .map_err(|error| refused(format!("cannot journal the decision: {error}")))?;
     if approval.status == ApprovalStatus::Approved {
         context
             .store
@@ -788,7 +808,35 @@ pub async fn publish_approved(
         .await
         .map_err(ApprovedPublishError::Publish)?;
     if let warden_protocol::ChangeOutcome::Proposal { publication, .. } = &mut result.outcome {
-        *publication = published.publication;
+        *publication = published.publication.clone();
+    }
+    if target.is_none() {
+        result.notices.push(format!(
+            "no GitHub repository for {} (its remote is not on {}): the branch is pushed and no \
+             pull request was opened; name one with [[publish]] in warden.toml (or `warden \
+             approve --github OWNER/NAME`)",
+            proposal.repo,
+            web_host_of_api(&context.settings.api_url).unwrap_or_else(|| "GitHub".into())
+        ));
+    }
+    // What an interrupted publication had done already is said, not done again.
+    if published.push == warden_repo::proposal::PushOutcome::AlreadyThere {
+        result.notices.push(format!(
+            "the branch {} was already on the remote (it was already there from an interrupted \
+             publication); it was not pushed again",
+            branch_for(task.id.as_str())
+        ));
+    }
+    if published
+        .pull
+        .as_ref()
+        .is_some_and(|pull| pull.already_there)
+    {
+        result.notices.push(
+            "the pull request was already open (it was already there from an interrupted \
+             publication); no second one was opened"
+                .into(),
+        );
     }
     if let Some(recorded) = result.approval.as_mut() {
         if recorded.id == approval.id {
@@ -901,6 +949,49 @@ pub async fn rejected_publication(
 /// died before queueing is found again by [`requeue_decided_tasks`]. `Ok(true)` when this call
 /// queued it; a task in any other status (still running, cancelled, queued by someone else) is
 /// left alone.
+/// Whether the result records a publication that failed.
+pub fn publication_failed(result: &warden_protocol::ChangeResult) -> bool {
+    matches!(
+        &result.outcome,
+        warden_protocol::ChangeOutcome::Proposal { publication, .. }
+            if publication.status == warden_protocol::PublicationStatus::Failed
+    )
+}
+
+/// Queues a task waiting on a publication whose approval was approved or consumed and whose
+/// publication failed (a refused token, a remote that was down), so its next run resumes the
+/// publication. `false` when the task is not such a task.
+pub async fn requeue_failed_publication(
+    store: &dyn warden_store::Store,
+    task: &warden_protocol::TaskId,
+) -> Result<bool, warden_store::StoreError> {
+    use warden_protocol::TaskStatus;
+    let Some(current) = store.get_task(task).await? else {
+        return Ok(false);
+    };
+    if current.status != TaskStatus::WaitingApproval {
+        return Ok(false);
+    }
+    let Some((result, approval)) = recorded_publication(store, &current).await? else {
+        return Ok(false);
+    };
+    let approved = matches!(
+        approval.status,
+        warden_store::ApprovalStatus::Approved | warden_store::ApprovalStatus::Consumed
+    );
+    if !approved || !publication_failed(&result) {
+        return Ok(false);
+    }
+    match store
+        .transition(task, TaskStatus::WaitingApproval, TaskStatus::Queued, None)
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(warden_store::StoreError::StatusConflict { .. }) => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
 pub async fn requeue_decided(
     store: &dyn warden_store::Store,
     task: &warden_protocol::TaskId,
@@ -912,10 +1003,12 @@ pub async fn requeue_decided(
     if current.status != TaskStatus::WaitingApproval {
         return Ok(false);
     }
-    let Some((_, approval)) = recorded_publication(store, &current).await? else {
+    let Some((result, approval)) = recorded_publication(store, &current).await? else {
         return Ok(false);
     };
-    if approval.status == warden_store::ApprovalStatus::Pending {
+    if approval.status == warden_store::ApprovalStatus::Pending || publication_failed(&result) {
+        // Undecided, or a failed publication waiting for its cause to be fixed (approving
+        // again resumes it: `TaskService::decide`).
         return Ok(false);
     }
     match store

@@ -873,22 +873,17 @@ pub(crate) async fn repo_specs(
 /// An in-process task's repository: its own source (never a registered one), at the commit
 /// the front door pinned.
 fn in_process_spec(repo: &TaskRepo, source: &str) -> Result<RepoSpec, Failure> {
-    let repository_error = |message: String| Failure {
-        code: FailureCode::RepositoryError,
-        message,
-    };
     // A local source is an absolute, canonical path; a URL never starts with `/`.
     let source = if source.starts_with('/') {
         warden_repo::Source::Path(std::path::PathBuf::from(source))
     } else {
         warden_repo::Source::Url(source.to_string())
     };
-    let commit = repo.commit.clone().ok_or_else(|| {
-        repository_error(format!("repository {:?} has no pinned commit", repo.name))
-    })?;
     Ok(RepoSpec {
         source,
-        rev: Some(commit),
+        // The commit the front door pinned; a repository it could not snapshot (a disk
+        // budget) is pinned again here, so the run fails visibly.
+        rev: repo.commit.clone().or_else(|| repo.rev.clone()),
         name: repo.name.clone(),
         within: None,
     })

@@ -250,7 +250,7 @@ fn a_clarification_exits_3_and_a_follow_up_carries_the_transcript() {
     assert!(
         first
             .stderr
-            .contains(&format!("warden ask --follow-up {task} \"…\"")),
+            .contains(&format!("warden answer {task} \"…\"")),
         "{}",
         first.stderr
     );
@@ -573,15 +573,20 @@ fn the_run_journal_is_hash_chained_and_verifiable() {
     assert_eq!(kinds.last().map(String::as_str), Some("run_finished"));
     assert!(kinds.iter().any(|k| k == "model_decision"));
 
-    // Tampering with the journal is detected.
-    let path = warden
-        .home
-        .path()
-        .join("tasks")
-        .join(&task)
-        .join("runs/1.jsonl");
-    let text = std::fs::read_to_string(&path).unwrap();
-    std::fs::write(&path, text.replacen("list_dir", "list_dyr", 1)).unwrap();
+    // Tampering with the journal is detected: someone with the database file drops the
+    // append-only trigger and rewrites a record.
+    let db = rusqlite::Connection::open(warden.home.path().join("local.db")).unwrap();
+    db.execute_batch("DROP TRIGGER journal_append_only_update")
+        .unwrap();
+    let changed = db
+        .execute(
+            "UPDATE journal SET payload = replace(payload, 'list_dir', 'list_dyr')
+             WHERE task_id = ?1 AND payload LIKE '%list_dir%'",
+            [&task],
+        )
+        .unwrap();
+    assert!(changed > 0);
+    drop(db);
     let logs = warden.run(&["logs", &task]);
     assert_eq!(logs.code, 1);
     assert!(logs.stderr.contains("chain broken"), "{}", logs.stderr);

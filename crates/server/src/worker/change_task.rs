@@ -547,11 +547,43 @@ async fn decided_publication(services: &Services, claim: &Claim) -> Option<Endin
                     pr_url: None,
                 };
             }
+            // A publication that stopped (a refused token, a remote that is down) waits for
+            // its cause to be fixed: approving again with the same hash resumes it, reconciling
+            // with the remote. One that can never succeed (a changed proposal) ends the task.
+            let resumable = matches!(
+                error,
+                publish::ApprovedPublishError::Publish(_) | publish::ApprovedPublishError::Store(_)
+            );
+            let advice = if resumable {
+                format!(
+                    "; fix it and approve again with the same hash to finish publication \
+                     (warden approve {} --hash {})",
+                    approval.id, approval.subject_hash
+                )
+            } else {
+                String::new()
+            };
+            if let Some(recorded) = result.approval.as_mut() {
+                if recorded.id == approval.id {
+                    recorded.status = warden_protocol::ApprovalStatus::Approved;
+                    recorded.decided_by = approval.decided_by.clone();
+                    recorded.decided_at = approval.decided_at_ms.map(crate::time::rfc3339);
+                }
+            }
+            // The latest attempt's reason replaces an earlier one's.
+            result
+                .notices
+                .retain(|notice| !notice.starts_with("publication failed"));
             result.notices.push(format!(
-                "publication failed: {}",
+                "publication failed: {}{advice}",
                 services.redactor.text(&error.to_string())
             ));
-            Some(finish_publication(services, TaskStatus::Failed, &result))
+            let status = if resumable {
+                TaskStatus::WaitingApproval
+            } else {
+                TaskStatus::Failed
+            };
+            Some(finish_publication(services, status, &result))
         }
     }
 }

@@ -1256,6 +1256,66 @@ async fn close_open_runs(
     Ok(())
 }
 
+/// Ends the journal of each open run of the task with the record saying how the task ended
+/// ([`crate::journal::ended_from_outside`]), inside the caller's transaction, before the runs
+/// close. A worker appending to the same run at the same moment loses on the primary key.
+async fn end_open_journals(
+    c: &dyn Conn,
+    id: &TaskId,
+    to: TaskStatus,
+    result: Option<&str>,
+    now: i64,
+) -> Result<(), StoreError> {
+    let result: Option<serde_json::Value> = result.map(serde_json::from_str).transpose()?;
+    let rows = query(
+        c,
+        "SELECT r.number, j.seq, j.hash FROM runs r
+         JOIN LATERAL (SELECT seq, hash FROM journal
+                       WHERE task_id = r.task_id AND run_number = r.number
+                       ORDER BY seq DESC LIMIT 1) j ON true
+         WHERE r.task_id = $1 AND r.ended_at_ms IS NULL",
+        &[&id.as_str()],
+    )
+    .await?;
+    for row in &rows {
+        let number: i64 = get(row, 0)?;
+        let seq: i64 = get(row, 1)?;
+        let hash: String = get(row, 2)?;
+        let prev = crate::journal::JournalEntry {
+            seq: crate::rows::to_u64(seq)?,
+            at_ms: 0,
+            kind: String::new(),
+            payload: serde_json::Value::Null,
+            prev_hash: String::new(),
+            hash,
+        };
+        let entry = crate::journal::ended_from_outside(
+            Some(&prev),
+            crate::rows::to_u64(now)?,
+            to,
+            result.as_ref(),
+        )?;
+        let payload = serde_json::to_string(&entry.payload)?;
+        execute(
+            c,
+            "INSERT INTO journal (task_id, run_number, seq, at_ms, kind, payload, prev_hash, hash)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            &[
+                &id.as_str(),
+                &number,
+                &to_i64(entry.seq)?,
+                &to_i64(entry.at_ms)?,
+                &entry.kind,
+                &payload,
+                &entry.prev_hash,
+                &entry.hash,
+            ],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
 /// Moves the task to `to` (inside the caller's transaction); a terminal `to` stores its
 /// `task_finished` event with it.
 async fn set_status(
@@ -1689,6 +1749,9 @@ impl PostgresStore {
                 return Err(StoreError::NoOpenRun { task: id.clone() });
             }
         }
+        if to.is_terminal() {
+            end_open_journals(&tx, id, to, result.as_deref(), now).await?;
+        }
         if to == TaskStatus::Queued || to.is_terminal() {
             close_open_runs(&tx, id, status_name(to), now).await?;
         }
@@ -1709,8 +1772,17 @@ impl PostgresStore {
         let mut client = self.client().await?;
         // Fast path, one statement: take the best candidate if it is a question. A change or
         // maintain task needs the per-repository lock below.
-        let (claims, passed_over) =
-            claim_fast(&*client, worker, lease, &kinds, only, &exclusive, self.now(), 1).await?;
+        let (claims, passed_over) = claim_fast(
+            &*client,
+            worker,
+            lease,
+            &kinds,
+            only,
+            &exclusive,
+            self.now(),
+            1,
+        )
+        .await?;
         if let Some(claim) = claims.into_iter().next() {
             return Ok(Some(claim));
         }
@@ -1839,7 +1911,8 @@ impl PostgresStore {
         let now = self.now();
         let mut client = self.client().await?;
         if !is_active(completion.status) {
-            match finish_and_claim_fast(&*client, &completion, lease, &kinds, only, &exclusive, now).await
+            match finish_and_claim_fast(&*client, &completion, lease, &kinds, only, &exclusive, now)
+                .await
             {
                 Ok(Some((finished, claim, passed_over))) => {
                     drop(client);

@@ -489,6 +489,72 @@ fn close_open_runs(
     Ok(())
 }
 
+/// Ends the journal of each open run of the task with the record saying how the task ended
+/// ([`crate::journal::ended_from_outside`]), inside the caller's write, before the runs close.
+fn end_open_journals(
+    conn: &Connection,
+    id: &TaskId,
+    to: TaskStatus,
+    result: Option<&str>,
+    now: i64,
+) -> Result<(), StoreError> {
+    let result: Option<serde_json::Value> = result.map(serde_json::from_str).transpose()?;
+    let open: Vec<i64> = conn
+        .prepare_cached("SELECT number FROM runs WHERE task_id = ?1 AND ended_at_ms IS NULL")
+        .db()?
+        .query_map(params![id.as_str()], |row| row.get(0))
+        .db()?
+        .collect::<Result<_, _>>()
+        .db()?;
+    for number in open {
+        let tail: Option<(i64, String)> = conn
+            .prepare_cached(
+                "SELECT seq, hash FROM journal WHERE task_id = ?1 AND run_number = ?2
+                 ORDER BY seq DESC LIMIT 1",
+            )
+            .db()?
+            .query_row(params![id.as_str(), number], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })
+            .optional()
+            .db()?;
+        // A run that journaled nothing yet has no chain to end.
+        let Some((seq, hash)) = tail else { continue };
+        let prev = crate::journal::JournalEntry {
+            seq: crate::rows::to_u64(seq)?,
+            at_ms: 0,
+            kind: String::new(),
+            payload: serde_json::Value::Null,
+            prev_hash: String::new(),
+            hash,
+        };
+        let entry = crate::journal::ended_from_outside(
+            Some(&prev),
+            crate::rows::to_u64(now)?,
+            to,
+            result.as_ref(),
+        )?;
+        conn.prepare_cached(
+            "INSERT INTO journal (task_id, run_number, seq, at_ms, kind, payload, prev_hash,
+                 hash)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )
+        .db()?
+        .execute(params![
+            id.as_str(),
+            number,
+            to_i64(entry.seq)?,
+            to_i64(entry.at_ms)?,
+            entry.kind,
+            serde_json::to_string(&entry.payload)?,
+            entry.prev_hash,
+            entry.hash,
+        ])
+        .db()?;
+    }
+    Ok(())
+}
+
 /// Moves the task to `to`; a terminal `to` stores its `task_finished` event with it.
 fn set_status(
     conn: &Connection,
@@ -1083,6 +1149,9 @@ impl Store for SqliteStore {
             if is_active(to) && !has_open_run(conn, &id)? {
                 return Err(StoreError::NoOpenRun { task: id });
             }
+            if to.is_terminal() {
+                end_open_journals(conn, &id, to, result.as_deref(), now)?;
+            }
             if to == TaskStatus::Queued || to.is_terminal() {
                 close_open_runs(conn, &id, status_name(to), now)?;
             }
@@ -1101,7 +1170,9 @@ impl Store for SqliteStore {
         let kinds = name_list(filter.kinds.iter().map(|k| kind_name(*k)));
         let only = filter.task.as_ref().map(|t| t.as_str().to_string());
         let lease_ms = duration_ms(lease);
-        self.write(move |conn, now| claim_one(conn, now, &worker, &kinds, only.as_deref(), lease_ms))
+        self.write(move |conn, now| {
+            claim_one(conn, now, &worker, &kinds, only.as_deref(), lease_ms)
+        })
     }
 
     fn finish_and_claim<'a>(

@@ -229,10 +229,24 @@ async fn claims_honour_the_task_filter(f: &Fixture) {
         ..ClaimFilter::default()
     };
     // The oldest task is first in line, but a filter on the second skips it.
-    let claim = f.store.claim("w", LEASE, &only(&second)).await.unwrap().unwrap();
+    let claim = f
+        .store
+        .claim("w", LEASE, &only(&second))
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(claim.task.id, second.id);
-    assert!(f.store.claim("w", LEASE, &only(&second)).await.unwrap().is_none());
-    let batch = f.store.claim_batch("w", LEASE, &only(&change), 8).await.unwrap();
+    assert!(f
+        .store
+        .claim("w", LEASE, &only(&second))
+        .await
+        .unwrap()
+        .is_none());
+    let batch = f
+        .store
+        .claim_batch("w", LEASE, &only(&change), 8)
+        .await
+        .unwrap();
     assert_eq!(batch.len(), 1, "only the named task");
     assert_eq!(batch[0].task.id, change.id);
     let claim = f.claim("w").await.unwrap();
