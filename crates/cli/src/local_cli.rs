@@ -297,6 +297,42 @@ pub async fn reject(config: Config, args: crate::approve::RejectArgs) -> anyhow:
     Ok(0)
 }
 
+/// `warden cancel TASK`: the task is cancelled; a run of it in another process stops within
+/// about a second.
+pub async fn cancel(config: Config, task: &str, json: bool) -> anyhow::Result<u8> {
+    let id = task_id(task)?;
+    let local = open(config).await?;
+    let task = local.task(&id).await.map_err(cli_error)?;
+    if task.status.is_terminal() {
+        return Err(usage(anyhow::anyhow!(
+            "task {id} is {}: only an unfinished task can be cancelled",
+            render::debug_name::<TaskStatus>(&json!(task.status)).to_lowercase()
+        )));
+    }
+    let cancelled = local.cancel(&id).await.map_err(cli_error)?;
+    let view = local::task_json(&cancelled);
+    if json {
+        println!("{}", text::json_line(&view));
+    } else {
+        println!(
+            "{id}: {}",
+            text::one_line(view["status"].as_str().unwrap_or("unknown"))
+        );
+    }
+    Ok(0)
+}
+
+/// `warden retry TASK`: the finished task again as a new task on the same commits, run here.
+pub async fn retry(config: Config, task: &str, json: bool) -> anyhow::Result<u8> {
+    let id = task_id(task)?;
+    let local = open(config).await?;
+    local.services().await.map_err(cli_error)?;
+    let retried = local.retry(&id).await.map_err(cli_error)?;
+    eprintln!("warden: retrying {id} as {}", retried.id);
+    let progress = StderrProgress::new();
+    follow_and_print(&local, &retried.id, json, &progress).await
+}
+
 /// `warden show`.
 pub async fn show(config: Config, task: &str, json: bool) -> anyhow::Result<u8> {
     let id = task_id(task)?;

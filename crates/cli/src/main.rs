@@ -68,12 +68,12 @@ enum Command {
         json: bool,
     },
     /// Print a task's run journal as a timeline (turns, tool calls with durations, rejections,
-    /// checks, spend), verifying its hash chain; with --server and --follow, follow its events
-    /// live and print its result
+    /// checks, spend), verifying its hash chain; with --follow, follow its events live and print
+    /// its result (in-process: run it here if it waits for a worker, e.g. after a crash)
     Logs {
         /// The task id (tsk_…)
         task: String,
-        /// Follow the task's events until it settles, then print its result (needs --server)
+        /// Follow the task's events until it settles, then print its result
         #[arg(long)]
         follow: bool,
         /// The raw journal records, one JSON object a line (with --follow: the result as one
@@ -81,7 +81,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Cancel a task on the server (needs --server)
+    /// Cancel an unfinished task (its run stops within about a second)
     Cancel {
         /// The task id (tsk_…)
         task: String,
@@ -89,7 +89,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run a finished task again as a new task on the server and follow it (needs --server)
+    /// Run a finished task again as a new task on the same commits and follow it
     Retry {
         /// The task id (tsk_…)
         task: String,
@@ -248,8 +248,12 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Logs { task, follow, json } => {
             tokio_runtime()?.block_on(local_cli::logs(config, &task, follow, json))
         }
-        Command::Cancel { .. } => Err(needs_server("cancel")),
-        Command::Retry { .. } => Err(needs_server("retry")),
+        Command::Cancel { task, json } => {
+            tokio_runtime()?.block_on(local_cli::cancel(config, &task, json))
+        }
+        Command::Retry { task, json } => {
+            tokio_runtime()?.block_on(local_cli::retry(config, &task, json))
+        }
         Command::Answer { task, text, json } => {
             tokio_runtime()?.block_on(local_cli::answer(config, &task, &text, json))
         }

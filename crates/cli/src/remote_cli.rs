@@ -519,6 +519,8 @@ async fn answer(remote: &Remote, id: &TaskId, reply: &str, json: bool) -> anyhow
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::render::{exit_code, render};
+    use warden_protocol::{ChangeResult, TaskKind};
 
     #[test]
     fn exit_codes_follow_the_spec_and_the_typed_results() {

@@ -53,6 +53,9 @@ pub struct RepoStore {
     pub(crate) cache: Option<crate::gc::CachePolicy>,
 }
 
+/// A revision resolved in a mirror: the commit, the browse base, and what the work tree had.
+type Resolved = (String, Option<BrowseBase>, Option<WorkTree>);
+
 /// A repository pinned to one exact commit, present in Warden's mirror.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PinnedRepo {
@@ -196,7 +199,7 @@ impl RepoStore {
         &self,
         spec: &RepoSpec,
         mirror: &Path,
-    ) -> Result<Option<(String, Option<BrowseBase>, Option<WorkTree>)>, RepoError> {
+    ) -> Result<Option<Resolved>, RepoError> {
         let Some(rev) = spec.rev.as_deref() else {
             return Ok(None);
         };
@@ -214,11 +217,7 @@ impl RepoStore {
     }
 
     /// Brings the mirror up to date with the source and resolves the revision.
-    fn fetch_and_resolve(
-        &self,
-        spec: &RepoSpec,
-        mirror: &Path,
-    ) -> Result<(String, Option<BrowseBase>, Option<WorkTree>), RepoError> {
+    fn fetch_and_resolve(&self, spec: &RepoSpec, mirror: &Path) -> Result<Resolved, RepoError> {
         Ok(match &spec.source {
             Source::Path(path) => self.pin_local(spec, path, mirror)?,
             Source::Url(url) => {

@@ -385,13 +385,21 @@ impl Local {
         }
     }
 
-    /// Cancels the task (Ctrl-C) through the front door: its run stops at once.
+    /// Cancels the task (Ctrl-C) through the front door: its run stops at once (in another
+    /// process, within about a second).
     pub async fn cancel(&self, id: &TaskId) -> Result<Task, LocalError> {
+        self.task(id).await?;
         match self.tasks.cancel(&principal(), id.as_str()).await {
             // Ended meanwhile: its result stands.
             Err(ServiceError::Conflict(_)) => self.task(id).await,
             other => Ok(other?),
         }
+    }
+
+    /// Repeats a finished task as a new one over the same pinned commits (`warden retry`).
+    pub async fn retry(&self, id: &TaskId) -> Result<Task, LocalError> {
+        self.task(id).await?;
+        Ok(self.tasks.retry(&principal(), id.as_str()).await?)
     }
 }
 
@@ -500,6 +508,7 @@ impl Local {
     /// answer; a finished one is continued by a follow-up of its kind (a change on its
     /// proposal). Returns the task to follow.
     pub async fn answer(&self, id: &TaskId, text: &str) -> Result<Task, LocalError> {
+        self.task(id).await?;
         Ok(self
             .tasks
             .post_message(&principal(), id.as_str(), text)

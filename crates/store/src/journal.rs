@@ -179,6 +179,28 @@ impl RunJournal {
     }
 }
 
+/// The record that ends a run's journal when the run is ended from outside it (a cancel, a
+/// task abandoned): `run_finished` with the task's failure when its result has one (the shape
+/// the runtime journals), so every ended run's journal says how it ended even when its worker
+/// never got to write that.
+pub fn ended_from_outside(
+    tail: Option<&JournalEntry>,
+    at_ms: u64,
+    status: warden_protocol::TaskStatus,
+    result: Option<&serde_json::Value>,
+) -> Result<JournalEntry, StoreError> {
+    let outcome = match result.and_then(|r| r.get("failure")) {
+        Some(failure) => serde_json::json!({ "failure": failure }),
+        None => serde_json::json!({ "status": crate::state::status_name(status) }),
+    };
+    JournalEntry::next(
+        tail,
+        at_ms,
+        "run_finished",
+        serde_json::json!({ "outcome": outcome, "ended_by": "task_status" }),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,26 +225,4 @@ mod tests {
             Err(StoreError::JournalBroken { seq: 1, .. })
         ));
     }
-}
-
-/// The record that ends a run's journal when the run is ended from outside it (a cancel, a
-/// task abandoned): `run_finished` with the task's failure when its result has one (the shape
-/// the runtime journals), so every ended run's journal says how it ended even when its worker
-/// never got to write that.
-pub fn ended_from_outside(
-    tail: Option<&JournalEntry>,
-    at_ms: u64,
-    status: warden_protocol::TaskStatus,
-    result: Option<&serde_json::Value>,
-) -> Result<JournalEntry, StoreError> {
-    let outcome = match result.and_then(|r| r.get("failure")) {
-        Some(failure) => serde_json::json!({ "failure": failure }),
-        None => serde_json::json!({ "status": crate::state::status_name(status) }),
-    };
-    JournalEntry::next(
-        tail,
-        at_ms,
-        "run_finished",
-        serde_json::json!({ "outcome": outcome, "ended_by": "task_status" }),
-    )
 }

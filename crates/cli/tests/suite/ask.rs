@@ -823,6 +823,54 @@ fn ctrl_c_cancels_a_task_waiting_on_the_model() {
     );
 }
 
+/// In-process tasks are the store's: another process cancels one (its run stops within about
+/// a second) and retries it, as `--server` does.
+#[test]
+fn another_process_cancels_a_running_task_and_retries_it() {
+    use std::io::Read;
+    let (warden, _repo, _server, mut child) = asking_a_slow_model();
+    let listed = warden.run(&["tasks", "--json"]);
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    let task = listed.json()[0]["id"].as_str().unwrap().to_string();
+    let cancelled = warden.run(&["cancel", &task]);
+    assert_eq!(cancelled.code, 0, "{}", cancelled.stderr);
+    assert!(
+        cancelled.stdout.contains("cancelled"),
+        "{}",
+        cancelled.stdout
+    );
+    let exit = child.wait().unwrap();
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    // Not interrupted here: the task failed (cancelled by someone else), exit 1.
+    assert_eq!(exit.code(), Some(1), "{stdout}");
+    let result: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(result["failure"]["code"], "cancelled");
+    // A finished task is not cancelled again: one sentence, exit 2.
+    let again = warden.run(&["cancel", &task]);
+    assert_eq!(again.code, 2, "{}", again.stderr);
+    assert_eq!(again.stderr.lines().count(), 1, "{}", again.stderr);
+    // A retry is a new task on the same commit (the scripted model answers it at once now).
+    let shown = warden.run(&["show", &task, "--json"]).json();
+    let retried = warden.run(&["retry", &task, "--json"]);
+    assert!(
+        retried.stderr.contains(&format!("retrying {task} as tsk_")),
+        "{}",
+        retried.stderr
+    );
+    let marker = format!("retrying {task} as ");
+    let at = retried.stderr.find(&marker).unwrap() + marker.len();
+    let new_id = retried.stderr[at..at + 30].to_string();
+    let retried_task = warden.run(&["show", &new_id, "--json"]).json();
+    assert_eq!(retried_task["retry_of"], task.as_str());
+    assert_eq!(retried_task["repos"], shown["repos"]);
+}
+
 #[test]
 fn a_second_ctrl_c_exits_at_once() {
     use std::io::Read;

@@ -75,6 +75,7 @@ impl Api {
                         name: "app".into(),
                         rev: None,
                         commit: None,
+                        source: None,
                     }],
                     priority: 0,
                     follow_up_to: None,

@@ -153,6 +153,7 @@ impl Fixture {
                         name: "app".into(),
                         rev: None,
                         commit: Some(self.base.clone()),
+                        source: None,
                     }],
                     priority: 0,
                     follow_up_to: None,

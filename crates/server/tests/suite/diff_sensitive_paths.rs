@@ -89,6 +89,7 @@ async fn quoted_and_deleted_sensitive_files_keep_their_values_hidden() {
                     name: "app".into(),
                     rev: None,
                     commit: Some(base.clone()),
+                    source: None,
                 }],
                 priority: 0,
                 follow_up_to: None,

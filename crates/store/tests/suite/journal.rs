@@ -259,7 +259,12 @@ async fn a_run_cancelled_from_outside_ends_its_journal(f: &Fixture) {
     f.task(TaskKind::Question, &["app"]).await;
     let silent = f.claim("w").await.unwrap().run();
     f.store
-        .transition(&silent.task, TaskStatus::Running, TaskStatus::Cancelled, None)
+        .transition(
+            &silent.task,
+            TaskStatus::Running,
+            TaskStatus::Cancelled,
+            None,
+        )
         .await
         .unwrap();
     assert!(f.store.journal(&silent).await.unwrap().is_empty());
