@@ -167,12 +167,8 @@ pub async fn task_diff(
             "the proposal of task {id} is no longer in Warden's mirror"
         ))
     };
-    let repo = task
-        .repos
-        .iter()
-        .find(|r| r.name == proposal.repo)
-        .ok_or_else(gone)?;
-    let spec = crate::worker::repo_specs(store, std::slice::from_ref(repo))
+    let repo = crate::worker::proposal_repo(task, &proposal);
+    let spec = crate::worker::repo_specs(store, std::slice::from_ref(&repo))
         .await
         .map_err(|_| gone())?
         .pop()

@@ -108,7 +108,9 @@ impl From<ServiceError> for LocalError {
 impl Local {
     /// Opens (creating) the local database and Warden's repository store.
     pub async fn open(config: Arc<Config>) -> Result<Local, LocalError> {
-        let store = crate::serve::open_store(&database_url(&config.home)).await?;
+        let store = warden_store::open(&database_url(&config.home))
+            .await
+            .context("cannot open the database")?;
         let (home, storage) = (config.home.clone(), config.storage);
         let repos = tokio::task::spawn_blocking(move || storage.open_repos(&home))
             .await
@@ -562,7 +564,7 @@ impl Local {
 /// The worker name of this process: `local-worker-<host>-<pid>-<random>`. A run it leaves behind
 /// when it dies is recovered by the next command that runs the task ([`dead_local_worker`]).
 fn worker_name() -> String {
-    format!("local-{}", crate::serve::process_worker_name())
+    format!("local-{}", crate::worker::process_worker_name())
 }
 
 /// Whether `worker` names an in-process worker of this host whose process is gone.

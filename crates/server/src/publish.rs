@@ -718,17 +718,8 @@ pub async fn publish_approved(
     }
     // The repository as the task's runs pinned it: registered, or an in-process task's own
     // source; its mirror holds the proposal.
-    let task_repo = task
-        .repos
-        .iter()
-        .find(|r| r.name == proposal.repo)
-        .ok_or_else(|| {
-            refused(format!(
-                "task {} has no repository {}",
-                task.id, proposal.repo
-            ))
-        })?;
-    let spec = crate::worker::repo_specs(context.store, std::slice::from_ref(task_repo))
+    let task_repo = crate::worker::proposal_repo(&task, &proposal);
+    let spec = crate::worker::repo_specs(context.store, std::slice::from_ref(&task_repo))
         .await
         .map_err(|failure| refused(failure.message))?
         .pop()

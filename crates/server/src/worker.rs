@@ -1011,6 +1011,34 @@ fn reply_of(result: &Value) -> Option<String> {
         .map(str::to_string)
 }
 
+/// A worker name unique to this process (`warden worker`).
+pub fn process_worker_name() -> String {
+    let mut random = [0u8; 4];
+    let _ = getrandom::fill(&mut random);
+    let host: String = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap_or_default()
+        .trim()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .take(64)
+        .collect();
+    format!(
+        "worker-{host}-{}-{}",
+        std::process::id(),
+        hex::encode(random)
+    )
+}
+
+/// The repository of a task that holds `proposal`: the task's repository of that name, else
+/// the registered repository of that name.
+pub fn proposal_repo(task: &Task, proposal: &warden_protocol::Proposal) -> TaskRepo {
+    task.repos
+        .iter()
+        .find(|r| r.name == proposal.repo)
+        .cloned()
+        .unwrap_or_else(|| TaskRepo::named(&proposal.repo))
+}
+
 /// Whether workers can run tasks of this kind (questions and changes, not maintenance yet).
 pub fn runnable(kind: TaskKind) -> bool {
     match kind {

@@ -225,10 +225,8 @@ impl TaskService {
         let Some(proposal) = proposal else {
             return Err(changed("no proposal".into()));
         };
-        let Some(repo) = task.repos.iter().find(|r| r.name == proposal.repo) else {
-            return Err(changed("no repository".into()));
-        };
-        let spec = crate::worker::repo_specs(self.store.as_ref(), std::slice::from_ref(repo))
+        let repo = crate::worker::proposal_repo(&task, &proposal);
+        let spec = crate::worker::repo_specs(self.store.as_ref(), std::slice::from_ref(&repo))
             .await
             .map_err(|failure| changed(failure.message))?
             .pop()
