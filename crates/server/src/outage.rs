@@ -290,6 +290,10 @@ impl Store for RunStore {
         self.inner.notices()
     }
 
+    fn add_observer(&self, observer: std::sync::Weak<dyn warden_store::StoreObserver>) {
+        self.inner.add_observer(observer);
+    }
+
     fn check_integrity(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         self.retry(move || self.inner.check_integrity())
     }

@@ -355,6 +355,14 @@ pub(crate) fn intent_status(name: &str) -> Result<IntentStatus, StoreError> {
         .ok_or_else(|| StoreError::invalid_data(format!("intent status {name:?}")))
 }
 
+/// A JSON value as the text column it is stored in.
+pub(crate) fn json_text(value: Option<&serde_json::Value>) -> Result<Option<String>, StoreError> {
+    value
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(Into::into)
+}
+
 pub(crate) fn to_i64(value: u64) -> Result<i64, StoreError> {
     i64::try_from(value).map_err(|_| StoreError::OutOfRange(format!("{value} exceeds i64")))
 }
