@@ -8,8 +8,8 @@ use warden_protocol::{TaskId, TaskStatus};
 use crate::rows::{abandoned_result, to_u64};
 use crate::state::{is_active, transition_allowed};
 use crate::{
-    IdempotencyKey, Intent, IntentStatus, JournalEntry, RunRef, StoreError, Task,
-    MAX_INTERRUPTED_RUNS,
+    ApprovalStatus, Decision, IdempotencyKey, Intent, IntentStatus, JournalEntry, RunRef,
+    StoreError, Task, MAX_INTERRUPTED_RUNS,
 };
 
 pub(crate) fn not_found(what: &'static str, id: &str) -> StoreError {
@@ -170,6 +170,14 @@ pub(crate) fn journal_fork(run: &RunRef, entry: &JournalEntry) -> StoreError {
         entry,
         "another record was appended at this sequence".into(),
     )
+}
+
+/// The status a pending approval takes when decided.
+pub(crate) fn decided_status(decision: Decision) -> ApprovalStatus {
+    match decision {
+        Decision::Approve => ApprovalStatus::Approved,
+        Decision::Reject => ApprovalStatus::Rejected,
+    }
 }
 
 /// The intent (`None`: no such intent) is pending and leased to `worker`, who may settle it.

@@ -14,12 +14,12 @@ use sha2::{Digest, Sha256};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
-use warden_protocol::{Event, TaskId, TaskKind, TaskStatus};
+use warden_protocol::{Event, TaskId, TaskStatus};
 
 use crate::checks::{
     after_interruption, check_finish, check_intent_held, check_journal_append, check_journal_run,
-    check_open_run, check_replay, check_retryable, check_status, check_transition, intent_failure,
-    journal_fork, not_found, run_lost, transition_ends_run,
+    check_open_run, check_replay, check_retryable, check_status, check_transition, decided_status,
+    intent_failure, journal_fork, not_found, run_lost, transition_ends_run,
 };
 use crate::clock::duration_ms;
 use crate::observer::Observers;
@@ -31,7 +31,7 @@ use crate::rows::{
     TASK_COLUMNS,
 };
 use crate::state::{
-    is_active, is_exclusive, kind_name, status_name, transition_allowed, ALL_STATUSES,
+    exclusive_kind_names, is_active, kind_name, status_name, transition_allowed, ALL_STATUSES,
 };
 use crate::types::RUN_INTERRUPTED;
 use crate::{
@@ -293,11 +293,7 @@ fn read_intent(row: &Row) -> Result<Intent, StoreError> {
 }
 
 fn exclusive_kinds() -> Vec<&'static str> {
-    [TaskKind::Question, TaskKind::Change, TaskKind::Maintain]
-        .into_iter()
-        .filter(|k| is_exclusive(*k))
-        .map(kind_name)
-        .collect()
+    exclusive_kind_names().collect()
 }
 
 /// Rows of running change or maintain tasks (kinds in `$2`) sharing a repository with the task
@@ -2820,15 +2816,11 @@ impl Store for PostgresStore {
         decision: Decision,
         decided_by: &'a str,
     ) -> BoxFuture<'a, Result<Approval, StoreError>> {
-        let to = match decision {
-            Decision::Approve => ApprovalStatus::Approved,
-            Decision::Reject => ApprovalStatus::Rejected,
-        };
         Box::pin(self.settle_approval(
             id,
             subject_hash,
             ApprovalStatus::Pending,
-            to,
+            decided_status(decision),
             Some(decided_by),
         ))
     }

@@ -18,8 +18,8 @@ use warden_protocol::{Event, TaskId, TaskStatus};
 
 use crate::checks::{
     after_interruption, check_finish, check_intent_held, check_journal_append, check_journal_run,
-    check_open_run, check_replay, check_retryable, check_status, check_transition, not_found,
-    run_lost, transition_ends_run,
+    check_open_run, check_replay, check_retryable, check_status, check_transition, decided_status,
+    not_found, run_lost, transition_ends_run,
 };
 use crate::clock::{compact_timestamp, duration_ms};
 use crate::observer::Observers;
@@ -32,7 +32,7 @@ use crate::rows::{
 };
 use writer::Writer;
 
-use crate::state::{is_active, is_exclusive, kind_name, status_name, ALL_STATUSES};
+use crate::state::{exclusive_kind_names, is_active, kind_name, status_name, ALL_STATUSES};
 use crate::types::RUN_INTERRUPTED;
 use crate::{
     ApiToken, Approval, ApprovalStatus, BoxFuture, Claim, ClaimFilter, Clock, Completion, Created,
@@ -574,16 +574,7 @@ fn check_run_held(conn: &Connection, run: &RunRef, worker: &str) -> Result<(), S
 }
 
 fn exclusive_kinds() -> String {
-    name_list(
-        [
-            warden_protocol::TaskKind::Question,
-            warden_protocol::TaskKind::Change,
-            warden_protocol::TaskKind::Maintain,
-        ]
-        .into_iter()
-        .filter(|k| is_exclusive(*k))
-        .map(kind_name),
-    )
+    name_list(exclusive_kind_names())
 }
 
 /// Claims the best claimable task (see [`Store::claim`]) inside the caller's write. `kinds` and
@@ -1623,10 +1614,7 @@ impl Store for SqliteStore {
         self.write(move |conn, now| {
             let approval = load_approval(conn, &id)?.ok_or_else(|| not_found("approval", &id))?;
             check_approval(&approval, &subject_hash, ApprovalStatus::Pending)?;
-            let to = match decision {
-                Decision::Approve => ApprovalStatus::Approved,
-                Decision::Reject => ApprovalStatus::Rejected,
-            };
+            let to = decided_status(decision);
             let decided = conn
                 .prepare_cached(&format!(
                     "UPDATE approvals SET status = ?2, decided_by = ?3, decided_at_ms = ?4
