@@ -35,7 +35,7 @@ pub use batch::{ClaimQueue, Completion, CompletionBatcher, Finished};
 pub use clock::{Clock, ManualClock, SystemClock, UtcDay};
 pub use error::StoreError;
 pub use ids::{new_task_id, new_task_id_at, IdError};
-pub use journal::{JournalEntry, RunJournal, GENESIS_HASH};
+pub use journal::{JournalEntry, JournalStore, RunJournal, GENESIS_HASH};
 pub use observer::StoreObserver;
 pub use postgres::PostgresStore;
 pub use sqlite::{Quarantine, SqliteStore};
