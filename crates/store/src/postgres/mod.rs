@@ -24,11 +24,11 @@ use crate::checks::{
 use crate::clock::duration_ms;
 use crate::observer::Observers;
 use crate::rows::{
-    check_approval, check_message_role, check_pinned_repos, finished_event, json_text, spend_from,
-    status, to_i64, to_u32, to_u64, RawApiToken, RawApproval, RawEvent, RawIntent, RawJournal,
-    RawMessage, RawRepo, RawRun, RawTask, API_TOKEN_COLUMNS, APPROVAL_COLUMNS, EVENT_COLUMNS,
-    INTENT_COLUMNS, JOURNAL_COLUMNS, MESSAGE_COLUMNS, MS_PER_DAY, REPO_COLUMNS, RUN_COLUMNS,
-    TASK_COLUMNS,
+    check_approval, check_message_role, check_pinned_repos, event_record, finished_event,
+    json_text, spend_from, status, to_i64, to_u32, to_u64, RawApiToken, RawApproval, RawEvent,
+    RawIntent, RawJournal, RawMessage, RawRepo, RawRun, RawTask, API_TOKEN_COLUMNS,
+    APPROVAL_COLUMNS, EVENT_COLUMNS, INTENT_COLUMNS, JOURNAL_COLUMNS, MESSAGE_COLUMNS, MS_PER_DAY,
+    REPO_COLUMNS, RUN_COLUMNS, TASK_COLUMNS,
 };
 use crate::state::{
     exclusive_kind_names, is_active, kind_name, status_name, transition_allowed, ALL_STATUSES,
@@ -705,17 +705,11 @@ fn event_records(
     if seqs.len() != events.len() || task_seqs.len() != events.len() {
         return Err(StoreError::invalid_data("finished run: events not stored"));
     }
-    let mut records = Vec::with_capacity(events.len());
-    for ((event, seq), task_seq) in events.into_iter().zip(seqs).zip(task_seqs) {
-        records.push(EventRecord {
-            seq: to_u64(*seq)?,
-            task_seq: to_u64(*task_seq)?,
-            task: task.clone(),
-            at_ms: now,
-            event,
-        });
-    }
-    Ok(records)
+    events
+        .into_iter()
+        .zip(seqs.iter().zip(task_seqs))
+        .map(|(event, (seq, task_seq))| event_record(task, *seq, *task_seq, now, event))
+        .collect()
 }
 
 /// The common head of the `finish_runs` statements: `input` (one row per completion, `$1`–`$6`),
@@ -1126,13 +1120,7 @@ async fn append_finish_events(
                     let (seq, task_seq) = sequences
                         .next()
                         .ok_or_else(|| StoreError::invalid_data("finish_runs: missing event"))?;
-                    records.push(EventRecord {
-                        seq: to_u64(seq)?,
-                        task_seq: to_u64(task_seq)?,
-                        task: task.id.clone(),
-                        at_ms: now,
-                        event,
-                    });
+                    records.push(event_record(&task.id, seq, task_seq, now, event)?);
                 }
                 Ok(Finished {
                     task,
@@ -1229,26 +1217,19 @@ async fn set_status(
     if !to.is_terminal() {
         return Ok((task, None));
     }
-    let event = finished_event(to, task.result.as_ref());
-    let (seq, task_seq) = insert_event(c, id, &serde_json::to_string(&event)?, now).await?;
-    let record = EventRecord {
-        seq: to_u64(seq)?,
-        task_seq: to_u64(task_seq)?,
-        task: id.clone(),
-        at_ms: now,
-        event,
-    };
+    let record = insert_event(c, id, finished_event(to, task.result.as_ref()), now).await?;
     Ok((task, Some(record)))
 }
 
-/// Appends one event (its JSON text) to the task's stream inside the caller's transaction:
-/// its global and per-task sequence numbers.
+/// Appends one event to the task's stream inside the caller's transaction, numbered.
 async fn insert_event(
     c: &dyn Conn,
     task: &TaskId,
-    text: &str,
+    event: Event,
     now: i64,
-) -> Result<(i64, i64), StoreError> {
+) -> Result<EventRecord, StoreError> {
+    // Serialised before the event counter's row lock is taken.
+    let text = serde_json::to_string(&event)?;
     let counter = query_one(
         c,
         "UPDATE counters SET value = value + 1 WHERE name = 'events' RETURNING value",
@@ -1267,7 +1248,7 @@ async fn insert_event(
         &[&seq, &task.as_str(), &now, &text],
     )
     .await?;
-    Ok((seq, get(&row, 0)?))
+    event_record(task, seq, get(&row, 0)?, now, event)
 }
 
 /// Locks the run row; fails unless it is open and `worker`'s.
@@ -1898,13 +1879,8 @@ impl PostgresStore {
                 let task = read_task(&row)?;
                 let seqs: (Option<i64>, Option<i64>) = (get(&row, 16)?, get(&row, 17)?);
                 if let (Some(event), (Some(seq), Some(task_seq))) = (event, seqs) {
-                    self.observers.events([&EventRecord {
-                        seq: to_u64(seq)?,
-                        task_seq: to_u64(task_seq)?,
-                        task: run.task.clone(),
-                        at_ms: now,
-                        event,
-                    }]);
+                    let record = event_record(&run.task, seq, task_seq, now, event)?;
+                    self.observers.events([&record]);
                 }
                 return Ok(task);
             }
@@ -2087,19 +2063,11 @@ impl PostgresStore {
         task: &TaskId,
         event: Event,
     ) -> Result<EventRecord, StoreError> {
-        let text = serde_json::to_string(&event)?;
         let now = self.now();
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_error)?;
         require_task_exists(&tx, task).await?;
-        let (seq, task_seq) = insert_event(&tx, task, &text, now).await?;
-        let record = EventRecord {
-            seq: to_u64(seq)?,
-            task_seq: to_u64(task_seq)?,
-            task: task.clone(),
-            at_ms: now,
-            event,
-        };
+        let record = insert_event(&tx, task, event, now).await?;
         tx.commit().await.map_err(pg_error)?;
         self.observers.events([&record]);
         Ok(record)

@@ -24,11 +24,11 @@ use crate::checks::{
 use crate::clock::{compact_timestamp, duration_ms};
 use crate::observer::Observers;
 use crate::rows::{
-    check_approval, check_message_role, check_pinned_repos, finished_event, json_text, name_list,
-    spend_from, status, to_i64, to_u32, to_u64, RawApiToken, RawApproval, RawEvent, RawIntent,
-    RawJournal, RawMessage, RawRepo, RawRun, RawTask, API_TOKEN_COLUMNS, APPROVAL_COLUMNS,
-    EVENT_COLUMNS, INTENT_COLUMNS, JOURNAL_COLUMNS, MESSAGE_COLUMNS, MS_PER_DAY, REPO_COLUMNS,
-    RUN_COLUMNS, TASK_COLUMNS,
+    check_approval, check_message_role, check_pinned_repos, event_record, finished_event,
+    json_text, name_list, spend_from, status, to_i64, to_u32, to_u64, RawApiToken, RawApproval,
+    RawEvent, RawIntent, RawJournal, RawMessage, RawRepo, RawRun, RawTask, API_TOKEN_COLUMNS,
+    APPROVAL_COLUMNS, EVENT_COLUMNS, INTENT_COLUMNS, JOURNAL_COLUMNS, MESSAGE_COLUMNS, MS_PER_DAY,
+    REPO_COLUMNS, RUN_COLUMNS, TASK_COLUMNS,
 };
 use writer::Writer;
 
@@ -527,37 +527,31 @@ fn set_status(
     if !to.is_terminal() {
         return Ok((task, None));
     }
-    let event = finished_event(to, task.result.as_ref());
-    let (seq, task_seq) = insert_event(conn, id, &event, now)?;
-    let record = EventRecord {
-        seq: to_u64(seq)?,
-        task_seq: to_u64(task_seq)?,
-        task: id.clone(),
-        at_ms: now,
-        event,
-    };
+    let record = insert_event(conn, id, finished_event(to, task.result.as_ref()), now)?;
     Ok((task, Some(record)))
 }
 
-/// Appends `event` to the task's stream: its global and per-task sequence numbers.
+/// Appends `event` to the task's stream, numbered.
 fn insert_event(
     conn: &Connection,
     task: &TaskId,
-    event: &Event,
+    event: Event,
     now: i64,
-) -> Result<(i64, i64), StoreError> {
-    let text = serde_json::to_string(event)?;
-    conn.prepare_cached(
-        "INSERT INTO events (task_id, task_seq, at_ms, event)
+) -> Result<EventRecord, StoreError> {
+    let text = serde_json::to_string(&event)?;
+    let (seq, task_seq) = conn
+        .prepare_cached(
+            "INSERT INTO events (task_id, task_seq, at_ms, event)
          VALUES (?1, (SELECT COALESCE(MAX(task_seq), 0) + 1 FROM events
                       WHERE task_id = ?1), ?2, ?3)
          RETURNING seq, task_seq",
-    )
-    .db()?
-    .query_row(params![task.as_str(), now, text], |row| {
-        Ok((row.get(0)?, row.get(1)?))
-    })
-    .db()
+        )
+        .db()?
+        .query_row(params![task.as_str(), now, text], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
+        .db()?;
+    event_record(task, seq, task_seq, now, event)
 }
 
 /// Fails unless the run is open and `worker`'s.
@@ -1385,14 +1379,7 @@ impl Store for SqliteStore {
         self.write_observed(
             move |conn, now| {
                 task_status(conn, &task)?;
-                let (seq, task_seq) = insert_event(conn, &task, &event, now)?;
-                Ok(EventRecord {
-                    seq: to_u64(seq)?,
-                    task_seq: to_u64(task_seq)?,
-                    task,
-                    at_ms: now,
-                    event,
-                })
+                insert_event(conn, &task, event, now)
             },
             |observers, record| {
                 observers.events([&record]);
