@@ -140,13 +140,11 @@ impl Local {
             .get_or_try_init(|| async {
                 let model = question::build_model(&self.config)
                     .map_err(|error| usage(error.to_string()))?;
-                let (store, hub) = crate::hub::instrument(
-                    Arc::clone(&self.store),
-                    crate::hub::HubOptions::default(),
-                );
+                // Events this process stores reach its hub (and metrics) as they commit.
+                let hub = crate::hub::instrument(&self.store, crate::hub::HubOptions::default());
                 Ok(Arc::new(Services {
                     config: Arc::clone(&self.config),
-                    store,
+                    store: Arc::clone(&self.store),
                     repos: self.repos.clone(),
                     model,
                     redactor: self.config.redactor(),

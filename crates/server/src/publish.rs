@@ -33,6 +33,7 @@ use crate::github::{
     repo_from_remote_url, web_host_of_api, GithubClient, GithubClientConfig, GithubError,
     GithubRepo, NewPullRequest, PullRequest,
 };
+use crate::outage::StoreCalls;
 use crate::redact::Redactor;
 
 /// The environment variable naming a crash point (`failpoints` builds only; see the module
@@ -638,14 +639,22 @@ pub fn verify_proposal(
     }
 }
 
-/// What the server's publication of an approved proposal needs.
-#[derive(Clone, Copy)]
-pub struct ServerPublish<'a> {
-    pub store: &'a dyn warden_store::Store,
+/// What the server's publication of an approved proposal needs: a store (a run's, which
+/// retries through outages, or the store itself), the mirrors, the GitHub settings.
+pub struct ServerPublish<'a, C: ?Sized = dyn warden_store::Store> {
+    pub store: &'a C,
     pub repos: &'a warden_repo::RepoStore,
     pub settings: &'a GithubSettings,
     pub redactor: &'a Redactor,
 }
+
+impl<C: ?Sized> Clone for ServerPublish<'_, C> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<C: ?Sized> Copy for ServerPublish<'_, C> {}
 
 /// Why [`publish_approved`] did not publish.
 #[derive(Debug, thiserror::Error)]
@@ -669,8 +678,8 @@ pub enum ApprovedPublishError {
 /// registered repository's remote (a URL, or a local repository's `origin`). Returns the task's
 /// change result with the publication filled in; recording it (and the task's status) is the
 /// caller's. Safe to call again after a crash at any point.
-pub async fn publish_approved(
-    context: ServerPublish<'_>,
+pub async fn publish_approved<C: StoreCalls + ?Sized>(
+    context: ServerPublish<'_, C>,
     approval_id: &str,
     journal: &mut dyn Journal,
 ) -> Result<warden_protocol::ChangeResult, ApprovedPublishError> {
@@ -678,7 +687,9 @@ pub async fn publish_approved(
     let refused = |message: String| ApprovedPublishError::Refused(message);
     let approval = context
         .store
-        .get_approval(approval_id)
+        .call("reading the approval", |store| {
+            store.get_approval(approval_id)
+        })
         .await?
         .ok_or_else(|| refused(format!("no approval {approval_id}")))?;
     if !matches!(approval.kind.as_str(), "publish" | "publish_sensitive") {
@@ -698,7 +709,7 @@ pub async fn publish_approved(
     }
     let task = context
         .store
-        .get_task(&approval.task)
+        .call("reading the task", |store| store.get_task(&approval.task))
         .await?
         .ok_or_else(|| refused(format!("no task {}", approval.task)))?;
     let mut result: warden_protocol::ChangeResult = task
@@ -728,7 +739,9 @@ pub async fn publish_approved(
         Some(_) => None,
         None => context
             .store
-            .get_repo(&proposal.repo)
+            .call("reading the repository", |store| {
+                store.get_repo(&proposal.repo)
+            })
             .await?
             .and_then(|repository| repository.branch),
     };
@@ -777,7 +790,9 @@ pub async fn publish_approved(
     if approval.status == ApprovalStatus::Approved {
         context
             .store
-            .consume_approval(approval_id, &approval.subject_hash)
+            .call("consuming the approval", |store| {
+                store.consume_approval(approval_id, &approval.subject_hash)
+            })
             .await?;
     }
     let mut target = resolve_target(context.settings, &proposal.repo, &remote, None);
@@ -842,8 +857,8 @@ pub async fn publish_approved(
 /// A change task's result and the stored publish approval it records (the one its proposal
 /// waits for, or was published under). `None`: no proposal, no approval, or one that is not a
 /// publish approval of this task.
-async fn recorded_publication(
-    store: &dyn warden_store::Store,
+async fn recorded_publication<C: StoreCalls + ?Sized>(
+    store: &C,
     task: &warden_store::Task,
 ) -> Result<Option<(warden_protocol::ChangeResult, warden_store::Approval)>, warden_store::StoreError>
 {
@@ -863,9 +878,14 @@ async fn recorded_publication(
     let Some(id) = result.approval.as_ref().map(|a| a.id.clone()) else {
         return Ok(None);
     };
-    let approval = store.get_approval(&id).await?.filter(|a| {
-        a.task == task.id && matches!(a.kind.as_str(), "publish" | "publish_sensitive")
-    });
+    let approval = store
+        .call("reading the publish approval", |store| {
+            store.get_approval(&id)
+        })
+        .await?
+        .filter(|a| {
+            a.task == task.id && matches!(a.kind.as_str(), "publish" | "publish_sensitive")
+        });
     Ok(approval.map(|approval| (result, approval)))
 }
 
@@ -880,8 +900,8 @@ fn publication_status(result: &warden_protocol::ChangeResult) -> Option<Publicat
 /// again: its result is a proposal whose publication is not finished (`awaiting_approval`,
 /// `pushed` or `failed`) and its publish approval is approved (or consumed: a publication
 /// interrupted earlier). For the worker that claims a task an approval re-queued.
-pub async fn approved_publication(
-    store: &dyn warden_store::Store,
+pub async fn approved_publication<C: StoreCalls + ?Sized>(
+    store: &C,
     task: &warden_store::Task,
 ) -> Result<Option<warden_store::Approval>, warden_store::StoreError> {
     let Some((result, approval)) = recorded_publication(store, task).await? else {
@@ -907,8 +927,8 @@ pub async fn approved_publication(
 /// publication is `not_requested` (nothing was pushed; SPEC §5 has no `rejected` publication)
 /// and its approval shows the rejection. The task then ends `completed`, as `warden reject`
 /// ends a local one. `None` when the task is not a rejected publication.
-pub async fn rejected_publication(
-    store: &dyn warden_store::Store,
+pub async fn rejected_publication<C: StoreCalls + ?Sized>(
+    store: &C,
     task: &warden_store::Task,
 ) -> Result<Option<warden_protocol::ChangeResult>, warden_store::StoreError> {
     let Some((mut result, approval)) = recorded_publication(store, task).await? else {

@@ -114,7 +114,7 @@ pub async fn services(config: Arc<Config>, store: Arc<dyn Store>) -> anyhow::Res
         .await?
         .context("cannot open the repository store")?;
     // Every event the workers store reaches this process's SSE subscribers at once.
-    let (store, hub) = crate::hub::instrument(store, crate::hub::HubOptions::default());
+    let hub = crate::hub::instrument(&store, crate::hub::HubOptions::default());
     Ok(Arc::new(Services {
         hub,
         redactor: config.redactor(),
