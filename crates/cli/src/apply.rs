@@ -3,14 +3,11 @@
 //! and that one ref are written: the work tree, the index and the current branch are untouched,
 //! and an existing branch is never moved (unless it already points at the proposal).
 
-use crate::records;
 use crate::usage;
-use anyhow::Context;
-use std::path::PathBuf;
-use warden_protocol::{ChangeOutcome, TaskId, TaskKind};
+use std::path::{Path, PathBuf};
+use warden_protocol::{Proposal, TaskId};
 use warden_repo::proposal::{fetch_proposal_into, ApplyError, ApplyOutcome};
 use warden_repo::Git;
-use warden_server::config::Config;
 
 #[derive(Debug, clap::Args)]
 pub struct ApplyArgs {
@@ -25,33 +22,17 @@ pub struct ApplyArgs {
     pub repo: Option<PathBuf>,
 }
 
-pub fn apply(config: &Config, args: ApplyArgs) -> anyhow::Result<u8> {
-    let id: TaskId = args.task.parse().map_err(usage)?;
-    let record = records::load(&config.home, &id).map_err(usage)?;
-    if record.kind != TaskKind::Change {
-        return Err(usage(anyhow::anyhow!("task {id} is not a change task")));
-    }
-    let proposal = match record.change_result.as_ref().map(|r| &r.outcome) {
-        Some(ChangeOutcome::Proposal { proposal, .. }) => proposal.clone(),
-        _ => {
-            return Err(usage(anyhow::anyhow!(
-                "task {id} has no proposal (status {:?})",
-                record.status
-            )))
-        }
-    };
-    let target = match (&args.repo, record.repos.first()) {
-        (Some(path), _) => path.clone(),
-        (None, Some(repo)) if repo.source_kind == "path" => PathBuf::from(&repo.source),
-        _ => std::env::current_dir().context("cannot read the current directory")?,
-    };
-    let branch = args
-        .branch
-        .clone()
-        .unwrap_or_else(|| format!("warden/{id}"));
-    let git = Git::locate()?;
-    let mirror = crate::approve::find_mirror(&git, &config.home, &proposal.repo, id.as_str())?;
-    match fetch_proposal_into(&git, &mirror, id.as_str(), &target, &branch) {
+/// Fetches the proposal from `mirror` into `target` as `branch`, checking it is the commit the
+/// task recorded.
+pub fn fetch(
+    git: &Git,
+    mirror: &Path,
+    id: &TaskId,
+    proposal: &Proposal,
+    target: &Path,
+    branch: &str,
+) -> anyhow::Result<u8> {
+    match fetch_proposal_into(git, mirror, id.as_str(), target, branch) {
         Ok((outcome, commit)) => {
             if commit != proposal.commit {
                 anyhow::bail!(

@@ -1,16 +1,14 @@
 //! `warden diff TASK`: a change task's proposal before you approve or apply it — what it is
 //! (repository, base, commit, the hash an approval binds to), a stat of the files it touches,
 //! the sensitive files among them, and the unified diff with secrets and sensitive values
-//! redacted. In-process the diff comes from Warden's mirror; with `--server` from
-//! `GET /v1/tasks/{id}/diff`. Both go through the same producer
+//! redacted. Both in-process and with `--server` the view comes from the front door
+//! (`TaskService::proposal_diff`, served as `GET /v1/tasks/{id}/diff`) and its one producer
 //! (`warden_server::diff::redacted_proposal_diff`), and the text is escaped for the terminal.
 
-use serde_json::{json, Value};
-use warden_protocol::{ChangeOutcome, Proposal, TaskId, TaskKind};
-use warden_repo::Git;
-use warden_server::config::Config;
+use serde_json::Value;
+use warden_protocol::Proposal;
 
-use crate::{records, text, usage};
+use crate::text;
 
 #[derive(Debug, clap::Args)]
 pub struct DiffArgs {
@@ -23,49 +21,6 @@ pub struct DiffArgs {
     /// as one JSON object
     #[arg(long)]
     pub json: bool,
-}
-
-/// The proposal's diff from this machine's task records and Warden's mirror.
-pub fn diff_local(config: &Config, args: &DiffArgs) -> anyhow::Result<u8> {
-    let id: TaskId = args.task.parse().map_err(usage)?;
-    let record = records::load(&config.home, &id).map_err(usage)?;
-    if record.kind != TaskKind::Change {
-        return Err(usage(anyhow::anyhow!(
-            "task {id} is a question: only change tasks have a diff"
-        )));
-    }
-    let proposal = match record.change_result.as_ref().map(|r| &r.outcome) {
-        Some(ChangeOutcome::Proposal { proposal, .. }) => proposal.clone(),
-        _ => {
-            return Err(usage(anyhow::anyhow!(
-                "task {id} has no proposal (status {:?})",
-                record.status
-            )))
-        }
-    };
-    let git = Git::locate()?;
-    let mirror = crate::approve::find_mirror(&git, &config.home, &proposal.repo, id.as_str())?;
-    let (diff, truncated) = warden_server::diff::redacted_proposal_diff(
-        &git,
-        &mirror,
-        id.as_str(),
-        &proposal,
-        &config.redactor(),
-    )
-    .map_err(|e| anyhow::anyhow!(e))?
-    .ok_or_else(|| anyhow::anyhow!("the proposal of task {id} is no longer in Warden's mirror"))?;
-    let view = json!({
-        "task_id": id.as_str(),
-        "repo": proposal.repo,
-        "base_commit": proposal.base_commit,
-        "commit": proposal.commit,
-        "hash": proposal.hash,
-        "diff": diff,
-        "truncated": truncated,
-        "sensitive_files": proposal.sensitive_files,
-    });
-    print_diff(&view, Some(&proposal), args);
-    Ok(0)
 }
 
 /// Prints a diff view (the API's `DiffView` shape) with the proposal's file stat.

@@ -8,10 +8,11 @@ mod diff;
 mod doctor;
 mod gc;
 mod interrupt;
+mod local_cli;
 mod progress;
-mod records;
 mod remote;
 mod remote_cli;
+mod render;
 mod run;
 mod serve;
 mod text;
@@ -67,12 +68,12 @@ enum Command {
         json: bool,
     },
     /// Print a task's run journal as a timeline (turns, tool calls with durations, rejections,
-    /// checks, spend), verifying its hash chain; with --server and --follow, follow its events
-    /// live and print its result
+    /// checks, spend), verifying its hash chain; with --follow, follow its events live and print
+    /// its result (in-process: run it here if it waits for a worker, e.g. after a crash)
     Logs {
         /// The task id (tsk_…)
         task: String,
-        /// Follow the task's events until it settles, then print its result (needs --server)
+        /// Follow the task's events until it settles, then print its result
         #[arg(long)]
         follow: bool,
         /// The raw journal records, one JSON object a line (with --follow: the result as one
@@ -80,7 +81,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Cancel a task on the server (needs --server)
+    /// Cancel an unfinished task (its run stops within about a second)
     Cancel {
         /// The task id (tsk_…)
         task: String,
@@ -88,7 +89,7 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Run a finished task again as a new task on the server and follow it (needs --server)
+    /// Run a finished task again as a new task on the same commits and follow it
     Retry {
         /// The task id (tsk_…)
         task: String,
@@ -234,100 +235,29 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     )
     .map_err(usage)?;
     match cli.command {
-        Command::Ask(args) => {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()?;
-            runtime.block_on(ask::ask(&config, args))
-        }
-        Command::Run(args) => tokio_runtime()?.block_on(run::run(&config, args)),
-        Command::Diff(args) => diff::diff_local(&config, &args),
-        Command::Apply(args) => apply::apply(&config, args),
-        Command::Approve(args) => tokio_runtime()?.block_on(approve::approve(&config, args)),
-        Command::Reject(args) => approve::reject(&config, args),
+        Command::Ask(args) => tokio_runtime()?.block_on(local_cli::ask(config, args)),
+        Command::Run(args) => tokio_runtime()?.block_on(local_cli::run(config, args)),
+        Command::Diff(args) => tokio_runtime()?.block_on(local_cli::diff(config, &args)),
+        Command::Apply(args) => tokio_runtime()?.block_on(local_cli::apply(config, args)),
+        Command::Approve(args) => tokio_runtime()?.block_on(local_cli::approve(config, args)),
+        Command::Reject(args) => tokio_runtime()?.block_on(local_cli::reject(config, args)),
         Command::Show { task, json } => {
-            let id = task.parse().map_err(usage)?;
-            let record = records::load(&config.home, &id).map_err(usage)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&record)?);
-            } else {
-                println!(
-                    "{} · {:?} · {:?} · {}",
-                    record.id, record.kind, record.status, record.created_at
-                );
-                println!("prompt: {}", text::block(&record.prompt, "  "));
-                if let Some(result) = &record.result {
-                    print!("{}", ask::render_result(result));
-                }
-                if let Some(result) = &record.change_result {
-                    print!("{}", run::render_change(result));
-                }
-            }
-            Ok(0)
+            tokio_runtime()?.block_on(local_cli::show(config, &task, json))
         }
-        Command::Tasks { json } => {
-            let all = records::list(&config.home)?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&all)?);
-            } else {
-                for record in all {
-                    println!(
-                        "{}  {:<10} {:<9} {}",
-                        record.id,
-                        format!("{:?}", record.status).to_lowercase(),
-                        format!("{:?}", record.kind).to_lowercase(),
-                        text::one_line(record.prompt.lines().next().unwrap_or_default())
-                    );
-                }
-            }
-            Ok(0)
+        Command::Tasks { json } => tokio_runtime()?.block_on(local_cli::tasks(config, json)),
+        Command::Logs { task, follow, json } => {
+            tokio_runtime()?.block_on(local_cli::logs(config, &task, follow, json))
         }
-        Command::Logs { follow: true, .. } => Err(needs_server("logs --follow")),
-        Command::Cancel { .. } => Err(needs_server("cancel")),
-        Command::Retry { .. } => Err(needs_server("retry")),
-        // In-process, answering continues the task as a follow-up of its own kind.
+        Command::Cancel { task, json } => {
+            tokio_runtime()?.block_on(local_cli::cancel(config, &task, json))
+        }
+        Command::Retry { task, json } => {
+            tokio_runtime()?.block_on(local_cli::retry(config, &task, json))
+        }
         Command::Answer { task, text, json } => {
-            let id: warden_protocol::TaskId = task.parse().map_err(usage)?;
-            let earlier = records::load(&config.home, &id).map_err(usage)?;
-            match earlier.kind {
-                warden_protocol::TaskKind::Change => {
-                    let args = run::RunArgs::follow_up(&task, text, json);
-                    tokio_runtime()?.block_on(run::run(&config, args))
-                }
-                _ => {
-                    let args = ask::AskArgs {
-                        repos: Vec::new(),
-                        json,
-                        follow_up: Some(task),
-                        question: text,
-                    };
-                    tokio_runtime()?.block_on(ask::ask(&config, args))
-                }
-            }
+            tokio_runtime()?.block_on(local_cli::answer(config, &task, &text, json))
         }
         Command::Repos { .. } => Err(needs_server("repos")),
-        Command::Logs { task, json, .. } => {
-            let id = task.parse().map_err(usage)?;
-            // An unknown task is one sentence and exit 2, like `show`.
-            records::load(&config.home, &id).map_err(usage)?;
-            let path = records::journal_path(&config.home, &id, 1);
-            let records = warden_runtime::FileJournal::verify(&path)?;
-            if json {
-                for record in records {
-                    println!("{}", text::json_text(&serde_json::to_string(&record)?));
-                }
-            } else {
-                let values = records
-                    .iter()
-                    .map(serde_json::to_value)
-                    .collect::<Result<Vec<_>, _>>()?;
-                println!("{id} · run 1");
-                print!("{}", timeline::render(&values));
-            }
-            eprintln!("warden: journal hash chain verified");
-            Ok(0)
-        }
         // Normally answered above, before the configuration had to load.
         Command::Doctor { json, offline } => {
             doctor_anyway(cli.config.as_deref(), &cli.remote, json, offline)

@@ -91,14 +91,15 @@ fn render(event: &Event) -> Option<String> {
                 errors.join("\n- ")
             )
         }
-        Event::TaskFinished { outcome, .. } => format!("warden: {outcome}"),
         Event::RedactionFailed => {
             "  ! an event was withheld: redacting secrets from it failed".into()
         }
         Event::ModelResponded { .. }
         | Event::AgentMessage { .. }
         | Event::ToolFinished { ok: true, .. }
-        | Event::StatusChanged { .. } => return None,
+        | Event::StatusChanged { .. }
+        // The command prints the settled task's finish line from its result.
+        | Event::TaskFinished { .. } => return None,
     })
 }
 

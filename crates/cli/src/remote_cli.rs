@@ -7,13 +7,13 @@
 
 use crate::progress::StderrProgress;
 use crate::remote::{self, Remote, RemoteOptions};
-use crate::{ask, run, text, usage, Command};
+use crate::{render, text, usage, Command};
 use serde_json::{json, Value};
-use warden_protocol::{ChangeResult, QuestionResult, TaskId, TaskKind, TaskStatus};
+use warden_protocol::{TaskId, TaskStatus};
 use warden_runtime::EventSink;
 
 /// Exit code when Ctrl-C stopped following (the shell's convention for SIGINT).
-const INTERRUPTED: u8 = 130;
+use crate::interrupt::INTERRUPTED;
 
 /// `warden repos add`.
 #[derive(Debug, clap::Subcommand)]
@@ -216,7 +216,7 @@ fn with_repos(mut body: Value, repos: Vec<String>) -> Value {
     body
 }
 
-async fn ask_remote(remote: &Remote, args: ask::AskArgs) -> anyhow::Result<u8> {
+async fn ask_remote(remote: &Remote, args: crate::ask::AskArgs) -> anyhow::Result<u8> {
     let question = args.question.trim();
     if question.is_empty() {
         return Err(usage(anyhow::anyhow!("the question is empty")));
@@ -235,7 +235,7 @@ async fn ask_remote(remote: &Remote, args: ask::AskArgs) -> anyhow::Result<u8> {
     submit_and_follow(remote, with_repos(body, repos), args.json).await
 }
 
-async fn run_remote(remote: &Remote, args: run::RunArgs) -> anyhow::Result<u8> {
+async fn run_remote(remote: &Remote, args: crate::run::RunArgs) -> anyhow::Result<u8> {
     let request = args.request.trim();
     if request.is_empty() {
         return Err(usage(anyhow::anyhow!("the change request is empty")));
@@ -307,78 +307,7 @@ async fn follow_and_print(
             return Ok(INTERRUPTED);
         }
     };
-    print_outcome(&followed, json)
-}
-
-/// Prints a settled task's result like the in-process path and returns its exit code.
-fn print_outcome(task: &Value, json: bool) -> anyhow::Result<u8> {
-    let id = remote::task_id_of(task)?;
-    let status = remote::status_of(task);
-    let Some(result) = task.get("result").filter(|r| r.is_object()) else {
-        // Settled without a result: cancelled while queued, or waiting before it started.
-        if json {
-            println!("{}", text::json_line(task));
-        } else {
-            println!(
-                "Task {id} is {} without a result",
-                text::one_line(task["status"].as_str().unwrap_or("unknown"))
-            );
-        }
-        return Ok(match status {
-            Some(TaskStatus::WaitingApproval) => 4,
-            Some(TaskStatus::WaitingInput) => 3,
-            _ => 1,
-        });
-    };
-    if json {
-        println!("{}", text::json_line(result));
-    } else {
-        print!("{}", render(task, result));
-    }
-    let code = exit_code(result);
-    if code == 3 {
-        eprintln!("warden: answer it with: warden answer {id} \"…\"");
-    }
-    Ok(code)
-}
-
-/// The human-readable result with the in-process renderers; JSON (escaped) for a result this
-/// build does not understand. The renderers escape model and repository text; the fields they
-/// print as they are (ids, hashes, statuses) come from the server here, so the whole text gets
-/// a last pass too.
-fn render(task: &Value, result: &Value) -> String {
-    let kind: Option<TaskKind> = serde_json::from_value(task["kind"].clone()).ok();
-    let rendered = match kind {
-        Some(TaskKind::Question) => serde_json::from_value::<QuestionResult>(result.clone())
-            .ok()
-            .map(|r| ask::render_result(&r)),
-        Some(TaskKind::Change) => serde_json::from_value::<ChangeResult>(result.clone())
-            .ok()
-            .map(|r| run::render_change(&r)),
-        _ => None,
-    }
-    .map(|rendered| text::lines(&rendered));
-    rendered.unwrap_or_else(|| {
-        let pretty = serde_json::to_string_pretty(result).unwrap_or_default();
-        format!("{}\n", text::block(&pretty, ""))
-    })
-}
-
-/// SPEC §2 from the result JSON (§5), as `QuestionResult::exit_code` and
-/// `ChangeResult::exit_code` compute it.
-fn exit_code(result: &Value) -> u8 {
-    match result["outcome"].as_str() {
-        Some("proposal") if result["publication"]["status"] == "awaiting_approval" => 4,
-        Some("answer" | "proposal" | "no_change") => 0,
-        Some("clarification") => 3,
-        _ => 1,
-    }
-}
-
-fn debug_name<T: serde::de::DeserializeOwned + std::fmt::Debug>(value: &Value) -> String {
-    serde_json::from_value::<T>(value.clone())
-        .map(|v| format!("{v:?}"))
-        .unwrap_or_else(|_| text::one_line(value.as_str().unwrap_or("?")))
+    render::print_outcome(&followed, json)
 }
 
 async fn repos(remote: &Remote, command: Option<ReposCommand>, json: bool) -> anyhow::Result<u8> {
@@ -436,49 +365,13 @@ async fn repos(remote: &Remote, command: Option<ReposCommand>, json: bool) -> an
 
 async fn show(remote: &Remote, id: &TaskId, json: bool) -> anyhow::Result<u8> {
     let task = remote.task(id).await?;
-    if json {
-        println!("{}", text::json_pretty(&task)?);
-        return Ok(0);
-    }
-    println!(
-        "{id} · {} · {} · {}",
-        debug_name::<TaskKind>(&task["kind"]),
-        debug_name::<TaskStatus>(&task["status"]),
-        text::one_line(task["created_at"].as_str().unwrap_or_default())
-    );
-    println!(
-        "prompt: {}",
-        text::block(task["prompt"].as_str().unwrap_or_default(), "  ")
-    );
-    if let Some(result) = task.get("result").filter(|r| r.is_object()) {
-        print!("{}", render(&task, result));
-    }
-    Ok(0)
+    render::print_task(&task, json)
 }
 
 async fn tasks(remote: &Remote, json: bool) -> anyhow::Result<u8> {
     let page = remote.get("/v1/tasks?limit=200").await?;
     let data = page["data"].as_array().cloned().unwrap_or_default();
-    if json {
-        println!("{}", text::json_pretty(&data)?);
-    } else {
-        for task in &data {
-            println!(
-                "{}  {:<10} {:<9} {}",
-                text::one_line(task["id"].as_str().unwrap_or("?")),
-                text::one_line(task["status"].as_str().unwrap_or("?")),
-                text::one_line(task["kind"].as_str().unwrap_or("?")),
-                text::one_line(
-                    task["prompt"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .lines()
-                        .next()
-                        .unwrap_or_default()
-                )
-            );
-        }
-    }
+    render::print_tasks(&data, json)?;
     if page["next_cursor"].is_string() {
         eprintln!(
             "warden: the {} newest tasks; more are on the server",
@@ -519,7 +412,7 @@ async fn journal(remote: &Remote, id: &TaskId, json: bool) -> anyhow::Result<u8>
                 println!("{}", text::json_line(&Value::Object(entry)));
             } else {
                 if run_number.as_ref() != Some(&record["run"]) {
-                    print_run_timeline(id, run_number.as_ref(), &run_records);
+                    render::print_run_timeline(id, run_number.as_ref(), &run_records);
                     run_records.clear();
                     run_number = Some(record["run"].clone());
                 }
@@ -550,7 +443,7 @@ async fn journal(remote: &Remote, id: &TaskId, json: bool) -> anyhow::Result<u8>
             None => break,
         }
     }
-    print_run_timeline(id, run_number.as_ref(), &run_records);
+    render::print_run_timeline(id, run_number.as_ref(), &run_records);
     let runs = runs.unwrap_or(0);
     if !broken.is_empty() {
         anyhow::bail!(
@@ -563,13 +456,6 @@ async fn journal(remote: &Remote, id: &TaskId, json: bool) -> anyhow::Result<u8>
         remote.base()
     );
     Ok(0)
-}
-
-fn print_run_timeline(id: &TaskId, run: Option<&Value>, records: &[Value]) {
-    if let Some(run) = run {
-        println!("{id} · run {}", text::json_line(run));
-        print!("{}", crate::timeline::render(records));
-    }
 }
 
 /// `warden diff TASK` against the server: its diff route, with the stat from the task's result.
@@ -633,6 +519,8 @@ async fn answer(remote: &Remote, id: &TaskId, reply: &str, json: bool) -> anyhow
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::render::{exit_code, render};
+    use warden_protocol::{ChangeResult, TaskKind};
 
     #[test]
     fn exit_codes_follow_the_spec_and_the_typed_results() {

@@ -475,6 +475,12 @@ impl ChangeResult {
             {
                 4
             }
+            // The proposal stands; publishing it failed (approving again resumes it).
+            ChangeOutcome::Proposal { publication, .. }
+                if publication.status == PublicationStatus::Failed =>
+            {
+                1
+            }
             ChangeOutcome::Proposal { .. } | ChangeOutcome::NoChange { .. } => 0,
             ChangeOutcome::Failure { .. } => 1,
             ChangeOutcome::Clarification { .. } => 3,

@@ -53,6 +53,9 @@ pub struct RepoStore {
     pub(crate) cache: Option<crate::gc::CachePolicy>,
 }
 
+/// A revision resolved in a mirror: the commit, the browse base, and what the work tree had.
+type Resolved = (String, Option<BrowseBase>, Option<WorkTree>);
+
 /// A repository pinned to one exact commit, present in Warden's mirror.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PinnedRepo {
@@ -160,12 +163,9 @@ impl RepoStore {
     pub fn pin(&self, spec: &RepoSpec) -> Result<PinnedRepo, RepoError> {
         let mirror = self.mirror_path(spec);
         let _lock = lock(&mirror.with_extension("lock"))?;
-        let (commit, browse, work_tree) = match &spec.source {
-            Source::Path(path) => self.pin_local(spec, path, &mirror)?,
-            Source::Url(url) => {
-                let (commit, browse) = self.pin_url(spec, url, &mirror)?;
-                (commit, browse, None)
-            }
+        let (commit, browse, work_tree) = match self.already_pinned(spec, &mirror)? {
+            Some(known) => known,
+            None => self.fetch_and_resolve(spec, &mirror)?,
         };
         let tree = self
             .in_mirror(
@@ -189,6 +189,41 @@ impl RepoStore {
             mirror,
             browse,
             work_tree,
+        })
+    }
+
+    /// A full commit id the mirror already holds pinned (or as a proposal) needs no fetch:
+    /// a commit never changes, and a task's later runs (or an in-process task pinned before it
+    /// was submitted) name their commits exactly.
+    fn already_pinned(
+        &self,
+        spec: &RepoSpec,
+        mirror: &Path,
+    ) -> Result<Option<Resolved>, RepoError> {
+        let Some(rev) = spec.rev.as_deref() else {
+            return Ok(None);
+        };
+        if spec.wants_work_tree()
+            || ObjectFormat::of_id(rev).is_none()
+            || !self.is_pinned_in_mirror(mirror, rev)?
+        {
+            return Ok(None);
+        }
+        let browse = match &spec.source {
+            Source::Path(path) => self.local_browse(path).ok().flatten(),
+            Source::Url(url) => browse_base(url),
+        };
+        Ok(Some((rev.to_string(), browse, None)))
+    }
+
+    /// Brings the mirror up to date with the source and resolves the revision.
+    fn fetch_and_resolve(&self, spec: &RepoSpec, mirror: &Path) -> Result<Resolved, RepoError> {
+        Ok(match &spec.source {
+            Source::Path(path) => self.pin_local(spec, path, mirror)?,
+            Source::Url(url) => {
+                let (commit, browse) = self.pin_url(spec, url, mirror)?;
+                (commit, browse, None)
+            }
         })
     }
 

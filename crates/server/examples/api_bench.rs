@@ -60,13 +60,13 @@ fn server() {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (store, task) = runtime.block_on(async {
-        let inner = warden_store::open(&format!(
+        let store = warden_store::open(&format!(
             "sqlite://{}",
             dir.path().join("warden.db").display()
         ))
         .await
         .unwrap();
-        let (store, hub) = hub::instrument(inner, HubOptions::default());
+        let hub = hub::instrument(&store, HubOptions::default());
         let task = new_task_id().unwrap();
         store
             .create_task(

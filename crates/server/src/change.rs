@@ -42,6 +42,13 @@ pub struct ChangeOptions {
     /// Publish a proposal after an approval bound to its hash.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub publish: bool,
+    /// Run the checks on the base commit first; stop with `baseline_failing` if they fail.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub baseline: bool,
+    /// What the in-process front door noticed while pinning (a `--repo` inside a repository,
+    /// uncommitted files left out), for the result's notices; any kind of task.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notices: Vec<String>,
 }
 
 impl ChangeOptions {

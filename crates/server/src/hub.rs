@@ -1,9 +1,9 @@
-//! The in-process fan-out of task events to Server-Sent-Events subscribers, and the store
-//! decorator that feeds it.
+//! The in-process fan-out of task events to Server-Sent-Events subscribers.
 //!
-//! - [`NotifyingStore`] wraps the real store: after a successful `append_event` it publishes the
-//!   record to the [`Hub`] (and counts runs, ledger entries and tool calls for
-//!   [`crate::metrics`]). Everything else is forwarded unchanged.
+//! - The [`Hub`] is a [`StoreObserver`] of the store ([`instrument`]): every event this process
+//!   commits (appended, or stored with a status change such as a run's end or a cancel) is
+//!   published to it right after the commit, and it counts runs, ledger entries and tool calls
+//!   for [`crate::metrics`]. Nothing wraps the store.
 //! - The [`Hub`] keeps the most recent records in a ring ordered by global sequence, each
 //!   rendered to JSON once, and a `watch` of the highest sequence it knows. Subscribers wake on
 //!   the watch and copy records out of the ring, so a thousand of them cost one serialization
@@ -26,13 +26,7 @@ use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::time::Instant;
 use warden_protocol::{Event, TaskId, TaskStatus};
-use warden_store::{
-    ApiToken, Approval, ApprovalStatus, BoxFuture, Claim, ClaimFilter, Completion, Created,
-    Decision, EventRecord, EventStream, Finished, IdempotencyKey, Intent, JournalEntry,
-    NewApiToken, NewApproval, NewIntent, NewRepo, NewTask, Repository, Requeued, Run, RunRef,
-    Spend, Store, StoreError, Task, TaskMessage, TaskQuery, TaskRepo, UsageEntry, UsageQuery,
-    UsageSummary, UtcDay,
-};
+use warden_store::{Claim, EventRecord, EventStream, Store, StoreError, StoreObserver, UsageEntry};
 
 use crate::metrics::Metrics;
 
@@ -61,14 +55,14 @@ impl Default for HubOptions {
     }
 }
 
-/// Wraps `store` so that every event it stores reaches the returned hub's subscribers.
-pub fn instrument(store: Arc<dyn Store>, options: HubOptions) -> (Arc<dyn Store>, Arc<Hub>) {
-    let hub = Arc::new(Hub::new(Arc::clone(&store), options));
-    let notifying = NotifyingStore {
-        inner: store,
-        hub: Arc::clone(&hub),
-    };
-    (Arc::new(notifying), hub)
+/// A hub for `store`, registered as its observer: every event `store` (or a clone of it)
+/// commits reaches the hub's subscribers at once, and its metrics count what this process
+/// stores. The store holds the hub weakly: keep the returned hub alive.
+pub fn instrument(store: &Arc<dyn Store>, options: HubOptions) -> Arc<Hub> {
+    let hub = Arc::new(Hub::new(Arc::clone(store), options));
+    let observer: Arc<dyn StoreObserver> = hub.clone();
+    store.add_observer(Arc::downgrade(&observer));
+    hub
 }
 
 /// One stored event, rendered once for every subscriber.
@@ -230,7 +224,8 @@ impl std::fmt::Debug for Hub {
 }
 
 impl Hub {
-    /// A hub reading `store` (the undecorated one) when it must.
+    /// A hub reading `store` when it must. It hears of nothing by itself: events reach it by
+    /// polling, unless it is registered as the store's observer ([`instrument`]).
     pub fn new(store: Arc<dyn Store>, options: HubOptions) -> Hub {
         Hub {
             store,
@@ -733,377 +728,20 @@ impl Drop for Subscription {
     }
 }
 
-/// A [`Store`] that tells a [`Hub`] about every event it stores and counts what
-/// [`crate::metrics`] reports. Every method forwards to the wrapped store; a new method of the
-/// trait needs a forwarder here.
-pub struct NotifyingStore {
-    inner: Arc<dyn Store>,
-    hub: Arc<Hub>,
-}
-
-impl NotifyingStore {
-    /// The events a finished run stored with it (its `task_finished`), to this process's
-    /// subscribers at once instead of at the next poll.
-    fn publish_finished(&self, finished: &Finished) {
-        for record in &finished.events {
-            self.hub.metrics.event_stored(&record.event);
-            self.hub.publish(record.clone());
-        }
-    }
-}
-
-impl Store for NotifyingStore {
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
+/// The store tells the hub what this process committed: its events reach the subscribers at
+/// once (instead of at the next poll), and the metrics count runs, ledger entries and events.
+impl StoreObserver for Hub {
+    fn event_stored(&self, record: &EventRecord) {
+        self.metrics.event_stored(&record.event);
+        self.publish(record.clone());
     }
 
-    fn notices(&self) -> Vec<String> {
-        self.inner.notices()
+    fn run_started(&self, _claim: &Claim) {
+        self.metrics.run_started();
     }
 
-    fn check_integrity(&self) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.inner.check_integrity()
-    }
-
-    fn create_task(
-        &self,
-        task: NewTask,
-        idempotency: Option<IdempotencyKey>,
-    ) -> BoxFuture<'_, Result<Created, StoreError>> {
-        self.inner.create_task(task, idempotency)
-    }
-
-    fn get_task<'a>(&'a self, id: &'a TaskId) -> BoxFuture<'a, Result<Option<Task>, StoreError>> {
-        self.inner.get_task(id)
-    }
-
-    fn list_tasks(&self, query: TaskQuery) -> BoxFuture<'_, Result<Vec<Task>, StoreError>> {
-        self.inner.list_tasks(query)
-    }
-
-    fn transition<'a>(
-        &'a self,
-        id: &'a TaskId,
-        from: TaskStatus,
-        to: TaskStatus,
-        result: Option<serde_json::Value>,
-    ) -> BoxFuture<'a, Result<Task, StoreError>> {
-        self.inner.transition(id, from, to, result)
-    }
-
-    fn claim<'a>(
-        &'a self,
-        worker: &'a str,
-        lease: Duration,
-        filter: &'a ClaimFilter,
-    ) -> BoxFuture<'a, Result<Option<Claim>, StoreError>> {
-        Box::pin(async move {
-            let claim = self.inner.claim(worker, lease, filter).await?;
-            if claim.is_some() {
-                self.hub.metrics.run_started();
-            }
-            Ok(claim)
-        })
-    }
-
-    fn claim_batch<'a>(
-        &'a self,
-        worker: &'a str,
-        lease: Duration,
-        filter: &'a ClaimFilter,
-        max: usize,
-    ) -> BoxFuture<'a, Result<Vec<Claim>, StoreError>> {
-        Box::pin(async move {
-            let claims = self.inner.claim_batch(worker, lease, filter, max).await?;
-            for _ in &claims {
-                self.hub.metrics.run_started();
-            }
-            Ok(claims)
-        })
-    }
-
-    fn finish_and_claim<'a>(
-        &'a self,
-        completion: Completion,
-        lease: Duration,
-        filter: &'a ClaimFilter,
-    ) -> BoxFuture<'a, Result<(Finished, Option<Claim>), StoreError>> {
-        Box::pin(async move {
-            let (finished, claim) = self
-                .inner
-                .finish_and_claim(completion, lease, filter)
-                .await?;
-            self.publish_finished(&finished);
-            if claim.is_some() {
-                self.hub.metrics.run_started();
-            }
-            Ok((finished, claim))
-        })
-    }
-
-    fn finish_runs(
-        &self,
-        completions: Vec<Completion>,
-    ) -> BoxFuture<'_, Result<Vec<Result<Finished, StoreError>>, StoreError>> {
-        Box::pin(async move {
-            let outcomes = self.inner.finish_runs(completions).await?;
-            for finished in outcomes.iter().flatten() {
-                self.publish_finished(finished);
-            }
-            Ok(outcomes)
-        })
-    }
-
-    fn heartbeat<'a>(
-        &'a self,
-        run: &'a RunRef,
-        worker: &'a str,
-        lease: Duration,
-    ) -> BoxFuture<'a, Result<i64, StoreError>> {
-        self.inner.heartbeat(run, worker, lease)
-    }
-
-    fn finish_run<'a>(
-        &'a self,
-        run: &'a RunRef,
-        worker: &'a str,
-        to: TaskStatus,
-        result: Option<serde_json::Value>,
-    ) -> BoxFuture<'a, Result<Task, StoreError>> {
-        self.inner.finish_run(run, worker, to, result)
-    }
-
-    fn requeue_expired(&self) -> BoxFuture<'_, Result<Vec<Requeued>, StoreError>> {
-        self.inner.requeue_expired()
-    }
-
-    fn interrupt_worker_runs<'a>(
-        &'a self,
-        worker: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<Requeued>, StoreError>> {
-        self.inner.interrupt_worker_runs(worker)
-    }
-
-    fn pin_task_repos<'a>(
-        &'a self,
-        run: &'a RunRef,
-        worker: &'a str,
-        repos: Vec<TaskRepo>,
-    ) -> BoxFuture<'a, Result<Task, StoreError>> {
-        self.inner.pin_task_repos(run, worker, repos)
-    }
-
-    fn list_runs<'a>(&'a self, task: &'a TaskId) -> BoxFuture<'a, Result<Vec<Run>, StoreError>> {
-        self.inner.list_runs(task)
-    }
-
-    fn append_journal<'a>(
-        &'a self,
-        run: &'a RunRef,
-        entry: JournalEntry,
-    ) -> BoxFuture<'a, Result<(), StoreError>> {
-        self.inner.append_journal(run, entry)
-    }
-
-    fn journal<'a>(
-        &'a self,
-        run: &'a RunRef,
-    ) -> BoxFuture<'a, Result<Vec<JournalEntry>, StoreError>> {
-        self.inner.journal(run)
-    }
-
-    fn journal_page<'a>(
-        &'a self,
-        run: &'a RunRef,
-        from: u64,
-        limit: u32,
-    ) -> BoxFuture<'a, Result<Vec<JournalEntry>, StoreError>> {
-        self.inner.journal_page(run, from, limit)
-    }
-
-    fn append_event<'a>(
-        &'a self,
-        task: &'a TaskId,
-        event: Event,
-    ) -> BoxFuture<'a, Result<EventRecord, StoreError>> {
-        Box::pin(async move {
-            let record = self.inner.append_event(task, event).await?;
-            self.hub.metrics.event_stored(&record.event);
-            self.hub.publish(record.clone());
-            Ok(record)
-        })
-    }
-
-    fn events_after<'a>(
-        &'a self,
-        stream: &'a EventStream,
-        after: u64,
-        limit: u32,
-    ) -> BoxFuture<'a, Result<Vec<EventRecord>, StoreError>> {
-        self.inner.events_after(stream, after, limit)
-    }
-
-    fn record_usage(&self, entry: UsageEntry) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            let counted = entry.clone();
-            self.inner.record_usage(entry).await?;
-            self.hub.metrics.usage_recorded(&counted);
-            Ok(())
-        })
-    }
-
-    fn spend_for_task<'a>(&'a self, task: &'a TaskId) -> BoxFuture<'a, Result<Spend, StoreError>> {
-        self.inner.spend_for_task(task)
-    }
-
-    fn spend_for_day(&self, day: UtcDay) -> BoxFuture<'_, Result<Spend, StoreError>> {
-        self.inner.spend_for_day(day)
-    }
-
-    fn register_repo(&self, repo: NewRepo) -> BoxFuture<'_, Result<Repository, StoreError>> {
-        self.inner.register_repo(repo)
-    }
-
-    fn get_repo<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Repository>, StoreError>> {
-        self.inner.get_repo(name)
-    }
-
-    fn list_repos(&self) -> BoxFuture<'_, Result<Vec<Repository>, StoreError>> {
-        self.inner.list_repos()
-    }
-
-    fn create_approval(
-        &self,
-        approval: NewApproval,
-    ) -> BoxFuture<'_, Result<Approval, StoreError>> {
-        self.inner.create_approval(approval)
-    }
-
-    fn get_approval<'a>(
-        &'a self,
-        id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Approval>, StoreError>> {
-        self.inner.get_approval(id)
-    }
-
-    fn list_approvals(
-        &self,
-        status: Option<ApprovalStatus>,
-    ) -> BoxFuture<'_, Result<Vec<Approval>, StoreError>> {
-        self.inner.list_approvals(status)
-    }
-
-    fn decide_approval<'a>(
-        &'a self,
-        id: &'a str,
-        subject_hash: &'a str,
-        decision: Decision,
-        decided_by: &'a str,
-    ) -> BoxFuture<'a, Result<Approval, StoreError>> {
-        self.inner
-            .decide_approval(id, subject_hash, decision, decided_by)
-    }
-
-    fn consume_approval<'a>(
-        &'a self,
-        id: &'a str,
-        subject_hash: &'a str,
-    ) -> BoxFuture<'a, Result<Approval, StoreError>> {
-        self.inner.consume_approval(id, subject_hash)
-    }
-
-    fn enqueue_intent(&self, intent: NewIntent) -> BoxFuture<'_, Result<Intent, StoreError>> {
-        self.inner.enqueue_intent(intent)
-    }
-
-    fn claim_intent<'a>(
-        &'a self,
-        worker: &'a str,
-        lease: Duration,
-        kinds: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<Option<Intent>, StoreError>> {
-        self.inner.claim_intent(worker, lease, kinds)
-    }
-
-    fn complete_intent<'a>(
-        &'a self,
-        id: &'a str,
-        worker: &'a str,
-    ) -> BoxFuture<'a, Result<Intent, StoreError>> {
-        self.inner.complete_intent(id, worker)
-    }
-
-    fn fail_intent<'a>(
-        &'a self,
-        id: &'a str,
-        worker: &'a str,
-        error: &'a str,
-        retry_at_ms: Option<i64>,
-    ) -> BoxFuture<'a, Result<Intent, StoreError>> {
-        self.inner.fail_intent(id, worker, error, retry_at_ms)
-    }
-
-    fn list_intents<'a>(
-        &'a self,
-        task: &'a TaskId,
-    ) -> BoxFuture<'a, Result<Vec<Intent>, StoreError>> {
-        self.inner.list_intents(task)
-    }
-
-    fn create_api_token(&self, token: NewApiToken) -> BoxFuture<'_, Result<ApiToken, StoreError>> {
-        self.inner.create_api_token(token)
-    }
-
-    fn find_api_token<'a>(
-        &'a self,
-        digest: &'a str,
-    ) -> BoxFuture<'a, Result<Option<ApiToken>, StoreError>> {
-        self.inner.find_api_token(digest)
-    }
-
-    fn list_api_tokens(&self) -> BoxFuture<'_, Result<Vec<ApiToken>, StoreError>> {
-        self.inner.list_api_tokens()
-    }
-
-    fn revoke_api_token<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<ApiToken, StoreError>> {
-        self.inner.revoke_api_token(id)
-    }
-
-    fn append_task_message<'a>(
-        &'a self,
-        task: &'a TaskId,
-        role: &'a str,
-        text: &'a str,
-        author: &'a str,
-    ) -> BoxFuture<'a, Result<TaskMessage, StoreError>> {
-        self.inner.append_task_message(task, role, text, author)
-    }
-
-    fn task_messages<'a>(
-        &'a self,
-        task: &'a TaskId,
-    ) -> BoxFuture<'a, Result<Vec<TaskMessage>, StoreError>> {
-        self.inner.task_messages(task)
-    }
-
-    fn answer_task<'a>(
-        &'a self,
-        task: &'a TaskId,
-        text: &'a str,
-        author: &'a str,
-    ) -> BoxFuture<'a, Result<Task, StoreError>> {
-        self.inner.answer_task(task, text, author)
-    }
-
-    fn usage_summary(&self, query: UsageQuery) -> BoxFuture<'_, Result<UsageSummary, StoreError>> {
-        self.inner.usage_summary(query)
-    }
-
-    fn count_tasks_by_status(&self) -> BoxFuture<'_, Result<Vec<(TaskStatus, u64)>, StoreError>> {
-        self.inner.count_tasks_by_status()
+    fn usage_recorded(&self, entry: &UsageEntry) {
+        self.metrics.usage_recorded(entry);
     }
 }
 

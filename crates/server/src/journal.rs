@@ -19,8 +19,9 @@ use warden_runtime::{
     BoxFuture, EventSink, Journal, JournalError, Model, ModelError, ModelRequest, ModelResponse,
     RecordKind,
 };
-use warden_store::{JournalEntry, RunJournal, Store};
+use warden_store::{JournalEntry, RunJournal};
 
+use crate::outage::StoreCalls;
 use crate::redact::Redactor;
 
 /// The runtime's journal, stored in the task store.
@@ -72,8 +73,8 @@ pub struct EventDrain {
 }
 
 /// A sink for `task`'s events and the task that stores them. Call from within a tokio runtime.
-pub fn store_events(
-    store: Arc<dyn Store>,
+pub fn store_events<C: StoreCalls + 'static>(
+    store: C,
     task: TaskId,
     redactor: Redactor,
 ) -> (StoreEvents, EventDrain) {
@@ -83,7 +84,7 @@ pub fn store_events(
         let mut failed = 0u64;
         while let Some(event) = receiver.recv().await {
             let event = redactor.event(event);
-            if !append_with_retries(store.as_ref(), &task, event).await {
+            if !append_with_retries(&store, &task, event).await {
                 failed += 1;
             }
         }
@@ -101,8 +102,15 @@ pub fn store_events(
 /// Appends one event; `false` when it could not be stored. A run's store
 /// ([`crate::outage::RunStore`]) retries transient failures until the run's lease would
 /// expire, so a failure here means the run is lost or the store refused the event.
-async fn append_with_retries(store: &dyn Store, task: &TaskId, event: Event) -> bool {
-    match store.append_event(task, event).await {
+async fn append_with_retries<C: StoreCalls>(store: &C, task: &TaskId, event: Event) -> bool {
+    // A commit whose acknowledgement was lost is stored twice: a repeated progress event is
+    // harmless (`task_finished` is stored by the terminal move itself).
+    let appended = store
+        .call("storing an event", |store| {
+            store.append_event(task, event.clone())
+        })
+        .await;
+    match appended {
         Ok(_) => true,
         Err(error) => {
             tracing::warn!(%error, %task, "an event could not be stored");

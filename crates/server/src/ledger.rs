@@ -10,7 +10,9 @@ use std::sync::Arc;
 
 use warden_protocol::{Failure, FailureCode, TaskId};
 use warden_runtime::{BoxFuture, Cost, Ledger, ModelResponse};
-use warden_store::{Clock, Spend, Store, UsageEntry, UtcDay};
+use warden_store::{Clock, Spend, UsageEntry, UtcDay};
+
+use crate::outage::{RunStore, StoreCalls};
 
 /// Token and money bounds; `None` means unbounded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -73,7 +75,8 @@ fn infrastructure(what: &str, error: impl std::fmt::Display) -> Failure {
 
 /// The ledger of one run of one task.
 pub struct StoreLedger {
-    pub store: Arc<dyn Store>,
+    /// The run's store: budget reads retry through outages, records land once.
+    pub store: RunStore,
     pub clock: Arc<dyn Clock>,
     pub task: TaskId,
     pub run_number: u32,
@@ -94,7 +97,9 @@ impl Ledger for StoreLedger {
             if !self.per_task.is_unbounded() {
                 let spend = self
                     .store
-                    .spend_for_task(&self.task)
+                    .call("reading the task's spend", |store| {
+                        store.spend_for_task(&self.task)
+                    })
                     .await
                     .map_err(|e| infrastructure("read", e))?;
                 self.per_task.check("per-task", &spend)?;
@@ -103,7 +108,9 @@ impl Ledger for StoreLedger {
                 let day = UtcDay::of_ms(self.clock.now_ms());
                 let spend = self
                     .store
-                    .spend_for_day(day)
+                    .call("reading the day's spend", move |store| {
+                        store.spend_for_day(day)
+                    })
                     .await
                     .map_err(|e| infrastructure("read", e))?;
                 self.per_day.check(&format!("daily ({day})"), &spend)?;

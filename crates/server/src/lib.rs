@@ -14,6 +14,7 @@ pub mod github;
 pub mod hub;
 pub mod journal;
 pub mod ledger;
+pub mod local;
 pub mod lock;
 pub mod metrics;
 pub mod outage;

@@ -4,9 +4,10 @@
 //!
 //! Where the numbers come from:
 //! - task counts by status: read from the store at each scrape (every process sees the same);
-//! - runs started, model calls, tokens, cost, tool calls: counted by [`crate::hub::NotifyingStore`]
-//!   as this process's workers claim runs, append to the usage ledger and append events, so
-//!   they are per process (sum them across processes in Prometheus);
+//! - runs started, model calls, tokens, cost, events and tool calls: counted by the
+//!   [`crate::hub::Hub`], the store's observer, as this process claims runs, appends to the
+//!   usage ledger and stores events (appended, or stored with a run's end, a cancel or an
+//!   abandoned task), so they are per process (sum them across processes in Prometheus);
 //! - sandbox starts and their durations: [`time_sandbox_start`], one line in each sandbox
 //!   constructor; process-wide, as the constructors have no handle on a server;
 //! - HTTP requests and latencies: the API's middleware, by route template (never the raw

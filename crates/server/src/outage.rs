@@ -6,14 +6,15 @@
 //!   plus the lease minus a margin ([`lease_margin`]): past it, the run is lost and stops
 //!   itself without recording anything; the task is then re-queued (released by the worker
 //!   once the store answers again, or by lease expiry like any interrupted run), never failed.
-//! - [`RunStore`] is the [`Store`] a run talks through: every call that fails with a retryable
-//!   error (connection refused or reset, pool timeout, serialization failure) is retried with
+//! - [`RunStore`] is what a run talks to the store through (the run's services hold it instead
+//!   of the store): every call ([`StoreCalls::call`]) that fails with a retryable error
+//!   (connection refused or reset, pool timeout, serialization failure) is retried with
 //!   backoff until the deadline; then the run is lost and the error returned. A journal append
 //!   or a usage record whose commit may have landed before the connection broke is checked
 //!   against the store before it is retried, so a decision is journaled and charged once.
-//!   Claims, heartbeats, re-queueing and the other calls of the worker loop pass straight
-//!   through. Every method forwards to the wrapped store; a new method of the trait needs a
-//!   forwarder here.
+//!   Claims, heartbeats and re-queueing are the worker loop's, on the store itself. Code shared
+//!   with callers outside a run takes any [`StoreCalls`] (a `&dyn Store` makes each call once),
+//!   so nothing forwards the [`Store`] trait method by method.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -21,14 +22,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
-use warden_protocol::{Event, TaskId, TaskStatus};
-use warden_store::{
-    ApiToken, Approval, ApprovalStatus, BoxFuture, Claim, ClaimFilter, Completion, Created,
-    Decision, EventRecord, EventStream, Finished, IdempotencyKey, Intent, JournalEntry,
-    NewApiToken, NewApproval, NewIntent, NewRepo, NewTask, Repository, Requeued, Run, RunRef,
-    Spend, Store, StoreError, Task, TaskMessage, TaskQuery, TaskRepo, UsageEntry, UsageQuery,
-    UsageSummary, UtcDay,
-};
+use warden_store::{BoxFuture, JournalEntry, JournalStore, RunRef, Store, StoreError, UsageEntry};
 
 /// The first pause before a failed store call is tried again; it doubles up to
 /// [`MAX_BACKOFF`].
@@ -203,10 +197,71 @@ fn lost_error(what: &str) -> StoreError {
     }
 }
 
-/// The store as one run sees it (see the module docs).
+/// Makes store calls, for code that runs inside a run and outside one: straight on a [`Store`]
+/// (`&dyn Store`), or through a [`RunStore`], which retries them through outages.
+pub trait StoreCalls: Send + Sync {
+    /// The call `op` makes on the store; `what` names it in logs. A [`RunStore`] makes it
+    /// again after a retryable failure, until its run's lease would expire.
+    fn call<'a, T, F>(&'a self, what: &'static str, op: F) -> BoxFuture<'a, Result<T, StoreError>>
+    where
+        T: Send + 'a,
+        F: FnMut(&'a dyn Store) -> BoxFuture<'a, Result<T, StoreError>> + Send + 'a;
+}
+
+impl StoreCalls for dyn Store + '_ {
+    fn call<'a, T, F>(
+        &'a self,
+        _what: &'static str,
+        mut op: F,
+    ) -> BoxFuture<'a, Result<T, StoreError>>
+    where
+        T: Send + 'a,
+        F: FnMut(&'a dyn Store) -> BoxFuture<'a, Result<T, StoreError>> + Send + 'a,
+    {
+        op(self)
+    }
+}
+
+impl<C: StoreCalls + ?Sized> StoreCalls for Arc<C> {
+    fn call<'a, T, F>(&'a self, what: &'static str, op: F) -> BoxFuture<'a, Result<T, StoreError>>
+    where
+        T: Send + 'a,
+        F: FnMut(&'a dyn Store) -> BoxFuture<'a, Result<T, StoreError>> + Send + 'a,
+    {
+        C::call(self, what, op)
+    }
+}
+
+/// The store as one run sees it (see the module docs). Not a [`Store`]: a run makes its calls
+/// through [`StoreCalls::call`], which retries any of them, and through the two calls that must
+/// not land twice ([`RunStore::append_journal`], [`RunStore::record_usage`]).
+#[derive(Clone)]
 pub struct RunStore {
     inner: Arc<dyn Store>,
     lease: Arc<RunLease>,
+}
+
+impl std::fmt::Debug for RunStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunStore")
+            .field("lease", &self.lease)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StoreCalls for RunStore {
+    fn call<'a, T, F>(
+        &'a self,
+        what: &'static str,
+        mut op: F,
+    ) -> BoxFuture<'a, Result<T, StoreError>>
+    where
+        T: Send + 'a,
+        F: FnMut(&'a dyn Store) -> BoxFuture<'a, Result<T, StoreError>> + Send + 'a,
+    {
+        let store = self.inner.as_ref();
+        Box::pin(async move { self.lease.retry(what, || op(store)).await })
+    }
 }
 
 impl RunStore {
@@ -214,16 +269,9 @@ impl RunStore {
         RunStore { inner, lease }
     }
 
-    fn retry<'a, T: Send + 'a>(
-        &'a self,
-        op: impl FnMut() -> BoxFuture<'a, Result<T, StoreError>> + Send + 'a,
-    ) -> BoxFuture<'a, Result<T, StoreError>> {
-        Box::pin(async move { self.lease.retry("store call", op).await })
-    }
-
     /// Appends a journal record once: after an attempt failed, the run's stored chain says
     /// whether it landed anyway (its commit acknowledgement lost) before it is sent again.
-    async fn append_journal_once(
+    pub async fn append_journal(
         &self,
         run: &RunRef,
         entry: JournalEntry,
@@ -255,7 +303,7 @@ impl RunStore {
     /// Records one usage entry once: the task's ledger entries are counted before, and after
     /// an attempt failed, so an entry whose commit landed anyway is not recorded again. Only
     /// the task's one live run records usage for it.
-    async fn record_usage_once(&self, entry: UsageEntry) -> Result<(), StoreError> {
+    pub async fn record_usage(&self, entry: UsageEntry) -> Result<(), StoreError> {
         const WHAT: &str = "recording usage";
         let lease = &self.lease;
         let count = || {
@@ -281,121 +329,13 @@ impl RunStore {
     }
 }
 
-impl Store for RunStore {
-    fn backend(&self) -> &'static str {
-        self.inner.backend()
-    }
-
-    fn notices(&self) -> Vec<String> {
-        self.inner.notices()
-    }
-
-    fn check_integrity(&self) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.retry(move || self.inner.check_integrity())
-    }
-
-    fn create_task(
-        &self,
-        task: NewTask,
-        idempotency: Option<IdempotencyKey>,
-    ) -> BoxFuture<'_, Result<Created, StoreError>> {
-        self.inner.create_task(task, idempotency)
-    }
-
-    fn get_task<'a>(&'a self, id: &'a TaskId) -> BoxFuture<'a, Result<Option<Task>, StoreError>> {
-        self.retry(move || self.inner.get_task(id))
-    }
-
-    fn list_tasks(&self, query: TaskQuery) -> BoxFuture<'_, Result<Vec<Task>, StoreError>> {
-        self.retry(move || self.inner.list_tasks(query.clone()))
-    }
-
-    fn transition<'a>(
-        &'a self,
-        id: &'a TaskId,
-        from: TaskStatus,
-        to: TaskStatus,
-        result: Option<serde_json::Value>,
-    ) -> BoxFuture<'a, Result<Task, StoreError>> {
-        self.retry(move || self.inner.transition(id, from, to, result.clone()))
-    }
-
-    fn claim<'a>(
-        &'a self,
-        worker: &'a str,
-        lease: Duration,
-        filter: &'a ClaimFilter,
-    ) -> BoxFuture<'a, Result<Option<Claim>, StoreError>> {
-        self.inner.claim(worker, lease, filter)
-    }
-
-    fn claim_batch<'a>(
-        &'a self,
-        worker: &'a str,
-        lease: Duration,
-        filter: &'a ClaimFilter,
-        max: usize,
-    ) -> BoxFuture<'a, Result<Vec<Claim>, StoreError>> {
-        self.inner.claim_batch(worker, lease, filter, max)
-    }
-
-    fn finish_and_claim<'a>(
-        &'a self,
-        completion: Completion,
-        lease: Duration,
-        filter: &'a ClaimFilter,
-    ) -> BoxFuture<'a, Result<(Finished, Option<Claim>), StoreError>> {
-        self.inner.finish_and_claim(completion, lease, filter)
-    }
-
-    fn finish_runs(
-        &self,
-        completions: Vec<Completion>,
-    ) -> BoxFuture<'_, Result<Vec<Result<Finished, StoreError>>, StoreError>> {
-        self.inner.finish_runs(completions)
-    }
-
-    fn heartbeat<'a>(
+/// The run's journal ([`warden_store::RunJournal`]) reads through the retries and appends once.
+impl JournalStore for RunStore {
+    fn journal<'a>(
         &'a self,
         run: &'a RunRef,
-        worker: &'a str,
-        lease: Duration,
-    ) -> BoxFuture<'a, Result<i64, StoreError>> {
-        self.inner.heartbeat(run, worker, lease)
-    }
-
-    fn finish_run<'a>(
-        &'a self,
-        run: &'a RunRef,
-        worker: &'a str,
-        to: TaskStatus,
-        result: Option<serde_json::Value>,
-    ) -> BoxFuture<'a, Result<Task, StoreError>> {
-        self.retry(move || self.inner.finish_run(run, worker, to, result.clone()))
-    }
-
-    fn requeue_expired(&self) -> BoxFuture<'_, Result<Vec<Requeued>, StoreError>> {
-        self.inner.requeue_expired()
-    }
-
-    fn interrupt_worker_runs<'a>(
-        &'a self,
-        worker: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<Requeued>, StoreError>> {
-        self.inner.interrupt_worker_runs(worker)
-    }
-
-    fn pin_task_repos<'a>(
-        &'a self,
-        run: &'a RunRef,
-        worker: &'a str,
-        repos: Vec<TaskRepo>,
-    ) -> BoxFuture<'a, Result<Task, StoreError>> {
-        self.retry(move || self.inner.pin_task_repos(run, worker, repos.clone()))
-    }
-
-    fn list_runs<'a>(&'a self, task: &'a TaskId) -> BoxFuture<'a, Result<Vec<Run>, StoreError>> {
-        self.retry(move || self.inner.list_runs(task))
+    ) -> BoxFuture<'a, Result<Vec<JournalEntry>, StoreError>> {
+        self.call("reading the run journal", move |store| store.journal(run))
     }
 
     fn append_journal<'a>(
@@ -403,193 +343,7 @@ impl Store for RunStore {
         run: &'a RunRef,
         entry: JournalEntry,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move { self.append_journal_once(run, entry).await })
-    }
-
-    fn journal<'a>(
-        &'a self,
-        run: &'a RunRef,
-    ) -> BoxFuture<'a, Result<Vec<JournalEntry>, StoreError>> {
-        self.retry(move || self.inner.journal(run))
-    }
-
-    fn append_event<'a>(
-        &'a self,
-        task: &'a TaskId,
-        event: Event,
-    ) -> BoxFuture<'a, Result<EventRecord, StoreError>> {
-        // A commit whose acknowledgement was lost is stored twice: a repeated progress event
-        // is harmless (`task_finished` is stored by the terminal move itself).
-        self.retry(move || self.inner.append_event(task, event.clone()))
-    }
-
-    fn events_after<'a>(
-        &'a self,
-        stream: &'a EventStream,
-        after: u64,
-        limit: u32,
-    ) -> BoxFuture<'a, Result<Vec<EventRecord>, StoreError>> {
-        self.retry(move || self.inner.events_after(stream, after, limit))
-    }
-
-    fn record_usage(&self, entry: UsageEntry) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async move { self.record_usage_once(entry).await })
-    }
-
-    fn spend_for_task<'a>(&'a self, task: &'a TaskId) -> BoxFuture<'a, Result<Spend, StoreError>> {
-        self.retry(move || self.inner.spend_for_task(task))
-    }
-
-    fn spend_for_day(&self, day: UtcDay) -> BoxFuture<'_, Result<Spend, StoreError>> {
-        self.retry(move || self.inner.spend_for_day(day))
-    }
-
-    fn register_repo(&self, repo: NewRepo) -> BoxFuture<'_, Result<Repository, StoreError>> {
-        self.retry(move || self.inner.register_repo(repo.clone()))
-    }
-
-    fn get_repo<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Repository>, StoreError>> {
-        self.retry(move || self.inner.get_repo(name))
-    }
-
-    fn list_repos(&self) -> BoxFuture<'_, Result<Vec<Repository>, StoreError>> {
-        self.retry(move || self.inner.list_repos())
-    }
-
-    fn create_approval(
-        &self,
-        approval: NewApproval,
-    ) -> BoxFuture<'_, Result<Approval, StoreError>> {
-        self.retry(move || self.inner.create_approval(approval.clone()))
-    }
-
-    fn get_approval<'a>(
-        &'a self,
-        id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Approval>, StoreError>> {
-        self.retry(move || self.inner.get_approval(id))
-    }
-
-    fn list_approvals(
-        &self,
-        status: Option<ApprovalStatus>,
-    ) -> BoxFuture<'_, Result<Vec<Approval>, StoreError>> {
-        self.retry(move || self.inner.list_approvals(status))
-    }
-
-    fn decide_approval<'a>(
-        &'a self,
-        id: &'a str,
-        subject_hash: &'a str,
-        decision: Decision,
-        decided_by: &'a str,
-    ) -> BoxFuture<'a, Result<Approval, StoreError>> {
-        self.retry(move || {
-            self.inner
-                .decide_approval(id, subject_hash, decision, decided_by)
-        })
-    }
-
-    fn consume_approval<'a>(
-        &'a self,
-        id: &'a str,
-        subject_hash: &'a str,
-    ) -> BoxFuture<'a, Result<Approval, StoreError>> {
-        self.retry(move || self.inner.consume_approval(id, subject_hash))
-    }
-
-    fn enqueue_intent(&self, intent: NewIntent) -> BoxFuture<'_, Result<Intent, StoreError>> {
-        self.retry(move || self.inner.enqueue_intent(intent.clone()))
-    }
-
-    fn claim_intent<'a>(
-        &'a self,
-        worker: &'a str,
-        lease: Duration,
-        kinds: &'a [&'a str],
-    ) -> BoxFuture<'a, Result<Option<Intent>, StoreError>> {
-        self.inner.claim_intent(worker, lease, kinds)
-    }
-
-    fn complete_intent<'a>(
-        &'a self,
-        id: &'a str,
-        worker: &'a str,
-    ) -> BoxFuture<'a, Result<Intent, StoreError>> {
-        self.retry(move || self.inner.complete_intent(id, worker))
-    }
-
-    fn fail_intent<'a>(
-        &'a self,
-        id: &'a str,
-        worker: &'a str,
-        error: &'a str,
-        retry_at_ms: Option<i64>,
-    ) -> BoxFuture<'a, Result<Intent, StoreError>> {
-        self.retry(move || self.inner.fail_intent(id, worker, error, retry_at_ms))
-    }
-
-    fn list_intents<'a>(
-        &'a self,
-        task: &'a TaskId,
-    ) -> BoxFuture<'a, Result<Vec<Intent>, StoreError>> {
-        self.retry(move || self.inner.list_intents(task))
-    }
-
-    fn create_api_token(&self, token: NewApiToken) -> BoxFuture<'_, Result<ApiToken, StoreError>> {
-        self.inner.create_api_token(token)
-    }
-
-    fn find_api_token<'a>(
-        &'a self,
-        digest: &'a str,
-    ) -> BoxFuture<'a, Result<Option<ApiToken>, StoreError>> {
-        self.retry(move || self.inner.find_api_token(digest))
-    }
-
-    fn list_api_tokens(&self) -> BoxFuture<'_, Result<Vec<ApiToken>, StoreError>> {
-        self.retry(move || self.inner.list_api_tokens())
-    }
-
-    fn revoke_api_token<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<ApiToken, StoreError>> {
-        self.retry(move || self.inner.revoke_api_token(id))
-    }
-
-    fn append_task_message<'a>(
-        &'a self,
-        task: &'a TaskId,
-        role: &'a str,
-        text: &'a str,
-        author: &'a str,
-    ) -> BoxFuture<'a, Result<TaskMessage, StoreError>> {
-        self.retry(move || self.inner.append_task_message(task, role, text, author))
-    }
-
-    fn task_messages<'a>(
-        &'a self,
-        task: &'a TaskId,
-    ) -> BoxFuture<'a, Result<Vec<TaskMessage>, StoreError>> {
-        self.retry(move || self.inner.task_messages(task))
-    }
-
-    fn answer_task<'a>(
-        &'a self,
-        task: &'a TaskId,
-        text: &'a str,
-        author: &'a str,
-    ) -> BoxFuture<'a, Result<Task, StoreError>> {
-        self.retry(move || self.inner.answer_task(task, text, author))
-    }
-
-    fn usage_summary(&self, query: UsageQuery) -> BoxFuture<'_, Result<UsageSummary, StoreError>> {
-        self.retry(move || self.inner.usage_summary(query.clone()))
-    }
-
-    fn count_tasks_by_status(&self) -> BoxFuture<'_, Result<Vec<(TaskStatus, u64)>, StoreError>> {
-        self.retry(move || self.inner.count_tasks_by_status())
+        Box::pin(RunStore::append_journal(self, run, entry))
     }
 }
 
@@ -683,6 +437,44 @@ mod tests {
         // An older renewal answered late does not move it back.
         lease.renewed(granted + Duration::from_secs(1));
         assert_eq!(lease.deadline(), granted + Duration::from_secs(29));
+    }
+
+    /// Fails retryably `failures` times before it reads the store; counts its attempts.
+    fn flaky_read<'a>(
+        store: &'a dyn Store,
+        task: &'a warden_protocol::TaskId,
+        failures: u32,
+        calls: &'a AtomicU32,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            if calls.fetch_add(1, Ordering::SeqCst) < failures {
+                return Err(unreachable());
+            }
+            Ok(store.get_task(task).await?.is_none())
+        })
+    }
+
+    #[tokio::test]
+    async fn a_runs_calls_are_retried_and_the_stores_own_are_made_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("w.db").display());
+        let store = warden_store::open(&url).await.unwrap();
+        let task = warden_store::new_task_id().unwrap();
+        let run = RunStore::new(
+            Arc::clone(&store),
+            RunLease::new(Duration::from_secs(30), Instant::now()),
+        );
+        let calls = AtomicU32::new(0);
+        let read = run.call("read", |s| flaky_read(s, &task, 2, &calls)).await;
+        assert!(read.unwrap(), "the store was reached");
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+        // The store itself (code shared with callers outside a run) tries once.
+        let calls = AtomicU32::new(0);
+        let direct = store
+            .call("read", |s| flaky_read(s, &task, 2, &calls))
+            .await;
+        assert!(direct.is_err_and(|e| e.is_retryable()));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
     }
 
     #[test]

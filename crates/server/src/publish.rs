@@ -33,6 +33,7 @@ use crate::github::{
     repo_from_remote_url, web_host_of_api, GithubClient, GithubClientConfig, GithubError,
     GithubRepo, NewPullRequest, PullRequest,
 };
+use crate::outage::StoreCalls;
 use crate::redact::Redactor;
 
 /// The environment variable naming a crash point (`failpoints` builds only; see the module
@@ -638,14 +639,22 @@ pub fn verify_proposal(
     }
 }
 
-/// What the server's publication of an approved proposal needs.
-#[derive(Clone, Copy)]
-pub struct ServerPublish<'a> {
-    pub store: &'a dyn warden_store::Store,
+/// What the server's publication of an approved proposal needs: a store (a run's, which
+/// retries through outages, or the store itself), the mirrors, the GitHub settings.
+pub struct ServerPublish<'a, C: ?Sized = dyn warden_store::Store> {
+    pub store: &'a C,
     pub repos: &'a warden_repo::RepoStore,
     pub settings: &'a GithubSettings,
     pub redactor: &'a Redactor,
 }
+
+impl<C: ?Sized> Clone for ServerPublish<'_, C> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<C: ?Sized> Copy for ServerPublish<'_, C> {}
 
 /// Why [`publish_approved`] did not publish.
 #[derive(Debug, thiserror::Error)]
@@ -669,8 +678,8 @@ pub enum ApprovedPublishError {
 /// registered repository's remote (a URL, or a local repository's `origin`). Returns the task's
 /// change result with the publication filled in; recording it (and the task's status) is the
 /// caller's. Safe to call again after a crash at any point.
-pub async fn publish_approved(
-    context: ServerPublish<'_>,
+pub async fn publish_approved<C: StoreCalls + ?Sized>(
+    context: ServerPublish<'_, C>,
     approval_id: &str,
     journal: &mut dyn Journal,
 ) -> Result<warden_protocol::ChangeResult, ApprovedPublishError> {
@@ -678,7 +687,9 @@ pub async fn publish_approved(
     let refused = |message: String| ApprovedPublishError::Refused(message);
     let approval = context
         .store
-        .get_approval(approval_id)
+        .call("reading the approval", |store| {
+            store.get_approval(approval_id)
+        })
         .await?
         .ok_or_else(|| refused(format!("no approval {approval_id}")))?;
     if !matches!(approval.kind.as_str(), "publish" | "publish_sensitive") {
@@ -698,7 +709,7 @@ pub async fn publish_approved(
     }
     let task = context
         .store
-        .get_task(&approval.task)
+        .call("reading the task", |store| store.get_task(&approval.task))
         .await?
         .ok_or_else(|| refused(format!("no task {}", approval.task)))?;
     let mut result: warden_protocol::ChangeResult = task
@@ -716,15 +727,24 @@ pub async fn publish_approved(
             task.id
         )));
     }
-    let repository = context
-        .store
-        .get_repo(&proposal.repo)
-        .await?
-        .ok_or_else(|| refused(format!("repository {} is not registered", proposal.repo)))?;
-    let mut spec = warden_repo::RepoSpec::parse(&repository.source, Path::new("/"))
-        .map_err(|e| refused(format!("repository {}: {e}", proposal.repo)))?;
-    // The mirror is named after the registered name, as the worker that pinned it named it.
-    spec.name = repository.name.clone();
+    // The repository as the task's runs pinned it: registered, or an in-process task's own
+    // source; its mirror holds the proposal.
+    let task_repo = crate::worker::proposal_repo(&task, &proposal);
+    let spec = crate::worker::repo_specs(context.store, std::slice::from_ref(&task_repo))
+        .await
+        .map_err(|failure| refused(failure.message))?
+        .pop()
+        .ok_or_else(|| refused(format!("repository {}", proposal.repo)))?;
+    let registered_branch = match &task_repo.source {
+        Some(_) => None,
+        None => context
+            .store
+            .call("reading the repository", |store| {
+                store.get_repo(&proposal.repo)
+            })
+            .await?
+            .and_then(|repository| repository.branch),
+    };
     let mirror = context.repos.mirror_path(&spec);
     let git = context.repos.git().clone();
     let remote = publish_remote(&git, &spec.source).map_err(refused)?;
@@ -752,16 +772,33 @@ pub async fn publish_approved(
              was published"
         ))
     })?;
+    // The run's journal starts with the decision it acts on (who approved which hash, when).
+    journal
+        .append(
+            warden_runtime::Clock::now_ms(&warden_runtime::SystemClock),
+            warden_runtime::RecordKind::ApprovalDecided,
+            serde_json::json!({
+                "approval": approval.id,
+                "decision": "approve",
+                "hash": approval.subject_hash,
+                "by": approval.decided_by,
+                "decided_at": approval.decided_at_ms.map(crate::time::rfc3339),
+            }),
+        )
+        .await
+        .map_err(|error| refused(format!("cannot journal the decision: {error}")))?;
     if approval.status == ApprovalStatus::Approved {
         context
             .store
-            .consume_approval(approval_id, &approval.subject_hash)
+            .call("consuming the approval", |store| {
+                store.consume_approval(approval_id, &approval.subject_hash)
+            })
             .await?;
     }
     let mut target = resolve_target(context.settings, &proposal.repo, &remote, None);
     if let Some(target) = target.as_mut() {
         if target.base.is_none() {
-            target.base = repository.branch.clone();
+            target.base = registered_branch.clone();
         }
     }
     let request = PublishRequest {
@@ -777,7 +814,35 @@ pub async fn publish_approved(
         .await
         .map_err(ApprovedPublishError::Publish)?;
     if let warden_protocol::ChangeOutcome::Proposal { publication, .. } = &mut result.outcome {
-        *publication = published.publication;
+        *publication = published.publication.clone();
+    }
+    if target.is_none() {
+        result.notices.push(format!(
+            "no GitHub repository for {} (its remote is not on {}): the branch is pushed and no \
+             pull request was opened; name one with [[publish]] in warden.toml (or `warden \
+             approve --github OWNER/NAME`)",
+            proposal.repo,
+            web_host_of_api(&context.settings.api_url).unwrap_or_else(|| "GitHub".into())
+        ));
+    }
+    // What an interrupted publication had done already is said, not done again.
+    if published.push == warden_repo::proposal::PushOutcome::AlreadyThere {
+        result.notices.push(format!(
+            "the branch {} was already on the remote (it was already there from an interrupted \
+             publication); it was not pushed again",
+            branch_for(task.id.as_str())
+        ));
+    }
+    if published
+        .pull
+        .as_ref()
+        .is_some_and(|pull| pull.already_there)
+    {
+        result.notices.push(
+            "the pull request was already open (it was already there from an interrupted \
+             publication); no second one was opened"
+                .into(),
+        );
     }
     if let Some(recorded) = result.approval.as_mut() {
         if recorded.id == approval.id {
@@ -792,8 +857,8 @@ pub async fn publish_approved(
 /// A change task's result and the stored publish approval it records (the one its proposal
 /// waits for, or was published under). `None`: no proposal, no approval, or one that is not a
 /// publish approval of this task.
-async fn recorded_publication(
-    store: &dyn warden_store::Store,
+async fn recorded_publication<C: StoreCalls + ?Sized>(
+    store: &C,
     task: &warden_store::Task,
 ) -> Result<Option<(warden_protocol::ChangeResult, warden_store::Approval)>, warden_store::StoreError>
 {
@@ -813,9 +878,14 @@ async fn recorded_publication(
     let Some(id) = result.approval.as_ref().map(|a| a.id.clone()) else {
         return Ok(None);
     };
-    let approval = store.get_approval(&id).await?.filter(|a| {
-        a.task == task.id && matches!(a.kind.as_str(), "publish" | "publish_sensitive")
-    });
+    let approval = store
+        .call("reading the publish approval", |store| {
+            store.get_approval(&id)
+        })
+        .await?
+        .filter(|a| {
+            a.task == task.id && matches!(a.kind.as_str(), "publish" | "publish_sensitive")
+        });
     Ok(approval.map(|approval| (result, approval)))
 }
 
@@ -830,8 +900,8 @@ fn publication_status(result: &warden_protocol::ChangeResult) -> Option<Publicat
 /// again: its result is a proposal whose publication is not finished (`awaiting_approval`,
 /// `pushed` or `failed`) and its publish approval is approved (or consumed: a publication
 /// interrupted earlier). For the worker that claims a task an approval re-queued.
-pub async fn approved_publication(
-    store: &dyn warden_store::Store,
+pub async fn approved_publication<C: StoreCalls + ?Sized>(
+    store: &C,
     task: &warden_store::Task,
 ) -> Result<Option<warden_store::Approval>, warden_store::StoreError> {
     let Some((result, approval)) = recorded_publication(store, task).await? else {
@@ -857,8 +927,8 @@ pub async fn approved_publication(
 /// publication is `not_requested` (nothing was pushed; SPEC §5 has no `rejected` publication)
 /// and its approval shows the rejection. The task then ends `completed`, as `warden reject`
 /// ends a local one. `None` when the task is not a rejected publication.
-pub async fn rejected_publication(
-    store: &dyn warden_store::Store,
+pub async fn rejected_publication<C: StoreCalls + ?Sized>(
+    store: &C,
     task: &warden_store::Task,
 ) -> Result<Option<warden_protocol::ChangeResult>, warden_store::StoreError> {
     let Some((mut result, approval)) = recorded_publication(store, task).await? else {
@@ -890,6 +960,49 @@ pub async fn rejected_publication(
 /// died before queueing is found again by [`requeue_decided_tasks`]. `Ok(true)` when this call
 /// queued it; a task in any other status (still running, cancelled, queued by someone else) is
 /// left alone.
+/// Whether the result records a publication that failed.
+pub fn publication_failed(result: &warden_protocol::ChangeResult) -> bool {
+    matches!(
+        &result.outcome,
+        warden_protocol::ChangeOutcome::Proposal { publication, .. }
+            if publication.status == warden_protocol::PublicationStatus::Failed
+    )
+}
+
+/// Queues a task waiting on a publication whose approval was approved or consumed and whose
+/// publication failed (a refused token, a remote that was down), so its next run resumes the
+/// publication. `false` when the task is not such a task.
+pub async fn requeue_failed_publication(
+    store: &dyn warden_store::Store,
+    task: &warden_protocol::TaskId,
+) -> Result<bool, warden_store::StoreError> {
+    use warden_protocol::TaskStatus;
+    let Some(current) = store.get_task(task).await? else {
+        return Ok(false);
+    };
+    if current.status != TaskStatus::WaitingApproval {
+        return Ok(false);
+    }
+    let Some((result, approval)) = recorded_publication(store, &current).await? else {
+        return Ok(false);
+    };
+    let approved = matches!(
+        approval.status,
+        warden_store::ApprovalStatus::Approved | warden_store::ApprovalStatus::Consumed
+    );
+    if !approved || !publication_failed(&result) {
+        return Ok(false);
+    }
+    match store
+        .transition(task, TaskStatus::WaitingApproval, TaskStatus::Queued, None)
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(warden_store::StoreError::StatusConflict { .. }) => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
 pub async fn requeue_decided(
     store: &dyn warden_store::Store,
     task: &warden_protocol::TaskId,
@@ -901,10 +1014,12 @@ pub async fn requeue_decided(
     if current.status != TaskStatus::WaitingApproval {
         return Ok(false);
     }
-    let Some((_, approval)) = recorded_publication(store, &current).await? else {
+    let Some((result, approval)) = recorded_publication(store, &current).await? else {
         return Ok(false);
     };
-    if approval.status == warden_store::ApprovalStatus::Pending {
+    if approval.status == warden_store::ApprovalStatus::Pending || publication_failed(&result) {
+        // Undecided, or a failed publication waiting for its cause to be fixed (approving
+        // again resumes it: `TaskService::decide`).
         return Ok(false);
     }
     match store

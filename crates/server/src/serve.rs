@@ -103,23 +103,7 @@ pub fn home_worker_name(home: &Path) -> anyhow::Result<String> {
     Ok(format!("serve-{id}"))
 }
 
-/// A worker name unique to this process (`warden worker`).
-pub fn process_worker_name() -> String {
-    let mut random = [0u8; 4];
-    let _ = getrandom::fill(&mut random);
-    let host: String = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .unwrap_or_default()
-        .trim()
-        .chars()
-        .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
-        .take(64)
-        .collect();
-    format!(
-        "worker-{host}-{}-{}",
-        std::process::id(),
-        hex::encode(random)
-    )
-}
+pub use crate::worker::process_worker_name;
 
 /// Everything the workers share, built from the configuration.
 pub async fn services(config: Arc<Config>, store: Arc<dyn Store>) -> anyhow::Result<Arc<Services>> {
@@ -130,7 +114,7 @@ pub async fn services(config: Arc<Config>, store: Arc<dyn Store>) -> anyhow::Res
         .await?
         .context("cannot open the repository store")?;
     // Every event the workers store reaches this process's SSE subscribers at once.
-    let (store, hub) = crate::hub::instrument(store, crate::hub::HubOptions::default());
+    let hub = crate::hub::instrument(&store, crate::hub::HubOptions::default());
     Ok(Arc::new(Services {
         hub,
         redactor: config.redactor(),

@@ -44,7 +44,7 @@ use crate::journal::{
     recorded_decisions, store_events, RecordedDecision, ReplayModel, StoreJournal,
 };
 use crate::ledger::{Budget, StoreLedger};
-use crate::outage::{Lost, RunLease, RunStore};
+use crate::outage::{Lost, RunLease, RunStore, StoreCalls};
 use crate::question::{self, QuestionRun, SetupError, TaskSandbox};
 use crate::redact::Redactor;
 
@@ -77,6 +77,9 @@ pub struct WorkerOptions {
     /// submissions, re-queued tasks).
     pub poll: Duration,
     pub shutdown_grace: Duration,
+    /// Claim only this task: the worker of an in-process `warden ask`/`run` runs the task it
+    /// follows and nobody else's.
+    pub only: Option<warden_protocol::TaskId>,
 }
 
 impl WorkerOptions {
@@ -87,6 +90,7 @@ impl WorkerOptions {
             lease: config.serve.lease,
             poll: Duration::from_millis(500),
             shutdown_grace: config.serve.shutdown_grace,
+            only: None,
         }
     }
 }
@@ -102,6 +106,7 @@ pub async fn run_workers(
     let mut runs = tokio::task::JoinSet::new();
     let filter = ClaimFilter {
         kinds: vec![TaskKind::Question, TaskKind::Change],
+        task: options.only.clone(),
     };
     let requeue_every = (options.lease / 2).max(Duration::from_millis(500));
     let mut last_requeue: Option<Instant> = None;
@@ -235,21 +240,26 @@ enum Ending {
     LeaseLost,
 }
 
-/// The services of one run: the same as the worker's, but its store retries through outages
-/// until the run's lease would expire ([`crate::outage`]).
-fn run_services(services: &Services, lease: &Arc<RunLease>) -> Services {
-    Services {
+/// The services of one run: the worker's, except that it reaches the store only through a
+/// [`RunStore`], which retries through outages until the run's lease would expire
+/// ([`crate::outage`]).
+pub(crate) struct RunServices {
+    pub config: Arc<Config>,
+    pub store: RunStore,
+    pub repos: RepoStore,
+    pub model: Arc<dyn Model>,
+    pub redactor: Redactor,
+    pub running: Arc<RunningTasks>,
+}
+
+fn run_services(services: &Services, lease: &Arc<RunLease>) -> RunServices {
+    RunServices {
         config: Arc::clone(&services.config),
-        store: Arc::new(RunStore::new(
-            Arc::clone(&services.store),
-            Arc::clone(lease),
-        )),
+        store: RunStore::new(Arc::clone(&services.store), Arc::clone(lease)),
         repos: services.repos.clone(),
         model: Arc::clone(&services.model),
         redactor: services.redactor.clone(),
-        wake: Arc::clone(&services.wake),
         running: Arc::clone(&services.running),
-        hub: Arc::clone(&services.hub),
     }
 }
 
@@ -324,7 +334,9 @@ async fn execute(
         Err(error) if error.is_retryable() => {
             run_services
                 .store
-                .finish_run(&run, &options.name, status, result)
+                .call("finishing the run", |store| {
+                    store.finish_run(&run, &options.name, status, result.clone())
+                })
                 .await
         }
         other => other.map(|finished| finished.task),
@@ -402,16 +414,19 @@ const STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// Appends the agent's clarifying question to the task's conversation before the task starts
 /// waiting, so the answer always comes after it and the run after the answer sees both.
-async fn record_clarification(services: &Services, task: &Task, result: Option<&Value>) {
+async fn record_clarification(services: &RunServices, task: &Task, result: Option<&Value>) {
     let Some(question) = result
         .and_then(|r| r.pointer("/clarification/question"))
         .and_then(Value::as_str)
     else {
         return;
     };
+    let author = services.model.name();
     if let Err(error) = services
         .store
-        .append_task_message(&task.id, MESSAGE_AGENT, question, &services.model.name())
+        .call("recording the clarifying question", |store| {
+            store.append_task_message(&task.id, MESSAGE_AGENT, question, &author)
+        })
         .await
     {
         tracing::warn!(task = %task.id, %error, "cannot record the clarifying question");
@@ -497,7 +512,7 @@ fn setup_failure(error: SetupError) -> Failure {
 }
 
 async fn run_task(
-    services: &Services,
+    services: &RunServices,
     options: &WorkerOptions,
     claim: &Claim,
     cancel: CancelFlag,
@@ -520,11 +535,11 @@ async fn run_task(
             )
         }
     }
-    let specs = match repo_specs(services.store.as_ref(), &task.repos).await {
+    let specs = match repo_specs(&services.store, &task.repos).await {
         Ok(specs) => specs,
         Err(failure) => return failed(task, &model_name, failure),
     };
-    let transcript = match transcript(services.store.as_ref(), task).await {
+    let transcript = match transcript(&services.store, task).await {
         Ok(transcript) => transcript,
         Err(failure) => return failed(task, &model_name, failure),
     };
@@ -537,7 +552,7 @@ async fn run_task(
         .join("scratch")
         .join(format!("{}-{}", task.id, claim.run_number));
     let scratch_for_setup = scratch.clone();
-    let sandboxes = repo_sandboxes(services.store.as_ref(), &task.repos).await;
+    let sandboxes = repo_sandboxes(&services.store, &task.repos).await;
     let setup = tokio::task::spawn_blocking(move || {
         let mut repos = question::pin_all(&repo_store, &specs, &|line| tracing::debug!("{line}"))?;
         for (repo, sandbox) in repos.iter_mut().zip(sandboxes) {
@@ -547,7 +562,7 @@ async fn run_task(
         Ok::<_, SetupError>((repos, sandbox))
     })
     .await;
-    let (repos, sandbox) = match setup {
+    let (mut repos, sandbox) = match setup {
         Ok(Ok(setup)) => setup,
         Ok(Err(error)) => return failed(task, &model_name, setup_failure(error)),
         Err(error) => {
@@ -562,6 +577,7 @@ async fn run_task(
         }
     };
 
+    stored_notices(task, &mut repos);
     // Record the commits, so every later run of this task uses the same ones.
     if task.repos.iter().any(|r| r.commit.is_none()) {
         let pinned: Vec<TaskRepo> = task
@@ -573,9 +589,12 @@ async fn run_task(
                 ..stored.clone()
             })
             .collect();
+        let run = claim.run();
         if let Err(error) = services
             .store
-            .pin_task_repos(&claim.run(), &options.name, pinned)
+            .call("recording the pinned commits", |store| {
+                store.pin_task_repos(&run, &options.name, pinned.clone())
+            })
             .await
         {
             if let Ok(sandbox) = sandbox {
@@ -596,7 +615,7 @@ async fn run_task(
     }
 
     let (events, drain) = store_events(
-        Arc::clone(&services.store),
+        services.store.clone(),
         task.id.clone(),
         services.redactor.clone(),
     );
@@ -652,7 +671,7 @@ async fn run_task(
 
 #[allow(clippy::too_many_arguments)]
 async fn run_question(
-    services: &Services,
+    services: &RunServices,
     claim: &Claim,
     repos: &[question::TaskRepo],
     sandbox: &TaskSandbox,
@@ -737,15 +756,15 @@ pub(crate) struct RunPlumbing {
 }
 
 pub(crate) async fn run_plumbing(
-    services: &Services,
+    services: &RunServices,
     task: &Task,
     run: &RunRef,
 ) -> Result<RunPlumbing, String> {
-    let recorded = earlier_decisions(services.store.as_ref(), run).await?;
+    let recorded = earlier_decisions(&services.store, run).await?;
     let replaying = recorded.len();
     let model = ReplayModel::new(Arc::clone(&services.model), recorded);
     let ledger = StoreLedger {
-        store: Arc::clone(&services.store),
+        store: services.store.clone(),
         clock: Arc::new(warden_store::SystemClock),
         task: task.id.clone(),
         run_number: run.number,
@@ -760,7 +779,7 @@ pub(crate) async fn run_plumbing(
         replayed: Arc::clone(&model.replayed),
         seen: AtomicU64::new(0),
     };
-    let journal = RunJournal::open(Arc::clone(&services.store), run.clone())
+    let journal = RunJournal::open(services.store.clone(), run.clone())
         .await
         .map_err(|error| format!("cannot open the run journal: {error}"))?;
     Ok(RunPlumbing {
@@ -778,7 +797,7 @@ pub(crate) async fn run_plumbing(
 /// the store cannot read now (an outage that outlasted the lease) stops the run rather than
 /// paying for its decisions again.
 async fn earlier_decisions(
-    store: &dyn Store,
+    store: &RunStore,
     run: &RunRef,
 ) -> Result<Vec<RecordedDecision>, String> {
     let mut best = Vec::new();
@@ -787,7 +806,12 @@ async fn earlier_decisions(
             task: run.task.clone(),
             number,
         };
-        match store.journal(&earlier).await {
+        match store
+            .call("reading an earlier run's journal", |store| {
+                store.journal(&earlier)
+            })
+            .await
+        {
             Ok(entries) => {
                 if warden_store::journal::verify_chain(&entries).is_err() {
                     continue;
@@ -809,12 +833,15 @@ async fn earlier_decisions(
 /// The registered repositories' own mounts and prepare commands, in the task's order
 /// (none for one that cannot be read: pinning reports that).
 async fn repo_sandboxes(
-    store: &dyn Store,
+    store: &RunStore,
     repos: &[TaskRepo],
 ) -> Vec<crate::toolchain::RepoSandbox> {
     let mut sandboxes = Vec::with_capacity(repos.len());
     for repo in repos {
-        sandboxes.push(match store.get_repo(&repo.name).await {
+        let registered = store
+            .call("reading a repository", |store| store.get_repo(&repo.name))
+            .await;
+        sandboxes.push(match registered {
             Ok(Some(registered)) => crate::toolchain::RepoSandbox {
                 mounts: registered.mounts,
                 prepare: registered.prepare,
@@ -827,11 +854,18 @@ async fn repo_sandboxes(
 
 /// The task's repositories as pinnable specs: the registered source, at the commit an earlier
 /// run recorded, else the revision asked for, else the registered branch.
-async fn repo_specs(store: &dyn Store, repos: &[TaskRepo]) -> Result<Vec<RepoSpec>, Failure> {
+pub(crate) async fn repo_specs<C: StoreCalls + ?Sized>(
+    store: &C,
+    repos: &[TaskRepo],
+) -> Result<Vec<RepoSpec>, Failure> {
     let mut specs = Vec::with_capacity(repos.len());
     for repo in repos {
+        if let Some(source) = &repo.source {
+            specs.push(in_process_spec(repo, source)?);
+            continue;
+        }
         let registered = store
-            .get_repo(&repo.name)
+            .call("reading a repository", |store| store.get_repo(&repo.name))
             .await
             .map_err(|e| Failure {
                 code: FailureCode::Infrastructure,
@@ -857,12 +891,63 @@ async fn repo_specs(store: &dyn Store, repos: &[TaskRepo]) -> Result<Vec<RepoSpe
     Ok(specs)
 }
 
+/// An in-process task's repository: its own source (never a registered one), at the commit
+/// the front door pinned.
+fn in_process_spec(repo: &TaskRepo, source: &str) -> Result<RepoSpec, Failure> {
+    // A local source is an absolute, canonical path; a URL never starts with `/`.
+    let source = if source.starts_with('/') {
+        warden_repo::Source::Path(std::path::PathBuf::from(source))
+    } else {
+        warden_repo::Source::Url(source.to_string())
+    };
+    Ok(RepoSpec {
+        source,
+        // The commit the front door pinned; a repository it could not snapshot (a disk
+        // budget) is pinned again here, so the run fails visibly.
+        rev: repo.commit.clone().or_else(|| repo.rev.clone()),
+        name: repo.name.clone(),
+        within: None,
+    })
+}
+
+/// The notices the front door stored with the task go with its first repository (the
+/// result lists every repository's notices in order).
+pub(crate) fn stored_notices(task: &Task, repos: &mut [question::TaskRepo]) {
+    let notices = crate::change::ChangeOptions::from_metadata(&task.metadata)
+        .map(|options| options.notices)
+        .unwrap_or_default();
+    if let Some(first) = repos.first_mut() {
+        first.notices.splice(0..0, notices);
+    }
+}
+
 /// The task's conversation, oldest first, ending with what this run answers: each earlier
 /// task of the follow-up chain (its request, the questions and answers of its conversation,
 /// the agent's final reply), then this task's request and conversation. A retry carries the
 /// conversation of the task it repeats. A question the agent asked that nobody answered yet
 /// (a run interrupted right after asking) is left out: the run asks again.
-async fn transcript(store: &dyn Store, task: &Task) -> Result<Vec<TranscriptEntry>, Failure> {
+async fn transcript<C: StoreCalls + ?Sized>(
+    store: &C,
+    task: &Task,
+) -> Result<Vec<TranscriptEntry>, Failure> {
+    let mut entries = chain_transcript(store, task).await?;
+    entries.push(TranscriptEntry {
+        role: Role::User,
+        text: task.prompt.clone(),
+    });
+    entries.extend(conversation(store, task).await?);
+    while entries.last().is_some_and(|e| e.role == Role::Agent) {
+        entries.pop();
+    }
+    Ok(entries)
+}
+
+/// The conversation of the tasks `task` follows up, oldest first: each one's request, the
+/// questions and answers of its conversation, and the agent's final reply.
+pub(crate) async fn chain_transcript<C: StoreCalls + ?Sized>(
+    store: &C,
+    task: &Task,
+) -> Result<Vec<TranscriptEntry>, Failure> {
     let infrastructure = |message: String| Failure {
         code: FailureCode::Infrastructure,
         message,
@@ -874,7 +959,7 @@ async fn transcript(store: &dyn Store, task: &Task) -> Result<Vec<TranscriptEntr
             break;
         }
         let earlier = store
-            .get_task(&id)
+            .call("reading an earlier task", |store| store.get_task(&id))
             .await
             .map_err(|e| infrastructure(format!("cannot read task {id}: {e}")))?
             .ok_or_else(|| infrastructure(format!("the task {id} this one follows up is gone")))?;
@@ -897,14 +982,6 @@ async fn transcript(store: &dyn Store, task: &Task) -> Result<Vec<TranscriptEntr
             }
         }
     }
-    entries.push(TranscriptEntry {
-        role: Role::User,
-        text: task.prompt.clone(),
-    });
-    entries.extend(conversation(store, task).await?);
-    while entries.last().is_some_and(|e| e.role == Role::Agent) {
-        entries.pop();
-    }
     Ok(entries)
 }
 
@@ -913,7 +990,10 @@ const MAX_CHAIN: usize = 50;
 
 /// The messages of a task's conversation (questions asked, answers given), after those of the
 /// tasks it retries.
-async fn conversation(store: &dyn Store, task: &Task) -> Result<Vec<TranscriptEntry>, Failure> {
+async fn conversation<C: StoreCalls + ?Sized>(
+    store: &C,
+    task: &Task,
+) -> Result<Vec<TranscriptEntry>, Failure> {
     let mut retried = vec![task.id.clone()];
     let mut next = task.retry_of.clone();
     while let Some(id) = next.take() {
@@ -921,7 +1001,7 @@ async fn conversation(store: &dyn Store, task: &Task) -> Result<Vec<TranscriptEn
             break;
         }
         next = store
-            .get_task(&id)
+            .call("reading a retried task", |store| store.get_task(&id))
             .await
             .ok()
             .flatten()
@@ -930,10 +1010,15 @@ async fn conversation(store: &dyn Store, task: &Task) -> Result<Vec<TranscriptEn
     }
     let mut entries = Vec::new();
     for id in retried.iter().rev() {
-        let messages = store.task_messages(id).await.map_err(|e| Failure {
-            code: FailureCode::Infrastructure,
-            message: format!("cannot read the conversation of task {id}: {e}"),
-        })?;
+        let messages = store
+            .call("reading a task's conversation", |store| {
+                store.task_messages(id)
+            })
+            .await
+            .map_err(|e| Failure {
+                code: FailureCode::Infrastructure,
+                message: format!("cannot read the conversation of task {id}: {e}"),
+            })?;
         entries.extend(messages.into_iter().map(|m| TranscriptEntry {
             role: if m.role == MESSAGE_AGENT {
                 Role::Agent
@@ -946,13 +1031,44 @@ async fn conversation(store: &dyn Store, task: &Task) -> Result<Vec<TranscriptEn
     Ok(entries)
 }
 
-/// The agent's reply in a result: the answer's summary or the clarifying question.
+/// The agent's reply in a result: the answer's or the change's summary, or the clarifying
+/// question.
 fn reply_of(result: &Value) -> Option<String> {
     result
         .pointer("/answer/summary")
+        .or_else(|| result.pointer("/proposal/summary"))
+        .or_else(|| result.pointer("/summary"))
         .or_else(|| result.pointer("/clarification/question"))
         .and_then(Value::as_str)
         .map(str::to_string)
+}
+
+/// A worker name unique to this process (`warden worker`).
+pub fn process_worker_name() -> String {
+    let mut random = [0u8; 4];
+    let _ = getrandom::fill(&mut random);
+    let host: String = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap_or_default()
+        .trim()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .take(64)
+        .collect();
+    format!(
+        "worker-{host}-{}-{}",
+        std::process::id(),
+        hex::encode(random)
+    )
+}
+
+/// The repository of a task that holds `proposal`: the task's repository of that name, else
+/// the registered repository of that name.
+pub fn proposal_repo(task: &Task, proposal: &warden_protocol::Proposal) -> TaskRepo {
+    task.repos
+        .iter()
+        .find(|r| r.name == proposal.repo)
+        .cloned()
+        .unwrap_or_else(|| TaskRepo::named(&proposal.repo))
 }
 
 /// Whether workers can run tasks of this kind (questions and changes, not maintenance yet).

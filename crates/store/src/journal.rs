@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::{RunRef, Store, StoreError};
+use crate::{BoxFuture, RunRef, Store, StoreError};
 
 /// The hash a run's first record chains to (identical to the runtime's).
 pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
@@ -135,11 +135,45 @@ pub fn verify_chain(entries: &[JournalEntry]) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// The two store calls a [`RunJournal`] makes. An `Arc` of any [`Store`] makes them; a caller
+/// may make them its own way (a run's store retries them through outages).
+pub trait JournalStore: Send + Sync {
+    /// [`Store::journal`].
+    fn journal<'a>(
+        &'a self,
+        run: &'a RunRef,
+    ) -> BoxFuture<'a, Result<Vec<JournalEntry>, StoreError>>;
+
+    /// [`Store::append_journal`].
+    fn append_journal<'a>(
+        &'a self,
+        run: &'a RunRef,
+        entry: JournalEntry,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+}
+
+impl<S: Store + ?Sized> JournalStore for Arc<S> {
+    fn journal<'a>(
+        &'a self,
+        run: &'a RunRef,
+    ) -> BoxFuture<'a, Result<Vec<JournalEntry>, StoreError>> {
+        Store::journal(self.as_ref(), run)
+    }
+
+    fn append_journal<'a>(
+        &'a self,
+        run: &'a RunRef,
+        entry: JournalEntry,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Store::append_journal(self.as_ref(), run, entry)
+    }
+}
+
 /// One writer's handle on a run's journal: it keeps the chain's tail, builds each record on it
 /// and appends through the store. A second handle on the same run that falls behind gets
 /// [`StoreError::JournalConflict`] instead of forking the chain.
 pub struct RunJournal {
-    store: Arc<dyn Store>,
+    store: Box<dyn JournalStore>,
     run: RunRef,
     tail: Option<JournalEntry>,
 }
@@ -155,11 +189,18 @@ impl std::fmt::Debug for RunJournal {
 
 impl RunJournal {
     /// Continues the run's stored chain (empty for a new run), checking it first.
-    pub async fn open(store: Arc<dyn Store>, run: RunRef) -> Result<RunJournal, StoreError> {
+    pub async fn open(
+        store: impl JournalStore + 'static,
+        run: RunRef,
+    ) -> Result<RunJournal, StoreError> {
         let mut entries = store.journal(&run).await?;
         verify_chain(&entries)?;
         let tail = entries.pop();
-        Ok(RunJournal { store, run, tail })
+        Ok(RunJournal {
+            store: Box::new(store),
+            run,
+            tail,
+        })
     }
 
     pub fn run(&self) -> &RunRef {
@@ -177,6 +218,28 @@ impl RunJournal {
         self.store.append_journal(&self.run, entry.clone()).await?;
         Ok(self.tail.insert(entry))
     }
+}
+
+/// The record that ends a run's journal when the run is ended from outside it (a cancel, a
+/// task abandoned): `run_finished` with the task's failure when its result has one (the shape
+/// the runtime journals), so every ended run's journal says how it ended even when its worker
+/// never got to write that.
+pub fn ended_from_outside(
+    tail: Option<&JournalEntry>,
+    at_ms: u64,
+    status: warden_protocol::TaskStatus,
+    result: Option<&serde_json::Value>,
+) -> Result<JournalEntry, StoreError> {
+    let outcome = match result.and_then(|r| r.get("failure")) {
+        Some(failure) => serde_json::json!({ "failure": failure }),
+        None => serde_json::json!({ "status": crate::state::status_name(status) }),
+    };
+    JournalEntry::next(
+        tail,
+        at_ms,
+        "run_finished",
+        serde_json::json!({ "outcome": outcome, "ended_by": "task_status" }),
+    )
 }
 
 #[cfg(test)]

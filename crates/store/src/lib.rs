@@ -5,13 +5,19 @@
 //! machines). Both pass the same conformance suite (`tests/suite`).
 //!
 //! **API Boundary:** [`open`] and the [`Store`] trait; the backends' own types are public only
-//! for their constructors. Every timestamp comes from the injected [`Clock`].
+//! for their constructors. Every timestamp comes from the injected [`Clock`]. A store tells
+//! the [`StoreObserver`]s registered with it what it committed (events, claims, ledger
+//! entries), so nothing needs to wrap it to watch. Decisions both backends make on what they
+//! read (is the lease held, may the task move, is the intent still this worker's) live once,
+//! in `checks`; only the SQL differs.
 
 mod batch;
+mod checks;
 mod clock;
 mod error;
 mod ids;
 pub mod journal;
+mod observer;
 mod postgres;
 mod rows;
 mod sqlite;
@@ -20,7 +26,7 @@ mod types;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use warden_protocol::{Event, TaskId, TaskStatus};
@@ -29,7 +35,8 @@ pub use batch::{ClaimQueue, Completion, CompletionBatcher, Finished};
 pub use clock::{Clock, ManualClock, SystemClock, UtcDay};
 pub use error::StoreError;
 pub use ids::{new_task_id, new_task_id_at, IdError};
-pub use journal::{JournalEntry, RunJournal, GENESIS_HASH};
+pub use journal::{JournalEntry, JournalStore, RunJournal, GENESIS_HASH};
+pub use observer::StoreObserver;
 pub use postgres::PostgresStore;
 pub use sqlite::{Quarantine, SqliteStore};
 pub use state::{transition_allowed, ABANDONED, MAX_INTERRUPTED_RUNS};
@@ -60,6 +67,12 @@ pub trait Store: Send + Sync {
 
     /// Full consistency check (`PRAGMA integrity_check` on SQLite; a round trip on Postgres).
     fn check_integrity(&self) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// Registers `observer` to hear of every event, claim and ledger entry this store object
+    /// (and its clones) commits from now on, right after each commit (see [`StoreObserver`]).
+    /// Held weakly: it hears while something else keeps it alive. Registered twice, it hears
+    /// everything twice.
+    fn add_observer(&self, observer: Weak<dyn StoreObserver>);
 
     // --- tasks ---
 

@@ -355,6 +355,31 @@ pub(crate) fn intent_status(name: &str) -> Result<IntentStatus, StoreError> {
         .ok_or_else(|| StoreError::invalid_data(format!("intent status {name:?}")))
 }
 
+/// A stored event, from the sequence numbers its insert returned.
+pub(crate) fn event_record(
+    task: &TaskId,
+    seq: i64,
+    task_seq: i64,
+    at_ms: i64,
+    event: Event,
+) -> Result<EventRecord, StoreError> {
+    Ok(EventRecord {
+        seq: to_u64(seq)?,
+        task_seq: to_u64(task_seq)?,
+        task: task.clone(),
+        at_ms,
+        event,
+    })
+}
+
+/// A JSON value as the text column it is stored in.
+pub(crate) fn json_text(value: Option<&serde_json::Value>) -> Result<Option<String>, StoreError> {
+    value
+        .map(serde_json::to_string)
+        .transpose()
+        .map_err(Into::into)
+}
+
 pub(crate) fn to_i64(value: u64) -> Result<i64, StoreError> {
     i64::try_from(value).map_err(|_| StoreError::OutOfRange(format!("{value} exceeds i64")))
 }

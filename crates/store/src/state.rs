@@ -68,6 +68,9 @@ pub fn is_active(status: TaskStatus) -> bool {
     matches!(status, TaskStatus::Running | TaskStatus::Testing)
 }
 
+/// Every kind.
+const ALL_KINDS: [TaskKind; 3] = [TaskKind::Question, TaskKind::Change, TaskKind::Maintain];
+
 /// Kinds that write to their repositories: at most one active task of these kinds per
 /// repository. Questions only read, so they run in parallel with anything.
 pub fn is_exclusive(kind: TaskKind) -> bool {
@@ -106,9 +109,15 @@ pub fn kind_name(kind: TaskKind) -> &'static str {
 }
 
 pub fn parse_kind(name: &str) -> Option<TaskKind> {
-    [TaskKind::Question, TaskKind::Change, TaskKind::Maintain]
+    ALL_KINDS.into_iter().find(|k| kind_name(*k) == name)
+}
+
+/// The stored names of the kinds that hold their repositories exclusively ([`is_exclusive`]).
+pub(crate) fn exclusive_kind_names() -> impl Iterator<Item = &'static str> {
+    ALL_KINDS
         .into_iter()
-        .find(|k| kind_name(*k) == name)
+        .filter(|k| is_exclusive(*k))
+        .map(kind_name)
 }
 
 #[cfg(test)]

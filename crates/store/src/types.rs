@@ -18,6 +18,11 @@ pub struct TaskRepo {
     pub rev: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub commit: Option<String>,
+    /// Where an in-process task's repository comes from when it is not a registered one: an
+    /// absolute local path, or a URL without credentials (never starting with `/`). Only the in-process front door sets
+    /// it; the HTTP API builds task repositories from registered names and cannot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
 }
 
 impl TaskRepo {
@@ -26,6 +31,7 @@ impl TaskRepo {
             name: name.to_string(),
             rev: None,
             commit: None,
+            source: None,
         }
     }
 }
@@ -167,6 +173,9 @@ impl Default for TaskQuery {
 pub struct ClaimFilter {
     /// Only these kinds; empty means any kind.
     pub kinds: Vec<TaskKind>,
+    /// Only this task (the worker of an in-process `warden ask`/`run` runs its own task and
+    /// nobody else's).
+    pub task: Option<TaskId>,
 }
 
 /// A run of a task: `(task, number)`, numbers counting from 1.

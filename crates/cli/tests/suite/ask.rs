@@ -250,7 +250,7 @@ fn a_clarification_exits_3_and_a_follow_up_carries_the_transcript() {
     assert!(
         first
             .stderr
-            .contains(&format!("warden ask --follow-up {task} \"…\"")),
+            .contains(&format!("warden answer {task} \"…\"")),
         "{}",
         first.stderr
     );
@@ -573,15 +573,20 @@ fn the_run_journal_is_hash_chained_and_verifiable() {
     assert_eq!(kinds.last().map(String::as_str), Some("run_finished"));
     assert!(kinds.iter().any(|k| k == "model_decision"));
 
-    // Tampering with the journal is detected.
-    let path = warden
-        .home
-        .path()
-        .join("tasks")
-        .join(&task)
-        .join("runs/1.jsonl");
-    let text = std::fs::read_to_string(&path).unwrap();
-    std::fs::write(&path, text.replacen("list_dir", "list_dyr", 1)).unwrap();
+    // Tampering with the journal is detected: someone with the database file drops the
+    // append-only trigger and rewrites a record.
+    let db = rusqlite::Connection::open(warden.home.path().join("local.db")).unwrap();
+    db.execute_batch("DROP TRIGGER journal_append_only_update")
+        .unwrap();
+    let changed = db
+        .execute(
+            "UPDATE journal SET payload = replace(payload, 'list_dir', 'list_dyr')
+             WHERE task_id = ?1 AND payload LIKE '%list_dir%'",
+            [&task],
+        )
+        .unwrap();
+    assert!(changed > 0);
+    drop(db);
     let logs = warden.run(&["logs", &task]);
     assert_eq!(logs.code, 1);
     assert!(logs.stderr.contains("chain broken"), "{}", logs.stderr);
@@ -816,6 +821,54 @@ fn ctrl_c_cancels_a_task_waiting_on_the_model() {
         "{}",
         timeline.stdout
     );
+}
+
+/// In-process tasks are the store's: another process cancels one (its run stops within about
+/// a second) and retries it, as `--server` does.
+#[test]
+fn another_process_cancels_a_running_task_and_retries_it() {
+    use std::io::Read;
+    let (warden, _repo, _server, mut child) = asking_a_slow_model();
+    let listed = warden.run(&["tasks", "--json"]);
+    assert_eq!(listed.code, 0, "{}", listed.stderr);
+    let task = listed.json()[0]["id"].as_str().unwrap().to_string();
+    let cancelled = warden.run(&["cancel", &task]);
+    assert_eq!(cancelled.code, 0, "{}", cancelled.stderr);
+    assert!(
+        cancelled.stdout.contains("cancelled"),
+        "{}",
+        cancelled.stdout
+    );
+    let exit = child.wait().unwrap();
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    // Not interrupted here: the task failed (cancelled by someone else), exit 1.
+    assert_eq!(exit.code(), Some(1), "{stdout}");
+    let result: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(result["failure"]["code"], "cancelled");
+    // A finished task is not cancelled again: one sentence, exit 2.
+    let again = warden.run(&["cancel", &task]);
+    assert_eq!(again.code, 2, "{}", again.stderr);
+    assert_eq!(again.stderr.lines().count(), 1, "{}", again.stderr);
+    // A retry is a new task on the same commit (the scripted model answers it at once now).
+    let shown = warden.run(&["show", &task, "--json"]).json();
+    let retried = warden.run(&["retry", &task, "--json"]);
+    assert!(
+        retried.stderr.contains(&format!("retrying {task} as tsk_")),
+        "{}",
+        retried.stderr
+    );
+    let marker = format!("retrying {task} as ");
+    let at = retried.stderr.find(&marker).unwrap() + marker.len();
+    let new_id = retried.stderr[at..at + 30].to_string();
+    let retried_task = warden.run(&["show", &new_id, "--json"]).json();
+    assert_eq!(retried_task["retry_of"], task.as_str());
+    assert_eq!(retried_task["repos"], shown["repos"]);
 }
 
 #[test]

@@ -570,8 +570,8 @@ fn publish_waits_for_an_approval_bound_to_the_hash_and_pushes_exactly_once() {
     assert_eq!(remote_branches(), format!("refs/heads/{branch} {commit}"));
     let shown = warden.run(&["show", task_id, "--json"]);
     let record: serde_json::Value = serde_json::from_str(&shown.stdout).unwrap();
-    assert_eq!(record["change_result"]["publication"]["status"], "pushed");
-    assert_eq!(record["change_result"]["approval"]["status"], "approved");
+    assert_eq!(record["result"]["publication"]["status"], "pushed");
+    assert_eq!(record["result"]["approval"]["status"], "approved");
     assert_eq!(record["status"], "completed");
 
     // Single use.
@@ -726,7 +726,7 @@ fn diff_shows_the_proposal_with_its_stat_and_hides_sensitive_values() {
     let refused = asked.run(&["diff", &question_id]);
     assert_eq!(refused.code, 2, "{}", refused.stderr);
     assert!(
-        refused.stderr.contains("only change tasks have a diff"),
+        refused.stderr.contains("only changes have a diff"),
         "{}",
         refused.stderr
     );
@@ -816,9 +816,11 @@ fn a_change_clarification_is_answered_locally_and_a_follow_up_builds_on_the_prop
         "{seen}"
     );
     assert!(seen.contains("beta only"), "{seen}");
+    // The task waiting for the answer is the one that resumed (as on a server).
     let answered_id = result["task_id"].as_str().unwrap().to_string();
+    assert_eq!(answered_id, task);
     let shown = warden.run(&["show", &answered_id, "--json"]);
-    assert_eq!(shown.json()["follow_up_to"], task.as_str());
+    assert_eq!(shown.json()["status"], "completed");
 
     // A follow-up of the proposal starts from it.
     let more = warden.run(&[

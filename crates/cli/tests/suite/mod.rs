@@ -5,6 +5,7 @@ mod first_hour;
 mod front_door;
 mod logs_json;
 mod nonroot;
+mod one_front_door;
 mod outage;
 mod publish;
 mod quota;

@@ -138,7 +138,7 @@ impl Setup {
     fn publication(&self) -> serde_json::Value {
         let shown = self.warden.run(&["show", &self.task_id, "--json"]);
         let record: serde_json::Value = serde_json::from_str(&shown.stdout).unwrap();
-        record["change_result"]["publication"].clone()
+        record["result"]["publication"].clone()
     }
 
     /// One branch at the proposal commit and one pull request for it, recorded as opened.
@@ -246,18 +246,26 @@ fn approval_pushes_the_branch_and_opens_one_pull_request_with_the_facts_and_no_s
             "{body}"
         );
     }
+    // Nothing Warden keeps (the task store, its journals, mirrors) holds the token.
     let home = setup.warden.home.path();
-    for entry in walk(&home.join("tasks")) {
-        let text = std::fs::read_to_string(&entry).unwrap_or_default();
-        assert!(!text.contains(TOKEN), "{} holds the token", entry.display());
+    for entry in walk(home) {
+        let bytes = std::fs::read(&entry).unwrap_or_default();
+        assert!(
+            !bytes.windows(TOKEN.len()).any(|w| w == TOKEN.as_bytes()),
+            "{} holds the token",
+            entry.display()
+        );
     }
-    let journal = std::fs::read_to_string(
-        home.join("tasks")
-            .join(&setup.task_id)
-            .join("runs")
-            .join("2.jsonl"),
-    )
-    .unwrap();
+    // The publishing run's journal: the decision it acts on, then each side effect's intent
+    // before its outcome.
+    let logs = setup.warden.run(&["logs", &setup.task_id, "--json"]);
+    assert_eq!(logs.code, 0, "{}", logs.stderr);
+    let journal: String = logs
+        .stdout
+        .lines()
+        .skip_while(|l| !l.contains("approval_decided"))
+        .map(|l| format!("{l}\n"))
+        .collect();
     let kinds: Vec<String> = journal
         .lines()
         .map(|l| {
@@ -324,8 +332,8 @@ fn a_crash_between_opening_the_pull_request_and_recording_it_is_reconciled_by_as
     let setup = Setup::new();
     setup.approve_crashing_at("publish_after_pr");
     assert_eq!(setup.fake.pulls().len(), 1);
-    // The record only knows about the push.
-    assert_eq!(setup.publication()["status"], "pushed");
+    // The task does not know about the pull request yet (its journal holds the intent).
+    assert_ne!(setup.publication()["status"], "pr_opened");
     // Someone closes it meanwhile: GitHub would accept a new one for the branch, but the
     // closed one is the publication and no second one is opened.
     setup.fake.close(1);
@@ -435,9 +443,9 @@ fn without_a_github_target_publication_stops_at_the_push() {
     let approved = setup.approve(&[]);
     assert_eq!(approved.code, 0, "{}", approved.stderr);
     assert!(
-        approved.stderr.contains("no pull request"),
+        approved.stdout.contains("no pull request"),
         "{}",
-        approved.stderr
+        approved.stdout
     );
     assert_eq!(setup.remote_warden_branches().len(), 1);
     assert!(setup.fake.requests().is_empty());

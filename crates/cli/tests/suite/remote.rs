@@ -485,14 +485,23 @@ fn wrong_tokens_unknown_servers_and_local_paths_are_clear_errors() {
     assert_code(&bad_url, 2);
     assert!(bad_url.stderr.contains("http://"), "{}", bad_url.stderr);
 
-    // Commands that only exist against a server say so without one.
+    // `repos` only exists against a server and says so without one.
+    let run = Warden::new().run(&["repos"]);
+    assert_code(&run, 2);
+    assert!(run.stderr.contains("needs a server"), "{}", run.stderr);
+    // `cancel` and `retry` work in-process too; an unknown task is one sentence.
     for args in [
         vec!["cancel", "tsk_01HZY8Q6K9V2M3N4P5R6S7T8V9"],
         vec!["retry", "tsk_01HZY8Q6K9V2M3N4P5R6S7T8V9"],
     ] {
-        let run = Warden::new().run(&args);
+        let run = Warden::faux().run(&args);
         assert_code(&run, 2);
-        assert!(run.stderr.contains("needs a server"), "{}", run.stderr);
+        assert!(
+            run.stderr
+                .contains("no task tsk_01HZY8Q6K9V2M3N4P5R6S7T8V9"),
+            "{}",
+            run.stderr
+        );
     }
     // `answer` works in-process too; an unknown task is one sentence.
     let run = Warden::faux().run(&["answer", "tsk_01HZY8Q6K9V2M3N4P5R6S7T8V9", "yes"]);

@@ -335,7 +335,7 @@ fn a_rejection_keeps_the_proposal_unpublished_and_an_approval_after_cancel_is_re
 }
 
 #[test]
-fn a_publication_that_cannot_open_its_pull_request_fails_the_task_with_the_reason() {
+fn a_publication_that_cannot_open_its_pull_request_waits_with_the_reason_and_resumes() {
     let mut setup = Setup::new(1);
     // No GitHub token in serve's environment: the push works, the pull request cannot.
     setup
@@ -346,11 +346,28 @@ fn a_publication_that_cannot_open_its_pull_request_fails_the_task_with_the_reaso
     let (id, approval, hash) = setup.waiting_task(&server);
     let (status, body) = decide(&server, &approval, "approve", &hash);
     assert_eq!(status, 200, "{body}");
-    let task = server.wait_until(ALICE, &id, settled);
-    assert_eq!(task["status"], "failed", "{task}\n{}", server.stderr());
+    let failed_publication = |task: &Value| {
+        task["status"] == "waiting_approval" && task["result"]["publication"]["status"] == "failed"
+    };
+    let wait = |done: &dyn Fn(&Value) -> bool| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let task = server.task(ALICE, &id);
+            if done(&task) {
+                return task;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{task}\n{}",
+                server.stderr()
+            );
+            // Polled gently: the token's rate limit applies to tests too.
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
+    };
+    let task = wait(&failed_publication);
     let result = &task["result"];
     assert_eq!(result["outcome"], "proposal", "{result}");
-    assert_eq!(result["publication"]["status"], "failed", "{result}");
     // The branch is on the remote and the result says so; no pull request was opened.
     assert_eq!(
         result["publication"]["branch"],
@@ -360,8 +377,39 @@ fn a_publication_that_cannot_open_its_pull_request_fails_the_task_with_the_reaso
     assert!(setup.fake.requests().is_empty());
     let notices = result["notices"].to_string();
     assert!(
-        notices.contains("publication failed") && notices.contains("WARDEN_GITHUB_TOKEN"),
+        notices.contains("publication failed")
+            && notices.contains("WARDEN_GITHUB_TOKEN")
+            && notices.contains("approve again with the same hash"),
         "{notices}"
     );
+    // The task waits; it is not queued again by itself (no retry loop).
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let still = server.task(ALICE, &id);
+    assert_eq!(still["status"], "waiting_approval", "{still}");
+    // Approving again with the same hash resumes publication: the branch is found on the
+    // remote, not pushed twice; without a token it stops at the pull request again.
+    let (status, body) = decide(&server, &approval, "approve", &hash);
+    assert_eq!(status, 200, "{body}");
+    let runs = task["runs"].as_u64().unwrap();
+    let again =
+        wait(&|task: &Value| failed_publication(task) && task["runs"].as_u64().unwrap() > runs);
+    assert_eq!(again["result"]["publication"]["status"], "failed");
+    assert_eq!(again["result"]["approval"]["status"], "approved", "{again}");
+    let failures = again["result"]["notices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n.as_str().unwrap().starts_with("publication failed"))
+        .count();
+    assert_eq!(failures, 1, "{again}");
+    assert_eq!(setup.remote_branches().len(), 1);
+    // Any other hash is still refused.
+    let (status, _) = decide(
+        &server,
+        &approval,
+        "approve",
+        &format!("sha256:{}", "0".repeat(64)),
+    );
+    assert_eq!(status, 409);
     server.terminate();
 }

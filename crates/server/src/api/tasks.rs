@@ -93,6 +93,9 @@ impl SubmitTask {
             publish: self.publish,
             metadata: self.metadata,
             callback_url: self.callback.map(|callback| callback.url),
+            // The API names registered repositories; only the in-process front door pins.
+            pinned: None,
+            baseline: false,
         })
     }
 }

@@ -12,6 +12,10 @@
 //!   afterwards is `AlreadyDecided`; a pending approval of a task that ended another way
 //!   (abandoned after lost leases, cancelled by an older version) is a
 //!   [`ServiceError::Conflict`]: there is nothing left to approve.
+//! - A publication that failed for a cause that can be fixed (a refused token, a remote that
+//!   was down) leaves its task waiting with `publication.status` `failed`; approving again with
+//!   the same hash queues it again and its next run resumes publication, reconciling with the
+//!   remote (nothing is pushed or opened twice). The decision itself is not made again.
 //! - Deciding a `publish` (or `publish_sensitive`) approval queues its task again
 //!   (`waiting_approval → queued`, the only way out of waiting the state machine allows besides
 //!   cancelling). The worker that claims it does not run the agent: on approval it publishes
@@ -128,6 +132,21 @@ impl TaskService {
                 "hash must be sha256: followed by 64 lowercase hex digits".into(),
             ));
         }
+        // Approving again what was approved, for the same hash, resumes a publication that
+        // failed (its cause fixed since); the decision itself stands as it was made.
+        if decision == Decision::Approve
+            && approval.subject_hash == hash
+            && matches!(
+                approval.status,
+                ApprovalStatus::Approved | ApprovalStatus::Consumed
+            )
+            && PUBLISH_KINDS.contains(&approval.kind.as_str())
+            && crate::publish::requeue_failed_publication(self.store.as_ref(), &approval.task)
+                .await?
+        {
+            self.wake.notify_one();
+            return Ok(approval);
+        }
         // A decided approval is `AlreadyDecided` (below) whatever its task did since.
         if approval.status == ApprovalStatus::Pending {
             if let Some(task) = self.store.get_task(&approval.task).await? {
@@ -135,6 +154,15 @@ impl TaskService {
                     return Err(ended(&task, &approval.id));
                 }
             }
+        }
+        // An approval is given to exactly what it is bound to: the proposal is re-derived from
+        // the mirror now, and one that changed since is not approved.
+        if decision == Decision::Approve
+            && approval.status == ApprovalStatus::Pending
+            && approval.subject_hash == hash
+            && PUBLISH_KINDS.contains(&approval.kind.as_str())
+        {
+            self.verify_proposal_unchanged(&approval).await?;
         }
         let decided = self
             .store
@@ -168,6 +196,49 @@ impl TaskService {
             }
         }
         Ok(decided)
+    }
+}
+
+impl TaskService {
+    /// The proposal a publish approval is bound to still hashes to it: its commit under its
+    /// ref in the mirror, on its base, with the tree and validations its hash covers.
+    async fn verify_proposal_unchanged(&self, approval: &Approval) -> Result<(), ServiceError> {
+        let Some(repos) = self.repos.as_ref() else {
+            // Without Warden's mirrors here, the worker verifies before publishing.
+            return Ok(());
+        };
+        let Some(task) = self.store.get_task(&approval.task).await? else {
+            return Ok(());
+        };
+        let proposal: Option<warden_protocol::Proposal> = task
+            .result
+            .as_ref()
+            .and_then(|r| r.get("proposal"))
+            .and_then(|p| serde_json::from_value(p.clone()).ok());
+        let changed = |now: String| {
+            ServiceError::Conflict(format!(
+                "the proposal of task {} changed since approval {} was requested (now {now}); \
+                 nothing was decided",
+                task.id, approval.id
+            ))
+        };
+        let Some(proposal) = proposal else {
+            return Err(changed("no proposal".into()));
+        };
+        let repo = crate::worker::proposal_repo(&task, &proposal);
+        let spec = crate::worker::repo_specs(self.store.as_ref(), std::slice::from_ref(&repo))
+            .await
+            .map_err(|failure| changed(failure.message))?
+            .pop()
+            .ok_or_else(|| changed("no repository".into()))?;
+        let (git, mirror) = (repos.git().clone(), repos.mirror_path(&spec));
+        let (task_id, hash) = (task.id.to_string(), approval.subject_hash.clone());
+        tokio::task::spawn_blocking(move || {
+            crate::publish::verify_proposal(&git, &mirror, &task_id, &proposal, &hash)
+        })
+        .await
+        .map_err(ServiceError::internal)?
+        .map_err(changed)
     }
 }
 

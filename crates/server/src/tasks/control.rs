@@ -16,7 +16,8 @@
 //!   task had (answered clarifications) carries over: the worker reads it through `retry_of`.
 //! - **Messages** answer a task waiting for input (the same task is queued again and its next
 //!   run continues the conversation: the request, the agent's question, the answer), or follow
-//!   up on a finished question with a new task (`follow_up_to`, the same pinned commits).
+//!   up on a finished question or change with a new task (`follow_up_to`, the same pinned
+//!   commits; a change continues on its proposal with its checks).
 
 use serde_json::{json, Value};
 use warden_protocol::{
@@ -185,8 +186,8 @@ impl TaskService {
         Ok(answered)
     }
 
-    /// Follows up on finished question `id` with a new question over the same pinned commits
-    /// (`follow_up_to`), queued; returns the new task.
+    /// Follows up on finished task `id` with a new task of its kind over the same pinned
+    /// commits (a change on its proposal) (`follow_up_to`), queued; returns the new task.
     pub async fn follow_up(
         &self,
         principal: &Principal,
@@ -199,7 +200,7 @@ impl TaskService {
         if !task.status.is_terminal() {
             return Err(ServiceError::wrong_status(
                 &task,
-                "only a finished question can be followed up",
+                "only a finished task can be followed up",
             ));
         }
         let created = self.follow_up_task(principal, &task, text).await?;
@@ -251,15 +252,13 @@ impl TaskService {
         task: &Task,
         text: &str,
     ) -> Result<Task, ServiceError> {
-        match task.kind {
-            TaskKind::Question => {}
-            TaskKind::Change | TaskKind::Maintain => {
-                return Err(ServiceError::wrong_status(
-                    task,
-                    "only questions take follow-ups; submit a new task",
-                ))
-            }
+        if task.kind == TaskKind::Maintain {
+            return Err(ServiceError::wrong_status(
+                task,
+                "only questions and changes take follow-ups; submit a new task",
+            ));
         }
+        let (repos, metadata) = follow_up_basis(task);
         let created = self
             .store
             .create_task(
@@ -268,12 +267,11 @@ impl TaskService {
                     kind: task.kind,
                     owner: principal.name.clone(),
                     prompt: text.to_string(),
-                    // The exact commits the conversation was about.
-                    repos: task.repos.clone(),
+                    repos,
                     priority: task.priority,
                     follow_up_to: Some(task.id.clone()),
                     retry_of: None,
-                    metadata: json!({}),
+                    metadata,
                     callback_url: None,
                 },
                 None,
@@ -281,6 +279,43 @@ impl TaskService {
             .await?;
         Ok(created.task().clone())
     }
+}
+
+/// What a follow-up of `earlier` continues on: the exact commits the conversation was about —
+/// a change on its proposal when it made one (the proposal commit is in Warden's mirror) — and
+/// a change's checks.
+pub fn follow_up_basis(earlier: &Task) -> (Vec<warden_store::TaskRepo>, Value) {
+    let proposal = earlier
+        .result
+        .as_ref()
+        .filter(|r| r.get("outcome").and_then(Value::as_str) == Some("proposal"))
+        .and_then(|r| r.pointer("/proposal/commit"))
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let repos = earlier
+        .repos
+        .iter()
+        .map(|repo| warden_store::TaskRepo {
+            commit: proposal.clone().or_else(|| repo.commit.clone()),
+            ..repo.clone()
+        })
+        .collect();
+    let mut metadata = json!({});
+    if earlier.kind == TaskKind::Change {
+        let checks = crate::change::ChangeOptions::from_metadata(&earlier.metadata)
+            .ok()
+            .and_then(|options| options.checks);
+        let options = crate::change::ChangeOptions {
+            checks,
+            ..crate::change::ChangeOptions::default()
+        };
+        if options != crate::change::ChangeOptions::default() {
+            if let Ok(value) = serde_json::to_value(&options) {
+                metadata[crate::change::OPTIONS_METADATA_KEY] = value;
+            }
+        }
+    }
+    (repos, metadata)
 }
 
 /// The text of a message, trimmed: not empty, no NUL, at most [`MAX_MESSAGE_BYTES`].

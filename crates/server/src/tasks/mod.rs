@@ -24,9 +24,10 @@ mod observe;
 mod submit;
 
 pub use approvals::{ApprovalList, ApprovalListing, PUBLISH_KINDS};
+pub use control::follow_up_basis;
 pub use control::MAX_MESSAGE_BYTES;
 pub use observe::{ProposalDiff, TaskList, TaskListing, MAX_PAGE};
-pub use submit::{valid_repo_name, valid_rev, Idempotency, Submission, Submitted};
+pub use submit::{valid_repo_name, valid_rev, Idempotency, PinnedRepos, Submission, Submitted};
 
 use std::sync::Arc;
 

@@ -9,11 +9,8 @@
 //! change, has no proposal (also while it runs: a proposal exists once the run ends), or whose
 //! proposal left the mirror has no diff (not found, the message says which).
 
-use std::path::Path;
+use warden_protocol::{TaskId, TaskStatus};
 
-use serde::Serialize;
-use warden_protocol::{Proposal, TaskId, TaskKind, TaskStatus};
-use warden_repo::RepoSpec;
 use warden_store::{Task, TaskQuery};
 
 use super::{Principal, ServiceError, TaskService};
@@ -88,52 +85,19 @@ impl TaskService {
         id: &str,
     ) -> Result<ProposalDiff, ServiceError> {
         let task = self.task(principal, id).await?;
-        if task.kind != TaskKind::Change {
-            return Err(ServiceError::NotFound(format!(
-                "task {id} is a {} task: only changes have a diff",
-                wire_name(task.kind)
-            )));
-        }
-        let proposal: Proposal = task
-            .result
-            .as_ref()
-            .filter(|r| r.get("outcome").and_then(|o| o.as_str()) == Some("proposal"))
-            .and_then(|r| r.get("proposal"))
-            .and_then(|p| serde_json::from_value(p.clone()).ok())
-            .ok_or_else(|| {
-                ServiceError::NotFound(format!(
-                    "task {id} has no proposal (status {})",
-                    wire_name(task.status)
-                ))
-            })?;
         let gone = || {
             ServiceError::NotFound(format!(
                 "the proposal of task {id} is no longer in Warden's mirror"
             ))
         };
         let repos = self.repos.as_ref().ok_or_else(gone)?;
-        let registered = self
-            .store
-            .get_repo(&proposal.repo)
-            .await?
-            .ok_or_else(gone)?;
-        let mut spec = RepoSpec::parse(&registered.source, Path::new("/")).map_err(|_| gone())?;
-        spec.name = registered.name.clone();
-        let mirror = repos.mirror_path(&spec);
-        let git = repos.git().clone();
-        let task_id = task.id.to_string();
-        let for_diff = proposal.clone();
-        let redactor = self.redactor.clone();
-        let produced = tokio::task::spawn_blocking(move || {
-            crate::diff::redacted_proposal_diff(&git, &mirror, &task_id, &for_diff, &redactor)
-        })
-        .await
-        .map_err(ServiceError::internal)?;
-        let (diff, truncated) = match produced {
-            Ok(Some(diff)) => diff,
-            Ok(None) => return Err(gone()),
-            Err(error) => return Err(ServiceError::internal(error)),
-        };
+        let (proposal, diff, truncated) =
+            crate::diff::task_diff(self.store.as_ref(), repos, &self.redactor, &task)
+                .await
+                .map_err(|error| match error {
+                    crate::diff::TaskDiffError::Missing(message) => ServiceError::NotFound(message),
+                    crate::diff::TaskDiffError::Failed(message) => ServiceError::internal(message),
+                })?;
         Ok(ProposalDiff {
             task: task.id,
             repo: proposal.repo,
@@ -144,13 +108,5 @@ impl TaskService {
             truncated,
             sensitive_files: proposal.sensitive_files,
         })
-    }
-}
-
-/// The snake_case name a protocol enum has on the wire.
-fn wire_name(value: impl Serialize) -> String {
-    match serde_json::to_value(value) {
-        Ok(serde_json::Value::String(name)) => name,
-        _ => "unknown".into(),
     }
 }

@@ -3,8 +3,8 @@
 //! repositories), honouring an [`Idempotency`] key, and waking the workers.
 //!
 //! Text that is stored (the prompt, metadata, check commands) holds no NUL: Postgres refuses it.
-//! A follow-up (`follow_up_to`) continues a visible question of the same kind and keeps its
-//! exact commits unless it names repositories. A repository is named `name` or `name@rev`;
+//! A follow-up (`follow_up_to`) continues a visible task of the same kind and keeps its exact
+//! commits unless it names repositories (a change continues on its proposal, with its checks). A repository is named `name` or `name@rev`;
 //! `@worktree` (a local work tree's uncommitted files) works in-process only. A change works
 //! on exactly one repository, and one that asks to publish must have a remote to push to.
 
@@ -40,6 +40,26 @@ pub struct Submission {
     pub metadata: Option<Value>,
     /// Where to POST the task's result: a URL the server's callback policy allows.
     pub callback_url: Option<String>,
+    /// Change tasks: run the checks on the base commit first (`baseline_failing` if they fail).
+    pub baseline: bool,
+    /// Repositories an in-process front door pinned itself (a local path or URL, an exact
+    /// commit) instead of registered names; see [`PinnedRepos`].
+    pub pinned: Option<PinnedRepos>,
+}
+
+/// Repositories pinned by the in-process front door ([`crate::local`]): each with its own
+/// source and exact commit, and what pinning noticed (for the result's notices). Only that
+/// front door builds them; the HTTP API names registered repositories.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinnedRepos {
+    pub(crate) repos: Vec<TaskRepo>,
+    pub(crate) notices: Vec<String>,
+}
+
+impl PinnedRepos {
+    pub(crate) fn new(repos: Vec<TaskRepo>, notices: Vec<String>) -> PinnedRepos {
+        PinnedRepos { repos, notices }
+    }
 }
 
 impl Submission {
@@ -54,6 +74,8 @@ impl Submission {
             publish: None,
             metadata: None,
             callback_url: None,
+            baseline: false,
+            pinned: None,
         }
     }
 }
@@ -170,12 +192,6 @@ impl TaskService {
             )));
         }
         let publish = kind == TaskKind::Change && submission.publish == Some(true);
-        change_options(kind, submission.checks, submission.publish, &mut metadata)?;
-        if kind == TaskKind::Change && submission.follow_up_to.is_some() {
-            return Err(ServiceError::Invalid(
-                "follow_up_to is for questions; answer a change's clarification instead".into(),
-            ));
-        }
         let idempotency = match idempotency {
             None => None,
             Some(given) if !given.well_formed() => return Err(ServiceError::InvalidIdempotencyKey),
@@ -199,26 +215,50 @@ impl TaskService {
                 Some(earlier)
             }
         };
-        let repos = if submission.repos.is_empty() {
-            match &follow_up_to {
-                // A follow-up keeps the exact commits of the task it continues.
-                Some(earlier) => earlier.repos.clone(),
+        let basis = follow_up_to.as_ref().map(super::control::follow_up_basis);
+        // A change's follow-up runs the checks its task ran, unless new ones are given.
+        let checks = submission.checks.or_else(|| {
+            let (_, earlier) = basis.as_ref()?;
+            crate::change::ChangeOptions::from_metadata(earlier)
+                .ok()?
+                .checks
+        });
+        let (repos, notices) = match (submission.pinned, submission.repos.is_empty()) {
+            (Some(_), false) => {
+                return Err(ServiceError::Invalid(
+                    "give registered repositories or pinned ones, not both".into(),
+                ))
+            }
+            (Some(pinned), true) => (pinned.repos, pinned.notices),
+            (None, false) => (
+                task_repos(self.store.as_ref(), &submission.repos).await?,
+                Vec::new(),
+            ),
+            // A follow-up keeps the exact commits of the task it continues (a change: its
+            // proposal).
+            (None, true) => match basis {
+                Some((repos, _)) => (repos, Vec::new()),
                 None => {
                     return Err(ServiceError::Invalid(
                         "name at least one repository (repo or repos)".into(),
                     ))
                 }
-            }
-        } else {
-            task_repos(self.store.as_ref(), &submission.repos).await?
+            },
         };
+        let options = TaskOptions {
+            checks,
+            publish: submission.publish,
+            baseline: submission.baseline,
+            notices,
+        };
+        task_options(kind, options, &mut metadata)?;
         if kind == TaskKind::Change && repos.len() != 1 {
             return Err(ServiceError::Invalid(
                 "a change task works on exactly one repository".into(),
             ));
         }
         if publish {
-            self.check_publishable(&repos[0].name).await?;
+            self.check_publishable(&repos[0]).await?;
         }
         let id = warden_store::new_task_id().map_err(ServiceError::internal)?;
         let created = self
@@ -252,16 +292,19 @@ impl TaskService {
     /// A publication that could never be pushed is refused now, before any model call, with
     /// what to configure (the same check [`crate::publish::publish_remote`] `warden run
     /// --publish` makes).
-    async fn check_publishable(&self, name: &str) -> Result<(), ServiceError> {
-        let registered =
-            self.store
-                .get_repo(name)
-                .await?
-                .ok_or_else(|| ServiceError::UnknownRepository {
-                    name: name.to_string(),
-                })?;
-        let spec = warden_repo::RepoSpec::parse(&registered.source, std::path::Path::new("/"))
-            .map_err(|e| ServiceError::Invalid(format!("repository {name:?}: {e}")))?;
+    async fn check_publishable(&self, repo: &TaskRepo) -> Result<(), ServiceError> {
+        if repo.source.is_none() && self.store.get_repo(&repo.name).await?.is_none() {
+            return Err(ServiceError::UnknownRepository {
+                name: repo.name.clone(),
+            });
+        }
+        let spec = crate::worker::repo_specs(self.store.as_ref(), std::slice::from_ref(repo))
+            .await
+            .map_err(|failure| {
+                ServiceError::Invalid(format!("repository {:?}: {}", repo.name, failure.message))
+            })?
+            .pop()
+            .ok_or_else(|| ServiceError::internal("no repository spec"))?;
         let git = match &self.repos {
             Some(repos) => repos.git().clone(),
             None => warden_repo::Git::locate().map_err(ServiceError::internal)?,
@@ -294,12 +337,20 @@ fn nul_in_json(value: &Value, name: &str) -> Option<String> {
     }
 }
 
-/// A change's `checks` and `publish`, validated and kept in the task's metadata under
-/// [`crate::change::OPTIONS_METADATA_KEY`] (a key callers may not use themselves).
-fn change_options(
-    kind: TaskKind,
+/// What a submission asks of its task beyond the prompt, before it is checked.
+struct TaskOptions {
     checks: Option<Vec<String>>,
     publish: Option<bool>,
+    baseline: bool,
+    notices: Vec<String>,
+}
+
+/// A task's options, validated and kept in its metadata under
+/// [`crate::change::OPTIONS_METADATA_KEY`] (a key callers may not use themselves): a change's
+/// `checks`, `publish` and `baseline`, and the notices of in-process pinning.
+fn task_options(
+    kind: TaskKind,
+    options: TaskOptions,
     metadata: &mut Value,
 ) -> Result<(), ServiceError> {
     let key = crate::change::OPTIONS_METADATA_KEY;
@@ -308,13 +359,16 @@ fn change_options(
             "metadata key {key:?} is reserved for Warden"
         )));
     }
-    if kind != TaskKind::Change {
-        if checks.is_some() || publish.is_some() {
-            return Err(ServiceError::Invalid(
-                "checks and publish are for change tasks".into(),
-            ));
-        }
-        return Ok(());
+    let TaskOptions {
+        checks,
+        publish,
+        baseline,
+        notices,
+    } = options;
+    if kind != TaskKind::Change && (checks.is_some() || publish.is_some() || baseline) {
+        return Err(ServiceError::Invalid(
+            "checks and publish are for change tasks".into(),
+        ));
     }
     if let Some(checks) = &checks {
         if checks.len() > MAX_CHECKS {
@@ -334,6 +388,8 @@ fn change_options(
     let options = crate::change::ChangeOptions {
         checks,
         publish: publish.unwrap_or(false),
+        baseline,
+        notices,
     };
     if options != crate::change::ChangeOptions::default() {
         let value = serde_json::to_value(&options).map_err(ServiceError::internal)?;
@@ -388,6 +444,7 @@ async fn task_repos(store: &dyn Store, names: &[String]) -> Result<Vec<TaskRepo>
             name: name.to_string(),
             rev: rev.map(str::to_string),
             commit: None,
+            source: None,
         });
     }
     Ok(repos)

@@ -26,16 +26,17 @@ use warden_protocol::{
 };
 use warden_runtime::{CancelFlag, EventSink, RunReport, SystemClock};
 use warden_store::{
-    ApprovalStatus, Claim, Decision, NewApproval, RunJournal, Store, StoreError, Task, TaskRepo,
+    ApprovalStatus, Claim, Decision, NewApproval, RunJournal, StoreError, Task, TaskRepo,
     MESSAGE_AGENT, MESSAGE_USER,
 };
 
 use super::{
-    repo_sandboxes, repo_specs, run_plumbing, setup_failure, Ending, RunPlumbing, Services,
+    repo_sandboxes, repo_specs, run_plumbing, setup_failure, Ending, RunPlumbing, RunServices,
     WorkerOptions,
 };
 use crate::change::{self, ChangeOptions, ChangeRun, ChangeSandbox, ChangeSetup};
 use crate::journal::{store_events, StoreEvents, StoreJournal};
+use crate::outage::{RunStore, StoreCalls};
 use crate::{publish, question};
 
 /// Who rejects an approval whose proposal a later run replaced.
@@ -77,14 +78,14 @@ fn infrastructure(message: String) -> Failure {
 
 /// Runs one claimed change task to its ending.
 pub(super) async fn run_change_task(
-    services: &Services,
+    services: &RunServices,
     options: &WorkerOptions,
     claim: &Claim,
     cancel: CancelFlag,
 ) -> Ending {
     let task = &claim.task;
     let model_name = services.model.name();
-    let store = services.store.as_ref();
+    let store = &services.store;
     // Queued again by a decision on its publish approval: publish or end, no agent.
     if let Some(ending) = decided_publication(services, claim).await {
         return ending;
@@ -112,7 +113,12 @@ pub(super) async fn run_change_task(
     };
     let checks = match change_options.checks {
         Some(checks) => checks,
-        None => match store.get_repo(&task.repos[0].name).await {
+        None => match store
+            .call("reading the repository", |store| {
+                store.get_repo(&task.repos[0].name)
+            })
+            .await
+        {
             Ok(Some(registered)) => registered.checks,
             Ok(None) => {
                 return change_failed(
@@ -157,7 +163,7 @@ pub(super) async fn run_change_task(
         Ok::<_, question::SetupError>((repo, sandbox))
     })
     .await;
-    let (repo, sandbox) = match setup {
+    let (mut repo, sandbox) = match setup {
         Ok(Ok(setup)) => setup,
         Ok(Err(error)) => return change_failed(task, &model_name, setup_failure(error)),
         Err(error) => {
@@ -169,14 +175,18 @@ pub(super) async fn run_change_task(
         }
     };
 
+    super::stored_notices(task, std::slice::from_mut(&mut repo));
     // Record the commit, so every later run of this task changes the same base.
     if task.repos[0].commit.is_none() {
         let pinned = vec![TaskRepo {
             commit: Some(repo.pinned.commit.clone()),
             ..task.repos[0].clone()
         }];
+        let run = claim.run();
         if let Err(error) = store
-            .pin_task_repos(&claim.run(), &options.name, pinned)
+            .call("recording the pinned commit", |store| {
+                store.pin_task_repos(&run, &options.name, pinned.clone())
+            })
             .await
         {
             if let Ok(sandbox) = sandbox {
@@ -195,7 +205,7 @@ pub(super) async fn run_change_task(
     }
 
     let (events, drain) = store_events(
-        Arc::clone(&services.store),
+        services.store.clone(),
         task.id.clone(),
         services.redactor.clone(),
     );
@@ -220,6 +230,7 @@ pub(super) async fn run_change_task(
                     scratch: &scratch,
                     checks: &checks,
                     publish: change_options.publish,
+                    baseline: change_options.baseline,
                     conversation: &conversation,
                     events: &events,
                 },
@@ -260,12 +271,14 @@ struct LoopInput<'a> {
     scratch: &'a std::path::Path,
     checks: &'a [String],
     publish: bool,
+    /// Run the checks on the base first (`--baseline`).
+    baseline: bool,
     conversation: &'a [TranscriptEntry],
     events: &'a StoreEvents,
 }
 
 async fn run_change_loop(
-    services: &Services,
+    services: &RunServices,
     claim: &Claim,
     input: LoopInput<'_>,
     cancel: CancelFlag,
@@ -305,10 +318,6 @@ async fn run_change_loop(
             )
         }
     };
-    let tools = match change::change_tools(&setup, &session) {
-        Ok(tools) => tools,
-        Err(error) => return change_failed(task, &model_name, setup_failure(error)),
-    };
     let RunPlumbing {
         model,
         ledger,
@@ -317,6 +326,58 @@ async fn run_change_loop(
     } = match run_plumbing(services, task, &run).await {
         Ok(plumbing) => plumbing,
         Err(message) => return change_failed(task, &model_name, infrastructure(message)),
+    };
+    let notices = [change::preflight_notices(input.repo), prepared].concat();
+    let mut baseline = Vec::new();
+    if input.baseline && !input.checks.is_empty() {
+        let session = Arc::clone(&session);
+        let failure =
+            match tokio::task::spawn_blocking(move || change::run_baseline(&session)).await {
+                Ok(Ok(validations)) => {
+                    baseline = validations;
+                    None
+                }
+                Ok(Err((failure, validations))) => {
+                    baseline = validations;
+                    Some(failure)
+                }
+                Err(error) => Some(infrastructure(format!("the baseline run crashed: {error}"))),
+            };
+        if let Some(failure) = failure {
+            use warden_runtime::{Clock, Journal, RecordKind};
+            let _ = journal
+                .append(
+                    SystemClock.now_ms(),
+                    RecordKind::RunFinished,
+                    serde_json::json!({ "outcome": { "failure": failure }, "baseline": baseline }),
+                )
+                .await;
+            let report = RunReport {
+                outcome: warden_runtime::RunOutcome::Failed(failure),
+                usage: Usage {
+                    cost_usd: Some(0.0),
+                    ..Usage::default()
+                },
+                messages: vec![],
+            };
+            let change::ChangeReport { result, status, .. } = change::change_report(
+                &task.id,
+                &model,
+                Some(input.sandbox.backend),
+                input.checks,
+                baseline,
+                notices,
+                report,
+            );
+            let result = services
+                .redactor
+                .json(serde_json::to_value(&result).unwrap_or(Value::Null));
+            return Ending::Finished { status, result };
+        }
+    }
+    let tools = match change::change_tools(&setup, &session) {
+        Ok(tools) => tools,
+        Err(error) => return change_failed(task, &model_name, setup_failure(error)),
     };
     if replaying > 0 {
         tracing::info!(%run, replaying, "resuming a change: replaying journaled decisions, re-running their tools");
@@ -350,12 +411,12 @@ async fn run_change_loop(
         &model,
         Some(input.sandbox.backend),
         input.checks,
-        Vec::new(),
-        [change::preflight_notices(input.repo), prepared].concat(),
+        baseline,
+        notices,
         report,
     );
     if input.publish && status == TaskStatus::Completed {
-        match request_publication(services.store.as_ref(), task, run.number, &mut result).await {
+        match request_publication(&services.store, task, run.number, &mut result).await {
             Ok(true) => status = TaskStatus::WaitingApproval,
             Ok(false) => {}
             Err(failure) => return change_failed(task, &model_name, failure),
@@ -370,7 +431,7 @@ async fn run_change_loop(
 /// Creates the approval publication of a proposal waits for and marks the result as waiting.
 /// `Ok(false)` when the result has no proposal.
 async fn request_publication(
-    store: &dyn Store,
+    store: &RunStore,
     task: &Task,
     run_number: u32,
     result: &mut ChangeResult,
@@ -387,13 +448,23 @@ async fn request_publication(
     };
     let store_failure =
         |error: StoreError| infrastructure(format!("cannot create the approval: {error}"));
-    match store.create_approval(new(first_id.clone())).await {
+    let create = |id: String| {
+        store.call("creating the publish approval", move |store| {
+            store.create_approval(new(id.clone()))
+        })
+    };
+    match create(first_id.clone()).await {
         Ok(_) => return Ok(true),
         Err(StoreError::AlreadyExists { .. }) => {}
         Err(error) => return Err(store_failure(error)),
     }
     // An interrupted earlier run of this task created it.
-    let existing = store.get_approval(&first_id).await.map_err(store_failure)?;
+    let existing = store
+        .call("reading the publish approval", |store| {
+            store.get_approval(&first_id)
+        })
+        .await
+        .map_err(store_failure)?;
     if let Some(existing) = &existing {
         if existing.kind == approval.kind
             && existing.subject_hash == approval.subject_hash
@@ -404,7 +475,14 @@ async fn request_publication(
         if existing.status == ApprovalStatus::Pending {
             // Its proposal is replaced by this run's: it must never authorise anything.
             if let Err(error) = store
-                .decide_approval(&first_id, &existing.subject_hash, Decision::Reject, WARDEN)
+                .call("rejecting a superseded approval", |store| {
+                    store.decide_approval(
+                        &first_id,
+                        &existing.subject_hash,
+                        Decision::Reject,
+                        WARDEN,
+                    )
+                })
                 .await
             {
                 tracing::warn!(%error, approval = %first_id, "cannot reject a superseded approval");
@@ -412,7 +490,7 @@ async fn request_publication(
         }
     }
     let id = format!("{first_id}-{run_number}");
-    match store.create_approval(new(id.clone())).await {
+    match create(id.clone()).await {
         Ok(_) | Err(StoreError::AlreadyExists { .. }) => {}
         Err(error) => return Err(store_failure(error)),
     }
@@ -427,9 +505,9 @@ async fn request_publication(
 /// journal and ends `completed` with the publication (`pushed` or `pr_opened`), or `failed`
 /// with publication `failed` and the reason in the notices; with a rejected one, ends
 /// `completed` with nothing published. `None`: an ordinary run (the agent works).
-async fn decided_publication(services: &Services, claim: &Claim) -> Option<Ending> {
+async fn decided_publication(services: &RunServices, claim: &Claim) -> Option<Ending> {
     let task = &claim.task;
-    let store = services.store.as_ref();
+    let store = &services.store;
     let model_name = services.model.name();
     let approval = match publish::approved_publication(store, task).await {
         Ok(approval) => approval,
@@ -455,7 +533,7 @@ async fn decided_publication(services: &Services, claim: &Claim) -> Option<Endin
             )),
         };
     };
-    let journal = match RunJournal::open(Arc::clone(&services.store), claim.run()).await {
+    let journal = match RunJournal::open(services.store.clone(), claim.run()).await {
         Ok(journal) => journal,
         Err(error) => {
             return Some(change_failed(
@@ -495,29 +573,71 @@ async fn decided_publication(services: &Services, claim: &Claim) -> Option<Endin
                     pr_url: None,
                 };
             }
+            // A publication that stopped (a refused token, a remote that is down) waits for
+            // its cause to be fixed: approving again with the same hash resumes it, reconciling
+            // with the remote. One that can never succeed (a changed proposal) ends the task.
+            let resumable = matches!(
+                error,
+                publish::ApprovedPublishError::Publish(_) | publish::ApprovedPublishError::Store(_)
+            );
+            let advice = if resumable {
+                format!(
+                    "; fix it and approve again with the same hash to finish publication \
+                     (warden approve {} --hash {})",
+                    approval.id, approval.subject_hash
+                )
+            } else {
+                String::new()
+            };
+            if let Some(recorded) = result.approval.as_mut() {
+                if recorded.id == approval.id {
+                    recorded.status = warden_protocol::ApprovalStatus::Approved;
+                    recorded.decided_by = approval.decided_by.clone();
+                    recorded.decided_at = approval.decided_at_ms.map(crate::time::rfc3339);
+                }
+            }
+            // The latest attempt's reason replaces an earlier one's.
+            result
+                .notices
+                .retain(|notice| !notice.starts_with("publication failed"));
             result.notices.push(format!(
-                "publication failed: {}",
+                "publication failed: {}{advice}",
                 services.redactor.text(&error.to_string())
             ));
-            Some(finish_publication(services, TaskStatus::Failed, &result))
+            let status = if resumable {
+                TaskStatus::WaitingApproval
+            } else {
+                TaskStatus::Failed
+            };
+            Some(finish_publication(services, status, &result))
         }
     }
 }
 
 /// Ends a publication run: the result, redacted (finishing the run stores its
 /// `task_finished` event).
-fn finish_publication(services: &Services, status: TaskStatus, result: &ChangeResult) -> Ending {
+fn finish_publication(services: &RunServices, status: TaskStatus, result: &ChangeResult) -> Ending {
     let result = services
         .redactor
         .json(serde_json::to_value(result).unwrap_or(Value::Null));
     Ending::Finished { status, result }
 }
 
-/// The messages exchanged since the request (clarifying questions and their answers; the
-/// worker records each question when the task starts waiting for input).
-async fn conversation(store: &dyn Store, task: &Task) -> Result<Vec<TranscriptEntry>, Failure> {
+/// What the run's request is followed by: the conversation of the change tasks it follows up
+/// (their requests, questions, answers and replies), then the messages exchanged since the
+/// request (clarifying questions and their answers; the worker records each question when the
+/// task starts waiting for input).
+async fn conversation(store: &RunStore, task: &Task) -> Result<Vec<TranscriptEntry>, Failure> {
+    let mut entries = super::chain_transcript(store, task).await?;
+    entries.extend(own_messages(store, task).await?);
+    Ok(entries)
+}
+
+async fn own_messages(store: &RunStore, task: &Task) -> Result<Vec<TranscriptEntry>, Failure> {
     let messages = store
-        .task_messages(&task.id)
+        .call("reading the task's messages", |store| {
+            store.task_messages(&task.id)
+        })
         .await
         .map_err(|e| infrastructure(format!("cannot read the task's messages: {e}")))?;
     let mut entries: Vec<TranscriptEntry> = messages

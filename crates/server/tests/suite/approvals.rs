@@ -75,6 +75,7 @@ impl Api {
                         name: "app".into(),
                         rev: None,
                         commit: None,
+                        source: None,
                     }],
                     priority: 0,
                     follow_up_to: None,
@@ -469,7 +470,7 @@ mod server_publication {
         Publication, PublicationStatus, TaskId, TaskKind, TaskStatus, Usage, Validation,
     };
     use warden_repo::{RepoSpec, RepoStore};
-    use warden_runtime::MemoryJournal;
+    use warden_runtime::{MemoryJournal, RecordKind};
     use warden_server::config::{GithubSettings, PublishTarget};
     use warden_server::github::{GithubRepo, GithubToken};
     use warden_server::publish::{
@@ -764,7 +765,9 @@ mod server_publication {
         );
         let approval = world.store.get_approval("apr_1").await.unwrap().unwrap();
         assert_eq!(approval.status, ApprovalStatus::Consumed);
-        assert_eq!(journal.records.len(), 4);
+        // The decision it acts on, then each side effect's intent and outcome.
+        assert_eq!(journal.records.len(), 5);
+        assert_eq!(journal.records[0].kind, RecordKind::ApprovalDecided);
 
         // Called again (a crash before the caller recorded it): the same branch and pull
         // request are found, nothing is created.

@@ -153,6 +153,7 @@ impl Fixture {
                         name: "app".into(),
                         rev: None,
                         commit: Some(self.base.clone()),
+                        source: None,
                     }],
                     priority: 0,
                     follow_up_to: None,
@@ -171,7 +172,7 @@ impl Fixture {
     async fn finish(&self, result: Value) {
         let claim = self
             .store
-            .claim("w", Duration::from_secs(60), &ClaimFilter { kinds: vec![] })
+            .claim("w", Duration::from_secs(60), &ClaimFilter::default())
             .await
             .unwrap()
             .unwrap();

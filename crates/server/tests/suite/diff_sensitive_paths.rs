@@ -89,6 +89,7 @@ async fn quoted_and_deleted_sensitive_files_keep_their_values_hidden() {
                     name: "app".into(),
                     rev: None,
                     commit: Some(base.clone()),
+                    source: None,
                 }],
                 priority: 0,
                 follow_up_to: None,
@@ -138,7 +139,7 @@ async fn quoted_and_deleted_sensitive_files_keep_their_values_hidden() {
         notices: vec![],
     };
     let claim = store
-        .claim("w", Duration::from_secs(60), &ClaimFilter { kinds: vec![] })
+        .claim("w", Duration::from_secs(60), &ClaimFilter::default())
         .await
         .unwrap()
         .unwrap();

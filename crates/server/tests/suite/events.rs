@@ -27,9 +27,10 @@ const BOB: &str = "bob-token-01234567890-0123456789";
 
 struct Events {
     router: Router,
-    /// The instrumented store: what it stores reaches the hub at once.
+    /// The store the hub observes: what it stores reaches the hub at once.
     store: Arc<dyn Store>,
-    /// The store underneath: what it stores arrives like another process's events.
+    /// The same database opened again, as another process would: what it stores reaches the
+    /// hub by reading the store.
     inner: Arc<dyn Store>,
     hub: Arc<Hub>,
     _dir: tempfile::TempDir,
@@ -38,14 +39,11 @@ struct Events {
 impl Events {
     async fn new() -> Events {
         let dir = tempfile::tempdir().unwrap();
-        let inner = warden_store::open(&format!(
-            "sqlite://{}",
-            dir.path().join("warden.db").display()
-        ))
-        .await
-        .unwrap();
-        let (store, hub) = hub::instrument(
-            Arc::clone(&inner),
+        let url = format!("sqlite://{}", dir.path().join("warden.db").display());
+        let store = warden_store::open(&url).await.unwrap();
+        let inner = warden_store::open(&url).await.unwrap();
+        let hub = hub::instrument(
+            &store,
             HubOptions {
                 ring_capacity: 64,
                 poll_interval: Duration::from_millis(50),
@@ -441,11 +439,7 @@ async fn metrics_count_tasks_events_spend_and_requests() {
     let running = api.task("bob").await;
     let claim = api
         .store
-        .claim(
-            "w1",
-            Duration::from_secs(60),
-            &ClaimFilter { kinds: vec![] },
-        )
+        .claim("w1", Duration::from_secs(60), &ClaimFilter::default())
         .await
         .unwrap()
         .unwrap();
@@ -483,7 +477,8 @@ async fn metrics_count_tasks_events_spend_and_requests() {
         "# TYPE warden_runs_started_total counter",
         "warden_runs_started_total 1",
         "# TYPE warden_events_total counter",
-        "warden_events_total 3",
+        // The cancel's `task_finished` and the three tool events.
+        "warden_events_total 4",
         "# TYPE warden_event_streams gauge",
         "warden_event_streams 1",
         "# TYPE warden_model_calls_total counter",

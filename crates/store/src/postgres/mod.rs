@@ -6,7 +6,7 @@
 
 mod schema;
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime, Transaction};
@@ -14,27 +14,32 @@ use sha2::{Digest, Sha256};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
 use tokio_postgres::{NoTls, Row};
-use warden_protocol::{Event, TaskId, TaskKind, TaskStatus};
+use warden_protocol::{Event, TaskId, TaskStatus};
 
+use crate::checks::{
+    after_interruption, check_finish, check_intent_held, check_journal_append, check_journal_run,
+    check_open_run, check_replay, check_retryable, check_status, check_transition, decided_status,
+    intent_failure, journal_fork, not_found, run_lost, transition_ends_run,
+};
 use crate::clock::duration_ms;
-use crate::journal::check_append;
+use crate::observer::Observers;
 use crate::rows::{
-    abandoned_result, check_approval, check_message_role, check_pinned_repos, finished_event,
-    spend_from, status, to_i64, to_u32, to_u64, RawApiToken, RawApproval, RawEvent, RawIntent,
-    RawJournal, RawMessage, RawRepo, RawRun, RawTask, API_TOKEN_COLUMNS, APPROVAL_COLUMNS,
-    EVENT_COLUMNS, INTENT_COLUMNS, JOURNAL_COLUMNS, MESSAGE_COLUMNS, MS_PER_DAY, REPO_COLUMNS,
-    RUN_COLUMNS, TASK_COLUMNS,
+    check_approval, check_message_role, check_pinned_repos, event_record, finished_event,
+    json_text, spend_from, status, to_i64, to_u32, to_u64, RawApiToken, RawApproval, RawEvent,
+    RawIntent, RawJournal, RawMessage, RawRepo, RawRun, RawTask, API_TOKEN_COLUMNS,
+    APPROVAL_COLUMNS, EVENT_COLUMNS, INTENT_COLUMNS, JOURNAL_COLUMNS, MESSAGE_COLUMNS, MS_PER_DAY,
+    REPO_COLUMNS, RUN_COLUMNS, TASK_COLUMNS,
 };
 use crate::state::{
-    is_active, is_exclusive, kind_name, status_name, transition_allowed, ALL_STATUSES,
+    exclusive_kind_names, is_active, kind_name, status_name, transition_allowed, ALL_STATUSES,
 };
 use crate::types::RUN_INTERRUPTED;
 use crate::{
     ApiToken, Approval, ApprovalStatus, BoxFuture, Claim, ClaimFilter, Clock, Completion, Created,
-    Decision, EventRecord, EventStream, Finished, IdempotencyKey, Intent, IntentStatus,
-    JournalEntry, NewApiToken, NewApproval, NewIntent, NewRepo, NewTask, Repository, Requeued, Run,
-    RunRef, Spend, Store, StoreError, StoreOptions, Task, TaskMessage, TaskQuery, TaskRepo,
-    UsageEntry, UsageQuery, UsageSummary, UtcDay, MAX_INTERRUPTED_RUNS, MESSAGE_USER,
+    Decision, EventRecord, EventStream, Finished, IdempotencyKey, Intent, JournalEntry,
+    NewApiToken, NewApproval, NewIntent, NewRepo, NewTask, Repository, Requeued, Run, RunRef,
+    Spend, Store, StoreError, StoreObserver, StoreOptions, Task, TaskMessage, TaskQuery, TaskRepo,
+    UsageEntry, UsageQuery, UsageSummary, UtcDay, MESSAGE_USER,
 };
 
 const BACKEND: &str = "postgres";
@@ -47,6 +52,7 @@ const CLAIM_ATTEMPTS: usize = 8;
 pub struct PostgresStore {
     pool: Pool,
     clock: Arc<dyn Clock>,
+    observers: Arc<Observers>,
 }
 
 impl std::fmt::Debug for PostgresStore {
@@ -286,33 +292,8 @@ fn read_intent(row: &Row) -> Result<Intent, StoreError> {
     .decode()
 }
 
-fn not_found(what: &'static str, id: &str) -> StoreError {
-    StoreError::NotFound {
-        what,
-        id: id.to_string(),
-    }
-}
-
-fn run_lost(run: &RunRef, worker: &str) -> StoreError {
-    StoreError::LeaseLost {
-        run: run.clone(),
-        worker: worker.to_string(),
-    }
-}
-
-fn json_text(value: Option<&serde_json::Value>) -> Result<Option<String>, StoreError> {
-    value
-        .map(serde_json::to_string)
-        .transpose()
-        .map_err(Into::into)
-}
-
 fn exclusive_kinds() -> Vec<&'static str> {
-    [TaskKind::Question, TaskKind::Change, TaskKind::Maintain]
-        .into_iter()
-        .filter(|k| is_exclusive(*k))
-        .map(kind_name)
-        .collect()
+    exclusive_kind_names().collect()
 }
 
 /// Rows of running change or maintain tasks (kinds in `$2`) sharing a repository with the task
@@ -337,13 +318,15 @@ fn repo_lock_key(repo: &str) -> i64 {
 }
 
 /// Ends each `(task, run)` row as interrupted and queues its task again, or fails it abandoned
-/// after [`MAX_INTERRUPTED_RUNS`] interruptions. The rows must be locked by `tx`.
+/// after [`crate::MAX_INTERRUPTED_RUNS`] interruptions; also the events that stored. The rows
+/// must be locked by `tx`.
 async fn interrupt_runs(
     tx: &Transaction<'_>,
     runs: &[Row],
     now: i64,
-) -> Result<Vec<Requeued>, StoreError> {
+) -> Result<(Vec<Requeued>, Vec<EventRecord>), StoreError> {
     let mut requeued = Vec::with_capacity(runs.len());
+    let mut events = Vec::new();
     for row in runs {
         let id = crate::rows::task_id(get(row, 0)?)?;
         let number: i64 = get(row, 1)?;
@@ -358,15 +341,9 @@ async fn interrupt_runs(
         )
         .await?;
         let task = read_task(&counted)?;
-        let (to, result) = if task.interrupted_runs >= MAX_INTERRUPTED_RUNS {
-            (
-                TaskStatus::Failed,
-                Some(abandoned_result(&task).to_string()),
-            )
-        } else {
-            (TaskStatus::Queued, None)
-        };
-        set_status(tx, &id, to, result.as_deref(), now).await?;
+        let (to, result) = after_interruption(&task);
+        let (_, event) = set_status(tx, &id, to, result.as_deref(), now).await?;
+        events.extend(event);
         requeued.push(Requeued {
             run: RunRef {
                 task: id,
@@ -375,7 +352,7 @@ async fn interrupt_runs(
             status: to,
         });
     }
-    Ok(requeued)
+    Ok((requeued, events))
 }
 
 /// What one attempt of the locking claim path found.
@@ -390,11 +367,13 @@ enum Attempt {
 /// One statement: claims up to `limit` of the best claimable candidates that are questions.
 /// Also says whether a change or maintain candidate was passed over (it needs
 /// [`claim_attempt`]). Claims come back best first.
+#[allow(clippy::too_many_arguments)]
 async fn claim_fast(
     c: &dyn Conn,
     worker: &str,
     lease: Duration,
     kinds: &[&str],
+    only: Option<&str>,
     exclusive: &[&str],
     now: i64,
     limit: i64,
@@ -407,6 +386,7 @@ async fn claim_fast(
                  SELECT t.id, t.kind FROM tasks t
                  WHERE t.status = 'queued'
                    AND (cardinality($1::text[]) = 0 OR t.kind = ANY($1))
+                   AND ($7::text IS NULL OR t.id = $7)
                    AND (NOT (t.kind = ANY($2)) OR NOT EXISTS ({HOLDERS} AND mine.task_id = t.id))
                  ORDER BY t.priority DESC, t.created_at_ms, t.id
                  LIMIT $6
@@ -424,7 +404,7 @@ async fn claim_fast(
              SELECT candidate.id, claimed.* FROM candidate
              LEFT JOIN claimed ON claimed.id = candidate.id"
         ),
-        &[&kinds, &exclusive, &now, &worker, &expires, &limit],
+        &[&kinds, &exclusive, &now, &worker, &expires, &limit, &only],
     )
     .await?;
     let mut claims = Vec::with_capacity(rows.len());
@@ -458,6 +438,7 @@ async fn claim_attempt(
     worker: &str,
     lease: Duration,
     kinds: &[&str],
+    only: Option<&str>,
     exclusive: &[&str],
     now: i64,
 ) -> Result<Attempt, StoreError> {
@@ -467,12 +448,13 @@ async fn claim_attempt(
             "SELECT t.id, t.kind FROM tasks t
              WHERE t.status = 'queued'
                AND (cardinality($1::text[]) = 0 OR t.kind = ANY($1))
+               AND ($3::text IS NULL OR t.id = $3)
                AND (NOT (t.kind = ANY($2)) OR NOT EXISTS ({HOLDERS} AND mine.task_id = t.id))
              ORDER BY t.priority DESC, t.created_at_ms, t.id
              LIMIT 1
              FOR UPDATE OF t SKIP LOCKED"
         ),
-        &[&kinds, &exclusive],
+        &[&kinds, &exclusive, &only],
     )
     .await?;
     let Some(candidate) = candidate else {
@@ -540,10 +522,12 @@ async fn claim_in(
     worker: &str,
     lease: Duration,
     kinds: &[&str],
+    only: Option<&str>,
     exclusive: &[&str],
     now: i64,
 ) -> Result<Option<Claim>, StoreError> {
-    let (claims, passed_over) = claim_fast(&*tx, worker, lease, kinds, exclusive, now, 1).await?;
+    let (claims, passed_over) =
+        claim_fast(&*tx, worker, lease, kinds, only, exclusive, now, 1).await?;
     if let Some(claim) = claims.into_iter().next() {
         return Ok(Some(claim));
     }
@@ -552,7 +536,7 @@ async fn claim_in(
     }
     for _ in 0..CLAIM_ATTEMPTS {
         let savepoint = tx.transaction().await.map_err(pg_error)?;
-        match claim_attempt(&savepoint, worker, lease, kinds, exclusive, now).await? {
+        match claim_attempt(&savepoint, worker, lease, kinds, only, exclusive, now).await? {
             Attempt::Claimed(claim) => {
                 savepoint.commit().await.map_err(pg_error)?;
                 return Ok(Some(*claim));
@@ -577,6 +561,7 @@ async fn finish_and_claim_fast(
     completion: &Completion,
     lease: Duration,
     kinds: &[&str],
+    only: Option<&str>,
     exclusive: &[&str],
     now: i64,
 ) -> Result<Option<(Finished, Option<Claim>, bool)>, StoreError> {
@@ -634,6 +619,7 @@ async fn finish_and_claim_fast(
                  SELECT t.id, t.kind FROM tasks t
                  WHERE t.status = 'queued' AND EXISTS (SELECT 1 FROM finished)
                    AND (cardinality($9::text[]) = 0 OR t.kind = ANY($9))
+                   AND ($12::text IS NULL OR t.id = $12)
                    AND (NOT (t.kind = ANY($10))
                         OR NOT EXISTS ({holders} AND mine.task_id = t.id))
                  ORDER BY t.priority DESC, t.created_at_ms, t.id
@@ -667,6 +653,7 @@ async fn finish_and_claim_fast(
                 &kinds,
                 &exclusive,
                 &expires,
+                &only,
             ],
         )
         .await;
@@ -728,17 +715,11 @@ fn event_records(
     if seqs.len() != events.len() || task_seqs.len() != events.len() {
         return Err(StoreError::invalid_data("finished run: events not stored"));
     }
-    let mut records = Vec::with_capacity(events.len());
-    for ((event, seq), task_seq) in events.into_iter().zip(seqs).zip(task_seqs) {
-        records.push(EventRecord {
-            seq: to_u64(*seq)?,
-            task_seq: to_u64(*task_seq)?,
-            task: task.clone(),
-            at_ms: now,
-            event,
-        });
-    }
-    Ok(records)
+    events
+        .into_iter()
+        .zip(seqs.iter().zip(task_seqs))
+        .map(|(event, (seq, task_seq))| event_record(task, *seq, *task_seq, now, event))
+        .collect()
 }
 
 /// The common head of the `finish_runs` statements: `input` (one row per completion, `$1`–`$6`),
@@ -1064,26 +1045,10 @@ async fn finish_checked(
     .ok_or_else(|| not_found("task", run.task.as_str()))?;
     let from = status(&get::<String>(&row, 0)?)?;
     check_run_held(tx, run, &completion.worker).await?;
-    if is_active(to) || !transition_allowed(from, to) {
-        return Err(StoreError::InvalidTransition { from, to });
-    }
+    check_finish(from, to)?;
     close_open_runs(tx, &run.task, status_name(to), now).await?;
-    let task = set_status(tx, &run.task, to, result, now).await?;
-    let mut stored = Vec::new();
-    if to.is_terminal() {
-        // The one `set_status` just stored: this transaction holds the event counter.
-        let row = query_one(
-            tx,
-            &format!(
-                "SELECT {EVENT_COLUMNS} FROM events WHERE task_id = $1
-                 ORDER BY task_seq DESC LIMIT 1"
-            ),
-            &[&run.task.as_str()],
-        )
-        .await?;
-        stored.push(read_event(&row)?);
-    }
-    Ok((task, stored))
+    let (task, event) = set_status(tx, &run.task, to, result, now).await?;
+    Ok((task, event.into_iter().collect()))
 }
 
 /// Writes the `task_finished` of every run the statement of [`end_runs`] moved to a terminal
@@ -1165,13 +1130,7 @@ async fn append_finish_events(
                     let (seq, task_seq) = sequences
                         .next()
                         .ok_or_else(|| StoreError::invalid_data("finish_runs: missing event"))?;
-                    records.push(EventRecord {
-                        seq: to_u64(seq)?,
-                        task_seq: to_u64(task_seq)?,
-                        task: task.id.clone(),
-                        at_ms: now,
-                        event,
-                    });
+                    records.push(event_record(&task.id, seq, task_seq, now, event)?);
                 }
                 Ok(Finished {
                     task,
@@ -1246,15 +1205,75 @@ async fn close_open_runs(
     Ok(())
 }
 
+/// Ends the journal of each open run of the task with the record saying how the task ended
+/// ([`crate::journal::ended_from_outside`]), inside the caller's transaction, before the runs
+/// close. A worker appending to the same run at the same moment loses on the primary key.
+async fn end_open_journals(
+    c: &dyn Conn,
+    id: &TaskId,
+    to: TaskStatus,
+    result: Option<&str>,
+    now: i64,
+) -> Result<(), StoreError> {
+    let result: Option<serde_json::Value> = result.map(serde_json::from_str).transpose()?;
+    let rows = query(
+        c,
+        "SELECT r.number, j.seq, j.hash FROM runs r
+         JOIN LATERAL (SELECT seq, hash FROM journal
+                       WHERE task_id = r.task_id AND run_number = r.number
+                       ORDER BY seq DESC LIMIT 1) j ON true
+         WHERE r.task_id = $1 AND r.ended_at_ms IS NULL",
+        &[&id.as_str()],
+    )
+    .await?;
+    for row in &rows {
+        let number: i64 = get(row, 0)?;
+        let seq: i64 = get(row, 1)?;
+        let hash: String = get(row, 2)?;
+        let prev = crate::journal::JournalEntry {
+            seq: crate::rows::to_u64(seq)?,
+            at_ms: 0,
+            kind: String::new(),
+            payload: serde_json::Value::Null,
+            prev_hash: String::new(),
+            hash,
+        };
+        let entry = crate::journal::ended_from_outside(
+            Some(&prev),
+            crate::rows::to_u64(now)?,
+            to,
+            result.as_ref(),
+        )?;
+        let payload = serde_json::to_string(&entry.payload)?;
+        execute(
+            c,
+            "INSERT INTO journal (task_id, run_number, seq, at_ms, kind, payload, prev_hash, hash)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            &[
+                &id.as_str(),
+                &number,
+                &to_i64(entry.seq)?,
+                &to_i64(entry.at_ms)?,
+                &entry.kind,
+                &payload,
+                &entry.prev_hash,
+                &entry.hash,
+            ],
+        )
+        .await?;
+    }
+    Ok(())
+}
+
 /// Moves the task to `to` (inside the caller's transaction); a terminal `to` stores its
-/// `task_finished` event with it.
+/// `task_finished` event with it (returned, for the observers once the transaction commits).
 async fn set_status(
     c: &dyn Conn,
     id: &TaskId,
     to: TaskStatus,
     result: Option<&str>,
     now: i64,
-) -> Result<Task, StoreError> {
+) -> Result<(Task, Option<EventRecord>), StoreError> {
     let row = query_one(
         c,
         &format!(
@@ -1265,21 +1284,22 @@ async fn set_status(
     )
     .await?;
     let task = read_task(&row)?;
-    if to.is_terminal() {
-        let event = finished_event(to, task.result.as_ref());
-        insert_event(c, id, &serde_json::to_string(&event)?, now).await?;
+    if !to.is_terminal() {
+        return Ok((task, None));
     }
-    Ok(task)
+    let record = insert_event(c, id, finished_event(to, task.result.as_ref()), now).await?;
+    Ok((task, Some(record)))
 }
 
-/// Appends one event (its JSON text) to the task's stream inside the caller's transaction:
-/// its global and per-task sequence numbers.
+/// Appends one event to the task's stream inside the caller's transaction, numbered.
 async fn insert_event(
     c: &dyn Conn,
     task: &TaskId,
-    text: &str,
+    event: Event,
     now: i64,
-) -> Result<(i64, i64), StoreError> {
+) -> Result<EventRecord, StoreError> {
+    // Serialised before the event counter's row lock is taken.
+    let text = serde_json::to_string(&event)?;
     let counter = query_one(
         c,
         "UPDATE counters SET value = value + 1 WHERE name = 'events' RETURNING value",
@@ -1298,7 +1318,7 @@ async fn insert_event(
         &[&seq, &task.as_str(), &now, &text],
     )
     .await?;
-    Ok((seq, get(&row, 0)?))
+    event_record(task, seq, get(&row, 0)?, now, event)
 }
 
 /// Locks the run row; fails unless it is open and `worker`'s.
@@ -1310,14 +1330,9 @@ async fn check_run_held(c: &dyn Conn, run: &RunRef, worker: &str) -> Result<(), 
         &[&run.task.as_str(), &number],
     )
     .await?
-    .ok_or_else(|| not_found("run", &run.to_string()))?;
-    let owner: String = get(&row, 0)?;
-    let ended: Option<i64> = get(&row, 1)?;
-    if owner == worker && ended.is_none() {
-        Ok(())
-    } else {
-        Err(run_lost(run, worker))
-    }
+    .map(|row| Ok::<_, StoreError>((get(&row, 0)?, get(&row, 1)?)))
+    .transpose()?;
+    crate::checks::check_run_held(run, worker, row)
 }
 
 async fn load_approval(c: &dyn Conn, id: &str, lock: bool) -> Result<Option<Approval>, StoreError> {
@@ -1344,23 +1359,9 @@ async fn load_intent(c: &dyn Conn, id: &str, lock: bool) -> Result<Option<Intent
         .transpose()
 }
 
+/// An intent `worker` holds and that is still pending (row-locked), or why not.
 async fn held_intent(tx: &Transaction<'_>, id: &str, worker: &str) -> Result<Intent, StoreError> {
-    let intent = load_intent(tx, id, true)
-        .await?
-        .ok_or_else(|| not_found("outbox intent", id))?;
-    if intent.status != IntentStatus::Pending {
-        return Err(StoreError::IntentState {
-            id: id.to_string(),
-            status: intent.status,
-        });
-    }
-    if intent.lease_owner.as_deref() != Some(worker) {
-        return Err(StoreError::IntentLeaseLost {
-            id: id.to_string(),
-            worker: worker.to_string(),
-        });
-    }
-    Ok(intent)
+    check_intent_held(id, worker, load_intent(tx, id, true).await?)
 }
 
 const SPEND_COLUMNS: &str = "COALESCE(SUM(input_tokens), 0)::BIGINT, \
@@ -1478,6 +1479,7 @@ impl PostgresStore {
         let store = PostgresStore {
             pool,
             clock: options.clock,
+            observers: Arc::default(),
         };
         store.migrate().await?;
         Ok(store)
@@ -1557,11 +1559,7 @@ impl PostgresStore {
             {
                 let hash: String = get(&row, 0)?;
                 let task_id: String = get(&row, 1)?;
-                if hash != key.request_hash {
-                    return Err(StoreError::IdempotencyConflict {
-                        key: key.key.clone(),
-                    });
-                }
+                check_replay(key, &hash)?;
                 let existing = load_task(&tx, &task_id)
                     .await?
                     .ok_or_else(|| not_found("task", &task_id))?;
@@ -1570,13 +1568,7 @@ impl PostgresStore {
         }
         if let Some(old) = &task.retry_of {
             // Terminal statuses are immutable, so this check cannot go stale.
-            let old_status = require_task_exists(&tx, old).await?;
-            if !old_status.is_terminal() {
-                return Err(StoreError::NotRetryable {
-                    task: old.clone(),
-                    status: old_status,
-                });
-            }
+            check_retryable(old, require_task_exists(&tx, old).await?)?;
         }
         if let Some(parent) = &task.follow_up_to {
             require_task_exists(&tx, parent).await?;
@@ -1653,37 +1645,30 @@ impl PostgresStore {
         to: TaskStatus,
         result: Option<serde_json::Value>,
     ) -> Result<Task, StoreError> {
-        if !transition_allowed(from, to) {
-            return Err(StoreError::InvalidTransition { from, to });
-        }
+        check_transition(from, to)?;
         let result = json_text(result.as_ref())?;
         let now = self.now();
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_error)?;
-        let actual = lock_task_status(&tx, id).await?;
-        if actual != from {
-            return Err(StoreError::StatusConflict {
-                task: id.clone(),
-                expected: from,
-                actual,
-            });
-        }
-        if is_active(to) {
-            let open = query_opt(
+        check_status(id, from, lock_task_status(&tx, id).await?)?;
+        let open = is_active(to)
+            && query_opt(
                 &tx,
                 "SELECT 1 FROM runs WHERE task_id = $1 AND ended_at_ms IS NULL",
                 &[&id.as_str()],
             )
-            .await?;
-            if open.is_none() {
-                return Err(StoreError::NoOpenRun { task: id.clone() });
-            }
+            .await?
+            .is_some();
+        check_open_run(id, to, open)?;
+        if to.is_terminal() {
+            end_open_journals(&tx, id, to, result.as_deref(), now).await?;
         }
-        if to == TaskStatus::Queued || to.is_terminal() {
+        if transition_ends_run(to) {
             close_open_runs(&tx, id, status_name(to), now).await?;
         }
-        let task = set_status(&tx, id, to, result.as_deref(), now).await?;
+        let (task, event) = set_status(&tx, id, to, result.as_deref(), now).await?;
         tx.commit().await.map_err(pg_error)?;
+        self.observers.events(&event);
         Ok(task)
     }
 
@@ -1694,12 +1679,23 @@ impl PostgresStore {
         filter: &ClaimFilter,
     ) -> Result<Option<Claim>, StoreError> {
         let kinds: Vec<&str> = filter.kinds.iter().map(|k| kind_name(*k)).collect();
+        let only = filter.task.as_ref().map(|t| t.as_str());
         let exclusive = exclusive_kinds();
         let mut client = self.client().await?;
         // Fast path, one statement: take the best candidate if it is a question. A change or
         // maintain task needs the per-repository lock below.
-        let (claims, passed_over) =
-            claim_fast(&*client, worker, lease, &kinds, &exclusive, self.now(), 1).await?;
+        let (claims, passed_over) = claim_fast(
+            &*client,
+            worker,
+            lease,
+            &kinds,
+            only,
+            &exclusive,
+            self.now(),
+            1,
+        )
+        .await?;
+        self.observers.claims(&claims);
         if let Some(claim) = claims.into_iter().next() {
             return Ok(Some(claim));
         }
@@ -1708,9 +1704,10 @@ impl PostgresStore {
         }
         for _ in 0..CLAIM_ATTEMPTS {
             let tx = client.transaction().await.map_err(pg_error)?;
-            match claim_attempt(&tx, worker, lease, &kinds, &exclusive, self.now()).await? {
+            match claim_attempt(&tx, worker, lease, &kinds, only, &exclusive, self.now()).await? {
                 Attempt::Claimed(claim) => {
                     tx.commit().await.map_err(pg_error)?;
+                    self.observers.claims([&*claim]);
                     return Ok(Some(*claim));
                 }
                 Attempt::Empty => {
@@ -1734,6 +1731,7 @@ impl PostgresStore {
             return Ok(Vec::new());
         }
         let kinds: Vec<&str> = filter.kinds.iter().map(|k| kind_name(*k)).collect();
+        let only = filter.task.as_ref().map(|t| t.as_str());
         let exclusive = exclusive_kinds();
         let limit = i64::try_from(max).unwrap_or(i64::MAX);
         let (mut claims, passed_over) = {
@@ -1743,12 +1741,14 @@ impl PostgresStore {
                 worker,
                 lease,
                 &kinds,
+                only,
                 &exclusive,
                 self.now(),
                 limit,
             )
             .await?
         };
+        self.observers.claims(&claims);
         // Change and maintain tasks among the candidates need the per-repository lock: one
         // claim at a time, until the batch is full or nothing is claimable.
         if passed_over {
@@ -1772,8 +1772,11 @@ impl PostgresStore {
         let now = self.now();
         let mut client = self.client().await?;
         let Some(mut outcomes) = finish_runs_fast(&*client, &completions, now).await? else {
-            return finish_runs_in_transaction(&mut client, completions, now).await;
+            let finished = finish_runs_in_transaction(&mut client, completions, now).await?;
+            self.observers.finished(finished.iter().flatten());
+            return Ok(finished);
         };
+        self.observers.finished(outcomes.iter().flatten().flatten());
         // The rest (lost leases, refused transitions, a task's second completion) go through
         // `finish_run`'s checks, which name the reason. The statement above committed: from
         // here on a failure is that of the remaining rows only.
@@ -1790,6 +1793,7 @@ impl PostgresStore {
         }
         match finish_runs_in_transaction(&mut client, rest, self.now()).await {
             Ok(finished) => {
+                self.observers.finished(finished.iter().flatten());
                 for (i, outcome) in slots.into_iter().zip(finished) {
                     outcomes[i] = Some(outcome);
                 }
@@ -1820,15 +1824,19 @@ impl PostgresStore {
         filter: &ClaimFilter,
     ) -> Result<(Finished, Option<Claim>), StoreError> {
         let kinds: Vec<&str> = filter.kinds.iter().map(|k| kind_name(*k)).collect();
+        let only = filter.task.as_ref().map(|t| t.as_str());
         let exclusive = exclusive_kinds();
         let worker = completion.worker.clone();
         let now = self.now();
         let mut client = self.client().await?;
         if !is_active(completion.status) {
-            match finish_and_claim_fast(&*client, &completion, lease, &kinds, &exclusive, now).await
+            match finish_and_claim_fast(&*client, &completion, lease, &kinds, only, &exclusive, now)
+                .await
             {
                 Ok(Some((finished, claim, passed_over))) => {
                     drop(client);
+                    self.observers.finished([&finished]);
+                    self.observers.claims(&claim);
                     let claim = match claim {
                         // The finish is committed: a failure to claim the change or maintain
                         // task that came next leaves it queued for the next claim.
@@ -1851,10 +1859,12 @@ impl PostgresStore {
         if let Some(Err(_)) = ended.first() {
             return Err(single_ended(ended));
         }
-        let claim = claim_in(&mut tx, &worker, lease, &kinds, &exclusive, now).await?;
+        let claim = claim_in(&mut tx, &worker, lease, &kinds, only, &exclusive, now).await?;
         // Events last: the event counter's row lock is held until the commit.
         let finished = crate::batch::single(append_finish_events(&tx, ended, now).await?)?;
         tx.commit().await.map_err(pg_error)?;
+        self.observers.finished([&finished]);
+        self.observers.claims(&claim);
         Ok((finished, claim))
     }
 
@@ -1895,10 +1905,11 @@ impl PostgresStore {
         let mut client = self.client().await?;
         // A terminal status stores its `task_finished` event in the same statement; its
         // outcome comes from the result, so without one the transaction below reads it.
-        let finished = match (&result_value, to.is_terminal()) {
-            (Some(value), true) => Some(serde_json::to_string(&finished_event(to, Some(value)))?),
+        let event = match (&result_value, to.is_terminal()) {
+            (Some(value), true) => Some(finished_event(to, Some(value))),
             _ => None,
         };
+        let finished = event.as_ref().map(serde_json::to_string).transpose()?;
         if !is_active(to) && (finished.is_some() || !to.is_terminal()) {
             // Fast path, one statement: lock the task, end the run if it is `worker`'s and
             // open and the task may move to `to`, then move it (and store the event of a
@@ -1931,11 +1942,13 @@ impl PostgresStore {
                              (SELECT COALESCE(MAX(task_seq), 0) + 1 FROM events
                               WHERE task_id = $1),
                              $4, $8
-                         FROM counter)
+                         FROM counter
+                         RETURNING seq, task_seq)
                      UPDATE tasks SET status = $5, result = COALESCE($7, tasks.result),
                          updated_at_ms = $4
                      FROM ended WHERE tasks.id = ended.task_id
-                     RETURNING {CLAIMED_COLUMNS}"
+                     RETURNING {CLAIMED_COLUMNS}, (SELECT seq FROM event),
+                         (SELECT task_seq FROM event)"
                 ),
                 &[
                     &run.task.as_str(),
@@ -1950,19 +1963,24 @@ impl PostgresStore {
             )
             .await?;
             if let Some(row) = row {
-                return read_task(&row);
+                let task = read_task(&row)?;
+                let seqs: (Option<i64>, Option<i64>) = (get(&row, 16)?, get(&row, 17)?);
+                if let (Some(event), (Some(seq), Some(task_seq))) = (event, seqs) {
+                    let record = event_record(&run.task, seq, task_seq, now, event)?;
+                    self.observers.events([&record]);
+                }
+                return Ok(task);
             }
         }
         let tx = client.transaction().await.map_err(pg_error)?;
         // Task row first, then run row: the order every writer uses.
         let from = lock_task_status(&tx, &run.task).await?;
         check_run_held(&tx, run, worker).await?;
-        if is_active(to) || !transition_allowed(from, to) {
-            return Err(StoreError::InvalidTransition { from, to });
-        }
+        check_finish(from, to)?;
         close_open_runs(&tx, &run.task, status_name(to), now).await?;
-        let task = set_status(&tx, &run.task, to, result.as_deref(), now).await?;
+        let (task, event) = set_status(&tx, &run.task, to, result.as_deref(), now).await?;
         tx.commit().await.map_err(pg_error)?;
+        self.observers.events(&event);
         Ok(task)
     }
 
@@ -1980,8 +1998,9 @@ impl PostgresStore {
             &[&now],
         )
         .await?;
-        let requeued = interrupt_runs(&tx, &expired, now).await?;
+        let (requeued, events) = interrupt_runs(&tx, &expired, now).await?;
         tx.commit().await.map_err(pg_error)?;
+        self.observers.events(&events);
         Ok(requeued)
     }
 
@@ -1999,8 +2018,9 @@ impl PostgresStore {
             &[&worker],
         )
         .await?;
-        let requeued = interrupt_runs(&tx, &held, now).await?;
+        let (requeued, events) = interrupt_runs(&tx, &held, now).await?;
         tx.commit().await.map_err(pg_error)?;
+        self.observers.events(&events);
         Ok(requeued)
     }
 
@@ -2074,11 +2094,6 @@ impl PostgresStore {
         run: &RunRef,
         entry: JournalEntry,
     ) -> Result<(), StoreError> {
-        let conflict = |message: String| StoreError::JournalConflict {
-            run: run.clone(),
-            seq: entry.seq,
-            message,
-        };
         let number = i64::from(run.number);
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_error)?;
@@ -2089,22 +2104,19 @@ impl PostgresStore {
             &[&run.task.as_str(), &number],
         )
         .await?
-        .ok_or_else(|| not_found("run", &run.to_string()))?;
-        if get::<Option<i64>>(&ended, 0)?.is_some() {
-            return Err(conflict("the run has ended".into()));
-        }
+        .map(|row| get::<Option<i64>>(&row, 0))
+        .transpose()?;
+        check_journal_run(run, &entry, ended)?;
         let tail = query_opt(
             &tx,
             "SELECT seq, hash FROM journal WHERE task_id = $1 AND run_number = $2
              ORDER BY seq DESC LIMIT 1",
             &[&run.task.as_str(), &number],
         )
-        .await?;
-        let tail = match &tail {
-            Some(row) => Some((to_u64(get(row, 0)?)?, get::<String>(row, 1)?)),
-            None => None,
-        };
-        check_append(tail.as_ref().map(|(s, h)| (*s, h.as_str())), &entry).map_err(conflict)?;
+        .await?
+        .map(|row| Ok::<_, StoreError>((get(&row, 0)?, get(&row, 1)?)))
+        .transpose()?;
+        check_journal_append(run, &entry, tail)?;
         let payload = serde_json::to_string(&entry.payload)?;
         let inserted = tx
             .execute(
@@ -2126,9 +2138,7 @@ impl PostgresStore {
             Ok(_) => {}
             // Another writer appended the same sequence number first: a fork, refused.
             Err(e) if has_code(&e, &SqlState::UNIQUE_VIOLATION) => {
-                return Err(conflict(
-                    "another record was appended at this sequence".into(),
-                ))
+                return Err(journal_fork(run, &entry))
             }
             Err(e) => return Err(pg_error(e)),
         }
@@ -2140,20 +2150,14 @@ impl PostgresStore {
         task: &TaskId,
         event: Event,
     ) -> Result<EventRecord, StoreError> {
-        let text = serde_json::to_string(&event)?;
         let now = self.now();
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_error)?;
         require_task_exists(&tx, task).await?;
-        let (seq, task_seq) = insert_event(&tx, task, &text, now).await?;
+        let record = insert_event(&tx, task, event, now).await?;
         tx.commit().await.map_err(pg_error)?;
-        Ok(EventRecord {
-            seq: to_u64(seq)?,
-            task_seq: to_u64(task_seq)?,
-            task: task.clone(),
-            at_ms: now,
-            event,
-        })
+        self.observers.events([&record]);
+        Ok(record)
     }
 
     async fn events_after_impl(
@@ -2213,7 +2217,10 @@ impl PostgresStore {
             )
             .await;
         match inserted {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.observers.usage(&entry);
+                Ok(())
+            }
             Err(e) if has_code(&e, &SqlState::FOREIGN_KEY_VIOLATION) => {
                 Err(not_found("task", entry.task.as_str()))
             }
@@ -2377,10 +2384,7 @@ impl PostgresStore {
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_error)?;
         let intent = held_intent(&tx, id, worker).await?;
-        let (status, next) = match retry_at_ms {
-            Some(at) => (IntentStatus::Pending, at),
-            None => (IntentStatus::Failed, intent.next_attempt_at_ms),
-        };
+        let (status, next) = intent_failure(&intent, retry_at_ms);
         let row = query_one(
             &tx,
             &format!(
@@ -2452,18 +2456,16 @@ impl PostgresStore {
         let now = self.now();
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(pg_error)?;
-        let actual = lock_task_status(&tx, task).await?;
-        if actual != TaskStatus::WaitingInput {
-            return Err(StoreError::StatusConflict {
-                task: task.clone(),
-                expected: TaskStatus::WaitingInput,
-                actual,
-            });
-        }
+        check_status(
+            task,
+            TaskStatus::WaitingInput,
+            lock_task_status(&tx, task).await?,
+        )?;
         insert_message(&tx, task, MESSAGE_USER, text, author, now).await?;
         close_open_runs(&tx, task, status_name(TaskStatus::Queued), now).await?;
-        let answered = set_status(&tx, task, TaskStatus::Queued, None, now).await?;
+        let (answered, event) = set_status(&tx, task, TaskStatus::Queued, None, now).await?;
         tx.commit().await.map_err(pg_error)?;
+        self.observers.events(&event);
         Ok(answered)
     }
 
@@ -2525,6 +2527,10 @@ impl Store for PostgresStore {
 
     fn notices(&self) -> Vec<String> {
         Vec::new()
+    }
+
+    fn add_observer(&self, observer: Weak<dyn StoreObserver>) {
+        self.observers.add(observer);
     }
 
     fn check_integrity(&self) -> BoxFuture<'_, Result<(), StoreError>> {
@@ -2865,15 +2871,11 @@ impl Store for PostgresStore {
         decision: Decision,
         decided_by: &'a str,
     ) -> BoxFuture<'a, Result<Approval, StoreError>> {
-        let to = match decision {
-            Decision::Approve => ApprovalStatus::Approved,
-            Decision::Reject => ApprovalStatus::Rejected,
-        };
         Box::pin(self.settle_approval(
             id,
             subject_hash,
             ApprovalStatus::Pending,
-            to,
+            decided_status(decision),
             Some(decided_by),
         ))
     }

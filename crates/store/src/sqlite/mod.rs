@@ -10,33 +10,36 @@ mod schema;
 mod writer;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use rusqlite::{params, Connection, ErrorCode, OptionalExtension, Row, TransactionBehavior};
 use warden_protocol::{Event, TaskId, TaskStatus};
 
+use crate::checks::{
+    after_interruption, check_finish, check_intent_held, check_journal_append, check_journal_run,
+    check_open_run, check_replay, check_retryable, check_status, check_transition, decided_status,
+    not_found, run_lost, transition_ends_run,
+};
 use crate::clock::{compact_timestamp, duration_ms};
-use crate::journal::check_append;
+use crate::observer::Observers;
 use crate::rows::{
-    abandoned_result, check_approval, check_message_role, check_pinned_repos, finished_event,
-    name_list, spend_from, status, to_i64, to_u32, to_u64, RawApiToken, RawApproval, RawEvent,
-    RawIntent, RawJournal, RawMessage, RawRepo, RawRun, RawTask, API_TOKEN_COLUMNS,
+    check_approval, check_message_role, check_pinned_repos, event_record, finished_event,
+    json_text, name_list, spend_from, status, to_i64, to_u32, to_u64, RawApiToken, RawApproval,
+    RawEvent, RawIntent, RawJournal, RawMessage, RawRepo, RawRun, RawTask, API_TOKEN_COLUMNS,
     APPROVAL_COLUMNS, EVENT_COLUMNS, INTENT_COLUMNS, JOURNAL_COLUMNS, MESSAGE_COLUMNS, MS_PER_DAY,
     REPO_COLUMNS, RUN_COLUMNS, TASK_COLUMNS,
 };
 use writer::Writer;
 
-use crate::state::{
-    is_active, is_exclusive, kind_name, status_name, transition_allowed, ALL_STATUSES,
-};
+use crate::state::{exclusive_kind_names, is_active, kind_name, status_name, ALL_STATUSES};
 use crate::types::RUN_INTERRUPTED;
 use crate::{
     ApiToken, Approval, ApprovalStatus, BoxFuture, Claim, ClaimFilter, Clock, Completion, Created,
-    Decision, EventRecord, EventStream, Finished, IdempotencyKey, Intent, IntentStatus,
-    JournalEntry, NewApiToken, NewApproval, NewIntent, NewRepo, NewTask, Repository, Requeued, Run,
-    RunRef, Spend, Store, StoreError, StoreOptions, Task, TaskMessage, TaskQuery, TaskRepo,
-    UsageEntry, UsageQuery, UsageSummary, UtcDay, MAX_INTERRUPTED_RUNS, MESSAGE_USER,
+    Decision, EventRecord, EventStream, Finished, IdempotencyKey, Intent, JournalEntry,
+    NewApiToken, NewApproval, NewIntent, NewRepo, NewTask, Repository, Requeued, Run, RunRef,
+    Spend, Store, StoreError, StoreObserver, StoreOptions, Task, TaskMessage, TaskQuery, TaskRepo,
+    UsageEntry, UsageQuery, UsageSummary, UtcDay, MESSAGE_USER,
 };
 
 const BACKEND: &str = "sqlite";
@@ -62,6 +65,7 @@ struct Inner {
     reader: Mutex<Connection>,
     path: PathBuf,
     quarantine: Option<Quarantine>,
+    observers: Observers,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -118,6 +122,22 @@ impl SqliteStore {
         Box::pin(async move {
             submitted?;
             answered.await.map_err(|_| writer::stopped())?
+        })
+    }
+
+    /// [`Self::write`], then (once it committed) `tell` gives the observers what it stored and
+    /// turns the write's value into the answer.
+    fn write_observed<T, R, F, N>(&self, f: F, tell: N) -> BoxFuture<'static, Result<R, StoreError>>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, i64) -> Result<T, StoreError> + Send + 'static,
+        N: FnOnce(&Observers, T) -> R + Send + 'static,
+    {
+        let inner = Arc::clone(&self.inner);
+        let write = self.write(f);
+        Box::pin(async move {
+            let value = write.await?;
+            Ok(tell(&inner.observers, value))
         })
     }
 
@@ -240,6 +260,7 @@ fn open_blocking(path: PathBuf, clock: Arc<dyn Clock>) -> Result<SqliteStore, St
             reader: Mutex::new(reader),
             path,
             quarantine,
+            observers: Observers::default(),
         }),
     })
 }
@@ -450,13 +471,6 @@ fn require_task(conn: &Connection, id: &TaskId) -> Result<Task, StoreError> {
     load_task(conn, id.as_str())?.ok_or_else(|| not_found("task", id.as_str()))
 }
 
-fn not_found(what: &'static str, id: &str) -> StoreError {
-    StoreError::NotFound {
-        what,
-        id: id.to_string(),
-    }
-}
-
 fn task_status(conn: &Connection, id: &TaskId) -> Result<TaskStatus, StoreError> {
     let name: Option<String> = conn
         .prepare_cached("SELECT status FROM tasks WHERE id = ?1")
@@ -489,14 +503,81 @@ fn close_open_runs(
     Ok(())
 }
 
-/// Moves the task to `to`; a terminal `to` stores its `task_finished` event with it.
+/// Ends the journal of each open run of the task with the record saying how the task ended
+/// ([`crate::journal::ended_from_outside`]), inside the caller's write, before the runs close.
+fn end_open_journals(
+    conn: &Connection,
+    id: &TaskId,
+    to: TaskStatus,
+    result: Option<&str>,
+    now: i64,
+) -> Result<(), StoreError> {
+    let result: Option<serde_json::Value> = result.map(serde_json::from_str).transpose()?;
+    let open: Vec<i64> = conn
+        .prepare_cached("SELECT number FROM runs WHERE task_id = ?1 AND ended_at_ms IS NULL")
+        .db()?
+        .query_map(params![id.as_str()], |row| row.get(0))
+        .db()?
+        .collect::<Result<_, _>>()
+        .db()?;
+    for number in open {
+        let tail: Option<(i64, String)> = conn
+            .prepare_cached(
+                "SELECT seq, hash FROM journal WHERE task_id = ?1 AND run_number = ?2
+                 ORDER BY seq DESC LIMIT 1",
+            )
+            .db()?
+            .query_row(params![id.as_str(), number], |row| {
+                Ok((row.get(0)?, row.get(1)?))
+            })
+            .optional()
+            .db()?;
+        // A run that journaled nothing yet has no chain to end.
+        let Some((seq, hash)) = tail else { continue };
+        let prev = crate::journal::JournalEntry {
+            seq: crate::rows::to_u64(seq)?,
+            at_ms: 0,
+            kind: String::new(),
+            payload: serde_json::Value::Null,
+            prev_hash: String::new(),
+            hash,
+        };
+        let entry = crate::journal::ended_from_outside(
+            Some(&prev),
+            crate::rows::to_u64(now)?,
+            to,
+            result.as_ref(),
+        )?;
+        conn.prepare_cached(
+            "INSERT INTO journal (task_id, run_number, seq, at_ms, kind, payload, prev_hash,
+                 hash)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )
+        .db()?
+        .execute(params![
+            id.as_str(),
+            number,
+            to_i64(entry.seq)?,
+            to_i64(entry.at_ms)?,
+            entry.kind,
+            serde_json::to_string(&entry.payload)?,
+            entry.prev_hash,
+            entry.hash,
+        ])
+        .db()?;
+    }
+    Ok(())
+}
+
+/// Moves the task to `to`; a terminal `to` stores its `task_finished` event with it (returned,
+/// for the observers once the write commits).
 fn set_status(
     conn: &Connection,
     id: &TaskId,
     to: TaskStatus,
     result: Option<&str>,
     now: i64,
-) -> Result<Task, StoreError> {
+) -> Result<(Task, Option<EventRecord>), StoreError> {
     let task = conn
         .prepare_cached(&format!(
             "UPDATE tasks SET status = ?2, result = COALESCE(?3, result), updated_at_ms = ?4
@@ -509,48 +590,37 @@ fn set_status(
         )
         .db()?
         .decode()?;
-    if to.is_terminal() {
-        insert_event(conn, id, &finished_event(to, task.result.as_ref()), now)?;
+    if !to.is_terminal() {
+        return Ok((task, None));
     }
-    Ok(task)
+    let record = insert_event(conn, id, finished_event(to, task.result.as_ref()), now)?;
+    Ok((task, Some(record)))
 }
 
-/// Appends `event` to the task's stream: its global and per-task sequence numbers.
+/// Appends `event` to the task's stream, numbered.
 fn insert_event(
     conn: &Connection,
     task: &TaskId,
-    event: &Event,
+    event: Event,
     now: i64,
-) -> Result<(i64, i64), StoreError> {
-    let text = serde_json::to_string(event)?;
-    conn.prepare_cached(
-        "INSERT INTO events (task_id, task_seq, at_ms, event)
+) -> Result<EventRecord, StoreError> {
+    let text = serde_json::to_string(&event)?;
+    let (seq, task_seq) = conn
+        .prepare_cached(
+            "INSERT INTO events (task_id, task_seq, at_ms, event)
          VALUES (?1, (SELECT COALESCE(MAX(task_seq), 0) + 1 FROM events
                       WHERE task_id = ?1), ?2, ?3)
          RETURNING seq, task_seq",
-    )
-    .db()?
-    .query_row(params![task.as_str(), now, text], |row| {
-        Ok((row.get(0)?, row.get(1)?))
-    })
-    .db()
+        )
+        .db()?
+        .query_row(params![task.as_str(), now, text], |row| {
+            Ok((row.get(0)?, row.get(1)?))
+        })
+        .db()?;
+    event_record(task, seq, task_seq, now, event)
 }
 
-fn json_text(value: Option<&serde_json::Value>) -> Result<Option<String>, StoreError> {
-    value
-        .map(serde_json::to_string)
-        .transpose()
-        .map_err(Into::into)
-}
-
-fn run_lost(run: &RunRef, worker: &str) -> StoreError {
-    StoreError::LeaseLost {
-        run: run.clone(),
-        worker: worker.to_string(),
-    }
-}
-
-/// The open run's worker, or the reason the caller may not use it.
+/// Fails unless the run is open and `worker`'s.
 fn check_run_held(conn: &Connection, run: &RunRef, worker: &str) -> Result<(), StoreError> {
     let row: Option<(String, Option<i64>)> = conn
         .prepare_cached("SELECT worker, ended_at_ms FROM runs WHERE task_id = ?1 AND number = ?2")
@@ -560,24 +630,11 @@ fn check_run_held(conn: &Connection, run: &RunRef, worker: &str) -> Result<(), S
         })
         .optional()
         .db()?;
-    match row {
-        None => Err(not_found("run", &run.to_string())),
-        Some((owner, None)) if owner == worker => Ok(()),
-        Some(_) => Err(run_lost(run, worker)),
-    }
+    crate::checks::check_run_held(run, worker, row)
 }
 
 fn exclusive_kinds() -> String {
-    name_list(
-        [
-            warden_protocol::TaskKind::Question,
-            warden_protocol::TaskKind::Change,
-            warden_protocol::TaskKind::Maintain,
-        ]
-        .into_iter()
-        .filter(|k| is_exclusive(*k))
-        .map(kind_name),
-    )
+    name_list(exclusive_kind_names())
 }
 
 /// Claims the best claimable task (see [`Store::claim`]) inside the caller's write. `kinds` and
@@ -587,6 +644,7 @@ fn claim_one(
     now: i64,
     worker: &str,
     kinds: &str,
+    only: Option<&str>,
     lease_ms: i64,
 ) -> Result<Option<Claim>, StoreError> {
     // INDEXED BY: without statistics the planner prefers sorting every queued row to
@@ -599,6 +657,7 @@ fn claim_one(
                  SELECT t.id FROM tasks t INDEXED BY tasks_queue
                  WHERE t.status = 'queued'
                    AND (?2 = ',' OR instr(?2, ',' || t.kind || ',') > 0)
+                   AND (?4 IS NULL OR t.id = ?4)
                    AND (instr(?3, ',' || t.kind || ',') = 0 OR NOT EXISTS (
                        SELECT 1 FROM tasks o INDEXED BY tasks_active
                        CROSS JOIN task_repos held
@@ -612,7 +671,7 @@ fn claim_one(
              RETURNING {TASK_COLUMNS}"
         ))
         .db()?
-        .query_row(params![now, kinds, exclusive_kinds()], read_task)
+        .query_row(params![now, kinds, exclusive_kinds(), only], read_task)
         .optional()
         .db()?;
     let Some(raw) = claimed else {
@@ -652,10 +711,7 @@ fn finish_one(
     let checked = (|| {
         let result = json_text(result.as_ref())?;
         check_run_held(conn, &run, &worker)?;
-        let from = task_status(conn, &run.task)?;
-        if is_active(to) || !transition_allowed(from, to) {
-            return Err(StoreError::InvalidTransition { from, to });
-        }
+        check_finish(task_status(conn, &run.task)?, to)?;
         Ok(result)
     })();
     let result = match checked {
@@ -664,21 +720,11 @@ fn finish_one(
         Err(error) => return Ok(Err(error)),
     };
     close_open_runs(conn, &run.task, status_name(to), now)?;
-    let task = set_status(conn, &run.task, to, result.as_deref(), now)?;
-    let mut events = Vec::new();
-    if to.is_terminal() {
-        // The one `set_status` just stored: this write is the only writer.
-        let raw = conn
-            .prepare_cached(&format!(
-                "SELECT {EVENT_COLUMNS} FROM events WHERE task_id = ?1
-                 ORDER BY task_seq DESC LIMIT 1"
-            ))
-            .db()?
-            .query_row([run.task.as_str()], read_event)
-            .db()?;
-        events.push(raw.decode()?);
-    }
-    Ok(Ok(Finished { task, events }))
+    let (task, event) = set_status(conn, &run.task, to, result.as_deref(), now)?;
+    Ok(Ok(Finished {
+        task,
+        events: event.into_iter().collect(),
+    }))
 }
 
 const SPEND_COLUMNS: &str =
@@ -723,30 +769,18 @@ fn load_intent(conn: &Connection, id: &str) -> Result<Option<Intent>, StoreError
 
 /// An intent `worker` holds and that is still pending, or why not.
 fn held_intent(conn: &Connection, id: &str, worker: &str) -> Result<Intent, StoreError> {
-    let intent = load_intent(conn, id)?.ok_or_else(|| not_found("outbox intent", id))?;
-    if intent.status != IntentStatus::Pending {
-        return Err(StoreError::IntentState {
-            id: id.to_string(),
-            status: intent.status,
-        });
-    }
-    if intent.lease_owner.as_deref() != Some(worker) {
-        return Err(StoreError::IntentLeaseLost {
-            id: id.to_string(),
-            worker: worker.to_string(),
-        });
-    }
-    Ok(intent)
+    check_intent_held(id, worker, load_intent(conn, id)?)
 }
 
 /// Ends each `(task, run)` as interrupted and queues its task again, or fails it abandoned
-/// after [`MAX_INTERRUPTED_RUNS`] interruptions.
+/// after [`crate::MAX_INTERRUPTED_RUNS`] interruptions; also the events that stored.
 fn interrupt_runs(
     conn: &Connection,
     runs: Vec<(String, i64)>,
     now: i64,
-) -> Result<Vec<Requeued>, StoreError> {
+) -> Result<(Vec<Requeued>, Vec<EventRecord>), StoreError> {
     let mut requeued = Vec::with_capacity(runs.len());
+    let mut events = Vec::new();
     for (task_id, number) in runs {
         let id = crate::rows::task_id(task_id)?;
         close_open_runs(conn, &id, RUN_INTERRUPTED, now)?;
@@ -759,15 +793,9 @@ fn interrupt_runs(
             .query_row([id.as_str()], read_task)
             .db()?
             .decode()?;
-        let (to, result) = if task.interrupted_runs >= MAX_INTERRUPTED_RUNS {
-            (
-                TaskStatus::Failed,
-                Some(abandoned_result(&task).to_string()),
-            )
-        } else {
-            (TaskStatus::Queued, None)
-        };
-        set_status(conn, &id, to, result.as_deref(), now)?;
+        let (to, result) = after_interruption(&task);
+        let (_, event) = set_status(conn, &id, to, result.as_deref(), now)?;
+        events.extend(event);
         requeued.push(Requeued {
             run: RunRef {
                 task: id,
@@ -776,7 +804,7 @@ fn interrupt_runs(
             status: to,
         });
     }
-    Ok(requeued)
+    Ok((requeued, events))
 }
 
 fn read_repo(row: &Row<'_>) -> rusqlite::Result<RawRepo> {
@@ -882,6 +910,16 @@ fn grouped_spend<K: rusqlite::types::FromSql>(
     .collect()
 }
 
+/// Tells the observers the events interrupted runs stored (the `task_finished` of an abandoned
+/// task).
+fn tell_interrupted(
+    observers: &Observers,
+    (requeued, events): (Vec<Requeued>, Vec<EventRecord>),
+) -> Vec<Requeued> {
+    observers.events(&events);
+    requeued
+}
+
 impl Store for SqliteStore {
     fn backend(&self) -> &'static str {
         BACKEND
@@ -900,6 +938,10 @@ impl Store for SqliteStore {
                 )
             })
             .collect()
+    }
+
+    fn add_observer(&self, observer: Weak<dyn StoreObserver>) {
+        self.inner.observers.add(observer);
     }
 
     fn check_integrity(&self) -> BoxFuture<'_, Result<(), StoreError>> {
@@ -945,24 +987,14 @@ impl Store for SqliteStore {
                     .optional()
                     .db()?;
                 if let Some((hash, task_id)) = seen {
-                    if hash != key.request_hash {
-                        return Err(StoreError::IdempotencyConflict {
-                            key: key.key.clone(),
-                        });
-                    }
+                    check_replay(key, &hash)?;
                     let task =
                         load_task(conn, &task_id)?.ok_or_else(|| not_found("task", &task_id))?;
                     return Ok(Created::Replayed(task));
                 }
             }
             if let Some(old) = &task.retry_of {
-                let old_status = task_status(conn, old)?;
-                if !old_status.is_terminal() {
-                    return Err(StoreError::NotRetryable {
-                        task: old.clone(),
-                        status: old_status,
-                    });
-                }
+                check_retryable(old, task_status(conn, old)?)?;
             }
             if let Some(parent) = &task.follow_up_to {
                 task_status(conn, parent)?;
@@ -1065,28 +1097,25 @@ impl Store for SqliteStore {
         result: Option<serde_json::Value>,
     ) -> BoxFuture<'a, Result<Task, StoreError>> {
         let id = id.clone();
-        self.write(move |conn, now| {
-            if !transition_allowed(from, to) {
-                return Err(StoreError::InvalidTransition { from, to });
-            }
-            let result = json_text(result.as_ref())?;
-            let actual = task_status(conn, &id)?;
-            if actual != from {
-                return Err(StoreError::StatusConflict {
-                    task: id,
-                    expected: from,
-                    actual,
-                });
-            }
-            if is_active(to) && !has_open_run(conn, &id)? {
-                return Err(StoreError::NoOpenRun { task: id });
-            }
-            if to == TaskStatus::Queued || to.is_terminal() {
-                close_open_runs(conn, &id, status_name(to), now)?;
-            }
-            let task = set_status(conn, &id, to, result.as_deref(), now)?;
-            Ok(task)
-        })
+        self.write_observed(
+            move |conn, now| {
+                check_transition(from, to)?;
+                let result = json_text(result.as_ref())?;
+                check_status(&id, from, task_status(conn, &id)?)?;
+                check_open_run(&id, to, is_active(to) && has_open_run(conn, &id)?)?;
+                if to.is_terminal() {
+                    end_open_journals(conn, &id, to, result.as_deref(), now)?;
+                }
+                if transition_ends_run(to) {
+                    close_open_runs(conn, &id, status_name(to), now)?;
+                }
+                set_status(conn, &id, to, result.as_deref(), now)
+            },
+            |observers, (task, event)| {
+                observers.events(&event);
+                task
+            },
+        )
     }
 
     fn claim<'a>(
@@ -1097,8 +1126,15 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<Option<Claim>, StoreError>> {
         let worker = worker.to_string();
         let kinds = name_list(filter.kinds.iter().map(|k| kind_name(*k)));
+        let only = filter.task.as_ref().map(|t| t.as_str().to_string());
         let lease_ms = duration_ms(lease);
-        self.write(move |conn, now| claim_one(conn, now, &worker, &kinds, lease_ms))
+        self.write_observed(
+            move |conn, now| claim_one(conn, now, &worker, &kinds, only.as_deref(), lease_ms),
+            |observers, claim| {
+                observers.claims(&claim);
+                claim
+            },
+        )
     }
 
     fn finish_and_claim<'a>(
@@ -1108,14 +1144,22 @@ impl Store for SqliteStore {
         filter: &'a ClaimFilter,
     ) -> BoxFuture<'a, Result<(Finished, Option<Claim>), StoreError>> {
         let kinds = name_list(filter.kinds.iter().map(|k| kind_name(*k)));
+        let only = filter.task.as_ref().map(|t| t.as_str().to_string());
         let lease_ms = duration_ms(lease);
-        self.write(move |conn, now| {
-            let worker = completion.worker.clone();
-            // A failed check wrote nothing; the job's error rolls back its savepoint anyway.
-            let finished = finish_one(conn, completion, now)??;
-            let claim = claim_one(conn, now, &worker, &kinds, lease_ms)?;
-            Ok((finished, claim))
-        })
+        self.write_observed(
+            move |conn, now| {
+                let worker = completion.worker.clone();
+                // A failed check wrote nothing; the job's error rolls back its savepoint anyway.
+                let finished = finish_one(conn, completion, now)??;
+                let claim = claim_one(conn, now, &worker, &kinds, only.as_deref(), lease_ms)?;
+                Ok((finished, claim))
+            },
+            |observers, (finished, claim)| {
+                observers.finished([&finished]);
+                observers.claims(&claim);
+                (finished, claim)
+            },
+        )
     }
 
     fn claim_batch<'a>(
@@ -1127,17 +1171,24 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<Vec<Claim>, StoreError>> {
         let worker = worker.to_string();
         let kinds = name_list(filter.kinds.iter().map(|k| kind_name(*k)));
+        let only = filter.task.as_ref().map(|t| t.as_str().to_string());
         let lease_ms = duration_ms(lease);
-        self.write(move |conn, now| {
-            let mut claims = Vec::new();
-            while claims.len() < max {
-                match claim_one(conn, now, &worker, &kinds, lease_ms)? {
-                    Some(claim) => claims.push(claim),
-                    None => break,
+        self.write_observed(
+            move |conn, now| {
+                let mut claims = Vec::new();
+                while claims.len() < max {
+                    match claim_one(conn, now, &worker, &kinds, only.as_deref(), lease_ms)? {
+                        Some(claim) => claims.push(claim),
+                        None => break,
+                    }
                 }
-            }
-            Ok(claims)
-        })
+                Ok(claims)
+            },
+            |observers, claims| {
+                observers.claims(&claims);
+                claims
+            },
+        )
     }
 
     fn finish_runs(
@@ -1146,12 +1197,18 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'_, Result<Vec<Result<Finished, StoreError>>, StoreError>> {
         // One write: the writer thread's group commit already shares the fsync with whatever
         // else is being written.
-        self.write(move |conn, now| {
-            completions
-                .into_iter()
-                .map(|completion| finish_one(conn, completion, now))
-                .collect()
-        })
+        self.write_observed(
+            move |conn, now| {
+                completions
+                    .into_iter()
+                    .map(|completion| finish_one(conn, completion, now))
+                    .collect::<Result<Vec<_>, _>>()
+            },
+            |observers, outcomes| {
+                observers.finished(outcomes.iter().flatten());
+                outcomes
+            },
+        )
     }
 
     fn heartbeat<'a>(
@@ -1190,23 +1247,26 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<Task, StoreError>> {
         let run = run.clone();
         let worker = worker.to_string();
-        self.write(move |conn, now| {
-            let result = json_text(result.as_ref())?;
-            check_run_held(conn, &run, &worker)?;
-            let from = task_status(conn, &run.task)?;
-            if is_active(to) || !transition_allowed(from, to) {
-                return Err(StoreError::InvalidTransition { from, to });
-            }
-            close_open_runs(conn, &run.task, status_name(to), now)?;
-            let task = set_status(conn, &run.task, to, result.as_deref(), now)?;
-            Ok(task)
-        })
+        self.write_observed(
+            move |conn, now| {
+                let result = json_text(result.as_ref())?;
+                check_run_held(conn, &run, &worker)?;
+                check_finish(task_status(conn, &run.task)?, to)?;
+                close_open_runs(conn, &run.task, status_name(to), now)?;
+                set_status(conn, &run.task, to, result.as_deref(), now)
+            },
+            |observers, (task, event)| {
+                observers.events(&event);
+                task
+            },
+        )
     }
 
     fn requeue_expired(&self) -> BoxFuture<'_, Result<Vec<Requeued>, StoreError>> {
-        self.write(|conn, now| {
-            let expired: Vec<(String, i64)> = {
-                let mut statement = conn
+        self.write_observed(
+            |conn, now| {
+                let expired: Vec<(String, i64)> = {
+                    let mut statement = conn
                     .prepare_cached(
                         "SELECT r.task_id, r.number FROM runs r JOIN tasks t ON t.id = r.task_id
                          WHERE r.ended_at_ms IS NULL AND r.lease_expires_at_ms <= ?1
@@ -1214,13 +1274,15 @@ impl Store for SqliteStore {
                          ORDER BY r.lease_expires_at_ms",
                     )
                     .db()?;
-                let rows = statement
-                    .query_map([now], |row| Ok((row.get(0)?, row.get(1)?)))
-                    .db()?;
-                rows.collect::<rusqlite::Result<_>>().db()?
-            };
-            interrupt_runs(conn, expired, now)
-        })
+                    let rows = statement
+                        .query_map([now], |row| Ok((row.get(0)?, row.get(1)?)))
+                        .db()?;
+                    rows.collect::<rusqlite::Result<_>>().db()?
+                };
+                interrupt_runs(conn, expired, now)
+            },
+            tell_interrupted,
+        )
     }
 
     fn interrupt_worker_runs<'a>(
@@ -1228,9 +1290,10 @@ impl Store for SqliteStore {
         worker: &'a str,
     ) -> BoxFuture<'a, Result<Vec<Requeued>, StoreError>> {
         let worker = worker.to_string();
-        self.write(move |conn, now| {
-            let held: Vec<(String, i64)> = {
-                let mut statement = conn
+        self.write_observed(
+            move |conn, now| {
+                let held: Vec<(String, i64)> = {
+                    let mut statement = conn
                     .prepare_cached(
                         "SELECT r.task_id, r.number FROM runs r JOIN tasks t ON t.id = r.task_id
                          WHERE r.ended_at_ms IS NULL AND r.worker = ?1
@@ -1238,13 +1301,15 @@ impl Store for SqliteStore {
                          ORDER BY r.started_at_ms",
                     )
                     .db()?;
-                let rows = statement
-                    .query_map([worker], |row| Ok((row.get(0)?, row.get(1)?)))
-                    .db()?;
-                rows.collect::<rusqlite::Result<_>>().db()?
-            };
-            interrupt_runs(conn, held, now)
-        })
+                    let rows = statement
+                        .query_map([worker], |row| Ok((row.get(0)?, row.get(1)?)))
+                        .db()?;
+                    rows.collect::<rusqlite::Result<_>>().db()?
+                };
+                interrupt_runs(conn, held, now)
+            },
+            tell_interrupted,
+        )
     }
 
     fn pin_task_repos<'a>(
@@ -1293,22 +1358,13 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<(), StoreError>> {
         let run = run.clone();
         self.write(move |conn, _| {
-            let conflict = |message: String| StoreError::JournalConflict {
-                run: run.clone(),
-                seq: entry.seq,
-                message,
-            };
             let ended: Option<Option<i64>> = conn
                 .prepare_cached("SELECT ended_at_ms FROM runs WHERE task_id = ?1 AND number = ?2")
                 .db()?
                 .query_row(params![run.task.as_str(), run.number], |row| row.get(0))
                 .optional()
                 .db()?;
-            match ended {
-                None => return Err(not_found("run", &run.to_string())),
-                Some(Some(_)) => return Err(conflict("the run has ended".into())),
-                Some(None) => {}
-            }
+            check_journal_run(&run, &entry, ended)?;
             let tail: Option<(i64, String)> = conn
                 .prepare_cached(
                     "SELECT seq, hash FROM journal WHERE task_id = ?1 AND run_number = ?2
@@ -1320,10 +1376,7 @@ impl Store for SqliteStore {
                 })
                 .optional()
                 .db()?;
-            let tail = tail
-                .map(|(seq, hash)| Ok::<_, StoreError>((crate::rows::to_u64(seq)?, hash)))
-                .transpose()?;
-            check_append(tail.as_ref().map(|(s, h)| (*s, h.as_str())), &entry).map_err(conflict)?;
+            check_journal_append(&run, &entry, tail)?;
             conn.prepare_cached(
                 "INSERT INTO journal (task_id, run_number, seq, at_ms, kind, payload, prev_hash,
                      hash)
@@ -1397,17 +1450,16 @@ impl Store for SqliteStore {
         event: Event,
     ) -> BoxFuture<'a, Result<EventRecord, StoreError>> {
         let task = task.clone();
-        self.write(move |conn, now| {
-            task_status(conn, &task)?;
-            let (seq, task_seq) = insert_event(conn, &task, &event, now)?;
-            Ok(EventRecord {
-                seq: crate::rows::to_u64(seq)?,
-                task_seq: crate::rows::to_u64(task_seq)?,
-                task,
-                at_ms: now,
-                event,
-            })
-        })
+        self.write_observed(
+            move |conn, now| {
+                task_status(conn, &task)?;
+                insert_event(conn, &task, event, now)
+            },
+            |observers, record| {
+                observers.events([&record]);
+                record
+            },
+        )
     }
 
     fn events_after<'a>(
@@ -1450,27 +1502,30 @@ impl Store for SqliteStore {
     }
 
     fn record_usage(&self, entry: UsageEntry) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.write(move |conn, now| {
-            task_status(conn, &entry.task)?;
-            conn.prepare_cached(
-                "INSERT INTO usage_ledger (task_id, run_number, model, input_tokens,
+        self.write_observed(
+            move |conn, now| {
+                task_status(conn, &entry.task)?;
+                conn.prepare_cached(
+                    "INSERT INTO usage_ledger (task_id, run_number, model, input_tokens,
                      cached_input_tokens, output_tokens, cost_micro_usd, at_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            )
-            .db()?
-            .execute(params![
-                entry.task.as_str(),
-                entry.run_number,
-                entry.model,
-                to_i64(entry.input_tokens)?,
-                to_i64(entry.cached_input_tokens)?,
-                to_i64(entry.output_tokens)?,
-                entry.cost_micro_usd.map(to_i64).transpose()?,
-                now,
-            ])
-            .db()?;
-            Ok(())
-        })
+                )
+                .db()?
+                .execute(params![
+                    entry.task.as_str(),
+                    entry.run_number,
+                    entry.model,
+                    to_i64(entry.input_tokens)?,
+                    to_i64(entry.cached_input_tokens)?,
+                    to_i64(entry.output_tokens)?,
+                    entry.cost_micro_usd.map(to_i64).transpose()?,
+                    now,
+                ])
+                .db()?;
+                Ok(entry)
+            },
+            |observers, entry| observers.usage(&entry),
+        )
     }
 
     fn spend_for_task<'a>(&'a self, task: &'a TaskId) -> BoxFuture<'a, Result<Spend, StoreError>> {
@@ -1620,10 +1675,7 @@ impl Store for SqliteStore {
         self.write(move |conn, now| {
             let approval = load_approval(conn, &id)?.ok_or_else(|| not_found("approval", &id))?;
             check_approval(&approval, &subject_hash, ApprovalStatus::Pending)?;
-            let to = match decision {
-                Decision::Approve => ApprovalStatus::Approved,
-                Decision::Reject => ApprovalStatus::Rejected,
-            };
+            let to = decided_status(decision);
             let decided = conn
                 .prepare_cached(&format!(
                     "UPDATE approvals SET status = ?2, decided_by = ?3, decided_at_ms = ?4
@@ -1762,10 +1814,7 @@ impl Store for SqliteStore {
         let error = error.to_string();
         self.write(move |conn, _| {
             let intent = held_intent(conn, &id, &worker)?;
-            let (status, next) = match retry_at_ms {
-                Some(at) => (IntentStatus::Pending, at),
-                None => (IntentStatus::Failed, intent.next_attempt_at_ms),
-            };
+            let (status, next) = crate::checks::intent_failure(&intent, retry_at_ms);
             let failed = conn
                 .prepare_cached(&format!(
                     "UPDATE outbox SET status = ?2, next_attempt_at_ms = ?3, last_error = ?4,
@@ -1917,19 +1966,18 @@ impl Store for SqliteStore {
     ) -> BoxFuture<'a, Result<Task, StoreError>> {
         let task = task.clone();
         let (text, author) = (text.to_string(), author.to_string());
-        self.write(move |conn, now| {
-            let actual = task_status(conn, &task)?;
-            if actual != TaskStatus::WaitingInput {
-                return Err(StoreError::StatusConflict {
-                    task,
-                    expected: TaskStatus::WaitingInput,
-                    actual,
-                });
-            }
-            insert_message(conn, &task, MESSAGE_USER, &text, &author, now)?;
-            close_open_runs(conn, &task, status_name(TaskStatus::Queued), now)?;
-            set_status(conn, &task, TaskStatus::Queued, None, now)
-        })
+        self.write_observed(
+            move |conn, now| {
+                check_status(&task, TaskStatus::WaitingInput, task_status(conn, &task)?)?;
+                insert_message(conn, &task, MESSAGE_USER, &text, &author, now)?;
+                close_open_runs(conn, &task, status_name(TaskStatus::Queued), now)?;
+                set_status(conn, &task, TaskStatus::Queued, None, now)
+            },
+            |observers, (task, event)| {
+                observers.events(&event);
+                task
+            },
+        )
     }
 
     fn usage_summary(&self, query: UsageQuery) -> BoxFuture<'_, Result<UsageSummary, StoreError>> {

@@ -229,6 +229,47 @@ async fn a_writer_that_falls_behind_cannot_fork(f: &Fixture) {
     );
 }
 
+/// A run ended from outside (a cancel) gets the record saying how, on the chain its worker
+/// wrote; the worker can append nothing after it.
+async fn a_run_cancelled_from_outside_ends_its_journal(f: &Fixture) {
+    let run = open_run(f).await;
+    let started = JournalEntry::next(None, 1, "run_started", json!({})).unwrap();
+    f.store.append_journal(&run, started.clone()).await.unwrap();
+    let failure = json!({"code": "cancelled", "message": "cancelled by alice"});
+    f.store
+        .transition(
+            &run.task,
+            TaskStatus::Running,
+            TaskStatus::Cancelled,
+            Some(json!({"outcome": "failure", "failure": failure})),
+        )
+        .await
+        .unwrap();
+    let entries = f.store.journal(&run).await.unwrap();
+    verify_chain(&entries).unwrap();
+    assert_eq!(entries.len(), 2);
+    assert_eq!(entries[1].kind, "run_finished");
+    assert_eq!(entries[1].payload["outcome"]["failure"], failure);
+    let late = JournalEntry::next(Some(&entries[1]), 3, "model_decision", json!({})).unwrap();
+    assert!(matches!(
+        f.store.append_journal(&run, late).await,
+        Err(StoreError::JournalConflict { .. })
+    ));
+    // A run that journaled nothing has no chain to end.
+    f.task(TaskKind::Question, &["app"]).await;
+    let silent = f.claim("w").await.unwrap().run();
+    f.store
+        .transition(
+            &silent.task,
+            TaskStatus::Running,
+            TaskStatus::Cancelled,
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(f.store.journal(&silent).await.unwrap().is_empty());
+}
+
 async fn a_run_journal_is_read_a_page_at_a_time(f: &Fixture) {
     let run = open_run(f).await;
     let mut journal = RunJournal::open(f.store.clone(), run.clone())
@@ -255,6 +296,7 @@ async fn a_run_journal_is_read_a_page_at_a_time(f: &Fixture) {
 
 conformance!(
     a_run_journal_is_read_a_page_at_a_time,
+    a_run_cancelled_from_outside_ends_its_journal,
     a_writer_that_falls_behind_cannot_fork,
     the_runtime_chain_round_trips,
     forks_gaps_and_tampering_are_refused,

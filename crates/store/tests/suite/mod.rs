@@ -12,6 +12,7 @@ mod events;
 mod idempotency;
 mod journal;
 mod ledger;
+mod observers;
 mod opening;
 mod outbox;
 mod queue;

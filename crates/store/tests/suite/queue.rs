@@ -200,6 +200,7 @@ async fn claims_honour_the_kind_filter(f: &Fixture) {
     let question = f.task(TaskKind::Question, &["app"]).await;
     let only_questions = ClaimFilter {
         kinds: vec![TaskKind::Question],
+        ..ClaimFilter::default()
     };
     let claim = f
         .store
@@ -216,6 +217,40 @@ async fn claims_honour_the_kind_filter(f: &Fixture) {
         .is_none());
     let claim = f.claim("w").await.unwrap();
     assert_eq!(claim.task.id, change.id);
+}
+
+/// An in-process worker claims its own task and nobody else's, through every claim path.
+async fn claims_honour_the_task_filter(f: &Fixture) {
+    let first = f.task(TaskKind::Question, &["app"]).await;
+    let second = f.task(TaskKind::Question, &["app"]).await;
+    let change = f.task(TaskKind::Change, &["lib"]).await;
+    let only = |task: &warden_store::Task| ClaimFilter {
+        task: Some(task.id.clone()),
+        ..ClaimFilter::default()
+    };
+    // The oldest task is first in line, but a filter on the second skips it.
+    let claim = f
+        .store
+        .claim("w", LEASE, &only(&second))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(claim.task.id, second.id);
+    assert!(f
+        .store
+        .claim("w", LEASE, &only(&second))
+        .await
+        .unwrap()
+        .is_none());
+    let batch = f
+        .store
+        .claim_batch("w", LEASE, &only(&change), 8)
+        .await
+        .unwrap();
+    assert_eq!(batch.len(), 1, "only the named task");
+    assert_eq!(batch[0].task.id, change.id);
+    let claim = f.claim("w").await.unwrap();
+    assert_eq!(claim.task.id, first.id);
 }
 
 async fn expired_leases_requeue_and_the_third_interruption_abandons(f: &Fixture) {
@@ -369,6 +404,7 @@ conformance!(
     one_writer_per_repository,
     concurrent_writers_on_one_repository_start_one_at_a_time,
     claims_honour_the_kind_filter,
+    claims_honour_the_task_filter,
     expired_leases_requeue_and_the_third_interruption_abandons,
     a_waiting_task_is_not_abandoned_by_its_worker,
     a_released_run_is_not_an_interruption,

@@ -1,0 +1,437 @@
+//! The task commands without a server: the same tasks as `warden serve` runs, kept in the
+//! in-process store under `WARDEN_HOME` and run by a worker in this process
+//! ([`warden_server::local`]). This module parses what the person typed, submits, follows the
+//! task's events on stderr and prints with the renderers `--server` uses ([`crate::render`]);
+//! the checks and the running are the server crate's.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use serde_json::json;
+use warden_protocol::{ChangeOutcome, ChangeResult, TaskId, TaskKind, TaskStatus};
+use warden_repo::{RepoSpec, Source};
+use warden_runtime::EventSink;
+use warden_server::config::Config;
+use warden_server::local::{self, Local, LocalError, Submission};
+
+use crate::progress::StderrProgress;
+use crate::{render, text, usage};
+
+/// A front-door error as the CLI reports it: refusals exit 2.
+fn cli_error(error: LocalError) -> anyhow::Error {
+    match error {
+        LocalError::Usage(message) => usage(anyhow::anyhow!(message)),
+        LocalError::Failed(error) => error,
+    }
+}
+
+async fn open(config: Config) -> anyhow::Result<Local> {
+    Local::open(Arc::new(config)).await.map_err(cli_error)
+}
+
+fn task_id(text: &str) -> anyhow::Result<TaskId> {
+    text.trim().parse().map_err(usage)
+}
+
+fn parse_repos(arguments: &[String]) -> anyhow::Result<Vec<RepoSpec>> {
+    let cwd = std::env::current_dir().context("cannot read the current directory")?;
+    arguments
+        .iter()
+        .map(|text| RepoSpec::parse(text, &cwd).map_err(usage))
+        .collect()
+}
+
+/// `warden ask`.
+pub async fn ask(config: Config, args: crate::ask::AskArgs) -> anyhow::Result<u8> {
+    let question = args.question.trim().to_string();
+    if question.is_empty() {
+        return Err(usage(anyhow::anyhow!("the question is empty")));
+    }
+    let follow_up_to = args.follow_up.as_deref().map(task_id).transpose()?;
+    let repos = parse_repos(&args.repos)?;
+    let local = open(config).await?;
+    // A model that cannot be built (a missing key) is refused before anything is pinned.
+    local.services().await.map_err(cli_error)?;
+    let progress = StderrProgress::new();
+    let submission = Submission {
+        kind: TaskKind::Question,
+        prompt: question,
+        repos,
+        follow_up_to,
+        checks: None,
+        baseline: false,
+        publish: false,
+    };
+    let task = local
+        .submit(submission, &|line| progress.line(line))
+        .await
+        .map_err(cli_error)?;
+    follow_and_print(&local, &task.id, args.json, &progress).await
+}
+
+/// `warden run`.
+pub async fn run(config: Config, args: crate::run::RunArgs) -> anyhow::Result<u8> {
+    let request = args.request.trim().to_string();
+    if request.is_empty() {
+        return Err(usage(anyhow::anyhow!("the change request is empty")));
+    }
+    if let Some(empty) = args.checks.iter().find(|c| c.trim().is_empty()) {
+        return Err(usage(anyhow::anyhow!("empty --check command {empty:?}")));
+    }
+    let follow_up_to = args.follow_up.as_deref().map(task_id).transpose()?;
+    let repos = parse_repos(args.repo.as_slice())?;
+    let local = open(config).await?;
+    local.services().await.map_err(cli_error)?;
+    let progress = StderrProgress::new();
+    let submission = Submission {
+        kind: TaskKind::Change,
+        prompt: request,
+        repos,
+        follow_up_to,
+        checks: (!args.checks.is_empty() || args.follow_up.is_none()).then(|| args.checks.clone()),
+        baseline: args.baseline,
+        publish: args.publish,
+    };
+    let task = local
+        .submit(submission, &|line| progress.line(line))
+        .await
+        .map_err(cli_error)?;
+    let code = follow_and_print(&local, &task.id, args.json, &progress).await?;
+    if args.apply {
+        apply_after_run(&local, &task.id, &progress).await?;
+    }
+    Ok(code)
+}
+
+/// Runs the task here until it settles, showing its events, then prints it. The first Ctrl-C
+/// cancels the task (its cancelled result is printed; the command exits 130); a second one
+/// exits at once.
+async fn follow_and_print(
+    local: &Local,
+    id: &TaskId,
+    json: bool,
+    progress: &StderrProgress,
+) -> anyhow::Result<u8> {
+    let interrupt = async {
+        crate::interrupt::ctrl_c().await;
+        progress.line("warden: cancelling (Ctrl-C; press it again to exit at once)");
+    };
+    let task = local
+        .drive(id, &|event| progress.emit(event), interrupt)
+        .await
+        .map_err(cli_error)?;
+    render::print_outcome(&local::task_json(&task), json)
+}
+
+/// `--apply`: the proposal fetched into the (local) repository as branch `warden/<task-id>`.
+async fn apply_after_run(
+    local: &Local,
+    id: &TaskId,
+    progress: &StderrProgress,
+) -> anyhow::Result<()> {
+    let task = local.task(id).await.map_err(cli_error)?;
+    if proposal_of(&task).is_none() {
+        return Ok(());
+    }
+    let (spec, mirror) = local.mirror(&task).await.map_err(cli_error)?;
+    let Source::Path(path) = &spec.source else {
+        progress.line("warden: --apply needs a local repository; use warden apply --repo");
+        return Ok(());
+    };
+    let branch = format!("warden/{id}");
+    match warden_repo::proposal::fetch_proposal_into(
+        local.repos.git(),
+        &mirror,
+        id.as_str(),
+        path,
+        &branch,
+    ) {
+        Ok(_) => progress.line(&format!(
+            "warden: branch {branch} created in {} (work tree untouched)",
+            path.display()
+        )),
+        Err(error) => progress.line(&format!("warden: --apply failed: {error}")),
+    }
+    Ok(())
+}
+
+fn proposal_of(task: &warden_store::Task) -> Option<warden_protocol::Proposal> {
+    let result: ChangeResult = serde_json::from_value(task.result.clone()?).ok()?;
+    match result.outcome {
+        ChangeOutcome::Proposal { proposal, .. } => Some(*proposal),
+        _ => None,
+    }
+}
+
+/// `warden answer TASK TEXT`: a task waiting for input resumes with the answer; a finished one
+/// is continued by a follow-up of its kind (a change on its proposal).
+pub async fn answer(config: Config, task: &str, reply: &str, json: bool) -> anyhow::Result<u8> {
+    let id = task_id(task)?;
+    if reply.trim().is_empty() {
+        return Err(usage(anyhow::anyhow!("the answer is empty")));
+    }
+    let local = open(config).await?;
+    let next = local.answer(&id, reply).await.map_err(cli_error)?;
+    if next.id == id {
+        eprintln!("warden: {id} resumes");
+    } else {
+        eprintln!("warden: {id} had ended; the answer started {}", next.id);
+    }
+    let progress = StderrProgress::new();
+    follow_and_print(&local, &next.id, json, &progress).await
+}
+
+/// `warden approve ID --hash H`: decided through the front door, then the task runs here:
+/// its proposal is published. Approving again with the same hash resumes a publication a
+/// crash interrupted.
+pub async fn approve(config: Config, args: crate::approve::ApproveArgs) -> anyhow::Result<u8> {
+    let mut config = config;
+    if let Some(text) = &args.github {
+        let github = warden_server::github::GithubRepo::parse(text)
+            .ok_or_else(|| usage(anyhow::anyhow!("--github {text:?} is not owner/name")))?;
+        // This process publishes: the repository's target is the one given.
+        let store = warden_server::serve::open_store(&local::database_url(&config.home)).await?;
+        let approval = store
+            .get_approval(args.id.trim())
+            .await?
+            .ok_or_else(|| usage(anyhow::anyhow!("approval {} not found", args.id.trim())))?;
+        let task = store
+            .get_task(&approval.task)
+            .await?
+            .ok_or_else(|| usage(anyhow::anyhow!("approval {} has no task", args.id.trim())))?;
+        drop(store);
+        for repo in &task.repos {
+            config.github.targets.retain(|t| t.repo != repo.name);
+            config
+                .github
+                .targets
+                .push(warden_server::config::PublishTarget {
+                    repo: repo.name.clone(),
+                    github: github.clone(),
+                    base: None,
+                });
+        }
+    }
+    let local = open(config).await?;
+    let decided = match local
+        .decide(
+            args.id.trim(),
+            warden_store::Decision::Approve,
+            Some(args.hash.trim()),
+        )
+        .await
+    {
+        Ok(decided) => decided,
+        Err(refusal) => {
+            // Approved before and its publication did not finish (a crash): resume it.
+            let approval = local
+                .tasks
+                .approval(&local::principal(), args.id.trim())
+                .await
+                .ok();
+            match approval {
+                Some(approval)
+                    if matches!(
+                        approval.status,
+                        warden_store::ApprovalStatus::Approved
+                            | warden_store::ApprovalStatus::Consumed
+                    ) && approval.subject_hash == args.hash.trim()
+                        && !local
+                            .task(&approval.task)
+                            .await
+                            .map_err(cli_error)?
+                            .status
+                            .is_terminal() =>
+                {
+                    eprintln!(
+                        "warden: resuming the publication approved by {}",
+                        approval.id
+                    );
+                    approval
+                }
+                _ => return Err(cli_error(refusal)),
+            }
+        }
+    };
+    eprintln!(
+        "warden: approved {}; publishing task {}",
+        decided.id, decided.task
+    );
+    let progress = StderrProgress::new();
+    let code = follow_and_print(&local, &decided.task, false, &progress).await?;
+    // A publication that failed says why on stderr too, and how to finish it.
+    let task = local.task(&decided.task).await.map_err(cli_error)?;
+    let failed = task
+        .result
+        .as_ref()
+        .filter(|r| r.pointer("/publication/status").and_then(|s| s.as_str()) == Some("failed"))
+        .and_then(|r| r["notices"].as_array())
+        .and_then(|notices| {
+            notices
+                .iter()
+                .filter_map(|n| n.as_str())
+                .rfind(|n| n.starts_with("publication failed"))
+                .map(str::to_string)
+        });
+    match failed {
+        Some(notice) => Err(anyhow::anyhow!("{}", text::one_line(&notice))),
+        None => Ok(code),
+    }
+}
+
+/// `warden reject ID`: nothing is published; the task ends with its proposal unpublished.
+pub async fn reject(config: Config, args: crate::approve::RejectArgs) -> anyhow::Result<u8> {
+    let local = open(config).await?;
+    let decided = local
+        .decide(args.id.trim(), warden_store::Decision::Reject, None)
+        .await
+        .map_err(cli_error)?;
+    let progress = StderrProgress::new();
+    let interrupt = std::future::pending::<()>();
+    local
+        .drive(&decided.task, &|event| progress.emit(event), interrupt)
+        .await
+        .map_err(cli_error)?;
+    println!("rejected {}: nothing was published", decided.id);
+    Ok(0)
+}
+
+/// `warden cancel TASK`: the task is cancelled; a run of it in another process stops within
+/// about a second.
+pub async fn cancel(config: Config, task: &str, json: bool) -> anyhow::Result<u8> {
+    let id = task_id(task)?;
+    let local = open(config).await?;
+    let task = local.task(&id).await.map_err(cli_error)?;
+    if task.status.is_terminal() {
+        return Err(usage(anyhow::anyhow!(
+            "task {id} is {}: only an unfinished task can be cancelled",
+            render::debug_name::<TaskStatus>(&json!(task.status)).to_lowercase()
+        )));
+    }
+    let cancelled = local.cancel(&id).await.map_err(cli_error)?;
+    let view = local::task_json(&cancelled);
+    if json {
+        println!("{}", text::json_line(&view));
+    } else {
+        println!(
+            "{id}: {}",
+            text::one_line(view["status"].as_str().unwrap_or("unknown"))
+        );
+    }
+    Ok(0)
+}
+
+/// `warden retry TASK`: the finished task again as a new task on the same commits, run here.
+pub async fn retry(config: Config, task: &str, json: bool) -> anyhow::Result<u8> {
+    let id = task_id(task)?;
+    let local = open(config).await?;
+    local.services().await.map_err(cli_error)?;
+    let retried = local.retry(&id).await.map_err(cli_error)?;
+    eprintln!("warden: retrying {id} as {}", retried.id);
+    let progress = StderrProgress::new();
+    follow_and_print(&local, &retried.id, json, &progress).await
+}
+
+/// `warden show`.
+pub async fn show(config: Config, task: &str, json: bool) -> anyhow::Result<u8> {
+    let id = task_id(task)?;
+    let local = open(config).await?;
+    let task = local.task(&id).await.map_err(cli_error)?;
+    render::print_task(&local::task_json(&task), json)
+}
+
+/// `warden tasks`.
+pub async fn tasks(config: Config, json: bool) -> anyhow::Result<u8> {
+    let local = open(config).await?;
+    let tasks: Vec<_> = local
+        .list(200)
+        .await
+        .map_err(cli_error)?
+        .iter()
+        .map(local::task_json)
+        .collect();
+    render::print_tasks(&tasks, json)?;
+    Ok(0)
+}
+
+/// `warden logs TASK`: every run's journal, its hash chain verified; `--follow` runs the task
+/// here if it still waits for a worker (a run of a process that died is re-queued once its
+/// lease expires and resumes from its journal) and prints its result.
+pub async fn logs(config: Config, task: &str, follow: bool, json: bool) -> anyhow::Result<u8> {
+    let id = task_id(task)?;
+    let local = open(config).await?;
+    if follow {
+        let progress = StderrProgress::new();
+        return follow_and_print(&local, &id, json, &progress).await;
+    }
+    let journals = local.journals(&id).await.map_err(cli_error)?;
+    let mut broken = Vec::new();
+    for journal in &journals {
+        if json {
+            for record in &journal.records {
+                println!("{}", text::json_line(record));
+            }
+        } else {
+            render::print_run_timeline(&id, Some(&json!(journal.run)), &journal.records);
+        }
+        if !journal.chain_ok {
+            broken.push(journal.run.to_string());
+        }
+    }
+    if !broken.is_empty() {
+        anyhow::bail!(
+            "journal hash chain broken in run {} of {id}: a record was changed, removed or \
+             inserted after it was written",
+            broken.join(", ")
+        );
+    }
+    eprintln!("warden: journal hash chain verified");
+    Ok(0)
+}
+
+/// `warden diff TASK`.
+pub async fn diff(config: Config, args: &crate::diff::DiffArgs) -> anyhow::Result<u8> {
+    let id = task_id(&args.task)?;
+    let local = open(config).await?;
+    let (proposal, diff, truncated) = local.diff(&id).await.map_err(cli_error)?;
+    let view = json!({
+        "task_id": id.as_str(),
+        "repo": proposal.repo,
+        "base_commit": proposal.base_commit,
+        "commit": proposal.commit,
+        "hash": proposal.hash,
+        "diff": diff,
+        "truncated": truncated,
+        "sensitive_files": proposal.sensitive_files,
+    });
+    crate::diff::print_diff(&view, Some(&proposal), args);
+    Ok(0)
+}
+
+/// `warden apply TASK`: the proposal fetched into a repository as a branch.
+pub async fn apply(config: Config, args: crate::apply::ApplyArgs) -> anyhow::Result<u8> {
+    let id = task_id(&args.task)?;
+    let local = open(config).await?;
+    let task = local.task(&id).await.map_err(cli_error)?;
+    if task.kind != TaskKind::Change {
+        return Err(usage(anyhow::anyhow!("task {id} is not a change task")));
+    }
+    let Some(proposal) = proposal_of(&task) else {
+        return Err(usage(anyhow::anyhow!(
+            "task {id} has no proposal (status {})",
+            render::debug_name::<TaskStatus>(&json!(task.status))
+        )));
+    };
+    let (spec, mirror) = local.mirror(&task).await.map_err(cli_error)?;
+    let target: PathBuf = match (&args.repo, &spec.source) {
+        (Some(path), _) => path.clone(),
+        (None, Source::Path(path)) => path.clone(),
+        _ => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let branch = args
+        .branch
+        .clone()
+        .unwrap_or_else(|| format!("warden/{id}"));
+    crate::apply::fetch(local.repos.git(), &mirror, &id, &proposal, &target, &branch)
+}

@@ -1,0 +1,163 @@
+//! What the task commands print, the same for in-process tasks and a server's: a settled
+//! task's result (human-readable or its JSON) with the exit code of SPEC §2, `show`, `tasks`
+//! and a run's timeline. Everything is rendered from the task JSON of `GET /v1/tasks/{id}`,
+//! which the in-process path builds with the same function the API uses.
+
+use crate::{ask, run, text};
+use serde_json::Value;
+use warden_protocol::{ChangeResult, QuestionResult, TaskId, TaskKind, TaskStatus};
+
+/// Prints a settled task's result like the in-process path and returns its exit code.
+pub fn print_outcome(task: &Value, json: bool) -> anyhow::Result<u8> {
+    let id = task_id_of(task)?;
+    let status = status_of(task);
+    let Some(result) = task.get("result").filter(|r| r.is_object()) else {
+        // Settled without a result: cancelled while queued, or waiting before it started.
+        if json {
+            println!("{}", text::json_line(task));
+        } else {
+            println!(
+                "Task {id} is {} without a result",
+                text::one_line(task["status"].as_str().unwrap_or("unknown"))
+            );
+        }
+        return Ok(match status {
+            Some(TaskStatus::WaitingApproval) => 4,
+            Some(TaskStatus::WaitingInput) => 3,
+            _ => 1,
+        });
+    };
+    if let Some(line) = finish_line(task, result) {
+        eprintln!("warden: {}", text::block(&line, "      "));
+    }
+    if json {
+        println!("{}", text::json_line(result));
+    } else {
+        print!("{}", render(task, result));
+    }
+    let code = exit_code(result);
+    if code == 3 {
+        eprintln!("warden: answer it with: warden answer {id} \"…\"");
+    }
+    Ok(code)
+}
+
+/// The progress line a settled task ends with (answered with how many citations, the
+/// proposal and its checks, the failure), for a result this build understands.
+pub fn finish_line(task: &Value, result: &Value) -> Option<String> {
+    match serde_json::from_value::<TaskKind>(task["kind"].clone()).ok()? {
+        TaskKind::Question => serde_json::from_value::<QuestionResult>(result.clone())
+            .ok()
+            .map(|r| ask::finish_line(&r)),
+        TaskKind::Change => serde_json::from_value::<ChangeResult>(result.clone())
+            .ok()
+            .map(|r| run::finish_line(&r)),
+        TaskKind::Maintain => None,
+    }
+}
+
+/// The human-readable result with the in-process renderers; JSON (escaped) for a result this
+/// build does not understand. The renderers escape model and repository text; the fields they
+/// print as they are (ids, hashes, statuses) come from the server here, so the whole text gets
+/// a last pass too.
+pub fn render(task: &Value, result: &Value) -> String {
+    let kind: Option<TaskKind> = serde_json::from_value(task["kind"].clone()).ok();
+    let rendered = match kind {
+        Some(TaskKind::Question) => serde_json::from_value::<QuestionResult>(result.clone())
+            .ok()
+            .map(|r| ask::render_result(&r)),
+        Some(TaskKind::Change) => serde_json::from_value::<ChangeResult>(result.clone())
+            .ok()
+            .map(|r| run::render_change(&r)),
+        _ => None,
+    }
+    .map(|rendered| text::lines(&rendered));
+    rendered.unwrap_or_else(|| {
+        let pretty = serde_json::to_string_pretty(result).unwrap_or_default();
+        format!("{}\n", text::block(&pretty, ""))
+    })
+}
+
+/// SPEC §2 from the result JSON (§5), as `QuestionResult::exit_code` and
+/// `ChangeResult::exit_code` compute it.
+pub fn exit_code(result: &Value) -> u8 {
+    match result["outcome"].as_str() {
+        Some("proposal") if result["publication"]["status"] == "awaiting_approval" => 4,
+        Some("proposal") if result["publication"]["status"] == "failed" => 1,
+        Some("answer" | "proposal" | "no_change") => 0,
+        Some("clarification") => 3,
+        _ => 1,
+    }
+}
+
+pub fn debug_name<T: serde::de::DeserializeOwned + std::fmt::Debug>(value: &Value) -> String {
+    serde_json::from_value::<T>(value.clone())
+        .map(|v| format!("{v:?}"))
+        .unwrap_or_else(|_| text::one_line(value.as_str().unwrap_or("?")))
+}
+
+/// The task's status, if it is one this build knows.
+pub fn status_of(task: &Value) -> Option<TaskStatus> {
+    serde_json::from_value(task["status"].clone()).ok()
+}
+
+/// The task's id, checked.
+pub fn task_id_of(task: &Value) -> anyhow::Result<TaskId> {
+    crate::remote::task_id_of(task)
+}
+
+/// `warden show`: the task as JSON, or a summary line, its prompt and its result.
+pub fn print_task(task: &Value, json: bool) -> anyhow::Result<u8> {
+    if json {
+        println!("{}", text::json_pretty(task)?);
+        return Ok(0);
+    }
+    println!(
+        "{} · {} · {} · {}",
+        text::one_line(task["id"].as_str().unwrap_or("?")),
+        debug_name::<TaskKind>(&task["kind"]),
+        debug_name::<TaskStatus>(&task["status"]),
+        text::one_line(task["created_at"].as_str().unwrap_or_default())
+    );
+    println!(
+        "prompt: {}",
+        text::block(task["prompt"].as_str().unwrap_or_default(), "  ")
+    );
+    if let Some(result) = task.get("result").filter(|r| r.is_object()) {
+        print!("{}", render(task, result));
+    }
+    Ok(0)
+}
+
+/// `warden tasks`: one line a task, or the tasks as JSON.
+pub fn print_tasks(tasks: &[Value], json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", text::json_pretty(tasks)?);
+        return Ok(());
+    }
+    for task in tasks {
+        println!(
+            "{}  {:<10} {:<9} {}",
+            text::one_line(task["id"].as_str().unwrap_or("?")),
+            text::one_line(task["status"].as_str().unwrap_or("?")),
+            text::one_line(task["kind"].as_str().unwrap_or("?")),
+            text::one_line(
+                task["prompt"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .lines()
+                    .next()
+                    .unwrap_or_default()
+            )
+        );
+    }
+    Ok(())
+}
+
+/// A run's timeline, headed by the task and run.
+pub fn print_run_timeline(id: &TaskId, run: Option<&Value>, records: &[Value]) {
+    if let Some(run) = run {
+        println!("{id} · run {}", text::json_line(run));
+        print!("{}", crate::timeline::render(records));
+    }
+}

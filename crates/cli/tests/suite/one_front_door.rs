@@ -1,0 +1,116 @@
+//! One front door: the in-process CLI and the HTTP API go through the same `TaskService`, so
+//! the same request is refused with the same sentence by both, and an in-process task is kept
+//! and run exactly like a served one (the same store, the same worker code).
+
+use serde_json::{json, Value};
+
+use super::server_harness::{sample_repo, Server, Token, ALICE};
+use super::support::Warden;
+
+const TOKENS: &[Token] = &[("alice", "admin", ALICE)];
+
+/// The refusal message of an API error body.
+fn message(body: &Value) -> String {
+    body["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn the_cli_and_the_api_refuse_the_same_request_with_the_same_sentence() {
+    let repo = sample_repo();
+    let warden = Warden::faux();
+    let server = Server::start(&warden, TOKENS);
+    server.register("app", &repo);
+    let path = repo.path().to_str().unwrap();
+
+    // Seventeen checks: one more than a change may give.
+    let checks: Vec<String> = (0..17).map(|n| format!("true {n}")).collect();
+    let mut args = vec!["run", "--repo", path];
+    for check in &checks {
+        args.extend(["--check", check.as_str()]);
+    }
+    args.push("do it");
+    let local = warden.run(&args);
+    assert_eq!(local.code, 2, "{}", local.stderr);
+    let (status, body) = server.request(
+        "POST",
+        "/v1/tasks",
+        Some(ALICE),
+        Some(&json!({"kind": "change", "repo": "app", "prompt": "do it", "checks": checks})),
+    );
+    assert_eq!(status, 422, "{body}");
+    let sentence = message(&body);
+    assert_eq!(sentence, "at most 16 check commands");
+    assert!(
+        local.stderr.contains(&sentence),
+        "in-process: {}\nHTTP: {sentence}",
+        local.stderr
+    );
+
+    // A malformed approval hash, for an approval that exists on neither side yet: the
+    // visibility check comes first on both.
+    let local = warden.run(&[
+        "approve",
+        "apr_01HZY8Q6K9V2M3N4P5R6S7T8V9",
+        "--hash",
+        "nope",
+    ]);
+    assert_eq!(local.code, 2, "{}", local.stderr);
+    let (status, body) = server.request(
+        "POST",
+        "/v1/approvals/apr_01HZY8Q6K9V2M3N4P5R6S7T8V9",
+        Some(ALICE),
+        Some(&json!({"decision": "approve", "hash": "nope"})),
+    );
+    assert_eq!(status, 404, "{body}");
+    assert!(
+        local.stderr.contains(&message(&body)),
+        "in-process: {}\nHTTP: {}",
+        local.stderr,
+        message(&body)
+    );
+
+    // A message to a finished task's follow-up that is empty.
+    let asked = warden.run(&["ask", "--repo", path, "--json", "where is retry?"]);
+    assert_eq!(asked.code, 0, "{}", asked.stderr);
+    let id = asked.json()["task_id"].as_str().unwrap().to_string();
+    let local = warden.run(&["answer", &id, "   "]);
+    assert_eq!(local.code, 2, "{}", local.stderr);
+    server.terminate();
+}
+
+#[test]
+fn an_in_process_task_is_a_stored_task_like_a_served_one() {
+    let repo = sample_repo();
+    let warden = Warden::faux();
+    let path = repo.path().to_str().unwrap();
+    let asked = warden.run(&["ask", "--repo", path, "--json", "where is retry?"]);
+    assert_eq!(asked.code, 0, "{}", asked.stderr);
+    let id = asked.json()["task_id"].as_str().unwrap().to_string();
+    // The task JSON is the API's: the same fields `GET /v1/tasks/{id}` serves.
+    let shown = warden.run(&["show", &id, "--json"]).json();
+    for field in [
+        "id",
+        "kind",
+        "status",
+        "owner",
+        "prompt",
+        "repos",
+        "created_at",
+        "result",
+    ] {
+        assert!(shown.get(field).is_some(), "{field} missing: {shown}");
+    }
+    assert_eq!(shown["owner"], "local");
+    assert_eq!(shown["status"], "completed");
+    assert_eq!(shown["result"], asked.json());
+    // Kept in the store under WARDEN_HOME, not as files.
+    assert!(warden.home.path().join("local.db").is_file());
+    assert!(!warden.home.path().join("tasks").exists());
+    // Its run journal is the store's, hash-chained.
+    let logs = warden.run(&["logs", &id, "--json"]);
+    assert_eq!(logs.code, 0, "{}", logs.stderr);
+    assert!(logs.stdout.lines().count() >= 4, "{}", logs.stdout);
+}
