@@ -20,7 +20,7 @@ use utoipa_axum::routes;
 use warden_store::{Approval, ApprovalStatus, Decision};
 
 use super::auth::Caller;
-use super::schema::ErrorBody;
+use super::schema::{ApprovalStatusFilterName, ApprovalStatusName, ErrorBody};
 use super::{ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
 use crate::tasks::{ApprovalListing, MAX_PAGE};
 use crate::time::rfc3339;
@@ -37,7 +37,7 @@ pub struct ApprovalView {
     pub kind: String,
     /// `sha256:` + 64 hex digits: the hash of exactly what is approved.
     pub subject_hash: String,
-    /// `pending`, `approved`, `rejected` or `consumed` (approved and used).
+    #[schema(value_type = ApprovalStatusName)]
     pub status: String,
     pub created_at: String,
     pub decided_by: Option<String>,
@@ -65,6 +65,7 @@ enum DecisionName {
 struct DecideApproval {
     decision: DecisionName,
     /// The approval's `subject_hash`, exactly.
+    #[schema(pattern = "^sha256:[0-9a-f]{64}$")]
     hash: String,
 }
 
@@ -142,10 +143,11 @@ fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiError> {
 /// `status` says otherwise.
 #[utoipa::path(get, path = "/v1/approvals", tag = "approvals",
     params(
-        ("status" = Option<String>, Query,
+        ("status" = Option<ApprovalStatusFilterName>, Query,
             description = "`pending` (default), `approved`, `rejected`, `consumed` or `all`"),
-        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
-        ("limit" = Option<u32>, Query, description = "1-200, default 50"),
+        ("cursor" = Option<String>, Query, pattern = "^[A-Za-z0-9_]{0,100}$",
+            description = "`next_cursor` of the previous page"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "1-200, default 50"),
     ),
     responses(
         (status = 200, description = "A page of approvals", body = ApprovalPage),

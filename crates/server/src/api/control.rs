@@ -16,7 +16,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::auth::Caller;
-use super::schema::{ErrorBody, TaskView};
+use super::schema::{ErrorBody, NonBlankText, TaskView};
 use super::{ApiError, ApiJson, ApiPath, ApiState};
 use crate::task_view::task_json;
 
@@ -71,7 +71,9 @@ async fn retry_task(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct PostMessage {
-    /// 1 byte to 64 KiB, not only whitespace.
+    /// Not only whitespace, no NUL character; at most 64 KiB (65536 bytes) once surrounding
+    /// whitespace is dropped.
+    #[schema(value_type = NonBlankText)]
     text: String,
 }
 

@@ -40,7 +40,7 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::auth::{identify, presented_digest, Caller};
-use super::schema::ErrorBody;
+use super::schema::{ErrorBody, StreamMessage};
 use super::{ApiError, ApiPath, ApiState, ErrorCode};
 use crate::hub::{Selection, Subscription};
 
@@ -232,13 +232,15 @@ fn event_stream(subscription: Subscription, check: TokenCheck) -> Response {
 #[utoipa::path(get, path = "/v1/tasks/{id}/events", tag = "events",
     params(
         ("id" = String, Path, description = "The task id"),
-        ("after" = Option<u64>, Query, description = "Resume after this task sequence number"),
-        ("Last-Event-ID" = Option<String>, Header,
-            description = "Resume after this id (wins over `after`)"),
+        ("after" = Option<u64>, Query, maximum = 9223372036854775807_u64,
+            description = "Resume after this task sequence number"),
+        // Trimmed, then read as a u64, which takes a leading `+`.
+        ("Last-Event-ID" = Option<String>, Header, pattern = r"^[\t ]*(\+?[0-9]+)?[\t ]*$",
+            description = "Resume after this id, 0 to 2^63-1 (wins over `after`; empty: none)"),
     ),
     responses(
         (status = 200, description = "`id: <task_seq>`, `event: <type>`, `data: {seq, task_seq, task, at, event}` messages and `: keep-alive` comments",
-            content_type = "text/event-stream", body = String),
+            content_type = "text/event-stream", body = StreamMessage),
         (status = 400, description = "A malformed cursor or query", body = ErrorBody),
         (status = 401, description = "No or an invalid token", body = ErrorBody),
         (status = 404, description = "No such task visible to this token", body = ErrorBody),
@@ -267,14 +269,14 @@ async fn task_events(
 /// Every visible task's events as Server-Sent Events, from now on or after a cursor.
 #[utoipa::path(get, path = "/v1/events", tag = "events",
     params(
-        ("after" = Option<u64>, Query,
+        ("after" = Option<u64>, Query, maximum = 9223372036854775807_u64,
             description = "Resume after this global sequence number (0: from the beginning); without a cursor the stream starts at the current end"),
-        ("Last-Event-ID" = Option<String>, Header,
-            description = "Resume after this id (wins over `after`)"),
+        ("Last-Event-ID" = Option<String>, Header, pattern = r"^[\t ]*(\+?[0-9]+)?[\t ]*$",
+            description = "Resume after this id, 0 to 2^63-1 (wins over `after`; empty: none)"),
     ),
     responses(
         (status = 200, description = "`id: <seq>`, `event: <type>`, `data: {seq, task_seq, task, at, event}` messages and `: keep-alive` comments; admins see every task, others their own",
-            content_type = "text/event-stream", body = String),
+            content_type = "text/event-stream", body = StreamMessage),
         (status = 400, description = "A malformed cursor or query", body = ErrorBody),
         (status = 401, description = "No or an invalid token", body = ErrorBody),
         (status = 429, description = "Too many requests or failed authentications (with Retry-After), or `too_many_streams`: the token holds serve.max_streams_per_token open streams already", body = ErrorBody),

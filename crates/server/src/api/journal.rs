@@ -159,9 +159,11 @@ fn cursor_of(record: &JournalRecordView) -> String {
 #[utoipa::path(get, path = "/v1/tasks/{id}/journal", tag = "tasks",
     params(
         ("id" = String, Path, description = "The task id"),
-        ("run" = Option<u32>, Query, minimum = 1,
+        // A run number is a u32: `int64` with a maximum, as `int32` would stop at 2^31 - 1.
+        ("run" = Option<i64>, Query, minimum = 1, maximum = 4294967295_i64,
             description = "Only this run (from 1); no runs when it does not exist"),
-        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
+        ("cursor" = Option<String>, Query, pattern = r"^([0-9]+\.[0-9]+)?$",
+            description = "`next_cursor` of the previous page (`<run>.<seq>`)"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 200,
             description = "Records a page holds: 1-200, default 50"),
     ),

@@ -15,7 +15,7 @@ use warden_repo::{RepoSpec, Source};
 use warden_store::{NewRepo, Repository};
 
 use super::auth::{ApiRole, Caller};
-use super::schema::{ErrorBody, RepoPage, RepoView};
+use super::schema::{CommandLine, ErrorBody, RepoName, RepoPage, RepoView, Revision};
 use super::{ApiError, ApiJson, ApiState, ErrorCode};
 use crate::tasks::{valid_repo_name, valid_rev};
 use crate::time::rfc3339;
@@ -24,22 +24,31 @@ use crate::time::rfc3339;
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct RegisterRepo {
-    /// 1-100 letters, digits, `.`, `_` or `-`, not starting with `.` or `-`.
+    #[schema(value_type = RepoName)]
     name: String,
     /// An absolute path on the server or a git URL.
+    // `RepoSpec::parse`: not empty, no control characters.
+    #[schema(min_length = 1, pattern = r"^[^\u0000-\u001f\u007f-\u009f]+$")]
     source: String,
+    /// The branch tasks start from by default.
     #[serde(default)]
+    #[schema(value_type = Option<Revision>)]
     branch: Option<String>,
+    /// Check commands a change task runs on its proposal.
     #[serde(default)]
+    #[schema(value_type = Vec<CommandLine>, max_items = 50)]
     checks: Vec<String>,
     /// Absolute directories on the server shown read-only (at the same path) in this
     /// repository's sandboxes: toolchains. Never under `WARDEN_HOME`, `/proc`, `/sys`, `/dev`
-    /// or `/etc`, never `/` or the Warden user's home; each must exist.
+    /// or `/etc`, never `/` or the Warden user's home; each must exist, under one of the
+    /// server's `[sandbox] repo_mount_roots`.
     #[serde(default)]
+    #[schema(max_items = 50, pattern = r"^/[^\u0000]*$")]
     mounts: Vec<String>,
     /// Commands run before a change task's agent with this repository's dependency cache
     /// writable (no network); they replace `[sandbox] prepare`.
     #[serde(default)]
+    #[schema(value_type = Vec<CommandLine>, max_items = 50)]
     prepare: Vec<String>,
 }
 

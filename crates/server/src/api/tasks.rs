@@ -15,7 +15,10 @@ use utoipa_axum::routes;
 use warden_protocol::{TaskId, TaskKind, TaskStatus};
 
 use super::auth::Caller;
-use super::schema::{ErrorBody, TaskPage, TaskView};
+use super::schema::{
+    CommandLine, ErrorBody, NonBlankText, RepoRef, SubmitKindName, TaskPage, TaskStatusName,
+    TaskView,
+};
 use super::{ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
 use crate::task_view::task_json;
 use crate::tasks::{Idempotency, Submission, TaskListing, MAX_PAGE};
@@ -31,21 +34,35 @@ pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
 /// A task to run.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"kind": "question", "repo": "app", "prompt": "how does retry work?"})))]
 struct SubmitTask {
+    #[schema(value_type = SubmitKindName)]
     kind: String,
+    /// The one repository to work on; give `repo` or `repos`, not both.
     #[serde(default)]
+    #[schema(value_type = Option<RepoRef>)]
     repo: Option<String>,
+    /// The repositories to work on (a change works on exactly one); none with `follow_up_to`
+    /// keeps that task's exact commits.
     #[serde(default)]
+    #[schema(value_type = Option<Vec<RepoRef>>, max_items = 16)]
     repos: Option<Vec<String>>,
+    /// The question or change request.
+    #[schema(value_type = NonBlankText)]
     prompt: String,
+    /// Questions: the id of an earlier question of yours this one continues.
     #[serde(default)]
     follow_up_to: Option<String>,
     #[serde(default)]
     callback: Option<CallbackRequest>,
+    /// Any JSON object kept with the task: no NUL character in its keys or strings, and the
+    /// key `warden` is reserved.
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     metadata: Option<Value>,
-    /// Change tasks: check commands replacing the registered repository's (at most 16).
+    /// Change tasks: check commands replacing the registered repository's.
     #[serde(default)]
+    #[schema(value_type = Option<Vec<CommandLine>>, max_items = 16)]
     checks: Option<Vec<String>>,
     /// Change tasks: publish a proposal after an approval bound to its hash (the task then
     /// waits in `waiting_approval`; a `publish_sensitive` approval when the diff touches
@@ -102,11 +119,14 @@ impl SubmitTask {
 
 /// Submits a task; honours `Idempotency-Key`.
 #[utoipa::path(post, path = "/v1/tasks", tag = "tasks", request_body = SubmitTask,
-    params(("Idempotency-Key" = Option<String>, Header,
-        description = "Same key and body: the same task; same key, other body: an error")),
+    // The characters only: HTTP drops a value's surrounding spaces and tabs before the server
+    // reads it, so the length sent is not the length checked.
+    params(("Idempotency-Key" = Option<String>, Header, pattern = r"^[\t\u0020-\u007e]+$",
+        description = "Same key and body: the same task; same key, other body: an error. \
+            1-255 visible ASCII characters, spaces or tabs")),
     responses(
         (status = 202, description = "Accepted (queued), or replayed for a known key", body = TaskView),
-        (status = 400, description = "The body is not JSON", body = ErrorBody),
+        (status = 400, description = "The body is not JSON, or the Idempotency-Key is malformed", body = ErrorBody),
         (status = 401, description = "No or an invalid token", body = ErrorBody),
         (status = 403, description = "A viewer token", body = ErrorBody),
         (status = 413, description = "The body is too large", body = ErrorBody),
@@ -205,9 +225,10 @@ fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiError> {
 /// Tasks visible to the token, newest first.
 #[utoipa::path(get, path = "/v1/tasks", tag = "tasks",
     params(
-        ("cursor" = Option<String>, Query, description = "`next_cursor` of the previous page"),
-        ("limit" = Option<u32>, Query, description = "1-200, default 50"),
-        ("status" = Option<String>, Query, description = "Only tasks in this status"),
+        ("cursor" = Option<String>, Query, pattern = "^(tsk_[0-9A-HJKMNP-TV-Z]{26})?$",
+            description = "`next_cursor` of the previous page"),
+        ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "1-200, default 50"),
+        ("status" = Option<TaskStatusName>, Query, description = "Only tasks in this status"),
     ),
     responses(
         (status = 200, description = "A page of tasks", body = TaskPage),

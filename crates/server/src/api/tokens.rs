@@ -15,7 +15,7 @@ use utoipa_axum::routes;
 use warden_store::{ApiToken, StoreError};
 
 use super::auth::{mint_token, require_admin, ApiRole, Caller};
-use super::schema::ErrorBody;
+use super::schema::{ErrorBody, RoleName};
 use super::{ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
 use crate::time::rfc3339;
 
@@ -28,12 +28,14 @@ pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
 /// A token to create.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(examples(json!({"role": "viewer", "name": "dashboard"})))]
 struct CreateToken {
-    /// `admin`, `operator` or `viewer`.
+    #[schema(value_type = RoleName)]
     role: String,
-    /// Who the token acts as (owner of its tasks): 1-64 letters, digits, `-`, `_`, `.`, `@`.
-    /// Default: the token's id.
+    /// Who the token acts as (owner of its tasks): 1-64 ASCII letters, digits, `-`, `_`, `.`,
+    /// `@`. Default: the token's id.
     #[serde(default)]
+    #[schema(pattern = "^[A-Za-z0-9._@-]{1,64}$", min_length = 1, max_length = 64)]
     name: Option<String>,
 }
 
@@ -43,7 +45,7 @@ pub struct TokenView {
     /// `tok_` + 16 hex digits.
     pub id: String,
     pub name: String,
-    /// `admin`, `operator` or `viewer`.
+    #[schema(value_type = RoleName)]
     pub role: String,
     pub created_by: String,
     /// RFC 3339, UTC.

@@ -10,4 +10,5 @@ mod events;
 mod failpoints;
 mod front_door;
 mod hardening;
+mod openapi;
 mod tasks_service;
