@@ -27,6 +27,16 @@ fn cli_error(error: LocalError) -> anyhow::Error {
 }
 
 async fn open(config: Config) -> anyhow::Result<Local> {
+    let old_records = config.home.join("tasks");
+    if old_records.is_dir() {
+        // Earlier versions kept in-process tasks as files; they are not read any more.
+        eprintln!(
+            "warden: note: {} holds task records of an earlier version, which are not read; \
+             in-process tasks are kept in {} (delete the old directory to silence this)",
+            old_records.display(),
+            config.home.join(local::DATABASE_FILE).display()
+        );
+    }
     Local::open(Arc::new(config)).await.map_err(cli_error)
 }
 

@@ -114,3 +114,24 @@ fn an_in_process_task_is_a_stored_task_like_a_served_one() {
     assert_eq!(logs.code, 0, "{}", logs.stderr);
     assert!(logs.stdout.lines().count() >= 4, "{}", logs.stdout);
 }
+
+#[test]
+fn task_records_of_an_earlier_version_are_named_as_not_read() {
+    let warden = Warden::faux();
+    let old = warden
+        .home
+        .path()
+        .join("tasks/tsk_01HZY8Q6K9V2M3N4P5R6S7T8V9");
+    std::fs::create_dir_all(&old).unwrap();
+    std::fs::write(old.join("task.json"), "{}").unwrap();
+    let shown = warden.run(&["show", "tsk_01HZY8Q6K9V2M3N4P5R6S7T8V9"]);
+    assert_eq!(shown.code, 2, "{}", shown.stderr);
+    assert!(
+        shown.stderr.contains("earlier version, which are not read"),
+        "{}",
+        shown.stderr
+    );
+    assert!(shown
+        .stderr
+        .contains("no task tsk_01HZY8Q6K9V2M3N4P5R6S7T8V9"));
+}
