@@ -3,7 +3,7 @@
 //! the sensitive files among them, and the unified diff with secrets and sensitive values
 //! redacted. Both in-process and with `--server` the view comes from the front door
 //! (`TaskService::proposal_diff`, served as `GET /v1/tasks/{id}/diff`) and its one producer
-//! (`warden_server::diff::redacted_proposal_diff`), and the text is escaped for the terminal.
+//! (`warden_engine::diff::redacted_proposal_diff`), and the text is escaped for the terminal.
 
 use serde_json::Value;
 use warden_protocol::Proposal;

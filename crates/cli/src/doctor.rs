@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use serde_json::json;
-use warden_server::config::{Config, ModelChoice};
+use warden_engine::config::{Config, ModelChoice};
 
 use crate::remote::RemoteOptions;
 
@@ -162,7 +162,7 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
 /// Which toolchain presets this machine has, which are configured, and the line to add for
 /// the others. Informational: the sandbox works without any.
 fn toolchain_check(config: &Config) -> Check {
-    use warden_server::toolchain::{detect, Preset};
+    use warden_engine::toolchain::{detect, Preset};
     let name = "toolchains";
     let Some(home) = std::env::var_os("HOME").map(std::path::PathBuf::from) else {
         return Check {
@@ -172,7 +172,7 @@ fn toolchain_check(config: &Config) -> Check {
         };
     };
     let configured = &config.sandbox.toolchains.presets;
-    let env = warden_server::config::ProcessEnv;
+    let env = warden_engine::config::ProcessEnv;
     let mut found = Vec::new();
     let mut system = Vec::new();
     for preset in Preset::ALL {
@@ -314,7 +314,7 @@ async fn probe_endpoint(model: &warden_models::ModelConfig) -> (bool, String) {
         }
     };
     let shown = warden_repo::redact_credentials(&url);
-    let key_variable = warden_server::config::key_variable(model.provider);
+    let key_variable = warden_engine::config::key_variable(model.provider);
     match request.send().await {
         Ok(response) => match response.status().as_u16() {
             200..=299 => (

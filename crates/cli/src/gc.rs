@@ -4,8 +4,8 @@
 //! keep_recent_mins`, stays; so do mirrors holding proposals. `--dry-run` only reports.
 
 use anyhow::Context;
+use warden_engine::config::Config;
 use warden_repo::{GcEntry, GcKind};
-use warden_server::config::Config;
 
 #[derive(Debug, clap::Args)]
 pub struct GcArgs {

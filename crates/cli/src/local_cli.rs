@@ -1,19 +1,19 @@
 //! The task commands without a server: the same tasks as `warden serve` runs, kept in the
 //! in-process store under `WARDEN_HOME` and run by a worker in this process
-//! ([`warden_server::local`]). This module parses what the person typed, submits, follows the
+//! ([`warden_service::local`]). This module parses what the person typed, submits, follows the
 //! task's events on stderr and prints with the renderers `--server` uses ([`crate::render`]);
-//! the checks and the running are the server crate's.
+//! the checks and the running are `warden-service`'s.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
 use serde_json::json;
+use warden_engine::config::Config;
 use warden_protocol::{ChangeOutcome, ChangeResult, TaskId, TaskKind, TaskStatus};
 use warden_repo::{RepoSpec, Source};
 use warden_runtime::EventSink;
-use warden_server::config::Config;
-use warden_server::local::{self, Local, LocalError, Submission};
+use warden_service::local::{self, Local, LocalError, Submission};
 
 use crate::progress::StderrProgress;
 use crate::{render, text, usage};
@@ -198,10 +198,10 @@ pub async fn answer(config: Config, task: &str, reply: &str, json: bool) -> anyh
 pub async fn approve(config: Config, args: crate::approve::ApproveArgs) -> anyhow::Result<u8> {
     let mut config = config;
     if let Some(text) = &args.github {
-        let github = warden_server::github::GithubRepo::parse(text)
+        let github = warden_engine::github::GithubRepo::parse(text)
             .ok_or_else(|| usage(anyhow::anyhow!("--github {text:?} is not owner/name")))?;
         // This process publishes: the repository's target is the one given.
-        let store = warden_server::serve::open_store(&local::database_url(&config.home)).await?;
+        let store = warden_service::compose::open_store(&local::database_url(&config.home)).await?;
         let approval = store
             .get_approval(args.id.trim())
             .await?
@@ -216,7 +216,7 @@ pub async fn approve(config: Config, args: crate::approve::ApproveArgs) -> anyho
             config
                 .github
                 .targets
-                .push(warden_server::config::PublishTarget {
+                .push(warden_engine::config::PublishTarget {
                     repo: repo.name.clone(),
                     github: github.clone(),
                     base: None,

@@ -229,9 +229,9 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         // Every check, even when the configuration does not load.
         return doctor_anyway(cli.config.as_deref(), &cli.remote, json, offline);
     }
-    let config = warden_server::config::Config::load(
+    let config = warden_engine::config::Config::load(
         cli.config.as_deref(),
-        &warden_server::config::ProcessEnv,
+        &warden_engine::config::ProcessEnv,
     )
     .map_err(usage)?;
     match cli.command {
@@ -278,7 +278,7 @@ fn doctor_anyway(
     json: bool,
     offline: bool,
 ) -> anyhow::Result<u8> {
-    use warden_server::config::{Config, ProcessEnv};
+    use warden_engine::config::{Config, ProcessEnv};
     let (config, config_error) = match Config::load(explicit, &ProcessEnv) {
         Ok(config) => (config, None),
         Err(error) => {
@@ -299,7 +299,7 @@ fn doctor_anyway(
 /// The environment as far as it says where Warden's state lives, and nothing else.
 struct HomeOnly;
 
-impl warden_server::config::Env for HomeOnly {
+impl warden_engine::config::Env for HomeOnly {
     fn var(&self, name: &str) -> Option<String> {
         matches!(name, "WARDEN_HOME" | "HOME")
             .then(|| std::env::var(name).ok())

@@ -1,13 +1,13 @@
 //! `warden serve` (API + workers, one per `WARDEN_HOME`) and `warden worker` (workers only,
 //! against a shared Postgres): reads the environment, takes the home lock, opens the store and
-//! hands over to `warden_server::serve`. Prints `warden: listening on http://ADDR` on stderr once
-//! the API accepts connections.
+//! hands over to `warden_api::serve` (or, for workers only, `warden_service::compose`). Prints
+//! `warden: listening on http://ADDR` on stderr once the API accepts connections. A `warden`
+//! built without the `serve` feature has no HTTP API: `warden serve` says so.
 
 use std::sync::Arc;
 
-use anyhow::Context;
-use warden_server::config::{Config, Env, ProcessEnv};
-use warden_server::serve::{self as service, ServeUsageError};
+use warden_engine::config::{Config, Env, ProcessEnv};
+use warden_service::compose::{self as service, ServeUsageError};
 
 use crate::usage;
 
@@ -19,7 +19,7 @@ fn usage_or(error: anyhow::Error) -> anyhow::Error {
     }
 }
 
-async fn open_store(url: &str) -> anyhow::Result<Arc<dyn warden_server::serve::Store>> {
+async fn open_store(url: &str) -> anyhow::Result<Arc<dyn service::Store>> {
     let store = service::open_store(url).await.map_err(usage)?;
     for notice in store.notices() {
         eprintln!("warden: {notice}");
@@ -27,12 +27,23 @@ async fn open_store(url: &str) -> anyhow::Result<Arc<dyn warden_server::serve::S
     Ok(store)
 }
 
+#[cfg(not(feature = "serve"))]
+pub async fn serve(_config: Config) -> anyhow::Result<u8> {
+    Err(usage(anyhow::anyhow!(
+        "this warden was built without the HTTP API (cargo feature `serve`): `warden serve` is \
+         not available; `warden worker` runs workers without it"
+    )))
+}
+
+#[cfg(feature = "serve")]
 pub async fn serve(config: Config) -> anyhow::Result<u8> {
+    use anyhow::Context;
     let env = ProcessEnv;
-    let _lock = warden_server::lock::lock_home(&config.home).map_err(usage)?;
+    let _lock = warden_service::lock::lock_home(&config.home).map_err(usage)?;
     let (tokens, token_file) =
-        service::api_tokens(env.var("WARDEN_API_TOKENS"), &config.home).map_err(usage_or)?;
-    let address = service::listen_address(env.var("WARDEN_LISTEN")).map_err(usage_or)?;
+        warden_api::serve::api_tokens(env.var("WARDEN_API_TOKENS"), &config.home)
+            .map_err(usage_or)?;
+    let address = warden_api::serve::listen_address(env.var("WARDEN_LISTEN")).map_err(usage_or)?;
     let url = service::database_url(env.var("WARDEN_DATABASE_URL"), &config.home);
     let store = open_store(&url).await?;
     let worker_name = service::home_worker_name(&config.home)?;
@@ -56,7 +67,7 @@ pub async fn serve(config: Config) -> anyhow::Result<u8> {
         services.model.name()
     );
     eprintln!("warden: listening on http://{local}");
-    service::serve(
+    warden_api::serve::serve(
         services,
         tokens,
         listener,

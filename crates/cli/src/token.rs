@@ -5,10 +5,11 @@
 
 use clap::Subcommand;
 use serde_json::json;
-use warden_server::api::{mint_token, ApiRole};
-use warden_server::config::{Config, Env, ProcessEnv};
-use warden_server::serve::{self as service, Store};
-use warden_server::time::rfc3339;
+use warden_engine::config::{Config, Env, ProcessEnv};
+use warden_service::compose::{self as service, Store};
+use warden_service::tasks::Role as ApiRole;
+use warden_service::time::rfc3339;
+use warden_service::tokens::mint_token;
 
 use crate::usage;
 

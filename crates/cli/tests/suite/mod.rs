@@ -1,3 +1,4 @@
+mod architecture;
 mod ask;
 mod change;
 mod control;

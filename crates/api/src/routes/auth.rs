@@ -1,0 +1,657 @@
+//! Bearer tokens, roles, per-token rate limits and the throttling of failed authentications.
+//!
+//! A request's token is hashed (SHA-256) once; the digest is compared in constant time with the
+//! bootstrap tokens of `WARDEN_API_TOKENS` (each at least [`MIN_BOOTSTRAP_TOKEN_LEN`]
+//! characters: shorter ones are refused at start-up), then looked up among the store's tokens
+//! (created by `warden token create` or `POST /v1/tokens`, kept only as digests, revocable).
+//! Roles: a viewer reads, an operator also creates, cancels and answers tasks, an admin also
+//! manages repositories, tokens and approvals and sees every task. Each authenticated request
+//! then takes one unit from its token's bucket (in memory, per process); an empty bucket is a
+//! 429 with `Retry-After`.
+//!
+//! A failed authentication (no token, a malformed header, an unknown or revoked token) takes
+//! one unit from its client address's bucket ([`AuthThrottle`]: IPv4 addresses, IPv6 /64
+//! prefixes; at most [`MAX_THROTTLED_ADDRESSES`] of them, beyond which new addresses share
+//! one bucket); once it is empty, failures are 429 with `Retry-After` instead of 401. A valid
+//! token is never throttled this way, whatever its address did: the address's bucket is only
+//! looked at after the token failed. The address is the TCP peer's (behind a reverse proxy,
+//! the proxy's: its clients' failures share one bucket, their valid tokens still pass).
+//!
+//! Handlers take a [`Caller`] (an extractor) right after the state, before their path and
+//! body: a request is authenticated and charged once, before anything of its input is read.
+//! Open event streams re-check their token with [`identify`], which charges nothing.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap};
+use utoipa::openapi::{Content, HeaderBuilder, ObjectBuilder, OpenApi, Ref, ResponseBuilder, Type};
+
+use super::{ApiError, ApiState, ErrorCode};
+use warden_engine::serve_config::RateLimit;
+use warden_service::tokens::{digest, valid_token_name};
+
+pub use warden_service::tasks::{Principal, Role as ApiRole};
+
+/// Who made a request, and what their token may do: the task service's principal and role
+/// (one type for every interface), authenticated here from a bearer token. A handler passes it
+/// on as the `&Principal` it derefs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller(pub Principal);
+
+impl std::ops::Deref for Caller {
+    type Target = Principal;
+
+    fn deref(&self) -> &Principal {
+        &self.0
+    }
+}
+
+struct Token {
+    caller: Caller,
+    digest: [u8; 32],
+}
+
+/// Bootstrap tokens (`WARDEN_API_TOKENS`) shorter than this are refused.
+pub const MIN_BOOTSTRAP_TOKEN_LEN: usize = 32;
+
+/// The configured API tokens, kept only as SHA-256 digests.
+pub struct Tokens(Vec<Token>);
+
+impl std::fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|t| &t.caller))
+            .finish()
+    }
+}
+
+impl Tokens {
+    /// Parses `name:role:token[,name:role:token…]`. Tokens shorter than
+    /// [`MIN_BOOTSTRAP_TOKEN_LEN`] characters are refused: they can be guessed.
+    pub fn parse(text: &str) -> Result<Tokens, String> {
+        let mut tokens = Vec::new();
+        for (index, item) in text.split(',').map(str::trim).enumerate() {
+            if item.is_empty() {
+                continue;
+            }
+            let mut parts = item.splitn(3, ':');
+            let (Some(name), Some(role), Some(token)) = (parts.next(), parts.next(), parts.next())
+            else {
+                return Err(format!(
+                    "WARDEN_API_TOKENS entry {} is not name:role:token",
+                    index + 1
+                ));
+            };
+            let role = ApiRole::parse(role).ok_or_else(|| {
+                format!(
+                    "WARDEN_API_TOKENS entry {}: unknown role {role:?} (admin, operator or viewer)",
+                    index + 1
+                )
+            })?;
+            if !valid_token_name(name) {
+                return Err(format!(
+                    "WARDEN_API_TOKENS entry {}: the name must be letters, digits, - _ . @",
+                    index + 1
+                ));
+            }
+            if token.chars().count() < MIN_BOOTSTRAP_TOKEN_LEN {
+                return Err(format!(
+                    "WARDEN_API_TOKENS entry {} ({name}): the token has {} characters; it must \
+                     have at least {MIN_BOOTSTRAP_TOKEN_LEN} (e.g. `openssl rand -hex 24`)",
+                    index + 1,
+                    token.chars().count()
+                ));
+            }
+            tokens.push(Token {
+                caller: Caller(Principal {
+                    name: name.to_string(),
+                    role,
+                }),
+                digest: digest(token),
+            });
+        }
+        Ok(Tokens(tokens))
+    }
+
+    /// The caller whose token this is. Every configured token is compared in full, whatever
+    /// matches, so the time taken says nothing about which bytes matched.
+    pub fn authenticate(&self, presented: &str) -> Option<Caller> {
+        self.authenticate_digest(&digest(presented))
+    }
+
+    fn authenticate_digest(&self, presented: &[u8; 32]) -> Option<Caller> {
+        let mut found: Option<&Token> = None;
+        for token in &self.0 {
+            let mut difference = 0u8;
+            for (a, b) in token.digest.iter().zip(presented.iter()) {
+                difference |= a ^ b;
+            }
+            if difference == 0 && found.is_none() {
+                found = Some(token);
+            }
+        }
+        found.map(|t| t.caller.clone())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl Bucket {
+    fn full(limit: RateLimit, now: Instant) -> Bucket {
+        Bucket {
+            tokens: f64::from(limit.burst),
+            at: now,
+        }
+    }
+
+    /// Refills for the time since it was last used, up to the burst.
+    fn refill(&mut self, limit: RateLimit, now: Instant) {
+        let per_second = f64::from(limit.per_minute) / 60.0;
+        let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * per_second).min(f64::from(limit.burst));
+        self.at = now;
+    }
+
+    /// Takes one unit, or says in how many whole seconds one is back.
+    fn take(&mut self, limit: RateLimit, now: Instant) -> Result<(), u64> {
+        self.refill(limit, now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            Ok(())
+        } else {
+            let per_second = f64::from(limit.per_minute) / 60.0;
+            let wait = ((1.0 - self.tokens) / per_second).ceil();
+            // At most a minute per unit at the slowest allowed rate (1 per minute).
+            Err((wait as u64).clamp(1, 60))
+        }
+    }
+}
+
+/// A token bucket per API token (keyed by its digest), in memory. Only authenticated tokens
+/// get a bucket, so the map is bounded by the number of real tokens.
+pub struct RateLimiter {
+    limit: RateLimit,
+    buckets: Mutex<HashMap<[u8; 32], Bucket>>,
+}
+
+impl std::fmt::Debug for RateLimiter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RateLimiter")
+            .field("limit", &self.limit)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RateLimiter {
+    pub fn new(limit: RateLimit) -> RateLimiter {
+        RateLimiter {
+            limit: RateLimit {
+                per_minute: limit.per_minute.max(1),
+                burst: limit.burst.max(1),
+            },
+            buckets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Takes one request from `key`'s bucket, or says in how many whole seconds one is back.
+    fn take(&self, key: [u8; 32], now: Instant) -> Result<(), u64> {
+        // Nothing panics while the lock is held, but a poisoned map is still a valid map.
+        let mut buckets = self.buckets.lock().unwrap_or_else(PoisonError::into_inner);
+        buckets
+            .entry(key)
+            .or_insert_with(|| Bucket::full(self.limit, now))
+            .take(self.limit, now)
+    }
+}
+
+/// Failed authentications one client address may make by default: 30 at once, then 30 a
+/// minute.
+pub const DEFAULT_AUTH_FAILURE_LIMIT: RateLimit = RateLimit {
+    per_minute: 30,
+    burst: 30,
+};
+
+/// Client addresses [`AuthThrottle`] keeps a bucket for at most.
+pub const MAX_THROTTLED_ADDRESSES: usize = 4096;
+
+/// A token bucket of failed authentications per client address, in memory and bounded: when
+/// [`MAX_THROTTLED_ADDRESSES`] addresses have buckets, those refilled to the full burst (as
+/// good as new) are forgotten, and if none is, new addresses share one overflow bucket. An
+/// attacker with many addresses thus throttles only other failing addresses, never valid
+/// tokens, and cannot grow the table.
+pub struct AuthThrottle {
+    limit: RateLimit,
+    table: Mutex<ThrottleTable>,
+}
+
+struct ThrottleTable {
+    buckets: HashMap<u128, Bucket>,
+    overflow: Option<Bucket>,
+    pruned_at: Option<Instant>,
+}
+
+impl std::fmt::Debug for AuthThrottle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthThrottle")
+            .field("limit", &self.limit)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The bucket key of a client address: an IPv4 address (also when mapped into IPv6), an IPv6
+/// /64 (what one host or site gets), or the unknown address (a request not from a socket).
+fn address_key(address: Option<IpAddr>) -> u128 {
+    const V4: u128 = 1 << 127;
+    match address {
+        None => u128::MAX,
+        Some(IpAddr::V4(ip)) => V4 | u128::from(u32::from(ip)),
+        Some(IpAddr::V6(ip)) => match ip.to_ipv4_mapped() {
+            Some(v4) => V4 | u128::from(u32::from(v4)),
+            None => (u128::from(ip) & !u128::from(u64::MAX)) & !V4,
+        },
+    }
+}
+
+impl AuthThrottle {
+    pub fn new(limit: RateLimit) -> AuthThrottle {
+        AuthThrottle {
+            limit: RateLimit {
+                per_minute: limit.per_minute.max(1),
+                burst: limit.burst.max(1),
+            },
+            table: Mutex::new(ThrottleTable {
+                buckets: HashMap::new(),
+                overflow: None,
+                pruned_at: None,
+            }),
+        }
+    }
+
+    /// Counts one failed authentication from `address`, or says in how many whole seconds
+    /// the address may fail again.
+    fn take(&self, address: Option<IpAddr>, now: Instant) -> Result<(), u64> {
+        let key = address_key(address);
+        let limit = self.limit;
+        let mut table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+        if !table.buckets.contains_key(&key) && table.buckets.len() >= MAX_THROTTLED_ADDRESSES {
+            // Pruning scans the table: at most once a second.
+            if table
+                .pruned_at
+                .is_none_or(|at| now.saturating_duration_since(at) >= Duration::from_secs(1))
+            {
+                table.pruned_at = Some(now);
+                table.buckets.retain(|_, bucket| {
+                    bucket.refill(limit, now);
+                    bucket.tokens < f64::from(limit.burst)
+                });
+            }
+            if table.buckets.len() >= MAX_THROTTLED_ADDRESSES {
+                return table
+                    .overflow
+                    .get_or_insert_with(|| Bucket::full(limit, now))
+                    .take(limit, now);
+            }
+        }
+        table
+            .buckets
+            .entry(key)
+            .or_insert_with(|| Bucket::full(limit, now))
+            .take(limit, now)
+    }
+
+    /// Whether `address` has no failures left right now, and for how many whole seconds.
+    fn throttled(&self, address: Option<IpAddr>, now: Instant) -> Option<u64> {
+        let key = address_key(address);
+        let limit = self.limit;
+        let mut guard = self.table.lock().unwrap_or_else(PoisonError::into_inner);
+        let table = &mut *guard;
+        let full = table.buckets.len() >= MAX_THROTTLED_ADDRESSES;
+        let bucket = match table.buckets.get_mut(&key) {
+            Some(bucket) => bucket,
+            None if full => table.overflow.as_mut()?,
+            None => return None,
+        };
+        bucket.refill(limit, now);
+        (bucket.tokens < 1.0).then(|| {
+            let per_second = f64::from(limit.per_minute) / 60.0;
+            ((1.0 - bucket.tokens) / per_second).ceil().max(1.0) as u64
+        })
+    }
+
+    /// How many addresses have a bucket.
+    #[cfg(test)]
+    fn addresses(&self) -> usize {
+        self.table
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .buckets
+            .len()
+    }
+}
+
+/// The SHA-256 digest of the request's bearer token, or why the request has none.
+pub(super) fn presented_digest(headers: &HeaderMap) -> Result<[u8; 32], ApiError> {
+    let value = headers
+        .get(header::AUTHORIZATION)
+        .ok_or_else(|| ApiError::new(ErrorCode::Unauthorized, "missing bearer token"))?;
+    let text = value
+        .to_str()
+        .map_err(|_| ApiError::new(ErrorCode::Unauthorized, "malformed Authorization header"))?;
+    let token = match text.split_once(' ') {
+        Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => token.trim(),
+        _ => {
+            return Err(ApiError::new(
+                ErrorCode::Unauthorized,
+                "the Authorization header must be `Bearer <token>`",
+            ))
+        }
+    };
+    if token.is_empty() || token.len() > 512 {
+        return Err(invalid_token());
+    }
+    Ok(digest(token))
+}
+
+fn invalid_token() -> ApiError {
+    ApiError::new(ErrorCode::Unauthorized, "invalid token")
+}
+
+/// Who holds the token with digest `presented` (bootstrap tokens first, then the store's
+/// unrevoked tokens), charging nothing: for [`authenticate`] and for open event streams, which
+/// check now and then that their token still holds.
+pub(super) async fn identify(state: &ApiState, presented: &[u8; 32]) -> Result<Caller, ApiError> {
+    if let Some(caller) = state.tokens.authenticate_digest(presented) {
+        return Ok(caller);
+    }
+    let stored = state
+        .store
+        .find_api_token(&hex::encode(presented))
+        .await?
+        .ok_or_else(invalid_token)?;
+    let Some(role) = ApiRole::parse(&stored.role) else {
+        tracing::warn!(token = %stored.id, role = %stored.role, "stored token has an unknown role");
+        return Err(invalid_token());
+    };
+    Ok(Caller(Principal {
+        name: stored.name,
+        role,
+    }))
+}
+
+/// Takes one request from the bucket of the token with digest `presented` (429 when empty).
+pub(super) fn charge(state: &ApiState, presented: &[u8; 32]) -> Result<(), ApiError> {
+    state
+        .limiter
+        .take(*presented, Instant::now())
+        .map_err(|secs| ApiError {
+            retry_after_secs: Some(secs),
+            ..ApiError::new(
+                ErrorCode::RateLimited,
+                format!("too many requests for this token; retry in {secs} s"),
+            )
+        })
+}
+
+/// The client address of a request: its connection's peer (see
+/// [`crate::connections::ClientConnection`]), or axum's `ConnectInfo` when served otherwise.
+pub(super) fn client_address(parts: &Parts) -> Option<IpAddr> {
+    if let Some(connection) = parts
+        .extensions
+        .get::<crate::connections::ClientConnection>()
+    {
+        return Some(connection.peer.ip());
+    }
+    parts
+        .extensions
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+        .map(|info| info.0.ip())
+}
+
+/// 429 for an address out of failed authentications.
+fn throttled(secs: u64) -> ApiError {
+    ApiError {
+        retry_after_secs: Some(secs),
+        ..ApiError::new(
+            ErrorCode::RateLimited,
+            format!("too many failed authentications from this address; retry in {secs} s"),
+        )
+    }
+}
+
+/// The caller presenting the request's bearer token, after charging its rate limit once. A
+/// failure is charged to the client address instead (429 once that is spent).
+pub(super) async fn authenticate(state: &ApiState, parts: &Parts) -> Result<Caller, ApiError> {
+    let identified = match presented_digest(&parts.headers) {
+        Ok(presented) => match state.tokens.authenticate_digest(&presented) {
+            // Bootstrap tokens are checked in memory: never throttled, never queued.
+            Some(caller) => Ok((presented, caller)),
+            None => {
+                // An address out of failures gets its store lookups (one query each) only a
+                // few at a time, so a flood of made-up tokens cannot load the database that
+                // every valid request needs; a valid store token still gets through.
+                let _permit = match state
+                    .auth_failures
+                    .throttled(client_address(parts), Instant::now())
+                {
+                    Some(secs) => match state.throttled_lookups.try_acquire() {
+                        Ok(permit) => Some(permit),
+                        Err(_) => return Err(throttled(secs)),
+                    },
+                    None => None,
+                };
+                identify(state, &presented)
+                    .await
+                    .map(|caller| (presented, caller))
+            }
+        },
+        Err(error) => Err(error),
+    };
+    let (presented, caller) = match identified {
+        Ok(found) => found,
+        Err(error) if error.code == ErrorCode::Unauthorized => {
+            let address = client_address(parts);
+            return Err(match state.auth_failures.take(address, Instant::now()) {
+                Ok(()) => error,
+                Err(secs) => throttled(secs),
+            });
+        }
+        Err(error) => return Err(error),
+    };
+    if let Some(connection) = parts
+        .extensions
+        .get::<crate::connections::ClientConnection>()
+    {
+        connection.mark_authenticated();
+    }
+    charge(state, &presented)?;
+    Ok(caller)
+}
+
+/// Every route that needs a token takes a [`Caller`] as its first extractor after the state,
+/// so the request is authenticated (and charged, once) before its path parameters and body are
+/// looked at: an anonymous caller learns nothing about the route's input and gets no body
+/// parsed.
+impl FromRequestParts<Arc<ApiState>> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut Parts,
+        state: &Arc<ApiState>,
+    ) -> Result<Caller, ApiError> {
+        authenticate(state, parts).await
+    }
+}
+
+/// Admins only: managing repositories, tokens and approvals.
+pub(super) fn require_admin(caller: &Caller, action: &str) -> Result<(), ApiError> {
+    match caller.role {
+        ApiRole::Admin => Ok(()),
+        ApiRole::Operator | ApiRole::Viewer => Err(ApiError::new(
+            ErrorCode::Forbidden,
+            format!("only admin tokens {action}"),
+        )),
+    }
+}
+
+/// Adds the 429 answer (with `Retry-After`) to every operation that needs a token: every such
+/// route takes a [`Caller`], whose extraction charges the rate limit.
+pub(super) fn document_rate_limit(document: &mut OpenApi) {
+    for item in document.paths.paths.values_mut() {
+        for operation in [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            // `security(())` (an empty requirement) marks a route without a token.
+            let public = operation
+                .security
+                .as_ref()
+                .is_some_and(|s| s.iter().all(|r| r == &Default::default()));
+            if public {
+                continue;
+            }
+            let response = ResponseBuilder::new()
+                .description(
+                    "Too many requests for this token, or too many failed authentications from \
+                     this address; retry after Retry-After seconds",
+                )
+                .header(
+                    "Retry-After",
+                    HeaderBuilder::new()
+                        .schema(ObjectBuilder::new().schema_type(Type::Integer))
+                        .description(Some("Seconds until a request is allowed again"))
+                        .build(),
+                )
+                .content(
+                    "application/json",
+                    Content::new(Some(Ref::from_schema_name("ErrorBody"))),
+                )
+                .build();
+            operation
+                .responses
+                .responses
+                .entry("429".to_string())
+                .or_insert_with(|| response.into());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_hold_a_burst_and_refill_per_token() {
+        let limiter = RateLimiter::new(RateLimit {
+            per_minute: 60,
+            burst: 2,
+        });
+        let start = Instant::now();
+        let (a, b) = ([1u8; 32], [2u8; 32]);
+        assert_eq!(limiter.take(a, start), Ok(()));
+        assert_eq!(limiter.take(a, start), Ok(()));
+        assert_eq!(limiter.take(a, start), Err(1));
+        // Another token has its own bucket.
+        assert_eq!(limiter.take(b, start), Ok(()));
+        // One per second comes back, never more than the burst.
+        let later = start + std::time::Duration::from_secs(1);
+        assert_eq!(limiter.take(a, later), Ok(()));
+        assert_eq!(limiter.take(a, later), Err(1));
+        let much_later = start + std::time::Duration::from_secs(3600);
+        assert_eq!(limiter.take(a, much_later), Ok(()));
+        assert_eq!(limiter.take(a, much_later), Ok(()));
+        assert!(limiter.take(a, much_later).is_err());
+        let slow = RateLimiter::new(RateLimit {
+            per_minute: 1,
+            burst: 1,
+        });
+        assert_eq!(slow.take(a, start), Ok(()));
+        assert_eq!(slow.take(a, start), Err(60));
+    }
+
+    #[test]
+    fn failed_authentications_are_throttled_per_address_in_a_bounded_table() {
+        let limiter = AuthThrottle::new(RateLimit {
+            per_minute: 60,
+            burst: 2,
+        });
+        let start = Instant::now();
+        let one: IpAddr = "192.0.2.1".parse().unwrap();
+        let mapped: IpAddr = "::ffff:192.0.2.1".parse().unwrap();
+        let other: IpAddr = "192.0.2.2".parse().unwrap();
+        assert_eq!(limiter.take(Some(one), start), Ok(()));
+        assert_eq!(limiter.take(Some(mapped), start), Ok(()));
+        assert_eq!(limiter.take(Some(one), start), Err(1));
+        assert_eq!(limiter.take(Some(other), start), Ok(()));
+        // One IPv6 /64 is one client.
+        let v6a: IpAddr = "2001:db8:1:2::1".parse().unwrap();
+        let v6b: IpAddr = "2001:db8:1:2:ffff::9".parse().unwrap();
+        assert_eq!(limiter.take(Some(v6a), start), Ok(()));
+        assert_eq!(limiter.take(Some(v6b), start), Ok(()));
+        assert!(limiter.take(Some(v6a), start).is_err());
+        assert_eq!(
+            limiter.take(Some(one), start + Duration::from_secs(1)),
+            Ok(())
+        );
+        // Many addresses failing at once: the table stops growing, newcomers share a bucket.
+        for n in 0..(MAX_THROTTLED_ADDRESSES as u32 + 1000) {
+            let address = IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + n));
+            let _ = limiter.take(Some(address), start);
+        }
+        assert_eq!(limiter.addresses(), MAX_THROTTLED_ADDRESSES);
+        let fresh = IpAddr::V4(std::net::Ipv4Addr::new(198, 51, 100, 7));
+        assert!(limiter.take(Some(fresh), start).is_err());
+        // Once the buckets have refilled they are forgotten and new addresses get their own.
+        let later = start + Duration::from_secs(3600);
+        assert_eq!(limiter.take(Some(fresh), later), Ok(()));
+        assert!(limiter.addresses() < 10);
+    }
+
+    #[test]
+    fn tokens_parse_and_authenticate() {
+        let a = "a".repeat(31) + "1";
+        let b = "b".repeat(32) + ":colon";
+        let tokens = Tokens::parse(&format!("alice:operator:{a}, bob:admin:{b}")).unwrap();
+        assert_eq!(
+            tokens.authenticate(&b),
+            Some(Caller(Principal {
+                name: "bob".into(),
+                role: ApiRole::Admin
+            }))
+        );
+        assert_eq!(tokens.authenticate(&a).unwrap().name, "alice");
+        assert_eq!(tokens.authenticate(&"a".repeat(32)), None);
+        assert_eq!(tokens.authenticate(""), None);
+        for bad in [
+            format!("alice:root:{a}"),
+            "alice:admin:short".to_string(),
+            // 31 characters: long enough before, refused now.
+            format!("alice:admin:{}", "x".repeat(31)),
+            "alice".to_string(),
+            format!(":admin:{a}"),
+        ] {
+            assert!(Tokens::parse(&bad).is_err(), "{bad}");
+        }
+        let error = Tokens::parse("ci:admin:admin-token-0123456789")
+            .err()
+            .unwrap();
+        assert!(error.contains("at least 32"), "{error}");
+    }
+}

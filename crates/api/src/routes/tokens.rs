@@ -1,0 +1,167 @@
+//! `GET/POST /v1/tokens`, `DELETE /v1/tokens/{id}`: API tokens kept in the store (admins only).
+//! A new token's secret is in the creation response and nowhere else; the store keeps its
+//! SHA-256 digest. Bootstrap tokens from `WARDEN_API_TOKENS` are not listed and cannot be
+//! revoked here.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+use warden_store::{ApiToken, StoreError};
+
+use super::auth::{require_admin, ApiRole, Caller};
+use super::schema::{ErrorBody, RoleName};
+use super::{ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
+use warden_service::time::rfc3339;
+use warden_service::tokens::mint_token;
+
+pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
+    OpenApiRouter::new()
+        .routes(routes!(list_tokens, create_token))
+        .routes(routes!(revoke_token))
+}
+
+/// A token to create.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(examples(json!({"role": "viewer", "name": "dashboard"})))]
+struct CreateToken {
+    #[schema(value_type = RoleName)]
+    role: String,
+    /// Who the token acts as (owner of its tasks): 1-64 ASCII letters, digits, `-`, `_`, `.`,
+    /// `@`. Default: the token's id.
+    #[serde(default)]
+    #[schema(pattern = "^[A-Za-z0-9._@-]{1,64}$", min_length = 1, max_length = 64)]
+    name: Option<String>,
+}
+
+/// A stored API token; never its secret.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TokenView {
+    /// `tok_` + 16 hex digits.
+    pub id: String,
+    pub name: String,
+    #[schema(value_type = RoleName)]
+    pub role: String,
+    pub created_by: String,
+    /// RFC 3339, UTC.
+    pub created_at: String,
+    /// RFC 3339, UTC; set once revoked.
+    pub revoked_at: Option<String>,
+}
+
+/// A token just created: the only time its secret is shown.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CreatedTokenView {
+    #[serde(flatten)]
+    pub view: TokenView,
+    /// The bearer token. Store it now: Warden keeps only its digest.
+    pub token: String,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TokenPage {
+    pub data: Vec<TokenView>,
+    pub next_cursor: Option<String>,
+}
+
+fn token_view(token: &ApiToken) -> TokenView {
+    TokenView {
+        id: token.id.clone(),
+        name: token.name.clone(),
+        role: token.role.clone(),
+        created_by: token.created_by.clone(),
+        created_at: rfc3339(token.created_at_ms),
+        revoked_at: token.revoked_at_ms.map(rfc3339),
+    }
+}
+
+/// Every stored token, revoked ones included, oldest first (admin tokens only).
+#[utoipa::path(get, path = "/v1/tokens", tag = "tokens", responses(
+    (status = 200, description = "The stored tokens, without their secrets", body = TokenPage),
+    (status = 401, description = "No or an invalid token", body = ErrorBody),
+    (status = 403, description = "Not an admin token", body = ErrorBody),
+))]
+async fn list_tokens(
+    State(state): State<Arc<ApiState>>,
+    caller: Caller,
+) -> Result<Json<TokenPage>, ApiError> {
+    require_admin(&caller, "manage tokens")?;
+    let tokens = state.store.list_api_tokens().await?;
+    Ok(Json(TokenPage {
+        data: tokens.iter().map(token_view).collect(),
+        next_cursor: None,
+    }))
+}
+
+/// Creates a token and shows its secret once (admin tokens only).
+#[utoipa::path(post, path = "/v1/tokens", tag = "tokens", request_body = CreateToken, responses(
+    (status = 201, description = "Created; `token` is shown only now", body = CreatedTokenView),
+    (status = 400, description = "The body is not JSON", body = ErrorBody),
+    (status = 401, description = "No or an invalid token", body = ErrorBody),
+    (status = 403, description = "Not an admin token", body = ErrorBody),
+    (status = 413, description = "The body is too large", body = ErrorBody),
+    (status = 422, description = "Invalid fields (role, name)", body = ErrorBody),
+))]
+async fn create_token(
+    State(state): State<Arc<ApiState>>,
+    caller: Caller,
+    ApiJson(request, _): ApiJson<CreateToken>,
+) -> Result<(StatusCode, Json<CreatedTokenView>), ApiError> {
+    require_admin(&caller, "manage tokens")?;
+    let role = ApiRole::parse(&request.role).ok_or_else(|| {
+        ApiError::invalid(format!(
+            "unknown role {:?}: expected admin, operator or viewer",
+            request.role
+        ))
+    })?;
+    let (row, secret) =
+        mint_token(request.name.as_deref(), role, &caller.name).map_err(ApiError::invalid)?;
+    let stored = match state.store.create_api_token(row).await {
+        Ok(stored) => stored,
+        // 64 random bits of id or 256 of secret colliding: not the caller's fault.
+        Err(error @ StoreError::AlreadyExists { .. }) => return Err(ApiError::internal(error)),
+        Err(error) => return Err(error.into()),
+    };
+    tracing::info!(token = %stored.id, name = %stored.name, role = %stored.role, by = %caller.name, "api token created");
+    Ok((
+        StatusCode::CREATED,
+        Json(CreatedTokenView {
+            view: token_view(&stored),
+            token: secret,
+        }),
+    ))
+}
+
+/// Revokes a token for good; revoking it again is harmless (admin tokens only).
+#[utoipa::path(delete, path = "/v1/tokens/{id}", tag = "tokens",
+    params(("id" = String, Path, description = "The token id (`tok_…`)")),
+    responses(
+        (status = 200, description = "Revoked", body = TokenView),
+        (status = 401, description = "No or an invalid token", body = ErrorBody),
+        (status = 403, description = "Not an admin token", body = ErrorBody),
+        (status = 404, description = "No such token", body = ErrorBody),
+    ))]
+async fn revoke_token(
+    State(state): State<Arc<ApiState>>,
+    caller: Caller,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<TokenView>, ApiError> {
+    require_admin(&caller, "manage tokens")?;
+    match state.store.revoke_api_token(&id).await {
+        Ok(token) => {
+            tracing::info!(token = %token.id, by = %caller.name, "api token revoked");
+            Ok(Json(token_view(&token)))
+        }
+        Err(StoreError::NotFound { .. }) => Err(ApiError::new(
+            ErrorCode::NotFound,
+            format!("token {id:?} not found"),
+        )),
+        Err(error) => Err(error.into()),
+    }
+}

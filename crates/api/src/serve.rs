@@ -1,0 +1,174 @@
+//! `warden serve`, composed: the workers' services (`warden_service::compose`: the store from
+//! `WARDEN_DATABASE_URL`, the model, the repository store), the workers, callback delivery and
+//! the HTTP API on `WARDEN_LISTEN`. This is the composition root; nothing in the crate refers to
+//! it. `serve` holds the `WARDEN_HOME` lock, so its worker
+//! name is stable across restarts and the runs a killed predecessor left open are interrupted
+//! at once instead of waiting for their leases. The API's connections are held by
+//! [`crate::connections`] (a cap from the open-file limit, raised to its hard limit at start,
+//! header and keep-alive timeouts). Shutdown on SIGTERM/SIGINT: stop accepting and claiming,
+//! let runs finish within the grace period, release the rest, return.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::sync::watch;
+use warden_service::compose::{write_private, ServeUsageError};
+use warden_service::tasks::TaskService;
+use warden_service::worker::{self, Services, WorkerOptions};
+
+use crate::connections::{self, ConnectionLimits};
+use crate::routes::{self as api, ApiState, HostPolicy, Tokens};
+
+/// Where `serve` listens unless `WARDEN_LISTEN` says otherwise.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8787";
+
+/// The API tokens: `WARDEN_API_TOKENS`, or else one admin token generated once and kept in
+/// `home/api-token` (mode 0600), whose path is returned for the start-up message.
+pub fn api_tokens(
+    explicit: Option<String>,
+    home: &Path,
+) -> anyhow::Result<(Tokens, Option<std::path::PathBuf>)> {
+    if let Some(text) = explicit {
+        let tokens = Tokens::parse(&text).map_err(ServeUsageError)?;
+        if tokens.is_empty() {
+            return Err(ServeUsageError("WARDEN_API_TOKENS names no token".into()).into());
+        }
+        return Ok((tokens, None));
+    }
+    let path = home.join("api-token");
+    let token = match std::fs::read_to_string(&path) {
+        Ok(text) if text.trim().len() >= api::MIN_BOOTSTRAP_TOKEN_LEN => text.trim().to_string(),
+        _ => {
+            let mut random = [0u8; 24];
+            getrandom::fill(&mut random).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+            let token = format!("wdn_{}", hex::encode(random));
+            write_private(&path, &token)?;
+            token
+        }
+    };
+    let tokens = Tokens::parse(&format!("admin:admin:{token}")).map_err(ServeUsageError)?;
+    Ok((tokens, Some(path)))
+}
+
+/// Runs the API on `listener` and the workers until `shutdown` resolves, then drains both.
+pub async fn serve(
+    services: Arc<Services>,
+    tokens: Tokens,
+    listener: tokio::net::TcpListener,
+    worker_name: String,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let interrupted = services
+        .store
+        .interrupt_worker_runs(&worker_name)
+        .await
+        .context("cannot recover the runs of the previous instance")?;
+    for requeued in &interrupted {
+        tracing::info!(run = %requeued.run, status = ?requeued.status, "run of the previous instance interrupted");
+    }
+    tracing::info!(
+        workers = services.config.serve.workers,
+        store = services.store.backend(),
+        "serving the API and running the workers"
+    );
+    let callback_worker = format!("{worker_name}-callbacks");
+    let (stop, stopped) = watch::channel(false);
+    let options = WorkerOptions::from_config(worker_name, &services.config);
+    let workers = tokio::spawn(worker::run_workers(
+        Arc::clone(&services),
+        options,
+        stopped.clone(),
+    ));
+    let serve_config = &services.config.serve;
+    let open_files = connections::raise_open_files_limit();
+    let computed_cap = connections::connection_cap(open_files, serve_config.workers);
+    let max_connections = match serve_config.max_connections {
+        Some(max) if max > computed_cap => {
+            tracing::warn!(
+                max,
+                computed_cap,
+                open_files,
+                "serve.max_connections is above what the open-file limit allows; using the latter"
+            );
+            computed_cap
+        }
+        Some(max) => max,
+        None => computed_cap,
+    };
+    let limits = ConnectionLimits {
+        max_connections,
+        header_timeout: serve_config.header_timeout,
+        keep_alive: serve_config.keep_alive,
+    };
+    tracing::info!(max_connections, open_files, "connection cap");
+    warden_service::storage::spawn_eviction(&services, stopped.clone());
+    // The front door every interface calls; the API is one of them.
+    let tasks = TaskService::new(Arc::clone(&services.store), Arc::clone(&services.wake))
+        .with_repos(services.repos.clone(), services.redactor.clone())
+        .with_running(Arc::clone(&services.running))
+        .with_callbacks(services.config.callbacks.clone());
+    let app = api::router(Arc::new(
+        ApiState::new(tasks, tokens)
+            .with_rate_limit(serve_config.rate_limit)
+            .with_max_streams_per_token(serve_config.max_streams_per_token)
+            .with_hosts(HostPolicy {
+                listen: listener.local_addr().ok(),
+                public_names: serve_config.public_names.clone(),
+            })
+            .with_hub(Arc::clone(&services.hub))
+            .with_repo_mount_roots(services.config.sandbox.toolchains.repo_mount_roots.clone()),
+    ));
+    let callbacks = warden_service::callback::spawn(
+        Arc::clone(&services.store),
+        &services.config.callbacks,
+        callback_worker,
+        stopped.clone(),
+    )
+    .context("cannot start callback delivery")?;
+    let mut api_stopped = stopped;
+    let (signalled, signal_seen) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = signalled.send(true);
+    });
+    let mut signal_seen_api = signal_seen.clone();
+    let hub = Arc::clone(&services.hub);
+    let server = connections::serve_connections(listener, app, limits, async move {
+        tokio::select! {
+            _ = signal_seen_api.wait_for(|s| *s) => {}
+            _ = api_stopped.wait_for(|s| *s) => {}
+        }
+        // Event streams never end by themselves: end them so the server can drain.
+        hub.close();
+    });
+    let api = tokio::spawn(server);
+    let mut signal_seen = signal_seen;
+    let _ = signal_seen.wait_for(|s| *s).await;
+    eprintln!(
+        "warden: shutting down: no new tasks are claimed; running tasks get {} s to finish",
+        services.config.serve.shutdown_grace.as_secs()
+    );
+    let _ = stop.send(true);
+    workers.await.context("the workers failed")?;
+    if let Some(callbacks) = callbacks {
+        let _ = callbacks.await;
+    }
+    match api.await {
+        Ok(result) => result.context("the API server failed")?,
+        Err(error) => return Err(error).context("the API server failed"),
+    }
+    Ok(())
+}
+
+/// The address to bind: `WARDEN_LISTEN` or [`DEFAULT_LISTEN`].
+pub fn listen_address(explicit: Option<String>) -> anyhow::Result<SocketAddr> {
+    let text = explicit.unwrap_or_else(|| DEFAULT_LISTEN.to_string());
+    text.parse().map_err(|_| {
+        ServeUsageError(format!(
+            "WARDEN_LISTEN {text:?} is not an address like 127.0.0.1:8787"
+        ))
+        .into()
+    })
+}

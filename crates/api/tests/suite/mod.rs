@@ -1,0 +1,13 @@
+mod api;
+mod approvals;
+mod architecture;
+mod auth;
+mod callback;
+mod control;
+mod diff;
+mod diff_sensitive_paths;
+mod events;
+mod front_door;
+mod hardening;
+mod openapi;
+mod tasks_service;

@@ -1,0 +1,32 @@
+//! The `warden` binary links the HTTP API only for `warden serve`: built without its default
+//! `serve` feature it has no HTTP server (no `axum`, no `utoipa`), while `ask`, `run` and the
+//! other commands reach tasks through `warden-service` alike.
+
+use warden_test_support::architecture::{metadata, normal_closure};
+
+const HTTP_SERVER: [&str; 4] = ["warden-api", "axum", "utoipa", "utoipa-axum"];
+
+#[test]
+fn without_the_serve_feature_the_binary_links_no_http_server() {
+    let manifest = env!("CARGO_MANIFEST_DIR");
+    let lean = normal_closure(
+        &metadata(manifest, &["--no-default-features"]),
+        "warden-cli",
+    );
+    // The walk really followed the graph.
+    assert!(
+        lean.contains("warden-service") && lean.contains("warden-engine"),
+        "{lean:?}"
+    );
+    for name in HTTP_SERVER {
+        assert!(
+            !lean.contains(name),
+            "warden-cli without default features depends on {name}: {lean:?}"
+        );
+    }
+    // The default build does have it: the feature is what keeps it out.
+    let full = normal_closure(&metadata(manifest, &[]), "warden-cli");
+    for name in HTTP_SERVER {
+        assert!(full.contains(name), "the default warden-cli lacks {name}");
+    }
+}

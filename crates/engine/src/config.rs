@@ -1,0 +1,798 @@
+//! Configuration: `warden.toml` (from `--config`, `WARDEN_CONFIG`, or `WARDEN_HOME/warden.toml`)
+//! with environment overrides. Unknown keys and invalid values stop start-up with a message naming
+//! them. Configuration is never read from a repository or the current directory: a hostile
+//! repository cannot change how Warden behaves.
+
+use anyhow::{bail, Context};
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use warden_models::{ModelConfig, Price, PriceTable, Provider};
+use warden_runtime::Limits;
+
+pub use crate::env::{Env, ProcessEnv};
+
+/// The file's shape. Every table rejects unknown keys.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    #[serde(default)]
+    pub model: ModelSection,
+    #[serde(default)]
+    pub limits: LimitsSection,
+    #[serde(default)]
+    pub prices: Vec<PriceEntry>,
+    #[serde(default)]
+    pub sandbox: SandboxSection,
+    #[serde(default)]
+    pub storage: StorageSection,
+    #[serde(default)]
+    pub serve: crate::serve_config::ServeSection,
+    #[serde(default)]
+    pub callbacks: crate::callback::CallbackSection,
+    #[serde(default)]
+    pub github: GithubSection,
+    /// `[[publish]]`: the GitHub repository (and base branch) a repository publishes to.
+    #[serde(default)]
+    pub publish: Vec<PublishEntry>,
+}
+
+/// `[github]`: the API publication talks to. The token is never read from this file (nor from
+/// a repository): only from `WARDEN_GITHUB_TOKEN` or `GITHUB_TOKEN`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GithubSection {
+    /// Default `https://api.github.com`; GitHub Enterprise Server: `https://HOST/api/v3`.
+    /// `WARDEN_GITHUB_API_URL` overrides.
+    pub api_url: Option<String>,
+    /// Open pull requests as drafts.
+    pub draft: Option<bool>,
+}
+
+/// One `[[publish]]` entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PublishEntry {
+    /// The repository's name in Warden.
+    pub repo: String,
+    /// `owner/name` on GitHub.
+    pub github: String,
+    /// The branch pull requests target; default: the remote's `HEAD`.
+    pub base: Option<String>,
+}
+
+/// `[github]` and `[[publish]]`, resolved, with the token from the environment.
+#[derive(Debug, Clone)]
+pub struct GithubSettings {
+    pub api_url: String,
+    pub token: Option<crate::github::GithubToken>,
+    pub draft: bool,
+    pub targets: Vec<PublishTarget>,
+    /// First retry delay (`WARDEN_RETRY_BASE_MS`, for tests).
+    pub retry_base: Option<Duration>,
+}
+
+/// A resolved `[[publish]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublishTarget {
+    pub repo: String,
+    pub github: crate::github::GithubRepo,
+    pub base: Option<String>,
+}
+
+/// Where the agent's `shell` commands run.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SandboxSection {
+    /// `linux` (default), `gvisor`, or `local` (no isolation); `WARDEN_SANDBOX` overrides.
+    pub backend: Option<String>,
+    /// Layers run without, explicitly (only the cgroup layers may be listed, e.g. on a host
+    /// without delegated cgroups); everything else is required.
+    #[serde(default)]
+    pub disabled_layers: Vec<String>,
+    /// The `runsc` binary for the gVisor backend.
+    pub runsc: Option<PathBuf>,
+    /// Memory limit of one shell command, in MiB.
+    pub memory_mib: Option<u64>,
+    /// Process limit of one shell command.
+    pub pids: Option<u32>,
+    /// Writable space of one task's view (upper layer, `/tmp`, `/dev/shm` together), in MiB;
+    /// default 1024. Past it, writes fail with `ENOSPC`.
+    pub disk_mib: Option<u64>,
+    /// Files and directories in that space; default 100000.
+    pub disk_inodes: Option<u64>,
+    /// Host directories shown read-only in every sandbox at the same path (`~` is the
+    /// Warden user's home); their `bin` folders go on `PATH`.
+    #[serde(default)]
+    pub mounts: Vec<String>,
+    /// Toolchain presets: `rust`, `node`, `python`, `go` (see `crate::toolchain`).
+    #[serde(default)]
+    pub toolchains: Vec<String>,
+    /// Commands run before a change task's agent with the repository's cache writable.
+    #[serde(default)]
+    pub prepare: Vec<String>,
+    /// The only directories a registered repository's own mounts (`repos add --mount`) may
+    /// lie under; empty (the default): repositories cannot add mounts.
+    #[serde(default)]
+    pub repo_mount_roots: Vec<String>,
+}
+
+/// `[storage]`: how large snapshots may be and how much mirrors and snapshots may take.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageSection {
+    /// Largest snapshot (file contents), in MiB; default 1024. Larger: `quota_exceeded`.
+    pub snapshot_max_mib: Option<u64>,
+    /// Most files and directories in one snapshot; default 100000.
+    pub snapshot_max_files: Option<u64>,
+    /// Mirrors and snapshots together, in bytes; default 20 GiB. `warden serve` evicts unused
+    /// ones past it (periodically and before writing a snapshot); `warden gc` on demand.
+    pub max_bytes: Option<u64>,
+    /// Anything used within this many minutes is never evicted; default 60.
+    pub keep_recent_mins: Option<u64>,
+}
+
+/// `[storage]`, resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StorageConfig {
+    pub snapshot: warden_repo::SnapshotLimits,
+    pub cache: warden_repo::CachePolicy,
+}
+
+impl StorageConfig {
+    /// The repository store under `home` with these limits and automatic eviction.
+    pub fn open_repos(
+        &self,
+        home: &Path,
+    ) -> Result<warden_repo::RepoStore, warden_repo::RepoError> {
+        Ok(warden_repo::RepoStore::open(home)?
+            .with_snapshot_limits(self.snapshot)
+            .with_cache_policy(self.cache))
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSection {
+    /// `provider:model` or `faux`; `WARDEN_MODEL` overrides.
+    pub name: Option<String>,
+    /// A second `provider:model` tried once when the first fails for good.
+    pub fallback: Option<String>,
+    pub stream: Option<bool>,
+    /// Send `stream_options.include_usage` (OpenAI-compatible servers that reject it: false).
+    pub stream_usage: Option<bool>,
+    /// `max_completion_tokens` (OpenAI) or `max_tokens` (many compatible servers).
+    pub max_tokens_field: Option<String>,
+    /// Send the system prompt with the `developer` role (OpenAI reasoning models).
+    pub developer_role: Option<bool>,
+    pub max_output_tokens: Option<u32>,
+    pub request_timeout_secs: Option<u64>,
+    pub max_attempts: Option<u32>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    pub max_turns: Option<u32>,
+    pub max_tokens: Option<u64>,
+    pub max_cost_usd: Option<f64>,
+    pub max_wall_secs: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceEntry {
+    pub provider: String,
+    /// A model name or prefix; the longest matching prefix wins.
+    pub model: String,
+    pub input: f64,
+    #[serde(default)]
+    pub cached_input: Option<f64>,
+    #[serde(default)]
+    pub cache_write: Option<f64>,
+    pub output: f64,
+}
+
+/// Everything a command needs, resolved.
+#[derive(Debug)]
+pub struct Config {
+    pub home: PathBuf,
+    pub model: ModelChoice,
+    pub limits: Limits,
+    pub max_output_tokens: u32,
+    pub prices: PriceTable,
+    pub sandbox: SandboxChoice,
+    /// `[storage]`: snapshot limits and the cache budget of mirrors and snapshots.
+    pub storage: StorageConfig,
+    /// `[serve]`: workers, leases and per-day budgets of `warden serve` / `warden worker`.
+    pub serve: crate::serve_config::ServeConfig,
+    /// `[callbacks]`: where task callbacks may go and how they are signed.
+    pub callbacks: crate::callback::CallbackConfig,
+    /// `[github]` and `[[publish]]`: where approved proposals are published.
+    pub github: GithubSettings,
+}
+
+/// The sandbox backend and its settings. Never chosen by fallback: what is named here is what
+/// runs, or the task fails with `sandbox_error`.
+#[derive(Debug, Clone)]
+pub struct SandboxChoice {
+    pub backend: warden_sandbox::Backend,
+    pub config: warden_sandbox::SandboxConfig,
+    pub limits: warden_sandbox::ResourceLimits,
+    /// `[sandbox] mounts`, `toolchains` and `prepare`, resolved.
+    pub toolchains: crate::toolchain::Toolchains,
+}
+
+#[derive(Debug)]
+pub enum ModelChoice {
+    Faux,
+    Remote {
+        primary: Box<ModelConfig>,
+        fallback: Option<Box<ModelConfig>>,
+    },
+    /// No model configured: fine for commands that need none.
+    Missing,
+}
+
+impl Config {
+    pub fn load(explicit: Option<&Path>, env: &dyn Env) -> anyhow::Result<Config> {
+        let home = match env.var("WARDEN_HOME") {
+            Some(home) => PathBuf::from(home),
+            None => match env.var("HOME") {
+                Some(user_home) => Path::new(&user_home).join(".local/share/warden"),
+                None => bail!("cannot find a state directory: set WARDEN_HOME"),
+            },
+        };
+        let path = explicit
+            .map(Path::to_path_buf)
+            .or_else(|| env.var("WARDEN_CONFIG").map(PathBuf::from))
+            .or_else(|| Some(home.join("warden.toml")).filter(|p| p.exists()));
+        let file = match &path {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read configuration {}", path.display()))?;
+                parse_file(&text)
+                    .with_context(|| format!("invalid configuration {}", path.display()))?
+            }
+            None => FileConfig::default(),
+        };
+        Config::resolve(home, file, env)
+    }
+
+    fn resolve(home: PathBuf, file: FileConfig, env: &dyn Env) -> anyhow::Result<Config> {
+        let section = &file.model;
+        let name = env.var("WARDEN_MODEL").or_else(|| section.name.clone());
+        let model = match name.as_deref() {
+            None => ModelChoice::Missing,
+            Some("faux") => ModelChoice::Faux,
+            Some(primary) => {
+                let primary = remote_model(primary, section, env)
+                    .with_context(|| format!("invalid model {primary:?}"))?;
+                let fallback = match &section.fallback {
+                    Some(name) => Some(Box::new(
+                        remote_model(name, section, env)
+                            .with_context(|| format!("invalid fallback model {name:?}"))?,
+                    )),
+                    None => None,
+                };
+                ModelChoice::Remote {
+                    primary: Box::new(primary),
+                    fallback,
+                }
+            }
+        };
+        let defaults = Limits::default();
+        let limits_section = &file.limits;
+        let max_cost_micro_usd = match limits_section.max_cost_usd {
+            Some(usd) if !(usd.is_finite() && usd > 0.0) => {
+                bail!("limits.max_cost_usd must be a positive number of dollars, got {usd}")
+            }
+            Some(usd) => Some((usd * 1e6).round() as u64),
+            None => None,
+        };
+        if limits_section.max_turns == Some(0) {
+            bail!("limits.max_turns must be at least 1");
+        }
+        if limits_section.max_tokens == Some(0) {
+            bail!("limits.max_tokens must be at least 1");
+        }
+        let max_wall_ms = match limits_section.max_wall_secs {
+            Some(0) => bail!("limits.max_wall_secs must be at least 1"),
+            Some(secs) => Some(
+                secs.checked_mul(1000)
+                    .ok_or_else(|| anyhow::anyhow!("limits.max_wall_secs {secs} is too large"))?,
+            ),
+            None => defaults.max_wall_ms,
+        };
+        if section.max_output_tokens == Some(0) {
+            bail!("model.max_output_tokens must be at least 1");
+        }
+        let limits = Limits {
+            max_turns: limits_section.max_turns.unwrap_or(defaults.max_turns),
+            max_tokens: limits_section.max_tokens,
+            max_cost_micro_usd,
+            max_wall_ms,
+        };
+        let mut prices = Vec::new();
+        for entry in &file.prices {
+            for (what, value) in [
+                ("input", Some(entry.input)),
+                ("output", Some(entry.output)),
+                ("cached_input", entry.cached_input),
+                ("cache_write", entry.cache_write),
+            ] {
+                if let Some(value) = value {
+                    if !(value.is_finite() && value >= 0.0) {
+                        bail!(
+                            "prices: {what} for {:?} must be a non-negative number",
+                            entry.model
+                        );
+                    }
+                }
+            }
+            prices.push(Price {
+                provider: parse_provider(&entry.provider)?,
+                model_prefix: entry.model.clone(),
+                input_per_mtok_usd: entry.input,
+                cached_input_per_mtok_usd: entry.cached_input.unwrap_or(entry.input),
+                cache_write_per_mtok_usd: entry.cache_write.unwrap_or(entry.input),
+                output_per_mtok_usd: entry.output,
+            });
+        }
+        let mut table = PriceTable::builtin();
+        for price in prices {
+            table.insert(price);
+        }
+        let prices = table;
+        let sandbox = sandbox_choice(&file.sandbox, &home, env)?;
+        let storage = storage_config(&file.storage)?;
+        let serve = crate::serve_config::ServeConfig::resolve(&file.serve)?;
+        let callbacks = crate::callback::CallbackConfig::resolve(
+            &file.callbacks,
+            env.var("WARDEN_CALLBACK_SECRET"),
+        )?;
+        let github = github_settings(&file, env)?;
+        Ok(Config {
+            home,
+            model,
+            limits,
+            max_output_tokens: section.max_output_tokens.unwrap_or(8192),
+            prices,
+            sandbox,
+            storage,
+            serve,
+            callbacks,
+            github,
+        })
+    }
+}
+
+fn github_settings(file: &FileConfig, env: &dyn Env) -> anyhow::Result<GithubSettings> {
+    let api_url = env
+        .var("WARDEN_GITHUB_API_URL")
+        .or_else(|| file.github.api_url.clone())
+        .unwrap_or_else(|| crate::github::DEFAULT_API_URL.to_string());
+    let parsed = reqwest::Url::parse(api_url.trim())
+        .map_err(|e| anyhow::anyhow!("github.api_url {api_url:?} is not a URL: {e}"))?;
+    if !matches!(parsed.scheme(), "https" | "http") || parsed.host_str().is_none() {
+        bail!("github.api_url {api_url:?} must be an http(s) URL with a host");
+    }
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        bail!("github.api_url must not carry credentials; set WARDEN_GITHUB_TOKEN");
+    }
+    let mut targets = Vec::new();
+    for entry in &file.publish {
+        let github = crate::github::GithubRepo::parse(&entry.github).ok_or_else(|| {
+            anyhow::anyhow!(
+                "publish: github {:?} for repo {:?} is not owner/name",
+                entry.github,
+                entry.repo
+            )
+        })?;
+        if let Some(base) = &entry.base {
+            if base.is_empty() || base.starts_with('-') || base.chars().any(char::is_whitespace) {
+                bail!(
+                    "publish: invalid base branch {base:?} for repo {:?}",
+                    entry.repo
+                );
+            }
+        }
+        if targets.iter().any(|t: &PublishTarget| t.repo == entry.repo) {
+            bail!("publish: repo {:?} is listed twice", entry.repo);
+        }
+        targets.push(PublishTarget {
+            repo: entry.repo.clone(),
+            github,
+            base: entry.base.clone(),
+        });
+    }
+    let token = env
+        .var("WARDEN_GITHUB_TOKEN")
+        .or_else(|| env.var("GITHUB_TOKEN"))
+        .and_then(crate::github::GithubToken::new);
+    let retry_base = env
+        .var("WARDEN_RETRY_BASE_MS")
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .map(Duration::from_millis);
+    Ok(GithubSettings {
+        api_url: api_url.trim().to_string(),
+        token,
+        draft: file.github.draft.unwrap_or(false),
+        targets,
+        retry_base,
+    })
+}
+
+impl ModelChoice {
+    /// What a remote model lacks to be usable, as one sentence naming the variable to set: an
+    /// official endpoint (OpenAI, Anthropic) without its API key. A compatible server at
+    /// another address (Ollama, llama.cpp, vLLM) may need no key.
+    pub fn missing_key(&self) -> Option<String> {
+        let ModelChoice::Remote { primary, fallback } = self else {
+            return None;
+        };
+        std::iter::once(primary.as_ref())
+            .chain(fallback.as_deref())
+            .find(|model| model.api_key.is_none() && model.base_url == official_base_url(model))
+            .map(|model| {
+                let variable = key_variable(model.provider);
+                let base = match model.provider {
+                    Provider::OpenAi => "OPENAI_BASE_URL",
+                    Provider::Anthropic => "ANTHROPIC_BASE_URL",
+                };
+                format!(
+                    "{variable} is not set for model {}: export {variable}=… (or point {base} at \
+                     a compatible server that needs no key, or use WARDEN_MODEL=faux)",
+                    model.model
+                )
+            })
+    }
+}
+
+/// The environment variable that holds `provider`'s API key.
+pub fn key_variable(provider: Provider) -> &'static str {
+    match provider {
+        Provider::OpenAi => "OPENAI_API_KEY",
+        Provider::Anthropic => "ANTHROPIC_API_KEY",
+    }
+}
+
+/// The provider's own endpoint for `model`.
+pub fn official_base_url(model: &ModelConfig) -> String {
+    match model.provider {
+        Provider::OpenAi => ModelConfig::openai(&model.model).base_url,
+        Provider::Anthropic => ModelConfig::anthropic(&model.model).base_url,
+    }
+}
+
+impl Config {
+    /// The redactor for this configuration's secrets (model API keys).
+    pub fn redactor(&self) -> crate::redact::Redactor {
+        let keys = match &self.model {
+            ModelChoice::Remote { primary, fallback } => std::iter::once(primary.api_key.clone())
+                .chain(fallback.iter().map(|f| f.api_key.clone()))
+                .flatten()
+                .collect(),
+            ModelChoice::Faux | ModelChoice::Missing => Vec::new(),
+        };
+        let mut keys: Vec<String> = keys;
+        keys.extend(self.github.token.iter().map(|t| t.expose().to_string()));
+        crate::redact::Redactor::new(keys)
+    }
+}
+
+fn sandbox_choice(
+    section: &SandboxSection,
+    home: &Path,
+    env: &dyn Env,
+) -> anyhow::Result<SandboxChoice> {
+    let name = env
+        .var("WARDEN_SANDBOX")
+        .or_else(|| section.backend.clone())
+        .unwrap_or_else(|| "linux".into());
+    let backend = match warden_sandbox::Backend::from_name(&name) {
+        Some(backend) => backend,
+        None if name == "kubernetes" => {
+            bail!("sandbox backend \"kubernetes\" is not available in this build yet")
+        }
+        None => bail!("unknown sandbox backend {name:?}: expected linux, gvisor or local"),
+    };
+    let mut disabled_layers = Vec::new();
+    for layer in &section.disabled_layers {
+        let parsed = warden_sandbox::Layer::from_name(layer)
+            .ok_or_else(|| anyhow::anyhow!("sandbox.disabled_layers: unknown layer {layer:?}"))?;
+        if !parsed.may_be_disabled() {
+            bail!("sandbox.disabled_layers: {layer:?} cannot be disabled; only cgroup layers can");
+        }
+        disabled_layers.push(parsed);
+    }
+    let mut limits = warden_sandbox::ResourceLimits::default();
+    if let Some(mib) = section.memory_mib {
+        if mib == 0 {
+            bail!("sandbox.memory_mib must be at least 1");
+        }
+        limits.memory_bytes = mib
+            .checked_mul(1024 * 1024)
+            .ok_or_else(|| anyhow::anyhow!("sandbox.memory_mib {mib} is too large"))?;
+    }
+    if let Some(pids) = section.pids {
+        if pids == 0 {
+            bail!("sandbox.pids must be at least 1");
+        }
+        limits.pids = pids;
+    }
+    let mut disk = warden_sandbox::DiskQuota::default();
+    if let Some(mib) = section.disk_mib {
+        disk.bytes = mebibytes("sandbox.disk_mib", mib)?;
+    }
+    if let Some(inodes) = section.disk_inodes {
+        if inodes < 16 {
+            bail!("sandbox.disk_inodes must be at least 16");
+        }
+        disk.inodes = inodes;
+    }
+    Ok(SandboxChoice {
+        backend,
+        config: warden_sandbox::SandboxConfig {
+            disabled_layers,
+            runsc: section.runsc.clone(),
+            disk,
+        },
+        limits,
+        toolchains: crate::toolchain::Toolchains::resolve(
+            &section.toolchains,
+            &section.mounts,
+            &section.prepare,
+            home,
+            env,
+        )?
+        .with_repo_mount_roots(&section.repo_mount_roots, home, env)?,
+    })
+}
+
+/// A positive number of MiB in bytes.
+fn mebibytes(key: &str, mib: u64) -> anyhow::Result<u64> {
+    if mib == 0 {
+        bail!("{key} must be at least 1");
+    }
+    mib.checked_mul(1024 * 1024)
+        .ok_or_else(|| anyhow::anyhow!("{key} {mib} is too large"))
+}
+
+fn storage_config(section: &StorageSection) -> anyhow::Result<StorageConfig> {
+    let mut snapshot = warden_repo::SnapshotLimits::default();
+    if let Some(mib) = section.snapshot_max_mib {
+        snapshot.max_bytes = mebibytes("storage.snapshot_max_mib", mib)?;
+    }
+    if let Some(files) = section.snapshot_max_files {
+        if files == 0 {
+            bail!("storage.snapshot_max_files must be at least 1");
+        }
+        snapshot.max_files = files;
+    }
+    let max_bytes = section.max_bytes.unwrap_or(20 << 30);
+    let keep_recent = Duration::from_secs(
+        section
+            .keep_recent_mins
+            .unwrap_or(60)
+            .checked_mul(60)
+            .ok_or_else(|| anyhow::anyhow!("storage.keep_recent_mins is too large"))?,
+    );
+    Ok(StorageConfig {
+        snapshot,
+        cache: warden_repo::CachePolicy {
+            max_bytes,
+            keep_recent,
+        },
+    })
+}
+
+pub fn parse_file(text: &str) -> anyhow::Result<FileConfig> {
+    toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))
+}
+
+fn parse_provider(name: &str) -> anyhow::Result<Provider> {
+    match name {
+        "openai" => Ok(Provider::OpenAi),
+        "anthropic" => Ok(Provider::Anthropic),
+        other => bail!("unknown provider {other:?}: expected \"openai\" or \"anthropic\""),
+    }
+}
+
+fn remote_model(name: &str, section: &ModelSection, env: &dyn Env) -> anyhow::Result<ModelConfig> {
+    let Some((provider, model)) = name.split_once(':') else {
+        bail!("expected provider:model, e.g. openai:gpt-5.1, anthropic:claude-sonnet-4-5, or faux");
+    };
+    if model.is_empty() {
+        bail!("the model name after {provider:?} is empty");
+    }
+    let provider = parse_provider(provider)?;
+    let mut config = match provider {
+        Provider::OpenAi => {
+            let mut config = ModelConfig::openai(model);
+            if let Some(base) = env.var("OPENAI_BASE_URL") {
+                config.base_url = base;
+            }
+            config.api_key = env.var("OPENAI_API_KEY");
+            config
+        }
+        Provider::Anthropic => {
+            let mut config = ModelConfig::anthropic(model);
+            if let Some(base) = env.var("ANTHROPIC_BASE_URL") {
+                config.base_url = base;
+            }
+            config.api_key = env.var("ANTHROPIC_API_KEY");
+            config
+        }
+    };
+    if !(config.base_url.starts_with("http://") || config.base_url.starts_with("https://")) {
+        bail!(
+            "base URL {:?} must start with http:// or https://",
+            config.base_url
+        );
+    }
+    if let Some(stream) = section.stream {
+        config.stream = stream;
+    }
+    if let Some(stream_usage) = section.stream_usage {
+        config.stream_usage = stream_usage;
+    }
+    if let Some(field) = &section.max_tokens_field {
+        config.max_tokens_field = match field.as_str() {
+            "max_completion_tokens" => warden_models::MaxTokensField::MaxCompletionTokens,
+            "max_tokens" => warden_models::MaxTokensField::MaxTokens,
+            other => bail!(
+                "model.max_tokens_field {other:?}: expected \"max_completion_tokens\" or \"max_tokens\""
+            ),
+        };
+    }
+    if section.developer_role == Some(true) {
+        config.system_role = warden_models::SystemRole::Developer;
+    }
+    if let Some(secs) = section.request_timeout_secs {
+        config.request_timeout = Duration::from_secs(secs);
+    }
+    if let Some(attempts) = section.max_attempts {
+        if attempts == 0 {
+            bail!("model.max_attempts must be at least 1");
+        }
+        config.retry.max_attempts = attempts;
+    }
+    // The first retry's delay in milliseconds: tests shorten it, slow servers lengthen it.
+    if let Some(text) = env.var("WARDEN_RETRY_BASE_MS") {
+        let ms: u64 = text.parse().map_err(|_| {
+            anyhow::anyhow!("WARDEN_RETRY_BASE_MS must be a number of milliseconds, got {text:?}")
+        })?;
+        config.retry.base_delay = Duration::from_millis(ms);
+    }
+    Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    struct MapEnv(HashMap<&'static str, &'static str>);
+    impl Env for MapEnv {
+        fn var(&self, name: &str) -> Option<String> {
+            self.0.get(name).map(|v| v.to_string())
+        }
+    }
+
+    fn load(text: &str, env: &[(&'static str, &'static str)]) -> anyhow::Result<Config> {
+        let env = MapEnv(env.iter().copied().collect());
+        Config::resolve(PathBuf::from("/h"), parse_file(text)?, &env)
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let error = load("[model]\nnmae = \"faux\"\n", &[]).unwrap_err();
+        assert!(format!("{error:#}").contains("nmae"), "{error:#}");
+        let error = load("[limitz]\n", &[]).unwrap_err();
+        assert!(format!("{error:#}").contains("limitz"), "{error:#}");
+    }
+
+    #[test]
+    fn invalid_values_are_refused() {
+        assert!(load("[limits]\nmax_cost_usd = -1.0\n", &[]).is_err());
+        assert!(load("[limits]\nmax_turns = 0\n", &[]).is_err());
+        assert!(load("[model]\nname = \"gpt\"\n", &[]).is_err());
+        assert!(load("[model]\nname = \"cohere:x\"\n", &[]).is_err());
+        assert!(load("", &[("WARDEN_MODEL", "openai:")]).is_err());
+        assert!(load(
+            "",
+            &[("WARDEN_MODEL", "openai:x"), ("OPENAI_BASE_URL", "ftp://x")]
+        )
+        .is_err());
+        assert!(load(
+            "[model]\nmax_tokens_field = \"tokens\"\nname = \"openai:x\"\n",
+            &[]
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn environment_overrides_the_file() {
+        let config = load(
+            "[model]\nname = \"anthropic:claude\"\n",
+            &[
+                ("WARDEN_MODEL", "openai:gpt-x"),
+                ("OPENAI_BASE_URL", "http://127.0.0.1:1/v1"),
+                ("OPENAI_API_KEY", "k"),
+            ],
+        )
+        .unwrap();
+        match config.model {
+            ModelChoice::Remote { primary, fallback } => {
+                assert_eq!(primary.model, "gpt-x");
+                assert_eq!(primary.base_url, "http://127.0.0.1:1/v1");
+                assert_eq!(primary.api_key.as_deref(), Some("k"));
+                assert!(fallback.is_none());
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            load("", &[("WARDEN_MODEL", "faux")]).unwrap().model,
+            ModelChoice::Faux
+        ));
+        assert!(matches!(load("", &[]).unwrap().model, ModelChoice::Missing));
+    }
+
+    #[test]
+    fn sandbox_backend_is_explicit_and_validated() {
+        let config = load("", &[]).unwrap();
+        assert_eq!(config.sandbox.backend, warden_sandbox::Backend::Linux);
+        let config = load(
+            "[sandbox]\nbackend = \"gvisor\"\n",
+            &[("WARDEN_SANDBOX", "local")],
+        )
+        .unwrap();
+        assert_eq!(config.sandbox.backend, warden_sandbox::Backend::Local);
+        assert!(load("[sandbox]\nbackend = \"docker\"\n", &[]).is_err());
+        assert!(load("[sandbox]\ndisabled_layers = [\"seccomp\"]\n", &[]).is_err());
+        assert!(load("[sandbox]\ndisabled_layers = [\"nonsense\"]\n", &[]).is_err());
+        assert!(load("[sandbox]\nmemory_mib = 0\n", &[]).is_err());
+    }
+
+    #[test]
+    fn disk_budgets_are_configurable_and_checked() {
+        let config = load("", &[]).unwrap();
+        assert_eq!(config.sandbox.config.disk.bytes, 1 << 30);
+        assert_eq!(config.sandbox.config.disk.inodes, 100_000);
+        assert_eq!(config.storage.snapshot.max_bytes, 1 << 30);
+        assert_eq!(config.storage.snapshot.max_files, 100_000);
+        assert_eq!(config.storage.cache.max_bytes, 20 << 30);
+        assert_eq!(config.storage.cache.keep_recent, Duration::from_secs(3600));
+        let config = load(
+            "[sandbox]\ndisk_mib = 64\ndisk_inodes = 500\n\
+             [storage]\nsnapshot_max_mib = 2\nsnapshot_max_files = 10\nmax_bytes = 3145728\n\
+             keep_recent_mins = 0\n",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(config.sandbox.config.disk.bytes, 64 << 20);
+        assert_eq!(config.sandbox.config.disk.inodes, 500);
+        assert_eq!(config.storage.snapshot.max_bytes, 2 << 20);
+        assert_eq!(config.storage.snapshot.max_files, 10);
+        assert_eq!(config.storage.cache.max_bytes, 3 << 20);
+        assert_eq!(config.storage.cache.keep_recent, Duration::ZERO);
+        for bad in [
+            "[sandbox]\ndisk_mib = 0\n",
+            "[sandbox]\ndisk_inodes = 1\n",
+            "[sandbox]\ndisk_quota = 1\n",
+            "[storage]\nsnapshot_max_mib = 0\n",
+            "[storage]\nmax_mib = 1\n",
+            "[storage]\nmax_bytes = -1\n",
+        ] {
+            assert!(load(bad, &[]).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn limits_convert_to_micro_dollars() {
+        let config = load("[limits]\nmax_cost_usd = 1.5\nmax_wall_secs = 60\n", &[]).unwrap();
+        assert_eq!(config.limits.max_cost_micro_usd, Some(1_500_000));
+        assert_eq!(config.limits.max_wall_ms, Some(60_000));
+    }
+}

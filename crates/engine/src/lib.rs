@@ -1,0 +1,23 @@
+//! How a task runs: resolved configuration, secret redaction, the system prompt, the execution
+//! of a question or a change over the runtime, a model client, pinned snapshots and the tools,
+//! the redacted proposal diff, and the store-free steps of publishing a proposal (push, pull
+//! request, through the GitHub client). Workers (`warden-service`) run it on claimed tasks.
+//!
+//! It knows no task store and no HTTP server: its normal dependencies exclude `warden-store`,
+//! `axum`, `utoipa` and `hyper-util` (`tests/suite/architecture.rs`).
+
+pub mod authority;
+pub mod callback;
+pub mod change;
+pub mod config;
+pub mod diff;
+pub mod env;
+pub mod github;
+pub mod prompt;
+pub mod publish;
+pub mod question;
+pub mod redact;
+pub mod sensitive;
+pub mod serve_config;
+pub mod timing;
+pub mod toolchain;

@@ -1,0 +1,254 @@
+//! The `[serve]` section of `warden.toml`: how the service runs tasks (concurrent runs per worker,
+//! lease length, shutdown grace), the per-UTC-day budgets its workers check from the usage
+//! ledger before every model call, and how the API holds connections (cap, timeouts, event
+//! streams per token, the public names it answers to). The per-task budgets are `[limits]`, counted across runs.
+
+use anyhow::bail;
+use serde::Deserialize;
+use std::time::Duration;
+
+/// The default header-read timeout of an API connection.
+pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// The default idle keep-alive timeout of an API connection.
+pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServeSection {
+    /// Concurrent runs per worker process (default 2).
+    pub workers: Option<usize>,
+    /// How long a claimed run stays leased without a heartbeat (default 30 s); a worker that
+    /// dies loses its runs after this.
+    pub lease_secs: Option<u64>,
+    /// How long `warden serve` lets running tasks finish at shutdown before releasing them back
+    /// to the queue (default 10 s).
+    pub shutdown_grace_secs: Option<u64>,
+    /// Tokens (input + output) all tasks together may spend per UTC day.
+    pub max_tokens_per_day: Option<u64>,
+    /// Dollars all tasks together may spend per UTC day.
+    pub max_cost_usd_per_day: Option<f64>,
+    /// API requests each token may make per minute on average (default 600).
+    pub rate_limit_per_minute: Option<u32>,
+    /// API requests a token may make at once before the per-minute rate applies (default 120).
+    pub rate_limit_burst: Option<u32>,
+    /// Open API connections at most (default: from the open-file limit, see
+    /// `warden_api::connections::connection_cap`); only lowers that.
+    pub max_connections: Option<usize>,
+    /// Seconds a client has to send a request head in full (default 10).
+    pub header_timeout_secs: Option<u64>,
+    /// Seconds an idle kept-alive connection stays open (default 60).
+    pub keep_alive_secs: Option<u64>,
+    /// Event streams one token may hold open at once (default 16); beyond, 429.
+    pub max_streams_per_token: Option<u32>,
+    /// Host names (optionally `name:port`) clients may use besides the listen address, e.g. the
+    /// name of a reverse proxy in front: other `Host`s get 421, other `Origin`s 403.
+    pub public_names: Option<Vec<String>>,
+}
+
+/// How many requests a token may make: `per_minute` on average, `burst` at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    pub per_minute: u32,
+    pub burst: u32,
+}
+
+impl Default for RateLimit {
+    fn default() -> RateLimit {
+        RateLimit {
+            per_minute: 600,
+            burst: 120,
+        }
+    }
+}
+
+/// Event streams a token may hold open at once by default.
+pub const DEFAULT_MAX_STREAMS_PER_TOKEN: u32 = 16;
+
+/// The `[serve]` section, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServeConfig {
+    pub workers: usize,
+    pub lease: Duration,
+    pub shutdown_grace: Duration,
+    pub max_tokens_per_day: Option<u64>,
+    pub max_cost_micro_usd_per_day: Option<u64>,
+    /// Per-token API rate limit.
+    pub rate_limit: RateLimit,
+    /// `max_connections` when set; otherwise the cap comes from the open-file limit.
+    pub max_connections: Option<usize>,
+    pub header_timeout: Duration,
+    pub keep_alive: Duration,
+    pub max_streams_per_token: u32,
+    /// Lowercase, without a trailing dot.
+    pub public_names: Vec<String>,
+}
+
+impl Default for ServeConfig {
+    fn default() -> ServeConfig {
+        ServeConfig {
+            workers: 2,
+            lease: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(10),
+            max_tokens_per_day: None,
+            max_cost_micro_usd_per_day: None,
+            rate_limit: RateLimit::default(),
+            max_connections: None,
+            header_timeout: DEFAULT_HEADER_TIMEOUT,
+            keep_alive: DEFAULT_KEEP_ALIVE,
+            max_streams_per_token: DEFAULT_MAX_STREAMS_PER_TOKEN,
+            public_names: Vec::new(),
+        }
+    }
+}
+
+impl ServeConfig {
+    pub fn resolve(section: &ServeSection) -> anyhow::Result<ServeConfig> {
+        let defaults = ServeConfig::default();
+        let workers = match section.workers {
+            Some(0) => bail!("serve.workers must be at least 1"),
+            Some(n) if n > 256 => bail!("serve.workers must be at most 256, got {n}"),
+            Some(n) => n,
+            None => defaults.workers,
+        };
+        let lease = match section.lease_secs {
+            Some(0) => bail!("serve.lease_secs must be at least 1"),
+            Some(secs) if secs > 86_400 => bail!("serve.lease_secs must be at most 86400"),
+            Some(secs) => Duration::from_secs(secs),
+            None => defaults.lease,
+        };
+        let shutdown_grace = match section.shutdown_grace_secs {
+            Some(secs) if secs > 3_600 => bail!("serve.shutdown_grace_secs must be at most 3600"),
+            Some(secs) => Duration::from_secs(secs),
+            None => defaults.shutdown_grace,
+        };
+        if section.max_tokens_per_day == Some(0) {
+            bail!("serve.max_tokens_per_day must be at least 1");
+        }
+        let max_cost_micro_usd_per_day = match section.max_cost_usd_per_day {
+            Some(usd) if !(usd.is_finite() && usd > 0.0) => {
+                bail!("serve.max_cost_usd_per_day must be a positive number of dollars, got {usd}")
+            }
+            Some(usd) => Some((usd * 1e6).round() as u64),
+            None => None,
+        };
+        if section.rate_limit_per_minute == Some(0) {
+            bail!("serve.rate_limit_per_minute must be at least 1");
+        }
+        if section.rate_limit_burst == Some(0) {
+            bail!("serve.rate_limit_burst must be at least 1");
+        }
+        let rate_limit = RateLimit {
+            per_minute: section
+                .rate_limit_per_minute
+                .unwrap_or(defaults.rate_limit.per_minute),
+            burst: section
+                .rate_limit_burst
+                .unwrap_or(defaults.rate_limit.burst),
+        };
+        if section.max_connections == Some(0) {
+            bail!("serve.max_connections must be at least 1");
+        }
+        let seconds = |value: Option<u64>, name: &str, default: Duration| match value {
+            Some(secs) if !(1..=3_600).contains(&secs) => {
+                bail!("serve.{name} must be between 1 and 3600, got {secs}")
+            }
+            Some(secs) => Ok(Duration::from_secs(secs)),
+            None => Ok(default),
+        };
+        let header_timeout = seconds(
+            section.header_timeout_secs,
+            "header_timeout_secs",
+            defaults.header_timeout,
+        )?;
+        let keep_alive = seconds(
+            section.keep_alive_secs,
+            "keep_alive_secs",
+            defaults.keep_alive,
+        )?;
+        if section.max_streams_per_token == Some(0) {
+            bail!("serve.max_streams_per_token must be at least 1");
+        }
+        let mut public_names = Vec::new();
+        for name in section.public_names.iter().flatten() {
+            match crate::authority::normalize_public_name(name) {
+                Some(name) => public_names.push(name),
+                None => bail!(
+                    "serve.public_names: {name:?} is not a host name or name:port \
+                     (no scheme, no path)"
+                ),
+            }
+        }
+        Ok(ServeConfig {
+            workers,
+            lease,
+            shutdown_grace,
+            max_tokens_per_day: section.max_tokens_per_day,
+            max_cost_micro_usd_per_day,
+            rate_limit,
+            max_connections: section.max_connections,
+            header_timeout,
+            keep_alive,
+            max_streams_per_token: section
+                .max_streams_per_token
+                .unwrap_or(defaults.max_streams_per_token),
+            public_names,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(text: &str) -> anyhow::Result<ServeConfig> {
+        let section: ServeSection = toml::from_str(text)?;
+        ServeConfig::resolve(&section)
+    }
+
+    #[test]
+    fn defaults_bounds_and_unknown_keys() {
+        assert_eq!(resolve("").unwrap(), ServeConfig::default());
+        let config = resolve("workers = 4\nlease_secs = 5\nmax_cost_usd_per_day = 2.5\n").unwrap();
+        assert_eq!(config.workers, 4);
+        assert_eq!(config.lease, Duration::from_secs(5));
+        assert_eq!(config.max_cost_micro_usd_per_day, Some(2_500_000));
+        assert_eq!(config.rate_limit, RateLimit::default());
+        let limited = resolve("rate_limit_per_minute = 30\nrate_limit_burst = 5\n").unwrap();
+        assert_eq!(
+            limited.rate_limit,
+            RateLimit {
+                per_minute: 30,
+                burst: 5
+            }
+        );
+        let front = resolve(
+            "max_connections = 100\nheader_timeout_secs = 2\nkeep_alive_secs = 5\n\
+             max_streams_per_token = 3\npublic_names = [\"Warden.Example.com.\", \"proxy:8443\"]\n",
+        )
+        .unwrap();
+        assert_eq!(front.max_connections, Some(100));
+        assert_eq!(front.header_timeout, Duration::from_secs(2));
+        assert_eq!(front.keep_alive, Duration::from_secs(5));
+        assert_eq!(front.max_streams_per_token, 3);
+        assert_eq!(front.public_names, ["warden.example.com", "proxy:8443"]);
+        for bad in [
+            "max_connections = 0",
+            "header_timeout_secs = 0",
+            "keep_alive_secs = 100000",
+            "max_streams_per_token = 0",
+            "public_names = [\"https://warden.example.com\"]",
+            "public_names = [\"warden.example.com/api\"]",
+            "public_names = [\"\"]",
+            "rate_limit_per_minute = 0",
+            "rate_limit_burst = 0",
+            "rate_limit_burst = -1",
+            "workers = 0",
+            "lease_secs = 0",
+            "max_tokens_per_day = 0",
+            "max_cost_usd_per_day = -1.0",
+            "wrokers = 2",
+        ] {
+            assert!(resolve(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,788 @@
+//! Toolchains and dependency caches in the sandbox: the operator's read-only host mounts
+//! (`[sandbox] mounts`, and per registered repository), the named presets
+//! (`[sandbox] toolchains = ["rust", "node", "python", "go"]`) that expand to mounts and
+//! environment, each repository's dependency cache under `WARDEN_HOME/caches/`, and the
+//! `prepare` commands that fill it.
+//!
+//! **What the agent gets.** Mounts are read-only at their host paths; `PATH` gains their `bin`
+//! directories; a preset's variables point the tools at the read-only toolchain and at the
+//! repository's cache, which agent commands and checks see read-only too (they cannot poison
+//! it for later tasks). Only `prepare` sees the cache writable. None of this opens a network:
+//! `prepare` runs, like everything else, without one.
+//!
+//! **What is refused** (at configuration load for `warden.toml`, at registration for a
+//! repository's mounts): relative paths and `..`, `/`, anything under `/proc`, `/sys`, `/dev`,
+//! `/etc` or the working root, a path overlapping `WARDEN_HOME` (snapshots, scratch, caches,
+//! the task store) and the Warden user's home itself or one of its parents (it holds
+//! credentials).
+
+use crate::env::Env;
+use std::path::{Component, Path, PathBuf};
+use warden_sandbox::{Mount, WORKING_ROOT};
+
+/// A named toolchain preset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preset {
+    /// rustup: `~/.rustup` and `~/.cargo/bin`.
+    Rust,
+    /// nvm's current node: `~/.nvm/versions/node/<version>` (or a system node).
+    Node,
+    /// pyenv's current python: `~/.pyenv/versions/<version>` (or the system python).
+    Python,
+    /// `GOROOT` or `/usr/local/go`.
+    Go,
+}
+
+impl Preset {
+    pub const ALL: [Preset; 4] = [Preset::Rust, Preset::Node, Preset::Python, Preset::Go];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Preset::Rust => "rust",
+            Preset::Node => "node",
+            Preset::Python => "python",
+            Preset::Go => "go",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Preset> {
+        Preset::ALL.into_iter().find(|p| p.as_str() == name)
+    }
+}
+
+/// What a preset, found on this machine, adds to the sandbox.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PresetSetup {
+    /// Read-only host directories.
+    pub mounts: Vec<PathBuf>,
+    /// Directories put in front of `PATH`.
+    pub path: Vec<PathBuf>,
+    /// Variables for every command.
+    pub env: Vec<(String, String)>,
+    /// Variables naming a folder of the repository's cache: `(variable, folder)`.
+    pub cache_env: Vec<(String, String)>,
+    /// Variables for agent commands and checks only (there is no network to fetch over).
+    pub offline_env: Vec<(String, String)>,
+    /// What was found, for `warden doctor`.
+    pub found: String,
+}
+
+fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
+    items
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect()
+}
+
+fn text(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+/// The highest-sorting version directory in `dir` whose name starts with `prefix`.
+fn newest_version(dir: &Path, prefix: &str) -> Option<PathBuf> {
+    let mut versions: Vec<(Vec<u64>, PathBuf)> = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter(|entry| entry.path().is_dir())
+        .filter_map(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !name.starts_with(prefix) {
+                return None;
+            }
+            let key = name
+                .trim_start_matches('v')
+                .split(|c: char| !c.is_ascii_digit())
+                .map(|part| part.parse().unwrap_or(0))
+                .collect();
+            Some((key, entry.path()))
+        })
+        .collect();
+    versions.sort();
+    versions.pop().map(|(_, path)| path)
+}
+
+/// The first line of a version file (`~/.nvm/alias/default`, `~/.pyenv/version`).
+fn version_file(path: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let first = text.lines().next()?.trim().to_string();
+    (!first.is_empty()).then_some(first)
+}
+
+/// Finds `preset` on this machine for the user whose home is `home`. `Err` says what is
+/// missing, in one sentence.
+pub fn detect(preset: Preset, home: &Path, env: &dyn Env) -> Result<PresetSetup, String> {
+    let system = |program: &str| {
+        ["/usr/local/bin", "/usr/bin", "/bin"]
+            .iter()
+            .map(|dir| Path::new(dir).join(program))
+            .find(|path| path.is_file())
+    };
+    match preset {
+        Preset::Rust => {
+            let rustup = env
+                .var("RUSTUP_HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| home.join(".rustup"));
+            let cargo_home = env
+                .var("CARGO_HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| home.join(".cargo"));
+            let bin = cargo_home.join("bin");
+            if !bin.join("cargo").is_file() {
+                return Err(format!(
+                    "no rustup installation: {} does not exist (install rustup, or remove \
+                     \"rust\" from [sandbox] toolchains)",
+                    bin.join("cargo").display()
+                ));
+            }
+            if !rustup.is_dir() {
+                return Err(format!(
+                    "no rustup installation: {} is not a directory",
+                    rustup.display()
+                ));
+            }
+            Ok(PresetSetup {
+                found: format!("rustup at {} and {}", rustup.display(), bin.display()),
+                mounts: vec![rustup.clone(), bin.clone()],
+                path: vec![bin],
+                env: vec![("RUSTUP_HOME".into(), text(&rustup))],
+                cache_env: pairs(&[("CARGO_HOME", "cargo")]),
+                offline_env: pairs(&[("CARGO_NET_OFFLINE", "true")]),
+            })
+        }
+        Preset::Node => {
+            let nvm = env
+                .var("NVM_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| home.join(".nvm"));
+            let versions = nvm.join("versions/node");
+            let wanted = version_file(&nvm.join("alias/default"))
+                .map(|alias| {
+                    let alias = alias.trim_start_matches('v').to_string();
+                    format!("v{alias}")
+                })
+                .filter(|alias| {
+                    alias.len() > 1 && alias[1..].starts_with(|c: char| c.is_ascii_digit())
+                })
+                .unwrap_or_else(|| "v".into());
+            let cache = pairs(&[("npm_config_cache", "npm")]);
+            let offline = pairs(&[("npm_config_offline", "true")]);
+            match newest_version(&versions, &wanted).or_else(|| newest_version(&versions, "v")) {
+                Some(dir) if dir.join("bin/node").is_file() => Ok(PresetSetup {
+                    found: format!("nvm node {}", dir.display()),
+                    mounts: vec![dir.clone()],
+                    path: vec![dir.join("bin")],
+                    env: Vec::new(),
+                    cache_env: cache,
+                    offline_env: offline,
+                }),
+                _ => match system("node") {
+                    Some(node) => Ok(PresetSetup {
+                        found: format!("system node {}", node.display()),
+                        cache_env: cache,
+                        offline_env: offline,
+                        ..PresetSetup::default()
+                    }),
+                    None => Err(format!(
+                        "no node: neither nvm ({}) nor a system node (install one, or remove \
+                         \"node\" from [sandbox] toolchains)",
+                        versions.display()
+                    )),
+                },
+            }
+        }
+        Preset::Python => {
+            let pyenv = env
+                .var("PYENV_ROOT")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| home.join(".pyenv"));
+            let versions = pyenv.join("versions");
+            let chosen = version_file(&pyenv.join("version"))
+                .map(|v| versions.join(v))
+                .filter(|dir| dir.is_dir())
+                .or_else(|| newest_version(&versions, ""));
+            let cache = pairs(&[("PIP_CACHE_DIR", "pip")]);
+            match chosen {
+                Some(dir) if dir.join("bin/python").exists() => Ok(PresetSetup {
+                    found: format!("pyenv python {}", dir.display()),
+                    mounts: vec![dir.clone()],
+                    path: vec![dir.join("bin")],
+                    cache_env: cache,
+                    ..PresetSetup::default()
+                }),
+                _ => match system("python3") {
+                    Some(python) => Ok(PresetSetup {
+                        found: format!("system python {}", python.display()),
+                        cache_env: cache,
+                        ..PresetSetup::default()
+                    }),
+                    None => Err(format!(
+                        "no python: neither pyenv ({}) nor a system python3 (install one, or \
+                         remove \"python\" from [sandbox] toolchains)",
+                        versions.display()
+                    )),
+                },
+            }
+        }
+        Preset::Go => {
+            let goroot = env
+                .var("GOROOT")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("/usr/local/go"));
+            if !goroot.join("bin/go").is_file() {
+                return Err(format!(
+                    "no go: {} does not exist (set GOROOT, or remove \"go\" from [sandbox] \
+                     toolchains)",
+                    goroot.join("bin/go").display()
+                ));
+            }
+            Ok(PresetSetup {
+                found: format!("go at {}", goroot.display()),
+                mounts: vec![goroot.clone()],
+                path: vec![goroot.join("bin")],
+                env: vec![
+                    ("GOROOT".into(), text(&goroot)),
+                    ("GOTOOLCHAIN".into(), "local".into()),
+                    ("GOCACHE".into(), "/tmp/go-build".into()),
+                ],
+                cache_env: pairs(&[("GOMODCACHE", "go/mod")]),
+                offline_env: pairs(&[("GOPROXY", "off"), ("GOFLAGS", "-mod=mod")]),
+            })
+        }
+    }
+}
+
+/// `[sandbox]` toolchain settings, resolved: what every view and command gets.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Toolchains {
+    /// The presets named in `[sandbox] toolchains`.
+    pub presets: Vec<Preset>,
+    /// Read-only host directories (presets' and `[sandbox] mounts`), checked.
+    pub mounts: Vec<PathBuf>,
+    /// Directories put in front of the sandbox's `PATH`.
+    pub path: Vec<PathBuf>,
+    /// Variables for every command.
+    pub env: Vec<(String, String)>,
+    /// Variables naming a folder of the repository's cache.
+    pub cache_env: Vec<(String, String)>,
+    /// Variables for agent commands and checks only.
+    pub offline_env: Vec<(String, String)>,
+    /// `[sandbox] prepare`: commands run before the agent with the cache writable.
+    pub prepare: Vec<String>,
+    /// The Warden user's home (`~` of per-repository mounts).
+    pub user_home: Option<PathBuf>,
+    /// `[sandbox] repo_mount_roots`, checked and resolved: a repository's own mounts must lie
+    /// under one of them (none: repositories cannot add mounts). A registration API token is
+    /// not the operator: it must not be able to show the server's keys to a sandbox.
+    pub repo_mount_roots: Vec<PathBuf>,
+}
+
+/// The in-sandbox paths Warden builds itself: nothing is mounted over them.
+const RESERVED: [&str; 5] = ["/proc", "/sys", "/dev", "/etc", WORKING_ROOT];
+
+/// Expands `~` against `home` and checks a mount path (see the module documentation).
+/// `warden_home` is `WARDEN_HOME`, when known.
+pub fn check_mount(
+    raw: &str,
+    home: Option<&Path>,
+    warden_home: Option<&Path>,
+) -> Result<PathBuf, String> {
+    let path = match raw.strip_prefix('~') {
+        Some(rest) if rest.is_empty() || rest.starts_with('/') => match home {
+            Some(home) => home.join(rest.trim_start_matches('/')),
+            None => return Err(format!("mount {raw:?}: HOME is not set to expand ~")),
+        },
+        Some(_) => return Err(format!("mount {raw:?}: only ~ and ~/… are expanded")),
+        None => PathBuf::from(raw),
+    };
+    let shown = path.display();
+    let normal = path.is_absolute()
+        && path
+            .components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+    if !normal {
+        return Err(format!(
+            "mount {raw:?} must be an absolute path (or start with ~/) without '.' or '..'"
+        ));
+    }
+    let canonical = path
+        .canonicalize()
+        .map_err(|e| format!("mount {shown}: {e}"))?;
+    if !canonical.is_dir() {
+        return Err(format!("mount {shown} is not a directory"));
+    }
+    let overlaps = |a: &Path, b: &Path| a.starts_with(b) || b.starts_with(a);
+    for candidate in [&path, &canonical] {
+        if candidate.parent().is_none() {
+            return Err(format!(
+                "mount {shown} would show the whole host file system"
+            ));
+        }
+        if let Some(reserved) = RESERVED.iter().find(|r| candidate.starts_with(r)) {
+            return Err(format!(
+                "mount {shown} is under {reserved}, which the sandbox builds itself"
+            ));
+        }
+        if let Some(home) = home {
+            if home.starts_with(candidate) {
+                return Err(format!(
+                    "mount {shown} would show the whole home directory {} (keys, \
+                     credentials); mount the toolchain's own directories",
+                    home.display()
+                ));
+            }
+        }
+        if let Some(warden_home) = warden_home {
+            let warden = warden_home
+                .canonicalize()
+                .unwrap_or_else(|_| warden_home.to_path_buf());
+            if overlaps(candidate, warden_home) || overlaps(candidate, &warden) {
+                return Err(format!(
+                    "mount {shown} overlaps WARDEN_HOME ({}), which holds snapshots, scratch \
+                     directories, caches and the task store",
+                    warden_home.display()
+                ));
+            }
+        }
+    }
+    Ok(path)
+}
+
+/// Refuses a repository's own mount (already [`check_mount`]ed) that is not under one of
+/// `roots` (`[sandbox] repo_mount_roots`, canonical).
+pub fn check_repo_mount(roots: &[PathBuf], checked: &Path) -> Result<(), String> {
+    let canonical = checked
+        .canonicalize()
+        .map_err(|e| format!("mount {}: {e}", checked.display()))?;
+    if roots.iter().any(|root| canonical.starts_with(root)) {
+        return Ok(());
+    }
+    Err(format!(
+        "mount {} is not under [sandbox] repo_mount_roots in warden.toml; the operator lists \
+         there the directories repositories may mount",
+        checked.display()
+    ))
+}
+
+/// Adds `mount` unless a listed one holds it; drops listed ones it holds.
+fn add_mount(mounts: &mut Vec<PathBuf>, mount: PathBuf) {
+    if mounts.iter().any(|m| mount.starts_with(m)) {
+        return;
+    }
+    mounts.retain(|m| !m.starts_with(&mount));
+    mounts.push(mount);
+}
+
+/// The `bin` directory a mount contributes to `PATH`: itself when named `bin`, else its `bin`
+/// folder when it has one.
+fn bin_of(mount: &Path) -> Option<PathBuf> {
+    if mount.file_name().is_some_and(|name| name == "bin") {
+        Some(mount.to_path_buf())
+    } else {
+        Some(mount.join("bin")).filter(|bin| bin.is_dir())
+    }
+}
+
+impl Toolchains {
+    /// Resolves `[sandbox] toolchains`, `mounts` and `prepare`.
+    pub fn resolve(
+        toolchains: &[String],
+        mounts: &[String],
+        prepare: &[String],
+        warden_home: &Path,
+        env: &dyn Env,
+    ) -> anyhow::Result<Toolchains> {
+        let home = env.var("HOME").map(PathBuf::from);
+        let mut resolved = Toolchains {
+            user_home: home.clone(),
+            ..Toolchains::default()
+        };
+        for name in toolchains {
+            let preset = Preset::from_name(name).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "sandbox.toolchains: unknown toolchain {name:?}: expected rust, node, python \
+                     or go"
+                )
+            })?;
+            if resolved.presets.contains(&preset) {
+                continue;
+            }
+            let Some(home) = home.as_deref() else {
+                anyhow::bail!("sandbox.toolchains: HOME is not set to find {name:?}");
+            };
+            let setup = detect(preset, home, env)
+                .map_err(|reason| anyhow::anyhow!("sandbox.toolchains: {name}: {reason}"))?;
+            for mount in &setup.mounts {
+                let checked = check_mount(&text(mount), Some(home), Some(warden_home))
+                    .map_err(|reason| anyhow::anyhow!("sandbox.toolchains: {name}: {reason}"))?;
+                add_mount(&mut resolved.mounts, checked);
+            }
+            resolved.presets.push(preset);
+            resolved.path.extend(setup.path);
+            resolved.env.extend(setup.env);
+            resolved.cache_env.extend(setup.cache_env);
+            resolved.offline_env.extend(setup.offline_env);
+        }
+        for raw in mounts {
+            let checked = check_mount(raw, home.as_deref(), Some(warden_home))
+                .map_err(|reason| anyhow::anyhow!("sandbox.mounts: {reason}"))?;
+            if let Some(bin) = bin_of(&checked) {
+                if !resolved.path.contains(&bin) {
+                    resolved.path.push(bin);
+                }
+            }
+            add_mount(&mut resolved.mounts, checked);
+        }
+        if let Some(empty) = prepare.iter().find(|c| c.trim().is_empty()) {
+            anyhow::bail!("sandbox.prepare: empty command {empty:?}");
+        }
+        resolved.prepare = prepare.to_vec();
+        Ok(resolved)
+    }
+
+    /// Adds `[sandbox] repo_mount_roots` (each checked like a mount).
+    pub fn with_repo_mount_roots(
+        mut self,
+        roots: &[String],
+        warden_home: &Path,
+        env: &dyn Env,
+    ) -> anyhow::Result<Toolchains> {
+        let home = env.var("HOME").map(PathBuf::from);
+        for raw in roots {
+            let checked = check_mount(raw, home.as_deref(), Some(warden_home))
+                .map_err(|reason| anyhow::anyhow!("sandbox.repo_mount_roots: {reason}"))?;
+            let canonical = checked.canonicalize().unwrap_or(checked);
+            self.repo_mount_roots.push(canonical);
+        }
+        Ok(self)
+    }
+
+    /// Refuses a repository's own mount that is not under `[sandbox] repo_mount_roots`.
+    pub fn check_repo_mount(&self, checked: &Path) -> Result<(), String> {
+        check_repo_mount(&self.repo_mount_roots, checked)
+    }
+
+    /// What one task's sandbox gets for `repo_name`'s repository: these settings plus the
+    /// repository's own mounts and prepare commands (which replace `[sandbox] prepare`), and
+    /// its cache directory under `warden_home`.
+    pub fn for_repo(
+        &self,
+        warden_home: &Path,
+        cache_key: &str,
+        repo_mounts: &[String],
+        repo_prepare: &[String],
+    ) -> Result<TaskToolchains, String> {
+        let home = self.user_home.clone();
+        let mut mounts = self.mounts.clone();
+        let mut path = self.path.clone();
+        for raw in repo_mounts {
+            let checked = check_mount(raw, home.as_deref(), Some(warden_home))?;
+            self.check_repo_mount(&checked)?;
+            if let Some(bin) = bin_of(&checked) {
+                if !path.contains(&bin) {
+                    path.push(bin);
+                }
+            }
+            add_mount(&mut mounts, checked);
+        }
+        let cache =
+            (!self.cache_env.is_empty() || !repo_prepare.is_empty() || !self.prepare.is_empty())
+                .then(|| warden_home.join("caches").join(cache_key));
+        Ok(TaskToolchains {
+            mounts,
+            path,
+            env: self.env.clone(),
+            cache_env: match &cache {
+                Some(dir) => self
+                    .cache_env
+                    .iter()
+                    .map(|(name, folder)| (name.clone(), text(&dir.join(folder))))
+                    .collect(),
+                None => Vec::new(),
+            },
+            offline_env: self.offline_env.clone(),
+            cache,
+            prepare: if repo_prepare.is_empty() {
+                self.prepare.clone()
+            } else {
+                repo_prepare.to_vec()
+            },
+        })
+    }
+}
+
+/// One task's toolchains: mounts, environment, cache and prepare commands.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TaskToolchains {
+    pub mounts: Vec<PathBuf>,
+    pub path: Vec<PathBuf>,
+    pub env: Vec<(String, String)>,
+    /// Cache variables with their absolute directories.
+    pub cache_env: Vec<(String, String)>,
+    pub offline_env: Vec<(String, String)>,
+    /// The repository's cache directory, when anything uses one.
+    pub cache: Option<PathBuf>,
+    pub prepare: Vec<String>,
+}
+
+impl TaskToolchains {
+    /// Creates the cache directory and its folders (private to the Warden user).
+    pub fn create_cache(&self) -> std::io::Result<()> {
+        use std::os::unix::fs::DirBuilderExt;
+        let Some(cache) = &self.cache else {
+            return Ok(());
+        };
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true).mode(0o700);
+        builder.create(cache)?;
+        for (_, dir) in &self.cache_env {
+            builder.create(dir)?;
+        }
+        Ok(())
+    }
+
+    /// The view's mounts: the toolchains read-only, the cache read-only or (`prepare`)
+    /// writable.
+    pub fn mounts(&self, cache_writable: bool) -> Vec<Mount> {
+        let mut mounts: Vec<Mount> = self.mounts.iter().map(Mount::read_only).collect();
+        if let Some(cache) = &self.cache {
+            mounts.push(Mount {
+                path: cache.clone(),
+                writable: cache_writable,
+            });
+        }
+        mounts
+    }
+
+    /// The environment of a command: the sandbox's baseline with `PATH` extended, the
+    /// presets' variables, the cache variables (`WARDEN_CACHE` is the cache itself) and (agent commands and checks) the offline
+    /// switches.
+    pub fn command_env(&self, offline: bool) -> Vec<(String, String)> {
+        let mut env = warden_sandbox::baseline_env();
+        if let Some((_, value)) = env.iter_mut().find(|(name, _)| name == "PATH") {
+            let mut parts: Vec<String> = self.path.iter().map(|p| text(p)).collect();
+            parts.push(value.clone());
+            *value = parts.join(":");
+        }
+        let cache = self
+            .cache
+            .as_ref()
+            .map(|dir| ("WARDEN_CACHE".to_string(), text(dir)));
+        let extra = self
+            .env
+            .iter()
+            .chain(cache.as_ref())
+            .chain(&self.cache_env)
+            .chain(offline.then_some(&self.offline_env).into_iter().flatten());
+        for (name, value) in extra {
+            match env.iter_mut().find(|(n, _)| n == name) {
+                Some(slot) => slot.1 = value.clone(),
+                None => env.push((name.clone(), value.clone())),
+            }
+        }
+        env
+    }
+}
+
+/// Waits for and takes the exclusive lock of a dependency cache (a `flock` on
+/// `<cache>.lock` beside it), held while prepare commands write it; released when the file is
+/// dropped. The lock lives outside the cache: prepare runs repository code with the cache
+/// writable, which must not be able to swap the lock for a fifo or a symlink the host opens.
+pub fn lock_cache(cache: &Path) -> std::io::Result<std::fs::File> {
+    use rustix::fs::{Mode, OFlags};
+    let mut name = cache.as_os_str().to_owned();
+    name.push(".lock");
+    let fd = rustix::fs::open(
+        PathBuf::from(name).as_path(),
+        OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )?;
+    let file = std::fs::File::from(fd);
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other(
+            "the cache lock is not a regular file",
+        ));
+    }
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
+    Ok(file)
+}
+
+/// A registered repository's own sandbox settings (`warden repos add --mount/--prepare`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RepoSandbox {
+    /// Host directories shown read-only, on top of `[sandbox] mounts`.
+    pub mounts: Vec<String>,
+    /// Commands replacing `[sandbox] prepare` for this repository.
+    pub prepare: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    struct MapEnv(HashMap<String, String>);
+    impl Env for MapEnv {
+        fn var(&self, name: &str) -> Option<String> {
+            self.0.get(name).cloned()
+        }
+    }
+
+    fn env(home: &Path) -> MapEnv {
+        MapEnv(HashMap::from([("HOME".to_string(), text(home))]))
+    }
+
+    fn fake_rustup(home: &Path) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(home.join(".rustup/toolchains")).unwrap();
+        std::fs::create_dir_all(home.join(".cargo/bin")).unwrap();
+        let cargo = home.join(".cargo/bin/cargo");
+        std::fs::write(&cargo, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&cargo, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    #[test]
+    fn a_repository_mounts_only_under_the_operators_roots() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let warden = dir.path().join("warden");
+        let ssh = home.join(".ssh");
+        let tools = dir.path().join("opt/tools/go");
+        for d in [&ssh, &tools, &warden] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let none = Toolchains::resolve(&[], &[], &[], &warden, &env(&home)).unwrap();
+        let error = none
+            .for_repo(&warden, "app", &["~/.ssh".into()], &[])
+            .unwrap_err();
+        assert!(error.contains("repo_mount_roots"), "{error}");
+        let rooted = none
+            .clone()
+            .with_repo_mount_roots(&[text(&dir.path().join("opt/tools"))], &warden, &env(&home))
+            .unwrap();
+        assert!(rooted
+            .for_repo(&warden, "app", &[text(&tools)], &[])
+            .is_ok());
+        assert!(rooted
+            .for_repo(&warden, "app", &["~/.ssh".into()], &[])
+            .is_err());
+    }
+
+    #[test]
+    fn the_cache_lock_lives_beside_the_cache_and_is_never_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("caches/app");
+        std::fs::create_dir_all(&cache).unwrap();
+        drop(lock_cache(&cache).unwrap());
+        assert!(dir.path().join("caches/app.lock").is_file());
+        assert!(!cache.join(".prepare.lock").exists());
+        // A symlink planted where the lock goes is refused, not followed.
+        let planted = dir.path().join("caches/other");
+        std::fs::create_dir_all(&planted).unwrap();
+        let target = dir.path().join("elsewhere");
+        std::os::unix::fs::symlink(&target, dir.path().join("caches/other.lock")).unwrap();
+        assert!(lock_cache(&planted).is_err());
+        assert!(!target.exists());
+    }
+
+    #[test]
+    fn mounts_are_checked_and_expanded() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let warden = home.join(".local/share/warden");
+        std::fs::create_dir_all(warden.join("snapshots")).unwrap();
+        std::fs::create_dir_all(home.join(".cargo/bin")).unwrap();
+        let check = |raw: &str| check_mount(raw, Some(&home), Some(&warden));
+        assert_eq!(check("~/.cargo/bin").unwrap(), home.join(".cargo/bin"));
+        for (raw, expect) in [
+            ("/", "whole host"),
+            ("~", "whole home directory"),
+            (&*text(dir.path()), "whole home directory"),
+            ("~/.local/share/warden", "WARDEN_HOME"),
+            ("~/.local/share/warden/snapshots", "WARDEN_HOME"),
+            ("~/.local", "WARDEN_HOME"),
+            ("/proc/self", "/proc"),
+            ("/sys", "/sys"),
+            ("/dev", "/dev"),
+            ("/etc/ssl", "/etc"),
+            ("relative", "absolute"),
+            ("~/.cargo/../.cargo", "'..'"),
+            ("~other/x", "only ~"),
+            ("~/.missing", "No such file"),
+        ] {
+            let error = check(raw).unwrap_err();
+            assert!(error.contains(expect), "{raw}: {error}");
+        }
+    }
+
+    #[test]
+    fn presets_expand_to_mounts_and_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        fake_rustup(&home);
+        let warden = dir.path().join("warden");
+        let resolved = Toolchains::resolve(
+            &["rust".into()],
+            &["~/.cargo/bin".into()],
+            &["cargo fetch".into()],
+            &warden,
+            &env(&home),
+        )
+        .unwrap();
+        assert_eq!(
+            resolved.mounts,
+            vec![home.join(".rustup"), home.join(".cargo/bin")]
+        );
+        assert_eq!(resolved.path, vec![home.join(".cargo/bin")]);
+        let task = resolved.for_repo(&warden, "app-1234", &[], &[]).unwrap();
+        let cache = warden.join("caches/app-1234");
+        assert_eq!(task.cache.as_deref(), Some(cache.as_path()));
+        assert_eq!(task.prepare, vec!["cargo fetch".to_string()]);
+        let command = task.command_env(true);
+        let get = |name: &str| {
+            command
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone())
+        };
+        assert!(get("PATH")
+            .unwrap()
+            .starts_with(&format!("{}:", home.join(".cargo/bin").display())));
+        assert_eq!(get("RUSTUP_HOME"), Some(text(&home.join(".rustup"))));
+        assert_eq!(get("CARGO_HOME"), Some(text(&cache.join("cargo"))));
+        assert_eq!(get("CARGO_NET_OFFLINE").as_deref(), Some("true"));
+        assert_eq!(
+            task.command_env(false)
+                .iter()
+                .find(|(n, _)| n == "CARGO_NET_OFFLINE"),
+            None
+        );
+        let mounts = task.mounts(false);
+        assert!(mounts.iter().all(|m| !m.writable));
+        assert!(task
+            .mounts(true)
+            .iter()
+            .any(|m| m.writable && m.path == cache));
+    }
+
+    #[test]
+    fn unknown_or_missing_toolchains_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        std::fs::create_dir_all(&home).unwrap();
+        let resolve = |names: &[&str]| {
+            Toolchains::resolve(
+                &names.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+                &[],
+                &[],
+                &dir.path().join("warden"),
+                &env(&home),
+            )
+            .map_err(|e| e.to_string())
+        };
+        assert!(resolve(&["ruby"])
+            .unwrap_err()
+            .contains("unknown toolchain"));
+        assert!(resolve(&["rust"]).unwrap_err().contains("no rustup"));
+    }
+}

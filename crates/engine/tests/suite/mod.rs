@@ -1,0 +1,2 @@
+mod architecture;
+mod failpoints;

@@ -1,0 +1,123 @@
+//! The worker side of `warden serve` and `warden worker`, composed: the store from
+//! `WARDEN_DATABASE_URL` (default `sqlite://$WARDEN_HOME/warden.db`), the model, the repository
+//! store and the workers' shared services, and the loop that runs only workers. The HTTP API
+//! is added on top by `warden_api::serve`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::sync::{watch, Notify};
+pub use warden_store::Store;
+
+use crate::worker::{self, Services, WorkerOptions};
+use warden_engine::config::Config;
+use warden_engine::question;
+
+/// `WARDEN_DATABASE_URL`, or the embedded SQLite database under `home`.
+pub fn database_url(explicit: Option<String>, home: &Path) -> String {
+    explicit.unwrap_or_else(|| format!("sqlite://{}", home.join("warden.db").display()))
+}
+
+/// Opens (creating and migrating) the store `url` names.
+pub async fn open_store(url: &str) -> anyhow::Result<Arc<dyn Store>> {
+    warden_store::open(url)
+        .await
+        .context("cannot open the database")
+}
+
+/// A setup problem the operator must fix (exit 2), as opposed to a failure while running.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ServeUsageError(pub String);
+
+/// Writes `text` to `path`, readable by this user only (mode 0600).
+pub fn write_private(path: &Path, text: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    file.write_all(text.as_bytes())?;
+    Ok(())
+}
+
+/// This home's stable worker identity (created once in `home/worker-id`).
+pub fn home_worker_name(home: &Path) -> anyhow::Result<String> {
+    let path = home.join("worker-id");
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        let id = text.trim();
+        if !id.is_empty() && id.len() <= 64 && id.chars().all(|c| c.is_ascii_alphanumeric()) {
+            return Ok(format!("serve-{id}"));
+        }
+    }
+    let mut random = [0u8; 8];
+    getrandom::fill(&mut random).map_err(|e| anyhow::anyhow!("no randomness: {e}"))?;
+    let id = hex::encode(random);
+    write_private(&path, &id)?;
+    Ok(format!("serve-{id}"))
+}
+
+pub use crate::worker::process_worker_name;
+
+/// Everything the workers share, built from the configuration.
+pub async fn services(config: Arc<Config>, store: Arc<dyn Store>) -> anyhow::Result<Arc<Services>> {
+    let model = question::build_model(&config).map_err(|e| ServeUsageError(e.to_string()))?;
+    let home = config.home.clone();
+    let storage = config.storage;
+    let repos = tokio::task::spawn_blocking(move || storage.open_repos(&home))
+        .await?
+        .context("cannot open the repository store")?;
+    // Every event the workers store reaches this process's SSE subscribers at once.
+    let hub = crate::hub::instrument(&store, crate::hub::HubOptions::default());
+    Ok(Arc::new(Services {
+        hub,
+        redactor: config.redactor(),
+        config,
+        store,
+        repos,
+        model,
+        wake: Arc::new(Notify::new()),
+        running: Arc::default(),
+    }))
+}
+
+/// Resolves when SIGTERM or SIGINT arrives.
+pub async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = terminate => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+/// Runs only the workers until `shutdown` resolves (`warden worker`).
+pub async fn work(
+    services: Arc<Services>,
+    worker_name: String,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let (stop, stopped) = watch::channel(false);
+    let options = WorkerOptions::from_config(worker_name, &services.config);
+    crate::storage::spawn_eviction(&services, stopped.clone());
+    let workers = tokio::spawn(worker::run_workers(services, options, stopped));
+    shutdown.await;
+    eprintln!("warden: shutting down: no new tasks are claimed");
+    let _ = stop.send(true);
+    workers.await.context("the workers failed")?;
+    Ok(())
+}

@@ -1,0 +1,28 @@
+//! Tasks kept in a store and run by workers: the front door every interface calls
+//! (`tasks::TaskService`), the workers that claim runs under leases and execute them with
+//! `warden-engine`, the usage ledger and its budgets, journals and their replay after a crash,
+//! cancellation, the event hub, metrics, callbacks, publication of approved proposals, and the
+//! in-process front door (`local`) that runs `warden ask`/`run` with one worker.
+//!
+//! It knows no HTTP server: its normal dependencies exclude `axum` and `utoipa`, and only
+//! `warden-cli` depends on `warden-api` (`tests/suite/architecture.rs`).
+
+pub mod callback;
+pub mod cancel;
+pub mod compose;
+pub mod diff;
+pub mod hub;
+pub mod journal;
+pub mod ledger;
+pub mod local;
+pub mod lock;
+pub mod metrics;
+pub mod outage;
+pub mod publication;
+pub mod storage;
+pub mod task_repos;
+pub mod task_view;
+pub mod tasks;
+pub mod time;
+pub mod tokens;
+pub mod worker;

@@ -1,0 +1,612 @@
+//! Warden without a server: `warden ask`/`run` and the commands that look at their tasks keep
+//! them in a store (an embedded SQLite database, [`DATABASE_FILE`] under `WARDEN_HOME`) and run
+//! them with the worker code `warden serve` uses, one worker in this process. Crash recovery,
+//! budgets, journals and events are the served ones.
+//!
+//! What only a local front door can do happens here, before the task exists: repositories are
+//! named by path or URL (not registered names), pinned with progress on the caller's terminal
+//! (`PATH@worktree` included), and what pinning noticed goes into the task for its result. A
+//! task's repository then carries its source ([`warden_store::TaskRepo::source`]) and the
+//! pinned commit, so the worker pins it again without fetching.
+//!
+//! The database is not `warden serve`'s (`warden.db`): a server on the same `WARDEN_HOME` never
+//! runs an in-process task, and this process's worker claims only the task it follows
+//! ([`WorkerOptions::only`]), so concurrent `warden ask`s on one home each run their own.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::{json, Value};
+use tokio::sync::{watch, Notify};
+use warden_protocol::{Event, TaskId, TaskKind, TaskStatus};
+use warden_repo::{RepoSpec, RepoStore};
+use warden_store::{EventStream, Store, Task, TaskRepo};
+
+use crate::cancel::RunningTasks;
+use crate::tasks::{PinnedRepos, Principal, Role, ServiceError, TaskService};
+use crate::worker::{self, Services, WorkerOptions};
+use warden_engine::config::Config;
+use warden_engine::question::{self, SetupError};
+
+/// The in-process tasks' database, under `WARDEN_HOME`.
+pub const DATABASE_FILE: &str = "local.db";
+
+/// The in-process tasks' database URL under `home`.
+pub fn database_url(home: &std::path::Path) -> String {
+    format!("sqlite://{}", home.join(DATABASE_FILE).display())
+}
+
+/// The owner of in-process tasks.
+pub const OWNER: &str = "local";
+
+/// How often the follower looks for new events and the task's status.
+const FOLLOW_EVERY: Duration = Duration::from_millis(100);
+
+/// A refusal (exit 2) or a failure of the front door.
+#[derive(Debug, thiserror::Error)]
+pub enum LocalError {
+    /// What was asked for cannot be: the message says what to do instead.
+    #[error("{0}")]
+    Usage(String),
+    #[error(transparent)]
+    Failed(#[from] anyhow::Error),
+}
+
+fn usage(message: impl Into<String>) -> LocalError {
+    LocalError::Usage(message.into())
+}
+
+/// A task to submit in-process.
+#[derive(Debug, Clone)]
+pub struct Submission {
+    pub kind: TaskKind,
+    pub prompt: String,
+    /// The `--repo` arguments, parsed; empty to continue on the follow-up's repositories.
+    pub repos: Vec<RepoSpec>,
+    pub follow_up_to: Option<TaskId>,
+    /// A change's checks; `None` keeps a follow-up's (no checks for a new task).
+    pub checks: Option<Vec<String>>,
+    pub baseline: bool,
+    pub publish: bool,
+}
+
+/// The local store and the front door every interface calls; the worker's services (the
+/// model client among them) are built when a task is to run here.
+pub struct Local {
+    config: Arc<Config>,
+    store: Arc<dyn Store>,
+    pub repos: RepoStore,
+    pub tasks: TaskService,
+    wake: Arc<Notify>,
+    running: Arc<RunningTasks>,
+    services: tokio::sync::OnceCell<Arc<Services>>,
+}
+
+/// Who acts in-process: the person at this machine, who owns every local task and decides
+/// their approvals.
+pub fn principal() -> Principal {
+    Principal {
+        name: OWNER.into(),
+        role: Role::Admin,
+    }
+}
+
+/// A refusal of the front door as this one reports it: the service's message, exit 2 for
+/// what the person asked (anything but a store or internal failure).
+impl From<ServiceError> for LocalError {
+    fn from(error: ServiceError) -> LocalError {
+        match error {
+            ServiceError::Store(_) | ServiceError::Internal(_) => {
+                LocalError::Failed(anyhow::Error::new(error))
+            }
+            refusal => LocalError::Usage(refusal.to_string()),
+        }
+    }
+}
+
+impl Local {
+    /// Opens (creating) the local database and Warden's repository store.
+    pub async fn open(config: Arc<Config>) -> Result<Local, LocalError> {
+        let store = warden_store::open(&database_url(&config.home))
+            .await
+            .context("cannot open the database")?;
+        let (home, storage) = (config.home.clone(), config.storage);
+        let repos = tokio::task::spawn_blocking(move || storage.open_repos(&home))
+            .await
+            .context("opening the repository store crashed")?
+            .context("cannot open the repository store")?;
+        let wake = Arc::new(Notify::new());
+        let running: Arc<RunningTasks> = Arc::default();
+        let tasks = TaskService::new(Arc::clone(&store), Arc::clone(&wake))
+            .with_running(Arc::clone(&running))
+            .with_repos(repos.clone(), config.redactor());
+        Ok(Local {
+            config,
+            store,
+            repos,
+            tasks,
+            wake,
+            running,
+            services: tokio::sync::OnceCell::new(),
+        })
+    }
+
+    /// What this process's worker runs tasks with, built once: the model client (a model that
+    /// cannot be built, a missing key among them, is a usage error naming what to set), and
+    /// the store publishing the events it stores.
+    pub async fn services(&self) -> Result<&Arc<Services>, LocalError> {
+        self.services
+            .get_or_try_init(|| async {
+                let model = question::build_model(&self.config)
+                    .map_err(|error| usage(error.to_string()))?;
+                // Events this process stores reach its hub (and metrics) as they commit.
+                let hub = crate::hub::instrument(&self.store, crate::hub::HubOptions::default());
+                Ok(Arc::new(Services {
+                    config: Arc::clone(&self.config),
+                    store: Arc::clone(&self.store),
+                    repos: self.repos.clone(),
+                    model,
+                    redactor: self.config.redactor(),
+                    wake: Arc::clone(&self.wake),
+                    running: Arc::clone(&self.running),
+                    hub,
+                }))
+            })
+            .await
+    }
+
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The task, or a usage error naming it.
+    pub async fn task(&self, id: &TaskId) -> Result<Task, LocalError> {
+        match self.tasks.task(&principal(), id.as_str()).await {
+            Err(ServiceError::NotFound(_)) => Err(usage(format!(
+                "no task {id} in {}",
+                self.database_display()
+            ))),
+            other => Ok(other?),
+        }
+    }
+
+    fn database_display(&self) -> String {
+        self.config.home.join(DATABASE_FILE).display().to_string()
+    }
+
+    /// Pins the repositories given by path or URL (progress through `progress`) and submits
+    /// the task through the front door every interface uses. Without repositories a follow-up
+    /// continues on its task's commits (a change on its proposal) and nothing is pinned.
+    pub async fn submit(
+        &self,
+        submission: Submission,
+        progress: &(dyn Fn(&str) + Send + Sync),
+    ) -> Result<Task, LocalError> {
+        let kind = submission.kind;
+        if submission.repos.is_empty() && submission.follow_up_to.is_none() {
+            return Err(usage(match kind {
+                TaskKind::Change => {
+                    "name the repository with --repo PATH|URL[@REV] (or continue a task with \
+                     --follow-up TASK)"
+                }
+                _ => "name at least one repository with --repo PATH|URL[@REV]",
+            }));
+        }
+        if let Some(id) = &submission.follow_up_to {
+            self.check_follow_up(id, kind).await?;
+        }
+        if kind == TaskKind::Change && submission.repos.len() > 1 {
+            return Err(usage("a change task works on exactly one repository"));
+        }
+        if submission.publish && submission.repos.iter().any(RepoSpec::wants_work_tree) {
+            // Refused before anything is pinned or asked of a model.
+            return Err(usage(
+                "cannot publish a change made on @worktree: the snapshot's uncommitted files \
+                 would be pushed without review; commit them and run on HEAD, or leave out \
+                 --publish",
+            ));
+        }
+        if submission.publish {
+            if let Some(spec) = submission.repos.first() {
+                warden_engine::publish::publish_remote(self.repos.git(), &spec.source)
+                    .map_err(usage)?;
+            }
+        }
+        let pinned = if submission.repos.is_empty() {
+            None
+        } else {
+            Some(self.pin(&submission.repos, progress).await?)
+        };
+        let submitted = self
+            .tasks
+            .submit(
+                &principal(),
+                crate::tasks::Submission {
+                    checks: (kind == TaskKind::Change)
+                        .then_some(submission.checks)
+                        .flatten(),
+                    publish: (kind == TaskKind::Change).then_some(submission.publish),
+                    follow_up_to: submission.follow_up_to.map(|id| id.to_string()),
+                    baseline: submission.baseline,
+                    pinned,
+                    ..crate::tasks::Submission::new(kind, submission.prompt, Vec::new())
+                },
+                None,
+            )
+            .await?;
+        Ok(submitted.task)
+    }
+
+    /// Pins `specs` into Warden's mirrors and snapshots, reporting progress; a snapshot a disk
+    /// budget refuses leaves its repository unpinned, so the task's run fails visibly with
+    /// `quota_exceeded` and a result.
+    async fn pin(
+        &self,
+        specs: &[RepoSpec],
+        progress: &(dyn Fn(&str) + Send + Sync),
+    ) -> Result<PinnedRepos, LocalError> {
+        // Pinning and the snapshots run git and write files: blocking work.
+        let repo_store = self.repos.clone();
+        let pin_specs = specs.to_vec();
+        let (lines, mut received) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let pinning = tokio::task::spawn_blocking(move || {
+            question::pin_all(&repo_store, &pin_specs, &|line| {
+                let _ = lines.send(line.to_string());
+            })
+        });
+        while let Some(line) = received.recv().await {
+            progress(&line);
+        }
+        let pinned = pinning.await.context("pinning the repositories crashed")?;
+        match pinned {
+            Ok(repos) => Ok(PinnedRepos::new(
+                repos
+                    .iter()
+                    .map(|repo| TaskRepo {
+                        name: repo.pinned.name.clone(),
+                        rev: None,
+                        commit: Some(repo.pinned.commit.clone()),
+                        source: Some(repo.pinned.source.display_redacted()),
+                    })
+                    .collect(),
+                question::repo_notices(&repos),
+            )),
+            Err(SetupError::Quota(_)) => Ok(PinnedRepos::new(
+                specs
+                    .iter()
+                    .map(|spec| TaskRepo {
+                        name: spec.name.clone(),
+                        rev: spec.rev.clone(),
+                        commit: None,
+                        source: Some(spec.source.display_redacted()),
+                    })
+                    .collect(),
+                Vec::new(),
+            )),
+            Err(SetupError::Usage(message)) => Err(usage(message)),
+            Err(SetupError::Infrastructure(message)) => Err(anyhow::anyhow!(message).into()),
+        }
+    }
+
+    /// A follow-up continues a task of its kind that is not still running, with the advice
+    /// the person needs when it does not.
+    async fn check_follow_up(&self, id: &TaskId, kind: TaskKind) -> Result<(), LocalError> {
+        let earlier = self.task(id).await?;
+        match (earlier.kind, kind) {
+            (TaskKind::Change, TaskKind::Question) => {
+                return Err(usage(format!(
+                    "task {id} is a change task: continue it with `warden run --follow-up {id} \
+                     \"…\"` (or `warden answer {id} \"…\"`)"
+                )))
+            }
+            (TaskKind::Question, TaskKind::Change) => {
+                return Err(usage(format!(
+                    "task {id} is a question: continue it with `warden ask --follow-up {id} \"…\"`"
+                )))
+            }
+            _ => {}
+        }
+        if !earlier.status.is_terminal() && earlier.status != TaskStatus::WaitingInput {
+            return Err(usage(format!(
+                "task {id} is still {}: follow it up once it has ended",
+                warden_store::state::status_name(earlier.status)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs this process's worker on `id` until the task no longer waits for one (it finished,
+    /// or waits for an answer or an approval), passing each of its events to `on_event` in
+    /// order; then returns the task. When `interrupt` resolves the task is cancelled and
+    /// followed to its end.
+    pub async fn drive(
+        &self,
+        id: &TaskId,
+        on_event: &(dyn Fn(Event) + Send + Sync),
+        interrupt: impl std::future::Future<Output = ()>,
+    ) -> Result<Task, LocalError> {
+        let (stop, stopped) = watch::channel(false);
+        let options = WorkerOptions {
+            only: Some(id.clone()),
+            slots: 1,
+            poll: Duration::from_millis(200),
+            ..WorkerOptions::from_config(worker_name(), &self.config)
+        };
+        let services = Arc::clone(self.services().await?);
+        self.recover_dead_runs(id).await?;
+        let worker = tokio::spawn(worker::run_workers(services, options, stopped));
+        self.wake.notify_one();
+        let followed = self.follow(id, on_event, interrupt).await;
+        let _ = stop.send(true);
+        let _ = worker.await;
+        followed
+    }
+
+    /// Passes the task's events to `on_event` until it settles; then its last events and the
+    /// task.
+    async fn follow(
+        &self,
+        id: &TaskId,
+        on_event: &(dyn Fn(Event) + Send + Sync),
+        interrupt: impl std::future::Future<Output = ()>,
+    ) -> Result<Task, LocalError> {
+        let stream = EventStream::Task(id.clone());
+        let mut after = 0;
+        let mut interrupt = std::pin::pin!(interrupt);
+        let mut interrupted = false;
+        loop {
+            // The status first: a settled task's last events are stored by then.
+            let task = self.task(id).await?;
+            loop {
+                let records = self
+                    .store()
+                    .events_after(&stream, after, crate::hub::BATCH)
+                    .await
+                    .context("cannot read the task's events")?;
+                let Some(last) = records.last() else { break };
+                after = last.task_seq;
+                for record in records {
+                    on_event(record.event);
+                }
+            }
+            if !matches!(
+                task.status,
+                TaskStatus::Queued | TaskStatus::Running | TaskStatus::Testing
+            ) {
+                return Ok(task);
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(FOLLOW_EVERY) => {}
+                _ = &mut interrupt, if !interrupted => {
+                    interrupted = true;
+                    self.cancel(id).await?;
+                }
+            }
+        }
+    }
+
+    /// Cancels the task (Ctrl-C) through the front door: its run stops at once (in another
+    /// process, within about a second).
+    pub async fn cancel(&self, id: &TaskId) -> Result<Task, LocalError> {
+        self.task(id).await?;
+        match self.tasks.cancel(&principal(), id.as_str()).await {
+            // Ended meanwhile: its result stands.
+            Err(ServiceError::Conflict(_)) => self.task(id).await,
+            other => Ok(other?),
+        }
+    }
+
+    /// Repeats a finished task as a new one over the same pinned commits (`warden retry`).
+    pub async fn retry(&self, id: &TaskId) -> Result<Task, LocalError> {
+        self.task(id).await?;
+        Ok(self.tasks.retry(&principal(), id.as_str()).await?)
+    }
+}
+
+/// One run's journal as `warden logs` shows it.
+pub struct RunJournalView {
+    pub run: u32,
+    /// The records as a journal holds them (`seq`, `kind`, `at`, `hash`, `prev_hash`,
+    /// `payload`), sensitive observations hidden as the API hides them.
+    pub records: Vec<Value>,
+    /// The run's hash chain verified.
+    pub chain_ok: bool,
+}
+
+impl Local {
+    /// Every run's journal of the task, oldest run first.
+    pub async fn journals(&self, id: &TaskId) -> Result<Vec<RunJournalView>, LocalError> {
+        self.task(id).await?;
+        let runs = self
+            .store()
+            .list_runs(id)
+            .await
+            .context("cannot list the task's runs")?;
+        let mut views = Vec::with_capacity(runs.len());
+        for run in runs {
+            let reference = warden_store::RunRef {
+                task: id.clone(),
+                number: run.number,
+            };
+            let mut entries = self
+                .store()
+                .journal(&reference)
+                .await
+                .context("cannot read the run's journal")?;
+            let chain_ok = warden_store::journal::verify_chain(&entries).is_ok();
+            warden_engine::sensitive::redact_journal_entries(
+                entries
+                    .iter_mut()
+                    .map(|e| (e.kind.as_str(), &mut e.payload)),
+            );
+            let records = entries
+                .into_iter()
+                .map(|entry| {
+                    json!({
+                        "seq": entry.seq,
+                        "kind": entry.kind,
+                        "at": crate::time::rfc3339(i64::try_from(entry.at_ms).unwrap_or(i64::MAX)),
+                        "hash": entry.hash,
+                        "prev_hash": entry.prev_hash,
+                        "payload": entry.payload,
+                    })
+                })
+                .collect();
+            views.push(RunJournalView {
+                run: run.number,
+                records,
+                chain_ok,
+            });
+        }
+        Ok(views)
+    }
+
+    /// A change task's proposal diff (see [`crate::diff::task_diff`]).
+    pub async fn diff(
+        &self,
+        id: &TaskId,
+    ) -> Result<(warden_protocol::Proposal, String, bool), LocalError> {
+        let task = self.task(id).await?;
+        crate::diff::task_diff(
+            self.store().as_ref(),
+            &self.repos,
+            &self.config.redactor(),
+            &task,
+        )
+        .await
+        .map_err(|error| match error {
+            crate::diff::TaskDiffError::Missing(message) => usage(message),
+            crate::diff::TaskDiffError::Failed(message) => {
+                LocalError::Failed(anyhow::anyhow!(message))
+            }
+        })
+    }
+
+    /// The newest tasks, newest first.
+    pub async fn list(&self, limit: u32) -> Result<Vec<Task>, LocalError> {
+        Ok(self
+            .store()
+            .list_tasks(warden_store::TaskQuery {
+                limit,
+                ..warden_store::TaskQuery::default()
+            })
+            .await
+            .context("cannot list the tasks")?)
+    }
+
+    /// The mirror holding the task's repository (and its proposal), for `warden apply`.
+    pub async fn mirror(&self, task: &Task) -> Result<(RepoSpec, std::path::PathBuf), LocalError> {
+        let spec = crate::task_repos::repo_specs(self.store().as_ref(), &task.repos)
+            .await
+            .map_err(|failure| usage(failure.message))?
+            .into_iter()
+            .next()
+            .ok_or_else(|| usage(format!("task {} names no repository", task.id)))?;
+        let mirror = self.repos.mirror_path(&spec);
+        Ok((spec, mirror))
+    }
+}
+
+impl Local {
+    /// Answers task `id` through the front door: one waiting for input resumes with the
+    /// answer; a finished one is continued by a follow-up of its kind (a change on its
+    /// proposal). Returns the task to follow.
+    pub async fn answer(&self, id: &TaskId, text: &str) -> Result<Task, LocalError> {
+        self.task(id).await?;
+        Ok(self
+            .tasks
+            .post_message(&principal(), id.as_str(), text)
+            .await?)
+    }
+
+    /// Decides approval `id` (bound to `hash`) through the front door; returns the task it
+    /// belongs to, queued again to publish or to end unpublished.
+    pub async fn decide(
+        &self,
+        id: &str,
+        decision: warden_store::Decision,
+        hash: Option<&str>,
+    ) -> Result<warden_store::Approval, LocalError> {
+        let hash = match hash {
+            Some(hash) => hash.to_string(),
+            // Rejecting is about whatever is pending.
+            None => self.tasks.approval(&principal(), id).await?.subject_hash,
+        };
+        Ok(self.tasks.decide(&principal(), id, decision, &hash).await?)
+    }
+}
+
+impl Local {
+    /// A run of this task left open by an in-process worker that died (Ctrl-C twice, a crash,
+    /// a kill) on this machine is interrupted now, so the task is queued again at once rather
+    /// than when the dead run's lease expires; its next run resumes from the journal. A worker
+    /// that may still be alive (another host, a live process with that id) is waited out.
+    async fn recover_dead_runs(&self, id: &TaskId) -> Result<(), LocalError> {
+        let runs = self
+            .store()
+            .list_runs(id)
+            .await
+            .context("cannot list the task's runs")?;
+        for run in runs.iter().filter(|run| run.ended_at_ms.is_none()) {
+            if dead_local_worker(&run.worker) {
+                let requeued = self
+                    .store()
+                    .interrupt_worker_runs(&run.worker)
+                    .await
+                    .context("cannot recover the run of a process that died")?;
+                for requeued in requeued {
+                    tracing::info!(run = %requeued.run, "run of a process that died interrupted");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The worker name of this process: `local-worker-<host>-<pid>-<random>`. A run it leaves behind
+/// when it dies is recovered by the next command that runs the task ([`dead_local_worker`]).
+fn worker_name() -> String {
+    format!("local-{}", crate::worker::process_worker_name())
+}
+
+/// Whether `worker` names an in-process worker of this host whose process is gone.
+fn dead_local_worker(worker: &str) -> bool {
+    let Some(rest) = worker.strip_prefix("local-worker-") else {
+        return false;
+    };
+    let mut parts = rest.rsplitn(3, '-');
+    let (Some(_random), Some(pid), Some(host)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    let this_host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let this_host: String = this_host
+        .trim()
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .take(64)
+        .collect();
+    if host != this_host {
+        return false;
+    }
+    let Some(pid) = pid
+        .parse::<i32>()
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    else {
+        return false;
+    };
+    if pid == rustix::process::getpid() {
+        return false;
+    }
+    // No such process: it died. Any other answer (alive, or not ours to signal) waits.
+    matches!(
+        rustix::process::test_kill_process(pid),
+        Err(rustix::io::Errno::SRCH)
+    )
+}
+
+/// The task JSON of `GET /v1/tasks/{id}`, for the renderers the CLI shares with `--server`.
+pub fn task_json(task: &Task) -> Value {
+    crate::task_view::task_json(task)
+}

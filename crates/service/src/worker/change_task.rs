@@ -1,0 +1,662 @@
+//! The change-task branch of a worker run: one registered repository pinned (at the commit an
+//! earlier run recorded, or now, recording it), a writable copy-on-write view over its snapshot,
+//! the change tools, and the loop with the store-backed journal, events and ledger. Checks are
+//! the task's own (`checks` when it was submitted) or else the registered repository's. The
+//! result is the change result of SPEC §5, the same JSON `warden run --json` prints; the
+//! proposal commit lives under `refs/warden/proposals/<task>` in the mirror.
+//!
+//! With `publish`, a proposal ends the task in `waiting_approval`: a store approval bound to the
+//! proposal hash is created first (`publish`, or `publish_sensitive` when the diff touches
+//! sensitive files); nothing is pushed here.
+//!
+//! After a crash, a new run replays the model decisions the earlier run journaled, like a
+//! question run does, but every tool call is executed again: the candidate tree is rebuilt from
+//! scratch in a fresh view over the same pinned commit (edits are deterministic; a shell
+//! command's output may differ from what the replayed decision saw). The proposal commit is
+//! deterministic for the same tree; its hash covers the check records, which a new run makes
+//! anew, so an approval an interrupted run created for another hash is rejected (by `warden`)
+//! and a new one is created.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+use warden_protocol::{
+    ChangeOutcome, ChangeResult, Event, Failure, FailureCode, Publication, PublicationStatus, Role,
+    TaskStatus, TranscriptEntry, Usage,
+};
+use warden_runtime::{CancelFlag, EventSink, RunReport, SystemClock};
+use warden_store::{
+    ApprovalStatus, Claim, Decision, NewApproval, RunJournal, StoreError, Task, TaskRepo,
+    MESSAGE_AGENT, MESSAGE_USER,
+};
+
+use super::{
+    repo_sandboxes, run_plumbing, setup_failure, Ending, RunPlumbing, RunServices, WorkerOptions,
+};
+use crate::journal::{store_events, StoreEvents, StoreJournal};
+use crate::outage::{RunStore, StoreCalls};
+use crate::publication;
+use crate::task_repos::repo_specs;
+use warden_engine::change::{self, ChangeOptions, ChangeRun, ChangeSandbox, ChangeSetup};
+use warden_engine::{publish, question};
+
+/// Who rejects an approval whose proposal a later run replaced.
+const WARDEN: &str = "warden";
+
+/// A change failure before or around the loop: the change result JSON and its status.
+fn change_failed(task: &Task, model: &str, failure: Failure) -> Ending {
+    let status = match failure.code {
+        FailureCode::Cancelled => TaskStatus::Cancelled,
+        FailureCode::TimedOut => TaskStatus::TimedOut,
+        _ => TaskStatus::Failed,
+    };
+    let result = ChangeResult {
+        task_id: task.id.clone(),
+        kind: task.kind,
+        outcome: ChangeOutcome::Failure { failure },
+        baseline: vec![],
+        approval: None,
+        usage: Usage {
+            cost_usd: Some(0.0),
+            ..Usage::default()
+        },
+        model: model.to_string(),
+        sandbox: None,
+        notices: vec![],
+    };
+    Ending::Finished {
+        status,
+        result: serde_json::to_value(&result).unwrap_or(Value::Null),
+    }
+}
+
+fn infrastructure(message: String) -> Failure {
+    Failure {
+        code: FailureCode::Infrastructure,
+        message,
+    }
+}
+
+/// Runs one claimed change task to its ending.
+pub(super) async fn run_change_task(
+    services: &RunServices,
+    options: &WorkerOptions,
+    claim: &Claim,
+    cancel: CancelFlag,
+) -> Ending {
+    let task = &claim.task;
+    let model_name = services.model.name();
+    let store = &services.store;
+    // Queued again by a decision on its publish approval: publish or end, no agent.
+    if let Some(ending) = decided_publication(services, claim).await {
+        return ending;
+    }
+    let change_options = match ChangeOptions::from_metadata(&task.metadata) {
+        Ok(options) => options,
+        Err(message) => return change_failed(task, &model_name, infrastructure(message)),
+    };
+    if task.repos.len() != 1 {
+        return change_failed(
+            task,
+            &model_name,
+            Failure {
+                code: FailureCode::RepositoryError,
+                message: format!(
+                    "a change task works on exactly one repository, not {}",
+                    task.repos.len()
+                ),
+            },
+        );
+    }
+    let specs = match repo_specs(store, &task.repos).await {
+        Ok(specs) => specs,
+        Err(failure) => return change_failed(task, &model_name, failure),
+    };
+    let checks = match change_options.checks {
+        Some(checks) => checks,
+        None => match store
+            .call("reading the repository", |store| {
+                store.get_repo(&task.repos[0].name)
+            })
+            .await
+        {
+            Ok(Some(registered)) => registered.checks,
+            Ok(None) => {
+                return change_failed(
+                    task,
+                    &model_name,
+                    Failure {
+                        code: FailureCode::RepositoryError,
+                        message: format!("repository {:?} is not registered", task.repos[0].name),
+                    },
+                )
+            }
+            Err(error) => {
+                return change_failed(
+                    task,
+                    &model_name,
+                    infrastructure(format!("cannot read the repository: {error}")),
+                )
+            }
+        },
+    };
+    let conversation = match conversation(store, task).await {
+        Ok(conversation) => conversation,
+        Err(failure) => return change_failed(task, &model_name, failure),
+    };
+
+    // Pinning, the snapshot and the writable view run git and set up namespaces.
+    let config = Arc::clone(&services.config);
+    let repo_store = services.repos.clone();
+    let scratch = config
+        .home
+        .join("scratch")
+        .join(format!("{}-{}", task.id, claim.run_number));
+    let scratch_for_setup = scratch.clone();
+    let sandboxes = repo_sandboxes(store, &task.repos).await;
+    let setup = tokio::task::spawn_blocking(move || {
+        let mut repos = question::pin_all(&repo_store, &specs, &|line| tracing::debug!("{line}"))?;
+        let mut repo = repos
+            .pop()
+            .ok_or_else(|| question::SetupError::Infrastructure("no repository pinned".into()))?;
+        repo.sandbox = sandboxes.into_iter().next().unwrap_or_default();
+        let sandbox = ChangeSandbox::open(&config, &repo, &scratch_for_setup);
+        Ok::<_, question::SetupError>((repo, sandbox))
+    })
+    .await;
+    let (mut repo, sandbox) = match setup {
+        Ok(Ok(setup)) => setup,
+        Ok(Err(error)) => return change_failed(task, &model_name, setup_failure(error)),
+        Err(error) => {
+            return change_failed(
+                task,
+                &model_name,
+                infrastructure(format!("repository setup failed: {error}")),
+            )
+        }
+    };
+
+    super::stored_notices(task, std::slice::from_mut(&mut repo));
+    // Record the commit, so every later run of this task changes the same base.
+    if task.repos[0].commit.is_none() {
+        let pinned = vec![TaskRepo {
+            commit: Some(repo.pinned.commit.clone()),
+            ..task.repos[0].clone()
+        }];
+        let run = claim.run();
+        if let Err(error) = store
+            .call("recording the pinned commit", |store| {
+                store.pin_task_repos(&run, &options.name, pinned.clone())
+            })
+            .await
+        {
+            if let Ok(sandbox) = sandbox {
+                sandbox.close();
+            }
+            let _ = warden_sandbox::remove_scratch(&scratch);
+            return match error {
+                StoreError::LeaseLost { .. } => Ending::LeaseLost,
+                other => change_failed(
+                    task,
+                    &model_name,
+                    infrastructure(format!("cannot record the pinned commit: {other}")),
+                ),
+            };
+        }
+    }
+
+    let (events, drain) = store_events(
+        services.store.clone(),
+        task.id.clone(),
+        services.redactor.clone(),
+    );
+    events.emit(Event::TaskStarted {
+        task_id: task.id.clone(),
+        kind: task.kind,
+        model: model_name.clone(),
+        manifest: question::manifest(std::slice::from_ref(&repo)),
+    });
+    let ending = match sandbox {
+        Ok(sandbox) => {
+            // Cancelling the task kills the commands running in its view at once.
+            if let Some(control) = services.running.control(&task.id) {
+                control.on_stop(sandbox.canceller());
+            }
+            let ending = run_change_loop(
+                services,
+                claim,
+                LoopInput {
+                    repo: &repo,
+                    sandbox: &sandbox,
+                    scratch: &scratch,
+                    checks: &checks,
+                    publish: change_options.publish,
+                    baseline: change_options.baseline,
+                    conversation: &conversation,
+                    events: &events,
+                },
+                cancel,
+            )
+            .await;
+            sandbox.close();
+            ending
+        }
+        Err(failure) => change_failed(task, &model_name, failure),
+    };
+    let _ = warden_sandbox::remove_scratch(&scratch);
+    // A terminal status stores its task_finished event when the run is finished (in the same
+    // transaction); a task that waits for an answer or an approval says so here.
+    let stopped = services.running.stopped(&task.id);
+    if let (Ending::Finished { status, result }, false) = (&ending, stopped) {
+        if status.is_terminal() {
+            drain.finish(events).await;
+            return ending;
+        }
+        events.emit(Event::TaskFinished {
+            status: *status,
+            outcome: result
+                .get("outcome")
+                .and_then(Value::as_str)
+                .unwrap_or("failure")
+                .to_string(),
+        });
+    }
+    drain.finish(events).await;
+    ending
+}
+
+/// What the loop of a change run works on.
+struct LoopInput<'a> {
+    repo: &'a question::TaskRepo,
+    sandbox: &'a ChangeSandbox,
+    scratch: &'a std::path::Path,
+    checks: &'a [String],
+    publish: bool,
+    /// Run the checks on the base first (`--baseline`).
+    baseline: bool,
+    conversation: &'a [TranscriptEntry],
+    events: &'a StoreEvents,
+}
+
+async fn run_change_loop(
+    services: &RunServices,
+    claim: &Claim,
+    input: LoopInput<'_>,
+    cancel: CancelFlag,
+) -> Ending {
+    let task = &claim.task;
+    let run = claim.run();
+    let model_name = services.model.name();
+    let setup = ChangeSetup {
+        config: &services.config,
+        task_id: &task.id,
+        repo: input.repo,
+        sandbox: input.sandbox,
+        scratch_dir: input.scratch,
+        checks: input.checks,
+        created_at_ms: u64::try_from(task.created_at_ms).unwrap_or(0),
+    };
+    let session = match change::change_session(&setup) {
+        Ok(session) => session,
+        Err(error) => return change_failed(task, &model_name, setup_failure(error)),
+    };
+    let before = {
+        let session = Arc::clone(&session);
+        let toolchains = input.sandbox.toolchains.clone();
+        tokio::task::spawn_blocking(move || {
+            change::before_agent(&session, &toolchains, &|line| tracing::info!("{line}"))
+        })
+        .await
+    };
+    let prepared = match before {
+        Ok(Ok(notices)) => notices,
+        Ok(Err(failure)) => return change_failed(task, &model_name, failure),
+        Err(error) => {
+            return change_failed(
+                task,
+                &model_name,
+                infrastructure(format!("preparing the task crashed: {error}")),
+            )
+        }
+    };
+    let RunPlumbing {
+        model,
+        ledger,
+        mut journal,
+        replaying,
+    } = match run_plumbing(services, task, &run).await {
+        Ok(plumbing) => plumbing,
+        Err(message) => return change_failed(task, &model_name, infrastructure(message)),
+    };
+    let notices = [change::preflight_notices(input.repo), prepared].concat();
+    let mut baseline = Vec::new();
+    if input.baseline && !input.checks.is_empty() {
+        let session = Arc::clone(&session);
+        let failure =
+            match tokio::task::spawn_blocking(move || change::run_baseline(&session)).await {
+                Ok(Ok(validations)) => {
+                    baseline = validations;
+                    None
+                }
+                Ok(Err((failure, validations))) => {
+                    baseline = validations;
+                    Some(failure)
+                }
+                Err(error) => Some(infrastructure(format!("the baseline run crashed: {error}"))),
+            };
+        if let Some(failure) = failure {
+            use warden_runtime::{Clock, Journal, RecordKind};
+            let _ = journal
+                .append(
+                    SystemClock.now_ms(),
+                    RecordKind::RunFinished,
+                    serde_json::json!({ "outcome": { "failure": failure }, "baseline": baseline }),
+                )
+                .await;
+            let report = RunReport {
+                outcome: warden_runtime::RunOutcome::Failed(failure),
+                usage: Usage {
+                    cost_usd: Some(0.0),
+                    ..Usage::default()
+                },
+                messages: vec![],
+            };
+            let change::ChangeReport { result, status, .. } = change::change_report(
+                &task.id,
+                &model,
+                Some(input.sandbox.backend),
+                input.checks,
+                baseline,
+                notices,
+                report,
+            );
+            let result = services
+                .redactor
+                .json(serde_json::to_value(&result).unwrap_or(Value::Null));
+            return Ending::Finished { status, result };
+        }
+    }
+    let tools = match change::change_tools(&setup, &session) {
+        Ok(tools) => tools,
+        Err(error) => return change_failed(task, &model_name, setup_failure(error)),
+    };
+    if replaying > 0 {
+        tracing::info!(%run, replaying, "resuming a change: replaying journaled decisions, re-running their tools");
+    }
+    let report: RunReport = change::run_change(
+        ChangeRun {
+            config: &services.config,
+            model: &model,
+            task_id: &task.id,
+            repo: input.repo,
+            checks: input.checks,
+            request: &task.prompt,
+            conversation: input.conversation,
+            journal: &mut journal,
+            events: input.events,
+            clock: &SystemClock,
+            cancel,
+            ledger: Some(&ledger),
+        },
+        &tools,
+    )
+    .await;
+    drop(tools);
+    drop(session);
+    let change::ChangeReport {
+        mut result,
+        mut status,
+        reply: _,
+    } = change::change_report(
+        &task.id,
+        &model,
+        Some(input.sandbox.backend),
+        input.checks,
+        baseline,
+        notices,
+        report,
+    );
+    if input.publish && status == TaskStatus::Completed {
+        match request_publication(&services.store, task, run.number, &mut result).await {
+            Ok(true) => status = TaskStatus::WaitingApproval,
+            Ok(false) => {}
+            Err(failure) => return change_failed(task, &model_name, failure),
+        }
+    }
+    let result = services
+        .redactor
+        .json(serde_json::to_value(&result).unwrap_or(Value::Null));
+    Ending::Finished { status, result }
+}
+
+/// Creates the approval publication of a proposal waits for and marks the result as waiting.
+/// `Ok(false)` when the result has no proposal.
+async fn request_publication(
+    store: &RunStore,
+    task: &Task,
+    run_number: u32,
+    result: &mut ChangeResult,
+) -> Result<bool, Failure> {
+    let first_id = change::publication_approval_id(&task.id);
+    let Some(approval) = change::await_publication(result, first_id.clone()) else {
+        return Ok(false);
+    };
+    let new = |id: String| NewApproval {
+        id,
+        task: task.id.clone(),
+        kind: approval.kind.clone(),
+        subject_hash: approval.subject_hash.clone(),
+    };
+    let store_failure =
+        |error: StoreError| infrastructure(format!("cannot create the approval: {error}"));
+    let create = |id: String| {
+        store.call("creating the publish approval", move |store| {
+            store.create_approval(new(id.clone()))
+        })
+    };
+    match create(first_id.clone()).await {
+        Ok(_) => return Ok(true),
+        Err(StoreError::AlreadyExists { .. }) => {}
+        Err(error) => return Err(store_failure(error)),
+    }
+    // An interrupted earlier run of this task created it.
+    let existing = store
+        .call("reading the publish approval", |store| {
+            store.get_approval(&first_id)
+        })
+        .await
+        .map_err(store_failure)?;
+    if let Some(existing) = &existing {
+        if existing.kind == approval.kind
+            && existing.subject_hash == approval.subject_hash
+            && existing.status == ApprovalStatus::Pending
+        {
+            return Ok(true);
+        }
+        if existing.status == ApprovalStatus::Pending {
+            // Its proposal is replaced by this run's: it must never authorise anything.
+            if let Err(error) = store
+                .call("rejecting a superseded approval", |store| {
+                    store.decide_approval(
+                        &first_id,
+                        &existing.subject_hash,
+                        Decision::Reject,
+                        WARDEN,
+                    )
+                })
+                .await
+            {
+                tracing::warn!(%error, approval = %first_id, "cannot reject a superseded approval");
+            }
+        }
+    }
+    let id = format!("{first_id}-{run_number}");
+    match create(id.clone()).await {
+        Ok(_) | Err(StoreError::AlreadyExists { .. }) => {}
+        Err(error) => return Err(store_failure(error)),
+    }
+    if let Some(approval) = result.approval.as_mut() {
+        approval.id = id;
+    }
+    Ok(true)
+}
+
+/// The run of a task whose publish approval was decided while it waited: with an approved
+/// (or consumed: an interrupted publication) approval, publishes the proposal with the run's
+/// journal and ends `completed` with the publication (`pushed` or `pr_opened`), or `failed`
+/// with publication `failed` and the reason in the notices; with a rejected one, ends
+/// `completed` with nothing published. `None`: an ordinary run (the agent works).
+async fn decided_publication(services: &RunServices, claim: &Claim) -> Option<Ending> {
+    let task = &claim.task;
+    let store = &services.store;
+    let model_name = services.model.name();
+    let approval = match publication::approved_publication(store, task).await {
+        Ok(approval) => approval,
+        Err(error) => {
+            return Some(change_failed(
+                task,
+                &model_name,
+                infrastructure(format!("cannot read the publish approval: {error}")),
+            ))
+        }
+    };
+    let Some(approval) = approval else {
+        return match publication::rejected_publication(store, task).await {
+            Ok(Some(result)) => {
+                tracing::info!(task = %task.id, "publication rejected; the task ends with its proposal unpublished");
+                Some(finish_publication(services, TaskStatus::Completed, &result))
+            }
+            Ok(None) => None,
+            Err(error) => Some(change_failed(
+                task,
+                &model_name,
+                infrastructure(format!("cannot read the publish approval: {error}")),
+            )),
+        };
+    };
+    let journal = match RunJournal::open(services.store.clone(), claim.run()).await {
+        Ok(journal) => journal,
+        Err(error) => {
+            return Some(change_failed(
+                task,
+                &model_name,
+                infrastructure(format!("cannot open the run journal: {error}")),
+            ))
+        }
+    };
+    let mut journal = StoreJournal {
+        inner: journal,
+        redactor: services.redactor.clone(),
+    };
+    let context = publication::ServerPublish {
+        store,
+        repos: &services.repos,
+        settings: &services.config.github,
+        redactor: &services.redactor,
+    };
+    tracing::info!(task = %task.id, approval = %approval.id, "publishing the approved proposal");
+    match publication::publish_approved(context, &approval.id, &mut journal).await {
+        Ok(result) => Some(finish_publication(services, TaskStatus::Completed, &result)),
+        Err(error) => {
+            tracing::warn!(task = %task.id, approval = %approval.id, %error, "publication failed");
+            let pushed = match &error {
+                publication::ApprovedPublishError::Publish(failure) => failure.pushed,
+                _ => false,
+            };
+            let mut result: ChangeResult = task
+                .result
+                .clone()
+                .and_then(|value| serde_json::from_value(value).ok())?;
+            if let ChangeOutcome::Proposal { publication, .. } = &mut result.outcome {
+                *publication = Publication {
+                    status: PublicationStatus::Failed,
+                    branch: pushed.then(|| publish::branch_for(task.id.as_str())),
+                    pr_url: None,
+                };
+            }
+            // A publication that stopped (a refused token, a remote that is down) waits for
+            // its cause to be fixed: approving again with the same hash resumes it, reconciling
+            // with the remote. One that can never succeed (a changed proposal) ends the task.
+            let resumable = matches!(
+                error,
+                publication::ApprovedPublishError::Publish(_)
+                    | publication::ApprovedPublishError::Store(_)
+            );
+            let advice = if resumable {
+                format!(
+                    "; fix it and approve again with the same hash to finish publication \
+                     (warden approve {} --hash {})",
+                    approval.id, approval.subject_hash
+                )
+            } else {
+                String::new()
+            };
+            if let Some(recorded) = result.approval.as_mut() {
+                if recorded.id == approval.id {
+                    recorded.status = warden_protocol::ApprovalStatus::Approved;
+                    recorded.decided_by = approval.decided_by.clone();
+                    recorded.decided_at = approval.decided_at_ms.map(crate::time::rfc3339);
+                }
+            }
+            // The latest attempt's reason replaces an earlier one's.
+            result
+                .notices
+                .retain(|notice| !notice.starts_with("publication failed"));
+            result.notices.push(format!(
+                "publication failed: {}{advice}",
+                services.redactor.text(&error.to_string())
+            ));
+            let status = if resumable {
+                TaskStatus::WaitingApproval
+            } else {
+                TaskStatus::Failed
+            };
+            Some(finish_publication(services, status, &result))
+        }
+    }
+}
+
+/// Ends a publication run: the result, redacted (finishing the run stores its
+/// `task_finished` event).
+fn finish_publication(services: &RunServices, status: TaskStatus, result: &ChangeResult) -> Ending {
+    let result = services
+        .redactor
+        .json(serde_json::to_value(result).unwrap_or(Value::Null));
+    Ending::Finished { status, result }
+}
+
+/// What the run's request is followed by: the conversation of the change tasks it follows up
+/// (their requests, questions, answers and replies), then the messages exchanged since the
+/// request (clarifying questions and their answers; the worker records each question when the
+/// task starts waiting for input).
+async fn conversation(store: &RunStore, task: &Task) -> Result<Vec<TranscriptEntry>, Failure> {
+    let mut entries = super::chain_transcript(store, task).await?;
+    entries.extend(own_messages(store, task).await?);
+    Ok(entries)
+}
+
+async fn own_messages(store: &RunStore, task: &Task) -> Result<Vec<TranscriptEntry>, Failure> {
+    let messages = store
+        .call("reading the task's messages", |store| {
+            store.task_messages(&task.id)
+        })
+        .await
+        .map_err(|e| infrastructure(format!("cannot read the task's messages: {e}")))?;
+    let mut entries: Vec<TranscriptEntry> = messages
+        .into_iter()
+        .filter_map(|m| {
+            let role = match m.role.as_str() {
+                MESSAGE_USER => Role::User,
+                MESSAGE_AGENT => Role::Agent,
+                _ => return None,
+            };
+            Some(TranscriptEntry { role, text: m.text })
+        })
+        .collect();
+    // A question nobody answered yet (the run was interrupted right after asking) is asked
+    // again rather than left dangling.
+    while entries.last().is_some_and(|e| e.role == Role::Agent) {
+        entries.pop();
+    }
+    Ok(entries)
+}

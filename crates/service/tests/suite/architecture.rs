@@ -1,0 +1,56 @@
+//! `warden-service` keeps and runs tasks behind one front door, for every interface: it links
+//! no HTTP server, only the CLI links the HTTP API, and its modules import each other without
+//! circles.
+
+use std::path::Path;
+
+use warden_test_support::architecture::{
+    assert_no_import_circles, dependents as dependents_of, metadata, normal_closure,
+};
+
+#[test]
+fn the_service_depends_on_no_http_server() {
+    let metadata = metadata(env!("CARGO_MANIFEST_DIR"), &[]);
+    let names = normal_closure(&metadata, "warden-service");
+    // The walk really followed the graph.
+    assert!(
+        names.contains("warden-engine") && names.contains("warden-store"),
+        "{names:?}"
+    );
+    for name in ["warden-api", "warden-cli", "axum", "utoipa", "utoipa-axum"] {
+        assert!(
+            !names.contains(name),
+            "warden-service depends on {name}: {names:?}"
+        );
+    }
+}
+
+#[test]
+fn only_the_cli_depends_on_the_api() {
+    let metadata = metadata(env!("CARGO_MANIFEST_DIR"), &[]);
+    let api_dependents = dependents_of(&metadata, "warden-api");
+    assert_eq!(
+        api_dependents.into_iter().collect::<Vec<_>>(),
+        ["warden-cli"],
+        "the HTTP API is an interface on top; nothing but the binary builds on it"
+    );
+    // Nor does anything but the API and the CLI depend on the service.
+    let service_dependents = dependents_of(&metadata, "warden-service");
+    assert_eq!(
+        service_dependents.into_iter().collect::<Vec<_>>(),
+        ["warden-api", "warden-cli"]
+    );
+}
+
+#[test]
+fn the_service_has_no_import_circles() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let edges = assert_no_import_circles(&src);
+    // The check really read the crate.
+    assert!(
+        edges
+            .iter()
+            .any(|e| e.from == "worker" && e.to == "journal"),
+        "{edges:?}"
+    );
+}
