@@ -21,10 +21,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io::{Read, Write};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use rustix::fs::{FileType, Mode, OFlags};
+use rustix::fd::OwnedFd;
+use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
 
 use crate::candidate::{list_tree, write_commit, CommitIdentity, TreeEntry};
 use crate::error::RepoError;
@@ -133,7 +133,7 @@ fn compare_tracked(
     };
     let kind = meta.file_type();
     if kind.is_file() {
-        let (id, mode) = hash_file(&on_disk, format, None)?;
+        let (id, mode) = hash_file(root, Path::new(path), format, None)?;
         if id != entry.id || mode != entry.mode {
             changes.written.push(Written {
                 path: path.to_string(),
@@ -143,7 +143,7 @@ fn compare_tracked(
             });
         }
     } else if kind.is_symlink() {
-        let target = read_link(&on_disk)?;
+        let target = read_link(root, Path::new(path))?;
         let id = blob_id(format, &target);
         if id != entry.id || entry.mode != "120000" {
             changes.written.push(Written {
@@ -218,7 +218,7 @@ fn find_untracked(
             continue;
         }
         if kind.is_symlink() {
-            let target = read_link(entry.path())?;
+            let target = read_link(root, relative)?;
             changes.written.push(Written {
                 path: path.to_string(),
                 mode: "120000",
@@ -226,7 +226,7 @@ fn find_untracked(
                 symlink: Some(target),
             });
         } else if kind.is_file() {
-            let (id, mode) = hash_file(entry.path(), format, None)?;
+            let (id, mode) = hash_file(root, relative, format, None)?;
             changes.written.push(Written {
                 path: path.to_string(),
                 mode,
@@ -288,7 +288,7 @@ fn build_snapshot(
             None => {
                 let mut out = File::create(&copy).map_err(RepoError::io("write", &copy))?;
                 let on_disk = root.join(&written.path);
-                let (id, mode) = hash_file(&on_disk, format, Some(&mut out))?;
+                let (id, mode) = hash_file(root, Path::new(&written.path), format, Some(&mut out))?;
                 if id != written.id || mode != written.mode {
                     return Err(RepoError::Io {
                         action: "snapshot",
@@ -397,27 +397,59 @@ fn build_snapshot(
 }
 
 /// The target of the symlink at `path`, as bytes.
-fn read_link(path: &Path) -> Result<Vec<u8>, RepoError> {
-    std::fs::read_link(path)
-        .map(|target| target.as_os_str().as_bytes().to_vec())
-        .map_err(RepoError::io("read", path))
+/// Opens `relative` beneath the work tree `root` without following a symlink anywhere on the
+/// way (`openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`): a parent directory swapped for a
+/// symlink after it was looked at cannot send the read elsewhere.
+fn open_beneath(root: &Path, relative: &Path, flags: OFlags) -> Result<OwnedFd, RepoError> {
+    let path = root.join(relative);
+    let dir = rustix::fs::open(
+        root,
+        OFlags::DIRECTORY | OFlags::RDONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| RepoError::io("open", root)(e.into()))?;
+    rustix::fs::openat2(
+        &dir,
+        relative,
+        flags | OFlags::CLOEXEC | OFlags::NOCTTY,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS,
+    )
+    .map_err(|e| RepoError::io("open", &path)(e.into()))
 }
 
-/// Hashes the regular file at `path` as a blob (and copies it into `copy`), returning its id
-/// and mode. The file is opened without following a symlink and without blocking (a fifo put
+/// A symlink's target, read beneath `root` without following a symlink on the way to it.
+fn read_link(root: &Path, relative: &Path) -> Result<Vec<u8>, RepoError> {
+    let path = root.join(relative);
+    let parent = relative.parent().unwrap_or(Path::new(""));
+    let parent = if parent.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        parent
+    };
+    let name = relative
+        .file_name()
+        .ok_or_else(|| RepoError::io("read", &path)(std::io::ErrorKind::InvalidInput.into()))?;
+    let dir = open_beneath(root, parent, OFlags::DIRECTORY | OFlags::RDONLY)?;
+    rustix::fs::readlinkat(&dir, name, Vec::new())
+        .map(|target| target.into_bytes())
+        .map_err(|e| RepoError::io("read", &path)(e.into()))
+}
+
+/// Hashes the regular file at `relative` beneath `root` as a blob (and copies it into `copy`),
+/// returning its id and mode. The file is opened without following a symlink (on the way to it
+/// either) and without blocking (a fifo put
 /// there since it was listed cannot stall the read); anything but a regular file of the size it
 /// had when opened is an error.
 fn hash_file(
-    path: &Path,
+    root: &Path,
+    relative: &Path,
     format: ObjectFormat,
     mut copy: Option<&mut File>,
 ) -> Result<(String, &'static str), RepoError> {
-    let fd = rustix::fs::open(
-        path,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| RepoError::io("open", path)(e.into()))?;
+    let full = root.join(relative);
+    let path = full.as_path();
+    let fd = open_beneath(root, relative, OFlags::RDONLY | OFlags::NONBLOCK)?;
     let stat = rustix::fs::fstat(&fd).map_err(|e| RepoError::io("stat", path)(e.into()))?;
     let changed = |why: &str| RepoError::Io {
         action: "read",
@@ -467,4 +499,53 @@ fn blob_id(format: ObjectFormat, bytes: &[u8]) -> String {
     hasher.update(format!("blob {}\0", bytes.len()).as_bytes());
     hasher.update(bytes);
     hasher.finish_hex()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A parent directory that is (or became) a symlink never lets a read leave the work tree:
+    /// neither a file's content nor a symlink's target is read through it.
+    #[test]
+    fn reads_never_follow_a_symlinked_parent_out_of_the_work_tree() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("secret"), "host secret\n").unwrap();
+        std::os::unix::fs::symlink("/etc/hostname", outside.path().join("link")).unwrap();
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir(root.path().join("real")).unwrap();
+        std::fs::write(root.path().join("real/file"), "mine\n").unwrap();
+        std::os::unix::fs::symlink(outside.path(), root.path().join("dir")).unwrap();
+
+        let (id, mode) = hash_file(
+            root.path(),
+            Path::new("real/file"),
+            ObjectFormat::Sha1,
+            None,
+        )
+        .unwrap();
+        assert_eq!(id, blob_id(ObjectFormat::Sha1, b"mine\n"));
+        assert_eq!(mode, "100644");
+        assert!(hash_file(
+            root.path(),
+            Path::new("dir/secret"),
+            ObjectFormat::Sha1,
+            None
+        )
+        .is_err());
+        assert!(read_link(root.path(), Path::new("dir/link")).is_err());
+        // A symlink in the work tree itself is read as a link, its target as bytes.
+        assert_eq!(
+            read_link(root.path(), Path::new("dir")).unwrap(),
+            outside.path().as_os_str().as_encoded_bytes()
+        );
+        // And a file reached through `..` is refused.
+        assert!(hash_file(
+            &root.path().join("real"),
+            Path::new("../real/file"),
+            ObjectFormat::Sha1,
+            None
+        )
+        .is_err());
+    }
 }
