@@ -312,13 +312,6 @@ pub async fn reject(config: Config, args: crate::approve::RejectArgs) -> anyhow:
 pub async fn cancel(config: Config, task: &str, json: bool) -> anyhow::Result<u8> {
     let id = task_id(task)?;
     let local = open(config).await?;
-    let task = local.task(&id).await.map_err(cli_error)?;
-    if task.status.is_terminal() {
-        return Err(usage(anyhow::anyhow!(
-            "task {id} is {}: only an unfinished task can be cancelled",
-            render::debug_name::<TaskStatus>(&json!(task.status)).to_lowercase()
-        )));
-    }
     let cancelled = local.cancel(&id).await.map_err(cli_error)?;
     let view = local::task_json(&cancelled);
     if json {

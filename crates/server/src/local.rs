@@ -379,21 +379,21 @@ impl Local {
                 _ = tokio::time::sleep(FOLLOW_EVERY) => {}
                 _ = &mut interrupt, if !interrupted => {
                     interrupted = true;
-                    self.cancel(id).await?;
+                    match self.tasks.cancel(&principal(), id.as_str()).await {
+                        // It ended (or began publishing) meanwhile: that outcome stands.
+                        Ok(_) | Err(ServiceError::WrongStatus { .. } | ServiceError::Conflict(_)) => {}
+                        Err(error) => return Err(error.into()),
+                    }
                 }
             }
         }
     }
 
-    /// Cancels the task (Ctrl-C) through the front door: its run stops at once (in another
-    /// process, within about a second).
+    /// Cancels the task through the front door: its run stops at once (in another process,
+    /// within about a second). A finished task is refused, as on a server.
     pub async fn cancel(&self, id: &TaskId) -> Result<Task, LocalError> {
         self.task(id).await?;
-        match self.tasks.cancel(&principal(), id.as_str()).await {
-            // Ended meanwhile: its result stands.
-            Err(ServiceError::Conflict(_)) => self.task(id).await,
-            other => Ok(other?),
-        }
+        Ok(self.tasks.cancel(&principal(), id.as_str()).await?)
     }
 
     /// Repeats a finished task as a new one over the same pinned commits (`warden retry`).
