@@ -1,8 +1,10 @@
 //! Test-only helpers shared by every crate's tests: a scripted model server that speaks the real
 //! OpenAI Chat Completions and Anthropic Messages wire formats (streaming and not) and records
 //! every request, temporary git repositories built with the system git, and a fake of GitHub's
-//! pulls API backed by a bare repository, and the test Postgres (`postgres::url`).
+//! pulls API backed by a bare repository, the test Postgres (`postgres::url`), and a real
+//! headless browser driven over WebDriver (`browser::Browser`).
 
+pub mod browser;
 pub mod git_fixture;
 pub mod github_fake;
 pub mod model_server;
