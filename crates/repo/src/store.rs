@@ -305,6 +305,7 @@ impl RepoStore {
                 "rev-parse",
                 "--path-format=absolute",
                 "--git-common-dir",
+                "--absolute-git-dir",
                 "--show-object-format",
                 "--verify",
                 "--end-of-options",
@@ -324,14 +325,17 @@ impl RepoStore {
             }
         };
         let mut lines = resolved.lines();
-        let (git_dir, format, commit) = match (lines.next(), lines.next(), lines.next()) {
-            (Some(dir), Some(format), Some(commit)) => (dir, format, commit.to_string()),
-            _ => {
-                return Err(RepoError::UnexpectedOutput(format!(
-                    "rev-parse printed {resolved:?}"
-                )))
-            }
-        };
+        let (git_dir, own_git_dir, format, commit) =
+            match (lines.next(), lines.next(), lines.next(), lines.next()) {
+                (Some(dir), Some(own), Some(format), Some(commit)) => {
+                    (dir, own, format, commit.to_string())
+                }
+                _ => {
+                    return Err(RepoError::UnexpectedOutput(format!(
+                        "rev-parse printed {resolved:?}"
+                    )))
+                }
+            };
         let format = ObjectFormat::from_name(format)?;
         if ObjectFormat::of_id(&commit) != Some(format) {
             return Err(RepoError::UnexpectedOutput(format!("commit id {commit:?}")));
@@ -357,14 +361,14 @@ impl RepoStore {
             let (snapshot, work_tree) = self.snapshot_work_tree(mirror, path, &commit)?;
             return Ok((snapshot, browse, Some(work_tree)));
         }
+        // The work tree's own index (a linked worktree's lives in its own git dir), read by
+        // Warden for git's stat shortcut; only the count uses it.
+        let index = Path::new(own_git_dir).join("index");
         let work_tree = (spec.rev.is_none() && has_work_tree).then(|| {
-            match self
-                .commit_tree(mirror, &commit)
-                .and_then(|tree| crate::worktree::compare(&self.git, mirror, &tree, path))
-            {
-                Ok(changes) => WorkTree::Uncommitted {
-                    files: changes.files(),
-                },
+            match self.commit_tree(mirror, &commit).and_then(|tree| {
+                crate::worktree::count_for_notice(&self.git, mirror, &tree, path, &index)
+            }) {
+                Ok(count) => WorkTree::Uncommitted { files: count.files },
                 Err(error) => WorkTree::Unchecked {
                     reason: error.to_string(),
                 },
@@ -449,7 +453,7 @@ impl RepoStore {
         head: &str,
     ) -> Result<(String, WorkTree), RepoError> {
         let tree = self.commit_tree(mirror, head)?;
-        let changes = crate::worktree::compare(&self.git, mirror, &tree, path)?;
+        let changes = crate::worktree::compare_for_snapshot(&self.git, mirror, &tree, path)?;
         let files = changes.files();
         let commit = if files == 0 {
             head.to_string()
