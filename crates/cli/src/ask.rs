@@ -82,7 +82,7 @@ pub fn render_result(result: &QuestionResult) -> String {
         }
         QuestionOutcome::Clarification { clarification } => {
             out.push_str(&format!(
-                "The agent needs a clarification:\n{}\n\nAnswer with: warden ask --follow-up {} \"…\"\n",
+                "The agent needs a clarification:\n{}\n\nAnswer with: warden answer {} \"…\"\n",
                 text::block(&clarification.question, "  "),
                 result.task_id
             ));

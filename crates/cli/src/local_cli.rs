@@ -123,12 +123,23 @@ async fn follow_and_print(
     json: bool,
     progress: &StderrProgress,
 ) -> anyhow::Result<u8> {
+    follow_and_print_after(local, id, 0, json, progress).await
+}
+
+/// [`follow_and_print`], showing only the events after the task's event `after`.
+async fn follow_and_print_after(
+    local: &Local,
+    id: &TaskId,
+    after: u64,
+    json: bool,
+    progress: &StderrProgress,
+) -> anyhow::Result<u8> {
     let interrupt = async {
         crate::interrupt::ctrl_c().await;
         progress.line("warden: cancelling (Ctrl-C; press it again to exit at once)");
     };
     let task = local
-        .drive(id, &|event| progress.emit(event), interrupt)
+        .drive_after(id, after, &|event| progress.emit(event), interrupt)
         .await
         .map_err(cli_error)?;
     render::print_outcome(&local::task_json(&task), json)
@@ -182,14 +193,17 @@ pub async fn answer(config: Config, task: &str, reply: &str, json: bool) -> anyh
         return Err(usage(anyhow::anyhow!("the answer is empty")));
     }
     let local = open(config).await?;
+    // Only what happens from the answer on is shown.
+    let after = local.last_event(&id).await.map_err(cli_error)?;
     let next = local.answer(&id, reply).await.map_err(cli_error)?;
+    let progress = StderrProgress::new();
     if next.id == id {
         eprintln!("warden: {id} resumes");
+        follow_and_print_after(&local, &next.id, after, json, &progress).await
     } else {
         eprintln!("warden: {id} had ended; the answer started {}", next.id);
+        follow_and_print(&local, &next.id, json, &progress).await
     }
-    let progress = StderrProgress::new();
-    follow_and_print(&local, &next.id, json, &progress).await
 }
 
 /// `warden approve ID --hash H`: decided through the front door, then the task runs here:
@@ -269,7 +283,11 @@ pub async fn approve(config: Config, args: crate::approve::ApproveArgs) -> anyho
         decided.id, decided.task
     );
     let progress = StderrProgress::new();
-    let code = follow_and_print(&local, &decided.task, false, &progress).await?;
+    let task = local
+        .drive_publication(&decided.task, &|event| progress.emit(event))
+        .await
+        .map_err(cli_error)?;
+    let code = render::print_outcome(&local::task_json(&task), false)?;
     // A publication that failed says why on stderr too, and how to finish it.
     let task = local.task(&decided.task).await.map_err(cli_error)?;
     let failed = task
@@ -298,9 +316,8 @@ pub async fn reject(config: Config, args: crate::approve::RejectArgs) -> anyhow:
         .await
         .map_err(cli_error)?;
     let progress = StderrProgress::new();
-    let interrupt = std::future::pending::<()>();
     local
-        .drive(&decided.task, &|event| progress.emit(event), interrupt)
+        .drive_publication(&decided.task, &|event| progress.emit(event))
         .await
         .map_err(cli_error)?;
     println!("rejected {}: nothing was published", decided.id);
@@ -312,13 +329,6 @@ pub async fn reject(config: Config, args: crate::approve::RejectArgs) -> anyhow:
 pub async fn cancel(config: Config, task: &str, json: bool) -> anyhow::Result<u8> {
     let id = task_id(task)?;
     let local = open(config).await?;
-    let task = local.task(&id).await.map_err(cli_error)?;
-    if task.status.is_terminal() {
-        return Err(usage(anyhow::anyhow!(
-            "task {id} is {}: only an unfinished task can be cancelled",
-            render::debug_name::<TaskStatus>(&json!(task.status)).to_lowercase()
-        )));
-    }
     let cancelled = local.cancel(&id).await.map_err(cli_error)?;
     let view = local::task_json(&cancelled);
     if json {

@@ -57,7 +57,7 @@ enum Command {
     Show {
         /// The task id (tsk_…)
         task: String,
-        /// Print the task record as JSON
+        /// Print the task as JSON (the object of GET /v1/tasks/{id})
         #[arg(long)]
         json: bool,
     },
@@ -97,8 +97,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Answer a task's clarification and follow it as it resumes (in-process: a follow-up of the
-    /// task on the same commits, a change on its proposal when it made one)
+    /// Answer a task's clarification and follow it as it resumes (the same task); on a finished
+    /// task, start a follow-up of its kind on the same commits (a change on its proposal)
     Answer {
         /// The task id (tsk_…)
         task: String,

@@ -254,17 +254,21 @@ async fn run_remote(remote: &Remote, args: crate::run::RunArgs) -> anyhow::Resul
     if let Some(empty) = args.checks.iter().find(|c| c.trim().is_empty()) {
         return Err(usage(anyhow::anyhow!("empty --check command {empty:?}")));
     }
-    if let Some(earlier) = &args.follow_up {
-        // The server continues a task through its conversation: the same as `warden answer`.
-        return answer(remote, &task_id(earlier)?, request, args.json).await;
-    }
-    let Some(repo) = &args.repo else {
-        return Err(usage(anyhow::anyhow!(
-            "name the registered repository with --repo NAME"
-        )));
-    };
-    let repos = registered_repos(std::slice::from_ref(repo))?;
     let mut body = json!({"kind": "change", "prompt": request});
+    let repos = match (&args.follow_up, &args.repo) {
+        // A follow-up continues on the earlier change's proposal (its checks unless new ones
+        // are given), as in-process.
+        (Some(earlier), _) => {
+            body["follow_up_to"] = json!(task_id(earlier)?);
+            Vec::new()
+        }
+        (None, Some(repo)) => registered_repos(std::slice::from_ref(repo))?,
+        (None, None) => {
+            return Err(usage(anyhow::anyhow!(
+                "name the registered repository with --repo NAME"
+            )))
+        }
+    };
     if !args.checks.is_empty() {
         body["checks"] = json!(args.checks);
     }

@@ -176,14 +176,17 @@ pub fn pin_all(
         let mut in_use = store.hold_mirror(spec).map_err(|e| {
             SetupError::Infrastructure(format!("cannot mark the mirror in use: {e}"))
         })?;
-        let pinned = store.pin(spec).map_err(|error| match error {
-            // What the person asked for does not exist: a usage error. Anything else (a
-            // fetch that failed, a timeout) is an infrastructure failure.
-            RepoError::InvalidSpec { .. } | RepoError::RevisionNotFound { .. } => {
-                SetupError::Usage(error.to_string())
-            }
-            other => SetupError::Infrastructure(format!("cannot pin the repository: {other}")),
-        })?;
+        let fetching = |line: &str| progress(&format!("warden: fetching {}: {line}", spec.name));
+        let pinned = store
+            .pin_with_progress(spec, &fetching)
+            .map_err(|error| match error {
+                // What the person asked for does not exist: a usage error. Anything else (a
+                // fetch that failed, a timeout) is an infrastructure failure.
+                RepoError::InvalidSpec { .. } | RepoError::RevisionNotFound { .. } => {
+                    SetupError::Usage(error.to_string())
+                }
+                other => SetupError::Infrastructure(format!("cannot pin the repository: {other}")),
+            })?;
         if let Some(notice) = work_tree_notice(&pinned) {
             progress(&format!("warden: {notice}"));
             notices.push(notice);

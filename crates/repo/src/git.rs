@@ -198,7 +198,7 @@ impl Git {
         index_file: Option<&Path>,
         timeout: Duration,
     ) -> Result<GitOutput, RepoError> {
-        let mut process = self.start(cwd, args, Stdio::null(), timeout, index_file)?;
+        let mut process = self.start(cwd, args, Stdio::null(), timeout, index_file, None)?;
         let mut stdout = Vec::new();
         let read = match process.child.stdout.take() {
             Some(mut pipe) => pipe.read_to_end(&mut stdout).map(drop),
@@ -212,11 +212,60 @@ impl Git {
         Ok(GitOutput { stdout, stderr })
     }
 
+    /// Runs a network or bulk operation (fetch with `--progress`) with the transfer timeout,
+    /// passing each line git writes to its standard error (progress lines end in `\r` or
+    /// `\n`) to `on_line` as it comes. Everything git writes there is also in the result.
+    pub fn run_transfer_with_progress(
+        &self,
+        cwd: &Path,
+        args: &[&str],
+        on_line: &mut dyn FnMut(&str),
+    ) -> Result<GitOutput, RepoError> {
+        let (lines, received) = std::sync::mpsc::channel();
+        let mut process = self.start(
+            cwd,
+            args,
+            Stdio::null(),
+            self.timeouts.transfer,
+            None,
+            Some(lines),
+        )?;
+        let stdout_reader = process.child.stdout.take().map(|mut pipe| {
+            std::thread::spawn(move || {
+                let mut buffer = Vec::new();
+                pipe.read_to_end(&mut buffer).map(|_| buffer)
+            })
+        });
+        // Ends when git closes its standard error (it exited, or the watchdog killed it).
+        for line in received {
+            on_line(&line);
+        }
+        let stderr = process.wait()?;
+        let stdout = match stdout_reader.map(JoinHandle::join) {
+            Some(Ok(Ok(bytes))) => bytes,
+            Some(Ok(Err(source))) => {
+                return Err(RepoError::Spawn {
+                    args: process.args.clone(),
+                    source,
+                })
+            }
+            _ => Vec::new(),
+        };
+        Ok(GitOutput { stdout, stderr })
+    }
+
     /// Starts git with piped standard input and output for a conversation such as
     /// `cat-file --batch`, under the transfer timeout. Call [`GitStream::finish`] to collect the
     /// exit status; dropping the stream kills git.
     pub fn stream(&self, cwd: &Path, args: &[&str]) -> Result<GitStream, RepoError> {
-        let process = self.start(cwd, args, Stdio::piped(), self.timeouts.transfer, None)?;
+        let process = self.start(
+            cwd,
+            args,
+            Stdio::piped(),
+            self.timeouts.transfer,
+            None,
+            None,
+        )?;
         Ok(GitStream {
             process: Some(process),
         })
@@ -229,6 +278,7 @@ impl Git {
         stdin: Stdio,
         timeout: Duration,
         index_file: Option<&Path>,
+        lines: Option<std::sync::mpsc::Sender<String>>,
     ) -> Result<Supervised, RepoError> {
         let display = display_args(args);
         // The one place Warden constructs a git process: the binary, environment and config
@@ -261,7 +311,38 @@ impl Git {
         let stderr_reader = child.stderr.take().map(|mut pipe| {
             std::thread::spawn(move || {
                 let mut buffer = Vec::new();
-                let _ = pipe.read_to_end(&mut buffer);
+                match lines {
+                    None => {
+                        let _ = pipe.read_to_end(&mut buffer);
+                    }
+                    Some(lines) => {
+                        // What the error of a failed run keeps: the lines that end in `\n`,
+                        // not every `\r` update of a progress meter.
+                        let mut kept = Vec::new();
+                        let mut chunk = [0u8; 4096];
+                        while let Ok(read) = pipe.read(&mut chunk) {
+                            if read == 0 {
+                                break;
+                            }
+                            buffer.extend_from_slice(&chunk[..read]);
+                            while let Some(end) =
+                                buffer.iter().position(|b| matches!(b, b'\r' | b'\n'))
+                            {
+                                let line: Vec<u8> = buffer.drain(..=end).collect();
+                                if line.last() == Some(&b'\n') {
+                                    kept.extend_from_slice(&line);
+                                }
+                                let text = String::from_utf8_lossy(&line);
+                                let text = redact_credentials(text.trim());
+                                if !text.is_empty() {
+                                    let _ = lines.send(text);
+                                }
+                            }
+                        }
+                        kept.append(&mut buffer);
+                        buffer = kept;
+                    }
+                }
                 buffer
             })
         });

@@ -9,6 +9,7 @@ pub mod error;
 pub mod evidence;
 mod gc;
 pub mod git;
+mod index;
 mod materialize;
 pub mod proposal;
 pub mod spec;

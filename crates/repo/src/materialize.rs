@@ -66,7 +66,7 @@ impl ObjectFormat {
         }
     }
 
-    fn raw_len(self) -> usize {
+    pub(crate) fn raw_len(self) -> usize {
         match self {
             ObjectFormat::Sha1 => 20,
             ObjectFormat::Sha256 => 32,

@@ -136,18 +136,35 @@ impl RepoSpec {
 /// The repository `dir` belongs to, found the way git discovers it: the nearest of `dir` and
 /// its parents that has a `.git` (a git directory, or a `gitdir:` file of a linked work tree)
 /// or is itself a git directory (a bare repository). `None`: no repository encloses `dir`.
+///
+/// Like git, the search does not cross into another filesystem, and a repository found above
+/// `dir` that someone else owns is not taken (git's `safe.directory` rule): another user's
+/// `/tmp/.git` cannot become the repository of `--repo /tmp/mine`.
 fn enclosing_repository(dir: &Path) -> Option<PathBuf> {
-    dir.ancestors()
-        .find(|candidate| {
-            let dot_git = candidate.join(".git");
-            let has_dot_git = if dot_git.is_dir() {
-                is_git_dir(&dot_git)
-            } else {
-                std::fs::read(&dot_git).is_ok_and(|text| text.starts_with(b"gitdir:"))
-            };
-            has_dot_git || is_git_dir(candidate)
-        })
-        .map(Path::to_path_buf)
+    use std::os::unix::fs::MetadataExt;
+    let device = std::fs::metadata(dir).ok()?.dev();
+    let me = rustix::process::geteuid().as_raw();
+    for candidate in dir.ancestors() {
+        let Ok(meta) = std::fs::metadata(candidate) else {
+            return None;
+        };
+        if meta.dev() != device {
+            return None;
+        }
+        let dot_git = candidate.join(".git");
+        let has_dot_git = if dot_git.is_dir() {
+            is_git_dir(&dot_git)
+        } else {
+            std::fs::read(&dot_git).is_ok_and(|text| text.starts_with(b"gitdir:"))
+        };
+        if has_dot_git || is_git_dir(candidate) {
+            let owner = std::fs::symlink_metadata(if has_dot_git { &dot_git } else { candidate })
+                .map(|m| m.uid())
+                .ok()?;
+            return (candidate == dir || owner == me).then(|| candidate.to_path_buf());
+        }
+    }
+    None
 }
 
 /// Whether `dir` looks like a git directory to git: a `HEAD`, and objects of its own or of the
@@ -397,6 +414,29 @@ mod tests {
                 let err = got.expect_err(input).to_string();
                 assert!(err.contains(needle), "{input:?}: {err}");
             }
+        }
+    }
+
+    /// A repository found above the named directory is taken only when this user owns it.
+    #[test]
+    fn an_enclosing_repository_of_another_owner_is_not_taken() {
+        let top = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(top.path().join(".git/objects")).unwrap();
+        std::fs::write(top.path().join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        let mine = top.path().join("mine");
+        std::fs::create_dir(&mine).unwrap();
+        let mine = mine.canonicalize().unwrap();
+        assert_eq!(
+            enclosing_repository(&mine),
+            Some(top.path().canonicalize().unwrap())
+        );
+        if rustix::process::geteuid().is_root() {
+            // Only root can hand the repository to someone else here.
+            let nobody = rustix::process::Uid::from_raw(65534);
+            rustix::fs::chown(top.path().join(".git"), Some(nobody), None).unwrap();
+            assert_eq!(enclosing_repository(&mine), None);
+            // Named directly, it is the person's own choice (git's safe.directory aside).
+            assert!(enclosing_repository(&top.path().canonicalize().unwrap()).is_some());
         }
     }
 

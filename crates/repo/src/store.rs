@@ -22,6 +22,7 @@
 use std::fs::{File, OpenOptions, Permissions};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::time::Instant;
 
 use sha2::Digest;
 
@@ -51,6 +52,42 @@ pub struct RepoStore {
     limits: SnapshotLimits,
     /// Automatic eviction before a new snapshot is written, when set.
     pub(crate) cache: Option<crate::gc::CachePolicy>,
+}
+
+/// Where a pin reports a fetch's progress.
+type Progress<'a> = &'a dyn Fn(&str);
+
+/// The phases of a fetch the local git reports about its own work (the lines it writes
+/// itself; `remote:` lines are the remote's text and never shown).
+const FETCH_PHASES: [&str; 3] = [
+    "Receiving objects:",
+    "Resolving deltas:",
+    "Checking objects:",
+];
+
+/// Turns git's progress lines into a few: a phase's first and last line, and between them at
+/// most one a second.
+#[derive(Debug, Default)]
+struct FetchMeter {
+    phase: Option<&'static str>,
+    shown_at: Option<Instant>,
+}
+
+impl FetchMeter {
+    fn line<'l>(&mut self, line: &'l str, now: Instant) -> Option<&'l str> {
+        let phase = FETCH_PHASES.into_iter().find(|p| line.starts_with(p))?;
+        let done = line.contains("done");
+        let new_phase = self.phase != Some(phase);
+        let due = self
+            .shown_at
+            .is_none_or(|at| now.duration_since(at) >= std::time::Duration::from_secs(1));
+        if new_phase || done || due {
+            self.phase = Some(phase);
+            self.shown_at = Some(now);
+            return Some(line);
+        }
+        None
+    }
 }
 
 /// A revision resolved in a mirror: the commit, the browse base, and what the work tree had.
@@ -161,11 +198,22 @@ impl RepoStore {
     /// Brings the mirror up to date with the source and resolves `spec.rev` (default: the
     /// source's `HEAD`) to a commit held in the mirror.
     pub fn pin(&self, spec: &RepoSpec) -> Result<PinnedRepo, RepoError> {
+        self.pin_with_progress(spec, &|_| {})
+    }
+
+    /// [`RepoStore::pin`], reporting a fetch's progress (objects received and resolved, bytes
+    /// so far) through `progress`, at most about once a second per phase. Only the lines the
+    /// local git writes about its own work are passed on, never text from the remote.
+    pub fn pin_with_progress(
+        &self,
+        spec: &RepoSpec,
+        progress: &dyn Fn(&str),
+    ) -> Result<PinnedRepo, RepoError> {
         let mirror = self.mirror_path(spec);
         let _lock = lock(&mirror.with_extension("lock"))?;
         let (commit, browse, work_tree) = match self.already_pinned(spec, &mirror)? {
             Some(known) => known,
-            None => self.fetch_and_resolve(spec, &mirror)?,
+            None => self.fetch_and_resolve(spec, &mirror, progress)?,
         };
         let tree = self
             .in_mirror(
@@ -217,11 +265,16 @@ impl RepoStore {
     }
 
     /// Brings the mirror up to date with the source and resolves the revision.
-    fn fetch_and_resolve(&self, spec: &RepoSpec, mirror: &Path) -> Result<Resolved, RepoError> {
+    fn fetch_and_resolve(
+        &self,
+        spec: &RepoSpec,
+        mirror: &Path,
+        progress: Progress<'_>,
+    ) -> Result<Resolved, RepoError> {
         Ok(match &spec.source {
-            Source::Path(path) => self.pin_local(spec, path, mirror)?,
+            Source::Path(path) => self.pin_local(spec, path, mirror, progress)?,
             Source::Url(url) => {
-                let (commit, browse) = self.pin_url(spec, url, mirror)?;
+                let (commit, browse) = self.pin_url(spec, url, mirror, progress)?;
                 (commit, browse, None)
             }
         })
@@ -239,6 +292,7 @@ impl RepoStore {
         spec: &RepoSpec,
         path: &Path,
         mirror: &Path,
+        progress: Progress<'_>,
     ) -> Result<(String, Option<BrowseBase>, Option<WorkTree>), RepoError> {
         let wants_work_tree = spec.wants_work_tree();
         let rev = match spec.rev.as_deref() {
@@ -251,6 +305,7 @@ impl RepoStore {
                 "rev-parse",
                 "--path-format=absolute",
                 "--git-common-dir",
+                "--absolute-git-dir",
                 "--show-object-format",
                 "--verify",
                 "--end-of-options",
@@ -270,14 +325,17 @@ impl RepoStore {
             }
         };
         let mut lines = resolved.lines();
-        let (git_dir, format, commit) = match (lines.next(), lines.next(), lines.next()) {
-            (Some(dir), Some(format), Some(commit)) => (dir, format, commit.to_string()),
-            _ => {
-                return Err(RepoError::UnexpectedOutput(format!(
-                    "rev-parse printed {resolved:?}"
-                )))
-            }
-        };
+        let (git_dir, own_git_dir, format, commit) =
+            match (lines.next(), lines.next(), lines.next(), lines.next()) {
+                (Some(dir), Some(own), Some(format), Some(commit)) => {
+                    (dir, own, format, commit.to_string())
+                }
+                _ => {
+                    return Err(RepoError::UnexpectedOutput(format!(
+                        "rev-parse printed {resolved:?}"
+                    )))
+                }
+            };
         let format = ObjectFormat::from_name(format)?;
         if ObjectFormat::of_id(&commit) != Some(format) {
             return Err(RepoError::UnexpectedOutput(format!("commit id {commit:?}")));
@@ -288,7 +346,7 @@ impl RepoStore {
         let pin_refspec = format!("+{commit}:refs/warden/pinned/{commit}");
         let mut refspecs = MIRROR_REFSPECS.to_vec();
         refspecs.push(&pin_refspec);
-        self.fetch(mirror, git_dir, &refspecs)?;
+        self.fetch(mirror, git_dir, &refspecs, progress)?;
         let browse = self.local_browse(path)?;
         // Only a checkout's top level has a work tree to speak of (a bare repository and a
         // `.git` directory named directly have none).
@@ -303,14 +361,14 @@ impl RepoStore {
             let (snapshot, work_tree) = self.snapshot_work_tree(mirror, path, &commit)?;
             return Ok((snapshot, browse, Some(work_tree)));
         }
+        // The work tree's own index (a linked worktree's lives in its own git dir), read by
+        // Warden for git's stat shortcut; only the count uses it.
+        let index = Path::new(own_git_dir).join("index");
         let work_tree = (spec.rev.is_none() && has_work_tree).then(|| {
-            match self
-                .commit_tree(mirror, &commit)
-                .and_then(|tree| crate::worktree::compare(&self.git, mirror, &tree, path))
-            {
-                Ok(changes) => WorkTree::Uncommitted {
-                    files: changes.files(),
-                },
+            match self.commit_tree(mirror, &commit).and_then(|tree| {
+                crate::worktree::count_for_notice(&self.git, mirror, &tree, path, &index)
+            }) {
+                Ok(count) => WorkTree::Uncommitted { files: count.files },
                 Err(error) => WorkTree::Unchecked {
                     reason: error.to_string(),
                 },
@@ -395,7 +453,7 @@ impl RepoStore {
         head: &str,
     ) -> Result<(String, WorkTree), RepoError> {
         let tree = self.commit_tree(mirror, head)?;
-        let changes = crate::worktree::compare(&self.git, mirror, &tree, path)?;
+        let changes = crate::worktree::compare_for_snapshot(&self.git, mirror, &tree, path)?;
         let files = changes.files();
         let commit = if files == 0 {
             head.to_string()
@@ -431,9 +489,10 @@ impl RepoStore {
         spec: &RepoSpec,
         url: &str,
         mirror: &Path,
+        progress: Progress<'_>,
     ) -> Result<(String, Option<BrowseBase>), RepoError> {
         let created = self.ensure_mirror(mirror, ObjectFormat::Sha1)?;
-        match self.fetch(mirror, url, &MIRROR_REFSPECS) {
+        match self.fetch(mirror, url, &MIRROR_REFSPECS, progress) {
             // A new mirror guessed SHA-1; the server says otherwise: start over in its format.
             Err(RepoError::GitFailed { stderr, .. })
                 if created && stderr.contains("mismatched algorithms") =>
@@ -446,7 +505,7 @@ impl RepoStore {
                 let format = ObjectFormat::from_name(format)?;
                 remove_tree(mirror).map_err(RepoError::io("remove", mirror))?;
                 self.ensure_mirror(mirror, format)?;
-                self.fetch(mirror, url, &MIRROR_REFSPECS)?;
+                self.fetch(mirror, url, &MIRROR_REFSPECS, progress)?;
             }
             other => other?,
         }
@@ -461,7 +520,7 @@ impl RepoStore {
                     return Err(revision_error(e, rev, &spec.name));
                 }
                 let refspec = format!("+{rev}:refs/warden/pinned/{rev}");
-                self.fetch(mirror, url, &[&refspec])
+                self.fetch(mirror, url, &[&refspec], progress)
                     .map_err(|e| revision_error(e, rev, &spec.name))?;
                 self.resolve_in_mirror(mirror, rev)
                     .map_err(|e| revision_error(e, rev, &spec.name))?
@@ -537,12 +596,18 @@ impl RepoStore {
         Ok(true)
     }
 
-    fn fetch(&self, mirror: &Path, source: &str, refspecs: &[&str]) -> Result<(), RepoError> {
+    fn fetch(
+        &self,
+        mirror: &Path,
+        source: &str,
+        refspecs: &[&str],
+        progress: Progress<'_>,
+    ) -> Result<(), RepoError> {
         let git_dir = format!("--git-dir={}", mirror.display());
         let mut args = vec![
             git_dir.as_str(),
             "fetch",
-            "--quiet",
+            "--progress",
             "--no-tags",
             "--prune",
             "--no-write-fetch-head",
@@ -552,7 +617,13 @@ impl RepoStore {
             source,
         ];
         args.extend_from_slice(refspecs);
-        self.git.run_transfer(mirror, &args)?;
+        let mut meter = FetchMeter::default();
+        self.git
+            .run_transfer_with_progress(mirror, &args, &mut |line| {
+                if let Some(shown) = meter.line(line, Instant::now()) {
+                    progress(shown);
+                }
+            })?;
         Ok(())
     }
 

@@ -136,10 +136,21 @@ impl Local {
     /// cannot be built, a missing key among them, is a usage error naming what to set), and
     /// the store publishing the events it stores.
     pub async fn services(&self) -> Result<&Arc<Services>, LocalError> {
+        self.services_with(true).await
+    }
+
+    /// [`Local::services`]; without `needs_model`, a model that cannot be built is replaced by
+    /// one that refuses every call with the reason (a publication run asks no model).
+    async fn services_with(&self, needs_model: bool) -> Result<&Arc<Services>, LocalError> {
         self.services
             .get_or_try_init(|| async {
-                let model = question::build_model(&self.config)
-                    .map_err(|error| usage(error.to_string()))?;
+                let model = match question::build_model(&self.config) {
+                    Ok(model) => model,
+                    Err(error) if !needs_model => {
+                        Arc::new(Unconfigured(error.to_string())) as Arc<dyn warden_runtime::Model>
+                    }
+                    Err(error) => return Err(usage(error.to_string())),
+                };
                 // Events this process stores reach its hub (and metrics) as they commit.
                 let hub = crate::hub::instrument(&self.store, crate::hub::HubOptions::default());
                 Ok(Arc::new(Services {
@@ -326,6 +337,45 @@ impl Local {
         on_event: &(dyn Fn(Event) + Send + Sync),
         interrupt: impl std::future::Future<Output = ()>,
     ) -> Result<Task, LocalError> {
+        self.drive_with(id, 0, on_event, interrupt, true).await
+    }
+
+    /// [`Local::drive`] for a task queued by a decision on its publish approval: publishing
+    /// asks no model, so none needs to be configured.
+    pub async fn drive_publication(
+        &self,
+        id: &TaskId,
+        on_event: &(dyn Fn(Event) + Send + Sync),
+    ) -> Result<Task, LocalError> {
+        self.drive_with(id, 0, on_event, std::future::pending(), false)
+            .await
+    }
+
+    /// [`Local::drive`], passing on only the events after the task's event `after` (what
+    /// happened before an answer was given is not shown again). A task that no longer waits
+    /// for a worker is only read: no worker (nor model) is needed for it.
+    pub async fn drive_after(
+        &self,
+        id: &TaskId,
+        after: u64,
+        on_event: &(dyn Fn(Event) + Send + Sync),
+        interrupt: impl std::future::Future<Output = ()>,
+    ) -> Result<Task, LocalError> {
+        self.drive_with(id, after, on_event, interrupt, true).await
+    }
+
+    async fn drive_with(
+        &self,
+        id: &TaskId,
+        after: u64,
+        on_event: &(dyn Fn(Event) + Send + Sync),
+        interrupt: impl std::future::Future<Output = ()>,
+        needs_model: bool,
+    ) -> Result<Task, LocalError> {
+        let task = self.task(id).await?;
+        if !waits_for_a_worker(task.status) {
+            return self.follow(id, after, on_event, interrupt).await;
+        }
         let (stop, stopped) = watch::channel(false);
         let options = WorkerOptions {
             only: Some(id.clone()),
@@ -333,11 +383,11 @@ impl Local {
             poll: Duration::from_millis(200),
             ..WorkerOptions::from_config(worker_name(), &self.config)
         };
-        let services = Arc::clone(self.services().await?);
+        let services = Arc::clone(self.services_with(needs_model).await?);
         self.recover_dead_runs(id).await?;
         let worker = tokio::spawn(worker::run_workers(services, options, stopped));
         self.wake.notify_one();
-        let followed = self.follow(id, on_event, interrupt).await;
+        let followed = self.follow(id, after, on_event, interrupt).await;
         let _ = stop.send(true);
         let _ = worker.await;
         followed
@@ -348,11 +398,11 @@ impl Local {
     async fn follow(
         &self,
         id: &TaskId,
+        mut after: u64,
         on_event: &(dyn Fn(Event) + Send + Sync),
         interrupt: impl std::future::Future<Output = ()>,
     ) -> Result<Task, LocalError> {
         let stream = EventStream::Task(id.clone());
-        let mut after = 0;
         let mut interrupt = std::pin::pin!(interrupt);
         let mut interrupted = false;
         loop {
@@ -370,37 +420,91 @@ impl Local {
                     on_event(record.event);
                 }
             }
-            if !matches!(
-                task.status,
-                TaskStatus::Queued | TaskStatus::Running | TaskStatus::Testing
-            ) {
+            if !waits_for_a_worker(task.status) {
                 return Ok(task);
             }
             tokio::select! {
                 _ = tokio::time::sleep(FOLLOW_EVERY) => {}
                 _ = &mut interrupt, if !interrupted => {
                     interrupted = true;
-                    self.cancel(id).await?;
+                    match self.tasks.cancel(&principal(), id.as_str()).await {
+                        // It ended (or began publishing) meanwhile: that outcome stands.
+                        Ok(_) | Err(ServiceError::WrongStatus { .. } | ServiceError::Conflict(_)) => {}
+                        Err(error) => return Err(error.into()),
+                    }
                 }
             }
         }
     }
 
-    /// Cancels the task (Ctrl-C) through the front door: its run stops at once (in another
-    /// process, within about a second).
+    /// Cancels the task through the front door: its run stops at once (in another process,
+    /// within about a second). A finished task is refused, as on a server.
     pub async fn cancel(&self, id: &TaskId) -> Result<Task, LocalError> {
         self.task(id).await?;
-        match self.tasks.cancel(&principal(), id.as_str()).await {
-            // Ended meanwhile: its result stands.
-            Err(ServiceError::Conflict(_)) => self.task(id).await,
-            other => Ok(other?),
-        }
+        Ok(self.tasks.cancel(&principal(), id.as_str()).await?)
     }
 
     /// Repeats a finished task as a new one over the same pinned commits (`warden retry`).
     pub async fn retry(&self, id: &TaskId) -> Result<Task, LocalError> {
         self.task(id).await?;
         Ok(self.tasks.retry(&principal(), id.as_str()).await?)
+    }
+}
+
+/// The model of a process that has none configured: every call is refused with the reason.
+struct Unconfigured(String);
+
+impl warden_runtime::Model for Unconfigured {
+    fn name(&self) -> String {
+        "unconfigured".into()
+    }
+
+    fn complete<'a>(
+        &'a self,
+        _request: &'a warden_runtime::ModelRequest,
+        _events: &'a dyn warden_runtime::EventSink,
+    ) -> warden_runtime::BoxFuture<
+        'a,
+        Result<warden_runtime::ModelResponse, warden_runtime::ModelError>,
+    > {
+        let message = self.0.clone();
+        Box::pin(async move {
+            Err(warden_runtime::ModelError::Permanent {
+                status: None,
+                message,
+            })
+        })
+    }
+
+    fn has_price(&self) -> bool {
+        false
+    }
+}
+
+/// Whether a task in `status` is still to be run (or running): not finished, not waiting for
+/// a person.
+fn waits_for_a_worker(status: TaskStatus) -> bool {
+    matches!(
+        status,
+        TaskStatus::Queued | TaskStatus::Running | TaskStatus::Testing
+    )
+}
+
+impl Local {
+    /// The task's latest event sequence number (0 when it has none).
+    pub async fn last_event(&self, id: &TaskId) -> Result<u64, LocalError> {
+        let mut after = 0;
+        loop {
+            let records = self
+                .store()
+                .events_after(&EventStream::Task(id.clone()), after, crate::hub::BATCH)
+                .await
+                .context("cannot read the task's events")?;
+            match records.last() {
+                Some(last) => after = last.task_seq,
+                None => return Ok(after),
+            }
+        }
     }
 }
 

@@ -222,10 +222,10 @@ impl RunJournal {
 
 /// The record that ends a run's journal when the run is ended from outside it (a cancel, a
 /// task abandoned): `run_finished` with the task's failure when its result has one (the shape
-/// the runtime journals), so every ended run's journal says how it ended even when its worker
-/// never got to write that.
+/// the runtime journals), following the run's last record `tail` (`(seq, hash)`), so every
+/// ended run's journal says how it ended even when its worker never got to write that.
 pub fn ended_from_outside(
-    tail: Option<&JournalEntry>,
+    tail: (u64, &str),
     at_ms: u64,
     status: warden_protocol::TaskStatus,
     result: Option<&serde_json::Value>,
@@ -234,12 +234,18 @@ pub fn ended_from_outside(
         Some(failure) => serde_json::json!({ "failure": failure }),
         None => serde_json::json!({ "status": crate::state::status_name(status) }),
     };
-    JournalEntry::next(
-        tail,
+    let (seq, prev_hash) = (tail.0 + 1, tail.1.to_string());
+    let kind = "run_finished";
+    let payload = serde_json::json!({ "outcome": outcome, "ended_by": "task_status" });
+    let hash = record_hash(seq, at_ms, kind, &payload, &prev_hash)?;
+    Ok(JournalEntry {
+        seq,
         at_ms,
-        "run_finished",
-        serde_json::json!({ "outcome": outcome, "ended_by": "task_status" }),
-    )
+        kind: kind.to_string(),
+        payload,
+        prev_hash,
+        hash,
+    })
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! Acting on a task: `POST /v1/tasks/{id}/cancel`, `…/retry` and `…/messages` (answer a
-//! clarification, or follow up on a finished question), each one call of
+//! clarification, or follow up on a finished question or change), each one call of
 //! [`warden_service::tasks::TaskService`] (whose `control.rs` says what they do). Its journal is
 //! `journal.rs`'.
 
@@ -78,7 +78,8 @@ struct PostMessage {
 }
 
 /// Answers a task waiting for input (the same task runs again with the whole exchange), or
-/// follows up on a finished question (a new task with `follow_up_to`).
+/// follows up on a finished question or change (a new task with `follow_up_to`; a change
+/// continues on its proposal).
 #[utoipa::path(post, path = "/v1/tasks/{id}/messages", tag = "tasks",
     params(("id" = String, Path, description = "The task id")),
     request_body = PostMessage,
@@ -88,7 +89,7 @@ struct PostMessage {
         (status = 401, description = "No or an invalid token", body = ErrorBody),
         (status = 403, description = "A viewer token", body = ErrorBody),
         (status = 404, description = "No such task visible to this token", body = ErrorBody),
-        (status = 409, description = "The task is neither waiting for input nor a finished question (code `conflict`)", body = ErrorBody),
+        (status = 409, description = "The task is neither waiting for input nor finished (code `conflict`)", body = ErrorBody),
         (status = 413, description = "The body is too large", body = ErrorBody),
         (status = 422, description = "The text is empty, longer than 64 KiB or holds a NUL character", body = ErrorBody),
     ))]

@@ -50,7 +50,8 @@ struct SubmitTask {
     /// The question or change request.
     #[schema(value_type = NonBlankText)]
     prompt: String,
-    /// Questions: the id of an earlier question of yours this one continues.
+    /// The id of an earlier task of yours, of the same kind, this one continues (its commits;
+    /// a change continues on its proposal, with its checks unless `checks` is given).
     #[serde(default)]
     follow_up_to: Option<String>,
     #[serde(default)]

@@ -135,3 +135,44 @@ fn task_records_of_an_earlier_version_are_named_as_not_read() {
         .stderr
         .contains("no task tsk_01HZY8Q6K9V2M3N4P5R6S7T8V9"));
 }
+
+/// Publishing asks no model: an in-process approval works without one configured, and a task
+/// still waiting for a model is never failed for the lack of one by only following it.
+#[test]
+fn approving_in_process_needs_no_model() {
+    let repo = sample_repo();
+    let remote = tempfile::tempdir().unwrap();
+    let remote_git = remote.path().join("remote.git");
+    repo.git(&["init", "-q", "--bare", remote_git.to_str().unwrap()]);
+    repo.git(&["remote", "add", "origin", remote_git.to_str().unwrap()]);
+    let warden = Warden::faux();
+    let run = warden.run(&[
+        "run",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--publish",
+        "--json",
+        "make the faux change",
+    ]);
+    assert_eq!(run.code, 4, "{}", run.stderr);
+    let result = run.json();
+    let approval = result["approval"]["id"].as_str().unwrap().to_string();
+    let hash = result["approval"]["subject_hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    #[allow(clippy::disallowed_methods)]
+    let approved = warden
+        .command(&["approve", &approval, "--hash", &hash])
+        .env_remove("WARDEN_MODEL")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&approved.stdout),
+        String::from_utf8_lossy(&approved.stderr),
+    );
+    assert_eq!(approved.status.code(), Some(0), "{stderr}");
+    assert!(stdout.contains("pushed"), "{stdout}");
+    let branches = repo.git(&["--git-dir", remote_git.to_str().unwrap(), "for-each-ref"]);
+    assert_eq!(branches.lines().count(), 1, "{branches}");
+}

@@ -383,3 +383,63 @@ fn a_change_that_asks_waits_for_input_and_an_answer_resumes_it_with_the_exchange
     );
     server.terminate();
 }
+
+/// A change is continued the same way with and without a server: `warden run --follow-up`
+/// (here with `--server`) starts from the earlier proposal and runs the checks it is given.
+#[test]
+fn a_served_change_follow_up_builds_on_the_proposal_with_new_checks() {
+    let repo = change_repo();
+    let model = ScriptedModelServer::start_blocking(vec![
+        uppercase_beta(),
+        call("submit_change", json!({"summary": "Make beta uppercase"})),
+        call(
+            "edit_file",
+            json!({"path": "src/lib.txt", "old": "gamma", "new": "GAMMA"}),
+        ),
+        call(
+            "submit_change",
+            json!({"summary": "Make gamma uppercase too"}),
+        ),
+    ]);
+    let warden = Warden::openai(&model.url());
+    let (server, id) = serve_with_task(
+        &warden,
+        &repo,
+        &json!({"kind": "change", "repo": "app", "prompt": "make beta uppercase"}),
+    );
+    let first = server.wait_until(ALICE, &id, settled);
+    assert_eq!(first["status"], "completed", "{first}\n{}", server.stderr());
+    let proposal = first["result"]["proposal"]["commit"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let client = server.client(ALICE);
+    let more = client.run(&[
+        "run",
+        "--follow-up",
+        &id,
+        "--check",
+        "grep -q GAMMA src/lib.txt",
+        "--json",
+        "gamma too",
+    ]);
+    server.expect(&more, 0);
+    let result = more.json();
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    // On the earlier proposal, checked by the new check only.
+    assert_eq!(result["proposal"]["base_commit"], proposal.as_str());
+    let validations = result["proposal"]["validations"].as_array().unwrap();
+    assert_eq!(validations.len(), 1, "{result}");
+    assert_eq!(validations[0]["command"], "grep -q GAMMA src/lib.txt");
+    let task = server.get(
+        ALICE,
+        &format!("/v1/tasks/{}", result["task_id"].as_str().unwrap()),
+    );
+    assert_eq!(task["follow_up_to"], id.as_str());
+    // The model saw the earlier request and its reply before the new request.
+    let seen = model.requests().last().unwrap().body["messages"].to_string();
+    assert!(seen.contains("make beta uppercase"), "{seen}");
+    assert!(seen.contains("gamma too"), "{seen}");
+    server.terminate();
+}

@@ -239,3 +239,67 @@ fn doctor_suggests_the_rust_preset_when_rustup_is_installed() {
     assert!(detail.contains("configured: rust"), "{detail}");
     assert!(!detail.contains("add to warden.toml"), "{detail}");
 }
+
+/// A registered repository's own mounts reach the sandboxes of its served tasks (checks and
+/// agent commands), and only from under `[sandbox] repo_mount_roots`.
+#[test]
+fn a_registered_repository_mount_reaches_its_served_tasks() {
+    use super::server_harness::{settled, Server, Token, ALICE};
+    const TOKENS: &[Token] = &[("alice", "admin", ALICE)];
+    use std::os::unix::fs::PermissionsExt;
+    // The operator's root for repository mounts, with one toolchain in it.
+    let roots = tempfile::tempdir().unwrap();
+    let toolchain = roots.path().join("faketool-1.0");
+    std::fs::create_dir_all(toolchain.join("bin")).unwrap();
+    let tool = toolchain.join("bin/faketool");
+    std::fs::write(&tool, "#!/bin/sh\necho faketool checked the tree\n").unwrap();
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let repo = repo();
+    let model = ScriptedModelServer::start_blocking(vec![
+        openai::tool_call("shell", &json!({"command": "faketool"}).to_string()),
+        openai::tool_call(
+            "write_file",
+            &json!({"path": "NOTES.md", "content": "notes\n"}).to_string(),
+        ),
+        openai::tool_call(
+            "submit_change",
+            &json!({"summary": "Add notes"}).to_string(),
+        ),
+    ]);
+    let warden = with_config(
+        Warden::openai(&model.url()),
+        &format!(
+            "[sandbox]\nrepo_mount_roots = [{:?}]\n",
+            roots.path().to_str().unwrap()
+        ),
+    );
+    let server = Server::start(&warden, TOKENS);
+    let mount = toolchain.to_str().unwrap();
+    let source = repo.path().to_str().unwrap();
+    // A mount outside the roots is refused at registration.
+    let (status, body) = server.request(
+        "POST",
+        "/v1/repos",
+        Some(ALICE),
+        Some(&json!({"name": "bad", "source": source, "mounts": ["/etc"]})),
+    );
+    assert_eq!(status, 422, "{body}");
+    server.register_repo(&json!({
+        "name": "app", "source": source, "checks": ["faketool"], "mounts": [mount],
+    }));
+    let task = server.submit(
+        ALICE,
+        &json!({"kind": "change", "repo": "app", "prompt": "add notes"}),
+    );
+    let id = task["id"].as_str().unwrap();
+    let task = server.wait_until(ALICE, id, settled);
+    assert_eq!(task["status"], "completed", "{task}\n{}", server.stderr());
+    let result = &task["result"];
+    let validation = &result["proposal"]["validations"][0];
+    assert_eq!(validation["command"], "faketool", "{result}");
+    assert_eq!(validation["exit_code"], 0, "{result}");
+    // The agent's own command found it too.
+    let seen = model.requests()[1].body["messages"].to_string();
+    assert!(seen.contains("faketool checked the tree"), "{seen}");
+    server.terminate();
+}

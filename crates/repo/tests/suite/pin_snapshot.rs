@@ -397,3 +397,41 @@ fn updates_reach_an_existing_mirror() {
     let snapshot = store.snapshot(&after).unwrap();
     assert_matches_archive(&h, &snapshot.root, &later);
 }
+
+/// A fetch reports its progress, a line per phase (and about one a second within it), as the
+/// local git writes it; nothing the remote says (`remote:` lines) is passed on.
+#[test]
+fn a_fetch_reports_its_progress_and_nothing_the_remote_says() {
+    let h = history();
+    // Enough objects that git reports receiving them.
+    for n in 0..200 {
+        h.repo
+            .write(&format!("bulk/{n}.txt"), &format!("file {n}\n").repeat(50));
+    }
+    h.repo.commit("bulk");
+    let (_home, store) = store();
+    let lines = std::sync::Mutex::new(Vec::<String>::new());
+    let url = format!("file://{}", path_of(&h.repo));
+    store
+        .pin_with_progress(&spec(&url), &|line| {
+            lines.lock().unwrap().push(line.to_string())
+        })
+        .unwrap();
+    let lines = lines.into_inner().unwrap();
+    assert!(
+        lines.iter().any(|l| l.starts_with("Receiving objects:")),
+        "{lines:?}"
+    );
+    assert!(lines.iter().all(|l| !l.starts_with("remote:")), "{lines:?}");
+    // Throttled: a phase is not reported once per object.
+    assert!(lines.len() < 20, "{lines:?}");
+    // The same commit again needs no fetch, and so reports nothing.
+    let again = std::sync::Mutex::new(0);
+    let head = h.repo.git(&["rev-parse", "HEAD"]);
+    store
+        .pin_with_progress(&spec(&format!("{url}@{head}")), &|_| {
+            *again.lock().unwrap() += 1
+        })
+        .unwrap();
+    assert_eq!(again.into_inner().unwrap(), 0);
+}

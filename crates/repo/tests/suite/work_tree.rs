@@ -3,14 +3,16 @@
 //! snapshot of the work tree, a commit on top of `HEAD` that exists only in Warden's mirror,
 //! without touching the user's index, `HEAD`, refs, objects or work tree.
 
-use std::os::unix::fs::{symlink, PermissionsExt};
+use std::fs::File;
+use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::Path;
+use std::time::{Duration, SystemTime};
 
 use warden_repo::{PinnedRepo, WorkTree};
 use warden_test_support::git_fixture::TempRepo;
 
 use super::untouched::state_of;
-use super::{pin_and_snapshot, spec, store, tree_of, Node};
+use super::{is_root, pin_and_snapshot, spec, store, tree_of, Node};
 
 /// Committed: `a.txt`, `run.sh`, `gone.txt`, `.gitignore` (`*.log`, `build/`), `keep.log`
 /// (tracked although ignored) and `sub/dir/inner.txt`.
@@ -203,4 +205,199 @@ fn a_clean_work_tree_snapshot_is_head_itself() {
         "{:?}",
         pinned.work_tree
     );
+}
+
+/// The notice's count uses git's index stat shortcut; a corrupt or truncated index is not used
+/// and every file is hashed, with the same count.
+#[test]
+fn a_corrupt_or_truncated_index_falls_back_to_hashing_with_the_same_count() {
+    let repo = committed_repo();
+    dirty(&repo);
+    let path = repo.path().to_str().unwrap();
+    let index = repo.path().join(".git/index");
+    let raw = std::fs::read(&index).unwrap();
+    let (_home, store) = store();
+    let pinned = store.pin(&spec(path)).unwrap();
+    assert_eq!(pinned.work_tree, Some(WorkTree::Uncommitted { files: 5 }));
+
+    let mut flipped = raw.clone();
+    flipped[40] ^= 0xff;
+    let mut garbage = b"DIRC\0\0\0\x02\xff\xff\xff\xff".to_vec();
+    garbage.resize(4096, 0xa5);
+    for bad in [
+        raw[..raw.len() / 2].to_vec(),
+        raw[..raw.len() - 1].to_vec(),
+        flipped,
+        garbage,
+    ] {
+        std::fs::write(&index, &bad).unwrap();
+        let pinned = store.pin(&spec(path)).unwrap();
+        assert_eq!(pinned.work_tree, Some(WorkTree::Uncommitted { files: 5 }));
+    }
+}
+
+/// A file rewritten (same size) right after `git add` and `git commit` wrote the index, in the
+/// same clock tick as often as not: racily clean, so it is read, and counted.
+#[test]
+fn a_file_rewritten_right_after_the_index_was_written_is_counted() {
+    let repo = committed_repo();
+    let (_home, store) = store();
+    let path = repo.path().to_str().unwrap();
+    for round in 0..5 {
+        repo.write("racy.txt", &format!("before {round}\n"));
+        repo.git(&["add", "racy.txt"]);
+        repo.git(&["commit", "-q", "-m", "racy"]);
+        repo.write("racy.txt", &format!("after  {round}\n"));
+        let pinned = store.pin(&spec(path)).unwrap();
+        assert_eq!(
+            pinned.work_tree,
+            Some(WorkTree::Uncommitted { files: 1 }),
+            "round {round}"
+        );
+    }
+}
+
+/// Rewrites the stat data git recorded for `name` in the version 2 SHA-1 index at `index` with
+/// what `lstat` says of `file` now (as if git had hashed the file as it is now), and dates the
+/// index a second after the file so the entry is not racily clean. The entry keeps its object
+/// id: the index now vouches for whatever `file` holds.
+fn vouch_for_current_stat(index: &Path, name: &str, file: &Path) {
+    let meta = std::fs::symlink_metadata(file).unwrap();
+    let mut raw = std::fs::read(index).unwrap();
+    assert_eq!(&raw[..8], b"DIRC\0\0\0\x02");
+    let count = u32::from_be_bytes(raw[8..12].try_into().unwrap());
+    let mut at = 12;
+    let mut found = None;
+    for _ in 0..count {
+        let name_at = at + 62;
+        let len = raw[name_at..].iter().position(|&b| b == 0).unwrap();
+        if &raw[name_at..name_at + len] == name.as_bytes() {
+            found = Some(at);
+        }
+        at += (62 + len + 8) & !7;
+    }
+    let entry = found.unwrap_or_else(|| panic!("{name} is not in the index"));
+    let words = [
+        meta.ctime(),
+        meta.ctime_nsec(),
+        meta.mtime(),
+        meta.mtime_nsec(),
+        meta.dev() as i64,
+        meta.ino() as i64,
+    ];
+    for (i, value) in words.into_iter().enumerate() {
+        raw[entry + 4 * i..entry + 4 * i + 4].copy_from_slice(&(value as u32).to_be_bytes());
+    }
+    raw[entry + 36..entry + 40].copy_from_slice(&(meta.size() as u32).to_be_bytes());
+    let body = raw.len() - 20;
+    let checksum = {
+        use sha1::Digest;
+        sha1::Sha1::digest(&raw[..body])
+    };
+    raw[body..].copy_from_slice(&checksum);
+    std::fs::write(index, &raw).unwrap();
+    File::options()
+        .write(true)
+        .open(index)
+        .unwrap()
+        .set_modified(meta.modified().unwrap() + Duration::from_secs(1))
+        .unwrap();
+}
+
+/// Sets `path`'s modification time to an hour ago.
+fn backdate(path: &Path) {
+    File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(SystemTime::now() - Duration::from_secs(3600))
+        .unwrap();
+}
+
+/// Observable as any user: where the index vouches for a file (its recorded stat matches), the
+/// notice takes git's word and does not read it, as `git status` does; a `PATH@worktree`
+/// snapshot reads every file whatever the index says. In the main work tree and in a linked
+/// worktree, whose index lives in its own git dir.
+#[test]
+fn the_notice_takes_the_index_at_its_word_and_a_snapshot_never_does() {
+    let repo = TempRepo::new();
+    repo.write("f.txt", "one\n");
+    backdate(&repo.path().join("f.txt"));
+    repo.commit("first");
+    let place = tempfile::tempdir().unwrap();
+    let linked = place.path().join("linked");
+    repo.git(&[
+        "worktree",
+        "add",
+        "-q",
+        linked.to_str().unwrap(),
+        "-b",
+        "side",
+    ]);
+    let linked_index = Path::new(&repo.git(&[
+        "-C",
+        linked.to_str().unwrap(),
+        "rev-parse",
+        "--absolute-git-dir",
+    ]))
+    .join("index");
+    assert!(linked_index.starts_with(repo.path().join(".git/worktrees")));
+
+    let (_home, store) = store();
+    for (root, index) in [
+        (repo.path(), repo.path().join(".git/index")),
+        (linked.as_path(), linked_index),
+    ] {
+        let file = root.join("f.txt");
+        std::fs::write(&file, "two\n").unwrap();
+        let path = root.to_str().unwrap();
+        // Not vouched for (its stat changed): read, and counted.
+        let pinned = store.pin(&spec(path)).unwrap();
+        assert_eq!(pinned.work_tree, Some(WorkTree::Uncommitted { files: 1 }));
+
+        vouch_for_current_stat(&index, "f.txt", &file);
+        let pinned = store.pin(&spec(path)).unwrap();
+        assert_eq!(
+            pinned.work_tree, None,
+            "{path}: the index vouches for f.txt"
+        );
+
+        let (pinned, snapshot) = pin_and_snapshot(&store, &format!("{path}@worktree"));
+        assert!(
+            matches!(pinned.work_tree, Some(WorkTree::Snapshot { files: 1, .. })),
+            "{:?}",
+            pinned.work_tree
+        );
+        assert_eq!(
+            std::fs::read_to_string(snapshot.root.join("f.txt")).unwrap(),
+            "two\n"
+        );
+    }
+}
+
+/// A tracked file nobody may read, whose stat the index vouches for, is not read by the
+/// notice's count (so it is no error); only observable when not running as root.
+#[test]
+fn an_unreadable_file_the_index_vouches_for_is_not_read() {
+    if is_root() {
+        eprintln!("skipped: root reads a mode 000 file anyway");
+        return;
+    }
+    let repo = committed_repo();
+    let secret = repo.path().join("a.txt");
+    backdate(&secret);
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let (_home, store) = store();
+    let path = repo.path().to_str().unwrap();
+    // Its stat changed since git recorded it: it must be read, and cannot be.
+    let pinned = store.pin(&spec(path)).unwrap();
+    assert!(
+        matches!(pinned.work_tree, Some(WorkTree::Unchecked { .. })),
+        "{:?}",
+        pinned.work_tree
+    );
+    vouch_for_current_stat(&repo.path().join(".git/index"), "a.txt", &secret);
+    let pinned = store.pin(&spec(path)).unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert_eq!(pinned.work_tree, None);
 }

@@ -1230,39 +1230,45 @@ async fn end_open_journals(
         let number: i64 = get(row, 0)?;
         let seq: i64 = get(row, 1)?;
         let hash: String = get(row, 2)?;
-        let prev = crate::journal::JournalEntry {
-            seq: crate::rows::to_u64(seq)?,
-            at_ms: 0,
-            kind: String::new(),
-            payload: serde_json::Value::Null,
-            prev_hash: String::new(),
-            hash,
-        };
         let entry = crate::journal::ended_from_outside(
-            Some(&prev),
+            (crate::rows::to_u64(seq)?, &hash),
             crate::rows::to_u64(now)?,
             to,
             result.as_ref(),
         )?;
-        let payload = serde_json::to_string(&entry.payload)?;
-        execute(
-            c,
-            "INSERT INTO journal (task_id, run_number, seq, at_ms, kind, payload, prev_hash, hash)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-            &[
-                &id.as_str(),
-                &number,
-                &to_i64(entry.seq)?,
-                &to_i64(entry.at_ms)?,
-                &entry.kind,
-                &payload,
-                &entry.prev_hash,
-                &entry.hash,
-            ],
-        )
-        .await?;
+        insert_journal(c, id, number, &entry)
+            .await?
+            .map_err(pg_error)?;
     }
     Ok(())
+}
+
+/// Stores one journal record of run `number` of `task` (its chain was checked by the caller).
+/// The inner result is the database's as it is, so a caller can tell a duplicate sequence
+/// number (a fork) from other failures.
+async fn insert_journal(
+    c: &dyn Conn,
+    task: &TaskId,
+    number: i64,
+    entry: &crate::journal::JournalEntry,
+) -> Result<Result<u64, PgError>, StoreError> {
+    let payload = serde_json::to_string(&entry.payload)?;
+    let (seq, at_ms) = (to_i64(entry.seq)?, to_i64(entry.at_ms)?);
+    Ok(c.exec(
+        "INSERT INTO journal (task_id, run_number, seq, at_ms, kind, payload, prev_hash, hash)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        &[
+            &task.as_str(),
+            &number,
+            &seq,
+            &at_ms,
+            &entry.kind,
+            &payload,
+            &entry.prev_hash,
+            &entry.hash,
+        ],
+    )
+    .await)
 }
 
 /// Moves the task to `to` (inside the caller's transaction); a terminal `to` stores its
@@ -2117,24 +2123,7 @@ impl PostgresStore {
         .map(|row| Ok::<_, StoreError>((get(&row, 0)?, get(&row, 1)?)))
         .transpose()?;
         check_journal_append(run, &entry, tail)?;
-        let payload = serde_json::to_string(&entry.payload)?;
-        let inserted = tx
-            .execute(
-                "INSERT INTO journal (task_id, run_number, seq, at_ms, kind, payload, prev_hash, hash)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
-                &[
-                    &run.task.as_str(),
-                    &number,
-                    &to_i64(entry.seq)?,
-                    &to_i64(entry.at_ms)?,
-                    &entry.kind,
-                    &payload,
-                    &entry.prev_hash,
-                    &entry.hash,
-                ],
-            )
-            .await;
-        match inserted {
+        match insert_journal(&tx, &run.task, number, &entry).await? {
             Ok(_) => {}
             // Another writer appended the same sequence number first: a fork, refused.
             Err(e) if has_code(&e, &SqlState::UNIQUE_VIOLATION) => {

@@ -534,38 +534,40 @@ fn end_open_journals(
             .db()?;
         // A run that journaled nothing yet has no chain to end.
         let Some((seq, hash)) = tail else { continue };
-        let prev = crate::journal::JournalEntry {
-            seq: crate::rows::to_u64(seq)?,
-            at_ms: 0,
-            kind: String::new(),
-            payload: serde_json::Value::Null,
-            prev_hash: String::new(),
-            hash,
-        };
         let entry = crate::journal::ended_from_outside(
-            Some(&prev),
+            (crate::rows::to_u64(seq)?, &hash),
             crate::rows::to_u64(now)?,
             to,
             result.as_ref(),
         )?;
-        conn.prepare_cached(
-            "INSERT INTO journal (task_id, run_number, seq, at_ms, kind, payload, prev_hash,
-                 hash)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-        )
-        .db()?
-        .execute(params![
-            id.as_str(),
-            number,
-            to_i64(entry.seq)?,
-            to_i64(entry.at_ms)?,
-            entry.kind,
-            serde_json::to_string(&entry.payload)?,
-            entry.prev_hash,
-            entry.hash,
-        ])
-        .db()?;
+        insert_journal(conn, id, number, &entry)?;
     }
+    Ok(())
+}
+
+/// Stores one journal record of run `number` of `task` (its chain was checked by the caller).
+fn insert_journal(
+    conn: &Connection,
+    task: &TaskId,
+    number: i64,
+    entry: &crate::journal::JournalEntry,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO journal (task_id, run_number, seq, at_ms, kind, payload, prev_hash, hash)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )
+    .db()?
+    .execute(params![
+        task.as_str(),
+        number,
+        to_i64(entry.seq)?,
+        to_i64(entry.at_ms)?,
+        entry.kind,
+        serde_json::to_string(&entry.payload)?,
+        entry.prev_hash,
+        entry.hash,
+    ])
+    .db()?;
     Ok(())
 }
 
@@ -1377,24 +1379,7 @@ impl Store for SqliteStore {
                 .optional()
                 .db()?;
             check_journal_append(&run, &entry, tail)?;
-            conn.prepare_cached(
-                "INSERT INTO journal (task_id, run_number, seq, at_ms, kind, payload, prev_hash,
-                     hash)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            )
-            .db()?
-            .execute(params![
-                run.task.as_str(),
-                run.number,
-                to_i64(entry.seq)?,
-                to_i64(entry.at_ms)?,
-                entry.kind,
-                serde_json::to_string(&entry.payload)?,
-                entry.prev_hash,
-                entry.hash,
-            ])
-            .db()?;
-            Ok(())
+            insert_journal(conn, &run.task, i64::from(run.number), &entry)
         })
     }
 
