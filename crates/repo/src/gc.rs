@@ -18,22 +18,14 @@
 //!   processes hold "the" lock at once.
 
 use std::fs::{File, OpenOptions, TryLockError};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
+pub use crate::cache::CachePolicy;
+use crate::cache::{disk_usage, record_size, remove_tree};
 use crate::error::RepoError;
 use crate::spec::RepoSpec;
-use crate::store::{remove_tree, PinnedRepo, RepoStore};
-
-/// When and how far the cache is trimmed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct CachePolicy {
-    /// The most mirrors and snapshots may take together (bytes on disk).
-    pub max_bytes: u64,
-    /// Anything used more recently than this is kept even over the limit.
-    pub keep_recent: Duration,
-}
+use crate::store::{PinnedRepo, RepoStore};
 
 /// What a cache entry is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -297,34 +289,9 @@ fn modified(path: &Path) -> Option<u64> {
         .map(|d| d.as_secs())
 }
 
-/// Bytes allocated on disk under `path` (symlinks not followed).
-pub(crate) fn disk_usage(path: &Path) -> u64 {
-    let Ok(meta) = std::fs::symlink_metadata(path) else {
-        return 0;
-    };
-    let mut total = meta.blocks() * 512;
-    if meta.is_dir() {
-        if let Ok(entries) = std::fs::read_dir(path) {
-            for entry in entries.flatten() {
-                total += disk_usage(&entry.path());
-            }
-        }
-    }
-    total
-}
-
 fn size_file(marker: &Path) -> Option<PathBuf> {
     let name = marker.file_name()?.to_str()?.strip_suffix(".done")?;
     Some(marker.with_file_name(format!("{name}.size")))
-}
-
-/// Records a new snapshot's size beside it (`<commit>.size`: bytes on disk), so eviction need
-/// not walk it. Best effort: without it, eviction measures.
-pub(crate) fn record_size(dir: &Path, commit: &str, staging: &Path) {
-    let _ = std::fs::write(
-        dir.join(format!("{commit}.size")),
-        format!("{}\n", disk_usage(staging)),
-    );
 }
 
 fn recorded_size(dir: &Path, commit: &str) -> Option<u64> {

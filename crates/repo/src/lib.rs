@@ -3,6 +3,7 @@
 //! and evidence validation.
 
 mod browse;
+mod cache;
 pub mod candidate;
 pub mod confine;
 pub mod error;

@@ -19,8 +19,7 @@
 //! it runs ([`InUse`]), so eviction (which needs the exclusive lock) never takes what a running
 //! task uses, and a crashed task's lock goes with its process.
 
-use std::fs::{File, OpenOptions, Permissions};
-use std::os::unix::fs::PermissionsExt;
+use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -28,6 +27,7 @@ use sha2::Digest;
 
 use crate::browse::browse_base;
 pub use crate::browse::{evidence_url, BrowseBase};
+use crate::cache::remove_tree;
 use crate::error::RepoError;
 use crate::git::Git;
 pub use crate::materialize::SnapshotLimits;
@@ -51,7 +51,7 @@ pub struct RepoStore {
     git: Git,
     limits: SnapshotLimits,
     /// Automatic eviction before a new snapshot is written, when set.
-    pub(crate) cache: Option<crate::gc::CachePolicy>,
+    pub(crate) cache: Option<crate::cache::CachePolicy>,
 }
 
 /// Where a pin reports a fetch's progress.
@@ -169,7 +169,7 @@ impl RepoStore {
 
     /// The same store, evicting unused mirrors and snapshots under `policy` before it writes a
     /// new snapshot (see [`RepoStore::gc`]).
-    pub fn with_cache_policy(mut self, policy: crate::gc::CachePolicy) -> RepoStore {
+    pub fn with_cache_policy(mut self, policy: crate::cache::CachePolicy) -> RepoStore {
         self.cache = Some(policy);
         self
     }
@@ -720,7 +720,7 @@ impl RepoStore {
             let _ = remove_tree(&staging);
             return Err(e);
         }
-        crate::gc::record_size(&dir, &pinned.commit, &staging);
+        crate::cache::record_size(&dir, &pinned.commit, &staging);
         std::fs::rename(&staging, &root).map_err(RepoError::io("rename snapshot into", &root))?;
         let marker_staging = dir.join(format!("{staging_prefix}{}.done", std::process::id()));
         std::fs::write(&marker_staging, &expected)
@@ -783,25 +783,4 @@ pub(crate) fn lock(path: &Path) -> Result<File, RepoError> {
         .map_err(RepoError::io("open lock", path))?;
     file.lock().map_err(RepoError::io("lock", path))?;
     Ok(file)
-}
-
-/// Removes a file or a directory tree, first making read-only directories writable again.
-pub(crate) fn remove_tree(path: &Path) -> std::io::Result<()> {
-    fn make_writable(dir: &Path) -> std::io::Result<()> {
-        std::fs::set_permissions(dir, Permissions::from_mode(0o755))?;
-        for entry in std::fs::read_dir(dir)? {
-            let entry = entry?;
-            if entry.file_type()?.is_dir() {
-                make_writable(&entry.path())?;
-            }
-        }
-        Ok(())
-    }
-    let metadata = path.symlink_metadata()?;
-    if metadata.is_dir() {
-        make_writable(path)?;
-        std::fs::remove_dir_all(path)
-    } else {
-        std::fs::remove_file(path)
-    }
 }

@@ -39,12 +39,12 @@ use std::path::{Path, PathBuf};
 use rustix::fd::OwnedFd;
 use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
 
+use crate::cache::remove_tree;
 use crate::candidate::{list_tree, write_commit, CommitIdentity, TreeEntry};
 use crate::error::RepoError;
 use crate::git::Git;
 use crate::index::{Stat, StatCache};
 use crate::materialize::ObjectFormat;
-use crate::store::remove_tree;
 
 /// How the work tree differs from a commit.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -393,6 +393,35 @@ pub fn assert_no_import_circles(src: &Path) -> Vec<Edge> {
 mod tests {
     use super::*;
 
+    /// Issue 12's rule for every crate of the workspace, not only the three that hold the
+    /// service: no two top-level modules of a crate import each other, directly or around.
+    #[test]
+    fn no_crate_of_the_workspace_has_an_import_circle() {
+        let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut offenders = Vec::new();
+        for entry in std::fs::read_dir(&crates).unwrap().flatten() {
+            let src = entry.path().join("src");
+            if !src.is_dir() {
+                continue;
+            }
+            let found = circles(&module_edges(&src));
+            for circle in found {
+                let modules: BTreeSet<&str> = circle.iter().map(|e| e.from.as_str()).collect();
+                offenders.push(format!(
+                    "{}: {}",
+                    entry.file_name().to_string_lossy(),
+                    modules.into_iter().collect::<Vec<_>>().join(" <-> ")
+                ));
+            }
+        }
+        offenders.sort();
+        assert!(
+            offenders.is_empty(),
+            "import circles:\n{}",
+            offenders.join("\n")
+        );
+    }
+
     fn modules() -> BTreeSet<String> {
         ["api", "hub", "worker", "config"]
             .into_iter()
