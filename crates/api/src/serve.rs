@@ -108,7 +108,9 @@ pub async fn serve(
     let tasks = TaskService::new(Arc::clone(&services.store), Arc::clone(&services.wake))
         .with_repos(services.repos.clone(), services.redactor.clone())
         .with_running(Arc::clone(&services.running))
-        .with_callbacks(services.config.callbacks.clone());
+        .with_callbacks(services.config.callbacks.clone())
+        .with_repo_mount_roots(services.config.sandbox.toolchains.repo_mount_roots.clone())
+        .with_warming();
     let app = api::router(Arc::new(
         ApiState::new(tasks, tokens)
             .with_rate_limit(serve_config.rate_limit)
@@ -117,8 +119,7 @@ pub async fn serve(
                 listen: listener.local_addr().ok(),
                 public_names: serve_config.public_names.clone(),
             })
-            .with_hub(Arc::clone(&services.hub))
-            .with_repo_mount_roots(services.config.sandbox.toolchains.repo_mount_roots.clone()),
+            .with_hub(Arc::clone(&services.hub)),
     ));
     let callbacks = warden_service::callback::spawn(
         Arc::clone(&services.store),

@@ -41,6 +41,10 @@ pub enum ReposCommand {
         /// Print the registered repository as JSON
         #[arg(long)]
         json: bool,
+        /// Return once it is registered, without following the server as it fetches the
+        /// repository and writes its first snapshot
+        #[arg(long)]
+        no_wait: bool,
     },
 }
 
@@ -340,6 +344,7 @@ async fn repos(remote: &Remote, command: Option<ReposCommand>, json: bool) -> an
             mounts,
             prepare,
             json: json_out,
+            no_wait,
         }) => {
             let mut body = json!({"name": name, "source": source, "checks": checks});
             if !mounts.is_empty() {
@@ -351,19 +356,74 @@ async fn repos(remote: &Remote, command: Option<ReposCommand>, json: bool) -> an
             if let Some(branch) = branch {
                 body["branch"] = json!(branch);
             }
-            let repo = remote.post("/v1/repos", &body).await?;
+            let mut repo = remote.post("/v1/repos", &body).await?;
+            eprintln!(
+                "warden: registered {} ({}) on {}",
+                text::one_line(repo["name"].as_str().unwrap_or(&name)),
+                text::one_line(repo["source"].as_str().unwrap_or(&source)),
+                remote.base()
+            );
+            let mut code = 0;
+            if !no_wait && repo["warm"].is_object() {
+                (repo, code) = follow_warming(remote, &name, repo).await?;
+            }
             if json || json_out {
                 println!("{}", text::json_line(&repo));
             } else {
                 println!(
-                    "registered {} ({}) on {}",
+                    "{}  {}",
                     text::one_line(repo["name"].as_str().unwrap_or(&name)),
-                    text::one_line(repo["source"].as_str().unwrap_or(&source)),
-                    remote.base()
+                    text::one_line(repo["source"].as_str().unwrap_or(&source))
                 );
             }
-            Ok(0)
+            Ok(code)
         }
+    }
+}
+
+/// Follows the server as it fetches a newly registered repository and writes its first
+/// snapshot, printing its progress on stderr; the repository as it ends, and exit code 1 when
+/// warming failed (it stays registered: tasks pin it when they start).
+async fn follow_warming(
+    remote: &Remote,
+    name: &str,
+    mut repo: Value,
+) -> anyhow::Result<(Value, u8)> {
+    let progress = StderrProgress::new();
+    let mut last = String::new();
+    loop {
+        let warm = &repo["warm"];
+        if let Some(line) = warm["progress"].as_str().filter(|l| *l != last) {
+            progress.line(&format!("warden: {line}"));
+            last = line.to_string();
+        }
+        match warm["state"].as_str() {
+            Some("ready") => {
+                progress.line(&format!(
+                    "warden: {name} is ready at {}",
+                    text::short_commit(warm["commit"].as_str().unwrap_or("?"))
+                ));
+                return Ok((repo, 0));
+            }
+            Some("failed") => {
+                progress.line(&format!(
+                    "warden: fetching {name} failed: {}; it stays registered and tasks fetch it \
+                     when they start",
+                    warm["error"].as_str().unwrap_or("?")
+                ));
+                return Ok((repo, 1));
+            }
+            Some("warming") => {}
+            _ => return Ok((repo, 0)),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(std::time::Duration::from_millis(300)) => {}
+            _ = tokio::signal::ctrl_c() => {
+                progress.line("warden: stopped following; the server goes on fetching");
+                return Ok((repo, INTERRUPTED));
+            }
+        }
+        repo = remote.get(&format!("/v1/repos/{name}")).await?;
     }
 }
 

@@ -25,4 +25,5 @@ pub mod task_view;
 pub mod tasks;
 pub mod time;
 pub mod tokens;
+pub mod warm;
 pub mod worker;

@@ -368,9 +368,6 @@ pub struct ApiState {
     pub streams: events::StreamCounter,
     /// The `Host`s and `Origin`s the API answers to besides its address.
     pub hosts: HostPolicy,
-    /// `[sandbox] repo_mount_roots`: where registered repositories' own mounts may lie (none:
-    /// a registration with mounts is refused).
-    pub repo_mount_roots: Vec<std::path::PathBuf>,
     /// Event fan-out for the SSE routes, and the metrics. [`ApiState::new`] gives one that
     /// only polls the store; give the hub of the store's [`warden_service::hub::instrument`] with
     /// [`ApiState::with_hub`] for immediate delivery and the workers' counters.
@@ -406,7 +403,6 @@ impl ApiState {
                 warden_engine::serve_config::DEFAULT_MAX_STREAMS_PER_TOKEN,
             ),
             hosts: HostPolicy::default(),
-            repo_mount_roots: Vec::new(),
             stream_recheck: DEFAULT_STREAM_RECHECK,
         }
     }
@@ -441,9 +437,10 @@ impl ApiState {
         self
     }
 
-    /// `[sandbox] repo_mount_roots`: where registered repositories' own mounts may lie.
+    /// `[sandbox] repo_mount_roots`: where registered repositories' own mounts may lie (the
+    /// service checks registrations against them).
     pub fn with_repo_mount_roots(mut self, roots: Vec<std::path::PathBuf>) -> ApiState {
-        self.repo_mount_roots = roots;
+        self.tasks = self.tasks.clone().with_repo_mount_roots(roots);
         self
     }
 

@@ -11,13 +11,13 @@ use serde_json::{json, Value};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use warden_repo::{RepoSpec, Source};
-use warden_store::{NewRepo, Repository};
+use warden_repo::RepoSpec;
+use warden_store::Repository;
 
-use super::auth::{ApiRole, Caller};
+use super::auth::Caller;
 use super::schema::{CommandLine, ErrorBody, RepoName, RepoPage, RepoView, Revision};
-use super::{ApiError, ApiJson, ApiState, ErrorCode};
-use warden_service::tasks::{valid_repo_name, valid_rev};
+use super::{ApiError, ApiJson, ApiPath, ApiState};
+use warden_service::tasks::RepoRegistration;
 use warden_service::time::rfc3339;
 
 /// A repository to register.
@@ -53,15 +53,17 @@ struct RegisterRepo {
 }
 
 pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
-    OpenApiRouter::new().routes(routes!(list_repos, register_repo))
+    OpenApiRouter::new()
+        .routes(routes!(list_repos, register_repo))
+        .routes(routes!(get_repo))
 }
 
-fn repo_json(repo: &Repository) -> Value {
+fn repo_json(state: &ApiState, repo: &Repository) -> Value {
     let source = match RepoSpec::parse(&repo.source, Path::new("/")) {
         Ok(spec) => spec.source.display_redacted(),
         Err(_) => warden_repo::redact_credentials(&repo.source),
     };
-    json!({
+    let mut view = json!({
         "name": repo.name,
         "source": source,
         "branch": repo.branch,
@@ -70,7 +72,19 @@ fn repo_json(repo: &Repository) -> Value {
         "prepare": repo.prepare,
         "created_by": repo.created_by,
         "created_at": rfc3339(repo.created_at_ms),
-    })
+    });
+    if let Some(warmth) = state.tasks.warmth(&repo.name) {
+        let mut warm = serde_json::to_value(&warmth).unwrap_or(Value::Null);
+        // Progress lines and errors are git's and the server's text: no secrets.
+        if let Some(text) = warm
+            .get_mut("error")
+            .and_then(|e| e.as_str().map(str::to_string))
+        {
+            warm["error"] = json!(warden_repo::redact_credentials(&text));
+        }
+        view["warm"] = warm;
+    }
+    view
 }
 
 /// Every registered repository.
@@ -80,16 +94,35 @@ fn repo_json(repo: &Repository) -> Value {
 ))]
 async fn list_repos(
     State(state): State<Arc<ApiState>>,
-    _caller: Caller,
+    caller: Caller,
 ) -> Result<Json<Value>, ApiError> {
-    let repos = state.store.list_repos().await?;
+    let repos = state.tasks.repos(&caller).await?;
     Ok(Json(json!({
-        "data": repos.iter().map(repo_json).collect::<Vec<_>>(),
+        "data": repos.iter().map(|r| repo_json(&state, r)).collect::<Vec<_>>(),
         "next_cursor": null,
     })))
 }
 
-/// Registers a repository (admin tokens only).
+/// A registered repository, with how warming it stands (its mirror and the snapshot of its
+/// default branch are written in the background after it is registered).
+#[utoipa::path(get, path = "/v1/repos/{name}", tag = "repos",
+    params(("name" = RepoName, Path, description = "The repository's name")),
+    responses(
+        (status = 200, description = "The repository", body = RepoView),
+        (status = 401, description = "No or an invalid token", body = ErrorBody),
+        (status = 404, description = "No such repository", body = ErrorBody),
+    ))]
+async fn get_repo(
+    State(state): State<Arc<ApiState>>,
+    caller: Caller,
+    ApiPath(name): ApiPath<String>,
+) -> Result<Json<Value>, ApiError> {
+    let repo = state.tasks.repo(&caller, &name).await?;
+    Ok(Json(repo_json(&state, &repo)))
+}
+
+/// Registers a repository (admin tokens only) and starts fetching it and writing the snapshot
+/// of its default branch in the background (see `GET /v1/repos/{name}`).
 #[utoipa::path(post, path = "/v1/repos", tag = "repos", request_body = RegisterRepo, responses(
     (status = 201, description = "Registered", body = RepoView),
     (status = 400, description = "The body is not JSON", body = ErrorBody),
@@ -104,87 +137,19 @@ async fn register_repo(
     caller: Caller,
     ApiJson(request, _): ApiJson<RegisterRepo>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    if caller.role != ApiRole::Admin {
-        return Err(ApiError::new(
-            ErrorCode::Forbidden,
-            "only admin tokens register repositories",
-        ));
-    }
-    if !valid_repo_name(&request.name) {
-        return Err(ApiError::invalid(
-            "name must be 1-100 letters, digits, '.', '_' or '-', not starting with '.' or '-'",
-        ));
-    }
-    let is_url = request.source.contains("://") || !request.source.starts_with('/');
-    if !is_url && !Path::new(&request.source).is_absolute() {
-        return Err(ApiError::invalid("a source path must be absolute"));
-    }
-    let spec = RepoSpec::parse(&request.source, Path::new("/"))
-        .map_err(|e| ApiError::invalid(format!("invalid source: {e}")))?;
-    if spec.rev.is_some() {
-        return Err(ApiError::invalid(
-            "the source must not name a revision (@REV); use branch",
-        ));
-    }
-    if let Some(branch) = &request.branch {
-        if !valid_rev(branch) || branch == warden_repo::WORK_TREE_REV {
-            return Err(ApiError::invalid(format!("invalid branch {branch:?}")));
-        }
-    }
-    if request.checks.len() > 50
-        || request
-            .checks
-            .iter()
-            .any(|c| c.trim().is_empty() || c.len() > 4096 || c.contains('\0'))
-    {
-        return Err(ApiError::invalid(
-            "checks must be at most 50 non-empty commands of at most 4096 bytes",
-        ));
-    }
-    if request.prepare.len() > 50
-        || request
-            .prepare
-            .iter()
-            .any(|c| c.trim().is_empty() || c.len() > 4096 || c.contains('\0'))
-    {
-        return Err(ApiError::invalid(
-            "prepare must be at most 50 non-empty commands of at most 4096 bytes",
-        ));
-    }
-    if request.mounts.len() > 50 {
-        return Err(ApiError::invalid("mounts must be at most 50 directories"));
-    }
-    for mount in &request.mounts {
-        if !mount.starts_with('/') || mount.contains('\0') {
-            return Err(ApiError::invalid(format!(
-                "mount {mount:?} must be an absolute path on the server"
-            )));
-        }
-        // The server's own paths: its user's home and state directory stay out.
-        let user_home = std::env::var_os("HOME").map(std::path::PathBuf::from);
-        let warden_home = state.tasks.repo_store().map(|repos| repos.home());
-        let checked =
-            warden_engine::toolchain::check_mount(mount, user_home.as_deref(), warden_home)
-                .map_err(ApiError::invalid)?;
-        // Only under the directories the operator lists: an API token is not the operator.
-        warden_engine::toolchain::check_repo_mount(&state.repo_mount_roots, &checked)
-            .map_err(ApiError::invalid)?;
-    }
-    let source = match &spec.source {
-        Source::Path(path) => path.to_string_lossy().into_owned(),
-        Source::Url(url) => url.clone(),
-    };
     let repo = state
-        .store
-        .register_repo(NewRepo {
-            name: request.name,
-            source,
-            branch: request.branch,
-            checks: request.checks,
-            mounts: request.mounts,
-            prepare: request.prepare,
-            created_by: caller.name.clone(),
-        })
+        .tasks
+        .register_repo(
+            &caller,
+            RepoRegistration {
+                name: request.name,
+                source: request.source,
+                branch: request.branch,
+                checks: request.checks,
+                mounts: request.mounts,
+                prepare: request.prepare,
+            },
+        )
         .await?;
-    Ok((StatusCode::CREATED, Json(repo_json(&repo))))
+    Ok((StatusCode::CREATED, Json(repo_json(&state, &repo))))
 }

@@ -51,6 +51,23 @@ pub struct RepoView {
     pub created_by: String,
     /// RFC 3339, UTC.
     pub created_at: String,
+    /// Fetching it and writing the snapshot of its default branch, started when it was
+    /// registered on this server process (absent otherwise).
+    pub warm: Option<WarmView>,
+}
+
+/// Where warming a registered repository stands.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WarmView {
+    /// `warming`, then `ready` or `failed`.
+    #[schema(pattern = "^(warming|ready|failed)$")]
+    pub state: String,
+    /// The latest progress line (objects received, files written).
+    pub progress: Option<String>,
+    /// Once ready: the commit of the default branch in the snapshot.
+    pub commit: Option<String>,
+    /// Once failed: why (tasks pin again when they start).
+    pub error: Option<String>,
 }
 
 #[derive(Debug, Serialize, ToSchema)]

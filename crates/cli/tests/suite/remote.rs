@@ -430,9 +430,38 @@ fn wrong_tokens_unknown_servers_and_local_paths_are_clear_errors() {
     let refused = server.client(ALICE).run(&["repos", "add", "app", source]);
     server.expect(&refused, 2);
     assert!(refused.stderr.contains("403"), "{}", refused.stderr);
+    // Registering follows the server as it fetches the repository and writes its snapshot.
+    let head = repo.git(&["rev-parse", "HEAD"]);
     let added = server.client(ADMIN).run(&["repos", "add", "app", source]);
     server.expect(&added, 0);
-    assert!(added.stdout.contains("registered app"), "{}", added.stdout);
+    assert!(added.stderr.contains("registered app"), "{}", added.stderr);
+    assert!(
+        added
+            .stderr
+            .contains(&format!("app is ready at {}", &head[..12])),
+        "{}",
+        added.stderr
+    );
+    assert!(added.stdout.starts_with("app  "), "{}", added.stdout);
+    let shown = server.get(ADMIN, "/v1/repos/app");
+    assert_eq!(shown["warm"]["state"], "ready", "{shown}");
+    assert_eq!(shown["warm"]["commit"], head.as_str());
+    // A repository that cannot be fetched stays registered; the command says so, exit 1.
+    let not_a_repository = tempfile::tempdir().unwrap();
+    let broken = server.client(ADMIN).run(&[
+        "repos",
+        "add",
+        "broken",
+        not_a_repository.path().to_str().unwrap(),
+    ]);
+    server.expect(&broken, 1);
+    assert!(
+        broken.stderr.contains("fetching broken failed"),
+        "{}",
+        broken.stderr
+    );
+    let (status, _) = server.request("GET", "/v1/repos/nothing", Some(ADMIN), None);
+    assert_eq!(status, 404);
     let listed = server.client(ALICE).run(&["repos", "--json"]);
     server.expect(&listed, 0);
     assert_eq!(listed.json()[0]["name"], "app");

@@ -21,12 +21,14 @@
 mod approvals;
 mod control;
 mod observe;
+mod repos;
 mod submit;
 
 pub use approvals::{ApprovalList, ApprovalListing, PUBLISH_KINDS};
 pub use control::follow_up_basis;
 pub use control::MAX_MESSAGE_BYTES;
 pub use observe::{ProposalDiff, TaskList, TaskListing, MAX_PAGE};
+pub use repos::RepoRegistration;
 pub use submit::{valid_repo_name, valid_rev, Idempotency, PinnedRepos, Submission, Submitted};
 
 use std::sync::Arc;
@@ -202,6 +204,11 @@ pub struct TaskService {
     repos: Option<warden_repo::RepoStore>,
     /// Redacts registered secrets from what is shown (diffs).
     redactor: Redactor,
+    /// `[sandbox] repo_mount_roots`: where registered repositories' own mounts may lie (none:
+    /// no repository may have mounts).
+    repo_mount_roots: Arc<Vec<std::path::PathBuf>>,
+    /// Fetches and snapshots repositories as they are registered; `None`: not warmed.
+    warmer: Option<crate::warm::Warmer>,
 }
 
 impl std::fmt::Debug for TaskService {
@@ -223,6 +230,8 @@ impl TaskService {
             running: Arc::default(),
             repos: None,
             redactor: Redactor::default(),
+            repo_mount_roots: Arc::default(),
+            warmer: None,
         }
     }
 
@@ -243,6 +252,19 @@ impl TaskService {
     pub fn with_repos(mut self, repos: warden_repo::RepoStore, redactor: Redactor) -> TaskService {
         self.repos = Some(repos);
         self.redactor = redactor;
+        self
+    }
+
+    /// Where registered repositories' own mounts may lie (`[sandbox] repo_mount_roots`).
+    pub fn with_repo_mount_roots(mut self, roots: Vec<std::path::PathBuf>) -> TaskService {
+        self.repo_mount_roots = Arc::new(roots);
+        self
+    }
+
+    /// Warms repositories as they are registered: their mirror and the snapshot of their
+    /// default branch are written in the background ([`crate::warm`]). Needs `with_repos`.
+    pub fn with_warming(mut self) -> TaskService {
+        self.warmer = self.repos.clone().map(crate::warm::Warmer::new);
         self
     }
 

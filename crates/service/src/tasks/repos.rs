@@ -1,0 +1,151 @@
+//! Registered repositories: registering one (admins only; every field checked here, for every
+//! interface), listing them, and how warming each stands.
+//!
+//! - The name is 1-100 letters, digits, `.`, `_` or `-`, not starting with `.` or `-`.
+//! - The source is an absolute path on the server or a git URL of an allowed transport, with
+//!   no revision (`branch` names the default one).
+//! - Checks and prepare commands: at most 50 non-empty commands of at most 4096 bytes, no NUL.
+//! - Mounts: at most 50 absolute directories that exist, never the server user's home,
+//!   `WARDEN_HOME`, `/`, `/proc`, `/sys`, `/dev` or `/etc`, and each under one of the operator's
+//!   `[sandbox] repo_mount_roots` (an API token is not the operator).
+//! - A registered repository starts warming at once ([`crate::warm`]) when the service warms.
+
+use std::path::Path;
+
+use warden_repo::{RepoSpec, Source};
+use warden_store::{NewRepo, Repository};
+
+use super::{valid_repo_name, valid_rev, Principal, Role, ServiceError, TaskService};
+use crate::warm::Warmth;
+
+/// Most checks, prepare commands or mounts one repository may have.
+const MAX_ENTRIES: usize = 50;
+/// Longest check or prepare command, in bytes.
+const MAX_COMMAND_BYTES: usize = 4096;
+
+/// A repository to register, as any interface received it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RepoRegistration {
+    pub name: String,
+    /// An absolute path on the server or a git URL.
+    pub source: String,
+    pub branch: Option<String>,
+    pub checks: Vec<String>,
+    pub mounts: Vec<String>,
+    pub prepare: Vec<String>,
+}
+
+impl TaskService {
+    /// Registers a repository (admins only) and starts warming it.
+    pub async fn register_repo(
+        &self,
+        principal: &Principal,
+        registration: RepoRegistration,
+    ) -> Result<Repository, ServiceError> {
+        if principal.role != Role::Admin {
+            return Err(ServiceError::Forbidden(
+                "only admin tokens register repositories".into(),
+            ));
+        }
+        let invalid = |message: String| ServiceError::Invalid(message);
+        if !valid_repo_name(&registration.name) {
+            return Err(invalid(
+                "name must be 1-100 letters, digits, '.', '_' or '-', not starting with '.' or '-'"
+                    .into(),
+            ));
+        }
+        let is_url = registration.source.contains("://") || !registration.source.starts_with('/');
+        if !is_url && !Path::new(&registration.source).is_absolute() {
+            return Err(invalid("a source path must be absolute".into()));
+        }
+        let spec = RepoSpec::parse(&registration.source, Path::new("/"))
+            .map_err(|e| invalid(format!("invalid source: {e}")))?;
+        if spec.rev.is_some() {
+            return Err(invalid(
+                "the source must not name a revision (@REV); use branch".into(),
+            ));
+        }
+        if let Some(branch) = &registration.branch {
+            if !valid_rev(branch) || branch == warden_repo::WORK_TREE_REV {
+                return Err(invalid(format!("invalid branch {branch:?}")));
+            }
+        }
+        for (field, commands) in [
+            ("checks", &registration.checks),
+            ("prepare", &registration.prepare),
+        ] {
+            if commands.len() > MAX_ENTRIES
+                || commands
+                    .iter()
+                    .any(|c| c.trim().is_empty() || c.len() > MAX_COMMAND_BYTES || c.contains('\0'))
+            {
+                return Err(invalid(format!(
+                    "{field} must be at most {MAX_ENTRIES} non-empty commands of at most \
+                     {MAX_COMMAND_BYTES} bytes"
+                )));
+            }
+        }
+        if registration.mounts.len() > MAX_ENTRIES {
+            return Err(invalid(format!(
+                "mounts must be at most {MAX_ENTRIES} directories"
+            )));
+        }
+        for mount in &registration.mounts {
+            if !mount.starts_with('/') || mount.contains('\0') {
+                return Err(invalid(format!(
+                    "mount {mount:?} must be an absolute path on the server"
+                )));
+            }
+            // The server's own paths: its user's home and state directory stay out.
+            let user_home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+            let warden_home = self.repos.as_ref().map(|repos| repos.home());
+            let checked =
+                warden_engine::toolchain::check_mount(mount, user_home.as_deref(), warden_home)
+                    .map_err(invalid)?;
+            warden_engine::toolchain::check_repo_mount(&self.repo_mount_roots, &checked)
+                .map_err(invalid)?;
+        }
+        let source = match &spec.source {
+            Source::Path(path) => path.to_string_lossy().into_owned(),
+            Source::Url(url) => url.clone(),
+        };
+        let repo = self
+            .store
+            .register_repo(NewRepo {
+                name: registration.name,
+                source,
+                branch: registration.branch,
+                checks: registration.checks,
+                mounts: registration.mounts,
+                prepare: registration.prepare,
+                created_by: principal.name.clone(),
+            })
+            .await?;
+        if let Some(warmer) = &self.warmer {
+            warmer.start(std::sync::Arc::clone(&self.store), &repo.name);
+        }
+        Ok(repo)
+    }
+
+    /// Every registered repository, by name (anyone with a token sees them).
+    pub async fn repos(&self, _principal: &Principal) -> Result<Vec<Repository>, ServiceError> {
+        Ok(self.store.list_repos().await?)
+    }
+
+    /// Registered repository `name`.
+    pub async fn repo(
+        &self,
+        _principal: &Principal,
+        name: &str,
+    ) -> Result<Repository, ServiceError> {
+        self.store
+            .get_repo(name)
+            .await?
+            .ok_or_else(|| ServiceError::NotFound(format!("repository {name} not found")))
+    }
+
+    /// How warming repository `name` stands, if this process warmed it.
+    pub fn warmth(&self, name: &str) -> Option<Warmth> {
+        self.warmer.as_ref()?.warmth(name)
+    }
+}

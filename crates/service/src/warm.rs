@@ -1,0 +1,203 @@
+//! Warming a registered repository: right after `POST /v1/repos` (and `warden repos add`) the
+//! server fetches it into Warden's mirror and writes the snapshot of its default branch in the
+//! background, so the first task on it does not wait for a large clone. What it is doing is
+//! kept in memory for this process ([`Warmth`], served with the repository) — the fetch's and
+//! the snapshot's progress lines, the commit once it is ready, or why it failed (a task pins
+//! again anyway; warming only saves it the wait).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::Serialize;
+use warden_repo::RepoStore;
+use warden_store::{Store, TaskRepo};
+
+/// Where warming a repository stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WarmState {
+    /// Fetching into the mirror, or writing the snapshot.
+    Warming,
+    /// The snapshot of `commit` is written.
+    Ready,
+    /// It failed; tasks pin again when they start.
+    Failed,
+}
+
+/// What warming a repository is doing, for people.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Warmth {
+    pub state: WarmState,
+    /// The latest progress line (objects received, files written).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub progress: Option<String>,
+    /// The commit of the default branch now in the snapshot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// Why it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The warming of this process's repositories. Cheap to clone.
+#[derive(Clone)]
+pub struct Warmer {
+    repos: RepoStore,
+    states: Arc<Mutex<HashMap<String, Warmth>>>,
+}
+
+impl Warmer {
+    pub fn new(repos: RepoStore) -> Warmer {
+        Warmer {
+            repos,
+            states: Arc::default(),
+        }
+    }
+
+    /// Where warming `name` stands, if it was started by this process.
+    pub fn warmth(&self, name: &str) -> Option<Warmth> {
+        self.states
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .cloned()
+    }
+
+    fn set(&self, name: &str, warmth: Warmth) {
+        self.states
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.to_string(), warmth);
+    }
+
+    /// Starts warming registered repository `name` in the background (its registered source,
+    /// at its registered branch or the source's `HEAD`).
+    pub fn start(&self, store: Arc<dyn Store>, name: &str) {
+        self.set(
+            name,
+            Warmth {
+                state: WarmState::Warming,
+                progress: None,
+                commit: None,
+                error: None,
+            },
+        );
+        let warmer = self.clone();
+        let name = name.to_string();
+        tokio::spawn(async move {
+            let ended = warmer.warm(store.as_ref(), &name).await;
+            let warmth = match ended {
+                Ok(commit) => Warmth {
+                    state: WarmState::Ready,
+                    progress: None,
+                    commit: Some(commit),
+                    error: None,
+                },
+                Err(error) => {
+                    tracing::warn!(repo = %name, %error, "warming the repository failed");
+                    Warmth {
+                        state: WarmState::Failed,
+                        progress: None,
+                        commit: None,
+                        error: Some(error),
+                    }
+                }
+            };
+            warmer.set(&name, warmth);
+        });
+    }
+
+    /// Pins and snapshots the repository; the commit.
+    async fn warm(&self, store: &dyn Store, name: &str) -> Result<String, String> {
+        let specs = crate::task_repos::repo_specs(store, &[TaskRepo::named(name)])
+            .await
+            .map_err(|failure| failure.message)?;
+        let (repos, progress) = (self.repos.clone(), self.clone());
+        let name = name.to_string();
+        tokio::task::spawn_blocking(move || {
+            let report = |line: &str| {
+                let line = line.strip_prefix("warden: ").unwrap_or(line);
+                let mut states = progress
+                    .states
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if let Some(warmth) = states.get_mut(&name) {
+                    warmth.progress = Some(line.to_string());
+                }
+            };
+            warden_engine::question::pin_all(&repos, &specs, &report)
+                .map_err(|error| error.to_string())
+                .and_then(|mut pinned| {
+                    pinned
+                        .pop()
+                        .map(|repo| repo.pinned.commit)
+                        .ok_or_else(|| "nothing was pinned".to_string())
+                })
+        })
+        .await
+        .map_err(|error| format!("warming crashed: {error}"))?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_registered_repository_is_warmed_to_its_default_branch() {
+        let home = tempfile::tempdir().unwrap();
+        let repo = warden_test_support::git_fixture::TempRepo::new();
+        repo.write("README.md", "# warm\n");
+        let head = repo.commit("initial");
+        let store = warden_store::open(&format!(
+            "sqlite://{}",
+            home.path().join("warden.db").display()
+        ))
+        .await
+        .unwrap();
+        store
+            .register_repo(warden_store::NewRepo {
+                name: "app".into(),
+                source: repo.path().to_str().unwrap().into(),
+                branch: None,
+                checks: vec![],
+                mounts: vec![],
+                prepare: vec![],
+                created_by: "root".into(),
+            })
+            .await
+            .unwrap();
+        let warmer = Warmer::new(RepoStore::open(home.path()).unwrap());
+        warmer.start(Arc::clone(&store), "app");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let warmth = loop {
+            let warmth = warmer.warmth("app").unwrap();
+            if warmth.state != WarmState::Warming {
+                break warmth;
+            }
+            assert!(std::time::Instant::now() < deadline, "{warmth:?}");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        };
+        assert_eq!(warmth.state, WarmState::Ready, "{warmth:?}");
+        assert_eq!(warmth.commit.as_deref(), Some(head.as_str()));
+        // The snapshot is written: a task on it starts from there.
+        assert!(home
+            .path()
+            .join("snapshots")
+            .read_dir()
+            .unwrap()
+            .next()
+            .is_some());
+        // An unknown repository fails with the reason.
+        warmer.start(Arc::clone(&store), "nope");
+        let failed = loop {
+            let warmth = warmer.warmth("nope").unwrap();
+            if warmth.state != WarmState::Warming {
+                break warmth;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        };
+        assert_eq!(failed.state, WarmState::Failed);
+        assert!(failed.error.unwrap().contains("not registered"));
+    }
+}
