@@ -4,13 +4,26 @@
 //! - **A cap on open connections** ([`ConnectionLimits::max_connections`], from the open-file
 //!   limit by [`connection_cap`], keeping headroom for the store, SQLite and its WAL, mirrors,
 //!   snapshots and sandbox pipes). At the cap a new connection is still accepted, and the least
-//!   valuable open one is closed instead (shed), oldest first within each class: first those
-//!   that never presented a valid token and have no request in flight and never completed one
-//!   (idle sockets, slow headers), then such connections idle after a request, then
-//!   unauthenticated ones with a request in flight, then idle connections of valid tokens. A
-//!   connection with a valid token's request in flight (an event stream, a long diff) is never
-//!   shed: when nothing else is left the new connection is closed at once. So a flood of
-//!   anonymous sockets only ever displaces itself, and a client with a token keeps being served.
+//!   valuable open one is closed instead (shed). First the anonymous connections (those that
+//!   never presented a valid token), taken from the client address that holds the most of them
+//!   (an IPv4 address, an IPv6 /64, as for failed authentications), and within it by class, oldest
+//!   first within each: those with no request in flight that never completed one (idle
+//!   sockets, slow headers), then those idle after a request, then those with a request in
+//!   flight. Only then idle connections of valid tokens, oldest first. A connection with a
+//!   valid token's request in flight (an event stream, a long diff) is never shed: when nothing
+//!   else is left the new connection is closed at once. So a flood of anonymous sockets only
+//!   ever displaces itself, and a client with a token keeps being served, also on a brand-new
+//!   connection whose request head (and token) has not been read yet, unless it shares the
+//!   flooding address.
+//! - **A share of anonymous connections per address** ([`max_anonymous_per_address`]: a
+//!   sixteenth of the cap, at least 8). A new connection from an address that already holds
+//!   its share of anonymous connections displaces that address's own least valuable anonymous
+//!   one (in the order above), however full the table is; while as many of the address's
+//!   connections are still closing, its new connections are refused at once instead. So one
+//!   address holds at most twice its share of anonymous connections, open or closing: it cannot
+//!   fill the table, or put the server under pressure, by itself. Behind a reverse proxy every
+//!   connection has the proxy's address; what is closed then is the proxy's oldest idle
+//!   anonymous connection, never one of a valid token.
 //! - **A header-read timeout** ([`ConnectionLimits::header_timeout`]): a request head must
 //!   arrive in full within it, counted from the connect (a new connection) or from its first
 //!   byte (a kept-alive one): slow-header clients are closed. Under pressure (more than half
@@ -25,11 +38,12 @@
 //! axum's `ConnectInfo<SocketAddr>`; authentication marks it through
 //! [`ClientConnection::mark_authenticated`].
 
+use std::cmp::Reverse;
 use std::collections::{BTreeSet, HashMap};
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -114,6 +128,31 @@ pub fn connection_cap(open_files: u64, workers: usize) -> usize {
     usize::try_from(cap).unwrap_or(usize::MAX)
 }
 
+/// How many anonymous connections (that have not presented a valid token) one client address
+/// (an IPv4 address, an IPv6 /64) may hold at once under a cap of `max_connections`: a sixteenth of the
+/// cap, at least 8. A new connection beyond that displaces the address's own least valuable
+/// anonymous connection, or is refused while this many of the address's connections are
+/// still closing: one address never holds more than twice this share of the table.
+pub fn max_anonymous_per_address(max_connections: usize) -> usize {
+    (max_connections / 16).max(8)
+}
+
+/// The key a client address counts under, for its share of connections here and for the
+/// throttle of failed authentications (`routes::auth`): an IPv4 address (also when mapped into
+/// IPv6), an IPv6 /64 (what one host or site gets), or the unknown address (`None`, a request
+/// not from a socket).
+pub(crate) fn address_key(address: Option<IpAddr>) -> u128 {
+    const V4: u128 = 1 << 127;
+    match address {
+        None => u128::MAX,
+        Some(IpAddr::V4(ip)) => V4 | u128::from(u32::from(ip)),
+        Some(IpAddr::V6(ip)) => match ip.to_ipv4_mapped() {
+            Some(v4) => V4 | u128::from(u32::from(v4)),
+            None => (u128::from(ip) & !u128::from(u64::MAX)) & !V4,
+        },
+    }
+}
+
 /// The connection a request arrived on: a request extension set by [`serve_connections`].
 #[derive(Clone)]
 pub struct ClientConnection {
@@ -157,18 +196,23 @@ struct Signal {
 
 struct Slot {
     signal: Arc<Signal>,
+    /// The peer's [`address_key`].
+    address: u128,
     in_flight: u32,
     served: u64,
     authenticated: bool,
     /// When the connection is closed unless a request head has arrived by then.
     deadline: Option<Instant>,
-    /// Its entry in [`Table::sheddable`], if it may be shed.
+    /// Its entry in [`Table::anonymous`] or [`Table::authenticated`], if it may be shed.
     key: Option<ShedKey>,
     shed: bool,
 }
 
 /// `(class, order, id)`: the lowest is shed first.
 type ShedKey = (u8, u64, u64);
+
+/// The class of idle connections of valid tokens; the lower ones are anonymous.
+const AUTHENTICATED_IDLE: u8 = 3;
 
 impl Slot {
     /// The shedding class: lower classes go first; `None`: never shed.
@@ -180,7 +224,7 @@ impl Slot {
             (false, false) if self.served == 0 => Some(0),
             (false, false) => Some(1),
             (false, true) => Some(2),
-            (true, false) => Some(3),
+            (true, false) => Some(AUTHENTICATED_IDLE),
             (true, true) => None,
         }
     }
@@ -191,10 +235,20 @@ struct Table {
     next_id: u64,
     next_order: u64,
     slots: HashMap<u64, Slot>,
-    sheddable: BTreeSet<ShedKey>,
+    /// The anonymous connections (all of them may be shed) of each address key, least valuable
+    /// first; an address without any has no entry.
+    anonymous: HashMap<u128, BTreeSet<ShedKey>>,
+    /// The addresses of [`Table::anonymous`], the one to shed from first: the most anonymous
+    /// connections, then the least valuable first connection. `(Reverse(count), first, key)`.
+    addresses: BTreeSet<(Reverse<usize>, ShedKey, u128)>,
+    /// Idle connections of valid tokens, oldest first.
+    authenticated: BTreeSet<ShedKey>,
     /// Slots told to close that have not closed yet.
     shedding: usize,
+    /// Those of [`Table::shedding`] per address key; an address without any has no entry.
+    closing: HashMap<u128, usize>,
     warned_at: Option<Instant>,
+    share_warned_at: Option<Instant>,
 }
 
 impl Table {
@@ -207,31 +261,109 @@ impl Table {
         if slot.key.map(|key| key.0) == class {
             return;
         }
-        if let Some(key) = slot.key.take() {
-            self.sheddable.remove(&key);
-        }
-        if let Some(class) = class {
-            let key = (class, self.next_order, id);
+        let address = slot.address;
+        let old = slot.key.take();
+        let new = class.map(|class| (class, self.next_order, id));
+        slot.key = new;
+        if new.is_some() {
             self.next_order += 1;
-            slot.key = Some(key);
-            self.sheddable.insert(key);
         }
+        if let Some(key) = old {
+            self.unfile(address, key);
+        }
+        if let Some(key) = new {
+            self.file(address, key);
+        }
+    }
+
+    fn file(&mut self, address: u128, key: ShedKey) {
+        if key.0 == AUTHENTICATED_IDLE {
+            self.authenticated.insert(key);
+        } else {
+            self.change_anonymous(address, |keys| keys.insert(key));
+        }
+    }
+
+    fn unfile(&mut self, address: u128, key: ShedKey) {
+        if key.0 == AUTHENTICATED_IDLE {
+            self.authenticated.remove(&key);
+        } else {
+            self.change_anonymous(address, |keys| keys.remove(&key));
+        }
+    }
+
+    /// Changes the anonymous connections of `address`, keeping [`Table::addresses`] in step.
+    fn change_anonymous(
+        &mut self,
+        address: u128,
+        change: impl FnOnce(&mut BTreeSet<ShedKey>) -> bool,
+    ) {
+        let keys = self.anonymous.entry(address).or_default();
+        if let Some(&first) = keys.first() {
+            self.addresses
+                .remove(&(Reverse(keys.len()), first, address));
+        }
+        change(keys);
+        match keys.first() {
+            Some(&first) => {
+                self.addresses.insert((Reverse(keys.len()), first, address));
+            }
+            None => {
+                self.anonymous.remove(&address);
+            }
+        }
+    }
+
+    /// How many anonymous connections `address` holds (not counting those being shed).
+    fn anonymous_of(&self, address: u128) -> usize {
+        self.anonymous.get(&address).map_or(0, BTreeSet::len)
     }
 
     /// Tells the least valuable connection to close; false when none may be shed.
     fn shed_one(&mut self) -> bool {
-        while let Some(key) = self.sheddable.pop_first() {
-            let Some(slot) = self.slots.get_mut(&key.2) else {
-                continue;
-            };
-            slot.key = None;
-            slot.shed = true;
-            slot.signal.shed.store(true, Ordering::Release);
-            slot.signal.wake.notify_one();
-            self.shedding += 1;
-            return true;
+        let next = match self.addresses.first() {
+            Some(&(_, key, _)) => Some(key),
+            None => self.authenticated.first().copied(),
+        };
+        next.is_some_and(|key| self.shed(key.2))
+    }
+
+    /// Tells the least valuable anonymous connection of `address` to close; false when it has
+    /// none.
+    fn shed_anonymous_of(&mut self, address: u128) -> bool {
+        let next = self
+            .anonymous
+            .get(&address)
+            .and_then(|keys| keys.first().copied());
+        next.is_some_and(|key| self.shed(key.2))
+    }
+
+    fn shed(&mut self, id: u64) -> bool {
+        let Some(slot) = self.slots.get_mut(&id) else {
+            return false;
+        };
+        let address = slot.address;
+        let key = slot.key.take();
+        slot.shed = true;
+        slot.signal.shed.store(true, Ordering::Release);
+        slot.signal.wake.notify_one();
+        if let Some(key) = key {
+            self.unfile(address, key);
         }
-        false
+        self.shedding += 1;
+        *self.closing.entry(address).or_default() += 1;
+        true
+    }
+
+    /// A slot that was shed has closed.
+    fn closed(&mut self, address: u128) {
+        self.shedding = self.shedding.saturating_sub(1);
+        if let Some(closing) = self.closing.get_mut(&address) {
+            *closing -= 1;
+            if *closing == 0 {
+                self.closing.remove(&address);
+            }
+        }
     }
 }
 
@@ -260,15 +392,41 @@ impl Registry {
         }
     }
 
-    /// Makes room for a new connection if needed (shedding one) and registers it.
-    fn admit(self: &Arc<Self>, now: Instant) -> Admission {
+    /// Makes room for a new connection from `peer` if needed (shedding one of the address's own
+    /// anonymous connections beyond its share, or the least valuable of all at the cap) and
+    /// registers it.
+    fn admit(self: &Arc<Self>, now: Instant, peer: IpAddr) -> Admission {
         let cap = self.limits.max_connections.max(1);
         // Shed connections close a moment later; never hold more than this many at once.
         let hard_cap = cap.saturating_add(cap / 8 + 16);
+        let address = address_key(Some(peer));
         let mut table = self.lock();
         let open = table.slots.len();
         if open >= hard_cap {
             return Admission::Refuse;
+        }
+        let share = max_anonymous_per_address(cap);
+        if table.anonymous_of(address) >= share {
+            // Displacing is not free: the displaced connection closes a moment later. An
+            // address with its share still closing has its new connections refused instead,
+            // so that it cannot take the table to the hard cap (refusing everyone) by itself.
+            if table.closing.get(&address).is_some_and(|n| *n >= share)
+                || !table.shed_anonymous_of(address)
+            {
+                return Admission::Refuse;
+            }
+            if table
+                .share_warned_at
+                .is_none_or(|at| now.duration_since(at) > Duration::from_secs(10))
+            {
+                table.share_warned_at = Some(now);
+                tracing::warn!(
+                    %peer,
+                    max_anonymous_per_address = share,
+                    "an address holds its share of connections without a valid token: \
+                     shedding its oldest"
+                );
+            }
         }
         if open - table.shedding >= cap {
             if table
@@ -301,6 +459,7 @@ impl Registry {
             id,
             Slot {
                 signal: Arc::clone(&signal),
+                address,
                 in_flight: 0,
                 served: 0,
                 authenticated: false,
@@ -376,10 +535,10 @@ impl Drop for Tracker {
         let mut table = self.registry.lock();
         if let Some(slot) = table.slots.remove(&self.id) {
             if let Some(key) = slot.key {
-                table.sheddable.remove(&key);
+                table.unfile(slot.address, key);
             }
             if slot.shed {
-                table.shedding = table.shedding.saturating_sub(1);
+                table.closed(slot.address);
             }
         }
     }
@@ -511,7 +670,7 @@ pub async fn serve_connections(
                 continue;
             }
         };
-        let tracker = match registry.admit(Instant::now()) {
+        let tracker = match registry.admit(Instant::now(), peer.ip()) {
             Admission::Open(tracker) => tracker,
             Admission::Refuse => {
                 drop(stream);
@@ -659,11 +818,20 @@ mod tests {
         })
     }
 
+    /// A connection from the one address most tests need.
     fn open(registry: &Arc<Registry>) -> Arc<Tracker> {
-        match registry.admit(Instant::now()) {
+        open_from(registry, "192.0.2.1")
+    }
+
+    fn open_from(registry: &Arc<Registry>, peer: &str) -> Arc<Tracker> {
+        match registry.admit(Instant::now(), peer.parse().unwrap()) {
             Admission::Open(tracker) => tracker,
             Admission::Refuse => panic!("refused"),
         }
+    }
+
+    fn admit(registry: &Arc<Registry>) -> Admission {
+        registry.admit(Instant::now(), "192.0.2.1".parse().unwrap())
     }
 
     fn shed(tracker: &Tracker) -> bool {
@@ -705,6 +873,155 @@ mod tests {
         assert!(!shed(&streaming));
     }
 
+    fn authenticate(registry: &Registry, tracker: &Tracker) {
+        registry.update(tracker.id, |slot| slot.authenticated = true);
+    }
+
+    #[test]
+    fn the_share_of_an_address_is_a_sixteenth_of_the_cap_and_at_least_8() {
+        assert_eq!(max_anonymous_per_address(1), 8);
+        assert_eq!(max_anonymous_per_address(16), 8);
+        assert_eq!(max_anonymous_per_address(200), 12);
+        assert_eq!(max_anonymous_per_address(1024), 64);
+    }
+
+    #[test]
+    fn addresses_count_per_ipv4_address_and_per_ipv6_64() {
+        let key = |text: &str| address_key(Some(text.parse().unwrap()));
+        assert_eq!(key("192.0.2.1"), key("::ffff:192.0.2.1"));
+        assert_ne!(key("192.0.2.1"), key("192.0.2.2"));
+        assert_eq!(key("2001:db8:1:2::1"), key("2001:db8:1:2:ffff::9"));
+        assert_ne!(key("2001:db8:1:2::1"), key("2001:db8:1:3::1"));
+        // An IPv6 address whose /64 looks like an IPv4 key is still not that IPv4 address.
+        assert_ne!(key("::c000:201"), key("192.0.2.1"));
+        assert_ne!(address_key(None), key("255.255.255.255"));
+    }
+
+    #[tokio::test]
+    async fn one_address_holds_at_most_its_share_and_displaces_its_own_connections() {
+        // A cap of 64: a share of 8 per address, far below the cap.
+        let registry = registry(64);
+        let other = open_from(&registry, "198.51.100.7");
+        let flood: Vec<_> = (0..8).map(|_| open(&registry)).collect();
+        assert!(flood.iter().chain([&other]).all(|tracker| !shed(tracker)));
+        // The ninth displaces the address's own oldest; the other address is untouched, and
+        // the newcomer is admitted.
+        let ninth = open(&registry);
+        assert!(shed(&flood[0]));
+        assert!(flood[1..].iter().chain([&other, &ninth]).all(|t| !shed(t)));
+        // Within the address, idle sockets go before a request in flight, however old it is.
+        flood[1].request_started();
+        let tenth = open(&registry);
+        assert!(shed(&flood[2]) && !shed(&flood[1]));
+        // A connection that presented a valid token stops counting: the next one displaces
+        // nothing, the one after the oldest idle anonymous connection, never the valid one.
+        authenticate(&registry, &flood[3]);
+        let eleventh = open(&registry);
+        assert!(flood[3..].iter().all(|t| !shed(t)));
+        let twelfth = open(&registry);
+        assert!(shed(&flood[4]) && !shed(&flood[3]));
+        // One IPv6 /64 is one address: its ninth connection displaces its first.
+        let v6: Vec<_> = (0..8)
+            .map(|n| open_from(&registry, &format!("2001:db8:1:2::{:x}", n + 1)))
+            .collect();
+        let elsewhere = open_from(&registry, "2001:db8:1:3::1");
+        assert!(v6.iter().chain([&elsewhere]).all(|t| !shed(t)));
+        let ninth_v6 = open_from(&registry, "2001:db8:1:2:ffff::9");
+        assert!(shed(&v6[0]) && !shed(&elsewhere));
+        assert!(v6[1..].iter().all(|t| !shed(t)));
+        assert!(!shed(&other));
+        // Displaced connections that have not closed yet: 3 of the 8 the address may have (and
+        // the /64's one); 5 more new connections displace 5 more, the next one is refused.
+        let more: Vec<_> = (0..5).map(|_| open(&registry)).collect();
+        assert_eq!(registry.lock().closing.values().sum::<usize>(), 9);
+        assert!(matches!(admit(&registry), Admission::Refuse));
+        assert!(!shed(&other) && !shed(&elsewhere));
+        // Once one of them has closed, a new connection displaces the oldest again.
+        let mut flood = flood;
+        drop(flood.remove(0));
+        let displacing = open(&registry);
+        {
+            let table = registry.lock();
+            assert_eq!(table.closing.values().sum::<usize>(), 9);
+            let anonymous: usize = table.anonymous.values().map(BTreeSet::len).sum();
+            assert_eq!(anonymous, 8 + 8 + 1 + 1);
+        }
+        assert!(!shed(&displacing));
+        drop((flood, ninth, tenth, eleventh, twelfth, v6, more, displacing));
+        drop((other, elsewhere, ninth_v6));
+        assert!(registry.lock().slots.is_empty());
+        assert_eq!(registry.lock().shedding, 0);
+        assert!(registry.lock().closing.is_empty());
+    }
+
+    #[tokio::test]
+    async fn at_the_cap_the_address_with_the_most_anonymous_connections_goes_first() {
+        // A cap of 16: a share of 8 per address.
+        let registry = registry(16);
+        // A client whose new connection has not sent its head yet: the oldest of all.
+        let fresh = open_from(&registry, "198.51.100.7");
+        // A valid client, idle between requests, and one with a request in flight.
+        let idle_valid = open_from(&registry, "198.51.100.8");
+        idle_valid.request_started();
+        authenticate(&registry, &idle_valid);
+        idle_valid.request_finished();
+        let streaming = open_from(&registry, "198.51.100.9");
+        streaming.request_started();
+        authenticate(&registry, &streaming);
+        // A flood: 7 from one address (the first with an anonymous request in flight), 6 from
+        // one IPv6 /64, over two of its addresses.
+        let flood: Vec<_> = (0..7).map(|_| open(&registry)).collect();
+        flood[0].request_started();
+        let v6: Vec<_> = (0..6)
+            .map(|n| open_from(&registry, &format!("2001:db8:1:2::{}", n % 2 + 1)))
+            .collect();
+        assert_eq!(registry.lock().slots.len(), 16);
+        // At the cap a newcomer sheds the oldest idle socket of the address with the most.
+        let newcomer = open_from(&registry, "203.0.113.1");
+        assert!(shed(&flood[1]));
+        let everyone = || {
+            flood
+                .iter()
+                .chain(&v6)
+                .chain([&fresh, &idle_valid, &streaming, &newcomer])
+        };
+        assert_eq!(everyone().filter(|t| shed(t)).count(), 1);
+        // Then the two floods (6 connections each now): the address with more first, the one
+        // with the older first connection between equals, alternating down to one each.
+        let mut order = Vec::new();
+        while registry.lock().shed_one() {
+            let next = everyone()
+                .find(|t| shed(t) && t.id != flood[1].id && !order.contains(&t.id))
+                .unwrap();
+            order.push(next.id);
+        }
+        assert_eq!(
+            order[..10],
+            [
+                flood[2].id,
+                v6[0].id,
+                flood[3].id,
+                v6[1].id,
+                flood[4].id,
+                v6[2].id,
+                flood[5].id,
+                v6[3].id,
+                flood[6].id,
+                v6[4].id,
+            ]
+        );
+        // Only with one anonymous connection left per address does the fresh connection of the
+        // client go: between equals by class (idle before in flight), the oldest first.
+        assert_eq!(
+            order[10..14],
+            [fresh.id, v6[5].id, newcomer.id, flood[0].id]
+        );
+        // The valid client's idle connection last; its request in flight never.
+        assert_eq!(order.last(), Some(&idle_valid.id));
+        assert!(!shed(&streaming));
+        assert_eq!(order.len(), 15);
+    }
+
     #[tokio::test]
     async fn connections_that_cannot_be_shed_make_new_ones_refused() {
         let registry = registry(2);
@@ -714,9 +1031,9 @@ mod tests {
             tracker.request_started();
             registry.update(tracker.id, |slot| slot.authenticated = true);
         }
-        assert!(matches!(registry.admit(Instant::now()), Admission::Refuse));
+        assert!(matches!(admit(&registry), Admission::Refuse));
         b.request_finished();
-        assert!(matches!(registry.admit(Instant::now()), Admission::Open(_)));
+        assert!(matches!(admit(&registry), Admission::Open(_)));
         assert!(shed(&b));
         assert!(!shed(&a));
     }

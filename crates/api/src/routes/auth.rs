@@ -32,6 +32,7 @@ use axum::http::{header, HeaderMap};
 use utoipa::openapi::{Content, HeaderBuilder, ObjectBuilder, OpenApi, Ref, ResponseBuilder, Type};
 
 use super::{ApiError, ApiState, ErrorCode};
+use crate::connections::address_key;
 use warden_engine::serve_config::RateLimit;
 use warden_service::tokens::{digest, valid_token_name};
 
@@ -247,20 +248,6 @@ impl std::fmt::Debug for AuthThrottle {
         f.debug_struct("AuthThrottle")
             .field("limit", &self.limit)
             .finish_non_exhaustive()
-    }
-}
-
-/// The bucket key of a client address: an IPv4 address (also when mapped into IPv6), an IPv6
-/// /64 (what one host or site gets), or the unknown address (a request not from a socket).
-fn address_key(address: Option<IpAddr>) -> u128 {
-    const V4: u128 = 1 << 127;
-    match address {
-        None => u128::MAX,
-        Some(IpAddr::V4(ip)) => V4 | u128::from(u32::from(ip)),
-        Some(IpAddr::V6(ip)) => match ip.to_ipv4_mapped() {
-            Some(v4) => V4 | u128::from(u32::from(v4)),
-            None => (u128::from(ip) & !u128::from(u64::MAX)) & !V4,
-        },
     }
 }
 

@@ -1,11 +1,17 @@
 //! The front door of `warden serve` under hostile callers, on the real binary over loopback:
 //! a flood of idle sockets beyond the open-file limit, slow-header clients and thousands of
-//! event-stream attempts while a client with a token keeps being served; bootstrap tokens too
-//! short to be safe are refused at start-up; a foreign `Host` is 421, a foreign `Origin` 403,
-//! and failed authentications from one address are throttled while its valid token passes.
+//! event-stream attempts while a client with a token keeps being served; a flood from one
+//! address far beyond the connection cap while a client with a token opens a new connection
+//! per request; bootstrap tokens too short to be safe are refused at start-up; a foreign
+//! `Host` is 421, a foreign `Origin` 403, and failed authentications from one address are
+//! throttled while its valid token passes.
+//!
+//! The server tells clients apart by address, and every address of 127.0.0.0/8 is this host:
+//! the client with a token connects from [`CLIENT_ADDRESS`], floods from other loopback
+//! addresses.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,6 +25,31 @@ const TOKENS: &[Token] = &[("root", "admin", ADMIN), ("mallory", "operator", MAL
 /// How long any one exchange may take before the test calls it a failure: generous, as the
 /// machine is busy with the flood; the old server never answered at all.
 const EXCHANGE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The loopback address the client with a token connects from.
+const CLIENT_ADDRESS: IpAddr = IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2));
+
+/// A connection to `to` from `from` (a loopback address: all of 127.0.0.0/8 is this host).
+fn connect_from(from: IpAddr, to: SocketAddr) -> std::io::Result<TcpStream> {
+    thread_local! {
+        static RUNTIME: tokio::runtime::Runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+    }
+    RUNTIME.with(|runtime| {
+        runtime.block_on(async {
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            socket.bind(SocketAddr::new(from, 0))?;
+            let stream = tokio::time::timeout(EXCHANGE_TIMEOUT, socket.connect(to))
+                .await
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??
+                .into_std()?;
+            stream.set_nonblocking(false)?;
+            Ok(stream)
+        })
+    })
+}
 
 fn write_config(warden: &Warden, text: &str) {
     std::fs::write(warden.home.path().join("warden.toml"), text).unwrap();
@@ -88,6 +119,30 @@ fn exchange(
     headers: &[(&str, &str)],
 ) -> Result<(u16, String), String> {
     let stream = TcpStream::connect(addr).map_err(|e| format!("connect: {e}"))?;
+    exchange_on(stream, addr, method, path, headers)
+}
+
+/// [`exchange`] from the address `from`.
+fn exchange_from(
+    from: IpAddr,
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<(u16, String), String> {
+    let to = addr.parse().map_err(|e| format!("address {addr}: {e}"))?;
+    let stream = connect_from(from, to).map_err(|e| format!("connect: {e}"))?;
+    exchange_on(stream, addr, method, path, headers)
+}
+
+/// One request on `stream` (with `Connection: close`): its status and body.
+fn exchange_on(
+    stream: TcpStream,
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Result<(u16, String), String> {
     stream.set_read_timeout(Some(EXCHANGE_TIMEOUT)).unwrap();
     stream.set_write_timeout(Some(EXCHANGE_TIMEOUT)).unwrap();
     let mut request = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
@@ -131,9 +186,9 @@ fn closed_by_server(stream: &mut TcpStream, deadline: Instant) -> bool {
     }
 }
 
-/// A client with a token, as a user runs one during the attack: fresh connections for
-/// `/healthz` and `GET /v1/tasks`, and one kept-alive connection it keeps using. Every
-/// failure is recorded.
+/// A client with a token, as a user runs one during the attack (from [`CLIENT_ADDRESS`]):
+/// fresh connections for `/healthz` and `GET /v1/tasks`, and one kept-alive connection it
+/// keeps using. Every failure is recorded.
 struct ValidClient {
     stop: Arc<AtomicBool>,
     served: Arc<AtomicUsize>,
@@ -161,7 +216,7 @@ impl ValidClient {
                         ("/healthz", vec![]),
                         ("/v1/tasks", vec![("Authorization", bearer.as_str())]),
                     ] {
-                        match exchange(&addr, "GET", path, &headers) {
+                        match exchange_from(CLIENT_ADDRESS, &addr, "GET", path, &headers) {
                             Ok((200, _)) => {
                                 served.fetch_add(1, Ordering::AcqRel);
                             }
@@ -184,7 +239,7 @@ impl ValidClient {
                 Arc::clone(&failures),
             );
             threads.push(std::thread::spawn(move || {
-                let stream = TcpStream::connect(&addr).unwrap();
+                let stream = connect_from(CLIENT_ADDRESS, addr.parse().unwrap()).unwrap();
                 stream.set_read_timeout(Some(EXCHANGE_TIMEOUT)).unwrap();
                 let mut writer = stream.try_clone().unwrap();
                 let mut reader = BufReader::new(stream);
@@ -239,6 +294,9 @@ fn a_flood_of_idle_slow_and_streaming_connections_does_not_starve_a_client_with_
     // The server may hold 1024 files: a cap of 1024 - 320 connections; the flood opens more.
     const SERVER_OPEN_FILES: u64 = 1024;
     const IDLE_SOCKETS: usize = 2000;
+    // The idle sockets come from this many addresses, each within its share of anonymous
+    // connections (704 / 16 = 44), so that together they reach the cap.
+    const IDLE_ADDRESSES: usize = 50;
     const SLOW_CLIENTS: usize = 100;
     const STREAM_ATTEMPTS: usize = 5000;
     const STREAMS_PER_TOKEN: usize = 4;
@@ -257,10 +315,11 @@ fn a_flood_of_idle_slow_and_streaming_connections_does_not_starve_a_client_with_
     // Bounds the flood even against a server that stops answering (as the old one did).
     let deadline = Instant::now() + Duration::from_secs(120);
 
-    // Slow headers: a byte at a time, never finishing the head.
+    // Slow headers from one address: a byte at a time, never finishing the head.
     let slow = std::thread::spawn(move || {
+        let from = IpAddr::V4(Ipv4Addr::new(127, 2, 0, 1));
         let mut streams: Vec<TcpStream> = (0..SLOW_CLIENTS)
-            .filter_map(|_| TcpStream::connect_timeout(&socket, left(deadline)).ok())
+            .filter_map(|_| connect_from(from, socket).ok())
             .collect();
         for stream in &streams {
             stream.set_write_timeout(Some(EXCHANGE_TIMEOUT)).unwrap();
@@ -333,13 +392,14 @@ fn a_flood_of_idle_slow_and_streaming_connections_does_not_starve_a_client_with_
         })
         .collect();
 
-    // Idle sockets, beyond the cap and the server's open-file limit.
+    // Idle sockets from many addresses, beyond the cap and the server's open-file limit.
     let mut idle: Vec<TcpStream> = Vec::new();
-    for _ in 0..IDLE_SOCKETS {
+    for n in 0..IDLE_SOCKETS {
         if Instant::now() >= deadline {
             break;
         }
-        if let Ok(stream) = TcpStream::connect_timeout(&socket, left(deadline)) {
+        let from = Ipv4Addr::new(127, 1, 0, (n % IDLE_ADDRESSES + 1) as u8);
+        if let Ok(stream) = connect_from(from.into(), socket) {
             idle.push(stream);
         }
     }
@@ -406,6 +466,107 @@ fn a_flood_of_idle_slow_and_streaming_connections_does_not_starve_a_client_with_
 }
 
 #[test]
+fn a_flood_from_one_address_does_not_shed_new_connections_of_a_client_with_a_token() {
+    // A cap of 64 connections (a share of 8 per address); the flood opens far more, from
+    // 127.0.0.1, and never sends a byte. Before the per-address share, at the cap the oldest
+    // anonymous connections were shed whatever their address: the client's connection was
+    // among them for as long as its head was not read, and none of its requests got through.
+    const CAP: usize = 64;
+    const FLOOD_THREADS: usize = 2;
+    const HELD_PER_THREAD: usize = 500;
+    const REQUESTS: usize = 50;
+    const HEAD_DELAY: Duration = Duration::from_millis(200);
+    raise_own_open_files(8192);
+    let warden = Warden::faux();
+    write_config(
+        &warden,
+        &format!(
+            "[serve]\nworkers = 1\nmax_connections = {CAP}\nheader_timeout_secs = 30\n\
+             rate_limit_per_minute = 1000000\nrate_limit_burst = 100000\n"
+        ),
+    );
+    let server = Server::start(&warden, TOKENS);
+    let addr = server.addr().to_string();
+    let socket: SocketAddr = addr.parse().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let opened = Arc::new(AtomicUsize::new(0));
+    let flood: Vec<_> = (0..FLOOD_THREADS)
+        .map(|_| {
+            let (stop, opened) = (Arc::clone(&stop), Arc::clone(&opened));
+            std::thread::spawn(move || {
+                // The last sockets stay open on this side: the server is the one closing them.
+                let mut held = std::collections::VecDeque::new();
+                while !stop.load(Ordering::Acquire) {
+                    // A short timeout: a SYN the full accept queue dropped is sent again at
+                    // once on a new socket rather than a second later.
+                    let Ok(stream) = TcpStream::connect_timeout(&socket, Duration::from_millis(50))
+                    else {
+                        continue;
+                    };
+                    held.push_back(stream);
+                    if held.len() > HELD_PER_THREAD {
+                        held.pop_front();
+                    }
+                    opened.fetch_add(1, Ordering::AcqRel);
+                }
+            })
+        })
+        .collect();
+    // The client starts once the flood has opened more than the cap.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while opened.load(Ordering::Acquire) < 2 * CAP && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // A client with a token, a new connection per request, sending its request a moment after
+    // the connect (a slow link, a connection opened ahead of its request): each connection is
+    // anonymous until its head has been read.
+    let bearer = format!("Bearer {ADMIN}");
+    let mut failures = Vec::new();
+    for _ in 0..REQUESTS {
+        let result = connect_from(CLIENT_ADDRESS, socket)
+            .map_err(|e| format!("connect: {e}"))
+            .and_then(|stream| {
+                std::thread::sleep(HEAD_DELAY);
+                exchange_on(
+                    stream,
+                    &addr,
+                    "GET",
+                    "/v1/tasks",
+                    &[("Authorization", &bearer)],
+                )
+            });
+        match result {
+            Ok((200, _)) => {}
+            Ok((status, body)) => failures.push(format!("{status} {body}")),
+            Err(error) => failures.push(error),
+        }
+    }
+    let during = opened.load(Ordering::Acquire);
+    stop.store(true, Ordering::Release);
+    for thread in flood {
+        thread.join().unwrap();
+    }
+    eprintln!(
+        "{} of {REQUESTS} requests served; the flood opened {during} connections meanwhile",
+        REQUESTS - failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {REQUESTS} requests of the client with a token failed, e.g. {:?}\nserver:\n{}",
+        failures.len(),
+        &failures[..failures.len().min(5)],
+        server.stderr()
+    );
+    assert!(
+        during >= 2 * CAP,
+        "the flood opened only {during} connections"
+    );
+    server.log_line("shedding its oldest");
+    let (code, stderr) = server.terminate();
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[test]
 fn running_out_of_descriptors_neither_stops_the_listener_nor_a_client_with_a_token() {
     // 40 files: the cap is the minimum (16 connections, 34 with those being shed), and the
     // store and runtime hold enough descriptors that accept() itself fails with EMFILE.
@@ -415,12 +576,23 @@ fn running_out_of_descriptors_neither_stops_the_listener_nor_a_client_with_a_tok
     let addr = server.addr().to_string();
     let socket: SocketAddr = addr.parse().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
+    // From 50 addresses, each within its share of anonymous connections (8).
     let idle: Vec<TcpStream> = (0..300)
-        .filter_map(|_| TcpStream::connect_timeout(&socket, left(deadline)).ok())
+        .take_while(|_| Instant::now() < deadline)
+        .filter_map(|n: usize| {
+            let from = Ipv4Addr::new(127, 1, 0, (n % 50 + 1) as u8);
+            connect_from(from.into(), socket).ok()
+        })
         .collect();
     let bearer = format!("Bearer {ADMIN}");
     for _ in 0..20 {
-        let reply = exchange(&addr, "GET", "/v1/tasks", &[("Authorization", &bearer)]);
+        let reply = exchange_from(
+            CLIENT_ADDRESS,
+            &addr,
+            "GET",
+            "/v1/tasks",
+            &[("Authorization", &bearer)],
+        );
         assert!(
             matches!(reply, Ok((200, _))),
             "{reply:?}\nserver:\n{}",
