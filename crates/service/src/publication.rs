@@ -335,12 +335,6 @@ pub async fn rejected_publication<C: StoreCalls + ?Sized>(
     Ok(Some(result))
 }
 
-/// Queues a task that waits for a publish approval once that approval is decided (approved or
-/// rejected): its next run publishes the proposal, or ends the task with the rejection, without
-/// running the agent. The queue is the durable trigger: a decision recorded by a process that
-/// died before queueing is found again by [`requeue_decided_tasks`]. `Ok(true)` when this call
-/// queued it; a task in any other status (still running, cancelled, queued by someone else) is
-/// left alone.
 /// Whether the result records a publication that failed.
 pub fn publication_failed(result: &warden_protocol::ChangeResult) -> bool {
     matches!(
@@ -357,36 +351,39 @@ pub async fn requeue_failed_publication(
     store: &dyn warden_store::Store,
     task: &warden_protocol::TaskId,
 ) -> Result<bool, warden_store::StoreError> {
-    use warden_protocol::TaskStatus;
-    let Some(current) = store.get_task(task).await? else {
-        return Ok(false);
-    };
-    if current.status != TaskStatus::WaitingApproval {
-        return Ok(false);
-    }
-    let Some((result, approval)) = recorded_publication(store, &current).await? else {
-        return Ok(false);
-    };
-    let approved = matches!(
-        approval.status,
-        warden_store::ApprovalStatus::Approved | warden_store::ApprovalStatus::Consumed
-    );
-    if !approved || !publication_failed(&result) {
-        return Ok(false);
-    }
-    match store
-        .transition(task, TaskStatus::WaitingApproval, TaskStatus::Queued, None)
-        .await
-    {
-        Ok(_) => Ok(true),
-        Err(warden_store::StoreError::StatusConflict { .. }) => Ok(false),
-        Err(error) => Err(error),
-    }
+    requeue_waiting(store, task, |result, approval| {
+        matches!(
+            approval.status,
+            warden_store::ApprovalStatus::Approved | warden_store::ApprovalStatus::Consumed
+        ) && publication_failed(result)
+    })
+    .await
 }
 
+/// Queues a task that waits for a publish approval once that approval is decided (approved or
+/// rejected): its next run publishes the proposal, or ends the task with the rejection, without
+/// running the agent. The queue is the durable trigger: a decision recorded by a process that
+/// died before queueing is found again by [`requeue_decided_tasks`]. `Ok(true)` when this call
+/// queued it; a task in any other status (still running, cancelled, queued by someone else) is
+/// left alone.
 pub async fn requeue_decided(
     store: &dyn warden_store::Store,
     task: &warden_protocol::TaskId,
+) -> Result<bool, warden_store::StoreError> {
+    // Not undecided, nor a failed publication waiting for its cause to be fixed (approving
+    // again resumes that: `TaskService::decide`).
+    requeue_waiting(store, task, |result, approval| {
+        approval.status != warden_store::ApprovalStatus::Pending && !publication_failed(result)
+    })
+    .await
+}
+
+/// Queues `task` again if it waits for its publish approval and `due` says its result and
+/// approval call for a run; `false` when not (or when another process moved it first).
+async fn requeue_waiting(
+    store: &dyn warden_store::Store,
+    task: &warden_protocol::TaskId,
+    due: impl Fn(&warden_protocol::ChangeResult, &warden_store::Approval) -> bool,
 ) -> Result<bool, warden_store::StoreError> {
     use warden_protocol::TaskStatus;
     let Some(current) = store.get_task(task).await? else {
@@ -398,9 +395,7 @@ pub async fn requeue_decided(
     let Some((result, approval)) = recorded_publication(store, &current).await? else {
         return Ok(false);
     };
-    if approval.status == warden_store::ApprovalStatus::Pending || publication_failed(&result) {
-        // Undecided, or a failed publication waiting for its cause to be fixed (approving
-        // again resumes it: `TaskService::decide`).
+    if !due(&result, &approval) {
         return Ok(false);
     }
     match store

@@ -243,26 +243,7 @@ pub(super) async fn run_change_task(
         }
         Err(failure) => change_failed(task, &model_name, failure),
     };
-    let _ = warden_sandbox::remove_scratch(&scratch);
-    // A terminal status stores its task_finished event when the run is finished (in the same
-    // transaction); a task that waits for an answer or an approval says so here.
-    let stopped = services.running.stopped(&task.id);
-    if let (Ending::Finished { status, result }, false) = (&ending, stopped) {
-        if status.is_terminal() {
-            drain.finish(events).await;
-            return ending;
-        }
-        events.emit(Event::TaskFinished {
-            status: *status,
-            outcome: result
-                .get("outcome")
-                .and_then(Value::as_str)
-                .unwrap_or("failure")
-                .to_string(),
-        });
-    }
-    drain.finish(events).await;
-    ending
+    super::end_run(services, task, ending, events, drain, &scratch).await
 }
 
 /// What the loop of a change run works on.
@@ -370,10 +351,7 @@ async fn run_change_loop(
                 notices,
                 report,
             );
-            let result = services
-                .redactor
-                .json(serde_json::to_value(&result).unwrap_or(Value::Null));
-            return Ending::Finished { status, result };
+            return finished(services, status, &result);
         }
     }
     let tools = match change::change_tools(&setup, &session) {
@@ -423,10 +401,7 @@ async fn run_change_loop(
             Err(failure) => return change_failed(task, &model_name, failure),
         }
     }
-    let result = services
-        .redactor
-        .json(serde_json::to_value(&result).unwrap_or(Value::Null));
-    Ending::Finished { status, result }
+    finished(services, status, &result)
 }
 
 /// Creates the approval publication of a proposal waits for and marks the result as waiting.
@@ -524,7 +499,7 @@ async fn decided_publication(services: &RunServices, claim: &Claim) -> Option<En
         return match publication::rejected_publication(store, task).await {
             Ok(Some(result)) => {
                 tracing::info!(task = %task.id, "publication rejected; the task ends with its proposal unpublished");
-                Some(finish_publication(services, TaskStatus::Completed, &result))
+                Some(finished(services, TaskStatus::Completed, &result))
             }
             Ok(None) => None,
             Err(error) => Some(change_failed(
@@ -556,7 +531,7 @@ async fn decided_publication(services: &RunServices, claim: &Claim) -> Option<En
     };
     tracing::info!(task = %task.id, approval = %approval.id, "publishing the approved proposal");
     match publication::publish_approved(context, &approval.id, &mut journal).await {
-        Ok(result) => Some(finish_publication(services, TaskStatus::Completed, &result)),
+        Ok(result) => Some(finished(services, TaskStatus::Completed, &result)),
         Err(error) => {
             tracing::warn!(task = %task.id, approval = %approval.id, %error, "publication failed");
             let pushed = match &error {
@@ -611,14 +586,14 @@ async fn decided_publication(services: &RunServices, claim: &Claim) -> Option<En
             } else {
                 TaskStatus::Failed
             };
-            Some(finish_publication(services, status, &result))
+            Some(finished(services, status, &result))
         }
     }
 }
 
-/// Ends a publication run: the result, redacted (finishing the run stores its
+/// Ends a change run with its result, redacted (finishing a terminal run stores its
 /// `task_finished` event).
-fn finish_publication(services: &RunServices, status: TaskStatus, result: &ChangeResult) -> Ending {
+fn finished(services: &RunServices, status: TaskStatus, result: &ChangeResult) -> Ending {
     let result = services
         .redactor
         .json(serde_json::to_value(result).unwrap_or(Value::Null));
