@@ -29,6 +29,8 @@ pub struct FileConfig {
     #[serde(default)]
     pub serve: crate::serve_config::ServeSection,
     #[serde(default)]
+    pub web: crate::serve_config::WebSection,
+    #[serde(default)]
     pub callbacks: crate::callback::CallbackSection,
     #[serde(default)]
     pub github: GithubSection,
@@ -346,7 +348,10 @@ impl Config {
         let prices = table;
         let sandbox = sandbox_choice(&file.sandbox, &home, env)?;
         let storage = storage_config(&file.storage)?;
-        let serve = crate::serve_config::ServeConfig::resolve(&file.serve)?;
+        let serve = crate::serve_config::ServeConfig {
+            web: crate::serve_config::WebConfig::resolve(&file.web)?,
+            ..crate::serve_config::ServeConfig::resolve(&file.serve)?
+        };
         let callbacks = crate::callback::CallbackConfig::resolve(
             &file.callbacks,
             env.var("WARDEN_CALLBACK_SECRET"),

@@ -81,6 +81,54 @@ pub struct ServeConfig {
     pub max_streams_per_token: u32,
     /// Lowercase, without a trailing dot.
     pub public_names: Vec<String>,
+    /// `[web]`: the console `warden serve` serves at `/`.
+    pub web: WebConfig,
+}
+
+/// The `[web]` section as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebSection {
+    /// Serve the web console at `/` (default true).
+    pub enabled: Option<bool>,
+    /// How long a console session lasts after sign-in, in hours (default 12, at most 720).
+    pub session_hours: Option<u64>,
+}
+
+/// The `[web]` section, resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WebConfig {
+    pub enabled: bool,
+    pub session_lifetime: Duration,
+}
+
+/// How long a console session lasts by default.
+pub const DEFAULT_SESSION_LIFETIME: Duration = Duration::from_secs(12 * 3600);
+
+impl Default for WebConfig {
+    fn default() -> WebConfig {
+        WebConfig {
+            enabled: true,
+            session_lifetime: DEFAULT_SESSION_LIFETIME,
+        }
+    }
+}
+
+impl WebConfig {
+    pub fn resolve(section: &WebSection) -> anyhow::Result<WebConfig> {
+        let session_lifetime = match section.session_hours {
+            Some(0) => bail!("web.session_hours must be at least 1"),
+            Some(hours) if hours > 720 => {
+                bail!("web.session_hours must be at most 720 (30 days), got {hours}")
+            }
+            Some(hours) => Duration::from_secs(hours * 3600),
+            None => DEFAULT_SESSION_LIFETIME,
+        };
+        Ok(WebConfig {
+            enabled: section.enabled.unwrap_or(true),
+            session_lifetime,
+        })
+    }
 }
 
 impl Default for ServeConfig {
@@ -97,6 +145,7 @@ impl Default for ServeConfig {
             keep_alive: DEFAULT_KEEP_ALIVE,
             max_streams_per_token: DEFAULT_MAX_STREAMS_PER_TOKEN,
             public_names: Vec::new(),
+            web: WebConfig::default(),
         }
     }
 }
@@ -192,6 +241,7 @@ impl ServeConfig {
                 .max_streams_per_token
                 .unwrap_or(defaults.max_streams_per_token),
             public_names,
+            web: WebConfig::default(),
         })
     }
 }
@@ -199,6 +249,19 @@ impl ServeConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_web_section_defaults_on_and_bounds_session_hours() {
+        let web = |text: &str| WebConfig::resolve(&toml::from_str::<WebSection>(text)?);
+        assert_eq!(web("").unwrap(), WebConfig::default());
+        assert!(WebConfig::default().enabled);
+        let off = web("enabled = false\nsession_hours = 2").unwrap();
+        assert!(!off.enabled);
+        assert_eq!(off.session_lifetime, Duration::from_secs(7200));
+        for bad in ["session_hours = 0", "session_hours = 721", "colour = 1"] {
+            assert!(web(bad).is_err(), "{bad}");
+        }
+    }
 
     fn resolve(text: &str) -> anyhow::Result<ServeConfig> {
         let section: ServeSection = toml::from_str(text)?;

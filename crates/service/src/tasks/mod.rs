@@ -23,13 +23,17 @@ mod control;
 mod observe;
 mod repos;
 mod submit;
+mod usage;
 
 pub use approvals::{ApprovalList, ApprovalListing, PUBLISH_KINDS};
 pub use control::follow_up_basis;
 pub use control::MAX_MESSAGE_BYTES;
-pub use observe::{ProposalDiff, TaskList, TaskListing, MAX_PAGE};
+pub use observe::{
+    CitedLines, ProposalDiff, TaskList, TaskListing, MAX_CITED, MAX_CITED_LINES, MAX_PAGE,
+};
 pub use repos::RepoRegistration;
 pub use submit::{valid_repo_name, valid_rev, Idempotency, PinnedRepos, Submission, Submitted};
+pub use usage::{MAX_REPO_LOOKUPS, OTHER_TASKS};
 
 use std::sync::Arc;
 
