@@ -2,8 +2,8 @@
 //! state directory, the model (its configuration, and its endpoint with one request that
 //! costs nothing: the provider's model list), the sandbox backends and their layers, and the
 //! server named by `WARDEN_SERVER`, the toolchains installed here (with the exact
-//! `[sandbox] toolchains` line that shows them to the sandbox) — and what to do about what
-//! does not. Every check is shown
+//! `[sandbox] toolchains` line that shows them to the sandbox), the `[sandbox] prepare_proxy`
+//! when one is configured (one TCP connect) — and what to do about what does not. Every check is shown
 //! even when an earlier one fails (a bad `WARDEN_MODEL` included); the exit code is 1 when any
 //! check fails.
 
@@ -92,6 +92,9 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
         checks.push(server_check(server, options.remote.token.as_deref(), options.offline).await);
     }
     checks.push(toolchain_check(config));
+    if let Some(proxy) = &config.sandbox.toolchains.prepare_proxy {
+        checks.push(prepare_proxy_check(proxy, config.sandbox.backend, options.offline).await);
+    }
     let reports = warden_sandbox::probe_with(&config.sandbox.config);
     let chosen = config.sandbox.backend;
     let chosen_ok = reports
@@ -157,6 +160,63 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
         }
     }
     Ok(if checks.iter().all(|c| c.ok) { 0 } else { 1 })
+}
+
+/// How long the prepare proxy check waits for its TCP connect.
+const PROXY_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Whether `[sandbox] prepare_proxy` accepts a TCP connection (nothing is sent: what it allows
+/// is the proxy's own policy), and whether the backend can relay to it.
+async fn prepare_proxy_check(
+    proxy: &str,
+    backend: warden_sandbox::Backend,
+    offline: bool,
+) -> Check {
+    let name = "prepare proxy";
+    match backend {
+        // The linux backend relays to it; `local` commands reach it directly.
+        warden_sandbox::Backend::Linux | warden_sandbox::Backend::Local => {}
+        warden_sandbox::Backend::Gvisor => {
+            return Check {
+                name,
+                ok: false,
+                detail: format!(
+                    "{proxy}: the {backend} backend cannot relay to it, so prepare runs without \
+                     network; use the linux backend or remove [sandbox] prepare_proxy"
+                ),
+            }
+        }
+    }
+    if offline {
+        return Check {
+            name,
+            ok: true,
+            detail: format!("{proxy} (not checked: --offline)"),
+        };
+    }
+    match tokio::time::timeout(PROXY_TIMEOUT, tokio::net::TcpStream::connect(proxy)).await {
+        Ok(Ok(_)) => Check {
+            name,
+            ok: true,
+            detail: format!("{proxy} is reachable; prepare commands fetch through it"),
+        },
+        Ok(Err(error)) => Check {
+            name,
+            ok: false,
+            detail: format!(
+                "{proxy} is not reachable: {error}; prepare commands will fail to fetch"
+            ),
+        },
+        Err(_) => Check {
+            name,
+            ok: false,
+            detail: format!(
+                "{proxy} is not reachable: no answer within {} s; prepare commands will fail to \
+                 fetch",
+                PROXY_TIMEOUT.as_secs()
+            ),
+        },
+    }
 }
 
 /// Which toolchain presets this machine has, which are configured, and the line to add for

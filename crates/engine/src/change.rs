@@ -107,6 +107,7 @@ impl ChangeSandbox {
                 writable: true,
                 scratch_dir: view_dir.clone(),
                 mounts: toolchains.mounts(false),
+                egress_proxy: None,
             })
             .map_err(failure)?;
         // Without an upper layer (the `local` backend copies) the candidate compares the tree.
@@ -266,8 +267,9 @@ pub fn run_baseline(
 pub const PREPARE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// Before the agent's first turn: the repository's `prepare` commands (each in a writable view
-/// over the base whose only difference is the dependency cache mounted writable; like every
-/// sandbox, without network), then a lookup of the checks' programs on the base tree. Returns
+/// over the base whose differences from a check's are the dependency cache mounted writable
+/// and, with `[sandbox] prepare_proxy`, an egress relay to that proxy: the only network any
+/// command of a task gets), then a lookup of the checks' programs on the base tree. Returns
 /// notices for the result; `Err` fails the task before the agent spends anything, with the
 /// not-found sentence when a check's program is missing.
 pub fn before_agent(
@@ -277,12 +279,8 @@ pub fn before_agent(
 ) -> Result<Vec<String>, Failure> {
     let mut notices = Vec::new();
     if !toolchains.prepare.is_empty() {
-        notices.push(
-            "prepare ran without network (a proxy for prepare is not supported yet): it fills \
-             the dependency cache only from what the sandbox can already reach"
-                .to_string(),
-        );
-        notices.extend(prepare(session, toolchains, progress)?);
+        let network = PrepareNetwork::of(session.config.sandbox.as_ref(), toolchains);
+        notices.extend(prepare(session, toolchains, &network, progress)?);
     }
     let missing = session.missing_programs().map_err(|message| Failure {
         code: FailureCode::SandboxError,
@@ -306,12 +304,59 @@ pub fn before_agent(
     })
 }
 
+/// What network the prepare commands get.
+enum PrepareNetwork {
+    /// Through the egress relay to `[sandbox] prepare_proxy`, and nowhere else.
+    Proxy(String),
+    /// None: no proxy is configured.
+    Unconfigured,
+    /// None: a proxy is configured but this backend cannot relay to it.
+    Unsupported(Backend),
+}
+
+impl PrepareNetwork {
+    fn of(sandbox: &dyn Sandbox, toolchains: &crate::toolchain::TaskToolchains) -> PrepareNetwork {
+        match &toolchains.prepare_proxy {
+            None => PrepareNetwork::Unconfigured,
+            Some(_) if !sandbox.relays_egress() => PrepareNetwork::Unsupported(sandbox.backend()),
+            Some(proxy) => PrepareNetwork::Proxy(proxy.clone()),
+        }
+    }
+
+    /// The progress line's parenthesis after "dependency cache writable; ".
+    fn progress(&self) -> String {
+        match self {
+            PrepareNetwork::Proxy(proxy) => format!("network through the proxy {proxy}"),
+            PrepareNetwork::Unconfigured | PrepareNetwork::Unsupported(_) => "no network".into(),
+        }
+    }
+
+    /// The result's notice about prepare's network.
+    fn notice(&self, connections: u32) -> String {
+        match self {
+            PrepareNetwork::Proxy(proxy) => format!(
+                "prepare: network through the proxy {proxy} ({connections} connection{})",
+                if connections == 1 { "" } else { "s" }
+            ),
+            PrepareNetwork::Unconfigured => "prepare ran without network: it fills the \
+                 dependency cache only from what the sandbox can already reach (set [sandbox] \
+                 prepare_proxy in warden.toml to an HTTP proxy to let it fetch)"
+                .into(),
+            PrepareNetwork::Unsupported(backend) => format!(
+                "prepare ran without network: the {backend} backend cannot relay to [sandbox] \
+                 prepare_proxy (use the linux backend for a prepare step that fetches)"
+            ),
+        }
+    }
+}
+
 /// Runs the prepare commands with the cache writable, one view each, holding the cache's lock
 /// so two tasks of a repository do not fill it at once. A failing command is a notice, not a
 /// failure: the checks say whether what it should have fetched is missing.
 fn prepare(
     session: &ChangeSession,
     toolchains: &crate::toolchain::TaskToolchains,
+    network: &PrepareNetwork,
     progress: &dyn Fn(&str),
 ) -> Result<Vec<String>, Failure> {
     let infrastructure = |message: String| Failure {
@@ -329,10 +374,11 @@ fn prepare(
     std::fs::create_dir_all(&config.scratch)
         .map_err(|e| infrastructure(format!("cannot create {}: {e}", config.scratch.display())))?;
     let mut notices = Vec::new();
+    let mut connections = 0u32;
     for (index, command) in toolchains.prepare.iter().enumerate() {
         progress(&format!(
-            "warden: prepare `{command}` (dependency cache writable; no network: a proxy for \
-             prepare is not supported yet)"
+            "warden: prepare `{command}` (dependency cache writable; {})",
+            network.progress()
         ));
         let view = config
             .sandbox
@@ -341,6 +387,10 @@ fn prepare(
                 writable: true,
                 scratch_dir: config.scratch.join(format!("prepare-{index}")),
                 mounts: toolchains.mounts(true),
+                egress_proxy: match network {
+                    PrepareNetwork::Proxy(proxy) => Some(proxy.clone()),
+                    PrepareNetwork::Unconfigured | PrepareNetwork::Unsupported(_) => None,
+                },
             })
             .map_err(|e| Failure {
                 code: FailureCode::SandboxError,
@@ -349,12 +399,24 @@ fn prepare(
         let mut spec = warden_sandbox::CommandSpec::bash(command, PREPARE_TIMEOUT);
         spec.limits = config.limits;
         spec.env = toolchains.command_env(false);
+        if let Some(address) = view.egress_address() {
+            spec.env.extend(crate::toolchain::proxy_env(&address));
+        }
         let output = view.run(&spec);
         let _ = view.close();
         let output = output.map_err(|e| Failure {
             code: FailureCode::SandboxError,
             message: format!("sandbox error running prepare `{command}`: {e}"),
         })?;
+        connections = connections.saturating_add(output.egress_connections);
+        if let PrepareNetwork::Proxy(proxy) = network {
+            tracing::info!(
+                command = %(config.redact)(command),
+                proxy = %proxy,
+                connections = output.egress_connections,
+                "prepare command's connections through the egress relay"
+            );
+        }
         if output.success() {
             continue;
         }
@@ -383,6 +445,7 @@ fn prepare(
         progress(&format!("warden: {notice}"));
         notices.push(notice);
     }
+    notices.insert(0, network.notice(connections));
     Ok(notices)
 }
 
@@ -706,4 +769,70 @@ pub fn await_publication(result: &mut ChangeResult, approval_id: String) -> Opti
     };
     result.approval = Some(approval.clone());
     Some(approval)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::toolchain::TaskToolchains;
+
+    /// A backend that says whether it relays; nothing is ever opened.
+    struct Relays(Backend, bool);
+
+    impl Sandbox for Relays {
+        fn backend(&self) -> Backend {
+            self.0
+        }
+
+        fn open(
+            &self,
+            _view: &ViewSpec,
+        ) -> Result<Box<dyn SandboxView>, warden_sandbox::SandboxError> {
+            Err(warden_sandbox::SandboxError::InvalidRequest(
+                "not in this test".into(),
+            ))
+        }
+
+        fn relays_egress(&self) -> bool {
+            self.1
+        }
+    }
+
+    #[test]
+    fn prepare_gets_the_proxy_only_where_the_backend_relays_and_says_so() {
+        let with_proxy = TaskToolchains {
+            prepare: vec!["cargo fetch".into()],
+            prepare_proxy: Some("squid.internal:3128".into()),
+            ..TaskToolchains::default()
+        };
+        let network = PrepareNetwork::of(&Relays(Backend::Linux, true), &with_proxy);
+        assert!(matches!(&network, PrepareNetwork::Proxy(p) if p == "squid.internal:3128"));
+        assert_eq!(
+            network.notice(2),
+            "prepare: network through the proxy squid.internal:3128 (2 connections)"
+        );
+        assert_eq!(
+            network.progress(),
+            "network through the proxy squid.internal:3128"
+        );
+
+        let network = PrepareNetwork::of(&Relays(Backend::Gvisor, false), &with_proxy);
+        assert_eq!(
+            network.notice(0),
+            "prepare ran without network: the gvisor backend cannot relay to [sandbox] \
+             prepare_proxy (use the linux backend for a prepare step that fetches)"
+        );
+        assert_eq!(network.progress(), "no network");
+
+        let without = TaskToolchains {
+            prepare: vec!["cargo fetch".into()],
+            ..TaskToolchains::default()
+        };
+        let notice = PrepareNetwork::of(&Relays(Backend::Linux, true), &without).notice(0);
+        assert!(
+            notice.starts_with("prepare ran without network"),
+            "{notice}"
+        );
+        assert!(notice.contains("set [sandbox] prepare_proxy"), "{notice}");
+    }
 }

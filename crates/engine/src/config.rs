@@ -113,6 +113,9 @@ pub struct SandboxSection {
     /// Commands run before a change task's agent with the repository's cache writable.
     #[serde(default)]
     pub prepare: Vec<String>,
+    /// An HTTP proxy (`host:port`, e.g. squid with an allow-list) that prepare commands, and
+    /// nothing else, reach through the sandbox's egress relay; unset: prepare has no network.
+    pub prepare_proxy: Option<String>,
     /// The only directories a registered repository's own mounts (`repos add --mount`) may
     /// lie under; empty (the default): repositories cannot add mounts.
     #[serde(default)]
@@ -551,7 +554,8 @@ fn sandbox_choice(
             home,
             env,
         )?
-        .with_repo_mount_roots(&section.repo_mount_roots, home, env)?,
+        .with_repo_mount_roots(&section.repo_mount_roots, home, env)?
+        .with_prepare_proxy(section.prepare_proxy.as_deref())?,
     })
 }
 

@@ -374,6 +374,7 @@ impl TaskSandbox {
                 writable: false,
                 scratch_dir: scratch_dir.to_path_buf(),
                 mounts: toolchains.mounts(false),
+                egress_proxy: None,
             })
             .map_err(failure)?;
         Ok(TaskSandbox {

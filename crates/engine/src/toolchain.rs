@@ -7,8 +7,9 @@
 //! **What the agent gets.** Mounts are read-only at their host paths; `PATH` gains their `bin`
 //! directories; a preset's variables point the tools at the read-only toolchain and at the
 //! repository's cache, which agent commands and checks see read-only too (they cannot poison
-//! it for later tasks). Only `prepare` sees the cache writable. None of this opens a network:
-//! `prepare` runs, like everything else, without one.
+//! it for later tasks). Only `prepare` sees the cache writable. None of this opens a network;
+//! the one exception is `[sandbox] prepare_proxy`: `prepare` (and only it, before any agent
+//! turn) then reaches that HTTP proxy, and nothing else, through the sandbox's egress relay.
 //!
 //! **What is refused** (at configuration load for `warden.toml`, at registration for a
 //! repository's mounts): relative paths and `..`, `/`, anything under `/proc`, `/sys`, `/dev`,
@@ -269,6 +270,9 @@ pub struct Toolchains {
     pub offline_env: Vec<(String, String)>,
     /// `[sandbox] prepare`: commands run before the agent with the cache writable.
     pub prepare: Vec<String>,
+    /// `[sandbox] prepare_proxy`: the HTTP proxy (`host:port`) prepare commands reach, the
+    /// only network they get; `None`: prepare runs without network.
+    pub prepare_proxy: Option<String>,
     /// The Warden user's home (`~` of per-repository mounts).
     pub user_home: Option<PathBuf>,
     /// `[sandbox] repo_mount_roots`, checked and resolved: a repository's own mounts must lie
@@ -364,6 +368,23 @@ pub fn check_repo_mount(roots: &[PathBuf], checked: &Path) -> Result<(), String>
     ))
 }
 
+/// Checks `[sandbox] prepare_proxy`: `host:port` with a port, normalized (lowercase host,
+/// IPv6 literals in brackets).
+pub fn check_prepare_proxy(raw: &str) -> anyhow::Result<String> {
+    let authority = crate::authority::parse_authority(raw)
+        .filter(|authority| authority.port.is_some_and(|port| port != 0) && raw.trim() == raw);
+    match authority {
+        Some(crate::authority::Authority {
+            host,
+            port: Some(port),
+        }) => Ok(format!("{host}:{port}")),
+        _ => anyhow::bail!(
+            "sandbox.prepare_proxy must be host:port, the address of an HTTP proxy such as \
+             squid (got {raw:?})"
+        ),
+    }
+}
+
 /// Adds `mount` unless a listed one holds it; drops listed ones it holds.
 fn add_mount(mounts: &mut Vec<PathBuf>, mount: PathBuf) {
     if mounts.iter().any(|m| mount.starts_with(m)) {
@@ -457,6 +478,12 @@ impl Toolchains {
         Ok(self)
     }
 
+    /// Adds `[sandbox] prepare_proxy`, checked: `host:port`, normalized.
+    pub fn with_prepare_proxy(mut self, proxy: Option<&str>) -> anyhow::Result<Toolchains> {
+        self.prepare_proxy = proxy.map(check_prepare_proxy).transpose()?;
+        Ok(self)
+    }
+
     /// Refuses a repository's own mount that is not under `[sandbox] repo_mount_roots`.
     pub fn check_repo_mount(&self, checked: &Path) -> Result<(), String> {
         check_repo_mount(&self.repo_mount_roots, checked)
@@ -507,6 +534,7 @@ impl Toolchains {
             } else {
                 repo_prepare.to_vec()
             },
+            prepare_proxy: self.prepare_proxy.clone(),
         })
     }
 }
@@ -523,6 +551,8 @@ pub struct TaskToolchains {
     /// The repository's cache directory, when anything uses one.
     pub cache: Option<PathBuf>,
     pub prepare: Vec<String>,
+    /// `[sandbox] prepare_proxy` (global: a registered repository cannot name its own).
+    pub prepare_proxy: Option<String>,
 }
 
 impl TaskToolchains {
@@ -555,8 +585,8 @@ impl TaskToolchains {
     }
 
     /// The environment of a command: the sandbox's baseline with `PATH` extended, the
-    /// presets' variables, the cache variables (`WARDEN_CACHE` is the cache itself) and (agent commands and checks) the offline
-    /// switches.
+    /// presets' variables, the cache variables (`WARDEN_CACHE` is the cache itself) and (agent
+    /// commands and checks) the offline switches.
     pub fn command_env(&self, offline: bool) -> Vec<(String, String)> {
         let mut env = warden_sandbox::baseline_env();
         if let Some((_, value)) = env.iter_mut().find(|(name, _)| name == "PATH") {
@@ -582,6 +612,24 @@ impl TaskToolchains {
         }
         env
     }
+}
+
+/// The proxy variables of a prepare command whose view relays to the proxy at `address`
+/// (`host:port` as the command dials it): `HTTP_PROXY`, `HTTPS_PROXY`, `ALL_PROXY` and their
+/// lowercase forms, all `http://<address>`.
+pub fn proxy_env(address: &str) -> Vec<(String, String)> {
+    let url = format!("http://{address}");
+    [
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+    ]
+    .into_iter()
+    .map(|name| (name.to_string(), url.clone()))
+    .collect()
 }
 
 /// Waits for and takes the exclusive lock of a dependency cache (a `flock` on
@@ -763,6 +811,33 @@ mod tests {
             .mounts(true)
             .iter()
             .any(|m| m.writable && m.path == cache));
+    }
+
+    #[test]
+    fn the_prepare_proxy_is_host_and_port() {
+        let check = |raw: &str| check_prepare_proxy(raw).map_err(|e| e.to_string());
+        assert_eq!(check("Squid.Internal:3128").unwrap(), "squid.internal:3128");
+        assert_eq!(check("10.0.0.5:8080").unwrap(), "10.0.0.5:8080");
+        assert_eq!(check("[::1]:3128").unwrap(), "[::1]:3128");
+        for bad in [
+            "squid",
+            "squid:0",
+            "http://squid:3128",
+            "squid:3128/",
+            " squid:3128",
+            ":3128",
+            "squid:99999",
+        ] {
+            let error = check(bad).unwrap_err();
+            assert!(error.contains("must be host:port"), "{bad}: {error}");
+        }
+        let env = proxy_env("127.0.0.1:3128");
+        for name in ["HTTP_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"] {
+            assert!(
+                env.contains(&(name.to_string(), "http://127.0.0.1:3128".to_string())),
+                "{name}"
+            );
+        }
     }
 
     #[test]

@@ -107,6 +107,7 @@ fn main() {
                 writable,
                 scratch_dir: base.path().join(name),
                 mounts: Vec::new(),
+                egress_proxy: None,
             })
             .unwrap()
     };

@@ -48,6 +48,7 @@ pub(crate) fn cancelled_output(
         truncated,
         timed_out: false,
         duration,
+        egress_connections: 0,
     }
 }
 

@@ -6,7 +6,8 @@
 //! snapshot bound read-only, or for writable views the copy-on-write tree the linux backend's
 //! host-side overlay provides (which needs a Warden that may mount, i.e. root; an unprivileged
 //! Warden gets [`Layer::Overlayfs`] unavailable for writable gVisor views). `--network=none`
-//! leaves only loopback; an OCI seccomp profile (`--oci-seccomp`) refuses non-unix sockets,
+//! leaves only loopback (so a view asking for an egress relay is refused: nothing of Warden's
+//! can listen in gVisor's netstack); an OCI seccomp profile (`--oci-seccomp`) refuses non-unix sockets,
 //! ptrace, mounts, namespaces, bpf, keyrings, io_uring and the rest of the linux backend's list
 //! (gVisor of this vintage ignores `errnoRet`, so they fail with `EPERM`). Memory is limited by
 //! the sandbox's host cgroup (runsc does this when it runs as root; rootless runsc cannot, so
@@ -262,6 +263,7 @@ impl GvisorSandbox {
                 writable: false,
                 scratch_dir: base.join("scratch"),
                 mounts: Vec::new(),
+                egress_proxy: None,
             })?;
             let output = view.run(&CommandSpec::bash(script, Duration::from_secs(60)));
             view.close()?;
@@ -285,6 +287,15 @@ impl Sandbox for GvisorSandbox {
     #[cfg(target_os = "linux")]
     fn open(&self, spec: &ViewSpec) -> Result<Box<dyn SandboxView>, SandboxError> {
         let validated = validate_view(spec)?;
+        if spec.egress_proxy.is_some() {
+            // `--network=none` leaves gVisor's netstack with loopback only, and nothing of
+            // Warden's can listen there: refuse rather than give the view any other network.
+            return Err(unavailable(
+                Layer::NetNamespace,
+                "the gvisor backend cannot relay to an egress proxy (its sandboxes run with \
+                 --network=none)",
+            ));
+        }
         crate::spec::prepare_scratch(&spec.scratch_dir)?;
         match GvisorView::open(self, &validated, spec) {
             Ok(view) => Ok(Box::new(view)),
@@ -701,6 +712,7 @@ impl SandboxView for GvisorView {
             truncated,
             timed_out,
             duration: started.elapsed(),
+            egress_connections: 0,
         })
     }
 

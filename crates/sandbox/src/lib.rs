@@ -41,6 +41,12 @@
 //!   through [`SandboxView::root`]. When Warden may mount, it mounts the tmpfs under the scratch
 //!   directory; otherwise the view holder mounts it in its own mount namespace. The `local`
 //!   backend has no quota.
+//! - **No network, but one relay when asked.** Commands have loopback only. A view opened with
+//!   [`ViewSpec::egress_proxy`] (a change task's `prepare` step, with an operator-run proxy)
+//!   also finds, on the `linux` backend, a relay at [`SandboxView::egress_address`]: every
+//!   connection to it goes to that one proxy, from Warden's process; the command cannot dial
+//!   anything else. Backends that cannot do this say so ([`Sandbox::relays_egress`]) and refuse
+//!   the view.
 //! - **`root()` of writable (and multi-repository) views** is an ordinary path when Warden may
 //!   mount (root). An unprivileged Warden cannot mount on the host, so it is
 //!   `/proc/<holder pid>/root/.warden-host/<id>`: files open fine under it, but `realpath`
@@ -50,6 +56,8 @@
 
 #[cfg(target_os = "linux")]
 mod cancel;
+#[cfg(target_os = "linux")]
+mod egress;
 mod error;
 mod gvisor;
 #[cfg(target_os = "linux")]
@@ -81,6 +89,12 @@ pub trait Sandbox: Send + Sync {
     fn backend(&self) -> Backend;
     /// Opens a task's view of its snapshots.
     fn open(&self, view: &ViewSpec) -> Result<Box<dyn SandboxView>, SandboxError>;
+
+    /// Whether views may ask for an egress relay to a proxy ([`ViewSpec::egress_proxy`]); a
+    /// backend that cannot relay refuses such a view instead of giving it wider network.
+    fn relays_egress(&self) -> bool {
+        false
+    }
 }
 
 /// One task's view: the snapshots (read-only, or writable through a copy-on-write layer), a
@@ -98,6 +112,13 @@ pub trait SandboxView: Send + Sync {
     /// for writable views that have one (`None`: compare the whole tree). Read it only; like
     /// [`SandboxView::root`] it may be a `/proc/<pid>/root/...` path.
     fn upper(&self) -> Option<&Path> {
+        None
+    }
+
+    /// Where the view's commands reach the egress proxy, `host:port` as they must dial it
+    /// (for `HTTP_PROXY`), when the view was opened with [`ViewSpec::egress_proxy`]: a relay on
+    /// the sandbox's own loopback for isolating backends.
+    fn egress_address(&self) -> Option<String> {
         None
     }
 

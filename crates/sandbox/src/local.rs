@@ -31,6 +31,11 @@ impl Sandbox for LocalSandbox {
         Backend::Local
     }
 
+    /// No isolation: commands reach the proxy (and everything else) directly.
+    fn relays_egress(&self) -> bool {
+        true
+    }
+
     fn open(&self, view: &ViewSpec) -> Result<Box<dyn SandboxView>, SandboxError> {
         let validated = validate_view(view)?;
         crate::spec::prepare_scratch(&view.scratch_dir)?;
@@ -62,6 +67,7 @@ impl Sandbox for LocalSandbox {
         Ok(Box::new(LocalView {
             root,
             scratch: view.scratch_dir.clone(),
+            egress_proxy: view.egress_proxy.clone(),
             cancellation: Cancellation::default(),
         }))
     }
@@ -70,6 +76,8 @@ impl Sandbox for LocalSandbox {
 struct LocalView {
     root: PathBuf,
     scratch: PathBuf,
+    /// The proxy itself: a local command has the host's network, there is nothing to relay.
+    egress_proxy: Option<String>,
     /// The process groups of the commands running now, killed by [`SandboxView::cancel`].
     cancellation: Cancellation,
 }
@@ -77,6 +85,10 @@ struct LocalView {
 impl SandboxView for LocalView {
     fn root(&self) -> &Path {
         &self.root
+    }
+
+    fn egress_address(&self) -> Option<String> {
+        self.egress_proxy.clone()
     }
 
     fn run_streaming(
@@ -125,6 +137,7 @@ impl SandboxView for LocalView {
                     truncated,
                     timed_out: false,
                     duration: started.elapsed(),
+                    egress_connections: 0,
                 });
             }
         };
@@ -173,6 +186,7 @@ impl SandboxView for LocalView {
             truncated,
             timed_out,
             duration: started.elapsed(),
+            egress_connections: 0,
         })
     }
 

@@ -282,6 +282,13 @@ pub struct ViewSpec {
     /// caches). Nothing else of the host's file system is visible beyond the system
     /// directories.
     pub mounts: Vec<Mount>,
+    /// The one way out of the view's commands, when set: an HTTP proxy the operator runs,
+    /// `host:port`, reached by Warden (in the host's network) on their behalf. Inside, commands
+    /// find a relay at [`crate::SandboxView::egress_address`]; every connection to it is
+    /// relayed to this address and nowhere else (Warden relays bytes, it does not read HTTP).
+    /// Backends that cannot relay refuse it ([`crate::Sandbox::relays_egress`]). `None`: no
+    /// network at all, the default.
+    pub egress_proxy: Option<String>,
 }
 
 /// A host directory bound into a view at the same absolute path: read-only (and `nosuid`,
@@ -411,6 +418,9 @@ pub struct CommandOutput {
     pub timed_out: bool,
     /// Wall-clock time from start to the end of the last process.
     pub duration: Duration,
+    /// Connections relayed to the view's egress proxy ([`ViewSpec::egress_proxy`]) while the
+    /// command ran; `0` without one.
+    pub egress_connections: u32,
 }
 
 impl CommandOutput {
@@ -485,6 +495,9 @@ pub(crate) fn validate_view(view: &ViewSpec) -> Result<ValidatedView, SandboxErr
         repos.push((name.clone(), canonical));
     }
     validate_mounts(view, &repos)?;
+    if let Some(proxy) = &view.egress_proxy {
+        validate_egress_proxy(proxy)?;
+    }
     if repos.len() == 1 {
         let (_, snapshot) = repos.remove(0);
         return Ok(ValidatedView::Single(snapshot));
@@ -494,6 +507,31 @@ pub(crate) fn validate_view(view: &ViewSpec) -> Result<ValidatedView, SandboxErr
         return invalid(format!("repository name {:?} is given twice", pair[0].0));
     }
     Ok(ValidatedView::Multi(repos))
+}
+
+/// Checks an egress proxy address: `host:port` (an IPv6 literal in brackets), port 1–65535.
+pub(crate) fn validate_egress_proxy(proxy: &str) -> Result<(), SandboxError> {
+    let valid = proxy.rsplit_once(':').is_some_and(|(host, port)| {
+        let host_ok = match host.strip_prefix('[') {
+            Some(rest) => rest
+                .strip_suffix(']')
+                .is_some_and(|ip| ip.parse::<std::net::Ipv6Addr>().is_ok()),
+            None => {
+                !host.is_empty()
+                    && host
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+            }
+        };
+        host_ok && port.parse::<u16>().is_ok_and(|port| port != 0)
+    });
+    if valid {
+        Ok(())
+    } else {
+        Err(SandboxError::InvalidRequest(format!(
+            "egress proxy {proxy:?} must be host:port"
+        )))
+    }
 }
 
 /// A [`Mount`] after validation.

@@ -77,6 +77,60 @@ pub(crate) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// Receives one descriptor sent with `SCM_RIGHTS` on the unix socket `socket` (blocking);
+/// `None` when the peer closed without sending one. The descriptor arrives close-on-exec.
+pub(crate) fn recv_fd(socket: BorrowedFd<'_>) -> io::Result<Option<OwnedFd>> {
+    #[repr(C, align(8))]
+    struct Control([u8; 64]);
+    let mut control = Control([0; 64]);
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    // SAFETY: msghdr is plain old data; all-zero is a valid value, filled in below with
+    // pointers to locals that outlive the call.
+    let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+    message.msg_iov = &mut iov;
+    message.msg_iovlen = 1;
+    message.msg_control = control.0.as_mut_ptr().cast();
+    message.msg_controllen = control.0.len() as _;
+    let received = loop {
+        // SAFETY: `message` points at valid buffers for the whole call.
+        let n = unsafe { libc::recvmsg(socket.as_raw_fd(), &mut message, libc::MSG_CMSG_CLOEXEC) };
+        if n >= 0 {
+            break n;
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    };
+    let mut found = None;
+    // SAFETY: the CMSG_* helpers walk the control buffer the kernel just filled, within
+    // `msg_controllen`; every descriptor found is taken into an `OwnedFd` exactly once.
+    unsafe {
+        let mut header = libc::CMSG_FIRSTHDR(&message);
+        while !header.is_null() {
+            if (*header).cmsg_level == libc::SOL_SOCKET && (*header).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(header).cast::<libc::c_int>();
+                let bytes = (*header).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                for index in 0..bytes / std::mem::size_of::<libc::c_int>() {
+                    let fd = OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(index)));
+                    if found.is_none() {
+                        found = Some(fd);
+                    }
+                }
+            }
+            header = libc::CMSG_NXTHDR(&message, header);
+        }
+    }
+    if received == 0 && found.is_none() {
+        return Ok(None);
+    }
+    Ok(found)
+}
+
 /// Makes reads on `fd` return `EAGAIN` instead of blocking.
 pub(crate) fn set_nonblocking(fd: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: F_GETFL/F_SETFL on a descriptor we borrow; no pointers involved.

@@ -46,6 +46,7 @@ fn main() {
                 writable: true,
                 scratch_dir: scratch.join("view"),
                 mounts: Vec::new(),
+                egress_proxy: None,
             })
             .unwrap();
         let opened = started.elapsed();

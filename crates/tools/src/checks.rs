@@ -141,6 +141,7 @@ impl ChangeSession {
                     writable: true,
                     scratch_dir,
                     mounts: self.config.mounts.clone(),
+                    egress_proxy: None,
                 })
                 .map_err(|e| format!("sandbox error: the check view could not be opened: {e}"))?;
             let mut spec = CommandSpec::bash(command, self.config.check_timeout);
@@ -226,6 +227,7 @@ impl ChangeSession {
                 writable: false,
                 scratch_dir: self.config.scratch.join("probe"),
                 mounts: self.config.mounts.clone(),
+                egress_proxy: None,
             })
             .map_err(|e| format!("sandbox error: the check view could not be opened: {e}"))?;
         let mut spec = CommandSpec::bash(&script, Duration::from_secs(60));

@@ -193,6 +193,179 @@ fn prepare_fills_the_cache_that_checks_and_the_agent_only_read() {
     assert!(!cache.join("x").exists());
 }
 
+/// A stand-in for the operator's HTTP proxy: records each request line and answers with a
+/// small body.
+struct FakeProxy {
+    address: String,
+    requests: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl FakeProxy {
+    fn start() -> FakeProxy {
+        use std::io::{BufRead, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let requests = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = requests.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { return };
+                let mut line = String::new();
+                let _ = std::io::BufReader::new(stream.try_clone().unwrap()).read_line(&mut line);
+                seen.lock().unwrap().push(line.trim_end().to_string());
+                let _ = stream.write_all(
+                    b"HTTP/1.0 200 OK\r\nContent-Length: 22\r\n\r\nfetched-through-proxy\n",
+                );
+            }
+        });
+        FakeProxy { address, requests }
+    }
+
+    fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+/// With `[sandbox] prepare_proxy`, prepare fetches through it (the address comes from the
+/// `HTTP_PROXY` Warden sets) into the dependency cache; the agent's commands and the checks of
+/// the same task reach neither the relay nor the proxy, and see no proxy variables.
+#[test]
+fn prepare_fetches_through_the_proxy_and_nothing_else_reaches_it() {
+    let proxy = FakeProxy::start();
+    let repo = repo();
+    let reach = "(exec 3<>/dev/tcp/127.0.0.1/3128) 2>/dev/null";
+    let server = ScriptedModelServer::start_blocking(vec![
+        openai::tool_call(
+            "shell",
+            &json!({"command": format!(
+                "{reach} && echo REACHED-$((40 + 2)); echo \"proxy=[$HTTP_PROXY]\""
+            )})
+            .to_string(),
+        ),
+        openai::tool_call(
+            "write_file",
+            &json!({"path": "NOTES.md", "content": "notes\n"}).to_string(),
+        ),
+        openai::tool_call(
+            "submit_change",
+            &json!({"summary": "Add notes"}).to_string(),
+        ),
+    ]);
+    // Dials the proxy address from HTTP_PROXY and keeps the body of the reply.
+    let prepare = r#"p=${HTTP_PROXY#http://}; exec 3<>/dev/tcp/${p%:*}/${p##*:} && printf 'GET http://deps.example/dep HTTP/1.0\r\n\r\n' >&3 && sed '1,/^\r$/d' <&3 > "$WARDEN_CACHE/dep""#;
+    let warden = with_config(
+        Warden::openai(&server.url()),
+        &format!(
+            "[sandbox]\nprepare = [{prepare:?}]\nprepare_proxy = {:?}\n",
+            proxy.address
+        ),
+    );
+    let check = format!(
+        "grep -qx fetched-through-proxy \"$WARDEN_CACHE/dep\" && [ -z \"$HTTP_PROXY$https_proxy\" ] \
+         && ! {reach}"
+    );
+    let run = warden.run(&[
+        "run",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--json",
+        "--check",
+        &check,
+        "add notes",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    assert_eq!(
+        result["proposal"]["validations"][0]["exit_code"], 0,
+        "{result}"
+    );
+    let notices = result["notices"].to_string();
+    let through = format!(
+        "prepare: network through the proxy {} (1 connection)",
+        proxy.address
+    );
+    assert!(notices.contains(&through), "{notices}");
+    assert!(!notices.contains("without network"), "{notices}");
+    // The agent's command reached nothing and saw no proxy.
+    let seen = server.requests()[1].body["messages"].to_string();
+    assert!(seen.contains("proxy=[]"), "{seen}");
+    assert!(!seen.contains("REACHED-42"), "{seen}");
+    // Exactly one request reached the proxy: prepare's.
+    assert_eq!(
+        proxy.requests(),
+        vec!["GET http://deps.example/dep HTTP/1.0".to_string()]
+    );
+}
+
+#[test]
+fn a_bad_prepare_proxy_is_refused_at_configuration_load() {
+    let repo = repo();
+    let warden = with_config(
+        Warden::faux(),
+        "[sandbox]\nprepare_proxy = \"http://squid:3128\"\n",
+    );
+    let run = warden.run(&["run", "--repo", repo.path().to_str().unwrap(), "x"]);
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains(
+            "sandbox.prepare_proxy must be host:port, the address of an HTTP proxy such as squid \
+             (got \"http://squid:3128\")"
+        ),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn doctor_reports_whether_the_prepare_proxy_is_reachable() {
+    let proxy = FakeProxy::start();
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().to_string()
+    };
+    let check = |address: &str| {
+        let warden = with_config(
+            Warden::faux(),
+            &format!("[sandbox]\nprepare_proxy = {address:?}\n"),
+        );
+        let run = warden.run(&["doctor", "--json"]);
+        let report: serde_json::Value = serde_json::from_str(&run.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}\n{}", run.stdout, run.stderr));
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["check"] == "prepare proxy")
+            .unwrap_or_else(|| panic!("{report}"))
+            .clone()
+    };
+    let reachable = check(&proxy.address);
+    assert_eq!(reachable["ok"], true, "{reachable}");
+    assert!(
+        reachable["detail"]
+            .as_str()
+            .unwrap()
+            .contains("is reachable"),
+        "{reachable}"
+    );
+    let unreachable = check(&closed);
+    assert_eq!(unreachable["ok"], false, "{unreachable}");
+    assert!(
+        unreachable["detail"]
+            .as_str()
+            .unwrap()
+            .contains("is not reachable"),
+        "{unreachable}"
+    );
+    // The doctor connects and sends nothing.
+    assert!(
+        proxy.requests().iter().all(String::is_empty),
+        "{:?}",
+        proxy.requests()
+    );
+}
+
 #[test]
 fn doctor_suggests_the_rust_preset_when_rustup_is_installed() {
     use std::os::unix::fs::PermissionsExt;

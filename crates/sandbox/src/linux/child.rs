@@ -13,8 +13,10 @@
 //!   mount namespaces, unshares fresh mount/pid/net/ipc/uts/cgroup namespaces, forks the
 //!   sandboxed process and reports its pid and wait status;
 //! - the **sandboxed process** (`sandboxed_main`): pid 1 of the new pid namespace; mounts its
-//!   `/proc`, brings up `lo`, applies rlimits, capabilities, `no_new_privs`, Landlock and, last,
-//!   seccomp, then `execve`s the command.
+//!   `/proc`, brings up `lo`, for a view with an egress relay opens the relay's listening
+//!   socket on `127.0.0.1` and hands it to Warden (`SCM_RIGHTS`) keeping no copy, applies
+//!   rlimits, capabilities, `no_new_privs`, Landlock and, last, seccomp, then `execve`s the
+//!   command.
 
 use std::ffi::CString;
 use std::os::fd::RawFd;
@@ -44,6 +46,7 @@ pub(crate) mod code {
     pub const CLOSE_FDS: u32 = 0x130a;
     pub const SECCOMP: u32 = 0x130b;
     pub const EXEC: u32 = 0x130c;
+    pub const EGRESS: u32 = 0x130d;
 }
 
 /// Namespaces unshared per command, in the order a failure is attributed.
@@ -120,6 +123,14 @@ pub(crate) struct HolderPlan<'a> {
     pub filter: Filter<'a>,
 }
 
+/// The egress relay's listener, opened by the sandboxed process in its network namespace.
+pub(crate) struct EgressPlan {
+    /// `127.0.0.1:<port>`.
+    pub address: libc::sockaddr_in,
+    /// One end of a unix socket pair; Warden holds the other and receives the listener there.
+    pub channel: RawFd,
+}
+
 /// What the relay and the sandboxed process do for one command.
 pub(crate) struct RunPlan<'a> {
     /// As in [`HolderPlan::keep_fds`].
@@ -133,6 +144,7 @@ pub(crate) struct RunPlan<'a> {
     pub error_fd: RawFd,
     pub proc_steps: &'a [Step],
     pub loopback: libc::ifreq,
+    pub egress: Option<EgressPlan>,
     pub hostname: &'a [u8],
     pub rlimits: &'a [(libc::__rlimit_resource_t, libc::rlim_t)],
     pub cwd: &'a CString,
@@ -473,6 +485,10 @@ pub(crate) fn relay_main(plan: &RunPlan<'_>) -> ! {
     // and reaping our own child.
     unsafe {
         libc::close(lifeline[0]);
+        if let Some(egress) = &plan.egress {
+            // Only the sandboxed process sends on it; Warden sees end of file if it dies first.
+            libc::close(egress.channel);
+        }
         libc::write(plan.status_fd, pid.to_ne_bytes().as_ptr().cast(), 4);
         let mut status = 0;
         loop {
@@ -565,6 +581,65 @@ fn drop_capabilities(error_fd: RawFd, keep_dac_override: bool, last_cap: libc::c
     }
 }
 
+/// Opens the egress relay's listening socket on the (now up) loopback of this network
+/// namespace, sends it to Warden over the plan's channel and closes both: the command keeps no
+/// descriptor of it, so only Warden accepts (and relays) what connects there. Runs before
+/// Landlock and seccomp, which then deny the command any `bind` and any socket but this kind.
+fn open_egress_listener(error_fd: RawFd, egress: &EgressPlan) {
+    // A control buffer for one descriptor, aligned for `cmsghdr`; 32 bytes hold
+    // CMSG_SPACE(4) on every 64-bit and 32-bit target.
+    #[repr(C, align(8))]
+    struct Control([u8; 32]);
+    // SAFETY: socket/bind/listen/sendmsg/close on descriptors this process owns, with a local
+    // address from the plan and local buffers; the CMSG_* helpers only compute offsets into
+    // `control`, whose size is checked against CMSG_SPACE first. No allocation.
+    unsafe {
+        let listener = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if listener < 0 {
+            fail(error_fd, code::EGRESS, errno());
+        }
+        check(
+            error_fd,
+            code::EGRESS,
+            libc::bind(
+                listener,
+                (&egress.address as *const libc::sockaddr_in).cast(),
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            )
+            .into(),
+        );
+        check(error_fd, code::EGRESS, libc::listen(listener, 64).into());
+        let space = libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) as usize;
+        let mut control = Control([0; 32]);
+        if space > control.0.len() {
+            fail(error_fd, code::EGRESS, libc::EINVAL);
+        }
+        let mut byte = [0u8; 1];
+        let mut iov = libc::iovec {
+            iov_base: byte.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        let mut message: libc::msghdr = std::mem::zeroed();
+        message.msg_iov = &mut iov;
+        message.msg_iovlen = 1;
+        message.msg_control = control.0.as_mut_ptr().cast();
+        message.msg_controllen = space as _;
+        let header = libc::CMSG_FIRSTHDR(&message);
+        if header.is_null() {
+            fail(error_fd, code::EGRESS, libc::EINVAL);
+        }
+        (*header).cmsg_level = libc::SOL_SOCKET;
+        (*header).cmsg_type = libc::SCM_RIGHTS;
+        (*header).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(header).cast::<libc::c_int>(), listener);
+        if libc::sendmsg(egress.channel, &message, libc::MSG_NOSIGNAL) != 1 {
+            fail(error_fd, code::EGRESS, errno());
+        }
+        libc::close(listener);
+        libc::close(egress.channel);
+    }
+}
+
 /// The sandboxed process: pid 1 of its own pid namespace. Never returns.
 fn sandboxed_main(plan: &RunPlan<'_>, lifeline: [libc::c_int; 2]) -> ! {
     let error_fd = plan.error_fd;
@@ -608,6 +683,9 @@ fn sandboxed_main(plan: &RunPlan<'_>, lifeline: [libc::c_int; 2]) -> ! {
             fail(error_fd, code::LOOPBACK, errno());
         }
         libc::close(socket);
+        if let Some(egress) = &plan.egress {
+            open_egress_listener(error_fd, egress);
+        }
         check(
             error_fd,
             code::HOSTNAME,

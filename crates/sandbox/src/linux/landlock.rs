@@ -5,7 +5,9 @@
 //! Every file-system right the kernel's ABI knows is handled: reading and executing is allowed
 //! under the sandbox root, writing only under the writable directories (`/tmp`, `/dev/shm` and,
 //! for writable views, the working root) and to the device nodes. From ABI 4 all TCP `bind` and
-//! `connect` is denied; from ABI 6 abstract unix sockets and signals are scoped to the sandbox.
+//! `connect` is denied, except `connect` to the egress relay's port in a view that has one
+//! ([`Ruleset::allow_connect`]); from ABI 6 abstract unix sockets and signals are scoped to the
+//! sandbox.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -13,6 +15,7 @@ use std::path::Path;
 
 const CREATE_RULESET_VERSION: u32 = 1;
 const RULE_PATH_BENEATH: u32 = 1;
+const RULE_NET_PORT: u32 = 2;
 
 const EXECUTE: u64 = 1 << 0;
 const WRITE_FILE: u64 = 1 << 1;
@@ -48,6 +51,12 @@ struct RulesetAttr {
 struct PathBeneathAttr {
     allowed_access: u64,
     parent_fd: i32,
+}
+
+#[repr(C, packed)]
+struct NetPortAttr {
+    allowed_access: u64,
+    port: u64,
 }
 
 /// The Landlock ABI version of the running kernel.
@@ -186,6 +195,32 @@ impl Ruleset {
                 error.kind(),
                 format!("{}: {error}", path.display()),
             ));
+        }
+        Ok(())
+    }
+
+    /// Allows TCP `connect` to `port` (any address: the command's network namespace holds only
+    /// `lo`). Without network rules (ABI < 4) there is nothing to add: TCP is not handled.
+    pub(crate) fn allow_connect(&mut self, port: u16) -> io::Result<()> {
+        if self.abi < 4 {
+            return Ok(());
+        }
+        let attr = NetPortAttr {
+            allowed_access: NET_CONNECT_TCP,
+            port: u64::from(port),
+        };
+        // SAFETY: `attr` is a valid packed net-port attribute alive across the call.
+        let result = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_add_rule,
+                self.fd.as_raw_fd(),
+                RULE_NET_PORT,
+                &attr as *const NetPortAttr,
+                0u32,
+            )
+        };
+        if result < 0 {
+            return Err(io::Error::last_os_error());
         }
         Ok(())
     }

@@ -18,6 +18,15 @@
 //! `execve`s. The whole process tree dies with it (pid-namespace semantics); the wall-clock
 //! timeout kills it.
 //!
+//! **Egress** (a view opened with [`crate::ViewSpec::egress_proxy`]): the sandboxed process,
+//! once `lo` is up, opens a listening socket on `127.0.0.1:3128` of its own network namespace
+//! and passes it to Warden over a unix socket pair (`SCM_RIGHTS`), keeping no copy; Warden
+//! accepts there and relays every connection to the proxy (`crate::egress`). Such a view's
+//! commands get a seccomp filter that also allows `AF_INET` stream sockets and, where Landlock
+//! has network rules (ABI ≥ 4), a ruleset allowing TCP `connect` to that port only (`bind`
+//! stays denied). Joining the namespace from Warden (`setns`) is not an option: it needs
+//! `CAP_SYS_ADMIN` in Warden's own user namespace.
+//!
 //! **Where the merged tree is visible on the host.** When Warden may mount in its own mount
 //! namespace (it runs as root), the copy-on-write layer is mounted there, under the scratch
 //! directory, and [`crate::SandboxView::root`] is an ordinary path. An unprivileged Warden
@@ -53,6 +62,8 @@ pub(crate) struct LinuxSandbox {
     memory_cgroup: bool,
     landlock_abi: u32,
     filter: Vec<libc::sock_filter>,
+    /// The filter of commands in a view with an egress relay (adds `AF_INET` streams).
+    egress_filter: Vec<libc::sock_filter>,
     layout: SystemLayout,
     uid: u32,
     gid: u32,
@@ -127,7 +138,8 @@ impl LinuxSandbox {
                 .any(|h| h.controller == cgroup::Controller::Memory),
             cgroups,
             landlock_abi,
-            filter: seccomp::program(),
+            filter: seccomp::program(false),
+            egress_filter: seccomp::program(true),
             layout,
             // SAFETY: getuid/getgid cannot fail.
             uid: unsafe { libc::getuid() },
@@ -156,6 +168,7 @@ impl LinuxSandbox {
                 writable: true,
                 scratch_dir: base.join("scratch"),
                 mounts: Vec::new(),
+                egress_proxy: None,
             })?;
             let mut command = CommandSpec::bash("", Duration::from_secs(30));
             command.argv = vec!["true".into()];
@@ -185,6 +198,10 @@ impl LinuxSandbox {
 impl Sandbox for LinuxSandbox {
     fn backend(&self) -> Backend {
         Backend::Linux
+    }
+
+    fn relays_egress(&self) -> bool {
+        true
     }
 
     fn open(&self, view: &ViewSpec) -> Result<Box<dyn SandboxView>, SandboxError> {

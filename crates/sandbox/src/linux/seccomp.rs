@@ -5,7 +5,11 @@
 //!
 //! - wrong architecture or an x32 system call: the process is killed;
 //! - `socket` with any domain but `AF_UNIX`: `EAFNOSUPPORT` (no IPv4, IPv6, netlink, packet,
-//!   vsock, …);
+//!   vsock, …). The one exception is the filter of a view with an egress relay
+//!   ([`crate::ViewSpec::egress_proxy`]), which also allows `AF_INET` stream sockets, so its
+//!   commands can dial the relay on their loopback (the command's network namespace holds only
+//!   `lo`, and Landlock, where it has network rules, lets TCP connect to the relay's port
+//!   only); other `AF_INET` types fail with `ESOCKTNOSUPPORT`;
 //! - `clone` with a namespace flag, `clone3` (its flags are behind a pointer): `EPERM` /
 //!   `ENOSYS` (libc falls back to `clone`);
 //! - ptrace and cross-process memory access, mounting and pivoting, namespaces, bpf, keyrings,
@@ -27,6 +31,11 @@ const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 const OFFSET_NR: u32 = 0;
 const OFFSET_ARCH: u32 = 4;
 const OFFSET_ARG0_LOW: u32 = 16;
+const OFFSET_ARG1_LOW: u32 = 24;
+
+/// The socket type bits of `socket`'s second argument (the rest are `SOCK_CLOEXEC` and
+/// `SOCK_NONBLOCK`).
+const SOCK_TYPE_MASK: u32 = 0xf;
 
 const NAMESPACE_FLAGS: u32 = (libc::CLONE_NEWNS
     | libc::CLONE_NEWUSER
@@ -126,14 +135,44 @@ fn errno(error: i32) -> u32 {
     libc::SECCOMP_RET_ERRNO | (error as u32 & libc::SECCOMP_RET_DATA)
 }
 
-/// The filter program.
-pub(crate) fn program() -> Vec<libc::sock_filter> {
+/// What `socket` may create: `AF_UNIX` always, `AF_INET` streams when `inet_stream` (a view
+/// with an egress relay).
+fn socket_block(inet_stream: bool) -> Vec<libc::sock_filter> {
+    let eq = libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K;
+    let allow = libc::SECCOMP_RET_ALLOW;
+    if !inet_stream {
+        return vec![
+            load(OFFSET_ARG0_LOW),
+            jump(eq, libc::AF_UNIX as u32, 0, 1),
+            ret(allow),
+            ret(errno(libc::EAFNOSUPPORT)),
+        ];
+    }
+    vec![
+        load(OFFSET_ARG0_LOW),
+        // AF_UNIX -> allow
+        jump(eq, libc::AF_UNIX as u32, 4, 0),
+        // anything but AF_INET -> EAFNOSUPPORT
+        jump(eq, libc::AF_INET as u32, 0, 5),
+        load(OFFSET_ARG1_LOW),
+        statement(libc::BPF_ALU | libc::BPF_AND | libc::BPF_K, SOCK_TYPE_MASK),
+        jump(eq, libc::SOCK_STREAM as u32, 0, 1),
+        ret(allow),
+        ret(errno(libc::ESOCKTNOSUPPORT)),
+        ret(errno(libc::EAFNOSUPPORT)),
+    ]
+}
+
+/// The filter program; `inet_stream` for the commands of a view with an egress relay.
+pub(crate) fn program(inet_stream: bool) -> Vec<libc::sock_filter> {
     let eq = libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K;
     let ge = libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K;
     let set = libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K;
     let kill = libc::SECCOMP_RET_KILL_PROCESS;
     let allow = libc::SECCOMP_RET_ALLOW;
     let denied = denied();
+    let sock = socket_block(inet_stream);
+    let sock_len = sock.len();
 
     let mut program = vec![
         load(OFFSET_ARCH),
@@ -147,7 +186,7 @@ pub(crate) fn program() -> Vec<libc::sock_filter> {
     }
     // Layout after the per-call comparisons:
     //   [deny]  ret EPERM
-    //   [sock]  ld arg0; jeq AF_UNIX; ret ALLOW; ret EAFNOSUPPORT
+    //   [sock]  `socket_block`: ld arg0; jeq AF_UNIX; ret ALLOW; ret EAFNOSUPPORT (or more)
     //   [clone] ld arg0; jset NAMESPACE_FLAGS; ret EPERM; ret ALLOW
     //   [clone3] ret ENOSYS
     //   ...
@@ -160,18 +199,20 @@ pub(crate) fn program() -> Vec<libc::sock_filter> {
     }
     // socket -> sock (over: clone cmp, clone3 cmp, allow, deny)
     program.push(jump(eq, libc::SYS_socket as u32, 4, 0));
-    // clone -> clone block (over: clone3 cmp, allow, deny, sock block of 4)
-    program.push(jump(eq, libc::SYS_clone as u32, 7, 0));
-    // clone3 -> ENOSYS (over: allow, deny, sock block of 4, clone block of 4)
-    program.push(jump(eq, libc::SYS_clone3 as u32, 10, 0));
+    // clone -> clone block (over: clone3 cmp, allow, deny, sock block)
+    program.push(jump(eq, libc::SYS_clone as u32, (3 + sock_len) as u8, 0));
+    // clone3 -> ENOSYS (over: allow, deny, sock block, clone block of 4)
+    program.push(jump(
+        eq,
+        libc::SYS_clone3 as u32,
+        (2 + sock_len + 4) as u8,
+        0,
+    ));
     program.push(ret(allow));
     // deny
     program.push(ret(errno(libc::EPERM)));
     // sock
-    program.push(load(OFFSET_ARG0_LOW));
-    program.push(jump(eq, libc::AF_UNIX as u32, 0, 1));
-    program.push(ret(allow));
-    program.push(ret(errno(libc::EAFNOSUPPORT)));
+    program.extend(sock);
     // clone
     program.push(load(OFFSET_ARG0_LOW));
     program.push(jump(set, NAMESPACE_FLAGS, 0, 1));
@@ -188,6 +229,16 @@ mod tests {
 
     /// A tiny classic-BPF interpreter for the subset the program uses, to check the layout.
     fn evaluate(program: &[libc::sock_filter], arch: u32, nr: u32, arg0: u64) -> u32 {
+        evaluate_with(program, arch, nr, arg0, 0)
+    }
+
+    fn evaluate_with(
+        program: &[libc::sock_filter],
+        arch: u32,
+        nr: u32,
+        arg0: u64,
+        arg1: u64,
+    ) -> u32 {
         let mut accumulator = 0u32;
         let mut pc = 0usize;
         loop {
@@ -199,11 +250,16 @@ mod tests {
                         OFFSET_NR => nr,
                         OFFSET_ARCH => arch,
                         OFFSET_ARG0_LOW => arg0 as u32,
+                        OFFSET_ARG1_LOW => arg1 as u32,
                         other => panic!("unexpected offset {other}"),
                     };
                     pc += 1;
                 }
                 c if c == libc::BPF_RET | libc::BPF_K => return instruction.k,
+                c if c == libc::BPF_ALU | libc::BPF_AND | libc::BPF_K => {
+                    accumulator &= instruction.k;
+                    pc += 1;
+                }
                 c if c & 0x07 == libc::BPF_JMP => {
                     let taken = match c & 0xf0 {
                         op if op == libc::BPF_JEQ => accumulator == instruction.k,
@@ -223,11 +279,77 @@ mod tests {
     }
 
     fn check(nr: libc::c_long, arg0: u64, expect: u32) {
-        let program = program();
+        for inet_stream in [false, true] {
+            let program = program(inet_stream);
+            // AF_INET is the only socket call the two filters answer differently.
+            if nr == libc::SYS_socket && arg0 == libc::AF_INET as u64 && inet_stream {
+                continue;
+            }
+            assert_eq!(
+                evaluate(&program, AUDIT_ARCH, nr as u32, arg0),
+                expect,
+                "syscall {nr} arg0 {arg0:#x} (inet_stream: {inet_stream})"
+            );
+        }
+    }
+
+    fn socket(inet_stream: bool, domain: i32, kind: i32) -> u32 {
+        evaluate_with(
+            &program(inet_stream),
+            AUDIT_ARCH,
+            libc::SYS_socket as u32,
+            domain as u64,
+            kind as u64,
+        )
+    }
+
+    #[test]
+    fn an_egress_view_may_make_inet_stream_sockets_and_nothing_more() {
+        let allow = libc::SECCOMP_RET_ALLOW;
+        let stream = libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK;
+        assert_eq!(socket(true, libc::AF_INET, stream), allow);
+        assert_eq!(socket(true, libc::AF_INET, libc::SOCK_STREAM), allow);
+        assert_eq!(socket(true, libc::AF_UNIX, libc::SOCK_DGRAM), allow);
+        for kind in [libc::SOCK_DGRAM, libc::SOCK_RAW, libc::SOCK_SEQPACKET] {
+            assert_eq!(
+                socket(true, libc::AF_INET, kind | libc::SOCK_CLOEXEC),
+                errno(libc::ESOCKTNOSUPPORT)
+            );
+        }
+        for domain in [libc::AF_INET6, libc::AF_NETLINK, libc::AF_PACKET] {
+            assert_eq!(
+                socket(true, domain, libc::SOCK_STREAM),
+                errno(libc::EAFNOSUPPORT)
+            );
+        }
+        // Every other view: no AF_INET at all.
         assert_eq!(
-            evaluate(&program, AUDIT_ARCH, nr as u32, arg0),
-            expect,
-            "syscall {nr} arg0 {arg0:#x}"
+            socket(false, libc::AF_INET, libc::SOCK_STREAM),
+            errno(libc::EAFNOSUPPORT)
+        );
+        // The clone rules still follow the longer socket block.
+        let program = program(true);
+        assert_eq!(
+            evaluate(
+                &program,
+                AUDIT_ARCH,
+                libc::SYS_clone as u32,
+                libc::SIGCHLD as u64
+            ),
+            allow
+        );
+        assert_eq!(
+            evaluate(
+                &program,
+                AUDIT_ARCH,
+                libc::SYS_clone as u32,
+                (libc::CLONE_NEWNET | libc::SIGCHLD) as u64
+            ),
+            errno(libc::EPERM)
+        );
+        assert_eq!(
+            evaluate(&program, AUDIT_ARCH, libc::SYS_clone3 as u32, 0),
+            errno(libc::ENOSYS)
         );
     }
 
@@ -286,7 +408,7 @@ mod tests {
 
     #[test]
     fn kills_foreign_architectures_and_x32() {
-        let program = program();
+        let program = program(false);
         assert_eq!(
             evaluate(&program, 0x4000_0003, 0, 0),
             libc::SECCOMP_RET_KILL_PROCESS

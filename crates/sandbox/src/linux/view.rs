@@ -2,7 +2,7 @@
 //! root, built once), running commands in it (relay, sandboxed process, output, deadline), and
 //! tearing it down.
 
-use super::child::{self, code, Filter, HolderPlan, RunPlan, UNSHARE_ORDER};
+use super::child::{self, code, EgressPlan, Filter, HolderPlan, RunPlan, UNSHARE_ORDER};
 use super::plan::{self, Steps, SystemEntry, DEVICES, SANDBOX_ID};
 use super::{
     cgroup, describe_errno, disk_dir, disk_layout, landlock, mount_disk_on_host, mount_on_host,
@@ -44,6 +44,8 @@ pub(super) struct LinuxView {
     memory_cgroup: bool,
     filter: Vec<libc::sock_filter>,
     last_cap: libc::c_int,
+    /// Where each command's egress relay sends its connections (`ViewSpec::egress_proxy`).
+    egress_proxy: Option<String>,
     /// The relays of the commands running now, killed by [`SandboxView::cancel`].
     cancellation: Cancellation,
     closed: bool,
@@ -143,6 +145,7 @@ fn describe_fixed(step: u32) -> (Layer, String) {
         code::LANDLOCK => (Layer::Landlock, "apply the landlock ruleset"),
         code::SECCOMP => (Layer::Seccomp, "install the seccomp filter"),
         code::EXEC => (Layer::Process, "execute"),
+        code::EGRESS => (Layer::NetNamespace, "open the egress relay's listener"),
         code::CWD => (Layer::Filesystem, "enter the working directory"),
         step if (code::CGROUP_JOIN..code::CGROUP_JOIN + 8).contains(&step) => {
             (Layer::CgroupMemory, "join the command's cgroup")
@@ -586,8 +589,13 @@ impl LinuxView {
             host_mounts,
             cgroups: sandbox.cgroups.clone(),
             memory_cgroup: sandbox.memory_cgroup,
-            filter: sandbox.filter.clone(),
+            filter: if spec.egress_proxy.is_some() {
+                sandbox.egress_filter.clone()
+            } else {
+                sandbox.filter.clone()
+            },
             last_cap: sandbox.last_cap,
+            egress_proxy: spec.egress_proxy.clone(),
             cancellation: Cancellation::default(),
             closed: false,
         };
@@ -653,6 +661,15 @@ impl LinuxView {
                 return Err(unavailable(
                     Layer::Landlock,
                     format!("cannot add a rule: {error}"),
+                ));
+            }
+        }
+        if spec.egress_proxy.is_some() {
+            if let Err(error) = view.ruleset.allow_connect(crate::egress::PORT) {
+                let _ = view.shutdown();
+                return Err(unavailable(
+                    Layer::Landlock,
+                    format!("cannot allow connecting to the egress relay: {error}"),
                 ));
             }
         }
@@ -754,6 +771,16 @@ fn exec_candidates(command: &CommandSpec) -> Vec<CString> {
         .collect()
 }
 
+/// `127.0.0.1:port`, where the egress relay listens inside a command's network namespace.
+fn relay_address(port: u16) -> libc::sockaddr_in {
+    // SAFETY: sockaddr_in is plain old data; all-zero is a valid value.
+    let mut address: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+    address.sin_family = libc::AF_INET as libc::sa_family_t;
+    address.sin_port = port.to_be();
+    address.sin_addr.s_addr = u32::from(std::net::Ipv4Addr::LOCALHOST).to_be();
+    address
+}
+
 fn loopback_request() -> libc::ifreq {
     // SAFETY: ifreq is plain old data; all-zero is a valid value.
     let mut request: libc::ifreq = unsafe { std::mem::zeroed() };
@@ -770,6 +797,12 @@ impl SandboxView for LinuxView {
 
     fn upper(&self) -> Option<&Path> {
         self.upper.as_deref()
+    }
+
+    fn egress_address(&self) -> Option<String> {
+        self.egress_proxy
+            .as_ref()
+            .map(|_| format!("127.0.0.1:{}", crate::egress::PORT))
     }
 
     fn run_streaming(
@@ -901,6 +934,18 @@ impl LinuxView {
             (status_read, status_write),
             (error_read, error_write),
         ) = pipes;
+        // The egress relay's channel: the sandboxed process sends its listener on `theirs`.
+        let mut egress = None;
+        let mut egress_channel = None;
+        if let Some(proxy) = &self.egress_proxy {
+            let (ours, theirs) = std::os::unix::net::UnixStream::pair()
+                .map_err(|e| SandboxError::io("cannot create the egress relay's channel", e))?;
+            egress = Some(
+                crate::egress::EgressRelay::start(OwnedFd::from(ours), proxy.clone())
+                    .map_err(|e| SandboxError::io("cannot start the egress relay", e))?,
+            );
+            egress_channel = Some(OwnedFd::from(theirs));
+        }
         let proc_steps = plan::proc_steps();
         let dev_null = c"/dev/null".to_owned();
         let mut keep_fds: Vec<std::os::fd::RawFd> = [
@@ -914,6 +959,7 @@ impl LinuxView {
         ]
         .into_iter()
         .chain(inputs.procs.iter().copied())
+        .chain(egress_channel.as_ref().map(AsRawFd::as_raw_fd))
         .collect();
         keep_fds.sort_unstable();
         let plan = RunPlan {
@@ -926,6 +972,10 @@ impl LinuxView {
             error_fd: error_write.as_raw_fd(),
             proc_steps: &proc_steps.steps,
             loopback: loopback_request(),
+            egress: egress_channel.as_ref().map(|channel| EgressPlan {
+                address: relay_address(crate::egress::PORT),
+                channel: channel.as_raw_fd(),
+            }),
             hostname: b"sandbox",
             rlimits: inputs.rlimits,
             cwd: inputs.cwd,
@@ -944,7 +994,13 @@ impl LinuxView {
         };
         let relay = fork_with(0, || child::relay_main(&plan))
             .map_err(|e| unavailable(Layer::Process, format!("cannot fork: {e}")))?;
-        drop((out_write, err_write, status_write, error_write));
+        drop((
+            out_write,
+            err_write,
+            status_write,
+            error_write,
+            egress_channel,
+        ));
         let relay_fd = match sys::pidfd_open(relay) {
             Ok(fd) => fd,
             Err(error) => {
@@ -991,6 +1047,8 @@ impl LinuxView {
                 ));
             }
         };
+        // The command's processes are gone: nothing more can connect, end what is relayed.
+        let egress_connections = egress.as_mut().map_or(0, |relay| relay.stop());
         let failure = read_failure(&error_read).map_err(|e| SandboxError::io("error pipe", e))?;
         let duration = started.elapsed();
         if let Some((step, errno)) = failure {
@@ -1024,6 +1082,7 @@ impl LinuxView {
                     truncated,
                     timed_out: false,
                     duration,
+                    egress_connections,
                 });
             }
             let (layer, what) = match proc_steps.described.get(step as usize) {
@@ -1074,6 +1133,7 @@ impl LinuxView {
             truncated,
             timed_out,
             duration,
+            egress_connections,
         })
     }
 

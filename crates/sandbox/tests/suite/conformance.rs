@@ -161,6 +161,7 @@ pub fn multi_repository_views(sandbox: &Backend) {
                 writable,
                 scratch_dir: fixture.scratch(if writable { "multi-rw" } else { "multi-ro" }),
                 mounts: Vec::new(),
+                egress_proxy: None,
             },
         );
         let stdout = expect_success(&bash(view.as_ref(), "ls; cat app/src/lib.rs lib/lib.py"));

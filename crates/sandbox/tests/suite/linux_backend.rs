@@ -461,6 +461,7 @@ fn sandbox_dies_with_warden() {
                 writable: false,
                 scratch_dir: base.join("scratch"),
                 mounts: Vec::new(),
+                egress_proxy: None,
             })
             .unwrap();
         bash(view.as_ref(), &format!("sleep {needle}"));

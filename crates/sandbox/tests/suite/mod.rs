@@ -1,7 +1,9 @@
 //! The suite: the conformance checks instantiated per backend, plus backend-specific tests.
 
 mod conformance;
+mod egress;
 mod linux_backend;
+mod linux_egress;
 mod support;
 
 /// Instantiates conformance checks as tests of one backend. A backend this machine lacks is

@@ -160,6 +160,7 @@ impl Fixture {
             writable,
             scratch_dir: self.scratch(if writable { "scratch-rw" } else { "scratch-ro" }),
             mounts: Vec::new(),
+            egress_proxy: None,
         }
     }
 
