@@ -132,7 +132,7 @@ async fn admins_list_and_revoke_every_session_others_only_their_own() {
     );
 
     // An operator sees only sessions under its own name; another's does not exist for it.
-    assert_eq!(api.ids(OPERATOR).await, [olga.session_id.clone()]);
+    assert_eq!(api.ids(OPERATOR).await, vec![olga.session_id.clone()]);
     let (status, body) = api
         .send(
             Method::DELETE,
@@ -163,7 +163,7 @@ async fn admins_list_and_revoke_every_session_others_only_their_own() {
     assert!(!api.is_active(&alice).await);
     let (status, _) = api.send(Method::DELETE, &uri, Some(ADMIN)).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
-    assert_eq!(api.ids(ADMIN).await, [root.session_id.clone()]);
+    assert_eq!(api.ids(ADMIN).await, vec![root.session_id]);
 }
 
 #[tokio::test]

@@ -270,10 +270,38 @@ async fn sessions_ended_more_than_a_day_ago_are_deleted(f: &Fixture) {
     );
 }
 
+/// Another process's store sees a session end as soon as the new password is stored.
+async fn another_handle_sees_sessions_end_at_once(f: &Fixture) {
+    let other = f.another_handle().await;
+    f.store
+        .put_web_user("alice", "operator", "$argon2id$one")
+        .await
+        .unwrap();
+    f.store
+        .create_web_session(session("ses_a", "alice", WEB_CREDENTIAL_PASSWORD))
+        .await
+        .unwrap();
+    assert!(other
+        .find_web_session(&digest("ses_a"))
+        .await
+        .unwrap()
+        .is_some());
+    assert!(other.find_web_user("alice").await.unwrap().is_some());
+    f.store
+        .put_web_user("alice", "operator", "$argon2id$two")
+        .await
+        .unwrap();
+    assert_eq!(
+        other.find_web_session(&digest("ses_a")).await.unwrap(),
+        None
+    );
+}
+
 conformance!(
     web_users_are_put_found_listed_and_deleted,
     web_sessions_are_found_only_while_active,
     web_sessions_are_listed_and_revoked,
     a_new_password_or_a_deleted_user_ends_its_password_sessions_only,
     sessions_ended_more_than_a_day_ago_are_deleted,
+    another_handle_sees_sessions_end_at_once,
 );
