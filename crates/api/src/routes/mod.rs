@@ -372,7 +372,7 @@ pub struct ApiState {
     /// The front door to tasks: every task and approval route calls it and holds no rule of
     /// its own.
     pub tasks: TaskService,
-    /// The service's store: tokens, repositories, usage, journals and metrics are read here.
+    /// The service's store: repositories, usage, journals and metrics are read here.
     pub store: Arc<dyn Store>,
     /// Who is calling: bootstrap and stored tokens, web users and sessions. Every token,
     /// session and sign-in rule is its; the console signs in through it too.
