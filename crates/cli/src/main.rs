@@ -18,6 +18,7 @@ mod serve;
 mod text;
 mod timeline;
 mod token;
+mod web;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -124,6 +125,11 @@ enum Command {
     Token {
         #[command(subcommand)]
         command: token::TokenCommand,
+    },
+    /// Manage the web console's users and sessions `warden serve` accepts (in its database)
+    Web {
+        #[command(subcommand)]
+        command: web::WebCommand,
     },
     /// Report what works on this machine: configuration, git, state directory, the model and
     /// its endpoint, sandbox backends and layers, and the server (WARDEN_SERVER); exit 1 if
@@ -266,6 +272,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Serve => tokio_runtime()?.block_on(serve::serve(config)),
         Command::Worker => tokio_runtime()?.block_on(serve::worker(config)),
         Command::Token { command } => tokio_runtime()?.block_on(token::token(&config, command)),
+        Command::Web { command } => tokio_runtime()?.block_on(web::web(&config, command)),
     }
 }
 

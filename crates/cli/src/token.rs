@@ -2,14 +2,16 @@
 //! (`WARDEN_DATABASE_URL`, else `WARDEN_HOME/warden.db`). A new token is printed once, on stdout
 //! alone (details go to stderr), and only its SHA-256 digest is stored; listing never shows a
 //! token. A running server sees new and revoked tokens at once: it looks them up per request.
+//! The rules (roles, names, minting) are `warden_service::access`'s, the same as
+//! `POST /v1/tokens`'s; the command line acts as a local admin.
 
 use clap::Subcommand;
 use serde_json::json;
 use warden_engine::config::{Config, Env, ProcessEnv};
-use warden_service::compose::{self as service, Store};
-use warden_service::tasks::Role as ApiRole;
+use warden_service::access::{Access, AccessError, Tokens};
+use warden_service::compose as service;
+use warden_service::tasks::{Principal, Role};
 use warden_service::time::rfc3339;
-use warden_service::tokens::mint_token;
 
 use crate::usage;
 
@@ -51,27 +53,52 @@ fn creator() -> String {
     }
 }
 
-async fn open(config: &Config) -> anyhow::Result<std::sync::Arc<dyn Store>> {
+/// The identity service over the database `warden serve` uses, with no bootstrap tokens
+/// (those live in the server's environment).
+pub(crate) async fn open_access(config: &Config) -> anyhow::Result<Access> {
     let url = service::database_url(ProcessEnv.var("WARDEN_DATABASE_URL"), &config.home);
     let store = service::open_store(&url).await.map_err(usage)?;
     for notice in store.notices() {
         eprintln!("warden: {notice}");
     }
-    Ok(store)
+    Ok(Access::new(store, Tokens::default()))
+}
+
+/// A refusal of the identity service as the command line reports it: what the user typed is
+/// wrong (exit 2), or Warden failed.
+pub(crate) fn access_error(error: AccessError) -> anyhow::Error {
+    match error {
+        AccessError::Invalid(_)
+        | AccessError::NotFound(_)
+        | AccessError::Forbidden(_)
+        | AccessError::Unauthorized(_) => usage(anyhow::Error::new(error)),
+        AccessError::Store(_) | AccessError::Internal(_) => anyhow::Error::new(error),
+    }
+}
+
+/// Whoever runs `warden token` next to the server's database acts as its admin.
+fn local_admin() -> Principal {
+    Principal {
+        name: creator(),
+        role: Role::Admin,
+    }
 }
 
 pub async fn token(config: &Config, command: TokenCommand) -> anyhow::Result<u8> {
     match command {
         TokenCommand::Create { role, name, json } => {
-            let role = ApiRole::parse(&role).ok_or_else(|| {
-                usage(anyhow::anyhow!(
+            // The role is checked before the database is opened.
+            if Role::parse(&role).is_none() {
+                return Err(usage(anyhow::anyhow!(
                     "unknown role {role:?}: expected admin, operator or viewer"
-                ))
-            })?;
-            let (row, secret) = mint_token(name.as_deref(), role, &creator())
-                .map_err(|e| usage(anyhow::anyhow!(e)))?;
-            let store = open(config).await?;
-            let stored = store.create_api_token(row).await?;
+                )));
+            }
+            let access = open_access(config).await?;
+            let created = access
+                .create_token(&local_admin(), &role, name.as_deref())
+                .await
+                .map_err(access_error)?;
+            let (stored, secret) = (created.token, created.secret);
             if json {
                 println!(
                     "{}",
@@ -93,8 +120,11 @@ pub async fn token(config: &Config, command: TokenCommand) -> anyhow::Result<u8>
             Ok(0)
         }
         TokenCommand::List { json } => {
-            let store = open(config).await?;
-            let tokens = store.list_api_tokens().await?;
+            let access = open_access(config).await?;
+            let tokens = access
+                .list_tokens(&local_admin())
+                .await
+                .map_err(access_error)?;
             if json {
                 let rows: Vec<_> = tokens
                     .iter()
@@ -129,12 +159,11 @@ pub async fn token(config: &Config, command: TokenCommand) -> anyhow::Result<u8>
             Ok(0)
         }
         TokenCommand::Revoke { id } => {
-            let store = open(config).await?;
-            // Tokens are never deleted, so one that is listed now can be revoked next.
-            if !store.list_api_tokens().await?.iter().any(|t| t.id == id) {
-                return Err(usage(anyhow::anyhow!("no token {id:?}")));
-            }
-            let token = store.revoke_api_token(&id).await?;
+            let access = open_access(config).await?;
+            let token = access
+                .revoke_token(&local_admin(), &id)
+                .await
+                .map_err(access_error)?;
             eprintln!("warden: revoked token {} ({})", token.id, token.name);
             Ok(0)
         }

@@ -7,6 +7,7 @@
 //! It knows no HTTP server: its normal dependencies exclude `axum` and `utoipa`, and only
 //! `warden-cli` depends on `warden-api` (`tests/suite/architecture.rs`).
 
+pub mod access;
 pub mod callback;
 pub mod cancel;
 pub mod compose;
@@ -24,6 +25,5 @@ pub mod task_repos;
 pub mod task_view;
 pub mod tasks;
 pub mod time;
-pub mod tokens;
 pub mod warm;
 pub mod worker;

@@ -46,6 +46,7 @@ pub use types::{
     NewRepo, NewTask, Repository, Requeued, Run, RunRef, Spend, Task, TaskMessage, TaskQuery,
     TaskRepo, UsageEntry, UsageQuery, UsageSummary, MESSAGE_AGENT, MESSAGE_USER, RUN_INTERRUPTED,
 };
+pub use types::{NewWebSession, WebSession, WebUser, WEB_CREDENTIAL_PASSWORD};
 
 /// A boxed, sendable future: keeps [`Store`] object-safe without an extra crate.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -382,6 +383,57 @@ pub trait Store: Send + Sync {
     /// Revokes a token for good; revoking it again changes nothing and returns it.
     /// [`StoreError::NotFound`] for an unknown id.
     fn revoke_api_token<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<ApiToken, StoreError>>;
+
+    // --- web console users and sessions ---
+
+    /// Creates the web user `name`, or replaces its role and password hash (keeping its
+    /// creation time). In the same transaction, every unrevoked session that user signed in
+    /// with a password is revoked: a new password ends the old ones' sessions.
+    fn put_web_user<'a>(
+        &'a self,
+        name: &'a str,
+        role: &'a str,
+        password_hash: &'a str,
+    ) -> BoxFuture<'a, Result<WebUser, StoreError>>;
+
+    fn find_web_user<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<WebUser>, StoreError>>;
+
+    /// Every web user, by name.
+    fn list_web_users(&self) -> BoxFuture<'_, Result<Vec<WebUser>, StoreError>>;
+
+    /// Deletes the web user and, in the same transaction, revokes the sessions it signed in
+    /// with its password. [`StoreError::NotFound`] for an unknown name.
+    fn delete_web_user<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Stores a session expiring `session.lifetime` after the store clock's now;
+    /// [`StoreError::AlreadyExists`] when its id or digest is taken. In the same transaction,
+    /// sessions that expired or were revoked more than a day ago are deleted.
+    fn create_web_session(
+        &self,
+        session: NewWebSession,
+    ) -> BoxFuture<'_, Result<WebSession, StoreError>>;
+
+    /// The active session (unrevoked, unexpired at the store clock's now) with this digest.
+    fn find_web_session<'a>(
+        &'a self,
+        digest: &'a str,
+    ) -> BoxFuture<'a, Result<Option<WebSession>, StoreError>>;
+
+    /// Active sessions, oldest first; only `name`'s when given.
+    fn list_web_sessions<'a>(
+        &'a self,
+        name: Option<&'a str>,
+    ) -> BoxFuture<'a, Result<Vec<WebSession>, StoreError>>;
+
+    /// Revokes a session; revoking it again changes nothing and returns it.
+    /// [`StoreError::NotFound`] for an unknown (or already deleted) id.
+    fn revoke_web_session<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<WebSession, StoreError>>;
 
     // --- task conversation ---
 

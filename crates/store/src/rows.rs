@@ -7,7 +7,7 @@ use warden_protocol::{Event, TaskId, TaskStatus};
 use crate::state::{parse_kind, parse_status};
 use crate::types::{
     ApiToken, Approval, ApprovalStatus, EventRecord, Intent, IntentStatus, Repository, Run, Spend,
-    Task, TaskMessage, TaskRepo, MESSAGE_AGENT, MESSAGE_USER,
+    Task, TaskMessage, TaskRepo, WebSession, WebUser, MESSAGE_AGENT, MESSAGE_USER,
 };
 use crate::{JournalEntry, StoreError};
 
@@ -296,6 +296,64 @@ impl RawApiToken {
             digest: self.digest,
             created_by: self.created_by,
             created_at_ms: self.created_at_ms,
+            revoked_at_ms: self.revoked_at_ms,
+        }
+    }
+}
+
+pub(crate) const WEB_USER_COLUMNS: &str = "name, role, password_hash, created_at_ms, updated_at_ms";
+
+pub(crate) const WEB_SESSION_COLUMNS: &str = "id, digest, name, role_at_sign_in, credential, \
+     address, user_agent, created_at_ms, expires_at_ms, revoked_at_ms";
+
+/// Sessions that expired or were revoked longer ago than this are deleted.
+pub(crate) const WEB_SESSION_RETENTION_MS: i64 = MS_PER_DAY;
+
+pub(crate) struct RawWebUser {
+    pub name: String,
+    pub role: String,
+    pub password_hash: String,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+impl RawWebUser {
+    pub fn decode(self) -> WebUser {
+        WebUser {
+            name: self.name,
+            role: self.role,
+            password_hash: self.password_hash,
+            created_at_ms: self.created_at_ms,
+            updated_at_ms: self.updated_at_ms,
+        }
+    }
+}
+
+pub(crate) struct RawWebSession {
+    pub id: String,
+    pub digest: String,
+    pub name: String,
+    pub role_at_sign_in: String,
+    pub credential: String,
+    pub address: Option<String>,
+    pub user_agent: Option<String>,
+    pub created_at_ms: i64,
+    pub expires_at_ms: i64,
+    pub revoked_at_ms: Option<i64>,
+}
+
+impl RawWebSession {
+    pub fn decode(self) -> WebSession {
+        WebSession {
+            id: self.id,
+            digest: self.digest,
+            name: self.name,
+            role_at_sign_in: self.role_at_sign_in,
+            credential: self.credential,
+            address: self.address,
+            user_agent: self.user_agent,
+            created_at_ms: self.created_at_ms,
+            expires_at_ms: self.expires_at_ms,
             revoked_at_ms: self.revoked_at_ms,
         }
     }

@@ -420,6 +420,59 @@ pub struct ApiToken {
     pub revoked_at_ms: Option<i64>,
 }
 
+/// A web console user: a name, a role and a password kept only as a PHC string (the
+/// service hashes it; the store never sees the password).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebUser {
+    pub name: String,
+    /// `admin`, `operator` or `viewer` (checked by the caller).
+    pub role: String,
+    /// A PHC string (`$argon2id$v=19$…`).
+    pub password_hash: String,
+    pub created_at_ms: i64,
+    /// When the role or the password was last set.
+    pub updated_at_ms: i64,
+}
+
+/// [`WebSession::credential`] of a session signed in with a web user's password; any other
+/// value is the lowercase hex SHA-256 digest of the API token that signed it in.
+pub const WEB_CREDENTIAL_PASSWORD: &str = "password";
+
+/// A web console session to store. Only the digest of its cookie secret is kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewWebSession {
+    /// `ses_` + 16 hex digits.
+    pub id: String,
+    /// Lowercase hex SHA-256 of the cookie secret.
+    pub digest: String,
+    /// Who signed in (a web user's or a token's name).
+    pub name: String,
+    /// The role at sign-in, for listings; the service re-derives the role on every use.
+    pub role_at_sign_in: String,
+    /// [`WEB_CREDENTIAL_PASSWORD`] or the hex digest of the API token used.
+    pub credential: String,
+    pub address: Option<String>,
+    pub user_agent: Option<String>,
+    /// The session expires this long after the store clock's now at creation.
+    pub lifetime: std::time::Duration,
+}
+
+/// A stored web console session (never its secret).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebSession {
+    pub id: String,
+    pub digest: String,
+    pub name: String,
+    pub role_at_sign_in: String,
+    pub credential: String,
+    pub address: Option<String>,
+    pub user_agent: Option<String>,
+    pub created_at_ms: i64,
+    pub expires_at_ms: i64,
+    /// Set once revoked (signed out, revoked by someone, or its password was replaced).
+    pub revoked_at_ms: Option<i64>,
+}
+
 /// `TaskMessage::role` of a message from a human (an answer).
 pub const MESSAGE_USER: &str = "user";
 /// `TaskMessage::role` of a message from the agent (a question it asked).

@@ -1,9 +1,11 @@
 //! Bearer tokens, roles, per-token rate limits and the throttling of failed authentications.
 //!
-//! A request's token is hashed (SHA-256) once; the digest is compared in constant time with the
+//! A request's token is hashed (SHA-256) once; who holds it is the service's
+//! ([`warden_service::access::Access`]): the digest is compared in constant time with the
 //! bootstrap tokens of `WARDEN_API_TOKENS` (each at least [`MIN_BOOTSTRAP_TOKEN_LEN`]
 //! characters: shorter ones are refused at start-up), then looked up among the store's tokens
 //! (created by `warden token create` or `POST /v1/tokens`, kept only as digests, revocable).
+//! This module keeps what is HTTP's: reading the header, the rate limits and the throttle.
 //! Roles: a viewer reads, an operator also creates, cancels and answers tasks, an admin also
 //! manages repositories, tokens and approvals and sees every task. Each authenticated request
 //! then takes one unit from its token's bucket (in memory, per process); an empty bucket is a
@@ -34,8 +36,9 @@ use utoipa::openapi::{Content, HeaderBuilder, ObjectBuilder, OpenApi, Ref, Respo
 use super::{ApiError, ApiState, ErrorCode};
 use crate::connections::address_key;
 use warden_engine::serve_config::RateLimit;
-use warden_service::tokens::{digest, valid_token_name};
+use warden_service::access::{digest, MAX_TOKEN_BYTES};
 
+pub use warden_service::access::{Tokens, MIN_BOOTSTRAP_TOKEN_LEN};
 pub use warden_service::tasks::{Principal, Role as ApiRole};
 
 /// Who made a request, and what their token may do: the task service's principal and role
@@ -49,98 +52,6 @@ impl std::ops::Deref for Caller {
 
     fn deref(&self) -> &Principal {
         &self.0
-    }
-}
-
-struct Token {
-    caller: Caller,
-    digest: [u8; 32],
-}
-
-/// Bootstrap tokens (`WARDEN_API_TOKENS`) shorter than this are refused.
-pub const MIN_BOOTSTRAP_TOKEN_LEN: usize = 32;
-
-/// The configured API tokens, kept only as SHA-256 digests.
-pub struct Tokens(Vec<Token>);
-
-impl std::fmt::Debug for Tokens {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list()
-            .entries(self.0.iter().map(|t| &t.caller))
-            .finish()
-    }
-}
-
-impl Tokens {
-    /// Parses `name:role:token[,name:role:token…]`. Tokens shorter than
-    /// [`MIN_BOOTSTRAP_TOKEN_LEN`] characters are refused: they can be guessed.
-    pub fn parse(text: &str) -> Result<Tokens, String> {
-        let mut tokens = Vec::new();
-        for (index, item) in text.split(',').map(str::trim).enumerate() {
-            if item.is_empty() {
-                continue;
-            }
-            let mut parts = item.splitn(3, ':');
-            let (Some(name), Some(role), Some(token)) = (parts.next(), parts.next(), parts.next())
-            else {
-                return Err(format!(
-                    "WARDEN_API_TOKENS entry {} is not name:role:token",
-                    index + 1
-                ));
-            };
-            let role = ApiRole::parse(role).ok_or_else(|| {
-                format!(
-                    "WARDEN_API_TOKENS entry {}: unknown role {role:?} (admin, operator or viewer)",
-                    index + 1
-                )
-            })?;
-            if !valid_token_name(name) {
-                return Err(format!(
-                    "WARDEN_API_TOKENS entry {}: the name must be letters, digits, - _ . @",
-                    index + 1
-                ));
-            }
-            if token.chars().count() < MIN_BOOTSTRAP_TOKEN_LEN {
-                return Err(format!(
-                    "WARDEN_API_TOKENS entry {} ({name}): the token has {} characters; it must \
-                     have at least {MIN_BOOTSTRAP_TOKEN_LEN} (e.g. `openssl rand -hex 24`)",
-                    index + 1,
-                    token.chars().count()
-                ));
-            }
-            tokens.push(Token {
-                caller: Caller(Principal {
-                    name: name.to_string(),
-                    role,
-                }),
-                digest: digest(token),
-            });
-        }
-        Ok(Tokens(tokens))
-    }
-
-    /// The caller whose token this is. Every configured token is compared in full, whatever
-    /// matches, so the time taken says nothing about which bytes matched.
-    pub fn authenticate(&self, presented: &str) -> Option<Caller> {
-        self.authenticate_digest(&digest(presented))
-    }
-
-    fn authenticate_digest(&self, presented: &[u8; 32]) -> Option<Caller> {
-        let mut found: Option<&Token> = None;
-        for token in &self.0 {
-            let mut difference = 0u8;
-            for (a, b) in token.digest.iter().zip(presented.iter()) {
-                difference |= a ^ b;
-            }
-            if difference == 0 && found.is_none() {
-                found = Some(token);
-            }
-        }
-        found.map(|t| t.caller.clone())
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 }
 
@@ -345,7 +256,7 @@ pub(super) fn presented_digest(headers: &HeaderMap) -> Result<[u8; 32], ApiError
             ))
         }
     };
-    if token.is_empty() || token.len() > 512 {
+    if token.is_empty() || token.len() > MAX_TOKEN_BYTES {
         return Err(invalid_token());
     }
     Ok(digest(token))
@@ -359,22 +270,7 @@ fn invalid_token() -> ApiError {
 /// unrevoked tokens), charging nothing: for [`authenticate`] and for open event streams, which
 /// check now and then that their token still holds.
 pub(super) async fn identify(state: &ApiState, presented: &[u8; 32]) -> Result<Caller, ApiError> {
-    if let Some(caller) = state.tokens.authenticate_digest(presented) {
-        return Ok(caller);
-    }
-    let stored = state
-        .store
-        .find_api_token(&hex::encode(presented))
-        .await?
-        .ok_or_else(invalid_token)?;
-    let Some(role) = ApiRole::parse(&stored.role) else {
-        tracing::warn!(token = %stored.id, role = %stored.role, "stored token has an unknown role");
-        return Err(invalid_token());
-    };
-    Ok(Caller(Principal {
-        name: stored.name,
-        role,
-    }))
+    Ok(Caller(state.access.identify_token(presented).await?))
 }
 
 /// Takes one request from the bucket of the token with digest `presented` (429 when empty).
@@ -421,9 +317,9 @@ fn throttled(secs: u64) -> ApiError {
 /// failure is charged to the client address instead (429 once that is spent).
 pub(super) async fn authenticate(state: &ApiState, parts: &Parts) -> Result<Caller, ApiError> {
     let identified = match presented_digest(&parts.headers) {
-        Ok(presented) => match state.tokens.authenticate_digest(&presented) {
+        Ok(presented) => match state.access.bootstrap().authenticate_digest(&presented) {
             // Bootstrap tokens are checked in memory: never throttled, never queued.
-            Some(caller) => Ok((presented, caller)),
+            Some(principal) => Ok((presented, Caller(principal))),
             None => {
                 // An address out of failures gets its store lookups (one query each) only a
                 // few at a time, so a flood of made-up tokens cannot load the database that
@@ -478,17 +374,6 @@ impl FromRequestParts<Arc<ApiState>> for Caller {
         state: &Arc<ApiState>,
     ) -> Result<Caller, ApiError> {
         authenticate(state, parts).await
-    }
-}
-
-/// Admins only: managing repositories, tokens and approvals.
-pub(super) fn require_admin(caller: &Caller, action: &str) -> Result<(), ApiError> {
-    match caller.role {
-        ApiRole::Admin => Ok(()),
-        ApiRole::Operator | ApiRole::Viewer => Err(ApiError::new(
-            ErrorCode::Forbidden,
-            format!("only admin tokens {action}"),
-        )),
     }
 }
 
@@ -609,36 +494,5 @@ mod tests {
         let later = start + Duration::from_secs(3600);
         assert_eq!(limiter.take(Some(fresh), later), Ok(()));
         assert!(limiter.addresses() < 10);
-    }
-
-    #[test]
-    fn tokens_parse_and_authenticate() {
-        let a = "a".repeat(31) + "1";
-        let b = "b".repeat(32) + ":colon";
-        let tokens = Tokens::parse(&format!("alice:operator:{a}, bob:admin:{b}")).unwrap();
-        assert_eq!(
-            tokens.authenticate(&b),
-            Some(Caller(Principal {
-                name: "bob".into(),
-                role: ApiRole::Admin
-            }))
-        );
-        assert_eq!(tokens.authenticate(&a).unwrap().name, "alice");
-        assert_eq!(tokens.authenticate(&"a".repeat(32)), None);
-        assert_eq!(tokens.authenticate(""), None);
-        for bad in [
-            format!("alice:root:{a}"),
-            "alice:admin:short".to_string(),
-            // 31 characters: long enough before, refused now.
-            format!("alice:admin:{}", "x".repeat(31)),
-            "alice".to_string(),
-            format!(":admin:{a}"),
-        ] {
-            assert!(Tokens::parse(&bad).is_err(), "{bad}");
-        }
-        let error = Tokens::parse("ci:admin:admin-token-0123456789")
-            .err()
-            .unwrap();
-        assert!(error.contains("at least 32"), "{error}");
     }
 }

@@ -42,6 +42,7 @@ mod journal;
 mod origin;
 mod repos;
 pub mod schema;
+mod sessions;
 mod tasks;
 mod tokens;
 mod usage;
@@ -69,6 +70,7 @@ use utoipa_axum::routes;
 use warden_store::{Store, StoreError};
 
 use warden_engine::serve_config::RateLimit;
+use warden_service::access::{Access, AccessError};
 use warden_service::tasks::{ServiceError, TaskService};
 
 /// Request bodies larger than this are refused with 413.
@@ -232,6 +234,21 @@ impl From<ServiceError> for ApiError {
     }
 }
 
+/// The one place identity's refusals become HTTP answers.
+impl From<AccessError> for ApiError {
+    fn from(error: AccessError) -> ApiError {
+        let code = match error {
+            AccessError::Store(store) => return ApiError::from(store),
+            AccessError::Internal(failure) => return ApiError::internal(failure),
+            AccessError::Unauthorized(_) => ErrorCode::Unauthorized,
+            AccessError::Forbidden(_) => ErrorCode::Forbidden,
+            AccessError::NotFound(_) => ErrorCode::NotFound,
+            AccessError::Invalid(_) => ErrorCode::InvalidRequest,
+        };
+        ApiError::new(code, error.to_string())
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({"error": {"code": self.code.as_str(), "message": self.message}});
@@ -355,9 +372,11 @@ pub struct ApiState {
     /// The front door to tasks: every task and approval route calls it and holds no rule of
     /// its own.
     pub tasks: TaskService,
-    /// The service's store: tokens, repositories, usage, journals and metrics are read here.
+    /// The service's store: repositories, usage, journals and metrics are read here.
     pub store: Arc<dyn Store>,
-    pub tokens: Tokens,
+    /// Who is calling: bootstrap and stored tokens, web users and sessions. Every token,
+    /// session and sign-in rule is its; the console signs in through it too.
+    pub access: Access,
     /// Per-token request budgets.
     pub limiter: RateLimiter,
     /// Failed authentications per client address.
@@ -393,9 +412,9 @@ impl ApiState {
                 Arc::clone(&store),
                 warden_service::hub::HubOptions::default(),
             )),
+            access: Access::new(Arc::clone(&store), tokens),
             tasks,
             store,
-            tokens,
             limiter: RateLimiter::new(RateLimit::default()),
             auth_failures: AuthThrottle::new(DEFAULT_AUTH_FAILURE_LIMIT),
             throttled_lookups: Arc::new(tokio::sync::Semaphore::new(THROTTLED_LOOKUPS)),
@@ -416,6 +435,12 @@ impl ApiState {
     /// Serves events and metrics from `hub` (see [`warden_service::hub::instrument`]).
     pub fn with_hub(mut self, hub: Arc<warden_service::hub::Hub>) -> ApiState {
         self.hub = hub;
+        self
+    }
+
+    /// Sets how long new web sessions last.
+    pub fn with_session_lifetime(mut self, lifetime: std::time::Duration) -> ApiState {
+        self.access = self.access.clone().with_session_lifetime(lifetime);
         self
     }
 
@@ -465,7 +490,8 @@ fn documented_routes() -> OpenApiRouter<Arc<ApiState>> {
         .merge(control::routes())
         .merge(journal::routes())
         .merge(usage::routes())
-        .merge(tokens::routes());
+        .merge(tokens::routes())
+        .merge(sessions::routes());
     auth::document_rate_limit(routes.get_openapi_mut());
     origin::document_pinning(routes.get_openapi_mut());
     routes

@@ -179,6 +179,17 @@ pub enum RoleName {
     Viewer,
 }
 
+/// How a web session signed in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[schema(as = SignInMethod)]
+pub enum SignInMethodName {
+    /// A web user's password (`warden web passwd`).
+    Password,
+    /// An API token, pasted once.
+    Token,
+}
+
 /// Where an approval is: `consumed` is approved and used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]

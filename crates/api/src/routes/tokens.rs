@@ -1,7 +1,8 @@
 //! `GET/POST /v1/tokens`, `DELETE /v1/tokens/{id}`: API tokens kept in the store (admins only).
 //! A new token's secret is in the creation response and nowhere else; the store keeps its
 //! SHA-256 digest. Bootstrap tokens from `WARDEN_API_TOKENS` are not listed and cannot be
-//! revoked here.
+//! revoked here. The rules (admins only, roles, names, minting) are
+//! [`warden_service::access::Access`]'s; these handlers read the request and render.
 
 use std::sync::Arc;
 
@@ -12,13 +13,12 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use warden_store::{ApiToken, StoreError};
+use warden_store::ApiToken;
 
-use super::auth::{require_admin, ApiRole, Caller};
+use super::auth::Caller;
 use super::schema::{ErrorBody, RoleName};
-use super::{ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
+use super::{ApiError, ApiJson, ApiPath, ApiState};
 use warden_service::time::rfc3339;
-use warden_service::tokens::mint_token;
 
 pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
     OpenApiRouter::new()
@@ -91,8 +91,7 @@ async fn list_tokens(
     State(state): State<Arc<ApiState>>,
     caller: Caller,
 ) -> Result<Json<TokenPage>, ApiError> {
-    require_admin(&caller, "manage tokens")?;
-    let tokens = state.store.list_api_tokens().await?;
+    let tokens = state.access.list_tokens(&caller).await?;
     Ok(Json(TokenPage {
         data: tokens.iter().map(token_view).collect(),
         next_cursor: None,
@@ -113,27 +112,15 @@ async fn create_token(
     caller: Caller,
     ApiJson(request, _): ApiJson<CreateToken>,
 ) -> Result<(StatusCode, Json<CreatedTokenView>), ApiError> {
-    require_admin(&caller, "manage tokens")?;
-    let role = ApiRole::parse(&request.role).ok_or_else(|| {
-        ApiError::invalid(format!(
-            "unknown role {:?}: expected admin, operator or viewer",
-            request.role
-        ))
-    })?;
-    let (row, secret) =
-        mint_token(request.name.as_deref(), role, &caller.name).map_err(ApiError::invalid)?;
-    let stored = match state.store.create_api_token(row).await {
-        Ok(stored) => stored,
-        // 64 random bits of id or 256 of secret colliding: not the caller's fault.
-        Err(error @ StoreError::AlreadyExists { .. }) => return Err(ApiError::internal(error)),
-        Err(error) => return Err(error.into()),
-    };
-    tracing::info!(token = %stored.id, name = %stored.name, role = %stored.role, by = %caller.name, "api token created");
+    let created = state
+        .access
+        .create_token(&caller, &request.role, request.name.as_deref())
+        .await?;
     Ok((
         StatusCode::CREATED,
         Json(CreatedTokenView {
-            view: token_view(&stored),
-            token: secret,
+            view: token_view(&created.token),
+            token: created.secret,
         }),
     ))
 }
@@ -152,16 +139,6 @@ async fn revoke_token(
     caller: Caller,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<TokenView>, ApiError> {
-    require_admin(&caller, "manage tokens")?;
-    match state.store.revoke_api_token(&id).await {
-        Ok(token) => {
-            tracing::info!(token = %token.id, by = %caller.name, "api token revoked");
-            Ok(Json(token_view(&token)))
-        }
-        Err(StoreError::NotFound { .. }) => Err(ApiError::new(
-            ErrorCode::NotFound,
-            format!("token {id:?} not found"),
-        )),
-        Err(error) => Err(error.into()),
-    }
+    let token = state.access.revoke_token(&caller, &id).await?;
+    Ok(Json(token_view(&token)))
 }

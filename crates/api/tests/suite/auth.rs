@@ -13,8 +13,8 @@ use tokio::sync::Notify;
 use tower::ServiceExt;
 use warden_api::routes::{router, ApiRole, ApiState, Tokens};
 use warden_engine::serve_config::RateLimit;
+use warden_service::access::mint_token;
 use warden_service::tasks::TaskService;
-use warden_service::tokens::mint_token;
 use warden_store::Store;
 use warden_test_support::git_fixture::TempRepo;
 

@@ -670,7 +670,7 @@ async fn over_a_socket_a_live_task_stream_ends_when_the_task_finishes() {
 async fn a_revoked_tokens_open_stream_ends_before_the_next_message() {
     let api = Events::new().await;
     let (row, secret) =
-        warden_service::tokens::mint_token(Some("carol"), ApiRole::Operator, "root").unwrap();
+        warden_service::access::mint_token(Some("carol"), ApiRole::Operator, "root").unwrap();
     let token_id = row.id.clone();
     api.store.create_api_token(row).await.unwrap();
     let tokens = Tokens::parse(&format!("root:admin:{ADMIN}")).unwrap();

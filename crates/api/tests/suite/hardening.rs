@@ -250,6 +250,7 @@ async fn unreadable_path_parameters_are_json_404s_after_authentication() {
         (Method::GET, "/v1/approvals/{}"),
         (Method::POST, "/v1/approvals/{}"),
         (Method::DELETE, "/v1/tokens/{}"),
+        (Method::DELETE, "/v1/sessions/{}"),
     ];
     for (method, template) in routes {
         let body = match method {

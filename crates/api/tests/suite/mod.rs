@@ -10,4 +10,5 @@ mod events;
 mod front_door;
 mod hardening;
 mod openapi;
+mod sessions;
 mod tasks_service;

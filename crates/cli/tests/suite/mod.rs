@@ -21,3 +21,4 @@ mod sse;
 mod support;
 mod token;
 mod toolchain;
+mod web;

@@ -1,7 +1,7 @@
 //! SQLite migrations, numbered from 1 and applied in order, each in its own transaction together
 //! with its `schema_version` row. Never edit a released migration: add the next one.
 
-pub(crate) const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4)];
+pub(crate) const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5)];
 
 const V1: &str = r"
 CREATE TABLE tasks (
@@ -175,4 +175,32 @@ ALTER TABLE tasks ADD COLUMN callback_url TEXT;
 const V4: &str = r"
 ALTER TABLE repos ADD COLUMN mounts TEXT NOT NULL DEFAULT '[]';
 ALTER TABLE repos ADD COLUMN prepare TEXT NOT NULL DEFAULT '[]';
+";
+
+/// The web console's users (passwords as PHC strings) and sessions (cookie secrets as
+/// SHA-256 digests).
+const V5: &str = r"
+CREATE TABLE web_users (
+    name TEXT PRIMARY KEY NOT NULL,
+    role TEXT NOT NULL,
+    password_hash TEXT NOT NULL,
+    created_at_ms INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL
+) STRICT;
+
+CREATE TABLE web_sessions (
+    id TEXT PRIMARY KEY NOT NULL,
+    digest TEXT NOT NULL UNIQUE,
+    name TEXT NOT NULL,
+    role_at_sign_in TEXT NOT NULL,
+    -- 'password', or the hex SHA-256 digest of the API token that signed in.
+    credential TEXT NOT NULL,
+    address TEXT,
+    user_agent TEXT,
+    created_at_ms INTEGER NOT NULL,
+    expires_at_ms INTEGER NOT NULL,
+    revoked_at_ms INTEGER
+) STRICT;
+CREATE INDEX web_sessions_name ON web_sessions (name, created_at_ms);
+CREATE INDEX web_sessions_expiry ON web_sessions (expires_at_ms);
 ";

@@ -21,3 +21,4 @@ mod repos;
 mod state_machine;
 mod terminal_events;
 mod tokens;
+mod web;
