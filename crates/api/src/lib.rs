@@ -9,3 +9,4 @@
 pub mod connections;
 pub mod routes;
 pub mod serve;
+pub mod web;

@@ -119,7 +119,15 @@ pub async fn serve(
                 listen: listener.local_addr().ok(),
                 public_names: serve_config.public_names.clone(),
             })
-            .with_hub(Arc::clone(&services.hub)),
+            .with_hub(Arc::clone(&services.hub))
+            .with_session_lifetime(serve_config.web.session_lifetime)
+            .with_web(
+                serve_config.web.enabled,
+                crate::web::Budgets {
+                    max_tokens_per_day: serve_config.max_tokens_per_day,
+                    max_cost_micro_usd_per_day: serve_config.max_cost_micro_usd_per_day,
+                },
+            ),
     ));
     let callbacks = warden_service::callback::spawn(
         Arc::clone(&services.store),

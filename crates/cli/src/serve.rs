@@ -67,6 +67,12 @@ pub async fn serve(config: Config) -> anyhow::Result<u8> {
         services.model.name()
     );
     eprintln!("warden: listening on http://{local}");
+    if services.config.serve.web.enabled {
+        eprintln!(
+            "warden: web console at http://{local}/ (sign in with an API token, or set a \
+             password with `warden web passwd NAME`)"
+        );
+    }
     warden_api::serve::serve(
         services,
         tokens,

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use axum::http::{header, HeaderMap};
+use axum::http::{header, HeaderMap, Method};
 use utoipa::openapi::{Content, HeaderBuilder, ObjectBuilder, OpenApi, Ref, ResponseBuilder, Type};
 
 use super::{ApiError, ApiState, ErrorCode};
@@ -179,7 +179,7 @@ impl AuthThrottle {
 
     /// Counts one failed authentication from `address`, or says in how many whole seconds
     /// the address may fail again.
-    fn take(&self, address: Option<IpAddr>, now: Instant) -> Result<(), u64> {
+    pub(crate) fn take(&self, address: Option<IpAddr>, now: Instant) -> Result<(), u64> {
         let key = address_key(address);
         let limit = self.limit;
         let mut table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
@@ -210,7 +210,7 @@ impl AuthThrottle {
     }
 
     /// Whether `address` has no failures left right now, and for how many whole seconds.
-    fn throttled(&self, address: Option<IpAddr>, now: Instant) -> Option<u64> {
+    pub(crate) fn throttled(&self, address: Option<IpAddr>, now: Instant) -> Option<u64> {
         let key = address_key(address);
         let limit = self.limit;
         let mut guard = self.table.lock().unwrap_or_else(PoisonError::into_inner);
@@ -313,17 +313,80 @@ fn throttled(secs: u64) -> ApiError {
     }
 }
 
-/// The caller presenting the request's bearer token, after charging its rate limit once. A
-/// failure is charged to the client address instead (429 once that is spent).
+/// What a request authenticates with: a bearer token (by its digest), or, for reads only, the
+/// web console's session cookie (the console's pages read the API's event stream with it).
+#[derive(Clone)]
+pub(super) enum Credential {
+    Token([u8; 32]),
+    Session(String),
+}
+
+impl Credential {
+    /// The key its rate limit and its event-stream slots are counted under.
+    pub(super) fn key(&self) -> [u8; 32] {
+        match self {
+            Credential::Token(presented) => *presented,
+            Credential::Session(secret) => digest(secret),
+        }
+    }
+}
+
+/// The request's credential: its bearer token; without one, on a `GET` or `HEAD`, the
+/// console's session cookie. A state-changing request needs a bearer token whatever cookies it
+/// carries, so a cross-site form cannot change anything through the API.
+pub(super) fn presented_credential(
+    method: &Method,
+    headers: &HeaderMap,
+) -> Result<Credential, ApiError> {
+    let reading = matches!(*method, Method::GET | Method::HEAD);
+    if !headers.contains_key(header::AUTHORIZATION) && reading {
+        if let Some(secret) = crate::web::session_secret(headers) {
+            return Ok(Credential::Session(secret));
+        }
+    }
+    presented_digest(headers).map(Credential::Token)
+}
+
+/// Who holds `credential`, charging nothing (see [`identify`]); a console session that ended
+/// is a 401 like a revoked token.
+pub(super) async fn identify_credential(
+    state: &ApiState,
+    credential: &Credential,
+) -> Result<Caller, ApiError> {
+    match credential {
+        Credential::Token(presented) => identify(state, presented).await,
+        Credential::Session(secret) => match state.access.session(secret).await? {
+            Some((_, principal)) => Ok(Caller(principal)),
+            None => Err(ApiError::new(
+                ErrorCode::Unauthorized,
+                "the console session ended; sign in again",
+            )),
+        },
+    }
+}
+
+/// The caller presenting the request's credential (a bearer token; a console session for
+/// reads), after charging its rate limit once. A failure is charged to the client address
+/// instead (429 once that is spent).
 pub(super) async fn authenticate(state: &ApiState, parts: &Parts) -> Result<Caller, ApiError> {
-    let identified = match presented_digest(&parts.headers) {
-        Ok(presented) => match state.access.bootstrap().authenticate_digest(&presented) {
+    let identified = match presented_credential(&parts.method, &parts.headers) {
+        Ok(credential) => match &credential {
             // Bootstrap tokens are checked in memory: never throttled, never queued.
-            Some(principal) => Ok((presented, Caller(principal))),
-            None => {
+            Credential::Token(presented)
+                if state
+                    .access
+                    .bootstrap()
+                    .authenticate_digest(presented)
+                    .is_some() =>
+            {
+                identify(state, presented)
+                    .await
+                    .map(|caller| (credential, caller))
+            }
+            _ => {
                 // An address out of failures gets its store lookups (one query each) only a
-                // few at a time, so a flood of made-up tokens cannot load the database that
-                // every valid request needs; a valid store token still gets through.
+                // few at a time, so a flood of made-up credentials cannot load the database
+                // that every valid request needs; a valid stored one still gets through.
                 let _permit = match state
                     .auth_failures
                     .throttled(client_address(parts), Instant::now())
@@ -334,14 +397,14 @@ pub(super) async fn authenticate(state: &ApiState, parts: &Parts) -> Result<Call
                     },
                     None => None,
                 };
-                identify(state, &presented)
+                identify_credential(state, &credential)
                     .await
-                    .map(|caller| (presented, caller))
+                    .map(|caller| (credential, caller))
             }
         },
         Err(error) => Err(error),
     };
-    let (presented, caller) = match identified {
+    let (credential, caller) = match identified {
         Ok(found) => found,
         Err(error) if error.code == ErrorCode::Unauthorized => {
             let address = client_address(parts);
@@ -358,7 +421,7 @@ pub(super) async fn authenticate(state: &ApiState, parts: &Parts) -> Result<Call
     {
         connection.mark_authenticated();
     }
-    charge(state, &presented)?;
+    charge(state, &credential.key())?;
     Ok(caller)
 }
 

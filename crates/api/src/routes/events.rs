@@ -34,12 +34,12 @@ use axum::body::Body;
 use std::time::{Duration, Instant};
 
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use super::auth::{identify, presented_digest, Caller};
+use super::auth::{identify_credential, presented_credential, Caller, Credential};
 use super::schema::{ErrorBody, StreamMessage};
 use super::{ApiError, ApiPath, ApiState, ErrorCode};
 use warden_service::hub::{Selection, Subscription};
@@ -151,24 +151,25 @@ impl StreamCounter {
     }
 }
 
-/// The token behind an open stream, checked again now and then. It holds one of the token's
-/// stream slots until dropped (when the stream ends or the client goes away).
+/// The credential behind an open stream (a token, or a console session), checked again now
+/// and then. It holds one of the credential's stream slots until dropped (when the stream ends
+/// or the client goes away).
 struct TokenCheck {
     state: Arc<ApiState>,
-    presented: [u8; 32],
+    credential: Credential,
     caller: Caller,
     every: Duration,
     next: Instant,
 }
 
 impl TokenCheck {
-    /// Takes one of the token's stream slots (429 `too_many_streams` when none is left).
+    /// Takes one of the credential's stream slots (429 `too_many_streams` when none is left).
     fn new(state: &Arc<ApiState>, headers: &HeaderMap, caller: &Caller) -> Result<Self, ApiError> {
         let every = state.stream_recheck;
-        let presented = presented_digest(headers)?;
-        state.streams.open(presented)?;
+        let credential = presented_credential(&Method::GET, headers)?;
+        state.streams.open(credential.key())?;
         Ok(TokenCheck {
-            presented,
+            credential,
             caller: caller.clone(),
             state: Arc::clone(state),
             every,
@@ -176,7 +177,7 @@ impl TokenCheck {
         })
     }
 
-    /// Whether the token still authenticates as the same caller (looked up at most every
+    /// Whether the credential still authenticates as the same caller (looked up at most every
     /// `every`; without charging its rate limit).
     async fn holds(&mut self) -> bool {
         let now = Instant::now();
@@ -184,10 +185,10 @@ impl TokenCheck {
             return true;
         }
         self.next = now + self.every;
-        match identify(&self.state, &self.presented).await {
+        match identify_credential(&self.state, &self.credential).await {
             Ok(caller) if caller == self.caller => true,
             Ok(_) | Err(_) => {
-                tracing::info!(caller = %self.caller.name, "an event stream's token no longer authenticates; ending it");
+                tracing::info!(caller = %self.caller.name, "an event stream's credential no longer authenticates; ending it");
                 false
             }
         }
@@ -196,7 +197,7 @@ impl TokenCheck {
 
 impl Drop for TokenCheck {
     fn drop(&mut self) {
-        self.state.streams.close(self.presented);
+        self.state.streams.close(self.credential.key());
     }
 }
 

@@ -394,6 +394,10 @@ pub struct ApiState {
     /// How often an open event stream checks, before sending, that its token still
     /// authenticates (a revoked token's stream ends); [`DEFAULT_STREAM_RECHECK`] by default.
     pub stream_recheck: std::time::Duration,
+    /// Whether the web console is served at `/` (`[web] enabled`; on by default).
+    pub web_enabled: bool,
+    /// The daily budgets the console's usage page compares spend with.
+    pub budgets: crate::web::Budgets,
 }
 
 /// Store token lookups at once for addresses that ran out of failed authentications.
@@ -423,7 +427,28 @@ impl ApiState {
             ),
             hosts: HostPolicy::default(),
             stream_recheck: DEFAULT_STREAM_RECHECK,
+            web_enabled: true,
+            budgets: crate::web::Budgets::default(),
         }
+    }
+
+    /// Serves the web console or not, and the budgets its usage page shows.
+    pub fn with_web(mut self, enabled: bool, budgets: crate::web::Budgets) -> ApiState {
+        self.web_enabled = enabled;
+        self.budgets = budgets;
+        self
+    }
+
+    /// Whether `address` has no failed authentications left, and for how many seconds (the
+    /// console's sign-in shares the API's bucket per address).
+    pub(crate) fn auth_failures_throttled(&self, address: Option<std::net::IpAddr>) -> Option<u64> {
+        self.auth_failures
+            .throttled(address, std::time::Instant::now())
+    }
+
+    /// Counts one failed authentication from `address`.
+    pub(crate) fn count_auth_failure(&self, address: Option<std::net::IpAddr>) {
+        let _ = self.auth_failures.take(address, std::time::Instant::now());
     }
 
     /// Sets how often open event streams re-check their token (zero: before every message).
@@ -511,6 +536,11 @@ pub fn router(state: Arc<ApiState>) -> Router {
             tracing::error!(%error, "the OpenAPI document does not serialize");
             "{}".into()
         }
+    };
+    let routes = if state.web_enabled {
+        routes.merge(crate::web::routes())
+    } else {
+        routes
     };
     routes
         .route(

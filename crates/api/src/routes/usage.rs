@@ -10,7 +10,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use warden_store::{Spend, UsageQuery, UtcDay};
+use warden_store::{Spend, UtcDay};
 
 use super::auth::Caller;
 use super::schema::ErrorBody;
@@ -127,11 +127,8 @@ async fn usage(
 ) -> Result<Json<UsageView>, ApiError> {
     let since = parse_since(uri.query())?;
     let summary = state
-        .store
-        .usage_summary(UsageQuery {
-            owner: caller.owner_scope().map(str::to_string),
-            since_ms: since.map(UtcDay::start_ms),
-        })
+        .tasks
+        .usage(&caller, since.map(UtcDay::start_ms))
         .await?;
     Ok(Json(UsageView {
         by_day: summary

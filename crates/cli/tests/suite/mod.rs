@@ -22,3 +22,4 @@ mod support;
 mod token;
 mod toolchain;
 mod web;
+mod web_console;

@@ -6,38 +6,13 @@
 
 #![allow(clippy::disallowed_methods)] // the tests spawn the binary under test
 
-use std::io::Write;
-use std::process::Stdio;
 use std::sync::Arc;
 
 use warden_service::access::{Access, Tokens};
 
-use super::support::{Run, Warden};
+use super::support::Warden;
 
 const PASSWORD: &str = "correct horse battery staple";
-
-/// Runs `warden args…` with `input` on stdin (a pipe, not a terminal).
-fn run_with_stdin(warden: &Warden, args: &[&str], input: &str) -> Run {
-    let mut child = warden
-        .command(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
-    Run {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
-}
 
 /// The identity service over the database the CLI wrote, as `warden serve` would open it.
 fn access(warden: &Warden) -> (tokio::runtime::Runtime, Access) {
@@ -69,8 +44,7 @@ fn database_contains(warden: &Warden, needle: &str) -> bool {
 #[test]
 fn a_password_set_from_stdin_signs_in_and_sessions_are_listed_and_revoked() {
     let warden = Warden::faux();
-    let set = run_with_stdin(
-        &warden,
+    let set = warden.run_with_stdin(
         &["web", "passwd", "alice", "--role", "admin"],
         &format!("{PASSWORD}\n"),
     );
@@ -82,11 +56,7 @@ fn a_password_set_from_stdin_signs_in_and_sessions_are_listed_and_revoked() {
     );
     assert!(set.stdout.is_empty(), "{}", set.stdout);
     // The default role is operator.
-    let bob = run_with_stdin(
-        &warden,
-        &["web", "passwd", "bob"],
-        &format!("{PASSWORD}\r\n"),
-    );
+    let bob = warden.run_with_stdin(&["web", "passwd", "bob"], &format!("{PASSWORD}\r\n"));
     assert_eq!(bob.code, 0, "{}", bob.stderr);
 
     let users = warden.run(&["web", "users", "--json"]);
@@ -134,11 +104,7 @@ fn a_password_set_from_stdin_signs_in_and_sessions_are_listed_and_revoked() {
     assert_eq!(warden.run(&["web", "revoke", &signed.session_id]).code, 2);
 
     // A new password for bob ends his session; removing him leaves no user.
-    let again = run_with_stdin(
-        &warden,
-        &["web", "passwd", "bob"],
-        "another long passphrase\n",
-    );
+    let again = warden.run_with_stdin(&["web", "passwd", "bob"], "another long passphrase\n");
     assert_eq!(again.code, 0, "{}", again.stderr);
     assert!(runtime
         .block_on(access.session(&bob_signed.secret))
@@ -166,17 +132,16 @@ fn a_password_set_from_stdin_signs_in_and_sessions_are_listed_and_revoked() {
 #[test]
 fn bad_web_commands_are_usage_errors_that_change_nothing() {
     let warden = Warden::faux();
-    let short = run_with_stdin(&warden, &["web", "passwd", "alice"], "too short\n");
+    let short = warden.run_with_stdin(&["web", "passwd", "alice"], "too short\n");
     assert_eq!(short.code, 2, "{}", short.stderr);
     assert!(short.stderr.contains("at least 12"), "{}", short.stderr);
-    let role = run_with_stdin(
-        &warden,
+    let role = warden.run_with_stdin(
         &["web", "passwd", "alice", "--role", "root"],
         &format!("{PASSWORD}\n"),
     );
     assert_eq!(role.code, 2, "{}", role.stderr);
     assert!(role.stderr.contains("root"), "{}", role.stderr);
-    let name = run_with_stdin(&warden, &["web", "passwd", "a b"], &format!("{PASSWORD}\n"));
+    let name = warden.run_with_stdin(&["web", "passwd", "a b"], &format!("{PASSWORD}\n"));
     assert_eq!(name.code, 2, "{}", name.stderr);
     assert_eq!(warden.run(&["web", "remove", "nobody"]).code, 2);
     assert_eq!(

@@ -79,6 +79,17 @@ impl TaskService {
         Ok(TaskList { tasks, next_cursor })
     }
 
+    /// Task `id`'s conversation (the agent's questions and the answers given), oldest first,
+    /// if `principal` sees the task.
+    pub async fn messages(
+        &self,
+        principal: &Principal,
+        id: &str,
+    ) -> Result<Vec<warden_store::TaskMessage>, ServiceError> {
+        let task = self.task(principal, id).await?;
+        Ok(self.store.task_messages(&task.id).await?)
+    }
+
     /// The diff of change task `id`'s proposal, if `principal` sees the task.
     pub async fn proposal_diff(
         &self,
