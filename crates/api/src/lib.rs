@@ -9,4 +9,3 @@
 pub mod connections;
 pub mod routes;
 pub mod serve;
-pub mod web;

@@ -123,7 +123,7 @@ pub async fn serve(
             .with_session_lifetime(serve_config.web.session_lifetime)
             .with_web(
                 serve_config.web.enabled,
-                crate::web::Budgets {
+                api::web::Budgets {
                     max_tokens_per_day: serve_config.max_tokens_per_day,
                     max_cost_micro_usd_per_day: serve_config.max_cost_micro_usd_per_day,
                 },

@@ -340,7 +340,7 @@ pub(super) fn presented_credential(
 ) -> Result<Credential, ApiError> {
     let reading = matches!(*method, Method::GET | Method::HEAD);
     if !headers.contains_key(header::AUTHORIZATION) && reading {
-        if let Some(secret) = crate::web::session_secret(headers) {
+        if let Some(secret) = super::web::session_secret(headers) {
             return Ok(Credential::Session(secret));
         }
     }

@@ -46,6 +46,7 @@ mod sessions;
 mod tasks;
 mod tokens;
 mod usage;
+pub mod web;
 
 pub use auth::{
     ApiRole, AuthThrottle, Caller, RateLimiter, Tokens, DEFAULT_AUTH_FAILURE_LIMIT,
@@ -397,7 +398,7 @@ pub struct ApiState {
     /// Whether the web console is served at `/` (`[web] enabled`; on by default).
     pub web_enabled: bool,
     /// The daily budgets the console's usage page compares spend with.
-    pub budgets: crate::web::Budgets,
+    pub budgets: web::Budgets,
 }
 
 /// Store token lookups at once for addresses that ran out of failed authentications.
@@ -428,12 +429,12 @@ impl ApiState {
             hosts: HostPolicy::default(),
             stream_recheck: DEFAULT_STREAM_RECHECK,
             web_enabled: true,
-            budgets: crate::web::Budgets::default(),
+            budgets: web::Budgets::default(),
         }
     }
 
     /// Serves the web console or not, and the budgets its usage page shows.
-    pub fn with_web(mut self, enabled: bool, budgets: crate::web::Budgets) -> ApiState {
+    pub fn with_web(mut self, enabled: bool, budgets: web::Budgets) -> ApiState {
         self.web_enabled = enabled;
         self.budgets = budgets;
         self
@@ -538,7 +539,7 @@ pub fn router(state: Arc<ApiState>) -> Router {
         }
     };
     let routes = if state.web_enabled {
-        routes.merge(crate::web::routes())
+        routes.merge(web::routes())
     } else {
         routes
     };

@@ -213,6 +213,12 @@ impl Setup {
                         "evidence": [{"path": "src/lib.rs", "start_line": 31, "end_line": 33}]}]
         });
         let model = ScriptedModelServer::start_blocking(vec![
+            // Slow enough for the page to be watching while the model thinks.
+            call(
+                "ask_user",
+                json!({"question": "Which retry: <b>backoff</b> or jitter?"}),
+            )
+            .delayed(1_500),
             call("submit_answer", answer),
             uppercase_beta(),
             call(
@@ -264,7 +270,28 @@ fn the_console_asks_watches_approves_and_publishes_in_a_real_browser() {
         "How does retry work? <img src=y onerror=\"window.__pwned=2\">",
         false,
     );
+    // Watched while it runs: the stream is live before the agent asks its question.
+    browser.wait_for("#connection", WAIT, |text| text == "live");
+    wait_for_status(&browser, "waiting_input");
+    let asked = browser.wait_for("p.text", WAIT, |text| text.contains("Which retry"));
+    assert!(
+        browser.text(&asked).contains("<b>backoff</b>"),
+        "shown as text"
+    );
+    let answer = browser.find("textarea[name=text]").expect("answer field");
+    browser.type_into(&answer, "the backoff one");
+    let send = browser
+        .find_all("form button")
+        .into_iter()
+        .find(|b| browser.text(b) == "Send answer")
+        .expect("send button");
+    browser.click(&send);
     wait_for_status(&browser, "completed");
+    let conversation = browser.page_text();
+    assert!(
+        conversation.contains("root: the backoff one"),
+        "{conversation}"
+    );
     browser.wait_for("#connection", WAIT, |text| text == "finished");
     let timeline = browser.find_all("#timeline li");
     assert!(timeline.len() >= 3, "{}", browser.page_text());

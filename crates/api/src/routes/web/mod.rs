@@ -36,7 +36,7 @@ use warden_protocol::{TaskKind, TaskStatus};
 use warden_service::access::{AccessError, SignedIn};
 use warden_service::tasks::{Principal, ServiceError, Submission, TaskListing};
 
-use crate::routes::ApiState;
+use super::ApiState;
 pub use pages::Budgets;
 
 /// The session cookie over HTTPS (`__Host-`: Secure, Path=/, no Domain).
@@ -120,7 +120,7 @@ fn see_other(to: &str) -> Response {
 // --- sessions and cross-site protection ---
 
 /// The session secret the request carries, if any (the secure cookie wins).
-pub(crate) fn session_secret(headers: &HeaderMap) -> Option<String> {
+pub(super) fn session_secret(headers: &HeaderMap) -> Option<String> {
     let mut plain = None;
     for value in headers.get_all(header::COOKIE) {
         let Ok(text) = value.to_str() else { continue };
@@ -223,21 +223,6 @@ fn refused(viewer: &Principal, error: ServiceError) -> Response {
     )
 }
 
-fn client_address(
-    request_headers: &HeaderMap,
-    extensions: &axum::http::Extensions,
-) -> Option<IpAddr> {
-    let _ = request_headers;
-    extensions
-        .get::<crate::connections::ClientConnection>()
-        .map(|connection| connection.peer.ip())
-        .or_else(|| {
-            extensions
-                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-                .map(|info| info.0.ip())
-        })
-}
-
 /// Milliseconds since the Unix epoch, by this machine's clock.
 fn wall_ms() -> i64 {
     std::time::SystemTime::now()
@@ -280,27 +265,34 @@ fn cleared_cookies() -> [(header::HeaderName, HeaderValue); 2] {
 
 // --- sign-in ---
 
-async fn sign_in_page(
-    State(state): State<Arc<ApiState>>,
-    headers: HeaderMap,
-    request: Request,
-) -> Response {
-    if viewer(&state, &headers).await.is_ok() {
+async fn sign_in_page(State(state): State<Arc<ApiState>>, request: Request) -> Response {
+    let (parts, _) = request.into_parts();
+    if viewer(&state, &parts.headers).await.is_ok() {
         return see_other("/");
     }
-    let address = client_address(&headers, request.extensions());
+    let address = super::auth::client_address(&parts);
     html(pages::sign_in(
         None,
-        plain_http_elsewhere(&headers, address),
+        plain_http_elsewhere(&parts.headers, address),
     ))
 }
 
-/// Served over plain HTTP to a client that is not this machine: the cookie travels in clear.
+/// Reached directly (by the listen address, not a name a TLS proxy answers to) from another
+/// machine: Warden itself speaks only HTTP, so the cookie would travel in clear.
 fn plain_http_elsewhere(headers: &HeaderMap, address: Option<IpAddr>) -> bool {
-    let https = headers
-        .get(header::ORIGIN)
-        .is_some_and(|o| o.as_bytes().starts_with(b"https://"));
-    !https && address.is_some_and(|a| !a.is_loopback())
+    let by_address = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .and_then(warden_engine::authority::parse_authority)
+        .is_some_and(|authority| {
+            authority
+                .host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .parse::<IpAddr>()
+                .is_ok()
+        });
+    by_address && address.is_some_and(|a| !a.is_loopback())
 }
 
 #[derive(Debug, Deserialize)]
@@ -316,7 +308,7 @@ async fn sign_in(State(state): State<Arc<ApiState>>, request: Request) -> Respon
     if !same_origin(&headers) {
         return cross_site();
     }
-    let address = client_address(&headers, &parts.extensions);
+    let address = super::auth::client_address(&parts);
     let request = Request::from_parts(parts, body);
     let Ok(Form(form)) = Form::<SignInForm>::from_request(request, &()).await else {
         return html_with_status(
@@ -910,6 +902,21 @@ mod tests {
         assert!(!with(&[("origin", "http://evil:1"), ("host", "h:1")]));
         assert!(!with(&[("host", "h:1")]));
         assert!(!with(&[("origin", "null"), ("host", "h:1")]));
+    }
+
+    #[test]
+    fn plain_http_is_warned_about_only_for_other_machines_by_address() {
+        let host = |value: &'static str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::HOST, HeaderValue::from_static(value));
+            headers
+        };
+        let remote: Option<IpAddr> = Some("192.0.2.7".parse().unwrap());
+        let local: Option<IpAddr> = Some("127.0.0.1".parse().unwrap());
+        assert!(plain_http_elsewhere(&host("10.0.0.5:8787"), remote));
+        assert!(plain_http_elsewhere(&host("[fd00::1]:8787"), remote));
+        assert!(!plain_http_elsewhere(&host("127.0.0.1:8787"), local));
+        assert!(!plain_http_elsewhere(&host("warden.example.com"), remote));
     }
 
     #[test]
