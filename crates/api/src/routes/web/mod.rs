@@ -359,6 +359,12 @@ async fn sign_in(State(state): State<Arc<ApiState>>, request: Request) -> Respon
     };
     match outcome {
         Ok(signed_in) => {
+            // Rotated at sign-in: a session the browser held before ends here.
+            if let Some(previous) = session_secret(&headers) {
+                if let Err(error) = state.access.sign_out(&previous).await {
+                    tracing::warn!(%error, "the previous console session could not be ended");
+                }
+            }
             let secure = headers
                 .get(header::ORIGIN)
                 .is_some_and(|o| o.as_bytes().starts_with(b"https://"));

@@ -2,6 +2,11 @@
 // (/v1/tasks/{id}/events, the session cookie authenticates it). Everything untrusted is
 // inserted with textContent, never as HTML. The CSP allows this file and nothing inline.
 'use strict';
+// Installable: the worker caches the static shell only (see /sw.js). Browsers allow it on
+// https and on localhost.
+if ('serviceWorker' in navigator) {
+  navigator.serviceWorker.register('/sw.js').catch(function () {});
+}
 (function () {
   const list = document.getElementById('timeline');
   if (!list) return;
