@@ -459,6 +459,7 @@ async fn task_list(
         },
     };
     let repo = query.repo.filter(|r| !r.is_empty());
+    let first_page = before.is_none();
     let listing = TaskListing {
         status,
         before,
@@ -472,8 +473,25 @@ async fn task_list(
         Ok(repos) => repos,
         Err(error) => return refused(&viewer, error),
     };
-    let tasks: Vec<_> = list
-        .tasks
+    // What needs the viewer comes first whatever its age: on the first page without a status
+    // filter, the waiting tasks are fetched on their own too.
+    let mut tasks = Vec::new();
+    if status.is_none() && first_page {
+        for waiting in [TaskStatus::WaitingInput, TaskStatus::WaitingApproval] {
+            let listing = TaskListing {
+                status: Some(waiting),
+                before: None,
+                limit: warden_service::tasks::MAX_PAGE,
+            };
+            match state.tasks.list(&viewer, listing).await {
+                Ok(list) => tasks.extend(list.tasks),
+                Err(error) => return refused(&viewer, error),
+            }
+        }
+    }
+    let waiting: std::collections::HashSet<_> = tasks.iter().map(|t| t.id.clone()).collect();
+    tasks.extend(list.tasks.into_iter().filter(|t| !waiting.contains(&t.id)));
+    let tasks: Vec<_> = tasks
         .into_iter()
         .filter(|t| {
             repo.as_ref()
