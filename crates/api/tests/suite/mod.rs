@@ -12,3 +12,4 @@ mod hardening;
 mod openapi;
 mod sessions;
 mod tasks_service;
+mod web;

@@ -189,6 +189,24 @@ async fn writer_request(
     viewer(state, headers).await
 }
 
+/// The signed-in viewer of a state-changing request that came from the console, and its form.
+/// The origin and the session are checked before the body is read: a cross-site or signed-out
+/// request is refused whatever it sends, and learns nothing of the form's fields.
+async fn writer_form<T: serde::de::DeserializeOwned>(
+    state: &ApiState,
+    request: Request,
+) -> Result<(Principal, T), Response> {
+    let (parts, body) = request.into_parts();
+    let (viewer, _) = writer_request(state, &parts.headers).await?;
+    match Form::<T>::from_request(Request::from_parts(parts, body), &()).await {
+        Ok(Form(form)) => Ok((viewer, form)),
+        Err(rejection) => Err(html_with_status(
+            rejection.status(),
+            pages::problem(Some(&viewer), "Refused", &rejection.body_text()),
+        )),
+    }
+}
+
 fn server_error(viewer: Option<&Principal>, message: &str) -> Response {
     tracing::error!(%message, "web console request failed");
     html_with_status(
@@ -197,20 +215,25 @@ fn server_error(viewer: Option<&Principal>, message: &str) -> Response {
     )
 }
 
-/// A service refusal as a page with the matching status.
-fn refused(viewer: &Principal, error: ServiceError) -> Response {
-    let status = match &error {
+/// The status of a service refusal; `None` when the service failed instead (a 500).
+fn refusal_status(error: &ServiceError) -> Option<StatusCode> {
+    Some(match error {
         ServiceError::NotFound(_) => StatusCode::NOT_FOUND,
         ServiceError::Forbidden(_) => StatusCode::FORBIDDEN,
-        ServiceError::Store(_) | ServiceError::Internal(_) => {
-            return server_error(Some(viewer), &error.to_string())
-        }
+        ServiceError::Store(_) | ServiceError::Internal(_) => return None,
         ServiceError::WrongStatus { .. }
         | ServiceError::Conflict(_)
         | ServiceError::HashMismatch { .. }
         | ServiceError::AlreadyDecided { .. }
         | ServiceError::IdempotencyConflict { .. } => StatusCode::CONFLICT,
         _ => StatusCode::UNPROCESSABLE_ENTITY,
+    })
+}
+
+/// A service refusal as a page with the matching status.
+fn refused(viewer: &Principal, error: ServiceError) -> Response {
+    let Some(status) = refusal_status(&error) else {
+        return server_error(Some(viewer), &error.to_string());
     };
     let title = if status == StatusCode::NOT_FOUND {
         "Not found"
@@ -568,12 +591,8 @@ struct SubmitForm {
     publish: Option<String>,
 }
 
-async fn submit(
-    State(state): State<Arc<ApiState>>,
-    headers: HeaderMap,
-    Form(form): Form<SubmitForm>,
-) -> Response {
-    let (viewer, _) = match writer_request(&state, &headers).await {
+async fn submit(State(state): State<Arc<ApiState>>, request: Request) -> Response {
+    let (viewer, form) = match writer_form::<SubmitForm>(&state, request).await {
         Ok(v) => v,
         Err(response) => return response,
     };
@@ -604,13 +623,17 @@ async fn submit(
     }
     match state.tasks.submit(&viewer, submission, None).await {
         Ok(submitted) => see_other(&format!("/tasks/{}", submitted.task.id)),
-        Err(error @ (ServiceError::Store(_) | ServiceError::Internal(_))) => {
-            server_error(Some(&viewer), &error.to_string())
-        }
         Err(error) => {
+            // A viewer may not submit (403): the form is shown again only for what the
+            // submitter can fix.
+            let status = match refusal_status(&error) {
+                None => return server_error(Some(&viewer), &error.to_string()),
+                Some(StatusCode::FORBIDDEN) => return refused(&viewer, error),
+                Some(status) => status,
+            };
             let repos = state.tasks.repos(&viewer).await.unwrap_or_default();
             html_with_status(
-                StatusCode::UNPROCESSABLE_ENTITY,
+                status,
                 pages::new_task(
                     &viewer,
                     &repos,
@@ -678,11 +701,10 @@ struct TextForm {
 
 async fn answer(
     State(state): State<Arc<ApiState>>,
-    headers: HeaderMap,
     Path(id): Path<String>,
-    Form(form): Form<TextForm>,
+    request: Request,
 ) -> Response {
-    let (viewer, _) = match writer_request(&state, &headers).await {
+    let (viewer, form) = match writer_form::<TextForm>(&state, request).await {
         Ok(v) => v,
         Err(response) => return response,
     };
@@ -694,11 +716,10 @@ async fn answer(
 
 async fn follow_up(
     State(state): State<Arc<ApiState>>,
-    headers: HeaderMap,
     Path(id): Path<String>,
-    Form(form): Form<TextForm>,
+    request: Request,
 ) -> Response {
-    let (viewer, _) = match writer_request(&state, &headers).await {
+    let (viewer, form) = match writer_form::<TextForm>(&state, request).await {
         Ok(v) => v,
         Err(response) => return response,
     };
@@ -745,16 +766,15 @@ struct DecisionForm {
 
 async fn decide(
     state: &ApiState,
-    headers: &HeaderMap,
     id: &str,
-    hash: &str,
+    request: Request,
     decision: warden_store::Decision,
 ) -> Response {
-    let (viewer, _) = match writer_request(state, headers).await {
+    let (viewer, form) = match writer_form::<DecisionForm>(state, request).await {
         Ok(v) => v,
         Err(response) => return response,
     };
-    match state.tasks.decide(&viewer, id, decision, hash).await {
+    match state.tasks.decide(&viewer, id, decision, &form.hash).await {
         Ok(approval) => see_other(&format!("/tasks/{}", approval.task)),
         Err(error) => refused(&viewer, error),
     }
@@ -762,34 +782,18 @@ async fn decide(
 
 async fn approve(
     State(state): State<Arc<ApiState>>,
-    headers: HeaderMap,
     Path(id): Path<String>,
-    Form(form): Form<DecisionForm>,
+    request: Request,
 ) -> Response {
-    decide(
-        &state,
-        &headers,
-        &id,
-        &form.hash,
-        warden_store::Decision::Approve,
-    )
-    .await
+    decide(&state, &id, request, warden_store::Decision::Approve).await
 }
 
 async fn reject(
     State(state): State<Arc<ApiState>>,
-    headers: HeaderMap,
     Path(id): Path<String>,
-    Form(form): Form<DecisionForm>,
+    request: Request,
 ) -> Response {
-    decide(
-        &state,
-        &headers,
-        &id,
-        &form.hash,
-        warden_store::Decision::Reject,
-    )
-    .await
+    decide(&state, &id, request, warden_store::Decision::Reject).await
 }
 
 // --- usage and sessions ---
