@@ -332,14 +332,16 @@ impl Credential {
 }
 
 /// The request's credential: its bearer token; without one, on a `GET` or `HEAD`, the
-/// console's session cookie. A state-changing request needs a bearer token whatever cookies it
-/// carries, so a cross-site form cannot change anything through the API.
+/// console's session cookie while the console is served. A state-changing request needs a
+/// bearer token whatever cookies it carries, so a cross-site form cannot change anything
+/// through the API.
 pub(super) fn presented_credential(
+    state: &ApiState,
     method: &Method,
     headers: &HeaderMap,
 ) -> Result<Credential, ApiError> {
     let reading = matches!(*method, Method::GET | Method::HEAD);
-    if !headers.contains_key(header::AUTHORIZATION) && reading {
+    if state.web_enabled && !headers.contains_key(header::AUTHORIZATION) && reading {
         if let Some(secret) = super::web::session_secret(headers) {
             return Ok(Credential::Session(secret));
         }
@@ -369,7 +371,7 @@ pub(super) async fn identify_credential(
 /// reads), after charging its rate limit once. A failure is charged to the client address
 /// instead (429 once that is spent).
 pub(super) async fn authenticate(state: &ApiState, parts: &Parts) -> Result<Caller, ApiError> {
-    let identified = match presented_credential(&parts.method, &parts.headers) {
+    let identified = match presented_credential(state, &parts.method, &parts.headers) {
         Ok(credential) => match &credential {
             // Bootstrap tokens are checked in memory: never throttled, never queued.
             Credential::Token(presented)

@@ -166,7 +166,7 @@ impl TokenCheck {
     /// Takes one of the credential's stream slots (429 `too_many_streams` when none is left).
     fn new(state: &Arc<ApiState>, headers: &HeaderMap, caller: &Caller) -> Result<Self, ApiError> {
         let every = state.stream_recheck;
-        let credential = presented_credential(&Method::GET, headers)?;
+        let credential = presented_credential(state, &Method::GET, headers)?;
         state.streams.open(credential.key())?;
         Ok(TokenCheck {
             credential,

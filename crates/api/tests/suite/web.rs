@@ -1301,4 +1301,7 @@ async fn with_the_console_off_its_routes_are_the_apis_json_404() {
         .send(get("/v1/tasks").header("authorization", &format!("Bearer {ALICE}")))
         .await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.text);
+    // A session from before the console was turned off reads nothing through the API.
+    let reply = console.send(get("/v1/tasks").cookie(&cookie)).await;
+    assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{}", reply.text);
 }

@@ -341,6 +341,16 @@ impl Access {
         match self.store.revoke_api_token(id).await {
             Ok(token) => {
                 tracing::info!(token = %token.id, by = %caller.name, "api token revoked");
+                // The console sessions it signed in end with it (they would no longer
+                // identify anyone; this takes them off the lists too).
+                for session in self.store.list_web_sessions(None).await? {
+                    if session.credential == token.digest {
+                        match self.store.revoke_web_session(&session.id).await {
+                            Ok(_) | Err(StoreError::NotFound { .. }) => {}
+                            Err(error) => return Err(error.into()),
+                        }
+                    }
+                }
                 Ok(token)
             }
             Err(StoreError::NotFound { .. }) => {

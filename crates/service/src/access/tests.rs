@@ -197,6 +197,8 @@ async fn a_token_session_lasts_while_its_token_identifies() {
         .await
         .unwrap();
     assert_eq!(active(&f, &signed.secret).await, None);
+    // Its sessions are revoked with it, so no list shows them as active.
+    assert!(f.access.sessions(&admin()).await.unwrap().is_empty());
     assert!(matches!(
         f.access.sign_in_token(&created.secret, None, None).await,
         Err(AccessError::Unauthorized(_))
