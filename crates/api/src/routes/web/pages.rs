@@ -464,6 +464,22 @@ fn change_section(
                     }
                 }
                 h2 { "Diff" }
+                @if !proposal.files.is_empty() {
+                    table.files {
+                        tbody {
+                            @for file in &proposal.files {
+                                tr {
+                                    td.mono { (file.path) }
+                                    td { (file.status) }
+                                    td.num { @match (file.additions, file.deletions) {
+                                        (Some(added), Some(deleted)) => { "+" (added) " −" (deleted) }
+                                        _ => { "binary" }
+                                    } }
+                                }
+                            }
+                        }
+                    }
+                }
                 @match diff {
                     Some(diff) => {
                         @if diff.truncated { p.notice { "The diff is longer than is shown; it was cut at a line end." } }
