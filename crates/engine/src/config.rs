@@ -495,6 +495,12 @@ impl Config {
         };
         let mut keys: Vec<String> = keys;
         keys.extend(self.github.token.iter().map(|t| t.expose().to_string()));
+        keys.extend(
+            self.telegram
+                .iter()
+                .filter_map(|t| t.token.as_ref())
+                .map(|t| t.expose().to_string()),
+        );
         crate::redact::Redactor::new(keys)
     }
 }

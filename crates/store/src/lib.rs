@@ -449,6 +449,13 @@ pub trait Store: Send + Sync {
         replies: Vec<NewChatMessage>,
     ) -> BoxFuture<'a, Result<bool, StoreError>>;
 
+    /// Whether `channel`'s update `update_id` was recorded.
+    fn chat_update_seen<'a>(
+        &'a self,
+        channel: &'a str,
+        update_id: i64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+
     /// The offset to poll `channel` from: one past the highest update recorded.
     fn chat_offset<'a>(
         &'a self,

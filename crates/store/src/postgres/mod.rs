@@ -3325,6 +3325,23 @@ impl Store for PostgresStore {
         })
     }
 
+    fn chat_update_seen<'a>(
+        &'a self,
+        channel: &'a str,
+        update_id: i64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            Ok(query_opt(
+                &*client,
+                "SELECT 1 FROM chat_updates WHERE channel = $1 AND update_id = $2",
+                &[&channel, &update_id],
+            )
+            .await?
+            .is_some())
+        })
+    }
+
     fn chat_offset<'a>(
         &'a self,
         channel: &'a str,

@@ -2227,6 +2227,22 @@ impl Store for SqliteStore {
         })
     }
 
+    fn chat_update_seen<'a>(
+        &'a self,
+        channel: &'a str,
+        update_id: i64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>> {
+        let channel = channel.to_string();
+        self.read(move |conn| {
+            conn.prepare_cached("SELECT 1 FROM chat_updates WHERE channel = ?1 AND update_id = ?2")
+                .db()?
+                .query_row(params![channel, update_id], |_| Ok(()))
+                .optional()
+                .db()
+                .map(|found| found.is_some())
+        })
+    }
+
     fn chat_offset<'a>(
         &'a self,
         channel: &'a str,

@@ -27,6 +27,8 @@ async fn an_update_is_recorded_once_with_its_replies_and_moves_the_offset(f: &Fi
         .await
         .unwrap();
     assert!(first);
+    assert!(f.store.chat_update_seen("telegram", 10).await.unwrap());
+    assert!(!f.store.chat_update_seen("telegram", 11).await.unwrap());
     assert_eq!(f.store.chat_offset("telegram").await.unwrap(), Some(11));
     // A replay: nothing recorded, the reply not replaced.
     let again = f
