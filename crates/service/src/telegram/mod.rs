@@ -250,9 +250,9 @@ impl Bot {
                 )
                 .await
             }
-            Command::Status { task: Some(id) } => {
-                Ok(Reply::Task(tasks.task(principal, &id).await?))
-            }
+            Command::Status { task: Some(id) } => Ok(Reply::Text(
+                render::task_message(&tasks.task(principal, &id).await?, false).0,
+            )),
             Command::Status { task: None } => {
                 let latest = tasks
                     .list(
@@ -315,7 +315,7 @@ impl Bot {
                 // The new task has its own message, in this chat.
                 let mut retried = retried;
                 retried.metadata = telegram_metadata(chat);
-                Ok(Reply::Task(retried))
+                Ok(Reply::Task(Box::new(retried)))
             }
             Command::Usage => {
                 let today = now_ms() - now_ms().rem_euclid(86_400_000);
@@ -386,7 +386,7 @@ impl Bot {
             .tasks
             .submit(principal, submission, Some(idempotency))
             .await?;
-        Ok(Reply::Task(submitted.task))
+        Ok(Reply::Task(Box::new(submitted.task)))
     }
 
     /// A button press: decides the approval it names with the hash it is bound to, as the
@@ -581,7 +581,7 @@ impl Bot {
 
 enum Reply {
     Text(String),
-    Task(Task),
+    Task(Box<Task>),
 }
 
 const HELP: &str = "Warden runs coding agents on your repositories.\n\
