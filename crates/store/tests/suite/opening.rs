@@ -79,7 +79,7 @@ async fn migrations_apply_once_and_newer_schemas_are_refused(f: &Fixture) {
             refused,
             Err(StoreError::SchemaTooNew {
                 found: 99,
-                supported: 5
+                supported: 6
             })
         ),
         "{:?}",
