@@ -1,8 +1,8 @@
 //! `warden serve`, composed: the workers' services (`warden_service::compose`: the store from
-//! `WARDEN_DATABASE_URL`, the model, the repository store), the workers, callback delivery and
-//! the HTTP API on `WARDEN_LISTEN`. This is the composition root; nothing in the crate refers to
-//! it. `serve` holds the `WARDEN_HOME` lock, so its worker
-//! name is stable across restarts and the runs a killed predecessor left open are interrupted
+//! `WARDEN_DATABASE_URL`, the model, the repository store), the workers, callback delivery, the
+//! Telegram bot when `[telegram]` is configured, and the HTTP API on `WARDEN_LISTEN`. This is
+//! the composition root; nothing in the crate refers to it. `serve` holds the `WARDEN_HOME`
+//! lock, so its worker name is stable across restarts and the runs a killed predecessor left open are interrupted
 //! at once instead of waiting for their leases. The API's connections are held by
 //! [`crate::connections`] (a cap from the open-file limit, raised to its hard limit at start,
 //! header and keep-alive timeouts). Shutdown on SIGTERM/SIGINT: stop accepting and claiming,
@@ -111,6 +111,7 @@ pub async fn serve(
         .with_callbacks(services.config.callbacks.clone())
         .with_repo_mount_roots(services.config.sandbox.toolchains.repo_mount_roots.clone())
         .with_warming();
+    let tasks_for_telegram = tasks.clone();
     let app = api::router(Arc::new(
         ApiState::new(tasks, tokens)
             .with_rate_limit(serve_config.rate_limit)
@@ -136,6 +137,13 @@ pub async fn serve(
         stopped.clone(),
     )
     .context("cannot start callback delivery")?;
+    // The Telegram bot, when configured: another interface over the same service.
+    let telegram = warden_service::telegram::spawn(
+        services.config.telegram.as_ref(),
+        tasks_for_telegram,
+        stopped.clone(),
+    )
+    .context("cannot start the Telegram bot")?;
     let mut api_stopped = stopped;
     let (signalled, signal_seen) = watch::channel(false);
     tokio::spawn(async move {
@@ -163,6 +171,9 @@ pub async fn serve(
     workers.await.context("the workers failed")?;
     if let Some(callbacks) = callbacks {
         let _ = callbacks.await;
+    }
+    if let Some(telegram) = telegram {
+        let _ = telegram.await;
     }
     match api.await {
         Ok(result) => result.context("the API server failed")?,

@@ -37,6 +37,8 @@ pub struct FileConfig {
     /// `[[publish]]`: the GitHub repository (and base branch) a repository publishes to.
     #[serde(default)]
     pub publish: Vec<PublishEntry>,
+    /// `[telegram]`: the Telegram bot of `warden serve` (off without it).
+    pub telegram: Option<crate::telegram_config::TelegramSection>,
 }
 
 /// `[github]`: the API publication talks to. The token is never read from this file (nor from
@@ -215,6 +217,8 @@ pub struct Config {
     pub callbacks: crate::callback::CallbackConfig,
     /// `[github]` and `[[publish]]`: where approved proposals are published.
     pub github: GithubSettings,
+    /// `[telegram]` with `WARDEN_TELEGRAM_TOKEN`; `None`: no bot.
+    pub telegram: Option<crate::telegram_config::TelegramConfig>,
 }
 
 /// The sandbox backend and its settings. Never chosen by fallback: what is named here is what
@@ -360,6 +364,11 @@ impl Config {
             env.var("WARDEN_CALLBACK_SECRET"),
         )?;
         let github = github_settings(&file, env)?;
+        let telegram = crate::telegram_config::TelegramConfig::resolve(
+            file.telegram.as_ref(),
+            env.var("WARDEN_TELEGRAM_API_URL"),
+            env.var("WARDEN_TELEGRAM_TOKEN"),
+        )?;
         Ok(Config {
             home,
             model,
@@ -371,6 +380,7 @@ impl Config {
             serve,
             callbacks,
             github,
+            telegram,
         })
     }
 }
@@ -485,6 +495,12 @@ impl Config {
         };
         let mut keys: Vec<String> = keys;
         keys.extend(self.github.token.iter().map(|t| t.expose().to_string()));
+        keys.extend(
+            self.telegram
+                .iter()
+                .filter_map(|t| t.token.as_ref())
+                .map(|t| t.expose().to_string()),
+        );
         crate::redact::Redactor::new(keys)
     }
 }

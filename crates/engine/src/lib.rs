@@ -19,5 +19,6 @@ pub mod question;
 pub mod redact;
 pub mod sensitive;
 pub mod serve_config;
+pub mod telegram_config;
 pub mod timing;
 pub mod toolchain;

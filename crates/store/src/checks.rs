@@ -211,6 +211,33 @@ pub(crate) fn intent_failure(intent: &Intent, retry_at_ms: Option<i64>) -> (Inte
     }
 }
 
+/// A refused attempt of chat `message`: its state, next attempt time and delivered revision —
+/// due again at `retry_at_ms` (a send that was refused did not happen: `pending`), or given
+/// up when `None` (a message never sent fails; a sent one keeps what it shows and drops the
+/// edit).
+pub(crate) fn chat_failure(
+    message: &crate::ChatMessage,
+    retry_at_ms: Option<i64>,
+) -> (crate::ChatMessageState, i64, i64) {
+    use crate::ChatMessageState as State;
+    let state = match message.state {
+        State::Pending | State::Sending => match retry_at_ms {
+            Some(_) => State::Pending,
+            None => State::Failed,
+        },
+        other => other,
+    };
+    let delivered = match (message.state, retry_at_ms) {
+        (State::Sent, None) => message.revision,
+        _ => message.delivered_revision,
+    };
+    (
+        state,
+        retry_at_ms.unwrap_or(message.next_attempt_at_ms),
+        delivered,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

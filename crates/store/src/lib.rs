@@ -46,6 +46,7 @@ pub use types::{
     NewRepo, NewTask, Repository, Requeued, Run, RunRef, Spend, Task, TaskMessage, TaskQuery,
     TaskRepo, UsageEntry, UsageQuery, UsageSummary, MESSAGE_AGENT, MESSAGE_USER, RUN_INTERRUPTED,
 };
+pub use types::{ChatMessage, ChatMessageState, NewChatMessage};
 pub use types::{NewWebSession, WebSession, WebUser, WEB_CREDENTIAL_PASSWORD};
 
 /// A boxed, sendable future: keeps [`Store`] object-safe without an extra crate.
@@ -434,6 +435,75 @@ pub trait Store: Send + Sync {
         &'a self,
         id: &'a str,
     ) -> BoxFuture<'a, Result<WebSession, StoreError>>;
+
+    // --- chat interfaces (Telegram): updates seen, the polling offset, outbound messages ---
+
+    /// Records that `channel`'s update `update_id` was handled, together with its `replies`,
+    /// in one transaction, and moves the channel's polling offset past it. `false` (and
+    /// nothing recorded but the offset) when the update was recorded before: a replay.
+    /// Replies whose id exists already are left as they are.
+    fn record_chat_update<'a>(
+        &'a self,
+        channel: &'a str,
+        update_id: i64,
+        replies: Vec<NewChatMessage>,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    /// Whether `channel`'s update `update_id` was recorded.
+    fn chat_update_seen<'a>(
+        &'a self,
+        channel: &'a str,
+        update_id: i64,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    /// The offset to poll `channel` from: one past the highest update recorded.
+    fn chat_offset<'a>(
+        &'a self,
+        channel: &'a str,
+    ) -> BoxFuture<'a, Result<Option<i64>, StoreError>>;
+
+    /// Stores `message`, due now; when its id exists with another text or markup, replaces
+    /// them and bumps its revision (an edit due now). The same text again changes nothing.
+    fn put_chat_message(
+        &self,
+        message: NewChatMessage,
+    ) -> BoxFuture<'_, Result<ChatMessage, StoreError>>;
+
+    fn get_chat_message<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<ChatMessage>, StoreError>>;
+
+    /// `channel`'s messages with something due at the store clock's now (a send, a send whose
+    /// outcome was not recorded, or an edit), oldest first, at most `limit`.
+    fn due_chat_messages<'a>(
+        &'a self,
+        channel: &'a str,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<ChatMessage>, StoreError>>;
+
+    /// Durably notes that a send of message `id` starts (`pending` → `sending`; attempts + 1),
+    /// before the request leaves.
+    fn start_chat_send<'a>(&'a self, id: &'a str)
+        -> BoxFuture<'a, Result<ChatMessage, StoreError>>;
+
+    /// The channel accepted `revision` of message `id` as `message_id`: `sent`.
+    fn chat_message_delivered<'a>(
+        &'a self,
+        id: &'a str,
+        message_id: &'a str,
+        revision: i64,
+    ) -> BoxFuture<'a, Result<ChatMessage, StoreError>>;
+
+    /// The channel refused the attempt (it holds nothing new): due again at `retry_at_ms` (a
+    /// `sending` message back to `pending`), or given up when `None` (a message never sent
+    /// `failed`; a sent one keeps what it shows and drops the edit).
+    fn chat_message_failed<'a>(
+        &'a self,
+        id: &'a str,
+        error: &'a str,
+        retry_at_ms: Option<i64>,
+    ) -> BoxFuture<'a, Result<ChatMessage, StoreError>>;
 
     // --- task conversation ---
 

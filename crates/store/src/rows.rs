@@ -521,3 +521,49 @@ pub(crate) fn check_approval(
     }
     Ok(())
 }
+
+pub(crate) const CHAT_MESSAGE_COLUMNS: &str = "id, channel, chat, task_id, text, markup, state, \
+     message_id, revision, delivered_revision, attempts, next_attempt_at_ms, last_error, \
+     created_at_ms, updated_at_ms";
+
+pub(crate) struct RawChatMessage {
+    pub id: String,
+    pub channel: String,
+    pub chat: String,
+    pub task_id: Option<String>,
+    pub text: String,
+    pub markup: Option<String>,
+    pub state: String,
+    pub message_id: Option<String>,
+    pub revision: i64,
+    pub delivered_revision: i64,
+    pub attempts: i64,
+    pub next_attempt_at_ms: i64,
+    pub last_error: Option<String>,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+impl RawChatMessage {
+    pub fn decode(self) -> Result<crate::ChatMessage, StoreError> {
+        Ok(crate::ChatMessage {
+            state: crate::ChatMessageState::parse(&self.state).ok_or_else(|| {
+                StoreError::invalid_data(format!("chat message state {:?}", self.state))
+            })?,
+            id: self.id,
+            channel: self.channel,
+            chat: self.chat,
+            task: self.task_id.map(task_id).transpose()?,
+            text: self.text,
+            markup: self.markup,
+            message_id: self.message_id,
+            revision: self.revision,
+            delivered_revision: self.delivered_revision,
+            attempts: to_u32(self.attempts)?,
+            next_attempt_at_ms: self.next_attempt_at_ms,
+            last_error: self.last_error,
+            created_at_ms: self.created_at_ms,
+            updated_at_ms: self.updated_at_ms,
+        })
+    }
+}

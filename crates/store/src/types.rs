@@ -507,3 +507,88 @@ pub struct UsageSummary {
     pub by_task: Vec<(TaskId, Spend)>,
     pub by_model: Vec<(String, Spend)>,
 }
+
+/// A chat message to send (Telegram today): the chat-side outbox. Its `id` is chosen by the
+/// caller and deterministic (`tg:u:<update>` for the reply to an update), so recording it twice
+/// is a no-op and a crash can never turn one message into two rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewChatMessage {
+    pub id: String,
+    /// `telegram`.
+    pub channel: String,
+    /// The chat it goes to, as the channel spells it (a Telegram chat id in decimal).
+    pub chat: String,
+    /// The task whose progress it shows, if any.
+    pub task: Option<TaskId>,
+    pub text: String,
+    /// The channel's reply markup (Telegram's `reply_markup` JSON), if any.
+    pub markup: Option<String>,
+}
+
+/// Where a chat message is in its delivery.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ChatMessageState {
+    /// Not sent yet.
+    Pending,
+    /// A send started and its outcome was not recorded (a crash or an ambiguous failure in
+    /// between): the channel may or may not hold it.
+    Sending,
+    /// Sent; `message_id` is the channel's id for it. A `revision` past `delivered_revision` is
+    /// an edit still to make.
+    Sent,
+    /// Given up on (refused for good, or out of attempts).
+    Failed,
+}
+
+impl ChatMessageState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChatMessageState::Pending => "pending",
+            ChatMessageState::Sending => "sending",
+            ChatMessageState::Sent => "sent",
+            ChatMessageState::Failed => "failed",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<ChatMessageState> {
+        [
+            ChatMessageState::Pending,
+            ChatMessageState::Sending,
+            ChatMessageState::Sent,
+            ChatMessageState::Failed,
+        ]
+        .into_iter()
+        .find(|s| s.as_str() == name)
+    }
+}
+
+/// A stored chat message and its delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChatMessage {
+    pub id: String,
+    pub channel: String,
+    pub chat: String,
+    pub task: Option<TaskId>,
+    pub text: String,
+    pub markup: Option<String>,
+    pub state: ChatMessageState,
+    /// The channel's id for the message, recorded once it accepted it.
+    pub message_id: Option<String>,
+    /// Bumped by each change of text or markup.
+    pub revision: i64,
+    /// The revision the channel shows.
+    pub delivered_revision: i64,
+    /// Delivery attempts since the last success.
+    pub attempts: u32,
+    pub next_attempt_at_ms: i64,
+    pub last_error: Option<String>,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+}
+
+impl ChatMessage {
+    /// An edit to make: sent, and changed since.
+    pub fn needs_edit(&self) -> bool {
+        self.state == ChatMessageState::Sent && self.revision > self.delivered_revision
+    }
+}

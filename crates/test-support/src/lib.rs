@@ -11,3 +11,4 @@ pub mod git_fixture;
 pub mod github_fake;
 pub mod model_server;
 pub mod postgres;
+pub mod telegram_fake;

@@ -19,6 +19,7 @@ mod serve_publish;
 mod server_harness;
 mod sse;
 mod support;
+mod telegram;
 mod token;
 mod toolchain;
 mod web;

@@ -2,7 +2,8 @@
 //! first takes an advisory lock, so workers starting together on many machines migrate once.
 //! Never edit a released migration: add the next one.
 
-pub(crate) const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5)];
+pub(crate) const MIGRATIONS: &[(i64, &str)] =
+    &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6)];
 
 /// Key of the migration advisory lock (the second key is a hash of the schema name).
 pub(crate) const MIGRATION_LOCK: i32 = 0x5744_4d47;
@@ -215,4 +216,42 @@ CREATE TABLE web_sessions (
 );
 CREATE INDEX web_sessions_name ON web_sessions (name, created_at_ms);
 CREATE INDEX web_sessions_expiry ON web_sessions (expires_at_ms);
+";
+
+/// Chat interfaces (Telegram): the updates handled (deduplicated by update id), the polling
+/// offset per channel, and the outbound messages with the id the channel returned for each.
+const V6: &str = r"
+CREATE TABLE chat_updates (
+    channel TEXT NOT NULL,
+    update_id BIGINT NOT NULL,
+    handled_at_ms BIGINT NOT NULL,
+    PRIMARY KEY (channel, update_id)
+);
+
+CREATE TABLE chat_offsets (
+    channel TEXT PRIMARY KEY,
+    next_offset BIGINT NOT NULL,
+    updated_at_ms BIGINT NOT NULL
+);
+
+CREATE TABLE chat_messages (
+    id TEXT PRIMARY KEY,
+    channel TEXT NOT NULL,
+    chat TEXT NOT NULL,
+    task_id TEXT,
+    text TEXT NOT NULL,
+    markup TEXT,
+    state TEXT NOT NULL,
+    message_id TEXT,
+    revision BIGINT NOT NULL,
+    delivered_revision BIGINT NOT NULL,
+    attempts BIGINT NOT NULL,
+    next_attempt_at_ms BIGINT NOT NULL,
+    last_error TEXT,
+    created_at_ms BIGINT NOT NULL,
+    updated_at_ms BIGINT NOT NULL
+);
+CREATE INDEX chat_messages_due ON chat_messages (channel, next_attempt_at_ms, created_at_ms, id)
+    WHERE state IN ('pending', 'sending') OR (state = 'sent' AND revision > delivered_revision);
+CREATE INDEX chat_messages_task ON chat_messages (task_id) WHERE task_id IS NOT NULL;
 ";

@@ -1,7 +1,8 @@
 //! SQLite migrations, numbered from 1 and applied in order, each in its own transaction together
 //! with its `schema_version` row. Never edit a released migration: add the next one.
 
-pub(crate) const MIGRATIONS: &[(i64, &str)] = &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5)];
+pub(crate) const MIGRATIONS: &[(i64, &str)] =
+    &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6)];
 
 const V1: &str = r"
 CREATE TABLE tasks (
@@ -203,4 +204,42 @@ CREATE TABLE web_sessions (
 ) STRICT;
 CREATE INDEX web_sessions_name ON web_sessions (name, created_at_ms);
 CREATE INDEX web_sessions_expiry ON web_sessions (expires_at_ms);
+";
+
+/// Chat interfaces (Telegram): the updates handled (deduplicated by update id), the polling
+/// offset per channel, and the outbound messages with the id the channel returned for each.
+const V6: &str = r"
+CREATE TABLE chat_updates (
+    channel TEXT NOT NULL,
+    update_id INTEGER NOT NULL,
+    handled_at_ms INTEGER NOT NULL,
+    PRIMARY KEY (channel, update_id)
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE chat_offsets (
+    channel TEXT PRIMARY KEY NOT NULL,
+    next_offset INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL
+) STRICT;
+
+CREATE TABLE chat_messages (
+    id TEXT PRIMARY KEY NOT NULL,
+    channel TEXT NOT NULL,
+    chat TEXT NOT NULL,
+    task_id TEXT,
+    text TEXT NOT NULL,
+    markup TEXT,
+    state TEXT NOT NULL,
+    message_id TEXT,
+    revision INTEGER NOT NULL,
+    delivered_revision INTEGER NOT NULL,
+    attempts INTEGER NOT NULL,
+    next_attempt_at_ms INTEGER NOT NULL,
+    last_error TEXT,
+    created_at_ms INTEGER NOT NULL,
+    updated_at_ms INTEGER NOT NULL
+) STRICT;
+CREATE INDEX chat_messages_due ON chat_messages (channel, next_attempt_at_ms, created_at_ms, id)
+    WHERE state IN ('pending', 'sending') OR (state = 'sent' AND revision > delivered_revision);
+CREATE INDEX chat_messages_task ON chat_messages (task_id) WHERE task_id IS NOT NULL;
 ";

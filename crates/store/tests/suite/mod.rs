@@ -7,6 +7,7 @@ mod harness;
 
 mod approvals;
 mod batch;
+mod chat;
 mod conversation;
 mod events;
 mod idempotency;

@@ -1,0 +1,244 @@
+//! The `[telegram]` section of `warden.toml`: the Telegram bot `warden serve` runs when it is
+//! configured (off otherwise). Who may talk to it is a numeric user-id allow-list, each id
+//! mapped to a Warden principal (name and role); the bot token is never read from this file,
+//! only from `WARDEN_TELEGRAM_TOKEN`.
+
+use anyhow::bail;
+use serde::Deserialize;
+use std::time::Duration;
+
+/// Telegram's Bot API.
+pub const DEFAULT_API_URL: &str = "https://api.telegram.org";
+/// How long one `getUpdates` call waits for an update (long polling) by default.
+pub const DEFAULT_POLL_TIMEOUT: Duration = Duration::from_secs(30);
+/// The pause between polls after a failed one, and between short polls.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
+
+/// `[telegram]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelegramSection {
+    /// Default `https://api.telegram.org` (a local Bot API server: its URL);
+    /// `WARDEN_TELEGRAM_API_URL` overrides.
+    pub api_url: Option<String>,
+    /// Seconds one `getUpdates` waits for updates (long polling; 0: short polling). Default 30.
+    pub poll_timeout_secs: Option<u64>,
+    /// Milliseconds between polls after a failure, and between short polls. Default 1000.
+    pub poll_interval_ms: Option<u64>,
+    /// The allow-list: who may use the bot, and as whom.
+    #[serde(default)]
+    pub users: Vec<TelegramUserEntry>,
+}
+
+/// One `[[telegram.users]]` entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelegramUserEntry {
+    /// The Telegram user id (numeric; usernames can change hands, ids cannot).
+    pub id: i64,
+    /// The Warden principal the user acts as (tasks are filed under it).
+    pub name: String,
+    /// `admin`, `operator` or `viewer`.
+    pub role: String,
+}
+
+/// A bot token, never shown by `Debug`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TelegramToken(String);
+
+impl TelegramToken {
+    /// `None` for an empty token.
+    pub fn new(token: &str) -> Option<TelegramToken> {
+        let token = token.trim();
+        (!token.is_empty()).then(|| TelegramToken(token.to_string()))
+    }
+
+    /// The secret itself, for request paths and the redactor.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for TelegramToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TelegramToken(…)")
+    }
+}
+
+/// An allow-listed Telegram user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TelegramUser {
+    pub id: i64,
+    pub name: String,
+    /// `admin`, `operator` or `viewer` (checked).
+    pub role: String,
+}
+
+/// `[telegram]`, resolved. `token` is `None` when `WARDEN_TELEGRAM_TOKEN` is unset: `warden
+/// serve` then refuses to start (other commands do not need it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TelegramConfig {
+    pub api_url: String,
+    pub token: Option<TelegramToken>,
+    pub poll_timeout: Duration,
+    pub poll_interval: Duration,
+    pub users: Vec<TelegramUser>,
+}
+
+impl TelegramConfig {
+    /// `None` without a `[telegram]` section: the bot is off.
+    pub fn resolve(
+        section: Option<&TelegramSection>,
+        api_url_override: Option<String>,
+        token: Option<String>,
+    ) -> anyhow::Result<Option<TelegramConfig>> {
+        let Some(section) = section else {
+            return Ok(None);
+        };
+        let api_url = api_url_override
+            .or_else(|| section.api_url.clone())
+            .unwrap_or_else(|| DEFAULT_API_URL.to_string());
+        let parsed = reqwest::Url::parse(api_url.trim())
+            .map_err(|e| anyhow::anyhow!("telegram.api_url {api_url:?} is not a URL: {e}"))?;
+        if !matches!(parsed.scheme(), "https" | "http") || parsed.host_str().is_none() {
+            bail!("telegram.api_url {api_url:?} must be an http(s) URL with a host");
+        }
+        if !parsed.username().is_empty() || parsed.password().is_some() || parsed.query().is_some()
+        {
+            bail!("telegram.api_url must hold no credentials or query; the token comes from WARDEN_TELEGRAM_TOKEN");
+        }
+        let poll_timeout = match section.poll_timeout_secs {
+            Some(secs) if secs > 50 => {
+                bail!("telegram.poll_timeout_secs must be at most 50, got {secs}")
+            }
+            Some(secs) => Duration::from_secs(secs),
+            None => DEFAULT_POLL_TIMEOUT,
+        };
+        let poll_interval = match section.poll_interval_ms {
+            Some(0) => bail!("telegram.poll_interval_ms must be at least 1"),
+            Some(ms) if ms > 3_600_000 => {
+                bail!("telegram.poll_interval_ms must be at most 3600000, got {ms}")
+            }
+            Some(ms) => Duration::from_millis(ms),
+            None => DEFAULT_POLL_INTERVAL,
+        };
+        if section.users.is_empty() {
+            bail!("telegram.users is empty: list who may use the bot ([[telegram.users]] id, name, role)");
+        }
+        let mut users: Vec<TelegramUser> = Vec::new();
+        for entry in &section.users {
+            if entry.id <= 0 {
+                bail!(
+                    "telegram.users: id {} is not a Telegram user id (a positive number)",
+                    entry.id
+                );
+            }
+            if users.iter().any(|u| u.id == entry.id) {
+                bail!("telegram.users: id {} is listed twice", entry.id);
+            }
+            let name = entry.name.trim();
+            if name.is_empty()
+                || name.len() > 100
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'))
+            {
+                bail!(
+                    "telegram.users: name {:?} for id {} must be 1-100 letters, digits, '.', '_', '-' or '@'",
+                    entry.name,
+                    entry.id
+                );
+            }
+            if !matches!(entry.role.as_str(), "admin" | "operator" | "viewer") {
+                bail!(
+                    "telegram.users: role {:?} for id {} must be admin, operator or viewer",
+                    entry.role,
+                    entry.id
+                );
+            }
+            users.push(TelegramUser {
+                id: entry.id,
+                name: name.to_string(),
+                role: entry.role.clone(),
+            });
+        }
+        Ok(Some(TelegramConfig {
+            api_url: api_url.trim().trim_end_matches('/').to_string(),
+            token: token.as_deref().and_then(TelegramToken::new),
+            poll_timeout,
+            poll_interval,
+            users,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(text: &str, token: Option<&str>) -> anyhow::Result<Option<TelegramConfig>> {
+        #[derive(Deserialize)]
+        struct File {
+            telegram: Option<TelegramSection>,
+        }
+        let file: File = toml::from_str(text)?;
+        TelegramConfig::resolve(file.telegram.as_ref(), None, token.map(str::to_string))
+    }
+
+    #[test]
+    fn off_unless_configured_and_users_map_to_principals() {
+        assert_eq!(resolve("", Some("t")).unwrap(), None);
+        let config = resolve(
+            "[telegram]\npoll_timeout_secs = 5\n[[telegram.users]]\nid = 123\nname = \"alice\"\nrole = \"operator\"\n",
+            Some(" 123:abc "),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(config.api_url, DEFAULT_API_URL);
+        assert_eq!(config.poll_timeout, Duration::from_secs(5));
+        assert_eq!(
+            config.token.as_ref().map(TelegramToken::expose),
+            Some("123:abc")
+        );
+        assert_eq!(
+            config.users,
+            [TelegramUser {
+                id: 123,
+                name: "alice".into(),
+                role: "operator".into()
+            }]
+        );
+        // The token never shows in Debug output.
+        assert!(!format!("{config:?}").contains("abc"));
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        for (text, expected) in [
+            ("[telegram]\n", "telegram.users is empty"),
+            (
+                "[telegram]\n[[telegram.users]]\nid = 1\nname = \"a\"\nrole = \"boss\"\n",
+                "role \"boss\"",
+            ),
+            (
+                "[telegram]\n[[telegram.users]]\nid = -5\nname = \"a\"\nrole = \"admin\"\n",
+                "id -5",
+            ),
+            (
+                "[telegram]\n[[telegram.users]]\nid = 1\nname = \"a\"\nrole = \"admin\"\n[[telegram.users]]\nid = 1\nname = \"b\"\nrole = \"admin\"\n",
+                "listed twice",
+            ),
+            (
+                "[telegram]\napi_url = \"ftp://x\"\n[[telegram.users]]\nid = 1\nname = \"a\"\nrole = \"admin\"\n",
+                "http(s)",
+            ),
+            (
+                "[telegram]\nusers_typo = 1\n",
+                "unknown field",
+            ),
+        ] {
+            let error = format!("{:#}", resolve(text, Some("t")).unwrap_err());
+            assert!(error.contains(expected), "{text}: {error}");
+        }
+    }
+}

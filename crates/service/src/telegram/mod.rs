@@ -1,0 +1,740 @@
+//! Warden's Telegram bot: a thin adapter over [`TaskService`] (who may do what to which task is
+//! the service's; the bot maps a Telegram user to a [`Principal`] and renders answers).
+//!
+//! - **Ingress** ([`Bot::poll_once`]): long polling with `getUpdates` (no open port). Only
+//!   allow-listed numeric user ids in private chats are served; group chats are ignored and
+//!   other users told their id is not on the list. Each update is handled, then recorded with
+//!   its reply in one store transaction (`record_chat_update`), which also stores the polling
+//!   offset; a recorded `update_id` is never handled again (a replay does nothing) and a crash
+//!   before the record re-reads the update (Telegram keeps what the offset did not
+//!   acknowledge): its submission is idempotent (`Idempotency-Key` `telegram:<update_id>`).
+//! - **Commands**: `/ask repo question`, `/run repo task` (a change published after an
+//!   approval), `/status [task]`, `/tasks`, `/cancel task`, `/retry task`, `/usage`, `/repos`.
+//! - **Progress** ([`Bot::follow`]): the task's message (`tg:task:<id>`, in the chat the task's
+//!   metadata names) is edited as the task's status events arrive: status, the cited answer,
+//!   the proposal with validations and hash, and for an admin the Approve/Reject buttons
+//!   (`callback_data` `a:<approval id>` / `r:<approval id>`, the hash in the text). Admins get
+//!   their own message for an approval of someone else's task. A press calls
+//!   [`TaskService::decide`] with the hash that approval is bound to.
+//! - **Egress** ([`Bot::deliver_due`]): every message goes through the store's chat outbox:
+//!   recorded first, sent (`sendMessage`), its returned `message_id` recorded, later states
+//!   edited in place (`editMessageText`). Refusals are retried with backoff (`retry_after` of
+//!   a 429 honoured); text past 4,096 UTF-16 units is split into numbered follow-on messages.
+//!
+//! **Exactly once, and the one gap.** A message is recorded before anything is sent and marked
+//! `sending` (durably) before the request leaves; the returned id is recorded right after.
+//! Edits are idempotent (editing to the same text is a no-op). A crash — or a transport error —
+//! after Telegram accepted a `sendMessage` and before Warden recorded its id is the one window
+//! Telegram's API cannot close (there is no way to ask it whether a message was sent): the
+//! message is sent again, so it can appear twice. Everywhere else nothing is doubled or lost.
+//! The window is a single local database write wide; `WARDEN_FAILPOINT=telegram_after_send`
+//! stops the process inside it in crash tests.
+
+mod api;
+mod render;
+mod text;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::sync::watch;
+use warden_engine::telegram_config::TelegramConfig;
+use warden_protocol::{Event, TaskKind};
+use warden_store::{
+    ChatMessage, ChatMessageState, Decision, EventStream, NewChatMessage, Store, StoreError, Task,
+};
+
+use crate::tasks::{
+    Idempotency, Principal, Role, ServiceError, Submission, TaskListing, TaskService,
+};
+pub use api::{ApiError, BotApi};
+pub use text::{
+    callback_data, inert, parse_callback_data, parse_command, split_message, ButtonAction, Command,
+    MAX_CALLBACK_DATA_BYTES, MAX_MESSAGE_UNITS,
+};
+
+/// The store's channel name for Telegram.
+pub const CHANNEL: &str = "telegram";
+/// The crash point between Telegram accepting a message and Warden recording its id.
+pub const FAILPOINT_AFTER_SEND: &str = "telegram_after_send";
+/// The crash point after an update was handled and before it was recorded.
+pub const FAILPOINT_BEFORE_RECORD: &str = "telegram_before_record";
+
+const DELIVERY_TICK: Duration = Duration::from_millis(250);
+const DUE_BATCH: u32 = 50;
+const EVENT_BATCH: u32 = 256;
+const RETRY_BASE_MS: i64 = 1_000;
+const RETRY_CAP_MS: i64 = 5 * 60_000;
+const MAX_ATTEMPTS: u32 = 12;
+const LIST_LIMIT: u32 = 10;
+
+/// One bot: its API client, the service it calls, and who may use it.
+pub struct Bot {
+    api: BotApi,
+    tasks: TaskService,
+    config: TelegramConfig,
+}
+
+impl Bot {
+    pub fn new(config: TelegramConfig, tasks: TaskService) -> anyhow::Result<Bot> {
+        let token = config.token.as_ref().ok_or_else(|| {
+            anyhow::anyhow!("[telegram] is configured but WARDEN_TELEGRAM_TOKEN is not set")
+        })?;
+        let api = BotApi::new(&config.api_url, token.expose(), config.poll_timeout)?;
+        Ok(Bot { api, tasks, config })
+    }
+
+    fn store(&self) -> &Arc<dyn Store> {
+        self.tasks.store()
+    }
+
+    /// The principal of allow-listed user `id`.
+    fn principal(&self, id: i64) -> Option<Principal> {
+        let user = self.config.users.iter().find(|u| u.id == id)?;
+        Some(Principal {
+            name: user.name.clone(),
+            role: Role::parse(&user.role)?,
+        })
+    }
+
+    /// Whether the Telegram user acting as `owner` is an admin (they get the buttons).
+    fn owner_is_admin(&self, owner: &str) -> bool {
+        self.config
+            .users
+            .iter()
+            .any(|u| u.name == owner && u.role == "admin")
+    }
+
+    /// One `getUpdates` from the stored offset, each update handled and recorded in order.
+    pub async fn poll_once(&self) -> Result<usize, anyhow::Error> {
+        let offset = self.store().chat_offset(CHANNEL).await?;
+        let updates = self
+            .api
+            .get_updates(offset, self.config.poll_timeout)
+            .await?;
+        let count = updates.len();
+        for raw in updates {
+            let Some(update_id) = raw["update_id"].as_i64() else {
+                tracing::warn!("telegram update without an update_id ignored");
+                continue;
+            };
+            let update: api::Update = match serde_json::from_value(raw) {
+                Ok(update) => update,
+                Err(error) => {
+                    tracing::warn!(update_id, %error, "unreadable telegram update ignored");
+                    self.store()
+                        .record_chat_update(CHANNEL, update_id, Vec::new())
+                        .await?;
+                    continue;
+                }
+            };
+            self.handle(update).await?;
+        }
+        Ok(count)
+    }
+
+    /// Handles one update, unless it was handled before, and records it with its reply.
+    async fn handle(&self, update: api::Update) -> Result<(), StoreError> {
+        let update_id = update.update_id;
+        if self.seen(update_id).await? {
+            tracing::info!(update_id, "telegram update seen before; ignored");
+            // Still moves the offset past it.
+            self.store()
+                .record_chat_update(CHANNEL, update_id, Vec::new())
+                .await?;
+            return Ok(());
+        }
+        let replies = if let Some(message) = update.message {
+            self.on_message(update_id, message).await?
+        } else if let Some(press) = update.callback_query {
+            self.on_press(press).await?;
+            Vec::new()
+        } else {
+            Vec::new()
+        };
+        warden_engine::publish::crash_point(FAILPOINT_BEFORE_RECORD);
+        let new = self
+            .store()
+            .record_chat_update(CHANNEL, update_id, replies)
+            .await?;
+        if !new {
+            tracing::info!(update_id, "telegram update recorded by another handler");
+        }
+        Ok(())
+    }
+
+    /// Whether `update_id` was recorded before.
+    async fn seen(&self, update_id: i64) -> Result<bool, StoreError> {
+        self.store().chat_update_seen(CHANNEL, update_id).await
+    }
+
+    async fn on_message(
+        &self,
+        update_id: i64,
+        message: api::Message,
+    ) -> Result<Vec<NewChatMessage>, StoreError> {
+        let chat = message.chat.id.to_string();
+        if message.chat.kind != "private" {
+            tracing::info!(update_id, chat = %chat, kind = %message.chat.kind, "telegram message outside a private chat ignored");
+            return Ok(Vec::new());
+        }
+        let Some(from) = message.from else {
+            return Ok(Vec::new());
+        };
+        let reply = |text: String| NewChatMessage {
+            id: format!("tg:u:{update_id}"),
+            channel: CHANNEL.into(),
+            chat: chat.clone(),
+            task: None,
+            text,
+            markup: None,
+        };
+        let Some(principal) = self.principal(from.id) else {
+            tracing::info!(
+                update_id,
+                user = from.id,
+                "telegram user not on the allow-list"
+            );
+            return Ok(vec![reply(format!(
+                "Your Telegram user id {} is not on this Warden's allow-list.",
+                from.id
+            ))]);
+        };
+        let command = parse_command(message.text.as_deref().unwrap_or(""));
+        let outcome = self
+            .run_command(&principal, &chat, update_id, &message.text, command)
+            .await;
+        Ok(match outcome {
+            Ok(Reply::Text(text)) => pieces(&format!("tg:u:{update_id}"), &chat, None, &text, None),
+            Ok(Reply::Task(task)) => {
+                let (text, markup) = render::task_message(&task, self.owner_is_admin(&task.owner));
+                pieces(&task_message_id(&task), &chat, Some(&task), &text, markup)
+            }
+            Err(ServiceError::Store(error)) => return Err(error),
+            Err(error) => vec![reply(format!("Refused: {}", inert(&error.to_string())))],
+        })
+    }
+
+    async fn run_command(
+        &self,
+        principal: &Principal,
+        chat: &str,
+        update_id: i64,
+        text: &Option<String>,
+        command: Command,
+    ) -> Result<Reply, ServiceError> {
+        let tasks = &self.tasks;
+        match command {
+            Command::Ask { repo, question } => {
+                self.submit(
+                    principal,
+                    chat,
+                    update_id,
+                    text,
+                    TaskKind::Question,
+                    repo,
+                    question,
+                )
+                .await
+            }
+            Command::Run { repo, request } => {
+                self.submit(
+                    principal,
+                    chat,
+                    update_id,
+                    text,
+                    TaskKind::Change,
+                    repo,
+                    request,
+                )
+                .await
+            }
+            Command::Status { task: Some(id) } => Ok(Reply::Text(
+                render::task_message(&tasks.task(principal, &id).await?, false).0,
+            )),
+            Command::Status { task: None } => {
+                let latest = tasks
+                    .list(
+                        principal,
+                        TaskListing {
+                            status: None,
+                            before: None,
+                            limit: 1,
+                        },
+                    )
+                    .await?;
+                match latest.tasks.into_iter().next() {
+                    Some(task) => Ok(Reply::Text(render::task_message(&task, false).0)),
+                    None => Ok(Reply::Text("No tasks yet.".into())),
+                }
+            }
+            Command::Tasks => {
+                let page = tasks
+                    .list(
+                        principal,
+                        TaskListing {
+                            status: None,
+                            before: None,
+                            limit: LIST_LIMIT,
+                        },
+                    )
+                    .await?;
+                if page.tasks.is_empty() {
+                    return Ok(Reply::Text("No tasks yet.".into()));
+                }
+                let lines: Vec<String> = page
+                    .tasks
+                    .iter()
+                    .map(|t| {
+                        format!(
+                            "{} {} {} — {}",
+                            t.id,
+                            warden_store::state::status_name(t.status),
+                            t.repos
+                                .iter()
+                                .map(|r| r.name.as_str())
+                                .collect::<Vec<_>>()
+                                .join("+"),
+                            inert(&t.prompt.chars().take(60).collect::<String>())
+                        )
+                    })
+                    .collect();
+                Ok(Reply::Text(lines.join("\n")))
+            }
+            Command::Cancel { task } => {
+                let task = tasks.cancel(principal, &task).await?;
+                Ok(Reply::Text(format!(
+                    "Task {} is {}.",
+                    task.id,
+                    warden_store::state::status_name(task.status)
+                )))
+            }
+            Command::Retry { task } => {
+                let retried = tasks.retry(principal, &task).await?;
+                // The new task has its own message, in this chat.
+                let mut retried = retried;
+                retried.metadata = telegram_metadata(chat);
+                Ok(Reply::Task(Box::new(retried)))
+            }
+            Command::Usage => {
+                let today = now_ms() - now_ms().rem_euclid(86_400_000);
+                let usage = tasks.usage(principal, Some(today)).await?;
+                let mut total = warden_store::Spend::default();
+                for (_, spend) in &usage.by_task {
+                    total.input_tokens += spend.input_tokens;
+                    total.output_tokens += spend.output_tokens;
+                    total.cost_micro_usd += spend.cost_micro_usd;
+                    total.cost_unknown |= spend.cost_unknown;
+                }
+                Ok(Reply::Text(format!(
+                    "Today (UTC): {} tasks, {} input and {} output tokens, ${:.4}{}",
+                    usage.by_task.len(),
+                    total.input_tokens,
+                    total.output_tokens,
+                    total.cost_micro_usd as f64 / 1e6,
+                    if total.cost_unknown {
+                        " (some costs unknown)"
+                    } else {
+                        ""
+                    }
+                )))
+            }
+            Command::Repos => {
+                let repos = tasks.repos(principal).await?;
+                if repos.is_empty() {
+                    return Ok(Reply::Text("No repositories are registered.".into()));
+                }
+                Ok(Reply::Text(
+                    repos
+                        .iter()
+                        .map(|r| {
+                            format!(
+                                "{} ({})",
+                                r.name,
+                                r.branch.as_deref().unwrap_or("default branch")
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                        .join("\n"),
+                ))
+            }
+            Command::Incomplete(usage) => Ok(Reply::Text(format!("Usage: {usage}"))),
+            Command::Help => Ok(Reply::Text(HELP.into())),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn submit(
+        &self,
+        principal: &Principal,
+        chat: &str,
+        update_id: i64,
+        text: &Option<String>,
+        kind: TaskKind,
+        repo: String,
+        prompt: String,
+    ) -> Result<Reply, ServiceError> {
+        let mut submission = Submission::new(kind, prompt, vec![repo]);
+        submission.metadata = Some(telegram_metadata(chat));
+        if kind == TaskKind::Change {
+            submission.publish = Some(true);
+        }
+        let request = json!({"chat": chat, "text": text}).to_string();
+        let idempotency = Idempotency::new(format!("telegram:{update_id}"), request.as_bytes());
+        let submitted = self
+            .tasks
+            .submit(principal, submission, Some(idempotency))
+            .await?;
+        Ok(Reply::Task(Box::new(submitted.task)))
+    }
+
+    /// A button press: decides the approval it names with the hash it is bound to, as the
+    /// presser (the service refuses anyone but an admin), and answers the press.
+    async fn on_press(&self, press: api::CallbackQuery) -> Result<(), StoreError> {
+        let notice = match (
+            self.principal(press.from.id),
+            press.data.as_deref().and_then(parse_callback_data),
+        ) {
+            (None, _) => "You are not on this Warden's allow-list.".to_string(),
+            (Some(_), None) => "This button is not Warden's.".to_string(),
+            (Some(principal), Some(action)) => {
+                let (approval, decision) = match action {
+                    ButtonAction::Approve { approval } => (approval, Decision::Approve),
+                    ButtonAction::Reject { approval } => (approval, Decision::Reject),
+                };
+                match self.decide(&principal, &approval, decision).await {
+                    Ok(text) => text,
+                    Err(ServiceError::Store(error)) => return Err(error),
+                    Err(error) => format!("Refused: {error}"),
+                }
+            }
+        };
+        // The notice is a courtesy: a press that cannot be answered still took effect.
+        if let Err(error) = self
+            .api
+            .answer_callback_query(&press.id, &clip(&notice, 190))
+            .await
+        {
+            tracing::info!(%error, "telegram button press not answered");
+        }
+        Ok(())
+    }
+
+    async fn decide(
+        &self,
+        principal: &Principal,
+        approval: &str,
+        decision: Decision,
+    ) -> Result<String, ServiceError> {
+        let found = self.tasks.approval(principal, approval).await?;
+        let decided = self
+            .tasks
+            .decide(principal, approval, decision, &found.subject_hash)
+            .await?;
+        Ok(format!(
+            "{} {} ({})",
+            match decision {
+                Decision::Approve => "Approved",
+                Decision::Reject => "Rejected",
+            },
+            decided.subject_hash.chars().take(19).collect::<String>(),
+            decided.task
+        ))
+    }
+
+    /// Follows the store's events: the message of each task started from Telegram is put in
+    /// its new state (an edit when it changed); admins get their approval messages.
+    /// `cursor` is the global event sequence followed so far: 0 at every start, as following
+    /// again puts the same texts (no edit).
+    pub async fn follow(&self, cursor: &mut u64) -> Result<(), StoreError> {
+        loop {
+            let records = self
+                .store()
+                .events_after(&EventStream::All, *cursor, EVENT_BATCH)
+                .await?;
+            if records.is_empty() {
+                return Ok(());
+            }
+            for record in records {
+                if matches!(
+                    record.event,
+                    Event::StatusChanged { .. } | Event::TaskFinished { .. }
+                ) {
+                    if let Some(task) = self.store().get_task(&record.task).await? {
+                        self.show(&task).await?;
+                    }
+                }
+                *cursor = record.seq;
+            }
+        }
+    }
+
+    /// Puts `task`'s messages in its current state.
+    async fn show(&self, task: &Task) -> Result<(), StoreError> {
+        let Some(chat) = task.metadata["telegram"]["chat"]
+            .as_str()
+            .map(str::to_string)
+        else {
+            return Ok(());
+        };
+        let (text, markup) = render::task_message(task, self.owner_is_admin(&task.owner));
+        for message in pieces(&task_message_id(task), &chat, Some(task), &text, markup) {
+            self.store().put_chat_message(message).await?;
+        }
+        let Some(approval) = render::approval_id(task) else {
+            return Ok(());
+        };
+        let pending = render::pending_approval(task).is_some();
+        let (text, markup) = render::approval_message(task);
+        for admin in self
+            .config
+            .users
+            .iter()
+            .filter(|u| u.role == "admin" && u.name != task.owner)
+        {
+            let id = format!("tg:approval:{approval}:{}", admin.id);
+            // A decided approval only updates the messages already sent.
+            if !pending && self.store().get_chat_message(&id).await?.is_none() {
+                continue;
+            }
+            for message in pieces(
+                &id,
+                &admin.id.to_string(),
+                Some(task),
+                &text,
+                markup.clone(),
+            ) {
+                self.store().put_chat_message(message).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends or edits every due message once.
+    pub async fn deliver_due(&self) -> Result<usize, StoreError> {
+        let due = self.store().due_chat_messages(CHANNEL, DUE_BATCH).await?;
+        let count = due.len();
+        for message in due {
+            self.deliver(message).await?;
+        }
+        Ok(count)
+    }
+
+    async fn deliver(&self, message: ChatMessage) -> Result<(), StoreError> {
+        let store = self.store();
+        let revision = message.revision;
+        let outcome = match (message.state, message.message_id.as_deref()) {
+            (ChatMessageState::Sent, Some(sent)) => {
+                let id: i64 = sent.parse().unwrap_or_default();
+                match self
+                    .api
+                    .edit_message_text(&message.chat, id, &message.text, message.markup.as_deref())
+                    .await
+                {
+                    Ok(()) => Ok(sent.to_string()),
+                    Err(error) if error.is_not_modified() => Ok(sent.to_string()),
+                    Err(error) => Err(error),
+                }
+            }
+            _ => {
+                if message.state == ChatMessageState::Sending {
+                    // The one gap: Telegram may hold it already, and cannot be asked.
+                    tracing::warn!(message = %message.id, "telegram message whose send was not recorded is sent again");
+                }
+                store.start_chat_send(&message.id).await?;
+                let sent = self
+                    .api
+                    .send_message(&message.chat, &message.text, message.markup.as_deref())
+                    .await;
+                if sent.is_ok() {
+                    warden_engine::publish::crash_point(FAILPOINT_AFTER_SEND);
+                }
+                sent.map(|id| id.to_string())
+            }
+        };
+        match outcome {
+            Ok(message_id) => {
+                store
+                    .chat_message_delivered(&message.id, &message_id, revision)
+                    .await?;
+            }
+            Err(error) => {
+                let now = now_ms();
+                let retry_at =
+                    (error.is_retryable() && message.attempts < MAX_ATTEMPTS).then(|| {
+                        let backoff = error
+                            .retry_after()
+                            .map(|d| i64::try_from(d.as_millis()).unwrap_or(RETRY_CAP_MS))
+                            .unwrap_or_else(|| backoff_ms(message.attempts));
+                        now.saturating_add(backoff)
+                    });
+                tracing::info!(message = %message.id, %error, retry = retry_at.is_some(), "telegram message not delivered");
+                store
+                    .chat_message_failed(&message.id, &error.to_string(), retry_at)
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+enum Reply {
+    Text(String),
+    Task(Box<Task>),
+}
+
+const HELP: &str = "Warden runs coding agents on your repositories.\n\
+/ask REPO QUESTION — a cited answer\n\
+/run REPO WHAT TO CHANGE — a proposal, published after an approval\n\
+/status [TASK] — a task (the latest without one)\n\
+/tasks — your latest tasks\n\
+/cancel TASK, /retry TASK\n\
+/usage — today's spend\n\
+/repos — the repositories you can name";
+
+fn telegram_metadata(chat: &str) -> Value {
+    json!({"telegram": {"chat": chat}})
+}
+
+fn task_message_id(task: &Task) -> String {
+    format!("tg:task:{}", task.id)
+}
+
+/// `text` as the messages that carry it: the first under `id`, the rest `id:2`, `id:3`, …
+/// (the buttons on the last).
+fn pieces(
+    id: &str,
+    chat: &str,
+    task: Option<&Task>,
+    text: &str,
+    markup: Option<String>,
+) -> Vec<NewChatMessage> {
+    let parts = split_message(text, MAX_MESSAGE_UNITS);
+    let last = parts.len() - 1;
+    parts
+        .into_iter()
+        .enumerate()
+        .map(|(index, part)| NewChatMessage {
+            id: if index == 0 {
+                id.to_string()
+            } else {
+                format!("{id}:{}", index + 1)
+            },
+            channel: CHANNEL.into(),
+            chat: chat.to_string(),
+            task: task.map(|t| t.id.clone()),
+            text: part,
+            markup: if index == last { markup.clone() } else { None },
+        })
+        .collect()
+}
+
+fn clip(text: &str, max_chars: usize) -> String {
+    text.chars().take(max_chars).collect()
+}
+
+/// The delay before attempt `attempts + 1`: 1 s, 2 s, 4 s, … at most 5 minutes.
+fn backoff_ms(attempts: u32) -> i64 {
+    let doublings = attempts.saturating_sub(1).min(16);
+    RETRY_BASE_MS
+        .saturating_mul(1i64 << doublings)
+        .min(RETRY_CAP_MS)
+}
+
+/// Starts the bot when `[telegram]` is configured (`warden serve`): checks the token
+/// (`getMe`), then polls, follows and delivers until `stop`. A token Telegram refuses stops
+/// the bot with an error in the log (it cannot report through Telegram); the rest of `serve`
+/// goes on.
+pub fn spawn(
+    config: Option<&TelegramConfig>,
+    tasks: TaskService,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    let Some(config) = config else {
+        return Ok(None);
+    };
+    let bot = Bot::new(config.clone(), tasks)?;
+    Ok(Some(tokio::spawn(run(bot, stop))))
+}
+
+async fn run(bot: Bot, mut stop: watch::Receiver<bool>) {
+    let interval = bot.config.poll_interval;
+    // Check the token first; retry while Telegram cannot be reached.
+    loop {
+        match bot.api.get_me().await {
+            Ok(username) => {
+                tracing::info!(bot = %username, "telegram bot serving (long polling)");
+                eprintln!("warden: telegram bot @{username} is polling for updates");
+                break;
+            }
+            Err(error) if error.is_bad_token() => {
+                tracing::error!(%error, "telegram refused the bot token; the bot is not served");
+                eprintln!(
+                    "warden: telegram refused WARDEN_TELEGRAM_TOKEN ({error}); the Telegram bot is not served"
+                );
+                return;
+            }
+            Err(error) => tracing::warn!(%error, "telegram unreachable; retrying"),
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(interval) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+    let bot = Arc::new(bot);
+    let poller = tokio::spawn(poll_loop(Arc::clone(&bot), stop.clone()));
+    delivery_loop(bot, stop).await;
+    let _ = poller.await;
+}
+
+async fn poll_loop(bot: Arc<Bot>, mut stop: watch::Receiver<bool>) {
+    let interval = bot.config.poll_interval;
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let pause = tokio::select! {
+            polled = bot.poll_once() => match polled {
+                // Long polling returns as soon as there is something; short polling waits.
+                Ok(count) => count == 0 && bot.config.poll_timeout.is_zero(),
+                Err(error) => {
+                    tracing::warn!(error = %format!("{error:#}"), "telegram polling failed; retrying");
+                    true
+                }
+            },
+            _ = stop.wait_for(|s| *s) => return,
+        };
+        if pause {
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    }
+}
+
+async fn delivery_loop(bot: Arc<Bot>, mut stop: watch::Receiver<bool>) {
+    let mut cursor = 0;
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        if let Err(error) = bot.follow(&mut cursor).await {
+            tracing::warn!(%error, "following tasks for telegram failed; retrying");
+        }
+        if let Err(error) = bot.deliver_due().await {
+            tracing::warn!(%error, "telegram delivery failed; retrying");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(DELIVERY_TICK) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
