@@ -844,6 +844,32 @@ fn a_change_clarification_is_answered_locally_and_a_follow_up_builds_on_the_prop
         ),
         "alpha\nBETA\nGAMMA"
     );
+    // The follow-up's request is the last thing said, after the earlier conversation (the
+    // earlier request, question, answer and reply), not before it.
+    let follow_up_request = &server.requests()[3].body;
+    let said: Vec<(String, String)> = follow_up_request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] != "system")
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap_or_default().to_string(),
+                m["content"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        said.last(),
+        Some(&("user".to_string(), "gamma too, please".to_string())),
+        "{said:?}"
+    );
+    assert!(
+        said.iter()
+            .take(said.len() - 1)
+            .any(|(_, text)| text == "beta only"),
+        "{said:?}"
+    );
     // A question's follow-up flag does not take a change task, and vice versa.
     let wrong = warden.run(&["run", "--follow-up", &answered_id, "--repo", ".", "x"]);
     assert_eq!(wrong.code, 2, "{}", wrong.stderr);
