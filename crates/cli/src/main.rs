@@ -287,10 +287,12 @@ fn doctor_anyway(
             (defaults, Some(format!("{error:#}")))
         }
     };
+    let config_file = Config::file_path(explicit, &ProcessEnv).unwrap_or(config.file.clone());
     let options = doctor::DoctorOptions {
         as_json: json,
         offline,
         config_error,
+        config_file,
         remote,
     };
     tokio_runtime()?.block_on(doctor::doctor(&config, options))

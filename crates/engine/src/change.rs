@@ -274,6 +274,7 @@ pub const PREPARE_TIMEOUT: Duration = Duration::from_secs(600);
 /// not-found sentence when a check's program is missing.
 pub fn before_agent(
     session: &ChangeSession,
+    config: &Config,
     toolchains: &crate::toolchain::TaskToolchains,
     progress: &dyn Fn(&str),
 ) -> Result<Vec<String>, Failure> {
@@ -294,7 +295,11 @@ pub fn before_agent(
         .map(|(check, program)| {
             format!(
                 "check `{check}` cannot run on the base commit: {}",
-                warden_tools::not_found_sentence(program)
+                crate::toolchain::not_found_fix(
+                    program,
+                    &config.sandbox.toolchains.presets,
+                    &config.file
+                )
             )
         })
         .collect();

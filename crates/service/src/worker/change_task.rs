@@ -288,8 +288,11 @@ async fn run_change_loop(
     let before = {
         let session = Arc::clone(&session);
         let toolchains = input.sandbox.toolchains.clone();
+        let config = Arc::clone(&services.config);
         tokio::task::spawn_blocking(move || {
-            change::before_agent(&session, &toolchains, &|line| tracing::info!("{line}"))
+            change::before_agent(&session, &config, &toolchains, &|line| {
+                tracing::info!("{line}")
+            })
         })
         .await
     };
