@@ -450,7 +450,12 @@ async fn server_check(server: &str, token: Option<&str>, offline: bool) -> Check
         return Check {
             name: "server",
             ok: false,
-            detail: format!("{shown}: {error:#}; is `warden serve` running there?"),
+            // A refused connection names the server and what to do already.
+            detail: if crate::remote::is_unreachable(&error) {
+                format!("{error:#}")
+            } else {
+                format!("{shown}: {error:#}; is `warden serve` running there?")
+            },
         };
     }
     if token.is_none() {
