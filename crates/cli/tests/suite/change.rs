@@ -205,6 +205,16 @@ fn an_edit_with_passing_checks_becomes_a_proposal_and_apply_makes_a_branch() {
     let branch = format!("warden/{task_id}");
     assert_eq!(repo.git(&["rev-parse", &branch]), commit);
     assert_eq!(checkout_state(&repo), before);
+    // It says how to take the change into the current branch.
+    let repo_dir = repo.path().canonicalize().unwrap();
+    assert!(
+        applied.stderr.contains(&format!(
+            "to take the change: git -C {} merge {branch}",
+            repo_dir.display()
+        )),
+        "{}",
+        applied.stderr
+    );
     // Again: already there, fine. A different existing branch name is refused.
     assert_eq!(warden.run(&["apply", task_id]).code, 0);
     repo.git(&["branch", "taken", &base]);
