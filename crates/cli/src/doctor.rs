@@ -388,6 +388,10 @@ async fn probe_endpoint(model: &warden_models::ModelConfig) -> (bool, String) {
     let key_variable = warden_engine::config::key_variable(model.provider);
     match request.send().await {
         Ok(response) => match response.status().as_u16() {
+            200..=299 if model.api_key.is_none() => (
+                true,
+                format!("endpoint answers without a key ({key_variable} is not set; GET {shown})"),
+            ),
             200..=299 => (
                 true,
                 format!("endpoint answers and accepts the key (GET {shown})"),

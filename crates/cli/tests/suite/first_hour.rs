@@ -115,6 +115,21 @@ fn doctor_checks_the_model_endpoint_with_the_key() {
     assert!(model_line.contains("refused the key"), "{model_line}");
     assert!(model_line.contains("OPENAI_API_KEY"), "{model_line}");
     assert!(!run.stdout.contains("sk-wrong"), "{}", run.stdout);
+
+    // A compatible server that needs no key: no key is claimed to be accepted.
+    let keyless = endpoint("200 OK", r#"{"object":"list","data":[]}"#);
+    let run = Warden::new()
+        .with("WARDEN_MODEL", "openai:qwen3")
+        .with("OPENAI_BASE_URL", &format!("{}/v1", keyless.url))
+        .run(&["doctor", "--json"]);
+    let checks = checks_of(&run);
+    assert_eq!(checks["model"]["ok"], true, "{checks}");
+    let detail = checks["model"]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("endpoint answers without a key (OPENAI_API_KEY is not set;"),
+        "{detail}"
+    );
+    assert!(!keyless.seen.lock().unwrap().join("\n").contains("Bearer"));
 }
 
 #[test]
