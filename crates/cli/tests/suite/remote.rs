@@ -563,4 +563,13 @@ fn wrong_tokens_unknown_servers_and_local_paths_are_clear_errors() {
         "{}",
         run.stderr
     );
+    // It says where it looked and what to do (a task on a server is answered with one).
+    assert!(
+        run.stderr.trim_end().ends_with(
+            "local.db; `warden tasks` lists the tasks there (a server's task: give --server URL \
+             or set WARDEN_SERVER)"
+        ),
+        "{}",
+        run.stderr
+    );
 }
