@@ -215,6 +215,15 @@ fn an_edit_with_passing_checks_becomes_a_proposal_and_apply_makes_a_branch() {
         "{}",
         applied.stderr
     );
+    // `show` spells kind and status as `tasks` and the JSON do.
+    let shown = warden.run(&["show", task_id]);
+    assert!(
+        shown
+            .stdout
+            .starts_with(&format!("{task_id} · change · completed · ")),
+        "{}",
+        shown.stdout
+    );
     // Again: already there, fine. A different existing branch name is refused.
     assert_eq!(warden.run(&["apply", task_id]).code, 0);
     repo.git(&["branch", "taken", &base]);
