@@ -201,6 +201,31 @@ fn a_directory_that_is_not_a_git_repository_is_one_sentence_and_exit_2() {
 }
 
 #[test]
+fn a_repository_without_a_commit_is_one_sentence_naming_the_commit_to_make() {
+    let repo = TempRepo::new();
+    repo.write("notes.txt", "hello\n");
+    let path = repo.path().to_str().unwrap();
+    for spec in [path.to_string(), format!("{path}@worktree")] {
+        let run = Warden::faux().run(&["run", "--repo", &spec, "--check", "true", "change it"]);
+        assert_eq!(run.code, 2, "{}", run.stderr);
+        let error: Vec<&str> = run
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("warden: error"))
+            .collect();
+        assert_eq!(
+            error,
+            [format!(
+                "warden: error: invalid repository {path:?}: the repository has no commit yet; \
+                 commit your files first (git -C {path} add -A && git -C {path} commit -m initial)"
+            )],
+            "{}",
+            run.stderr
+        );
+    }
+}
+
+#[test]
 fn output_cut_short_by_the_reader_ends_quietly() {
     use std::io::Read;
     let warden = Warden::new().with("WARDEN_MODEL", "faux");
