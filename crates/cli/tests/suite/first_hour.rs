@@ -185,6 +185,33 @@ fn a_missing_api_key_stops_the_task_before_anything_is_pinned() {
 }
 
 #[test]
+fn a_refused_key_names_the_variable_once_without_log_lines_in_the_progress() {
+    let repo = TempRepo::new();
+    repo.write("README.md", "# sample\n");
+    repo.commit("initial");
+    let refusing = endpoint(
+        "401 Unauthorized",
+        r#"{"error":{"message":"Incorrect API key","code":"invalid_api_key"}}"#,
+    );
+    let run = Warden::new()
+        .with("WARDEN_MODEL", "openai:gpt-test")
+        .with("OPENAI_BASE_URL", &format!("{}/v1", refusing.url))
+        .with("OPENAI_API_KEY", "sk-wrong")
+        .run(&["ask", "--repo", repo.path().to_str().unwrap(), "what?"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("the API key was refused: check OPENAI_API_KEY"),
+        "{}",
+        run.stderr
+    );
+    // The model client's own warning about the refusal (and the unknown price) would repeat
+    // it as a timestamped log line; `serve` and `worker` still log it.
+    assert!(!run.stderr.contains(" WARN "), "{}", run.stderr);
+    assert!(!run.stderr.contains("sk-wrong"), "{}", run.stderr);
+}
+
+#[test]
 fn a_directory_that_is_not_a_git_repository_is_one_sentence_and_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("notes.txt"), "hello\n").unwrap();
