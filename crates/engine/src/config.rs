@@ -474,16 +474,21 @@ impl ModelChoice {
             .find(|model| model.api_key.is_none() && model.base_url == official_base_url(model))
             .map(|model| {
                 let variable = key_variable(model.provider);
-                let base = match model.provider {
-                    Provider::OpenAi => "OPENAI_BASE_URL",
-                    Provider::Anthropic => "ANTHROPIC_BASE_URL",
-                };
+                let base = base_url_variable(model.provider);
                 format!(
                     "{variable} is not set for model {}: export {variable}=… (or point {base} at \
                      a compatible server that needs no key, or use WARDEN_MODEL=faux)",
                     model.model
                 )
             })
+    }
+}
+
+/// The environment variable that sets `provider`'s endpoint.
+pub fn base_url_variable(provider: Provider) -> &'static str {
+    match provider {
+        Provider::OpenAi => "OPENAI_BASE_URL",
+        Provider::Anthropic => "ANTHROPIC_BASE_URL",
     }
 }
 

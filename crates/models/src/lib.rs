@@ -23,6 +23,7 @@ mod retry;
 pub mod sse;
 
 pub use config::{ConfigError, MaxTokensField, ModelConfig, Provider, RetryConfig, SystemRole};
+pub use endpoint::CONNECT_FAILED;
 pub use price::{Price, PriceTable};
 
 use endpoint::Endpoint;

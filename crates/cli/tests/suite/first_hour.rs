@@ -212,6 +212,48 @@ fn a_refused_key_names_the_variable_once_without_log_lines_in_the_progress() {
 }
 
 #[test]
+fn a_model_server_that_is_not_running_names_the_base_url_variable() {
+    let repo = TempRepo::new();
+    repo.write("README.md", "# sample\n");
+    repo.commit("initial");
+    // A port nothing listens on.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let run = Warden::new()
+        .with("WARDEN_MODEL", "openai:qwen3")
+        .with("OPENAI_BASE_URL", &format!("http://127.0.0.1:{port}/v1"))
+        .with("WARDEN_RETRY_BASE_MS", "5")
+        .run(&[
+            "ask",
+            "--repo",
+            repo.path().to_str().unwrap(),
+            "--json",
+            "what?",
+        ]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let result = run.json();
+    assert_eq!(result["failure"]["code"], "model_error", "{result}");
+    let message = result["failure"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!(
+            "cannot connect to http://127.0.0.1:{port}/v1/chat/completions: "
+        )),
+        "{message}"
+    );
+    assert!(
+        message.ends_with(
+            " — is the model server running? check OPENAI_BASE_URL (`warden doctor` checks the \
+             endpoint)"
+        ),
+        "{message}"
+    );
+    assert!(!message.contains("error sending request"), "{message}");
+}
+
+#[test]
 fn a_directory_that_is_not_a_git_repository_is_one_sentence_and_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("notes.txt"), "hello\n").unwrap();
