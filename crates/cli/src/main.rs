@@ -125,14 +125,16 @@ enum Command {
         #[command(subcommand)]
         command: token::TokenCommand,
     },
-    /// Report what works on this machine: configuration, git, state directory, the model and
-    /// its endpoint, sandbox backends and layers, and the server (WARDEN_SERVER); exit 1 if
-    /// anything fails
+    /// Report what works on this machine: configuration (and the file settings go in), git,
+    /// state directory, the model and its endpoint, the toolchains installed here (with the
+    /// [sandbox] toolchains line that shows them to the sandbox), sandbox backends and layers,
+    /// and the server (WARDEN_SERVER); exit 1 if anything fails
     Doctor {
         /// Print the checks as one JSON object
         #[arg(long)]
         json: bool,
-        /// Make no network request (the model endpoint and the server are not checked)
+        /// Make no network request (the model endpoint, the server and the prepare proxy are
+        /// not checked)
         #[arg(long)]
         offline: bool,
     },
