@@ -337,7 +337,10 @@ mod tests {
             format!("{FAUX_LABEL} Wrote {FAUX_CHANGE_FILE}"),
             "{summary}"
         );
-        assert!(summary.contains("\"fix the flaky retry test\""), "{summary}");
+        assert!(
+            summary.contains("\"fix the flaky retry test\""),
+            "{summary}"
+        );
         // After a rejected submission (failing checks) it submits again: the checks decide.
         messages.extend(reply("submit_change", "checks failed", true));
         assert_eq!(next_change_step(&messages).0, "submit_change");
