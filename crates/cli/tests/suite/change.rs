@@ -893,3 +893,69 @@ fn a_change_clarification_is_answered_locally_and_a_follow_up_builds_on_the_prop
     let wrong = warden.run(&["run", "--follow-up", &answered_id, "--repo", ".", "x"]);
     assert_eq!(wrong.code, 2, "{}", wrong.stderr);
 }
+
+/// The mounts under `home` (`/proc/mounts` lines naming it).
+fn mounts_under(home: &std::path::Path) -> Vec<String> {
+    let home = home.to_str().unwrap();
+    std::fs::read_to_string("/proc/mounts")
+        .unwrap()
+        .lines()
+        .filter(|line| line.contains(home))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Ctrl-C while a check runs: the check runs in a view of its own, which the task's cancel
+/// must reach too. Before, the check went on, the command exited without it, and its view
+/// stayed mounted under WARDEN_HOME (overlay and tmpfs) with its scratch directory.
+#[test]
+fn ctrl_c_during_a_check_stops_it_and_leaves_nothing_mounted() {
+    use std::io::Read;
+    let repo = sample_repo();
+    let warden = Warden::faux();
+    let mut child = warden
+        .command(&[
+            "run",
+            "--repo",
+            repo.path().to_str().unwrap(),
+            "--json",
+            "--check",
+            "sleep 300",
+            "add notes",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the check's view is mounted: the check is running.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !mounts_under(warden.home.path())
+        .iter()
+        .any(|m| m.contains("/check-1/"))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the check never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    super::support::interrupt(child.id());
+    let exit = child.wait().unwrap();
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    assert_eq!(exit.code(), Some(130), "{stdout}");
+    let result: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(result["failure"]["code"], "cancelled", "{result}");
+    assert_eq!(mounts_under(warden.home.path()), Vec::<String>::new());
+    // The run ended itself (the check was killed): its scratch directory is gone too.
+    let scratch = warden.home.path().join("scratch");
+    let left: Vec<_> = std::fs::read_dir(&scratch)
+        .map(|dir| dir.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
+}

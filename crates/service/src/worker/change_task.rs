@@ -285,6 +285,16 @@ async fn run_change_loop(
         Ok(session) => session,
         Err(error) => return change_failed(task, &model_name, setup_failure(error)),
     };
+    // Cancelling the task kills a check running in its own view too (the agent's view has
+    // its canceller already).
+    if let Some(control) = services.running.control(&task.id) {
+        let session = Arc::downgrade(&session);
+        control.on_stop(move || {
+            if let Some(session) = session.upgrade() {
+                session.cancel_checks();
+            }
+        });
+    }
     let before = {
         let session = Arc::clone(&session);
         let toolchains = input.sandbox.toolchains.clone();
