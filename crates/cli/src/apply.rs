@@ -45,12 +45,41 @@ pub fn fetch(
                 ApplyOutcome::AlreadyThere => "already at the proposal:",
             };
             println!("{verb} branch {branch} at {commit} in {}", target.display());
-            eprintln!("warden: your work tree, index and current branch were not touched");
+            eprintln!(
+                "warden: your work tree, index and current branch were not touched; to take the \
+                 change: git -C {} merge {branch}",
+                shell_word(&target.to_string_lossy())
+            );
             Ok(0)
         }
         Err(error @ (ApplyError::BranchExists { .. } | ApplyError::InvalidBranch(_))) => {
             Err(usage(error))
         }
         Err(error) => Err(error.into()),
+    }
+}
+
+/// `word` as one shell word: as it is when it has nothing a shell would split or expand, else
+/// in single quotes.
+fn shell_word(word: &str) -> String {
+    let plain = !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+:@%,".contains(c));
+    if plain {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn shell_words_quote_only_what_a_shell_would_split() {
+        assert_eq!(super::shell_word("/tmp/my-repo_1"), "/tmp/my-repo_1");
+        assert_eq!(super::shell_word("/tmp/my repo"), "'/tmp/my repo'");
+        assert_eq!(super::shell_word("/tmp/it's"), r"'/tmp/it'\''s'");
+        assert_eq!(super::shell_word("$HOME"), "'$HOME'");
     }
 }

@@ -28,8 +28,9 @@ pub fn finish_line(result: &QuestionResult) -> String {
         QuestionOutcome::Answer { answer } => {
             let citations: usize = answer.claims.iter().map(|c| c.evidence.len()).sum();
             format!(
-                "answered with {} claims and {citations} checked citations",
-                answer.claims.len()
+                "answered with {} and {}",
+                crate::text::count(answer.claims.len() as u64, "claim", "claims"),
+                crate::text::count(citations as u64, "checked citation", "checked citations")
             )
         }
         QuestionOutcome::Clarification { .. } => "the agent needs a clarification".into(),

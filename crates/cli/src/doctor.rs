@@ -30,6 +30,8 @@ pub struct DoctorOptions<'a> {
     pub offline: bool,
     /// Why the configuration could not be loaded; the checks then run on the defaults.
     pub config_error: Option<String>,
+    /// The configuration file to edit (read, or where one would be read).
+    pub config_file: std::path::PathBuf,
     pub remote: &'a RemoteOptions,
 }
 
@@ -37,10 +39,18 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
     let as_json = options.as_json;
     let mut checks = Vec::new();
     checks.push(match &options.config_error {
+        None if config.file.exists() => Check {
+            name: "configuration",
+            ok: true,
+            detail: format!("loaded {} and the environment", config.file.display()),
+        },
         None => Check {
             name: "configuration",
             ok: true,
-            detail: "loaded (warden.toml and the environment)".into(),
+            detail: format!(
+                "no file: the defaults and the environment (settings go in {})",
+                config.file.display()
+            ),
         },
         Some(error) => Check {
             name: "configuration",
@@ -91,7 +101,7 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
     if let Some(server) = options.remote.server() {
         checks.push(server_check(server, options.remote.token.as_deref(), options.offline).await);
     }
-    checks.push(toolchain_check(config));
+    checks.push(toolchain_check(config, &options.config_file));
     if let Some(proxy) = &config.sandbox.toolchains.prepare_proxy {
         checks.push(prepare_proxy_check(proxy, config.sandbox.backend, options.offline).await);
     }
@@ -221,7 +231,7 @@ async fn prepare_proxy_check(
 
 /// Which toolchain presets this machine has, which are configured, and the line to add for
 /// the others. Informational: the sandbox works without any.
-fn toolchain_check(config: &Config) -> Check {
+fn toolchain_check(config: &Config, file: &std::path::Path) -> Check {
     use warden_engine::toolchain::{detect, Preset};
     let name = "toolchains";
     let Some(home) = std::env::var_os("HOME").map(std::path::PathBuf::from) else {
@@ -263,7 +273,8 @@ fn toolchain_check(config: &Config) -> Check {
             .map(|preset| format!("{:?}", preset.as_str()))
             .collect();
         lines.push(format!(
-            "the sandbox does not see them yet; add to warden.toml:\n[sandbox]\ntoolchains = [{}]",
+            "the sandbox does not see them yet; add to {}:\n[sandbox]\ntoolchains = [{}]",
+            file.display(),
             all.join(", ")
         ));
     }
@@ -274,11 +285,11 @@ fn toolchain_check(config: &Config) -> Check {
         ));
     }
     if lines.is_empty() {
-        lines.push(
+        lines.push(format!(
             "no rustup, nvm, pyenv or go found; list toolchain directories under [sandbox] \
-             mounts in warden.toml"
-                .into(),
-        );
+                 mounts in {}",
+            file.display()
+        ));
     }
     Check {
         name,
@@ -377,6 +388,10 @@ async fn probe_endpoint(model: &warden_models::ModelConfig) -> (bool, String) {
     let key_variable = warden_engine::config::key_variable(model.provider);
     match request.send().await {
         Ok(response) => match response.status().as_u16() {
+            200..=299 if model.api_key.is_none() => (
+                true,
+                format!("endpoint answers without a key ({key_variable} is not set; GET {shown})"),
+            ),
             200..=299 => (
                 true,
                 format!("endpoint answers and accepts the key (GET {shown})"),
@@ -439,7 +454,12 @@ async fn server_check(server: &str, token: Option<&str>, offline: bool) -> Check
         return Check {
             name: "server",
             ok: false,
-            detail: format!("{shown}: {error:#}; is `warden serve` running there?"),
+            // A refused connection names the server and what to do already.
+            detail: if crate::remote::is_unreachable(&error) {
+                format!("{error:#}")
+            } else {
+                format!("{shown}: {error:#}; is `warden serve` running there?")
+            },
         };
     }
     if token.is_none() {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use serde_json::json;
 use warden_engine::config::Config;
-use warden_protocol::{ChangeOutcome, ChangeResult, TaskId, TaskKind, TaskStatus};
+use warden_protocol::{ChangeOutcome, ChangeResult, TaskId, TaskKind};
 use warden_repo::{RepoSpec, Source};
 use warden_runtime::EventSink;
 use warden_service::local::{self, Local, LocalError, Submission};
@@ -440,7 +440,7 @@ pub async fn apply(config: Config, args: crate::apply::ApplyArgs) -> anyhow::Res
     let Some(proposal) = proposal_of(&task) else {
         return Err(usage(anyhow::anyhow!(
             "task {id} has no proposal (status {})",
-            render::debug_name::<TaskStatus>(&json!(task.status))
+            render::wire_name(&json!(task.status))
         )));
     };
     let (spec, mirror) = local.mirror(&task).await.map_err(cli_error)?;

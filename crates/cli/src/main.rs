@@ -131,14 +131,16 @@ enum Command {
         #[command(subcommand)]
         command: web::WebCommand,
     },
-    /// Report what works on this machine: configuration, git, state directory, the model and
-    /// its endpoint, sandbox backends and layers, and the server (WARDEN_SERVER); exit 1 if
-    /// anything fails
+    /// Report what works on this machine: configuration (and the file settings go in), git,
+    /// state directory, the model and its endpoint, the toolchains installed here (with the
+    /// [sandbox] toolchains line that shows them to the sandbox), sandbox backends and layers,
+    /// and the server (WARDEN_SERVER); exit 1 if anything fails
     Doctor {
         /// Print the checks as one JSON object
         #[arg(long)]
         json: bool,
-        /// Make no network request (the model endpoint and the server are not checked)
+        /// Make no network request (the model endpoint, the server and the prepare proxy are
+        /// not checked)
         #[arg(long)]
         offline: bool,
     },
@@ -163,12 +165,23 @@ pub fn usage(error: impl Into<anyhow::Error>) -> anyhow::Error {
     anyhow::Error::new(UsageError(error.into()))
 }
 
-/// Log lines on stderr, filtered by `WARDEN_LOG` (default `warn`): text, or one JSON object
-/// per line (`timestamp`, `level`, `message`, the event's fields, `target`) with
+/// The log filter without `WARDEN_LOG`. `serve` and `worker` log every warning. The other
+/// commands show a task's model retries, fallbacks and refusals as progress and in its result,
+/// so the model client's own warnings about them would only repeat those lines, timestamped, in
+/// the middle of the progress.
+fn default_log_filter(command: &Command) -> &'static str {
+    match command {
+        Command::Serve | Command::Worker => "warn",
+        _ => "warn,warden_models=error",
+    }
+}
+
+/// Log lines on stderr, filtered by `WARDEN_LOG` (default [`default_log_filter`]): text, or one
+/// JSON object per line (`timestamp`, `level`, `message`, the event's fields, `target`) with
 /// `WARDEN_LOG_FORMAT=json`, for log shippers.
-fn init_logging() {
+fn init_logging(default_filter: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("WARDEN_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(filter);
@@ -193,7 +206,7 @@ fn init_logging() {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    init_logging(default_log_filter(&cli.command));
     // The model key lives in this process: make it non-dumpable so nothing of the same user
     // (a sandboxed command included) can ptrace it or read its memory through /proc.
     if let Err(error) = warden_sandbox::harden_current_process() {
@@ -294,10 +307,12 @@ fn doctor_anyway(
             (defaults, Some(format!("{error:#}")))
         }
     };
+    let config_file = Config::file_path(explicit, &ProcessEnv).unwrap_or(config.file.clone());
     let options = doctor::DoctorOptions {
         as_json: json,
         offline,
         config_error,
+        config_file,
         remote,
     };
     tokio_runtime()?.block_on(doctor::doctor(&config, options))

@@ -206,8 +206,15 @@ impl Remote {
     /// Sends the request: the response when it is a success, the server's refusal otherwise.
     async fn execute(&self, request: reqwest::RequestBuilder) -> anyhow::Result<reqwest::Response> {
         let response = request.send().await.map_err(|e| {
-            anyhow::Error::new(e)
-                .context(format!("cannot reach the Warden server at {}", self.base))
+            if e.is_connect() {
+                anyhow::Error::new(Unreachable {
+                    base: self.base.clone(),
+                    error: e,
+                })
+            } else {
+                anyhow::Error::new(e)
+                    .context(format!("cannot reach the Warden server at {}", self.base))
+            }
         })?;
         let status = response.status();
         if status.is_success() {
@@ -544,25 +551,56 @@ fn decode(message: &SseEvent) -> Option<(Option<u64>, Option<Event>)> {
     Some((seq, event))
 }
 
+/// No connection to the server could be made (nothing listens there, or no route): one
+/// sentence naming the server and what to do, without the HTTP client's chain of causes.
+#[derive(Debug)]
+struct Unreachable {
+    base: String,
+    error: reqwest::Error,
+}
+
+impl std::fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The innermost cause says why (`Connection refused (os error 111)`).
+        let mut reason = self.error.to_string();
+        let mut cause = std::error::Error::source(&self.error);
+        while let Some(inner) = cause {
+            reason = inner.to_string();
+            cause = inner.source();
+        }
+        write!(
+            f,
+            "cannot reach the Warden server at {}: {reason}; start it there with `warden serve`, \
+             or drop --server and WARDEN_SERVER to run the command in-process",
+            self.base
+        )
+    }
+}
+
+impl std::error::Error for Unreachable {}
+
+/// Whether `error` is a server that could not be reached at all (its message says what to do).
+pub fn is_unreachable(error: &anyhow::Error) -> bool {
+    error
+        .chain()
+        .any(|cause| cause.downcast_ref::<Unreachable>().is_some())
+}
+
 /// Connection failures, timeouts and 502-504: worth another attempt.
 fn is_transient(error: &anyhow::Error) -> bool {
     match api_failure(error) {
         Some(failure) => failure.is_transient(),
-        None => error
-            .chain()
-            .any(|cause| cause.downcast_ref::<reqwest::Error>().is_some()),
+        None => error.chain().any(|cause| {
+            cause.downcast_ref::<reqwest::Error>().is_some()
+                || cause.downcast_ref::<Unreachable>().is_some()
+        }),
     }
 }
 
 /// A submission is sent again when it may not have arrived, but never to a server that refused
 /// the connection outright (nothing is listening there: say so at once).
 fn retry_submit(error: &anyhow::Error) -> bool {
-    let refused = error.chain().any(|cause| {
-        cause
-            .downcast_ref::<reqwest::Error>()
-            .is_some_and(reqwest::Error::is_connect)
-    });
-    !refused && is_transient(error)
+    !is_unreachable(error) && is_transient(error)
 }
 
 fn backoff(failures: u32) -> Duration {

@@ -90,10 +90,10 @@ pub fn exit_code(result: &Value) -> u8 {
     }
 }
 
-pub fn debug_name<T: serde::de::DeserializeOwned + std::fmt::Debug>(value: &Value) -> String {
-    serde_json::from_value::<T>(value.clone())
-        .map(|v| format!("{v:?}"))
-        .unwrap_or_else(|_| text::one_line(value.as_str().unwrap_or("?")))
+/// A kind or status as the JSON, `warden tasks` and the documentation spell it
+/// (`waiting_input`), escaped.
+pub fn wire_name(value: &Value) -> String {
+    text::one_line(value.as_str().unwrap_or("?"))
 }
 
 /// The task's status, if it is one this build knows.
@@ -115,8 +115,8 @@ pub fn print_task(task: &Value, json: bool) -> anyhow::Result<u8> {
     println!(
         "{} · {} · {} · {}",
         text::one_line(task["id"].as_str().unwrap_or("?")),
-        debug_name::<TaskKind>(&task["kind"]),
-        debug_name::<TaskStatus>(&task["status"]),
+        wire_name(&task["kind"]),
+        wire_name(&task["status"]),
         text::one_line(task["created_at"].as_str().unwrap_or_default())
     );
     println!(

@@ -52,12 +52,16 @@ pub struct RunArgs {
 pub fn finish_line(result: &ChangeResult) -> String {
     match &result.outcome {
         ChangeOutcome::Proposal { proposal, .. } => format!(
-            "proposal {} ({} files, +{} -{}), {} checks passed",
+            "proposal {} ({}, +{} -{}), {}",
             crate::text::short_commit(&proposal.commit),
-            proposal.diff_stat.files_changed,
+            crate::text::count(proposal.diff_stat.files_changed, "file", "files"),
             proposal.diff_stat.additions,
             proposal.diff_stat.deletions,
-            proposal.validations.len()
+            match proposal.validations.len() {
+                0 => "no checks".to_string(),
+                1 => "1 check passed".to_string(),
+                n => format!("{n} checks passed"),
+            }
         ),
         ChangeOutcome::NoChange { .. } => "no change: the agent left the tree as it was".into(),
         ChangeOutcome::Clarification { .. } => "the agent needs a clarification".into(),

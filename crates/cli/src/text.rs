@@ -25,6 +25,11 @@ pub fn block(text: &str, indent: &str) -> String {
     out
 }
 
+/// `n` and the noun for it: `1 tool call`, `2 tool calls`.
+pub fn count(n: u64, singular: &str, plural: &str) -> String {
+    format!("{n} {}", if n == 1 { singular } else { plural })
+}
+
 /// The closing lines of a human-readable result: task, model, spend, and notices.
 pub fn result_footer(
     task_id: &warden_protocol::TaskId,
@@ -36,11 +41,16 @@ pub fn result_footer(
         Some(cost) => format!("${cost:.4}"),
         None => "cost unknown".into(),
     };
+    // A task cancelled before it recorded a result has no model to name.
+    let model = if model.is_empty() {
+        String::new()
+    } else {
+        format!(" · {}", one_line(model))
+    };
     let mut out = format!(
-        "\n[{task_id} · {} · {} model calls · {} tool calls · {} in / {} out tokens · {cost}]\n",
-        one_line(model),
-        usage.model_calls,
-        usage.tool_calls,
+        "\n[{task_id}{model} · {} · {} · {} in / {} out tokens · {cost}]\n",
+        count(usage.model_calls, "model call", "model calls"),
+        count(usage.tool_calls, "tool call", "tool calls"),
         usage.input_tokens,
         usage.output_tokens
     );
@@ -122,6 +132,28 @@ pub fn short_commit(commit: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_footer_counts_in_words_and_leaves_out_a_missing_model() {
+        let task: warden_protocol::TaskId = "tsk_01JQ3ZB5X0M2K8Y4R7T9V6W1AB".parse().unwrap();
+        let usage = warden_protocol::Usage {
+            model_calls: 1,
+            tool_calls: 2,
+            cost_usd: Some(0.0),
+            ..Default::default()
+        };
+        assert_eq!(
+            result_footer(&task, "faux", &usage, &["a note".into()]),
+            "\n[tsk_01JQ3ZB5X0M2K8Y4R7T9V6W1AB · faux · 1 model call · 2 tool calls · 0 in / 0 out \
+             tokens · $0.0000]\nnote: a note\n"
+        );
+        // A task cancelled before it had a result names no model (not an empty `·  ·`).
+        assert_eq!(
+            result_footer(&task, "", &usage, &[]),
+            "\n[tsk_01JQ3ZB5X0M2K8Y4R7T9V6W1AB · 1 model call · 2 tool calls · 0 in / 0 out \
+             tokens · $0.0000]\n"
+        );
+    }
 
     #[test]
     fn short_commits_never_split_a_character() {

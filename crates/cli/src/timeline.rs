@@ -163,9 +163,17 @@ fn step(kind: &str, payload: &Value, at: u64, started: &mut Vec<(String, u64)>) 
                 None => "cost unknown".into(),
             };
             format!(
-                "run finished: {ended} · {} model calls · {} tool calls · {} in / {} out tokens · {cost}",
-                usage["model_calls"].as_u64().unwrap_or(0),
-                usage["tool_calls"].as_u64().unwrap_or(0),
+                "run finished: {ended} · {} · {} · {} in / {} out tokens · {cost}",
+                crate::text::count(
+                    usage["model_calls"].as_u64().unwrap_or(0),
+                    "model call",
+                    "model calls"
+                ),
+                crate::text::count(
+                    usage["tool_calls"].as_u64().unwrap_or(0),
+                    "tool call",
+                    "tool calls"
+                ),
                 usage["input_tokens"].as_u64().unwrap_or(0),
                 usage["output_tokens"].as_u64().unwrap_or(0),
             )
@@ -307,7 +315,7 @@ mod tests {
             \\u{1b}[2J
    0.743s      → search (242 ms): src/a.rs:3:retry (+1 lines)
    0.744s      ✗ nope call rejected: unknown tool \"nope\"
-   1.000s  run finished: failed: invalid_tool_calls — too many · 1 model calls · 2 tool calls · 120 in / 30 out tokens · $0.0015
+   1.000s  run finished: failed: invalid_tool_calls — too many · 1 model call · 2 tool calls · 120 in / 30 out tokens · $0.0015
 ";
         assert_eq!(timeline, expected, "\n{timeline}");
     }

@@ -274,6 +274,7 @@ pub const PREPARE_TIMEOUT: Duration = Duration::from_secs(600);
 /// not-found sentence when a check's program is missing.
 pub fn before_agent(
     session: &ChangeSession,
+    config: &Config,
     toolchains: &crate::toolchain::TaskToolchains,
     progress: &dyn Fn(&str),
 ) -> Result<Vec<String>, Failure> {
@@ -294,7 +295,11 @@ pub fn before_agent(
         .map(|(check, program)| {
             format!(
                 "check `{check}` cannot run on the base commit: {}",
-                warden_tools::not_found_sentence(program)
+                crate::toolchain::not_found_fix(
+                    program,
+                    &config.sandbox.toolchains.presets,
+                    &config.file
+                )
             )
         })
         .collect();
@@ -492,6 +497,9 @@ pub struct ChangeRun<'a> {
     pub task_id: &'a TaskId,
     pub repo: &'a TaskRepo,
     pub checks: &'a [String],
+    /// The conversation of the change tasks this one follows up, oldest first (their requests,
+    /// questions, answers and replies): what was said before the request.
+    pub earlier: &'a [TranscriptEntry],
     pub request: &'a str,
     /// What was said after the request, oldest first: the agent's clarifying questions and the
     /// answers to them (a change resumed after `waiting_input`).
@@ -541,34 +549,37 @@ Failing checks come back to you; after three failing submissions the task fails.
     )
 }
 
-/// The conversation a change run starts from: system prompt, the request, then any
-/// clarification asked and answered since.
+/// The conversation a change run starts from: system prompt, the conversation of the tasks it
+/// follows up, the request, then any clarification asked and answered since. The request comes
+/// after what it follows up: the newest request is the last thing said before the agent's turn.
 fn change_messages(
     manifest: &[ManifestEntry],
     checks: &[String],
+    earlier: &[TranscriptEntry],
     request: &str,
     conversation: &[TranscriptEntry],
 ) -> Vec<Message> {
-    let mut messages = vec![
-        Message::System {
-            text: change_system_prompt(manifest, checks),
-        },
-        Message::User {
-            text: request.to_string(),
-        },
-    ];
-    for entry in conversation {
-        messages.push(match entry.role {
-            Role::User => Message::User {
-                text: entry.text.clone(),
-            },
-            Role::Agent => Message::Assistant {
-                text: Some(entry.text.clone()),
-                tool_calls: vec![],
-            },
-        });
-    }
+    let mut messages = vec![Message::System {
+        text: change_system_prompt(manifest, checks),
+    }];
+    messages.extend(earlier.iter().map(transcript_message));
+    messages.push(Message::User {
+        text: request.to_string(),
+    });
+    messages.extend(conversation.iter().map(transcript_message));
     messages
+}
+
+fn transcript_message(entry: &TranscriptEntry) -> Message {
+    match entry.role {
+        Role::User => Message::User {
+            text: entry.text.clone(),
+        },
+        Role::Agent => Message::Assistant {
+            text: Some(entry.text.clone()),
+            tool_calls: vec![],
+        },
+    }
 }
 
 /// The loop for one change, ready to await.
@@ -596,7 +607,13 @@ pub async fn run_change(run: ChangeRun<'_>, tools: &[Arc<dyn Tool>]) -> RunRepor
         ledger: run.ledger,
     }
     .run(RunInput::Start {
-        messages: change_messages(&manifest, run.checks, run.request, run.conversation),
+        messages: change_messages(
+            &manifest,
+            run.checks,
+            run.earlier,
+            run.request,
+            run.conversation,
+        ),
         context,
     })
     .await

@@ -204,6 +204,9 @@ pub struct PriceEntry {
 #[derive(Debug)]
 pub struct Config {
     pub home: PathBuf,
+    /// The configuration file: the one read, or where one would be read (`WARDEN_HOME/warden.toml`
+    /// when none exists), so a message can say which file to edit.
+    pub file: PathBuf,
     pub model: ModelChoice,
     pub limits: Limits,
     pub max_output_tokens: u32,
@@ -245,17 +248,8 @@ pub enum ModelChoice {
 
 impl Config {
     pub fn load(explicit: Option<&Path>, env: &dyn Env) -> anyhow::Result<Config> {
-        let home = match env.var("WARDEN_HOME") {
-            Some(home) => PathBuf::from(home),
-            None => match env.var("HOME") {
-                Some(user_home) => Path::new(&user_home).join(".local/share/warden"),
-                None => bail!("cannot find a state directory: set WARDEN_HOME"),
-            },
-        };
-        let path = explicit
-            .map(Path::to_path_buf)
-            .or_else(|| env.var("WARDEN_CONFIG").map(PathBuf::from))
-            .or_else(|| Some(home.join("warden.toml")).filter(|p| p.exists()));
+        let home = state_directory(env)?;
+        let (default_file, path) = config_file(explicit, env, &home);
         let file = match &path {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
@@ -265,7 +259,15 @@ impl Config {
             }
             None => FileConfig::default(),
         };
-        Config::resolve(home, file, env)
+        let mut config = Config::resolve(home, file, env)?;
+        config.file = default_file;
+        Ok(config)
+    }
+
+    /// The configuration file `load` reads (or would read, when it does not exist): `explicit`,
+    /// else `WARDEN_CONFIG`, else `WARDEN_HOME/warden.toml`.
+    pub fn file_path(explicit: Option<&Path>, env: &dyn Env) -> anyhow::Result<PathBuf> {
+        Ok(config_file(explicit, env, &state_directory(env)?).0)
     }
 
     fn resolve(home: PathBuf, file: FileConfig, env: &dyn Env) -> anyhow::Result<Config> {
@@ -370,6 +372,7 @@ impl Config {
             env.var("WARDEN_TELEGRAM_TOKEN"),
         )?;
         Ok(Config {
+            file: home.join("warden.toml"),
             home,
             model,
             limits,
@@ -382,6 +385,33 @@ impl Config {
             github,
             telegram,
         })
+    }
+}
+
+/// `WARDEN_HOME`, else `~/.local/share/warden`.
+fn state_directory(env: &dyn Env) -> anyhow::Result<PathBuf> {
+    match env.var("WARDEN_HOME") {
+        Some(home) => Ok(PathBuf::from(home)),
+        None => match env.var("HOME") {
+            Some(user_home) => Ok(Path::new(&user_home).join(".local/share/warden")),
+            None => bail!("cannot find a state directory: set WARDEN_HOME"),
+        },
+    }
+}
+
+/// The configuration file named or defaulted, and the one to read (`None`: the default does
+/// not exist, so every default applies).
+fn config_file(explicit: Option<&Path>, env: &dyn Env, home: &Path) -> (PathBuf, Option<PathBuf>) {
+    let named = explicit
+        .map(Path::to_path_buf)
+        .or_else(|| env.var("WARDEN_CONFIG").map(PathBuf::from));
+    match named {
+        Some(path) => (path.clone(), Some(path)),
+        None => {
+            let default = home.join("warden.toml");
+            let read = default.exists().then(|| default.clone());
+            (default, read)
+        }
     }
 }
 
@@ -454,16 +484,21 @@ impl ModelChoice {
             .find(|model| model.api_key.is_none() && model.base_url == official_base_url(model))
             .map(|model| {
                 let variable = key_variable(model.provider);
-                let base = match model.provider {
-                    Provider::OpenAi => "OPENAI_BASE_URL",
-                    Provider::Anthropic => "ANTHROPIC_BASE_URL",
-                };
+                let base = base_url_variable(model.provider);
                 format!(
                     "{variable} is not set for model {}: export {variable}=… (or point {base} at \
                      a compatible server that needs no key, or use WARDEN_MODEL=faux)",
                     model.model
                 )
             })
+    }
+}
+
+/// The environment variable that sets `provider`'s endpoint.
+pub fn base_url_variable(provider: Provider) -> &'static str {
+    match provider {
+        Provider::OpenAi => "OPENAI_BASE_URL",
+        Provider::Anthropic => "ANTHROPIC_BASE_URL",
     }
 }
 

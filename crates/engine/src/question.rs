@@ -65,15 +65,21 @@ pub fn build_model(config: &Config) -> Result<Arc<dyn Model>, SetupError> {
     let model: Arc<dyn Model> = match &config.model {
         ModelChoice::Remote { primary, fallback } => {
             let mut variables = vec![crate::config::key_variable(primary.provider)];
+            let mut base_variables = vec![crate::config::base_url_variable(primary.provider)];
             if let Some(fallback) = fallback {
                 let variable = crate::config::key_variable(fallback.provider);
                 if !variables.contains(&variable) {
                     variables.push(variable);
                 }
+                let variable = crate::config::base_url_variable(fallback.provider);
+                if !base_variables.contains(&variable) {
+                    base_variables.push(variable);
+                }
             }
             Arc::new(KeyHint {
                 inner: model,
                 variables: variables.join(" or "),
+                base_variables: base_variables.join(" or "),
             })
         }
         ModelChoice::Faux | ModelChoice::Missing => model,
@@ -89,10 +95,12 @@ pub fn build_model(config: &Config) -> Result<Arc<dyn Model>, SetupError> {
 }
 
 /// A model whose refusals for the key (401, 403) name the variable that holds it, so the fix
-/// is in the message: "… the API key was refused: check OPENAI_API_KEY".
+/// is in the message: "… the API key was refused: check OPENAI_API_KEY"; and whose endpoint,
+/// when no connection to it could be made, names the variable that sets it.
 struct KeyHint {
     inner: Arc<dyn Model>,
     variables: String,
+    base_variables: String,
 }
 
 impl Model for KeyHint {
@@ -120,6 +128,18 @@ impl Model for KeyHint {
                         self.variables
                     ),
                 }),
+                Err(warden_runtime::ModelError::Exhausted { attempts, message })
+                    if message.starts_with(warden_models::CONNECT_FAILED) =>
+                {
+                    Err(warden_runtime::ModelError::Exhausted {
+                        attempts,
+                        message: format!(
+                            "{message} — is the model server running? check {} (`warden \
+                             doctor` checks the endpoint)",
+                            self.base_variables
+                        ),
+                    })
+                }
                 other => other,
             }
         })

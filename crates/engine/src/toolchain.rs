@@ -49,6 +49,41 @@ impl Preset {
     pub fn from_name(name: &str) -> Option<Preset> {
         Preset::ALL.into_iter().find(|p| p.as_str() == name)
     }
+
+    /// The preset whose installation provides `program` (`cargo` → rust), for the fix of a
+    /// program the sandbox cannot find.
+    pub fn providing(program: &str) -> Option<Preset> {
+        match program {
+            "cargo" | "rustc" | "rustup" | "rustfmt" | "rustdoc" | "cargo-clippy"
+            | "clippy-driver" => Some(Preset::Rust),
+            "node" | "npm" | "npx" | "corepack" => Some(Preset::Node),
+            "python" | "python3" | "pip" | "pip3" => Some(Preset::Python),
+            "go" | "gofmt" => Some(Preset::Go),
+            _ => None,
+        }
+    }
+}
+
+/// What to do about `program`, which the sandbox cannot find: the `[sandbox] toolchains` line
+/// to add to `file` (the configured presets and the one that provides it) when a preset
+/// provides it and is not configured yet, else the general sentence about mounts.
+pub fn not_found_fix(program: &str, configured: &[Preset], file: &Path) -> String {
+    match Preset::providing(program).filter(|preset| !configured.contains(preset)) {
+        Some(preset) => {
+            let names: Vec<String> = configured
+                .iter()
+                .chain(std::iter::once(&preset))
+                .map(|p| format!("{:?}", p.as_str()))
+                .collect();
+            format!(
+                "`{program}`: not found in the sandbox; add `toolchains = [{}]` under [sandbox] \
+                 in {} (`warden doctor` shows the toolchains installed here)",
+                names.join(", "),
+                file.display()
+            )
+        }
+        None => warden_tools::not_found_sentence(program),
+    }
 }
 
 /// What a preset, found on this machine, adds to the sandbox.
@@ -687,6 +722,30 @@ mod tests {
         let cargo = home.join(".cargo/bin/cargo");
         std::fs::write(&cargo, "#!/bin/sh\n").unwrap();
         std::fs::set_permissions(&cargo, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    #[test]
+    fn a_missing_program_a_preset_provides_names_the_exact_line_and_file() {
+        let file = Path::new("/home/u/.local/share/warden/warden.toml");
+        assert_eq!(
+            not_found_fix("cargo", &[], file),
+            "`cargo`: not found in the sandbox; add `toolchains = [\"rust\"]` under [sandbox] in \
+             /home/u/.local/share/warden/warden.toml (`warden doctor` shows the toolchains \
+             installed here)"
+        );
+        // The line keeps the presets already configured.
+        assert!(not_found_fix("npm", &[Preset::Rust], file)
+            .contains("add `toolchains = [\"rust\", \"node\"]` under [sandbox]"));
+        // A configured preset that still does not provide it, or a program no preset
+        // provides: the general sentence.
+        assert_eq!(
+            not_found_fix("cargo", &[Preset::Rust], file),
+            warden_tools::not_found_sentence("cargo")
+        );
+        assert_eq!(
+            not_found_fix("make", &[], file),
+            warden_tools::not_found_sentence("make")
+        );
     }
 
     #[test]

@@ -236,7 +236,13 @@ impl Endpoint {
             .body(body.to_vec())
             .send()
             .await
-            .map_err(|error| AttemptError::retryable(transport_error("request failed", &error)))?;
+            .map_err(|error| {
+                AttemptError::retryable(if error.is_connect() {
+                    connect_error(&error)
+                } else {
+                    transport_error("request failed", &error)
+                })
+            })?;
         let status = response.status();
         if !status.is_success() {
             let headers = response.headers().clone();
@@ -432,6 +438,32 @@ where
 }
 
 /// `context: error: cause: cause`, which reqwest's own message alone does not show.
+/// No connection could be made (nothing listens there, no route, no such host): the
+/// endpoint and the innermost cause, without the HTTP client's chain. It starts with
+/// [`CONNECT_FAILED`], which the engine recognises to name the base URL variable.
+fn connect_error(error: &reqwest::Error) -> String {
+    let mut reason = error.to_string();
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        reason = cause.to_string();
+        source = cause.source();
+    }
+    let endpoint = error
+        .url()
+        .map(|url| {
+            let mut url = url.clone();
+            let _ = url.set_username("");
+            let _ = url.set_password(None);
+            url.set_query(None);
+            url.to_string()
+        })
+        .unwrap_or_default();
+    format!("{CONNECT_FAILED} {endpoint}: {reason}")
+}
+
+/// How the reason of a connection that could not be made starts.
+pub const CONNECT_FAILED: &str = "cannot connect to";
+
 fn transport_error(context: &str, error: &reqwest::Error) -> String {
     let mut message = format!("{context}: {error}");
     let mut source = std::error::Error::source(error);

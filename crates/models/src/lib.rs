@@ -23,6 +23,7 @@ mod retry;
 pub mod sse;
 
 pub use config::{ConfigError, MaxTokensField, ModelConfig, Provider, RetryConfig, SystemRole};
+pub use endpoint::CONNECT_FAILED;
 pub use price::{Price, PriceTable};
 
 use endpoint::Endpoint;
@@ -56,8 +57,10 @@ pub fn build(
         .map_err(|error| ConfigError::HttpClient(error.to_string()))?;
     let endpoint = |config: ModelConfig| {
         let price = prices.lookup(config.provider, &config.model).cloned();
+        // Not a warning: every result of the task says so in a notice (with the fix), and a
+        // warning here landed in the middle of the CLI's progress.
         if price.is_none() {
-            tracing::warn!(model = %config.name(), "no price known for this model: its cost will be reported as unknown");
+            tracing::info!(model = %config.name(), "no price known for this model: its cost will be reported as unknown");
         }
         Endpoint::new(config, price, client.clone())
     };

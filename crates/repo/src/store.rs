@@ -732,6 +732,8 @@ impl RepoStore {
 
 /// Maps "not a commit" failures of `rev-parse` to [`RepoError::RevisionNotFound`].
 /// A local path that is no git repository is the person's mistake: one sentence saying what to give instead, not git's command line.
+/// So is a repository without a commit (`git init` and nothing committed yet): its `HEAD`
+/// names no commit.
 fn local_error(error: RepoError, rev: &str, repo: &str, path: &Path) -> RepoError {
     match error {
         RepoError::GitFailed { stderr, .. } if stderr.contains("not a git repository") => {
@@ -739,6 +741,18 @@ fn local_error(error: RepoError, rev: &str, repo: &str, path: &Path) -> RepoErro
                 spec: path.display().to_string(),
                 reason: "not a git repository; give the path of a git checkout (or a git URL)"
                     .into(),
+            }
+        }
+        RepoError::GitFailed { stderr, .. }
+            if rev == "HEAD" && stderr.contains("Needed a single revision") =>
+        {
+            RepoError::InvalidSpec {
+                spec: path.display().to_string(),
+                reason: format!(
+                    "the repository has no commit yet; commit your files first (git -C {0} add \
+                     -A && git -C {0} commit -m initial)",
+                    path.display()
+                ),
             }
         }
         other => revision_error(other, rev, repo),

@@ -175,7 +175,8 @@ impl Local {
     pub async fn task(&self, id: &TaskId) -> Result<Task, LocalError> {
         match self.tasks.task(&principal(), id.as_str()).await {
             Err(ServiceError::NotFound(_)) => Err(usage(format!(
-                "no task {id} in {}",
+                "no task {id} in {}; `warden tasks` lists the tasks there (a server's task: give \
+                 --server URL or set WARDEN_SERVER)",
                 self.database_display()
             ))),
             other => Ok(other?),

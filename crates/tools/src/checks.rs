@@ -15,7 +15,7 @@
 use crate::blocking;
 use serde_json::{json, Value};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
 use warden_protocol::{ChangedFile, DiffStat, Proposal, Validation};
 use warden_repo::candidate::{build_candidate_tree, materialize_tree, Candidate, CandidateInput};
@@ -24,7 +24,7 @@ use warden_repo::proposal::{
 };
 use warden_repo::Git;
 use warden_runtime::{BoxFuture, Finish, Tool, ToolOutput, ToolSpec};
-use warden_sandbox::{CommandSpec, Mount, ResourceLimits, Sandbox, ViewSpec};
+use warden_sandbox::{CommandSpec, Mount, ResourceLimits, Sandbox, SandboxView, ViewSpec};
 
 /// Bytes of a check's output kept in its record.
 const OUTPUT_TAIL: usize = 4000;
@@ -72,6 +72,10 @@ struct SessionState {
     /// The tree currently materialized under `scratch/trees/`.
     materialized: Option<(String, PathBuf)>,
     views_opened: u64,
+    /// The check view running a command now, for [`ChangeSession::cancel_checks`].
+    running: Option<Weak<Box<dyn SandboxView>>>,
+    /// The task was cancelled: no further check starts.
+    cancelled: bool,
 }
 
 impl ChangeSession {
@@ -79,6 +83,21 @@ impl ChangeSession {
         ChangeSession {
             config,
             state: Mutex::new(SessionState::default()),
+        }
+    }
+
+    /// Kills the check command running now and starts no other (the task was cancelled). A
+    /// check runs in its own view, which the canceller of the agent's view does not reach;
+    /// without this a cancelled task's check ran on to its end (up to the check timeout), and
+    /// an in-process command that exited meanwhile left the check view mounted.
+    pub fn cancel_checks(&self) {
+        let running = {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            state.cancelled = true;
+            state.running.as_ref().and_then(Weak::upgrade)
+        };
+        if let Some(view) = running {
+            view.cancel();
         }
     }
 
@@ -128,6 +147,9 @@ impl ChangeSession {
         for command in &self.config.checks {
             let scratch_dir = {
                 let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                if state.cancelled {
+                    return Err("the task was cancelled: its checks were stopped".into());
+                }
                 state.views_opened += 1;
                 self.config
                     .scratch
@@ -148,12 +170,28 @@ impl ChangeSession {
             spec.limits = self.config.limits;
             spec.env = self.config.env.clone();
             spec.output_limit = 256 * 1024;
+            let view = Arc::new(view);
+            {
+                let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                state.running = Some(Arc::downgrade(&view));
+                // Cancelled while the view was opened: the command starts killed.
+                if state.cancelled {
+                    view.cancel();
+                }
+            }
             let started = Instant::now();
             let output = view.run(&spec);
             let duration_ms = started.elapsed().as_millis() as u64;
+            self.state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .running = None;
             // A view that fails to close leaves only its scratch directory, which the task's
-            // scratch removal takes with it.
-            let _ = view.close();
+            // scratch removal takes with it. (A canceller holding it this instant drops it
+            // right after; the view's own drop then takes its mounts down.)
+            if let Ok(view) = Arc::try_unwrap(view) {
+                let _ = view.close();
+            }
             let output = output.map_err(|e| format!("sandbox error running {command:?}: {e}"))?;
             let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
             if !output.stderr.is_empty() {

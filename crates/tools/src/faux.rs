@@ -191,9 +191,10 @@ fn next_change_step(messages: &[Message]) -> (&'static str, serde_json::Value) {
         ),
         Some(_) => (
             "submit_change",
+            // The summary is the proposal's commit message: a short first line, then details.
             json!({"summary": format!(
-                "{FAUX_LABEL} Wrote {FAUX_CHANGE_FILE}, a note naming the request {asked:?}, to \
-                 exercise the change pipeline. It does not implement the request."
+                "{FAUX_LABEL} Wrote {FAUX_CHANGE_FILE}\n\nA note naming the request {asked:?}, \
+                 to exercise the change pipeline. It does not implement the request."
             )}),
         ),
     }
@@ -327,10 +328,19 @@ mod tests {
         messages.extend(reply("write_file", "wrote 200 bytes", false));
         let (tool, arguments) = next_change_step(&messages);
         assert_eq!(tool, "submit_change");
-        assert!(arguments["summary"]
-            .as_str()
-            .unwrap()
-            .starts_with(FAUX_LABEL));
+        let summary = arguments["summary"].as_str().unwrap();
+        assert!(summary.starts_with(FAUX_LABEL));
+        // A commit message: a short subject line, then the details.
+        let subject = summary.lines().next().unwrap();
+        assert_eq!(
+            subject,
+            format!("{FAUX_LABEL} Wrote {FAUX_CHANGE_FILE}"),
+            "{summary}"
+        );
+        assert!(
+            summary.contains("\"fix the flaky retry test\""),
+            "{summary}"
+        );
         // After a rejected submission (failing checks) it submits again: the checks decide.
         messages.extend(reply("submit_change", "checks failed", true));
         assert_eq!(next_change_step(&messages).0, "submit_change");

@@ -56,7 +56,7 @@ fn faux_runner_answers_with_a_checked_citation_and_says_it_is_faux() {
     // Progress went to stderr, step by step.
     assert!(run.stderr.contains("→ list_dir"), "{}", run.stderr);
     assert!(run.stderr.contains("→ search"), "{}", run.stderr);
-    assert!(run.stderr.contains("checked citations"), "{}", run.stderr);
+    assert!(run.stderr.contains("checked citation"), "{}", run.stderr);
 }
 
 #[test]

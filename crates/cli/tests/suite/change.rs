@@ -205,6 +205,25 @@ fn an_edit_with_passing_checks_becomes_a_proposal_and_apply_makes_a_branch() {
     let branch = format!("warden/{task_id}");
     assert_eq!(repo.git(&["rev-parse", &branch]), commit);
     assert_eq!(checkout_state(&repo), before);
+    // It says how to take the change into the current branch.
+    let repo_dir = repo.path().canonicalize().unwrap();
+    assert!(
+        applied.stderr.contains(&format!(
+            "to take the change: git -C {} merge {branch}",
+            repo_dir.display()
+        )),
+        "{}",
+        applied.stderr
+    );
+    // `show` spells kind and status as `tasks` and the JSON do.
+    let shown = warden.run(&["show", task_id]);
+    assert!(
+        shown
+            .stdout
+            .starts_with(&format!("{task_id} · change · completed · ")),
+        "{}",
+        shown.stdout
+    );
     // Again: already there, fine. A different existing branch name is refused.
     assert_eq!(warden.run(&["apply", task_id]).code, 0);
     repo.git(&["branch", "taken", &base]);
@@ -844,7 +863,99 @@ fn a_change_clarification_is_answered_locally_and_a_follow_up_builds_on_the_prop
         ),
         "alpha\nBETA\nGAMMA"
     );
+    // The follow-up's request is the last thing said, after the earlier conversation (the
+    // earlier request, question, answer and reply), not before it.
+    let follow_up_request = &server.requests()[3].body;
+    let said: Vec<(String, String)> = follow_up_request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] != "system")
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap_or_default().to_string(),
+                m["content"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        said.last(),
+        Some(&("user".to_string(), "gamma too, please".to_string())),
+        "{said:?}"
+    );
+    assert!(
+        said.iter()
+            .take(said.len() - 1)
+            .any(|(_, text)| text == "beta only"),
+        "{said:?}"
+    );
     // A question's follow-up flag does not take a change task, and vice versa.
     let wrong = warden.run(&["run", "--follow-up", &answered_id, "--repo", ".", "x"]);
     assert_eq!(wrong.code, 2, "{}", wrong.stderr);
+}
+
+/// The mounts under `home` (`/proc/mounts` lines naming it).
+fn mounts_under(home: &std::path::Path) -> Vec<String> {
+    let home = home.to_str().unwrap();
+    std::fs::read_to_string("/proc/mounts")
+        .unwrap()
+        .lines()
+        .filter(|line| line.contains(home))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Ctrl-C while a check runs: the check runs in a view of its own, which the task's cancel
+/// must reach too. Before, the check went on, the command exited without it, and its view
+/// stayed mounted under WARDEN_HOME (overlay and tmpfs) with its scratch directory.
+#[test]
+fn ctrl_c_during_a_check_stops_it_and_leaves_nothing_mounted() {
+    use std::io::Read;
+    let repo = sample_repo();
+    let warden = Warden::faux();
+    let mut child = warden
+        .command(&[
+            "run",
+            "--repo",
+            repo.path().to_str().unwrap(),
+            "--json",
+            "--check",
+            "sleep 300",
+            "add notes",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until the check's view is mounted: the check is running.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !mounts_under(warden.home.path())
+        .iter()
+        .any(|m| m.contains("/check-1/"))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the check never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    super::support::interrupt(child.id());
+    let exit = child.wait().unwrap();
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    assert_eq!(exit.code(), Some(130), "{stdout}");
+    let result: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(result["failure"]["code"], "cancelled", "{result}");
+    assert_eq!(mounts_under(warden.home.path()), Vec::<String>::new());
+    // The run ended itself (the check was killed): its scratch directory is gone too.
+    let scratch = warden.home.path().join("scratch");
+    let left: Vec<_> = std::fs::read_dir(&scratch)
+        .map(|dir| dir.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "{left:?}");
 }

@@ -115,6 +115,21 @@ fn doctor_checks_the_model_endpoint_with_the_key() {
     assert!(model_line.contains("refused the key"), "{model_line}");
     assert!(model_line.contains("OPENAI_API_KEY"), "{model_line}");
     assert!(!run.stdout.contains("sk-wrong"), "{}", run.stdout);
+
+    // A compatible server that needs no key: no key is claimed to be accepted.
+    let keyless = endpoint("200 OK", r#"{"object":"list","data":[]}"#);
+    let run = Warden::new()
+        .with("WARDEN_MODEL", "openai:qwen3")
+        .with("OPENAI_BASE_URL", &format!("{}/v1", keyless.url))
+        .run(&["doctor", "--json"]);
+    let checks = checks_of(&run);
+    assert_eq!(checks["model"]["ok"], true, "{checks}");
+    let detail = checks["model"]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("endpoint answers without a key (OPENAI_API_KEY is not set;"),
+        "{detail}"
+    );
+    assert!(!keyless.seen.lock().unwrap().join("\n").contains("Bearer"));
 }
 
 #[test]
@@ -170,6 +185,75 @@ fn a_missing_api_key_stops_the_task_before_anything_is_pinned() {
 }
 
 #[test]
+fn a_refused_key_names_the_variable_once_without_log_lines_in_the_progress() {
+    let repo = TempRepo::new();
+    repo.write("README.md", "# sample\n");
+    repo.commit("initial");
+    let refusing = endpoint(
+        "401 Unauthorized",
+        r#"{"error":{"message":"Incorrect API key","code":"invalid_api_key"}}"#,
+    );
+    let run = Warden::new()
+        .with("WARDEN_MODEL", "openai:gpt-test")
+        .with("OPENAI_BASE_URL", &format!("{}/v1", refusing.url))
+        .with("OPENAI_API_KEY", "sk-wrong")
+        .run(&["ask", "--repo", repo.path().to_str().unwrap(), "what?"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("the API key was refused: check OPENAI_API_KEY"),
+        "{}",
+        run.stderr
+    );
+    // The model client's own warning about the refusal (and the unknown price) would repeat
+    // it as a timestamped log line; `serve` and `worker` still log it.
+    assert!(!run.stderr.contains(" WARN "), "{}", run.stderr);
+    assert!(!run.stderr.contains("sk-wrong"), "{}", run.stderr);
+}
+
+#[test]
+fn a_model_server_that_is_not_running_names_the_base_url_variable() {
+    let repo = TempRepo::new();
+    repo.write("README.md", "# sample\n");
+    repo.commit("initial");
+    // A port nothing listens on.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let run = Warden::new()
+        .with("WARDEN_MODEL", "openai:qwen3")
+        .with("OPENAI_BASE_URL", &format!("http://127.0.0.1:{port}/v1"))
+        .with("WARDEN_RETRY_BASE_MS", "5")
+        .run(&[
+            "ask",
+            "--repo",
+            repo.path().to_str().unwrap(),
+            "--json",
+            "what?",
+        ]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let result = run.json();
+    assert_eq!(result["failure"]["code"], "model_error", "{result}");
+    let message = result["failure"]["message"].as_str().unwrap();
+    assert!(
+        message.contains(&format!(
+            "cannot connect to http://127.0.0.1:{port}/v1/chat/completions: "
+        )),
+        "{message}"
+    );
+    assert!(
+        message.ends_with(
+            " — is the model server running? check OPENAI_BASE_URL (`warden doctor` checks the \
+             endpoint)"
+        ),
+        "{message}"
+    );
+    assert!(!message.contains("error sending request"), "{message}");
+}
+
+#[test]
 fn a_directory_that_is_not_a_git_repository_is_one_sentence_and_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("notes.txt"), "hello\n").unwrap();
@@ -183,6 +267,31 @@ fn a_directory_that_is_not_a_git_repository_is_one_sentence_and_exit_2() {
     assert_eq!(error.len(), 1, "{}", run.stderr);
     assert!(error[0].contains("not a git repository"), "{}", error[0]);
     assert!(!run.stderr.contains("rev-parse"), "{}", run.stderr);
+}
+
+#[test]
+fn a_repository_without_a_commit_is_one_sentence_naming_the_commit_to_make() {
+    let repo = TempRepo::new();
+    repo.write("notes.txt", "hello\n");
+    let path = repo.path().to_str().unwrap();
+    for spec in [path.to_string(), format!("{path}@worktree")] {
+        let run = Warden::faux().run(&["run", "--repo", &spec, "--check", "true", "change it"]);
+        assert_eq!(run.code, 2, "{}", run.stderr);
+        let error: Vec<&str> = run
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("warden: error"))
+            .collect();
+        assert_eq!(
+            error,
+            [format!(
+                "warden: error: invalid repository {path:?}: the repository has no commit yet; \
+                 commit your files first (git -C {path} add -A && git -C {path} commit -m initial)"
+            )],
+            "{}",
+            run.stderr
+        );
+    }
 }
 
 #[test]

@@ -510,6 +510,28 @@ fn wrong_tokens_unknown_servers_and_local_paths_are_clear_errors() {
         "{}",
         down.stderr
     );
+    // One sentence with the fix, the same for `answer` and `run --follow-up` (whose tasks a
+    // server would hold), without the HTTP client's chain of causes.
+    let task = "tsk_01JQ3ZB5X0M2K8Y4R7T9V6W1AB";
+    for args in [
+        vec!["answer", task, "the v2 client"],
+        vec!["run", "--follow-up", task, "and the timeout"],
+    ] {
+        let down = Warden::new().with("WARDEN_SERVER", &nowhere).run(&args);
+        assert_code(&down, 1);
+        let stderr = down.stderr.trim_end();
+        assert!(!stderr.contains('\n'), "{stderr}");
+        assert!(
+            stderr.starts_with(&format!(
+                "warden: error: cannot reach the Warden server at {nowhere}: "
+            )) && stderr.ends_with(
+                "; start it there with `warden serve`, or drop --server and WARDEN_SERVER to \
+                 run the command in-process"
+            ),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("error sending request"), "{stderr}");
+    }
     let bad_url = Warden::new().run(&["tasks", "--server", "localhost:8787"]);
     assert_code(&bad_url, 2);
     assert!(bad_url.stderr.contains("http://"), "{}", bad_url.stderr);
@@ -538,6 +560,15 @@ fn wrong_tokens_unknown_servers_and_local_paths_are_clear_errors() {
     assert!(
         run.stderr
             .contains("no task tsk_01HZY8Q6K9V2M3N4P5R6S7T8V9"),
+        "{}",
+        run.stderr
+    );
+    // It says where it looked and what to do (a task on a server is answered with one).
+    assert!(
+        run.stderr.trim_end().ends_with(
+            "local.db; `warden tasks` lists the tasks there (a server's task: give --server URL \
+             or set WARDEN_SERVER)"
+        ),
         "{}",
         run.stderr
     );

@@ -122,6 +122,38 @@ fn without_the_mount_the_check_fails_up_front_naming_the_fix() {
     assert!(server.requests().is_empty());
 }
 
+/// A program a toolchain preset provides (`rustup` comes only with a rustup installation in
+/// a home directory, which the sandbox does not show): the failure names the exact
+/// `[sandbox] toolchains` line and the file it goes in.
+#[test]
+fn a_missing_preset_program_names_the_toolchains_line_and_the_file() {
+    let repo = repo();
+    let warden = Warden::faux();
+    let run = warden.run(&[
+        "run",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--json",
+        "--check",
+        "rustup --version",
+        "add notes",
+    ]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    let result = run.json();
+    assert_eq!(result["failure"]["code"], "baseline_failing", "{result}");
+    let message = result["failure"]["message"].as_str().unwrap();
+    let file = warden.home.path().join("warden.toml");
+    assert_eq!(
+        message,
+        format!(
+            "check `rustup --version` cannot run on the base commit: `rustup`: not found in the \
+             sandbox; add `toolchains = [\"rust\"]` under [sandbox] in {} (`warden doctor` \
+             shows the toolchains installed here)",
+            file.display()
+        )
+    );
+}
+
 #[test]
 fn a_mount_under_warden_home_is_refused_at_configuration_load() {
     let repo = repo();
@@ -387,9 +419,23 @@ fn doctor_suggests_the_rust_preset_when_rustup_is_installed() {
     assert_eq!(check["ok"], true);
     let detail = check["detail"].as_str().unwrap();
     assert!(detail.contains("found rust: rustup at"), "{detail}");
+    // The line, and the file it goes in (WARDEN_HOME/warden.toml, which does not exist yet).
+    let file = warden.home.path().join("warden.toml");
     assert!(
-        detail.contains("add to warden.toml:\n[sandbox]\ntoolchains = [\"rust\"]"),
+        detail.contains(&format!(
+            "add to {}:\n[sandbox]\ntoolchains = [\"rust\"]",
+            file.display()
+        )),
         "{detail}"
+    );
+    let configuration = &report["checks"][0];
+    assert_eq!(
+        configuration["detail"],
+        format!(
+            "no file: the defaults and the environment (settings go in {})",
+            file.display()
+        ),
+        "{report}"
     );
 
     // Once configured, the sandbox sees it and the suggestion is gone.
@@ -410,7 +456,12 @@ fn doctor_suggests_the_rust_preset_when_rustup_is_installed() {
         .unwrap()
         .to_string();
     assert!(detail.contains("configured: rust"), "{detail}");
-    assert!(!detail.contains("add to warden.toml"), "{detail}");
+    assert!(!detail.contains("add to"), "{detail}");
+    assert_eq!(
+        report["checks"][0]["detail"],
+        format!("loaded {} and the environment", file.display()),
+        "{report}"
+    );
 }
 
 /// A registered repository's own mounts reach the sandboxes of its served tasks (checks and

@@ -140,8 +140,8 @@ pub(super) async fn run_change_task(
             }
         },
     };
-    let conversation = match conversation(store, task).await {
-        Ok(conversation) => conversation,
+    let (earlier, conversation) = match conversation(store, task).await {
+        Ok(both) => both,
         Err(failure) => return change_failed(task, &model_name, failure),
     };
 
@@ -232,6 +232,7 @@ pub(super) async fn run_change_task(
                     checks: &checks,
                     publish: change_options.publish,
                     baseline: change_options.baseline,
+                    earlier: &earlier,
                     conversation: &conversation,
                     events: &events,
                 },
@@ -255,6 +256,9 @@ struct LoopInput<'a> {
     publish: bool,
     /// Run the checks on the base first (`--baseline`).
     baseline: bool,
+    /// The conversation of the change tasks this one follows up: said before its request.
+    earlier: &'a [TranscriptEntry],
+    /// The messages exchanged since its request.
     conversation: &'a [TranscriptEntry],
     events: &'a StoreEvents,
 }
@@ -281,11 +285,24 @@ async fn run_change_loop(
         Ok(session) => session,
         Err(error) => return change_failed(task, &model_name, setup_failure(error)),
     };
+    // Cancelling the task kills a check running in its own view too (the agent's view has
+    // its canceller already).
+    if let Some(control) = services.running.control(&task.id) {
+        let session = Arc::downgrade(&session);
+        control.on_stop(move || {
+            if let Some(session) = session.upgrade() {
+                session.cancel_checks();
+            }
+        });
+    }
     let before = {
         let session = Arc::clone(&session);
         let toolchains = input.sandbox.toolchains.clone();
+        let config = Arc::clone(&services.config);
         tokio::task::spawn_blocking(move || {
-            change::before_agent(&session, &toolchains, &|line| tracing::info!("{line}"))
+            change::before_agent(&session, &config, &toolchains, &|line| {
+                tracing::info!("{line}")
+            })
         })
         .await
     };
@@ -368,6 +385,7 @@ async fn run_change_loop(
             task_id: &task.id,
             repo: input.repo,
             checks: input.checks,
+            earlier: input.earlier,
             request: &task.prompt,
             conversation: input.conversation,
             journal: &mut journal,
@@ -600,14 +618,16 @@ fn finished(services: &RunServices, status: TaskStatus, result: &ChangeResult) -
     Ending::Finished { status, result }
 }
 
-/// What the run's request is followed by: the conversation of the change tasks it follows up
-/// (their requests, questions, answers and replies), then the messages exchanged since the
-/// request (clarifying questions and their answers; the worker records each question when the
+/// What surrounds the run's request: before it, the conversation of the change tasks it
+/// follows up (their requests, questions, answers and replies); after it, the messages exchanged
+/// since (clarifying questions and their answers; the worker records each question when the
 /// task starts waiting for input).
-async fn conversation(store: &RunStore, task: &Task) -> Result<Vec<TranscriptEntry>, Failure> {
-    let mut entries = super::chain_transcript(store, task).await?;
-    entries.extend(own_messages(store, task).await?);
-    Ok(entries)
+async fn conversation(
+    store: &RunStore,
+    task: &Task,
+) -> Result<(Vec<TranscriptEntry>, Vec<TranscriptEntry>), Failure> {
+    let earlier = super::chain_transcript(store, task).await?;
+    Ok((earlier, own_messages(store, task).await?))
 }
 
 async fn own_messages(store: &RunStore, task: &Task) -> Result<Vec<TranscriptEntry>, Failure> {
