@@ -123,11 +123,20 @@ impl ServerHandler for WardenMcp {
             ));
         };
         let arguments = Value::Object(request.arguments.unwrap_or_default());
-        let progress = Progress::start(context.peer.clone(), context.meta.get_progress_token());
-        let outcome = self
-            .call(tool, &arguments, &progress, context.ct.cancelled())
-            .await;
-        progress.finish().await;
+        let (progress, forwarding) =
+            Progress::new(context.peer.clone(), context.meta.get_progress_token());
+        let work = async {
+            let outcome = self
+                .call(tool, &arguments, &progress, context.ct.cancelled())
+                .await;
+            // Closes the channel: the forwarding ends once what is queued has been sent, so
+            // every notification precedes the result.
+            drop(progress);
+            outcome
+        };
+        // Forwarded in this request's own future (not a spawned task), so each notification
+        // stays associated with the request that it reports on.
+        let (outcome, ()) = tokio::join!(work, forwarding);
         Ok(match outcome {
             Ok(result) => result,
             Err(refusal) => refusal.into_result(),
@@ -544,22 +553,21 @@ fn citations(result: &Value) -> Vec<String> {
 
 /// Progress of one tool call, sent to the client as `notifications/progress` when the request
 /// carried a progress token: pinning lines and the task's events, as `warden ask` shows them
-/// on stderr. The events come from synchronous callbacks; a task forwards them in order.
+/// on stderr. The events come from synchronous callbacks, through a channel, in order.
 struct Progress {
-    lines: Option<mpsc::UnboundedSender<String>>,
-    forwarder: Option<tokio::task::JoinHandle<()>>,
+    lines: mpsc::UnboundedSender<String>,
 }
 
 impl Progress {
-    fn start(peer: Peer<RoleServer>, token: Option<ProgressToken>) -> Progress {
-        let Some(token) = token else {
-            return Progress {
-                lines: None,
-                forwarder: None,
-            };
-        };
+    /// The sender, and the future that forwards what it sends until it is dropped.
+    fn new(
+        peer: Peer<RoleServer>,
+        token: Option<ProgressToken>,
+    ) -> (Progress, impl std::future::Future<Output = ()>) {
         let (lines, mut received) = mpsc::unbounded_channel::<String>();
-        let forwarder = tokio::spawn(async move {
+        let forwarding = async move {
+            // Without a token nobody listens: the receiver goes, and every send fails at once.
+            let Some(token) = token else { return };
             let mut step = 0u32;
             while let Some(line) = received.recv().await {
                 step += 1;
@@ -569,30 +577,17 @@ impl Progress {
                     tracing::debug!(%error, "a progress notification was not sent");
                 }
             }
-        });
-        Progress {
-            lines: Some(lines),
-            forwarder: Some(forwarder),
-        }
+        };
+        (Progress { lines }, forwarding)
     }
 
     fn line(&self, text: &str) {
-        if let Some(lines) = &self.lines {
-            let _ = lines.send(text.trim().to_string());
-        }
+        let _ = self.lines.send(text.trim().to_string());
     }
 
     fn event(&self, event: &Event) {
         if let Some(text) = crate::progress::render(event) {
             self.line(&text);
-        }
-    }
-
-    /// Sends what is queued before the call's result goes out.
-    async fn finish(mut self) {
-        self.lines = None;
-        if let Some(forwarder) = self.forwarder.take() {
-            let _ = forwarder.await;
         }
     }
 }
