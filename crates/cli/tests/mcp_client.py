@@ -2,7 +2,8 @@
 
 Usage: python mcp_client.py SCENARIO_JSON
 SCENARIO_JSON is {"command", "args", "env", "mode" ("auto": server/discover then the stateless
-revision, "legacy": the initialize handshake), "repo", "question"}. Prints one JSON object with
+revision, "legacy": the initialize handshake), "repo", "question"}; the model's fourth reply must
+take longer than two seconds (a question the client abandons). Prints one JSON object with
 what the client saw; the Rust test (crates/cli/tests/suite/mcp.rs) makes the assertions.
 """
 
@@ -59,6 +60,18 @@ async def main(scenario):
         report["unknown_repo"] = tool_result(
             await client.call_tool("ask", {"repos": ["nowhere"], "question": "why?"})
         )
+        # A request the client gives up on is cancelled (`notifications/cancelled`), and so is its
+        # task: the model's next reply is scripted to take far longer than this timeout.
+        try:
+            await client.call_tool(
+                "ask", {"repos": [scenario["repo"]], "question": "and the delay?"}, read_timeout_seconds=2
+            )
+            report["abandoned"] = "answered"
+        except Exception as error:
+            report["abandoned"] = f"gave up: {type(error).__name__}"
+        # A round trip after the cancellation, so the server has read it before stdin closes.
+        await client.call_tool("list_repos", {})
+        await asyncio.sleep(1)
         try:
             await client.call_tool("approve", {"id": "apr_1", "hash": "0" * 64})
             report["approve"] = "accepted"

@@ -39,8 +39,7 @@ fn submit(end_line: u32) -> String {
 }
 
 /// Runs the SDK's client against `warden mcp --repo REPO` in `mode`; returns what it saw.
-fn drive(python: &Path, mode: &str, repo: &TempRepo, server: &ScriptedModelServer) -> Value {
-    let warden = Warden::openai(&server.url());
+fn drive(python: &Path, mode: &str, repo: &TempRepo, warden: &Warden) -> Value {
     let mut env = serde_json::Map::new();
     env.insert(
         "PATH".into(),
@@ -80,6 +79,20 @@ fn drive(python: &Path, mode: &str, repo: &TempRepo, server: &ScriptedModelServe
     })
 }
 
+/// The in-process tasks of `home`, newest first, as `warden tasks --json` lists them.
+fn tasks(home: &Path) -> Vec<Value> {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_warden"))
+        .args(["tasks", "--json"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("WARDEN_HOME", home)
+        .env("HOME", home)
+        .output()
+        .expect("warden tasks runs");
+    assert!(output.status.success(), "{output:?}");
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
 fn check(mode: &str, protocol_version: &str) {
     let Some(python) = mcp_python::python() else {
         return;
@@ -100,8 +113,11 @@ fn check(mode: &str, protocol_version: &str) {
         ),
         openai::tool_call("submit_answer", &submit(99)),
         openai::tool_call("submit_answer", &submit(33)),
+        // The abandoned question's first turn: the client gives up after two seconds.
+        openai::text("too late").delayed(30_000),
     ]);
-    let report = drive(&python, mode, &repo, &server);
+    let warden = Warden::openai(&server.url());
+    let report = drive(&python, mode, &repo, &warden);
     let seen = serde_json::to_string_pretty(&report).unwrap();
 
     assert_eq!(report["protocol_version"], protocol_version, "{seen}");
@@ -182,8 +198,9 @@ fn check(mode: &str, protocol_version: &str) {
         "progress must increase: {steps:?}"
     );
 
-    // The model saw the rejection and answered again: three calls, no more.
-    assert_eq!(server.requests().len(), 3);
+    // The model saw the rejection and answered again: three calls; the fourth is the abandoned
+    // question's.
+    assert_eq!(server.requests().len(), 4);
 
     // The same task, read back.
     let task_id = ask["structured"]["task_id"].as_str().unwrap();
@@ -199,6 +216,17 @@ fn check(mode: &str, protocol_version: &str) {
         report["list_repos"]["structured"]["repos"][0]["name"],
         name.as_str()
     );
+
+    // The question the client gave up on was cancelled with its request.
+    assert!(
+        report["abandoned"].as_str().unwrap().starts_with("gave up"),
+        "{seen}"
+    );
+    let tasks = tasks(warden.home.path());
+    assert_eq!(tasks.len(), 2, "{tasks:?}");
+    assert_eq!(tasks[0]["prompt"], "and the delay?");
+    assert_eq!(tasks[0]["status"], "cancelled", "{tasks:?}");
+    assert_eq!(tasks[1]["id"], task_id);
 
     // Refusals are tool errors with a sentence that names the fix.
     let unknown_argument = &report["unknown_argument"];
