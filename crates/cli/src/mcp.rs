@@ -239,7 +239,7 @@ impl WardenMcp {
                     proposal.hash, proposal.commit, proposal.repo, proposal.base_commit
                 );
                 if truncated {
-                    text.push_str("\n[diff truncated: `warden diff` shows it whole]\n");
+                    text.push_str("\n[… the diff is longer than 4 MiB and was cut here]\n");
                 }
                 let structured = json!({
                     "task_id": id.as_str(),
