@@ -256,3 +256,56 @@ fn an_mcp_client_on_the_stateless_revision_asks_and_reads_a_checked_citation() {
 fn an_mcp_client_on_the_handshake_revision_asks_and_reads_a_checked_citation() {
     check("legacy", "2025-11-25");
 }
+
+#[test]
+fn warden_mcp_refuses_a_server_and_two_repositories_of_one_name() {
+    let warden = Warden::faux().with("WARDEN_SERVER", "http://127.0.0.1:9");
+    let run = warden.run_with_stdin(&["mcp"], "");
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert_eq!(run.stdout, "", "stdout carries protocol messages only");
+    assert!(
+        run.stderr.contains(
+            "warden mcp runs tasks in-process and does not talk to a server yet: unset \
+             WARDEN_SERVER (or leave out --server)"
+        ),
+        "{}",
+        run.stderr
+    );
+
+    let one = TempRepo::new();
+    one.write("a.txt", "a\n");
+    one.commit("a");
+    let other = tempfile::tempdir().unwrap();
+    let same_name = other.path().join(one.path().file_name().unwrap());
+    std::fs::create_dir(&same_name).unwrap();
+    let run = Warden::faux().run_with_stdin(
+        &[
+            "mcp",
+            "--repo",
+            one.path().to_str().unwrap(),
+            "--repo",
+            same_name.to_str().unwrap(),
+        ],
+        "",
+    );
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert_eq!(run.stdout, "");
+    assert!(
+        run.stderr.contains("two --repo arguments are both named"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_client_that_closes_stdin_without_a_session_gets_nothing_on_stdout() {
+    let run = Warden::faux().run_with_stdin(&["mcp"], "");
+    assert_eq!(run.stdout, "", "stdout carries protocol messages only");
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("warden: error: the MCP client did not open a session"),
+        "{}",
+        run.stderr
+    );
+}
