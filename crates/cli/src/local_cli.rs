@@ -26,7 +26,7 @@ fn cli_error(error: LocalError) -> anyhow::Error {
     }
 }
 
-async fn open(config: Config) -> anyhow::Result<Local> {
+pub(crate) async fn open(config: Config) -> anyhow::Result<Local> {
     let old_records = config.home.join("tasks");
     if old_records.is_dir() {
         // Earlier versions kept in-process tasks as files; they are not read any more.

@@ -9,6 +9,7 @@ mod doctor;
 mod gc;
 mod interrupt;
 mod local_cli;
+mod mcp;
 mod progress;
 mod remote;
 mod remote_cli;
@@ -146,6 +147,10 @@ enum Command {
     },
     /// Evict unused mirrors and snapshots down to [storage] max_bytes
     Gc(gc::GcArgs),
+    /// Serve the Model Context Protocol on stdin/stdout for other agents and editors: ask,
+    /// run_change, task_status, task_result, task_diff, answer, cancel, list_repos (tasks run
+    /// in-process; no tool approves)
+    Mcp(mcp::McpArgs),
 }
 
 /// An error in how Warden was invoked or configured: exit code 2.
@@ -244,6 +249,13 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         remote_cli::Dispatch::Done(code) => return Ok(code),
         remote_cli::Dispatch::Local(command) => Cli { command, ..cli },
     };
+    if matches!(cli.command, Command::Mcp(_)) && cli.remote.server().is_some() {
+        // Refused rather than ignored: the client would otherwise get another store's tasks.
+        return Err(usage(anyhow::anyhow!(
+            "warden mcp runs tasks in-process and does not talk to a server yet: unset \
+             WARDEN_SERVER (or leave out --server) in the MCP client's configuration"
+        )));
+    }
     if let Command::Doctor { json, offline } = cli.command {
         // Every check, even when the configuration does not load.
         return doctor_anyway(cli.config.as_deref(), &cli.remote, json, offline);
@@ -286,6 +298,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Worker => tokio_runtime()?.block_on(serve::worker(config)),
         Command::Token { command } => tokio_runtime()?.block_on(token::token(&config, command)),
         Command::Web { command } => tokio_runtime()?.block_on(web::web(&config, command)),
+        Command::Mcp(args) => tokio_runtime()?.block_on(mcp::serve(config, args)),
     }
 }
 

@@ -109,7 +109,7 @@ fn progress_text(text: &str) -> String {
     crate::text::block(text.trim_end_matches('\n'), "      ")
 }
 
-fn render(event: &Event) -> Option<String> {
+pub(crate) fn render(event: &Event) -> Option<String> {
     Some(match event {
         Event::TaskStarted {
             task_id,

@@ -5,6 +5,7 @@ mod control;
 mod first_hour;
 mod front_door;
 mod logs_json;
+mod mcp;
 mod nonroot;
 mod one_front_door;
 mod outage;
