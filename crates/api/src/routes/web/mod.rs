@@ -699,19 +699,62 @@ struct TextForm {
     text: String,
 }
 
+/// After an action on a task: the page of the task it led to, or the refusal.
+fn task_or_refusal(
+    viewer: &Principal,
+    outcome: Result<warden_store::Task, ServiceError>,
+) -> Response {
+    match outcome {
+        Ok(task) => see_other(&format!("/tasks/{}", task.id)),
+        Err(error) => refused(viewer, error),
+    }
+}
+
+/// The task actions a console form can take.
+#[derive(Debug, Clone, Copy)]
+enum Action {
+    Answer,
+    FollowUp,
+    Cancel,
+    Retry,
+}
+
+/// Takes `action` on task `id` for the signed-in viewer of a console request: one service
+/// method each.
+async fn act(state: &ApiState, id: &str, request: Request, action: Action) -> Response {
+    let tasks = &state.tasks;
+    match action {
+        Action::Answer | Action::FollowUp => {
+            let (viewer, form) = match writer_form::<TextForm>(state, request).await {
+                Ok(v) => v,
+                Err(response) => return response,
+            };
+            let outcome = match action {
+                Action::Answer => tasks.answer(&viewer, id, &form.text).await,
+                _ => tasks.follow_up(&viewer, id, &form.text).await,
+            };
+            task_or_refusal(&viewer, outcome)
+        }
+        Action::Cancel | Action::Retry => {
+            let (viewer, _) = match writer_request(state, request.headers()).await {
+                Ok(v) => v,
+                Err(response) => return response,
+            };
+            let outcome = match action {
+                Action::Cancel => tasks.cancel(&viewer, id).await,
+                _ => tasks.retry(&viewer, id).await,
+            };
+            task_or_refusal(&viewer, outcome)
+        }
+    }
+}
+
 async fn answer(
     State(state): State<Arc<ApiState>>,
     Path(id): Path<String>,
     request: Request,
 ) -> Response {
-    let (viewer, form) = match writer_form::<TextForm>(&state, request).await {
-        Ok(v) => v,
-        Err(response) => return response,
-    };
-    match state.tasks.answer(&viewer, &id, &form.text).await {
-        Ok(task) => see_other(&format!("/tasks/{}", task.id)),
-        Err(error) => refused(&viewer, error),
-    }
+    act(&state, &id, request, Action::Answer).await
 }
 
 async fn follow_up(
@@ -719,44 +762,23 @@ async fn follow_up(
     Path(id): Path<String>,
     request: Request,
 ) -> Response {
-    let (viewer, form) = match writer_form::<TextForm>(&state, request).await {
-        Ok(v) => v,
-        Err(response) => return response,
-    };
-    match state.tasks.follow_up(&viewer, &id, &form.text).await {
-        Ok(task) => see_other(&format!("/tasks/{}", task.id)),
-        Err(error) => refused(&viewer, error),
-    }
+    act(&state, &id, request, Action::FollowUp).await
 }
 
 async fn cancel(
     State(state): State<Arc<ApiState>>,
-    headers: HeaderMap,
     Path(id): Path<String>,
+    request: Request,
 ) -> Response {
-    let (viewer, _) = match writer_request(&state, &headers).await {
-        Ok(v) => v,
-        Err(response) => return response,
-    };
-    match state.tasks.cancel(&viewer, &id).await {
-        Ok(task) => see_other(&format!("/tasks/{}", task.id)),
-        Err(error) => refused(&viewer, error),
-    }
+    act(&state, &id, request, Action::Cancel).await
 }
 
 async fn retry(
     State(state): State<Arc<ApiState>>,
-    headers: HeaderMap,
     Path(id): Path<String>,
+    request: Request,
 ) -> Response {
-    let (viewer, _) = match writer_request(&state, &headers).await {
-        Ok(v) => v,
-        Err(response) => return response,
-    };
-    match state.tasks.retry(&viewer, &id).await {
-        Ok(task) => see_other(&format!("/tasks/{}", task.id)),
-        Err(error) => refused(&viewer, error),
-    }
+    act(&state, &id, request, Action::Retry).await
 }
 
 #[derive(Debug, Deserialize)]
