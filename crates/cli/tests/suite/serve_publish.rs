@@ -17,7 +17,7 @@ use warden_test_support::model_server::ScriptedModelServer;
 
 use super::publish::bare_git;
 use super::server_harness::{
-    call, change_repo, settled, uppercase_beta, Server, Token, ADMIN, ALICE,
+    call, change_repo, settled, uppercase_beta, GithubRemote, Server, Token, ADMIN, ALICE,
 };
 use super::support::Warden;
 
@@ -39,19 +39,11 @@ struct Setup {
 impl Setup {
     fn new(tasks: usize) -> Setup {
         let repo = change_repo();
-        let remote_dir = tempfile::tempdir().unwrap();
-        let remote = remote_dir.path().join("widgets.git");
-        repo.git(&[
-            "init",
-            "-q",
-            "--bare",
-            "-b",
-            "main",
-            remote.to_str().unwrap(),
-        ]);
-        repo.git(&["remote", "add", "origin", remote.to_str().unwrap()]);
-        repo.git(&["push", "-q", "origin", "HEAD:main"]);
-        let fake = GithubFake::start(&remote, "acme", "widgets", TOKEN);
+        let GithubRemote {
+            dir: remote_dir,
+            path: remote,
+            fake,
+        } = GithubRemote::for_repo(&repo, TOKEN);
         let mut script = Vec::new();
         for _ in 0..tasks {
             script.push(uppercase_beta());

@@ -567,6 +567,28 @@ pub fn change_repo() -> TempRepo {
     repo
 }
 
+/// `repo`'s `origin`: a bare repository `widgets.git` holding its `HEAD` as `main`, and a fake
+/// of GitHub's pulls API for `acme/widgets` over it that accepts `token`. Kept alive together.
+pub struct GithubRemote {
+    pub dir: tempfile::TempDir,
+    pub path: std::path::PathBuf,
+    pub fake: warden_test_support::github_fake::GithubFake,
+}
+
+impl GithubRemote {
+    pub fn for_repo(repo: &TempRepo, token: &str) -> GithubRemote {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("widgets.git");
+        let bare = path.to_str().unwrap();
+        repo.git(&["init", "-q", "--bare", "-b", "main", bare]);
+        repo.git(&["remote", "add", "origin", bare]);
+        repo.git(&["push", "-q", "origin", "HEAD:main"]);
+        let fake =
+            warden_test_support::github_fake::GithubFake::start(&path, "acme", "widgets", token);
+        GithubRemote { dir, path, fake }
+    }
+}
+
 /// The scripted model's call of tool `name` with `arguments`.
 pub fn call(name: &str, arguments: Value) -> Reply {
     openai::tool_call(name, &arguments.to_string())

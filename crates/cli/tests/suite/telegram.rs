@@ -7,17 +7,16 @@
 //! message, and killed between Telegram accepting a message and recording its id gives the
 //! one documented duplicate.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::json;
 use warden_test_support::git_fixture::TempRepo;
-use warden_test_support::github_fake::GithubFake;
 use warden_test_support::model_server::{openai, ScriptedModelServer};
 use warden_test_support::telegram_fake::{SentMessage, TelegramFake};
 
 use super::server_harness::{
-    call, change_repo, sample_repo, submit_answer, uppercase_beta, Server, Token, ADMIN, ALICE,
+    call, change_repo, sample_repo, submit_answer, uppercase_beta, GithubRemote, Server, Token,
+    ADMIN, ALICE,
 };
 use super::support::Warden;
 
@@ -170,9 +169,7 @@ fn ask_yields_one_cited_answer_and_strangers_groups_and_replays_get_nothing() {
 /// making the checked edit for each of `tasks` changes, and the bot.
 struct ChangeSetup {
     repo: TempRepo,
-    _remote_dir: tempfile::TempDir,
-    _remote: PathBuf,
-    github: GithubFake,
+    github: GithubRemote,
     _model: ScriptedModelServer,
     fake: TelegramFake,
     warden: Warden,
@@ -181,19 +178,7 @@ struct ChangeSetup {
 impl ChangeSetup {
     fn new(tasks: usize) -> ChangeSetup {
         let repo = change_repo();
-        let remote_dir = tempfile::tempdir().unwrap();
-        let remote = remote_dir.path().join("widgets.git");
-        repo.git(&[
-            "init",
-            "-q",
-            "--bare",
-            "-b",
-            "main",
-            remote.to_str().unwrap(),
-        ]);
-        repo.git(&["remote", "add", "origin", remote.to_str().unwrap()]);
-        repo.git(&["push", "-q", "origin", "HEAD:main"]);
-        let github = GithubFake::start(&remote, "acme", "widgets", GITHUB_TOKEN);
+        let github = GithubRemote::for_repo(&repo, GITHUB_TOKEN);
         let mut script = Vec::new();
         for _ in 0..tasks {
             script.push(uppercase_beta());
@@ -206,15 +191,13 @@ impl ChangeSetup {
         let fake = TelegramFake::start(BOT_TOKEN);
         let warden = with_telegram(
             Warden::openai(&model.url())
-                .with("WARDEN_GITHUB_API_URL", &github.url())
+                .with("WARDEN_GITHUB_API_URL", &github.fake.url())
                 .with("WARDEN_GITHUB_TOKEN", GITHUB_TOKEN),
             &fake,
             "[[publish]]\nrepo = \"app\"\ngithub = \"acme/widgets\"\n",
         );
         ChangeSetup {
             repo,
-            _remote_dir: remote_dir,
-            _remote: remote,
             github,
             _model: model,
             fake,
@@ -315,7 +298,7 @@ fn run_shows_the_proposal_and_only_an_admins_approve_opens_one_pull_request() {
             .count()
             == 2
     });
-    let pulls = setup.github.pulls();
+    let pulls = setup.github.fake.pulls();
     assert_eq!(pulls.len(), 1, "{pulls:#?}");
     let pr_url = pulls[0]["html_url"].as_str().unwrap();
     for message in &messages {

@@ -10,7 +10,6 @@
 
 use std::io::{Read, Write};
 use std::net::TcpListener;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,11 +17,11 @@ use std::time::Duration;
 use serde_json::json;
 use warden_test_support::browser::{artefact_dir, Browser};
 use warden_test_support::git_fixture::TempRepo;
-use warden_test_support::github_fake::GithubFake;
 use warden_test_support::model_server::ScriptedModelServer;
 
 use super::server_harness::{
-    call, change_repo, sample_repo, settled, uppercase_beta, Server, Token, ADMIN, ALICE,
+    call, change_repo, sample_repo, settled, uppercase_beta, GithubRemote, Server, Token, ADMIN,
+    ALICE,
 };
 use super::support::Warden;
 
@@ -178,8 +177,7 @@ fn wait_for_heading(browser: &Browser, text: &str) {
 struct Setup {
     docs: TempRepo,
     app: TempRepo,
-    _remote_dir: tempfile::TempDir,
-    fake: GithubFake,
+    github: GithubRemote,
     tripwire: Tripwire,
     _model: ScriptedModelServer,
     warden: Warden,
@@ -189,19 +187,7 @@ impl Setup {
     fn new() -> Setup {
         let docs = sample_repo();
         let app = change_repo();
-        let remote_dir = tempfile::tempdir().unwrap();
-        let remote: PathBuf = remote_dir.path().join("widgets.git");
-        app.git(&[
-            "init",
-            "-q",
-            "--bare",
-            "-b",
-            "main",
-            remote.to_str().unwrap(),
-        ]);
-        app.git(&["remote", "add", "origin", remote.to_str().unwrap()]);
-        app.git(&["push", "-q", "origin", "HEAD:main"]);
-        let fake = GithubFake::start(&remote, "acme", "widgets", GITHUB_TOKEN);
+        let github = GithubRemote::for_repo(&app, GITHUB_TOKEN);
         let tripwire = Tripwire::start();
         let hostile = format!(
             "retry doubles <img src=x onerror=\"window.__pwned=1\"> ![](http://127.0.0.1:{}/x.png)",
@@ -227,7 +213,7 @@ impl Setup {
             ),
         ]);
         let warden = Warden::openai(&model.url())
-            .with("WARDEN_GITHUB_API_URL", &fake.url())
+            .with("WARDEN_GITHUB_API_URL", &github.fake.url())
             .with("WARDEN_GITHUB_TOKEN", GITHUB_TOKEN);
         std::fs::write(
             warden.home.path().join("warden.toml"),
@@ -237,8 +223,7 @@ impl Setup {
         Setup {
             docs,
             app,
-            _remote_dir: remote_dir,
-            fake,
+            github,
             tripwire,
             _model: model,
             warden,
@@ -343,7 +328,7 @@ fn the_console_asks_watches_approves_and_publishes_in_a_real_browser() {
         .expect("approve button");
     browser.click(&approve);
     wait_for_status(&browser, "completed");
-    let pulls = setup.fake.pulls();
+    let pulls = setup.github.fake.pulls();
     assert_eq!(pulls.len(), 1, "{pulls:#?}");
     let pr_url = pulls[0]["html_url"].as_str().unwrap();
     let link = browser
