@@ -738,6 +738,7 @@ pub(crate) fn prepare_scratch(dir: &std::path::Path) -> Result<(), SandboxError>
 /// directory is not an error. The one scratch remover of the workspace: the server, the CLI
 /// and the tools use it too.
 pub fn remove_scratch(dir: &std::path::Path) -> Result<(), SandboxError> {
+    detach_mounts_under(dir);
     fn remove(path: &std::path::Path) -> std::io::Result<()> {
         use std::os::unix::fs::PermissionsExt;
         let meta = match std::fs::symlink_metadata(path) {
@@ -764,9 +765,75 @@ pub fn remove_scratch(dir: &std::path::Path) -> Result<(), SandboxError> {
     })
 }
 
+/// Detaches every mount at or below `dir` in this process's mount namespace, deepest first:
+/// views of a Warden that was killed (root mounts them in its own namespace) would otherwise
+/// outlive it, and removing their directories would reach into them. Best effort: without the
+/// right to unmount (an unprivileged Warden, whose views never mount here) nothing happens.
+fn detach_mounts_under(dir: &std::path::Path) {
+    let Ok(table) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return;
+    };
+    let mut points: Vec<std::path::PathBuf> = table
+        .lines()
+        .filter_map(|line| line.split(' ').nth(4))
+        .map(|field| std::path::PathBuf::from(unescape_mount_point(field)))
+        .filter(|point| point.starts_with(dir))
+        .collect();
+    // Deepest first; a path mounted over twice is detached as often as it is listed.
+    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    for point in points {
+        #[cfg(target_os = "linux")]
+        crate::sys::detach_mount(&point);
+    }
+}
+
+/// A mount point as `/proc/self/mountinfo` writes it: space, tab, newline and backslash are
+/// octal escapes (`\040`).
+fn unescape_mount_point(field: &str) -> std::ffi::OsString {
+    use std::os::unix::ffi::OsStringExt;
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = bytes
+            .get(i + 1..i + 4)
+            .filter(|digits| bytes[i] == b'\\' && digits.iter().all(|b| (b'0'..=b'7').contains(b)))
+            .and_then(|digits| {
+                let value = digits
+                    .iter()
+                    .fold(0u16, |value, digit| value * 8 + u16::from(digit - b'0'));
+                u8::try_from(value).ok()
+            });
+        if let Some(value) = escaped {
+            out.push(value);
+            i += 4;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    std::ffi::OsString::from_vec(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mount_points_are_unescaped_as_mountinfo_writes_them() {
+        assert_eq!(
+            unescape_mount_point("/tmp/a\\040b/c\\134d"),
+            std::ffi::OsString::from("/tmp/a b/c\\d")
+        );
+        assert_eq!(
+            unescape_mount_point("/plain"),
+            std::ffi::OsString::from("/plain")
+        );
+        assert_eq!(
+            unescape_mount_point("/end\\04"),
+            std::ffi::OsString::from("/end\\04")
+        );
+    }
 
     #[test]
     fn names_round_trip() {

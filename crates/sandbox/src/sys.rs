@@ -372,3 +372,15 @@ mod tests {
         }
     }
 }
+
+/// Detaches the mount at `point` (`umount2` with `MNT_DETACH`); failure (not a mount point, no
+/// right to unmount) changes nothing and is not reported.
+pub(crate) fn detach_mount(point: &std::path::Path) {
+    let Ok(path) = std::ffi::CString::new(point.as_os_str().as_encoded_bytes()) else {
+        return;
+    };
+    // SAFETY: umount2 with a NUL-terminated path; it only reads the string.
+    unsafe {
+        libc::umount2(path.as_ptr(), libc::MNT_DETACH);
+    }
+}

@@ -547,10 +547,7 @@ async fn run_task(
     // Pinning, snapshots and the sandbox run git and set up namespaces: blocking work.
     let config = Arc::clone(&services.config);
     let repo_store = services.repos.clone();
-    let scratch = config
-        .home
-        .join("scratch")
-        .join(format!("{}-{}", task.id, claim.run_number));
+    let scratch = run_scratch(&config.home, &task.id, claim.run_number);
     let scratch_for_setup = scratch.clone();
     let sandboxes = repo_sandboxes(&services.store, &task.repos).await;
     let setup = tokio::task::spawn_blocking(move || {
@@ -1018,6 +1015,59 @@ pub fn runnable(kind: TaskKind) -> bool {
     match kind {
         TaskKind::Question | TaskKind::Change => true,
         TaskKind::Maintain => false,
+    }
+}
+
+/// The scratch directory of run `run` of `task` under `home`. The directories of its earlier
+/// runs are removed first: a run only starts again once the earlier one is over (its worker
+/// died or its lease was lost), and a killed Warden leaves its views there, mounts included
+/// ([`warden_sandbox::remove_scratch`] detaches them).
+pub(crate) fn run_scratch(
+    home: &std::path::Path,
+    task: &warden_protocol::TaskId,
+    run: u32,
+) -> std::path::PathBuf {
+    let scratch = home.join("scratch");
+    for earlier in 1..run {
+        let dir = scratch.join(format!("{task}-{earlier}"));
+        if let Err(error) = warden_sandbox::remove_scratch(&dir) {
+            tracing::warn!(%error, "cannot remove the scratch of an earlier run");
+        }
+    }
+    scratch.join(format!("{task}-{run}"))
+}
+
+#[cfg(test)]
+mod scratch_tests {
+    use super::*;
+
+    #[test]
+    fn a_runs_scratch_replaces_the_earlier_runs_left_behind() {
+        let home = tempfile::tempdir().unwrap();
+        let task: warden_protocol::TaskId = "tsk_01HZY8Q6K9V2M3N4P5R6S7T8V9".parse().unwrap();
+        for run in [1, 2] {
+            let left = home
+                .path()
+                .join("scratch")
+                .join(format!("{task}-{run}/view"));
+            std::fs::create_dir_all(&left).unwrap();
+            std::fs::write(left.join("file"), "left by a killed run").unwrap();
+        }
+        let other = home.path().join("scratch/tsk_01HZY8Q6K9V2M3N4P5R6S7T8VA-1");
+        std::fs::create_dir_all(&other).unwrap();
+        let scratch = run_scratch(home.path(), &task, 3);
+        assert_eq!(
+            scratch,
+            home.path().join("scratch").join(format!("{task}-3"))
+        );
+        for run in [1, 2] {
+            assert!(!home
+                .path()
+                .join("scratch")
+                .join(format!("{task}-{run}"))
+                .exists());
+        }
+        assert!(other.exists(), "another task's scratch is left alone");
     }
 }
 

@@ -550,3 +550,43 @@ fn root_never_canonicalizes_to_another_directory() {
         view.close().unwrap();
     }
 }
+
+/// A view's mounts outlive a Warden killed with -9 (as root they are made in its own mount
+/// namespace): the one scratch remover detaches whatever is mounted below the scratch directory
+/// before deleting it, so a later run's clean-up leaves nothing mounted behind.
+#[test]
+fn removing_a_scratch_directory_detaches_the_mounts_left_in_it() {
+    if euid() != 0 || mode().is_some() {
+        eprintln!("skipped: needs root to mount (uid {})", euid());
+        return;
+    }
+    let base = tempfile::tempdir().unwrap();
+    let scratch = base.path().join("scratch").join("tsk_x-1");
+    let disk = scratch.join("view").join("disk");
+    let inner = disk.join("merged");
+    std::fs::create_dir_all(&disk).unwrap();
+    let mount = |target: &std::path::Path| {
+        #[allow(clippy::disallowed_methods)] // a test stands in for a killed Warden's mounts
+        let status = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+            .arg(target)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    mount(&disk);
+    std::fs::create_dir_all(&inner).unwrap();
+    mount(&inner);
+    std::fs::write(inner.join("file"), "x").unwrap();
+    let mounted = || {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .filter(|line| line.contains(scratch.to_str().unwrap()))
+            .count()
+    };
+    assert_eq!(mounted(), 2);
+    warden_sandbox::remove_scratch(&scratch).unwrap();
+    assert_eq!(mounted(), 0);
+    assert!(!scratch.exists());
+}

@@ -148,10 +148,7 @@ pub(super) async fn run_change_task(
     // Pinning, the snapshot and the writable view run git and set up namespaces.
     let config = Arc::clone(&services.config);
     let repo_store = services.repos.clone();
-    let scratch = config
-        .home
-        .join("scratch")
-        .join(format!("{}-{}", task.id, claim.run_number));
+    let scratch = super::run_scratch(&config.home, &task.id, claim.run_number);
     let scratch_for_setup = scratch.clone();
     let sandboxes = repo_sandboxes(store, &task.repos).await;
     let setup = tokio::task::spawn_blocking(move || {
