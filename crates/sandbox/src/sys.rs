@@ -359,6 +359,18 @@ impl OutputPipes {
     }
 }
 
+/// Detaches the mount at `point` (`umount2` with `MNT_DETACH`); failure (not a mount point, no
+/// right to unmount) changes nothing and is not reported.
+pub(crate) fn detach_mount(point: &std::path::Path) {
+    let Ok(path) = std::ffi::CString::new(point.as_os_str().as_encoded_bytes()) else {
+        return;
+    };
+    // SAFETY: umount2 with a NUL-terminated path; it only reads the string.
+    unsafe {
+        libc::umount2(path.as_ptr(), libc::MNT_DETACH);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -370,17 +382,5 @@ mod tests {
         for group in [0, 1, -1, -4242] {
             assert!(!kill_process_group(group), "group {group} was signalled");
         }
-    }
-}
-
-/// Detaches the mount at `point` (`umount2` with `MNT_DETACH`); failure (not a mount point, no
-/// right to unmount) changes nothing and is not reported.
-pub(crate) fn detach_mount(point: &std::path::Path) {
-    let Ok(path) = std::ffi::CString::new(point.as_os_str().as_encoded_bytes()) else {
-        return;
-    };
-    // SAFETY: umount2 with a NUL-terminated path; it only reads the string.
-    unsafe {
-        libc::umount2(path.as_ptr(), libc::MNT_DETACH);
     }
 }
