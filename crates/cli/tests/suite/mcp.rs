@@ -135,7 +135,10 @@ fn check(mode: &str, protocol_version: &str) {
             "task_diff",
             "answer",
             "cancel",
-            "list_repos"
+            "list_repos",
+            "read_file",
+            "search",
+            "list_dir"
         ]
     );
     for tool in tools {
@@ -217,6 +220,8 @@ fn check(mode: &str, protocol_version: &str) {
         name.as_str()
     );
 
+    assert_code_tools(&report, &name, &head);
+
     // The question the client gave up on was cancelled with its request.
     assert!(
         report["abandoned"].as_str().unwrap().starts_with("gave up"),
@@ -244,6 +249,44 @@ fn check(mode: &str, protocol_version: &str) {
             "repository \"nowhere\" is not one this server offers (it offers {name}) nor an \
              absolute path or a URL: call list_repos, or name it by absolute path or URL"
         )
+    );
+}
+
+/// What `code_tools` in `mcp_client.py` saw of `sample_repo()`: each tool read the pinned
+/// commit and names it; a path outside the repository and an unknown revision are tool errors.
+pub(super) fn assert_code_tools(report: &Value, name: &str, head: &str) {
+    let seen = serde_json::to_string_pretty(report).unwrap();
+    let first_line = format!("{name} @ {head}\n");
+    for tool in ["read_file", "search", "list_dir"] {
+        let result = &report[tool];
+        assert_eq!(result["is_error"], false, "{tool}: {seen}");
+        assert_eq!(result["structured"]["commit"], head, "{tool}: {seen}");
+        assert_eq!(result["structured"]["repo"], name, "{tool}: {seen}");
+        assert!(
+            result["text"].as_str().unwrap().starts_with(&first_line),
+            "{tool}: {seen}"
+        );
+    }
+    assert_eq!(
+        report["read_file"]["structured"]["output"],
+        "src/lib.rs (lines 31-33 of 33)\n    31\tpub fn retry_with_backoff(attempts: u32) -> u32 \
+         {\n    32\t    attempts * 2\n    33\t}",
+        "{seen}"
+    );
+    assert_eq!(
+        report["search"]["structured"]["output"],
+        "src/lib.rs:31:pub fn retry_with_backoff(attempts: u32) -> u32 {",
+        "{seen}"
+    );
+    assert_eq!(report["list_dir"]["structured"]["output"], "src/", "{seen}");
+    let outside = &report["read_outside"];
+    assert_eq!(outside["is_error"], true, "{seen}");
+    assert_eq!(outside["structured"]["commit"], head, "{seen}");
+    let bad_rev = &report["read_bad_rev"];
+    assert_eq!(bad_rev["is_error"], true, "{seen}");
+    assert!(
+        bad_rev["text"].as_str().unwrap().contains("no-such-branch"),
+        "{seen}"
     );
 }
 
