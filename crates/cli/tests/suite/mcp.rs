@@ -17,7 +17,7 @@ use warden_test_support::model_server::{openai, ScriptedModelServer};
 
 use super::support::Warden;
 
-fn sample_repo() -> TempRepo {
+pub(super) fn sample_repo() -> TempRepo {
     let repo = TempRepo::new();
     let mut lib = String::new();
     for n in 1..=30 {
@@ -29,7 +29,7 @@ fn sample_repo() -> TempRepo {
     repo
 }
 
-fn submit(end_line: u32) -> String {
+pub(super) fn submit(end_line: u32) -> String {
     json!({
         "summary": "retry_with_backoff doubles the attempts",
         "claims": [{"text": "the function doubles its input", "basis": "observed",
@@ -59,6 +59,11 @@ fn drive(python: &Path, mode: &str, repo: &TempRepo, warden: &Warden) -> Value {
         "repo": name,
         "question": "how does retry_with_backoff work?",
     });
+    run_client(python, &scenario)
+}
+
+/// Runs `tests/mcp_client.py` with `scenario`; returns what the SDK's client saw.
+pub(super) fn run_client(python: &Path, scenario: &Value) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
     let output = std::process::Command::new(python)
         .arg(&script)
