@@ -29,7 +29,7 @@ pub enum Door {
         offered: Vec<RepoSpec>,
     },
     /// `/mcp` on `warden serve`: the server's front door over its registered repositories.
-    Served { tasks: TaskService },
+    Served { tasks: Box<TaskService> },
 }
 
 /// A task to submit, as a tool received it.

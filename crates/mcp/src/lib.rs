@@ -61,7 +61,9 @@ impl WardenMcp {
     /// authenticated principal out of a request's extensions (a call without one is refused).
     pub fn served(tasks: TaskService, principal_of: PrincipalOf) -> WardenMcp {
         WardenMcp {
-            door: Arc::new(Door::Served { tasks }),
+            door: Arc::new(Door::Served {
+                tasks: Box::new(tasks),
+            }),
             principal_of,
         }
     }
