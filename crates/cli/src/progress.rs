@@ -109,66 +109,7 @@ fn progress_text(text: &str) -> String {
     crate::text::block(text.trim_end_matches('\n'), "      ")
 }
 
-pub(crate) fn render(event: &Event) -> Option<String> {
-    Some(match event {
-        Event::TaskStarted {
-            task_id,
-            model,
-            manifest,
-            ..
-        } => {
-            let repos: Vec<String> = manifest
-                .iter()
-                .map(|m| format!("{}@{}", m.repo, &m.commit[..m.commit.len().min(12)]))
-                .collect();
-            format!(
-                "warden: task {task_id} · model {model} · {}",
-                repos.join(", ")
-            )
-        }
-        Event::ModelRequested { turn, .. } => format!("  · thinking (turn {turn})"),
-        Event::ModelRetrying {
-            model,
-            attempt,
-            delay_ms,
-            reason,
-        } => format!("  ! {model}: {reason}; retry {attempt} in {delay_ms} ms"),
-        Event::ModelFallback { from, to, reason } => {
-            format!("  ! {from} failed ({reason}); falling back to {to}")
-        }
-        Event::ToolStarted { summary, .. } => format!("  → {summary}"),
-        Event::ToolFinished {
-            ok: false,
-            summary,
-            note: Some(note),
-            ..
-        } => format!("    ✗ {summary} failed: {note}"),
-        Event::ToolFinished {
-            ok: false, summary, ..
-        } => format!("    ✗ {summary} failed"),
-        Event::PolicyDenied { tool, reason } => format!("    ✗ {tool} denied: {reason}"),
-        Event::ToolCallRejected {
-            tool,
-            reason,
-            consecutive,
-        } => format!("    ✗ {tool} call rejected ({consecutive} in a row): {reason}"),
-        Event::SubmissionRejected { attempt, errors } => {
-            format!(
-                "    ✗ submission {attempt} rejected:\n- {}",
-                errors.join("\n- ")
-            )
-        }
-        Event::RedactionFailed => {
-            "  ! an event was withheld: redacting secrets from it failed".into()
-        }
-        Event::ModelResponded { .. }
-        | Event::AgentMessage { .. }
-        | Event::ToolFinished { ok: true, .. }
-        | Event::StatusChanged { .. }
-        // The command prints the settled task's finish line from its result.
-        | Event::TaskFinished { .. } => return None,
-    })
-}
+pub(crate) use warden_service::event_line::render;
 
 #[cfg(test)]
 mod tests {

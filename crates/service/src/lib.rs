@@ -12,6 +12,7 @@ pub mod callback;
 pub mod cancel;
 pub mod compose;
 pub mod diff;
+pub mod event_line;
 pub mod hub;
 pub mod journal;
 pub mod ledger;

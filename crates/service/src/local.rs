@@ -438,6 +438,16 @@ impl Local {
         }
     }
 
+    /// Pins `spec` (a path or URL, as `warden ask --repo` takes) and materializes its
+    /// verified read-only snapshot, for reading code outside a task (`warden mcp`'s
+    /// `read_file`, `search`, `list_dir`).
+    pub async fn read_snapshot(
+        &self,
+        spec: &RepoSpec,
+    ) -> Result<warden_engine::question::TaskRepo, LocalError> {
+        Ok(crate::tasks::pin_for_reading(self.repos.clone(), spec.clone()).await?)
+    }
+
     /// Cancels the task through the front door: its run stops at once (in another process,
     /// within about a second). A finished task is refused, as on a server.
     pub async fn cancel(&self, id: &TaskId) -> Result<Task, LocalError> {

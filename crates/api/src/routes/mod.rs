@@ -39,6 +39,7 @@ mod control;
 mod diff;
 mod events;
 mod journal;
+mod mcp;
 mod origin;
 mod repos;
 pub mod schema;
@@ -538,6 +539,9 @@ pub fn router(state: Arc<ApiState>) -> Router {
             "{}".into()
         }
     };
+    // Not API routes, and so not in the document: `/mcp` speaks JSON-RPC (the MCP
+    // specification describes it), the console's pages are HTML for browsers.
+    let routes = routes.merge(mcp::routes());
     let routes = if state.web_enabled {
         routes.merge(web::routes())
     } else {

@@ -17,7 +17,7 @@ use warden_test_support::model_server::{openai, ScriptedModelServer};
 
 use super::support::Warden;
 
-fn sample_repo() -> TempRepo {
+pub(super) fn sample_repo() -> TempRepo {
     let repo = TempRepo::new();
     let mut lib = String::new();
     for n in 1..=30 {
@@ -29,7 +29,7 @@ fn sample_repo() -> TempRepo {
     repo
 }
 
-fn submit(end_line: u32) -> String {
+pub(super) fn submit(end_line: u32) -> String {
     json!({
         "summary": "retry_with_backoff doubles the attempts",
         "claims": [{"text": "the function doubles its input", "basis": "observed",
@@ -59,6 +59,11 @@ fn drive(python: &Path, mode: &str, repo: &TempRepo, warden: &Warden) -> Value {
         "repo": name,
         "question": "how does retry_with_backoff work?",
     });
+    run_client(python, &scenario)
+}
+
+/// Runs `tests/mcp_client.py` with `scenario`; returns what the SDK's client saw.
+pub(super) fn run_client(python: &Path, scenario: &Value) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
     let output = std::process::Command::new(python)
         .arg(&script)
@@ -135,7 +140,10 @@ fn check(mode: &str, protocol_version: &str) {
             "task_diff",
             "answer",
             "cancel",
-            "list_repos"
+            "list_repos",
+            "read_file",
+            "search",
+            "list_dir"
         ]
     );
     for tool in tools {
@@ -217,6 +225,8 @@ fn check(mode: &str, protocol_version: &str) {
         name.as_str()
     );
 
+    assert_code_tools(&report, &name, &head);
+
     // The question the client gave up on was cancelled with its request.
     assert!(
         report["abandoned"].as_str().unwrap().starts_with("gave up"),
@@ -244,6 +254,44 @@ fn check(mode: &str, protocol_version: &str) {
             "repository \"nowhere\" is not one this server offers (it offers {name}) nor an \
              absolute path or a URL: call list_repos, or name it by absolute path or URL"
         )
+    );
+}
+
+/// What `code_tools` in `mcp_client.py` saw of `sample_repo()`: each tool read the pinned
+/// commit and names it; a path outside the repository and an unknown revision are tool errors.
+pub(super) fn assert_code_tools(report: &Value, name: &str, head: &str) {
+    let seen = serde_json::to_string_pretty(report).unwrap();
+    let first_line = format!("{name} @ {head}\n");
+    for tool in ["read_file", "search", "list_dir"] {
+        let result = &report[tool];
+        assert_eq!(result["is_error"], false, "{tool}: {seen}");
+        assert_eq!(result["structured"]["commit"], head, "{tool}: {seen}");
+        assert_eq!(result["structured"]["repo"], name, "{tool}: {seen}");
+        assert!(
+            result["text"].as_str().unwrap().starts_with(&first_line),
+            "{tool}: {seen}"
+        );
+    }
+    assert_eq!(
+        report["read_file"]["structured"]["output"],
+        "src/lib.rs (lines 31-33 of 33)\n    31\tpub fn retry_with_backoff(attempts: u32) -> u32 \
+         {\n    32\t    attempts * 2\n    33\t}",
+        "{seen}"
+    );
+    assert_eq!(
+        report["search"]["structured"]["output"],
+        "src/lib.rs:31:pub fn retry_with_backoff(attempts: u32) -> u32 {",
+        "{seen}"
+    );
+    assert_eq!(report["list_dir"]["structured"]["output"], "src/", "{seen}");
+    let outside = &report["read_outside"];
+    assert_eq!(outside["is_error"], true, "{seen}");
+    assert_eq!(outside["structured"]["commit"], head, "{seen}");
+    let bad_rev = &report["read_bad_rev"];
+    assert_eq!(bad_rev["is_error"], true, "{seen}");
+    assert!(
+        bad_rev["text"].as_str().unwrap().contains("no-such-branch"),
+        "{seen}"
     );
 }
 

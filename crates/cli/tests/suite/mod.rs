@@ -6,6 +6,7 @@ mod first_hour;
 mod front_door;
 mod logs_json;
 mod mcp;
+mod mcp_http;
 mod nonroot;
 mod one_front_door;
 mod outage;

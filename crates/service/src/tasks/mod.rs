@@ -31,7 +31,7 @@ pub use control::MAX_MESSAGE_BYTES;
 pub use observe::{
     CitedLines, ProposalDiff, TaskList, TaskListing, MAX_CITED, MAX_CITED_LINES, MAX_PAGE,
 };
-pub use repos::RepoRegistration;
+pub use repos::{pin_for_reading, RepoRegistration};
 pub use submit::{valid_repo_name, valid_rev, Idempotency, PinnedRepos, Submission, Submitted};
 pub use usage::{MAX_REPO_LOOKUPS, OTHER_TASKS};
 

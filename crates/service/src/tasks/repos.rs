@@ -144,8 +144,63 @@ impl TaskService {
             .ok_or_else(|| ServiceError::NotFound(format!("repository {name} not found")))
     }
 
+    /// Pins registered repository `name` at `rev` (its registered branch without one) and
+    /// materializes the verified read-only snapshot of that commit, for reading its code
+    /// outside a task (`/mcp`'s `read_file`, `search`, `list_dir`). Every role may read a
+    /// registered repository. The snapshot stays in use (safe from eviction) while the
+    /// returned value lives.
+    pub async fn read_snapshot(
+        &self,
+        _principal: &Principal,
+        name: &str,
+        rev: Option<&str>,
+    ) -> Result<warden_engine::question::TaskRepo, ServiceError> {
+        if let Some(rev) = rev {
+            if !super::submit::valid_rev(rev) {
+                return Err(ServiceError::Invalid(format!(
+                    "revision {rev:?} is not a branch, tag or commit name"
+                )));
+            }
+        }
+        let registered = self
+            .store
+            .get_repo(name)
+            .await?
+            .ok_or_else(|| ServiceError::UnknownRepository { name: name.into() })?;
+        let repos = self.repos.clone().ok_or_else(|| {
+            ServiceError::internal("this front door has no repository store to read from")
+        })?;
+        let mut spec = warden_repo::RepoSpec::parse(&registered.source, std::path::Path::new("/"))
+            .map_err(ServiceError::internal)?;
+        spec.name = registered.name;
+        spec.rev = rev.map(str::to_string).or(registered.branch);
+        pin_for_reading(repos, spec).await
+    }
+
     /// How warming repository `name` stands, if this process warmed it.
     pub fn warmth(&self, name: &str) -> Option<Warmth> {
         self.warmer.as_ref()?.warmth(name)
+    }
+}
+
+/// Pins `spec` and materializes its snapshot (blocking work, on its own thread), for reading
+/// a repository's code outside a task; nothing is reported while it runs. A disk budget's
+/// refusal and a revision that does not resolve are the caller's to fix.
+pub async fn pin_for_reading(
+    repos: warden_repo::RepoStore,
+    spec: RepoSpec,
+) -> Result<warden_engine::question::TaskRepo, super::ServiceError> {
+    use warden_engine::question::{self, SetupError};
+    let pinned = tokio::task::spawn_blocking(move || {
+        question::pin_all(&repos, std::slice::from_ref(&spec), &|_| {})
+    })
+    .await
+    .map_err(|error| ServiceError::Internal(format!("pinning crashed: {error}")))?;
+    match pinned {
+        Ok(mut repos) if repos.len() == 1 => Ok(repos.remove(0)),
+        Ok(_) => Err(ServiceError::Internal("pinning gave no repository".into())),
+        Err(SetupError::Usage(message)) => Err(ServiceError::Invalid(message)),
+        Err(SetupError::Quota(message)) => Err(ServiceError::Conflict(message)),
+        Err(SetupError::Infrastructure(message)) => Err(ServiceError::Internal(message)),
     }
 }

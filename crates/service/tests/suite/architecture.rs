@@ -34,10 +34,17 @@ fn only_the_cli_depends_on_the_api() {
         ["warden-cli"],
         "the HTTP API is an interface on top; nothing but the binary builds on it"
     );
-    // Nor does anything but the API and the CLI depend on the service.
+    // Nor does anything but the interfaces depend on the service: the API, the CLI, and the
+    // MCP tools both of them serve (stdio in the CLI, `/mcp` in the API).
     let service_dependents = dependents_of(&metadata, "warden-service");
     assert_eq!(
         service_dependents.into_iter().collect::<Vec<_>>(),
+        ["warden-api", "warden-cli", "warden-mcp"]
+    );
+    // The MCP tools are an interface under both, not on top of the API.
+    let mcp_dependents = dependents_of(&metadata, "warden-mcp");
+    assert_eq!(
+        mcp_dependents.into_iter().collect::<Vec<_>>(),
         ["warden-api", "warden-cli"]
     );
 }

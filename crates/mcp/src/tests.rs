@@ -1,4 +1,4 @@
-//! The tools' schemas and refusals, without a client.
+//! The tools' schemas, refusals and results, without a client.
 
 use serde_json::{json, Value};
 
@@ -56,7 +56,10 @@ fn no_tool_approves_or_rejects() {
             "task_diff",
             "answer",
             "cancel",
-            "list_repos"
+            "list_repos",
+            "read_file",
+            "search",
+            "list_dir"
         ]
     );
     for name in ["approve", "reject", "decide", "approvals"] {
