@@ -92,7 +92,9 @@ impl SlackConfig {
             .unwrap_or_else(|| DEFAULT_API_URL.to_string());
         let api_url = crate::chat_config::api_base_url("slack.api_url", &api_url)?;
         if section.users.is_empty() {
-            bail!("slack.users is empty: list who may use the app ([[slack.users]] id, name, role)");
+            bail!(
+                "slack.users is empty: list who may use the app ([[slack.users]] id, name, role)"
+            );
         }
         let mut users: Vec<SlackUser> = Vec::new();
         for entry in &section.users {
@@ -161,7 +163,11 @@ fn slack_id(list: &str, id: &str, first: &[char]) -> anyhow::Result<String> {
     if !well_formed {
         bail!(
             "{list}: {id:?} is not a Slack id (upper-case letters and digits starting with {})",
-            first.iter().map(char::to_string).collect::<Vec<_>>().join(", ")
+            first
+                .iter()
+                .map(char::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
         );
     }
     Ok(id.to_string())
@@ -201,7 +207,10 @@ mod tests {
         assert_eq!(config.channels, [("C9".to_string(), "app".to_string())]);
         assert_eq!(config.users[0].name, "alice");
         let shown = format!("{config:?}");
-        assert!(!shown.contains("signing-secret") && !shown.contains("xoxb"), "{shown}");
+        assert!(
+            !shown.contains("signing-secret") && !shown.contains("xoxb"),
+            "{shown}"
+        );
     }
 
     #[test]
