@@ -13,4 +13,5 @@ pub mod github_fake;
 pub mod mcp_python;
 pub mod model_server;
 pub mod postgres;
+pub mod slack_fake;
 pub mod telegram_fake;

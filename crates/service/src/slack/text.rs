@@ -118,7 +118,11 @@ pub fn parse_request(text: &str, bot_user: Option<&str>) -> Request {
         .replace("&lt;", "<")
         .replace("&gt;", ">")
         .replace("&amp;", "&");
-    let text = text.trim();
+    let mut text = text.trim();
+    // A leading mention is the one addressing the app, whichever id it has.
+    while let Some(rest) = text.strip_prefix("<@").and_then(|t| t.split_once('>')) {
+        text = rest.1.trim_start();
+    }
     let (head, rest) = match text.find(char::is_whitespace) {
         Some(at) => (&text[..at], text[at..].trim()),
         None => (text, ""),
@@ -343,6 +347,11 @@ mod tests {
             "app make beta uppercase",
         );
         check("what changed? <@UBOT>", TaskKind::Question, "what changed?");
+        // Before the app knows its own id, a leading mention is still the app's.
+        assert_eq!(
+            parse_request("<@UOTHER> run app x", None).kind,
+            TaskKind::Change
+        );
         let known = vec!["app".to_string(), "web".to_string()];
         assert_eq!(
             leading_repo("app@v1 make it so", &known),
