@@ -449,6 +449,11 @@ fn a_change_shows_its_hash_and_only_an_approvers_press_opens_one_pull_request() 
         messages[0].buttons().is_empty(),
         "buttons gone once decided"
     );
+    assert!(
+        messages[0].history.len() > 1,
+        "updated in place: {:?}",
+        messages[0].history
+    );
     let pulls = setup.github.pulls();
     assert_eq!(pulls.len(), 1, "{pulls:#?}");
     let pr_url = pulls[0]["html_url"].as_str().unwrap();
