@@ -351,7 +351,18 @@ impl SlackApp {
             ),
             (Some(pressed), Some(approval)) => Some(match self.principal(user) {
                 None => "Refused: you are not on this Warden's allow-list.".to_string(),
-                Some(principal) => match self.decide(&principal, &approval, pressed).await {
+                Some(principal) => match crate::chat::decide_pressed(
+                    &self.tasks,
+                    &principal,
+                    &approval,
+                    match pressed {
+                        ButtonAction::Approve => Decision::Approve,
+                        ButtonAction::Reject => Decision::Reject,
+                    },
+                    usize::MAX,
+                )
+                .await
+                {
                     Ok(text) => text,
                     Err(ServiceError::Store(error)) => return Err(error),
                     Err(error) => format!("Refused: {}", text::mrkdwn(&error.to_string())),
@@ -376,32 +387,6 @@ impl SlackApp {
             .record_chat_update(CHANNEL, key, replies)
             .await?;
         Ok(())
-    }
-
-    async fn decide(
-        &self,
-        principal: &Principal,
-        approval: &str,
-        pressed: ButtonAction,
-    ) -> Result<String, ServiceError> {
-        let decision = match pressed {
-            ButtonAction::Approve => Decision::Approve,
-            ButtonAction::Reject => Decision::Reject,
-        };
-        let found = self.tasks.approval(principal, approval).await?;
-        let decided = self
-            .tasks
-            .decide(principal, approval, decision, &found.subject_hash)
-            .await?;
-        Ok(format!(
-            "{} `{}` ({})",
-            match decision {
-                Decision::Approve => "Approved",
-                Decision::Reject => "Rejected",
-            },
-            decided.subject_hash,
-            decided.task
-        ))
     }
 }
 

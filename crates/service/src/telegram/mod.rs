@@ -407,7 +407,9 @@ impl Bot {
                     ButtonAction::Approve { approval } => (approval, Decision::Approve),
                     ButtonAction::Reject { approval } => (approval, Decision::Reject),
                 };
-                match self.decide(&principal, &approval, decision).await {
+                match crate::chat::decide_pressed(&self.tasks, &principal, &approval, decision, 19)
+                    .await
+                {
                     Ok(text) => text,
                     Err(ServiceError::Store(error)) => return Err(error),
                     Err(error) => format!("Refused: {error}"),
@@ -423,28 +425,6 @@ impl Bot {
             tracing::info!(%error, "telegram button press not answered");
         }
         Ok(())
-    }
-
-    async fn decide(
-        &self,
-        principal: &Principal,
-        approval: &str,
-        decision: Decision,
-    ) -> Result<String, ServiceError> {
-        let found = self.tasks.approval(principal, approval).await?;
-        let decided = self
-            .tasks
-            .decide(principal, approval, decision, &found.subject_hash)
-            .await?;
-        Ok(format!(
-            "{} {} ({})",
-            match decision {
-                Decision::Approve => "Approved",
-                Decision::Reject => "Rejected",
-            },
-            decided.subject_hash.chars().take(19).collect::<String>(),
-            decided.task
-        ))
     }
 }
 
