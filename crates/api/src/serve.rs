@@ -1,6 +1,6 @@
 //! `warden serve`, composed: the workers' services (`warden_service::compose`: the store from
 //! `WARDEN_DATABASE_URL`, the model, the repository store), the workers, callback delivery, the
-//! Telegram bot when `[telegram]` is configured, and the HTTP API on `WARDEN_LISTEN`. This is
+//! Telegram bot when `[telegram]` is configured, the Slack app when `[slack]` is, and the HTTP API on `WARDEN_LISTEN`. This is
 //! the composition root; nothing in the crate refers to it. `serve` holds the `WARDEN_HOME`
 //! lock, so its worker name is stable across restarts and the runs a killed predecessor left open are interrupted
 //! at once instead of waiting for their leases. The API's connections are held by
@@ -112,6 +112,14 @@ pub async fn serve(
         .with_repo_mount_roots(services.config.sandbox.toolchains.repo_mount_roots.clone())
         .with_warming();
     let tasks_for_telegram = tasks.clone();
+    // The Slack app, when configured: its webhooks are API routes, its replies a delivery loop.
+    let slack = warden_service::slack::spawn(
+        services.config.slack.as_ref(),
+        tasks.clone(),
+        stopped.clone(),
+    )
+    .context("cannot start the Slack app")?;
+    let (slack_app, slack) = slack.unzip();
     let app = api::router(Arc::new(
         ApiState::new(tasks, tokens)
             .with_rate_limit(serve_config.rate_limit)
@@ -128,7 +136,8 @@ pub async fn serve(
                     max_tokens_per_day: serve_config.max_tokens_per_day,
                     max_cost_micro_usd_per_day: serve_config.max_cost_micro_usd_per_day,
                 },
-            ),
+            )
+            .with_slack(slack_app),
     ));
     let callbacks = warden_service::callback::spawn(
         Arc::clone(&services.store),
@@ -174,6 +183,9 @@ pub async fn serve(
     }
     if let Some(telegram) = telegram {
         let _ = telegram.await;
+    }
+    if let Some(slack) = slack {
+        let _ = slack.await;
     }
     match api.await {
         Ok(result) => result.context("the API server failed")?,

@@ -39,6 +39,8 @@ pub struct FileConfig {
     pub publish: Vec<PublishEntry>,
     /// `[telegram]`: the Telegram bot of `warden serve` (off without it).
     pub telegram: Option<crate::telegram_config::TelegramSection>,
+    /// `[slack]`: the Slack app of `warden serve` (off without it).
+    pub slack: Option<crate::slack_config::SlackSection>,
 }
 
 /// `[github]`: the API publication talks to. The token is never read from this file (nor from
@@ -222,6 +224,8 @@ pub struct Config {
     pub github: GithubSettings,
     /// `[telegram]` with `WARDEN_TELEGRAM_TOKEN`; `None`: no bot.
     pub telegram: Option<crate::telegram_config::TelegramConfig>,
+    /// `[slack]` with `WARDEN_SLACK_SIGNING_SECRET` and `WARDEN_SLACK_BOT_TOKEN`; `None`: no app.
+    pub slack: Option<crate::slack_config::SlackConfig>,
 }
 
 /// The sandbox backend and its settings. Never chosen by fallback: what is named here is what
@@ -371,6 +375,12 @@ impl Config {
             env.var("WARDEN_TELEGRAM_API_URL"),
             env.var("WARDEN_TELEGRAM_TOKEN"),
         )?;
+        let slack = crate::slack_config::SlackConfig::resolve(
+            file.slack.as_ref(),
+            env.var("WARDEN_SLACK_API_URL"),
+            env.var("WARDEN_SLACK_SIGNING_SECRET"),
+            env.var("WARDEN_SLACK_BOT_TOKEN"),
+        )?;
         Ok(Config {
             file: home.join("warden.toml"),
             home,
@@ -384,6 +394,7 @@ impl Config {
             callbacks,
             github,
             telegram,
+            slack,
         })
     }
 }
@@ -536,6 +547,14 @@ impl Config {
                 .filter_map(|t| t.token.as_ref())
                 .map(|t| t.expose().to_string()),
         );
+        if let Some(slack) = &self.slack {
+            keys.extend(
+                [&slack.signing_secret, &slack.bot_token]
+                    .into_iter()
+                    .flatten()
+                    .map(|s| s.expose().to_string()),
+            );
+        }
         crate::redact::Redactor::new(keys)
     }
 }

@@ -9,6 +9,7 @@
 pub mod authority;
 pub mod callback;
 pub mod change;
+pub mod chat_config;
 pub mod config;
 pub mod diff;
 pub mod env;
@@ -19,6 +20,7 @@ pub mod question;
 pub mod redact;
 pub mod sensitive;
 pub mod serve_config;
+pub mod slack_config;
 pub mod telegram_config;
 pub mod timing;
 pub mod toolchain;

@@ -42,28 +42,8 @@ pub struct TelegramUserEntry {
     pub role: String,
 }
 
-/// A bot token, never shown by `Debug`.
-#[derive(Clone, PartialEq, Eq)]
-pub struct TelegramToken(String);
-
-impl TelegramToken {
-    /// `None` for an empty token.
-    pub fn new(token: &str) -> Option<TelegramToken> {
-        let token = token.trim();
-        (!token.is_empty()).then(|| TelegramToken(token.to_string()))
-    }
-
-    /// The secret itself, for request paths and the redactor.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for TelegramToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TelegramToken(…)")
-    }
-}
+/// The bot token (from `WARDEN_TELEGRAM_TOKEN`), never shown by `Debug`.
+pub use crate::chat_config::ChatSecret as TelegramToken;
 
 /// An allow-listed Telegram user.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,15 +78,7 @@ impl TelegramConfig {
         let api_url = api_url_override
             .or_else(|| section.api_url.clone())
             .unwrap_or_else(|| DEFAULT_API_URL.to_string());
-        let parsed = reqwest::Url::parse(api_url.trim())
-            .map_err(|e| anyhow::anyhow!("telegram.api_url {api_url:?} is not a URL: {e}"))?;
-        if !matches!(parsed.scheme(), "https" | "http") || parsed.host_str().is_none() {
-            bail!("telegram.api_url {api_url:?} must be an http(s) URL with a host");
-        }
-        if !parsed.username().is_empty() || parsed.password().is_some() || parsed.query().is_some()
-        {
-            bail!("telegram.api_url must hold no credentials or query; the token comes from WARDEN_TELEGRAM_TOKEN");
-        }
+        let api_url = crate::chat_config::api_base_url("telegram.api_url", &api_url)?;
         let poll_timeout = match section.poll_timeout_secs {
             Some(secs) if secs > 50 => {
                 bail!("telegram.poll_timeout_secs must be at most 50, got {secs}")
@@ -136,34 +108,20 @@ impl TelegramConfig {
             if users.iter().any(|u| u.id == entry.id) {
                 bail!("telegram.users: id {} is listed twice", entry.id);
             }
-            let name = entry.name.trim();
-            if name.is_empty()
-                || name.len() > 100
-                || !name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '@'))
-            {
-                bail!(
-                    "telegram.users: name {:?} for id {} must be 1-100 letters, digits, '.', '_', '-' or '@'",
-                    entry.name,
-                    entry.id
-                );
-            }
-            if !matches!(entry.role.as_str(), "admin" | "operator" | "viewer") {
-                bail!(
-                    "telegram.users: role {:?} for id {} must be admin, operator or viewer",
-                    entry.role,
-                    entry.id
-                );
-            }
+            let name = crate::chat_config::principal_name(
+                "telegram.users",
+                &entry.id.to_string(),
+                &entry.name,
+                &entry.role,
+            )?;
             users.push(TelegramUser {
                 id: entry.id,
-                name: name.to_string(),
+                name,
                 role: entry.role.clone(),
             });
         }
         Ok(Some(TelegramConfig {
-            api_url: api_url.trim().trim_end_matches('/').to_string(),
+            api_url,
             token: token.as_deref().and_then(TelegramToken::new),
             poll_timeout,
             poll_interval,

@@ -10,6 +10,7 @@
 pub mod access;
 pub mod callback;
 pub mod cancel;
+pub mod chat;
 pub mod compose;
 pub mod diff;
 pub mod event_line;
@@ -21,6 +22,7 @@ pub mod lock;
 pub mod metrics;
 pub mod outage;
 pub mod publication;
+pub mod slack;
 pub mod storage;
 pub mod task_repos;
 pub mod task_view;

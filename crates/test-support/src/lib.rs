@@ -13,4 +13,19 @@ pub mod github_fake;
 pub mod mcp_python;
 pub mod model_server;
 pub mod postgres;
+pub mod slack_fake;
 pub mod telegram_fake;
+
+/// Polls `probe` every 50 ms for up to `timeout` until it gives something; that, or `None`.
+pub fn wait_until<T>(timeout: std::time::Duration, probe: impl Fn() -> Option<T>) -> Option<T> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(found) = probe() {
+            return Some(found);
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}

@@ -280,17 +280,7 @@ impl TelegramFake {
         timeout: Duration,
         done: impl Fn(&[SentMessage]) -> bool,
     ) -> Option<Vec<SentMessage>> {
-        let deadline = std::time::Instant::now() + timeout;
-        loop {
-            let messages = self.messages();
-            if done(&messages) {
-                return Some(messages);
-            }
-            if std::time::Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        crate::wait_until(timeout, || Some(self.messages()).filter(|m| done(m)))
     }
 }
 

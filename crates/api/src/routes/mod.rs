@@ -30,6 +30,8 @@
 //!   anonymous request is 401 whatever its body; an oversized body with a valid token is 413);
 //!   a path parameter that cannot be read ([`ApiPath`]) is a 404 after authentication; text
 //!   that is stored (prompts, messages, metadata) holds no NUL (Postgres refuses it).
+//! - `POST /webhooks/slack` and `POST /webhooks/slack/interactions` take no bearer token: a
+//!   request is authenticated by Slack's signature over its raw body (`slack.rs`).
 //! - `POST /v1/tasks` honours `Idempotency-Key` (same key and body: the same task; same key,
 //!   other body: 422) and answers `202` with the task; workers are woken at once.
 
@@ -44,6 +46,7 @@ mod origin;
 mod repos;
 pub mod schema;
 mod sessions;
+mod slack;
 mod tasks;
 mod tokens;
 mod usage;
@@ -400,6 +403,8 @@ pub struct ApiState {
     pub web_enabled: bool,
     /// The daily budgets the console's usage page compares spend with.
     pub budgets: web::Budgets,
+    /// The Slack app the `/webhooks/slack` routes pass requests to (`None`: 404).
+    pub slack: Option<Arc<warden_service::slack::SlackApp>>,
 }
 
 /// Store token lookups at once for addresses that ran out of failed authentications.
@@ -431,7 +436,14 @@ impl ApiState {
             stream_recheck: DEFAULT_STREAM_RECHECK,
             web_enabled: true,
             budgets: web::Budgets::default(),
+            slack: None,
         }
+    }
+
+    /// Serves `/webhooks/slack` with `app`.
+    pub fn with_slack(mut self, app: Option<Arc<warden_service::slack::SlackApp>>) -> ApiState {
+        self.slack = app;
+        self
     }
 
     /// Serves the web console or not, and the budgets its usage page shows.
@@ -518,7 +530,8 @@ fn documented_routes() -> OpenApiRouter<Arc<ApiState>> {
         .merge(journal::routes())
         .merge(usage::routes())
         .merge(tokens::routes())
-        .merge(sessions::routes());
+        .merge(sessions::routes())
+        .merge(slack::routes());
     auth::document_rate_limit(routes.get_openapi_mut());
     origin::document_pinning(routes.get_openapi_mut());
     routes
@@ -635,6 +648,8 @@ mod tests {
             ("/v1/tasks/{id}/events", "get"),
             ("/v1/events", "get"),
             ("/metrics", "get"),
+            ("/webhooks/slack", "post"),
+            ("/webhooks/slack/interactions", "post"),
         ] {
             assert!(
                 document["paths"][path][method].is_object(),

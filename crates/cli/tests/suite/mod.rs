@@ -19,6 +19,7 @@ mod serve;
 mod serve_change;
 mod serve_publish;
 mod server_harness;
+mod slack;
 mod sse;
 mod support;
 mod telegram;

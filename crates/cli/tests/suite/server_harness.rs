@@ -357,6 +357,39 @@ impl Server {
         read_response(self.open(method, path, token, body))
     }
 
+    /// One unauthenticated `POST` of a raw `body` of `content_type` with `headers` (a signed
+    /// webhook): the status and the body as text; `None` when the server closed the connection
+    /// without answering (it died).
+    pub fn post_raw(
+        &self,
+        path: &str,
+        content_type: &str,
+        body: &str,
+        headers: &[(&str, &str)],
+    ) -> Option<(u16, String)> {
+        let mut stream = TcpStream::connect(&self.addr).ok()?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(60)))
+            .ok()?;
+        let mut request = format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\
+             Content-Type: {content_type}\r\nContent-Length: {}\r\n",
+            self.addr,
+            body.len()
+        );
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str("\r\n");
+        request.push_str(body);
+        stream.write_all(request.as_bytes()).ok()?;
+        let mut response = String::new();
+        std::io::Read::read_to_string(&mut stream, &mut response).ok()?;
+        let status = response.split_whitespace().nth(1)?.parse().ok()?;
+        let body = response.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        Some((status, body.to_string()))
+    }
+
     /// Sends one `version` request with a JSON `body` on a fresh connection the server closes
     /// after its response.
     fn send(

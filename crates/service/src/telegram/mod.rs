@@ -10,13 +10,13 @@
 //!   acknowledge): its submission is idempotent (`Idempotency-Key` `telegram:<update_id>`).
 //! - **Commands**: `/ask repo question`, `/run repo task` (a change published after an
 //!   approval), `/status [task]`, `/tasks`, `/cancel task`, `/retry task`, `/usage`, `/repos`.
-//! - **Progress** ([`Bot::follow`]): the task's message (`tg:task:<id>`, in the chat the task's
+//! - **Progress** ([`crate::chat::follow`]): the task's message (`tg:task:<id>`, in the chat the task's
 //!   metadata names) is edited as the task's status events arrive: status, the cited answer,
 //!   the proposal with validations and hash, and for an admin the Approve/Reject buttons
 //!   (`callback_data` `a:<approval id>` / `r:<approval id>`, the hash in the text). Admins get
 //!   their own message for an approval of someone else's task. A press calls
 //!   [`TaskService::decide`] with the hash that approval is bound to.
-//! - **Egress** ([`Bot::deliver_due`]): every message goes through the store's chat outbox:
+//! - **Egress** ([`crate::chat::deliver_due`]): every message goes through the store's chat outbox:
 //!   recorded first, sent (`sendMessage`), its returned `message_id` recorded, later states
 //!   edited in place (`editMessageText`). Refusals are retried with backoff (`retry_after` of
 //!   a 429 honoured); text past 4,096 UTF-16 units is split into numbered follow-on messages.
@@ -31,7 +31,6 @@
 //! stops the process inside it in crash tests.
 
 mod api;
-mod render;
 mod text;
 
 use std::sync::Arc;
@@ -40,17 +39,19 @@ use std::time::Duration;
 use serde_json::{json, Value};
 use tokio::sync::watch;
 use warden_engine::telegram_config::TelegramConfig;
-use warden_protocol::{Event, TaskKind};
-use warden_store::{
-    ChatMessage, ChatMessageState, Decision, EventStream, NewChatMessage, Store, StoreError, Task,
-};
+use warden_protocol::TaskKind;
+use warden_store::{ChatMessage, Decision, NewChatMessage, Store, StoreError, Task};
+
+use crate::chat::render::{self, Style};
+use crate::chat::text::inert;
+use crate::chat::{now_ms, DeliveryError, Front, Transport};
 
 use crate::tasks::{
     Idempotency, Principal, Role, ServiceError, Submission, TaskListing, TaskService,
 };
 pub use api::{ApiError, BotApi};
 pub use text::{
-    callback_data, inert, parse_callback_data, parse_command, split_message, ButtonAction, Command,
+    callback_data, parse_callback_data, parse_command, ButtonAction, Command,
     MAX_CALLBACK_DATA_BYTES, MAX_MESSAGE_UNITS,
 };
 
@@ -61,13 +62,13 @@ pub const FAILPOINT_AFTER_SEND: &str = "telegram_after_send";
 /// The crash point after an update was handled and before it was recorded.
 pub const FAILPOINT_BEFORE_RECORD: &str = "telegram_before_record";
 
-const DELIVERY_TICK: Duration = Duration::from_millis(250);
-const DUE_BATCH: u32 = 50;
-const EVENT_BATCH: u32 = 256;
-const RETRY_BASE_MS: i64 = 1_000;
-const RETRY_CAP_MS: i64 = 5 * 60_000;
-const MAX_ATTEMPTS: u32 = 12;
 const LIST_LIMIT: u32 = 10;
+
+/// Plain text: nothing is markup, links Warden built are shown as they are.
+const STYLE: Style = Style {
+    escape: inert,
+    link: str::to_string,
+};
 
 /// One bot: its API client, the service it calls, and who may use it.
 pub struct Bot {
@@ -83,10 +84,6 @@ impl Bot {
         })?;
         let api = BotApi::new(&config.api_url, token.expose(), config.poll_timeout)?;
         Ok(Bot { api, tasks, config })
-    }
-
-    fn store(&self) -> &Arc<dyn Store> {
-        self.tasks.store()
     }
 
     /// The principal of allow-listed user `id`.
@@ -208,8 +205,15 @@ impl Bot {
         Ok(match outcome {
             Ok(Reply::Text(text)) => pieces(&format!("tg:u:{update_id}"), &chat, None, &text, None),
             Ok(Reply::Task(task)) => {
-                let (text, markup) = render::task_message(&task, self.owner_is_admin(&task.owner));
-                pieces(&task_message_id(&task), &chat, Some(&task), &text, markup)
+                let (text, approval) =
+                    render::task_message(&task, self.owner_is_admin(&task.owner), STYLE);
+                pieces(
+                    &task_message_id(&task),
+                    &chat,
+                    Some(&task),
+                    &text,
+                    approval_buttons(approval),
+                )
             }
             Err(ServiceError::Store(error)) => return Err(error),
             Err(error) => vec![reply(format!("Refused: {}", inert(&error.to_string())))],
@@ -251,7 +255,7 @@ impl Bot {
                 .await
             }
             Command::Status { task: Some(id) } => Ok(Reply::Text(
-                render::task_message(&tasks.task(principal, &id).await?, false).0,
+                render::task_message(&tasks.task(principal, &id).await?, false, STYLE).0,
             )),
             Command::Status { task: None } => {
                 let latest = tasks
@@ -265,7 +269,7 @@ impl Bot {
                     )
                     .await?;
                 match latest.tasks.into_iter().next() {
-                    Some(task) => Ok(Reply::Text(render::task_message(&task, false).0)),
+                    Some(task) => Ok(Reply::Text(render::task_message(&task, false, STYLE).0)),
                     None => Ok(Reply::Text("No tasks yet.".into())),
                 }
             }
@@ -403,7 +407,9 @@ impl Bot {
                     ButtonAction::Approve { approval } => (approval, Decision::Approve),
                     ButtonAction::Reject { approval } => (approval, Decision::Reject),
                 };
-                match self.decide(&principal, &approval, decision).await {
+                match crate::chat::decide_pressed(&self.tasks, &principal, &approval, decision, 19)
+                    .await
+                {
                     Ok(text) => text,
                     Err(ServiceError::Store(error)) => return Err(error),
                     Err(error) => format!("Refused: {error}"),
@@ -420,54 +426,13 @@ impl Bot {
         }
         Ok(())
     }
+}
 
-    async fn decide(
-        &self,
-        principal: &Principal,
-        approval: &str,
-        decision: Decision,
-    ) -> Result<String, ServiceError> {
-        let found = self.tasks.approval(principal, approval).await?;
-        let decided = self
-            .tasks
-            .decide(principal, approval, decision, &found.subject_hash)
-            .await?;
-        Ok(format!(
-            "{} {} ({})",
-            match decision {
-                Decision::Approve => "Approved",
-                Decision::Reject => "Rejected",
-            },
-            decided.subject_hash.chars().take(19).collect::<String>(),
-            decided.task
-        ))
-    }
+impl Front for Bot {
+    const CHANNEL: &'static str = CHANNEL;
 
-    /// Follows the store's events: the message of each task started from Telegram is put in
-    /// its new state (an edit when it changed); admins get their approval messages.
-    /// `cursor` is the global event sequence followed so far: 0 at every start, as following
-    /// again puts the same texts (no edit).
-    pub async fn follow(&self, cursor: &mut u64) -> Result<(), StoreError> {
-        loop {
-            let records = self
-                .store()
-                .events_after(&EventStream::All, *cursor, EVENT_BATCH)
-                .await?;
-            if records.is_empty() {
-                return Ok(());
-            }
-            for record in records {
-                if matches!(
-                    record.event,
-                    Event::StatusChanged { .. } | Event::TaskFinished { .. }
-                ) {
-                    if let Some(task) = self.store().get_task(&record.task).await? {
-                        self.show(&task).await?;
-                    }
-                }
-                *cursor = record.seq;
-            }
-        }
+    fn store(&self) -> &Arc<dyn Store> {
+        self.tasks.store()
     }
 
     /// Puts `task`'s messages in its current state.
@@ -478,7 +443,8 @@ impl Bot {
         else {
             return Ok(());
         };
-        let (text, markup) = render::task_message(task, self.owner_is_admin(&task.owner));
+        let (text, approval) = render::task_message(task, self.owner_is_admin(&task.owner), STYLE);
+        let markup = approval_buttons(approval);
         for message in pieces(&task_message_id(task), &chat, Some(task), &text, markup) {
             self.store().put_chat_message(message).await?;
         }
@@ -486,7 +452,8 @@ impl Bot {
             return Ok(());
         };
         let pending = render::pending_approval(task).is_some();
-        let (text, markup) = render::approval_message(task);
+        let (text, buttons) = render::approval_message(task, STYLE);
+        let markup = approval_buttons(buttons);
         for admin in self
             .config
             .users
@@ -511,71 +478,38 @@ impl Bot {
         Ok(())
     }
 
-    /// Sends or edits every due message once.
-    pub async fn deliver_due(&self) -> Result<usize, StoreError> {
-        let due = self.store().due_chat_messages(CHANNEL, DUE_BATCH).await?;
-        let count = due.len();
-        for message in due {
-            self.deliver(message).await?;
-        }
-        Ok(count)
+    async fn deliver_due(&self) -> Result<usize, StoreError> {
+        crate::chat::deliver_due(self.store(), CHANNEL, &self.api, FAILPOINT_AFTER_SEND).await
+    }
+}
+
+impl Transport for BotApi {
+    type Error = ApiError;
+
+    async fn send(&self, message: &ChatMessage) -> Result<String, ApiError> {
+        self.send_message(&message.chat, &message.text, message.markup.as_deref())
+            .await
+            .map(|id| id.to_string())
     }
 
-    async fn deliver(&self, message: ChatMessage) -> Result<(), StoreError> {
-        let store = self.store();
-        let revision = message.revision;
-        let outcome = match (message.state, message.message_id.as_deref()) {
-            (ChatMessageState::Sent, Some(sent)) => {
-                let id: i64 = sent.parse().unwrap_or_default();
-                match self
-                    .api
-                    .edit_message_text(&message.chat, id, &message.text, message.markup.as_deref())
-                    .await
-                {
-                    Ok(()) => Ok(sent.to_string()),
-                    Err(error) if error.is_not_modified() => Ok(sent.to_string()),
-                    Err(error) => Err(error),
-                }
-            }
-            _ => {
-                if message.state == ChatMessageState::Sending {
-                    // The one gap: Telegram may hold it already, and cannot be asked.
-                    tracing::warn!(message = %message.id, "telegram message whose send was not recorded is sent again");
-                }
-                store.start_chat_send(&message.id).await?;
-                let sent = self
-                    .api
-                    .send_message(&message.chat, &message.text, message.markup.as_deref())
-                    .await;
-                if sent.is_ok() {
-                    warden_engine::publish::crash_point(FAILPOINT_AFTER_SEND);
-                }
-                sent.map(|id| id.to_string())
-            }
-        };
-        match outcome {
-            Ok(message_id) => {
-                store
-                    .chat_message_delivered(&message.id, &message_id, revision)
-                    .await?;
-            }
-            Err(error) => {
-                let now = now_ms();
-                let retry_at =
-                    (error.is_retryable() && message.attempts < MAX_ATTEMPTS).then(|| {
-                        let backoff = error
-                            .retry_after()
-                            .map(|d| i64::try_from(d.as_millis()).unwrap_or(RETRY_CAP_MS))
-                            .unwrap_or_else(|| backoff_ms(message.attempts));
-                        now.saturating_add(backoff)
-                    });
-                tracing::info!(message = %message.id, %error, retry = retry_at.is_some(), "telegram message not delivered");
-                store
-                    .chat_message_failed(&message.id, &error.to_string(), retry_at)
-                    .await?;
-            }
-        }
-        Ok(())
+    async fn edit(&self, message: &ChatMessage, sent: &str) -> Result<(), ApiError> {
+        let id: i64 = sent.parse().unwrap_or_default();
+        self.edit_message_text(&message.chat, id, &message.text, message.markup.as_deref())
+            .await
+    }
+}
+
+impl DeliveryError for ApiError {
+    fn is_retryable(&self) -> bool {
+        ApiError::is_retryable(self)
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        ApiError::retry_after(self)
+    }
+
+    fn is_not_modified(&self) -> bool {
+        ApiError::is_not_modified(self)
     }
 }
 
@@ -601,6 +535,22 @@ fn task_message_id(task: &Task) -> String {
     format!("tg:task:{}", task.id)
 }
 
+/// The inline keyboard (`reply_markup` JSON) deciding `approval`, if any.
+fn approval_buttons(approval: Option<String>) -> Option<String> {
+    let approval = approval?;
+    let approve = callback_data(&ButtonAction::Approve {
+        approval: approval.clone(),
+    })?;
+    let reject = callback_data(&ButtonAction::Reject { approval })?;
+    Some(
+        json!({"inline_keyboard": [[
+            {"text": "Approve", "callback_data": approve},
+            {"text": "Reject", "callback_data": reject},
+        ]]})
+        .to_string(),
+    )
+}
+
 /// `text` as the messages that carry it: the first under `id`, the rest `id:2`, `id:3`, …
 /// (the buttons on the last).
 fn pieces(
@@ -610,36 +560,11 @@ fn pieces(
     text: &str,
     markup: Option<String>,
 ) -> Vec<NewChatMessage> {
-    let parts = split_message(text, MAX_MESSAGE_UNITS);
-    let last = parts.len() - 1;
-    parts
-        .into_iter()
-        .enumerate()
-        .map(|(index, part)| NewChatMessage {
-            id: if index == 0 {
-                id.to_string()
-            } else {
-                format!("{id}:{}", index + 1)
-            },
-            channel: CHANNEL.into(),
-            chat: chat.to_string(),
-            task: task.map(|t| t.id.clone()),
-            text: part,
-            markup: if index == last { markup.clone() } else { None },
-        })
-        .collect()
+    crate::chat::pieces(CHANNEL, MAX_MESSAGE_UNITS, id, chat, task, text, markup)
 }
 
 fn clip(text: &str, max_chars: usize) -> String {
     text.chars().take(max_chars).collect()
-}
-
-/// The delay before attempt `attempts + 1`: 1 s, 2 s, 4 s, … at most 5 minutes.
-fn backoff_ms(attempts: u32) -> i64 {
-    let doublings = attempts.saturating_sub(1).min(16);
-    RETRY_BASE_MS
-        .saturating_mul(1i64 << doublings)
-        .min(RETRY_CAP_MS)
 }
 
 /// Starts the bot when `[telegram]` is configured (`warden serve`): checks the token
@@ -684,7 +609,7 @@ async fn run(bot: Bot, mut stop: watch::Receiver<bool>) {
     }
     let bot = Arc::new(bot);
     let poller = tokio::spawn(poll_loop(Arc::clone(&bot), stop.clone()));
-    delivery_loop(bot, stop).await;
+    crate::chat::delivery_loop(bot, stop).await;
     let _ = poller.await;
 }
 
@@ -712,29 +637,4 @@ async fn poll_loop(bot: Arc<Bot>, mut stop: watch::Receiver<bool>) {
             }
         }
     }
-}
-
-async fn delivery_loop(bot: Arc<Bot>, mut stop: watch::Receiver<bool>) {
-    let mut cursor = 0;
-    loop {
-        if *stop.borrow() {
-            return;
-        }
-        if let Err(error) = bot.follow(&mut cursor).await {
-            tracing::warn!(%error, "following tasks for telegram failed; retrying");
-        }
-        if let Err(error) = bot.deliver_due().await {
-            tracing::warn!(%error, "telegram delivery failed; retrying");
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(DELIVERY_TICK) => {}
-            _ = stop.wait_for(|s| *s) => return,
-        }
-    }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }

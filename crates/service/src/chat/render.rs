@@ -1,19 +1,27 @@
-//! A task as the bot shows it: one plain-text message per task, edited as the task moves, and
-//! on an admin's screen the inline Approve/Reject buttons of a pending publication. Text that
-//! came from a model, a repository or a user goes through [`inert`]; citations are shown as
-//! `path:lines @ commit`, with the link Warden built for them.
+//! A task as a chat shows it: one message per task, edited as the task moves, naming the
+//! approval whose Approve/Reject buttons the chat shows while it is pending. Text that came
+//! from a model, a repository or a user goes through the chat's [`Style::escape`]; citations
+//! are shown as `path:lines @ commit`, with the link Warden built for them
+//! ([`Style::link`]).
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use warden_store::Task;
 
-use super::text::{callback_data, inert, ButtonAction};
+/// How one chat writes text: `escape` makes text from a model, a repository or a user inert
+/// in the chat's markup; `link` shows a URL Warden built.
+#[derive(Debug, Clone, Copy)]
+pub struct Style {
+    pub escape: fn(&str) -> String,
+    pub link: fn(&str) -> String,
+}
 
 const PROMPT_CHARS: usize = 300;
 const OUTPUT_TAIL_CHARS: usize = 400;
 
-/// A task's message: its text and, while an approval waits and `buttons` is true, the inline
-/// keyboard (Telegram's `reply_markup` JSON).
-pub fn task_message(task: &Task, buttons: bool) -> (String, Option<String>) {
+/// A task's message: its text and, while an approval waits and `buttons` is true, the id of
+/// the approval the chat's Approve/Reject buttons decide.
+pub fn task_message(task: &Task, buttons: bool, style: Style) -> (String, Option<String>) {
+    let inert = style.escape;
     let view = crate::task_view::task_json(task);
     let mut text = String::new();
     let kind = view["kind"].as_str().unwrap_or("task");
@@ -28,7 +36,7 @@ pub fn task_message(task: &Task, buttons: bool) -> (String, Option<String>) {
     text.push_str(&format!("» {}\n", inert(&clip(&task.prompt, PROMPT_CHARS))));
     let result = &view["result"];
     if let Some(answer) = result.get("answer").filter(|a| a.is_object()) {
-        render_answer(answer, &mut text);
+        render_answer(answer, &mut text, style);
     }
     if let Some(question) = result["clarification"]["question"].as_str() {
         text.push_str(&format!(
@@ -37,7 +45,7 @@ pub fn task_message(task: &Task, buttons: bool) -> (String, Option<String>) {
         ));
     }
     if let Some(proposal) = result.get("proposal").filter(|p| p.is_object()) {
-        render_proposal(proposal, &mut text);
+        render_proposal(proposal, &mut text, style);
     }
     if result["outcome"] == "no_change" {
         text.push_str("\nNo change was needed.\n");
@@ -55,7 +63,7 @@ pub fn task_message(task: &Task, buttons: bool) -> (String, Option<String>) {
         let status = approval["status"].as_str().unwrap_or("?");
         match status {
             "pending" if buttons => {
-                markup = approval_buttons(approval);
+                markup = approval["id"].as_str().map(str::to_string);
                 text.push_str("\nApprove or reject this exact hash with the buttons below.\n");
             }
             "pending" => text.push_str("\nWaiting for an admin to approve this hash.\n"),
@@ -71,7 +79,7 @@ pub fn task_message(task: &Task, buttons: bool) -> (String, Option<String>) {
             text.push_str(&format!("Publication: {status}"));
             // The pull request Warden opened: a link Warden built.
             if let Some(url) = publication["pr_url"].as_str() {
-                text.push_str(&format!(" {url}"));
+                text.push_str(&format!(" {}", (style.link)(url)));
             }
             text.push('\n');
         }
@@ -90,10 +98,13 @@ pub fn task_message(task: &Task, buttons: bool) -> (String, Option<String>) {
 
 /// The message an admin gets for an approval of someone else's task: the task's message with
 /// the buttons while it is pending.
-pub fn approval_message(task: &Task) -> (String, Option<String>) {
-    let (text, markup) = task_message(task, true);
+pub fn approval_message(task: &Task, style: Style) -> (String, Option<String>) {
+    let (text, markup) = task_message(task, true, style);
     (
-        format!("Approval requested by {}\n\n{text}", inert(&task.owner)),
+        format!(
+            "Approval requested by {}\n\n{text}",
+            (style.escape)(&task.owner)
+        ),
         markup,
     )
 }
@@ -117,22 +128,8 @@ pub fn approval_id(task: &Task) -> Option<String> {
         .map(str::to_string)
 }
 
-fn approval_buttons(approval: &Value) -> Option<String> {
-    let id = approval["id"].as_str()?.to_string();
-    let approve = callback_data(&ButtonAction::Approve {
-        approval: id.clone(),
-    })?;
-    let reject = callback_data(&ButtonAction::Reject { approval: id })?;
-    Some(
-        json!({"inline_keyboard": [[
-            {"text": "Approve", "callback_data": approve},
-            {"text": "Reject", "callback_data": reject},
-        ]]})
-        .to_string(),
-    )
-}
-
-fn render_answer(answer: &Value, text: &mut String) {
+fn render_answer(answer: &Value, text: &mut String, style: Style) {
+    let inert = style.escape;
     text.push_str(&format!(
         "\n{}\n",
         inert(answer["summary"].as_str().unwrap_or(""))
@@ -147,7 +144,7 @@ fn render_answer(answer: &Value, text: &mut String) {
             let commit = evidence["commit"].as_str().unwrap_or("");
             text.push_str(&format!(
                 "  {}{}:{}-{} @ {}\n",
-                repo_prefix(evidence),
+                repo_prefix(evidence, inert),
                 inert(evidence["path"].as_str().unwrap_or("?")),
                 evidence["start_line"],
                 evidence["end_line"],
@@ -155,7 +152,7 @@ fn render_answer(answer: &Value, text: &mut String) {
             ));
             // Built by Warden from the repository's browse style, pinned to the commit.
             if let Some(url) = evidence["url"].as_str() {
-                text.push_str(&format!("  {url}\n"));
+                text.push_str(&format!("  {}\n", (style.link)(url)));
             }
         }
     }
@@ -173,14 +170,15 @@ fn render_answer(answer: &Value, text: &mut String) {
     }
 }
 
-fn repo_prefix(evidence: &Value) -> String {
+fn repo_prefix(evidence: &Value, inert: fn(&str) -> String) -> String {
     match evidence["repo"].as_str() {
         Some(repo) => format!("{}/", inert(repo)),
         None => String::new(),
     }
 }
 
-fn render_proposal(proposal: &Value, text: &mut String) {
+fn render_proposal(proposal: &Value, text: &mut String, style: Style) {
+    let inert = style.escape;
     text.push_str(&format!(
         "\nProposal: {}\n",
         inert(proposal["summary"].as_str().unwrap_or(""))

@@ -1,0 +1,529 @@
+//! The Slack app of `warden serve`, as Slack drives it, against a local fake of the Web API
+//! (`warden_test_support::slack_fake`) with requests signed as Slack signs them: a mention
+//! yields one thread message that ends as the cited answer; a forged, a stale and a replayed
+//! delivery do nothing; a change shows its hash and Approve/Reject buttons that a
+//! non-approver's press cannot decide and an approver's press publishes as one pull request;
+//! `serve` killed after handling an event and before recording it still gives one task and one
+//! message once Slack retries.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use warden_test_support::git_fixture::TempRepo;
+use warden_test_support::github_fake::GithubFake;
+use warden_test_support::model_server::{openai, ScriptedModelServer};
+use warden_test_support::slack_fake::{sign, PostedMessage, SlackFake, BOT_USER};
+
+use super::server_harness::{
+    call, change_repo, sample_repo, submit_answer, uppercase_beta, Server, Token, ADMIN,
+};
+use super::support::Warden;
+
+const TOKENS: &[Token] = &[("root", "admin", ADMIN)];
+const SIGNING_SECRET: &str = "slack-test-signing-secret-0123456789";
+const BOT_TOKEN: &str = "xoxb-slack-test-token";
+const GITHUB_TOKEN: &str = "ghp_slack_fake_token_0123456789";
+const CHANNEL: &str = "CTEAM";
+const WAIT: Duration = Duration::from_secs(90);
+
+const SLACK_TOML: &str = "[slack]\n\
+[[slack.users]]\nid = \"UALICE\"\nname = \"alice\"\nrole = \"operator\"\n\
+[[slack.users]]\nid = \"UROOT\"\nname = \"root\"\nrole = \"admin\"\n\
+[[slack.channels]]\nid = \"CTEAM\"\nrepo = \"app\"\n";
+
+fn with_slack(warden: Warden, fake: &SlackFake, extra_toml: &str) -> Warden {
+    std::fs::write(
+        warden.home.path().join("warden.toml"),
+        format!("{SLACK_TOML}{extra_toml}"),
+    )
+    .unwrap();
+    warden
+        .with("WARDEN_SLACK_SIGNING_SECRET", SIGNING_SECRET)
+        .with("WARDEN_SLACK_BOT_TOKEN", BOT_TOKEN)
+        .with("WARDEN_SLACK_API_URL", &fake.url())
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// POSTs `body` to `path` signed at `timestamp` with `secret`.
+fn deliver_signed(
+    server: &Server,
+    path: &str,
+    content_type: &str,
+    body: &str,
+    timestamp: i64,
+    secret: &str,
+    extra: &[(&str, &str)],
+) -> Option<(u16, String)> {
+    let timestamp = timestamp.to_string();
+    let signature = sign(secret, &timestamp, body);
+    let mut headers = vec![
+        ("X-Slack-Request-Timestamp", timestamp.as_str()),
+        ("X-Slack-Signature", signature.as_str()),
+    ];
+    headers.extend_from_slice(extra);
+    server.post_raw(path, content_type, body, &headers)
+}
+
+/// An `app_mention` event envelope.
+fn mention(event_id: &str, user: &str, ts: &str, text: &str) -> String {
+    json!({
+        "token": "unused", "team_id": "T0WARDEN", "api_app_id": "A0WARDEN",
+        "type": "event_callback", "event_id": event_id, "event_time": now(),
+        "event": {"type": "app_mention", "user": user, "text": format!("<@{BOT_USER}> {text}"),
+                  "ts": ts, "channel": CHANNEL, "event_ts": ts},
+    })
+    .to_string()
+}
+
+fn send_event(server: &Server, body: &str, extra: &[(&str, &str)]) -> Option<(u16, String)> {
+    deliver_signed(
+        server,
+        "/webhooks/slack",
+        "application/json",
+        body,
+        now(),
+        SIGNING_SECRET,
+        extra,
+    )
+}
+
+/// A button press as Slack posts it: `payload=<JSON>`, form-encoded.
+fn press(
+    server: &Server,
+    user: &str,
+    message: &PostedMessage,
+    button: usize,
+    trigger: &str,
+) -> u16 {
+    let (action_id, value) = message.buttons()[button].clone();
+    let payload = json!({
+        "type": "block_actions", "trigger_id": trigger,
+        "user": {"id": user}, "channel": {"id": message.channel},
+        "container": {"type": "message", "message_ts": message.ts, "channel_id": message.channel},
+        "message": {"ts": message.ts, "thread_ts": message.thread_ts},
+        "actions": [{"type": "button", "action_id": action_id, "value": value, "block_id": "warden_approval"}],
+    });
+    let body = format!("payload={}", form_encode(&payload.to_string()));
+    let (status, _) = deliver_signed(
+        server,
+        "/webhooks/slack/interactions",
+        "application/x-www-form-urlencoded",
+        &body,
+        now(),
+        SIGNING_SECRET,
+        &[],
+    )
+    .expect("the server answers a press");
+    status
+}
+
+fn form_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            b' ' => "+".to_string(),
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
+fn wait_for(
+    fake: &SlackFake,
+    what: &str,
+    done: impl Fn(&[PostedMessage]) -> bool,
+) -> Vec<PostedMessage> {
+    fake.wait_for(WAIT, done)
+        .unwrap_or_else(|| panic!("{what}: {:#?}", fake.messages()))
+}
+
+/// What a reader sees: the invisible word joiners removed, the entities read.
+fn visible(text: &str) -> String {
+    text.replace('\u{2060}', "")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&")
+}
+
+fn task_ids(server: &Server) -> Vec<String> {
+    server.get(ADMIN, "/v1/tasks")["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn wait_serving(server: &Server) {
+    let deadline = std::time::Instant::now() + WAIT;
+    while !server.stderr().contains("slack app (bot user") {
+        assert!(std::time::Instant::now() < deadline, "{}", server.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_mention_yields_one_cited_answer_in_its_thread_and_forged_stale_and_replayed_deliveries_nothing(
+) {
+    let repo = sample_repo();
+    let model = ScriptedModelServer::start_blocking(vec![openai::tool_call(
+        "submit_answer",
+        &submit_answer("src/lib.rs", 31, 33),
+    )]);
+    let fake = SlackFake::start(BOT_TOKEN);
+    let warden = with_slack(Warden::openai(&model.url()), &fake, "");
+    let server = Server::start(&warden, TOKENS);
+    server.register("app", &repo);
+    wait_serving(&server);
+    let head = repo.git(&["rev-parse", "HEAD"]);
+
+    // Slack's URL check: the challenge is echoed.
+    let body = json!({"token": "t", "challenge": "c-3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P", "type": "url_verification"}).to_string();
+    let (status, answer) = send_event(&server, &body, &[]).unwrap();
+    assert_eq!(status, 200, "{answer}");
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(
+        answer["challenge"],
+        "c-3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"
+    );
+
+    // Forged (another secret), stale (six minutes old) and unsigned: 401, nothing happens.
+    let ask = mention(
+        "Ev0ASK0001",
+        "UALICE",
+        "1700000000.000100",
+        "why does retry_with_backoff double?",
+    );
+    let forged = deliver_signed(
+        &server,
+        "/webhooks/slack",
+        "application/json",
+        &ask,
+        now(),
+        "not the secret",
+        &[],
+    )
+    .unwrap();
+    assert_eq!(forged.0, 401, "{forged:?}");
+    let stale = deliver_signed(
+        &server,
+        "/webhooks/slack",
+        "application/json",
+        &ask,
+        now() - 360,
+        SIGNING_SECRET,
+        &[],
+    )
+    .unwrap();
+    assert_eq!(stale.0, 401, "{stale:?}");
+    assert!(stale.1.contains("five minutes"), "{stale:?}");
+    let unsigned = server
+        .post_raw("/webhooks/slack", "application/json", &ask, &[])
+        .unwrap();
+    assert_eq!(unsigned.0, 401, "{unsigned:?}");
+    assert!(task_ids(&server).is_empty());
+
+    // The real delivery: acknowledged, and one message in the thread ends as the cited answer.
+    let started = std::time::Instant::now();
+    let (status, _) = send_event(&server, &ask, &[]).unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "acknowledged within 3 s"
+    );
+    let messages = wait_for(&fake, "the answer", |m| {
+        m.iter().any(|m| m.text.contains("— completed"))
+    });
+    assert_eq!(
+        messages.len(),
+        1,
+        "one message per task, updated: {messages:#?}"
+    );
+    let answer = &messages[0];
+    assert_eq!(answer.channel, CHANNEL);
+    assert_eq!(
+        answer.thread_ts.as_deref(),
+        Some("1700000000.000100"),
+        "in the thread"
+    );
+    assert!(
+        answer
+            .text
+            .contains("retry_with_backoff doubles the attempts"),
+        "{}",
+        answer.text
+    );
+    assert!(
+        visible(&answer.text).contains(&format!("app/src/lib.rs:31-33 @ {}", &head[..12])),
+        "{}",
+        answer.text
+    );
+    assert!(answer.buttons().is_empty(), "no buttons on an answer");
+    let ids = task_ids(&server);
+    assert_eq!(ids.len(), 1);
+    assert_eq!(server.task(ADMIN, &ids[0])["owner"], "alice");
+
+    // Slack retrying the event, and a replay of the same signed delivery: nothing more.
+    let before = fake.messages();
+    let (status, _) = send_event(
+        &server,
+        &ask,
+        &[
+            ("X-Slack-Retry-Num", "1"),
+            ("X-Slack-Retry-Reason", "http_timeout"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(status, 200);
+    let (status, _) = send_event(&server, &ask, &[]).unwrap();
+    assert_eq!(status, 200);
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(task_ids(&server).len(), 1);
+    assert_eq!(fake.messages(), before);
+
+    // Someone not on the allow-list is told so in the thread, and nothing is submitted.
+    let stranger = mention(
+        "Ev0STRANGER",
+        "UOTHER",
+        "1700000000.000200",
+        "what is this?",
+    );
+    assert_eq!(send_event(&server, &stranger, &[]).unwrap().0, 200);
+    let messages = wait_for(&fake, "the stranger is refused", |m| m.len() == 2);
+    assert!(
+        messages[1]
+            .text
+            .contains("UOTHER is not on this Warden's allow-list"),
+        "{:?}",
+        messages[1]
+    );
+    assert_eq!(task_ids(&server).len(), 1);
+    server.terminate();
+}
+
+/// A registered `app` whose `origin` is a bare remote, a GitHub fake for `acme/widgets`, a
+/// model making the checked edit, and the Slack fake.
+struct ChangeSetup {
+    repo: TempRepo,
+    _remote_dir: tempfile::TempDir,
+    _remote: PathBuf,
+    github: GithubFake,
+    _model: ScriptedModelServer,
+    fake: SlackFake,
+    warden: Warden,
+}
+
+impl ChangeSetup {
+    fn new() -> ChangeSetup {
+        let repo = change_repo();
+        let remote_dir = tempfile::tempdir().unwrap();
+        let remote = remote_dir.path().join("widgets.git");
+        repo.git(&[
+            "init",
+            "-q",
+            "--bare",
+            "-b",
+            "main",
+            remote.to_str().unwrap(),
+        ]);
+        repo.git(&["remote", "add", "origin", remote.to_str().unwrap()]);
+        repo.git(&["push", "-q", "origin", "HEAD:main"]);
+        let github = GithubFake::start(&remote, "acme", "widgets", GITHUB_TOKEN);
+        let model = ScriptedModelServer::start_blocking(vec![
+            uppercase_beta(),
+            call(
+                "submit_change",
+                json!({"summary": "Uppercase beta\n\nThe check wants BETA. <!channel> ask <@U999> at evil.com"}),
+            ),
+        ]);
+        let fake = SlackFake::start(BOT_TOKEN);
+        let warden = with_slack(
+            Warden::openai(&model.url())
+                .with("WARDEN_GITHUB_API_URL", &github.url())
+                .with("WARDEN_GITHUB_TOKEN", GITHUB_TOKEN),
+            &fake,
+            "[[publish]]\nrepo = \"app\"\ngithub = \"acme/widgets\"\n",
+        );
+        ChangeSetup {
+            repo,
+            _remote_dir: remote_dir,
+            _remote: remote,
+            github,
+            _model: model,
+            fake,
+            warden,
+        }
+    }
+}
+
+#[test]
+fn a_change_shows_its_hash_and_only_an_approvers_press_opens_one_pull_request() {
+    let setup = ChangeSetup::new();
+    let fake = &setup.fake;
+    let server = Server::start(&setup.warden, TOKENS);
+    server.register_with_checks("app", &setup.repo, &["bash check.sh"]);
+    wait_serving(&server);
+
+    let run = mention(
+        "Ev0RUN0001",
+        "UALICE",
+        "1700000000.000300",
+        "run make beta uppercase",
+    );
+    assert_eq!(send_event(&server, &run, &[]).unwrap().0, 200);
+    let messages = wait_for(fake, "the proposal with buttons", |m| {
+        m.iter().any(|m| !m.buttons().is_empty())
+    });
+    assert_eq!(messages.len(), 1, "{messages:#?}");
+    let proposal = &messages[0];
+    let ids = task_ids(&server);
+    let task = server.task(ADMIN, &ids[0]);
+    assert_eq!(task["status"], "waiting_approval", "{task}");
+    let hash = task["result"]["proposal"]["hash"].as_str().unwrap();
+    let approval = task["result"]["approval"]["id"].as_str().unwrap();
+    assert!(
+        proposal.text.contains(&format!("Hash: {hash}")),
+        "{}",
+        proposal.text
+    );
+    assert!(
+        visible(&proposal.text).contains("✓ bash check.sh (exit 0"),
+        "{}",
+        proposal.text
+    );
+    assert_eq!(
+        proposal.buttons(),
+        [
+            ("warden_approve".to_string(), approval.to_string()),
+            ("warden_reject".to_string(), approval.to_string())
+        ]
+    );
+    // The model's text forms no mention, broadcast or link.
+    for forbidden in ["<!channel>", "<@U999>", "evil.com"] {
+        assert!(
+            !proposal.text.contains(forbidden),
+            "{forbidden}: {}",
+            proposal.text
+        );
+    }
+
+    // Alice (not an approver) presses Approve: refused to her alone, nothing decided.
+    assert_eq!(
+        press(&server, "UALICE", proposal, 0, "trigger-alice-1"),
+        200
+    );
+    let deadline = std::time::Instant::now() + WAIT;
+    while fake.ephemerals().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the press was not answered"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let notice = &fake.ephemerals()[0];
+    assert_eq!(notice["user"], "UALICE");
+    assert!(
+        notice["text"].as_str().unwrap().starts_with("Refused"),
+        "{notice}"
+    );
+    let shown = server.get(ADMIN, &format!("/v1/approvals/{approval}"));
+    assert_eq!(shown["status"], "pending", "{shown}");
+
+    // The approver presses Approve: published once; the message says so and loses its buttons.
+    assert_eq!(press(&server, "UROOT", proposal, 0, "trigger-root-1"), 200);
+    // The same press delivered again (a replay): nothing more.
+    assert_eq!(press(&server, "UROOT", proposal, 0, "trigger-root-1"), 200);
+    let messages = wait_for(fake, "the publication", |m| {
+        m.iter().any(|m| m.text.contains("Publication: pr_opened"))
+    });
+    assert_eq!(messages.len(), 1, "one message, updated: {messages:#?}");
+    assert!(
+        messages[0].buttons().is_empty(),
+        "buttons gone once decided"
+    );
+    assert!(
+        messages[0].history.len() > 1,
+        "updated in place: {:?}",
+        messages[0].history
+    );
+    let pulls = setup.github.pulls();
+    assert_eq!(pulls.len(), 1, "{pulls:#?}");
+    let pr_url = pulls[0]["html_url"].as_str().unwrap();
+    assert!(
+        messages[0].text.contains(&format!("<{pr_url}>")),
+        "{}",
+        messages[0].text
+    );
+    assert!(
+        messages[0].text.contains("Approval approved by root"),
+        "{}",
+        messages[0].text
+    );
+    let notices = fake.ephemerals();
+    assert_eq!(notices.len(), 2, "{notices:#?}");
+    assert!(
+        notices[1]["text"].as_str().unwrap().starts_with("Approved"),
+        "{notices:#?}"
+    );
+    server.terminate();
+}
+
+#[test]
+fn a_crash_before_recording_an_event_gives_one_task_and_one_message_after_slacks_retry() {
+    let repo = sample_repo();
+    let model = ScriptedModelServer::start_blocking(vec![openai::tool_call(
+        "submit_answer",
+        &submit_answer("src/lib.rs", 31, 33),
+    )]);
+    let fake = SlackFake::start(BOT_TOKEN);
+    let warden = with_slack(Warden::openai(&model.url()), &fake, "");
+
+    // Killed after the event was handled (the task submitted), before it was recorded and
+    // acknowledged: Slack sees no answer.
+    let server = Server::start_with(
+        &warden,
+        TOKENS,
+        &[("WARDEN_FAILPOINT", "slack_before_record")],
+    );
+    server.register("app", &repo);
+    wait_serving(&server);
+    let ask = mention(
+        "Ev0CRASH01",
+        "UALICE",
+        "1700000000.000400",
+        "why does retry_with_backoff double?",
+    );
+    let answer = send_event(&server, &ask, &[]);
+    assert!(
+        answer.as_ref().is_none_or(|(status, _)| *status != 200),
+        "{answer:?}"
+    );
+    assert_eq!(server.wait_exit(), Some(101));
+    assert!(fake.messages().is_empty());
+
+    // Started again, Slack retries: the submission is recognised; one task, one message.
+    let server = Server::start(&warden, TOKENS);
+    wait_serving(&server);
+    let (status, _) = send_event(&server, &ask, &[("X-Slack-Retry-Num", "1")]).unwrap();
+    assert_eq!(status, 200);
+    let messages = wait_for(&fake, "the answer after the restart", |m| {
+        m.iter().any(|m| m.text.contains("— completed"))
+    });
+    assert_eq!(messages.len(), 1, "{messages:#?}");
+    assert_eq!(task_ids(&server).len(), 1);
+    // A second retry after it was recorded: nothing.
+    let (status, _) = send_event(&server, &ask, &[("X-Slack-Retry-Num", "2")]).unwrap();
+    assert_eq!(status, 200);
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(fake.messages().len(), 1);
+    assert_eq!(task_ids(&server).len(), 1);
+    server.terminate();
+}

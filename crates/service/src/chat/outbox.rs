@@ -1,0 +1,221 @@
+//! The chat side of the store's outbox, the same for every chat: a [`Front`] follows the
+//! store's events and puts each task's message in its current state (`put_chat_message`:
+//! recorded before anything is sent; a changed text is a new revision), and
+//! [`deliver_due`] sends what is due through the chat's [`Transport`]: a message never sent is
+//! marked `sending` (durably) before the request leaves and the id the chat returns is recorded
+//! right after; a sent one is edited in place. Refusals are retried with backoff (a chat's
+//! `retry after` honoured) up to [`MAX_ATTEMPTS`] times.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use warden_protocol::Event;
+use warden_store::{
+    ChatMessage, ChatMessageState, EventStream, NewChatMessage, Store, StoreError, Task,
+};
+
+use super::text::split_message;
+
+const DELIVERY_TICK: Duration = Duration::from_millis(250);
+const DUE_BATCH: u32 = 50;
+const EVENT_BATCH: u32 = 256;
+const RETRY_BASE_MS: i64 = 1_000;
+const RETRY_CAP_MS: i64 = 5 * 60_000;
+/// Deliveries of one message tried at most this many times before it is given up on.
+pub const MAX_ATTEMPTS: u32 = 12;
+
+/// A chat's refusal, as the outbox needs to know it.
+pub trait DeliveryError: std::fmt::Display {
+    /// Whether trying again later can succeed.
+    fn is_retryable(&self) -> bool;
+    /// How long the chat asked to wait.
+    fn retry_after(&self) -> Option<Duration>;
+    /// An edit that changes nothing: the message already shows it.
+    fn is_not_modified(&self) -> bool;
+}
+
+/// How one chat sends and edits a message.
+pub trait Transport: Send + Sync {
+    type Error: DeliveryError + Send;
+    /// Sends `message`; the chat's id of the sent message.
+    fn send(
+        &self,
+        message: &ChatMessage,
+    ) -> impl Future<Output = Result<String, Self::Error>> + Send;
+    /// Puts the sent message `sent` (the chat's id) in `message`'s state.
+    fn edit(
+        &self,
+        message: &ChatMessage,
+        sent: &str,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+}
+
+/// One chat interface as the delivery loop drives it.
+pub trait Front: Send + Sync + 'static {
+    /// The store's channel name (`telegram`, `slack`).
+    const CHANNEL: &'static str;
+    fn store(&self) -> &Arc<dyn Store>;
+    /// Puts `task`'s messages in its current state (nothing for a task of another chat).
+    fn show(&self, task: &Task) -> impl Future<Output = Result<(), StoreError>> + Send;
+    /// Sends or edits every due message once.
+    fn deliver_due(&self) -> impl Future<Output = Result<usize, StoreError>> + Send;
+}
+
+/// Follows the store's events: each task whose status changed is shown again. `cursor` is the
+/// global event sequence followed so far: 0 at every start, as showing again puts the same
+/// texts (no edit).
+pub async fn follow<F: Front>(front: &F, cursor: &mut u64) -> Result<(), StoreError> {
+    loop {
+        let records = front
+            .store()
+            .events_after(&EventStream::All, *cursor, EVENT_BATCH)
+            .await?;
+        if records.is_empty() {
+            return Ok(());
+        }
+        for record in records {
+            if matches!(
+                record.event,
+                Event::StatusChanged { .. } | Event::TaskFinished { .. }
+            ) {
+                if let Some(task) = front.store().get_task(&record.task).await? {
+                    front.show(&task).await?;
+                }
+            }
+            *cursor = record.seq;
+        }
+    }
+}
+
+/// Follows and delivers until `stop`.
+pub async fn delivery_loop<F: Front>(front: Arc<F>, mut stop: watch::Receiver<bool>) {
+    let mut cursor = 0;
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        if let Err(error) = follow(front.as_ref(), &mut cursor).await {
+            tracing::warn!(%error, channel = F::CHANNEL, "following tasks for a chat failed; retrying");
+        }
+        if let Err(error) = front.deliver_due().await {
+            tracing::warn!(%error, channel = F::CHANNEL, "chat delivery failed; retrying");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(DELIVERY_TICK) => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// Sends or edits every due message of `channel` once through `transport`; `failpoint` names
+/// the crash point between the chat accepting a new message and Warden recording its id.
+pub async fn deliver_due<T: Transport>(
+    store: &Arc<dyn Store>,
+    channel: &str,
+    transport: &T,
+    failpoint: &str,
+) -> Result<usize, StoreError> {
+    let due = store.due_chat_messages(channel, DUE_BATCH).await?;
+    let count = due.len();
+    for message in due {
+        deliver(store, transport, failpoint, message).await?;
+    }
+    Ok(count)
+}
+
+async fn deliver<T: Transport>(
+    store: &Arc<dyn Store>,
+    transport: &T,
+    failpoint: &str,
+    message: ChatMessage,
+) -> Result<(), StoreError> {
+    let revision = message.revision;
+    let outcome = match (message.state, message.message_id.as_deref()) {
+        (ChatMessageState::Sent, Some(sent)) => match transport.edit(&message, sent).await {
+            Ok(()) => Ok(sent.to_string()),
+            Err(error) if error.is_not_modified() => Ok(sent.to_string()),
+            Err(error) => Err(error),
+        },
+        _ => {
+            if message.state == ChatMessageState::Sending {
+                // The one gap: the chat may hold it already, and cannot be asked.
+                tracing::warn!(message = %message.id, "chat message whose send was not recorded is sent again");
+            }
+            store.start_chat_send(&message.id).await?;
+            let sent = transport.send(&message).await;
+            if sent.is_ok() {
+                warden_engine::publish::crash_point(failpoint);
+            }
+            sent
+        }
+    };
+    match outcome {
+        Ok(message_id) => {
+            store
+                .chat_message_delivered(&message.id, &message_id, revision)
+                .await?;
+        }
+        Err(error) => {
+            let retry_at = (error.is_retryable() && message.attempts < MAX_ATTEMPTS).then(|| {
+                let backoff = error
+                    .retry_after()
+                    .map(|d| i64::try_from(d.as_millis()).unwrap_or(RETRY_CAP_MS))
+                    .unwrap_or_else(|| backoff_ms(message.attempts));
+                now_ms().saturating_add(backoff)
+            });
+            tracing::info!(message = %message.id, %error, retry = retry_at.is_some(), "chat message not delivered");
+            store
+                .chat_message_failed(&message.id, &error.to_string(), retry_at)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// `text` as the messages of `channel` that carry it, each at most `max_units` UTF-16 units:
+/// the first under `id`, the rest `id:2`, `id:3`, … (`markup` on the last).
+pub fn pieces(
+    channel: &str,
+    max_units: usize,
+    id: &str,
+    chat: &str,
+    task: Option<&Task>,
+    text: &str,
+    markup: Option<String>,
+) -> Vec<NewChatMessage> {
+    let parts = split_message(text, max_units);
+    let last = parts.len() - 1;
+    parts
+        .into_iter()
+        .enumerate()
+        .map(|(index, part)| NewChatMessage {
+            id: if index == 0 {
+                id.to_string()
+            } else {
+                format!("{id}:{}", index + 1)
+            },
+            channel: channel.into(),
+            chat: chat.to_string(),
+            task: task.map(|t| t.id.clone()),
+            text: part,
+            markup: if index == last { markup.clone() } else { None },
+        })
+        .collect()
+}
+
+/// The delay before attempt `attempts + 1`: 1 s, 2 s, 4 s, … at most 5 minutes.
+pub fn backoff_ms(attempts: u32) -> i64 {
+    let doublings = attempts.saturating_sub(1).min(16);
+    RETRY_BASE_MS
+        .saturating_mul(1i64 << doublings)
+        .min(RETRY_CAP_MS)
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
