@@ -6,17 +6,16 @@
 //! `serve` killed after handling an event and before recording it still gives one task and one
 //! message once Slack retries.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use warden_test_support::git_fixture::TempRepo;
-use warden_test_support::github_fake::GithubFake;
 use warden_test_support::model_server::{openai, ScriptedModelServer};
 use warden_test_support::slack_fake::{sign, PostedMessage, SlackFake, BOT_USER};
 
 use super::server_harness::{
-    call, change_repo, sample_repo, submit_answer, uppercase_beta, Server, Token, ADMIN,
+    call, change_repo, sample_repo, submit_answer, uppercase_beta, GithubRemote, Server, Token,
+    ADMIN,
 };
 use super::support::Warden;
 
@@ -313,9 +312,7 @@ fn a_mention_yields_one_cited_answer_in_its_thread_and_forged_stale_and_replayed
 /// model making the checked edit, and the Slack fake.
 struct ChangeSetup {
     repo: TempRepo,
-    _remote_dir: tempfile::TempDir,
-    _remote: PathBuf,
-    github: GithubFake,
+    github: GithubRemote,
     _model: ScriptedModelServer,
     fake: SlackFake,
     warden: Warden,
@@ -324,19 +321,7 @@ struct ChangeSetup {
 impl ChangeSetup {
     fn new() -> ChangeSetup {
         let repo = change_repo();
-        let remote_dir = tempfile::tempdir().unwrap();
-        let remote = remote_dir.path().join("widgets.git");
-        repo.git(&[
-            "init",
-            "-q",
-            "--bare",
-            "-b",
-            "main",
-            remote.to_str().unwrap(),
-        ]);
-        repo.git(&["remote", "add", "origin", remote.to_str().unwrap()]);
-        repo.git(&["push", "-q", "origin", "HEAD:main"]);
-        let github = GithubFake::start(&remote, "acme", "widgets", GITHUB_TOKEN);
+        let github = GithubRemote::for_repo(&repo, GITHUB_TOKEN);
         let model = ScriptedModelServer::start_blocking(vec![
             uppercase_beta(),
             call(
@@ -347,15 +332,13 @@ impl ChangeSetup {
         let fake = SlackFake::start(BOT_TOKEN);
         let warden = with_slack(
             Warden::openai(&model.url())
-                .with("WARDEN_GITHUB_API_URL", &github.url())
+                .with("WARDEN_GITHUB_API_URL", &github.fake.url())
                 .with("WARDEN_GITHUB_TOKEN", GITHUB_TOKEN),
             &fake,
             "[[publish]]\nrepo = \"app\"\ngithub = \"acme/widgets\"\n",
         );
         ChangeSetup {
             repo,
-            _remote_dir: remote_dir,
-            _remote: remote,
             github,
             _model: model,
             fake,
@@ -454,7 +437,7 @@ fn a_change_shows_its_hash_and_only_an_approvers_press_opens_one_pull_request() 
         "updated in place: {:?}",
         messages[0].history
     );
-    let pulls = setup.github.pulls();
+    let pulls = setup.github.fake.pulls();
     assert_eq!(pulls.len(), 1, "{pulls:#?}");
     let pr_url = pulls[0]["html_url"].as_str().unwrap();
     assert!(
