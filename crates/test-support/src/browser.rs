@@ -219,6 +219,15 @@ impl Browser {
         )
     }
 
+    /// Resizes the browser window (a phone's screen, say) to `width` × `height` CSS pixels.
+    pub fn set_window_size(&self, width: u32, height: u32) {
+        self.session_command(
+            "POST",
+            "/window/rect",
+            Some(json!({"width": width, "height": height})),
+        );
+    }
+
     /// Saves a PNG screenshot of the page to `path`.
     pub fn screenshot(&self, path: &Path) {
         let encoded = self.session_command("GET", "/screenshot", None);

@@ -321,6 +321,26 @@ fn the_console_asks_watches_approves_and_publishes_in_a_real_browser() {
         .expect("the hash being approved");
     assert_eq!(browser.text(&shown), hash);
     browser.screenshot(&artefact_dir().join("web-console-task.png"));
+    // On a phone's screen the page fits its width (long hashes and paths wrap or scroll inside
+    // their own boxes), and the decision is still there.
+    browser.set_window_size(390, 844);
+    let overflow = browser.execute(
+        "return document.documentElement.scrollWidth - document.documentElement.clientWidth",
+        json!([]),
+    );
+    browser.screenshot(&artefact_dir().join("web-console-task-phone.png"));
+    let widest = browser.execute(
+        "let worst = null; for (const e of document.querySelectorAll('main *')) { \
+           const r = e.getBoundingClientRect(); \
+           if (r.right > document.documentElement.clientWidth + 1 && (!worst || r.right > worst.r)) \
+             worst = {r: r.right, tag: e.tagName, cls: e.className}; } return worst;",
+        json!([]),
+    );
+    assert!(
+        overflow.as_i64().unwrap() <= 0,
+        "wider than the screen by {overflow} px, the widest being {widest}"
+    );
+    browser.set_window_size(1280, 900);
     let approve = browser
         .find_all("form button")
         .into_iter()
