@@ -381,6 +381,12 @@ fn prepare(
     let mut notices = Vec::new();
     let mut connections = 0u32;
     for (index, command) in toolchains.prepare.iter().enumerate() {
+        if session.is_cancelled() {
+            return Err(Failure {
+                code: FailureCode::Cancelled,
+                message: "the task was cancelled during prepare".into(),
+            });
+        }
         progress(&format!(
             "warden: prepare `{command}` (dependency cache writable; {})",
             network.progress()
@@ -407,9 +413,7 @@ fn prepare(
         if let Some(address) = view.egress_address() {
             spec.env.extend(crate::toolchain::proxy_env(&address));
         }
-        let output = view.run(&spec);
-        let _ = view.close();
-        let output = output.map_err(|e| Failure {
+        let output = session.run_cancellable(view, &spec).map_err(|e| Failure {
             code: FailureCode::SandboxError,
             message: format!("sandbox error running prepare `{command}`: {e}"),
         })?;

@@ -101,6 +101,46 @@ impl ChangeSession {
         }
     }
 
+    /// Whether the task was cancelled ([`ChangeSession::cancel_checks`]): no command of the
+    /// session's own views starts any more.
+    pub fn is_cancelled(&self) -> bool {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .cancelled
+    }
+
+    /// Runs `spec` in `view`, a view of the session's own (a check, a prepare command, the
+    /// program lookup), where [`ChangeSession::cancel_checks`] reaches it, then closes the
+    /// view.
+    pub fn run_cancellable(
+        &self,
+        view: Box<dyn SandboxView>,
+        spec: &CommandSpec,
+    ) -> Result<warden_sandbox::CommandOutput, warden_sandbox::SandboxError> {
+        let view = Arc::new(view);
+        {
+            let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            state.running = Some(Arc::downgrade(&view));
+            // Cancelled while the view was opened: the command starts killed.
+            if state.cancelled {
+                view.cancel();
+            }
+        }
+        let output = view.run(spec);
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .running = None;
+        // A view that fails to close leaves only its scratch directory, which the task's
+        // scratch removal takes with it. (A canceller holding it this instant drops it right
+        // after; the view's own drop then takes its mounts down.)
+        if let Ok(view) = Arc::try_unwrap(view) {
+            let _ = view.close();
+        }
+        output
+    }
+
     /// sha256 of the check list, timeout, sandbox backend and Warden version: what a
     /// validation's result depends on besides the tree.
     pub fn config_hash(&self) -> String {
@@ -170,28 +210,9 @@ impl ChangeSession {
             spec.limits = self.config.limits;
             spec.env = self.config.env.clone();
             spec.output_limit = 256 * 1024;
-            let view = Arc::new(view);
-            {
-                let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-                state.running = Some(Arc::downgrade(&view));
-                // Cancelled while the view was opened: the command starts killed.
-                if state.cancelled {
-                    view.cancel();
-                }
-            }
             let started = Instant::now();
-            let output = view.run(&spec);
+            let output = self.run_cancellable(view, &spec);
             let duration_ms = started.elapsed().as_millis() as u64;
-            self.state
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .running = None;
-            // A view that fails to close leaves only its scratch directory, which the task's
-            // scratch removal takes with it. (A canceller holding it this instant drops it
-            // right after; the view's own drop then takes its mounts down.)
-            if let Ok(view) = Arc::try_unwrap(view) {
-                let _ = view.close();
-            }
             let output = output.map_err(|e| format!("sandbox error running {command:?}: {e}"))?;
             let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
             if !output.stderr.is_empty() {
@@ -271,10 +292,9 @@ impl ChangeSession {
         let mut spec = CommandSpec::bash(&script, Duration::from_secs(60));
         spec.limits = self.config.limits;
         spec.env = self.config.env.clone();
-        let output = view.run(&spec);
-        let _ = view.close();
-        let output =
-            output.map_err(|e| format!("sandbox error looking up the checks' programs: {e}"))?;
+        let output = self
+            .run_cancellable(view, &spec)
+            .map_err(|e| format!("sandbox error looking up the checks' programs: {e}"))?;
         if !output.success() {
             return Err(format!(
                 "looking up the checks' programs failed (exit {:?}): {}",

@@ -905,14 +905,11 @@ fn mounts_under(home: &std::path::Path) -> Vec<String> {
         .collect()
 }
 
-/// Ctrl-C while a check runs: the check runs in a view of its own, which the task's cancel
-/// must reach too. Before, the check went on, the command exited without it, and its view
-/// stayed mounted under WARDEN_HOME (overlay and tmpfs) with its scratch directory.
-#[test]
-fn ctrl_c_during_a_check_stops_it_and_leaves_nothing_mounted() {
+/// Runs `warden run` on `repo` with `check`, interrupts it (Ctrl-C) once a view whose scratch
+/// path holds `view` is mounted, and asserts the task ended cancelled (exit 130) with nothing
+/// left mounted under WARDEN_HOME and no scratch directory.
+fn interrupted_while_mounted(warden: &Warden, repo: &TempRepo, check: &str, view: &str) {
     use std::io::Read;
-    let repo = sample_repo();
-    let warden = Warden::faux();
     let mut child = warden
         .command(&[
             "run",
@@ -920,22 +917,21 @@ fn ctrl_c_during_a_check_stops_it_and_leaves_nothing_mounted() {
             repo.path().to_str().unwrap(),
             "--json",
             "--check",
-            "sleep 300",
+            check,
             "add notes",
         ])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    // Wait until the check's view is mounted: the check is running.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     while !mounts_under(warden.home.path())
         .iter()
-        .any(|m| m.contains("/check-1/"))
+        .any(|m| m.contains(view))
     {
         assert!(
             std::time::Instant::now() < deadline,
-            "the check never started"
+            "no {view} view was ever mounted"
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
@@ -952,10 +948,31 @@ fn ctrl_c_during_a_check_stops_it_and_leaves_nothing_mounted() {
     let result: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(result["failure"]["code"], "cancelled", "{result}");
     assert_eq!(mounts_under(warden.home.path()), Vec::<String>::new());
-    // The run ended itself (the check was killed): its scratch directory is gone too.
+    // The run ended itself (its command was killed): its scratch directory is gone too.
     let scratch = warden.home.path().join("scratch");
     let left: Vec<_> = std::fs::read_dir(&scratch)
         .map(|dir| dir.flatten().map(|e| e.path()).collect())
         .unwrap_or_default();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// Ctrl-C while a check runs: the check runs in a view of its own, which the task's cancel
+/// must reach too. Before, the check went on, the command exited without it, and its view
+/// stayed mounted under WARDEN_HOME (overlay and tmpfs) with its scratch directory.
+#[test]
+fn ctrl_c_during_a_check_stops_it_and_leaves_nothing_mounted() {
+    interrupted_while_mounted(&Warden::faux(), &sample_repo(), "sleep 300", "/check-1/");
+}
+
+/// Ctrl-C while a `prepare` command runs (before the agent's first turn): its view is the
+/// session's too, so the cancel reaches it and no later prepare command starts.
+#[test]
+fn ctrl_c_during_prepare_stops_it_and_leaves_nothing_mounted() {
+    let warden = Warden::faux();
+    std::fs::write(
+        warden.home.path().join("warden.toml"),
+        "[sandbox]\nprepare = [\"sleep 300\", \"sleep 301\"]\n",
+    )
+    .unwrap();
+    interrupted_while_mounted(&warden, &sample_repo(), "true", "/prepare-0/");
 }
