@@ -53,6 +53,8 @@ pub struct GithubSection {
     pub api_url: Option<String>,
     /// Open pull requests as drafts.
     pub draft: Option<bool>,
+    /// `[github.webhook]`: the GitHub interface of `warden serve` (off without it).
+    pub webhook: Option<crate::github_hook_config::GithubWebhookSection>,
 }
 
 /// One `[[publish]]` entry.
@@ -76,6 +78,8 @@ pub struct GithubSettings {
     pub targets: Vec<PublishTarget>,
     /// First retry delay (`WARDEN_RETRY_BASE_MS`, for tests).
     pub retry_base: Option<Duration>,
+    /// `[github.webhook]` with `WARDEN_GITHUB_WEBHOOK_SECRET`; `None`: no webhook.
+    pub webhook: Option<crate::github_hook_config::GithubWebhookConfig>,
 }
 
 /// A resolved `[[publish]]` entry.
@@ -479,6 +483,10 @@ fn github_settings(file: &FileConfig, env: &dyn Env) -> anyhow::Result<GithubSet
         draft: file.github.draft.unwrap_or(false),
         targets,
         retry_base,
+        webhook: crate::github_hook_config::GithubWebhookConfig::resolve(
+            file.github.webhook.as_ref(),
+            env.var("WARDEN_GITHUB_WEBHOOK_SECRET"),
+        )?,
     })
 }
 
@@ -541,6 +549,13 @@ impl Config {
         };
         let mut keys: Vec<String> = keys;
         keys.extend(self.github.token.iter().map(|t| t.expose().to_string()));
+        keys.extend(
+            self.github
+                .webhook
+                .iter()
+                .filter_map(|w| w.secret.as_ref())
+                .map(|s| s.expose().to_string()),
+        );
         keys.extend(
             self.telegram
                 .iter()

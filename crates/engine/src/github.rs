@@ -1,7 +1,10 @@
-//! A small client for the two GitHub REST calls publication needs: open a pull request
+//! A small client for the GitHub REST calls Warden makes. Publication: open a pull request
 //! (`POST /repos/{owner}/{repo}/pulls`) and find the pull requests of a head branch
 //! (`GET /repos/{owner}/{repo}/pulls?head={owner}:{branch}&state=all`), which is how a crash
-//! between opening one and recording it is reconciled. The API base URL is configurable
+//! between opening one and recording it is reconciled. The webhook interface: a user's
+//! permission on a repository (`GET /repos/{owner}/{repo}/collaborators/{user}/permission`),
+//! and an issue comment created (`POST /repos/{owner}/{repo}/issues/{number}/comments`) and
+//! edited (`PATCH /repos/{owner}/{repo}/issues/comments/{id}`). The API base URL is configurable
 //! (GitHub Enterprise Server is `https://HOST/api/v3`; tests point it at a local fake).
 //!
 //! Authentication is a token (a personal access token or an installation token obtained
@@ -152,6 +155,38 @@ impl PullRequest {
             base_ref: text(value.pointer("/base/ref")?)?,
         })
     }
+}
+
+/// A user's permission on a repository, as GitHub answers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Permission {
+    /// `admin`, `write`, `read` or `none` (`maintain` shows as `write`, `triage` as `read`).
+    pub permission: String,
+    /// `admin`, `maintain`, `write`, `triage`, `read` or a custom role's name.
+    pub role_name: Option<String>,
+}
+
+impl Permission {
+    /// Whether the user may push: `admin`, `maintain` or `write`.
+    pub fn can_write(&self) -> bool {
+        matches!(self.permission.as_str(), "admin" | "maintain" | "write")
+    }
+}
+
+/// `text` as one URL path segment: a GitHub login (letters, digits, `-`), else refused.
+fn path_segment(text: &str) -> Result<&str, GithubError> {
+    if text.is_empty()
+        || text.len() > 100
+        || !text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        || text.starts_with('.')
+    {
+        return Err(GithubError::Config(format!(
+            "{text:?} is not a GitHub login"
+        )));
+    }
+    Ok(text)
 }
 
 /// Why a GitHub call failed. Messages never contain the token.
@@ -350,6 +385,84 @@ impl GithubClient {
                 other => return other,
             }
         }
+    }
+
+    /// `login`'s permission on `repo` (`admin`, `write`, `read` or `none`, GitHub's legacy
+    /// field; `role_name` says `maintain`/`triage` where it differs), one attempt. 404 when
+    /// the login is not a user GitHub knows.
+    pub async fn permission(
+        &self,
+        repo: &GithubRepo,
+        login: &str,
+    ) -> Result<Permission, GithubError> {
+        let url = self.repo_url(
+            repo,
+            &format!("collaborators/{}/permission", path_segment(login)?),
+        )?;
+        let request = self.http.get(url).headers(self.headers());
+        let (status, headers, value) = self.send(request).await?;
+        if status != StatusCode::OK {
+            return Err(self.classify(status, &headers, &value));
+        }
+        let text = |key: &str| value.get(key).and_then(Value::as_str).map(str::to_string);
+        Ok(Permission {
+            permission: text("permission").ok_or_else(|| {
+                GithubError::InvalidResponse("a permission without `permission`".into())
+            })?,
+            role_name: text("role_name"),
+        })
+    }
+
+    /// Creates a comment on issue (or pull request) `number`, one attempt; its id. After
+    /// `Server` or `Network` errors it may exist.
+    pub async fn create_issue_comment(
+        &self,
+        repo: &GithubRepo,
+        number: u64,
+        body: &str,
+    ) -> Result<u64, GithubError> {
+        let url = self.repo_url(repo, &format!("issues/{number}/comments"))?;
+        let request = self
+            .http
+            .post(url)
+            .headers(self.headers())
+            .header(CONTENT_TYPE, "application/json")
+            .body(serde_json::json!({"body": body}).to_string());
+        let (status, headers, value) = self.send(request).await?;
+        if status != StatusCode::CREATED {
+            return Err(self.classify(status, &headers, &value));
+        }
+        value
+            .get("id")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| GithubError::InvalidResponse("a 201 comment without an id".into()))
+    }
+
+    /// Replaces the body of issue comment `id`, one attempt.
+    pub async fn update_issue_comment(
+        &self,
+        repo: &GithubRepo,
+        id: u64,
+        body: &str,
+    ) -> Result<(), GithubError> {
+        let url = self.repo_url(repo, &format!("issues/comments/{id}"))?;
+        let request = self
+            .http
+            .patch(url)
+            .headers(self.headers())
+            .header(CONTENT_TYPE, "application/json")
+            .body(serde_json::json!({"body": body}).to_string());
+        let (status, headers, value) = self.send(request).await?;
+        if status != StatusCode::OK {
+            return Err(self.classify(status, &headers, &value));
+        }
+        Ok(())
+    }
+
+    fn repo_url(&self, repo: &GithubRepo, rest: &str) -> Result<Url, GithubError> {
+        self.api_url
+            .join(&format!("repos/{}/{}/{rest}", repo.owner, repo.name))
+            .map_err(|e| GithubError::Config(format!("repository url: {e}")))
     }
 
     /// The wait before attempt `attempt + 1`.

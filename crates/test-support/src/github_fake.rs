@@ -1,6 +1,11 @@
-//! A local fake of GitHub's pulls API for publication tests: `POST /repos/{owner}/{repo}/pulls`
-//! and `GET /repos/{owner}/{repo}/pulls?head=owner:branch&state=...`, with GitHub's request
-//! checks, status codes (201, 200, 400, 401, 403, 404, 422) and response and error shapes
+//! A local fake of the GitHub REST calls Warden makes, for publication and webhook tests:
+//! `POST /repos/{owner}/{repo}/pulls` and `GET /repos/{owner}/{repo}/pulls?head=owner:branch&state=...`;
+//! `GET /repos/{owner}/{repo}/collaborators/{user}/permission` (the users and roles a test sets
+//! with [`GithubFake::set_role`]; an unknown user is 404); issue comments, `POST
+//! /repos/{owner}/{repo}/issues/{number}/comments`, `PATCH
+//! /repos/{owner}/{repo}/issues/comments/{id}` and `GET /repos/{owner}/{repo}/issues/{number}/comments`
+//! (each comment's every body kept, so a test sees edits). With GitHub's request checks,
+//! status codes (200, 201, 400, 401, 403, 404, 422) and response and error shapes
 //! (`{"message", "errors": [...], "documentation_url", "status"}`). Branches are looked up in a
 //! real bare repository (the "remote" the test pushes to), so a pull request can only be opened
 //! for a head that was really pushed, and records its sha. Faults can be injected: fail the
@@ -25,6 +30,15 @@ use serde_json::{json, Value};
 
 /// The API version the fake accepts in `X-GitHub-Api-Version` (absent is accepted too).
 pub const API_VERSION: &str = "2022-11-28";
+
+/// An issue comment on the fake, with every body it had (oldest first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Comment {
+    pub id: u64,
+    pub issue: u64,
+    pub body: String,
+    pub history: Vec<String>,
+}
 
 /// A planned failure of the next create request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +80,9 @@ struct Shared {
     remote: PathBuf,
     base_url: Mutex<String>,
     pulls: Mutex<Vec<Value>>,
+    /// Login (lowercase) → role name (`admin`, `maintain`, `write`, `triage`, `read`).
+    roles: Mutex<Vec<(String, String)>>,
+    comments: Mutex<Vec<Comment>>,
     faults: Mutex<VecDeque<Fault>>,
     requests: Mutex<Vec<SeenRequest>>,
 }
@@ -103,6 +120,8 @@ impl GithubFake {
             remote: remote.to_path_buf(),
             base_url: Mutex::new(format!("http://{addr}")),
             pulls: Mutex::new(Vec::new()),
+            roles: Mutex::new(Vec::new()),
+            comments: Mutex::new(Vec::new()),
             faults: Mutex::new(VecDeque::new()),
             requests: Mutex::new(Vec::new()),
         });
@@ -155,6 +174,38 @@ impl GithubFake {
     /// Plans a failure; faults are used in order, each once.
     pub fn inject(&self, fault: Fault) {
         lock(&self.shared.faults).push_back(fault);
+    }
+
+    /// Gives `login` role `role` on the repository (`admin`, `maintain`, `write`, `triage`,
+    /// `read`); a login never given one is not a GitHub user (404).
+    pub fn set_role(&self, login: &str, role: &str) {
+        let mut roles = lock(&self.shared.roles);
+        roles.retain(|(l, _)| !l.eq_ignore_ascii_case(login));
+        roles.push((login.to_ascii_lowercase(), role.to_string()));
+    }
+
+    /// Every issue comment so far, oldest first.
+    pub fn comments(&self) -> Vec<Comment> {
+        lock(&self.shared.comments).clone()
+    }
+
+    /// Waits up to `timeout` for `done` to hold of the comments; them, or `None`.
+    pub fn wait_for_comments(
+        &self,
+        timeout: std::time::Duration,
+        done: impl Fn(&[Comment]) -> bool,
+    ) -> Option<Vec<Comment>> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let comments = self.comments();
+            if done(&comments) {
+                return Some(comments);
+            }
+            if std::time::Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
     }
 
     /// Closes a pull request (as a person on GitHub would).
@@ -307,15 +358,167 @@ async fn handle(
     if !authorized {
         return github_error(StatusCode::UNAUTHORIZED, "Bad credentials", None);
     }
-    let expected = format!("/repos/{}/{}/pulls", shared.owner, shared.repo);
-    if uri.path() != expected {
+    let prefix = format!("/repos/{}/{}/", shared.owner, shared.repo);
+    let Some(rest) = uri.path().strip_prefix(&prefix) else {
         return github_error(StatusCode::NOT_FOUND, "Not Found", None);
-    }
-    match method {
-        Method::POST => create(&shared, &body),
-        Method::GET => list(&shared, uri.query().unwrap_or_default()),
+    };
+    let parts: Vec<&str> = rest.split('/').collect();
+    match (&method, parts.as_slice()) {
+        (&Method::POST, ["pulls"]) => create(&shared, &body),
+        (&Method::GET, ["pulls"]) => list(&shared, uri.query().unwrap_or_default()),
+        (&Method::GET, ["collaborators", user, "permission"]) => permission(&shared, user),
+        (&Method::POST, ["issues", number, "comments"]) => match number.parse::<u64>() {
+            Ok(number) if number > 0 => create_comment(&shared, number, &body),
+            _ => github_error(StatusCode::NOT_FOUND, "Not Found", None),
+        },
+        (&Method::GET, ["issues", number, "comments"]) => match number.parse::<u64>() {
+            Ok(number) => list_comments(&shared, number),
+            _ => github_error(StatusCode::NOT_FOUND, "Not Found", None),
+        },
+        (&Method::PATCH, ["issues", "comments", id]) => match id.parse::<u64>() {
+            Ok(id) => update_comment(&shared, id, &body),
+            _ => github_error(StatusCode::NOT_FOUND, "Not Found", None),
+        },
         _ => github_error(StatusCode::NOT_FOUND, "Not Found", None),
     }
+}
+
+fn user_json(login: &str) -> Value {
+    json!({"login": login, "id": 7, "node_id": "U_fake", "type": "User", "site_admin": false})
+}
+
+/// `GET /repos/{owner}/{repo}/collaborators/{user}/permission`: `permission` is GitHub's
+/// legacy field (`maintain` shows as `write`, `triage` as `read`), `role_name` the role.
+fn permission(shared: &Shared, user: &str) -> Response {
+    let role = lock(&shared.roles)
+        .iter()
+        .find(|(l, _)| l.eq_ignore_ascii_case(user))
+        .map(|(_, r)| r.clone());
+    let Some(role) = role else {
+        return github_error(StatusCode::NOT_FOUND, "Not Found", None);
+    };
+    let legacy = match role.as_str() {
+        "admin" => "admin",
+        "maintain" | "write" => "write",
+        "triage" | "read" => "read",
+        _ => "none",
+    };
+    let mut user_value = user_json(user);
+    user_value["role_name"] = json!(role);
+    (
+        StatusCode::OK,
+        axum::Json(json!({"permission": legacy, "role_name": role, "user": user_value})),
+    )
+        .into_response()
+}
+
+const MAX_COMMENT_CHARS: usize = 65_536;
+
+/// The `body` of a comment request, or GitHub's refusal.
+fn comment_body(body: &Bytes) -> Result<String, Response> {
+    let request: Value = match serde_json::from_slice(body) {
+        Ok(value @ Value::Object(_)) => value,
+        _ => {
+            return Err(github_error(
+                StatusCode::BAD_REQUEST,
+                "Problems parsing JSON",
+                None,
+            ))
+        }
+    };
+    let invalid = |code: &str, message: Option<&str>| {
+        let mut error = json!({"resource": "IssueComment", "field": "body", "code": code});
+        if let Some(message) = message {
+            error["message"] = json!(message);
+        }
+        github_error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Validation Failed",
+            Some(json!([error])),
+        )
+    };
+    match request.get("body").and_then(Value::as_str) {
+        None => Err(invalid("missing_field", None)),
+        Some(text) if text.trim().is_empty() => Err(invalid("missing_field", None)),
+        Some(text) if text.chars().count() > MAX_COMMENT_CHARS => Err(invalid(
+            "custom",
+            Some("body is too long (maximum is 65536 characters)"),
+        )),
+        Some(text) => Ok(text.to_string()),
+    }
+}
+
+fn comment_json(shared: &Shared, comment: &Comment) -> Value {
+    let base_url = lock(&shared.base_url).clone();
+    let (owner, repo) = (&shared.owner, &shared.repo);
+    json!({
+        "id": comment.id,
+        "node_id": format!("IC_fake{}", comment.id),
+        "url": format!("{base_url}/repos/{owner}/{repo}/issues/comments/{}", comment.id),
+        "html_url": format!("https://github.example/{owner}/{repo}/issues/{}#issuecomment-{}", comment.issue, comment.id),
+        "issue_url": format!("{base_url}/repos/{owner}/{repo}/issues/{}", comment.issue),
+        "body": comment.body,
+        "user": user_json("warden-bot"),
+        "author_association": "MEMBER",
+        "created_at": "2026-12-02T12:00:00Z",
+        "updated_at": "2026-12-02T12:00:00Z",
+    })
+}
+
+fn create_comment(shared: &Shared, issue: u64, body: &Bytes) -> Response {
+    let text = match comment_body(body) {
+        Ok(text) => text,
+        Err(refusal) => return refusal,
+    };
+    let comment = {
+        let mut comments = lock(&shared.comments);
+        let comment = Comment {
+            id: 9_000 + comments.len() as u64 + 1,
+            issue,
+            body: text.clone(),
+            history: vec![text],
+        };
+        comments.push(comment.clone());
+        comment
+    };
+    let value = comment_json(shared, &comment);
+    let location = value["url"].as_str().unwrap_or_default().to_string();
+    (
+        StatusCode::CREATED,
+        [("location", location)],
+        axum::Json(value),
+    )
+        .into_response()
+}
+
+fn update_comment(shared: &Shared, id: u64, body: &Bytes) -> Response {
+    let text = match comment_body(body) {
+        Ok(text) => text,
+        Err(refusal) => return refusal,
+    };
+    let updated = {
+        let mut comments = lock(&shared.comments);
+        comments.iter_mut().find(|c| c.id == id).map(|comment| {
+            comment.body = text.clone();
+            comment.history.push(text);
+            comment.clone()
+        })
+    };
+    match updated {
+        Some(comment) => {
+            (StatusCode::OK, axum::Json(comment_json(shared, &comment))).into_response()
+        }
+        None => github_error(StatusCode::NOT_FOUND, "Not Found", None),
+    }
+}
+
+fn list_comments(shared: &Shared, issue: u64) -> Response {
+    let comments: Vec<Value> = lock(&shared.comments)
+        .iter()
+        .filter(|c| c.issue == issue)
+        .map(|c| comment_json(shared, c))
+        .collect();
+    (StatusCode::OK, axum::Json(Value::Array(comments))).into_response()
 }
 
 fn invalid_field(field: &str, code: &str) -> Response {

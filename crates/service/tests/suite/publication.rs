@@ -213,6 +213,7 @@ async fn world() -> World {
             base: None,
         }],
         retry_base: Some(Duration::from_millis(5)),
+        webhook: None,
     };
     World {
         _home: home,
