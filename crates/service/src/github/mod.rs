@@ -307,14 +307,21 @@ impl GithubHook {
             name: format!("github:{}", login.to_ascii_lowercase()),
             role: Role::Operator,
         };
-        let context: String = format!("{title}\n\n{body}")
-            .chars()
-            .take(ISSUE_CONTEXT_CHARS)
-            .collect();
-        let prompt = format!(
-            "{}\n\n(Asked on GitHub issue {repo}#{number}. The issue's text, as its author wrote it:)\n{context}",
-            request.text
-        );
+        // A comment's request is about its issue: the issue's text goes with it (an opened
+        // issue's request is that text already).
+        let prompt = if opened {
+            request.text.clone()
+        } else {
+            let context: String =
+                format!("{title}\n\n{}", issue["body"].as_str().unwrap_or_default())
+                    .chars()
+                    .take(ISSUE_CONTEXT_CHARS)
+                    .collect();
+            format!(
+                "{}\n\n(Asked on GitHub issue {repo}#{number}, whose text, as its author wrote it, follows.)\n{context}",
+                request.text
+            )
+        };
         let mut submission = Submission::new(request.kind, prompt, vec![target.repo.clone()]);
         submission.metadata =
             Some(json!({"github": {"repo": repo.to_string(), "issue": number, "delivery": id}}));
