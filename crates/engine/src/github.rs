@@ -438,6 +438,53 @@ impl GithubClient {
             .ok_or_else(|| GithubError::InvalidResponse("a 201 comment without an id".into()))
     }
 
+    /// The comments of issue `number` (id and body), oldest first, at most `max_pages` pages of
+    /// 100. Retried on 5xx, rate limits and network errors.
+    pub async fn issue_comments(
+        &self,
+        repo: &GithubRepo,
+        number: u64,
+        max_pages: u32,
+    ) -> Result<Vec<(u64, String)>, GithubError> {
+        let mut comments = Vec::new();
+        for page in 1..=max_pages.max(1) {
+            let mut url = self.repo_url(repo, &format!("issues/{number}/comments"))?;
+            url.query_pairs_mut()
+                .append_pair("per_page", "100")
+                .append_pair("page", &page.to_string());
+            let mut attempt = 1;
+            let value = loop {
+                let request = self.http.get(url.clone()).headers(self.headers());
+                let result = match self.send(request).await {
+                    Ok((status, _, value)) if status == StatusCode::OK => Ok(value),
+                    Ok((status, headers, value)) => Err(self.classify(status, &headers, &value)),
+                    Err(error) => Err(error),
+                };
+                match result {
+                    Err(error) if error.is_retryable() && attempt < self.max_attempts() => {
+                        tokio::time::sleep(self.backoff(attempt, error.retry_after())).await;
+                        attempt += 1;
+                    }
+                    other => break other?,
+                }
+            };
+            let items = value.as_array().ok_or_else(|| {
+                GithubError::InvalidResponse("the comment list is not an array".into())
+            })?;
+            for item in items {
+                let id = item.get("id").and_then(Value::as_u64).ok_or_else(|| {
+                    GithubError::InvalidResponse("a comment without an id".into())
+                })?;
+                let body = item.get("body").and_then(Value::as_str).unwrap_or_default();
+                comments.push((id, body.to_string()));
+            }
+            if items.len() < 100 {
+                break;
+            }
+        }
+        Ok(comments)
+    }
+
     /// Replaces the body of issue comment `id`, one attempt.
     pub async fn update_issue_comment(
         &self,
@@ -819,6 +866,48 @@ mod tests {
             client.pulls_for_branch(&missing, "warden/x").await,
             Err(GithubError::NotFound(_))
         ));
+        // The webhook's calls: permissions, and a comment created, edited and listed.
+        fake.set_role("alice", "maintain");
+        fake.set_role("mallory", "triage");
+        let alice = client.permission(&repo, "alice").await.unwrap();
+        assert!(alice.can_write(), "{alice:?}");
+        assert_eq!(alice.role_name.as_deref(), Some("maintain"));
+        assert!(!client
+            .permission(&repo, "mallory")
+            .await
+            .unwrap()
+            .can_write());
+        assert!(matches!(
+            client.permission(&repo, "nobody").await,
+            Err(GithubError::NotFound(_))
+        ));
+        assert!(matches!(
+            client.permission(&repo, "../pulls").await,
+            Err(GithubError::Config(_))
+        ));
+        let id = client
+            .create_issue_comment(&repo, 3, "first")
+            .await
+            .unwrap();
+        client
+            .update_issue_comment(&repo, id, "second")
+            .await
+            .unwrap();
+        assert_eq!(
+            client.issue_comments(&repo, 3, 5).await.unwrap(),
+            [(id, "second".to_string())]
+        );
+        assert_eq!(fake.comments()[0].history, ["first", "second"]);
+        assert!(matches!(
+            client.update_issue_comment(&repo, id + 1, "x").await,
+            Err(GithubError::NotFound(_))
+        ));
+        assert_eq!(
+            client.create_issue_comment(&repo, 3, " ").await,
+            Err(GithubError::Validation(
+                "Validation Failed: body missing_field".into()
+            ))
+        );
         config.token = GithubToken::new("ghp_wrong_wrong").unwrap();
         let wrong = GithubClient::new(config).unwrap();
         let error = wrong.pulls_for_branch(&repo, "warden/x").await.unwrap_err();

@@ -372,7 +372,7 @@ async fn handle(
             _ => github_error(StatusCode::NOT_FOUND, "Not Found", None),
         },
         (&Method::GET, ["issues", number, "comments"]) => match number.parse::<u64>() {
-            Ok(number) => list_comments(&shared, number),
+            Ok(number) => list_comments(&shared, number, uri.query().unwrap_or_default()),
             _ => github_error(StatusCode::NOT_FOUND, "Not Found", None),
         },
         (&Method::PATCH, ["issues", "comments", id]) => match id.parse::<u64>() {
@@ -512,10 +512,24 @@ fn update_comment(shared: &Shared, id: u64, body: &Bytes) -> Response {
     }
 }
 
-fn list_comments(shared: &Shared, issue: u64) -> Response {
+/// One page (`per_page`, default 30, at most 100; `page` from 1) of an issue's comments,
+/// oldest first.
+fn list_comments(shared: &Shared, issue: u64, query: &str) -> Response {
+    let pairs = query_pairs(query);
+    let number = |name: &str, default: usize| {
+        pairs
+            .iter()
+            .find(|(k, _)| k == name)
+            .and_then(|(_, v)| v.parse::<usize>().ok())
+            .unwrap_or(default)
+    };
+    let per_page = number("per_page", 30).clamp(1, 100);
+    let page = number("page", 1).max(1);
     let comments: Vec<Value> = lock(&shared.comments)
         .iter()
         .filter(|c| c.issue == issue)
+        .skip((page - 1).saturating_mul(per_page))
+        .take(per_page)
         .map(|c| comment_json(shared, c))
         .collect();
     (StatusCode::OK, axum::Json(Value::Array(comments))).into_response()

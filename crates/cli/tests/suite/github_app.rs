@@ -405,3 +405,43 @@ fn a_crash_before_recording_a_delivery_gives_one_task_and_one_comment_after_a_re
     assert_eq!(task_ids(&server).len(), 1);
     server.terminate();
 }
+
+#[test]
+fn a_crash_after_github_created_a_comment_and_before_its_id_was_recorded_still_gives_one_comment() {
+    let repo = sample_repo();
+    let github = GithubRemote::for_repo(&repo, GITHUB_TOKEN);
+    // The same answer twice: the run the crash interrupted may ask again.
+    let model = ScriptedModelServer::start_blocking(vec![
+        openai::tool_call("submit_answer", &submit_answer("src/lib.rs", 31, 33)),
+        openai::tool_call("submit_answer", &submit_answer("src/lib.rs", 31, 33)),
+    ]);
+    let warden = with_hook(Warden::openai(&model.url()), &github);
+    let server = Server::start_with(
+        &warden,
+        TOKENS,
+        &[("WARDEN_FAILPOINT", "github_after_send")],
+    );
+    server.register("app", &repo);
+    wait_serving(&server);
+    let ask = comment_payload("alice", "@warden why does retry_with_backoff double?");
+    let _ = deliver(&server, "issue_comment", "d-sent", &ask, Some(SECRET));
+    // Killed right after GitHub created the task's comment, its id unrecorded.
+    assert_eq!(server.wait_exit(), Some(101));
+    let created = github.fake.comments();
+    assert_eq!(created.len(), 1, "{created:#?}");
+    assert!(
+        created[0].body.contains("<!-- warden:gh:task:tsk_"),
+        "{created:#?}"
+    );
+
+    // Started again: the comment is found by its marker and edited, never created twice.
+    let server = Server::start(&warden, TOKENS);
+    wait_serving(&server);
+    let comments = wait_comments(&github, "the answer after the restart", |c| {
+        c.iter().any(|c| c.body.contains("— completed"))
+    });
+    assert_eq!(comments.len(), 1, "{comments:#?}");
+    assert_eq!(comments[0].id, created[0].id);
+    assert_eq!(task_ids(&server).len(), 1);
+    server.terminate();
+}

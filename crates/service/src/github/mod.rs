@@ -26,9 +26,12 @@
 //! - **Egress**: the chats' outbox ([`crate::chat`]): recorded first, marked `sending` before
 //!   the request leaves, the comment id GitHub returns recorded at once.
 //!
-//! **The one gap** is the chats': a crash (or a lost answer) after GitHub created a comment
-//! and before its id was recorded creates the comment again
-//! (`WARDEN_FAILPOINT=github_after_send` stops the process there in crash tests).
+//! **No gap** where the chats have one: every comment Warden writes ends with an invisible
+//! marker, `<!-- warden:<message id>:<tag> -->`, the tag an HMAC of the message id with the
+//! webhook secret (so nobody else can forge one). A comment whose creation was started but
+//! whose id was not recorded (a crash, `WARDEN_FAILPOINT=github_after_send` in crash tests,
+//! or a lost answer) is looked for on its issue by that marker before it is created again;
+//! found, its id is recorded and it is edited instead.
 
 pub mod text;
 
@@ -42,7 +45,8 @@ use warden_engine::github::{GithubClient, GithubClientConfig, GithubError, Githu
 use warden_engine::github_hook_config::GithubWebhookConfig;
 use warden_protocol::TaskKind;
 use warden_store::{
-    ApprovalStatus, ChatMessage, Decision, NewChatMessage, Store, StoreError, Task,
+    ApprovalStatus, ChatMessage, ChatMessageState, Decision, NewChatMessage, Store, StoreError,
+    Task,
 };
 
 use crate::chat::render::{self, Style};
@@ -448,7 +452,10 @@ impl Front for GithubHook {
         crate::chat::deliver_due(
             self.store(),
             CHANNEL,
-            &Comments(&self.client),
+            &Comments {
+                client: &self.client,
+                secret: self.secret.as_bytes(),
+            },
             FAILPOINT_AFTER_SEND,
         )
         .await
@@ -476,7 +483,32 @@ fn task_pieces(task: &Task, chat: &str) -> Vec<NewChatMessage> {
 }
 
 /// Issue comments as the chats' [`Transport`].
-struct Comments<'a>(&'a GithubClient);
+struct Comments<'a> {
+    client: &'a GithubClient,
+    /// The webhook secret, the key of each comment's marker.
+    secret: &'a [u8],
+}
+
+/// Pages of an issue's comments searched for a comment whose creation was not recorded.
+const RECONCILE_PAGES: u32 = 10;
+
+/// The invisible marker that ends the comment of message `id`: `<!-- warden:ID:TAG -->`, TAG
+/// the first 16 bytes of HMAC-SHA256(`secret`, ID) in hex.
+fn marker(secret: &[u8], id: &str) -> String {
+    use hmac::{Hmac, Mac};
+    let mut mac = <Hmac<sha2::Sha256> as Mac>::new_from_slice(secret)
+        .unwrap_or_else(|_| unreachable!("HMAC accepts every key length"));
+    mac.update(b"github-comment:");
+    mac.update(id.as_bytes());
+    let tag = mac.finalize().into_bytes();
+    format!("<!-- warden:{id}:{} -->", hex::encode(&tag[..16]))
+}
+
+impl Comments<'_> {
+    fn body(&self, message: &ChatMessage) -> String {
+        format!("{}\n\n{}", message.text, marker(self.secret, &message.id))
+    }
+}
 
 /// `owner/name#number` → the repository and the issue number.
 fn issue_of(chat: &str) -> Result<(GithubRepo, u64), GithubError> {
@@ -490,9 +522,28 @@ impl Transport for Comments<'_> {
 
     async fn send(&self, message: &ChatMessage) -> Result<String, GithubError> {
         let (repo, number) = issue_of(&message.chat)?;
+        if message.state == ChatMessageState::Sending {
+            // Created before without its id recorded? Its marker says so.
+            let marker = marker(self.secret, &message.id);
+            let found = self
+                .client
+                .issue_comments(&repo, number, RECONCILE_PAGES)
+                .await?
+                .into_iter()
+                .find(|(_, body)| body.contains(&marker));
+            if let Some((id, body)) = found {
+                tracing::info!(message = %message.id, comment = id, "github comment created before found by its marker");
+                if body != self.body(message) {
+                    self.client
+                        .update_issue_comment(&repo, id, &self.body(message))
+                        .await?;
+                }
+                return Ok(id.to_string());
+            }
+        }
         let id = self
-            .0
-            .create_issue_comment(&repo, number, &message.text)
+            .client
+            .create_issue_comment(&repo, number, &self.body(message))
             .await?;
         Ok(id.to_string())
     }
@@ -502,7 +553,9 @@ impl Transport for Comments<'_> {
         let id = sent
             .parse()
             .map_err(|_| GithubError::Config(format!("{sent:?} is not a comment id")))?;
-        self.0.update_issue_comment(&repo, id, &message.text).await
+        self.client
+            .update_issue_comment(&repo, id, &self.body(message))
+            .await
     }
 }
 
@@ -561,6 +614,18 @@ mod tests {
         assert!(a >= 0);
         assert_eq!(a, update_key("72d3162e-cc78-11e3-81ab-4c9367dc0958"));
         assert_ne!(a, update_key("72d3162e-cc78-11e3-81ab-4c9367dc0959"));
+    }
+
+    #[test]
+    fn markers_are_keyed_by_the_secret_and_the_message() {
+        let a = marker(b"secret", "gh:task:tsk_1");
+        assert!(
+            a.starts_with("<!-- warden:gh:task:tsk_1:") && a.ends_with(" -->"),
+            "{a}"
+        );
+        assert_eq!(a, marker(b"secret", "gh:task:tsk_1"));
+        assert_ne!(a, marker(b"another", "gh:task:tsk_1"));
+        assert_ne!(a, marker(b"secret", "gh:task:tsk_2"));
     }
 
     #[test]
