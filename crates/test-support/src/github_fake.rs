@@ -415,15 +415,15 @@ fn permission(shared: &Shared, user: &str) -> Response {
 const MAX_COMMENT_CHARS: usize = 65_536;
 
 /// The `body` of a comment request, or GitHub's refusal.
-fn comment_body(body: &Bytes) -> Result<String, Response> {
+fn comment_body(body: &Bytes) -> Result<String, Box<Response>> {
     let request: Value = match serde_json::from_slice(body) {
         Ok(value @ Value::Object(_)) => value,
         _ => {
-            return Err(github_error(
+            return Err(Box::new(github_error(
                 StatusCode::BAD_REQUEST,
                 "Problems parsing JSON",
                 None,
-            ))
+            )))
         }
     };
     let invalid = |code: &str, message: Option<&str>| {
@@ -431,11 +431,11 @@ fn comment_body(body: &Bytes) -> Result<String, Response> {
         if let Some(message) = message {
             error["message"] = json!(message);
         }
-        github_error(
+        Box::new(github_error(
             StatusCode::UNPROCESSABLE_ENTITY,
             "Validation Failed",
             Some(json!([error])),
-        )
+        ))
     };
     match request.get("body").and_then(Value::as_str) {
         None => Err(invalid("missing_field", None)),
@@ -468,7 +468,7 @@ fn comment_json(shared: &Shared, comment: &Comment) -> Value {
 fn create_comment(shared: &Shared, issue: u64, body: &Bytes) -> Response {
     let text = match comment_body(body) {
         Ok(text) => text,
-        Err(refusal) => return refusal,
+        Err(refusal) => return *refusal,
     };
     let comment = {
         let mut comments = lock(&shared.comments);
@@ -494,7 +494,7 @@ fn create_comment(shared: &Shared, issue: u64, body: &Bytes) -> Response {
 fn update_comment(shared: &Shared, id: u64, body: &Bytes) -> Response {
     let text = match comment_body(body) {
         Ok(text) => text,
-        Err(refusal) => return refusal,
+        Err(refusal) => return *refusal,
     };
     let updated = {
         let mut comments = lock(&shared.comments);
