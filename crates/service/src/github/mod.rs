@@ -240,8 +240,9 @@ impl GithubHook {
         ) else {
             return Ok(Some(Vec::new()));
         };
-        // Apps (Warden's own comments among them, with an App token) are not people.
-        if author["type"] == "Bot" || login.ends_with("[bot]") {
+        // Apps are not people; Warden's own comments (its marker: whatever model text they
+        // quote, they are never requests, even under a token whose user is an approver).
+        if author["type"] == "Bot" || login.ends_with("[bot]") || body.contains(MARKER_PREFIX) {
             return Ok(Some(Vec::new()));
         }
         let handle = &self.config.handle;
@@ -303,8 +304,9 @@ impl GithubHook {
             ))));
         };
         if request.text.trim().is_empty() {
+            let joiner = crate::chat::text::JOINER;
             return Ok(Some(reply(format!(
-                "Ask a question (`@{handle} why …`) or ask for a change (`@{handle} fix …`)."
+                "Ask a question (`@{joiner}{handle} why …`) or ask for a change (`@{joiner}{handle} fix …`)."
             ))));
         }
         let principal = Principal {
@@ -368,30 +370,39 @@ impl GithubHook {
             name: name.clone(),
             role: Role::Admin,
         };
-        let pending = match self
-            .tasks
-            .approvals(
-                &principal,
-                ApprovalListing {
-                    status: Some(ApprovalStatus::Pending),
-                    cursor: None,
-                    limit: usize::MAX,
-                },
-            )
-            .await
-        {
-            Ok(list) => list.approvals,
-            Err(ServiceError::Store(error)) => return Err(error),
-            Err(error) => return Ok(format!("Refused: {}", text::markdown(&error.to_string()))),
-        };
         let mut found = None;
-        for approval in pending {
-            if let Some(task) = self.store().get_task(&approval.task).await? {
-                let github = &task.metadata["github"];
-                if github["repo"] == repo.to_string() && github["issue"] == number {
-                    found = Some(approval);
-                    break;
+        let mut cursor = None;
+        'pages: loop {
+            let page = match self
+                .tasks
+                .approvals(
+                    &principal,
+                    ApprovalListing {
+                        status: Some(ApprovalStatus::Pending),
+                        cursor: cursor.take(),
+                        limit: usize::MAX,
+                    },
+                )
+                .await
+            {
+                Ok(page) => page,
+                Err(ServiceError::Store(error)) => return Err(error),
+                Err(error) => {
+                    return Ok(format!("Refused: {}", text::markdown(&error.to_string())))
                 }
+            };
+            for approval in page.approvals {
+                if let Some(task) = self.store().get_task(&approval.task).await? {
+                    let github = &task.metadata["github"];
+                    if github["repo"] == repo.to_string() && github["issue"] == number {
+                        found = Some(approval);
+                        break 'pages;
+                    }
+                }
+            }
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
             }
         }
         let Some(approval) = found else {
@@ -489,6 +500,9 @@ struct Comments<'a> {
     secret: &'a [u8],
 }
 
+/// How every marker starts; a delivery of a comment holding one is Warden's own.
+const MARKER_PREFIX: &str = "<!-- warden:";
+
 /// Pages of an issue's comments searched for a comment whose creation was not recorded.
 const RECONCILE_PAGES: u32 = 10;
 
@@ -501,7 +515,7 @@ fn marker(secret: &[u8], id: &str) -> String {
     mac.update(b"github-comment:");
     mac.update(id.as_bytes());
     let tag = mac.finalize().into_bytes();
-    format!("<!-- warden:{id}:{} -->", hex::encode(&tag[..16]))
+    format!("{MARKER_PREFIX}{id}:{} -->", hex::encode(&tag[..16]))
 }
 
 impl Comments<'_> {
