@@ -55,6 +55,19 @@ pub struct GithubSection {
     pub draft: Option<bool>,
     /// `[github.webhook]`: the GitHub interface of `warden serve` (off without it).
     pub webhook: Option<crate::github_hook_config::GithubWebhookSection>,
+    /// `[github.app]`: authenticate as a GitHub App installation instead of with a token.
+    pub app: Option<GithubAppSection>,
+}
+
+/// `[github.app]`: the App's client id and installation; the private key only from
+/// `WARDEN_GITHUB_APP_PRIVATE_KEY` (the PEM text) or `WARDEN_GITHUB_APP_PRIVATE_KEY_FILE`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GithubAppSection {
+    /// The App's client id (`Iv…`; its numeric App id works too).
+    pub client_id: String,
+    /// The installation on the account owning the repositories.
+    pub installation_id: u64,
 }
 
 /// One `[[publish]]` entry.
@@ -80,6 +93,20 @@ pub struct GithubSettings {
     pub retry_base: Option<Duration>,
     /// `[github.webhook]` with `WARDEN_GITHUB_WEBHOOK_SECRET`; `None`: no webhook.
     pub webhook: Option<crate::github_hook_config::GithubWebhookConfig>,
+    /// `[github.app]` with its key: used instead of `token` when present.
+    pub app: Option<crate::github::app::AppCredentials>,
+}
+
+impl GithubSettings {
+    /// How a client authenticates: the App when `[github.app]` is configured, else the token;
+    /// `None` without either.
+    pub fn auth(&self) -> Option<crate::github::GithubAuth> {
+        match (&self.app, &self.token) {
+            (Some(app), _) => Some(crate::github::GithubAuth::App(app.clone())),
+            (None, Some(token)) => Some(crate::github::GithubAuth::Token(token.clone())),
+            (None, None) => None,
+        }
+    }
 }
 
 /// A resolved `[[publish]]` entry.
@@ -487,7 +514,44 @@ fn github_settings(file: &FileConfig, env: &dyn Env) -> anyhow::Result<GithubSet
             file.github.webhook.as_ref(),
             env.var("WARDEN_GITHUB_WEBHOOK_SECRET"),
         )?,
+        app: github_app(file.github.app.as_ref(), env)?,
     })
+}
+
+/// `[github.app]` with its private key from the environment.
+fn github_app(
+    section: Option<&GithubAppSection>,
+    env: &dyn Env,
+) -> anyhow::Result<Option<crate::github::app::AppCredentials>> {
+    let Some(section) = section else {
+        return Ok(None);
+    };
+    let client_id = section.client_id.trim();
+    if client_id.is_empty()
+        || client_id.len() > 100
+        || !client_id.chars().all(|c| c.is_ascii_alphanumeric())
+    {
+        bail!("github.app.client_id {client_id:?} must be 1-100 letters and digits");
+    }
+    let pem = match (
+        env.var("WARDEN_GITHUB_APP_PRIVATE_KEY"),
+        env.var("WARDEN_GITHUB_APP_PRIVATE_KEY_FILE"),
+    ) {
+        (Some(pem), _) => pem,
+        (None, Some(path)) => std::fs::read_to_string(&path).map_err(|e| {
+            anyhow::anyhow!("cannot read WARDEN_GITHUB_APP_PRIVATE_KEY_FILE {path:?}: {e}")
+        })?,
+        (None, None) => bail!(
+            "[github.app] is configured but neither WARDEN_GITHUB_APP_PRIVATE_KEY nor WARDEN_GITHUB_APP_PRIVATE_KEY_FILE is set"
+        ),
+    };
+    let key = crate::github::app::AppKey::from_pem(&pem)
+        .map_err(|e| anyhow::anyhow!("the GitHub App private key: {e}"))?;
+    Ok(Some(crate::github::app::AppCredentials {
+        client_id: client_id.to_string(),
+        installation_id: section.installation_id,
+        key: std::sync::Arc::new(key),
+    }))
 }
 
 impl ModelChoice {

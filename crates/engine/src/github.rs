@@ -16,6 +16,9 @@
 //! exponential backoff). Creation is attempted once per call: whether a failed create went
 //! through is only known by asking again, which [`crate::publish`] does before each attempt.
 
+pub mod app;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
@@ -56,13 +59,24 @@ impl std::fmt::Debug for GithubToken {
     }
 }
 
+/// How the client authenticates.
+#[derive(Debug, Clone)]
+pub enum GithubAuth {
+    /// A personal (or fine-grained) token.
+    Token(GithubToken),
+    /// A GitHub App installation: installation tokens fetched with the App's JWT and cached
+    /// ([`app`]).
+    App(crate::github::app::AppCredentials),
+}
+
 /// How the client talks to GitHub.
 #[derive(Debug, Clone)]
 pub struct GithubClientConfig {
     /// E.g. `https://api.github.com` or `https://github.example.com/api/v3`, no trailing `/`
     /// needed.
     pub api_url: String,
-    pub token: GithubToken,
+    /// A token, or an App installation whose tokens the client fetches.
+    pub auth: GithubAuth,
     /// Attempts for a read before giving up (at least 1).
     pub max_attempts: u32,
     /// First backoff delay; doubled per attempt.
@@ -73,9 +87,13 @@ pub struct GithubClientConfig {
 
 impl GithubClientConfig {
     pub fn new(api_url: &str, token: GithubToken) -> GithubClientConfig {
+        GithubClientConfig::with_auth(api_url, GithubAuth::Token(token))
+    }
+
+    pub fn with_auth(api_url: &str, auth: GithubAuth) -> GithubClientConfig {
         GithubClientConfig {
             api_url: api_url.to_string(),
-            token,
+            auth,
             max_attempts: 4,
             retry_base: Duration::from_millis(500),
             request_timeout: Duration::from_secs(30),
@@ -265,7 +283,8 @@ impl GithubError {
 pub struct GithubClient {
     http: reqwest::Client,
     api_url: Url,
-    token: GithubToken,
+    /// The App's installation token in use (unused with a plain token).
+    installation: Arc<crate::github::app::TokenCache>,
     config: GithubClientConfig,
 }
 
@@ -285,10 +304,12 @@ impl GithubClient {
                     .into(),
             ));
         }
-        if HeaderValue::from_str(&format!("Bearer {}", config.token.expose())).is_err() {
-            return Err(GithubError::Config(
-                "the token contains characters a header cannot carry".into(),
-            ));
+        if let GithubAuth::Token(token) = &config.auth {
+            if HeaderValue::from_str(&format!("Bearer {}", token.expose())).is_err() {
+                return Err(GithubError::Config(
+                    "the token contains characters a header cannot carry".into(),
+                ));
+            }
         }
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
@@ -299,14 +320,71 @@ impl GithubClient {
         Ok(GithubClient {
             http,
             api_url,
-            token: config.token.clone(),
+            installation: Arc::default(),
             config,
         })
     }
 
-    /// The token, so callers can register it with their redactor.
-    pub fn token(&self) -> &GithubToken {
-        &self.token
+    /// The bearer token of the next request: the configured token, or the App installation's
+    /// (cached until five minutes before it expires, then fetched again).
+    async fn bearer(&self) -> Result<GithubToken, GithubError> {
+        match &self.config.auth {
+            GithubAuth::Token(token) => Ok(token.clone()),
+            GithubAuth::App(app) => {
+                let now = crate::github::app::now_secs();
+                self.installation
+                    .get(now, || self.installation_token(app, now))
+                    .await
+            }
+        }
+    }
+
+    /// `POST /app/installations/{id}/access_tokens` with the App's JWT: a token and when it
+    /// expires (Unix seconds; at most an hour from now whatever GitHub says).
+    async fn installation_token(
+        &self,
+        app: &crate::github::app::AppCredentials,
+        now: i64,
+    ) -> Result<(GithubToken, i64), GithubError> {
+        let jwt = app.key.jwt(&app.client_id, now)?;
+        let url = self
+            .api_url
+            .join(&format!(
+                "app/installations/{}/access_tokens",
+                app.installation_id
+            ))
+            .map_err(|e| GithubError::Config(format!("installation url: {e}")))?;
+        let mut headers = Self::base_headers();
+        let mut value = HeaderValue::from_str(&format!("Bearer {jwt}"))
+            .map_err(|_| GithubError::Config("the App's JWT is not a header value".into()))?;
+        value.set_sensitive(true);
+        headers.insert(AUTHORIZATION, value);
+        let request = self.http.post(url).headers(headers);
+        let (status, headers, body) = self.send(request).await?;
+        if status != StatusCode::CREATED {
+            return Err(self.classify(status, &headers, &body));
+        }
+        let token = body
+            .get("token")
+            .and_then(Value::as_str)
+            .and_then(GithubToken::new)
+            .ok_or_else(|| {
+                GithubError::InvalidResponse("an installation token without `token`".into())
+            })?;
+        let expires_at = body
+            .get("expires_at")
+            .and_then(Value::as_str)
+            .and_then(crate::github::app::parse_utc)
+            .ok_or_else(|| {
+                GithubError::InvalidResponse("an installation token without `expires_at`".into())
+            })?;
+        let longest = now + crate::github::app::MAX_TOKEN_LIFETIME.as_secs() as i64;
+        if HeaderValue::from_str(&format!("Bearer {}", token.expose())).is_err() {
+            return Err(GithubError::InvalidResponse(
+                "an installation token a header cannot carry".into(),
+            ));
+        }
+        Ok((token, expires_at.min(longest)))
     }
 
     fn pulls_url(&self, repo: &GithubRepo) -> Result<Url, GithubError> {
@@ -315,7 +393,17 @@ impl GithubClient {
             .map_err(|e| GithubError::Config(format!("pulls url: {e}")))
     }
 
-    fn headers(&self) -> HeaderMap {
+    async fn headers(&self) -> Result<HeaderMap, GithubError> {
+        let mut headers = Self::base_headers();
+        let token = self.bearer().await?;
+        if let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {}", token.expose())) {
+            value.set_sensitive(true);
+            headers.insert(AUTHORIZATION, value);
+        }
+        Ok(headers)
+    }
+
+    fn base_headers() -> HeaderMap {
         let mut headers = HeaderMap::new();
         headers.insert(
             ACCEPT,
@@ -329,10 +417,6 @@ impl GithubClient {
             USER_AGENT,
             HeaderValue::from_static(concat!("warden/", env!("CARGO_PKG_VERSION"))),
         );
-        if let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {}", self.token.expose())) {
-            value.set_sensitive(true);
-            headers.insert(AUTHORIZATION, value);
-        }
         headers
     }
 
@@ -350,7 +434,7 @@ impl GithubClient {
         let request = self
             .http
             .post(url)
-            .headers(self.headers())
+            .headers(self.headers().await?)
             .header(CONTENT_TYPE, "application/json")
             .body(body);
         let (status, headers, value) = self.send(request).await?;
@@ -399,7 +483,7 @@ impl GithubClient {
             repo,
             &format!("collaborators/{}/permission", path_segment(login)?),
         )?;
-        let request = self.http.get(url).headers(self.headers());
+        let request = self.http.get(url).headers(self.headers().await?);
         let (status, headers, value) = self.send(request).await?;
         if status != StatusCode::OK {
             return Err(self.classify(status, &headers, &value));
@@ -425,7 +509,7 @@ impl GithubClient {
         let request = self
             .http
             .post(url)
-            .headers(self.headers())
+            .headers(self.headers().await?)
             .header(CONTENT_TYPE, "application/json")
             .body(serde_json::json!({"body": body}).to_string());
         let (status, headers, value) = self.send(request).await?;
@@ -454,7 +538,7 @@ impl GithubClient {
                 .append_pair("page", &page.to_string());
             let mut attempt = 1;
             let value = loop {
-                let request = self.http.get(url.clone()).headers(self.headers());
+                let request = self.http.get(url.clone()).headers(self.headers().await?);
                 let result = match self.send(request).await {
                     Ok((status, _, value)) if status == StatusCode::OK => Ok(value),
                     Ok((status, headers, value)) => Err(self.classify(status, &headers, &value)),
@@ -496,7 +580,7 @@ impl GithubClient {
         let request = self
             .http
             .patch(url)
-            .headers(self.headers())
+            .headers(self.headers().await?)
             .header(CONTENT_TYPE, "application/json")
             .body(serde_json::json!({"body": body}).to_string());
         let (status, headers, value) = self.send(request).await?;
@@ -527,7 +611,7 @@ impl GithubClient {
     }
 
     async fn list_once(&self, url: Url) -> Result<Vec<PullRequest>, GithubError> {
-        let request = self.http.get(url).headers(self.headers());
+        let request = self.http.get(url).headers(self.headers().await?);
         let (status, headers, value) = self.send(request).await?;
         if status != StatusCode::OK {
             return Err(self.classify(status, &headers, &value));
@@ -622,11 +706,13 @@ impl GithubClient {
     }
 
     fn redact(&self, text: &str) -> String {
-        let token = self.token.expose();
-        if token.is_empty() {
-            text.to_string()
-        } else {
-            text.replace(token, "[redacted]")
+        let token = match &self.config.auth {
+            GithubAuth::Token(token) => Some(token.clone()),
+            GithubAuth::App(_) => self.installation.current(),
+        };
+        match token {
+            Some(token) if !token.expose().is_empty() => text.replace(token.expose(), "[redacted]"),
+            _ => text.to_string(),
         }
     }
 }
@@ -827,6 +913,80 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_app_installation_token_is_fetched_with_a_jwt_cached_and_renewed() {
+        use base64::Engine as _;
+        use warden_test_support::github_fake::{
+            GithubFake, APP_TEST_KEY_PEM, APP_TEST_PUBLIC_KEY_DER_BASE64,
+        };
+        let key = std::sync::Arc::new(app::AppKey::from_pem(APP_TEST_KEY_PEM).unwrap());
+        assert_eq!(
+            base64::engine::general_purpose::STANDARD.encode(key.public_key_der()),
+            APP_TEST_PUBLIC_KEY_DER_BASE64
+        );
+        // The JWT's claims: iat a minute back, exp under ten minutes ahead, iss the client id.
+        let jwt = key.jwt("Iv1test", 1_700_000_000).unwrap();
+        let claims = jwt.split('.').nth(1).unwrap();
+        let claims: Value = serde_json::from_slice(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(claims)
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            claims,
+            serde_json::json!({"iat": 1_699_999_940, "exp": 1_700_000_540, "iss": "Iv1test"})
+        );
+        assert!(!format!("{key:?}").contains("PRIVATE"));
+
+        let origin = warden_test_support::git_fixture::TempRepo::new();
+        let remote = tempfile::tempdir().unwrap();
+        origin.git(&["init", "-q", "--bare", remote.path().to_str().unwrap()]);
+        let fake = GithubFake::start(remote.path(), "acme", "widgets", "ghp_unused_unused");
+        fake.set_role("alice", "write");
+        let repo = GithubRepo::parse("acme/widgets").unwrap();
+        let client = |client_id: &str, installation_id: u64| {
+            GithubClient::new(GithubClientConfig::with_auth(
+                &fake.url(),
+                GithubAuth::App(app::AppCredentials {
+                    client_id: client_id.into(),
+                    installation_id,
+                    key: key.clone(),
+                }),
+            ))
+            .unwrap()
+        };
+        // An hour-long token serves every call.
+        fake.with_app("Iv1test", 42, 3600);
+        let app_client = client("Iv1test", 42);
+        for _ in 0..3 {
+            assert!(app_client
+                .permission(&repo, "alice")
+                .await
+                .unwrap()
+                .can_write());
+        }
+        assert_eq!(fake.issued_tokens().len(), 1);
+        let used = fake.requests();
+        let bearer = used.last().unwrap().header("authorization").unwrap();
+        assert_eq!(bearer, format!("Bearer {}", fake.issued_tokens()[0]));
+        // A token with under five minutes left is renewed before it is used.
+        fake.with_app("Iv1test", 42, 200);
+        let app_client = client("Iv1test", 42);
+        app_client.permission(&repo, "alice").await.unwrap();
+        app_client.permission(&repo, "alice").await.unwrap();
+        assert_eq!(fake.issued_tokens().len(), 2);
+        // Another App's JWT, or another installation: refused, named.
+        assert!(matches!(
+            client("Iv1other", 42).permission(&repo, "alice").await,
+            Err(GithubError::Unauthorized(m)) if m.contains("JSON web token")
+        ));
+        assert!(matches!(
+            client("Iv1test", 7).permission(&repo, "alice").await,
+            Err(GithubError::NotFound(_))
+        ));
+    }
+
+    #[tokio::test]
     async fn reads_are_retried_and_refusals_are_named() {
         use warden_test_support::github_fake::{Fault, GithubFake};
         let origin = warden_test_support::git_fixture::TempRepo::new();
@@ -908,7 +1068,7 @@ mod tests {
                 "Validation Failed: body missing_field".into()
             ))
         );
-        config.token = GithubToken::new("ghp_wrong_wrong").unwrap();
+        config.auth = GithubAuth::Token(GithubToken::new("ghp_wrong_wrong").unwrap());
         let wrong = GithubClient::new(config).unwrap();
         let error = wrong.pulls_for_branch(&repo, "warden/x").await.unwrap_err();
         assert_eq!(error, GithubError::Unauthorized("Bad credentials".into()));

@@ -28,8 +28,25 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use serde_json::{json, Value};
 
+/// A GitHub App private key for tests only (2048-bit RSA, PKCS#1 PEM, as GitHub hands keys
+/// out), generated for this fake and published here: never trust it anywhere.
+pub const APP_TEST_KEY_PEM: &str = "-----BEGIN RSA PRIVATE KEY-----\nMIIEogIBAAKCAQEAxVr8Fzs0qH9KB73RbCyOJ2G+1Mnr5UWES583uRht/b8uW/GE\nrmzumpvY5P5uazmAXg2sJ43QuWjOmyv/I1bBEhRCHCEocV4mHJHbk4+AFF3JGX3y\nIHBPxeNWqZ0+vr6YYYjiQSK0M/PQsNIziM3frE8GZvNY5q+O800FKVy1+I8p+Lgv\na5cBx+zO9mcKF8rICgkEmqouYggYRS4Y2p73fpRxVxOPjuzKQjMScIMihKfQTKAs\nBqLqnIDxlhpxsJgOeipn+2r6G3SE71oSvX6Ui5Xzoq5BuxacPECr+/f9+rqUuf+r\nw25OTrOaKQBkrlnmehP7Mo6BGAKFPKOFlmZKGwIDAQABAoIBAB4TsttILXXHybyq\noT8m/oEiTzwhtn7qBx1Om2ZCQrJgZQx5HzCarwscA5melwMQr9oQTl4hfvUKyStH\n22nY1QglfeUd6TUh1UAXEIuJW/UpTTZtMIM2FUpCI9kp+uqEpIzUw4U2veze/xKQ\n7m6ues9JTzSjEzeQ+4G5NAys3ES60+TJREix1bt8Fydg6iUbUMk84NzkVimi5+vj\nWvwvmel4Us4ZVh+3Dv3lbGWlarGW0pi6nHA35r3rHlkrNryIf2qp/26JmcAwGq4w\nt3Xo2KSxJY0YqrjFg4YDi7wehq6y3IKjUmB39czqBYfYXWMwLTwKvSeo74+GuoDK\nWCo4oxECgYEA+n44NkZ4bpk8XtYJIyaJEuzZE0Jt27Vd6Pk2Ep7DYvaQeFZSLfm4\n94Wmvm1MYbSjvVMtWbPpSSd9r220GAdybJIQF2V81L62iOKTnToRryW6/Mv7+15A\nYzahX7QhQ3+5LCM9HNFVxi7EEfkDJHNCzPXpl82thi8qN5NH8XxSjxECgYEAybG0\nkiWmfqTDiLDBCeYFzk3HoCJFybpNlzKyrIPbmENaIiWy+Zq1Xc7m+miOSauNBWN4\niqVIctwktF4F3ku4N+4s4LrzDAOhZ6emaFtpWEWG55/lRdNyl045nwkDq1S6fYEE\nKCCWIE35TZtFcZdCIdP29WEKVaupABEiPiIYnmsCgYBkdjK9Mc4jLTnVHypS+qWG\n/Y6h9sZwk3CyeyCAn0PlcNXILXaQEdNpEiUpwlQb64Kv76gEje9F85youuq7qGDv\nwjTJ7V3/RO2YQKbLK/rjr9IqiPTqf4Z7Q/G8nFWq6JKvbQKZiCtKbH8eZiwodkGY\nShgBVe/+HPRljaAQ7bd+wQKBgEoS5rNJ+pTGZD2eVLcS8IztCeSo0aKdtoNSDkbH\ngm2wRrkFyW5cQEG8jB3pKmCqDXeuKYYZ37q3WQ+Y/GTAwF5iLb83Sa3e43dTHg1z\njQPrPPlyQtzbJFmnVAgxYlSZIIiZSnKGTTx+BpJW9TEbkSElXKyPwCDok3+/yyiw\nkwQTAoGAUMh5fc2b+Ns0s9zRUTE/1Oj5dP51A1I/tqh/Vob4ckrm8hfU0Lu/u6nG\nIlAaLIUrLVdvBcbeqq9h7KoeoC2Oks98+5WEj4LBOJAaPAlA3rw637vUF+rWWhtA\ntiheF5qJ4bR886TGtOHPiZnfF9DHhn+FglCFkK/6/ew7TLG8uYw=\n-----END RSA PRIVATE KEY-----";
+
+/// The public half of [`APP_TEST_KEY_PEM`], PKCS#1 `RSAPublicKey` DER in base64: what the
+/// fake checks App JWTs with.
+pub const APP_TEST_PUBLIC_KEY_DER_BASE64: &str = "MIIBCgKCAQEAxVr8Fzs0qH9KB73RbCyOJ2G+1Mnr5UWES583uRht/b8uW/GErmzumpvY5P5uazmAXg2sJ43QuWjOmyv/I1bBEhRCHCEocV4mHJHbk4+AFF3JGX3yIHBPxeNWqZ0+vr6YYYjiQSK0M/PQsNIziM3frE8GZvNY5q+O800FKVy1+I8p+Lgva5cBx+zO9mcKF8rICgkEmqouYggYRS4Y2p73fpRxVxOPjuzKQjMScIMihKfQTKAsBqLqnIDxlhpxsJgOeipn+2r6G3SE71oSvX6Ui5Xzoq5BuxacPECr+/f9+rqUuf+rw25OTrOaKQBkrlnmehP7Mo6BGAKFPKOFlmZKGwIDAQAB";
+
 /// The API version the fake accepts in `X-GitHub-Api-Version` (absent is accepted too).
 pub const API_VERSION: &str = "2022-11-28";
+
+/// The GitHub App the fake knows: its client id, installation, and the installation tokens
+/// it issued (each `(token, expires_at)` in Unix seconds).
+struct App {
+    client_id: String,
+    installation_id: u64,
+    lifetime_secs: i64,
+    issued: Vec<(String, i64)>,
+}
 
 /// An issue comment on the fake, with every body it had (oldest first).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +100,7 @@ struct Shared {
     /// Login (lowercase) → role name (`admin`, `maintain`, `write`, `triage`, `read`).
     roles: Mutex<Vec<(String, String)>>,
     comments: Mutex<Vec<Comment>>,
+    app: Mutex<Option<App>>,
     faults: Mutex<VecDeque<Fault>>,
     requests: Mutex<Vec<SeenRequest>>,
 }
@@ -122,6 +140,7 @@ impl GithubFake {
             pulls: Mutex::new(Vec::new()),
             roles: Mutex::new(Vec::new()),
             comments: Mutex::new(Vec::new()),
+            app: Mutex::new(None),
             faults: Mutex::new(VecDeque::new()),
             requests: Mutex::new(Vec::new()),
         });
@@ -182,6 +201,27 @@ impl GithubFake {
         let mut roles = lock(&self.shared.roles);
         roles.retain(|(l, _)| !l.eq_ignore_ascii_case(login));
         roles.push((login.to_ascii_lowercase(), role.to_string()));
+    }
+
+    /// Knows a GitHub App `client_id` (keyed with [`APP_TEST_KEY_PEM`]) installed as
+    /// `installation_id` on the repository: `POST /app/installations/{id}/access_tokens` checks
+    /// its JWT (RS256 signature, `iss`, `iat`, `exp` at most ten minutes ahead) and issues
+    /// tokens that expire after `lifetime_secs`, accepted like the fake's token until then.
+    pub fn with_app(&self, client_id: &str, installation_id: u64, lifetime_secs: i64) {
+        *lock(&self.shared.app) = Some(App {
+            client_id: client_id.to_string(),
+            installation_id,
+            lifetime_secs,
+            issued: Vec::new(),
+        });
+    }
+
+    /// The installation tokens issued so far, oldest first.
+    pub fn issued_tokens(&self) -> Vec<String> {
+        lock(&self.shared.app)
+            .as_ref()
+            .map(|app| app.issued.iter().map(|(t, _)| t.clone()).collect())
+            .unwrap_or_default()
     }
 
     /// Every issue comment so far, oldest first.
@@ -347,14 +387,31 @@ async fn handle(
             );
         }
     }
-    let authorized = headers
+    let bearer = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| {
             v.strip_prefix("Bearer ")
                 .or_else(|| v.strip_prefix("token "))
         })
-        .is_some_and(|token| token == shared.token);
+        .unwrap_or_default()
+        .to_string();
+    if method == Method::POST {
+        if let Some(id) = uri
+            .path()
+            .strip_prefix("/app/installations/")
+            .and_then(|rest| rest.strip_suffix("/access_tokens"))
+        {
+            return installation_token(&shared, id, &bearer);
+        }
+    }
+    let now = now_secs();
+    let authorized = bearer == shared.token
+        || lock(&shared.app).as_ref().is_some_and(|app| {
+            app.issued
+                .iter()
+                .any(|(token, expires_at)| *token == bearer && *expires_at > now)
+        });
     if !authorized {
         return github_error(StatusCode::UNAUTHORIZED, "Bad credentials", None);
     }
@@ -381,6 +438,109 @@ async fn handle(
         },
         _ => github_error(StatusCode::NOT_FOUND, "Not Found", None),
     }
+}
+
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// `secs` (Unix) as GitHub writes times: `2026-12-03T13:20:00Z`.
+fn utc(secs: i64) -> String {
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3_600,
+        rest % 3_600 / 60,
+        rest % 60
+    )
+}
+
+/// `POST /app/installations/{id}/access_tokens`, authenticated by the App's JWT.
+fn installation_token(shared: &Shared, id: &str, jwt: &str) -> Response {
+    use base64::Engine as _;
+    let unauthorized = |message: &str| github_error(StatusCode::UNAUTHORIZED, message, None);
+    let mut app = lock(&shared.app);
+    let Some(app) = app.as_mut() else {
+        return github_error(StatusCode::NOT_FOUND, "Not Found", None);
+    };
+    let parts: Vec<&str> = jwt.split('.').collect();
+    let decode = |part: &str| {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(part)
+            .ok()
+    };
+    let (Some(header), Some(claims), Some(signature)) = (
+        parts.first().and_then(|p| decode(p)),
+        parts.get(1).and_then(|p| decode(p)),
+        parts.get(2).and_then(|p| decode(p)),
+    ) else {
+        return unauthorized("A JSON web token could not be decoded");
+    };
+    if parts.len() != 3 {
+        return unauthorized("A JSON web token could not be decoded");
+    }
+    let header: Value = serde_json::from_slice(&header).unwrap_or(Value::Null);
+    let claims: Value = serde_json::from_slice(&claims).unwrap_or(Value::Null);
+    if header["alg"] != "RS256" {
+        return unauthorized("A JSON web token could not be decoded");
+    }
+    let public = base64::engine::general_purpose::STANDARD
+        .decode(APP_TEST_PUBLIC_KEY_DER_BASE64)
+        .unwrap_or_default();
+    let key = ring::signature::UnparsedPublicKey::new(
+        &ring::signature::RSA_PKCS1_2048_8192_SHA256,
+        public,
+    );
+    let signed = format!("{}.{}", parts[0], parts[1]);
+    if key.verify(signed.as_bytes(), &signature).is_err() {
+        return unauthorized("A JSON web token could not be decoded");
+    }
+    let now = now_secs();
+    let (Some(iat), Some(exp)) = (claims["iat"].as_i64(), claims["exp"].as_i64()) else {
+        return unauthorized("A JSON web token could not be decoded");
+    };
+    if claims["iss"] != app.client_id.as_str() {
+        return unauthorized("A JSON web token could not be decoded");
+    }
+    if iat > now + 60 {
+        return unauthorized(
+            "'Issued at' claim ('iat') must be an Integer representing a time in the past.",
+        );
+    }
+    if exp <= now {
+        return unauthorized("'Expiration time' claim ('exp') must be a numeric value representing the future time at which the assertion expires.");
+    }
+    if exp > now + 600 || exp - iat > 660 {
+        return unauthorized("'Expiration time' claim ('exp') is too far in the future.");
+    }
+    if id.parse::<u64>().ok() != Some(app.installation_id) {
+        return github_error(StatusCode::NOT_FOUND, "Not Found", None);
+    }
+    let token = format!("ghs_fake{:04}{}", app.issued.len() + 1, "x".repeat(32));
+    let expires_at = now + app.lifetime_secs;
+    app.issued.push((token.clone(), expires_at));
+    (
+        StatusCode::CREATED,
+        axum::Json(json!({
+            "token": token,
+            "expires_at": utc(expires_at),
+            "permissions": {"issues": "write", "pull_requests": "write", "contents": "write", "metadata": "read"},
+            "repository_selection": "all",
+        })),
+    )
+        .into_response()
 }
 
 fn user_json(login: &str) -> Value {
@@ -700,7 +860,14 @@ fn list(shared: &Shared, query: &str) -> Response {
 
 #[cfg(test)]
 mod tests {
-    use super::percent_decode;
+    use super::{percent_decode, utc};
+
+    #[test]
+    fn times_are_written_as_github_writes_them() {
+        assert_eq!(utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc(1_468_275_250), "2016-07-11T22:14:10Z");
+        assert_eq!(utc(951_825_600), "2000-02-29T12:00:00Z");
+    }
 
     #[test]
     fn decodes_query_values() {

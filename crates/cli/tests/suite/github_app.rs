@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use warden_service::github::text::signature;
-use warden_test_support::github_fake::Comment;
+use warden_test_support::github_fake::{Comment, APP_TEST_KEY_PEM};
 use warden_test_support::model_server::{openai, ScriptedModelServer};
 
 use super::server_harness::{
@@ -31,7 +31,27 @@ const HOOK_TOML: &str = "[github.webhook]\nhandle = \"warden\"\n\
 [[publish]]\nrepo = \"app\"\ngithub = \"acme/widgets\"\n";
 
 fn with_hook(warden: Warden, github: &GithubRemote) -> Warden {
-    std::fs::write(warden.home.path().join("warden.toml"), HOOK_TOML).unwrap();
+    with_hook_and(warden, github, "")
+}
+
+/// As [`with_hook`], authenticating as the GitHub App `Iv1test` (installation 42) the fake
+/// knows, whose tokens expire after `lifetime_secs`.
+fn with_app(warden: Warden, github: &GithubRemote, lifetime_secs: i64) -> Warden {
+    github.fake.with_app("Iv1test", 42, lifetime_secs);
+    with_hook_and(
+        warden,
+        github,
+        "[github.app]\nclient_id = \"Iv1test\"\ninstallation_id = 42\n",
+    )
+    .with("WARDEN_GITHUB_APP_PRIVATE_KEY", APP_TEST_KEY_PEM)
+}
+
+fn with_hook_and(warden: Warden, github: &GithubRemote, extra_toml: &str) -> Warden {
+    std::fs::write(
+        warden.home.path().join("warden.toml"),
+        format!("{extra_toml}{HOOK_TOML}"),
+    )
+    .unwrap();
     github.fake.set_role("alice", "write");
     github.fake.set_role("bob", "maintain");
     github.fake.set_role("octo-root", "admin");
@@ -288,7 +308,9 @@ fn a_change_shows_its_hash_and_only_the_approvers_comment_with_that_hash_opens_o
             json!({"summary": "Uppercase beta\n\nThe check wants BETA. cc @admin ![x](https://evil.com/p.png) <img src=x>"}),
         ),
     ]);
-    let warden = with_hook(Warden::openai(&model.url()), &github);
+    // Authenticated as a GitHub App whose installation tokens last two minutes: renewed
+    // before each use.
+    let warden = with_app(Warden::openai(&model.url()), &github, 120);
     let server = Server::start(&warden, TOKENS);
     server.register_with_checks("app", &repo, &["bash check.sh"]);
     wait_serving(&server);
@@ -401,6 +423,21 @@ fn a_change_shows_its_hash_and_only_the_approvers_comment_with_that_hash_opens_o
     );
     let task = server.task(ADMIN, &ids[0]);
     assert_eq!(task["result"]["approval"]["decided_by"], "root", "{task}");
+    // Every call went out with an installation token, fetched with the App's JWT.
+    let issued = github.fake.issued_tokens();
+    assert!(issued.len() > 1, "renewed: {issued:?}");
+    for request in github.fake.requests() {
+        if request.path.starts_with("/app/") {
+            continue;
+        }
+        let bearer = request.header("authorization").unwrap_or_default();
+        assert!(
+            issued.iter().any(|t| bearer == format!("Bearer {t}")),
+            "{} {}: {bearer}",
+            request.method,
+            request.path
+        );
+    }
     server.terminate();
 }
 

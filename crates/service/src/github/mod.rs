@@ -126,10 +126,12 @@ impl GithubHook {
                 "[github.webhook] is configured but WARDEN_GITHUB_WEBHOOK_SECRET is not set"
             )
         })?;
-        let token = settings.token.clone().ok_or_else(|| {
-            anyhow::anyhow!("[github.webhook] is configured but WARDEN_GITHUB_TOKEN is not set")
+        let auth = settings.auth().ok_or_else(|| {
+            anyhow::anyhow!(
+                "[github.webhook] is configured but neither WARDEN_GITHUB_TOKEN nor [github.app] is"
+            )
         })?;
-        let client = GithubClient::new(GithubClientConfig::new(&settings.api_url, token))
+        let client = GithubClient::new(GithubClientConfig::with_auth(&settings.api_url, auth))
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         Ok(Some(GithubHook {
             client,

@@ -214,6 +214,7 @@ async fn world() -> World {
         }],
         retry_base: Some(Duration::from_millis(5)),
         webhook: None,
+        app: None,
     };
     World {
         _home: home,
