@@ -844,6 +844,50 @@ mod tests {
     }
 
     #[test]
+    fn the_github_webhook_and_app_take_their_secrets_from_the_environment() {
+        let key = warden_test_support::github_fake::APP_TEST_KEY_PEM;
+        let app = "[github.app]\nclient_id = \"Iv1abc\"\ninstallation_id = 42\n";
+        let config = load(
+            &format!("{app}[github.webhook]\n"),
+            &[
+                ("WARDEN_GITHUB_APP_PRIVATE_KEY", key),
+                ("WARDEN_GITHUB_WEBHOOK_SECRET", "hook-secret-123"),
+            ],
+        )
+        .unwrap();
+        let credentials = config.github.app.as_ref().unwrap();
+        assert_eq!(
+            (credentials.client_id.as_str(), credentials.installation_id),
+            ("Iv1abc", 42)
+        );
+        assert!(matches!(
+            config.github.auth(),
+            Some(crate::github::GithubAuth::App(_))
+        ));
+        assert_eq!(
+            config.redactor().text("x hook-secret-123 y"),
+            "x [redacted] y"
+        );
+        assert!(!format!("{:?}", config.github).contains("PRIVATE"));
+        for (text, env, expected) in [
+            (app.to_string(), vec![], "WARDEN_GITHUB_APP_PRIVATE_KEY"),
+            (
+                app.to_string(),
+                vec![("WARDEN_GITHUB_APP_PRIVATE_KEY", "not a key")],
+                "not a PEM",
+            ),
+            (
+                "[github.app]\nclient_id = \"a b\"\ninstallation_id = 1\n".to_string(),
+                vec![("WARDEN_GITHUB_APP_PRIVATE_KEY", key)],
+                "client_id",
+            ),
+        ] {
+            let error = format!("{:#}", load(&text, &env).unwrap_err());
+            assert!(error.contains(expected), "{text}: {error}");
+        }
+    }
+
+    #[test]
     fn unknown_keys_are_named() {
         let error = load("[model]\nnmae = \"faux\"\n", &[]).unwrap_err();
         assert!(format!("{error:#}").contains("nmae"), "{error:#}");
