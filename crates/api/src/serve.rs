@@ -1,6 +1,6 @@
 //! `warden serve`, composed: the workers' services (`warden_service::compose`: the store from
 //! `WARDEN_DATABASE_URL`, the model, the repository store), the workers, callback delivery, the
-//! Telegram bot when `[telegram]` is configured, the Slack app when `[slack]` is, and the HTTP API on `WARDEN_LISTEN`. This is
+//! Telegram bot when `[telegram]` is configured, the Slack app when `[slack]` is, the GitHub webhook when `[github.webhook]` is, and the HTTP API on `WARDEN_LISTEN`. This is
 //! the composition root; nothing in the crate refers to it. `serve` holds the `WARDEN_HOME`
 //! lock, so its worker name is stable across restarts and the runs a killed predecessor left open are interrupted
 //! at once instead of waiting for their leases. The API's connections are held by
@@ -120,6 +120,11 @@ pub async fn serve(
     )
     .context("cannot start the Slack app")?;
     let (slack_app, slack) = slack.unzip();
+    // The GitHub interface, when `[github.webhook]` is configured: the same shape as Slack's.
+    let github =
+        warden_service::github::spawn(&services.config.github, tasks.clone(), stopped.clone())
+            .context("cannot start the GitHub webhook")?;
+    let (github_hook, github) = github.unzip();
     let app = api::router(Arc::new(
         ApiState::new(tasks, tokens)
             .with_rate_limit(serve_config.rate_limit)
@@ -137,7 +142,8 @@ pub async fn serve(
                     max_cost_micro_usd_per_day: serve_config.max_cost_micro_usd_per_day,
                 },
             )
-            .with_slack(slack_app),
+            .with_slack(slack_app)
+            .with_github(github_hook),
     ));
     let callbacks = warden_service::callback::spawn(
         Arc::clone(&services.store),
@@ -186,6 +192,9 @@ pub async fn serve(
     }
     if let Some(slack) = slack {
         let _ = slack.await;
+    }
+    if let Some(github) = github {
+        let _ = github.await;
     }
     match api.await {
         Ok(result) => result.context("the API server failed")?,

@@ -53,6 +53,21 @@ pub struct GithubSection {
     pub api_url: Option<String>,
     /// Open pull requests as drafts.
     pub draft: Option<bool>,
+    /// `[github.webhook]`: the GitHub interface of `warden serve` (off without it).
+    pub webhook: Option<crate::github_hook_config::GithubWebhookSection>,
+    /// `[github.app]`: authenticate as a GitHub App installation instead of with a token.
+    pub app: Option<GithubAppSection>,
+}
+
+/// `[github.app]`: the App's client id and installation; the private key only from
+/// `WARDEN_GITHUB_APP_PRIVATE_KEY` (the PEM text) or `WARDEN_GITHUB_APP_PRIVATE_KEY_FILE`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GithubAppSection {
+    /// The App's client id (`Iv…`; its numeric App id works too).
+    pub client_id: String,
+    /// The installation on the account owning the repositories.
+    pub installation_id: u64,
 }
 
 /// One `[[publish]]` entry.
@@ -76,6 +91,22 @@ pub struct GithubSettings {
     pub targets: Vec<PublishTarget>,
     /// First retry delay (`WARDEN_RETRY_BASE_MS`, for tests).
     pub retry_base: Option<Duration>,
+    /// `[github.webhook]` with `WARDEN_GITHUB_WEBHOOK_SECRET`; `None`: no webhook.
+    pub webhook: Option<crate::github_hook_config::GithubWebhookConfig>,
+    /// `[github.app]` with its key: used instead of `token` when present.
+    pub app: Option<crate::github::app::AppCredentials>,
+}
+
+impl GithubSettings {
+    /// How a client authenticates: the App when `[github.app]` is configured, else the token;
+    /// `None` without either.
+    pub fn auth(&self) -> Option<crate::github::GithubAuth> {
+        match (&self.app, &self.token) {
+            (Some(app), _) => Some(crate::github::GithubAuth::App(app.clone())),
+            (None, Some(token)) => Some(crate::github::GithubAuth::Token(token.clone())),
+            (None, None) => None,
+        }
+    }
 }
 
 /// A resolved `[[publish]]` entry.
@@ -479,7 +510,48 @@ fn github_settings(file: &FileConfig, env: &dyn Env) -> anyhow::Result<GithubSet
         draft: file.github.draft.unwrap_or(false),
         targets,
         retry_base,
+        webhook: crate::github_hook_config::GithubWebhookConfig::resolve(
+            file.github.webhook.as_ref(),
+            env.var("WARDEN_GITHUB_WEBHOOK_SECRET"),
+        )?,
+        app: github_app(file.github.app.as_ref(), env)?,
     })
+}
+
+/// `[github.app]` with its private key from the environment.
+fn github_app(
+    section: Option<&GithubAppSection>,
+    env: &dyn Env,
+) -> anyhow::Result<Option<crate::github::app::AppCredentials>> {
+    let Some(section) = section else {
+        return Ok(None);
+    };
+    let client_id = section.client_id.trim();
+    if client_id.is_empty()
+        || client_id.len() > 100
+        || !client_id.chars().all(|c| c.is_ascii_alphanumeric())
+    {
+        bail!("github.app.client_id {client_id:?} must be 1-100 letters and digits");
+    }
+    let pem = match (
+        env.var("WARDEN_GITHUB_APP_PRIVATE_KEY"),
+        env.var("WARDEN_GITHUB_APP_PRIVATE_KEY_FILE"),
+    ) {
+        (Some(pem), _) => pem,
+        (None, Some(path)) => std::fs::read_to_string(&path).map_err(|e| {
+            anyhow::anyhow!("cannot read WARDEN_GITHUB_APP_PRIVATE_KEY_FILE {path:?}: {e}")
+        })?,
+        (None, None) => bail!(
+            "[github.app] is configured but neither WARDEN_GITHUB_APP_PRIVATE_KEY nor WARDEN_GITHUB_APP_PRIVATE_KEY_FILE is set"
+        ),
+    };
+    let key = crate::github::app::AppKey::from_pem(&pem)
+        .map_err(|e| anyhow::anyhow!("the GitHub App private key: {e}"))?;
+    Ok(Some(crate::github::app::AppCredentials {
+        client_id: client_id.to_string(),
+        installation_id: section.installation_id,
+        key: std::sync::Arc::new(key),
+    }))
 }
 
 impl ModelChoice {
@@ -541,6 +613,13 @@ impl Config {
         };
         let mut keys: Vec<String> = keys;
         keys.extend(self.github.token.iter().map(|t| t.expose().to_string()));
+        keys.extend(
+            self.github
+                .webhook
+                .iter()
+                .filter_map(|w| w.secret.as_ref())
+                .map(|s| s.expose().to_string()),
+        );
         keys.extend(
             self.telegram
                 .iter()
@@ -762,6 +841,50 @@ mod tests {
     fn load(text: &str, env: &[(&'static str, &'static str)]) -> anyhow::Result<Config> {
         let env = MapEnv(env.iter().copied().collect());
         Config::resolve(PathBuf::from("/h"), parse_file(text)?, &env)
+    }
+
+    #[test]
+    fn the_github_webhook_and_app_take_their_secrets_from_the_environment() {
+        let key = warden_test_support::github_fake::APP_TEST_KEY_PEM;
+        let app = "[github.app]\nclient_id = \"Iv1abc\"\ninstallation_id = 42\n";
+        let config = load(
+            &format!("{app}[github.webhook]\n"),
+            &[
+                ("WARDEN_GITHUB_APP_PRIVATE_KEY", key),
+                ("WARDEN_GITHUB_WEBHOOK_SECRET", "hook-secret-123"),
+            ],
+        )
+        .unwrap();
+        let credentials = config.github.app.as_ref().unwrap();
+        assert_eq!(
+            (credentials.client_id.as_str(), credentials.installation_id),
+            ("Iv1abc", 42)
+        );
+        assert!(matches!(
+            config.github.auth(),
+            Some(crate::github::GithubAuth::App(_))
+        ));
+        assert_eq!(
+            config.redactor().text("x hook-secret-123 y"),
+            "x [redacted] y"
+        );
+        assert!(!format!("{:?}", config.github).contains("PRIVATE"));
+        for (text, env, expected) in [
+            (app.to_string(), vec![], "WARDEN_GITHUB_APP_PRIVATE_KEY"),
+            (
+                app.to_string(),
+                vec![("WARDEN_GITHUB_APP_PRIVATE_KEY", "not a key")],
+                "not a PEM",
+            ),
+            (
+                "[github.app]\nclient_id = \"a b\"\ninstallation_id = 1\n".to_string(),
+                vec![("WARDEN_GITHUB_APP_PRIVATE_KEY", key)],
+                "client_id",
+            ),
+        ] {
+            let error = format!("{:#}", load(&text, &env).unwrap_err());
+            assert!(error.contains(expected), "{text}: {error}");
+        }
     }
 
     #[test]

@@ -1,7 +1,10 @@
-//! A small client for the two GitHub REST calls publication needs: open a pull request
+//! A small client for the GitHub REST calls Warden makes. Publication: open a pull request
 //! (`POST /repos/{owner}/{repo}/pulls`) and find the pull requests of a head branch
 //! (`GET /repos/{owner}/{repo}/pulls?head={owner}:{branch}&state=all`), which is how a crash
-//! between opening one and recording it is reconciled. The API base URL is configurable
+//! between opening one and recording it is reconciled. The webhook interface: a user's
+//! permission on a repository (`GET /repos/{owner}/{repo}/collaborators/{user}/permission`),
+//! and an issue comment created (`POST /repos/{owner}/{repo}/issues/{number}/comments`) and
+//! edited (`PATCH /repos/{owner}/{repo}/issues/comments/{id}`). The API base URL is configurable
 //! (GitHub Enterprise Server is `https://HOST/api/v3`; tests point it at a local fake).
 //!
 //! Authentication is a token (a personal access token or an installation token obtained
@@ -13,6 +16,9 @@
 //! exponential backoff). Creation is attempted once per call: whether a failed create went
 //! through is only known by asking again, which [`crate::publish`] does before each attempt.
 
+pub mod app;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
@@ -53,13 +59,24 @@ impl std::fmt::Debug for GithubToken {
     }
 }
 
+/// How the client authenticates.
+#[derive(Debug, Clone)]
+pub enum GithubAuth {
+    /// A personal (or fine-grained) token.
+    Token(GithubToken),
+    /// A GitHub App installation: installation tokens fetched with the App's JWT and cached
+    /// ([`app`]).
+    App(crate::github::app::AppCredentials),
+}
+
 /// How the client talks to GitHub.
 #[derive(Debug, Clone)]
 pub struct GithubClientConfig {
     /// E.g. `https://api.github.com` or `https://github.example.com/api/v3`, no trailing `/`
     /// needed.
     pub api_url: String,
-    pub token: GithubToken,
+    /// A token, or an App installation whose tokens the client fetches.
+    pub auth: GithubAuth,
     /// Attempts for a read before giving up (at least 1).
     pub max_attempts: u32,
     /// First backoff delay; doubled per attempt.
@@ -70,9 +87,13 @@ pub struct GithubClientConfig {
 
 impl GithubClientConfig {
     pub fn new(api_url: &str, token: GithubToken) -> GithubClientConfig {
+        GithubClientConfig::with_auth(api_url, GithubAuth::Token(token))
+    }
+
+    pub fn with_auth(api_url: &str, auth: GithubAuth) -> GithubClientConfig {
         GithubClientConfig {
             api_url: api_url.to_string(),
-            token,
+            auth,
             max_attempts: 4,
             retry_base: Duration::from_millis(500),
             request_timeout: Duration::from_secs(30),
@@ -154,6 +175,38 @@ impl PullRequest {
     }
 }
 
+/// A user's permission on a repository, as GitHub answers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Permission {
+    /// `admin`, `write`, `read` or `none` (`maintain` shows as `write`, `triage` as `read`).
+    pub permission: String,
+    /// `admin`, `maintain`, `write`, `triage`, `read` or a custom role's name.
+    pub role_name: Option<String>,
+}
+
+impl Permission {
+    /// Whether the user may push: `admin`, `maintain` or `write`.
+    pub fn can_write(&self) -> bool {
+        matches!(self.permission.as_str(), "admin" | "maintain" | "write")
+    }
+}
+
+/// `text` as one URL path segment: a GitHub login (letters, digits, `-`), else refused.
+fn path_segment(text: &str) -> Result<&str, GithubError> {
+    if text.is_empty()
+        || text.len() > 100
+        || !text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        || text.starts_with('.')
+    {
+        return Err(GithubError::Config(format!(
+            "{text:?} is not a GitHub login"
+        )));
+    }
+    Ok(text)
+}
+
 /// Why a GitHub call failed. Messages never contain the token.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GithubError {
@@ -230,7 +283,8 @@ impl GithubError {
 pub struct GithubClient {
     http: reqwest::Client,
     api_url: Url,
-    token: GithubToken,
+    /// The App's installation token in use (unused with a plain token).
+    installation: Arc<crate::github::app::TokenCache>,
     config: GithubClientConfig,
 }
 
@@ -250,10 +304,12 @@ impl GithubClient {
                     .into(),
             ));
         }
-        if HeaderValue::from_str(&format!("Bearer {}", config.token.expose())).is_err() {
-            return Err(GithubError::Config(
-                "the token contains characters a header cannot carry".into(),
-            ));
+        if let GithubAuth::Token(token) = &config.auth {
+            if HeaderValue::from_str(&format!("Bearer {}", token.expose())).is_err() {
+                return Err(GithubError::Config(
+                    "the token contains characters a header cannot carry".into(),
+                ));
+            }
         }
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(10))
@@ -264,14 +320,71 @@ impl GithubClient {
         Ok(GithubClient {
             http,
             api_url,
-            token: config.token.clone(),
+            installation: Arc::default(),
             config,
         })
     }
 
-    /// The token, so callers can register it with their redactor.
-    pub fn token(&self) -> &GithubToken {
-        &self.token
+    /// The bearer token of the next request: the configured token, or the App installation's
+    /// (cached until five minutes before it expires, then fetched again).
+    async fn bearer(&self) -> Result<GithubToken, GithubError> {
+        match &self.config.auth {
+            GithubAuth::Token(token) => Ok(token.clone()),
+            GithubAuth::App(app) => {
+                let now = crate::github::app::now_secs();
+                self.installation
+                    .get(now, || self.installation_token(app, now))
+                    .await
+            }
+        }
+    }
+
+    /// `POST /app/installations/{id}/access_tokens` with the App's JWT: a token and when it
+    /// expires (Unix seconds; at most an hour from now whatever GitHub says).
+    async fn installation_token(
+        &self,
+        app: &crate::github::app::AppCredentials,
+        now: i64,
+    ) -> Result<(GithubToken, i64), GithubError> {
+        let jwt = app.key.jwt(&app.client_id, now)?;
+        let url = self
+            .api_url
+            .join(&format!(
+                "app/installations/{}/access_tokens",
+                app.installation_id
+            ))
+            .map_err(|e| GithubError::Config(format!("installation url: {e}")))?;
+        let mut headers = Self::base_headers();
+        let mut value = HeaderValue::from_str(&format!("Bearer {jwt}"))
+            .map_err(|_| GithubError::Config("the App's JWT is not a header value".into()))?;
+        value.set_sensitive(true);
+        headers.insert(AUTHORIZATION, value);
+        let request = self.http.post(url).headers(headers);
+        let (status, headers, body) = self.send(request).await?;
+        if status != StatusCode::CREATED {
+            return Err(self.classify(status, &headers, &body));
+        }
+        let token = body
+            .get("token")
+            .and_then(Value::as_str)
+            .and_then(GithubToken::new)
+            .ok_or_else(|| {
+                GithubError::InvalidResponse("an installation token without `token`".into())
+            })?;
+        let expires_at = body
+            .get("expires_at")
+            .and_then(Value::as_str)
+            .and_then(crate::github::app::parse_utc)
+            .ok_or_else(|| {
+                GithubError::InvalidResponse("an installation token without `expires_at`".into())
+            })?;
+        let longest = now + crate::github::app::MAX_TOKEN_LIFETIME.as_secs() as i64;
+        if HeaderValue::from_str(&format!("Bearer {}", token.expose())).is_err() {
+            return Err(GithubError::InvalidResponse(
+                "an installation token a header cannot carry".into(),
+            ));
+        }
+        Ok((token, expires_at.min(longest)))
     }
 
     fn pulls_url(&self, repo: &GithubRepo) -> Result<Url, GithubError> {
@@ -280,7 +393,17 @@ impl GithubClient {
             .map_err(|e| GithubError::Config(format!("pulls url: {e}")))
     }
 
-    fn headers(&self) -> HeaderMap {
+    async fn headers(&self) -> Result<HeaderMap, GithubError> {
+        let mut headers = Self::base_headers();
+        let token = self.bearer().await?;
+        if let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {}", token.expose())) {
+            value.set_sensitive(true);
+            headers.insert(AUTHORIZATION, value);
+        }
+        Ok(headers)
+    }
+
+    fn base_headers() -> HeaderMap {
         let mut headers = HeaderMap::new();
         headers.insert(
             ACCEPT,
@@ -294,10 +417,6 @@ impl GithubClient {
             USER_AGENT,
             HeaderValue::from_static(concat!("warden/", env!("CARGO_PKG_VERSION"))),
         );
-        if let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {}", self.token.expose())) {
-            value.set_sensitive(true);
-            headers.insert(AUTHORIZATION, value);
-        }
         headers
     }
 
@@ -315,7 +434,7 @@ impl GithubClient {
         let request = self
             .http
             .post(url)
-            .headers(self.headers())
+            .headers(self.headers().await?)
             .header(CONTENT_TYPE, "application/json")
             .body(body);
         let (status, headers, value) = self.send(request).await?;
@@ -352,6 +471,131 @@ impl GithubClient {
         }
     }
 
+    /// `login`'s permission on `repo` (`admin`, `write`, `read` or `none`, GitHub's legacy
+    /// field; `role_name` says `maintain`/`triage` where it differs), one attempt. 404 when
+    /// the login is not a user GitHub knows.
+    pub async fn permission(
+        &self,
+        repo: &GithubRepo,
+        login: &str,
+    ) -> Result<Permission, GithubError> {
+        let url = self.repo_url(
+            repo,
+            &format!("collaborators/{}/permission", path_segment(login)?),
+        )?;
+        let request = self.http.get(url).headers(self.headers().await?);
+        let (status, headers, value) = self.send(request).await?;
+        if status != StatusCode::OK {
+            return Err(self.classify(status, &headers, &value));
+        }
+        let text = |key: &str| value.get(key).and_then(Value::as_str).map(str::to_string);
+        Ok(Permission {
+            permission: text("permission").ok_or_else(|| {
+                GithubError::InvalidResponse("a permission without `permission`".into())
+            })?,
+            role_name: text("role_name"),
+        })
+    }
+
+    /// Creates a comment on issue (or pull request) `number`, one attempt; its id. After
+    /// `Server` or `Network` errors it may exist.
+    pub async fn create_issue_comment(
+        &self,
+        repo: &GithubRepo,
+        number: u64,
+        body: &str,
+    ) -> Result<u64, GithubError> {
+        let url = self.repo_url(repo, &format!("issues/{number}/comments"))?;
+        let request = self
+            .http
+            .post(url)
+            .headers(self.headers().await?)
+            .header(CONTENT_TYPE, "application/json")
+            .body(serde_json::json!({"body": body}).to_string());
+        let (status, headers, value) = self.send(request).await?;
+        if status != StatusCode::CREATED {
+            return Err(self.classify(status, &headers, &value));
+        }
+        value
+            .get("id")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| GithubError::InvalidResponse("a 201 comment without an id".into()))
+    }
+
+    /// The comments of issue `number` (id and body), oldest first, at most `max_pages` pages of
+    /// 100. Retried on 5xx, rate limits and network errors.
+    pub async fn issue_comments(
+        &self,
+        repo: &GithubRepo,
+        number: u64,
+        max_pages: u32,
+    ) -> Result<Vec<(u64, String)>, GithubError> {
+        let mut comments = Vec::new();
+        for page in 1..=max_pages.max(1) {
+            let mut url = self.repo_url(repo, &format!("issues/{number}/comments"))?;
+            url.query_pairs_mut()
+                .append_pair("per_page", "100")
+                .append_pair("page", &page.to_string());
+            let mut attempt = 1;
+            let value = loop {
+                let request = self.http.get(url.clone()).headers(self.headers().await?);
+                let result = match self.send(request).await {
+                    Ok((status, _, value)) if status == StatusCode::OK => Ok(value),
+                    Ok((status, headers, value)) => Err(self.classify(status, &headers, &value)),
+                    Err(error) => Err(error),
+                };
+                match result {
+                    Err(error) if error.is_retryable() && attempt < self.max_attempts() => {
+                        tokio::time::sleep(self.backoff(attempt, error.retry_after())).await;
+                        attempt += 1;
+                    }
+                    other => break other?,
+                }
+            };
+            let items = value.as_array().ok_or_else(|| {
+                GithubError::InvalidResponse("the comment list is not an array".into())
+            })?;
+            for item in items {
+                let id = item.get("id").and_then(Value::as_u64).ok_or_else(|| {
+                    GithubError::InvalidResponse("a comment without an id".into())
+                })?;
+                let body = item.get("body").and_then(Value::as_str).unwrap_or_default();
+                comments.push((id, body.to_string()));
+            }
+            if items.len() < 100 {
+                break;
+            }
+        }
+        Ok(comments)
+    }
+
+    /// Replaces the body of issue comment `id`, one attempt.
+    pub async fn update_issue_comment(
+        &self,
+        repo: &GithubRepo,
+        id: u64,
+        body: &str,
+    ) -> Result<(), GithubError> {
+        let url = self.repo_url(repo, &format!("issues/comments/{id}"))?;
+        let request = self
+            .http
+            .patch(url)
+            .headers(self.headers().await?)
+            .header(CONTENT_TYPE, "application/json")
+            .body(serde_json::json!({"body": body}).to_string());
+        let (status, headers, value) = self.send(request).await?;
+        if status != StatusCode::OK {
+            return Err(self.classify(status, &headers, &value));
+        }
+        Ok(())
+    }
+
+    fn repo_url(&self, repo: &GithubRepo, rest: &str) -> Result<Url, GithubError> {
+        self.api_url
+            .join(&format!("repos/{}/{}/{rest}", repo.owner, repo.name))
+            .map_err(|e| GithubError::Config(format!("repository url: {e}")))
+    }
+
     /// The wait before attempt `attempt + 1`.
     pub fn backoff(&self, attempt: u32, asked: Option<Duration>) -> Duration {
         let exponential = self
@@ -367,7 +611,7 @@ impl GithubClient {
     }
 
     async fn list_once(&self, url: Url) -> Result<Vec<PullRequest>, GithubError> {
-        let request = self.http.get(url).headers(self.headers());
+        let request = self.http.get(url).headers(self.headers().await?);
         let (status, headers, value) = self.send(request).await?;
         if status != StatusCode::OK {
             return Err(self.classify(status, &headers, &value));
@@ -462,11 +706,13 @@ impl GithubClient {
     }
 
     fn redact(&self, text: &str) -> String {
-        let token = self.token.expose();
-        if token.is_empty() {
-            text.to_string()
-        } else {
-            text.replace(token, "[redacted]")
+        let token = match &self.config.auth {
+            GithubAuth::Token(token) => Some(token.clone()),
+            GithubAuth::App(_) => self.installation.current(),
+        };
+        match token {
+            Some(token) if !token.expose().is_empty() => text.replace(token.expose(), "[redacted]"),
+            _ => text.to_string(),
         }
     }
 }
@@ -667,6 +913,80 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_app_installation_token_is_fetched_with_a_jwt_cached_and_renewed() {
+        use base64::Engine as _;
+        use warden_test_support::github_fake::{
+            GithubFake, APP_TEST_KEY_PEM, APP_TEST_PUBLIC_KEY_DER_BASE64,
+        };
+        let key = std::sync::Arc::new(app::AppKey::from_pem(APP_TEST_KEY_PEM).unwrap());
+        assert_eq!(
+            base64::engine::general_purpose::STANDARD.encode(key.public_key_der()),
+            APP_TEST_PUBLIC_KEY_DER_BASE64
+        );
+        // The JWT's claims: iat a minute back, exp under ten minutes ahead, iss the client id.
+        let jwt = key.jwt("Iv1test", 1_700_000_000).unwrap();
+        let claims = jwt.split('.').nth(1).unwrap();
+        let claims: Value = serde_json::from_slice(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(claims)
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            claims,
+            serde_json::json!({"iat": 1_699_999_940, "exp": 1_700_000_540, "iss": "Iv1test"})
+        );
+        assert!(!format!("{key:?}").contains("PRIVATE"));
+
+        let origin = warden_test_support::git_fixture::TempRepo::new();
+        let remote = tempfile::tempdir().unwrap();
+        origin.git(&["init", "-q", "--bare", remote.path().to_str().unwrap()]);
+        let fake = GithubFake::start(remote.path(), "acme", "widgets", "ghp_unused_unused");
+        fake.set_role("alice", "write");
+        let repo = GithubRepo::parse("acme/widgets").unwrap();
+        let client = |client_id: &str, installation_id: u64| {
+            GithubClient::new(GithubClientConfig::with_auth(
+                &fake.url(),
+                GithubAuth::App(app::AppCredentials {
+                    client_id: client_id.into(),
+                    installation_id,
+                    key: key.clone(),
+                }),
+            ))
+            .unwrap()
+        };
+        // An hour-long token serves every call.
+        fake.with_app("Iv1test", 42, 3600);
+        let app_client = client("Iv1test", 42);
+        for _ in 0..3 {
+            assert!(app_client
+                .permission(&repo, "alice")
+                .await
+                .unwrap()
+                .can_write());
+        }
+        assert_eq!(fake.issued_tokens().len(), 1);
+        let used = fake.requests();
+        let bearer = used.last().unwrap().header("authorization").unwrap();
+        assert_eq!(bearer, format!("Bearer {}", fake.issued_tokens()[0]));
+        // A token with under five minutes left is renewed before it is used.
+        fake.with_app("Iv1test", 42, 200);
+        let app_client = client("Iv1test", 42);
+        app_client.permission(&repo, "alice").await.unwrap();
+        app_client.permission(&repo, "alice").await.unwrap();
+        assert_eq!(fake.issued_tokens().len(), 2);
+        // Another App's JWT, or another installation: refused, named.
+        assert!(matches!(
+            client("Iv1other", 42).permission(&repo, "alice").await,
+            Err(GithubError::Unauthorized(m)) if m.contains("JSON web token")
+        ));
+        assert!(matches!(
+            client("Iv1test", 7).permission(&repo, "alice").await,
+            Err(GithubError::NotFound(_))
+        ));
+    }
+
+    #[tokio::test]
     async fn reads_are_retried_and_refusals_are_named() {
         use warden_test_support::github_fake::{Fault, GithubFake};
         let origin = warden_test_support::git_fixture::TempRepo::new();
@@ -706,7 +1026,49 @@ mod tests {
             client.pulls_for_branch(&missing, "warden/x").await,
             Err(GithubError::NotFound(_))
         ));
-        config.token = GithubToken::new("ghp_wrong_wrong").unwrap();
+        // The webhook's calls: permissions, and a comment created, edited and listed.
+        fake.set_role("alice", "maintain");
+        fake.set_role("mallory", "triage");
+        let alice = client.permission(&repo, "alice").await.unwrap();
+        assert!(alice.can_write(), "{alice:?}");
+        assert_eq!(alice.role_name.as_deref(), Some("maintain"));
+        assert!(!client
+            .permission(&repo, "mallory")
+            .await
+            .unwrap()
+            .can_write());
+        assert!(matches!(
+            client.permission(&repo, "nobody").await,
+            Err(GithubError::NotFound(_))
+        ));
+        assert!(matches!(
+            client.permission(&repo, "../pulls").await,
+            Err(GithubError::Config(_))
+        ));
+        let id = client
+            .create_issue_comment(&repo, 3, "first")
+            .await
+            .unwrap();
+        client
+            .update_issue_comment(&repo, id, "second")
+            .await
+            .unwrap();
+        assert_eq!(
+            client.issue_comments(&repo, 3, 5).await.unwrap(),
+            [(id, "second".to_string())]
+        );
+        assert_eq!(fake.comments()[0].history, ["first", "second"]);
+        assert!(matches!(
+            client.update_issue_comment(&repo, id + 1, "x").await,
+            Err(GithubError::NotFound(_))
+        ));
+        assert_eq!(
+            client.create_issue_comment(&repo, 3, " ").await,
+            Err(GithubError::Validation(
+                "Validation Failed: body missing_field".into()
+            ))
+        );
+        config.auth = GithubAuth::Token(GithubToken::new("ghp_wrong_wrong").unwrap());
         let wrong = GithubClient::new(config).unwrap();
         let error = wrong.pulls_for_branch(&repo, "warden/x").await.unwrap_err();
         assert_eq!(error, GithubError::Unauthorized("Bad credentials".into()));

@@ -14,6 +14,7 @@ pub mod config;
 pub mod diff;
 pub mod env;
 pub mod github;
+pub mod github_hook_config;
 pub mod prompt;
 pub mod publish;
 pub mod question;

@@ -190,14 +190,14 @@ pub fn resolve_target(
 
 /// A client for the configured API, or why there is none.
 pub fn client_for(settings: &GithubSettings) -> Result<GithubClient, PublishError> {
-    let token = settings.token.clone().ok_or_else(|| {
+    let auth = settings.auth().ok_or_else(|| {
         PublishError::Config(
             "no GitHub token: set WARDEN_GITHUB_TOKEN (or GITHUB_TOKEN) in the environment of \
-             the Warden process"
+             the Warden process, or configure [github.app]"
                 .into(),
         )
     })?;
-    let mut config = GithubClientConfig::new(&settings.api_url, token);
+    let mut config = GithubClientConfig::with_auth(&settings.api_url, auth);
     if let Some(base) = settings.retry_base {
         config.retry_base = base;
     }

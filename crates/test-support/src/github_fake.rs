@@ -1,6 +1,11 @@
-//! A local fake of GitHub's pulls API for publication tests: `POST /repos/{owner}/{repo}/pulls`
-//! and `GET /repos/{owner}/{repo}/pulls?head=owner:branch&state=...`, with GitHub's request
-//! checks, status codes (201, 200, 400, 401, 403, 404, 422) and response and error shapes
+//! A local fake of the GitHub REST calls Warden makes, for publication and webhook tests:
+//! `POST /repos/{owner}/{repo}/pulls` and `GET /repos/{owner}/{repo}/pulls?head=owner:branch&state=...`;
+//! `GET /repos/{owner}/{repo}/collaborators/{user}/permission` (the users and roles a test sets
+//! with [`GithubFake::set_role`]; an unknown user is 404); issue comments, `POST
+//! /repos/{owner}/{repo}/issues/{number}/comments`, `PATCH
+//! /repos/{owner}/{repo}/issues/comments/{id}` and `GET /repos/{owner}/{repo}/issues/{number}/comments`
+//! (each comment's every body kept, so a test sees edits). With GitHub's request checks,
+//! status codes (200, 201, 400, 401, 403, 404, 422) and response and error shapes
 //! (`{"message", "errors": [...], "documentation_url", "status"}`). Branches are looked up in a
 //! real bare repository (the "remote" the test pushes to), so a pull request can only be opened
 //! for a head that was really pushed, and records its sha. Faults can be injected: fail the
@@ -23,8 +28,34 @@ use axum::response::{IntoResponse, Response};
 use axum::Router;
 use serde_json::{json, Value};
 
+/// A GitHub App private key for tests only (2048-bit RSA, PKCS#1 PEM, as GitHub hands keys
+/// out), generated for this fake and published here: never trust it anywhere.
+pub const APP_TEST_KEY_PEM: &str = "-----BEGIN RSA PRIVATE KEY-----\nMIIEogIBAAKCAQEAxVr8Fzs0qH9KB73RbCyOJ2G+1Mnr5UWES583uRht/b8uW/GE\nrmzumpvY5P5uazmAXg2sJ43QuWjOmyv/I1bBEhRCHCEocV4mHJHbk4+AFF3JGX3y\nIHBPxeNWqZ0+vr6YYYjiQSK0M/PQsNIziM3frE8GZvNY5q+O800FKVy1+I8p+Lgv\na5cBx+zO9mcKF8rICgkEmqouYggYRS4Y2p73fpRxVxOPjuzKQjMScIMihKfQTKAs\nBqLqnIDxlhpxsJgOeipn+2r6G3SE71oSvX6Ui5Xzoq5BuxacPECr+/f9+rqUuf+r\nw25OTrOaKQBkrlnmehP7Mo6BGAKFPKOFlmZKGwIDAQABAoIBAB4TsttILXXHybyq\noT8m/oEiTzwhtn7qBx1Om2ZCQrJgZQx5HzCarwscA5melwMQr9oQTl4hfvUKyStH\n22nY1QglfeUd6TUh1UAXEIuJW/UpTTZtMIM2FUpCI9kp+uqEpIzUw4U2veze/xKQ\n7m6ues9JTzSjEzeQ+4G5NAys3ES60+TJREix1bt8Fydg6iUbUMk84NzkVimi5+vj\nWvwvmel4Us4ZVh+3Dv3lbGWlarGW0pi6nHA35r3rHlkrNryIf2qp/26JmcAwGq4w\nt3Xo2KSxJY0YqrjFg4YDi7wehq6y3IKjUmB39czqBYfYXWMwLTwKvSeo74+GuoDK\nWCo4oxECgYEA+n44NkZ4bpk8XtYJIyaJEuzZE0Jt27Vd6Pk2Ep7DYvaQeFZSLfm4\n94Wmvm1MYbSjvVMtWbPpSSd9r220GAdybJIQF2V81L62iOKTnToRryW6/Mv7+15A\nYzahX7QhQ3+5LCM9HNFVxi7EEfkDJHNCzPXpl82thi8qN5NH8XxSjxECgYEAybG0\nkiWmfqTDiLDBCeYFzk3HoCJFybpNlzKyrIPbmENaIiWy+Zq1Xc7m+miOSauNBWN4\niqVIctwktF4F3ku4N+4s4LrzDAOhZ6emaFtpWEWG55/lRdNyl045nwkDq1S6fYEE\nKCCWIE35TZtFcZdCIdP29WEKVaupABEiPiIYnmsCgYBkdjK9Mc4jLTnVHypS+qWG\n/Y6h9sZwk3CyeyCAn0PlcNXILXaQEdNpEiUpwlQb64Kv76gEje9F85youuq7qGDv\nwjTJ7V3/RO2YQKbLK/rjr9IqiPTqf4Z7Q/G8nFWq6JKvbQKZiCtKbH8eZiwodkGY\nShgBVe/+HPRljaAQ7bd+wQKBgEoS5rNJ+pTGZD2eVLcS8IztCeSo0aKdtoNSDkbH\ngm2wRrkFyW5cQEG8jB3pKmCqDXeuKYYZ37q3WQ+Y/GTAwF5iLb83Sa3e43dTHg1z\njQPrPPlyQtzbJFmnVAgxYlSZIIiZSnKGTTx+BpJW9TEbkSElXKyPwCDok3+/yyiw\nkwQTAoGAUMh5fc2b+Ns0s9zRUTE/1Oj5dP51A1I/tqh/Vob4ckrm8hfU0Lu/u6nG\nIlAaLIUrLVdvBcbeqq9h7KoeoC2Oks98+5WEj4LBOJAaPAlA3rw637vUF+rWWhtA\ntiheF5qJ4bR886TGtOHPiZnfF9DHhn+FglCFkK/6/ew7TLG8uYw=\n-----END RSA PRIVATE KEY-----";
+
+/// The public half of [`APP_TEST_KEY_PEM`], PKCS#1 `RSAPublicKey` DER in base64: what the
+/// fake checks App JWTs with.
+pub const APP_TEST_PUBLIC_KEY_DER_BASE64: &str = "MIIBCgKCAQEAxVr8Fzs0qH9KB73RbCyOJ2G+1Mnr5UWES583uRht/b8uW/GErmzumpvY5P5uazmAXg2sJ43QuWjOmyv/I1bBEhRCHCEocV4mHJHbk4+AFF3JGX3yIHBPxeNWqZ0+vr6YYYjiQSK0M/PQsNIziM3frE8GZvNY5q+O800FKVy1+I8p+Lgva5cBx+zO9mcKF8rICgkEmqouYggYRS4Y2p73fpRxVxOPjuzKQjMScIMihKfQTKAsBqLqnIDxlhpxsJgOeipn+2r6G3SE71oSvX6Ui5Xzoq5BuxacPECr+/f9+rqUuf+rw25OTrOaKQBkrlnmehP7Mo6BGAKFPKOFlmZKGwIDAQAB";
+
 /// The API version the fake accepts in `X-GitHub-Api-Version` (absent is accepted too).
 pub const API_VERSION: &str = "2022-11-28";
+
+/// The GitHub App the fake knows: its client id, installation, and the installation tokens
+/// it issued (each `(token, expires_at)` in Unix seconds).
+struct App {
+    client_id: String,
+    installation_id: u64,
+    lifetime_secs: i64,
+    issued: Vec<(String, i64)>,
+}
+
+/// An issue comment on the fake, with every body it had (oldest first).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Comment {
+    pub id: u64,
+    pub issue: u64,
+    pub body: String,
+    pub history: Vec<String>,
+}
 
 /// A planned failure of the next create request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,6 +97,10 @@ struct Shared {
     remote: PathBuf,
     base_url: Mutex<String>,
     pulls: Mutex<Vec<Value>>,
+    /// Login (lowercase) → role name (`admin`, `maintain`, `write`, `triage`, `read`).
+    roles: Mutex<Vec<(String, String)>>,
+    comments: Mutex<Vec<Comment>>,
+    app: Mutex<Option<App>>,
     faults: Mutex<VecDeque<Fault>>,
     requests: Mutex<Vec<SeenRequest>>,
 }
@@ -103,6 +138,9 @@ impl GithubFake {
             remote: remote.to_path_buf(),
             base_url: Mutex::new(format!("http://{addr}")),
             pulls: Mutex::new(Vec::new()),
+            roles: Mutex::new(Vec::new()),
+            comments: Mutex::new(Vec::new()),
+            app: Mutex::new(None),
             faults: Mutex::new(VecDeque::new()),
             requests: Mutex::new(Vec::new()),
         });
@@ -155,6 +193,59 @@ impl GithubFake {
     /// Plans a failure; faults are used in order, each once.
     pub fn inject(&self, fault: Fault) {
         lock(&self.shared.faults).push_back(fault);
+    }
+
+    /// Gives `login` role `role` on the repository (`admin`, `maintain`, `write`, `triage`,
+    /// `read`); a login never given one is not a GitHub user (404).
+    pub fn set_role(&self, login: &str, role: &str) {
+        let mut roles = lock(&self.shared.roles);
+        roles.retain(|(l, _)| !l.eq_ignore_ascii_case(login));
+        roles.push((login.to_ascii_lowercase(), role.to_string()));
+    }
+
+    /// Knows a GitHub App `client_id` (keyed with [`APP_TEST_KEY_PEM`]) installed as
+    /// `installation_id` on the repository: `POST /app/installations/{id}/access_tokens` checks
+    /// its JWT (RS256 signature, `iss`, `iat`, `exp` at most ten minutes ahead) and issues
+    /// tokens that expire after `lifetime_secs`, accepted like the fake's token until then.
+    pub fn with_app(&self, client_id: &str, installation_id: u64, lifetime_secs: i64) {
+        *lock(&self.shared.app) = Some(App {
+            client_id: client_id.to_string(),
+            installation_id,
+            lifetime_secs,
+            issued: Vec::new(),
+        });
+    }
+
+    /// The installation tokens issued so far, oldest first.
+    pub fn issued_tokens(&self) -> Vec<String> {
+        lock(&self.shared.app)
+            .as_ref()
+            .map(|app| app.issued.iter().map(|(t, _)| t.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Every issue comment so far, oldest first.
+    pub fn comments(&self) -> Vec<Comment> {
+        lock(&self.shared.comments).clone()
+    }
+
+    /// Waits up to `timeout` for `done` to hold of the comments; them, or `None`.
+    pub fn wait_for_comments(
+        &self,
+        timeout: std::time::Duration,
+        done: impl Fn(&[Comment]) -> bool,
+    ) -> Option<Vec<Comment>> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let comments = self.comments();
+            if done(&comments) {
+                return Some(comments);
+            }
+            if std::time::Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
     }
 
     /// Closes a pull request (as a person on GitHub would).
@@ -296,26 +387,312 @@ async fn handle(
             );
         }
     }
-    let authorized = headers
+    let bearer = headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| {
             v.strip_prefix("Bearer ")
                 .or_else(|| v.strip_prefix("token "))
         })
-        .is_some_and(|token| token == shared.token);
+        .unwrap_or_default()
+        .to_string();
+    if method == Method::POST {
+        if let Some(id) = uri
+            .path()
+            .strip_prefix("/app/installations/")
+            .and_then(|rest| rest.strip_suffix("/access_tokens"))
+        {
+            return installation_token(&shared, id, &bearer);
+        }
+    }
+    let now = now_secs();
+    let authorized = bearer == shared.token
+        || lock(&shared.app).as_ref().is_some_and(|app| {
+            app.issued
+                .iter()
+                .any(|(token, expires_at)| *token == bearer && *expires_at > now)
+        });
     if !authorized {
         return github_error(StatusCode::UNAUTHORIZED, "Bad credentials", None);
     }
-    let expected = format!("/repos/{}/{}/pulls", shared.owner, shared.repo);
-    if uri.path() != expected {
+    let prefix = format!("/repos/{}/{}/", shared.owner, shared.repo);
+    let Some(rest) = uri.path().strip_prefix(&prefix) else {
         return github_error(StatusCode::NOT_FOUND, "Not Found", None);
-    }
-    match method {
-        Method::POST => create(&shared, &body),
-        Method::GET => list(&shared, uri.query().unwrap_or_default()),
+    };
+    let parts: Vec<&str> = rest.split('/').collect();
+    match (&method, parts.as_slice()) {
+        (&Method::POST, ["pulls"]) => create(&shared, &body),
+        (&Method::GET, ["pulls"]) => list(&shared, uri.query().unwrap_or_default()),
+        (&Method::GET, ["collaborators", user, "permission"]) => permission(&shared, user),
+        (&Method::POST, ["issues", number, "comments"]) => match number.parse::<u64>() {
+            Ok(number) if number > 0 => create_comment(&shared, number, &body),
+            _ => github_error(StatusCode::NOT_FOUND, "Not Found", None),
+        },
+        (&Method::GET, ["issues", number, "comments"]) => match number.parse::<u64>() {
+            Ok(number) => list_comments(&shared, number, uri.query().unwrap_or_default()),
+            _ => github_error(StatusCode::NOT_FOUND, "Not Found", None),
+        },
+        (&Method::PATCH, ["issues", "comments", id]) => match id.parse::<u64>() {
+            Ok(id) => update_comment(&shared, id, &body),
+            _ => github_error(StatusCode::NOT_FOUND, "Not Found", None),
+        },
         _ => github_error(StatusCode::NOT_FOUND, "Not Found", None),
     }
+}
+
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// `secs` (Unix) as GitHub writes times: `2026-12-03T13:20:00Z`.
+fn utc(secs: i64) -> String {
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3_600,
+        rest % 3_600 / 60,
+        rest % 60
+    )
+}
+
+/// `POST /app/installations/{id}/access_tokens`, authenticated by the App's JWT.
+fn installation_token(shared: &Shared, id: &str, jwt: &str) -> Response {
+    use base64::Engine as _;
+    let unauthorized = |message: &str| github_error(StatusCode::UNAUTHORIZED, message, None);
+    let mut app = lock(&shared.app);
+    let Some(app) = app.as_mut() else {
+        return github_error(StatusCode::NOT_FOUND, "Not Found", None);
+    };
+    let parts: Vec<&str> = jwt.split('.').collect();
+    let decode = |part: &str| {
+        base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(part)
+            .ok()
+    };
+    let (Some(header), Some(claims), Some(signature)) = (
+        parts.first().and_then(|p| decode(p)),
+        parts.get(1).and_then(|p| decode(p)),
+        parts.get(2).and_then(|p| decode(p)),
+    ) else {
+        return unauthorized("A JSON web token could not be decoded");
+    };
+    if parts.len() != 3 {
+        return unauthorized("A JSON web token could not be decoded");
+    }
+    let header: Value = serde_json::from_slice(&header).unwrap_or(Value::Null);
+    let claims: Value = serde_json::from_slice(&claims).unwrap_or(Value::Null);
+    if header["alg"] != "RS256" {
+        return unauthorized("A JSON web token could not be decoded");
+    }
+    let public = base64::engine::general_purpose::STANDARD
+        .decode(APP_TEST_PUBLIC_KEY_DER_BASE64)
+        .unwrap_or_default();
+    let key = ring::signature::UnparsedPublicKey::new(
+        &ring::signature::RSA_PKCS1_2048_8192_SHA256,
+        public,
+    );
+    let signed = format!("{}.{}", parts[0], parts[1]);
+    if key.verify(signed.as_bytes(), &signature).is_err() {
+        return unauthorized("A JSON web token could not be decoded");
+    }
+    let now = now_secs();
+    let (Some(iat), Some(exp)) = (claims["iat"].as_i64(), claims["exp"].as_i64()) else {
+        return unauthorized("A JSON web token could not be decoded");
+    };
+    if claims["iss"] != app.client_id.as_str() {
+        return unauthorized("A JSON web token could not be decoded");
+    }
+    if iat > now + 60 {
+        return unauthorized(
+            "'Issued at' claim ('iat') must be an Integer representing a time in the past.",
+        );
+    }
+    if exp <= now {
+        return unauthorized("'Expiration time' claim ('exp') must be a numeric value representing the future time at which the assertion expires.");
+    }
+    if exp > now + 600 || exp - iat > 660 {
+        return unauthorized("'Expiration time' claim ('exp') is too far in the future.");
+    }
+    if id.parse::<u64>().ok() != Some(app.installation_id) {
+        return github_error(StatusCode::NOT_FOUND, "Not Found", None);
+    }
+    let token = format!("ghs_fake{:04}{}", app.issued.len() + 1, "x".repeat(32));
+    let expires_at = now + app.lifetime_secs;
+    app.issued.push((token.clone(), expires_at));
+    (
+        StatusCode::CREATED,
+        axum::Json(json!({
+            "token": token,
+            "expires_at": utc(expires_at),
+            "permissions": {"issues": "write", "pull_requests": "write", "contents": "write", "metadata": "read"},
+            "repository_selection": "all",
+        })),
+    )
+        .into_response()
+}
+
+fn user_json(login: &str) -> Value {
+    json!({"login": login, "id": 7, "node_id": "U_fake", "type": "User", "site_admin": false})
+}
+
+/// `GET /repos/{owner}/{repo}/collaborators/{user}/permission`: `permission` is GitHub's
+/// legacy field (`maintain` shows as `write`, `triage` as `read`), `role_name` the role.
+fn permission(shared: &Shared, user: &str) -> Response {
+    let role = lock(&shared.roles)
+        .iter()
+        .find(|(l, _)| l.eq_ignore_ascii_case(user))
+        .map(|(_, r)| r.clone());
+    let Some(role) = role else {
+        return github_error(StatusCode::NOT_FOUND, "Not Found", None);
+    };
+    let legacy = match role.as_str() {
+        "admin" => "admin",
+        "maintain" | "write" => "write",
+        "triage" | "read" => "read",
+        _ => "none",
+    };
+    let mut user_value = user_json(user);
+    user_value["role_name"] = json!(role);
+    (
+        StatusCode::OK,
+        axum::Json(json!({"permission": legacy, "role_name": role, "user": user_value})),
+    )
+        .into_response()
+}
+
+const MAX_COMMENT_CHARS: usize = 65_536;
+
+/// The `body` of a comment request, or GitHub's refusal.
+fn comment_body(body: &Bytes) -> Result<String, Box<Response>> {
+    let request: Value = match serde_json::from_slice(body) {
+        Ok(value @ Value::Object(_)) => value,
+        _ => {
+            return Err(Box::new(github_error(
+                StatusCode::BAD_REQUEST,
+                "Problems parsing JSON",
+                None,
+            )))
+        }
+    };
+    let invalid = |code: &str, message: Option<&str>| {
+        let mut error = json!({"resource": "IssueComment", "field": "body", "code": code});
+        if let Some(message) = message {
+            error["message"] = json!(message);
+        }
+        Box::new(github_error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Validation Failed",
+            Some(json!([error])),
+        ))
+    };
+    match request.get("body").and_then(Value::as_str) {
+        None => Err(invalid("missing_field", None)),
+        Some(text) if text.trim().is_empty() => Err(invalid("missing_field", None)),
+        Some(text) if text.chars().count() > MAX_COMMENT_CHARS => Err(invalid(
+            "custom",
+            Some("body is too long (maximum is 65536 characters)"),
+        )),
+        Some(text) => Ok(text.to_string()),
+    }
+}
+
+fn comment_json(shared: &Shared, comment: &Comment) -> Value {
+    let base_url = lock(&shared.base_url).clone();
+    let (owner, repo) = (&shared.owner, &shared.repo);
+    json!({
+        "id": comment.id,
+        "node_id": format!("IC_fake{}", comment.id),
+        "url": format!("{base_url}/repos/{owner}/{repo}/issues/comments/{}", comment.id),
+        "html_url": format!("https://github.example/{owner}/{repo}/issues/{}#issuecomment-{}", comment.issue, comment.id),
+        "issue_url": format!("{base_url}/repos/{owner}/{repo}/issues/{}", comment.issue),
+        "body": comment.body,
+        "user": user_json("warden-bot"),
+        "author_association": "MEMBER",
+        "created_at": "2026-12-02T12:00:00Z",
+        "updated_at": "2026-12-02T12:00:00Z",
+    })
+}
+
+fn create_comment(shared: &Shared, issue: u64, body: &Bytes) -> Response {
+    let text = match comment_body(body) {
+        Ok(text) => text,
+        Err(refusal) => return *refusal,
+    };
+    let comment = {
+        let mut comments = lock(&shared.comments);
+        let comment = Comment {
+            id: 9_000 + comments.len() as u64 + 1,
+            issue,
+            body: text.clone(),
+            history: vec![text],
+        };
+        comments.push(comment.clone());
+        comment
+    };
+    let value = comment_json(shared, &comment);
+    let location = value["url"].as_str().unwrap_or_default().to_string();
+    (
+        StatusCode::CREATED,
+        [("location", location)],
+        axum::Json(value),
+    )
+        .into_response()
+}
+
+fn update_comment(shared: &Shared, id: u64, body: &Bytes) -> Response {
+    let text = match comment_body(body) {
+        Ok(text) => text,
+        Err(refusal) => return *refusal,
+    };
+    let updated = {
+        let mut comments = lock(&shared.comments);
+        comments.iter_mut().find(|c| c.id == id).map(|comment| {
+            comment.body = text.clone();
+            comment.history.push(text);
+            comment.clone()
+        })
+    };
+    match updated {
+        Some(comment) => {
+            (StatusCode::OK, axum::Json(comment_json(shared, &comment))).into_response()
+        }
+        None => github_error(StatusCode::NOT_FOUND, "Not Found", None),
+    }
+}
+
+/// One page (`per_page`, default 30, at most 100; `page` from 1) of an issue's comments,
+/// oldest first.
+fn list_comments(shared: &Shared, issue: u64, query: &str) -> Response {
+    let pairs = query_pairs(query);
+    let number = |name: &str, default: usize| {
+        pairs
+            .iter()
+            .find(|(k, _)| k == name)
+            .and_then(|(_, v)| v.parse::<usize>().ok())
+            .unwrap_or(default)
+    };
+    let per_page = number("per_page", 30).clamp(1, 100);
+    let page = number("page", 1).max(1);
+    let comments: Vec<Value> = lock(&shared.comments)
+        .iter()
+        .filter(|c| c.issue == issue)
+        .skip((page - 1).saturating_mul(per_page))
+        .take(per_page)
+        .map(|c| comment_json(shared, c))
+        .collect();
+    (StatusCode::OK, axum::Json(Value::Array(comments))).into_response()
 }
 
 fn invalid_field(field: &str, code: &str) -> Response {
@@ -483,7 +860,14 @@ fn list(shared: &Shared, query: &str) -> Response {
 
 #[cfg(test)]
 mod tests {
-    use super::percent_decode;
+    use super::{percent_decode, utc};
+
+    #[test]
+    fn times_are_written_as_github_writes_them() {
+        assert_eq!(utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(utc(1_468_275_250), "2016-07-11T22:14:10Z");
+        assert_eq!(utc(951_825_600), "2000-02-29T12:00:00Z");
+    }
 
     #[test]
     fn decodes_query_values() {

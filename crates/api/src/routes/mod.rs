@@ -30,6 +30,8 @@
 //!   anonymous request is 401 whatever its body; an oversized body with a valid token is 413);
 //!   a path parameter that cannot be read ([`ApiPath`]) is a 404 after authentication; text
 //!   that is stored (prompts, messages, metadata) holds no NUL (Postgres refuses it).
+//! - `POST /webhooks/github` takes no bearer token: a delivery is authenticated by GitHub's
+//!   `X-Hub-Signature-256` over its raw body (`github.rs`).
 //! - `POST /webhooks/slack` and `POST /webhooks/slack/interactions` take no bearer token: a
 //!   request is authenticated by Slack's signature over its raw body (`slack.rs`).
 //! - `POST /v1/tasks` honours `Idempotency-Key` (same key and body: the same task; same key,
@@ -40,6 +42,7 @@ mod auth;
 mod control;
 mod diff;
 mod events;
+mod github;
 mod journal;
 mod mcp;
 mod origin;
@@ -405,6 +408,8 @@ pub struct ApiState {
     pub budgets: web::Budgets,
     /// The Slack app the `/webhooks/slack` routes pass requests to (`None`: 404).
     pub slack: Option<Arc<warden_service::slack::SlackApp>>,
+    /// The GitHub interface `/webhooks/github` passes deliveries to (`None`: 404).
+    pub github: Option<Arc<warden_service::github::GithubHook>>,
 }
 
 /// Store token lookups at once for addresses that ran out of failed authentications.
@@ -437,7 +442,17 @@ impl ApiState {
             web_enabled: true,
             budgets: web::Budgets::default(),
             slack: None,
+            github: None,
         }
+    }
+
+    /// Serves `/webhooks/github` with `hook`.
+    pub fn with_github(
+        mut self,
+        hook: Option<Arc<warden_service::github::GithubHook>>,
+    ) -> ApiState {
+        self.github = hook;
+        self
     }
 
     /// Serves `/webhooks/slack` with `app`.
@@ -531,7 +546,8 @@ fn documented_routes() -> OpenApiRouter<Arc<ApiState>> {
         .merge(usage::routes())
         .merge(tokens::routes())
         .merge(sessions::routes())
-        .merge(slack::routes());
+        .merge(slack::routes())
+        .merge(github::routes());
     auth::document_rate_limit(routes.get_openapi_mut());
     origin::document_pinning(routes.get_openapi_mut());
     routes
@@ -649,6 +665,7 @@ mod tests {
             ("/v1/events", "get"),
             ("/metrics", "get"),
             ("/webhooks/slack", "post"),
+            ("/webhooks/github", "post"),
             ("/webhooks/slack/interactions", "post"),
         ] {
             assert!(

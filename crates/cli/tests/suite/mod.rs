@@ -4,6 +4,7 @@ mod change;
 mod control;
 mod first_hour;
 mod front_door;
+mod github_app;
 mod logs_json;
 mod mcp;
 mod mcp_http;

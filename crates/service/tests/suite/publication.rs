@@ -213,6 +213,8 @@ async fn world() -> World {
             base: None,
         }],
         retry_base: Some(Duration::from_millis(5)),
+        webhook: None,
+        app: None,
     };
     World {
         _home: home,

@@ -1,0 +1,532 @@
+//! The GitHub interface of `warden serve`, as GitHub drives it, against the GitHub fake
+//! (`warden_test_support::github_fake`: permissions, issue comments, pull requests) with
+//! deliveries signed as GitHub signs them: a writer's mention yields one issue comment edited
+//! to the cited answer; a forged, unsigned or replayed delivery and a reader's or a stranger's
+//! mention do nothing; a change shows its hash, a writer who is not a configured approver and
+//! a wrong hash decide nothing, and the approver's `/warden approve <hash>` opens one pull
+//! request; `serve` killed after handling a delivery and before recording it still gives one
+//! task and one comment once GitHub redelivers.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use warden_service::github::text::signature;
+use warden_test_support::github_fake::{Comment, APP_TEST_KEY_PEM};
+use warden_test_support::model_server::{openai, ScriptedModelServer};
+
+use super::server_harness::{
+    call, change_repo, sample_repo, submit_answer, uppercase_beta, GithubRemote, Server, Token,
+    ADMIN,
+};
+use super::support::Warden;
+
+const TOKENS: &[Token] = &[("root", "admin", ADMIN)];
+const SECRET: &str = "github-webhook-test-secret-0123456789";
+const GITHUB_TOKEN: &str = "ghp_github_hook_fake_token_0123456789";
+const WAIT: Duration = Duration::from_secs(90);
+const ISSUE: u64 = 7;
+
+const HOOK_TOML: &str = "[github.webhook]\nhandle = \"warden\"\n\
+[[github.webhook.approvers]]\nlogin = \"octo-root\"\nname = \"root\"\n\
+[[publish]]\nrepo = \"app\"\ngithub = \"acme/widgets\"\n";
+
+fn with_hook(warden: Warden, github: &GithubRemote) -> Warden {
+    with_hook_and(warden, github, "")
+}
+
+/// As [`with_hook`], authenticating as the GitHub App `Iv1test` (installation 42) the fake
+/// knows, whose tokens expire after `lifetime_secs`.
+fn with_app(warden: Warden, github: &GithubRemote, lifetime_secs: i64) -> Warden {
+    github.fake.with_app("Iv1test", 42, lifetime_secs);
+    with_hook_and(
+        warden,
+        github,
+        "[github.app]\nclient_id = \"Iv1test\"\ninstallation_id = 42\n",
+    )
+    .with("WARDEN_GITHUB_APP_PRIVATE_KEY", APP_TEST_KEY_PEM)
+}
+
+fn with_hook_and(warden: Warden, github: &GithubRemote, extra_toml: &str) -> Warden {
+    std::fs::write(
+        warden.home.path().join("warden.toml"),
+        format!("{extra_toml}{HOOK_TOML}"),
+    )
+    .unwrap();
+    github.fake.set_role("alice", "write");
+    github.fake.set_role("bob", "maintain");
+    github.fake.set_role("octo-root", "admin");
+    github.fake.set_role("mallory", "read");
+    warden
+        .with("WARDEN_GITHUB_WEBHOOK_SECRET", SECRET)
+        .with("WARDEN_GITHUB_TOKEN", GITHUB_TOKEN)
+        .with("WARDEN_GITHUB_API_URL", &github.fake.url())
+}
+
+/// An `issue_comment` `created` payload by `login` on issue [`ISSUE`] of acme/widgets.
+fn comment_payload(login: &str, body: &str) -> String {
+    json!({
+        "action": "created",
+        "issue": {"number": ISSUE, "title": "retry is too eager", "body": "It retries at once.",
+                  "state": "open", "user": {"login": "someone", "type": "User"}},
+        "comment": {"id": 1, "body": body, "user": {"login": login, "id": 11, "type": "User"},
+                    "author_association": "CONTRIBUTOR"},
+        "repository": {"id": 1, "name": "widgets", "full_name": "acme/widgets",
+                       "owner": {"login": "acme", "type": "Organization"}},
+        "sender": {"login": login, "type": "User"},
+    })
+    .to_string()
+}
+
+fn deliver(
+    server: &Server,
+    event: &str,
+    id: &str,
+    body: &str,
+    secret: Option<&str>,
+) -> Option<(u16, String)> {
+    let signed = secret.map(|s| signature(s.as_bytes(), body.as_bytes()));
+    let mut headers = vec![("X-GitHub-Event", event), ("X-GitHub-Delivery", id)];
+    if let Some(signed) = &signed {
+        headers.push(("X-Hub-Signature-256", signed.as_str()));
+    }
+    server.post_raw("/webhooks/github", "application/json", body, &headers)
+}
+
+fn comment(server: &Server, id: &str, login: &str, body: &str) -> u16 {
+    deliver(
+        server,
+        "issue_comment",
+        id,
+        &comment_payload(login, body),
+        Some(SECRET),
+    )
+    .expect("the server answers")
+    .0
+}
+
+fn wait_comments(
+    github: &GithubRemote,
+    what: &str,
+    done: impl Fn(&[Comment]) -> bool,
+) -> Vec<Comment> {
+    github
+        .fake
+        .wait_for_comments(WAIT, done)
+        .unwrap_or_else(|| panic!("{what}: {:#?}", github.fake.comments()))
+}
+
+/// What a reader sees: the invisible word joiners, entities and Markdown escapes read.
+fn visible(text: &str) -> String {
+    let read = text
+        .replace('\u{2060}', "")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&amp;", "&");
+    let mut out = String::new();
+    let mut chars = read.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            out.extend(chars.next());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn task_ids(server: &Server) -> Vec<String> {
+    server.get(ADMIN, "/v1/tasks")["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn wait_serving(server: &Server) {
+    let deadline = std::time::Instant::now() + WAIT;
+    while !server.stderr().contains("github webhook (mention @warden)") {
+        assert!(std::time::Instant::now() < deadline, "{}", server.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_writers_mention_yields_one_comment_edited_to_the_cited_answer_and_nothing_else_does() {
+    let repo = sample_repo();
+    let github = GithubRemote::for_repo(&repo, GITHUB_TOKEN);
+    let model = ScriptedModelServer::start_blocking(vec![
+        openai::tool_call("submit_answer", &submit_answer("src/lib.rs", 31, 33)),
+        openai::tool_call("submit_answer", &submit_answer("src/lib.rs", 31, 33)),
+    ]);
+    let warden = with_hook(Warden::openai(&model.url()), &github);
+    let server = Server::start(&warden, TOKENS);
+    server.register("app", &repo);
+    wait_serving(&server);
+    let head = repo.git(&["rev-parse", "HEAD"]);
+
+    // GitHub's ping when the hook is created.
+    let ping = json!({"zen": "Keep it logically awesome.", "hook_id": 1}).to_string();
+    let (status, answer) = deliver(&server, "ping", "d-ping", &ping, Some(SECRET)).unwrap();
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&answer).unwrap()["pong"],
+        true
+    );
+
+    // Forged (another secret) and unsigned: 401, nothing happens.
+    let ask = comment_payload("alice", "@warden why does retry_with_backoff double?");
+    for secret in [Some("not the secret"), None] {
+        let (status, answer) = deliver(&server, "issue_comment", "d-1", &ask, secret).unwrap();
+        assert_eq!(status, 401, "{answer}");
+    }
+    assert!(task_ids(&server).is_empty());
+
+    // The real delivery: acknowledged, and one comment ends as the cited answer.
+    let started = std::time::Instant::now();
+    assert_eq!(
+        deliver(&server, "issue_comment", "d-1", &ask, Some(SECRET))
+            .unwrap()
+            .0,
+        200
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "acknowledged in time"
+    );
+    let comments = wait_comments(&github, "the answer", |c| {
+        c.iter().any(|c| c.body.contains("— completed"))
+    });
+    assert_eq!(
+        comments.len(),
+        1,
+        "one comment per task, edited: {comments:#?}"
+    );
+    let answer = &comments[0];
+    assert_eq!(answer.issue, ISSUE);
+    let shown = visible(&answer.body);
+    assert!(
+        shown.contains("retry_with_backoff doubles the attempts"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(&format!("app/src/lib.rs:31-33 @ {}", &head[..12])),
+        "{shown}"
+    );
+    // The prompt is shown with its issue's text, its mention neutralised.
+    assert!(shown.contains("It retries at once."), "{shown}");
+    assert!(!answer.body.contains("@warden"), "{}", answer.body);
+    let ids = task_ids(&server);
+    assert_eq!(ids.len(), 1);
+    let task = server.task(ADMIN, &ids[0]);
+    assert_eq!(task["owner"], "github:alice", "{task}");
+    assert_eq!(task["kind"], "question");
+
+    // A replay of the same delivery: nothing more.
+    let before = github.fake.comments();
+    assert_eq!(
+        deliver(&server, "issue_comment", "d-1", &ask, Some(SECRET))
+            .unwrap()
+            .0,
+        200
+    );
+    // A reader's and a stranger's mentions: no task, no reply.
+    assert_eq!(
+        comment(&server, "d-2", "mallory", "@warden fix everything"),
+        200
+    );
+    assert_eq!(comment(&server, "d-3", "nobody", "@warden why?"), 200);
+    // A writer's comment that does not mention the app: nothing.
+    assert_eq!(comment(&server, "d-4", "alice", "thanks, warden"), 200);
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(task_ids(&server).len(), 1);
+    assert_eq!(github.fake.comments(), before);
+    // The permission was asked of GitHub for each mention, never for the others.
+    let asked: Vec<String> = github
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.path.ends_with("/permission"))
+        .map(|r| r.path.clone())
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            "/repos/acme/widgets/collaborators/alice/permission",
+            "/repos/acme/widgets/collaborators/mallory/permission",
+            "/repos/acme/widgets/collaborators/nobody/permission",
+        ]
+    );
+
+    // A new issue that mentions the app: its own comment, its text the prompt.
+    let opened = json!({
+        "action": "opened",
+        "issue": {"number": 8, "title": "Question", "body": "@warden why does retry_with_backoff double?",
+                  "state": "open", "user": {"login": "alice", "type": "User"}},
+        "repository": {"id": 1, "name": "widgets", "full_name": "acme/widgets",
+                       "owner": {"login": "acme", "type": "Organization"}},
+        "sender": {"login": "alice", "type": "User"},
+    })
+    .to_string();
+    assert_eq!(
+        deliver(&server, "issues", "d-5", &opened, Some(SECRET))
+            .unwrap()
+            .0,
+        200
+    );
+    let comments = wait_comments(&github, "the opened issue's answer", |c| {
+        c.iter()
+            .any(|c| c.issue == 8 && c.body.contains("— completed"))
+    });
+    assert_eq!(comments.len(), 2, "{comments:#?}");
+    let ids = task_ids(&server);
+    assert_eq!(ids.len(), 2);
+    let prompts: Vec<String> = ids
+        .iter()
+        .map(|id| {
+            server.task(ADMIN, id)["prompt"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert!(
+        prompts.contains(&"why does retry_with_backoff double?".to_string()),
+        "{prompts:?}"
+    );
+    server.terminate();
+}
+
+#[test]
+fn a_change_shows_its_hash_and_only_the_approvers_comment_with_that_hash_opens_one_pull_request() {
+    let repo = change_repo();
+    let github = GithubRemote::for_repo(&repo, GITHUB_TOKEN);
+    let model = ScriptedModelServer::start_blocking(vec![
+        uppercase_beta(),
+        call(
+            "submit_change",
+            json!({"summary": "Uppercase beta\n\nThe check wants BETA. cc @admin ![x](https://evil.com/p.png) <img src=x>"}),
+        ),
+    ]);
+    // Authenticated as a GitHub App whose installation tokens last two minutes: renewed
+    // before each use.
+    let warden = with_app(Warden::openai(&model.url()), &github, 120);
+    let server = Server::start(&warden, TOKENS);
+    server.register_with_checks("app", &repo, &["bash check.sh"]);
+    wait_serving(&server);
+
+    assert_eq!(
+        comment(&server, "c-1", "alice", "@warden fix: make beta uppercase"),
+        200
+    );
+    let comments = wait_comments(&github, "the proposal", |c| {
+        c.iter().any(|c| c.body.contains("/warden approve sha256:"))
+    });
+    assert_eq!(comments.len(), 1, "{comments:#?}");
+    let ids = task_ids(&server);
+    let task = server.task(ADMIN, &ids[0]);
+    assert_eq!(task["status"], "waiting_approval", "{task}");
+    assert_eq!(task["kind"], "change");
+    let hash = task["result"]["proposal"]["hash"].as_str().unwrap();
+    let approval = task["result"]["approval"]["id"].as_str().unwrap();
+    let proposal = &comments[0].body;
+    assert!(proposal.contains(&format!("Hash: {hash}")), "{proposal}");
+    assert!(
+        proposal.contains(&format!("`/warden approve {hash}`")),
+        "{proposal}"
+    );
+    assert!(
+        visible(proposal).contains("✓ bash check.sh (exit 0"),
+        "{proposal}"
+    );
+    // The model's text forms no mention, image, link or HTML.
+    for forbidden in ["@admin", "![", "https://evil", "<img"] {
+        assert!(!proposal.contains(forbidden), "{forbidden}: {proposal}");
+    }
+
+    // Bob can write but is no approver; the approver with a wrong hash: refused in replies.
+    let wrong = format!("sha256:{}", "0".repeat(64));
+    assert_eq!(
+        comment(&server, "c-2", "bob", &format!("/warden approve {hash}")),
+        200
+    );
+    assert_eq!(
+        comment(
+            &server,
+            "c-3",
+            "octo-root",
+            &format!("/warden approve {wrong}")
+        ),
+        200
+    );
+    let comments = wait_comments(&github, "two refusals", |c| c.len() == 3);
+    assert!(
+        visible(&comments[1].body)
+            .starts_with("Refused: bob is not one of this Warden's approvers"),
+        "{:?}",
+        comments[1].body
+    );
+    assert!(
+        comments[2].body.starts_with("Refused:") && comments[2].body.contains(&wrong),
+        "{:?}",
+        comments[2].body
+    );
+    let shown = server.get(ADMIN, &format!("/v1/approvals/{approval}"));
+    assert_eq!(shown["status"], "pending", "{shown}");
+    assert!(github.fake.pulls().is_empty());
+
+    // A comment carrying Warden's marker is Warden's own, whatever it says: never a command.
+    let own = format!(
+        "<!-- warden:gh:task:{}:00 -->\n/warden approve {hash}",
+        ids[0]
+    );
+    assert_eq!(comment(&server, "c-own", "octo-root", &own), 200);
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(github.fake.comments().len(), 3);
+    let shown = server.get(ADMIN, &format!("/v1/approvals/{approval}"));
+    assert_eq!(shown["status"], "pending", "{shown}");
+
+    // The approver, with the hash: one pull request; the task's comment says so.
+    let approve = format!("LGTM\n/warden approve {hash}");
+    assert_eq!(comment(&server, "c-4", "octo-root", &approve), 200);
+    assert_eq!(comment(&server, "c-4", "octo-root", &approve), 200);
+    let comments = wait_comments(&github, "the publication", |c| {
+        c[0].body.contains("Publication: pr_opened")
+    });
+    assert_eq!(
+        comments.len(),
+        4,
+        "one reply to the approval: {comments:#?}"
+    );
+    assert!(
+        comments[0].history.len() > 1,
+        "the task's comment is edited in place: {:?}",
+        comments[0].history
+    );
+    assert!(
+        comments[3].body.starts_with(&format!("Approved {hash}")),
+        "{:?}",
+        comments[3].body
+    );
+    let pulls = github.fake.pulls();
+    assert_eq!(pulls.len(), 1, "{pulls:#?}");
+    let pr_url = pulls[0]["html_url"].as_str().unwrap();
+    assert!(
+        comments[0].body.contains(&format!("<{pr_url}>")),
+        "{}",
+        comments[0].body
+    );
+    assert!(
+        comments[0].body.contains("Approval approved by root"),
+        "{}",
+        comments[0].body
+    );
+    let task = server.task(ADMIN, &ids[0]);
+    assert_eq!(task["result"]["approval"]["decided_by"], "root", "{task}");
+    // Every call went out with an installation token, fetched with the App's JWT.
+    let issued = github.fake.issued_tokens();
+    assert!(issued.len() > 1, "renewed: {issued:?}");
+    for request in github.fake.requests() {
+        if request.path.starts_with("/app/") {
+            continue;
+        }
+        let bearer = request.header("authorization").unwrap_or_default();
+        assert!(
+            issued.iter().any(|t| bearer == format!("Bearer {t}")),
+            "{} {}: {bearer}",
+            request.method,
+            request.path
+        );
+    }
+    server.terminate();
+}
+
+#[test]
+fn a_crash_before_recording_a_delivery_gives_one_task_and_one_comment_after_a_redelivery() {
+    let repo = sample_repo();
+    let github = GithubRemote::for_repo(&repo, GITHUB_TOKEN);
+    let model = ScriptedModelServer::start_blocking(vec![openai::tool_call(
+        "submit_answer",
+        &submit_answer("src/lib.rs", 31, 33),
+    )]);
+    let warden = with_hook(Warden::openai(&model.url()), &github);
+    let server = Server::start_with(
+        &warden,
+        TOKENS,
+        &[("WARDEN_FAILPOINT", "github_before_record")],
+    );
+    server.register("app", &repo);
+    wait_serving(&server);
+    let ask = comment_payload("alice", "@warden why does retry_with_backoff double?");
+    let answer = deliver(&server, "issue_comment", "d-crash", &ask, Some(SECRET));
+    assert!(
+        answer.as_ref().is_none_or(|(status, _)| *status != 200),
+        "{answer:?}"
+    );
+    assert_eq!(server.wait_exit(), Some(101));
+
+    // Started again, GitHub redelivers (same delivery id): one task, one comment.
+    let server = Server::start(&warden, TOKENS);
+    wait_serving(&server);
+    assert_eq!(
+        deliver(&server, "issue_comment", "d-crash", &ask, Some(SECRET))
+            .unwrap()
+            .0,
+        200
+    );
+    let comments = wait_comments(&github, "the answer after the restart", |c| {
+        c.iter().any(|c| c.body.contains("— completed"))
+    });
+    assert_eq!(comments.len(), 1, "{comments:#?}");
+    assert_eq!(task_ids(&server).len(), 1);
+    assert_eq!(
+        deliver(&server, "issue_comment", "d-crash", &ask, Some(SECRET))
+            .unwrap()
+            .0,
+        200
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(github.fake.comments().len(), 1);
+    assert_eq!(task_ids(&server).len(), 1);
+    server.terminate();
+}
+
+#[test]
+fn a_crash_after_github_created_a_comment_and_before_its_id_was_recorded_still_gives_one_comment() {
+    let repo = sample_repo();
+    let github = GithubRemote::for_repo(&repo, GITHUB_TOKEN);
+    // The same answer twice: the run the crash interrupted may ask again.
+    let model = ScriptedModelServer::start_blocking(vec![
+        openai::tool_call("submit_answer", &submit_answer("src/lib.rs", 31, 33)),
+        openai::tool_call("submit_answer", &submit_answer("src/lib.rs", 31, 33)),
+    ]);
+    let warden = with_hook(Warden::openai(&model.url()), &github);
+    let server = Server::start_with(
+        &warden,
+        TOKENS,
+        &[("WARDEN_FAILPOINT", "github_after_send")],
+    );
+    server.register("app", &repo);
+    wait_serving(&server);
+    let ask = comment_payload("alice", "@warden why does retry_with_backoff double?");
+    let _ = deliver(&server, "issue_comment", "d-sent", &ask, Some(SECRET));
+    // Killed right after GitHub created the task's comment, its id unrecorded.
+    assert_eq!(server.wait_exit(), Some(101));
+    let created = github.fake.comments();
+    assert_eq!(created.len(), 1, "{created:#?}");
+    assert!(
+        created[0].body.contains("<!-- warden:gh:task:tsk_"),
+        "{created:#?}"
+    );
+
+    // Started again: the comment is found by its marker and edited, never created twice.
+    let server = Server::start(&warden, TOKENS);
+    wait_serving(&server);
+    let comments = wait_comments(&github, "the answer after the restart", |c| {
+        c.iter().any(|c| c.body.contains("— completed"))
+    });
+    assert_eq!(comments.len(), 1, "{comments:#?}");
+    assert_eq!(comments[0].id, created[0].id);
+    assert_eq!(task_ids(&server).len(), 1);
+    server.terminate();
+}

@@ -1,0 +1,216 @@
+//! Authentication as a GitHub App: a JWT signed RS256 with the App's private key (`iat` 60 s
+//! in the past against clock drift, `exp` 9 minutes ahead — GitHub refuses more than 10 —
+//! `iss` the App's client id), exchanged at `POST /app/installations/{id}/access_tokens` for
+//! an installation token (an hour long), which is cached until five minutes before it expires.
+//! The key and the tokens live only in the Warden process: never in a sandbox, a URL or a
+//! message. RSA is `ring`'s (already in the tree through rustls); PEM is read here.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine as _;
+use ring::rand::SystemRandom;
+use ring::signature::{RsaKeyPair, RSA_PKCS1_SHA256};
+
+use super::{GithubError, GithubToken};
+
+/// A token is renewed when fewer than this many seconds of it remain.
+const RENEW_BEFORE_SECS: i64 = 300;
+/// The JWT's `iat` is this far in the past (GitHub's advice against clock drift).
+const IAT_SKEW_SECS: i64 = 60;
+/// The JWT's `exp` is this far ahead (GitHub refuses more than ten minutes).
+const EXP_AHEAD_SECS: i64 = 540;
+
+/// An App's private key. `Debug` never shows it.
+pub struct AppKey(RsaKeyPair);
+
+impl std::fmt::Debug for AppKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AppKey(…)")
+    }
+}
+
+impl AppKey {
+    /// Reads a PEM private key as GitHub hands it out (`BEGIN RSA PRIVATE KEY`, PKCS#1) or as
+    /// PKCS#8 (`BEGIN PRIVATE KEY`).
+    pub fn from_pem(pem: &str) -> Result<AppKey, String> {
+        let pem = pem.trim();
+        let (label, body) = pem
+            .strip_prefix("-----BEGIN ")
+            .and_then(|rest| rest.split_once("-----"))
+            .ok_or("not a PEM private key (no -----BEGIN line)")?;
+        let end = format!("-----END {label}-----");
+        let body = body
+            .trim()
+            .strip_suffix(end.as_str())
+            .ok_or_else(|| format!("the PEM has no {end} line"))?;
+        let base64: String = body.chars().filter(|c| !c.is_whitespace()).collect();
+        let der = base64::engine::general_purpose::STANDARD
+            .decode(base64)
+            .map_err(|e| format!("the PEM body is not base64: {e}"))?;
+        let key = match label {
+            "RSA PRIVATE KEY" => RsaKeyPair::from_der(&der),
+            "PRIVATE KEY" => RsaKeyPair::from_pkcs8(&der),
+            other => return Err(format!("a {other} is not an RSA private key")),
+        }
+        .map_err(|e| format!("the RSA key is refused: {e}"))?;
+        Ok(AppKey(key))
+    }
+
+    /// The public key, PKCS#1 `RSAPublicKey` DER (what GitHub checks the JWT with).
+    pub fn public_key_der(&self) -> Vec<u8> {
+        ring::signature::KeyPair::public_key(&self.0)
+            .as_ref()
+            .to_vec()
+    }
+
+    /// The App's JWT at `now_secs` (Unix seconds).
+    pub fn jwt(&self, client_id: &str, now_secs: i64) -> Result<String, GithubError> {
+        let encode = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+        let header = encode(br#"{"alg":"RS256","typ":"JWT"}"#);
+        let claims = serde_json::json!({
+            "iat": now_secs - IAT_SKEW_SECS,
+            "exp": now_secs + EXP_AHEAD_SECS,
+            "iss": client_id,
+        });
+        let signing_input = format!("{header}.{}", encode(claims.to_string().as_bytes()));
+        let mut signature = vec![0; self.0.public().modulus_len()];
+        self.0
+            .sign(
+                &RSA_PKCS1_SHA256,
+                &SystemRandom::new(),
+                signing_input.as_bytes(),
+                &mut signature,
+            )
+            .map_err(|_| GithubError::Config("the App key cannot sign".into()))?;
+        Ok(format!("{signing_input}.{}", encode(&signature)))
+    }
+}
+
+/// An App installation: who to ask for its tokens.
+#[derive(Debug, Clone)]
+pub struct AppCredentials {
+    /// The App's client id (`Iv…`; the numeric App id works too), the JWT's `iss`.
+    pub client_id: String,
+    pub installation_id: u64,
+    pub key: Arc<AppKey>,
+}
+
+/// The installation token in use and when it expires (Unix seconds).
+#[derive(Debug, Default)]
+pub struct TokenCache(tokio::sync::Mutex<Option<(GithubToken, i64)>>);
+
+impl TokenCache {
+    /// The cached token unless it expires within five minutes of `now_secs`; else a new one
+    /// from `fetch` (called once at a time: concurrent callers wait for it).
+    pub async fn get<F, Fut>(&self, now_secs: i64, fetch: F) -> Result<GithubToken, GithubError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<(GithubToken, i64), GithubError>>,
+    {
+        let mut cached = self.0.lock().await;
+        if let Some((token, expires_at)) = cached.as_ref() {
+            if *expires_at - now_secs > RENEW_BEFORE_SECS {
+                return Ok(token.clone());
+            }
+        }
+        let (token, expires_at) = fetch().await?;
+        *cached = Some((token.clone(), expires_at));
+        Ok(token)
+    }
+
+    /// The token in use, if any (to keep it out of error messages).
+    pub fn current(&self) -> Option<GithubToken> {
+        self.0.try_lock().ok()?.as_ref().map(|(t, _)| t.clone())
+    }
+}
+
+/// Unix seconds of an RFC 3339 UTC time as GitHub writes it (`2026-12-03T13:20:00Z`).
+pub fn parse_utc(text: &str) -> Option<i64> {
+    let text = text.trim().strip_suffix('Z')?;
+    let (date, time) = text.split_once('T')?;
+    let mut date = date.split('-').map(|p| p.parse::<i64>().ok());
+    let (year, month, day) = (date.next()??, date.next()??, date.next()??);
+    let mut time = time.split(':');
+    let hour: i64 = time.next()?.parse().ok()?;
+    let minute: i64 = time.next()?.parse().ok()?;
+    let second: f64 = time.next()?.parse().ok()?;
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
+        return None;
+    }
+    // Days from the civil date (Howard Hinnant's algorithm).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + hour * 3_600 + minute * 60 + second as i64)
+}
+
+/// Unix seconds now.
+pub fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// How long a fetched token is trusted at most, whatever `expires_at` says.
+pub const MAX_TOKEN_LIFETIME: Duration = Duration::from_secs(3600);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn github_times_are_read() {
+        assert_eq!(parse_utc("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(parse_utc("2016-07-11T22:14:10Z"), Some(1_468_275_250));
+        assert_eq!(parse_utc("2000-02-29T12:00:00Z"), Some(951_825_600));
+        assert_eq!(parse_utc("2016-07-11 22:14:10"), None);
+        assert_eq!(parse_utc("2016-13-11T22:14:10Z"), None);
+    }
+
+    #[test]
+    fn bad_keys_are_named() {
+        assert!(AppKey::from_pem("nothing")
+            .unwrap_err()
+            .contains("not a PEM"));
+        assert!(AppKey::from_pem("-----BEGIN RSA PRIVATE KEY-----\nAAAA\n")
+            .unwrap_err()
+            .contains("END"));
+        assert!(AppKey::from_pem(
+            "-----BEGIN RSA PRIVATE KEY-----\nAAAA\n-----END RSA PRIVATE KEY-----"
+        )
+        .unwrap_err()
+        .contains("refused"));
+        assert!(AppKey::from_pem(
+            "-----BEGIN EC PRIVATE KEY-----\nAAAA\n-----END EC PRIVATE KEY-----"
+        )
+        .unwrap_err()
+        .contains("not an RSA"));
+    }
+
+    #[tokio::test]
+    async fn tokens_are_cached_until_five_minutes_before_they_expire() {
+        let cache = TokenCache::default();
+        let token = |name: &str| GithubToken::new(name).unwrap();
+        let first = cache
+            .get(1_000, || async { Ok((token("ghs_one"), 1_000 + 3_600)) })
+            .await
+            .unwrap();
+        assert_eq!(first.expose(), "ghs_one");
+        let cached = cache
+            .get(1_000 + 3_000, || async { Ok((token("ghs_two"), 0)) })
+            .await
+            .unwrap();
+        assert_eq!(cached.expose(), "ghs_one");
+        let renewed = cache
+            .get(1_000 + 3_301, || async { Ok((token("ghs_two"), 9_999)) })
+            .await
+            .unwrap();
+        assert_eq!(renewed.expose(), "ghs_two");
+        assert_eq!(cache.current().unwrap().expose(), "ghs_two");
+    }
+}

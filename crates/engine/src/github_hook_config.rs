@@ -1,0 +1,149 @@
+//! `[github.webhook]` in `warden.toml`: the GitHub interface `warden serve` runs when it is
+//! configured (off otherwise). Deliveries arrive at `POST /webhooks/github`, signed with
+//! `WARDEN_GITHUB_WEBHOOK_SECRET` (never read from this file); replies, permission checks and
+//! pull requests use `[github]`'s API and token. Who may start a task is GitHub's answer (write
+//! access to the repository); who may approve is this file's: GitHub logins mapped to Warden
+//! admin principals. A repository is reachable from GitHub only through its `[[publish]]`
+//! entry (`owner/name` → the registered repository).
+
+use anyhow::bail;
+use serde::Deserialize;
+
+pub use crate::chat_config::ChatSecret;
+
+/// `[github.webhook]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GithubWebhookSection {
+    /// The handle people mention, without `@` (default `warden`).
+    pub handle: Option<String>,
+    /// Who may approve or reject with `/warden approve sha256:…`, and as which Warden admin.
+    /// Nobody when empty: GitHub write access alone never approves.
+    #[serde(default)]
+    pub approvers: Vec<GithubApproverEntry>,
+}
+
+/// One `[[github.webhook.approvers]]` entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GithubApproverEntry {
+    /// The GitHub login.
+    pub login: String,
+    /// The Warden admin principal the login decides as.
+    pub name: String,
+}
+
+/// `[github.webhook]`, resolved. The secret is `None` when its variable is unset: `warden
+/// serve` then refuses to start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GithubWebhookConfig {
+    /// Lowercase, without `@`.
+    pub handle: String,
+    pub secret: Option<ChatSecret>,
+    /// GitHub login (lowercase) → Warden admin principal name.
+    pub approvers: Vec<(String, String)>,
+}
+
+impl GithubWebhookConfig {
+    /// `None` without a `[github.webhook]` section: the interface is off.
+    pub fn resolve(
+        section: Option<&GithubWebhookSection>,
+        secret: Option<String>,
+    ) -> anyhow::Result<Option<GithubWebhookConfig>> {
+        let Some(section) = section else {
+            return Ok(None);
+        };
+        let handle = section.handle.as_deref().unwrap_or("warden").trim();
+        let handle = handle.strip_prefix('@').unwrap_or(handle);
+        if !valid_login(handle) {
+            bail!("github.webhook.handle {handle:?} is not a GitHub login (letters, digits and single hyphens, at most 39)");
+        }
+        let mut approvers: Vec<(String, String)> = Vec::new();
+        for entry in &section.approvers {
+            let login = entry.login.trim().to_ascii_lowercase();
+            if !valid_login(&login) {
+                bail!(
+                    "github.webhook.approvers: {:?} is not a GitHub login",
+                    entry.login
+                );
+            }
+            if approvers.iter().any(|(l, _)| *l == login) {
+                bail!("github.webhook.approvers: {login} is listed twice");
+            }
+            let name = crate::chat_config::principal_name(
+                "github.webhook.approvers",
+                &login,
+                &entry.name,
+                "admin",
+            )?;
+            approvers.push((login, name));
+        }
+        Ok(Some(GithubWebhookConfig {
+            handle: handle.to_ascii_lowercase(),
+            secret: secret.as_deref().and_then(ChatSecret::new),
+            approvers,
+        }))
+    }
+}
+
+/// A GitHub login: 1-39 ASCII letters, digits or hyphens, not starting or ending with one
+/// (`[bot]` suffixes are apps, never people).
+pub fn valid_login(login: &str) -> bool {
+    (1..=39).contains(&login.len())
+        && !login.starts_with('-')
+        && !login.ends_with('-')
+        && login.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resolve(text: &str) -> anyhow::Result<Option<GithubWebhookConfig>> {
+        #[derive(Deserialize)]
+        struct File {
+            webhook: Option<GithubWebhookSection>,
+        }
+        let file: File = toml::from_str(text)?;
+        GithubWebhookConfig::resolve(file.webhook.as_ref(), Some("hook-secret".into()))
+    }
+
+    #[test]
+    fn off_unless_configured_and_nobody_approves_by_default() {
+        assert_eq!(resolve("").unwrap(), None);
+        let config = resolve("[webhook]\n").unwrap().unwrap();
+        assert_eq!(config.handle, "warden");
+        assert!(config.approvers.is_empty());
+        assert!(!format!("{config:?}").contains("hook-secret"));
+        let config = resolve(
+            "[webhook]\nhandle = \"@Acme-Bot\"\n[[webhook.approvers]]\nlogin = \"Octo\"\nname = \"root\"\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(config.handle, "acme-bot");
+        assert_eq!(config.approvers, [("octo".to_string(), "root".to_string())]);
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        for (text, expected) in [
+            ("[webhook]\nhandle = \"a b\"\n", "not a GitHub login"),
+            (
+                "[webhook]\n[[webhook.approvers]]\nlogin = \"-x\"\nname = \"root\"\n",
+                "not a GitHub login",
+            ),
+            (
+                "[webhook]\n[[webhook.approvers]]\nlogin = \"x\"\nname = \"r\"\n[[webhook.approvers]]\nlogin = \"X\"\nname = \"r\"\n",
+                "listed twice",
+            ),
+            (
+                "[webhook]\n[[webhook.approvers]]\nlogin = \"x\"\nname = \"a b\"\n",
+                "must be 1-100",
+            ),
+            ("[webhook]\nusers = []\n", "unknown field"),
+        ] {
+            let error = format!("{:#}", resolve(text).unwrap_err());
+            assert!(error.contains(expected), "{text}: {error}");
+        }
+    }
+}

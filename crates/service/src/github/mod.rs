@@ -1,0 +1,654 @@
+//! Warden's GitHub interface: a thin adapter over [`TaskService`] (who may do what is the
+//! service's; this module maps a GitHub user to a [`Principal`] and renders tasks as GitHub
+//! Markdown).
+//!
+//! - **Ingress** ([`GithubHook::webhook`]): the deliveries the API's `POST /webhooks/github`
+//!   passes on, raw. Each is checked first: `X-Hub-Signature-256` over the raw body with
+//!   `WARDEN_GITHUB_WEBHOOK_SECRET`, in constant time ([`text::verify`]). `ping` is answered.
+//!   An `issue_comment` (`created`) or `issues` (`opened`) delivery is acknowledged within
+//!   [`ACK_WITHIN`]: the work runs on its own task, and the answer waits for it at most that
+//!   long. Each delivery is handled once: its `X-GitHub-Delivery` id is recorded in the store
+//!   with the replies, in one transaction; one recorded before (a redelivery, a replay) is
+//!   acknowledged and ignored, and a submission is idempotent (`Idempotency-Key`
+//!   `github:<delivery>`) for the redelivery of one handled but not recorded.
+//! - **Requests**: a mention of the app (`@warden fix …`/`@warden change …`: a change,
+//!   published after an approval; `@warden …` otherwise: a question) by a user GitHub says may
+//!   write to the repository (`admin`, `maintain` or `write`; asked at each delivery). The
+//!   repository is the registered one whose `[[publish]]` entry names `owner/name`, at its
+//!   default branch. The task's owner is `github:<login>` (an operator).
+//! - **Approvals**: `/warden approve sha256:…` or `/warden reject sha256:…` on the issue, by a
+//!   login the operator mapped to a Warden admin (`[[github.webhook.approvers]]`) who can also
+//!   still write to the repository, decides the pending approval of a task of that issue,
+//!   bound to the hash written (the service refuses another one; the refusal is a reply).
+//! - **Progress**: the task's one comment on the issue (`gh:task:<id>`), created once and then
+//!   edited (`PATCH`) as the task moves: the cited answer (citations as Warden's links), or the
+//!   proposal with validations and `Hash: sha256:…` and how to approve it.
+//! - **Egress**: the chats' outbox ([`crate::chat`]): recorded first, marked `sending` before
+//!   the request leaves, the comment id GitHub returns recorded at once.
+//!
+//! **No gap** where the chats have one: every comment Warden writes ends with an invisible
+//! marker, `<!-- warden:<message id>:<tag> -->`, the tag an HMAC of the message id with the
+//! webhook secret (so nobody else can forge one). A comment whose creation was started but
+//! whose id was not recorded (a crash, `WARDEN_FAILPOINT=github_after_send` in crash tests,
+//! or a lost answer) is looked for on its issue by that marker before it is created again;
+//! found, its id is recorded and it is edited instead.
+
+pub mod text;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::sync::watch;
+use warden_engine::config::{GithubSettings, PublishTarget};
+use warden_engine::github::{GithubClient, GithubClientConfig, GithubError, GithubRepo};
+use warden_engine::github_hook_config::GithubWebhookConfig;
+use warden_protocol::TaskKind;
+use warden_store::{
+    ApprovalStatus, ChatMessage, ChatMessageState, Decision, NewChatMessage, Store, StoreError,
+    Task,
+};
+
+use crate::chat::render::{self, Style};
+use crate::chat::{DeliveryError, Front, Transport};
+use crate::tasks::{
+    ApprovalListing, Idempotency, Principal, Role, ServiceError, Submission, TaskService,
+};
+
+/// The store's channel name for GitHub.
+pub const CHANNEL: &str = "github";
+/// The crash point between GitHub creating a comment and Warden recording its id.
+pub const FAILPOINT_AFTER_SEND: &str = "github_after_send";
+/// The crash point after a delivery was handled and before it was recorded (and acknowledged).
+pub const FAILPOINT_BEFORE_RECORD: &str = "github_before_record";
+/// How long a webhook's answer waits for its work (GitHub gives up after ten seconds).
+pub const ACK_WITHIN: Duration = Duration::from_secs(5);
+/// How much of an issue's text a task started from it carries as context.
+const ISSUE_CONTEXT_CHARS: usize = 4000;
+
+const STYLE: Style = Style {
+    escape: text::markdown,
+    link: text::link,
+};
+
+/// A request to `POST /webhooks/github`, as it arrived.
+#[derive(Debug, Clone, Copy)]
+pub struct Delivery<'a> {
+    /// `X-Hub-Signature-256`.
+    pub signature: Option<&'a str>,
+    /// `X-GitHub-Event`.
+    pub event: Option<&'a str>,
+    /// `X-GitHub-Delivery`: the delivery's id, the same on a redelivery.
+    pub delivery: Option<&'a str>,
+    /// The raw body, as signed.
+    pub body: &'a [u8],
+}
+
+/// What the webhook answers with 200.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WebhookReply {
+    /// `ping`: the hook works.
+    Pong,
+    /// Received (handled, ignored as seen before or not for Warden, or still being handled).
+    Ack,
+}
+
+/// Why a delivery is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WebhookError {
+    /// The signature is missing or wrong (401).
+    #[error("{0}")]
+    Unauthorized(text::SignatureError),
+    /// Signed, but not a delivery Warden can read (400).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// The GitHub interface: its API client, the service it calls, and who may approve.
+pub struct GithubHook {
+    client: GithubClient,
+    tasks: TaskService,
+    config: GithubWebhookConfig,
+    secret: String,
+    targets: Vec<PublishTarget>,
+}
+
+impl GithubHook {
+    pub fn new(
+        settings: &GithubSettings,
+        tasks: TaskService,
+    ) -> anyhow::Result<Option<GithubHook>> {
+        let Some(config) = settings.webhook.clone() else {
+            return Ok(None);
+        };
+        let secret = config.secret.as_ref().ok_or_else(|| {
+            anyhow::anyhow!(
+                "[github.webhook] is configured but WARDEN_GITHUB_WEBHOOK_SECRET is not set"
+            )
+        })?;
+        let auth = settings.auth().ok_or_else(|| {
+            anyhow::anyhow!(
+                "[github.webhook] is configured but neither WARDEN_GITHUB_TOKEN nor [github.app] is"
+            )
+        })?;
+        let client = GithubClient::new(GithubClientConfig::with_auth(&settings.api_url, auth))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        Ok(Some(GithubHook {
+            client,
+            tasks,
+            secret: secret.expose().to_string(),
+            config,
+            targets: settings.targets.clone(),
+        }))
+    }
+
+    /// `POST /webhooks/github`: one delivery.
+    pub async fn webhook(
+        self: &Arc<Self>,
+        delivery: Delivery<'_>,
+    ) -> Result<WebhookReply, WebhookError> {
+        text::verify(self.secret.as_bytes(), delivery.signature, delivery.body)
+            .map_err(WebhookError::Unauthorized)?;
+        let event = delivery
+            .event
+            .ok_or_else(|| WebhookError::Invalid("no X-GitHub-Event header".into()))?;
+        let id = delivery
+            .delivery
+            .map(str::trim)
+            .filter(|id| !id.is_empty() && id.len() <= 200)
+            .ok_or_else(|| WebhookError::Invalid("no X-GitHub-Delivery header".into()))?
+            .to_string();
+        let payload: Value = serde_json::from_slice(delivery.body).map_err(|e| {
+            WebhookError::Invalid(format!(
+                "the body is not JSON (set the hook's content type to application/json): {e}"
+            ))
+        })?;
+        match event {
+            "ping" => Ok(WebhookReply::Pong),
+            "issue_comment" | "issues" => {
+                let hook = Arc::clone(self);
+                let event = event.to_string();
+                let work =
+                    tokio::spawn(async move { hook.handle_delivery(&id, &event, &payload).await });
+                match tokio::time::timeout(ACK_WITHIN, work).await {
+                    Ok(Ok(Ok(()))) => {}
+                    Ok(Ok(Err(error))) => {
+                        tracing::warn!(%error, "a github delivery was not handled")
+                    }
+                    Ok(Err(error)) => tracing::warn!(%error, "handling a github delivery failed"),
+                    Err(_) => {
+                        tracing::info!("a github delivery is acknowledged before it is handled")
+                    }
+                }
+                Ok(WebhookReply::Ack)
+            }
+            _ => Ok(WebhookReply::Ack),
+        }
+    }
+
+    /// Handles one delivery, unless it was handled before, and records it with its replies.
+    async fn handle_delivery(
+        &self,
+        id: &str,
+        event: &str,
+        payload: &Value,
+    ) -> Result<(), StoreError> {
+        let key = update_key(id);
+        if self.store().chat_update_seen(CHANNEL, key).await? {
+            tracing::info!(delivery = id, "github delivery seen before; ignored");
+            return Ok(());
+        }
+        let Some(replies) = self.on_event(id, event, payload).await? else {
+            // Not recorded: a redelivery is handled again.
+            return Ok(());
+        };
+        warden_engine::publish::crash_point(FAILPOINT_BEFORE_RECORD);
+        if !self
+            .store()
+            .record_chat_update(CHANNEL, key, replies)
+            .await?
+        {
+            tracing::info!(delivery = id, "github delivery recorded by another handler");
+        }
+        Ok(())
+    }
+
+    /// The replies to one delivery; `None` when whether its author may write could not be
+    /// learnt (the delivery is then not recorded).
+    async fn on_event(
+        &self,
+        id: &str,
+        event: &str,
+        payload: &Value,
+    ) -> Result<Option<Vec<NewChatMessage>>, StoreError> {
+        let issue = &payload["issue"];
+        let (author, body, opened) = match (event, payload["action"].as_str()) {
+            ("issue_comment", Some("created")) => (
+                &payload["comment"]["user"],
+                payload["comment"]["body"].as_str().unwrap_or_default(),
+                false,
+            ),
+            ("issues", Some("opened")) => (
+                &issue["user"],
+                issue["body"].as_str().unwrap_or_default(),
+                true,
+            ),
+            _ => return Ok(Some(Vec::new())),
+        };
+        let (Some(login), Some(number), Some(full_name)) = (
+            author["login"].as_str(),
+            issue["number"].as_u64(),
+            payload["repository"]["full_name"].as_str(),
+        ) else {
+            return Ok(Some(Vec::new()));
+        };
+        // Apps are not people; Warden's own comments (its marker: whatever model text they
+        // quote, they are never requests, even under a token whose user is an approver).
+        if author["type"] == "Bot" || login.ends_with("[bot]") || body.contains(MARKER_PREFIX) {
+            return Ok(Some(Vec::new()));
+        }
+        let handle = &self.config.handle;
+        let title = issue["title"].as_str().unwrap_or_default();
+        let command = (!opened)
+            .then(|| text::parse_command(body, handle))
+            .flatten();
+        let mention = if command.is_some() {
+            None
+        } else if opened {
+            text::parse_mention(&format!("{title}\n{body}"), handle)
+        } else {
+            text::parse_mention(body, handle)
+        };
+        if command.is_none() && mention.is_none() {
+            return Ok(Some(Vec::new()));
+        }
+        let Some(repo) = GithubRepo::parse(full_name) else {
+            return Ok(Some(Vec::new()));
+        };
+        match self.client.permission(&repo, login).await {
+            Ok(permission) if permission.can_write() => {}
+            Ok(permission) => {
+                tracing::info!(login, repo = %repo, permission = %permission.permission, "github user without write access ignored");
+                return Ok(Some(Vec::new()));
+            }
+            Err(GithubError::NotFound(_)) => {
+                tracing::info!(login, repo = %repo, "github user unknown to the repository ignored");
+                return Ok(Some(Vec::new()));
+            }
+            Err(error) => {
+                tracing::warn!(%error, login, repo = %repo, "cannot learn a github user's permission; the delivery is not recorded");
+                return Ok(None);
+            }
+        }
+        let chat = format!("{repo}#{number}");
+        let reply = |text: String| {
+            vec![NewChatMessage {
+                id: format!("gh:d:{id}"),
+                channel: CHANNEL.into(),
+                chat: chat.clone(),
+                task: None,
+                text,
+                markup: None,
+            }]
+        };
+        if let Some(command) = command {
+            return Ok(Some(reply(
+                self.decide(login, &repo, number, command).await?,
+            )));
+        }
+        let Some(request) = mention else {
+            return Ok(Some(Vec::new()));
+        };
+        let Some(target) = self.targets.iter().find(|t| t.github == repo) else {
+            return Ok(Some(reply(format!(
+                "This repository is not connected to this Warden: no `[[publish]]` entry names {}.",
+                text::markdown(&repo.to_string())
+            ))));
+        };
+        if request.text.trim().is_empty() {
+            let joiner = crate::chat::text::JOINER;
+            return Ok(Some(reply(format!(
+                "Ask a question (`@{joiner}{handle} why …`) or ask for a change (`@{joiner}{handle} fix …`)."
+            ))));
+        }
+        let principal = Principal {
+            name: format!("github:{}", login.to_ascii_lowercase()),
+            role: Role::Operator,
+        };
+        // A comment's request is about its issue: the issue's text goes with it (an opened
+        // issue's request is that text already).
+        let prompt = if opened {
+            request.text.clone()
+        } else {
+            let context: String =
+                format!("{title}\n\n{}", issue["body"].as_str().unwrap_or_default())
+                    .chars()
+                    .take(ISSUE_CONTEXT_CHARS)
+                    .collect();
+            format!(
+                "{}\n\n(Asked on GitHub issue {repo}#{number}, whose text, as its author wrote it, follows.)\n{context}",
+                request.text
+            )
+        };
+        let mut submission = Submission::new(request.kind, prompt, vec![target.repo.clone()]);
+        submission.metadata =
+            Some(json!({"github": {"repo": repo.to_string(), "issue": number, "delivery": id}}));
+        if request.kind == TaskKind::Change {
+            submission.publish = Some(true);
+        }
+        let idempotency_body =
+            json!({"repo": repo.to_string(), "issue": number, "text": request.text}).to_string();
+        let idempotency = Idempotency::new(format!("github:{id}"), idempotency_body.as_bytes());
+        Ok(Some(
+            match self
+                .tasks
+                .submit(&principal, submission, Some(idempotency))
+                .await
+            {
+                Ok(submitted) => task_pieces(&submitted.task, &chat),
+                Err(ServiceError::Store(error)) => return Err(error),
+                Err(error) => reply(format!("Refused: {}", text::markdown(&error.to_string()))),
+            },
+        ))
+    }
+
+    /// `/warden approve|reject HASH` by `login`: decides the pending approval of a task of
+    /// issue `number` if `login` is a configured approver; the reply either way.
+    async fn decide(
+        &self,
+        login: &str,
+        repo: &GithubRepo,
+        number: u64,
+        command: text::Command,
+    ) -> Result<String, StoreError> {
+        let login = login.to_ascii_lowercase();
+        let Some((_, name)) = self.config.approvers.iter().find(|(l, _)| *l == login) else {
+            return Ok(format!(
+                "Refused: {} is not one of this Warden's approvers; nothing was decided.",
+                text::markdown(&login)
+            ));
+        };
+        let principal = Principal {
+            name: name.clone(),
+            role: Role::Admin,
+        };
+        let mut found = None;
+        let mut cursor = None;
+        'pages: loop {
+            let page = match self
+                .tasks
+                .approvals(
+                    &principal,
+                    ApprovalListing {
+                        status: Some(ApprovalStatus::Pending),
+                        cursor: cursor.take(),
+                        limit: usize::MAX,
+                    },
+                )
+                .await
+            {
+                Ok(page) => page,
+                Err(ServiceError::Store(error)) => return Err(error),
+                Err(error) => {
+                    return Ok(format!("Refused: {}", text::markdown(&error.to_string())))
+                }
+            };
+            for approval in page.approvals {
+                if let Some(task) = self.store().get_task(&approval.task).await? {
+                    let github = &task.metadata["github"];
+                    if github["repo"] == repo.to_string() && github["issue"] == number {
+                        found = Some(approval);
+                        break 'pages;
+                    }
+                }
+            }
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        let Some(approval) = found else {
+            return Ok("Refused: no proposal of this issue waits for an approval.".into());
+        };
+        let decision = if command.approve {
+            Decision::Approve
+        } else {
+            Decision::Reject
+        };
+        Ok(
+            match self
+                .tasks
+                .decide(&principal, &approval.id, decision, &command.hash)
+                .await
+            {
+                Ok(decided) => format!(
+                    "{} {} ({}) as {}.",
+                    if command.approve {
+                        "Approved"
+                    } else {
+                        "Rejected"
+                    },
+                    decided.subject_hash,
+                    decided.task,
+                    text::markdown(name)
+                ),
+                Err(ServiceError::Store(error)) => return Err(error),
+                Err(error) => format!(
+                    "Refused: {}; nothing was decided.",
+                    text::markdown(&error.to_string())
+                ),
+            },
+        )
+    }
+}
+
+impl Front for GithubHook {
+    const CHANNEL: &'static str = CHANNEL;
+
+    fn store(&self) -> &Arc<dyn Store> {
+        self.tasks.store()
+    }
+
+    /// Puts the comment of a task started from GitHub in its current state.
+    async fn show(&self, task: &Task) -> Result<(), StoreError> {
+        let github = &task.metadata["github"];
+        let (Some(repo), Some(number)) = (github["repo"].as_str(), github["issue"].as_u64()) else {
+            return Ok(());
+        };
+        for message in task_pieces(task, &format!("{repo}#{number}")) {
+            self.store().put_chat_message(message).await?;
+        }
+        Ok(())
+    }
+
+    async fn deliver_due(&self) -> Result<usize, StoreError> {
+        crate::chat::deliver_due(
+            self.store(),
+            CHANNEL,
+            &Comments {
+                client: &self.client,
+                secret: self.secret.as_bytes(),
+            },
+            FAILPOINT_AFTER_SEND,
+        )
+        .await
+    }
+}
+
+/// A task's comment(s) on issue `chat` (`owner/name#number`), saying how to approve while
+/// its approval waits.
+fn task_pieces(task: &Task, chat: &str) -> Vec<NewChatMessage> {
+    let (mut text, _) = render::task_message(task, false, STYLE);
+    if let Some((_, hash)) = render::pending_approval(task) {
+        text.push_str(&format!(
+            "\n\nAn approver publishes it with a comment `/warden approve {hash}` (or rejects it with `/warden reject {hash}`)."
+        ));
+    }
+    crate::chat::pieces(
+        CHANNEL,
+        text::MAX_COMMENT_UNITS,
+        &format!("gh:task:{}", task.id),
+        chat,
+        Some(task),
+        &text,
+        None,
+    )
+}
+
+/// Issue comments as the chats' [`Transport`].
+struct Comments<'a> {
+    client: &'a GithubClient,
+    /// The webhook secret, the key of each comment's marker.
+    secret: &'a [u8],
+}
+
+/// How every marker starts; a delivery of a comment holding one is Warden's own.
+const MARKER_PREFIX: &str = "<!-- warden:";
+
+/// Pages of an issue's comments searched for a comment whose creation was not recorded.
+const RECONCILE_PAGES: u32 = 10;
+
+/// The invisible marker that ends the comment of message `id`: `<!-- warden:ID:TAG -->`, TAG
+/// the first 16 bytes of HMAC-SHA256(`secret`, ID) in hex.
+fn marker(secret: &[u8], id: &str) -> String {
+    use hmac::{Hmac, Mac};
+    let mut mac = <Hmac<sha2::Sha256> as Mac>::new_from_slice(secret)
+        .unwrap_or_else(|_| unreachable!("HMAC accepts every key length"));
+    mac.update(b"github-comment:");
+    mac.update(id.as_bytes());
+    let tag = mac.finalize().into_bytes();
+    format!("{MARKER_PREFIX}{id}:{} -->", hex::encode(&tag[..16]))
+}
+
+impl Comments<'_> {
+    fn body(&self, message: &ChatMessage) -> String {
+        format!("{}\n\n{}", message.text, marker(self.secret, &message.id))
+    }
+}
+
+/// `owner/name#number` → the repository and the issue number.
+fn issue_of(chat: &str) -> Result<(GithubRepo, u64), GithubError> {
+    chat.rsplit_once('#')
+        .and_then(|(repo, number)| Some((GithubRepo::parse(repo)?, number.parse().ok()?)))
+        .ok_or_else(|| GithubError::Config(format!("{chat:?} is not owner/name#number")))
+}
+
+impl Transport for Comments<'_> {
+    type Error = GithubError;
+
+    async fn send(&self, message: &ChatMessage) -> Result<String, GithubError> {
+        let (repo, number) = issue_of(&message.chat)?;
+        if message.state == ChatMessageState::Sending {
+            // Created before without its id recorded? Its marker says so.
+            let marker = marker(self.secret, &message.id);
+            let found = self
+                .client
+                .issue_comments(&repo, number, RECONCILE_PAGES)
+                .await?
+                .into_iter()
+                .find(|(_, body)| body.contains(&marker));
+            if let Some((id, body)) = found {
+                tracing::info!(message = %message.id, comment = id, "github comment created before found by its marker");
+                if body != self.body(message) {
+                    self.client
+                        .update_issue_comment(&repo, id, &self.body(message))
+                        .await?;
+                }
+                return Ok(id.to_string());
+            }
+        }
+        let id = self
+            .client
+            .create_issue_comment(&repo, number, &self.body(message))
+            .await?;
+        Ok(id.to_string())
+    }
+
+    async fn edit(&self, message: &ChatMessage, sent: &str) -> Result<(), GithubError> {
+        let (repo, _) = issue_of(&message.chat)?;
+        let id = sent
+            .parse()
+            .map_err(|_| GithubError::Config(format!("{sent:?} is not a comment id")))?;
+        self.client
+            .update_issue_comment(&repo, id, &self.body(message))
+            .await
+    }
+}
+
+impl DeliveryError for GithubError {
+    fn is_retryable(&self) -> bool {
+        GithubError::is_retryable(self)
+    }
+
+    fn retry_after(&self) -> Option<Duration> {
+        GithubError::retry_after(self)
+    }
+
+    fn is_not_modified(&self) -> bool {
+        false
+    }
+}
+
+/// The store keys chat updates by a number; GitHub's delivery ids are GUIDs. The key of `id`
+/// is the first 63 bits of SHA-256(`github:delivery:{id}`) (see [`crate::slack::update_key`]
+/// for the odds of two sharing one: the later would be ignored, never doubled).
+pub fn update_key(id: &str) -> i64 {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(format!("github:delivery:{id}").as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    i64::from_be_bytes(first) & i64::MAX
+}
+
+/// Starts the interface's delivery when `[github.webhook]` is configured (`warden serve`):
+/// follows tasks and edits their comments until `stop`. The webhook is served by the API with
+/// the returned hook.
+pub fn spawn(
+    settings: &GithubSettings,
+    tasks: TaskService,
+    stop: watch::Receiver<bool>,
+) -> anyhow::Result<Option<(Arc<GithubHook>, tokio::task::JoinHandle<()>)>> {
+    let Some(hook) = GithubHook::new(settings, tasks)? else {
+        return Ok(None);
+    };
+    let hook = Arc::new(hook);
+    eprintln!(
+        "warden: github webhook (mention @{}) is serving /webhooks/github",
+        hook.config.handle
+    );
+    let handle = tokio::spawn(crate::chat::delivery_loop(Arc::clone(&hook), stop));
+    Ok(Some((hook, handle)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delivery_ids_map_to_distinct_non_negative_keys() {
+        let a = update_key("72d3162e-cc78-11e3-81ab-4c9367dc0958");
+        assert!(a >= 0);
+        assert_eq!(a, update_key("72d3162e-cc78-11e3-81ab-4c9367dc0958"));
+        assert_ne!(a, update_key("72d3162e-cc78-11e3-81ab-4c9367dc0959"));
+    }
+
+    #[test]
+    fn markers_are_keyed_by_the_secret_and_the_message() {
+        let a = marker(b"secret", "gh:task:tsk_1");
+        assert!(
+            a.starts_with("<!-- warden:gh:task:tsk_1:") && a.ends_with(" -->"),
+            "{a}"
+        );
+        assert_eq!(a, marker(b"secret", "gh:task:tsk_1"));
+        assert_ne!(a, marker(b"another", "gh:task:tsk_1"));
+        assert_ne!(a, marker(b"secret", "gh:task:tsk_2"));
+    }
+
+    #[test]
+    fn comment_targets_are_read_back() {
+        let (repo, number) = issue_of("acme/widgets#12").unwrap();
+        assert_eq!((repo.to_string(), number), ("acme/widgets".to_string(), 12));
+        assert!(issue_of("acme/widgets").is_err());
+        assert!(issue_of("acme#1").is_err());
+    }
+}
