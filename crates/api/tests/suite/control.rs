@@ -265,6 +265,38 @@ async fn tokens_roles_and_owners_are_checked_on_every_route() {
     check_error(&reply, StatusCode::UNAUTHORIZED, "unauthorized");
 }
 
+/// A task cancelled after its run began: the result names the run's model and counts the tool
+/// calls it finished (the usage ledger holds only model calls).
+#[tokio::test]
+async fn a_cancelled_result_names_the_model_and_counts_the_tool_calls_of_its_runs() {
+    let api = Api::new().await;
+    let id = api.submit(ALICE, "where is f?").await;
+    let started = warden_protocol::Event::TaskStarted {
+        task_id: id.clone(),
+        kind: warden_protocol::TaskKind::Question,
+        model: "openai:gpt-test".into(),
+        manifest: vec![],
+    };
+    api.store.append_event(&id, started).await.unwrap();
+    for call in ["c1", "c2"] {
+        let finished = warden_protocol::Event::ToolFinished {
+            call_id: call.into(),
+            tool: "read_file".into(),
+            ok: true,
+            summary: "read_file src/lib.rs".into(),
+            note: None,
+        };
+        api.store.append_event(&id, finished).await.unwrap();
+    }
+    let reply = api
+        .post(&format!("/v1/tasks/{id}/cancel"), ALICE, json!({}))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    let result = &reply.body["result"];
+    assert_eq!(result["model"], "openai:gpt-test", "{result}");
+    assert_eq!(result["usage"]["tool_calls"], 2, "{result}");
+}
+
 #[tokio::test]
 async fn cancelling_a_queued_task_sets_the_cancelled_result_and_a_finished_task_is_a_conflict() {
     let api = Api::new().await;

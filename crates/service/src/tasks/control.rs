@@ -48,7 +48,8 @@ impl TaskService {
             }
             self.refuse_during_publication(&task).await?;
             let spend = self.store.spend_for_task(&task.id).await?;
-            let result = cancelled_result(&task, &principal.name, &spend);
+            let facts = run_facts(self.store.as_ref(), &task).await?;
+            let result = cancelled_result(&task, &principal.name, &spend, &facts);
             match self
                 .store
                 .transition(&task.id, task.status, TaskStatus::Cancelled, Some(result))
@@ -349,15 +350,49 @@ fn usage_of(spend: &Spend) -> Usage {
     }
 }
 
+/// What a task's events say about its runs so far, for a result that ends it from outside.
+#[derive(Debug, Default)]
+struct RunFacts {
+    /// The model of its latest run.
+    model: Option<String>,
+    /// Tool calls its runs finished.
+    tool_calls: u64,
+}
+
+/// Events read at most to learn [`RunFacts`] (a cancel stays quick on an endless task).
+const MAX_FACT_EVENTS: u64 = 20_000;
+
+async fn run_facts(store: &dyn Store, task: &Task) -> Result<RunFacts, StoreError> {
+    let stream = warden_store::EventStream::Task(task.id.clone());
+    let mut facts = RunFacts::default();
+    let mut after = 0;
+    while after < MAX_FACT_EVENTS {
+        let page = store.events_after(&stream, after, 1000).await?;
+        let Some(last) = page.last() else { break };
+        after = last.task_seq;
+        for record in &page {
+            match &record.event {
+                warden_protocol::Event::TaskStarted { model, .. } => {
+                    facts.model = Some(model.clone());
+                }
+                warden_protocol::Event::ToolFinished { .. } => facts.tool_calls += 1,
+                _ => {}
+            }
+        }
+    }
+    Ok(facts)
+}
+
 /// The result of a cancelled task (SPEC §5: `failure` with code `cancelled`).
-fn cancelled_result(task: &Task, by: &str, spend: &Spend) -> Value {
+fn cancelled_result(task: &Task, by: &str, spend: &Spend, facts: &RunFacts) -> Value {
     let model = task
         .result
         .as_ref()
         .and_then(|r| r.get("model"))
         .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
+        .map(str::to_string)
+        .or_else(|| facts.model.clone())
+        .unwrap_or_default();
     let result = QuestionResult {
         task_id: task.id.clone(),
         kind: task.kind,
@@ -367,7 +402,10 @@ fn cancelled_result(task: &Task, by: &str, spend: &Spend) -> Value {
                 message: format!("cancelled by {by}"),
             },
         },
-        usage: usage_of(spend),
+        usage: Usage {
+            tool_calls: facts.tool_calls,
+            ..usage_of(spend)
+        },
         model,
         sandbox: None,
         notices: vec![],
