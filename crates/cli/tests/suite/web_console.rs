@@ -131,47 +131,31 @@ fn submit_task(
     id
 }
 
-/// Waits for the task page to show `status` in its badge (the page reloads itself when the
-/// live stream says the status moved, so elements are looked up afresh each time).
-fn wait_for_status(browser: &Browser, status: &str) {
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
-        let shown = browser.execute(
-            "const b = document.querySelector('main p span.badge'); \
-             return b ? b.dataset.status : null;",
-            json!([]),
-        );
-        if shown == status {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the page never showed {status} (it shows {shown}):\n{}",
-            browser.page_text()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+/// Waits until `script` (run afresh each time: the page may be reloading or navigating)
+/// returns `wanted`; panics naming `what` with the page's text when it never does.
+fn wait_for_script(browser: &Browser, script: &str, wanted: &str, what: &str) {
+    let seen = warden_test_support::wait_until(WAIT, || {
+        Some(()).filter(|_| browser.execute(script, json!([])) == wanted)
+    });
+    assert!(
+        seen.is_some(),
+        "{what} never read {wanted:?}:\n{}",
+        browser.page_text()
+    );
 }
 
-/// Waits for the page's heading to read `text`, looking it up afresh each time (the page may
-/// be navigating).
+/// Waits for the task page to show `status` in its badge (the page reloads itself when the
+/// live stream says the status moved).
+fn wait_for_status(browser: &Browser, status: &str) {
+    let script = "const b = document.querySelector('main p span.badge'); \
+                  return b ? b.dataset.status : null;";
+    wait_for_script(browser, script, status, "the status badge");
+}
+
+/// Waits for the page's heading to read `text`.
 fn wait_for_heading(browser: &Browser, text: &str) {
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
-        let shown = browser.execute(
-            "const h = document.querySelector('h1'); return h ? h.textContent : null;",
-            json!([]),
-        );
-        if shown == text {
-            return;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the heading never read {text:?} (it reads {shown}):\n{}",
-            browser.page_text()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let script = "const h = document.querySelector('h1'); return h ? h.textContent : null;";
+    wait_for_script(browser, script, text, "the heading");
 }
 
 struct Setup {
@@ -362,15 +346,9 @@ fn the_console_asks_watches_approves_and_publishes_in_a_real_browser() {
     // with the user's cookie: refused, and no task appears.
     let hostile = cross_site_page(&url);
     browser.goto(&format!("http://127.0.0.1:{hostile}/"));
-    let deadline = std::time::Instant::now() + WAIT;
-    while !browser.page_text().contains("refused") {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{}",
-            browser.page_text()
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let script =
+        "return document.body ? String(document.body.innerText.includes('refused')) : null";
+    wait_for_script(&browser, script, "true", "the cross-site post's answer");
     let tasks = server.get(ADMIN, "/v1/tasks");
     assert!(
         !tasks.to_string().contains("cross-site task"),
