@@ -215,35 +215,29 @@ fn server_error(viewer: Option<&Principal>, message: &str) -> Response {
     )
 }
 
-/// The status of a service refusal; `None` when the service failed instead (a 500).
-fn refusal_status(error: &ServiceError) -> Option<StatusCode> {
-    Some(match error {
-        ServiceError::NotFound(_) => StatusCode::NOT_FOUND,
-        ServiceError::Forbidden(_) => StatusCode::FORBIDDEN,
-        ServiceError::Store(_) | ServiceError::Internal(_) => return None,
-        ServiceError::WrongStatus { .. }
-        | ServiceError::Conflict(_)
-        | ServiceError::HashMismatch { .. }
-        | ServiceError::AlreadyDecided { .. }
-        | ServiceError::IdempotencyConflict { .. } => StatusCode::CONFLICT,
-        _ => StatusCode::UNPROCESSABLE_ENTITY,
-    })
+/// The status the API answers `error` with (one mapping for both interfaces) and its
+/// message; no status for a failure of Warden's own (5xx), which is a server error page.
+fn refusal(error: ServiceError) -> (Option<StatusCode>, String) {
+    let message = error.to_string();
+    let status = super::ApiError::from(error).code.status();
+    ((!status.is_server_error()).then_some(status), message)
 }
 
 /// A service refusal as a page with the matching status.
 fn refused(viewer: &Principal, error: ServiceError) -> Response {
-    let Some(status) = refusal_status(&error) else {
-        return server_error(Some(viewer), &error.to_string());
-    };
+    match refusal(error) {
+        (Some(status), message) => refusal_page(viewer, status, &message),
+        (None, message) => server_error(Some(viewer), &message),
+    }
+}
+
+fn refusal_page(viewer: &Principal, status: StatusCode, message: &str) -> Response {
     let title = if status == StatusCode::NOT_FOUND {
         "Not found"
     } else {
         "Refused"
     };
-    html_with_status(
-        status,
-        pages::problem(Some(viewer), title, &error.to_string()),
-    )
+    html_with_status(status, pages::problem(Some(viewer), title, message))
 }
 
 /// Milliseconds since the Unix epoch, by this machine's clock.
@@ -626,10 +620,12 @@ async fn submit(State(state): State<Arc<ApiState>>, request: Request) -> Respons
         Err(error) => {
             // A viewer may not submit (403): the form is shown again only for what the
             // submitter can fix.
-            let status = match refusal_status(&error) {
-                None => return server_error(Some(&viewer), &error.to_string()),
-                Some(StatusCode::FORBIDDEN) => return refused(&viewer, error),
-                Some(status) => status,
+            let (status, message) = match refusal(error) {
+                (None, message) => return server_error(Some(&viewer), &message),
+                (Some(StatusCode::FORBIDDEN), message) => {
+                    return refusal_page(&viewer, StatusCode::FORBIDDEN, &message)
+                }
+                (Some(status), message) => (status, message),
             };
             let repos = state.tasks.repos(&viewer).await.unwrap_or_default();
             html_with_status(
@@ -644,7 +640,7 @@ async fn submit(State(state): State<Arc<ApiState>>, request: Request) -> Respons
                         checks: form.checks,
                         publish,
                     },
-                    Some(&error.to_string()),
+                    Some(&message),
                 ),
             )
         }
