@@ -144,6 +144,22 @@ fn wait_for(
         .unwrap_or_else(|| panic!("{what}: {:#?}", fake.messages()))
 }
 
+/// The ephemeral notices once `count` have been posted.
+fn wait_for_ephemerals(fake: &SlackFake, count: usize) -> Vec<serde_json::Value> {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let notices = fake.ephemerals();
+        if notices.len() >= count {
+            return notices;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{count} notices were not posted: {notices:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// What a reader sees: the invisible word joiners removed, the entities read.
 fn visible(text: &str) -> String {
     text.replace('\u{2060}', "")
@@ -403,15 +419,7 @@ fn a_change_shows_its_hash_and_only_an_approvers_press_opens_one_pull_request() 
         press(&server, "UALICE", proposal, 0, "trigger-alice-1"),
         200
     );
-    let deadline = std::time::Instant::now() + WAIT;
-    while fake.ephemerals().is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the press was not answered"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let notice = &fake.ephemerals()[0];
+    let notice = &wait_for_ephemerals(fake, 1)[0];
     assert_eq!(notice["user"], "UALICE");
     assert!(
         notice["text"].as_str().unwrap().starts_with("Refused"),
@@ -450,7 +458,8 @@ fn a_change_shows_its_hash_and_only_an_approvers_press_opens_one_pull_request() 
         "{}",
         messages[0].text
     );
-    let notices = fake.ephemerals();
+    // The approver's notice follows the decision; the publication may finish first.
+    let notices = wait_for_ephemerals(fake, 2);
     assert_eq!(notices.len(), 2, "{notices:#?}");
     assert!(
         notices[1]["text"].as_str().unwrap().starts_with("Approved"),
