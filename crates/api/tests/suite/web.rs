@@ -618,7 +618,15 @@ async fn every_state_changing_route_refuses_cross_site_requests_and_changes_noth
         .task("root", TaskKind::Question, "still queued")
         .await;
     let sessions = console.session_ids().await;
-    let alice_session = sessions[1].clone();
+    // Both sessions may start in the same millisecond: find alice's by name, not position.
+    let alice_session = console
+        .state
+        .access
+        .sessions(&principal("alice", Role::Operator))
+        .await
+        .unwrap()
+        .remove(0)
+        .id;
     let hash = format!("sha256:{}", "b".repeat(64));
     let routes: Vec<(String, String)> = vec![
         (
