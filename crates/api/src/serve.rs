@@ -111,7 +111,14 @@ pub async fn serve(
         .with_callbacks(services.config.callbacks.clone())
         .with_repo_mount_roots(services.config.sandbox.toolchains.repo_mount_roots.clone())
         .with_warming();
-    let tasks_for_telegram = tasks.clone();
+    // The Telegram bot, when configured: polling on its own, or its webhook among the routes.
+    let telegram = warden_service::telegram::spawn(
+        services.config.telegram.as_ref(),
+        tasks.clone(),
+        stopped.clone(),
+    )
+    .context("cannot start the Telegram bot")?;
+    let (telegram_bot, telegram) = telegram.unzip();
     // The Slack app, when configured: its webhooks are API routes, its replies a delivery loop.
     let slack = warden_service::slack::spawn(
         services.config.slack.as_ref(),
@@ -143,6 +150,7 @@ pub async fn serve(
                 },
             )
             .with_slack(slack_app)
+            .with_telegram(telegram_bot)
             .with_github(github_hook),
     ));
     let callbacks = warden_service::callback::spawn(
@@ -152,13 +160,6 @@ pub async fn serve(
         stopped.clone(),
     )
     .context("cannot start callback delivery")?;
-    // The Telegram bot, when configured: another interface over the same service.
-    let telegram = warden_service::telegram::spawn(
-        services.config.telegram.as_ref(),
-        tasks_for_telegram,
-        stopped.clone(),
-    )
-    .context("cannot start the Telegram bot")?;
     let mut api_stopped = stopped;
     let (signalled, signal_seen) = watch::channel(false);
     tokio::spawn(async move {

@@ -405,6 +405,7 @@ impl Config {
             file.telegram.as_ref(),
             env.var("WARDEN_TELEGRAM_API_URL"),
             env.var("WARDEN_TELEGRAM_TOKEN"),
+            env.var("WARDEN_TELEGRAM_WEBHOOK_SECRET"),
         )?;
         let slack = crate::slack_config::SlackConfig::resolve(
             file.slack.as_ref(),
@@ -620,12 +621,12 @@ impl Config {
                 .filter_map(|w| w.secret.as_ref())
                 .map(|s| s.expose().to_string()),
         );
-        keys.extend(
-            self.telegram
-                .iter()
-                .filter_map(|t| t.token.as_ref())
-                .map(|t| t.expose().to_string()),
-        );
+        if let Some(telegram) = &self.telegram {
+            keys.extend(telegram.token.iter().map(|t| t.expose().to_string()));
+            if let crate::telegram_config::Ingress::Webhook { secret, .. } = &telegram.ingress {
+                keys.push(secret.expose().to_string());
+            }
+        }
         if let Some(slack) = &self.slack {
             keys.extend(
                 [&slack.signing_secret, &slack.bot_token]

@@ -7,6 +7,8 @@ use anyhow::bail;
 use serde::Deserialize;
 use std::time::Duration;
 
+use crate::chat_config::ChatSecret;
+
 /// Telegram's Bot API.
 pub const DEFAULT_API_URL: &str = "https://api.telegram.org";
 /// How long one `getUpdates` call waits for an update (long polling) by default.
@@ -25,6 +27,11 @@ pub struct TelegramSection {
     pub poll_timeout_secs: Option<u64>,
     /// Milliseconds between polls after a failure, and between short polls. Default 1000.
     pub poll_interval_ms: Option<u64>,
+    /// Webhook mode instead of long polling: the public URL of this server's
+    /// `/webhooks/telegram`, registered with `setWebhook` at start-up. Needs
+    /// `WARDEN_TELEGRAM_WEBHOOK_SECRET`, which Telegram sends back in
+    /// `X-Telegram-Bot-Api-Secret-Token` with every update.
+    pub webhook_url: Option<String>,
     /// The allow-list: who may use the bot, and as whom.
     #[serde(default)]
     pub users: Vec<TelegramUserEntry>,
@@ -45,6 +52,16 @@ pub struct TelegramUserEntry {
 /// The bot token (from `WARDEN_TELEGRAM_TOKEN`), never shown by `Debug`.
 pub use crate::chat_config::ChatSecret as TelegramToken;
 
+/// How updates reach the bot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ingress {
+    /// `getUpdates` long polling (the default: no open port).
+    Polling,
+    /// Telegram POSTs each update to `url` (this server's `/webhooks/telegram`) with `secret`
+    /// in `X-Telegram-Bot-Api-Secret-Token`.
+    Webhook { url: String, secret: ChatSecret },
+}
+
 /// An allow-listed Telegram user.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TelegramUser {
@@ -62,6 +79,7 @@ pub struct TelegramConfig {
     pub token: Option<TelegramToken>,
     pub poll_timeout: Duration,
     pub poll_interval: Duration,
+    pub ingress: Ingress,
     pub users: Vec<TelegramUser>,
 }
 
@@ -71,6 +89,7 @@ impl TelegramConfig {
         section: Option<&TelegramSection>,
         api_url_override: Option<String>,
         token: Option<String>,
+        webhook_secret: Option<String>,
     ) -> anyhow::Result<Option<TelegramConfig>> {
         let Some(section) = section else {
             return Ok(None);
@@ -93,6 +112,30 @@ impl TelegramConfig {
             }
             Some(ms) => Duration::from_millis(ms),
             None => DEFAULT_POLL_INTERVAL,
+        };
+        let ingress = match &section.webhook_url {
+            None => Ingress::Polling,
+            Some(url) => {
+                let url = crate::chat_config::api_base_url("telegram.webhook_url", url)?;
+                let secret = webhook_secret
+                    .as_deref()
+                    .and_then(ChatSecret::new)
+                    .ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "telegram.webhook_url needs WARDEN_TELEGRAM_WEBHOOK_SECRET \
+                             (1-256 letters, digits, '_' or '-'), which Telegram sends back with every update"
+                        )
+                    })?;
+                let raw = secret.expose();
+                if raw.len() > 256
+                    || !raw
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'))
+                {
+                    bail!("WARDEN_TELEGRAM_WEBHOOK_SECRET must be 1-256 letters, digits, '_' or '-' (Telegram's rule for secret_token)");
+                }
+                Ingress::Webhook { url, secret }
+            }
         };
         if section.users.is_empty() {
             bail!("telegram.users is empty: list who may use the bot ([[telegram.users]] id, name, role)");
@@ -125,6 +168,7 @@ impl TelegramConfig {
             token: token.as_deref().and_then(TelegramToken::new),
             poll_timeout,
             poll_interval,
+            ingress,
             users,
         }))
     }
@@ -140,7 +184,12 @@ mod tests {
             telegram: Option<TelegramSection>,
         }
         let file: File = toml::from_str(text)?;
-        TelegramConfig::resolve(file.telegram.as_ref(), None, token.map(str::to_string))
+        TelegramConfig::resolve(
+            file.telegram.as_ref(),
+            None,
+            token.map(str::to_string),
+            None,
+        )
     }
 
     #[test]
@@ -154,6 +203,7 @@ mod tests {
         .unwrap();
         assert_eq!(config.api_url, DEFAULT_API_URL);
         assert_eq!(config.poll_timeout, Duration::from_secs(5));
+        assert_eq!(config.ingress, Ingress::Polling);
         assert_eq!(
             config.token.as_ref().map(TelegramToken::expose),
             Some("123:abc")
@@ -168,6 +218,56 @@ mod tests {
         );
         // The token never shows in Debug output.
         assert!(!format!("{config:?}").contains("abc"));
+    }
+
+    #[test]
+    fn a_webhook_url_needs_a_secret_telegram_accepts() {
+        let text = "[telegram]\nwebhook_url = \"https://warden.example/webhooks/telegram\"\n\
+                    [[telegram.users]]\nid = 1\nname = \"a\"\nrole = \"admin\"\n";
+        let section = |text: &str| -> TelegramSection {
+            #[derive(Deserialize)]
+            struct File {
+                telegram: TelegramSection,
+            }
+            toml::from_str::<File>(text).unwrap().telegram
+        };
+        let resolve = |secret: Option<&str>| {
+            TelegramConfig::resolve(
+                Some(&section(text)),
+                None,
+                Some("t".into()),
+                secret.map(str::to_string),
+            )
+        };
+        let config = resolve(Some("s3cret_-X")).unwrap().unwrap();
+        assert_eq!(
+            config.ingress,
+            Ingress::Webhook {
+                url: "https://warden.example/webhooks/telegram".into(),
+                secret: ChatSecret::new("s3cret_-X").unwrap()
+            }
+        );
+        assert!(!format!("{config:?}").contains("s3cret"));
+        for (secret, expected) in [
+            (None, "needs WARDEN_TELEGRAM_WEBHOOK_SECRET"),
+            (Some("  "), "needs WARDEN_TELEGRAM_WEBHOOK_SECRET"),
+            (Some("has space"), "1-256 letters"),
+            (Some(&"x".repeat(257)), "1-256 letters"),
+        ] {
+            let error = format!("{:#}", resolve(secret).unwrap_err());
+            assert!(error.contains(expected), "{secret:?}: {error}");
+        }
+        let error = TelegramConfig::resolve(
+            Some(&section(&text.replace("https://warden.example", "ftp://x"))),
+            None,
+            Some("t".into()),
+            Some("s".into()),
+        )
+        .unwrap_err();
+        assert!(
+            format!("{error:#}").contains("telegram.webhook_url"),
+            "{error:#}"
+        );
     }
 
     #[test]

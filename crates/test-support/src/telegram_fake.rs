@@ -6,6 +6,10 @@
 //! same text and markup is 400 `message is not modified`; callback data over 64 bytes is 400)
 //! and long-poll semantics: `getUpdates` returns the updates with `update_id >= offset`
 //! (acknowledging, and forgetting, the earlier ones), waiting up to `timeout` seconds for one.
+//! `setWebhook` switches to webhook mode as Telegram does: `getUpdates` is then refused (409)
+//! and each update is POSTed, one at a time and oldest first, to the webhook URL with the
+//! secret in `X-Telegram-Bot-Api-Secret-Token`; an update is forgotten once its delivery is
+//! answered 2xx and delivered again otherwise; `deleteWebhook` returns to polling.
 //! A test injects what users do (a message in a private or group chat, a button press), can
 //! replay an update Telegram already delivered, and can plan failures (the next call of a
 //! method answers an error without acting).
@@ -62,6 +66,10 @@ struct FakeState {
     callback_answers: Vec<Value>,
     faults: VecDeque<Fault>,
     calls: Vec<String>,
+    /// `setWebhook`'s `(url, secret_token)`, while set.
+    webhook: Option<(String, String)>,
+    /// Each webhook delivery attempt: the update id and the HTTP status (0: no answer).
+    webhook_attempts: Vec<(i64, u16)>,
 }
 
 /// The fake, on its own thread; stopped on drop.
@@ -113,6 +121,7 @@ impl TelegramFake {
                 runtime.block_on(async move {
                     let listener = tokio::net::TcpListener::from_std(listener)
                         .unwrap_or_else(|error| panic!("telegram fake listener: {error}"));
+                    tokio::spawn(deliver_to_webhook(Arc::clone(&thread_shared)));
                     let app = Router::new()
                         .route("/{bot}/{method}", post(handle))
                         .with_state(thread_shared);
@@ -268,6 +277,20 @@ impl TelegramFake {
         lock(&self.shared.state).calls.clone()
     }
 
+    /// Each webhook delivery attempt, in order: the update id and the HTTP status the
+    /// webhook answered (0: no answer).
+    pub fn webhook_attempts(&self) -> Vec<(i64, u16)> {
+        lock(&self.shared.state).webhook_attempts.clone()
+    }
+
+    /// The webhook URL while one is set.
+    pub fn webhook_url(&self) -> Option<String> {
+        lock(&self.shared.state)
+            .webhook
+            .as_ref()
+            .map(|(url, _)| url.clone())
+    }
+
     /// Updates the bot has not acknowledged yet.
     pub fn unacknowledged(&self) -> usize {
         lock(&self.shared.state).pending.len()
@@ -372,7 +395,45 @@ async fn handle(
         "getMe" => {
             ok(json!({"id": 1, "is_bot": true, "first_name": "Warden", "username": BOT_USERNAME}))
         }
-        "getUpdates" => get_updates(&shared, &body).await,
+        "getUpdates" => {
+            if lock(&shared.state).webhook.is_some() {
+                return error(
+                    409,
+                    "Conflict: can't use getUpdates method while webhook is active; use deleteWebhook to delete the webhook first",
+                    None,
+                );
+            }
+            get_updates(&shared, &body).await
+        }
+        "setWebhook" => {
+            let url = body["url"].as_str().unwrap_or_default();
+            if !(url.starts_with("https://") || url.starts_with("http://")) {
+                return error(
+                    400,
+                    "Bad Request: bad webhook: An HTTPS URL must be provided for webhook",
+                    None,
+                );
+            }
+            let secret = body["secret_token"].as_str().unwrap_or_default();
+            if secret.len() > 256
+                || !secret
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'))
+            {
+                return error(
+                    400,
+                    "Bad Request: secret token contains unallowed characters",
+                    None,
+                );
+            }
+            lock(&shared.state).webhook = Some((url.to_string(), secret.to_string()));
+            shared.changed.notify_waiters();
+            ok(json!(true))
+        }
+        "deleteWebhook" => {
+            lock(&shared.state).webhook = None;
+            ok(json!(true))
+        }
         "sendMessage" => {
             let Some(chat) = chat_id(&body) else {
                 return error(400, "Bad Request: chat_id is empty", None);
@@ -454,6 +515,66 @@ async fn handle(
             ok(json!(true))
         }
         _ => error(404, "Not Found", None),
+    }
+}
+
+/// While a webhook is set: POSTs the oldest undelivered update (a replay first) to it, one at
+/// a time; a 2xx answer acknowledges it, anything else leaves it to be delivered again.
+async fn deliver_to_webhook(shared: Arc<Shared>) {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap_or_else(|error| panic!("telegram fake http client: {error}"));
+    loop {
+        let notified = shared.changed.notified();
+        let next = {
+            let state = lock(&shared.state);
+            state.webhook.clone().and_then(|hook| {
+                state
+                    .replays
+                    .front()
+                    .cloned()
+                    .map(|u| (hook.clone(), u, true))
+                    .or_else(|| state.pending.front().cloned().map(|u| (hook, u, false)))
+            })
+        };
+        let Some(((url, secret), update, replay)) = next else {
+            let _ = tokio::time::timeout(Duration::from_millis(200), notified).await;
+            continue;
+        };
+        let update_id = update["update_id"].as_i64().unwrap_or(0);
+        let status = match http
+            .post(&url)
+            .header("content-type", "application/json")
+            .header("x-telegram-bot-api-secret-token", &secret)
+            .body(update.to_string())
+            .send()
+            .await
+        {
+            Ok(response) => response.status().as_u16(),
+            Err(_) => 0,
+        };
+        let delivered = (200..300).contains(&status);
+        {
+            let mut state = lock(&shared.state);
+            state.webhook_attempts.push((update_id, status));
+            if delivered {
+                if replay {
+                    state.replays.pop_front();
+                } else {
+                    state
+                        .pending
+                        .retain(|u| u["update_id"] != update["update_id"]);
+                }
+                if !state.delivered.contains(&update) {
+                    state.delivered.push(update);
+                }
+            }
+        }
+        if !delivered {
+            // Telegram backs off between attempts; a short pause keeps tests quick.
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 }
 

@@ -34,6 +34,8 @@
 //!   `X-Hub-Signature-256` over its raw body (`github.rs`).
 //! - `POST /webhooks/slack` and `POST /webhooks/slack/interactions` take no bearer token: a
 //!   request is authenticated by Slack's signature over its raw body (`slack.rs`).
+//! - `POST /webhooks/telegram` takes no bearer token: an update is authenticated by the secret
+//!   token Telegram was given with the webhook (`telegram.rs`).
 //! - `POST /v1/tasks` honours `Idempotency-Key` (same key and body: the same task; same key,
 //!   other body: 422) and answers `202` with the task; workers are woken at once.
 
@@ -51,6 +53,7 @@ pub mod schema;
 mod sessions;
 mod slack;
 mod tasks;
+mod telegram;
 mod tokens;
 mod usage;
 pub mod web;
@@ -410,6 +413,8 @@ pub struct ApiState {
     pub slack: Option<Arc<warden_service::slack::SlackApp>>,
     /// The GitHub interface `/webhooks/github` passes deliveries to (`None`: 404).
     pub github: Option<Arc<warden_service::github::GithubHook>>,
+    /// The Telegram bot `/webhooks/telegram` passes updates to (`None`, or a polling bot: 404).
+    pub telegram: Option<Arc<warden_service::telegram::Bot>>,
 }
 
 /// Store token lookups at once for addresses that ran out of failed authentications.
@@ -443,6 +448,7 @@ impl ApiState {
             budgets: web::Budgets::default(),
             slack: None,
             github: None,
+            telegram: None,
         }
     }
 
@@ -452,6 +458,12 @@ impl ApiState {
         hook: Option<Arc<warden_service::github::GithubHook>>,
     ) -> ApiState {
         self.github = hook;
+        self
+    }
+
+    /// Serves `/webhooks/telegram` with `bot` (when it is in webhook mode).
+    pub fn with_telegram(mut self, bot: Option<Arc<warden_service::telegram::Bot>>) -> ApiState {
+        self.telegram = bot;
         self
     }
 
@@ -547,6 +559,7 @@ fn documented_routes() -> OpenApiRouter<Arc<ApiState>> {
         .merge(tokens::routes())
         .merge(sessions::routes())
         .merge(slack::routes())
+        .merge(telegram::routes())
         .merge(github::routes());
     auth::document_rate_limit(routes.get_openapi_mut());
     origin::document_pinning(routes.get_openapi_mut());

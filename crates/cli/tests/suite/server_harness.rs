@@ -180,7 +180,8 @@ impl Server {
         })
     }
 
-    /// [`Server::try_start`] with `env` set before the listen address and the tokens.
+    /// [`Server::try_start`] with `env` set before the tokens (and before the listen address
+    /// unless `env` sets `WARDEN_LISTEN`).
     fn try_start_with(
         warden: &Warden,
         tokens: &[Token],
@@ -189,7 +190,8 @@ impl Server {
         Server::try_start_command(warden.command(&["serve"]), tokens, env)
     }
 
-    /// Starts `command` (a `warden serve`) with `env`, then the listen address and the tokens.
+    /// Starts `command` (a `warden serve`) with `env`, then the listen address (unless `env`
+    /// chose one) and the tokens.
     fn try_start_command(
         mut command: Command,
         tokens: &[Token],
@@ -199,10 +201,12 @@ impl Server {
             .iter()
             .map(|(name, role, token)| format!("{name}:{role}:{token}"))
             .collect();
-        command
-            .envs(env.iter().copied())
-            .env("WARDEN_LISTEN", "127.0.0.1:0")
-            .env("WARDEN_API_TOKENS", entries.join(","));
+        command.envs(env.iter().copied());
+        // A free port unless the caller chose the address (a server restarted on its port).
+        if !env.iter().any(|(name, _)| *name == "WARDEN_LISTEN") {
+            command.env("WARDEN_LISTEN", "127.0.0.1:0");
+        }
+        command.env("WARDEN_API_TOKENS", entries.join(","));
         let mut process = Process::spawn(command);
         let prefix = "warden: listening on http://";
         match process.find_line(|line| line.starts_with(prefix)) {

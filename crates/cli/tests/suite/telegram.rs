@@ -400,3 +400,160 @@ fn a_crash_before_recording_an_update_gives_one_task_and_a_crash_after_a_send_on
     assert_eq!(copies.len(), 3, "{copies:#?}");
     server.terminate();
 }
+
+const WEBHOOK_SECRET: &str = "tg-webhook-secret_0123456789";
+
+/// A port nothing listens on now, for a server that must keep its address across restarts
+/// (Telegram was told the webhook URL).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn webhook_mode_serves_updates_once_refuses_forged_ones_and_survives_a_crash_before_recording() {
+    let repo = sample_repo();
+    let model = ScriptedModelServer::start_blocking(vec![
+        openai::tool_call("submit_answer", &submit_answer("src/lib.rs", 31, 33)),
+        openai::tool_call("submit_answer", &submit_answer("src/lib.rs", 31, 33)),
+    ]);
+    let fake = TelegramFake::start(BOT_TOKEN);
+    let listen = format!("127.0.0.1:{}", free_port());
+    let webhook = format!("http://{listen}/webhooks/telegram");
+    let warden = with_telegram(Warden::openai(&model.url()), &fake, "");
+    // `webhook_url` in `[telegram]` itself (before its `[[telegram.users]]` tables).
+    std::fs::write(
+        warden.home.path().join("warden.toml"),
+        TELEGRAM_TOML.replacen(
+            "[telegram]\n",
+            &format!("[telegram]\nwebhook_url = \"{webhook}\"\n"),
+            1,
+        ),
+    )
+    .unwrap();
+    let warden = warden.with("WARDEN_TELEGRAM_WEBHOOK_SECRET", WEBHOOK_SECRET);
+    let env = [("WARDEN_LISTEN", listen.as_str())];
+
+    // Killed after the first update was handled (its task submitted), before it was recorded:
+    // the webhook never answered, so Telegram delivers it again to the restarted server.
+    let server = Server::start_with(
+        &warden,
+        TOKENS,
+        &[
+            ("WARDEN_LISTEN", listen.as_str()),
+            ("WARDEN_FAILPOINT", "telegram_before_record"),
+        ],
+    );
+    server.register("app", &repo);
+    let deadline = std::time::Instant::now() + WAIT;
+    while fake.webhook_url().as_deref() != Some(webhook.as_str()) {
+        assert!(std::time::Instant::now() < deadline, "no setWebhook");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let first = fake.send_private(ALICE_ID, "/ask app what does retry_with_backoff do?");
+    assert_eq!(server.wait_exit(), Some(101));
+    assert!(fake.messages().is_empty());
+    assert_eq!(fake.unacknowledged(), 1, "the update is still Telegram's");
+
+    let server = Server::start_with(&warden, TOKENS, &env);
+    let messages = wait_for(&fake, "the answer after the restart", |m| {
+        m.iter().any(|m| m.text.contains("— completed"))
+    });
+    assert_eq!(messages.len(), 1, "{messages:#?}");
+    assert_eq!(task_ids(&server).len(), 1);
+    assert_eq!(fake.unacknowledged(), 0);
+    let attempts = fake.webhook_attempts();
+    assert!(
+        attempts
+            .iter()
+            .any(|&(id, status)| id == first && status == 200),
+        "{attempts:?}"
+    );
+    // Webhook mode never polls (Telegram would refuse getUpdates with a webhook set).
+    assert!(
+        !fake.calls().iter().any(|c| c == "getUpdates"),
+        "{:?}",
+        fake.calls()
+    );
+
+    // Telegram delivering the same update again (a replay): nothing more.
+    fake.replay(first);
+    let deadline = std::time::Instant::now() + WAIT;
+    while fake
+        .webhook_attempts()
+        .iter()
+        .filter(|&&(id, status)| id == first && status == 200)
+        .count()
+        < 2
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the replay was not delivered"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(task_ids(&server).len(), 1);
+
+    // Forged deliveries: a wrong or missing secret is 401 and submits nothing; a right secret
+    // with a body that is no update object is 400.
+    let forged = json!({
+        "update_id": 990_001,
+        "message": {
+            "message_id": 1, "date": 1_700_000_000, "text": "/ask app forged",
+            "from": {"id": ROOT_ID, "is_bot": false, "first_name": "R"},
+            "chat": {"id": ROOT_ID, "type": "private"},
+        }
+    })
+    .to_string();
+    for headers in [
+        vec![("x-telegram-bot-api-secret-token", "wrong-secret")],
+        vec![(
+            "x-telegram-bot-api-secret-token",
+            &WEBHOOK_SECRET[..WEBHOOK_SECRET.len() - 1],
+        )],
+        vec![],
+    ] {
+        let (status, body) = server
+            .post_raw("/webhooks/telegram", "application/json", &forged, &headers)
+            .unwrap();
+        assert_eq!(status, 401, "{headers:?}: {body}");
+    }
+    let (status, body) = server
+        .post_raw(
+            "/webhooks/telegram",
+            "application/json",
+            "[1, 2]",
+            &[("x-telegram-bot-api-secret-token", WEBHOOK_SECRET)],
+        )
+        .unwrap();
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(task_ids(&server).len(), 1, "nothing forged was submitted");
+    assert_eq!(fake.messages().len(), 1);
+    server.terminate();
+
+    // Without `webhook_url` the bot removes the webhook and polls again.
+    std::fs::write(warden.home.path().join("warden.toml"), TELEGRAM_TOML).unwrap();
+    let server = Server::start(&warden, TOKENS);
+    let deadline = std::time::Instant::now() + WAIT;
+    while fake.webhook_url().is_some() {
+        assert!(std::time::Instant::now() < deadline, "no deleteWebhook");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let second = fake.send_private(ALICE_ID, "/ask app and once more?");
+    wait_for(&fake, "the polled answer", |m| {
+        m.iter().filter(|m| m.text.contains("— completed")).count() == 2
+    });
+    let calls = fake.calls();
+    let deleted = calls.iter().position(|c| c == "deleteWebhook").unwrap();
+    let polled = calls.iter().position(|c| c == "getUpdates").unwrap();
+    assert!(deleted < polled, "{calls:?}");
+    assert!(
+        !fake.webhook_attempts().iter().any(|&(id, _)| id == second),
+        "polled, not pushed"
+    );
+    assert_eq!(task_ids(&server).len(), 2);
+    server.terminate();
+}

@@ -192,6 +192,30 @@ impl BotApi {
         }
     }
 
+    /// `setWebhook`: Telegram POSTs each update to `url` with `secret` in
+    /// `X-Telegram-Bot-Api-Secret-Token`; updates not yet delivered are kept.
+    pub async fn set_webhook(&self, url: &str, secret: &str) -> Result<(), ApiError> {
+        self.call(
+            "setWebhook",
+            json!({
+                "url": url,
+                "secret_token": secret,
+                "allowed_updates": ["message", "callback_query"],
+                "drop_pending_updates": false,
+            }),
+        )
+        .await
+        .map(drop)
+    }
+
+    /// `deleteWebhook`, keeping updates not yet delivered (`getUpdates` is refused while a
+    /// webhook is set).
+    pub async fn delete_webhook(&self) -> Result<(), ApiError> {
+        self.call("deleteWebhook", json!({"drop_pending_updates": false}))
+            .await
+            .map(drop)
+    }
+
     /// `sendMessage` as plain text (no `parse_mode`: nothing in it is markup), link previews
     /// off; the new message's id.
     pub async fn send_message(

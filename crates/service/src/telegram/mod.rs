@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tokio::sync::watch;
-use warden_engine::telegram_config::TelegramConfig;
+use warden_engine::telegram_config::{Ingress, TelegramConfig};
 use warden_protocol::TaskKind;
 use warden_store::{ChatMessage, Decision, NewChatMessage, Store, StoreError, Task};
 
@@ -69,6 +69,23 @@ const STYLE: Style = Style {
     escape: inert,
     link: str::to_string,
 };
+
+/// Why a webhook delivery was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    /// The bot polls (or is not configured): there is no webhook.
+    #[error("the Telegram bot is not configured for webhooks ([telegram] webhook_url)")]
+    NotServed,
+    /// The secret token header is missing or wrong.
+    #[error("missing or wrong X-Telegram-Bot-Api-Secret-Token")]
+    Unauthorized,
+    /// Authenticated, but not an update.
+    #[error("{0}")]
+    Invalid(String),
+    /// The store failed; Telegram delivers the update again.
+    #[error("the update could not be recorded: {0}")]
+    Store(StoreError),
+}
 
 /// One bot: its API client, the service it calls, and who may use it.
 pub struct Bot {
@@ -112,23 +129,61 @@ impl Bot {
             .await?;
         let count = updates.len();
         for raw in updates {
-            let Some(update_id) = raw["update_id"].as_i64() else {
-                tracing::warn!("telegram update without an update_id ignored");
-                continue;
-            };
-            let update: api::Update = match serde_json::from_value(raw) {
-                Ok(update) => update,
-                Err(error) => {
-                    tracing::warn!(update_id, %error, "unreadable telegram update ignored");
-                    self.store()
-                        .record_chat_update(CHANNEL, update_id, Vec::new())
-                        .await?;
-                    continue;
-                }
-            };
-            self.handle(update).await?;
+            self.handle_raw(raw).await?;
         }
         Ok(count)
+    }
+
+    /// One update as Telegram sent it (polled or POSTed to the webhook): handled and recorded
+    /// unless it was before; one without an `update_id` or unreadable is ignored (and, with
+    /// an id, recorded so it is not read again).
+    pub async fn handle_raw(&self, raw: Value) -> Result<(), StoreError> {
+        let Some(update_id) = raw["update_id"].as_i64() else {
+            tracing::warn!("telegram update without an update_id ignored");
+            return Ok(());
+        };
+        match serde_json::from_value::<api::Update>(raw) {
+            Ok(update) => self.handle(update).await,
+            Err(error) => {
+                tracing::warn!(update_id, %error, "unreadable telegram update ignored");
+                self.store()
+                    .record_chat_update(CHANNEL, update_id, Vec::new())
+                    .await
+                    .map(drop)
+            }
+        }
+    }
+
+    /// A webhook delivery (`POST /webhooks/telegram`): refused unless the bot is in webhook
+    /// mode and `secret` (`X-Telegram-Bot-Api-Secret-Token`) is the configured one (compared
+    /// in constant time); otherwise handled like a polled update. An error leaves the update
+    /// unrecorded: the non-2xx answer makes Telegram deliver it again.
+    pub async fn webhook(&self, secret: Option<&str>, body: &[u8]) -> Result<(), WebhookError> {
+        let Ingress::Webhook {
+            secret: expected, ..
+        } = &self.config.ingress
+        else {
+            return Err(WebhookError::NotServed);
+        };
+        // Digests of equal length, compared without an early exit: the time taken says
+        // nothing about how much of the secret matched.
+        let presented = crate::access::digest(secret.unwrap_or_default());
+        let expected = crate::access::digest(expected.expose());
+        let differ = presented
+            .iter()
+            .zip(expected.iter())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+        if differ != 0 {
+            return Err(WebhookError::Unauthorized);
+        }
+        let raw: Value = serde_json::from_slice(body)
+            .map_err(|e| WebhookError::Invalid(format!("the update is not JSON: {e}")))?;
+        if !raw.is_object() {
+            return Err(WebhookError::Invalid(
+                "the update is not a JSON object".into(),
+            ));
+        }
+        self.handle_raw(raw).await.map_err(WebhookError::Store)
     }
 
     /// Handles one update, unless it was handled before, and records it with its reply.
@@ -568,49 +623,98 @@ fn clip(text: &str, max_chars: usize) -> String {
 }
 
 /// Starts the bot when `[telegram]` is configured (`warden serve`): checks the token
-/// (`getMe`), then polls, follows and delivers until `stop`. A token Telegram refuses stops
-/// the bot with an error in the log (it cannot report through Telegram); the rest of `serve`
-/// goes on.
+/// (`getMe`), then either registers the webhook (`setWebhook`; updates arrive at
+/// `/webhooks/telegram`, passed to [`Bot::webhook`]) or removes any webhook and polls; follows
+/// and delivers until `stop`. A token Telegram refuses stops the bot with an error in the log
+/// (it cannot report through Telegram); the rest of `serve` goes on. The bot is returned for
+/// the webhook route.
 pub fn spawn(
     config: Option<&TelegramConfig>,
     tasks: TaskService,
     stop: watch::Receiver<bool>,
-) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+) -> anyhow::Result<Option<(Arc<Bot>, tokio::task::JoinHandle<()>)>> {
     let Some(config) = config else {
         return Ok(None);
     };
-    let bot = Bot::new(config.clone(), tasks)?;
-    Ok(Some(tokio::spawn(run(bot, stop))))
+    let bot = Arc::new(Bot::new(config.clone(), tasks)?);
+    let handle = tokio::spawn(run(Arc::clone(&bot), stop));
+    Ok(Some((bot, handle)))
 }
 
-async fn run(bot: Bot, mut stop: watch::Receiver<bool>) {
-    let interval = bot.config.poll_interval;
-    // Check the token first; retry while Telegram cannot be reached.
+/// Retries `call` every `interval` while Telegram cannot be reached; `None` when the token is
+/// refused (reported) or `stop` comes first.
+async fn until_reached<T, F>(
+    bot: &Bot,
+    stop: &mut watch::Receiver<bool>,
+    what: &str,
+    mut call: impl FnMut() -> F,
+) -> Option<T>
+where
+    F: std::future::Future<Output = Result<T, ApiError>>,
+{
     loop {
-        match bot.api.get_me().await {
-            Ok(username) => {
-                tracing::info!(bot = %username, "telegram bot serving (long polling)");
-                eprintln!("warden: telegram bot @{username} is polling for updates");
-                break;
-            }
+        match call().await {
+            Ok(value) => return Some(value),
             Err(error) if error.is_bad_token() => {
                 tracing::error!(%error, "telegram refused the bot token; the bot is not served");
                 eprintln!(
                     "warden: telegram refused WARDEN_TELEGRAM_TOKEN ({error}); the Telegram bot is not served"
                 );
-                return;
+                return None;
             }
-            Err(error) => tracing::warn!(%error, "telegram unreachable; retrying"),
+            Err(error) if !error.is_retryable() => {
+                tracing::error!(%error, "telegram refused {what}; the bot is not served");
+                eprintln!(
+                    "warden: telegram refused {what} ({error}); the Telegram bot is not served"
+                );
+                return None;
+            }
+            Err(error) => tracing::warn!(%error, "telegram unreachable ({what}); retrying"),
         }
         tokio::select! {
-            _ = tokio::time::sleep(interval) => {}
-            _ = stop.wait_for(|s| *s) => return,
+            _ = tokio::time::sleep(bot.config.poll_interval) => {}
+            _ = stop.wait_for(|s| *s) => return None,
         }
     }
-    let bot = Arc::new(bot);
-    let poller = tokio::spawn(poll_loop(Arc::clone(&bot), stop.clone()));
+}
+
+async fn run(bot: Arc<Bot>, mut stop: watch::Receiver<bool>) {
+    // Check the token first.
+    let Some(username) = until_reached(&bot, &mut stop, "getMe", || bot.api.get_me()).await else {
+        return;
+    };
+    let poller = match &bot.config.ingress {
+        Ingress::Webhook { url, secret } => {
+            let registered = until_reached(&bot, &mut stop, "setWebhook", || {
+                bot.api.set_webhook(url, secret.expose())
+            })
+            .await;
+            if registered.is_none() {
+                return;
+            }
+            tracing::info!(bot = %username, %url, "telegram bot serving (webhook)");
+            eprintln!("warden: telegram bot @{username} receives updates at {url}");
+            None
+        }
+        Ingress::Polling => {
+            // A webhook left from an earlier configuration would refuse every getUpdates.
+            if until_reached(&bot, &mut stop, "deleteWebhook", || {
+                bot.api.delete_webhook()
+            })
+            .await
+            .is_none()
+            {
+                return;
+            }
+            tracing::info!(bot = %username, "telegram bot serving (long polling)");
+            eprintln!("warden: telegram bot @{username} is polling for updates");
+            Some(tokio::spawn(poll_loop(Arc::clone(&bot), stop.clone())))
+        }
+    };
     crate::chat::delivery_loop(bot, stop).await;
-    let _ = poller.await;
+    if let Some(poller) = poller {
+        let _ = poller.await;
+    }
 }
 
 async fn poll_loop(bot: Arc<Bot>, mut stop: watch::Receiver<bool>) {
