@@ -111,10 +111,17 @@ pub async fn serve(
         .with_callbacks(services.config.callbacks.clone())
         .with_repo_mount_roots(services.config.sandbox.toolchains.repo_mount_roots.clone())
         .with_warming();
+    // Where an interface that cannot start is reported: the other chats.
+    let alerts = warden_service::chat::Alerts::new(
+        Arc::clone(&services.store),
+        services.config.telegram.as_ref(),
+        services.config.slack.as_ref(),
+    );
     // The Telegram bot, when configured: polling on its own, or its webhook among the routes.
     let telegram = warden_service::telegram::spawn(
         services.config.telegram.as_ref(),
         tasks.clone(),
+        alerts.clone(),
         stopped.clone(),
     )
     .context("cannot start the Telegram bot")?;
@@ -123,6 +130,7 @@ pub async fn serve(
     let slack = warden_service::slack::spawn(
         services.config.slack.as_ref(),
         tasks.clone(),
+        alerts.clone(),
         stopped.clone(),
     )
     .context("cannot start the Slack app")?;

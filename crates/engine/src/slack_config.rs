@@ -27,8 +27,16 @@ pub struct SlackSection {
     #[serde(default)]
     pub channels: Vec<SlackChannelEntry>,
     /// Slack user ids that may press Approve/Reject (each an allow-listed admin). Default: every
-    /// allow-listed admin.
+    /// allow-listed admin, unless `approver_groups` is set.
     pub approvers: Option<Vec<String>>,
+    /// Slack user group ids (`S…`) whose members may press Approve/Reject, read with
+    /// `usergroups.users.list` at each press (scope `usergroups:read`); a member must still be
+    /// an allow-listed admin.
+    #[serde(default)]
+    pub approver_groups: Vec<String>,
+    /// A channel (`C…`/`G…`) where start-up failures of Warden's other interfaces (a Telegram
+    /// token refused, a GitHub App key refused) are reported.
+    pub alerts_channel: Option<String>,
 }
 
 /// One `[[slack.users]]` entry.
@@ -74,6 +82,10 @@ pub struct SlackConfig {
     pub channels: Vec<(String, String)>,
     /// Slack user ids that may decide approvals.
     pub approvers: Vec<String>,
+    /// Slack user groups whose (allow-listed admin) members may decide approvals.
+    pub approver_groups: Vec<String>,
+    /// Where other interfaces' start-up failures are reported.
+    pub alerts_channel: Option<String>,
 }
 
 impl SlackConfig {
@@ -135,12 +147,25 @@ impl SlackConfig {
                 }
                 approvers
             }
+            None if !section.approver_groups.is_empty() => Vec::new(),
             None => users
                 .iter()
                 .filter(|u| u.role == "admin")
                 .map(|u| u.id.clone())
                 .collect(),
         };
+        let mut approver_groups: Vec<String> = Vec::new();
+        for group in &section.approver_groups {
+            let group = slack_id("slack.approver_groups", group, &['S'])?;
+            if !approver_groups.contains(&group) {
+                approver_groups.push(group);
+            }
+        }
+        let alerts_channel = section
+            .alerts_channel
+            .as_deref()
+            .map(|id| slack_id("slack.alerts_channel", id, &['C', 'G']))
+            .transpose()?;
         Ok(Some(SlackConfig {
             api_url,
             signing_secret: signing_secret.as_deref().and_then(ChatSecret::new),
@@ -148,6 +173,8 @@ impl SlackConfig {
             users,
             channels,
             approvers,
+            approver_groups,
+            alerts_channel,
         }))
     }
 }
@@ -214,6 +241,25 @@ mod tests {
     }
 
     #[test]
+    fn groups_approve_instead_of_every_admin_and_alerts_go_to_a_channel() {
+        let config = resolve(&format!(
+            "[slack]\napprover_groups = [\"S0APPROVE\", \"S0APPROVE\"]\nalerts_channel = \"C0OPS\"\n{USERS}"
+        ))
+        .unwrap()
+        .unwrap();
+        assert!(config.approvers.is_empty(), "groups replace the default");
+        assert_eq!(config.approver_groups, ["S0APPROVE"]);
+        assert_eq!(config.alerts_channel.as_deref(), Some("C0OPS"));
+        let both = resolve(&format!(
+            "[slack]\napprovers = [\"U2\"]\napprover_groups = [\"S1\"]\n{USERS}"
+        ))
+        .unwrap()
+        .unwrap();
+        assert_eq!(both.approvers, ["U2"]);
+        assert_eq!(both.approver_groups, ["S1"]);
+    }
+
+    #[test]
     fn bad_values_are_named() {
         for (text, expected) in [
             ("[slack]\n".to_string(), "slack.users is empty"),
@@ -235,6 +281,14 @@ mod tests {
                 "names no repository",
             ),
             (format!("[slack]\nchannel = 1\n{USERS}"), "unknown field"),
+            (
+                format!("[slack]\napprover_groups = [\"U2\"]\n{USERS}"),
+                "slack.approver_groups: \"U2\" is not a Slack id",
+            ),
+            (
+                format!("[slack]\nalerts_channel = \"D1\"\n{USERS}"),
+                "slack.alerts_channel: \"D1\" is not a Slack id",
+            ),
         ] {
             let error = format!("{:#}", resolve(&text).unwrap_err());
             assert!(error.contains(expected), "{text}: {error}");

@@ -32,6 +32,9 @@ pub struct TelegramSection {
     /// `WARDEN_TELEGRAM_WEBHOOK_SECRET`, which Telegram sends back in
     /// `X-Telegram-Bot-Api-Secret-Token` with every update.
     pub webhook_url: Option<String>,
+    /// Whether start-up failures of Warden's other interfaces (a Slack token refused, a GitHub
+    /// App key refused) are sent to the allow-listed admins' private chats. Default true.
+    pub alerts: Option<bool>,
     /// The allow-list: who may use the bot, and as whom.
     #[serde(default)]
     pub users: Vec<TelegramUserEntry>,
@@ -80,6 +83,8 @@ pub struct TelegramConfig {
     pub poll_timeout: Duration,
     pub poll_interval: Duration,
     pub ingress: Ingress,
+    /// Whether admins are told of other interfaces' start-up failures.
+    pub alerts: bool,
     pub users: Vec<TelegramUser>,
 }
 
@@ -169,6 +174,7 @@ impl TelegramConfig {
             poll_timeout,
             poll_interval,
             ingress,
+            alerts: section.alerts.unwrap_or(true),
             users,
         }))
     }

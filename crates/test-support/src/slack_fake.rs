@@ -1,5 +1,6 @@
 //! A local fake of Slack's Web API for the Slack app's tests: `POST /api/<method>` for
-//! `auth.test`, `chat.postMessage`, `chat.update` and `chat.postEphemeral`, with Slack's
+//! `auth.test`, `chat.postMessage`, `chat.update`, `chat.postEphemeral` and
+//! `usergroups.users.list` (`no_such_subteam` for an unknown group), with Slack's
 //! answer shapes (`{"ok": true, …}`, `{"ok": false, "error": "…"}` with HTTP 200; a rate
 //! limit is HTTP 429 `ratelimited` with `Retry-After`) and the checks the app relies on: the
 //! bot token as a bearer (or a `token` field; `not_authed` / `invalid_auth` otherwise), JSON
@@ -69,6 +70,8 @@ struct FakeState {
     /// Planned refusals: method, then `Some(retry_after)` for a 429 or `None` for a 500.
     faults: VecDeque<(String, Option<u64>)>,
     calls: Vec<String>,
+    /// User group id → its members' user ids.
+    usergroups: std::collections::HashMap<String, Vec<String>>,
 }
 
 struct Shared {
@@ -167,6 +170,14 @@ impl SlackFake {
     }
 
     /// The methods called so far, in order.
+    /// Makes user group `group` hold `members` (replacing what it held).
+    pub fn set_usergroup(&self, group: &str, members: &[&str]) {
+        lock(&self.shared.state).usergroups.insert(
+            group.to_string(),
+            members.iter().map(|m| m.to_string()).collect(),
+        );
+    }
+
     pub fn calls(&self) -> Vec<String> {
         lock(&self.shared.state).calls.clone()
     }
@@ -369,6 +380,13 @@ async fn handle(
                     }));
                     ok(json!({"message_ts": ts}))
                 }
+            }
+        }
+        "usergroups.users.list" => {
+            let group = fields["usergroup"].as_str().unwrap_or_default();
+            match state.usergroups.get(group) {
+                Some(users) => ok(json!({"users": users})),
+                None => refused("no_such_subteam"),
             }
         }
         _ => refused("unknown_method"),

@@ -4,7 +4,8 @@
 //! delivery do nothing; a change shows its hash and Approve/Reject buttons that a
 //! non-approver's press cannot decide and an approver's press publishes as one pull request;
 //! `serve` killed after handling an event and before recording it still gives one task and one
-//! message once Slack retries.
+//! message once Slack retries; approvers may be a user group, asked of Slack at each press; a
+//! chat interface that cannot start is reported in the other chat.
 
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use serde_json::{json, Value};
 use warden_test_support::git_fixture::TempRepo;
 use warden_test_support::model_server::{openai, ScriptedModelServer};
 use warden_test_support::slack_fake::{sign, PostedMessage, SlackFake, BOT_USER};
+use warden_test_support::telegram_fake::TelegramFake;
 
 use super::server_harness::{
     call, change_repo, sample_repo, submit_answer, uppercase_beta, GithubRemote, Server, Token,
@@ -32,9 +34,17 @@ const SLACK_TOML: &str = "[slack]\n\
 [[slack.channels]]\nid = \"CTEAM\"\nrepo = \"app\"\n";
 
 fn with_slack(warden: Warden, fake: &SlackFake, extra_toml: &str) -> Warden {
+    with_slack_keys(warden, fake, "", extra_toml)
+}
+
+/// [`with_slack`] with `keys` in the `[slack]` table itself.
+fn with_slack_keys(warden: Warden, fake: &SlackFake, keys: &str, extra_toml: &str) -> Warden {
     std::fs::write(
         warden.home.path().join("warden.toml"),
-        format!("{SLACK_TOML}{extra_toml}"),
+        format!(
+            "{}{extra_toml}",
+            SLACK_TOML.replacen("[slack]\n", &format!("[slack]\n{keys}"), 1)
+        ),
     )
     .unwrap();
     warden
@@ -336,6 +346,11 @@ struct ChangeSetup {
 
 impl ChangeSetup {
     fn new() -> ChangeSetup {
+        ChangeSetup::with_keys("")
+    }
+
+    /// With `keys` in `[slack]`.
+    fn with_keys(keys: &str) -> ChangeSetup {
         let repo = change_repo();
         let github = GithubRemote::for_repo(&repo, GITHUB_TOKEN);
         let model = ScriptedModelServer::start_blocking(vec![
@@ -346,11 +361,12 @@ impl ChangeSetup {
             ),
         ]);
         let fake = SlackFake::start(BOT_TOKEN);
-        let warden = with_slack(
+        let warden = with_slack_keys(
             Warden::openai(&model.url())
                 .with("WARDEN_GITHUB_API_URL", &github.fake.url())
                 .with("WARDEN_GITHUB_TOKEN", GITHUB_TOKEN),
             &fake,
+            keys,
             "[[publish]]\nrepo = \"app\"\ngithub = \"acme/widgets\"\n",
         );
         ChangeSetup {
@@ -517,5 +533,120 @@ fn a_crash_before_recording_an_event_gives_one_task_and_one_message_after_slacks
     std::thread::sleep(Duration::from_millis(1000));
     assert_eq!(fake.messages().len(), 1);
     assert_eq!(task_ids(&server).len(), 1);
+    server.terminate();
+}
+
+#[test]
+fn a_user_groups_members_approve_as_slack_says_at_each_press() {
+    let setup = ChangeSetup::with_keys("approver_groups = [\"S0APPROVERS\"]\n");
+    let fake = &setup.fake;
+    fake.set_usergroup("S0APPROVERS", &["UALICE"]);
+    let server = Server::start(&setup.warden, TOKENS);
+    server.register_with_checks("app", &setup.repo, &["bash check.sh"]);
+    wait_serving(&server);
+    let run = mention(
+        "Ev0GROUPRUN",
+        "UALICE",
+        "1700000000.000400",
+        "run make beta uppercase",
+    );
+    assert_eq!(send_event(&server, &run, &[]).unwrap().0, 200);
+    let messages = wait_for(fake, "the proposal with buttons", |m| {
+        m.iter().any(|m| !m.buttons().is_empty())
+    });
+    let proposal = messages[0].clone();
+    let approval = proposal.buttons()[0].1.clone();
+
+    // Root is an admin but not in the group (the default "every admin" no longer applies).
+    assert_eq!(
+        press(&server, "UROOT", &proposal, 0, "trigger-group-1"),
+        200
+    );
+    let notices = wait_for_ephemerals(fake, 1);
+    assert!(
+        notices[0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("Refused: you are not one of this Warden's approvers"),
+        "{notices:#?}"
+    );
+    // Alice is in the group, but only an admin decides: the service refuses her.
+    assert_eq!(
+        press(&server, "UALICE", &proposal, 0, "trigger-group-2"),
+        200
+    );
+    let notices = wait_for_ephemerals(fake, 2);
+    let refused = notices[1]["text"].as_str().unwrap();
+    assert!(refused.starts_with("Refused"), "{refused}");
+    let shown = server.get(ADMIN, &format!("/v1/approvals/{approval}"));
+    assert_eq!(shown["status"], "pending", "{shown}");
+
+    // Root joins the group in Slack: the next press is decided, with no restart.
+    fake.set_usergroup("S0APPROVERS", &["UALICE", "UROOT"]);
+    assert_eq!(
+        press(&server, "UROOT", &proposal, 0, "trigger-group-3"),
+        200
+    );
+    wait_for(fake, "the publication", |m| {
+        m.iter().any(|m| m.text.contains("Publication: pr_opened"))
+    });
+    assert_eq!(setup.github.fake.pulls().len(), 1);
+    let asked = fake
+        .calls()
+        .iter()
+        .filter(|c| *c == "usergroups.users.list")
+        .count();
+    assert_eq!(asked, 3, "once per press: {:?}", fake.calls());
+    server.terminate();
+}
+
+#[test]
+fn a_chat_that_cannot_start_is_reported_in_the_other_chat() {
+    const TELEGRAM_TOKEN: &str = "123456:telegram-alert-token";
+    let slack = SlackFake::start(BOT_TOKEN);
+    let telegram = TelegramFake::start(TELEGRAM_TOKEN);
+    let warden = with_slack_keys(
+        Warden::faux(),
+        &slack,
+        "alerts_channel = \"C0OPS\"\n",
+        "[telegram]\npoll_timeout_secs = 1\npoll_interval_ms = 100\n\
+         [[telegram.users]]\nid = 1001\nname = \"alice\"\nrole = \"operator\"\n\
+         [[telegram.users]]\nid = 1002\nname = \"root\"\nrole = \"admin\"\n",
+    )
+    .with("WARDEN_TELEGRAM_API_URL", &telegram.url());
+
+    // Telegram refuses its token: Slack's alerts channel says so, naming the variable.
+    let warden = warden.with("WARDEN_TELEGRAM_TOKEN", "123456:revoked-token");
+    let server = Server::start(&warden, TOKENS);
+    let messages = wait_for(&slack, "the alert in Slack", |m| {
+        m.iter().any(|m| m.channel == "C0OPS")
+    });
+    let alert = messages.iter().find(|m| m.channel == "C0OPS").unwrap();
+    let shown = visible(&alert.text);
+    assert!(
+        shown.contains("Telegram bot is not served") && shown.contains("WARDEN_TELEGRAM_TOKEN"),
+        "{shown}"
+    );
+    assert!(!alert.text.contains("revoked-token"), "{}", alert.text);
+    assert!(telegram.messages().is_empty());
+    server.terminate();
+    assert_eq!(slack.messages().len(), 1, "one alert per start");
+
+    // Slack refuses its token: Telegram's admin (only) is told.
+    let warden = warden
+        .with("WARDEN_TELEGRAM_TOKEN", TELEGRAM_TOKEN)
+        .with("WARDEN_SLACK_BOT_TOKEN", "xoxb-revoked");
+    let server = Server::start(&warden, TOKENS);
+    let sent = telegram
+        .wait_for(WAIT, |m| !m.is_empty())
+        .expect("the alert in Telegram");
+    assert_eq!(sent.len(), 1, "{sent:#?}");
+    assert_eq!(sent[0].chat_id, 1002, "admins only");
+    let shown = sent[0].text.replace('\u{2060}', "");
+    assert!(
+        shown.contains("Slack app is not served") && shown.contains("WARDEN_SLACK_BOT_TOKEN"),
+        "{shown}"
+    );
+    assert_eq!(slack.messages().len(), 1, "nothing more through Slack");
     server.terminate();
 }

@@ -88,7 +88,32 @@ impl WebApi {
         })
     }
 
+    /// A write method, with a JSON body.
     async fn call(&self, method: &'static str, body: Value) -> Result<Value, ApiError> {
+        self.send(method, "application/json; charset=utf-8", body.to_string())
+            .await
+    }
+
+    /// A read method: Slack takes only form-encoded arguments for these.
+    async fn call_form(
+        &self,
+        method: &'static str,
+        fields: &[(&str, &str)],
+    ) -> Result<Value, ApiError> {
+        let body = reqwest::Url::parse_with_params("x:", fields)
+            .ok()
+            .and_then(|url| url.query().map(str::to_string))
+            .unwrap_or_default();
+        self.send(method, "application/x-www-form-urlencoded", body)
+            .await
+    }
+
+    async fn send(
+        &self,
+        method: &'static str,
+        content_type: &'static str,
+        body: String,
+    ) -> Result<Value, ApiError> {
         let transport = |e: reqwest::Error| ApiError::Transport {
             method,
             message: e.without_url().to_string(),
@@ -97,11 +122,8 @@ impl WebApi {
             .http
             .post(format!("{}/{method}", self.base))
             .bearer_auth(&self.token)
-            .header(
-                reqwest::header::CONTENT_TYPE,
-                "application/json; charset=utf-8",
-            )
-            .body(body.to_string())
+            .header(reqwest::header::CONTENT_TYPE, content_type)
+            .body(body)
             .send()
             .await
             .map_err(transport)?;
@@ -143,6 +165,23 @@ impl WebApi {
     pub async fn auth_test(&self) -> Result<String, ApiError> {
         let me = self.call("auth.test", json!({})).await?;
         Ok(me["user_id"].as_str().unwrap_or_default().to_string())
+    }
+
+    /// `usergroups.users.list`: the user ids in user group `group` (scope `usergroups:read`).
+    pub async fn usergroup_members(&self, group: &str) -> Result<Vec<String>, ApiError> {
+        let listed = self
+            .call_form("usergroups.users.list", &[("usergroup", group)])
+            .await?;
+        Ok(listed["users"]
+            .as_array()
+            .map(|users| {
+                users
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default())
     }
 
     /// `chat.postMessage` (in `thread_ts`'s thread when given), link unfurling off; the new

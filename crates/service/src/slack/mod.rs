@@ -322,6 +322,27 @@ impl SlackApp {
         Ok(Ok(submitted.task))
     }
 
+    /// Whether Slack user `user` may decide approvals: listed in `approvers`, or a member of
+    /// one of `approver_groups` (asked of Slack at each press, so a removal takes effect at
+    /// once). The service still requires the user's principal to be an admin.
+    async fn is_approver(&self, user: &str) -> Result<bool, ApiError> {
+        if self.config.approvers.iter().any(|a| a == user) {
+            return Ok(true);
+        }
+        for group in &self.config.approver_groups {
+            if self
+                .api
+                .usergroup_members(group)
+                .await?
+                .iter()
+                .any(|member| member == user)
+            {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
     /// A button press: decides the approval its value names, with the hash that approval is
     /// bound to, in the presser's name, if the presser is an approver; an ephemeral notice
     /// either way. Recorded by `trigger_id`, so a replayed press does nothing.
@@ -343,9 +364,17 @@ impl SlackApp {
         let pressed =
             ButtonAction::from_action_id(action["action_id"].as_str().unwrap_or_default());
         let approval = action["value"].as_str().and_then(text::button_value);
+        let approver = match (pressed, &approval) {
+            (Some(_), Some(_)) => self.is_approver(user).await,
+            _ => Ok(false),
+        };
         let notice = match (pressed, approval) {
             (None, _) | (_, None) => None,
-            (Some(_), Some(_)) if !self.config.approvers.iter().any(|a| a == user) => Some(
+            (Some(_), Some(_)) if approver.is_err() => Some(format!(
+                "Not decided: Slack could not say who is in the approvers' user groups ({}); press again later.",
+                text::mrkdwn(&approver.as_ref().err().map(ToString::to_string).unwrap_or_default())
+            )),
+            (Some(_), Some(_)) if approver.as_ref().is_ok_and(|a| !a) => Some(
                 "Refused: you are not one of this Warden's approvers; nothing was decided."
                     .to_string(),
             ),
@@ -521,22 +550,24 @@ fn form_field(body: &[u8], name: &str) -> Option<String> {
 
 /// Starts the app's delivery when `[slack]` is configured (`warden serve`): checks the token
 /// (`auth.test`), then follows tasks and delivers until `stop`. The webhooks are served by the
-/// API with the returned app. A token Slack refuses is reported on stderr and in the log (it
-/// cannot be reported through Slack) and the app is not served; the rest of `serve` goes on.
+/// API with the returned app. A token Slack refuses is reported on stderr, in the log and to
+/// the other chats' alerts ([`crate::chat::Alerts`]; it cannot be reported through Slack) and
+/// the app is not served; the rest of `serve` goes on.
 pub fn spawn(
     config: Option<&SlackConfig>,
     tasks: TaskService,
+    alerts: crate::chat::Alerts,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<Option<(Arc<SlackApp>, tokio::task::JoinHandle<()>)>> {
     let Some(config) = config else {
         return Ok(None);
     };
     let app = Arc::new(SlackApp::new(config.clone(), tasks)?);
-    let handle = tokio::spawn(run(Arc::clone(&app), stop));
+    let handle = tokio::spawn(run(Arc::clone(&app), alerts, stop));
     Ok(Some((app, handle)))
 }
 
-async fn run(app: Arc<SlackApp>, mut stop: watch::Receiver<bool>) {
+async fn run(app: Arc<SlackApp>, alerts: crate::chat::Alerts, mut stop: watch::Receiver<bool>) {
     loop {
         match app.api.auth_test().await {
             Ok(user) => {
@@ -550,6 +581,14 @@ async fn run(app: Arc<SlackApp>, mut stop: watch::Receiver<bool>) {
                 eprintln!(
                     "warden: slack refused WARDEN_SLACK_BOT_TOKEN ({error}); the Slack app is not served"
                 );
+                alerts
+                    .report(
+                        CHANNEL,
+                        &format!(
+                            "the Slack app is not served: slack refused WARDEN_SLACK_BOT_TOKEN ({error}). Fix it and restart `warden serve`."
+                        ),
+                    )
+                    .await;
                 return;
             }
             Err(error) => tracing::warn!(%error, "slack unreachable; retrying"),

@@ -625,26 +625,30 @@ fn clip(text: &str, max_chars: usize) -> String {
 /// Starts the bot when `[telegram]` is configured (`warden serve`): checks the token
 /// (`getMe`), then either registers the webhook (`setWebhook`; updates arrive at
 /// `/webhooks/telegram`, passed to [`Bot::webhook`]) or removes any webhook and polls; follows
-/// and delivers until `stop`. A token Telegram refuses stops the bot with an error in the log
-/// (it cannot report through Telegram); the rest of `serve` goes on. The bot is returned for
+/// and delivers until `stop`. A token Telegram refuses stops the bot with an error on stderr,
+/// in the log and to the other chats' alerts (it cannot report through Telegram); the rest of
+/// `serve` goes on. The bot is returned for
 /// the webhook route.
 pub fn spawn(
     config: Option<&TelegramConfig>,
     tasks: TaskService,
+    alerts: crate::chat::Alerts,
     stop: watch::Receiver<bool>,
 ) -> anyhow::Result<Option<(Arc<Bot>, tokio::task::JoinHandle<()>)>> {
     let Some(config) = config else {
         return Ok(None);
     };
     let bot = Arc::new(Bot::new(config.clone(), tasks)?);
-    let handle = tokio::spawn(run(Arc::clone(&bot), stop));
+    let handle = tokio::spawn(run(Arc::clone(&bot), alerts, stop));
     Ok(Some((bot, handle)))
 }
 
-/// Retries `call` every `interval` while Telegram cannot be reached; `None` when the token is
-/// refused (reported) or `stop` comes first.
+/// Retries `call` every `interval` while Telegram cannot be reached; `None` when the token or
+/// the call is refused (reported on stderr, in the log and to the other chats' alerts) or
+/// `stop` comes first.
 async fn until_reached<T, F>(
     bot: &Bot,
+    alerts: &crate::chat::Alerts,
     stop: &mut watch::Receiver<bool>,
     what: &str,
     mut call: impl FnMut() -> F,
@@ -655,18 +659,22 @@ where
     loop {
         match call().await {
             Ok(value) => return Some(value),
-            Err(error) if error.is_bad_token() => {
-                tracing::error!(%error, "telegram refused the bot token; the bot is not served");
-                eprintln!(
-                    "warden: telegram refused WARDEN_TELEGRAM_TOKEN ({error}); the Telegram bot is not served"
-                );
-                return None;
-            }
-            Err(error) if !error.is_retryable() => {
-                tracing::error!(%error, "telegram refused {what}; the bot is not served");
-                eprintln!(
-                    "warden: telegram refused {what} ({error}); the Telegram bot is not served"
-                );
+            Err(error) if error.is_bad_token() || !error.is_retryable() => {
+                let why = if error.is_bad_token() {
+                    format!("telegram refused WARDEN_TELEGRAM_TOKEN ({error})")
+                } else {
+                    format!("telegram refused {what} ({error})")
+                };
+                tracing::error!(%error, "{why}; the bot is not served");
+                eprintln!("warden: {why}; the Telegram bot is not served");
+                alerts
+                    .report(
+                        CHANNEL,
+                        &format!(
+                            "the Telegram bot is not served: {why}. Fix it and restart `warden serve`."
+                        ),
+                    )
+                    .await;
                 return None;
             }
             Err(error) => tracing::warn!(%error, "telegram unreachable ({what}); retrying"),
@@ -678,14 +686,16 @@ where
     }
 }
 
-async fn run(bot: Arc<Bot>, mut stop: watch::Receiver<bool>) {
+async fn run(bot: Arc<Bot>, alerts: crate::chat::Alerts, mut stop: watch::Receiver<bool>) {
     // Check the token first.
-    let Some(username) = until_reached(&bot, &mut stop, "getMe", || bot.api.get_me()).await else {
+    let Some(username) =
+        until_reached(&bot, &alerts, &mut stop, "getMe", || bot.api.get_me()).await
+    else {
         return;
     };
     let poller = match &bot.config.ingress {
         Ingress::Webhook { url, secret } => {
-            let registered = until_reached(&bot, &mut stop, "setWebhook", || {
+            let registered = until_reached(&bot, &alerts, &mut stop, "setWebhook", || {
                 bot.api.set_webhook(url, secret.expose())
             })
             .await;
@@ -698,7 +708,7 @@ async fn run(bot: Arc<Bot>, mut stop: watch::Receiver<bool>) {
         }
         Ingress::Polling => {
             // A webhook left from an earlier configuration would refuse every getUpdates.
-            if until_reached(&bot, &mut stop, "deleteWebhook", || {
+            if until_reached(&bot, &alerts, &mut stop, "deleteWebhook", || {
                 bot.api.delete_webhook()
             })
             .await
