@@ -650,3 +650,134 @@ fn a_chat_that_cannot_start_is_reported_in_the_other_chat() {
     assert_eq!(slack.messages().len(), 1, "nothing more through Slack");
     server.terminate();
 }
+
+/// A press of the repository picker under `message`: `user` picks `repo`.
+fn pick(server: &Server, user: &str, message: &PostedMessage, repo: &str, trigger: &str) -> u16 {
+    let block = message
+        .blocks
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["elements"][0]["type"] == "static_select")
+        .expect("a picker")
+        .clone();
+    let payload = json!({
+        "type": "block_actions", "trigger_id": trigger,
+        "user": {"id": user}, "channel": {"id": message.channel},
+        "container": {"type": "message", "message_ts": message.ts, "channel_id": message.channel},
+        "message": {"ts": message.ts, "thread_ts": message.thread_ts},
+        "actions": [{"type": "static_select", "action_id": block["elements"][0]["action_id"],
+                     "block_id": block["block_id"],
+                     "selected_option": {"text": {"type": "plain_text", "text": repo}, "value": repo}}],
+    });
+    let body = format!("payload={}", form_encode(&payload.to_string()));
+    deliver_signed(
+        server,
+        "/webhooks/slack/interactions",
+        "application/x-www-form-urlencoded",
+        &body,
+        now(),
+        SIGNING_SECRET,
+        &[],
+    )
+    .expect("the server answers a pick")
+    .0
+}
+
+#[test]
+fn a_request_naming_no_repository_offers_a_picker_only_its_author_answers_once() {
+    let repo = sample_repo();
+    let model = ScriptedModelServer::start_blocking(vec![openai::tool_call(
+        "submit_answer",
+        &submit_answer("src/lib.rs", 31, 33),
+    )]);
+    let fake = SlackFake::start(BOT_TOKEN);
+    let warden = with_slack(Warden::openai(&model.url()), &fake, "");
+    let server = Server::start(&warden, TOKENS);
+    server.register("app", &repo);
+    server.register("other", &repo);
+    wait_serving(&server);
+
+    // A channel with no default repository, a question naming none.
+    let ask = mention(
+        "Ev0PICK0001",
+        "UALICE",
+        "1700000000.000500",
+        "what does retry_with_backoff do?",
+    )
+    .replace(CHANNEL, "CNODEFAULT");
+    assert_eq!(send_event(&server, &ask, &[]).unwrap().0, 200);
+    let messages = wait_for(&fake, "the picker", |m| !m.is_empty());
+    let asked = messages[0].clone();
+    assert_eq!(asked.channel, "CNODEFAULT");
+    assert_eq!(asked.thread_ts.as_deref(), Some("1700000000.000500"));
+    let options: Vec<&str> = asked.blocks[1]["elements"][0]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["value"].as_str().unwrap())
+        .collect();
+    assert_eq!(options, ["app", "other"], "{:#?}", asked.blocks);
+    assert!(task_ids(&server).is_empty());
+
+    // Someone else's pick is refused to them alone.
+    assert_eq!(pick(&server, "UROOT", &asked, "app", "trigger-pick-1"), 200);
+    let notices = wait_for_ephemerals(&fake, 1);
+    assert_eq!(notices[0]["user"], "UROOT");
+    assert!(
+        notices[0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("only the person who asked"),
+        "{notices:#?}"
+    );
+    assert!(task_ids(&server).is_empty());
+
+    // The author's pick submits the question about that repository, answered in the thread;
+    // the picker says what was picked and loses its menu.
+    assert_eq!(
+        pick(&server, "UALICE", &asked, "app", "trigger-pick-2"),
+        200
+    );
+    let messages = wait_for(&fake, "the answer", |m| {
+        m.iter().any(|m| m.text.contains("— completed"))
+    });
+    let ids = task_ids(&server);
+    assert_eq!(ids.len(), 1);
+    let task = server.task(ADMIN, &ids[0]);
+    assert_eq!(task["repos"][0]["name"], "app", "{task}");
+    assert_eq!(task["prompt"], "what does retry_with_backoff do?", "{task}");
+    let answer = messages
+        .iter()
+        .find(|m| m.text.contains("— completed"))
+        .unwrap();
+    assert_eq!(answer.thread_ts.as_deref(), Some("1700000000.000500"));
+    let picker = wait_for(&fake, "the picker updated", |m| {
+        m.iter()
+            .any(|m| m.ts == asked.ts && m.text.contains("Repository"))
+    })
+    .into_iter()
+    .find(|m| m.ts == asked.ts)
+    .unwrap();
+    assert!(
+        !picker.blocks.to_string().contains("static_select"),
+        "{:#?}",
+        picker.blocks
+    );
+
+    // Picking again (the stale menu, a new press): nothing more.
+    assert_eq!(
+        pick(&server, "UALICE", &asked, "other", "trigger-pick-3"),
+        200
+    );
+    let notices = wait_for_ephemerals(&fake, 2);
+    assert!(
+        notices[1]["text"]
+            .as_str()
+            .unwrap()
+            .contains("made already"),
+        "{notices:#?}"
+    );
+    assert_eq!(task_ids(&server).len(), 1);
+    server.terminate();
+}

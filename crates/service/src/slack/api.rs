@@ -197,6 +197,11 @@ impl WebApi {
         if let Some(thread) = thread_ts {
             body["thread_ts"] = json!(thread);
         }
+        self.post(body).await
+    }
+
+    /// `chat.postMessage` of a prepared `body`; the new message's `ts`.
+    pub async fn post(&self, body: Value) -> Result<String, ApiError> {
         let sent = self.call("chat.postMessage", body).await?;
         sent["ts"]
             .as_str()

@@ -54,6 +54,20 @@ pub const FAILPOINT_BEFORE_RECORD: &str = "slack_before_record";
 /// How long a webhook's answer waits for its work (Slack gives up after three seconds).
 pub const ACK_WITHIN: Duration = Duration::from_millis(2000);
 
+/// The repository picker's `action_id`; its `block_id` is this prefix and the event id.
+pub const PICKER_ACTION_ID: &str = "warden_pick_repo";
+pub const PICKER_BLOCK_PREFIX: &str = "warden_pick:";
+/// Slack's limit on a static select's options; with more repositories the user names one.
+const MAX_PICKER_OPTIONS: usize = 100;
+
+/// What a request still needs from the person who made it.
+enum Asked {
+    /// An explanation of what to write.
+    Text(String),
+    /// A repository, picked from these.
+    Pick(Vec<String>),
+}
+
 const STYLE: Style = Style {
     escape: text::mrkdwn,
     link: text::link,
@@ -264,25 +278,45 @@ impl SlackApp {
         };
         let request = parse_request(event["text"].as_str().unwrap_or_default(), bot);
         let outcome = self
-            .submit(&principal, event_id, channel, &thread, request)
+            .submit(&principal, event_id, channel, &thread, &request)
             .await;
         Ok(match outcome {
             Ok(Ok(task)) => task_pieces(&task, channel, &thread),
-            Ok(Err(text)) => reply(text),
+            Ok(Err(Asked::Text(text))) => reply(text),
+            Ok(Err(Asked::Pick(repos))) => {
+                let mut asked = reply(
+                    "Which repository is this about? Pick one (or start with its name next time)."
+                        .into(),
+                );
+                let kind = match request.kind {
+                    TaskKind::Change => "change",
+                    _ => "question",
+                };
+                asked[0].markup = Some(
+                    json!({
+                        "thread_ts": thread,
+                        "pick": {"event": event_id, "user": user, "kind": kind,
+                                 "text": request.text, "repos": repos},
+                    })
+                    .to_string(),
+                );
+                asked
+            }
             Err(ServiceError::Store(error)) => return Err(error),
             Err(error) => reply(format!("Refused: {}", text::mrkdwn(&error.to_string()))),
         })
     }
 
-    /// Submits what `request` asks for; `Ok(Err(text))` asks the user for what is missing.
+    /// Submits what `request` asks for; `Ok(Err(…))` asks the user for what is missing: the
+    /// repository (a picker of those the user can name, when there are any) or the prompt.
     async fn submit(
         &self,
         principal: &Principal,
         event_id: &str,
         channel: &str,
         thread: &str,
-        request: text::Request,
-    ) -> Result<Result<Task, String>, ServiceError> {
+        request: &text::Request,
+    ) -> Result<Result<Task, Asked>, ServiceError> {
         let known: Vec<String> = self
             .tasks
             .repos(principal)
@@ -297,29 +331,152 @@ impl SlackApp {
             .iter()
             .find(|(id, _)| id == channel)
             .map(|(_, repo)| repo.clone());
-        let Some(repo) = named.or(default) else {
-            return Ok(Err(format!(
-                "Which repository? Start with its name: `ask REPO question` or `run REPO change`. Registered: {}",
-                text::mrkdwn(&known.join(", "))
-            )));
-        };
         if prompt.trim().is_empty() {
-            return Ok(Err(
+            return Ok(Err(Asked::Text(
                 "Ask a question (`ask [REPO] question`) or ask for a change (`run [REPO] what to change`).".into(),
-            ));
+            )));
         }
-        let mut submission = Submission::new(request.kind, prompt.to_string(), vec![repo]);
+        let Some(repo) = named.or(default) else {
+            if known.is_empty() || known.len() > MAX_PICKER_OPTIONS {
+                return Ok(Err(Asked::Text(format!(
+                    "Which repository? Start with its name: `ask REPO question` or `run REPO change`. Registered: {}",
+                    text::mrkdwn(&known.join(", "))
+                ))));
+            }
+            return Ok(Err(Asked::Pick(known)));
+        };
+        self.submit_to(
+            principal,
+            event_id,
+            channel,
+            thread,
+            request.kind,
+            &request.text,
+            prompt,
+            repo,
+        )
+        .await
+        .map(Ok)
+    }
+
+    /// Submits `prompt` about `repo` for the request whose whole text was `text`, once per
+    /// event (`Idempotency-Key` `slack:<event_id>`).
+    #[allow(clippy::too_many_arguments)]
+    async fn submit_to(
+        &self,
+        principal: &Principal,
+        event_id: &str,
+        channel: &str,
+        thread: &str,
+        kind: TaskKind,
+        text: &str,
+        prompt: &str,
+        repo: String,
+    ) -> Result<Task, ServiceError> {
+        let body =
+            json!({"channel": channel, "thread": thread, "text": text, "repo": repo}).to_string();
+        let mut submission = Submission::new(kind, prompt.to_string(), vec![repo]);
         submission.metadata = Some(json!({"slack": {"channel": channel, "thread_ts": thread}}));
-        if request.kind == TaskKind::Change {
+        if kind == TaskKind::Change {
             submission.publish = Some(true);
         }
-        let body = json!({"channel": channel, "thread": thread, "text": request.text}).to_string();
         let idempotency = Idempotency::new(format!("slack:{event_id}"), body.as_bytes());
         let submitted = self
             .tasks
             .submit(principal, submission, Some(idempotency))
             .await?;
-        Ok(Ok(submitted.task))
+        Ok(submitted.task)
+    }
+
+    /// A repository picked for a request that named none: submitted as the request would have
+    /// been, by the person who asked only; the picker's message then says what was picked and
+    /// loses its menu. The request is read back from the picker's stored message, never from
+    /// the payload.
+    async fn on_pick(
+        &self,
+        user: &str,
+        channel: &str,
+        action: &Value,
+    ) -> Result<(Vec<NewChatMessage>, Option<String>), StoreError> {
+        let event_id = action["block_id"]
+            .as_str()
+            .and_then(|b| b.strip_prefix(PICKER_BLOCK_PREFIX))
+            .unwrap_or_default();
+        let picked = action["selected_option"]["value"]
+            .as_str()
+            .unwrap_or_default();
+        let asked = self
+            .store()
+            .get_chat_message(&format!("sl:e:{event_id}"))
+            .await?;
+        let Some(asked) = asked.filter(|m| m.channel == CHANNEL && m.chat == channel) else {
+            return Ok((Vec::new(), Some("This choice is no longer open.".into())));
+        };
+        let stored = markup(&asked);
+        let pick = &stored["pick"];
+        if pick.is_null() {
+            return Ok((Vec::new(), Some("This choice was made already.".into())));
+        }
+        if pick["user"] != user {
+            return Ok((
+                Vec::new(),
+                Some("Refused: only the person who asked picks the repository.".into()),
+            ));
+        }
+        let Some(principal) = self.principal(user) else {
+            return Ok((
+                Vec::new(),
+                Some("Refused: you are not on this Warden's allow-list.".into()),
+            ));
+        };
+        let thread = stored["thread_ts"].as_str().unwrap_or_default().to_string();
+        let text = pick["text"].as_str().unwrap_or_default();
+        let kind = match pick["kind"].as_str() {
+            Some("change") => TaskKind::Change,
+            _ => TaskKind::Question,
+        };
+        let offered = pick["repos"]
+            .as_array()
+            .is_some_and(|repos| repos.iter().any(|r| r == picked));
+        if !offered {
+            return Ok((
+                Vec::new(),
+                Some("Refused: that repository was not offered.".into()),
+            ));
+        }
+        let submitted = self
+            .submit_to(
+                &principal,
+                event_id,
+                channel,
+                &thread,
+                kind,
+                text,
+                text,
+                picked.to_string(),
+            )
+            .await;
+        match submitted {
+            Ok(task) => {
+                // The picker answered: it says so, without its menu (a chat.update).
+                self.store()
+                    .put_chat_message(NewChatMessage {
+                        id: asked.id.clone(),
+                        channel: CHANNEL.into(),
+                        chat: channel.to_string(),
+                        task: None,
+                        text: format!("Repository: *{}*", text::mrkdwn(picked)),
+                        markup: Some(json!({"thread_ts": thread}).to_string()),
+                    })
+                    .await?;
+                Ok((task_pieces(&task, channel, &thread), None))
+            }
+            Err(ServiceError::Store(error)) => Err(error),
+            Err(error) => Ok((
+                Vec::new(),
+                Some(format!("Refused: {}", text::mrkdwn(&error.to_string()))),
+            )),
+        }
     }
 
     /// Whether Slack user `user` may decide approvals: listed in `approvers`, or a member of
@@ -361,6 +518,26 @@ impl SlackApp {
             .or_else(|| payload["container"]["channel_id"].as_str())
             .unwrap_or_default();
         let action = &payload["actions"][0];
+        if action["action_id"] == PICKER_ACTION_ID {
+            let (mut replies, notice) = self.on_pick(user, channel, action).await?;
+            let thread = payload["message"]["thread_ts"]
+                .as_str()
+                .or_else(|| payload["container"]["thread_ts"].as_str());
+            if let Some(text) = notice.filter(|_| !user.is_empty() && !channel.is_empty()) {
+                replies.push(NewChatMessage {
+                    id: format!("sl:i:{trigger}"),
+                    channel: CHANNEL.into(),
+                    chat: channel.to_string(),
+                    task: None,
+                    text,
+                    markup: Some(json!({"thread_ts": thread, "ephemeral_user": user}).to_string()),
+                });
+            }
+            self.store()
+                .record_chat_update(CHANNEL, key, replies)
+                .await?;
+            return Ok(());
+        }
         let pressed =
             ButtonAction::from_action_id(action["action_id"].as_str().unwrap_or_default());
         let approval = action["value"].as_str().and_then(text::button_value);
@@ -467,8 +644,36 @@ fn task_pieces(task: &Task, channel: &str, thread: &str) -> Vec<NewChatMessage> 
     pieces
 }
 
-/// What a message's stored markup says: its thread, the approval its buttons decide, and the
-/// user an ephemeral message is shown to.
+/// The repository picker under a request that named none: a static select of the repositories
+/// offered, its `block_id` naming the event the request came in.
+fn picker_block(pick: &Value) -> Value {
+    let options: Vec<Value> = pick["repos"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .take(MAX_PICKER_OPTIONS)
+        .map(|repo| {
+            json!({
+                "text": {"type": "plain_text", "text": repo.chars().take(75).collect::<String>()},
+                "value": repo,
+            })
+        })
+        .collect();
+    json!({
+        "type": "actions",
+        "block_id": format!("{PICKER_BLOCK_PREFIX}{}", pick["event"].as_str().unwrap_or_default()),
+        "elements": [{
+            "type": "static_select",
+            "action_id": PICKER_ACTION_ID,
+            "placeholder": {"type": "plain_text", "text": "Repository"},
+            "options": options,
+        }],
+    })
+}
+
+/// What a message's stored markup says: its thread, the approval its buttons decide, the
+/// user an ephemeral message is shown to, and a repository picker's request.
 fn markup(message: &ChatMessage) -> Value {
     message
         .markup
@@ -487,6 +692,16 @@ impl Transport for WebApi {
             return self
                 .post_ephemeral(&message.chat, user, &message.text, thread)
                 .await;
+        }
+        if markup["pick"].is_object() {
+            let mut body = message_body(&message.chat, &message.text, None);
+            if let Some(blocks) = body["blocks"].as_array_mut() {
+                blocks.push(picker_block(&markup["pick"]));
+            }
+            if let Some(thread) = thread {
+                body["thread_ts"] = json!(thread);
+            }
+            return self.post(body).await;
         }
         self.post_message(
             &message.chat,
