@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The official MCP Python SDK for the tests that drive `warden mcp` with its client: a venv holding
+# The official MCP Python SDK for the tests that drive `warden mcp` with its client (and Slack's
+# slack_sdk, which signs the Slack tests' requests): a venv holding
 # exactly the versions .ci/mcp-requirements.txt pins (dependencies included), built the way
 # .ci/schemathesis.sh builds its own. Prints the export line for WARDEN_TEST_MCP_PYTHON on stdout
 # (everything else goes to stderr), so a caller can do: eval "$(bash .ci/mcp-python.sh)".
@@ -32,5 +33,5 @@ if [ ! -x "$venv/bin/python" ] || [ "$(installed)" != "$pinned" ]; then
     exit 1
   fi
 fi
-"$venv/bin/python" -c 'import mcp' >&2
+"$venv/bin/python" -c 'import mcp, slack_sdk' >&2
 echo "export WARDEN_TEST_MCP_PYTHON=$venv/bin/python"

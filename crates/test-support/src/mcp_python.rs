@@ -1,5 +1,6 @@
 //! The official MCP Python SDK (`mcp` on PyPI) as a test client: `WARDEN_TEST_MCP_PYTHON` names
-//! a Python interpreter that can `import mcp` (`.ci/mcp-python.sh` builds a venv from the pinned
+//! a Python interpreter that can `import mcp` (and `slack_sdk`, Slack's official SDK, whose
+//! request signing the Slack tests use) (`.ci/mcp-python.sh` builds a venv from the pinned
 //! `.ci/mcp-requirements.txt` and prints the line). Without it the tests that drive `warden mcp`
 //! with the SDK skip, saying so — unless `WARDEN_TEST_REQUIRE` lists `mcp` (CI sets it), where a
 //! missing interpreter fails the test instead of letting it pass without having run.

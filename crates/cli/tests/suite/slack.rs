@@ -781,3 +781,81 @@ fn a_request_naming_no_repository_offers_a_picker_only_its_author_answers_once()
     assert_eq!(task_ids(&server).len(), 1);
     server.terminate();
 }
+
+/// `body` signed at `timestamp` by Slack's own SDK (`slack_sdk.signature.SignatureVerifier`).
+#[allow(clippy::disallowed_methods)] // the SDK is Python: run its interpreter
+fn sdk_signature(python: &std::path::Path, secret: &str, timestamp: &str, body: &str) -> String {
+    let script = "import sys\n\
+        from slack_sdk.signature import SignatureVerifier\n\
+        print(SignatureVerifier(sys.argv[1]).generate_signature(timestamp=sys.argv[2], body=sys.stdin.read()))";
+    let mut child = std::process::Command::new(python)
+        .args(["-c", script, secret, timestamp])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the SDK's interpreter runs");
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), body.as_bytes()).unwrap();
+    drop(child.stdin.take());
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    String::from_utf8(output.stdout).unwrap().trim().to_string()
+}
+
+#[test]
+fn requests_signed_by_slacks_own_sdk_are_accepted_and_its_signature_under_another_secret_is_not() {
+    let Some(python) = warden_test_support::mcp_python::python() else {
+        return;
+    };
+    let fake = SlackFake::start(BOT_TOKEN);
+    let warden = with_slack(Warden::faux(), &fake, "");
+    let server = Server::start(&warden, TOKENS);
+    let timestamp = now().to_string();
+    let challenge =
+        json!({"token": "t", "challenge": "sdk-signed-challenge", "type": "url_verification"})
+            .to_string();
+    // A press that names no action of Warden's: signed, read, acknowledged, nothing decided.
+    let press = format!(
+        "payload={}",
+        form_encode(
+            &json!({"type": "block_actions", "trigger_id": "sdk-1", "user": {"id": "UALICE"},
+                            "actions": [{"action_id": "unknown", "value": "x"}]})
+            .to_string()
+        )
+    );
+    for (path, content_type, body) in [
+        ("/webhooks/slack", "application/json", challenge.as_str()),
+        (
+            "/webhooks/slack/interactions",
+            "application/x-www-form-urlencoded",
+            press.as_str(),
+        ),
+    ] {
+        let post = |secret: &str| {
+            let signature = sdk_signature(&python, secret, &timestamp, body);
+            assert!(signature.starts_with("v0="), "{signature}");
+            server
+                .post_raw(
+                    path,
+                    content_type,
+                    body,
+                    &[
+                        ("X-Slack-Request-Timestamp", timestamp.as_str()),
+                        ("X-Slack-Signature", signature.as_str()),
+                    ],
+                )
+                .unwrap()
+        };
+        let (status, answer) = post(SIGNING_SECRET);
+        assert_eq!(status, 200, "{path}: {answer}");
+        if path == "/webhooks/slack" {
+            assert_eq!(
+                serde_json::from_str::<Value>(&answer).unwrap()["challenge"],
+                "sdk-signed-challenge"
+            );
+        }
+        let (status, answer) = post("another-signing-secret");
+        assert_eq!(status, 401, "{path}: {answer}");
+    }
+    assert!(fake.messages().is_empty() && fake.ephemerals().is_empty());
+    server.terminate();
+}
