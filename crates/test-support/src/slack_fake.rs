@@ -1,6 +1,8 @@
 //! A local fake of Slack's Web API for the Slack app's tests: `POST /api/<method>` for
-//! `auth.test`, `chat.postMessage`, `chat.update`, `chat.postEphemeral` and
-//! `usergroups.users.list` (`no_such_subteam` for an unknown group), with Slack's
+//! `auth.test`, `chat.postMessage`, `chat.update`, `chat.postEphemeral`,
+//! `usergroups.users.list` (`no_such_subteam` for an unknown group), and
+//! `conversations.history` / `conversations.replies` (newest first / a thread oldest first,
+//! a message's `metadata` only with `include_all_metadata`), with Slack's
 //! answer shapes (`{"ok": true, …}`, `{"ok": false, "error": "…"}` with HTTP 200; a rate
 //! limit is HTTP 429 `ratelimited` with `Retry-After`) and the checks the app relies on: the
 //! bot token as a bearer (or a `token` field; `not_authed` / `invalid_auth` otherwise), JSON
@@ -39,6 +41,8 @@ pub struct PostedMessage {
     pub blocks: Value,
     /// Every text the message showed, oldest first.
     pub history: Vec<String>,
+    /// The message's `metadata` (`event_type`, `event_payload`) as posted, or null.
+    pub metadata: Value,
 }
 
 impl PostedMessage {
@@ -350,6 +354,7 @@ async fn handle(
                         text: text.clone(),
                         blocks,
                         history: vec![text.clone()],
+                        metadata: fields.get("metadata").cloned().unwrap_or(Value::Null),
                     });
                     ok(
                         json!({"channel": channel, "ts": ts, "message": {"text": text, "bot_id": "B0WARDEN"}}),
@@ -381,6 +386,48 @@ async fn handle(
                     ok(json!({"message_ts": ts}))
                 }
             }
+        }
+        "conversations.history" | "conversations.replies" => {
+            if fields.get("channel").is_none() {
+                return refused("channel_not_found");
+            }
+            let with_metadata = fields["include_all_metadata"] == "true";
+            let limit = fields["limit"]
+                .as_str()
+                .and_then(|l| l.parse::<usize>().ok())
+                .unwrap_or(100)
+                .clamp(1, 1000);
+            let thread = fields["ts"].as_str().unwrap_or_default().to_string();
+            let shown = |m: &PostedMessage| {
+                let mut shown = json!({"type": "message", "ts": m.ts, "text": m.text,
+                                       "bot_id": "B0WARDEN", "user": BOT_USER});
+                if let Some(thread) = &m.thread_ts {
+                    shown["thread_ts"] = json!(thread);
+                }
+                if with_metadata && !m.metadata.is_null() {
+                    shown["metadata"] = m.metadata.clone();
+                }
+                shown
+            };
+            let in_channel = state.messages.iter().filter(|m| m.channel == channel);
+            let messages: Vec<Value> = if method == "conversations.history" {
+                let mut top: Vec<Value> = in_channel
+                    .filter(|m| m.thread_ts.is_none() || m.thread_ts.as_deref() == Some(&m.ts))
+                    .map(shown)
+                    .collect();
+                top.reverse();
+                top.into_iter().take(limit).collect()
+            } else {
+                if thread.is_empty() {
+                    return refused("thread_not_found");
+                }
+                in_channel
+                    .filter(|m| m.ts == thread || m.thread_ts.as_deref() == Some(&thread))
+                    .map(shown)
+                    .take(limit)
+                    .collect()
+            };
+            ok(json!({"messages": messages, "has_more": false}))
         }
         "usergroups.users.list" => {
             let group = fields["usergroup"].as_str().unwrap_or_default();

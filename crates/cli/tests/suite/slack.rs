@@ -859,3 +859,48 @@ fn requests_signed_by_slacks_own_sdk_are_accepted_and_its_signature_under_anothe
     assert!(fake.messages().is_empty() && fake.ephemerals().is_empty());
     server.terminate();
 }
+
+#[test]
+fn a_crash_after_slack_accepted_a_message_finds_it_by_its_metadata_instead_of_posting_twice() {
+    let repo = sample_repo();
+    let model = ScriptedModelServer::start_blocking(vec![
+        openai::tool_call("submit_answer", &submit_answer("src/lib.rs", 31, 33)),
+        openai::tool_call("submit_answer", &submit_answer("src/lib.rs", 31, 33)),
+    ]);
+    let fake = SlackFake::start(BOT_TOKEN);
+    let warden = with_slack(Warden::openai(&model.url()), &fake, "");
+
+    // Killed after Slack accepted the task's first message, before its ts was recorded.
+    let server = Server::start_with(&warden, TOKENS, &[("WARDEN_FAILPOINT", "slack_after_send")]);
+    server.register("app", &repo);
+    wait_serving(&server);
+    let ask = mention(
+        "Ev0AFTERSEND",
+        "UALICE",
+        "1700000000.000600",
+        "why does retry_with_backoff double?",
+    );
+    let _ = send_event(&server, &ask, &[]);
+    assert_eq!(server.wait_exit(), Some(101));
+    let posted = fake.messages();
+    assert_eq!(posted.len(), 1, "{posted:#?}");
+    assert_eq!(
+        posted[0].metadata["event_type"], "warden_message",
+        "{posted:#?}"
+    );
+
+    // Started again: the copy is found in the thread by its metadata and edited in place.
+    let server = Server::start(&warden, TOKENS);
+    let messages = wait_for(&fake, "the answer after the restart", |m| {
+        m.iter().any(|m| m.text.contains("— completed"))
+    });
+    assert_eq!(messages.len(), 1, "posted once: {messages:#?}");
+    assert_eq!(messages[0].ts, posted[0].ts);
+    assert!(
+        fake.calls().iter().any(|c| c == "conversations.replies"),
+        "{:?}",
+        fake.calls()
+    );
+    assert_eq!(task_ids(&server).len(), 1);
+    server.terminate();
+}

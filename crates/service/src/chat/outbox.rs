@@ -3,8 +3,11 @@
 //! recorded before anything is sent; a changed text is a new revision), and
 //! [`deliver_due`] sends what is due through the chat's [`Transport`]: a message never sent is
 //! marked `sending` (durably) before the request leaves and the id the chat returns is recorded
-//! right after; a sent one is edited in place. Refusals are retried with backoff (a chat's
-//! `retry after` honoured) up to [`MAX_ATTEMPTS`] times.
+//! right after; a sent one is edited in place. A message left `sending` (a crash or a lost
+//! answer after the request left) is looked for in the chat first where the chat can be asked
+//! ([`Transport::find_sent`]: Slack, by the message's metadata) and sent again only where it
+//! cannot (Telegram). Refusals are retried with backoff (a chat's `retry after` honoured) up to
+//! [`MAX_ATTEMPTS`] times.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -50,6 +53,15 @@ pub trait Transport: Send + Sync {
         message: &ChatMessage,
         sent: &str,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send;
+    /// Looks in the chat for a copy of `message` whose send was started and never recorded (a
+    /// crash or a lost answer in between): the chat's id of that copy, if the chat can be asked
+    /// and holds one. By default a chat cannot be asked, and the message is sent again.
+    fn find_sent(
+        &self,
+        _message: &ChatMessage,
+    ) -> impl Future<Output = Result<Option<String>, Self::Error>> + Send {
+        std::future::ready(Ok(None))
+    }
 }
 
 /// One chat interface as the delivery loop drives it.
@@ -132,6 +144,26 @@ async fn deliver<T: Transport>(
     message: ChatMessage,
 ) -> Result<(), StoreError> {
     let revision = message.revision;
+    // A send started and never recorded: the chat may hold the message already. Where the chat
+    // can be asked, the copy found is adopted (and edited to the current text) instead of
+    // sending another.
+    if message.state == ChatMessageState::Sending {
+        match transport.find_sent(&message).await {
+            Ok(Some(found)) => {
+                tracing::info!(message = %message.id, "chat message whose send was not recorded found in the chat");
+                // Its id recorded with no revision known to be shown: the next round edits
+                // it to the current text (an edit to the same text changes nothing).
+                store.chat_message_delivered(&message.id, &found, 0).await?;
+                return Ok(());
+            }
+            Ok(None) => {
+                tracing::warn!(message = %message.id, "chat message whose send was not recorded is sent again");
+            }
+            Err(error) => {
+                tracing::warn!(message = %message.id, %error, "could not look for a chat message whose send was not recorded; it is sent again");
+            }
+        }
+    }
     let outcome = match (message.state, message.message_id.as_deref()) {
         (ChatMessageState::Sent, Some(sent)) => match transport.edit(&message, sent).await {
             Ok(()) => Ok(sent.to_string()),
@@ -139,10 +171,6 @@ async fn deliver<T: Transport>(
             Err(error) => Err(error),
         },
         _ => {
-            if message.state == ChatMessageState::Sending {
-                // The one gap: the chat may hold it already, and cannot be asked.
-                tracing::warn!(message = %message.id, "chat message whose send was not recorded is sent again");
-            }
             store.start_chat_send(&message.id).await?;
             let sent = transport.send(&message).await;
             if sent.is_ok() {

@@ -167,6 +167,54 @@ impl WebApi {
         Ok(me["user_id"].as_str().unwrap_or_default().to_string())
     }
 
+    /// The `ts` of the message in `thread` (`conversations.replies`), or among the channel's
+    /// newest (`conversations.history`), whose metadata is `event_type` with `id` in its payload
+    /// (scopes `channels:history`, `groups:history`, `im:history`); only the newest 200 are
+    /// looked at.
+    pub async fn find_posted(
+        &self,
+        channel: &str,
+        thread: Option<&str>,
+        event_type: &str,
+        id: &str,
+    ) -> Result<Option<String>, ApiError> {
+        let listed = match thread {
+            Some(thread) => {
+                self.call_form(
+                    "conversations.replies",
+                    &[
+                        ("channel", channel),
+                        ("ts", thread),
+                        ("include_all_metadata", "true"),
+                        ("limit", "200"),
+                    ],
+                )
+                .await?
+            }
+            None => {
+                self.call_form(
+                    "conversations.history",
+                    &[
+                        ("channel", channel),
+                        ("include_all_metadata", "true"),
+                        ("limit", "200"),
+                    ],
+                )
+                .await?
+            }
+        };
+        Ok(listed["messages"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|m| {
+                m["metadata"]["event_type"] == event_type
+                    && m["metadata"]["event_payload"]["id"] == id
+            })
+            .and_then(|m| m["ts"].as_str())
+            .map(str::to_string))
+    }
+
     /// `usergroups.users.list`: the user ids in user group `group` (scope `usergroups:read`).
     pub async fn usergroup_members(&self, group: &str) -> Result<Vec<String>, ApiError> {
         let listed = self
@@ -184,23 +232,7 @@ impl WebApi {
             .unwrap_or_default())
     }
 
-    /// `chat.postMessage` (in `thread_ts`'s thread when given), link unfurling off; the new
-    /// message's `ts`.
-    pub async fn post_message(
-        &self,
-        channel: &str,
-        text: &str,
-        thread_ts: Option<&str>,
-        approval: Option<&str>,
-    ) -> Result<String, ApiError> {
-        let mut body = message_body(channel, text, approval);
-        if let Some(thread) = thread_ts {
-            body["thread_ts"] = json!(thread);
-        }
-        self.post(body).await
-    }
-
-    /// `chat.postMessage` of a prepared `body`; the new message's `ts`.
+    /// `chat.postMessage` of a prepared `body` (see [`message_body`]); the new message's `ts`.
     pub async fn post(&self, body: Value) -> Result<String, ApiError> {
         let sent = self.call("chat.postMessage", body).await?;
         sent["ts"]

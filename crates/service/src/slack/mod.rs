@@ -23,9 +23,11 @@
 //! - **Egress**: the chats' outbox ([`crate::chat`]): recorded first, marked `sending` before the
 //!   request leaves, the `ts` Slack returns recorded at once, later states `chat.update`s of it.
 //!
-//! **The one gap** is Telegram's: a crash (or a lost answer) after Slack accepted a
-//! `chat.postMessage` and before its `ts` was recorded sends the message again
-//! (`WARDEN_FAILPOINT=slack_after_send` stops the process there in crash tests).
+//! **Telegram's gap, closed**: a crash (or a lost answer) after Slack accepted a
+//! `chat.postMessage` and before its `ts` was recorded leaves the message `sending`; before
+//! sending it again, the outbox asks Slack for a copy tagged with its id in the message
+//! metadata ([`Transport::find_sent`]) and adopts it (`WARDEN_FAILPOINT=slack_after_send`
+//! stops the process there in crash tests).
 
 mod api;
 pub mod text;
@@ -53,6 +55,9 @@ pub const FAILPOINT_AFTER_SEND: &str = "slack_after_send";
 pub const FAILPOINT_BEFORE_RECORD: &str = "slack_before_record";
 /// How long a webhook's answer waits for its work (Slack gives up after three seconds).
 pub const ACK_WITHIN: Duration = Duration::from_millis(2000);
+
+/// The `event_type` of the metadata every posted message carries (its Warden id in the payload).
+pub const METADATA_EVENT_TYPE: &str = "warden_message";
 
 /// The repository picker's `action_id`; its `block_id` is this prefix and the event id.
 pub const PICKER_ACTION_ID: &str = "warden_pick_repo";
@@ -685,6 +690,8 @@ fn markup(message: &ChatMessage) -> Value {
 impl Transport for WebApi {
     type Error = ApiError;
 
+    /// Posts `message`, tagged with its id in the message's metadata so that a copy whose `ts`
+    /// was never recorded can be found ([`Transport::find_sent`]).
     async fn send(&self, message: &ChatMessage) -> Result<String, ApiError> {
         let markup = markup(message);
         let thread = markup["thread_ts"].as_str();
@@ -693,21 +700,35 @@ impl Transport for WebApi {
                 .post_ephemeral(&message.chat, user, &message.text, thread)
                 .await;
         }
+        let mut body = message_body(&message.chat, &message.text, markup["approval"].as_str());
         if markup["pick"].is_object() {
-            let mut body = message_body(&message.chat, &message.text, None);
             if let Some(blocks) = body["blocks"].as_array_mut() {
                 blocks.push(picker_block(&markup["pick"]));
             }
-            if let Some(thread) = thread {
-                body["thread_ts"] = json!(thread);
-            }
-            return self.post(body).await;
         }
-        self.post_message(
+        if let Some(thread) = thread {
+            body["thread_ts"] = json!(thread);
+        }
+        body["metadata"] = json!({
+            "event_type": METADATA_EVENT_TYPE,
+            "event_payload": {"id": message.id},
+        });
+        self.post(body).await
+    }
+
+    /// The message in its thread (or the channel's newest) whose metadata carries its id: a
+    /// copy Slack accepted before `serve` could record its `ts`. An ephemeral message cannot be
+    /// looked up (it is sent again).
+    async fn find_sent(&self, message: &ChatMessage) -> Result<Option<String>, ApiError> {
+        let markup = markup(message);
+        if markup["ephemeral_user"].is_string() {
+            return Ok(None);
+        }
+        self.find_posted(
             &message.chat,
-            &message.text,
-            thread,
-            markup["approval"].as_str(),
+            markup["thread_ts"].as_str(),
+            METADATA_EVENT_TYPE,
+            &message.id,
         )
         .await
     }
