@@ -112,11 +112,14 @@ pub async fn serve(
         .with_repo_mount_roots(services.config.sandbox.toolchains.repo_mount_roots.clone())
         .with_warming();
     // Where an interface that cannot start is reported: the other chats.
-    let alerts = warden_service::chat::Alerts::new(
-        Arc::clone(&services.store),
-        services.config.telegram.as_ref(),
-        services.config.slack.as_ref(),
-    );
+    let alerts = warden_service::chat::Alerts::new(Arc::clone(&services.store), {
+        let mut destinations =
+            warden_service::telegram::alert_destinations(services.config.telegram.as_ref());
+        destinations.extend(warden_service::slack::alert_destinations(
+            services.config.slack.as_ref(),
+        ));
+        destinations
+    });
     // The Telegram bot, when configured: polling on its own, or its webhook among the routes.
     let telegram = warden_service::telegram::spawn(
         services.config.telegram.as_ref(),

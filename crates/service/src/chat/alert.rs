@@ -7,41 +7,31 @@
 
 use std::sync::Arc;
 
-use warden_engine::slack_config::SlackConfig;
-use warden_engine::telegram_config::TelegramConfig;
 use warden_store::{NewChatMessage, Store};
+
+/// One place a report goes: a chat of a channel, and how that channel shows a report's text.
+#[derive(Clone)]
+pub struct Destination {
+    /// The store's channel name (`telegram`, `slack`).
+    pub channel: &'static str,
+    pub chat: String,
+    /// The report's plain text as the channel's markup, inert.
+    pub format: fn(&str) -> String,
+}
 
 /// Where start-up failures go; cheap to clone.
 #[derive(Clone)]
 pub struct Alerts {
     store: Arc<dyn Store>,
-    /// `(channel, chat)` pairs.
-    destinations: Arc<Vec<(&'static str, String)>>,
+    destinations: Arc<Vec<Destination>>,
     /// This start of `serve`, in the message ids: a restart reports again, a repeat does not.
     started_ms: i64,
 }
 
 impl Alerts {
-    /// The destinations the chat configurations name (none: reports are only logged).
-    pub fn new(
-        store: Arc<dyn Store>,
-        telegram: Option<&TelegramConfig>,
-        slack: Option<&SlackConfig>,
-    ) -> Alerts {
-        let mut destinations = Vec::new();
-        if let Some(telegram) = telegram.filter(|t| t.alerts) {
-            destinations.extend(
-                telegram
-                    .users
-                    .iter()
-                    .filter(|u| u.role == "admin")
-                    // A private chat's id is its user's id.
-                    .map(|u| (crate::telegram::CHANNEL, u.id.to_string())),
-            );
-        }
-        if let Some(channel) = slack.and_then(|s| s.alerts_channel.clone()) {
-            destinations.push((crate::slack::CHANNEL, channel));
-        }
+    /// Reports go to `destinations` (each chat interface names its own: `telegram::alert_
+    /// destinations`, `slack::alert_destinations`); none: reports are only logged.
+    pub fn new(store: Arc<dyn Store>, destinations: Vec<Destination>) -> Alerts {
         Alerts {
             store,
             destinations: Arc::new(destinations),
@@ -54,29 +44,26 @@ impl Alerts {
     /// failure is logged: the report is best effort, the failure is already on stderr.
     pub async fn report(&self, source: &str, what: &str) -> usize {
         let mut queued = 0;
-        for (channel, chat) in self.destinations.iter() {
-            if *channel == source {
+        for destination in self.destinations.iter() {
+            if destination.channel == source {
                 continue;
             }
-            let text = match *channel {
-                crate::slack::CHANNEL => {
-                    format!(":warning: *Warden:* {}", crate::slack::text::mrkdwn(what))
-                }
-                _ => format!("⚠ Warden: {}", crate::chat::text::inert(what)),
-            };
             let message = NewChatMessage {
-                id: format!("alert:{source}:{}:{chat}", self.started_ms),
-                channel: (*channel).to_string(),
-                chat: chat.clone(),
+                id: format!("alert:{source}:{}:{}", self.started_ms, destination.chat),
+                channel: destination.channel.to_string(),
+                chat: destination.chat.clone(),
                 task: None,
-                text,
+                text: (destination.format)(what),
                 markup: None,
             };
             match self.store.put_chat_message(message).await {
                 Ok(_) => queued += 1,
-                Err(error) => {
-                    tracing::warn!(%error, source, channel, "could not queue a start-up alert")
-                }
+                Err(error) => tracing::warn!(
+                    %error,
+                    source,
+                    channel = destination.channel,
+                    "could not queue a start-up alert"
+                ),
             }
         }
         queued

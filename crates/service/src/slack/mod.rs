@@ -789,6 +789,19 @@ fn form_field(body: &[u8], name: &str) -> Option<String> {
 /// API with the returned app. A token Slack refuses is reported on stderr, in the log and to
 /// the other chats' alerts ([`crate::chat::Alerts`]; it cannot be reported through Slack) and
 /// the app is not served; the rest of `serve` goes on.
+/// Where other interfaces' start-up failures go on Slack: `[slack] alerts_channel`.
+pub fn alert_destinations(config: Option<&SlackConfig>) -> Vec<crate::chat::alert::Destination> {
+    config
+        .and_then(|s| s.alerts_channel.clone())
+        .map(|channel| crate::chat::alert::Destination {
+            channel: CHANNEL,
+            chat: channel,
+            format: |what| format!(":warning: *Warden:* {}", text::mrkdwn(what)),
+        })
+        .into_iter()
+        .collect()
+}
+
 pub fn spawn(
     config: Option<&SlackConfig>,
     tasks: TaskService,

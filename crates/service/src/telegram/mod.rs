@@ -622,6 +622,22 @@ fn clip(text: &str, max_chars: usize) -> String {
     text.chars().take(max_chars).collect()
 }
 
+/// Where other interfaces' start-up failures go on Telegram: the allow-listed admins' private
+/// chats (a private chat's id is its user's), unless `[telegram] alerts = false`.
+pub fn alert_destinations(config: Option<&TelegramConfig>) -> Vec<crate::chat::alert::Destination> {
+    config
+        .filter(|t| t.alerts)
+        .into_iter()
+        .flat_map(|t| t.users.iter())
+        .filter(|u| u.role == "admin")
+        .map(|u| crate::chat::alert::Destination {
+            channel: CHANNEL,
+            chat: u.id.to_string(),
+            format: |what| format!("⚠ Warden: {}", inert(what)),
+        })
+        .collect()
+}
+
 /// Starts the bot when `[telegram]` is configured (`warden serve`): checks the token
 /// (`getMe`), then either registers the webhook (`setWebhook`; updates arrive at
 /// `/webhooks/telegram`, passed to [`Bot::webhook`]) or removes any webhook and polls; follows
