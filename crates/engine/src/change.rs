@@ -719,11 +719,13 @@ pub fn change_report(
                 .into(),
         );
     }
-    for unpriced in &report.usage.unpriced_models {
-        notices.push(format!(
-            "cost unknown: no price for {unpriced}; add it under [[prices]] in warden.toml"
-        ));
-    }
+    notices.extend(
+        report
+            .usage
+            .unpriced_models
+            .iter()
+            .map(|model| crate::config::unpriced_notice(model)),
+    );
     if sandbox == Some(Backend::Local) {
         notices.push(
             "no isolation: commands ran directly on the host (WARDEN_SANDBOX=local, for \

@@ -602,6 +602,14 @@ pub fn official_base_url(model: &ModelConfig) -> String {
     }
 }
 
+/// The result notice for a model the configuration has no price for (its cost is unknown).
+pub fn unpriced_notice(model: &str) -> String {
+    format!(
+        "cost unknown: no price for {model}; add it under [[prices]] in Warden's configuration \
+         (warden.toml in WARDEN_HOME, or the file --config/WARDEN_CONFIG names)"
+    )
+}
+
 impl Config {
     /// The redactor for this configuration's secrets (model API keys).
     pub fn redactor(&self) -> crate::redact::Redactor {

@@ -599,11 +599,13 @@ pub fn question_report(
             "{FAUX_LABEL}: this answer comes from the deterministic demo runner, not a model"
         ));
     }
-    for unpriced in &report.usage.unpriced_models {
-        notices.push(format!(
-            "cost unknown: no price for {unpriced}; add it under [[prices]] in warden.toml"
-        ));
-    }
+    notices.extend(
+        report
+            .usage
+            .unpriced_models
+            .iter()
+            .map(|model| crate::config::unpriced_notice(model)),
+    );
     if sandbox == Some(Backend::Local) {
         notices.push(
             "no isolation: shell commands ran directly on the host (WARDEN_SANDBOX=local, for \
