@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use warden_service::github::text::signature;
+use warden_test_support::git_fixture::TempRepo;
 use warden_test_support::github_fake::{Comment, APP_TEST_KEY_PEM};
 use warden_test_support::model_server::{openai, ScriptedModelServer};
 
@@ -528,5 +529,242 @@ fn a_crash_after_github_created_a_comment_and_before_its_id_was_recorded_still_g
     assert_eq!(comments.len(), 1, "{comments:#?}");
     assert_eq!(comments[0].id, created[0].id);
     assert_eq!(task_ids(&server).len(), 1);
+    server.terminate();
+}
+
+/// An `issue_comment` `created` payload by `login` on issue or pull request `number`.
+fn comment_on(number: u64, login: &str, body: &str) -> String {
+    let mut payload: Value = serde_json::from_str(&comment_payload(login, body)).unwrap();
+    payload["issue"]["number"] = json!(number);
+    if number != ISSUE {
+        // A pull request's conversation is an issue with a `pull_request` key.
+        payload["issue"]["pull_request"] = json!({
+            "url": format!("https://api.github.com/repos/acme/widgets/pulls/{number}"),
+            "html_url": format!("https://github.example/acme/widgets/pull/{number}"),
+        });
+    }
+    payload.to_string()
+}
+
+/// A `pull_request_review_comment` `created` payload by `login` on pull request `pull` (as
+/// the fake returns it), shaped as GitHub's documented example.
+fn review_comment_payload(pull: &Value, login: &str, body: &str) -> String {
+    let number = pull["number"].as_u64().unwrap();
+    json!({
+        "action": "created",
+        "comment": {
+            "url": format!("https://api.github.com/repos/acme/widgets/pulls/comments/{}", 500 + number),
+            "pull_request_review_id": 700 + number,
+            "id": 500 + number,
+            "node_id": "PRRC_fake",
+            "diff_hunk": "@@ -1,3 +1,3 @@\n alpha\n-beta\n+BETA\n gamma",
+            "path": "src/lib.txt",
+            "commit_id": pull["head"]["sha"],
+            "original_commit_id": pull["head"]["sha"],
+            "user": {"login": login, "id": 11, "type": "User"},
+            "body": body,
+            "created_at": "2026-12-03T14:00:00Z",
+            "updated_at": "2026-12-03T14:00:00Z",
+            "html_url": format!("https://github.example/acme/widgets/pull/{number}#discussion_r1"),
+            "pull_request_url": pull["url"],
+            "author_association": "CONTRIBUTOR",
+            "start_line": null, "original_start_line": null, "start_side": null,
+            "line": 3, "original_line": 3, "side": "RIGHT",
+        },
+        "pull_request": pull,
+        "repository": {"id": 1, "name": "widgets", "full_name": "acme/widgets",
+                       "owner": {"login": "acme", "type": "Organization"}},
+        "sender": {"login": login, "type": "User"},
+    })
+    .to_string()
+}
+
+/// `refs/heads/warden/*` of the remote, each `REF SHA` (asked with `repo`'s git).
+fn remote_branches(repo: &TempRepo, github: &GithubRemote) -> Vec<String> {
+    let git_dir = format!("--git-dir={}", github.path.display());
+    let listed = repo.git(&[
+        &git_dir,
+        "for-each-ref",
+        "--format=%(refname) %(objectname)",
+        "refs/heads/warden/",
+    ]);
+    listed.lines().map(str::to_string).collect()
+}
+
+#[test]
+fn a_review_comment_on_a_warden_pull_request_adds_one_commit_to_its_branch_once_across_a_crash() {
+    let repo = change_repo();
+    let github = GithubRemote::for_repo(&repo, GITHUB_TOKEN);
+    let model = ScriptedModelServer::start_blocking(vec![
+        uppercase_beta(),
+        call("submit_change", json!({"summary": "Uppercase beta"})),
+        call(
+            "edit_file",
+            json!({"path": "src/lib.txt", "old": "gamma", "new": "GAMMA"}),
+        ),
+        call("submit_change", json!({"summary": "Uppercase gamma too"})),
+    ]);
+    let warden = with_hook(Warden::openai(&model.url()), &github);
+    let server = Server::start(&warden, TOKENS);
+    server.register_with_checks("app", &repo, &["bash check.sh"]);
+    wait_serving(&server);
+
+    // The change from the issue, approved: pull request #1 on warden/<task>.
+    assert_eq!(
+        comment(&server, "r-1", "alice", "@warden fix: make beta uppercase"),
+        200
+    );
+    wait_comments(&github, "the proposal", |c| {
+        c.iter().any(|c| c.body.contains("/warden approve sha256:"))
+    });
+    let first = task_ids(&server).pop().unwrap();
+    let hash = server.task(ADMIN, &first)["result"]["proposal"]["hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        comment(
+            &server,
+            "r-2",
+            "octo-root",
+            &format!("/warden approve {hash}")
+        ),
+        200
+    );
+    wait_comments(&github, "the publication", |c| {
+        c[0].body.contains("Publication: pr_opened")
+    });
+    let pulls = github.fake.pulls();
+    assert_eq!(pulls.len(), 1, "{pulls:#?}");
+    let pull = pulls[0].clone();
+    let first_commit = pull["head"]["sha"].as_str().unwrap().to_string();
+    assert_eq!(pull["head"]["ref"], format!("warden/{first}"));
+
+    // A reader's review comment, a forged one, and one on a pull request Warden did not open:
+    // nothing.
+    let asked = review_comment_payload(&pull, "alice", "@warden make gamma uppercase too");
+    for secret in [Some("not the secret"), None] {
+        let (status, _) = deliver(
+            &server,
+            "pull_request_review_comment",
+            "r-3",
+            &asked,
+            secret,
+        )
+        .unwrap();
+        assert_eq!(status, 401);
+    }
+    let reader = review_comment_payload(&pull, "mallory", "@warden make gamma uppercase too");
+    let mut foreign = pull.clone();
+    foreign["head"]["ref"] = json!("feature/mine");
+    foreign["html_url"] = json!("https://github.example/acme/widgets/pull/9");
+    let foreign = review_comment_payload(&foreign, "alice", "@warden make gamma uppercase too");
+    for (id, body) in [("r-4", &reader), ("r-5", &foreign)] {
+        let (status, _) = deliver(
+            &server,
+            "pull_request_review_comment",
+            id,
+            body,
+            Some(SECRET),
+        )
+        .unwrap();
+        assert_eq!(status, 200);
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(task_ids(&server).len(), 1);
+    let comments_before = github.fake.comments().len();
+    server.terminate();
+
+    // Served again, set to die right after the next push.
+    let server = Server::start_with(
+        &warden,
+        TOKENS,
+        &[("WARDEN_FAILPOINT", "publish_after_push")],
+    );
+    wait_serving(&server);
+    let (status, _) = deliver(
+        &server,
+        "pull_request_review_comment",
+        "r-6",
+        &asked,
+        Some(SECRET),
+    )
+    .unwrap();
+    assert_eq!(status, 200);
+    // The follow-up's proposal is shown on the pull request's conversation (issue #1).
+    let comments = wait_comments(&github, "the follow-up's proposal", |c| {
+        c.iter()
+            .any(|c| c.issue == 1 && c.body.contains("/warden approve sha256:"))
+    });
+    assert_eq!(comments.len(), comments_before + 1, "{comments:#?}");
+    let ids = task_ids(&server);
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    let second = ids.iter().find(|id| **id != first).unwrap().clone();
+    let task = server.task(ADMIN, &second);
+    assert_eq!(task["follow_up_to"], first.as_str(), "{task}");
+    assert_eq!(task["owner"], "github:alice", "{task}");
+    assert_eq!(task["status"], "waiting_approval", "{task}");
+    let prompt = task["prompt"].as_str().unwrap();
+    assert!(prompt.starts_with("make gamma uppercase too"), "{prompt}");
+    assert!(prompt.contains("`src/lib.txt` line 3"), "{prompt}");
+    let second_hash = task["result"]["proposal"]["hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        task["result"]["proposal"]["base_commit"],
+        first_commit.as_str(),
+        "{task}"
+    );
+    // The approval, in the pull request's conversation, bound to the new hash: published, and
+    // the process dies after the push, before recording anything.
+    let approve = comment_on(1, "octo-root", &format!("/warden approve {second_hash}"));
+    let _ = deliver(&server, "issue_comment", "r-7", &approve, Some(SECRET));
+    assert_eq!(server.wait_exit(), Some(101));
+
+    // Started again: the publication resumes; the branch moved once, one pull request.
+    let server = Server::start(&warden, TOKENS);
+    wait_serving(&server);
+    let task = server.wait_until(ADMIN, &second, |s| s == "completed");
+    let result = &task["result"];
+    assert_eq!(result["publication"]["status"], "pr_opened", "{task}");
+    assert_eq!(result["publication"]["branch"], format!("warden/{first}"));
+    assert_eq!(result["publication"]["pr_url"], pull["html_url"], "{task}");
+    let second_commit = result["proposal"]["commit"].as_str().unwrap();
+    assert_eq!(
+        remote_branches(&repo, &github),
+        [format!("refs/heads/warden/{first} {second_commit}")]
+    );
+    let git_dir = format!("--git-dir={}", github.path.display());
+    assert_eq!(
+        repo.git(&[&git_dir, "rev-parse", &format!("{second_commit}^")]),
+        first_commit,
+        "a fast-forward: the new commit's parent is the first proposal"
+    );
+    assert_eq!(github.fake.pulls().len(), 1);
+    let creates = github
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/pulls"))
+        .count();
+    assert_eq!(creates, 1);
+    // The follow-up's comment on the pull request ends with the publication.
+    wait_comments(&github, "the follow-up's publication", |c| {
+        c.iter()
+            .any(|c| c.issue == 1 && c.body.contains("Publication: pr_opened"))
+    });
+    // GitHub redelivering the review comment starts nothing more.
+    let (status, _) = deliver(
+        &server,
+        "pull_request_review_comment",
+        "r-6",
+        &asked,
+        Some(SECRET),
+    )
+    .unwrap();
+    assert_eq!(status, 200);
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(task_ids(&server).len(), 2);
     server.terminate();
 }

@@ -42,6 +42,10 @@ pub struct Submission {
     pub callback_url: Option<String>,
     /// Change tasks: run the checks on the base commit first (`baseline_failing` if they fail).
     pub baseline: bool,
+    /// Change follow-ups that publish: publish onto the branch (and pull request) the followed
+    /// change was published to, as a new commit on top of it (see
+    /// [`warden_engine::publish::Onto`]); refused unless that change published a branch.
+    pub same_branch: bool,
     /// Repositories an in-process front door pinned itself (a local path or URL, an exact
     /// commit) instead of registered names; see [`PinnedRepos`].
     pub pinned: Option<PinnedRepos>,
@@ -75,6 +79,7 @@ impl Submission {
             metadata: None,
             callback_url: None,
             baseline: false,
+            same_branch: false,
             pinned: None,
         }
     }
@@ -215,6 +220,16 @@ impl TaskService {
                 Some(earlier)
             }
         };
+        if submission.same_branch {
+            let published = follow_up_to.as_ref().and_then(published_branch);
+            if kind != TaskKind::Change || !publish || published.is_none() {
+                return Err(ServiceError::Invalid(
+                    "same_branch is for a change that publishes and follows up a change whose \
+                     proposal was published to a branch"
+                        .into(),
+                ));
+            }
+        }
         let basis = follow_up_to.as_ref().map(super::control::follow_up_basis);
         // A change's follow-up runs the checks its task ran, unless new ones are given.
         let checks = submission.checks.or_else(|| {
@@ -249,6 +264,7 @@ impl TaskService {
             checks,
             publish: submission.publish,
             baseline: submission.baseline,
+            same_branch: submission.same_branch,
             notices,
         };
         task_options(kind, options, &mut metadata)?;
@@ -344,7 +360,29 @@ struct TaskOptions {
     checks: Option<Vec<String>>,
     publish: Option<bool>,
     baseline: bool,
+    same_branch: bool,
     notices: Vec<String>,
+}
+
+/// The branch a change task's proposal was published to (`pushed` or `pr_opened`) and the
+/// proposal's commit the branch then held.
+pub fn published_branch(task: &Task) -> Option<(String, String)> {
+    let result: warden_protocol::ChangeResult =
+        serde_json::from_value(task.result.clone()?).ok()?;
+    match result.outcome {
+        warden_protocol::ChangeOutcome::Proposal {
+            proposal,
+            publication,
+        } if matches!(
+            publication.status,
+            warden_protocol::PublicationStatus::Pushed
+                | warden_protocol::PublicationStatus::PrOpened
+        ) =>
+        {
+            Some((publication.branch?, proposal.commit))
+        }
+        _ => None,
+    }
 }
 
 /// A task's options, validated and kept in its metadata under
@@ -365,6 +403,7 @@ fn task_options(
         checks,
         publish,
         baseline,
+        same_branch,
         notices,
     } = options;
     if kind != TaskKind::Change && (checks.is_some() || publish.is_some() || baseline) {
@@ -391,6 +430,7 @@ fn task_options(
         checks,
         publish: publish.unwrap_or(false),
         baseline,
+        same_branch,
         notices,
     };
     if options != warden_engine::change::ChangeOptions::default() {
