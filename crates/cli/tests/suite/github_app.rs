@@ -764,7 +764,220 @@ fn a_review_comment_on_a_warden_pull_request_adds_one_commit_to_its_branch_once_
     )
     .unwrap();
     assert_eq!(status, 200);
+    // A failed check on the pull request: this Warden did not opt acme/widgets in, nothing.
+    let failed = check_run_payload(&pull_now(&repo, &github), "lint", "failure", "lint failed");
+    assert_eq!(
+        deliver(&server, "check_run", "r-8", &failed, Some(SECRET))
+            .unwrap()
+            .0,
+        200
+    );
     std::thread::sleep(Duration::from_millis(1000));
     assert_eq!(task_ids(&server).len(), 2);
     server.terminate();
+}
+
+/// A `check_run` `completed` payload (as GitHub's documented example) for `pull`'s head
+/// commit, by the CI app, concluded `conclusion`.
+fn check_run_payload(pull: &Value, name: &str, conclusion: &str, text: &str) -> String {
+    let number = pull["number"].as_u64().unwrap();
+    let sha = &pull["head"]["sha"];
+    let pull_ref = json!({
+        "url": format!("https://api.github.com/repos/acme/widgets/pulls/{number}"),
+        "id": 1000 + number,
+        "number": number,
+        "head": {"ref": pull["head"]["ref"], "sha": sha,
+                 "repo": {"id": 1, "url": "https://api.github.com/repos/acme/widgets", "name": "widgets"}},
+        "base": {"ref": "main", "sha": pull["base"]["sha"],
+                 "repo": {"id": 1, "url": "https://api.github.com/repos/acme/widgets", "name": "widgets"}},
+    });
+    let app = json!({"id": 29310, "slug": "ci", "node_id": "MDM6QXBwMjkzMTA=", "name": "CI",
+                     "owner": {"login": "acme", "type": "Organization"}});
+    json!({
+        "action": "completed",
+        "check_run": {
+            "id": 128_620_228, "name": name, "node_id": "MDg6Q2hlY2tSdW4xMjg2MjAyMjg=",
+            "head_sha": sha, "external_id": "", "status": "completed", "conclusion": conclusion,
+            "url": "https://api.github.com/repos/acme/widgets/check-runs/128620228",
+            "html_url": "https://github.example/acme/widgets/runs/128620228",
+            "details_url": "https://ci.example/runs/1",
+            "started_at": "2026-12-03T14:00:00Z", "completed_at": "2026-12-03T14:01:00Z",
+            "output": {"title": format!("{name}: 1 failure"), "summary": "check.sh exited 1",
+                       "text": text, "annotations_count": 0,
+                       "annotations_url": "https://api.github.com/repos/acme/widgets/check-runs/128620228/annotations"},
+            "check_suite": {"id": 118_578_147, "head_branch": pull["head"]["ref"], "head_sha": sha,
+                            "status": "completed", "conclusion": conclusion, "app": app,
+                            "pull_requests": [pull_ref]},
+            "app": app,
+            "pull_requests": [pull_ref],
+        },
+        "repository": {"id": 1, "name": "widgets", "full_name": "acme/widgets",
+                       "owner": {"login": "acme", "type": "Organization"}},
+        "sender": {"login": "acme-ci[bot]", "type": "Bot"},
+    })
+    .to_string()
+}
+
+/// The pull request as the fake shows it now (its head moves with follow-ups).
+fn pull_now(repo: &TempRepo, github: &GithubRemote) -> Value {
+    let mut pull = github.fake.pulls()[0].clone();
+    let git_dir = format!("--git-dir={}", github.path.display());
+    let head = pull["head"]["ref"].as_str().unwrap().to_string();
+    let sha = repo.git(&[&git_dir, "rev-parse", &format!("refs/heads/{head}")]);
+    pull["head"]["sha"] = json!(sha);
+    pull
+}
+
+/// Approves the pending proposal of task `id` from the pull request's conversation and waits
+/// for its publication.
+fn approve_on_pull(server: &Server, delivery: &str, id: &str) -> Value {
+    let task = server.wait_until(ADMIN, id, |s| s == "waiting_approval");
+    let hash = task["result"]["proposal"]["hash"].as_str().unwrap();
+    let approve = comment_on(1, "octo-root", &format!("/warden approve {hash}"));
+    assert_eq!(
+        deliver(server, "issue_comment", delivery, &approve, Some(SECRET))
+            .unwrap()
+            .0,
+        200
+    );
+    server.wait_until(ADMIN, id, |s| s == "completed")
+}
+
+#[test]
+fn a_failed_check_on_a_warden_pull_request_starts_one_fix_per_commit_and_at_most_two_in_a_row() {
+    let repo = change_repo();
+    let github = GithubRemote::for_repo(&repo, GITHUB_TOKEN);
+    let edit = |old: &str, new: &str| {
+        call(
+            "edit_file",
+            json!({"path": "src/lib.txt", "old": old, "new": new}),
+        )
+    };
+    let model = ScriptedModelServer::start_blocking(vec![
+        uppercase_beta(),
+        call("submit_change", json!({"summary": "Uppercase beta"})),
+        edit("gamma", "GAMMA"),
+        call("submit_change", json!({"summary": "Fix lint: gamma"})),
+        edit("alpha", "ALPHA"),
+        call("submit_change", json!({"summary": "Fix lint: alpha"})),
+    ]);
+    let warden = with_hook(Warden::openai(&model.url()), &github);
+    // Opted in for acme/widgets.
+    std::fs::write(
+        warden.home.path().join("warden.toml"),
+        HOOK_TOML.replace(
+            "handle = \"warden\"\n",
+            "handle = \"warden\"\nfix_failed_checks = [\"acme/widgets\"]\n",
+        ),
+    )
+    .unwrap();
+    let server = Server::start(&warden, TOKENS);
+    server.register_with_checks("app", &repo, &["bash check.sh"]);
+    wait_serving(&server);
+    assert_eq!(
+        comment(&server, "k-1", "alice", "@warden fix: make beta uppercase"),
+        200
+    );
+    wait_comments(&github, "the proposal", |c| {
+        c.iter().any(|c| c.body.contains("/warden approve sha256:"))
+    });
+    let first = task_ids(&server).pop().unwrap();
+    let hash = server.task(ADMIN, &first)["result"]["proposal"]["hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        comment(
+            &server,
+            "k-2",
+            "octo-root",
+            &format!("/warden approve {hash}")
+        ),
+        200
+    );
+    server.wait_until(ADMIN, &first, |s| s == "completed");
+    let check = |delivery: &str, pull: &Value, name: &str, conclusion: &str| {
+        let body = check_run_payload(
+            pull,
+            name,
+            conclusion,
+            "lint: src/lib.txt:3 gamma must be uppercase\nauth ghs_16C7e42F292c6912E7710c838347Ae178B4a",
+        );
+        assert_eq!(
+            deliver(&server, "check_run", delivery, &body, Some(SECRET))
+                .unwrap()
+                .0,
+            200
+        );
+    };
+
+    // A passing check, and a failing one on a pull request Warden did not open: nothing.
+    let pull = pull_now(&repo, &github);
+    check("k-3", &pull, "lint", "success");
+    let mut foreign = pull.clone();
+    foreign["head"]["ref"] = json!("feature/mine");
+    check("k-4", &foreign, "lint", "failure");
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(task_ids(&server).len(), 1);
+
+    // The failing check: one fix task, a follow-up on the same branch, with the check's
+    // name, conclusion and output (the token in it redacted).
+    check("k-5", &pull, "lint", "failure");
+    let fix = wait_new_task(&server, &[&first]);
+    let task = server.task(ADMIN, &fix);
+    assert_eq!(task["follow_up_to"], first.as_str(), "{task}");
+    assert_eq!(task["owner"], "github:alice", "{task}");
+    let prompt = task["prompt"].as_str().unwrap();
+    for expected in [
+        "`lint` concluded `failure` on pull request acme/widgets#1",
+        "gamma must be uppercase",
+        "check.sh exited 1",
+        "[redacted]",
+    ] {
+        assert!(prompt.contains(expected), "{expected}: {prompt}");
+    }
+    assert!(!prompt.contains("ghs_16C7"), "{prompt}");
+    // Another failing check, the suite, and a redelivery on the same commit: no second fix.
+    check("k-6", &pull, "test", "failure");
+    check("k-5", &pull, "lint", "failure");
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(task_ids(&server).len(), 2);
+
+    // The fix published on the branch; its own commit fails: a second fix (the last one).
+    let done = approve_on_pull(&server, "k-7", &fix);
+    assert_eq!(done["result"]["publication"]["pr_url"], pull["html_url"]);
+    let pull = pull_now(&repo, &github);
+    assert_eq!(pull["head"]["sha"], done["result"]["proposal"]["commit"]);
+    check("k-8", &pull, "lint", "timed_out");
+    let second_fix = wait_new_task(&server, &[&first, &fix]);
+    assert_eq!(
+        server.task(ADMIN, &second_fix)["follow_up_to"],
+        fix.as_str()
+    );
+    let done = approve_on_pull(&server, "k-9", &second_fix);
+    let pull = pull_now(&repo, &github);
+    assert_eq!(pull["head"]["sha"], done["result"]["proposal"]["commit"]);
+    // Its commit fails too: Warden stops trying.
+    check("k-10", &pull, "lint", "failure");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(task_ids(&server).len(), 3);
+    assert_eq!(github.fake.pulls().len(), 1);
+    server.terminate();
+}
+
+/// Waits until the server has one task besides `known`; its id.
+fn wait_new_task(server: &Server, known: &[&str]) -> String {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let ids = task_ids(server);
+        if ids.len() > known.len() {
+            assert_eq!(ids.len(), known.len() + 1, "{ids:?}");
+            return ids
+                .into_iter()
+                .find(|id| !known.contains(&id.as_str()))
+                .unwrap();
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", server.stderr());
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

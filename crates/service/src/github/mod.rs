@@ -69,6 +69,11 @@ const ISSUE_CONTEXT_CHARS: usize = 4000;
 const REVIEW_HUNK_CHARS: usize = 2000;
 /// How many of the latest tasks are searched for the one a pull request's head commit is.
 const PUBLISHED_SCAN: u32 = 1000;
+/// Fix tasks started by failed checks in a row on one branch (each on its predecessor's
+/// commit) before Warden stops trying; a person's request in between starts the count again.
+pub const MAX_FIX_ATTEMPTS: u64 = 2;
+/// How much of a failed check's output a fix task carries.
+const CHECK_OUTPUT_CHARS: usize = 3000;
 const SCAN_PAGE: u32 = 200;
 
 const STYLE: Style = Style {
@@ -170,7 +175,12 @@ impl GithubHook {
         })?;
         match event {
             "ping" => Ok(WebhookReply::Pong),
-            "issue_comment" | "issues" | "pull_request_review_comment" | "pull_request_review" => {
+            "issue_comment"
+            | "issues"
+            | "pull_request_review_comment"
+            | "pull_request_review"
+            | "check_run"
+            | "check_suite" => {
                 let hook = Arc::clone(self);
                 let event = event.to_string();
                 let work =
@@ -228,6 +238,9 @@ impl GithubHook {
     ) -> Result<Option<Vec<NewChatMessage>>, StoreError> {
         if matches!(event, "pull_request_review_comment" | "pull_request_review") {
             return self.on_review(id, event, payload).await;
+        }
+        if matches!(event, "check_run" | "check_suite") {
+            return self.on_check(id, event, payload).await;
         }
         let issue = &payload["issue"];
         let (author, body, opened) = match (event, payload["action"].as_str()) {
@@ -446,7 +459,7 @@ impl GithubHook {
         if head_repo != Some(full_name) {
             return Ok(Some(Vec::new()));
         }
-        let Some(latest) = self.published_task(head_ref, head_sha, url).await? else {
+        let Some(latest) = self.published_task(head_ref, head_sha, Some(url)).await? else {
             tracing::info!(pull = %chat, "a mention on a pull request Warden did not open (or whose head it did not publish) ignored");
             return Ok(Some(Vec::new()));
         };
@@ -497,16 +510,16 @@ impl GithubHook {
         ))
     }
 
-    /// The change task whose published proposal pull request `url` shows: its branch `head_ref`
-    /// is `warden/<task>` of a task that opened `url`, and the task whose published commit is
-    /// `head_sha` (that one, or a follow-up published on the same branch, among the latest
-    /// [`PUBLISHED_SCAN`] tasks). `None`: not a pull request of this Warden, or its head is a
-    /// commit Warden did not publish.
+    /// The change task whose published proposal a pull request shows: its branch `head_ref`
+    /// is `warden/<task>` of a task that opened a pull request (`url` when given), and the task
+    /// whose published commit is `head_sha` (that one, or a follow-up published on the same
+    /// branch, among the latest [`PUBLISHED_SCAN`] tasks). `None`: not a pull request of this
+    /// Warden, or its head is a commit Warden did not publish.
     async fn published_task(
         &self,
         head_ref: &str,
         head_sha: &str,
-        url: &str,
+        url: Option<&str>,
     ) -> Result<Option<Task>, StoreError> {
         let Some(first) = head_ref
             .strip_prefix("warden/")
@@ -518,12 +531,13 @@ impl GithubHook {
             return Ok(None);
         };
         let opened = |task: &Task| {
+            let pr_url = task
+                .result
+                .as_ref()
+                .and_then(|r| r.pointer("/publication/pr_url"))
+                .and_then(Value::as_str);
             task.kind == TaskKind::Change
-                && task
-                    .result
-                    .as_ref()
-                    .and_then(|r| r.pointer("/publication/pr_url"))
-                    == Some(&json!(url))
+                && pr_url.is_some_and(|opened| url.is_none_or(|url| opened == url))
         };
         let on_branch = |task: &Task| {
             crate::tasks::published_branch(task)
@@ -555,6 +569,135 @@ impl GithubHook {
             }
         }
         Ok(None)
+    }
+
+    /// A failed check (`check_run` or `check_suite` `completed` with `failure` or `timed_out`)
+    /// on a pull request Warden opened, in a repository of `fix_failed_checks`: a follow-up
+    /// change of the task whose proposal the pull request's head is, asked to fix what failed
+    /// (the check's name, conclusion and a bounded, redacted excerpt of its output), published
+    /// on the same branch after an approval, as the task's owner asked it. At most one per
+    /// head commit (its idempotency key is the commit), and at most [`MAX_FIX_ATTEMPTS`] in a
+    /// row on a branch without a person's request in between.
+    async fn on_check(
+        &self,
+        id: &str,
+        event: &str,
+        payload: &Value,
+    ) -> Result<Option<Vec<NewChatMessage>>, StoreError> {
+        let (check, name, output) = match (event, payload["action"].as_str()) {
+            ("check_run", Some("completed")) => {
+                let run = &payload["check_run"];
+                (run, run["name"].as_str(), Some(&run["output"]))
+            }
+            ("check_suite", Some("completed")) => {
+                let suite = &payload["check_suite"];
+                (suite, suite["app"]["name"].as_str(), None)
+            }
+            _ => return Ok(Some(Vec::new())),
+        };
+        let conclusion = check["conclusion"].as_str().unwrap_or_default();
+        if !matches!(conclusion, "failure" | "timed_out") {
+            return Ok(Some(Vec::new()));
+        }
+        let (Some(full_name), Some(head_sha)) = (
+            payload["repository"]["full_name"].as_str(),
+            check["head_sha"].as_str(),
+        ) else {
+            return Ok(Some(Vec::new()));
+        };
+        let Some(repo) = GithubRepo::parse(full_name) else {
+            return Ok(Some(Vec::new()));
+        };
+        if !self.config.fix_failed_checks.contains(&repo) {
+            return Ok(Some(Vec::new()));
+        }
+        // The pull requests of the checked commit, in this repository (not a fork's).
+        let repository_id = &payload["repository"]["id"];
+        let mut found = None;
+        for pull in check["pull_requests"].as_array().into_iter().flatten() {
+            let head = &pull["head"];
+            let (Some(number), Some(head_ref)) = (pull["number"].as_u64(), head["ref"].as_str())
+            else {
+                continue;
+            };
+            if head["sha"].as_str() != Some(head_sha) || &head["repo"]["id"] != repository_id {
+                continue;
+            }
+            if let Some(task) = self.published_task(head_ref, head_sha, None).await? {
+                found = Some((number, task));
+                break;
+            }
+        }
+        let Some((number, latest)) = found else {
+            return Ok(Some(Vec::new()));
+        };
+        let attempts = latest.metadata["github"]["fix_attempt"]
+            .as_u64()
+            .unwrap_or(0);
+        if attempts >= MAX_FIX_ATTEMPTS {
+            tracing::info!(task = %latest.id, head_sha, "a failed check on a fix's own commit; no further fix task (at most {MAX_FIX_ATTEMPTS} in a row)");
+            return Ok(Some(Vec::new()));
+        }
+        let chat = format!("{repo}#{number}");
+        let name = name.unwrap_or("a check");
+        let excerpt = output
+            .map(|output| {
+                self.tasks
+                    .redactor()
+                    .text(&text::check_excerpt(output, CHECK_OUTPUT_CHARS))
+            })
+            .filter(|excerpt| !excerpt.is_empty());
+        let short = &head_sha[..head_sha.len().min(12)];
+        let mut prompt = format!(
+            "fix the failing check: `{name}` concluded `{conclusion}` on pull request {repo}#{number} \
+             (commit {short}). Find the cause and fix it, keeping what the pull request changes."
+        );
+        match excerpt {
+            Some(excerpt) => prompt.push_str(&format!(
+                "\n\n(The check's output, as it reported it, at most {CHECK_OUTPUT_CHARS} characters, follows.)\n{excerpt}"
+            )),
+            None => prompt.push_str("\n\n(The check reported no output.)"),
+        }
+        // The task's owner asks for the fix: the repository's operator opted in, and the
+        // publication still needs an approval.
+        let principal = Principal {
+            name: latest.owner.clone(),
+            role: Role::Operator,
+        };
+        let mut submission = Submission::new(TaskKind::Change, prompt, Vec::new());
+        submission.follow_up_to = Some(latest.id.to_string());
+        submission.publish = Some(true);
+        submission.same_branch = true;
+        submission.metadata = Some(json!({"github": {
+            "repo": repo.to_string(), "issue": number, "pull": number, "delivery": id,
+            "fix_attempt": attempts + 1, "check": name,
+        }}));
+        // One fix per failed commit, however many of its checks fail (or are redelivered).
+        let idempotency_body =
+            json!({"repo": repo.to_string(), "pull": number, "sha": head_sha}).to_string();
+        let idempotency = Idempotency::new(
+            format!("github:fix:{head_sha}"),
+            idempotency_body.as_bytes(),
+        );
+        Ok(Some(
+            match self
+                .tasks
+                .submit(&principal, submission, Some(idempotency))
+                .await
+            {
+                Ok(submitted) => task_pieces(&submitted.task, &chat),
+                Err(ServiceError::Store(error)) => return Err(error),
+                Err(error) => one_reply(
+                    id,
+                    &chat,
+                    format!(
+                        "Refused to start a fix for `{}`: {}",
+                        text::markdown(name),
+                        text::markdown(&error.to_string())
+                    ),
+                ),
+            },
+        ))
     }
 
     /// `/warden approve|reject HASH` by `login`: decides the pending approval of a task of
