@@ -439,6 +439,23 @@ fn a_change_shows_its_hash_and_only_the_approvers_comment_with_that_hash_opens_o
             request.path
         );
     }
+    // Each token was narrowed to the task's repository with the least permissions (the fake
+    // refuses a token outside them), and none reached the task's records.
+    let shown = format!(
+        "{}{}{}",
+        server.task(ADMIN, &ids[0]),
+        server.get(ADMIN, &format!("/v1/tasks/{}/journal?run=1", ids[0])),
+        server.get(ADMIN, &format!("/v1/tasks/{}/journal?run=2", ids[0])),
+    );
+    for token in github.fake.issued() {
+        assert_eq!(token.repositories, Some(vec!["widgets".to_string()]));
+        let permissions: Vec<&str> = token.permissions.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(permissions, ["issues", "metadata", "pull_requests"]);
+        assert!(
+            !shown.contains(&token.token),
+            "a token in the task's records"
+        );
+    }
     server.terminate();
 }
 
