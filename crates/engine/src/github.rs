@@ -7,8 +7,8 @@
 //! edited (`PATCH /repos/{owner}/{repo}/issues/comments/{id}`). The API base URL is configurable
 //! (GitHub Enterprise Server is `https://HOST/api/v3`; tests point it at a local fake).
 //!
-//! Authentication is a token (a personal access token or an installation token obtained
-//! elsewhere) held only by the host process. It is sent only in the `Authorization` header,
+//! Authentication is a token (a personal access token), or a GitHub App's installation tokens,
+//! each narrowed to the repository of the call ([`app`]), held only by the host process. It is sent only in the `Authorization` header,
 //! never in a URL, and is removed from every error message this module produces. Redirects are
 //! refused so the header is never carried to another host.
 //!

@@ -4,7 +4,8 @@
 //! pull requests use `[github]`'s API and token. Who may start a task is GitHub's answer (write
 //! access to the repository); who may approve is this file's: GitHub logins mapped to Warden
 //! admin principals. A repository is reachable from GitHub only through its `[[publish]]`
-//! entry (`owner/name` → the registered repository).
+//! entry (`owner/name` → the registered repository). Failed checks on Warden's pull requests
+//! start fix tasks only in the repositories `fix_failed_checks` names.
 
 use anyhow::bail;
 use serde::Deserialize;

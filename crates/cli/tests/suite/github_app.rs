@@ -5,7 +5,11 @@
 //! mention do nothing; a change shows its hash, a writer who is not a configured approver and
 //! a wrong hash decide nothing, and the approver's `/warden approve <hash>` opens one pull
 //! request; `serve` killed after handling a delivery and before recording it still gives one
-//! task and one comment once GitHub redelivers.
+//! task and one comment once GitHub redelivers. On Warden's pull request, a writer's review
+//! comment is a follow-up whose approved commit lands on the same branch (one pull request,
+//! once across a kill after the push), and a failed check (opted in) a fix task, one per head
+//! commit, at most two in a row. As an App, each installation token is narrowed to the
+//! repository with the least permissions.
 
 use std::time::Duration;
 

@@ -16,6 +16,12 @@
 //!   write to the repository (`admin`, `maintain` or `write`; asked at each delivery). The
 //!   repository is the registered one whose `[[publish]]` entry names `owner/name`, at its
 //!   default branch. The task's owner is `github:<login>` (an operator).
+//! - **Pull requests Warden opened** (their head `warden/<task>` at a commit a task of this
+//!   Warden published): a mention in a review comment or a review by a writer is a follow-up
+//!   change of that task, `same_branch` (published onto the same branch as a new commit, the
+//!   same pull request); a failed `check_run`/`check_suite` in a repository of
+//!   `fix_failed_checks` is one too, asked as that task's owner, one per head commit and at most
+//!   [`MAX_FIX_ATTEMPTS`] in a row. Their replies go on the pull request's conversation.
 //! - **Approvals**: `/warden approve sha256:…` or `/warden reject sha256:…` on the issue, by a
 //!   login the operator mapped to a Warden admin (`[[github.webhook.approvers]]`) who can also
 //!   still write to the repository, decides the pending approval of a task of that issue,

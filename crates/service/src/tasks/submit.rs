@@ -512,6 +512,109 @@ mod tests {
         );
     }
 
+    /// `same_branch` is for a publishing change that follows up a change published to a
+    /// branch; anything else is refused before a task is created.
+    #[tokio::test]
+    async fn same_branch_needs_a_published_change_to_follow() {
+        use crate::tasks::Role;
+        let home = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", home.path().join("warden.db").display());
+        let store = warden_store::open(&url).await.unwrap();
+        let service = TaskService::new(std::sync::Arc::clone(&store), std::sync::Arc::default());
+        let alice = Principal {
+            name: "alice".into(),
+            role: Role::Operator,
+        };
+        let earlier: warden_protocol::TaskId = "tsk_01M8VBQV37BCXJMMGC5Y911WEV".parse().unwrap();
+        store
+            .create_task(
+                NewTask {
+                    id: earlier.clone(),
+                    kind: TaskKind::Change,
+                    owner: "alice".into(),
+                    prompt: "p".into(),
+                    repos: vec![],
+                    priority: 0,
+                    follow_up_to: None,
+                    retry_of: None,
+                    metadata: json!({}),
+                    callback_url: None,
+                },
+                None,
+            )
+            .await
+            .unwrap();
+        let refused = |submission: Submission| {
+            let service = &service;
+            let alice = &alice;
+            async move {
+                match service.submit(alice, submission, None).await {
+                    Err(ServiceError::Invalid(message)) => message,
+                    other => panic!("{other:?}"),
+                }
+            }
+        };
+        let mut alone = Submission::new(TaskKind::Change, "p", vec!["app".into()]);
+        alone.publish = Some(true);
+        alone.same_branch = true;
+        assert!(refused(alone.clone())
+            .await
+            .starts_with("same_branch is for"));
+        let mut unpublished = alone.clone();
+        unpublished.repos = vec![];
+        unpublished.follow_up_to = Some(earlier.to_string());
+        assert!(refused(unpublished.clone())
+            .await
+            .starts_with("same_branch is for"));
+        let mut not_publishing = unpublished;
+        not_publishing.publish = None;
+        assert!(refused(not_publishing)
+            .await
+            .starts_with("same_branch is for"));
+        assert!(store.list_tasks(Default::default()).await.unwrap().len() == 1);
+
+        // Published: its branch and commit are what a same-branch follow-up builds on.
+        let mut task = store.get_task(&earlier).await.unwrap().unwrap();
+        assert_eq!(published_branch(&task), None);
+        use warden_protocol::{ChangeOutcome, ChangeResult, Proposal, Publication};
+        let result = ChangeResult {
+            task_id: earlier.clone(),
+            kind: TaskKind::Change,
+            outcome: ChangeOutcome::Proposal {
+                proposal: Box::new(Proposal {
+                    id: "prp_1".into(),
+                    repo: "app".into(),
+                    base_commit: "a".into(),
+                    commit: "b".into(),
+                    tree: "c".into(),
+                    reference: "r".into(),
+                    diff_stat: warden_protocol::DiffStat::default(),
+                    files: vec![],
+                    summary: "s".into(),
+                    hash: "sha256:x".into(),
+                    validations: vec![],
+                    sensitive_files: vec![],
+                }),
+                publication: Publication {
+                    status: warden_protocol::PublicationStatus::PrOpened,
+                    branch: Some("warden/tsk_1".into()),
+                    pr_url: Some("https://github.example/acme/widgets/pull/1".into()),
+                },
+            },
+            baseline: vec![],
+            approval: None,
+            usage: warden_protocol::Usage::default(),
+            model: "m".into(),
+            sandbox: None,
+            notices: vec![],
+        };
+        task.result = Some(serde_json::to_value(&result).unwrap());
+        assert_eq!(
+            published_branch(&task),
+            Some(("warden/tsk_1".to_string(), "b".to_string()))
+        );
+    }
+
     #[test]
     fn nul_characters_are_found_in_values_and_keys() {
         assert_eq!(nul_in_json(&json!({"a": "ok"}), "metadata"), None);
