@@ -252,6 +252,27 @@ pub async fn publish_approved<C: StoreCalls + ?Sized>(
     Ok(result)
 }
 
+/// The branch a change task's proposal was published to (`pushed` or `pr_opened`) and the
+/// proposal's commit the branch then held.
+pub fn published_branch(task: &warden_store::Task) -> Option<(String, String)> {
+    let result: warden_protocol::ChangeResult =
+        serde_json::from_value(task.result.clone()?).ok()?;
+    match result.outcome {
+        warden_protocol::ChangeOutcome::Proposal {
+            proposal,
+            publication,
+        } if matches!(
+            publication.status,
+            warden_protocol::PublicationStatus::Pushed
+                | warden_protocol::PublicationStatus::PrOpened
+        ) =>
+        {
+            Some((publication.branch?, proposal.commit))
+        }
+        _ => None,
+    }
+}
+
 /// Where a `same_branch` follow-up publishes: the branch the change it follows up was
 /// published to, which must hold that change's proposal commit, the parent of this one's.
 async fn same_branch<C: StoreCalls + ?Sized>(
@@ -272,8 +293,8 @@ async fn same_branch<C: StoreCalls + ?Sized>(
         .call("reading the followed task", |store| store.get_task(earlier))
         .await?
         .ok_or_else(|| refused("that task is gone"))?;
-    let (branch, parent) = crate::tasks::published_branch(&earlier)
-        .ok_or_else(|| refused("that change published no branch"))?;
+    let (branch, parent) =
+        published_branch(&earlier).ok_or_else(|| refused("that change published no branch"))?;
     if proposal.base_commit != parent {
         return Err(refused(&format!(
             "its proposal builds on {} rather than on {parent}, the branch's commit",

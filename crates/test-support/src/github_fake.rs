@@ -636,10 +636,10 @@ fn installation_token(shared: &Shared, id: &str, jwt: &str, body: &Bytes) -> Res
             let mut permissions = Vec::new();
             for (name, level) in asked {
                 let level = level.as_str().unwrap_or_default();
-                let allowed = match (granted(name), level) {
-                    (Some("write"), "read" | "write") | (Some("read"), "read") => true,
-                    _ => false,
-                };
+                let allowed = matches!(
+                    (granted(name), level),
+                    (Some("write"), "read" | "write") | (Some("read"), "read")
+                );
                 if !allowed {
                     return github_error(
                         StatusCode::UNPROCESSABLE_ENTITY,

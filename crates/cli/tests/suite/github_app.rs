@@ -395,8 +395,9 @@ fn a_change_shows_its_hash_and_only_the_approvers_comment_with_that_hash_opens_o
     let approve = format!("LGTM\n/warden approve {hash}");
     assert_eq!(comment(&server, "c-4", "octo-root", &approve), 200);
     assert_eq!(comment(&server, "c-4", "octo-root", &approve), 200);
-    let comments = wait_comments(&github, "the publication", |c| {
-        c[0].body.contains("Publication: pr_opened")
+    // The reply to the approval and the publication race each other: wait for both.
+    let comments = wait_comments(&github, "the publication and the reply", |c| {
+        c[0].body.contains("Publication: pr_opened") && c.len() >= 4
     });
     assert_eq!(
         comments.len(),
@@ -652,8 +653,9 @@ fn a_review_comment_on_a_warden_pull_request_adds_one_commit_to_its_branch_once_
         ),
         200
     );
+    // The task's comment and the reply to the approval.
     wait_comments(&github, "the publication", |c| {
-        c[0].body.contains("Publication: pr_opened")
+        c[0].body.contains("Publication: pr_opened") && c.len() >= 2
     });
     let pulls = github.fake.pulls();
     assert_eq!(pulls.len(), 1, "{pulls:#?}");
@@ -899,9 +901,21 @@ fn a_failed_check_on_a_warden_pull_request_starts_one_fix_per_commit_and_at_most
         comment(&server, "k-1", "alice", "@warden fix: make beta uppercase"),
         200
     );
-    wait_comments(&github, "the proposal", |c| {
-        c.iter().any(|c| c.body.contains("/warden approve sha256:"))
-    });
+    if github
+        .fake
+        .wait_for_comments(WAIT, |c| {
+            c.iter().any(|c| c.body.contains("/warden approve sha256:"))
+        })
+        .is_none()
+    {
+        let ids = task_ids(&server);
+        panic!(
+            "no proposal after {WAIT:?}: {}\n{:#?}\n{}",
+            server.task(ADMIN, &ids[0]),
+            github.fake.comments(),
+            server.stderr()
+        );
+    }
     let first = task_ids(&server).pop().unwrap();
     let hash = server.task(ADMIN, &first)["result"]["proposal"]["hash"]
         .as_str()

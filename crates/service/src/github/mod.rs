@@ -546,7 +546,7 @@ impl GithubHook {
                 && pr_url.is_some_and(|opened| url.is_none_or(|url| opened == url))
         };
         let on_branch = |task: &Task| {
-            crate::tasks::published_branch(task)
+            crate::publication::published_branch(task)
                 .is_some_and(|(branch, commit)| branch == head_ref && commit == head_sha)
         };
         if !opened(&first) {

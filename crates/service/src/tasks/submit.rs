@@ -221,7 +221,9 @@ impl TaskService {
             }
         };
         if submission.same_branch {
-            let published = follow_up_to.as_ref().and_then(published_branch);
+            let published = follow_up_to
+                .as_ref()
+                .and_then(crate::publication::published_branch);
             if kind != TaskKind::Change || !publish || published.is_none() {
                 return Err(ServiceError::Invalid(
                     "same_branch is for a change that publishes and follows up a change whose \
@@ -362,27 +364,6 @@ struct TaskOptions {
     baseline: bool,
     same_branch: bool,
     notices: Vec<String>,
-}
-
-/// The branch a change task's proposal was published to (`pushed` or `pr_opened`) and the
-/// proposal's commit the branch then held.
-pub fn published_branch(task: &Task) -> Option<(String, String)> {
-    let result: warden_protocol::ChangeResult =
-        serde_json::from_value(task.result.clone()?).ok()?;
-    match result.outcome {
-        warden_protocol::ChangeOutcome::Proposal {
-            proposal,
-            publication,
-        } if matches!(
-            publication.status,
-            warden_protocol::PublicationStatus::Pushed
-                | warden_protocol::PublicationStatus::PrOpened
-        ) =>
-        {
-            Some((publication.branch?, proposal.commit))
-        }
-        _ => None,
-    }
 }
 
 /// A task's options, validated and kept in its metadata under
@@ -575,7 +556,7 @@ mod tests {
 
         // Published: its branch and commit are what a same-branch follow-up builds on.
         let mut task = store.get_task(&earlier).await.unwrap().unwrap();
-        assert_eq!(published_branch(&task), None);
+        assert_eq!(crate::publication::published_branch(&task), None);
         use warden_protocol::{ChangeOutcome, ChangeResult, Proposal, Publication};
         let result = ChangeResult {
             task_id: earlier.clone(),
@@ -610,7 +591,7 @@ mod tests {
         };
         task.result = Some(serde_json::to_value(&result).unwrap());
         assert_eq!(
-            published_branch(&task),
+            crate::publication::published_branch(&task),
             Some(("warden/tsk_1".to_string(), "b".to_string()))
         );
     }
