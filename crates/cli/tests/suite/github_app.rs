@@ -601,6 +601,28 @@ fn review_comment_payload(pull: &Value, login: &str, body: &str) -> String {
     .to_string()
 }
 
+/// A `pull_request_review` `submitted` payload by `login` on pull request `pull`, its body
+/// `body` (as GitHub's documented example).
+fn review_payload(pull: &Value, login: &str, body: &str) -> String {
+    let number = pull["number"].as_u64().unwrap();
+    json!({
+        "action": "submitted",
+        "review": {
+            "id": 800 + number, "node_id": "PRR_fake",
+            "user": {"login": login, "id": 12, "type": "User"},
+            "body": body, "commit_id": pull["head"]["sha"],
+            "submitted_at": "2026-12-03T14:05:00Z", "state": "commented",
+            "html_url": format!("https://github.example/acme/widgets/pull/{number}#pullrequestreview-1"),
+            "pull_request_url": pull["url"], "author_association": "MEMBER",
+        },
+        "pull_request": pull,
+        "repository": {"id": 1, "name": "widgets", "full_name": "acme/widgets",
+                       "owner": {"login": "acme", "type": "Organization"}},
+        "sender": {"login": login, "type": "User"},
+    })
+    .to_string()
+}
+
 /// `refs/heads/warden/*` of the remote, each `REF SHA` (asked with `repo`'s git).
 fn remote_branches(repo: &TempRepo, github: &GithubRemote) -> Vec<String> {
     let git_dir = format!("--git-dir={}", github.path.display());
@@ -739,10 +761,20 @@ fn a_review_comment_on_a_warden_pull_request_adds_one_commit_to_its_branch_once_
         first_commit.as_str(),
         "{task}"
     );
-    // The approval, in the pull request's conversation, bound to the new hash: published, and
+    // The approval, in a review of the pull request, bound to the new hash: published, and
     // the process dies after the push, before recording anything.
-    let approve = comment_on(1, "octo-root", &format!("/warden approve {second_hash}"));
-    let _ = deliver(&server, "issue_comment", "r-7", &approve, Some(SECRET));
+    let approve = review_payload(
+        &pull,
+        "octo-root",
+        &format!("/warden approve {second_hash}"),
+    );
+    let _ = deliver(
+        &server,
+        "pull_request_review",
+        "r-7",
+        &approve,
+        Some(SECRET),
+    );
     assert_eq!(server.wait_exit(), Some(101));
 
     // Started again: the publication resumes; the branch moved once, one pull request.
