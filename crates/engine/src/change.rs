@@ -45,6 +45,10 @@ pub struct ChangeOptions {
     /// Run the checks on the base commit first; stop with `baseline_failing` if they fail.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub baseline: bool,
+    /// Publish onto the branch (and pull request) of the change this one follows up, as a new
+    /// commit on top of its proposal, rather than on a branch of its own.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub same_branch: bool,
     /// What the in-process front door noticed while pinning (a `--repo` inside a repository,
     /// uncommitted files left out), for the result's notices; any kind of task.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

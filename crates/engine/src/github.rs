@@ -7,8 +7,8 @@
 //! edited (`PATCH /repos/{owner}/{repo}/issues/comments/{id}`). The API base URL is configurable
 //! (GitHub Enterprise Server is `https://HOST/api/v3`; tests point it at a local fake).
 //!
-//! Authentication is a token (a personal access token or an installation token obtained
-//! elsewhere) held only by the host process. It is sent only in the `Authorization` header,
+//! Authentication is a token (a personal access token), or a GitHub App's installation tokens,
+//! each narrowed to the repository of the call ([`app`]), held only by the host process. It is sent only in the `Authorization` header,
 //! never in a URL, and is removed from every error message this module produces. Redirects are
 //! refused so the header is never carried to another host.
 //!
@@ -283,7 +283,7 @@ impl GithubError {
 pub struct GithubClient {
     http: reqwest::Client,
     api_url: Url,
-    /// The App's installation token in use (unused with a plain token).
+    /// The App's installation tokens in use, per repository (unused with a plain token).
     installation: Arc<crate::github::app::TokenCache>,
     config: GithubClientConfig,
 }
@@ -325,25 +325,30 @@ impl GithubClient {
         })
     }
 
-    /// The bearer token of the next request: the configured token, or the App installation's
-    /// (cached until five minutes before it expires, then fetched again).
-    async fn bearer(&self) -> Result<GithubToken, GithubError> {
+    /// The bearer token of the next request, on `repo`: the configured token, or an App
+    /// installation token narrowed to `repo` (cached until five minutes before it expires,
+    /// then fetched again).
+    async fn bearer(&self, repo: &GithubRepo) -> Result<GithubToken, GithubError> {
         match &self.config.auth {
             GithubAuth::Token(token) => Ok(token.clone()),
             GithubAuth::App(app) => {
                 let now = crate::github::app::now_secs();
+                let scope =
+                    crate::github::app::TokenScope::new(app.installation_id, [repo.name.clone()]);
                 self.installation
-                    .get(now, || self.installation_token(app, now))
+                    .get(&scope, now, || self.installation_token(app, &scope, now))
                     .await
             }
         }
     }
 
-    /// `POST /app/installations/{id}/access_tokens` with the App's JWT: a token and when it
-    /// expires (Unix seconds; at most an hour from now whatever GitHub says).
+    /// `POST /app/installations/{id}/access_tokens` with the App's JWT, for `scope`'s
+    /// repositories and [`crate::github::app::TOKEN_PERMISSIONS`]: a token and when it expires
+    /// (Unix seconds; at most an hour from now whatever GitHub says).
     async fn installation_token(
         &self,
         app: &crate::github::app::AppCredentials,
+        scope: &crate::github::app::TokenScope,
         now: i64,
     ) -> Result<(GithubToken, i64), GithubError> {
         let jwt = app.key.jwt(&app.client_id, now)?;
@@ -359,7 +364,12 @@ impl GithubClient {
             .map_err(|_| GithubError::Config("the App's JWT is not a header value".into()))?;
         value.set_sensitive(true);
         headers.insert(AUTHORIZATION, value);
-        let request = self.http.post(url).headers(headers);
+        headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+        let request = self
+            .http
+            .post(url)
+            .headers(headers)
+            .body(scope.request_body().to_string());
         let (status, headers, body) = self.send(request).await?;
         if status != StatusCode::CREATED {
             return Err(self.classify(status, &headers, &body));
@@ -393,9 +403,9 @@ impl GithubClient {
             .map_err(|e| GithubError::Config(format!("pulls url: {e}")))
     }
 
-    async fn headers(&self) -> Result<HeaderMap, GithubError> {
+    async fn headers(&self, repo: &GithubRepo) -> Result<HeaderMap, GithubError> {
         let mut headers = Self::base_headers();
-        let token = self.bearer().await?;
+        let token = self.bearer(repo).await?;
         if let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {}", token.expose())) {
             value.set_sensitive(true);
             headers.insert(AUTHORIZATION, value);
@@ -434,7 +444,7 @@ impl GithubClient {
         let request = self
             .http
             .post(url)
-            .headers(self.headers().await?)
+            .headers(self.headers(repo).await?)
             .header(CONTENT_TYPE, "application/json")
             .body(body);
         let (status, headers, value) = self.send(request).await?;
@@ -460,7 +470,7 @@ impl GithubClient {
             .append_pair("per_page", "100");
         let mut attempt = 1;
         loop {
-            let result = self.list_once(url.clone()).await;
+            let result = self.list_once(repo, url.clone()).await;
             match result {
                 Err(error) if error.is_retryable() && attempt < self.config.max_attempts.max(1) => {
                     tokio::time::sleep(self.backoff(attempt, error.retry_after())).await;
@@ -483,7 +493,7 @@ impl GithubClient {
             repo,
             &format!("collaborators/{}/permission", path_segment(login)?),
         )?;
-        let request = self.http.get(url).headers(self.headers().await?);
+        let request = self.http.get(url).headers(self.headers(repo).await?);
         let (status, headers, value) = self.send(request).await?;
         if status != StatusCode::OK {
             return Err(self.classify(status, &headers, &value));
@@ -509,7 +519,7 @@ impl GithubClient {
         let request = self
             .http
             .post(url)
-            .headers(self.headers().await?)
+            .headers(self.headers(repo).await?)
             .header(CONTENT_TYPE, "application/json")
             .body(serde_json::json!({"body": body}).to_string());
         let (status, headers, value) = self.send(request).await?;
@@ -538,7 +548,10 @@ impl GithubClient {
                 .append_pair("page", &page.to_string());
             let mut attempt = 1;
             let value = loop {
-                let request = self.http.get(url.clone()).headers(self.headers().await?);
+                let request = self
+                    .http
+                    .get(url.clone())
+                    .headers(self.headers(repo).await?);
                 let result = match self.send(request).await {
                     Ok((status, _, value)) if status == StatusCode::OK => Ok(value),
                     Ok((status, headers, value)) => Err(self.classify(status, &headers, &value)),
@@ -580,7 +593,7 @@ impl GithubClient {
         let request = self
             .http
             .patch(url)
-            .headers(self.headers().await?)
+            .headers(self.headers(repo).await?)
             .header(CONTENT_TYPE, "application/json")
             .body(serde_json::json!({"body": body}).to_string());
         let (status, headers, value) = self.send(request).await?;
@@ -610,8 +623,12 @@ impl GithubClient {
         self.config.max_attempts.max(1)
     }
 
-    async fn list_once(&self, url: Url) -> Result<Vec<PullRequest>, GithubError> {
-        let request = self.http.get(url).headers(self.headers().await?);
+    async fn list_once(
+        &self,
+        repo: &GithubRepo,
+        url: Url,
+    ) -> Result<Vec<PullRequest>, GithubError> {
+        let request = self.http.get(url).headers(self.headers(repo).await?);
         let (status, headers, value) = self.send(request).await?;
         if status != StatusCode::OK {
             return Err(self.classify(status, &headers, &value));
@@ -706,14 +723,16 @@ impl GithubClient {
     }
 
     fn redact(&self, text: &str) -> String {
-        let token = match &self.config.auth {
-            GithubAuth::Token(token) => Some(token.clone()),
+        let tokens = match &self.config.auth {
+            GithubAuth::Token(token) => vec![token.clone()],
             GithubAuth::App(_) => self.installation.current(),
         };
-        match token {
-            Some(token) if !token.expose().is_empty() => text.replace(token.expose(), "[redacted]"),
-            _ => text.to_string(),
-        }
+        tokens
+            .iter()
+            .filter(|token| !token.expose().is_empty())
+            .fold(text.to_string(), |text, token| {
+                text.replace(token.expose(), "[redacted]")
+            })
     }
 }
 
@@ -975,6 +994,44 @@ mod tests {
         app_client.permission(&repo, "alice").await.unwrap();
         app_client.permission(&repo, "alice").await.unwrap();
         assert_eq!(fake.issued_tokens().len(), 2);
+        // Each token was narrowed to the repository of its calls, with the least permissions.
+        for issued in fake.issued() {
+            assert_eq!(issued.repositories, Some(vec!["widgets".to_string()]));
+            assert_eq!(
+                issued.permissions,
+                [
+                    ("issues".to_string(), "write".to_string()),
+                    ("metadata".to_string(), "read".to_string()),
+                    ("pull_requests".to_string(), "write".to_string()),
+                ]
+            );
+        }
+        // Another repository of the installation: its own token, cached apart, which the
+        // fake refuses on acme/widgets.
+        fake.install_on(&["gadgets"]);
+        let gadgets = GithubRepo::parse("acme/gadgets").unwrap();
+        assert!(matches!(
+            app_client.permission(&gadgets, "alice").await,
+            Err(GithubError::NotFound(_))
+        ));
+        let issued = fake.issued();
+        assert_eq!(issued.len(), 3, "{issued:?}");
+        assert_eq!(issued[2].repositories, Some(vec!["gadgets".to_string()]));
+        let outside = GithubClient::new(GithubClientConfig::new(
+            &fake.url(),
+            GithubToken::new(issued[2].token.clone()).unwrap(),
+        ))
+        .unwrap();
+        assert!(matches!(
+            outside.permission(&repo, "alice").await,
+            Err(GithubError::Forbidden(m)) if m.contains("not accessible by integration")
+        ));
+        // A repository the App is not installed on: no token.
+        let stranger = GithubRepo::parse("acme/elsewhere").unwrap();
+        assert!(matches!(
+            app_client.permission(&stranger, "alice").await,
+            Err(GithubError::Validation(m)) if m.contains("not accessible to the parent installation")
+        ));
         // Another App's JWT, or another installation: refused, named.
         assert!(matches!(
             client("Iv1other", 42).permission(&repo, "alice").await,

@@ -4,7 +4,8 @@
 //! pull requests use `[github]`'s API and token. Who may start a task is GitHub's answer (write
 //! access to the repository); who may approve is this file's: GitHub logins mapped to Warden
 //! admin principals. A repository is reachable from GitHub only through its `[[publish]]`
-//! entry (`owner/name` → the registered repository).
+//! entry (`owner/name` → the registered repository). Failed checks on Warden's pull requests
+//! start fix tasks only in the repositories `fix_failed_checks` names.
 
 use anyhow::bail;
 use serde::Deserialize;
@@ -21,6 +22,10 @@ pub struct GithubWebhookSection {
     /// Nobody when empty: GitHub write access alone never approves.
     #[serde(default)]
     pub approvers: Vec<GithubApproverEntry>,
+    /// Repositories (`owner/name`) where a failed `check_run`/`check_suite` on a Warden pull
+    /// request starts a fix task (none by default).
+    #[serde(default)]
+    pub fix_failed_checks: Vec<String>,
 }
 
 /// One `[[github.webhook.approvers]]` entry.
@@ -42,6 +47,8 @@ pub struct GithubWebhookConfig {
     pub secret: Option<ChatSecret>,
     /// GitHub login (lowercase) → Warden admin principal name.
     pub approvers: Vec<(String, String)>,
+    /// Where failed checks on Warden's pull requests start fix tasks.
+    pub fix_failed_checks: Vec<crate::github::GithubRepo>,
 }
 
 impl GithubWebhookConfig {
@@ -78,10 +85,21 @@ impl GithubWebhookConfig {
             )?;
             approvers.push((login, name));
         }
+        let mut fix_failed_checks: Vec<crate::github::GithubRepo> = Vec::new();
+        for entry in &section.fix_failed_checks {
+            let Some(repo) = crate::github::GithubRepo::parse(entry) else {
+                bail!("github.webhook.fix_failed_checks: {entry:?} is not owner/name");
+            };
+            if fix_failed_checks.contains(&repo) {
+                bail!("github.webhook.fix_failed_checks: {repo} is listed twice");
+            }
+            fix_failed_checks.push(repo);
+        }
         Ok(Some(GithubWebhookConfig {
             handle: handle.to_ascii_lowercase(),
             secret: secret.as_deref().and_then(ChatSecret::new),
             approvers,
+            fix_failed_checks,
         }))
     }
 }
@@ -114,7 +132,15 @@ mod tests {
         let config = resolve("[webhook]\n").unwrap().unwrap();
         assert_eq!(config.handle, "warden");
         assert!(config.approvers.is_empty());
+        assert!(config.fix_failed_checks.is_empty());
         assert!(!format!("{config:?}").contains("hook-secret"));
+        let config = resolve("[webhook]\nfix_failed_checks = [\"acme/widgets\"]\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            config.fix_failed_checks,
+            [crate::github::GithubRepo::parse("acme/widgets").unwrap()]
+        );
         let config = resolve(
             "[webhook]\nhandle = \"@Acme-Bot\"\n[[webhook.approvers]]\nlogin = \"Octo\"\nname = \"root\"\n",
         )
@@ -141,6 +167,14 @@ mod tests {
                 "must be 1-100",
             ),
             ("[webhook]\nusers = []\n", "unknown field"),
+            (
+                "[webhook]\nfix_failed_checks = [\"widgets\"]\n",
+                "not owner/name",
+            ),
+            (
+                "[webhook]\nfix_failed_checks = [\"a/b\", \"a/b\"]\n",
+                "listed twice",
+            ),
         ] {
             let error = format!("{:#}", resolve(text).unwrap_err());
             assert!(error.contains(expected), "{text}: {error}");

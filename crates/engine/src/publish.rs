@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 use warden_protocol::{Proposal, Publication, PublicationStatus};
-use warden_repo::proposal::{push_proposal, ApplyError, PushOutcome};
+use warden_repo::proposal::{push_proposal_onto, ApplyError, PushOutcome};
 use warden_repo::{Git, RepoError};
 use warden_runtime::{Journal, JournalError, RecordKind};
 
@@ -94,11 +94,14 @@ pub struct PushInput {
     pub remote: String,
     pub commit: String,
     pub branch: String,
+    /// A fast-forward of an existing branch: the commit the branch must be at (see [`Onto`]).
+    pub onto: Option<String>,
 }
 
 /// Step 1: push the proposal commit to its branch, at most once. The intent is journaled
-/// first; [`push_proposal`] asks the remote before and after, so a branch already at the commit
-/// (an earlier attempt that crashed before recording) counts as done.
+/// first; [`push_proposal_onto`] asks the remote before and after, so a branch already at the
+/// commit (an earlier attempt that crashed before recording) counts as done. With
+/// [`PushInput::onto`] the branch exists and is fast-forwarded from that commit.
 pub async fn push_step(
     input: &PushInput,
     journal: &mut dyn Journal,
@@ -112,17 +115,19 @@ pub async fn push_step(
                 "remote": warden_repo::redact_credentials(&input.remote),
                 "branch": input.branch,
                 "commit": input.commit,
+                "onto": input.onto,
             }})),
         )
         .await?;
     let owned = input.clone();
     let result = tokio::task::spawn_blocking(move || {
-        push_proposal(
+        push_proposal_onto(
             &owned.git,
             &owned.mirror,
             &owned.remote,
             &owned.commit,
             &owned.branch,
+            owned.onto.as_deref(),
         )
     })
     .await
@@ -428,6 +433,20 @@ pub struct PublishRequest<'a> {
     /// From [`resolve_target`]; `None`: publication ends at the push.
     pub target: Option<&'a GithubTarget>,
     pub settings: &'a GithubSettings,
+    /// `None`: the task's own branch ([`branch_for`]), new on the remote. Some: a follow-up's
+    /// proposal added to the branch (and pull request) an earlier proposal was published to.
+    pub onto: Option<&'a Onto>,
+}
+
+/// A follow-up change published on the branch of the change it follows up: the proposal
+/// commit's parent is the earlier proposal's commit, which the branch must still hold; the
+/// push fast-forwards it (never forced) and the pull request of that branch is the earlier
+/// one (found, not opened again).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Onto {
+    pub branch: String,
+    /// The earlier proposal's commit: where the remote branch must be before the push.
+    pub parent: String,
 }
 
 /// What [`publish_proposal`] did.
@@ -443,15 +462,17 @@ pub struct Published {
 #[derive(Debug)]
 pub struct PublishFailure {
     pub pushed: bool,
+    /// The branch publication pushes to (the task's own, or the one it continues).
+    pub branch: String,
     pub error: PublishError,
 }
 
 impl PublishFailure {
     /// The publication to record: `failed`, with the branch.
-    pub fn publication(&self, task_id: &str) -> Publication {
+    pub fn publication(&self) -> Publication {
         Publication {
             status: PublicationStatus::Failed,
-            branch: Some(branch_for(task_id)),
+            branch: Some(self.branch.clone()),
             pr_url: None,
         }
     }
@@ -468,13 +489,18 @@ pub async fn publish_proposal(
     redactor: &Redactor,
     on_pushed: &mut (dyn FnMut(&Publication) -> Result<(), String> + Send),
 ) -> Result<Published, PublishFailure> {
-    let branch = branch_for(request.task_id);
+    let branch = match request.onto {
+        Some(onto) => onto.branch.clone(),
+        None => branch_for(request.task_id),
+    };
     let before_push = |error: PublishError| PublishFailure {
         pushed: false,
+        branch: branch.clone(),
         error,
     };
     let after_push = |error: PublishError| PublishFailure {
         pushed: true,
+        branch: branch.clone(),
         error,
     };
     let push = PushInput {
@@ -483,6 +509,7 @@ pub async fn publish_proposal(
         remote: request.remote.to_string(),
         commit: request.proposal.commit.clone(),
         branch: branch.clone(),
+        onto: request.onto.map(|onto| onto.parent.clone()),
     };
     let pushed = push_step(&push, journal, redactor)
         .await
@@ -524,7 +551,7 @@ pub async fn publish_proposal(
     };
     let input = PullRequestInput {
         repo: target.repo.clone(),
-        branch,
+        branch: branch.clone(),
         base,
         commit: request.proposal.commit.clone(),
         title: pull_request_title(request.proposal, redactor),

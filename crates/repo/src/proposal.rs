@@ -164,6 +164,14 @@ pub enum ApplyError {
     /// The branch exists and points somewhere else.
     #[error("branch {branch} already exists at {existing}; choose another name with --branch")]
     BranchExists { branch: String, existing: String },
+    /// The branch a proposal fast-forwards is no longer at the commit it builds on (someone
+    /// pushed to it, or deleted it).
+    #[error("branch {branch} is {}, not at {expected} which the proposal builds on; nothing was pushed", .existing.as_ref().map_or("gone from the remote".to_string(), |e| format!("at {e}")))]
+    BranchMoved {
+        branch: String,
+        expected: String,
+        existing: Option<String>,
+    },
     /// The mirror has no proposal for the task.
     #[error("no proposal {0} in Warden's mirror")]
     NoProposal(String),
@@ -306,19 +314,49 @@ pub fn push_proposal(
     commit: &str,
     branch: &str,
 ) -> Result<PushOutcome, ApplyError> {
+    push_proposal_onto(git, mirror, remote, commit, branch, None)
+}
+
+/// [`push_proposal`], or with `onto` a fast-forward of an existing branch: the remote branch
+/// must be at `onto` (the commit `commit` builds on: an earlier proposal published there), and
+/// is moved to `commit` without forcing. A branch already at `commit` counts as done (an
+/// earlier attempt got through); a branch that is missing or anywhere else is refused.
+pub fn push_proposal_onto(
+    git: &Git,
+    mirror: &Path,
+    remote: &str,
+    commit: &str,
+    branch: &str,
+    onto: Option<&str>,
+) -> Result<PushOutcome, ApplyError> {
     let full = format!("refs/heads/{branch}");
     if branch.starts_with('-') || git.run(mirror, &["check-ref-format", &full]).is_err() {
         return Err(ApplyError::InvalidBranch(branch.to_string()));
     }
-    match remote_branch(git, mirror, remote, branch)? {
-        Some(existing) if existing == commit => return Ok(PushOutcome::AlreadyThere),
-        Some(existing) => {
+    match (remote_branch(git, mirror, remote, branch)?, onto) {
+        (Some(existing), _) if existing == commit => return Ok(PushOutcome::AlreadyThere),
+        (Some(existing), Some(onto)) if existing == onto => {}
+        (Some(existing), Some(onto)) => {
+            return Err(ApplyError::BranchMoved {
+                branch: branch.to_string(),
+                expected: onto.to_string(),
+                existing: Some(existing),
+            })
+        }
+        (None, Some(onto)) => {
+            return Err(ApplyError::BranchMoved {
+                branch: branch.to_string(),
+                expected: onto.to_string(),
+                existing: None,
+            })
+        }
+        (Some(existing), None) => {
             return Err(ApplyError::BranchExists {
                 branch: branch.to_string(),
                 existing,
             })
         }
-        None => {}
+        (None, None) => {}
     }
     let git_dir = format!("--git-dir={}", mirror.display());
     let refspec = format!("{commit}:{full}");

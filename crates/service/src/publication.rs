@@ -11,7 +11,7 @@
 use warden_engine::config::GithubSettings;
 use warden_engine::github::web_host_of_api;
 use warden_engine::publish::{
-    branch_for, publish_proposal, publish_remote, resolve_target, verify_proposal, PublishFailure,
+    publish_proposal, publish_remote, resolve_target, verify_proposal, Onto, PublishFailure,
     PublishRequest,
 };
 use warden_engine::redact::Redactor;
@@ -108,6 +108,14 @@ pub async fn publish_approved<C: StoreCalls + ?Sized>(
             task.id
         )));
     }
+    // A follow-up published on the branch of the change it follows up: that change's
+    // published commit must be the one this proposal builds on.
+    let onto = match warden_engine::change::ChangeOptions::from_metadata(&task.metadata) {
+        Ok(options) if options.same_branch => {
+            Some(same_branch(context.store, &task, &proposal).await?)
+        }
+        _ => None,
+    };
     // The repository as the task's runs pinned it: registered, or an in-process task's own
     // source; its mirror holds the proposal.
     let task_repo = crate::task_repos::proposal_repo(&task, &proposal);
@@ -190,6 +198,7 @@ pub async fn publish_approved<C: StoreCalls + ?Sized>(
         proposal: &proposal,
         target: target.as_ref(),
         settings: context.settings,
+        onto: onto.as_ref(),
     };
     let published = publish_proposal(request, journal, context.redactor, &mut |_| Ok(()))
         .await
@@ -206,18 +215,26 @@ pub async fn publish_approved<C: StoreCalls + ?Sized>(
             web_host_of_api(&context.settings.api_url).unwrap_or_else(|| "GitHub".into())
         ));
     }
+    let branch = published.publication.branch.clone().unwrap_or_default();
+    if let Some(onto) = &onto {
+        result.notices.push(format!(
+            "published as a new commit on {branch} (on top of {}, the change it follows up); \
+             its pull request is that change's",
+            &onto.parent[..onto.parent.len().min(12)]
+        ));
+    }
     // What an interrupted publication had done already is said, not done again.
     if published.push == warden_repo::proposal::PushOutcome::AlreadyThere {
         result.notices.push(format!(
-            "the branch {} was already on the remote (it was already there from an interrupted \
-             publication); it was not pushed again",
-            branch_for(task.id.as_str())
+            "the branch {branch} was already on the remote (it was already there from an \
+             interrupted publication); it was not pushed again"
         ));
     }
-    if published
-        .pull
-        .as_ref()
-        .is_some_and(|pull| pull.already_there)
+    if onto.is_none()
+        && published
+            .pull
+            .as_ref()
+            .is_some_and(|pull| pull.already_there)
     {
         result.notices.push(
             "the pull request was already open (it was already there from an interrupted \
@@ -233,6 +250,58 @@ pub async fn publish_approved<C: StoreCalls + ?Sized>(
         }
     }
     Ok(result)
+}
+
+/// The branch a change task's proposal was published to (`pushed` or `pr_opened`) and the
+/// proposal's commit the branch then held.
+pub fn published_branch(task: &warden_store::Task) -> Option<(String, String)> {
+    let result: warden_protocol::ChangeResult =
+        serde_json::from_value(task.result.clone()?).ok()?;
+    match result.outcome {
+        warden_protocol::ChangeOutcome::Proposal {
+            proposal,
+            publication,
+        } if matches!(
+            publication.status,
+            warden_protocol::PublicationStatus::Pushed
+                | warden_protocol::PublicationStatus::PrOpened
+        ) =>
+        {
+            Some((publication.branch?, proposal.commit))
+        }
+        _ => None,
+    }
+}
+
+/// Where a `same_branch` follow-up publishes: the branch the change it follows up was
+/// published to, which must hold that change's proposal commit, the parent of this one's.
+async fn same_branch<C: StoreCalls + ?Sized>(
+    store: &C,
+    task: &warden_store::Task,
+    proposal: &warden_protocol::Proposal,
+) -> Result<Onto, ApprovedPublishError> {
+    let refused = |why: &str| {
+        ApprovedPublishError::Refused(format!(
+            "task {} publishes on the branch of the change it follows up, but {why}",
+            task.id
+        ))
+    };
+    let Some(earlier) = &task.follow_up_to else {
+        return Err(refused("it follows up no task"));
+    };
+    let earlier = store
+        .call("reading the followed task", |store| store.get_task(earlier))
+        .await?
+        .ok_or_else(|| refused("that task is gone"))?;
+    let (branch, parent) =
+        published_branch(&earlier).ok_or_else(|| refused("that change published no branch"))?;
+    if proposal.base_commit != parent {
+        return Err(refused(&format!(
+            "its proposal builds on {} rather than on {parent}, the branch's commit",
+            proposal.base_commit
+        )));
+    }
+    Ok(Onto { branch, parent })
 }
 
 /// A change task's result and the stored publish approval it records (the one its proposal

@@ -39,13 +39,34 @@ pub const APP_TEST_PUBLIC_KEY_DER_BASE64: &str = "MIIBCgKCAQEAxVr8Fzs0qH9KB73RbC
 /// The API version the fake accepts in `X-GitHub-Api-Version` (absent is accepted too).
 pub const API_VERSION: &str = "2022-11-28";
 
-/// The GitHub App the fake knows: its client id, installation, and the installation tokens
-/// it issued (each `(token, expires_at)` in Unix seconds).
+/// The GitHub App the fake knows: its client id, installation (the repositories it is
+/// installed on), and the installation tokens it issued.
 struct App {
     client_id: String,
     installation_id: u64,
     lifetime_secs: i64,
-    issued: Vec<(String, i64)>,
+    repositories: Vec<String>,
+    issued: Vec<IssuedToken>,
+}
+
+/// What the App's installation grants: a token may ask for these or less.
+const APP_PERMISSIONS: [(&str, &str); 4] = [
+    ("contents", "write"),
+    ("issues", "write"),
+    ("metadata", "read"),
+    ("pull_requests", "write"),
+];
+
+/// An installation token the fake issued, and what it may do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IssuedToken {
+    pub token: String,
+    /// Unix seconds.
+    pub expires_at: i64,
+    /// The repositories (names) it was narrowed to; `None`: all of the installation's.
+    pub repositories: Option<Vec<String>>,
+    /// Permission → `read` or `write`, as asked (or the installation's when not asked).
+    pub permissions: Vec<(String, String)>,
 }
 
 /// An issue comment on the fake, with every body it had (oldest first).
@@ -212,16 +233,34 @@ impl GithubFake {
             client_id: client_id.to_string(),
             installation_id,
             lifetime_secs,
+            repositories: vec![self.shared.repo.clone()],
             issued: Vec::new(),
         });
     }
 
     /// The installation tokens issued so far, oldest first.
     pub fn issued_tokens(&self) -> Vec<String> {
+        self.issued().into_iter().map(|t| t.token).collect()
+    }
+
+    /// The installation tokens issued so far with their scopes, oldest first.
+    pub fn issued(&self) -> Vec<IssuedToken> {
         lock(&self.shared.app)
             .as_ref()
-            .map(|app| app.issued.iter().map(|(t, _)| t.clone()).collect())
+            .map(|app| app.issued.clone())
             .unwrap_or_default()
+    }
+
+    /// Installs the App (see [`GithubFake::with_app`]) on these repositories of the owner as
+    /// well as the fake's own (the fake serves the API of its own only).
+    pub fn install_on(&self, repositories: &[&str]) {
+        if let Some(app) = lock(&self.shared.app).as_mut() {
+            for name in repositories {
+                if !app.repositories.iter().any(|r| r == name) {
+                    app.repositories.push(name.to_string());
+                }
+            }
+        }
     }
 
     /// Every issue comment so far, oldest first.
@@ -402,17 +441,17 @@ async fn handle(
             .strip_prefix("/app/installations/")
             .and_then(|rest| rest.strip_suffix("/access_tokens"))
         {
-            return installation_token(&shared, id, &bearer);
+            return installation_token(&shared, id, &bearer, &body);
         }
     }
     let now = now_secs();
-    let authorized = bearer == shared.token
-        || lock(&shared.app).as_ref().is_some_and(|app| {
-            app.issued
-                .iter()
-                .any(|(token, expires_at)| *token == bearer && *expires_at > now)
-        });
-    if !authorized {
+    let installation = lock(&shared.app).as_ref().and_then(|app| {
+        app.issued
+            .iter()
+            .find(|issued| issued.token == bearer && issued.expires_at > now)
+            .cloned()
+    });
+    if bearer != shared.token && installation.is_none() {
         return github_error(StatusCode::UNAUTHORIZED, "Bad credentials", None);
     }
     let prefix = format!("/repos/{}/{}/", shared.owner, shared.repo);
@@ -420,6 +459,31 @@ async fn handle(
         return github_error(StatusCode::NOT_FOUND, "Not Found", None);
     };
     let parts: Vec<&str> = rest.split('/').collect();
+    // An installation token acts only on the repositories and with the permissions it has.
+    if let Some(issued) = &installation {
+        let (needed, level) = match (&method, parts.first()) {
+            (_, Some(&"pulls")) if method == Method::GET => ("pull_requests", "read"),
+            (_, Some(&"pulls")) => ("pull_requests", "write"),
+            (_, Some(&"issues")) if method == Method::GET => ("issues", "read"),
+            (_, Some(&"issues")) => ("issues", "write"),
+            _ => ("metadata", "read"),
+        };
+        let in_scope = issued
+            .repositories
+            .as_ref()
+            .is_none_or(|names| names.iter().any(|n| *n == shared.repo));
+        let granted = issued
+            .permissions
+            .iter()
+            .any(|(name, has)| name == needed && (has == "write" || has == level));
+        if !in_scope || !granted {
+            return github_error(
+                StatusCode::FORBIDDEN,
+                "Resource not accessible by integration",
+                None,
+            );
+        }
+    }
     match (&method, parts.as_slice()) {
         (&Method::POST, ["pulls"]) => create(&shared, &body),
         (&Method::GET, ["pulls"]) => list(&shared, uri.query().unwrap_or_default()),
@@ -467,8 +531,10 @@ fn utc(secs: i64) -> String {
     )
 }
 
-/// `POST /app/installations/{id}/access_tokens`, authenticated by the App's JWT.
-fn installation_token(shared: &Shared, id: &str, jwt: &str) -> Response {
+/// `POST /app/installations/{id}/access_tokens`, authenticated by the App's JWT; the body may
+/// narrow the token to `repositories` (names of the installation's) and `permissions` (at most
+/// the installation's).
+fn installation_token(shared: &Shared, id: &str, jwt: &str, body: &Bytes) -> Response {
     use base64::Engine as _;
     let unauthorized = |message: &str| github_error(StatusCode::UNAUTHORIZED, message, None);
     let mut app = lock(&shared.app);
@@ -528,19 +594,90 @@ fn installation_token(shared: &Shared, id: &str, jwt: &str) -> Response {
     if id.parse::<u64>().ok() != Some(app.installation_id) {
         return github_error(StatusCode::NOT_FOUND, "Not Found", None);
     }
+    let request: Value = if body.is_empty() {
+        json!({})
+    } else {
+        match serde_json::from_slice(body) {
+            Ok(value @ Value::Object(_)) => value,
+            _ => return github_error(StatusCode::BAD_REQUEST, "Problems parsing JSON", None),
+        }
+    };
+    let repositories = match request.get("repositories") {
+        None => None,
+        Some(Value::Array(names)) => {
+            let names: Vec<String> = names
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect();
+            if names.is_empty() || names.iter().any(|n| !app.repositories.contains(n)) {
+                return github_error(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "There is at least one repository that does not exist or is not accessible to the parent installation.",
+                    None,
+                );
+            }
+            Some(names)
+        }
+        Some(_) => return invalid_field("repositories", "invalid"),
+    };
+    let granted = |name: &str| {
+        APP_PERMISSIONS
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, level)| *level)
+    };
+    let permissions: Vec<(String, String)> = match request.get("permissions") {
+        None => APP_PERMISSIONS
+            .iter()
+            .map(|(n, l)| (n.to_string(), l.to_string()))
+            .collect(),
+        Some(Value::Object(asked)) => {
+            let mut permissions = Vec::new();
+            for (name, level) in asked {
+                let level = level.as_str().unwrap_or_default();
+                let allowed = matches!(
+                    (granted(name), level),
+                    (Some("write"), "read" | "write") | (Some("read"), "read")
+                );
+                if !allowed {
+                    return github_error(
+                        StatusCode::UNPROCESSABLE_ENTITY,
+                        "The permissions requested are not granted to this installation.",
+                        None,
+                    );
+                }
+                permissions.push((name.clone(), level.to_string()));
+            }
+            permissions
+        }
+        Some(_) => return invalid_field("permissions", "invalid"),
+    };
     let token = format!("ghs_fake{:04}{}", app.issued.len() + 1, "x".repeat(32));
     let expires_at = now + app.lifetime_secs;
-    app.issued.push((token.clone(), expires_at));
-    (
-        StatusCode::CREATED,
-        axum::Json(json!({
-            "token": token,
-            "expires_at": utc(expires_at),
-            "permissions": {"issues": "write", "pull_requests": "write", "contents": "write", "metadata": "read"},
-            "repository_selection": "all",
-        })),
-    )
-        .into_response()
+    let shown_permissions: serde_json::Map<String, Value> = permissions
+        .iter()
+        .map(|(n, l)| (n.clone(), json!(l)))
+        .collect();
+    let mut answer = json!({
+        "token": token,
+        "expires_at": utc(expires_at),
+        "permissions": shown_permissions,
+        "repository_selection": if repositories.is_some() { "selected" } else { "all" },
+    });
+    if let Some(names) = &repositories {
+        answer["repositories"] = names
+            .iter()
+            .map(|name| json!({"name": name, "full_name": format!("{}/{name}", shared.owner)}))
+            .collect();
+    }
+    app.issued.push(IssuedToken {
+        token,
+        expires_at,
+        repositories,
+        permissions,
+    });
+    (StatusCode::CREATED, axum::Json(answer)).into_response()
 }
 
 fn user_json(login: &str) -> Value {

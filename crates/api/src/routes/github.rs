@@ -24,12 +24,14 @@ pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
 
 /// GitHub's webhook deliveries: `ping` (answered), `issue_comment` and `issues` (a mention of
 /// the app from a user with write access starts a task; `/warden approve sha256:…` from a
-/// configured approver decides its approval). Acknowledged within five seconds, handled once
-/// per `X-GitHub-Delivery`.
+/// configured approver decides its approval), `pull_request_review_comment` and
+/// `pull_request_review` (a writer's mention on a pull request Warden opened: a follow-up change
+/// on its branch), `check_run` and `check_suite` (a failure on such a pull request, where opted
+/// in: a fix task). Acknowledged within five seconds, handled once per `X-GitHub-Delivery`.
 #[utoipa::path(post, path = "/webhooks/github", tag = "webhooks", security(()),
     params(
         ("X-Hub-Signature-256" = Option<String>, Header, description = "`sha256=` and the hex HMAC-SHA256 of the raw body with the webhook secret"),
-        ("X-GitHub-Event" = Option<String>, Header, description = "The event's name (`ping`, `issue_comment`, `issues`, …)"),
+        ("X-GitHub-Event" = Option<String>, Header, description = "The event's name (`ping`, `issue_comment`, `issues`, `pull_request_review_comment`, `check_run`, …)"),
         ("X-GitHub-Delivery" = Option<String>, Header, description = "The delivery's id; a redelivery keeps it"),
     ),
     request_body(content = String, content_type = "application/json", description = "The event payload, as GitHub signed it"),

@@ -114,6 +114,7 @@ impl SubmitTask {
             // The API names registered repositories; only the in-process front door pins.
             pinned: None,
             baseline: false,
+            same_branch: false,
         })
     }
 }

@@ -5,12 +5,17 @@
 //! mention do nothing; a change shows its hash, a writer who is not a configured approver and
 //! a wrong hash decide nothing, and the approver's `/warden approve <hash>` opens one pull
 //! request; `serve` killed after handling a delivery and before recording it still gives one
-//! task and one comment once GitHub redelivers.
+//! task and one comment once GitHub redelivers. On Warden's pull request, a writer's review
+//! comment is a follow-up whose approved commit lands on the same branch (one pull request,
+//! once across a kill after the push), and a failed check (opted in) a fix task, one per head
+//! commit, at most two in a row. As an App, each installation token is narrowed to the
+//! repository with the least permissions.
 
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use warden_service::github::text::signature;
+use warden_test_support::git_fixture::TempRepo;
 use warden_test_support::github_fake::{Comment, APP_TEST_KEY_PEM};
 use warden_test_support::model_server::{openai, ScriptedModelServer};
 
@@ -390,8 +395,9 @@ fn a_change_shows_its_hash_and_only_the_approvers_comment_with_that_hash_opens_o
     let approve = format!("LGTM\n/warden approve {hash}");
     assert_eq!(comment(&server, "c-4", "octo-root", &approve), 200);
     assert_eq!(comment(&server, "c-4", "octo-root", &approve), 200);
-    let comments = wait_comments(&github, "the publication", |c| {
-        c[0].body.contains("Publication: pr_opened")
+    // The reply to the approval and the publication race each other: wait for both.
+    let comments = wait_comments(&github, "the publication and the reply", |c| {
+        c[0].body.contains("Publication: pr_opened") && c.len() >= 4
     });
     assert_eq!(
         comments.len(),
@@ -436,6 +442,23 @@ fn a_change_shows_its_hash_and_only_the_approvers_comment_with_that_hash_opens_o
             "{} {}: {bearer}",
             request.method,
             request.path
+        );
+    }
+    // Each token was narrowed to the task's repository with the least permissions (the fake
+    // refuses a token outside them), and none reached the task's records.
+    let shown = format!(
+        "{}{}{}",
+        server.task(ADMIN, &ids[0]),
+        server.get(ADMIN, &format!("/v1/tasks/{}/journal?run=1", ids[0])),
+        server.get(ADMIN, &format!("/v1/tasks/{}/journal?run=2", ids[0])),
+    );
+    for token in github.fake.issued() {
+        assert_eq!(token.repositories, Some(vec!["widgets".to_string()]));
+        let permissions: Vec<&str> = token.permissions.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(permissions, ["issues", "metadata", "pull_requests"]);
+        assert!(
+            !shown.contains(&token.token),
+            "a token in the task's records"
         );
     }
     server.terminate();
@@ -529,4 +552,499 @@ fn a_crash_after_github_created_a_comment_and_before_its_id_was_recorded_still_g
     assert_eq!(comments[0].id, created[0].id);
     assert_eq!(task_ids(&server).len(), 1);
     server.terminate();
+}
+
+/// An `issue_comment` `created` payload by `login` on issue or pull request `number`.
+fn comment_on(number: u64, login: &str, body: &str) -> String {
+    let mut payload: Value = serde_json::from_str(&comment_payload(login, body)).unwrap();
+    payload["issue"]["number"] = json!(number);
+    if number != ISSUE {
+        // A pull request's conversation is an issue with a `pull_request` key.
+        payload["issue"]["pull_request"] = json!({
+            "url": format!("https://api.github.com/repos/acme/widgets/pulls/{number}"),
+            "html_url": format!("https://github.example/acme/widgets/pull/{number}"),
+        });
+    }
+    payload.to_string()
+}
+
+/// A `pull_request_review_comment` `created` payload by `login` on pull request `pull` (as
+/// the fake returns it), shaped as GitHub's documented example.
+fn review_comment_payload(pull: &Value, login: &str, body: &str) -> String {
+    let number = pull["number"].as_u64().unwrap();
+    json!({
+        "action": "created",
+        "comment": {
+            "url": format!("https://api.github.com/repos/acme/widgets/pulls/comments/{}", 500 + number),
+            "pull_request_review_id": 700 + number,
+            "id": 500 + number,
+            "node_id": "PRRC_fake",
+            "diff_hunk": "@@ -1,3 +1,3 @@\n alpha\n-beta\n+BETA\n gamma",
+            "path": "src/lib.txt",
+            "commit_id": pull["head"]["sha"],
+            "original_commit_id": pull["head"]["sha"],
+            "user": {"login": login, "id": 11, "type": "User"},
+            "body": body,
+            "created_at": "2026-12-03T14:00:00Z",
+            "updated_at": "2026-12-03T14:00:00Z",
+            "html_url": format!("https://github.example/acme/widgets/pull/{number}#discussion_r1"),
+            "pull_request_url": pull["url"],
+            "author_association": "CONTRIBUTOR",
+            "start_line": null, "original_start_line": null, "start_side": null,
+            "line": 3, "original_line": 3, "side": "RIGHT",
+        },
+        "pull_request": pull,
+        "repository": {"id": 1, "name": "widgets", "full_name": "acme/widgets",
+                       "owner": {"login": "acme", "type": "Organization"}},
+        "sender": {"login": login, "type": "User"},
+    })
+    .to_string()
+}
+
+/// A `pull_request_review` `submitted` payload by `login` on pull request `pull`, its body
+/// `body` (as GitHub's documented example).
+fn review_payload(pull: &Value, login: &str, body: &str) -> String {
+    let number = pull["number"].as_u64().unwrap();
+    json!({
+        "action": "submitted",
+        "review": {
+            "id": 800 + number, "node_id": "PRR_fake",
+            "user": {"login": login, "id": 12, "type": "User"},
+            "body": body, "commit_id": pull["head"]["sha"],
+            "submitted_at": "2026-12-03T14:05:00Z", "state": "commented",
+            "html_url": format!("https://github.example/acme/widgets/pull/{number}#pullrequestreview-1"),
+            "pull_request_url": pull["url"], "author_association": "MEMBER",
+        },
+        "pull_request": pull,
+        "repository": {"id": 1, "name": "widgets", "full_name": "acme/widgets",
+                       "owner": {"login": "acme", "type": "Organization"}},
+        "sender": {"login": login, "type": "User"},
+    })
+    .to_string()
+}
+
+/// `refs/heads/warden/*` of the remote, each `REF SHA` (asked with `repo`'s git).
+fn remote_branches(repo: &TempRepo, github: &GithubRemote) -> Vec<String> {
+    let git_dir = format!("--git-dir={}", github.path.display());
+    let listed = repo.git(&[
+        &git_dir,
+        "for-each-ref",
+        "--format=%(refname) %(objectname)",
+        "refs/heads/warden/",
+    ]);
+    listed.lines().map(str::to_string).collect()
+}
+
+#[test]
+fn a_review_comment_on_a_warden_pull_request_adds_one_commit_to_its_branch_once_across_a_crash() {
+    let repo = change_repo();
+    let github = GithubRemote::for_repo(&repo, GITHUB_TOKEN);
+    let model = ScriptedModelServer::start_blocking(vec![
+        uppercase_beta(),
+        call("submit_change", json!({"summary": "Uppercase beta"})),
+        call(
+            "edit_file",
+            json!({"path": "src/lib.txt", "old": "gamma", "new": "GAMMA"}),
+        ),
+        call("submit_change", json!({"summary": "Uppercase gamma too"})),
+    ]);
+    let warden = with_hook(Warden::openai(&model.url()), &github);
+    let server = Server::start(&warden, TOKENS);
+    server.register_with_checks("app", &repo, &["bash check.sh"]);
+    wait_serving(&server);
+
+    // The change from the issue, approved: pull request #1 on warden/<task>.
+    assert_eq!(
+        comment(&server, "r-1", "alice", "@warden fix: make beta uppercase"),
+        200
+    );
+    wait_comments(&github, "the proposal", |c| {
+        c.iter().any(|c| c.body.contains("/warden approve sha256:"))
+    });
+    let first = task_ids(&server).pop().unwrap();
+    let hash = server.task(ADMIN, &first)["result"]["proposal"]["hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        comment(
+            &server,
+            "r-2",
+            "octo-root",
+            &format!("/warden approve {hash}")
+        ),
+        200
+    );
+    // The task's comment and the reply to the approval.
+    wait_comments(&github, "the publication", |c| {
+        c[0].body.contains("Publication: pr_opened") && c.len() >= 2
+    });
+    let pulls = github.fake.pulls();
+    assert_eq!(pulls.len(), 1, "{pulls:#?}");
+    let pull = pulls[0].clone();
+    let first_commit = pull["head"]["sha"].as_str().unwrap().to_string();
+    assert_eq!(pull["head"]["ref"], format!("warden/{first}"));
+
+    // A reader's review comment, a forged one, and one on a pull request Warden did not open:
+    // nothing.
+    let asked = review_comment_payload(&pull, "alice", "@warden make gamma uppercase too");
+    for secret in [Some("not the secret"), None] {
+        let (status, _) = deliver(
+            &server,
+            "pull_request_review_comment",
+            "r-3",
+            &asked,
+            secret,
+        )
+        .unwrap();
+        assert_eq!(status, 401);
+    }
+    let reader = review_comment_payload(&pull, "mallory", "@warden make gamma uppercase too");
+    let mut foreign = pull.clone();
+    foreign["head"]["ref"] = json!("feature/mine");
+    foreign["html_url"] = json!("https://github.example/acme/widgets/pull/9");
+    let foreign = review_comment_payload(&foreign, "alice", "@warden make gamma uppercase too");
+    for (id, body) in [("r-4", &reader), ("r-5", &foreign)] {
+        let (status, _) = deliver(
+            &server,
+            "pull_request_review_comment",
+            id,
+            body,
+            Some(SECRET),
+        )
+        .unwrap();
+        assert_eq!(status, 200);
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(task_ids(&server).len(), 1);
+    let comments_before = github.fake.comments().len();
+    server.terminate();
+
+    // Served again, set to die right after the next push.
+    let server = Server::start_with(
+        &warden,
+        TOKENS,
+        &[("WARDEN_FAILPOINT", "publish_after_push")],
+    );
+    wait_serving(&server);
+    let (status, _) = deliver(
+        &server,
+        "pull_request_review_comment",
+        "r-6",
+        &asked,
+        Some(SECRET),
+    )
+    .unwrap();
+    assert_eq!(status, 200);
+    // The follow-up's proposal is shown on the pull request's conversation (issue #1).
+    let comments = wait_comments(&github, "the follow-up's proposal", |c| {
+        c.iter()
+            .any(|c| c.issue == 1 && c.body.contains("/warden approve sha256:"))
+    });
+    assert_eq!(comments.len(), comments_before + 1, "{comments:#?}");
+    let ids = task_ids(&server);
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    let second = ids.iter().find(|id| **id != first).unwrap().clone();
+    let task = server.task(ADMIN, &second);
+    assert_eq!(task["follow_up_to"], first.as_str(), "{task}");
+    assert_eq!(task["owner"], "github:alice", "{task}");
+    assert_eq!(task["status"], "waiting_approval", "{task}");
+    let prompt = task["prompt"].as_str().unwrap();
+    assert!(prompt.starts_with("make gamma uppercase too"), "{prompt}");
+    assert!(prompt.contains("`src/lib.txt` line 3"), "{prompt}");
+    let second_hash = task["result"]["proposal"]["hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        task["result"]["proposal"]["base_commit"],
+        first_commit.as_str(),
+        "{task}"
+    );
+    // The approval, in a review of the pull request, bound to the new hash: published, and
+    // the process dies after the push, before recording anything.
+    let approve = review_payload(
+        &pull,
+        "octo-root",
+        &format!("/warden approve {second_hash}"),
+    );
+    let _ = deliver(
+        &server,
+        "pull_request_review",
+        "r-7",
+        &approve,
+        Some(SECRET),
+    );
+    assert_eq!(server.wait_exit(), Some(101));
+
+    // Started again: the publication resumes; the branch moved once, one pull request.
+    let server = Server::start(&warden, TOKENS);
+    wait_serving(&server);
+    let task = server.wait_until(ADMIN, &second, |s| s == "completed");
+    let result = &task["result"];
+    assert_eq!(result["publication"]["status"], "pr_opened", "{task}");
+    assert_eq!(result["publication"]["branch"], format!("warden/{first}"));
+    assert_eq!(result["publication"]["pr_url"], pull["html_url"], "{task}");
+    let second_commit = result["proposal"]["commit"].as_str().unwrap();
+    assert_eq!(
+        remote_branches(&repo, &github),
+        [format!("refs/heads/warden/{first} {second_commit}")]
+    );
+    let git_dir = format!("--git-dir={}", github.path.display());
+    assert_eq!(
+        repo.git(&[&git_dir, "rev-parse", &format!("{second_commit}^")]),
+        first_commit,
+        "a fast-forward: the new commit's parent is the first proposal"
+    );
+    assert_eq!(github.fake.pulls().len(), 1);
+    let creates = github
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.method == "POST" && r.path.ends_with("/pulls"))
+        .count();
+    assert_eq!(creates, 1);
+    // The follow-up's comment on the pull request ends with the publication.
+    wait_comments(&github, "the follow-up's publication", |c| {
+        c.iter()
+            .any(|c| c.issue == 1 && c.body.contains("Publication: pr_opened"))
+    });
+    // GitHub redelivering the review comment starts nothing more.
+    let (status, _) = deliver(
+        &server,
+        "pull_request_review_comment",
+        "r-6",
+        &asked,
+        Some(SECRET),
+    )
+    .unwrap();
+    assert_eq!(status, 200);
+    // A failed check on the pull request: this Warden did not opt acme/widgets in, nothing.
+    let failed = check_run_payload(&pull_now(&repo, &github), "lint", "failure", "lint failed");
+    assert_eq!(
+        deliver(&server, "check_run", "r-8", &failed, Some(SECRET))
+            .unwrap()
+            .0,
+        200
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(task_ids(&server).len(), 2);
+    server.terminate();
+}
+
+/// A `check_run` `completed` payload (as GitHub's documented example) for `pull`'s head
+/// commit, by the CI app, concluded `conclusion`.
+fn check_run_payload(pull: &Value, name: &str, conclusion: &str, text: &str) -> String {
+    let number = pull["number"].as_u64().unwrap();
+    let sha = &pull["head"]["sha"];
+    let pull_ref = json!({
+        "url": format!("https://api.github.com/repos/acme/widgets/pulls/{number}"),
+        "id": 1000 + number,
+        "number": number,
+        "head": {"ref": pull["head"]["ref"], "sha": sha,
+                 "repo": {"id": 1, "url": "https://api.github.com/repos/acme/widgets", "name": "widgets"}},
+        "base": {"ref": "main", "sha": pull["base"]["sha"],
+                 "repo": {"id": 1, "url": "https://api.github.com/repos/acme/widgets", "name": "widgets"}},
+    });
+    let app = json!({"id": 29310, "slug": "ci", "node_id": "MDM6QXBwMjkzMTA=", "name": "CI",
+                     "owner": {"login": "acme", "type": "Organization"}});
+    json!({
+        "action": "completed",
+        "check_run": {
+            "id": 128_620_228, "name": name, "node_id": "MDg6Q2hlY2tSdW4xMjg2MjAyMjg=",
+            "head_sha": sha, "external_id": "", "status": "completed", "conclusion": conclusion,
+            "url": "https://api.github.com/repos/acme/widgets/check-runs/128620228",
+            "html_url": "https://github.example/acme/widgets/runs/128620228",
+            "details_url": "https://ci.example/runs/1",
+            "started_at": "2026-12-03T14:00:00Z", "completed_at": "2026-12-03T14:01:00Z",
+            "output": {"title": format!("{name}: 1 failure"), "summary": "check.sh exited 1",
+                       "text": text, "annotations_count": 0,
+                       "annotations_url": "https://api.github.com/repos/acme/widgets/check-runs/128620228/annotations"},
+            "check_suite": {"id": 118_578_147, "head_branch": pull["head"]["ref"], "head_sha": sha,
+                            "status": "completed", "conclusion": conclusion, "app": app,
+                            "pull_requests": [pull_ref]},
+            "app": app,
+            "pull_requests": [pull_ref],
+        },
+        "repository": {"id": 1, "name": "widgets", "full_name": "acme/widgets",
+                       "owner": {"login": "acme", "type": "Organization"}},
+        "sender": {"login": "acme-ci[bot]", "type": "Bot"},
+    })
+    .to_string()
+}
+
+/// The pull request as the fake shows it now (its head moves with follow-ups).
+fn pull_now(repo: &TempRepo, github: &GithubRemote) -> Value {
+    let mut pull = github.fake.pulls()[0].clone();
+    let git_dir = format!("--git-dir={}", github.path.display());
+    let head = pull["head"]["ref"].as_str().unwrap().to_string();
+    let sha = repo.git(&[&git_dir, "rev-parse", &format!("refs/heads/{head}")]);
+    pull["head"]["sha"] = json!(sha);
+    pull
+}
+
+/// Approves the pending proposal of task `id` from the pull request's conversation and waits
+/// for its publication.
+fn approve_on_pull(server: &Server, delivery: &str, id: &str) -> Value {
+    let task = server.wait_until(ADMIN, id, |s| s == "waiting_approval");
+    let hash = task["result"]["proposal"]["hash"].as_str().unwrap();
+    let approve = comment_on(1, "octo-root", &format!("/warden approve {hash}"));
+    assert_eq!(
+        deliver(server, "issue_comment", delivery, &approve, Some(SECRET))
+            .unwrap()
+            .0,
+        200
+    );
+    server.wait_until(ADMIN, id, |s| s == "completed")
+}
+
+#[test]
+fn a_failed_check_on_a_warden_pull_request_starts_one_fix_per_commit_and_at_most_two_in_a_row() {
+    let repo = change_repo();
+    let github = GithubRemote::for_repo(&repo, GITHUB_TOKEN);
+    let edit = |old: &str, new: &str| {
+        call(
+            "edit_file",
+            json!({"path": "src/lib.txt", "old": old, "new": new}),
+        )
+    };
+    let model = ScriptedModelServer::start_blocking(vec![
+        uppercase_beta(),
+        call("submit_change", json!({"summary": "Uppercase beta"})),
+        edit("gamma", "GAMMA"),
+        call("submit_change", json!({"summary": "Fix lint: gamma"})),
+        edit("alpha", "ALPHA"),
+        call("submit_change", json!({"summary": "Fix lint: alpha"})),
+    ]);
+    let warden = with_hook(Warden::openai(&model.url()), &github);
+    // Opted in for acme/widgets.
+    std::fs::write(
+        warden.home.path().join("warden.toml"),
+        HOOK_TOML.replace(
+            "handle = \"warden\"\n",
+            "handle = \"warden\"\nfix_failed_checks = [\"acme/widgets\"]\n",
+        ),
+    )
+    .unwrap();
+    let server = Server::start(&warden, TOKENS);
+    server.register_with_checks("app", &repo, &["bash check.sh"]);
+    wait_serving(&server);
+    assert_eq!(
+        comment(&server, "k-1", "alice", "@warden fix: make beta uppercase"),
+        200
+    );
+    if github
+        .fake
+        .wait_for_comments(WAIT, |c| {
+            c.iter().any(|c| c.body.contains("/warden approve sha256:"))
+        })
+        .is_none()
+    {
+        let ids = task_ids(&server);
+        panic!(
+            "no proposal after {WAIT:?}: {}\n{:#?}\n{}",
+            server.task(ADMIN, &ids[0]),
+            github.fake.comments(),
+            server.stderr()
+        );
+    }
+    let first = task_ids(&server).pop().unwrap();
+    let hash = server.task(ADMIN, &first)["result"]["proposal"]["hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        comment(
+            &server,
+            "k-2",
+            "octo-root",
+            &format!("/warden approve {hash}")
+        ),
+        200
+    );
+    server.wait_until(ADMIN, &first, |s| s == "completed");
+    let check = |delivery: &str, pull: &Value, name: &str, conclusion: &str| {
+        let body = check_run_payload(
+            pull,
+            name,
+            conclusion,
+            "lint: src/lib.txt:3 gamma must be uppercase\nauth ghs_16C7e42F292c6912E7710c838347Ae178B4a",
+        );
+        assert_eq!(
+            deliver(&server, "check_run", delivery, &body, Some(SECRET))
+                .unwrap()
+                .0,
+            200
+        );
+    };
+
+    // A passing check, and a failing one on a pull request Warden did not open: nothing.
+    let pull = pull_now(&repo, &github);
+    check("k-3", &pull, "lint", "success");
+    let mut foreign = pull.clone();
+    foreign["head"]["ref"] = json!("feature/mine");
+    check("k-4", &foreign, "lint", "failure");
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(task_ids(&server).len(), 1);
+
+    // The failing check: one fix task, a follow-up on the same branch, with the check's
+    // name, conclusion and output (the token in it redacted).
+    check("k-5", &pull, "lint", "failure");
+    let fix = wait_new_task(&server, &[&first]);
+    let task = server.task(ADMIN, &fix);
+    assert_eq!(task["follow_up_to"], first.as_str(), "{task}");
+    assert_eq!(task["owner"], "github:alice", "{task}");
+    let prompt = task["prompt"].as_str().unwrap();
+    for expected in [
+        "`lint` concluded `failure` on pull request acme/widgets#1",
+        "gamma must be uppercase",
+        "check.sh exited 1",
+        "[redacted]",
+    ] {
+        assert!(prompt.contains(expected), "{expected}: {prompt}");
+    }
+    assert!(!prompt.contains("ghs_16C7"), "{prompt}");
+    // Another failing check, the suite, and a redelivery on the same commit: no second fix.
+    check("k-6", &pull, "test", "failure");
+    check("k-5", &pull, "lint", "failure");
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(task_ids(&server).len(), 2);
+
+    // The fix published on the branch; its own commit fails: a second fix (the last one).
+    let done = approve_on_pull(&server, "k-7", &fix);
+    assert_eq!(done["result"]["publication"]["pr_url"], pull["html_url"]);
+    let pull = pull_now(&repo, &github);
+    assert_eq!(pull["head"]["sha"], done["result"]["proposal"]["commit"]);
+    check("k-8", &pull, "lint", "timed_out");
+    let second_fix = wait_new_task(&server, &[&first, &fix]);
+    assert_eq!(
+        server.task(ADMIN, &second_fix)["follow_up_to"],
+        fix.as_str()
+    );
+    let done = approve_on_pull(&server, "k-9", &second_fix);
+    let pull = pull_now(&repo, &github);
+    assert_eq!(pull["head"]["sha"], done["result"]["proposal"]["commit"]);
+    // Its commit fails too: Warden stops trying.
+    check("k-10", &pull, "lint", "failure");
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(task_ids(&server).len(), 3);
+    assert_eq!(github.fake.pulls().len(), 1);
+    server.terminate();
+}
+
+/// Waits until the server has one task besides `known`; its id.
+fn wait_new_task(server: &Server, known: &[&str]) -> String {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let ids = task_ids(server);
+        if ids.len() > known.len() {
+            assert_eq!(ids.len(), known.len() + 1, "{ids:?}");
+            return ids
+                .into_iter()
+                .find(|id| !known.contains(&id.as_str()))
+                .unwrap();
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", server.stderr());
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -1,7 +1,9 @@
 //! Authentication as a GitHub App: a JWT signed RS256 with the App's private key (`iat` 60 s
 //! in the past against clock drift, `exp` 9 minutes ahead — GitHub refuses more than 10 —
 //! `iss` the App's client id), exchanged at `POST /app/installations/{id}/access_tokens` for
-//! an installation token (an hour long), which is cached until five minutes before it expires.
+//! an installation token (an hour long) narrowed to the repositories of the call it is for
+//! (`repositories`: names) and to the permissions Warden's calls need ([`TOKEN_PERMISSIONS`]),
+//! cached per [`TokenScope`] until five minutes before it expires.
 //! The key and the tokens live only in the Warden process: never in a sandbox, a URL or a
 //! message. RSA is `ring`'s (already in the tree through rustls); PEM is read here.
 
@@ -96,32 +98,95 @@ pub struct AppCredentials {
     pub key: Arc<AppKey>,
 }
 
-/// The installation token in use and when it expires (Unix seconds).
+/// The permissions an installation token is asked for: what Warden's calls need and no more
+/// (pull requests opened and listed, issue comments written, collaborators' permissions read;
+/// the push goes to the repository's remote as configured, not with this token).
+pub const TOKEN_PERMISSIONS: [(&str, &str); 3] = [
+    ("issues", "write"),
+    ("metadata", "read"),
+    ("pull_requests", "write"),
+];
+
+/// What an installation token covers: the installation and the repositories (names, without
+/// the owner: an installation belongs to one account), sorted.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TokenScope {
+    pub installation_id: u64,
+    pub repositories: Vec<String>,
+}
+
+impl TokenScope {
+    pub fn new(installation_id: u64, repositories: impl IntoIterator<Item = String>) -> TokenScope {
+        let mut repositories: Vec<String> = repositories.into_iter().collect();
+        repositories.sort();
+        repositories.dedup();
+        TokenScope {
+            installation_id,
+            repositories,
+        }
+    }
+
+    /// The body of `POST /app/installations/{id}/access_tokens` for this scope.
+    pub fn request_body(&self) -> serde_json::Value {
+        let permissions: serde_json::Map<String, serde_json::Value> = TOKEN_PERMISSIONS
+            .iter()
+            .map(|(name, level)| (name.to_string(), serde_json::json!(level)))
+            .collect();
+        serde_json::json!({
+            "repositories": self.repositories,
+            "permissions": permissions,
+        })
+    }
+}
+
+/// The installation tokens in use, per scope, and when each expires (Unix seconds).
 #[derive(Debug, Default)]
-pub struct TokenCache(tokio::sync::Mutex<Option<(GithubToken, i64)>>);
+pub struct TokenCache(
+    tokio::sync::Mutex<std::collections::HashMap<TokenScope, (GithubToken, i64)>>,
+    /// Every token fetched and not yet expired, readable without waiting (for redaction).
+    std::sync::Mutex<Vec<(GithubToken, i64)>>,
+);
 
 impl TokenCache {
-    /// The cached token unless it expires within five minutes of `now_secs`; else a new one
-    /// from `fetch` (called once at a time: concurrent callers wait for it).
-    pub async fn get<F, Fut>(&self, now_secs: i64, fetch: F) -> Result<GithubToken, GithubError>
+    /// The token cached for `scope` unless it expires within five minutes of `now_secs`; else a
+    /// new one from `fetch` (called once at a time: concurrent callers wait for it). Expired
+    /// tokens of other scopes are dropped.
+    pub async fn get<F, Fut>(
+        &self,
+        scope: &TokenScope,
+        now_secs: i64,
+        fetch: F,
+    ) -> Result<GithubToken, GithubError>
     where
         F: FnOnce() -> Fut,
         Fut: std::future::Future<Output = Result<(GithubToken, i64), GithubError>>,
     {
         let mut cached = self.0.lock().await;
-        if let Some((token, expires_at)) = cached.as_ref() {
+        cached.retain(|_, (_, expires_at)| *expires_at > now_secs);
+        if let Some((token, expires_at)) = cached.get(scope) {
             if *expires_at - now_secs > RENEW_BEFORE_SECS {
                 return Ok(token.clone());
             }
         }
         let (token, expires_at) = fetch().await?;
-        *cached = Some((token.clone(), expires_at));
+        cached.insert(scope.clone(), (token.clone(), expires_at));
+        let mut known = self
+            .1
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        known.retain(|(_, expires_at)| *expires_at > now_secs);
+        known.push((token.clone(), expires_at));
         Ok(token)
     }
 
-    /// The token in use, if any (to keep it out of error messages).
-    pub fn current(&self) -> Option<GithubToken> {
-        self.0.try_lock().ok()?.as_ref().map(|(t, _)| t.clone())
+    /// The tokens fetched and not known to have expired (to keep them out of error messages).
+    pub fn current(&self) -> Vec<GithubToken> {
+        self.1
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|(token, _)| token.clone())
+            .collect()
     }
 }
 
@@ -193,24 +258,54 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn tokens_are_cached_until_five_minutes_before_they_expire() {
+    async fn tokens_are_cached_per_scope_until_five_minutes_before_they_expire() {
         let cache = TokenCache::default();
         let token = |name: &str| GithubToken::new(name).unwrap();
+        let widgets = TokenScope::new(42, ["widgets".to_string()]);
         let first = cache
-            .get(1_000, || async { Ok((token("ghs_one"), 1_000 + 3_600)) })
+            .get(&widgets, 1_000, || async {
+                Ok((token("ghs_one"), 1_000 + 3_600))
+            })
             .await
             .unwrap();
         assert_eq!(first.expose(), "ghs_one");
         let cached = cache
-            .get(1_000 + 3_000, || async { Ok((token("ghs_two"), 0)) })
+            .get(&widgets, 1_000 + 3_000, || async {
+                Ok((token("ghs_two"), 0))
+            })
             .await
             .unwrap();
         assert_eq!(cached.expose(), "ghs_one");
+        // Another repository (or installation) is another token.
+        let gadgets = TokenScope::new(42, ["gadgets".to_string()]);
+        let other = cache
+            .get(&gadgets, 1_000 + 3_000, || async {
+                Ok((token("ghs_gadgets"), 1_000 + 6_000))
+            })
+            .await
+            .unwrap();
+        assert_eq!(other.expose(), "ghs_gadgets");
+        assert_ne!(widgets, TokenScope::new(7, ["widgets".to_string()]));
         let renewed = cache
-            .get(1_000 + 3_301, || async { Ok((token("ghs_two"), 9_999)) })
+            .get(&widgets, 1_000 + 3_301, || async {
+                Ok((token("ghs_two"), 9_999))
+            })
             .await
             .unwrap();
         assert_eq!(renewed.expose(), "ghs_two");
-        assert_eq!(cache.current().unwrap().expose(), "ghs_two");
+        let current: Vec<String> = cache
+            .current()
+            .iter()
+            .map(|t| t.expose().to_string())
+            .collect();
+        assert_eq!(current, ["ghs_one", "ghs_gadgets", "ghs_two"]);
+        // Minimal permissions, the repositories by name.
+        assert_eq!(
+            TokenScope::new(42, ["b".to_string(), "a".to_string(), "b".to_string()]).request_body(),
+            serde_json::json!({
+                "repositories": ["a", "b"],
+                "permissions": {"issues": "write", "metadata": "read", "pull_requests": "write"},
+            })
+        );
     }
 }

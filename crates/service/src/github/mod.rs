@@ -16,6 +16,12 @@
 //!   write to the repository (`admin`, `maintain` or `write`; asked at each delivery). The
 //!   repository is the registered one whose `[[publish]]` entry names `owner/name`, at its
 //!   default branch. The task's owner is `github:<login>` (an operator).
+//! - **Pull requests Warden opened** (their head `warden/<task>` at a commit a task of this
+//!   Warden published): a mention in a review comment or a review by a writer is a follow-up
+//!   change of that task, `same_branch` (published onto the same branch as a new commit, the
+//!   same pull request); a failed `check_run`/`check_suite` in a repository of
+//!   `fix_failed_checks` is one too, asked as that task's owner, one per head commit and at most
+//!   [`MAX_FIX_ATTEMPTS`] in a row. Their replies go on the pull request's conversation.
 //! - **Approvals**: `/warden approve sha256:…` or `/warden reject sha256:…` on the issue, by a
 //!   login the operator mapped to a Warden admin (`[[github.webhook.approvers]]`) who can also
 //!   still write to the repository, decides the pending approval of a task of that issue,
@@ -65,6 +71,16 @@ pub const FAILPOINT_BEFORE_RECORD: &str = "github_before_record";
 pub const ACK_WITHIN: Duration = Duration::from_secs(5);
 /// How much of an issue's text a task started from it carries as context.
 const ISSUE_CONTEXT_CHARS: usize = 4000;
+/// How much of a review comment's diff hunk its follow-up carries as context.
+const REVIEW_HUNK_CHARS: usize = 2000;
+/// How many of the latest tasks are searched for the one a pull request's head commit is.
+const PUBLISHED_SCAN: u32 = 1000;
+/// Fix tasks started by failed checks in a row on one branch (each on its predecessor's
+/// commit) before Warden stops trying; a person's request in between starts the count again.
+pub const MAX_FIX_ATTEMPTS: u64 = 2;
+/// How much of a failed check's output a fix task carries.
+const CHECK_OUTPUT_CHARS: usize = 3000;
+const SCAN_PAGE: u32 = 200;
 
 const STYLE: Style = Style {
     escape: text::markdown,
@@ -165,7 +181,12 @@ impl GithubHook {
         })?;
         match event {
             "ping" => Ok(WebhookReply::Pong),
-            "issue_comment" | "issues" => {
+            "issue_comment"
+            | "issues"
+            | "pull_request_review_comment"
+            | "pull_request_review"
+            | "check_run"
+            | "check_suite" => {
                 let hook = Arc::clone(self);
                 let event = event.to_string();
                 let work =
@@ -221,6 +242,12 @@ impl GithubHook {
         event: &str,
         payload: &Value,
     ) -> Result<Option<Vec<NewChatMessage>>, StoreError> {
+        if matches!(event, "pull_request_review_comment" | "pull_request_review") {
+            return self.on_review(id, event, payload).await;
+        }
+        if matches!(event, "check_run" | "check_suite") {
+            return self.on_check(id, event, payload).await;
+        }
         let issue = &payload["issue"];
         let (author, body, opened) = match (event, payload["action"].as_str()) {
             ("issue_comment", Some("created")) => (
@@ -265,32 +292,13 @@ impl GithubHook {
         let Some(repo) = GithubRepo::parse(full_name) else {
             return Ok(Some(Vec::new()));
         };
-        match self.client.permission(&repo, login).await {
-            Ok(permission) if permission.can_write() => {}
-            Ok(permission) => {
-                tracing::info!(login, repo = %repo, permission = %permission.permission, "github user without write access ignored");
-                return Ok(Some(Vec::new()));
-            }
-            Err(GithubError::NotFound(_)) => {
-                tracing::info!(login, repo = %repo, "github user unknown to the repository ignored");
-                return Ok(Some(Vec::new()));
-            }
-            Err(error) => {
-                tracing::warn!(%error, login, repo = %repo, "cannot learn a github user's permission; the delivery is not recorded");
-                return Ok(None);
-            }
+        match self.may_write(&repo, login).await {
+            Some(true) => {}
+            Some(false) => return Ok(Some(Vec::new())),
+            None => return Ok(None),
         }
         let chat = format!("{repo}#{number}");
-        let reply = |text: String| {
-            vec![NewChatMessage {
-                id: format!("gh:d:{id}"),
-                channel: CHANNEL.into(),
-                chat: chat.clone(),
-                task: None,
-                text,
-                markup: None,
-            }]
-        };
+        let reply = |text: String| one_reply(id, &chat, text);
         if let Some(command) = command {
             return Ok(Some(reply(
                 self.decide(login, &repo, number, command).await?,
@@ -348,6 +356,352 @@ impl GithubHook {
                 Ok(submitted) => task_pieces(&submitted.task, &chat),
                 Err(ServiceError::Store(error)) => return Err(error),
                 Err(error) => reply(format!("Refused: {}", text::markdown(&error.to_string()))),
+            },
+        ))
+    }
+
+    /// Whether GitHub says `login` may write to `repo`; `None` when it could not be learnt (the
+    /// delivery is then not recorded, so a redelivery asks again).
+    async fn may_write(&self, repo: &GithubRepo, login: &str) -> Option<bool> {
+        match self.client.permission(repo, login).await {
+            Ok(permission) if permission.can_write() => Some(true),
+            Ok(permission) => {
+                tracing::info!(login, repo = %repo, permission = %permission.permission, "github user without write access ignored");
+                Some(false)
+            }
+            Err(GithubError::NotFound(_)) => {
+                tracing::info!(login, repo = %repo, "github user unknown to the repository ignored");
+                Some(false)
+            }
+            Err(error) => {
+                tracing::warn!(%error, login, repo = %repo, "cannot learn a github user's permission; the delivery is not recorded");
+                None
+            }
+        }
+    }
+
+    /// A review comment (`pull_request_review_comment` `created`) or a review with a body
+    /// (`pull_request_review` `submitted`) on a pull request Warden opened: a mention of the
+    /// app by a writer is a follow-up change of the task whose proposal the pull request's head
+    /// is, published on the same branch after an approval; `/warden approve|reject` decides as
+    /// on an issue. The replies go on the pull request's conversation.
+    async fn on_review(
+        &self,
+        id: &str,
+        event: &str,
+        payload: &Value,
+    ) -> Result<Option<Vec<NewChatMessage>>, StoreError> {
+        let pull = &payload["pull_request"];
+        let (item, location) = match (event, payload["action"].as_str()) {
+            ("pull_request_review_comment", Some("created")) => {
+                let comment = &payload["comment"];
+                let line = comment["line"]
+                    .as_u64()
+                    .or_else(|| comment["original_line"].as_u64());
+                let location = comment["path"].as_str().map(|path| {
+                    let at = line.map(|l| format!(" line {l}")).unwrap_or_default();
+                    let hunk: String = comment["diff_hunk"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .chars()
+                        .take(REVIEW_HUNK_CHARS)
+                        .collect();
+                    format!("on `{path}`{at}, whose diff hunk follows:\n{hunk}")
+                });
+                (comment, location)
+            }
+            ("pull_request_review", Some("submitted")) => (&payload["review"], None),
+            _ => return Ok(Some(Vec::new())),
+        };
+        let author = &item["user"];
+        let body = item["body"].as_str().unwrap_or_default();
+        let (Some(login), Some(number), Some(full_name)) = (
+            author["login"].as_str(),
+            pull["number"].as_u64(),
+            payload["repository"]["full_name"].as_str(),
+        ) else {
+            return Ok(Some(Vec::new()));
+        };
+        if author["type"] == "Bot" || login.ends_with("[bot]") || body.contains(MARKER_PREFIX) {
+            return Ok(Some(Vec::new()));
+        }
+        let handle = &self.config.handle;
+        let command = text::parse_command(body, handle);
+        let mention = match command {
+            Some(_) => None,
+            None => text::parse_mention(body, handle),
+        };
+        if command.is_none() && mention.is_none() {
+            return Ok(Some(Vec::new()));
+        }
+        let Some(repo) = GithubRepo::parse(full_name) else {
+            return Ok(Some(Vec::new()));
+        };
+        match self.may_write(&repo, login).await {
+            Some(true) => {}
+            Some(false) => return Ok(Some(Vec::new())),
+            None => return Ok(None),
+        }
+        let chat = format!("{repo}#{number}");
+        let reply = |text: String| one_reply(id, &chat, text);
+        if let Some(command) = command {
+            return Ok(Some(reply(
+                self.decide(login, &repo, number, command).await?,
+            )));
+        }
+        let Some(request) = mention else {
+            return Ok(Some(Vec::new()));
+        };
+        // Only Warden's own pull requests: their head is a branch Warden published, in this
+        // repository (not a fork's), at a commit a task of this Warden proposed.
+        let head_repo = pull["head"]["repo"]["full_name"].as_str();
+        let (Some(head_ref), Some(head_sha), Some(url)) = (
+            pull["head"]["ref"].as_str(),
+            pull["head"]["sha"].as_str(),
+            pull["html_url"].as_str(),
+        ) else {
+            return Ok(Some(Vec::new()));
+        };
+        if head_repo != Some(full_name) {
+            return Ok(Some(Vec::new()));
+        }
+        let Some(latest) = self.published_task(head_ref, head_sha, Some(url)).await? else {
+            tracing::info!(pull = %chat, "a mention on a pull request Warden did not open (or whose head it did not publish) ignored");
+            return Ok(Some(Vec::new()));
+        };
+        if request.text.trim().is_empty() {
+            let joiner = crate::chat::text::JOINER;
+            return Ok(Some(reply(format!(
+                "Say what to change (`@{joiner}{handle} also handle the empty case`)."
+            ))));
+        }
+        let principal = Principal {
+            name: format!("github:{}", login.to_ascii_lowercase()),
+            role: Role::Operator,
+        };
+        let prompt = match &location {
+            Some(location) => format!(
+                "{}\n\n(Asked in a review comment on pull request {repo}#{number}, {location})",
+                request.text
+            ),
+            None => format!(
+                "{}\n\n(Asked in a review of pull request {repo}#{number}.)",
+                request.text
+            ),
+        };
+        let mut submission = Submission::new(TaskKind::Change, prompt, Vec::new());
+        submission.follow_up_to = Some(latest.id.to_string());
+        submission.publish = Some(true);
+        submission.same_branch = true;
+        submission.metadata = Some(json!({"github": {
+            "repo": repo.to_string(), "issue": number, "pull": number, "delivery": id,
+        }}));
+        let idempotency_body = json!({"repo": repo.to_string(), "pull": number,
+            "follows": latest.id.to_string(), "text": request.text})
+        .to_string();
+        let idempotency = Idempotency::new(format!("github:{id}"), idempotency_body.as_bytes());
+        Ok(Some(
+            match self
+                .tasks
+                .submit(&principal, submission, Some(idempotency))
+                .await
+            {
+                Ok(submitted) => task_pieces(&submitted.task, &chat),
+                Err(ServiceError::Store(error)) => return Err(error),
+                Err(error) => reply(format!(
+                    "Refused: {}; nothing was started.",
+                    text::markdown(&error.to_string())
+                )),
+            },
+        ))
+    }
+
+    /// The change task whose published proposal a pull request shows: its branch `head_ref`
+    /// is `warden/<task>` of a task that opened a pull request (`url` when given), and the task
+    /// whose published commit is `head_sha` (that one, or a follow-up published on the same
+    /// branch, among the latest [`PUBLISHED_SCAN`] tasks). `None`: not a pull request of this
+    /// Warden, or its head is a commit Warden did not publish.
+    async fn published_task(
+        &self,
+        head_ref: &str,
+        head_sha: &str,
+        url: Option<&str>,
+    ) -> Result<Option<Task>, StoreError> {
+        let Some(first) = head_ref
+            .strip_prefix("warden/")
+            .and_then(|id| id.parse::<warden_protocol::TaskId>().ok())
+        else {
+            return Ok(None);
+        };
+        let Some(first) = self.store().get_task(&first).await? else {
+            return Ok(None);
+        };
+        let opened = |task: &Task| {
+            let pr_url = task
+                .result
+                .as_ref()
+                .and_then(|r| r.pointer("/publication/pr_url"))
+                .and_then(Value::as_str);
+            task.kind == TaskKind::Change
+                && pr_url.is_some_and(|opened| url.is_none_or(|url| opened == url))
+        };
+        let on_branch = |task: &Task| {
+            crate::publication::published_branch(task)
+                .is_some_and(|(branch, commit)| branch == head_ref && commit == head_sha)
+        };
+        if !opened(&first) {
+            return Ok(None);
+        }
+        if on_branch(&first) {
+            return Ok(Some(first));
+        }
+        let mut before = None;
+        for _ in 0..PUBLISHED_SCAN / SCAN_PAGE {
+            let page = self
+                .store()
+                .list_tasks(warden_store::TaskQuery {
+                    owner: None,
+                    status: None,
+                    before: before.take(),
+                    limit: SCAN_PAGE,
+                })
+                .await?;
+            if let Some(found) = page.iter().find(|t| opened(t) && on_branch(t)) {
+                return Ok(Some(found.clone()));
+            }
+            match page.last() {
+                Some(last) if page.len() == SCAN_PAGE as usize => before = Some(last.id.clone()),
+                _ => break,
+            }
+        }
+        Ok(None)
+    }
+
+    /// A failed check (`check_run` or `check_suite` `completed` with `failure` or `timed_out`)
+    /// on a pull request Warden opened, in a repository of `fix_failed_checks`: a follow-up
+    /// change of the task whose proposal the pull request's head is, asked to fix what failed
+    /// (the check's name, conclusion and a bounded, redacted excerpt of its output), published
+    /// on the same branch after an approval, as the task's owner asked it. At most one per
+    /// head commit (its idempotency key is the commit), and at most [`MAX_FIX_ATTEMPTS`] in a
+    /// row on a branch without a person's request in between.
+    async fn on_check(
+        &self,
+        id: &str,
+        event: &str,
+        payload: &Value,
+    ) -> Result<Option<Vec<NewChatMessage>>, StoreError> {
+        let (check, name, output) = match (event, payload["action"].as_str()) {
+            ("check_run", Some("completed")) => {
+                let run = &payload["check_run"];
+                (run, run["name"].as_str(), Some(&run["output"]))
+            }
+            ("check_suite", Some("completed")) => {
+                let suite = &payload["check_suite"];
+                (suite, suite["app"]["name"].as_str(), None)
+            }
+            _ => return Ok(Some(Vec::new())),
+        };
+        let conclusion = check["conclusion"].as_str().unwrap_or_default();
+        if !matches!(conclusion, "failure" | "timed_out") {
+            return Ok(Some(Vec::new()));
+        }
+        let (Some(full_name), Some(head_sha)) = (
+            payload["repository"]["full_name"].as_str(),
+            check["head_sha"].as_str(),
+        ) else {
+            return Ok(Some(Vec::new()));
+        };
+        let Some(repo) = GithubRepo::parse(full_name) else {
+            return Ok(Some(Vec::new()));
+        };
+        if !self.config.fix_failed_checks.contains(&repo) {
+            return Ok(Some(Vec::new()));
+        }
+        // The pull requests of the checked commit, in this repository (not a fork's).
+        let repository_id = &payload["repository"]["id"];
+        let mut found = None;
+        for pull in check["pull_requests"].as_array().into_iter().flatten() {
+            let head = &pull["head"];
+            let (Some(number), Some(head_ref)) = (pull["number"].as_u64(), head["ref"].as_str())
+            else {
+                continue;
+            };
+            if head["sha"].as_str() != Some(head_sha) || &head["repo"]["id"] != repository_id {
+                continue;
+            }
+            if let Some(task) = self.published_task(head_ref, head_sha, None).await? {
+                found = Some((number, task));
+                break;
+            }
+        }
+        let Some((number, latest)) = found else {
+            return Ok(Some(Vec::new()));
+        };
+        let attempts = latest.metadata["github"]["fix_attempt"]
+            .as_u64()
+            .unwrap_or(0);
+        if attempts >= MAX_FIX_ATTEMPTS {
+            tracing::info!(task = %latest.id, head_sha, "a failed check on a fix's own commit; no further fix task (at most {MAX_FIX_ATTEMPTS} in a row)");
+            return Ok(Some(Vec::new()));
+        }
+        let chat = format!("{repo}#{number}");
+        let name = name.unwrap_or("a check");
+        let excerpt = output
+            .map(|output| {
+                self.tasks
+                    .redactor()
+                    .text(&text::check_excerpt(output, CHECK_OUTPUT_CHARS))
+            })
+            .filter(|excerpt| !excerpt.is_empty());
+        let short = &head_sha[..head_sha.len().min(12)];
+        let mut prompt = format!(
+            "fix the failing check: `{name}` concluded `{conclusion}` on pull request {repo}#{number} \
+             (commit {short}). Find the cause and fix it, keeping what the pull request changes."
+        );
+        match excerpt {
+            Some(excerpt) => prompt.push_str(&format!(
+                "\n\n(The check's output, as it reported it, at most {CHECK_OUTPUT_CHARS} characters, follows.)\n{excerpt}"
+            )),
+            None => prompt.push_str("\n\n(The check reported no output.)"),
+        }
+        // The task's owner asks for the fix: the repository's operator opted in, and the
+        // publication still needs an approval.
+        let principal = Principal {
+            name: latest.owner.clone(),
+            role: Role::Operator,
+        };
+        let mut submission = Submission::new(TaskKind::Change, prompt, Vec::new());
+        submission.follow_up_to = Some(latest.id.to_string());
+        submission.publish = Some(true);
+        submission.same_branch = true;
+        submission.metadata = Some(json!({"github": {
+            "repo": repo.to_string(), "issue": number, "pull": number, "delivery": id,
+            "fix_attempt": attempts + 1, "check": name,
+        }}));
+        // One fix per failed commit, however many of its checks fail (or are redelivered).
+        let idempotency_body =
+            json!({"repo": repo.to_string(), "pull": number, "sha": head_sha}).to_string();
+        let idempotency = Idempotency::new(
+            format!("github:fix:{head_sha}"),
+            idempotency_body.as_bytes(),
+        );
+        Ok(Some(
+            match self
+                .tasks
+                .submit(&principal, submission, Some(idempotency))
+                .await
+            {
+                Ok(submitted) => task_pieces(&submitted.task, &chat),
+                Err(ServiceError::Store(error)) => return Err(error),
+                Err(error) => one_reply(
+                    id,
+                    &chat,
+                    format!(
+                        "Refused to start a fix for `{}`: {}",
+                        text::markdown(name),
+                        text::markdown(&error.to_string())
+                    ),
+                ),
             },
         ))
     }
@@ -473,6 +827,18 @@ impl Front for GithubHook {
         )
         .await
     }
+}
+
+/// The one-off reply to delivery `id` on issue or pull request `chat`.
+fn one_reply(id: &str, chat: &str, text: String) -> Vec<NewChatMessage> {
+    vec![NewChatMessage {
+        id: format!("gh:d:{id}"),
+        channel: CHANNEL.into(),
+        chat: chat.to_string(),
+        task: None,
+        text,
+        markup: None,
+    }]
 }
 
 /// A task's comment(s) on issue `chat` (`owner/name#number`), saying how to approve while

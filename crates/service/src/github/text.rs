@@ -173,9 +173,71 @@ pub fn parse_command(text: &str, handle: &str) -> Option<Command> {
     None
 }
 
+/// Prefixes of GitHub's tokens (personal, OAuth, user-to-server, installation, refresh,
+/// fine-grained).
+const TOKEN_PREFIXES: [&str; 6] = ["ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"];
+
+/// A failed check's reported output as a task's context: `title`, `summary` and `text`
+/// (each as the check wrote it, empty ones left out), at most `max` characters in all, every
+/// word that looks like a GitHub token replaced with `[redacted]` (a check can print one; the
+/// caller also removes Warden's registered secrets).
+pub fn check_excerpt(output: &serde_json::Value, max: usize) -> String {
+    let parts: Vec<&str> = ["title", "summary", "text"]
+        .iter()
+        .filter_map(|key| output[*key].as_str())
+        .map(str::trim)
+        .filter(|part| !part.is_empty())
+        .collect();
+    let joined = parts.join("\n\n");
+    let mut excerpt: String = joined.chars().take(max).collect();
+    if joined.chars().count() > max {
+        excerpt.push_str("\n… (cut)");
+    }
+    let mut out = String::with_capacity(excerpt.len());
+    let mut rest = excerpt.as_str();
+    while !rest.is_empty() {
+        let word_end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(rest.len());
+        if word_end == 0 {
+            let c = rest.chars().next().unwrap_or_default();
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+            continue;
+        }
+        let word = &rest[..word_end];
+        if TOKEN_PREFIXES.iter().any(|p| word.starts_with(p)) && word.len() >= 20 {
+            out.push_str("[redacted]");
+        } else {
+            out.push_str(word);
+        }
+        rest = &rest[word_end..];
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn check_output_is_bounded_and_tokens_in_it_are_redacted() {
+        let output = serde_json::json!({
+            "title": "1 test failed",
+            "summary": "  ",
+            "text": "token=ghs_16C7e42F292c6912E7710c838347Ae178B4a in the log; ghp_short stays",
+        });
+        assert_eq!(
+            check_excerpt(&output, 1000),
+            "1 test failed\n\ntoken=[redacted] in the log; ghp_short stays"
+        );
+        let long = serde_json::json!({"text": "é".repeat(50)});
+        assert_eq!(
+            check_excerpt(&long, 10),
+            format!("{}\n… (cut)", "é".repeat(10))
+        );
+        assert_eq!(check_excerpt(&serde_json::Value::Null, 10), "");
+    }
 
     #[test]
     fn githubs_published_test_vector_verifies() {

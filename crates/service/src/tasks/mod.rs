@@ -277,6 +277,12 @@ impl TaskService {
         &self.store
     }
 
+    /// What removes Warden's registered secrets from text (an interface's context from
+    /// outside, e.g. a failed check's output, before it becomes a prompt).
+    pub fn redactor(&self) -> &Redactor {
+        &self.redactor
+    }
+
     /// Warden's repository store, when configured.
     pub fn repo_store(&self) -> Option<&warden_repo::RepoStore> {
         self.repos.as_ref()

@@ -42,6 +42,10 @@ pub struct Submission {
     pub callback_url: Option<String>,
     /// Change tasks: run the checks on the base commit first (`baseline_failing` if they fail).
     pub baseline: bool,
+    /// Change follow-ups that publish: publish onto the branch (and pull request) the followed
+    /// change was published to, as a new commit on top of it (see
+    /// [`warden_engine::publish::Onto`]); refused unless that change published a branch.
+    pub same_branch: bool,
     /// Repositories an in-process front door pinned itself (a local path or URL, an exact
     /// commit) instead of registered names; see [`PinnedRepos`].
     pub pinned: Option<PinnedRepos>,
@@ -75,6 +79,7 @@ impl Submission {
             metadata: None,
             callback_url: None,
             baseline: false,
+            same_branch: false,
             pinned: None,
         }
     }
@@ -215,6 +220,18 @@ impl TaskService {
                 Some(earlier)
             }
         };
+        if submission.same_branch {
+            let published = follow_up_to
+                .as_ref()
+                .and_then(crate::publication::published_branch);
+            if kind != TaskKind::Change || !publish || published.is_none() {
+                return Err(ServiceError::Invalid(
+                    "same_branch is for a change that publishes and follows up a change whose \
+                     proposal was published to a branch"
+                        .into(),
+                ));
+            }
+        }
         let basis = follow_up_to.as_ref().map(super::control::follow_up_basis);
         // A change's follow-up runs the checks its task ran, unless new ones are given.
         let checks = submission.checks.or_else(|| {
@@ -249,6 +266,7 @@ impl TaskService {
             checks,
             publish: submission.publish,
             baseline: submission.baseline,
+            same_branch: submission.same_branch,
             notices,
         };
         task_options(kind, options, &mut metadata)?;
@@ -344,6 +362,7 @@ struct TaskOptions {
     checks: Option<Vec<String>>,
     publish: Option<bool>,
     baseline: bool,
+    same_branch: bool,
     notices: Vec<String>,
 }
 
@@ -365,6 +384,7 @@ fn task_options(
         checks,
         publish,
         baseline,
+        same_branch,
         notices,
     } = options;
     if kind != TaskKind::Change && (checks.is_some() || publish.is_some() || baseline) {
@@ -391,6 +411,7 @@ fn task_options(
         checks,
         publish: publish.unwrap_or(false),
         baseline,
+        same_branch,
         notices,
     };
     if options != warden_engine::change::ChangeOptions::default() {
@@ -469,6 +490,109 @@ mod tests {
         assert_eq!(
             Idempotency::new("k", b"{}").request_hash,
             hex::encode(Sha256::digest(b"{}"))
+        );
+    }
+
+    /// `same_branch` is for a publishing change that follows up a change published to a
+    /// branch; anything else is refused before a task is created.
+    #[tokio::test]
+    async fn same_branch_needs_a_published_change_to_follow() {
+        use crate::tasks::Role;
+        let home = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", home.path().join("warden.db").display());
+        let store = warden_store::open(&url).await.unwrap();
+        let service = TaskService::new(std::sync::Arc::clone(&store), std::sync::Arc::default());
+        let alice = Principal {
+            name: "alice".into(),
+            role: Role::Operator,
+        };
+        let earlier: warden_protocol::TaskId = "tsk_01M8VBQV37BCXJMMGC5Y911WEV".parse().unwrap();
+        store
+            .create_task(
+                NewTask {
+                    id: earlier.clone(),
+                    kind: TaskKind::Change,
+                    owner: "alice".into(),
+                    prompt: "p".into(),
+                    repos: vec![],
+                    priority: 0,
+                    follow_up_to: None,
+                    retry_of: None,
+                    metadata: json!({}),
+                    callback_url: None,
+                },
+                None,
+            )
+            .await
+            .unwrap();
+        let refused = |submission: Submission| {
+            let service = &service;
+            let alice = &alice;
+            async move {
+                match service.submit(alice, submission, None).await {
+                    Err(ServiceError::Invalid(message)) => message,
+                    other => panic!("{other:?}"),
+                }
+            }
+        };
+        let mut alone = Submission::new(TaskKind::Change, "p", vec!["app".into()]);
+        alone.publish = Some(true);
+        alone.same_branch = true;
+        assert!(refused(alone.clone())
+            .await
+            .starts_with("same_branch is for"));
+        let mut unpublished = alone.clone();
+        unpublished.repos = vec![];
+        unpublished.follow_up_to = Some(earlier.to_string());
+        assert!(refused(unpublished.clone())
+            .await
+            .starts_with("same_branch is for"));
+        let mut not_publishing = unpublished;
+        not_publishing.publish = None;
+        assert!(refused(not_publishing)
+            .await
+            .starts_with("same_branch is for"));
+        assert!(store.list_tasks(Default::default()).await.unwrap().len() == 1);
+
+        // Published: its branch and commit are what a same-branch follow-up builds on.
+        let mut task = store.get_task(&earlier).await.unwrap().unwrap();
+        assert_eq!(crate::publication::published_branch(&task), None);
+        use warden_protocol::{ChangeOutcome, ChangeResult, Proposal, Publication};
+        let result = ChangeResult {
+            task_id: earlier.clone(),
+            kind: TaskKind::Change,
+            outcome: ChangeOutcome::Proposal {
+                proposal: Box::new(Proposal {
+                    id: "prp_1".into(),
+                    repo: "app".into(),
+                    base_commit: "a".into(),
+                    commit: "b".into(),
+                    tree: "c".into(),
+                    reference: "r".into(),
+                    diff_stat: warden_protocol::DiffStat::default(),
+                    files: vec![],
+                    summary: "s".into(),
+                    hash: "sha256:x".into(),
+                    validations: vec![],
+                    sensitive_files: vec![],
+                }),
+                publication: Publication {
+                    status: warden_protocol::PublicationStatus::PrOpened,
+                    branch: Some("warden/tsk_1".into()),
+                    pr_url: Some("https://github.example/acme/widgets/pull/1".into()),
+                },
+            },
+            baseline: vec![],
+            approval: None,
+            usage: warden_protocol::Usage::default(),
+            model: "m".into(),
+            sandbox: None,
+            notices: vec![],
+        };
+        task.result = Some(serde_json::to_value(&result).unwrap());
+        assert_eq!(
+            crate::publication::published_branch(&task),
+            Some(("warden/tsk_1".to_string(), "b".to_string()))
         );
     }
 

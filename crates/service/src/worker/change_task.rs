@@ -38,7 +38,7 @@ use crate::outage::{RunStore, StoreCalls};
 use crate::publication;
 use crate::task_repos::repo_specs;
 use warden_engine::change::{self, ChangeOptions, ChangeRun, ChangeSandbox, ChangeSetup};
-use warden_engine::{publish, question};
+use warden_engine::question;
 
 /// Who rejects an approval whose proposal a later run replaced.
 const WARDEN: &str = "warden";
@@ -549,9 +549,11 @@ async fn decided_publication(services: &RunServices, claim: &Claim) -> Option<En
         Ok(result) => Some(finished(services, TaskStatus::Completed, &result)),
         Err(error) => {
             tracing::warn!(task = %task.id, approval = %approval.id, %error, "publication failed");
-            let pushed = match &error {
-                publication::ApprovedPublishError::Publish(failure) => failure.pushed,
-                _ => false,
+            let pushed_branch = match &error {
+                publication::ApprovedPublishError::Publish(failure) if failure.pushed => {
+                    Some(failure.branch.clone())
+                }
+                _ => None,
             };
             let mut result: ChangeResult = task
                 .result
@@ -560,7 +562,7 @@ async fn decided_publication(services: &RunServices, claim: &Claim) -> Option<En
             if let ChangeOutcome::Proposal { publication, .. } = &mut result.outcome {
                 *publication = Publication {
                     status: PublicationStatus::Failed,
-                    branch: pushed.then(|| publish::branch_for(task.id.as_str())),
+                    branch: pushed_branch,
                     pr_url: None,
                 };
             }

@@ -40,7 +40,7 @@ fn bare(dir: &Path, args: &[&str]) -> String {
 struct World {
     _home: tempfile::TempDir,
     _remote_dir: tempfile::TempDir,
-    _repo: TempRepo,
+    repo: TempRepo,
     remote: std::path::PathBuf,
     mirror: std::path::PathBuf,
     store: std::sync::Arc<dyn Store>,
@@ -219,7 +219,7 @@ async fn world() -> World {
     World {
         _home: home,
         _remote_dir: remote_dir,
-        _repo: repo,
+        repo,
         remote,
         mirror: pinned.mirror,
         store,
@@ -411,4 +411,231 @@ impl World {
             .unwrap()
             .subject_hash
     }
+}
+
+/// A follow-up change of `world.task` (which is published by then), waiting for approval
+/// `apr_2` of its proposal: the source repository's next commit, on top of the first proposal,
+/// to be published on the first task's branch (`same_branch`).
+async fn follow_up(world: &World) -> (TaskId, String, String) {
+    world.repo.write("src/lib.txt", "ALPHA\nBETA\n");
+    let commit = world.repo.commit("Uppercase alpha");
+    let source = world.repo.path().canonicalize().unwrap();
+    let spec = RepoSpec::parse(source.to_str().unwrap(), Path::new("/")).unwrap();
+    let pinned = world.repos.pin(&spec).unwrap();
+    assert_eq!(pinned.commit, commit);
+    let task: TaskId = "tsk_01M8VBQV37BCXJMMGC5Y911WEW".parse().unwrap();
+    bare(
+        &world.mirror,
+        &[
+            "update-ref",
+            &format!("refs/warden/proposals/{task}"),
+            &commit,
+        ],
+    );
+    let tree = bare(&world.mirror, &["rev-parse", &format!("{commit}^{{tree}}")]);
+    let hash = warden_repo::proposal::proposal_hash(
+        &world.commit,
+        &tree,
+        &commit,
+        &serde_json::to_value(Vec::<Validation>::new()).unwrap(),
+    );
+    let result = ChangeResult {
+        task_id: task.clone(),
+        kind: TaskKind::Change,
+        outcome: ChangeOutcome::Proposal {
+            proposal: Box::new(Proposal {
+                id: "prp_2".into(),
+                repo: spec.name.clone(),
+                base_commit: world.commit.clone(),
+                commit: commit.clone(),
+                tree,
+                reference: format!("refs/warden/proposals/{task}"),
+                diff_stat: DiffStat {
+                    files_changed: 1,
+                    additions: 1,
+                    deletions: 1,
+                },
+                files: vec![],
+                summary: "Uppercase alpha".into(),
+                hash: hash.clone(),
+                validations: vec![],
+                sensitive_files: vec![],
+            }),
+            publication: Publication {
+                status: PublicationStatus::AwaitingApproval,
+                branch: None,
+                pr_url: None,
+            },
+        },
+        baseline: vec![],
+        approval: Some(Approval {
+            id: "apr_2".into(),
+            kind: "publish".into(),
+            subject_hash: hash.clone(),
+            status: WireStatus::Pending,
+            decided_by: None,
+            decided_at: None,
+        }),
+        usage: Usage::default(),
+        model: "openai:gpt-test".into(),
+        sandbox: Some("linux".into()),
+        notices: vec![],
+    };
+    world
+        .store
+        .create_task(
+            NewTask {
+                id: task.clone(),
+                kind: TaskKind::Change,
+                owner: "alice".into(),
+                prompt: "uppercase alpha too".into(),
+                repos: vec![],
+                priority: 0,
+                follow_up_to: Some(world.task.clone()),
+                retry_of: None,
+                metadata: json!({"warden": {"publish": true, "same_branch": true}}),
+                callback_url: None,
+            },
+            None,
+        )
+        .await
+        .unwrap();
+    world
+        .store
+        .transition(
+            &task,
+            TaskStatus::Queued,
+            TaskStatus::WaitingApproval,
+            Some(serde_json::to_value(&result).unwrap()),
+        )
+        .await
+        .unwrap();
+    world
+        .store
+        .create_approval(NewApproval {
+            id: "apr_2".into(),
+            task: task.clone(),
+            kind: "publish".into(),
+            subject_hash: hash.clone(),
+        })
+        .await
+        .unwrap();
+    world
+        .store
+        .decide_approval("apr_2", &hash, Decision::Approve, "root")
+        .await
+        .unwrap();
+    (task, commit, hash)
+}
+
+/// Publishes `world.task` (approval `apr_1`) and records its result.
+async fn publish_first(world: &World) {
+    let redactor = Redactor::default();
+    world
+        .store
+        .decide_approval("apr_1", &world.task_hash().await, Decision::Approve, "root")
+        .await
+        .unwrap();
+    let mut journal = MemoryJournal::default();
+    let result = publish_approved(world.context(&redactor), "apr_1", &mut journal)
+        .await
+        .unwrap();
+    // Recorded with the task (its status is the worker's business, not this test's).
+    world
+        .store
+        .transition(
+            &world.task,
+            TaskStatus::WaitingApproval,
+            TaskStatus::Queued,
+            Some(serde_json::to_value(&result).unwrap()),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_same_branch_follow_up_fast_forwards_the_published_branch_and_keeps_its_pull_request() {
+    let world = world().await;
+    publish_first(&world).await;
+    assert_eq!(world.fake.pulls().len(), 1);
+    let (_, commit, _) = follow_up(&world).await;
+    let redactor = Redactor::default();
+    let mut journal = MemoryJournal::default();
+    let result = publish_approved(world.context(&redactor), "apr_2", &mut journal)
+        .await
+        .unwrap();
+    let ChangeOutcome::Proposal { publication, .. } = &result.outcome else {
+        panic!("{result:?}")
+    };
+    let pulls = world.fake.pulls();
+    assert_eq!(pulls.len(), 1, "no second pull request: {pulls:#?}");
+    assert_eq!(publication.status, PublicationStatus::PrOpened);
+    assert_eq!(publication.branch, Some(format!("warden/{}", world.task)));
+    assert_eq!(publication.pr_url.as_deref(), pulls[0]["html_url"].as_str());
+    assert_eq!(
+        world.remote_branches(),
+        format!("refs/heads/warden/{} {commit}", world.task),
+        "the first task's branch moved to the follow-up's commit; no branch of its own"
+    );
+    assert!(
+        result.notices.iter().any(|n| n.contains("new commit on")),
+        "{:?}",
+        result.notices
+    );
+    let intent = journal
+        .records
+        .iter()
+        .find(|r| r.kind == RecordKind::SideEffectIntent)
+        .unwrap();
+    assert_eq!(intent.payload["push"]["onto"], world.commit.as_str());
+
+    // Called again (a crash after the push): found there, nothing repeated.
+    let again = publish_approved(world.context(&redactor), "apr_2", &mut journal)
+        .await
+        .unwrap();
+    assert_eq!(again.outcome, result.outcome);
+    assert!(
+        again
+            .notices
+            .iter()
+            .any(|n| n.contains("already on the remote")),
+        "{:?}",
+        again.notices
+    );
+    let creates = world
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.method == "POST")
+        .count();
+    assert_eq!(creates, 1);
+}
+
+#[tokio::test]
+async fn a_same_branch_follow_up_is_not_pushed_over_a_branch_that_moved() {
+    let world = world().await;
+    publish_first(&world).await;
+    let (_, commit, _) = follow_up(&world).await;
+    // Someone pushed to the pull request's branch meanwhile.
+    bare(
+        &world.remote,
+        &[
+            "update-ref",
+            &format!("refs/heads/warden/{}", world.task),
+            &world.base,
+        ],
+    );
+    let redactor = Redactor::default();
+    let mut journal = MemoryJournal::default();
+    let failed = publish_approved(world.context(&redactor), "apr_2", &mut journal).await;
+    match failed {
+        Err(ApprovedPublishError::Publish(failure)) => {
+            assert!(!failure.pushed);
+            assert_eq!(failure.branch, format!("warden/{}", world.task));
+            let message = failure.error.to_string();
+            assert!(message.contains("not at"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!world.remote_branches().contains(&commit));
 }
