@@ -120,6 +120,9 @@ pub async fn serve(
         ));
         destinations
     });
+    // GitHub's credentials, checked once: a refusal is reported like a chat's.
+    let _github_checked =
+        warden_service::github::check_at_start(&services.config.github, alerts.clone());
     // The Telegram bot, when configured: polling on its own, or its webhook among the routes.
     let telegram = warden_service::telegram::spawn(
         services.config.telegram.as_ref(),

@@ -618,6 +618,44 @@ impl GithubClient {
         asked.unwrap_or(exponential).min(MAX_SERVER_DELAY)
     }
 
+    /// Checks the credentials once, at start-up: a token with `GET /rate_limit` (free, and 401
+    /// for a bad token), the App with `GET /app/installations/{id}` under its JWT (401 for a
+    /// wrong or expired key, 404 when the App is not installed there). `Ok` means GitHub
+    /// accepted them; an error says what it refused (never the credential).
+    pub async fn check_auth(&self) -> Result<(), GithubError> {
+        let mut headers = Self::base_headers();
+        let path = match &self.config.auth {
+            GithubAuth::Token(token) => {
+                if let Ok(mut value) = HeaderValue::from_str(&format!("Bearer {}", token.expose()))
+                {
+                    value.set_sensitive(true);
+                    headers.insert(AUTHORIZATION, value);
+                }
+                "rate_limit".to_string()
+            }
+            GithubAuth::App(app) => {
+                let jwt = app
+                    .key
+                    .jwt(&app.client_id, crate::github::app::now_secs())?;
+                let mut value = HeaderValue::from_str(&format!("Bearer {jwt}")).map_err(|_| {
+                    GithubError::Config("the App's JWT is not a header value".into())
+                })?;
+                value.set_sensitive(true);
+                headers.insert(AUTHORIZATION, value);
+                format!("app/installations/{}", app.installation_id)
+            }
+        };
+        let url = self
+            .api_url
+            .join(&path)
+            .map_err(|e| GithubError::Config(format!("{path} url: {e}")))?;
+        let (status, headers, body) = self.send(self.http.get(url).headers(headers)).await?;
+        if status != StatusCode::OK {
+            return Err(self.classify(status, &headers, &body));
+        }
+        Ok(())
+    }
+
     /// Attempts allowed for one operation.
     pub fn max_attempts(&self) -> u32 {
         self.config.max_attempts.max(1)

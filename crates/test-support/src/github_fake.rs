@@ -444,6 +444,11 @@ async fn handle(
             return installation_token(&shared, id, &bearer, &body);
         }
     }
+    if method == Method::GET {
+        if let Some(id) = uri.path().strip_prefix("/app/installations/") {
+            return installation(&shared, id, &bearer);
+        }
+    }
     let now = now_secs();
     let installation = lock(&shared.app).as_ref().and_then(|app| {
         app.issued
@@ -453,6 +458,13 @@ async fn handle(
     });
     if bearer != shared.token && installation.is_none() {
         return github_error(StatusCode::UNAUTHORIZED, "Bad credentials", None);
+    }
+    if method == Method::GET && uri.path() == "/rate_limit" {
+        return (
+            StatusCode::OK,
+            axum::Json(json!({"resources": {"core": {"limit": 5000, "remaining": 4999, "reset": now + 3600, "used": 1}}})),
+        )
+            .into_response();
     }
     let prefix = format!("/repos/{}/{}/", shared.owner, shared.repo);
     let Some(rest) = uri.path().strip_prefix(&prefix) else {
@@ -534,13 +546,11 @@ fn utc(secs: i64) -> String {
 /// `POST /app/installations/{id}/access_tokens`, authenticated by the App's JWT; the body may
 /// narrow the token to `repositories` (names of the installation's) and `permissions` (at most
 /// the installation's).
-fn installation_token(shared: &Shared, id: &str, jwt: &str, body: &Bytes) -> Response {
+/// Checks an App's JWT as GitHub does: RS256 by the App's key, `iss` its client id, issued in
+/// the past, expiring in the future and at most ten minutes after it was issued; GitHub's
+/// message when it is not.
+fn verify_jwt(app: &App, jwt: &str) -> Result<(), &'static str> {
     use base64::Engine as _;
-    let unauthorized = |message: &str| github_error(StatusCode::UNAUTHORIZED, message, None);
-    let mut app = lock(&shared.app);
-    let Some(app) = app.as_mut() else {
-        return github_error(StatusCode::NOT_FOUND, "Not Found", None);
-    };
     let parts: Vec<&str> = jwt.split('.').collect();
     let decode = |part: &str| {
         base64::engine::general_purpose::URL_SAFE_NO_PAD
@@ -552,15 +562,15 @@ fn installation_token(shared: &Shared, id: &str, jwt: &str, body: &Bytes) -> Res
         parts.get(1).and_then(|p| decode(p)),
         parts.get(2).and_then(|p| decode(p)),
     ) else {
-        return unauthorized("A JSON web token could not be decoded");
+        return Err("A JSON web token could not be decoded");
     };
     if parts.len() != 3 {
-        return unauthorized("A JSON web token could not be decoded");
+        return Err("A JSON web token could not be decoded");
     }
     let header: Value = serde_json::from_slice(&header).unwrap_or(Value::Null);
     let claims: Value = serde_json::from_slice(&claims).unwrap_or(Value::Null);
     if header["alg"] != "RS256" {
-        return unauthorized("A JSON web token could not be decoded");
+        return Err("A JSON web token could not be decoded");
     }
     let public = base64::engine::general_purpose::STANDARD
         .decode(APP_TEST_PUBLIC_KEY_DER_BASE64)
@@ -571,25 +581,60 @@ fn installation_token(shared: &Shared, id: &str, jwt: &str, body: &Bytes) -> Res
     );
     let signed = format!("{}.{}", parts[0], parts[1]);
     if key.verify(signed.as_bytes(), &signature).is_err() {
-        return unauthorized("A JSON web token could not be decoded");
+        return Err("A JSON web token could not be decoded");
     }
     let now = now_secs();
     let (Some(iat), Some(exp)) = (claims["iat"].as_i64(), claims["exp"].as_i64()) else {
-        return unauthorized("A JSON web token could not be decoded");
+        return Err("A JSON web token could not be decoded");
     };
     if claims["iss"] != app.client_id.as_str() {
-        return unauthorized("A JSON web token could not be decoded");
+        return Err("A JSON web token could not be decoded");
     }
     if iat > now + 60 {
-        return unauthorized(
+        return Err(
             "'Issued at' claim ('iat') must be an Integer representing a time in the past.",
         );
     }
     if exp <= now {
-        return unauthorized("'Expiration time' claim ('exp') must be a numeric value representing the future time at which the assertion expires.");
+        return Err("'Expiration time' claim ('exp') must be a numeric value representing the future time at which the assertion expires.");
     }
     if exp > now + 600 || exp - iat > 660 {
-        return unauthorized("'Expiration time' claim ('exp') is too far in the future.");
+        return Err("'Expiration time' claim ('exp') is too far in the future.");
+    }
+    Ok(())
+}
+
+/// `GET /app/installations/{id}` with the App's JWT: the installation, as GitHub shows it.
+fn installation(shared: &Shared, id: &str, jwt: &str) -> Response {
+    let app = lock(&shared.app);
+    let Some(app) = app.as_ref() else {
+        return github_error(StatusCode::NOT_FOUND, "Not Found", None);
+    };
+    if let Err(message) = verify_jwt(app, jwt) {
+        return github_error(StatusCode::UNAUTHORIZED, message, None);
+    }
+    if id.parse::<u64>().ok() != Some(app.installation_id) {
+        return github_error(StatusCode::NOT_FOUND, "Not Found", None);
+    }
+    (
+        StatusCode::OK,
+        axum::Json(json!({
+            "id": app.installation_id,
+            "account": {"login": shared.owner},
+            "repository_selection": "selected",
+            "permissions": APP_PERMISSIONS.iter().map(|(n, l)| (n.to_string(), json!(l))).collect::<serde_json::Map<_, _>>(),
+        })),
+    )
+        .into_response()
+}
+
+fn installation_token(shared: &Shared, id: &str, jwt: &str, body: &Bytes) -> Response {
+    let mut app = lock(&shared.app);
+    let Some(app) = app.as_mut() else {
+        return github_error(StatusCode::NOT_FOUND, "Not Found", None);
+    };
+    if let Err(message) = verify_jwt(app, jwt) {
+        return github_error(StatusCode::UNAUTHORIZED, message, None);
     }
     if id.parse::<u64>().ok() != Some(app.installation_id) {
         return github_error(StatusCode::NOT_FOUND, "Not Found", None);
@@ -654,7 +699,7 @@ fn installation_token(shared: &Shared, id: &str, jwt: &str, body: &Bytes) -> Res
         Some(_) => return invalid_field("permissions", "invalid"),
     };
     let token = format!("ghs_fake{:04}{}", app.issued.len() + 1, "x".repeat(32));
-    let expires_at = now + app.lifetime_secs;
+    let expires_at = now_secs() + app.lifetime_secs;
     let shown_permissions: serde_json::Map<String, Value> = permissions
         .iter()
         .map(|(n, l)| (n.clone(), json!(l)))

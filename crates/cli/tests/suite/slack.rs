@@ -649,6 +649,54 @@ fn a_chat_that_cannot_start_is_reported_in_the_other_chat() {
     );
     assert_eq!(slack.messages().len(), 1, "nothing more through Slack");
     server.terminate();
+
+    // GitHub refuses the token, then the App is not installed where configured: both chats
+    // are told, and neither report carries a credential.
+    let repo = change_repo();
+    let github = GithubRemote::for_repo(&repo, GITHUB_TOKEN);
+    github.fake.with_app("Iv1test", 42, 600);
+    let warden = warden
+        .with("WARDEN_SLACK_BOT_TOKEN", BOT_TOKEN)
+        .with("WARDEN_GITHUB_API_URL", &github.fake.url())
+        .with("WARDEN_GITHUB_TOKEN", "ghp_revoked_token_0123456789");
+    let server = Server::start(&warden, TOKENS);
+    let alerts = wait_for(&slack, "the GitHub alert in Slack", |m| {
+        m.iter().filter(|m| m.channel == "C0OPS").count() == 2
+    });
+    let shown = visible(&alerts[1].text);
+    assert!(
+        shown.contains("GitHub refused WARDEN_GITHUB_TOKEN") && shown.contains("401"),
+        "{shown}"
+    );
+    assert!(!shown.contains("ghp_revoked"), "{shown}");
+    telegram
+        .wait_for(WAIT, |m| m.len() == 2)
+        .expect("the GitHub alert in Telegram");
+    server.terminate();
+
+    let config = warden.home.path().join("warden.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        format!("[github.app]\nclient_id = \"Iv1test\"\ninstallation_id = 43\n{text}"),
+    )
+    .unwrap();
+    let warden = warden.with(
+        "WARDEN_GITHUB_APP_PRIVATE_KEY",
+        warden_test_support::github_fake::APP_TEST_KEY_PEM,
+    );
+    let server = Server::start(&warden, TOKENS);
+    let alerts = wait_for(&slack, "the GitHub App alert in Slack", |m| {
+        m.iter().filter(|m| m.channel == "C0OPS").count() == 3
+    });
+    let shown = visible(&alerts[2].text);
+    assert!(
+        shown.contains("GitHub refused the GitHub App's key or installation")
+            && shown.contains("404"),
+        "{shown}"
+    );
+    assert!(!shown.contains("PRIVATE KEY"), "{shown}");
+    server.terminate();
 }
 
 /// A press of the repository picker under `message`: `user` picks `repo`.

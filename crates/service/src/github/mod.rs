@@ -966,6 +966,60 @@ pub fn update_key(id: &str) -> i64 {
     i64::from_be_bytes(first) & i64::MAX
 }
 
+/// Checks GitHub's credentials once at start-up (`warden serve`), when any are configured: a
+/// token or App key GitHub refuses, or an App not installed where configured, is reported on
+/// stderr, in the log and to the chats' alerts ([`crate::chat::Alerts`]), since publication and
+/// the webhook's replies will fail until it is fixed. An unreachable GitHub is retried a few
+/// times, then left to the operations that need it.
+pub fn check_at_start(
+    settings: &GithubSettings,
+    alerts: crate::chat::Alerts,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let auth = settings.auth()?;
+    let what = match &auth {
+        warden_engine::github::GithubAuth::Token(_) => "WARDEN_GITHUB_TOKEN",
+        warden_engine::github::GithubAuth::App(_) => {
+            "the GitHub App's key or installation ([github.app])"
+        }
+    };
+    let client = match GithubClient::new(GithubClientConfig::with_auth(&settings.api_url, auth)) {
+        Ok(client) => client,
+        Err(error) => {
+            tracing::warn!(%error, "no GitHub client to check the credentials with");
+            return None;
+        }
+    };
+    Some(tokio::spawn(async move {
+        for attempt in 1..=5u32 {
+            match client.check_auth().await {
+                Ok(()) => {
+                    tracing::info!("github accepted the credentials");
+                    return;
+                }
+                Err(error) if error.is_retryable() => {
+                    tracing::warn!(%error, attempt, "github unreachable while checking the credentials");
+                    tokio::time::sleep(std::time::Duration::from_secs(2 * u64::from(attempt)))
+                        .await;
+                }
+                Err(error) => {
+                    let why = format!("GitHub refused {what}: {error}");
+                    tracing::error!("{why}");
+                    eprintln!(
+                        "warden: {why}; publishing and GitHub replies will fail until it is fixed"
+                    );
+                    alerts
+                        .report(
+                            "github",
+                            &format!("{why}. Publishing and GitHub replies fail until it is fixed; then restart `warden serve`."),
+                        )
+                        .await;
+                    return;
+                }
+            }
+        }
+    }))
+}
+
 /// Starts the interface's delivery when `[github.webhook]` is configured (`warden serve`):
 /// follows tasks and edits their comments until `stop`. The webhook is served by the API with
 /// the returned hook.
