@@ -67,7 +67,14 @@ const STDERR_TAIL: usize = 4096;
 /// The schema keywords that only annotate (dropped before validation; they constrain nothing
 /// Warden would have to enforce).
 const ANNOTATIONS: &[&str] = &[
-    "$schema", "$id", "$comment", "title", "examples", "format", "deprecated", "readOnly",
+    "$schema",
+    "$id",
+    "$comment",
+    "title",
+    "examples",
+    "format",
+    "deprecated",
+    "readOnly",
     "writeOnly",
 ];
 
@@ -99,12 +106,17 @@ impl McpServers {
     ) -> Result<McpServers, Failure> {
         let mut servers = McpServers::none();
         for config in configs {
-            let server = Server::start(config, view, env, limits, lifetime)
-                .await
-                .map_err(|message| Failure {
-                    code: FailureCode::SandboxError,
-                    message: format!("MCP server {:?} could not start: {message}", config.name),
-                })?;
+            let server = match Server::start(config, view, env, limits, lifetime).await {
+                Ok(server) => server,
+                Err(message) => {
+                    // The ones already running end before the view closes.
+                    servers.shutdown().await;
+                    return Err(Failure {
+                        code: FailureCode::SandboxError,
+                        message: format!("MCP server {:?} could not start: {message}", config.name),
+                    });
+                }
+            };
             let server = Arc::new(server);
             servers.servers.push(server.clone());
             for (tool, spec) in server.offered() {
@@ -174,6 +186,9 @@ impl Drop for McpServers {
 struct Handler {
     refused: Arc<Mutex<Option<String>>>,
     kill: KillSwitch,
+    /// Set once the first listing is done: what it returned is what the model is offered, so
+    /// a change announced before then changes nothing offered.
+    listed: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl ClientHandler for Handler {
@@ -186,6 +201,9 @@ impl ClientHandler for Handler {
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        if !self.listed.load(std::sync::atomic::Ordering::SeqCst) {
+            return;
+        }
         refuse(
             &self.refused,
             &self.kill,
@@ -298,18 +316,20 @@ impl Server {
             .name(format!("mcp-{}", config.name))
             .spawn(move || {
                 let mut open = true;
-                let result = runner_view.run_streaming(&command, &mut |stream, data| match stream {
-                    Stream::Stdout if open => {
-                        open = runtime.block_on(server_write.write_all(data)).is_ok();
-                    }
-                    Stream::Stdout => {}
-                    Stream::Stderr => {
-                        let mut tail = runner_stderr.lock().unwrap_or_else(PoisonError::into_inner);
-                        tail.extend_from_slice(data);
-                        let excess = tail.len().saturating_sub(STDERR_TAIL);
-                        tail.drain(..excess);
-                    }
-                });
+                let result =
+                    runner_view.run_streaming(&command, &mut |stream, data| match stream {
+                        Stream::Stdout if open => {
+                            open = runtime.block_on(server_write.write_all(data)).is_ok();
+                        }
+                        Stream::Stdout => {}
+                        Stream::Stderr => {
+                            let mut tail =
+                                runner_stderr.lock().unwrap_or_else(PoisonError::into_inner);
+                            tail.extend_from_slice(data);
+                            let excess = tail.len().saturating_sub(STDERR_TAIL);
+                            tail.drain(..excess);
+                        }
+                    });
                 drop(server_write);
                 drop(command);
                 let how = match result {
@@ -326,9 +346,11 @@ impl Server {
             })
             .map_err(|e| format!("cannot start a thread: {e}"))?;
         let refused = Arc::new(Mutex::new(None));
+        let listed = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let handler = Handler {
             refused: refused.clone(),
             kill: kill.clone(),
+            listed: listed.clone(),
         };
         let transport = AsyncRwTransport::<RoleClient, _, _>::new_client(client_read, stdin_write)
             .with_max_line_length(MAX_LINE);
@@ -347,6 +369,7 @@ impl Server {
                 .list_all_tools()
                 .await
                 .map_err(|e| format!("tools/list failed: {e}"))?;
+            listed.store(true, std::sync::atomic::Ordering::SeqCst);
             Ok::<_, String>((service, tools))
         })
         .await;
@@ -433,10 +456,18 @@ impl Server {
     }
 
     async fn call(&self, tool: &str, arguments: Map<String, Value>) -> Result<Value, String> {
+        if let Some(why) = self.refusal() {
+            return Err(self.refused_message(&why));
+        }
         // No silent tool swap: the list must still be the one the model was offered.
         let listed = tokio::time::timeout(LIST_TIMEOUT, self.peer.list_all_tools())
             .await
-            .map_err(|_| format!("tools/list got no answer within {}s", LIST_TIMEOUT.as_secs()))?
+            .map_err(|_| {
+                format!(
+                    "tools/list got no answer within {}s",
+                    LIST_TIMEOUT.as_secs()
+                )
+            })?
             .map_err(|e| format!("tools/list failed: {e}"))?;
         if serde_json::to_value(&listed).unwrap_or(Value::Null) != self.listed {
             refuse(
