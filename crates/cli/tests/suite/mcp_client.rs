@@ -71,6 +71,17 @@ fn records<'a>(journal: &'a [Value], kind: &str, tool: &str) -> Vec<&'a Value> {
         .collect()
 }
 
+/// A server's entry point reached through a directory of this test's own (a symlink to the
+/// installed package), so its processes are told apart from another test's. Mount both.
+fn own_entry(servers: &std::path::Path, server: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let package = warden_test_support::mcp_node::entry(servers, server);
+    let package = package.parent().unwrap().parent().unwrap();
+    std::os::unix::fs::symlink(package, dir.path().join(server)).unwrap();
+    let entry = dir.path().join(server).join("dist/index.js");
+    (dir, entry)
+}
+
 /// Leftover server processes of this test: none may outlive the task.
 fn processes_mentioning(needle: &str) -> Vec<String> {
     let mut found = Vec::new();
@@ -90,7 +101,7 @@ fn a_question_reads_through_the_filesystem_reference_server_and_a_writable_serve
     let Some(servers) = warden_test_support::mcp_node::servers() else {
         return;
     };
-    let filesystem = warden_test_support::mcp_node::entry(&servers, "server-filesystem");
+    let (own, filesystem) = own_entry(&servers, "server-filesystem");
     let everything = warden_test_support::mcp_node::entry(&servers, "server-everything");
     let repo = repo();
     let model = ScriptedModelServer::start_blocking(vec![
@@ -107,12 +118,13 @@ fn a_question_reads_through_the_filesystem_reference_server_and_a_writable_serve
     let warden = with_config(
         Warden::openai(&model.url()),
         &format!(
-            "[sandbox]\nmounts = [{servers:?}]\n\n\
+            "[sandbox]\nmounts = [{servers:?}, {own:?}]\n\n\
              [[mcp.servers]]\nname = \"fs\"\ncommand = \"node\"\nargs = [{filesystem:?}, \".\"]\n\
              read_only = true\nallow_tools = [\"read_text_file\", \"list_directory\"]\n\n\
              [[mcp.servers]]\nname = \"every\"\ncommand = \"/usr/bin/node\"\n\
              args = [{everything:?}, \"stdio\"]\n",
             servers = servers.to_str().unwrap(),
+            own = own.path().to_str().unwrap(),
             filesystem = filesystem.to_str().unwrap(),
             everything = everything.to_str().unwrap(),
         ),
@@ -186,13 +198,22 @@ fn a_question_reads_through_the_filesystem_reference_server_and_a_writable_serve
         .unwrap()
         .contains("not marked read_only"));
     assert!(records(&journal, "tool_observation", "every__echo").is_empty());
-    // The servers ended with the task.
-    let leftover = processes_mentioning(servers.to_str().unwrap());
+    // The server ended with the task.
+    let leftover = processes_mentioning(own.path().to_str().unwrap());
     assert!(leftover.is_empty(), "{leftover:?}");
 }
 
 #[test]
-fn a_hostile_server_is_contained() {
+fn a_hostile_server_is_contained_on_linux() {
+    a_hostile_server_is_contained("linux");
+}
+
+#[test]
+fn a_hostile_server_is_contained_on_gvisor() {
+    a_hostile_server_is_contained("gvisor");
+}
+
+fn a_hostile_server_is_contained(backend: &str) {
     let fixture = tempfile::tempdir().unwrap();
     let script = fixture.path().join("server.py");
     std::fs::copy(
@@ -226,14 +247,19 @@ fn a_hostile_server_is_contained() {
         openai::tool_call("evil__swap", "{}"),
         openai::tool_call("evil__dump", "{}"),
         openai::tool_call("evil__notes", "{}"),
+        // A server that announces a changed list is refused from the next call on.
+        openai::tool_call("loud__announce", "{}"),
+        openai::tool_call("loud__dump", "{}"),
         openai::tool_call("submit_answer", &answer_citing_readme()),
     ]);
     let warden = with_config(
-        Warden::openai(&model.url()),
+        Warden::openai(&model.url()).with("WARDEN_SANDBOX", backend),
         &format!(
             "[sandbox]\nmounts = [{dir:?}]\n\n\
              [[mcp.servers]]\nname = \"evil\"\ncommand = \"python3\"\nargs = [{script:?}]\n\
-             read_only = true\n",
+             read_only = true\n\n\
+             [[mcp.servers]]\nname = \"loud\"\ncommand = \"/usr/bin/python3\"\n\
+             args = [{script:?}]\nread_only = true\n",
             dir = fixture.path().to_str().unwrap(),
             script = script.to_str().unwrap(),
         ),
@@ -245,6 +271,20 @@ fn a_hostile_server_is_contained() {
         "--json",
         "what is the retry budget?",
     ]);
+    if run.code != 0
+        && run.json()["failure"]["code"] == "sandbox_error"
+        && !run.stdout.contains("MCP server")
+    {
+        // This machine lacks the backend; CI requires it.
+        let required = std::env::var("WARDEN_SANDBOX_TEST_REQUIRE").unwrap_or_default();
+        assert!(
+            !required.split(',').any(|b| b == backend),
+            "{backend} is required here but: {}",
+            run.stdout
+        );
+        eprintln!("SKIP on {backend}: {}", run.stdout);
+        return;
+    }
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
     let result = run.json();
     assert_eq!(result["outcome"], "answer", "{result}");
@@ -293,6 +333,13 @@ fn a_hostile_server_is_contained() {
             "{refused}"
         );
     }
+    assert!(tool_results(&requests, 7)[6].contains("announced"));
+    let refused = &tool_results(&requests, 8)[7];
+    assert!(
+        refused.contains("\"loud\" is refused for the rest of this task")
+            && refused.contains("notifications/tools/list_changed"),
+        "{refused}"
+    );
     let task = result["task_id"].as_str().unwrap();
     let journal = journal(&warden, task);
     assert_eq!(
@@ -364,4 +411,57 @@ fn a_repository_mcp_json_is_never_read() {
         .filter_map(|t| t["name"].as_str().map(String::from))
         .collect();
     assert!(!names.iter().any(|n| n.contains("__")), "{names:?}");
+}
+
+#[test]
+fn a_change_task_reads_its_own_edits_through_the_filesystem_reference_server() {
+    let Some(servers) = warden_test_support::mcp_node::servers() else {
+        return;
+    };
+    let (own, filesystem) = own_entry(&servers, "server-filesystem");
+    let repo = repo();
+    let model = ScriptedModelServer::start_blocking(vec![
+        openai::tool_call(
+            "write_file",
+            &json!({"path": "NOTES.md", "content": "budget: seven\n"}).to_string(),
+        ),
+        // The server sees the task's working root as the sandbox does: the edit included.
+        openai::tool_call(
+            "fs__read_text_file",
+            &json!({"path": "NOTES.md"}).to_string(),
+        ),
+        openai::tool_call(
+            "submit_change",
+            &json!({"summary": "Add notes"}).to_string(),
+        ),
+    ]);
+    let warden = with_config(
+        Warden::openai(&model.url()),
+        &format!(
+            "[sandbox]\nmounts = [{servers:?}, {own:?}]\n\n\
+             [[mcp.servers]]\nname = \"fs\"\ncommand = \"node\"\nargs = [{filesystem:?}, \".\"]\n\
+             read_only = true\nallow_tools = [\"read_text_file\"]\n",
+            servers = servers.to_str().unwrap(),
+            own = own.path().to_str().unwrap(),
+            filesystem = filesystem.to_str().unwrap(),
+        ),
+    );
+    let run = warden.run(&[
+        "run",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--json",
+        "add notes",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    let read = &tool_results(&model.requests(), 2)[1];
+    assert!(
+        read.starts_with("[untrusted output of MCP tool fs__read_text_file")
+            && read.contains("budget: seven"),
+        "{read}"
+    );
+    let leftover = processes_mentioning(own.path().to_str().unwrap());
+    assert!(leftover.is_empty(), "{leftover:?}");
 }
