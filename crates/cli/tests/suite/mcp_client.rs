@@ -465,3 +465,30 @@ fn a_change_task_reads_its_own_edits_through_the_filesystem_reference_server() {
     let leftover = processes_mentioning(own.path().to_str().unwrap());
     assert!(leftover.is_empty(), "{leftover:?}");
 }
+
+#[test]
+fn a_server_that_cannot_start_fails_the_task_visibly_before_any_model_call() {
+    let repo = repo();
+    let model = ScriptedModelServer::start_blocking(vec![openai::text("never asked")]);
+    let warden = with_config(
+        Warden::openai(&model.url()),
+        "[[mcp.servers]]\nname = \"gone\"\ncommand = \"/nonexistent/mcp-server\"\nread_only = true\n",
+    );
+    let run = warden.run(&[
+        "ask",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--json",
+        "q?",
+    ]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["failure"]["code"], "sandbox_error", "{result}");
+    let message = result["failure"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("MCP server \"gone\" could not start")
+            && message.contains("/nonexistent/mcp-server"),
+        "{message}"
+    );
+    assert!(model.requests().is_empty(), "the model was asked");
+}
