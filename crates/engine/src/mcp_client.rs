@@ -456,8 +456,21 @@ impl Server {
     }
 
     async fn call(&self, tool: &str, arguments: Map<String, Value>) -> Result<Value, String> {
-        if let Some(why) = self.refusal() {
-            return Err(self.refused_message(&why));
+        // A refused server's failures (it was stopped) are told as the refusal.
+        let outcome = self.call_unless_refused(tool, arguments).await;
+        match self.refusal() {
+            Some(why) => Err(self.refused_message(&why)),
+            None => outcome,
+        }
+    }
+
+    async fn call_unless_refused(
+        &self,
+        tool: &str,
+        arguments: Map<String, Value>,
+    ) -> Result<Value, String> {
+        if self.refusal().is_some() {
+            return Err(String::new());
         }
         // No silent tool swap: the list must still be the one the model was offered.
         let listed = tokio::time::timeout(LIST_TIMEOUT, self.peer.list_all_tools())
@@ -475,18 +488,13 @@ impl Server {
                 &self.process.kill,
                 "its tool list changed during the task",
             );
-        }
-        if let Some(why) = self.refusal() {
-            return Err(self.refused_message(&why));
+            return Err(String::new());
         }
         let request = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments);
         let result = tokio::time::timeout(self.call_timeout, self.peer.call_tool(request))
             .await
             .map_err(|_| format!("no answer within {}s", self.call_timeout.as_secs()))?
             .map_err(|e| format!("the call failed: {e}"))?;
-        if let Some(why) = self.refusal() {
-            return Err(self.refused_message(&why));
-        }
         Ok(serde_json::to_value(&result).unwrap_or(Value::Null))
     }
 
