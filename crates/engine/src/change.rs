@@ -144,6 +144,15 @@ impl ChangeSandbox {
         }
     }
 
+    /// Starts the configured MCP servers (`[[mcp.servers]]`) in this view; none configured:
+    /// none started. End them with [`crate::mcp_client::McpServers::shutdown`] before closing.
+    pub async fn start_mcp(
+        &self,
+        config: &Config,
+    ) -> Result<crate::mcp_client::McpServers, Failure> {
+        crate::mcp_client::McpServers::for_task(config, &self.view, &self.toolchains).await
+    }
+
     /// Closes the view once no tool holds it any more.
     pub fn close(self) {
         match Arc::try_unwrap(self.view) {

@@ -41,6 +41,9 @@ pub struct FileConfig {
     pub telegram: Option<crate::telegram_config::TelegramSection>,
     /// `[slack]`: the Slack app of `warden serve` (off without it).
     pub slack: Option<crate::slack_config::SlackSection>,
+    /// `[[mcp.servers]]`: MCP servers whose tools the agent may use, inside its sandbox.
+    #[serde(default)]
+    pub mcp: crate::mcp_config::McpSection,
 }
 
 /// `[github]`: the API publication talks to. The token is never read from this file (nor from
@@ -257,6 +260,8 @@ pub struct Config {
     pub telegram: Option<crate::telegram_config::TelegramConfig>,
     /// `[slack]` with `WARDEN_SLACK_SIGNING_SECRET` and `WARDEN_SLACK_BOT_TOKEN`; `None`: no app.
     pub slack: Option<crate::slack_config::SlackConfig>,
+    /// `[[mcp.servers]]`, resolved: started in every task's sandbox.
+    pub mcp_servers: Vec<crate::mcp_config::McpServerConfig>,
 }
 
 /// The sandbox backend and its settings. Never chosen by fallback: what is named here is what
@@ -427,6 +432,7 @@ impl Config {
             github,
             telegram,
             slack,
+            mcp_servers: crate::mcp_config::resolve(&file.mcp)?,
         })
     }
 }

@@ -415,6 +415,15 @@ impl TaskSandbox {
         }
     }
 
+    /// Starts the configured MCP servers (`[[mcp.servers]]`) in this view; none configured:
+    /// none started. End them with [`crate::mcp_client::McpServers::shutdown`] before closing.
+    pub async fn start_mcp(
+        &self,
+        config: &Config,
+    ) -> Result<crate::mcp_client::McpServers, Failure> {
+        crate::mcp_client::McpServers::for_task(config, &self.view, &self.toolchains).await
+    }
+
     /// Closes the view once no tool holds it any more (the tools are dropped with the run).
     pub fn close(self) {
         match Arc::try_unwrap(self.view) {

@@ -376,7 +376,10 @@ impl Agent<'_> {
             }
         };
 
-        let verdict = self.policy.check(&call.name, &arguments);
+        let verdict = match self.policy.check(&call.name, &arguments) {
+            Verdict::Allow => tool.verdict(&arguments),
+            refused => refused,
+        };
         self.record(
             RecordKind::PolicyVerdict,
             json!({ "call_id": call.id, "tool": call.name, "verdict": verdict_json(&verdict) }),

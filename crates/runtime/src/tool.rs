@@ -47,6 +47,12 @@ pub trait Tool: Send + Sync {
     fn note(&self, _output: &ToolOutput) -> Option<String> {
         None
     }
+
+    /// The tool's own policy about a validated call, asked after the run's [`Policy`] allowed
+    /// it (a third-party tool denied by default); most tools allow every call.
+    fn verdict(&self, _arguments: &serde_json::Value) -> Verdict {
+        Verdict::Allow
+    }
 }
 
 /// A policy decision about one tool call.

@@ -21,11 +21,11 @@
 
 use crate::cancel::{cancelled_output, Cancellation, Target};
 use crate::output::Collector;
-use crate::spec::{validate_command, validate_view, view_mounts, ValidatedView};
+use crate::spec::{killed_output, validate_command, validate_view, view_mounts, ValidatedView};
 use crate::sys::{self, OutputPipes, Pumped};
 use crate::{
-    Backend, CommandOutput, CommandSpec, Layer, LayerReport, Sandbox, SandboxConfig, SandboxError,
-    SandboxView, Stream, ViewSpec, WORKING_ROOT,
+    Backend, CommandOutput, CommandSpec, KillSwitch, Layer, LayerReport, Sandbox, SandboxConfig,
+    SandboxError, SandboxView, Stream, ViewSpec, WORKING_ROOT,
 };
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::CommandExt;
@@ -630,9 +630,18 @@ impl SandboxView for GvisorView {
             .and_then(|()| std::fs::write(bundle.join("config.json"), self.config(command, &cwd)))
             .map_err(|e| SandboxError::io(format!("cannot write {}", bundle.display()), e))?;
         let bundle_arg = bundle.to_string_lossy().into_owned();
+        let stdin = match &command.stdin {
+            Some(stdin) => Stdio::from(
+                stdin
+                    .0
+                    .try_clone()
+                    .map_err(|e| SandboxError::io("cannot duplicate the command's stdin", e))?,
+            ),
+            None => Stdio::null(),
+        };
         let mut process = self.runsc(&["run", "--bundle", &bundle_arg, &id]);
         process
-            .stdin(Stdio::null())
+            .stdin(stdin)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
@@ -645,6 +654,13 @@ impl SandboxView for GvisorView {
         let pid = child.id() as libc::pid_t;
         let mut collector = Collector::new(command.output_limit, on_output);
         let tracked = self.cancellation.track(Target::Group(pid));
+        if let Some(switch) = &command.kill {
+            // As a cancellation does: runsc's group dies, and the container with it
+            // (`runsc delete --force` below).
+            switch.arm(Box::new(move || {
+                let _ = sys::kill_process_group(pid);
+            }));
+        }
         let supervised = (|| -> std::io::Result<(libc::c_int, bool)> {
             let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
                 return Err(std::io::Error::other("missing output pipes"));
@@ -663,6 +679,9 @@ impl SandboxView for GvisorView {
             }
             // Deregistered before runsc is reaped: its pid may be reused after.
             drop(tracked);
+            if let Some(switch) = &command.kill {
+                switch.disarm();
+            }
             let status = sys::wait_for(pid)?;
             pipes.read_to_end(&mut collector, Instant::now() + Duration::from_millis(500))?;
             Ok((status, timed_out))
@@ -673,6 +692,9 @@ impl SandboxView for GvisorView {
         let (status, timed_out) = match supervised {
             Ok(done) => done,
             Err(error) => {
+                if let Some(switch) = &command.kill {
+                    switch.disarm();
+                }
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(SandboxError::io("cannot supervise runsc", error));
@@ -684,6 +706,9 @@ impl SandboxView for GvisorView {
             other => other,
         };
         let (stdout, stderr, truncated) = collector.finish();
+        if command.kill.as_ref().is_some_and(KillSwitch::fired) && !timed_out {
+            return Ok(killed_output(stdout, stderr, truncated, started.elapsed()));
+        }
         if self.cancellation.is_cancelled() && !timed_out {
             return Ok(cancelled_output(
                 stdout,

@@ -75,8 +75,9 @@ use std::sync::Arc;
 
 pub use error::SandboxError;
 pub use spec::{
-    baseline_env, remove_scratch, Backend, CommandOutput, CommandSpec, DiskQuota, Layer,
-    LayerReport, Mount, ResourceLimits, SandboxConfig, Stream, ViewSpec, WORKING_ROOT,
+    baseline_env, remove_scratch, Backend, CommandOutput, CommandSpec, DiskQuota, KillSwitch,
+    Layer, LayerReport, Mount, ResourceLimits, SandboxConfig, Stdin, Stream, ViewSpec,
+    WORKING_ROOT,
 };
 
 /// An isolation backend. Opening a view is the expensive part (namespaces, mounts, rulesets);

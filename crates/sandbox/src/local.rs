@@ -7,10 +7,11 @@
 
 use crate::cancel::{cancelled_output, Cancellation, Target};
 use crate::output::Collector;
-use crate::spec::{validate_command, validate_view, ValidatedView};
+use crate::spec::{killed_output, validate_command, validate_view, ValidatedView};
 use crate::sys::{self, OutputPipes, Pumped};
 use crate::{
-    Backend, CommandOutput, CommandSpec, Sandbox, SandboxError, SandboxView, Stream, ViewSpec,
+    Backend, CommandOutput, CommandSpec, KillSwitch, Sandbox, SandboxError, SandboxView, Stream,
+    ViewSpec,
 };
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::CommandExt;
@@ -102,6 +103,15 @@ impl SandboxView for LocalView {
             return Ok(cancelled_output(vec![], vec![], false, started.elapsed()));
         }
         let deadline = started + command.timeout;
+        let stdin = match &command.stdin {
+            Some(stdin) => Stdio::from(
+                stdin
+                    .0
+                    .try_clone()
+                    .map_err(|e| SandboxError::io("cannot duplicate the command's stdin", e))?,
+            ),
+            None => Stdio::null(),
+        };
         let mut collector = Collector::new(command.output_limit, on_output);
         // The one place the local backend starts a process: no isolation by definition, with
         // the environment cleared and set from the caller's allow-list.
@@ -112,7 +122,7 @@ impl SandboxView for LocalView {
             .env_clear()
             .envs(command.env.iter().map(|(k, v)| (k, v)))
             .current_dir(self.root.join(cwd))
-            .stdin(Stdio::null())
+            .stdin(stdin)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0);
@@ -147,6 +157,9 @@ impl SandboxView for LocalView {
             _ => Err(std::io::Error::other("missing output pipes")),
         };
         let tracked = self.cancellation.track(Target::Group(pid));
+        if let Some(switch) = &command.kill {
+            switch.arm(Box::new(move || kill_group(pid)));
+        }
         let result = (|| -> std::io::Result<(libc::c_int, bool)> {
             let mut pipes = pipes?;
             let pidfd = sys::pidfd_open(pid)?;
@@ -156,6 +169,9 @@ impl SandboxView for LocalView {
             kill_group(pid);
             // Deregistered before the leader is reaped: its pid may be reused after.
             drop(tracked);
+            if let Some(switch) = &command.kill {
+                switch.disarm();
+            }
             let status = sys::wait_for(pid)?;
             pipes.read_to_end(&mut collector, Instant::now() + Duration::from_millis(200))?;
             Ok((status, timed_out))
@@ -163,6 +179,9 @@ impl SandboxView for LocalView {
         let (status, timed_out) = match result {
             Ok(done) => done,
             Err(error) => {
+                if let Some(switch) = &command.kill {
+                    switch.disarm();
+                }
                 kill_group(pid);
                 let _ = child.wait();
                 return Err(SandboxError::io("local command", error));
@@ -170,6 +189,9 @@ impl SandboxView for LocalView {
         };
         let (exit_code, signal) = sys::decode_status(status);
         let (stdout, stderr, truncated) = collector.finish();
+        if command.kill.as_ref().is_some_and(KillSwitch::fired) && !timed_out {
+            return Ok(killed_output(stdout, stderr, truncated, started.elapsed()));
+        }
         if self.cancellation.is_cancelled() && !timed_out && signal == Some(libc::SIGKILL) {
             return Ok(cancelled_output(
                 stdout,

@@ -357,6 +357,117 @@ pub struct CommandSpec {
     pub output_limit: usize,
     /// Memory, processes, CPU and file size.
     pub limits: ResourceLimits,
+    /// The command's standard input; `None`: `/dev/null`. A long-lived server speaking over
+    /// its stdin and stdout (an MCP server) gets the read end of a pipe its caller writes, and
+    /// its stdout through `run_streaming`'s callback as it comes.
+    pub stdin: Option<Stdin>,
+    /// Stops this one command (its whole process tree) when its caller asks; `None`: only its
+    /// timeout and the view's cancellation or closing stop it.
+    pub kill: Option<KillSwitch>,
+}
+
+/// A descriptor a command reads as its standard input (shared: a [`CommandSpec`] is `Clone`).
+/// Only this descriptor enters the sandbox; the caller keeps the other end.
+#[derive(Debug, Clone)]
+pub struct Stdin(pub std::sync::Arc<std::os::fd::OwnedFd>);
+
+impl PartialEq for Stdin {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Stdin {}
+
+/// Stops one running command on demand: [`KillSwitch::kill`] kills the command's process tree
+/// now if it runs, or as soon as it starts; the command then returns as killed by `SIGKILL`
+/// with a note on stderr. Clones share the switch.
+#[derive(Clone, Default)]
+pub struct KillSwitch(std::sync::Arc<std::sync::Mutex<KillState>>);
+
+#[derive(Default)]
+struct KillState {
+    fired: bool,
+    target: Option<Box<dyn Fn() + Send>>,
+}
+
+impl KillSwitch {
+    pub fn new() -> KillSwitch {
+        KillSwitch::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, KillState> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Kills the command (now, or when it starts).
+    pub fn kill(&self) {
+        let mut state = self.lock();
+        state.fired = true;
+        if let Some(target) = &state.target {
+            target();
+        }
+    }
+
+    /// Whether [`KillSwitch::kill`] was called.
+    pub fn fired(&self) -> bool {
+        self.lock().fired
+    }
+
+    /// A backend registers how to kill the command it started (killed at once when the switch
+    /// already fired); [`KillSwitch::disarm`] it before the process is reaped.
+    #[allow(dead_code)]
+    pub(crate) fn arm(&self, target: Box<dyn Fn() + Send>) {
+        let mut state = self.lock();
+        if state.fired {
+            target();
+        }
+        state.target = Some(target);
+    }
+
+    #[allow(dead_code)]
+    pub(crate) fn disarm(&self) {
+        self.lock().target = None;
+    }
+}
+
+impl std::fmt::Debug for KillSwitch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KillSwitch")
+            .field("fired", &self.fired())
+            .finish()
+    }
+}
+
+impl PartialEq for KillSwitch {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for KillSwitch {}
+
+/// What a command stopped through its [`KillSwitch`] returns: killed by `SIGKILL`, with a note.
+#[allow(dead_code)]
+pub(crate) fn killed_output(
+    stdout: Vec<u8>,
+    mut stderr: Vec<u8>,
+    truncated: bool,
+    duration: Duration,
+) -> CommandOutput {
+    stderr.extend_from_slice(b"warden-sandbox: killed: stopped by its caller\n");
+    CommandOutput {
+        exit_code: None,
+        signal: Some(9),
+        stdout,
+        stderr,
+        truncated,
+        timed_out: false,
+        duration,
+        egress_connections: 0,
+    }
 }
 
 impl CommandSpec {
@@ -370,6 +481,8 @@ impl CommandSpec {
             timeout,
             output_limit: 64 * 1024,
             limits: ResourceLimits::default(),
+            stdin: None,
+            kill: None,
         }
     }
 }

@@ -689,10 +689,16 @@ async fn run_question(
     let task = &claim.task;
     let run = claim.run();
     let model_name = services.model.name();
-    let tools = match question::question_tools(&services.config, repos, sandbox) {
+    let mut tools = match question::question_tools(&services.config, repos, sandbox) {
         Ok(tools) => tools,
         Err(error) => return failed(task, &model_name, setup_failure(error)),
     };
+    // The operator's MCP servers, in this task's view; ended before the view closes.
+    let mcp = match sandbox.start_mcp(&services.config).await {
+        Ok(mcp) => mcp,
+        Err(failure) => return failed(task, &model_name, failure),
+    };
+    tools.extend(mcp.tools());
     let RunPlumbing {
         model,
         ledger,
@@ -738,6 +744,7 @@ async fn run_question(
     )
     .await;
     drop(tools);
+    mcp.shutdown().await;
     let mut report = question::question_report(&task.id, &model, Some(sandbox.backend), report);
     report
         .result

@@ -10,6 +10,7 @@ pub mod architecture;
 pub mod browser;
 pub mod git_fixture;
 pub mod github_fake;
+pub mod mcp_node;
 pub mod mcp_python;
 pub mod model_server;
 pub mod postgres;

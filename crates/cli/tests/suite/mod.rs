@@ -7,6 +7,7 @@ mod front_door;
 mod github_app;
 mod logs_json;
 mod mcp;
+mod mcp_client;
 mod mcp_http;
 mod nonroot;
 mod one_front_door;

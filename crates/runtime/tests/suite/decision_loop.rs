@@ -93,6 +93,14 @@ impl Tool for Echo {
     fn call<'a>(&'a self, arguments: Value) -> BoxFuture<'a, ToolOutput> {
         Box::pin(async move { ToolOutput::Ok(arguments["text"].as_str().unwrap().to_string()) })
     }
+    /// The tool's own policy (as a third-party MCP tool has): one text is refused.
+    fn verdict(&self, arguments: &Value) -> Verdict {
+        if arguments["text"] == "forbidden" {
+            Verdict::Deny("echo refuses this text".into())
+        } else {
+            Verdict::Allow
+        }
+    }
 }
 
 struct Submit;
@@ -310,6 +318,49 @@ async fn policy_denial_is_a_tool_error_and_the_tool_does_not_run() {
         .events
         .iter()
         .any(|e| matches!(e, Event::ToolStarted { tool, .. } if tool == "echo")));
+}
+
+#[tokio::test]
+async fn a_tools_own_verdict_applies_after_the_run_policy_and_is_journaled() {
+    let h = run_with(
+        vec![
+            calls(&[("echo", r#"{"text": "forbidden"}"#)]),
+            calls(&[("echo", r#"{"text": "fine"}"#)]),
+            calls(&[("submit", r#"{"ok": true}"#)]),
+        ],
+        AgentConfig::default(),
+        &AllowAll,
+    )
+    .await;
+    let results = tool_results(&h.report.messages);
+    assert_eq!(
+        results[0],
+        ("denied by policy: echo refuses this text".into(), true)
+    );
+    assert_eq!(results[1], ("fine".into(), false));
+    let verdicts: Vec<&Value> = h
+        .journal
+        .records
+        .iter()
+        .filter(|r| r.kind == RecordKind::PolicyVerdict)
+        .map(|r| &r.payload["verdict"])
+        .collect();
+    assert_eq!(verdicts[0], &json!({"deny": "echo refuses this text"}));
+    assert_eq!(verdicts[1], &json!({"allow": true}));
+    // The run's own denial still comes first: the tool is not asked.
+    let h = run_with(
+        vec![
+            calls(&[("echo", r#"{"text": "forbidden"}"#)]),
+            calls(&[("submit", r#"{"ok": true}"#)]),
+        ],
+        AgentConfig::default(),
+        &DenyEcho,
+    )
+    .await;
+    assert_eq!(
+        tool_results(&h.report.messages)[0],
+        ("denied by policy: echo is not allowed here".into(), true)
+    );
 }
 
 #[tokio::test]

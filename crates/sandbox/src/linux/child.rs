@@ -149,6 +149,8 @@ pub(crate) struct RunPlan<'a> {
     pub rlimits: &'a [(libc::__rlimit_resource_t, libc::rlim_t)],
     pub cwd: &'a CString,
     pub dev_null: &'a CString,
+    /// The command's stdin (a pipe's read end the caller writes), or -1 for `/dev/null`.
+    pub stdin_fd: RawFd,
     pub stdout_fd: RawFd,
     pub stderr_fd: RawFd,
     /// Keep `CAP_DAC_OVERRIDE` (ambient) so writable views can change files whose snapshot
@@ -716,7 +718,12 @@ fn sandboxed_main(plan: &RunPlan<'_>, lifeline: [libc::c_int; 2]) -> ! {
     check(error_fd, code::LANDLOCK, unsafe {
         libc::syscall(libc::SYS_landlock_restrict_self, plan.ruleset_fd, 0u32)
     });
-    let error_fd = arrange_fds(error_fd, null, plan.stdout_fd, plan.stderr_fd);
+    let stdin = if plan.stdin_fd >= 0 {
+        plan.stdin_fd
+    } else {
+        null
+    };
+    let error_fd = arrange_fds(error_fd, stdin, plan.stdout_fd, plan.stderr_fd);
     reset_signals();
     install_filter(error_fd, &plan.filter);
     let mut error = libc::ENOENT;

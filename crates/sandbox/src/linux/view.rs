@@ -10,11 +10,11 @@ use super::{
 };
 use crate::cancel::{cancelled_output, Cancellation, Target};
 use crate::output::Collector;
-use crate::spec::{validate_command, view_mounts, ValidatedView};
+use crate::spec::{killed_output, validate_command, view_mounts, ValidatedView};
 use crate::sys::{self, OutputPipes, Pumped};
 use crate::{
-    Backend, CommandOutput, CommandSpec, Layer, SandboxError, SandboxView, Stream, ViewSpec,
-    WORKING_ROOT,
+    Backend, CommandOutput, CommandSpec, KillSwitch, Layer, SandboxError, SandboxView, Stream,
+    ViewSpec, WORKING_ROOT,
 };
 use std::ffi::CString;
 use std::io;
@@ -907,6 +907,15 @@ impl SandboxView for LinuxView {
     }
 }
 
+/// Disarms a command's [`KillSwitch`] when its run ends, however it ends.
+struct Disarm<'a>(&'a KillSwitch);
+
+impl Drop for Disarm<'_> {
+    fn drop(&mut self) {
+        self.0.disarm();
+    }
+}
+
 struct RunInputs<'a> {
     procs: &'a [std::os::fd::RawFd],
     cwd: &'a CString,
@@ -960,6 +969,7 @@ impl LinuxView {
         .into_iter()
         .chain(inputs.procs.iter().copied())
         .chain(egress_channel.as_ref().map(AsRawFd::as_raw_fd))
+        .chain(command.stdin.as_ref().map(|stdin| stdin.0.as_raw_fd()))
         .collect();
         keep_fds.sort_unstable();
         let plan = RunPlan {
@@ -980,6 +990,10 @@ impl LinuxView {
             rlimits: inputs.rlimits,
             cwd: inputs.cwd,
             dev_null: &dev_null,
+            stdin_fd: command
+                .stdin
+                .as_ref()
+                .map_or(-1, |stdin| stdin.0.as_raw_fd()),
             stdout_fd: out_write.as_raw_fd(),
             stderr_fd: err_write.as_raw_fd(),
             keep_dac_override: self.writable,
@@ -1026,6 +1040,20 @@ impl LinuxView {
             }
         };
         let _tracked = self.cancellation.track(Target::Process(tracked_fd));
+        let _armed = match &command.kill {
+            Some(switch) => {
+                let kill_fd = relay_fd.try_clone().map_err(|error| {
+                    let _ = sys::pidfd_kill(relay_fd.as_fd(), libc::SIGKILL);
+                    SandboxError::io("cannot duplicate the relay's pidfd", error)
+                })?;
+                // As a cancellation does: the relay's death takes the command's pid namespace.
+                switch.arm(Box::new(move || {
+                    let _ = sys::pidfd_kill(kill_fd.as_fd(), libc::SIGKILL);
+                }));
+                Some(Disarm(switch))
+            }
+            None => None,
+        };
         let mut collector = Collector::new(command.output_limit, on_output);
         let outcome = self.supervise(
             relay,
@@ -1111,6 +1139,9 @@ impl LinuxView {
             sys::decode_status(status)
         } else if timed_out {
             (None, Some(libc::SIGKILL))
+        } else if command.kill.as_ref().is_some_and(KillSwitch::fired) {
+            let (stdout, stderr, truncated) = collector.finish();
+            return Ok(killed_output(stdout, stderr, truncated, duration));
         } else if self.cancellation.is_cancelled() {
             let (stdout, stderr, truncated) = collector.finish();
             return Ok(cancelled_output(stdout, stderr, truncated, duration));

@@ -820,3 +820,56 @@ pub fn dangerous_mounts_are_refused(sandbox: &Backend) {
     refused(vec![ro(tool.join("data.txt"))], "not a directory");
     refused(vec![ro(tool.clone()), ro(tool.join("bin"))], "inside mount");
 }
+
+/// A long-lived command speaks over a pipe: each line written to its stdin comes back on its
+/// stdout while it runs (what an MCP server over stdio needs), it sees no network while it
+/// does, and its kill switch stops it (with a note) before its timeout.
+pub fn piped_command_converses_and_is_killed_on_demand(sandbox: &Backend) {
+    use std::io::Write;
+    let fixture = Fixture::new();
+    let view: Arc<Box<dyn SandboxView>> = Arc::new(open!(sandbox, fixture.view(false)));
+    let (reader, mut writer) = std::io::pipe().unwrap();
+    let switch = warden_sandbox::KillSwitch::new();
+    let mut command = CommandSpec::bash(
+        "while IFS= read -r line; do echo \"got $line\"; done; sleep 600",
+        Duration::from_secs(120),
+    );
+    command.stdin = Some(warden_sandbox::Stdin(Arc::new(reader.into())));
+    command.kill = Some(switch.clone());
+    let (lines_tx, lines_rx) = std::sync::mpsc::channel::<String>();
+    let runner = {
+        let view = view.clone();
+        std::thread::spawn(move || {
+            let mut pending = Vec::new();
+            view.run_streaming(&command, &mut |stream, data| {
+                if stream == Stream::Stdout {
+                    pending.extend_from_slice(data);
+                    while let Some(end) = pending.iter().position(|&b| b == b'\n') {
+                        let line: Vec<u8> = pending.drain(..=end).collect();
+                        let _ = lines_tx.send(String::from_utf8_lossy(&line).trim_end().into());
+                    }
+                }
+            })
+        })
+    };
+    for word in ["one", "two"] {
+        writeln!(writer, "{word}").unwrap();
+        let line = lines_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+        assert_eq!(line, format!("got {word}"));
+    }
+    let started = Instant::now();
+    switch.kill();
+    let output = runner.join().unwrap().unwrap();
+    assert!(started.elapsed() < Duration::from_secs(30), "{output:?}");
+    assert_eq!(output.signal, Some(9), "{output:?}");
+    assert!(!output.timed_out);
+    assert!(
+        text(&output.stderr).contains("stopped by its caller"),
+        "{output:?}"
+    );
+    drop(writer);
+    match Arc::try_unwrap(view) {
+        Ok(view) => view.close().unwrap(),
+        Err(_) => panic!("the view is still shared"),
+    }
+}

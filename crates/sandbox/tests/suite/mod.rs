@@ -70,6 +70,7 @@ conformance!(
         mounted_directories_are_read_only,
         writable_mounts_take_writes,
         dangerous_mounts_are_refused,
+        piped_command_converses_and_is_killed_on_demand,
     ],
     keyed[model_key_is_absent]
 );
@@ -101,6 +102,7 @@ conformance!(
         mounted_directories_are_read_only,
         writable_mounts_take_writes,
         dangerous_mounts_are_refused,
+        piped_command_converses_and_is_killed_on_demand,
     ],
     keyed[model_key_is_absent]
 );
@@ -119,6 +121,7 @@ conformance!(
         concurrent_commands,
         cancel_kills_running_commands_and_refuses_new_ones,
         dangerous_mounts_are_refused,
+        piped_command_converses_and_is_killed_on_demand,
     ],
     keyed[]
 );

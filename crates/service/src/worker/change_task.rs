@@ -368,10 +368,16 @@ async fn run_change_loop(
             return finished(services, status, &result);
         }
     }
-    let tools = match change::change_tools(&setup, &session) {
+    let mut tools = match change::change_tools(&setup, &session) {
         Ok(tools) => tools,
         Err(error) => return change_failed(task, &model_name, setup_failure(error)),
     };
+    // The operator's MCP servers, in this task's view; ended before the view closes.
+    let mcp = match input.sandbox.start_mcp(&services.config).await {
+        Ok(mcp) => mcp,
+        Err(failure) => return change_failed(task, &model_name, failure),
+    };
+    tools.extend(mcp.tools());
     if replaying > 0 {
         tracing::info!(%run, replaying, "resuming a change: replaying journaled decisions, re-running their tools");
     }
@@ -395,6 +401,7 @@ async fn run_change_loop(
     )
     .await;
     drop(tools);
+    mcp.shutdown().await;
     drop(session);
     let change::ChangeReport {
         mut result,
