@@ -672,6 +672,7 @@ mod tests {
             model: "m".into(),
             sandbox: None,
             notices: vec![],
+            maintenance: None,
         };
         let task = json!({"id": task_id.to_string(), "kind": "change"});
         let shown = render(&task, &serde_json::to_value(&result).unwrap());

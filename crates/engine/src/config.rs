@@ -41,6 +41,9 @@ pub struct FileConfig {
     pub telegram: Option<crate::telegram_config::TelegramSection>,
     /// `[slack]`: the Slack app of `warden serve` (off without it).
     pub slack: Option<crate::slack_config::SlackSection>,
+    /// `[maintain]`: candidate versions, the advisory database and the upgrade policy.
+    #[serde(default)]
+    pub maintain: crate::maintain_config::MaintainSection,
 }
 
 /// `[github]`: the API publication talks to. The token is never read from this file (nor from
@@ -257,6 +260,8 @@ pub struct Config {
     pub telegram: Option<crate::telegram_config::TelegramConfig>,
     /// `[slack]` with `WARDEN_SLACK_SIGNING_SECRET` and `WARDEN_SLACK_BOT_TOKEN`; `None`: no app.
     pub slack: Option<crate::slack_config::SlackConfig>,
+    /// `[maintain]`: where `warden maintain` finds versions and advisories, and its policy.
+    pub maintain: crate::maintain_config::MaintainConfig,
 }
 
 /// The sandbox backend and its settings. Never chosen by fallback: what is named here is what
@@ -412,6 +417,7 @@ impl Config {
             env.var("WARDEN_SLACK_SIGNING_SECRET"),
             env.var("WARDEN_SLACK_BOT_TOKEN"),
         )?;
+        let maintain = crate::maintain_config::MaintainConfig::resolve(&file.maintain)?;
         Ok(Config {
             file: home.join("warden.toml"),
             home,
@@ -426,6 +432,7 @@ impl Config {
             github,
             telegram,
             slack,
+            maintain,
         })
     }
 }

@@ -229,6 +229,7 @@ impl Fixture {
             model: "m".into(),
             sandbox: None,
             notices: vec![],
+            maintenance: None,
         };
         self.finish(serde_json::to_value(&result).unwrap()).await;
         id

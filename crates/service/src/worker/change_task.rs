@@ -63,6 +63,7 @@ fn change_failed(task: &Task, model: &str, failure: Failure) -> Ending {
         model: model.to_string(),
         sandbox: None,
         notices: vec![],
+        maintenance: None,
     };
     Ending::Finished {
         status,
