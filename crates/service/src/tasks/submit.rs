@@ -45,6 +45,8 @@ pub struct Submission {
     /// Repositories an in-process front door pinned itself (a local path or URL, an exact
     /// commit) instead of registered names; see [`PinnedRepos`].
     pub pinned: Option<PinnedRepos>,
+    /// Maintain tasks: what to upgrade (`select`) and how (`mode`); defaults when `None`.
+    pub maintain: Option<warden_engine::change::MaintainOptions>,
 }
 
 /// Repositories pinned by the in-process front door ([`crate::local`]): each with its own
@@ -76,6 +78,7 @@ impl Submission {
             callback_url: None,
             baseline: false,
             pinned: None,
+            maintain: None,
         }
     }
 }
@@ -149,11 +152,6 @@ impl TaskService {
     ) -> Result<Submitted, ServiceError> {
         principal.require_writer()?;
         let kind = submission.kind;
-        if kind == TaskKind::Maintain {
-            return Err(ServiceError::UnsupportedKind(
-                "maintain tasks are not supported by this server yet".into(),
-            ));
-        }
         if !crate::worker::runnable(kind) {
             return Err(ServiceError::UnsupportedKind(
                 "this kind of task cannot run here".into(),
@@ -191,7 +189,9 @@ impl TaskService {
                 "{at} must not contain NUL characters"
             )));
         }
-        let publish = kind == TaskKind::Change && submission.publish == Some(true);
+        // A change or a maintenance: a proposal, published after an approval.
+        let proposes = matches!(kind, TaskKind::Change | TaskKind::Maintain);
+        let publish = proposes && submission.publish == Some(true);
         let idempotency = match idempotency {
             None => None,
             Some(given) if !given.well_formed() => return Err(ServiceError::InvalidIdempotencyKey),
@@ -250,12 +250,14 @@ impl TaskService {
             publish: submission.publish,
             baseline: submission.baseline,
             notices,
+            maintain: submission.maintain,
         };
         task_options(kind, options, &mut metadata)?;
-        if kind == TaskKind::Change && repos.len() != 1 {
-            return Err(ServiceError::Invalid(
-                "a change task works on exactly one repository".into(),
-            ));
+        if proposes && repos.len() != 1 {
+            return Err(ServiceError::Invalid(format!(
+                "a {} task works on exactly one repository",
+                warden_store::state::kind_name(kind)
+            )));
         }
         if publish {
             self.check_publishable(&repos[0]).await?;
@@ -345,6 +347,7 @@ struct TaskOptions {
     publish: Option<bool>,
     baseline: bool,
     notices: Vec<String>,
+    maintain: Option<warden_engine::change::MaintainOptions>,
 }
 
 /// A task's options, validated and kept in its metadata under
@@ -366,12 +369,31 @@ fn task_options(
         publish,
         baseline,
         notices,
+        maintain,
     } = options;
-    if kind != TaskKind::Change && (checks.is_some() || publish.is_some() || baseline) {
+    if kind == TaskKind::Question && (checks.is_some() || publish.is_some() || baseline) {
         return Err(ServiceError::Invalid(
-            "checks and publish are for change tasks".into(),
+            "checks and publish are for change and maintain tasks".into(),
         ));
     }
+    if kind == TaskKind::Maintain && baseline {
+        return Err(ServiceError::Invalid(
+            "baseline is for change tasks: a maintain task always checks its base first".into(),
+        ));
+    }
+    let maintain = match (kind, maintain) {
+        (TaskKind::Maintain, options) => {
+            let options = options.unwrap_or_default();
+            options.check().map_err(ServiceError::Invalid)?;
+            (options != warden_engine::change::MaintainOptions::default()).then_some(options)
+        }
+        (_, None) => None,
+        (_, Some(_)) => {
+            return Err(ServiceError::Invalid(
+                "select and mode are for maintain tasks".into(),
+            ))
+        }
+    };
     if let Some(checks) = &checks {
         if checks.len() > MAX_CHECKS {
             return Err(ServiceError::Invalid(format!(
@@ -392,6 +414,7 @@ fn task_options(
         publish: publish.unwrap_or(false),
         baseline,
         notices,
+        maintain,
     };
     if options != warden_engine::change::ChangeOptions::default() {
         let value = serde_json::to_value(&options).map_err(ServiceError::internal)?;
