@@ -184,7 +184,7 @@ fn stage<T>(
     run.events.emit(Event::ToolStarted {
         call_id: call_id.clone(),
         tool: tool.clone(),
-        summary: summary.to_string(),
+        summary: format!("{name}: {summary}"),
     });
     let outcome = work(state);
     let (ok, summary) = match &outcome {
@@ -581,9 +581,8 @@ fn discover(
             wanted.push((package.name.clone(), package.version.clone(), Vec::new()));
         }
     }
-    let client = reqwest::Client::builder()
-        .build()
-        .map_err(|e| failure(FailureCode::Infrastructure, format!("HTTP client: {e}")))?;
+    let client =
+        index::client().map_err(|message| failure(FailureCode::Infrastructure, message))?;
     let handle = tokio::runtime::Handle::try_current().map_err(|e| {
         failure(
             FailureCode::Infrastructure,

@@ -70,7 +70,7 @@ pub async fn fetch_versions(
         .timeout(Duration::from_secs(30))
         .send()
         .await
-        .map_err(|e| format!("cannot reach the index at {url}: {e}"))?;
+        .map_err(|e| format!("cannot reach the index at {url}: {}", chain(&e)))?;
     let status = response.status();
     if status == reqwest::StatusCode::NOT_FOUND {
         return Err(format!("{name} is not in the index ({url}: 404)"));
@@ -86,6 +86,41 @@ pub async fn fetch_versions(
         return Err(format!("{url}: index file larger than 16 MiB"));
     }
     Ok(parse_index(&String::from_utf8_lossy(&bytes)))
+}
+
+/// The system's CA bundles: what cargo itself trusts (through libcurl), so an index behind
+/// the operator's own CA (a registry mirror) is read host-side as the sandbox's cargo reads it.
+const SYSTEM_CA_BUNDLES: [&str; 2] = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+];
+
+/// The HTTP client the index is read with: the built-in web roots plus the system's CA bundle
+/// when there is one.
+pub fn client() -> Result<reqwest::Client, String> {
+    let mut builder = reqwest::Client::builder();
+    if let Some(pem) = SYSTEM_CA_BUNDLES
+        .iter()
+        .find_map(|path| std::fs::read(path).ok())
+    {
+        let certificates = reqwest::Certificate::from_pem_bundle(&pem)
+            .map_err(|e| format!("the system CA bundle does not parse: {e}"))?;
+        for certificate in certificates {
+            builder = builder.add_root_certificate(certificate);
+        }
+    }
+    builder.build().map_err(|e| format!("HTTP client: {e}"))
+}
+
+/// An error and its causes, `: `-separated.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
 }
 
 /// Which versions a task may upgrade to.

@@ -222,7 +222,12 @@ pub(super) async fn run_change_task(
     events.emit(Event::TaskStarted {
         task_id: task.id.clone(),
         kind: task.kind,
-        model: model_name.clone(),
+        // Baseline-mode maintenance asks no model.
+        model: if maintain_options.is_some() {
+            warden_engine::maintain::NO_MODEL.to_string()
+        } else {
+            model_name.clone()
+        },
         manifest: question::manifest(std::slice::from_ref(&repo)),
     });
     let ending = match sandbox {
