@@ -96,8 +96,8 @@ impl MaintainOptions {
         match self.mode.as_deref() {
             None | Some("baseline") => {}
             Some("model") => {
-                return Err("--mode model is not available yet: maintenance runs in \
-                            deterministic baseline mode (--mode baseline, the default) only"
+                return Err("mode `model` is not available yet: maintenance runs in \
+                            deterministic baseline mode (mode `baseline`, the default) only"
                     .into())
             }
             Some(other) => {
@@ -112,12 +112,10 @@ impl MaintainOptions {
             .filter(|s| matches!(s.as_str(), "all" | "vulnerable"))
             .count();
         if keywords > 0 && self.select.len() > 1 {
-            return Err(
-                "--select takes all, vulnerable, or package names, not a mix of them".into(),
-            );
+            return Err("select takes all, vulnerable, or package names, not a mix of them".into());
         }
         if self.select.len() > 64 {
-            return Err("--select names at most 64 packages".into());
+            return Err("select names at most 64 packages".into());
         }
         if let Some(bad) = self.names().into_iter().find(|name| {
             name.is_empty()
@@ -126,7 +124,7 @@ impl MaintainOptions {
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
         }) {
-            return Err(format!("--select {bad:?} is not a crate name"));
+            return Err(format!("select: {bad:?} is not a crate name"));
         }
         Ok(())
     }

@@ -456,7 +456,7 @@ fn the_model_mode_and_a_vulnerable_selection_without_a_database_are_refused_up_f
     let run = warden.run(&["maintain", "--repo", path, "--mode", "model"]);
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(
-        run.stderr.contains("--mode model is not available yet"),
+        run.stderr.contains("mode `model` is not available yet"),
         "{}",
         run.stderr
     );
