@@ -106,7 +106,17 @@ pub fn run_maintenance(run: MaintainRun<'_>) -> MaintainReport {
         },
         step: 0,
     };
-    let ending = pipeline(&run, &mut state);
+    let ending = pipeline(&run, &mut state).map_err(|failure| {
+        // A cancelled task's checks and commands stop with errors of their own.
+        if run.session.is_cancelled() {
+            Failure {
+                code: FailureCode::Cancelled,
+                message: "the task was cancelled".into(),
+            }
+        } else {
+            failure
+        }
+    });
     if run.sandbox.backend == warden_sandbox::Backend::Local {
         state.notices.push(
             "no isolation: commands ran directly on the host (WARDEN_SANDBOX=local, for \
@@ -263,7 +273,7 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
     state.notices.extend(notices);
 
     // 3. Baseline.
-    let baseline = stage(
+    stage(
         run,
         state,
         "baseline",
@@ -299,13 +309,9 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
                 ));
             }
             let count = validations.len();
-            Ok((
-                validations,
-                format!("{count} checks passed on the base tree"),
-            ))
+            Ok(((), format!("{count} checks passed on the base tree")))
         },
     )?;
-    drop(baseline);
 
     // 4. The base scan.
     let vulnerable = run.options.vulnerable();

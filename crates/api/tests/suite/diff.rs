@@ -386,7 +386,7 @@ async fn change_tasks_are_accepted_with_their_options() {
     for (body, needle) in [
         (
             json!({"kind": "question", "repo": "app", "prompt": "q", "checks": ["x"]}),
-            "change tasks",
+            "change and maintain tasks",
         ),
         (
             json!({"kind": "change", "repo": "app", "prompt": "p", "checks": [" "]}),

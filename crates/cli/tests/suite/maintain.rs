@@ -368,6 +368,81 @@ fn an_upgrade_that_breaks_a_check_stops_with_no_proposal() {
         .is_empty());
 }
 
+/// `all` takes the newest semver-compatible version from the real index (what `cargo update`
+/// would pick), checked by `cargo test` on exactly that tree.
+#[test]
+fn all_upgrades_to_the_newest_compatible_version() {
+    let proxy = ConnectProxy::start();
+    let db = advisory_db();
+    let Some(warden) = cargo_warden(&proxy, &db) else {
+        return;
+    };
+    let repo = fixture();
+    let run = warden.run(&[
+        "maintain",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    let upgrade = &result["maintenance"]["upgrades"][0];
+    assert_eq!(upgrade["package"], "smallvec");
+    let to: Vec<u64> = upgrade["to"]
+        .as_str()
+        .unwrap()
+        .split('.')
+        .map(|p| p.parse().unwrap())
+        .collect();
+    // Same major, newer than the last 1.x known when this test was written.
+    assert!(to[0] == 1 && to[1] >= 15, "{upgrade}");
+    // Scanned whenever a database is configured: the newest version is clean too.
+    assert_eq!(
+        result["maintenance"]["advisories_cleared"],
+        serde_json::json!(["RUSTSEC-2021-0003"])
+    );
+    let tree = &result["proposal"]["tree"];
+    assert_eq!(result["proposal"]["validations"][0]["tree"], *tree);
+    assert_eq!(result["proposal"]["validations"][0]["exit_code"], 0);
+}
+
+/// A cooldown longer than the registry's history leaves nothing eligible: no change, and the
+/// notice says why.
+#[test]
+fn a_cooldown_no_version_has_served_leaves_nothing_to_upgrade() {
+    let proxy = ConnectProxy::start();
+    let db = advisory_db();
+    let Some(warden) = cargo_warden(&proxy, &db) else {
+        return;
+    };
+    let config = warden.home.path().join("warden.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("cooldown_days = 36500\n");
+    std::fs::write(&config, text).unwrap();
+    let repo = fixture();
+    let run = warden.run(&[
+        "maintain",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--select",
+        "vulnerable",
+        "--json",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["outcome"], "no_change", "{result}");
+    let notices = result["notices"].to_string();
+    assert!(
+        notices.contains("smallvec 1.6.0: no eligible version clears RUSTSEC-2021-0003"),
+        "{notices}"
+    );
+    assert!(
+        notices.contains("younger than the cooldown of 36500 days"),
+        "{notices}"
+    );
+}
+
 #[test]
 fn a_failing_baseline_stops_before_any_upgrade() {
     let proxy = ConnectProxy::start();
@@ -466,4 +541,54 @@ fn the_model_mode_and_a_vulnerable_selection_without_a_database_are_refused_up_f
     let run = warden.run(&["maintain", "--repo", path, "--select", "all", "smallvec"]);
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(run.stderr.contains("not a mix"), "{}", run.stderr);
+}
+
+/// The same task on `warden serve`, submitted by `warden maintain --server` as an operator: the
+/// API takes `kind: maintain` with `select`, a worker runs the pipeline on the registered
+/// repository (its registered checks), and the client prints the same result.
+#[test]
+fn a_server_runs_a_maintain_task_submitted_with_warden_maintain_server() {
+    use super::server_harness::{Server, ADMIN, ALICE};
+    let proxy = ConnectProxy::start();
+    let db = advisory_db();
+    let Some(warden) = cargo_warden(&proxy, &db) else {
+        return;
+    };
+    let repo = fixture();
+    // `warden serve` wants a model for its other tasks; maintenance asks none.
+    let warden = warden.with("WARDEN_MODEL", "faux");
+    let server = Server::start(
+        &warden,
+        &[("root", "admin", ADMIN), ("alice", "operator", ALICE)],
+    );
+    server.register_with_checks("app", &repo, &["cargo test --locked --offline"]);
+    let run = server.client(ALICE).run(&[
+        "maintain",
+        "--repo",
+        "app",
+        "--select",
+        "vulnerable",
+        "--json",
+    ]);
+    server.expect(&run, 0);
+    let result = run.json();
+    assert_eq!(result["kind"], "maintain", "{result}");
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    assert_eq!(
+        result["maintenance"]["upgrades"][0]["to"], "1.6.1",
+        "{result}"
+    );
+    let tree = &result["proposal"]["tree"];
+    assert_eq!(result["maintenance"]["scans"][1]["tree"], *tree);
+    assert_eq!(result["proposal"]["validations"][0]["tree"], *tree);
+    // The proposal's diff over the API, as for a change.
+    let id = result["task_id"].as_str().unwrap();
+    let diff = server.get(ALICE, &format!("/v1/tasks/{id}/diff"));
+    assert!(
+        diff["diff"]
+            .as_str()
+            .unwrap()
+            .contains("+version = \"1.6.1\""),
+        "{diff}"
+    );
 }
