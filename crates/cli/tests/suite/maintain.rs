@@ -473,7 +473,13 @@ fn a_failing_baseline_stops_before_any_upgrade() {
 #[test]
 fn projects_maintenance_does_not_handle_are_refused_naming_the_reason() {
     let warden = Warden::new();
-    let cases: [(&str, Vec<(&str, &str)>, &str); 3] = [
+    // (name, files written on top of the fixture, what the refusal says)
+    type Case = (
+        &'static str,
+        Vec<(&'static str, &'static str)>,
+        &'static str,
+    );
+    let cases: [Case; 3] = [
         (
             "patched",
             vec![(
@@ -591,4 +597,102 @@ fn a_server_runs_a_maintain_task_submitted_with_warden_maintain_server() {
             .contains("+version = \"1.6.1\""),
         "{diff}"
     );
+}
+
+/// `--publish`: the task waits for an approval bound to the proposal hash; approving it
+/// pushes the branch and opens one pull request (the change pipeline's exactly-once
+/// publication) whose body lists the upgrade, the advisory cleared and the validation.
+#[test]
+fn a_published_maintenance_opens_one_pull_request_listing_the_upgrade() {
+    use warden_test_support::github_fake::GithubFake;
+    const TOKEN: &str = "ghp_fake_token_0123456789abcdef";
+    let proxy = ConnectProxy::start();
+    let db = advisory_db();
+    let Some(warden) = cargo_warden(&proxy, &db) else {
+        return;
+    };
+    let repo = fixture();
+    let remote_dir = tempfile::tempdir().unwrap();
+    let remote = remote_dir.path().join("widgets.git");
+    repo.git(&[
+        "init",
+        "-q",
+        "--bare",
+        "-b",
+        "main",
+        remote.to_str().unwrap(),
+    ]);
+    repo.git(&["remote", "add", "origin", remote.to_str().unwrap()]);
+    repo.git(&["push", "-q", "origin", "HEAD:main"]);
+    let fake = GithubFake::start(&remote, "acme", "widgets", TOKEN);
+    let warden = warden
+        .with("WARDEN_GITHUB_API_URL", &fake.url())
+        .with("WARDEN_GITHUB_TOKEN", TOKEN);
+    let name = repo
+        .path()
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .to_string();
+    let config = warden.home.path().join("warden.toml");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str(&format!(
+        "\n[[publish]]\nrepo = {name:?}\ngithub = \"acme/widgets\"\nbase = \"main\"\n"
+    ));
+    std::fs::write(&config, text).unwrap();
+    let run = warden.run(&[
+        "maintain",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--select",
+        "vulnerable",
+        "--publish",
+        "--json",
+    ]);
+    assert_eq!(run.code, 4, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["publication"]["status"], "awaiting_approval");
+    assert_eq!(
+        result["approval"]["subject_hash"],
+        result["proposal"]["hash"]
+    );
+    assert!(
+        fake.requests().is_empty(),
+        "nothing leaves before the approval"
+    );
+    let approval = result["approval"]["id"].as_str().unwrap();
+    let hash = result["approval"]["subject_hash"].as_str().unwrap();
+    // A wrong hash moves nothing.
+    let wrong = warden.run(&[
+        "approve",
+        approval,
+        "--hash",
+        &format!("sha256:{}", "0".repeat(64)),
+    ]);
+    assert_ne!(wrong.code, 0, "{}", wrong.stdout);
+    assert!(fake.requests().is_empty());
+    let approved = warden.run(&["approve", approval, "--hash", hash]);
+    assert_eq!(approved.code, 0, "{}\n{}", approved.stdout, approved.stderr);
+    let pulls = fake.pulls();
+    assert_eq!(pulls.len(), 1, "{pulls:?}");
+    assert_eq!(
+        pulls[0]["title"],
+        "Upgrade smallvec 1.6.0 → 1.6.1 (RUSTSEC-2021-0003)"
+    );
+    let body = pulls[0]["body"].as_str().unwrap();
+    for expected in [
+        "- smallvec 1.6.0 → 1.6.1 (clears RUSTSEC-2021-0003)",
+        "- RUSTSEC-2021-0003: Buffer overflow in SmallVec::insert_many",
+        "cargo test --locked --offline",
+        hash,
+    ] {
+        assert!(
+            body.contains(expected),
+            "{expected:?} missing from:\n{body}"
+        );
+    }
+    // Approving again publishes nothing twice.
+    let again = warden.run(&["approve", approval, "--hash", hash]);
+    assert_ne!(again.code, 0, "{}", again.stdout);
+    assert_eq!(fake.pulls().len(), 1);
 }
