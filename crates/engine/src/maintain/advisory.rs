@@ -2,10 +2,10 @@
 //! a Markdown file opening with a fenced TOML block) and the scan of a lockfile against it.
 //!
 //! Parsed here with the `toml` and `semver` crates rather than with the `rustsec` crate: with
-//! its default features off, `rustsec` still brings `cargo-lock`, `cvss`, `platforms`,
-//! `fs-err` and its own `toml`/`url` requirements into a workspace that needs only the
-//! advisory's package, `[versions]` ranges, `informational` and `withdrawn` fields — about a
-//! hundred lines below. Informational advisories (unmaintained, unsound, notices) and
+//! its default features off, `rustsec` 0.34 still requires `cargo-lock`, `cvss`, `platforms`,
+//! `fs-err`, `jiff`, `url` and `toml` 1.0 (a second `toml` major beside the workspace's 0.9, with
+//! its parser crates), for a workspace that needs only the advisory's package, `[versions]`
+//! ranges, `informational` and `withdrawn` fields — about a hundred lines below. Informational advisories (unmaintained, unsound, notices) and
 //! withdrawn ones are not vulnerabilities and are not reported.
 
 use super::cargo::Lockfile;
