@@ -283,31 +283,7 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
                 .run_checks(&base_tree)
                 .map_err(|message| failure(FailureCode::SandboxError, message))?;
             state.baseline = validations.clone();
-            if let Some(v) = validations.iter().find(|v| v.exit_code.is_none()) {
-                return Err(failure(
-                    FailureCode::BaselineInconclusive,
-                    format!(
-                        "check `{}` timed out or was killed on the base commit {}: there is \
-                     nothing to prove an upgrade against",
-                        v.command, session.config.base_commit
-                    ),
-                ));
-            }
-            let failing: Vec<&str> = validations
-                .iter()
-                .filter(|v| !v.passed())
-                .map(|v| v.command.as_str())
-                .collect();
-            if !failing.is_empty() {
-                return Err(failure(
-                    FailureCode::BaselineFailing,
-                    format!(
-                        "the checks already fail on the base commit {} before any upgrade: {}",
-                        session.config.base_commit,
-                        failing.join(", ")
-                    ),
-                ));
-            }
+            baseline_verdict(&validations, &session.config.base_commit)?;
             let count = validations.len();
             Ok(((), format!("{count} checks passed on the base tree")))
         },
@@ -497,6 +473,36 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
         Ok((proposal, format!("proposal commit {short}")))
     })?;
     Ok(Done::Proposal(Box::new(proposal)))
+}
+
+/// Whether the base tree's check runs give something to prove an upgrade against: a check
+/// that timed out or was killed is `baseline_inconclusive`, a failing one `baseline_failing`.
+pub fn baseline_verdict(validations: &[Validation], base_commit: &str) -> Result<(), Failure> {
+    if let Some(v) = validations.iter().find(|v| v.exit_code.is_none()) {
+        return Err(failure(
+            FailureCode::BaselineInconclusive,
+            format!(
+                "check `{}` timed out or was killed on the base commit {base_commit}: there is \
+                 nothing to prove an upgrade against",
+                v.command
+            ),
+        ));
+    }
+    let failing: Vec<&str> = validations
+        .iter()
+        .filter(|v| !v.passed())
+        .map(|v| v.command.as_str())
+        .collect();
+    if failing.is_empty() {
+        return Ok(());
+    }
+    Err(failure(
+        FailureCode::BaselineFailing,
+        format!(
+            "the checks already fail on the base commit {base_commit} before any upgrade: {}",
+            failing.join(", ")
+        ),
+    ))
 }
 
 /// `name a → b, …`.
@@ -962,6 +968,32 @@ mod tests {
         assert_eq!(
             readiness("cand", &[validation("cand", 0)], false, &[], &[]),
             Ok(())
+        );
+    }
+
+    #[test]
+    fn a_baseline_that_timed_out_is_inconclusive_and_one_that_fails_is_failing() {
+        assert_eq!(baseline_verdict(&[validation("base", 0)], "c0ffee"), Ok(()));
+        let failing = baseline_verdict(&[validation("base", 0), validation("base", 101)], "c0ffee")
+            .unwrap_err();
+        assert_eq!(failing.code, FailureCode::BaselineFailing);
+        assert!(
+            failing.message.contains("base commit c0ffee"),
+            "{}",
+            failing.message
+        );
+        let timed_out = Validation {
+            exit_code: None,
+            ..validation("base", 0)
+        };
+        // A timeout says nothing either way, even beside a failure.
+        let inconclusive =
+            baseline_verdict(&[validation("base", 101), timed_out], "c0ffee").unwrap_err();
+        assert_eq!(inconclusive.code, FailureCode::BaselineInconclusive);
+        assert!(
+            inconclusive.message.contains("timed out or was killed"),
+            "{}",
+            inconclusive.message
         );
     }
 
