@@ -310,6 +310,29 @@ fn a_vulnerable_dependency_is_upgraded_to_the_lowest_version_that_clears_it() {
         assert!(run.stderr.contains(stage), "{stage}: {}", run.stderr);
     }
     assert!(run.stderr.contains("model none"), "{}", run.stderr);
+    // Without --json: the upgrade, the advisory and the scans, then the proposal.
+    let text = warden.run(&[
+        "maintain",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--select",
+        "vulnerable",
+    ]);
+    assert_eq!(text.code, 0, "{}\n{}", text.stdout, text.stderr);
+    for expected in [
+        "Maintenance:\n  ↑ smallvec 1.6.0 → 1.6.1 (clears RUSTSEC-2021-0003)\n",
+        "  advisories cleared: RUSTSEC-2021-0003\n",
+        "  scan candidate tree ",
+        "Upgrade smallvec 1.6.0 → 1.6.1 (RUSTSEC-2021-0003)",
+        "  ✓ cargo test --locked --offline (",
+    ] {
+        assert!(
+            text.stdout.contains(expected),
+            "{expected:?} in:\n{}",
+            text.stdout
+        );
+    }
+    assert!(text.stderr.contains("warden: proposal "), "{}", text.stderr);
     // The proposal's diff is the lockfile's version bump.
     let task = result["task_id"].as_str().unwrap();
     let diff = warden.run(&["diff", task]);
