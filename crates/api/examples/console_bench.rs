@@ -283,6 +283,7 @@ async fn fixture(events: u64) -> Fixture {
         model: "bench-model".into(),
         sandbox: None,
         notices: vec![],
+        maintenance: None,
     };
     store
         .finish_run(

@@ -72,6 +72,7 @@ pub async fn ask(config: Config, args: crate::ask::AskArgs) -> anyhow::Result<u8
         checks: None,
         baseline: false,
         publish: false,
+        maintain: None,
     };
     let task = local
         .submit(submission, &|line| progress.line(line))
@@ -102,6 +103,7 @@ pub async fn run(config: Config, args: crate::run::RunArgs) -> anyhow::Result<u8
         checks: (!args.checks.is_empty() || args.follow_up.is_none()).then(|| args.checks.clone()),
         baseline: args.baseline,
         publish: args.publish,
+        maintain: None,
     };
     let task = local
         .submit(submission, &|line| progress.line(line))
@@ -112,6 +114,38 @@ pub async fn run(config: Config, args: crate::run::RunArgs) -> anyhow::Result<u8
         apply_after_run(&local, &task.id, &progress).await?;
     }
     Ok(code)
+}
+
+/// `warden maintain`.
+pub async fn maintain(config: Config, args: crate::maintain::MaintainArgs) -> anyhow::Result<u8> {
+    let options = args.options().map_err(|e| usage(anyhow::anyhow!(e)))?;
+    if options.vulnerable() && config.maintain.advisory_db.is_none() {
+        return Err(usage(anyhow::anyhow!(
+            "--select vulnerable needs a local RustSec advisory database: set `advisory_db = \
+             \"/path/to/advisory-db\"` under [maintain] in {}",
+            config.file.display()
+        )));
+    }
+    let repos = parse_repos(std::slice::from_ref(&args.repo))?;
+    let local = open(config).await?;
+    // Baseline mode asks no model: none needs to be configured.
+    local.services_without_model().await.map_err(cli_error)?;
+    let progress = StderrProgress::new();
+    let submission = Submission {
+        kind: TaskKind::Maintain,
+        prompt: args.prompt(&options),
+        repos,
+        follow_up_to: None,
+        checks: Some(args.checks.clone()),
+        baseline: false,
+        publish: args.publish,
+        maintain: Some(options),
+    };
+    let task = local
+        .submit(submission, &|line| progress.line(line))
+        .await
+        .map_err(cli_error)?;
+    follow_and_print(&local, &task.id, args.json, &progress).await
 }
 
 /// Runs the task here until it settles, showing its events, then prints it. The first Ctrl-C

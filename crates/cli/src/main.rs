@@ -9,6 +9,7 @@ mod doctor;
 mod gc;
 mod interrupt;
 mod local_cli;
+mod maintain;
 mod mcp;
 mod progress;
 mod remote;
@@ -47,6 +48,9 @@ enum Command {
     Ask(ask::AskArgs),
     /// Ask for a change; get a proposal commit proven by the checks (never touches your checkout)
     Run(run::RunArgs),
+    /// Upgrade a Cargo project's dependencies (all, vulnerable ones, or named ones), proven by
+    /// its checks; get a proposal commit (deterministic baseline mode, no model)
+    Maintain(maintain::MaintainArgs),
     /// Show a change task's proposal: stat, sensitive files and the redacted diff
     Diff(diff::DiffArgs),
     /// Fetch a change task's proposal into your repository as a branch (work tree untouched)
@@ -268,6 +272,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     match cli.command {
         Command::Ask(args) => tokio_runtime()?.block_on(local_cli::ask(config, args)),
         Command::Run(args) => tokio_runtime()?.block_on(local_cli::run(config, args)),
+        Command::Maintain(args) => tokio_runtime()?.block_on(local_cli::maintain(config, args)),
         Command::Diff(args) => tokio_runtime()?.block_on(local_cli::diff(config, &args)),
         Command::Apply(args) => tokio_runtime()?.block_on(local_cli::apply(config, args)),
         Command::Approve(args) => tokio_runtime()?.block_on(local_cli::approve(config, args)),

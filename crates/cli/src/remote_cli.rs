@@ -62,6 +62,7 @@ pub fn dispatch(options: &RemoteOptions, command: Command) -> anyhow::Result<Dis
     let command = match command {
         command @ (Command::Ask(_)
         | Command::Run(_)
+        | Command::Maintain(_)
         | Command::Approve(_)
         | Command::Reject(_)
         | Command::Show { .. }
@@ -87,6 +88,7 @@ async fn execute(remote: &Remote, command: Command) -> anyhow::Result<u8> {
     match command {
         Command::Ask(args) => ask_remote(remote, args).await,
         Command::Run(args) => run_remote(remote, args).await,
+        Command::Maintain(args) => maintain_remote(remote, args).await,
         Command::Show { task, json } => show(remote, &task_id(&task)?, json).await,
         Command::Diff(args) => diff(remote, &args).await,
         Command::Tasks { json } => tasks(remote, json).await,
@@ -279,6 +281,28 @@ async fn run_remote(remote: &Remote, args: crate::run::RunArgs) -> anyhow::Resul
     if args.publish {
         body["publish"] = json!(true);
     }
+    submit_and_follow(remote, with_repos(body, repos), args.json).await
+}
+
+async fn maintain_remote(
+    remote: &Remote,
+    args: crate::maintain::MaintainArgs,
+) -> anyhow::Result<u8> {
+    let options = args.options().map_err(|e| usage(anyhow::anyhow!(e)))?;
+    let mut body = json!({"kind": "maintain", "prompt": args.prompt(&options)});
+    if !options.select.is_empty() {
+        body["select"] = json!(options.select);
+    }
+    if let Some(mode) = &options.mode {
+        body["mode"] = json!(mode);
+    }
+    if !args.checks.is_empty() {
+        body["checks"] = json!(args.checks);
+    }
+    if args.publish {
+        body["publish"] = json!(true);
+    }
+    let repos = registered_repos(std::slice::from_ref(&args.repo))?;
     submit_and_follow(remote, with_repos(body, repos), args.json).await
 }
 
@@ -672,6 +696,7 @@ mod tests {
             model: "m".into(),
             sandbox: None,
             notices: vec![],
+            maintenance: None,
         };
         let task = json!({"id": task_id.to_string(), "kind": "change"});
         let shown = render(&task, &serde_json::to_value(&result).unwrap());

@@ -52,7 +52,9 @@ pub fn finish_line(task: &Value, result: &Value) -> Option<String> {
         TaskKind::Change => serde_json::from_value::<ChangeResult>(result.clone())
             .ok()
             .map(|r| run::finish_line(&r)),
-        TaskKind::Maintain => None,
+        TaskKind::Maintain => serde_json::from_value::<ChangeResult>(result.clone())
+            .ok()
+            .map(|r| run::finish_line(&r)),
     }
 }
 
@@ -69,7 +71,10 @@ pub fn render(task: &Value, result: &Value) -> String {
         Some(TaskKind::Change) => serde_json::from_value::<ChangeResult>(result.clone())
             .ok()
             .map(|r| run::render_change(&r)),
-        _ => None,
+        Some(TaskKind::Maintain) => serde_json::from_value::<ChangeResult>(result.clone())
+            .ok()
+            .map(|r| crate::maintain::render(&r)),
+        None => None,
     }
     .map(|rendered| text::lines(&rendered));
     rendered.unwrap_or_else(|| {

@@ -53,6 +53,85 @@ pub struct ChangeOptions {
     /// uncommitted files left out), for the result's notices; any kind of task.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notices: Vec<String>,
+    /// `maintain` tasks: what to upgrade and how.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintain: Option<MaintainOptions>,
+}
+
+/// What a `maintain` task upgrades (`--select`) and how (`--mode`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MaintainOptions {
+    /// `all` (default), `vulnerable`, or package names.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub select: Vec<String>,
+    /// `baseline` (default): deterministic, no model. `model` is not available yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+}
+
+impl MaintainOptions {
+    /// Whether `--select vulnerable` was asked.
+    pub fn vulnerable(&self) -> bool {
+        self.select.iter().any(|s| s == "vulnerable")
+    }
+
+    /// Package names asked for (`--select NAME…`); empty for `all` and `vulnerable`.
+    pub fn names(&self) -> Vec<String> {
+        self.select
+            .iter()
+            .filter(|s| !matches!(s.as_str(), "all" | "vulnerable"))
+            .cloned()
+            .collect()
+    }
+
+    /// What was asked, as the result records it (`["all"]` by default).
+    pub fn selection(&self) -> Vec<String> {
+        if self.select.is_empty() {
+            vec!["all".into()]
+        } else {
+            self.select.clone()
+        }
+    }
+
+    /// Refuses what cannot run: an unknown mode, `model` (not available yet), `all` or
+    /// `vulnerable` mixed with names, names that are not crate names.
+    pub fn check(&self) -> Result<(), String> {
+        match self.mode.as_deref() {
+            None | Some("baseline") => {}
+            Some("model") => {
+                return Err("mode `model` is not available yet: maintenance runs in \
+                            deterministic baseline mode (mode `baseline`, the default) only"
+                    .into())
+            }
+            Some(other) => {
+                return Err(format!(
+                    "unknown maintenance mode {other:?}: expected baseline or model"
+                ))
+            }
+        }
+        let keywords = self
+            .select
+            .iter()
+            .filter(|s| matches!(s.as_str(), "all" | "vulnerable"))
+            .count();
+        if keywords > 0 && self.select.len() > 1 {
+            return Err("select takes all, vulnerable, or package names, not a mix of them".into());
+        }
+        if self.select.len() > 64 {
+            return Err("select names at most 64 packages".into());
+        }
+        if let Some(bad) = self.names().into_iter().find(|name| {
+            name.is_empty()
+                || name.len() > 64
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        }) {
+            return Err(format!("select: {bad:?} is not a crate name"));
+        }
+        Ok(())
+    }
 }
 
 impl ChangeOptions {
@@ -130,6 +209,21 @@ impl ChangeSandbox {
     /// The host path of the merged working root.
     pub fn root(&self) -> &Path {
         self.view.root()
+    }
+
+    /// Runs `script` (`bash -c`) in the task's writable view without network, with the
+    /// toolchains' offline environment: Warden's own deterministic edits (`warden maintain`'s
+    /// lockfile updates) land where an agent's would.
+    pub fn run(
+        &self,
+        script: &str,
+        timeout: Duration,
+        limits: warden_sandbox::ResourceLimits,
+    ) -> Result<warden_sandbox::CommandOutput, warden_sandbox::SandboxError> {
+        let mut spec = warden_sandbox::CommandSpec::bash(script, timeout);
+        spec.limits = limits;
+        spec.env = self.toolchains.command_env(true);
+        self.view.run(&spec)
     }
 
     /// Kills the commands running in the view and refuses later ones (the task was
@@ -323,7 +417,7 @@ pub fn before_agent(
 }
 
 /// What network the prepare commands get.
-enum PrepareNetwork {
+pub enum PrepareNetwork {
     /// Through the egress relay to `[sandbox] prepare_proxy`, and nowhere else.
     Proxy(String),
     /// None: no proxy is configured.
@@ -333,7 +427,10 @@ enum PrepareNetwork {
 }
 
 impl PrepareNetwork {
-    fn of(sandbox: &dyn Sandbox, toolchains: &crate::toolchain::TaskToolchains) -> PrepareNetwork {
+    pub fn of(
+        sandbox: &dyn Sandbox,
+        toolchains: &crate::toolchain::TaskToolchains,
+    ) -> PrepareNetwork {
         match &toolchains.prepare_proxy {
             None => PrepareNetwork::Unconfigured,
             Some(_) if !sandbox.relays_egress() => PrepareNetwork::Unsupported(sandbox.backend()),
@@ -350,7 +447,7 @@ impl PrepareNetwork {
     }
 
     /// The result's notice about prepare's network.
-    fn notice(&self, connections: u32) -> String {
+    pub fn notice(&self, connections: u32) -> String {
         match self {
             PrepareNetwork::Proxy(proxy) => format!(
                 "prepare: network through the proxy {proxy} ({connections} connection{})",
@@ -366,6 +463,66 @@ impl PrepareNetwork {
             ),
         }
     }
+}
+
+/// Runs one prepare-like command over the base snapshot with the dependency cache writable
+/// and (with a relaying backend and `[sandbox] prepare_proxy`) network through the proxy only,
+/// in a view of its own under the session's scratch directory `scratch_name`. The caller holds
+/// the cache's lock.
+pub fn prepare_command(
+    session: &ChangeSession,
+    toolchains: &crate::toolchain::TaskToolchains,
+    network: &PrepareNetwork,
+    scratch_name: &str,
+    command: &str,
+    progress: &dyn Fn(&str),
+) -> Result<warden_sandbox::CommandOutput, Failure> {
+    let config = &session.config;
+    if session.is_cancelled() {
+        return Err(Failure {
+            code: FailureCode::Cancelled,
+            message: "the task was cancelled during prepare".into(),
+        });
+    }
+    progress(&format!(
+        "warden: prepare `{command}` (dependency cache writable; {})",
+        network.progress()
+    ));
+    let view = config
+        .sandbox
+        .open(&ViewSpec {
+            lower: vec![(config.repo.clone(), config.snapshot.clone())],
+            writable: true,
+            scratch_dir: config.scratch.join(scratch_name),
+            mounts: toolchains.mounts(true),
+            egress_proxy: match network {
+                PrepareNetwork::Proxy(proxy) => Some(proxy.clone()),
+                PrepareNetwork::Unconfigured | PrepareNetwork::Unsupported(_) => None,
+            },
+        })
+        .map_err(|e| Failure {
+            code: FailureCode::SandboxError,
+            message: format!("the prepare view could not be opened: {e}"),
+        })?;
+    let mut spec = warden_sandbox::CommandSpec::bash(command, PREPARE_TIMEOUT);
+    spec.limits = config.limits;
+    spec.env = toolchains.command_env(false);
+    if let Some(address) = view.egress_address() {
+        spec.env.extend(crate::toolchain::proxy_env(&address));
+    }
+    let output = session.run_cancellable(view, &spec).map_err(|e| Failure {
+        code: FailureCode::SandboxError,
+        message: format!("sandbox error running prepare `{command}`: {e}"),
+    })?;
+    if let PrepareNetwork::Proxy(proxy) = network {
+        tracing::info!(
+            command = %(config.redact)(command),
+            proxy = %proxy,
+            connections = output.egress_connections,
+            "prepare command's connections through the egress relay"
+        );
+    }
+    Ok(output)
 }
 
 /// Runs the prepare commands with the cache writable, one view each, holding the cache's lock
@@ -394,51 +551,15 @@ fn prepare(
     let mut notices = Vec::new();
     let mut connections = 0u32;
     for (index, command) in toolchains.prepare.iter().enumerate() {
-        if session.is_cancelled() {
-            return Err(Failure {
-                code: FailureCode::Cancelled,
-                message: "the task was cancelled during prepare".into(),
-            });
-        }
-        progress(&format!(
-            "warden: prepare `{command}` (dependency cache writable; {})",
-            network.progress()
-        ));
-        let view = config
-            .sandbox
-            .open(&ViewSpec {
-                lower: vec![(config.repo.clone(), config.snapshot.clone())],
-                writable: true,
-                scratch_dir: config.scratch.join(format!("prepare-{index}")),
-                mounts: toolchains.mounts(true),
-                egress_proxy: match network {
-                    PrepareNetwork::Proxy(proxy) => Some(proxy.clone()),
-                    PrepareNetwork::Unconfigured | PrepareNetwork::Unsupported(_) => None,
-                },
-            })
-            .map_err(|e| Failure {
-                code: FailureCode::SandboxError,
-                message: format!("the prepare view could not be opened: {e}"),
-            })?;
-        let mut spec = warden_sandbox::CommandSpec::bash(command, PREPARE_TIMEOUT);
-        spec.limits = config.limits;
-        spec.env = toolchains.command_env(false);
-        if let Some(address) = view.egress_address() {
-            spec.env.extend(crate::toolchain::proxy_env(&address));
-        }
-        let output = session.run_cancellable(view, &spec).map_err(|e| Failure {
-            code: FailureCode::SandboxError,
-            message: format!("sandbox error running prepare `{command}`: {e}"),
-        })?;
+        let output = prepare_command(
+            session,
+            toolchains,
+            network,
+            &format!("prepare-{index}"),
+            command,
+            progress,
+        )?;
         connections = connections.saturating_add(output.egress_connections);
-        if let PrepareNetwork::Proxy(proxy) = network {
-            tracing::info!(
-                command = %(config.redact)(command),
-                proxy = %proxy,
-                connections = output.egress_connections,
-                "prepare command's connections through the egress relay"
-            );
-        }
         if output.success() {
             continue;
         }
@@ -757,6 +878,7 @@ pub fn change_report(
             model: model.name(),
             sandbox: sandbox.map(|b| b.as_str().to_string()),
             notices,
+            maintenance: None,
         },
         status,
         reply,

@@ -44,6 +44,9 @@ pub struct FileConfig {
     /// `[[mcp.servers]]`: MCP servers whose tools the agent may use, inside its sandbox.
     #[serde(default)]
     pub mcp: crate::mcp_config::McpSection,
+    /// `[maintain]`: candidate versions, the advisory database and the upgrade policy.
+    #[serde(default)]
+    pub maintain: crate::maintain_config::MaintainSection,
 }
 
 /// `[github]`: the API publication talks to. The token is never read from this file (nor from
@@ -262,6 +265,8 @@ pub struct Config {
     pub slack: Option<crate::slack_config::SlackConfig>,
     /// `[[mcp.servers]]`, resolved: started in every task's sandbox.
     pub mcp_servers: Vec<crate::mcp_config::McpServerConfig>,
+    /// `[maintain]`: where `warden maintain` finds versions and advisories, and its policy.
+    pub maintain: crate::maintain_config::MaintainConfig,
 }
 
 /// The sandbox backend and its settings. Never chosen by fallback: what is named here is what
@@ -418,6 +423,7 @@ impl Config {
             env.var("WARDEN_SLACK_SIGNING_SECRET"),
             env.var("WARDEN_SLACK_BOT_TOKEN"),
         )?;
+        let maintain = crate::maintain_config::MaintainConfig::resolve(&file.maintain)?;
         Ok(Config {
             file: home.join("warden.toml"),
             home,
@@ -433,6 +439,7 @@ impl Config {
             telegram,
             slack,
             mcp_servers: crate::mcp_config::resolve(&file.mcp)?,
+            maintain,
         })
     }
 }

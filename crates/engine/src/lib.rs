@@ -15,6 +15,8 @@ pub mod diff;
 pub mod env;
 pub mod github;
 pub mod github_hook_config;
+pub mod maintain;
+pub mod maintain_config;
 pub mod mcp_client;
 pub mod mcp_config;
 pub mod prompt;

@@ -93,6 +93,7 @@ impl Door {
                             checks: request.checks,
                             baseline: false,
                             publish: false,
+                            maintain: None,
                         },
                         progress,
                     )

@@ -154,6 +154,15 @@ pub enum FailureCode {
     /// (`[sandbox] disk_mib` / `disk_inodes`) only meets `ENOSPC`: a tool observation, not a
     /// failure.
     QuotaExceeded,
+    /// `maintain`: the repository is outside what maintenance handles (no lockfile, vendored
+    /// sources, `[patch]`/`[replace]`, submodules); the message names the reason.
+    UnsupportedProject,
+    /// `maintain`: the checks could not say whether the base commit passes (a check timed out
+    /// or was killed), so there is nothing to prove an upgrade against.
+    BaselineInconclusive,
+    /// `maintain`: an upgrade could not be applied (the package manager refused it, or its
+    /// packages could not be fetched); the message names the upgrade.
+    UpgradeFailed,
 }
 
 impl FailureCode {
@@ -174,6 +183,9 @@ impl FailureCode {
             FailureCode::BaselineFailing => "baseline_failing",
             FailureCode::InvalidToolCalls => "invalid_tool_calls",
             FailureCode::QuotaExceeded => "quota_exceeded",
+            FailureCode::UnsupportedProject => "unsupported_project",
+            FailureCode::BaselineInconclusive => "baseline_inconclusive",
+            FailureCode::UpgradeFailed => "upgrade_failed",
         }
     }
 }
@@ -464,6 +476,69 @@ pub struct ChangeResult {
     pub sandbox: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notices: Vec<String>,
+    /// `maintain` tasks: the upgrades, the advisories they clear and the scans bound to trees.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maintenance: Option<Maintenance>,
+}
+
+/// What a `maintain` task did beyond a change: `maintenance` in its result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Maintenance {
+    /// `cargo`.
+    pub ecosystem: String,
+    /// `baseline` (deterministic, no model).
+    pub mode: String,
+    /// What was asked for: `all`, `vulnerable`, or package names.
+    pub select: Vec<String>,
+    /// The upgrades applied in the candidate, in order.
+    pub upgrades: Vec<Upgrade>,
+    /// Advisory ids the base tree's scan found and the candidate's post-scan no longer does.
+    pub advisories_cleared: Vec<String>,
+    /// The vulnerability scans, each bound to the tree it read (`base`, then `candidate`).
+    pub scans: Vec<Scan>,
+}
+
+/// One dependency upgrade of a `maintain` task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Upgrade {
+    pub package: String,
+    pub from: String,
+    pub to: String,
+    /// The advisories this upgrade targets (empty for a plain update).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub advisories: Vec<String>,
+}
+
+/// A vulnerability scan of one exact tree's lockfile against an advisory database snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Scan {
+    /// `base` or `candidate`.
+    pub stage: String,
+    /// The git tree hash whose `Cargo.lock` was scanned.
+    pub tree: String,
+    /// The scanner and its version (`warden-rustsec/<version>`).
+    pub scanner: String,
+    /// The advisory database directory.
+    pub database: String,
+    /// `git:<commit>` when the database is a git checkout, else `sha256:<digest>` of its
+    /// advisory files.
+    pub database_snapshot: String,
+    /// RFC 3339.
+    pub scanned_at: String,
+    pub findings: Vec<Finding>,
+}
+
+/// One advisory that applies to a package version of a lockfile.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Finding {
+    pub advisory: String,
+    pub package: String,
+    pub version: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub title: String,
+    /// The advisory's `patched` requirements.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub patched: Vec<String>,
 }
 
 impl ChangeResult {

@@ -27,9 +27,9 @@ pub async fn task_diff(
 ) -> Result<(Proposal, String, bool), TaskDiffError> {
     use warden_protocol::TaskKind;
     let id = &task.id;
-    if task.kind != TaskKind::Change {
+    if !matches!(task.kind, TaskKind::Change | TaskKind::Maintain) {
         return Err(TaskDiffError::Missing(format!(
-            "task {id} is a {} task: only changes have a diff",
+            "task {id} is a {} task: only changes and maintenance have a diff",
             wire_name(task.kind)
         )));
     }

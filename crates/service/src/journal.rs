@@ -60,7 +60,9 @@ impl Journal for StoreJournal {
 /// Events a run's sink can hold before `emit` has to wait for the store.
 const EVENT_CAPACITY: usize = 1024;
 
-/// The sending half: hand it to the run as its [`EventSink`].
+/// The sending half: hand it to the run as its [`EventSink`] (a clone sends to the same
+/// drain, which ends once every clone is dropped).
+#[derive(Clone)]
 pub struct StoreEvents {
     sender: tokio::sync::mpsc::Sender<Event>,
     lost: Arc<AtomicU64>,

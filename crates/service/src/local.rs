@@ -69,6 +69,8 @@ pub struct Submission {
     pub checks: Option<Vec<String>>,
     pub baseline: bool,
     pub publish: bool,
+    /// A maintain task's selection and mode.
+    pub maintain: Option<warden_engine::change::MaintainOptions>,
 }
 
 /// The local store and the front door every interface calls; the worker's services (the
@@ -137,6 +139,12 @@ impl Local {
     /// the store publishing the events it stores.
     pub async fn services(&self) -> Result<&Arc<Services>, LocalError> {
         self.services_with(true).await
+    }
+
+    /// [`Local::services`] for a task that asks no model (`warden maintain` in baseline
+    /// mode): a model that cannot be built is not an error.
+    pub async fn services_without_model(&self) -> Result<&Arc<Services>, LocalError> {
+        self.services_with(false).await
     }
 
     /// [`Local::services`]; without `needs_model`, a model that cannot be built is replaced by
@@ -208,8 +216,12 @@ impl Local {
         if let Some(id) = &submission.follow_up_to {
             self.check_follow_up(id, kind).await?;
         }
-        if kind == TaskKind::Change && submission.repos.len() > 1 {
-            return Err(usage("a change task works on exactly one repository"));
+        let proposes = matches!(kind, TaskKind::Change | TaskKind::Maintain);
+        if proposes && submission.repos.len() > 1 {
+            return Err(usage(format!(
+                "a {} task works on exactly one repository",
+                warden_store::state::kind_name(kind)
+            )));
         }
         if submission.publish && submission.repos.iter().any(RepoSpec::wants_work_tree) {
             // Refused before anything is pinned or asked of a model.
@@ -235,10 +247,9 @@ impl Local {
             .submit(
                 &principal(),
                 crate::tasks::Submission {
-                    checks: (kind == TaskKind::Change)
-                        .then_some(submission.checks)
-                        .flatten(),
-                    publish: (kind == TaskKind::Change).then_some(submission.publish),
+                    checks: proposes.then_some(submission.checks).flatten(),
+                    publish: proposes.then_some(submission.publish),
+                    maintain: submission.maintain,
                     follow_up_to: submission.follow_up_to.map(|id| id.to_string()),
                     baseline: submission.baseline,
                     pinned,

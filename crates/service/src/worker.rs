@@ -49,6 +49,7 @@ use warden_engine::question::{self, QuestionRun, SetupError, TaskSandbox};
 use warden_engine::redact::Redactor;
 
 mod change_task;
+mod maintain_task;
 
 /// What every run of a worker process shares.
 pub struct Services {
@@ -105,7 +106,7 @@ pub async fn run_workers(
     let (release, _) = watch::channel(false);
     let mut runs = tokio::task::JoinSet::new();
     let filter = ClaimFilter {
-        kinds: vec![TaskKind::Question, TaskKind::Change],
+        kinds: vec![TaskKind::Question, TaskKind::Change, TaskKind::Maintain],
         task: options.only.clone(),
     };
     let requeue_every = (options.lease / 2).max(Duration::from_millis(500));
@@ -521,18 +522,10 @@ async fn run_task(
     let model_name = services.model.name();
     match task.kind {
         TaskKind::Question => {}
-        TaskKind::Change => {
+        // A maintenance is a change Warden makes itself: the same pinning, view, proposal and
+        // publication.
+        TaskKind::Change | TaskKind::Maintain => {
             return change_task::run_change_task(services, options, claim, cancel).await
-        }
-        TaskKind::Maintain => {
-            return failed(
-                task,
-                &model_name,
-                Failure {
-                    code: FailureCode::Infrastructure,
-                    message: "this server runs question and change tasks only".into(),
-                },
-            )
         }
     }
     let specs = match repo_specs(&services.store, &task.repos).await {
@@ -1017,11 +1010,11 @@ pub fn process_worker_name() -> String {
     )
 }
 
-/// Whether workers can run tasks of this kind (questions and changes, not maintenance yet).
+/// Whether workers can run tasks of this kind (all of them: questions, changes and
+/// maintenance).
 pub fn runnable(kind: TaskKind) -> bool {
     match kind {
-        TaskKind::Question | TaskKind::Change => true,
-        TaskKind::Maintain => false,
+        TaskKind::Question | TaskKind::Change | TaskKind::Maintain => true,
     }
 }
 

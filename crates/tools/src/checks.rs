@@ -312,6 +312,17 @@ impl ChangeSession {
             .collect())
     }
 
+    /// The host directory holding exactly `tree`: the snapshot for the base tree, else its
+    /// verified materialization (the one checks run over). What Warden reads of a candidate
+    /// (`warden maintain`'s post-scan of its lockfile) is read here, so it is bound to the tree.
+    pub fn tree_root(&self, tree: &str) -> Result<PathBuf, String> {
+        if tree == self.config.base_tree {
+            Ok(self.config.snapshot.clone())
+        } else {
+            self.materialize(tree)
+        }
+    }
+
     fn materialize(&self, tree: &str) -> Result<PathBuf, String> {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some((current, path)) = &state.materialized {

@@ -142,14 +142,15 @@ pub enum TaskKindName {
     Maintain,
 }
 
-/// The kinds of task this server runs. `maintain` is a kind (`TaskKind`), but this server
-/// refuses to submit it (422 `unsupported_kind`); any other text is 422 `invalid_request`.
+/// The kinds of task this server runs (every `TaskKind`); any other text is 422
+/// `invalid_request`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 #[schema(as = SubmitKind)]
 pub enum SubmitKindName {
     Question,
     Change,
+    Maintain,
 }
 
 /// Where a task is in its lifecycle (`warden_protocol::TaskStatus`); the last four are final.

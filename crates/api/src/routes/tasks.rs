@@ -61,15 +61,24 @@ struct SubmitTask {
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     metadata: Option<Value>,
-    /// Change tasks: check commands replacing the registered repository's.
+    /// Change and maintain tasks: check commands replacing the registered repository's.
     #[serde(default)]
     #[schema(value_type = Option<Vec<CommandLine>>, max_items = 16)]
     checks: Option<Vec<String>>,
-    /// Change tasks: publish a proposal after an approval bound to its hash (the task then
+    /// Change and maintain tasks: publish a proposal after an approval bound to its hash (the task then
     /// waits in `waiting_approval`; a `publish_sensitive` approval when the diff touches
     /// sensitive files). Refused (422) when the repository has no remote to push to.
     #[serde(default)]
     publish: Option<bool>,
+    /// Maintain tasks: what to upgrade: `["all"]` (the default), `["vulnerable"]` (packages a
+    /// scan against the server's advisory database finds), or package names.
+    #[serde(default)]
+    #[schema(max_items = 64)]
+    select: Option<Vec<String>>,
+    /// Maintain tasks: `baseline` (deterministic, no model; the default). `model` is refused
+    /// as not available yet.
+    #[serde(default)]
+    mode: Option<String>,
 }
 
 /// Where to POST the task's result when it ends or waits for input: an `https` URL whose origin
@@ -115,6 +124,12 @@ impl SubmitTask {
             pinned: None,
             baseline: false,
             same_branch: false,
+            maintain: (self.select.is_some() || self.mode.is_some()).then(|| {
+                warden_engine::change::MaintainOptions {
+                    select: self.select.unwrap_or_default(),
+                    mode: self.mode,
+                }
+            }),
         })
     }
 }

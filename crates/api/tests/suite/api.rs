@@ -335,9 +335,9 @@ async fn tasks_are_accepted_and_each_bad_request_named() {
             "check command",
         ),
         (
-            json!({"kind": "maintain", "repo": "app", "prompt": "p"}),
-            "unsupported_kind",
-            "maintain",
+            json!({"kind": "maintain", "repo": "app", "prompt": "p", "mode": "model"}),
+            "invalid_request",
+            "not available yet",
         ),
         (
             json!({"kind": "poem", "repo": "app", "prompt": "p"}),

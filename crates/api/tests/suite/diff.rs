@@ -2,7 +2,7 @@
 //! mirror, registered secrets and credential-looking strings redacted, visibility like every
 //! task route, 404 without a proposal (not a change, still running, ref moved), and the route
 //! in `/openapi.json`; plus the API side of change tasks (`checks`, `publish`, one repository,
-//! `maintain` still refused).
+//! `maintain` options checked).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -229,6 +229,7 @@ impl Fixture {
             model: "m".into(),
             sandbox: None,
             notices: vec![],
+            maintenance: None,
         };
         self.finish(serde_json::to_value(&result).unwrap()).await;
         id
@@ -385,7 +386,7 @@ async fn change_tasks_are_accepted_with_their_options() {
     for (body, needle) in [
         (
             json!({"kind": "question", "repo": "app", "prompt": "q", "checks": ["x"]}),
-            "change tasks",
+            "change and maintain tasks",
         ),
         (
             json!({"kind": "change", "repo": "app", "prompt": "p", "checks": [" "]}),
@@ -411,9 +412,12 @@ async fn change_tasks_are_accepted_with_their_options() {
             "{body}: {reply}"
         );
     }
-    let (status, reply) = submit(json!({"kind": "maintain", "repo": "app", "prompt": "p"})).await;
+    let (status, reply) = submit(
+        json!({"kind": "maintain", "repo": "app", "prompt": "p", "select": ["not a crate"]}),
+    )
+    .await;
     assert_eq!(
         (status, reply["error"]["code"].as_str()),
-        (StatusCode::UNPROCESSABLE_ENTITY, Some("unsupported_kind"))
+        (StatusCode::UNPROCESSABLE_ENTITY, Some("invalid_request"))
     );
 }

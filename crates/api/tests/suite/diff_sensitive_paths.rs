@@ -137,6 +137,7 @@ async fn quoted_and_deleted_sensitive_files_keep_their_values_hidden() {
         model: "m".into(),
         sandbox: None,
         notices: vec![],
+        maintenance: None,
     };
     let claim = store
         .claim("w", Duration::from_secs(60), &ClaimFilter::default())

@@ -289,11 +289,35 @@ async fn submissions_are_refused_alike(f: &Fixture) {
         },
         RefusedSubmission {
             who: (alice(), ALICE),
-            submission: Submission::new(TaskKind::Maintain, "p", vec!["app".into()]),
-            body: json!({"kind": "maintain", "repo": "app", "prompt": "p"}),
-            is: |e| matches!(e, ServiceError::UnsupportedKind(_)),
+            submission: Submission {
+                maintain: Some(warden_engine::change::MaintainOptions {
+                    select: vec![],
+                    mode: Some("model".into()),
+                }),
+                ..Submission::new(TaskKind::Maintain, "p", vec!["app".into()])
+            },
+            body: json!({"kind": "maintain", "repo": "app", "prompt": "p", "mode": "model"}),
+            is: |e| {
+                matches!(e, ServiceError::Invalid(m)
+                    if m.starts_with("mode `model` is not available yet"))
+            },
             status: StatusCode::UNPROCESSABLE_ENTITY,
-            code: "unsupported_kind",
+            code: "invalid_request",
+        },
+        RefusedSubmission {
+            who: (alice(), ALICE),
+            submission: Submission {
+                maintain: Some(warden_engine::change::MaintainOptions {
+                    select: vec!["vulnerable".into(), "serde".into()],
+                    mode: None,
+                }),
+                ..Submission::new(TaskKind::Maintain, "p", vec!["app".into()])
+            },
+            body: json!({"kind": "maintain", "repo": "app", "prompt": "p",
+                         "select": ["vulnerable", "serde"]}),
+            is: |e| matches!(e, ServiceError::Invalid(m) if m.contains("not a mix")),
+            status: StatusCode::UNPROCESSABLE_ENTITY,
+            code: "invalid_request",
         },
         RefusedSubmission {
             who: (alice(), ALICE),
@@ -303,7 +327,7 @@ async fn submissions_are_refused_alike(f: &Fixture) {
             },
             body: json!({"kind": "question", "repo": "app", "prompt": "p",
                          "checks": ["cargo test"]}),
-            is: |e| matches!(e, ServiceError::Invalid(m) if m.contains("for change tasks")),
+            is: |e| matches!(e, ServiceError::Invalid(m) if m.contains("for change and maintain tasks")),
             status: StatusCode::UNPROCESSABLE_ENTITY,
             code: "invalid_request",
         },

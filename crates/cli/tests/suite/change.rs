@@ -745,7 +745,9 @@ fn diff_shows_the_proposal_with_its_stat_and_hides_sensitive_values() {
     let refused = asked.run(&["diff", &question_id]);
     assert_eq!(refused.code, 2, "{}", refused.stderr);
     assert!(
-        refused.stderr.contains("only changes have a diff"),
+        refused
+            .stderr
+            .contains("only changes and maintenance have a diff"),
         "{}",
         refused.stderr
     );

@@ -6,6 +6,7 @@ mod first_hour;
 mod front_door;
 mod github_app;
 mod logs_json;
+mod maintain;
 mod mcp;
 mod mcp_client;
 mod mcp_http;

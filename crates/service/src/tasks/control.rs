@@ -81,7 +81,7 @@ impl TaskService {
     /// approval that no run has consumed yet has pushed nothing and may still be cancelled (if
     /// a worker claims it first, the cancel's transition fails and this is checked again).
     async fn refuse_during_publication(&self, task: &Task) -> Result<(), ServiceError> {
-        if task.kind != TaskKind::Change
+        if !matches!(task.kind, TaskKind::Change | TaskKind::Maintain)
             || !matches!(task.status, TaskStatus::Running | TaskStatus::Queued)
         {
             return Ok(());

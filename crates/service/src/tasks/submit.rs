@@ -49,6 +49,8 @@ pub struct Submission {
     /// Repositories an in-process front door pinned itself (a local path or URL, an exact
     /// commit) instead of registered names; see [`PinnedRepos`].
     pub pinned: Option<PinnedRepos>,
+    /// Maintain tasks: what to upgrade (`select`) and how (`mode`); defaults when `None`.
+    pub maintain: Option<warden_engine::change::MaintainOptions>,
 }
 
 /// Repositories pinned by the in-process front door ([`crate::local`]): each with its own
@@ -81,6 +83,7 @@ impl Submission {
             baseline: false,
             same_branch: false,
             pinned: None,
+            maintain: None,
         }
     }
 }
@@ -154,11 +157,6 @@ impl TaskService {
     ) -> Result<Submitted, ServiceError> {
         principal.require_writer()?;
         let kind = submission.kind;
-        if kind == TaskKind::Maintain {
-            return Err(ServiceError::UnsupportedKind(
-                "maintain tasks are not supported by this server yet".into(),
-            ));
-        }
         if !crate::worker::runnable(kind) {
             return Err(ServiceError::UnsupportedKind(
                 "this kind of task cannot run here".into(),
@@ -196,7 +194,9 @@ impl TaskService {
                 "{at} must not contain NUL characters"
             )));
         }
-        let publish = kind == TaskKind::Change && submission.publish == Some(true);
+        // A change or a maintenance: a proposal, published after an approval.
+        let proposes = matches!(kind, TaskKind::Change | TaskKind::Maintain);
+        let publish = proposes && submission.publish == Some(true);
         let idempotency = match idempotency {
             None => None,
             Some(given) if !given.well_formed() => return Err(ServiceError::InvalidIdempotencyKey),
@@ -268,12 +268,14 @@ impl TaskService {
             baseline: submission.baseline,
             same_branch: submission.same_branch,
             notices,
+            maintain: submission.maintain,
         };
         task_options(kind, options, &mut metadata)?;
-        if kind == TaskKind::Change && repos.len() != 1 {
-            return Err(ServiceError::Invalid(
-                "a change task works on exactly one repository".into(),
-            ));
+        if proposes && repos.len() != 1 {
+            return Err(ServiceError::Invalid(format!(
+                "a {} task works on exactly one repository",
+                warden_store::state::kind_name(kind)
+            )));
         }
         if publish {
             self.check_publishable(&repos[0]).await?;
@@ -364,6 +366,7 @@ struct TaskOptions {
     baseline: bool,
     same_branch: bool,
     notices: Vec<String>,
+    maintain: Option<warden_engine::change::MaintainOptions>,
 }
 
 /// A task's options, validated and kept in its metadata under
@@ -386,12 +389,31 @@ fn task_options(
         baseline,
         same_branch,
         notices,
+        maintain,
     } = options;
-    if kind != TaskKind::Change && (checks.is_some() || publish.is_some() || baseline) {
+    if kind == TaskKind::Question && (checks.is_some() || publish.is_some() || baseline) {
         return Err(ServiceError::Invalid(
-            "checks and publish are for change tasks".into(),
+            "checks and publish are for change and maintain tasks".into(),
         ));
     }
+    if kind == TaskKind::Maintain && baseline {
+        return Err(ServiceError::Invalid(
+            "baseline is for change tasks: a maintain task always checks its base first".into(),
+        ));
+    }
+    let maintain = match (kind, maintain) {
+        (TaskKind::Maintain, options) => {
+            let options = options.unwrap_or_default();
+            options.check().map_err(ServiceError::Invalid)?;
+            (options != warden_engine::change::MaintainOptions::default()).then_some(options)
+        }
+        (_, None) => None,
+        (_, Some(_)) => {
+            return Err(ServiceError::Invalid(
+                "select and mode are for maintain tasks".into(),
+            ))
+        }
+    };
     if let Some(checks) = &checks {
         if checks.len() > MAX_CHECKS {
             return Err(ServiceError::Invalid(format!(
@@ -413,6 +435,7 @@ fn task_options(
         baseline,
         same_branch,
         notices,
+        maintain,
     };
     if options != warden_engine::change::ChangeOptions::default() {
         let value = serde_json::to_value(&options).map_err(ServiceError::internal)?;
@@ -588,6 +611,7 @@ mod tests {
             model: "m".into(),
             sandbox: None,
             notices: vec![],
+            maintenance: None,
         };
         task.result = Some(serde_json::to_value(&result).unwrap());
         assert_eq!(

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use warden_protocol::{
     ChangeOutcome, ChangeResult, Event, Failure, FailureCode, Publication, PublicationStatus, Role,
-    TaskStatus, TranscriptEntry, Usage,
+    TaskKind, TaskStatus, TranscriptEntry, Usage,
 };
 use warden_runtime::{CancelFlag, EventSink, RunReport, SystemClock};
 use warden_store::{
@@ -44,7 +44,7 @@ use warden_engine::question;
 const WARDEN: &str = "warden";
 
 /// A change failure before or around the loop: the change result JSON and its status.
-fn change_failed(task: &Task, model: &str, failure: Failure) -> Ending {
+pub(super) fn change_failed(task: &Task, model: &str, failure: Failure) -> Ending {
     let status = match failure.code {
         FailureCode::Cancelled => TaskStatus::Cancelled,
         FailureCode::TimedOut => TaskStatus::TimedOut,
@@ -63,6 +63,7 @@ fn change_failed(task: &Task, model: &str, failure: Failure) -> Ending {
         model: model.to_string(),
         sandbox: None,
         notices: vec![],
+        maintenance: None,
     };
     Ending::Finished {
         status,
@@ -70,7 +71,7 @@ fn change_failed(task: &Task, model: &str, failure: Failure) -> Ending {
     }
 }
 
-fn infrastructure(message: String) -> Failure {
+pub(super) fn infrastructure(message: String) -> Failure {
     Failure {
         code: FailureCode::Infrastructure,
         message,
@@ -112,6 +113,8 @@ pub(super) async fn run_change_task(
         Ok(specs) => specs,
         Err(failure) => return change_failed(task, &model_name, failure),
     };
+    let maintain_options = (task.kind == TaskKind::Maintain)
+        .then(|| change_options.maintain.clone().unwrap_or_default());
     let checks = match change_options.checks {
         Some(checks) => checks,
         None => match store
@@ -139,6 +142,15 @@ pub(super) async fn run_change_task(
                 )
             }
         },
+    };
+    // A Cargo project with no checks of its own is maintained with `cargo test`.
+    let checks = if maintain_options.is_some() && checks.is_empty() {
+        warden_engine::maintain::DEFAULT_CARGO_CHECKS
+            .iter()
+            .map(|c| c.to_string())
+            .collect()
+    } else {
+        checks
     };
     let (earlier, conversation) = match conversation(store, task).await {
         Ok(both) => both,
@@ -210,7 +222,12 @@ pub(super) async fn run_change_task(
     events.emit(Event::TaskStarted {
         task_id: task.id.clone(),
         kind: task.kind,
-        model: model_name.clone(),
+        // Baseline-mode maintenance asks no model.
+        model: if maintain_options.is_some() {
+            warden_engine::maintain::NO_MODEL.to_string()
+        } else {
+            model_name.clone()
+        },
         manifest: question::manifest(std::slice::from_ref(&repo)),
     });
     let ending = match sandbox {
@@ -218,6 +235,26 @@ pub(super) async fn run_change_task(
             // Cancelling the task kills the commands running in its view at once.
             if let Some(control) = services.running.control(&task.id) {
                 control.on_stop(sandbox.canceller());
+            }
+            if let Some(maintain_options) = maintain_options {
+                let (ending, sandbox) = super::maintain_task::run_maintain(
+                    services,
+                    claim,
+                    super::maintain_task::MaintainInput {
+                        repo: repo.clone(),
+                        sandbox,
+                        scratch: scratch.clone(),
+                        checks: checks.clone(),
+                        publish: change_options.publish,
+                        events: events.clone(),
+                        options: maintain_options,
+                    },
+                )
+                .await;
+                if let Some(sandbox) = sandbox {
+                    sandbox.close();
+                }
+                return super::end_run(services, task, ending, events, drain, &scratch).await;
             }
             let ending = run_change_loop(
                 services,
@@ -428,7 +465,7 @@ async fn run_change_loop(
 
 /// Creates the approval publication of a proposal waits for and marks the result as waiting.
 /// `Ok(false)` when the result has no proposal.
-async fn request_publication(
+pub(super) async fn request_publication(
     store: &RunStore,
     task: &Task,
     run_number: u32,
@@ -617,7 +654,11 @@ async fn decided_publication(services: &RunServices, claim: &Claim) -> Option<En
 
 /// Ends a change run with its result, redacted (finishing a terminal run stores its
 /// `task_finished` event).
-fn finished(services: &RunServices, status: TaskStatus, result: &ChangeResult) -> Ending {
+pub(super) fn finished(
+    services: &RunServices,
+    status: TaskStatus,
+    result: &ChangeResult,
+) -> Ending {
     let result = services
         .redactor
         .json(serde_json::to_value(result).unwrap_or(Value::Null));

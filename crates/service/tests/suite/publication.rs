@@ -165,6 +165,7 @@ async fn world() -> World {
         model: "openai:gpt-test".into(),
         sandbox: Some("linux".into()),
         notices: vec![],
+        maintenance: None,
     };
     store
         .create_task(
@@ -480,6 +481,7 @@ async fn follow_up(world: &World) -> (TaskId, String, String) {
         model: "openai:gpt-test".into(),
         sandbox: Some("linux".into()),
         notices: vec![],
+        maintenance: None,
     };
     world
         .store

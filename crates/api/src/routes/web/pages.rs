@@ -509,8 +509,9 @@ pub(super) fn task_page(viewer: &Principal, page: &TaskPage<'_>) -> Markup {
     let question: Option<QuestionResult> = result
         .filter(|_| task.kind == TaskKind::Question)
         .and_then(|r| serde_json::from_value(r.clone()).ok());
+    // A maintenance's result is a change result (with `maintenance`).
     let change: Option<ChangeResult> = result
-        .filter(|_| task.kind == TaskKind::Change)
+        .filter(|_| matches!(task.kind, TaskKind::Change | TaskKind::Maintain))
         .and_then(|r| serde_json::from_value(r.clone()).ok());
     let writer = viewer.role != Role::Viewer;
     let id = task.id.to_string();

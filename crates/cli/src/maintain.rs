@@ -1,0 +1,114 @@
+//! `warden maintain`: its arguments and how a maintenance result reads on a terminal. The task
+//! runs through the front door like `warden run` (`local_cli` in-process, `remote_cli` with a
+//! server): the repository pinned, its Cargo lockfile profiled, the checks on the base, the
+//! upgrades discovered, applied and checked in the sandbox, and a proposal commit in Warden's
+//! mirror. The user's checkout is only read.
+
+use crate::text;
+use warden_engine::change::MaintainOptions;
+use warden_protocol::{ChangeResult, Maintenance};
+
+#[derive(Debug, clap::Args)]
+pub struct MaintainArgs {
+    /// The repository: local path or git URL, optionally `@REV`; with --server, the name of a
+    /// repository registered on the server
+    #[arg(long = "repo", value_name = "PATH|URL[@REV]")]
+    pub repo: String,
+    /// What to upgrade: `all` direct dependencies (default), `vulnerable` packages (those a
+    /// scan against `[maintain] advisory_db` finds), or package names (repeatable)
+    #[arg(long = "select", value_name = "all|vulnerable|NAME", num_args = 1..)]
+    pub select: Vec<String>,
+    /// `baseline`: deterministic, no model (the default and, for now, the only mode)
+    #[arg(long, value_name = "MODE")]
+    pub mode: Option<String>,
+    /// A check command run with `bash -c` in the sandbox on the base and on each candidate
+    /// tree (repeatable; default `cargo test --locked --offline`)
+    #[arg(long = "check", value_name = "CMD")]
+    pub checks: Vec<String>,
+    /// Publish the proposal to the repository's remote as branch `warden/<task-id>`, after an
+    /// approval bound to the proposal hash (`warden approve`); the task waits (exit code 4)
+    #[arg(long)]
+    pub publish: bool,
+    /// Print the result as one JSON object
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl MaintainArgs {
+    /// The task's maintenance options, checked (a usage error names what is wrong).
+    pub fn options(&self) -> Result<MaintainOptions, String> {
+        if let Some(empty) = self.checks.iter().find(|c| c.trim().is_empty()) {
+            return Err(format!("empty --check command {empty:?}"));
+        }
+        let options = MaintainOptions {
+            select: self.select.clone(),
+            mode: self.mode.clone(),
+        };
+        options.check()?;
+        Ok(options)
+    }
+
+    /// The task's prompt: what was asked, in words (a task always has one).
+    pub fn prompt(&self, options: &MaintainOptions) -> String {
+        format!(
+            "maintain dependencies (select: {}; mode: baseline)",
+            options.selection().join(" ")
+        )
+    }
+}
+
+/// The maintenance lines of a result: each upgrade, the advisories cleared, the scans.
+pub fn render_maintenance(result: &ChangeResult) -> String {
+    let Some(Maintenance {
+        upgrades,
+        advisories_cleared,
+        scans,
+        ..
+    }) = &result.maintenance
+    else {
+        return String::new();
+    };
+    let mut out = String::new();
+    for upgrade in upgrades {
+        out.push_str(&format!(
+            "  ↑ {} {} → {}",
+            text::one_line(&upgrade.package),
+            text::one_line(&upgrade.from),
+            text::one_line(&upgrade.to)
+        ));
+        if !upgrade.advisories.is_empty() {
+            out.push_str(&format!(
+                " (clears {})",
+                text::one_line(&upgrade.advisories.join(", "))
+            ));
+        }
+        out.push('\n');
+    }
+    if !advisories_cleared.is_empty() {
+        out.push_str(&format!(
+            "  advisories cleared: {}\n",
+            text::one_line(&advisories_cleared.join(", "))
+        ));
+    }
+    for scan in scans {
+        out.push_str(&format!(
+            "  scan {} tree {}: {} finding(s) ({}, database {})\n",
+            text::one_line(&scan.stage),
+            crate::text::short_commit(&scan.tree),
+            scan.findings.len(),
+            text::one_line(&scan.scanner),
+            text::one_line(&scan.database_snapshot)
+        ));
+    }
+    out
+}
+
+/// The human-readable form of a maintenance result: the change's, with the maintenance lines.
+pub fn render(result: &ChangeResult) -> String {
+    let maintenance = render_maintenance(result);
+    let mut out = crate::run::render_change(result);
+    if !maintenance.is_empty() {
+        out = format!("Maintenance:\n{maintenance}\n{out}");
+    }
+    out
+}

@@ -1,0 +1,1046 @@
+//! Executing a `maintain` task in deterministic baseline mode (no model), for Cargo projects:
+//!
+//! 1. **Profile** the pinned base tree ([`cargo::profile`]): a root `Cargo.toml` and a committed
+//!    `Cargo.lock`; vendored or replaced sources, `[patch]`/`[replace]` and submodules are
+//!    refused (`unsupported_project`, naming the reason).
+//! 2. **Acquire**: `cargo fetch --locked` (then the repository's own prepare commands) through
+//!    the change pipeline's prepare step — the dependency cache writable and, with
+//!    `[sandbox] prepare_proxy`, network through that proxy only. Every later command runs
+//!    offline (`CARGO_NET_OFFLINE=true`, the cache read-only).
+//! 3. **Baseline**: the checks on the base tree; failing is `baseline_failing`, a check that
+//!    timed out or was killed is `baseline_inconclusive`.
+//! 4. **Scan** (`--select vulnerable`, or whenever `[maintain] advisory_db` is set): the base
+//!    tree's `Cargo.lock` against the local advisory database, recorded with the tree, the
+//!    scanner's version, the database's snapshot id and the time.
+//! 5. **Discover** candidate versions from the sparse index (host side, `[maintain] index`) and
+//!    keep those the policy allows ([`index::Policy`]): semver-compatible and inside the
+//!    manifest's requirement unless majors are allowed, not yanked, not a pre-release, older
+//!    than the cooldown, allowed and not denied. `vulnerable` targets the lowest eligible
+//!    version that clears every advisory found for the package; otherwise the newest.
+//! 6. **Fetch and apply**: the chosen versions' packages are fetched in one more networked,
+//!    prepare-like view over the base (`cargo update --precise` + `cargo fetch`, the cache
+//!    writable, its lockfile thrown away); then each upgrade is applied offline in the task's
+//!    own writable view (`cargo update --offline -p NAME@OLD --precise NEW`) and the checks run
+//!    on exactly the resulting candidate tree. The first failing check stops the task with no
+//!    proposal, naming the upgrade and the check.
+//! 7. **Readiness** ([`readiness`]): every validation and the post-scan must be bound to the
+//!    exact candidate tree, the checks must pass and the post-scan must not find a targeted
+//!    advisory; anything else refuses, naming it.
+//! 8. **Proposal** through the change pipeline's proposal commit, whose summary (the commit
+//!    message and pull-request body) lists each upgrade old → new, the advisories cleared and
+//!    the validations. Publication is the change pipeline's hash-bound approval.
+
+pub mod advisory;
+pub mod cargo;
+pub mod index;
+
+use crate::change::{self, ChangeSandbox, MaintainOptions, PrepareNetwork};
+use crate::config::Config;
+use std::time::Duration;
+use warden_protocol::{
+    ChangeOutcome, ChangeResult, Event, Failure, FailureCode, Finding, Maintenance, Proposal,
+    Publication, PublicationStatus, Scan, TaskId, TaskKind, TaskStatus, Upgrade, Usage, Validation,
+};
+use warden_runtime::EventSink;
+use warden_tools::checks::ChangeSession;
+
+/// The checks a Cargo project is maintained with when neither the task nor the repository
+/// names any.
+pub const DEFAULT_CARGO_CHECKS: [&str; 1] = ["cargo test --locked --offline"];
+
+/// How long applying one upgrade in the task's view may run.
+const APPLY_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The `model` a baseline-mode result names: none was asked.
+pub const NO_MODEL: &str = "none";
+
+/// Everything one maintenance run needs.
+pub struct MaintainRun<'a> {
+    pub config: &'a Config,
+    pub task_id: &'a TaskId,
+    pub session: &'a ChangeSession,
+    pub sandbox: &'a ChangeSandbox,
+    pub options: &'a MaintainOptions,
+    pub events: &'a dyn EventSink,
+    /// Notices gathered before the run (pinning, ignored agent configuration).
+    pub notices: Vec<String>,
+    /// Now, ms since the epoch (the cooldown's and the scans' clock).
+    pub now_ms: u64,
+}
+
+/// A finished maintenance run: its result (the change result with `kind: maintain` and
+/// `maintenance`) and the task status it implies.
+#[derive(Debug, Clone)]
+pub struct MaintainReport {
+    pub result: ChangeResult,
+    pub status: TaskStatus,
+}
+
+/// What the pipeline builds up as it goes, kept in the result whatever the ending.
+struct State {
+    baseline: Vec<Validation>,
+    notices: Vec<String>,
+    maintenance: Maintenance,
+    step: u32,
+}
+
+/// How the pipeline ended, short of a failure.
+enum Done {
+    Proposal(Box<Proposal>),
+    NoChange(String),
+}
+
+/// Runs the pipeline of the module documentation. Blocking: call it on a blocking thread
+/// inside a tokio runtime (the index is read with the runtime's HTTP client).
+pub fn run_maintenance(run: MaintainRun<'_>) -> MaintainReport {
+    let mut state = State {
+        baseline: Vec::new(),
+        notices: run.notices.clone(),
+        maintenance: Maintenance {
+            ecosystem: "cargo".into(),
+            mode: "baseline".into(),
+            select: run.options.selection(),
+            upgrades: Vec::new(),
+            advisories_cleared: Vec::new(),
+            scans: Vec::new(),
+        },
+        step: 0,
+    };
+    let ending = pipeline(&run, &mut state).map_err(|failure| {
+        // A cancelled task's checks and commands stop with errors of their own.
+        if run.session.is_cancelled() {
+            Failure {
+                code: FailureCode::Cancelled,
+                message: "the task was cancelled".into(),
+            }
+        } else {
+            failure
+        }
+    });
+    if run.sandbox.backend == warden_sandbox::Backend::Local {
+        state.notices.push(
+            "no isolation: commands ran directly on the host (WARDEN_SANDBOX=local, for \
+             development only)"
+                .into(),
+        );
+    }
+    let (outcome, status) = match ending {
+        Ok(Done::Proposal(mut proposal)) => {
+            proposal.sensitive_files =
+                crate::sensitive::sensitive_paths(proposal.files.iter().map(|f| f.path.as_str()));
+            state.notices.extend(crate::sensitive::sensitive_notice(
+                &proposal.sensitive_files,
+            ));
+            (
+                ChangeOutcome::Proposal {
+                    proposal,
+                    publication: Publication {
+                        status: PublicationStatus::NotRequested,
+                        branch: None,
+                        pr_url: None,
+                    },
+                },
+                TaskStatus::Completed,
+            )
+        }
+        Ok(Done::NoChange(summary)) => (ChangeOutcome::NoChange { summary }, TaskStatus::Completed),
+        Err(failure) => {
+            let status = match failure.code {
+                FailureCode::Cancelled => TaskStatus::Cancelled,
+                FailureCode::TimedOut => TaskStatus::TimedOut,
+                _ => TaskStatus::Failed,
+            };
+            (ChangeOutcome::Failure { failure }, status)
+        }
+    };
+    MaintainReport {
+        result: ChangeResult {
+            task_id: run.task_id.clone(),
+            kind: TaskKind::Maintain,
+            outcome,
+            baseline: state.baseline,
+            approval: None,
+            usage: Usage {
+                cost_usd: Some(0.0),
+                ..Usage::default()
+            },
+            model: NO_MODEL.into(),
+            sandbox: Some(run.sandbox.backend.as_str().to_string()),
+            notices: state.notices,
+            maintenance: Some(state.maintenance),
+        },
+        status,
+    }
+}
+
+fn failure(code: FailureCode, message: impl Into<String>) -> Failure {
+    Failure {
+        code,
+        message: message.into(),
+    }
+}
+
+/// One stage as the task's events show it (a tool call named `maintain.<stage>`).
+fn stage<T>(
+    run: &MaintainRun<'_>,
+    state: &mut State,
+    name: &str,
+    summary: &str,
+    work: impl FnOnce(&mut State) -> Result<(T, String), Failure>,
+) -> Result<T, Failure> {
+    state.step += 1;
+    let call_id = format!("maintain-{}", state.step);
+    let tool = format!("maintain.{name}");
+    run.events.emit(Event::ToolStarted {
+        call_id: call_id.clone(),
+        tool: tool.clone(),
+        summary: format!("{name}: {summary}"),
+    });
+    let outcome = work(state);
+    let (ok, summary) = match &outcome {
+        Ok((_, summary)) => (true, summary.clone()),
+        Err(failure) => (
+            false,
+            format!("{}: {}", failure.code, first_line(&failure.message)),
+        ),
+    };
+    run.events.emit(Event::ToolFinished {
+        call_id,
+        tool,
+        ok,
+        summary,
+        note: None,
+    });
+    outcome.map(|(value, _)| value)
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or_default()
+}
+
+fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
+    let session = run.session;
+    let base_tree = session.config.base_tree.clone();
+    let maintain = &run.config.maintain;
+
+    // 1. Profile.
+    let profile = stage(run, state, "profile", "Cargo.toml, Cargo.lock", |_| {
+        let profile = cargo::profile(&session.config.snapshot)
+            .map_err(|reason| failure(FailureCode::UnsupportedProject, reason))?;
+        let direct = profile.lockfile.direct_crates_io().len();
+        Ok((
+            profile,
+            format!("cargo project, {direct} direct crates.io dependencies"),
+        ))
+    })?;
+    if !run
+        .sandbox
+        .toolchains
+        .cache_env
+        .iter()
+        .any(|(name, _)| name == "CARGO_HOME")
+    {
+        return Err(failure(
+            FailureCode::UnsupportedProject,
+            format!(
+                "maintaining a Cargo project needs the rust toolchain preset and its \
+                 per-repository dependency cache: add `toolchains = [\"rust\"]` under [sandbox] \
+                 in {}",
+                run.config.file.display()
+            ),
+        ));
+    }
+
+    // 2. Acquire: the one networked step for the base's packages.
+    let mut toolchains = run.sandbox.toolchains.clone();
+    toolchains.prepare = std::iter::once("cargo fetch --locked".to_string())
+        .chain(run.sandbox.toolchains.prepare.iter().cloned())
+        .collect();
+    let notices = stage(run, state, "acquire", "cargo fetch --locked", |_| {
+        let notices = change::before_agent(session, run.config, &toolchains, &|line| {
+            tracing::info!("{line}")
+        })?;
+        let failed = notices
+            .iter()
+            .any(|n| n.starts_with("prepare `") && n.contains("failed"));
+        let summary = if failed {
+            "a prepare command failed (see the notices)".to_string()
+        } else {
+            "dependencies fetched into the repository's cache".to_string()
+        };
+        Ok((notices, summary))
+    })?;
+    state.notices.extend(notices);
+
+    // 3. Baseline.
+    stage(
+        run,
+        state,
+        "baseline",
+        "the checks on the base tree",
+        |state| {
+            let validations = session
+                .run_checks(&base_tree)
+                .map_err(|message| failure(FailureCode::SandboxError, message))?;
+            state.baseline = validations.clone();
+            baseline_verdict(&validations, &session.config.base_commit)?;
+            let count = validations.len();
+            Ok(((), format!("{count} checks passed on the base tree")))
+        },
+    )?;
+
+    // 4. The base scan.
+    let vulnerable = run.options.vulnerable();
+    let database = match (&maintain.advisory_db, vulnerable) {
+        (Some(path), _) => Some(
+            advisory::AdvisoryDb::open(path)
+                .map_err(|message| failure(FailureCode::Infrastructure, message))?,
+        ),
+        (None, true) => {
+            return Err(failure(
+                FailureCode::Infrastructure,
+                format!(
+                    "--select vulnerable needs a local RustSec advisory database: set \
+                     `advisory_db = \"/path/to/advisory-db\"` under [maintain] in {}",
+                    run.config.file.display()
+                ),
+            ))
+        }
+        (None, false) => None,
+    };
+    let base_findings = match &database {
+        Some(db) => stage(run, state, "scan", "Cargo.lock of the base tree", |state| {
+            let scan = scan_tree(session, db, &base_tree, "base", run.now_ms)?;
+            let findings = scan.findings.clone();
+            let summary = format!(
+                "{} advisories apply to the base tree (database {})",
+                findings.len(),
+                db.snapshot
+            );
+            state.maintenance.scans.push(scan);
+            Ok((findings, summary))
+        })?,
+        None => Vec::new(),
+    };
+
+    // 5. Discover.
+    let policy = index::Policy {
+        allow_major: maintain.allow_major,
+        cooldown_days: maintain.cooldown_days,
+        allow: maintain.allow.clone(),
+        deny: maintain.deny.clone(),
+        now_ms: run.now_ms,
+    };
+    let upgrades = stage(run, state, "discover", &maintain.index, |state| {
+        let upgrades = discover(
+            run,
+            state,
+            &profile,
+            &policy,
+            &base_findings,
+            database.as_ref(),
+        )?;
+        let summary = match upgrades.len() {
+            0 => "nothing to upgrade".to_string(),
+            n => format!("{n} upgrades: {}", upgrade_list(&upgrades)),
+        };
+        Ok((upgrades, summary))
+    })?;
+    if upgrades.is_empty() {
+        let summary = if vulnerable && base_findings.is_empty() {
+            "No known vulnerabilities in Cargo.lock: nothing to upgrade.".to_string()
+        } else {
+            "Nothing to upgrade: no eligible newer version (see the notices).".to_string()
+        };
+        return Ok(Done::NoChange(summary));
+    }
+
+    // 6. Fetch the candidates' packages (networked), then apply offline and check.
+    stage(run, state, "fetch", &upgrade_list(&upgrades), |_| {
+        fetch_candidates(run, &upgrades)?;
+        Ok(((), "candidate packages fetched into the cache".to_string()))
+    })?;
+    let mut tree = base_tree.clone();
+    let mut validations: Vec<Validation> = Vec::new();
+    for upgrade in &upgrades {
+        let label = format!("{} {} → {}", upgrade.package, upgrade.from, upgrade.to);
+        let (next, checked) = stage(run, state, "apply", &label, |_| {
+            apply_upgrade(run, upgrade)?;
+            let candidate = session
+                .candidate()
+                .map_err(|message| failure(FailureCode::Infrastructure, message))?;
+            let checked = session
+                .run_checks(&candidate.tree)
+                .map_err(|message| failure(FailureCode::SandboxError, message))?;
+            if let Some(v) = checked.iter().find(|v| !v.passed()) {
+                return Err(failure(
+                    FailureCode::ChecksFailed,
+                    format!(
+                        "upgrading {label} breaks check `{}` ({}) on tree {}; no proposal \
+                         (baseline mode stops at the first failing check):\n{}",
+                        v.command,
+                        v.exit_code
+                            .map_or("killed or timed out".to_string(), |c| format!(
+                                "exit code {c}"
+                            )),
+                        v.tree,
+                        tail_lines(&v.output_tail, 20)
+                    ),
+                ));
+            }
+            let n = checked.len();
+            Ok((
+                (candidate.tree, checked),
+                format!("{n} checks passed on the candidate"),
+            ))
+        })?;
+        tree = next;
+        validations = checked;
+        state.maintenance.upgrades.push(upgrade.clone());
+    }
+    if tree == base_tree {
+        return Ok(Done::NoChange(
+            "The upgrades left Cargo.lock as it was: nothing to propose.".into(),
+        ));
+    }
+
+    // 7. The post-scan and readiness.
+    let targeted: Vec<String> = upgrades
+        .iter()
+        .flat_map(|u| u.advisories.iter().cloned())
+        .collect();
+    if let Some(db) = &database {
+        let post = stage(
+            run,
+            state,
+            "scan",
+            "Cargo.lock of the candidate tree",
+            |state| {
+                let scan = scan_tree(session, db, &tree, "candidate", run.now_ms)?;
+                let summary = format!("{} advisories apply to the candidate", scan.findings.len());
+                state.maintenance.scans.push(scan.clone());
+                Ok((scan, summary))
+            },
+        )?;
+        let mut cleared: Vec<String> = base_findings
+            .iter()
+            .map(|f| f.advisory.clone())
+            .filter(|id| !post.findings.iter().any(|f| &f.advisory == id))
+            .collect();
+        cleared.sort();
+        cleared.dedup();
+        state.maintenance.advisories_cleared = cleared;
+    }
+    stage(run, state, "readiness", &tree, |state| {
+        let candidate_scans: Vec<&Scan> = state
+            .maintenance
+            .scans
+            .iter()
+            .filter(|s| s.stage == "candidate")
+            .collect();
+        readiness(
+            &tree,
+            &validations,
+            database.is_some(),
+            &candidate_scans,
+            &targeted,
+        )
+        .map_err(|reasons| {
+            failure(
+                FailureCode::ChecksFailed,
+                format!("the candidate is not ready: {}", reasons.join("; ")),
+            )
+        })?;
+        Ok((
+            (),
+            "validations and post-scan bound to the candidate tree".to_string(),
+        ))
+    })?;
+
+    // 8. The proposal.
+    let summary = proposal_summary(
+        &state.maintenance,
+        database.as_ref(),
+        &base_findings,
+        &tree,
+        &validations,
+    );
+    let proposal = stage(run, state, "propose", first_line(&summary), |_| {
+        let proposal = session
+            .propose(&tree, &summary, validations.clone())
+            .map_err(|message| failure(FailureCode::Infrastructure, message))?;
+        let short = proposal.commit.chars().take(12).collect::<String>();
+        Ok((proposal, format!("proposal commit {short}")))
+    })?;
+    Ok(Done::Proposal(Box::new(proposal)))
+}
+
+/// Whether the base tree's check runs give something to prove an upgrade against: a check
+/// that timed out or was killed is `baseline_inconclusive`, a failing one `baseline_failing`.
+pub fn baseline_verdict(validations: &[Validation], base_commit: &str) -> Result<(), Failure> {
+    if let Some(v) = validations.iter().find(|v| v.exit_code.is_none()) {
+        return Err(failure(
+            FailureCode::BaselineInconclusive,
+            format!(
+                "check `{}` timed out or was killed on the base commit {base_commit}: there is \
+                 nothing to prove an upgrade against",
+                v.command
+            ),
+        ));
+    }
+    let failing: Vec<&str> = validations
+        .iter()
+        .filter(|v| !v.passed())
+        .map(|v| v.command.as_str())
+        .collect();
+    if failing.is_empty() {
+        return Ok(());
+    }
+    Err(failure(
+        FailureCode::BaselineFailing,
+        format!(
+            "the checks already fail on the base commit {base_commit} before any upgrade: {}",
+            failing.join(", ")
+        ),
+    ))
+}
+
+/// `name a → b, …`.
+fn upgrade_list(upgrades: &[Upgrade]) -> String {
+    upgrades
+        .iter()
+        .map(|u| format!("{} {} → {}", u.package, u.from, u.to))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn tail_lines(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.trim_end().lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Scans the `Cargo.lock` of exactly `tree` (the snapshot, or its verified materialization).
+fn scan_tree(
+    session: &ChangeSession,
+    db: &advisory::AdvisoryDb,
+    tree: &str,
+    stage: &str,
+    now_ms: u64,
+) -> Result<Scan, Failure> {
+    let root = session
+        .tree_root(tree)
+        .map_err(|message| failure(FailureCode::Infrastructure, message))?;
+    let text = std::fs::read_to_string(root.join("Cargo.lock")).map_err(|e| {
+        failure(
+            FailureCode::UnsupportedProject,
+            format!("cannot read Cargo.lock of tree {tree}: {e}"),
+        )
+    })?;
+    let lock = cargo::Lockfile::parse(&text)
+        .map_err(|message| failure(FailureCode::UnsupportedProject, message))?;
+    Ok(Scan {
+        stage: stage.into(),
+        tree: tree.into(),
+        scanner: advisory::scanner(),
+        database: db.path.display().to_string(),
+        database_snapshot: db.snapshot.clone(),
+        scanned_at: index::rfc3339(now_ms),
+        findings: db.scan(&lock),
+    })
+}
+
+/// The upgrades the selection and the policy allow, with the versions read from the index.
+fn discover(
+    run: &MaintainRun<'_>,
+    state: &mut State,
+    profile: &cargo::Profile,
+    policy: &index::Policy,
+    findings: &[Finding],
+    database: Option<&advisory::AdvisoryDb>,
+) -> Result<Vec<Upgrade>, Failure> {
+    let direct = profile.lockfile.direct_crates_io();
+    // (package, version in the lockfile, advisories to clear)
+    let mut wanted: Vec<(String, String, Vec<String>)> = Vec::new();
+    let names = run.options.names();
+    if run.options.vulnerable() {
+        for finding in findings {
+            match wanted
+                .iter_mut()
+                .find(|(n, v, _)| *n == finding.package && *v == finding.version)
+            {
+                Some((_, _, ids)) => ids.push(finding.advisory.clone()),
+                None => wanted.push((
+                    finding.package.clone(),
+                    finding.version.clone(),
+                    vec![finding.advisory.clone()],
+                )),
+            }
+        }
+    } else if !names.is_empty() {
+        for name in &names {
+            let matching: Vec<_> = direct.iter().filter(|p| &p.name == name).collect();
+            if matching.is_empty() {
+                state.notices.push(format!(
+                    "--select {name}: not a direct crates.io dependency in Cargo.lock"
+                ));
+            }
+            for package in matching {
+                wanted.push((package.name.clone(), package.version.clone(), Vec::new()));
+            }
+        }
+    } else {
+        for package in &direct {
+            wanted.push((package.name.clone(), package.version.clone(), Vec::new()));
+        }
+    }
+    let client =
+        index::client().map_err(|message| failure(FailureCode::Infrastructure, message))?;
+    let handle = tokio::runtime::Handle::try_current().map_err(|e| {
+        failure(
+            FailureCode::Infrastructure,
+            format!("no runtime to read the index with: {e}"),
+        )
+    })?;
+    let mut upgrades = Vec::new();
+    for (name, from, advisories) in wanted {
+        if let Err(reason) = policy.package(&name) {
+            state
+                .notices
+                .push(format!("{name} {from} not upgraded: {reason}"));
+            continue;
+        }
+        let Ok(current) = semver::Version::parse(&from) else {
+            state
+                .notices
+                .push(format!("{name} {from}: not a semver version, not upgraded"));
+            continue;
+        };
+        let versions = handle
+            .block_on(index::fetch_versions(
+                &client,
+                &run.config.maintain.index,
+                &name,
+            ))
+            .map_err(|message| failure(FailureCode::Infrastructure, message))?;
+        let requirements = profile.requirements.get(&name).cloned().unwrap_or_default();
+        let mut eligible: Vec<&index::IndexVersion> = Vec::new();
+        let mut passed_over: Vec<String> = Vec::new();
+        for candidate in &versions {
+            match policy.eligible(&current, &requirements, candidate) {
+                Ok(()) => eligible.push(candidate),
+                Err(reason) if candidate.version > current => passed_over.push(reason),
+                Err(_) => {}
+            }
+        }
+        eligible.sort_by(|a, b| a.version.cmp(&b.version));
+        let chosen = if advisories.is_empty() {
+            eligible.last().copied()
+        } else {
+            let affected = |v: &semver::Version| {
+                advisories.iter().any(|id| {
+                    database
+                        .and_then(|db| db.advisory(id))
+                        .is_some_and(|a| a.affects(v))
+                })
+            };
+            eligible.iter().copied().find(|c| !affected(&c.version))
+        };
+        match chosen {
+            Some(version) => upgrades.push(Upgrade {
+                package: name,
+                from,
+                to: version.version.to_string(),
+                advisories,
+            }),
+            None => {
+                let why = passed_over
+                    .last()
+                    .map(|r| format!(" (newest passed over: {r})"))
+                    .unwrap_or_default();
+                let what = if advisories.is_empty() {
+                    "no eligible newer version".to_string()
+                } else {
+                    format!("no eligible version clears {}", advisories.join(", "))
+                };
+                state.notices.push(format!("{name} {from}: {what}{why}"));
+            }
+        }
+    }
+    Ok(upgrades)
+}
+
+/// `'text'` for a shell.
+fn quoted(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "'\\''"))
+}
+
+/// Fetches the packages of the upgraded lockfile into the cache: the upgrades applied in a
+/// networked, prepare-like view over the base whose lockfile is thrown away.
+fn fetch_candidates(run: &MaintainRun<'_>, upgrades: &[Upgrade]) -> Result<(), Failure> {
+    let session = run.session;
+    let toolchains = &run.sandbox.toolchains;
+    let _lock = match &toolchains.cache {
+        Some(cache) => Some(crate::toolchain::lock_cache(cache).map_err(|e| {
+            failure(
+                FailureCode::Infrastructure,
+                format!("cannot lock the dependency cache: {e}"),
+            )
+        })?),
+        None => None,
+    };
+    let mut script: Vec<String> = upgrades
+        .iter()
+        .map(|u| {
+            format!(
+                "cargo update -p {} --precise {}",
+                quoted(&format!("{}@{}", u.package, u.from)),
+                quoted(&u.to)
+            )
+        })
+        .collect();
+    script.push("cargo fetch --locked".into());
+    let script = script.join(" && ");
+    let network = PrepareNetwork::of(session.config.sandbox.as_ref(), toolchains);
+    let output = change::prepare_command(
+        session,
+        toolchains,
+        &network,
+        "fetch-candidates",
+        &script,
+        &|line| tracing::info!("{line}"),
+    )?;
+    if output.success() {
+        return Ok(());
+    }
+    Err(failure(
+        FailureCode::UpgradeFailed,
+        format!(
+            "fetching {} failed ({}; {}):\n{}",
+            upgrade_list(upgrades),
+            output
+                .exit_code
+                .map_or("killed or timed out".to_string(), |c| format!(
+                    "exit code {c}"
+                )),
+            network.notice(output.egress_connections),
+            (session.config.redact)(&tail_lines(&String::from_utf8_lossy(&output.stderr), 15))
+        ),
+    ))
+}
+
+/// Applies one upgrade offline in the task's writable view.
+fn apply_upgrade(run: &MaintainRun<'_>, upgrade: &Upgrade) -> Result<(), Failure> {
+    let script = format!(
+        "cargo update --offline -p {} --precise {}",
+        quoted(&format!("{}@{}", upgrade.package, upgrade.from)),
+        quoted(&upgrade.to)
+    );
+    let output = run
+        .sandbox
+        .run(&script, APPLY_TIMEOUT, run.config.sandbox.limits)
+        .map_err(|e| {
+            failure(
+                FailureCode::SandboxError,
+                format!("sandbox error running `{script}`: {e}"),
+            )
+        })?;
+    if output.success() {
+        return Ok(());
+    }
+    Err(failure(
+        FailureCode::UpgradeFailed,
+        format!(
+            "upgrading {} {} → {} could not be applied: `{script}` failed ({}):\n{}",
+            upgrade.package,
+            upgrade.from,
+            upgrade.to,
+            output
+                .exit_code
+                .map_or("killed or timed out".to_string(), |c| format!(
+                    "exit code {c}"
+                )),
+            (run.session.config.redact)(&tail_lines(&String::from_utf8_lossy(&output.stderr), 15))
+        ),
+    ))
+}
+
+/// Whether the candidate `tree` may be proposed: every validation ran on exactly `tree` and
+/// passed (there is at least one); with an advisory database, one post-scan read exactly
+/// `tree` and found none of the `targeted` advisories. `Err` names every reason.
+pub fn readiness(
+    tree: &str,
+    validations: &[Validation],
+    scanned: bool,
+    candidate_scans: &[&Scan],
+    targeted: &[String],
+) -> Result<(), Vec<String>> {
+    let mut reasons = Vec::new();
+    if validations.is_empty() {
+        reasons.push("no validation ran on the candidate".to_string());
+    }
+    for v in validations {
+        if v.tree != tree {
+            reasons.push(format!(
+                "validation `{}` is bound to tree {}, not the candidate {tree}",
+                v.command, v.tree
+            ));
+        } else if !v.passed() {
+            reasons.push(format!("check `{}` did not pass", v.command));
+        }
+    }
+    if scanned {
+        match candidate_scans {
+            [] => reasons.push("no post-scan of the candidate".to_string()),
+            scans => {
+                for scan in scans {
+                    if scan.tree != tree {
+                        reasons.push(format!(
+                            "the post-scan is bound to tree {}, not the candidate {tree}",
+                            scan.tree
+                        ));
+                    }
+                    for finding in &scan.findings {
+                        if targeted.contains(&finding.advisory) {
+                            reasons.push(format!(
+                                "the post-scan still finds {} in {} {}",
+                                finding.advisory, finding.package, finding.version
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    if reasons.is_empty() {
+        Ok(())
+    } else {
+        Err(reasons)
+    }
+}
+
+/// The proposal's commit message and pull-request body: the upgrades old → new, the
+/// advisories cleared, the scans and the validations.
+fn proposal_summary(
+    maintenance: &Maintenance,
+    database: Option<&advisory::AdvisoryDb>,
+    base_findings: &[Finding],
+    tree: &str,
+    validations: &[Validation],
+) -> String {
+    let upgrades = &maintenance.upgrades;
+    let subject = match upgrades.as_slice() {
+        [one] if !one.advisories.is_empty() => format!(
+            "Upgrade {} {} → {} ({})",
+            one.package,
+            one.from,
+            one.to,
+            one.advisories.join(", ")
+        ),
+        [one] => format!("Upgrade {} {} → {}", one.package, one.from, one.to),
+        many => format!("Upgrade {} Cargo dependencies", many.len()),
+    };
+    let mut body = format!("{subject}\n\nUpgrades:\n");
+    for u in upgrades {
+        body.push_str(&format!("- {} {} → {}", u.package, u.from, u.to));
+        if !u.advisories.is_empty() {
+            body.push_str(&format!(" (clears {})", u.advisories.join(", ")));
+        }
+        body.push('\n');
+    }
+    if let Some(db) = database {
+        body.push_str("\nAdvisories cleared:\n");
+        if maintenance.advisories_cleared.is_empty() {
+            body.push_str("- none\n");
+        }
+        for id in &maintenance.advisories_cleared {
+            let title = base_findings
+                .iter()
+                .find(|f| &f.advisory == id)
+                .map(|f| format!(": {} ({} {})", f.title, f.package, f.version))
+                .unwrap_or_default();
+            body.push_str(&format!("- {id}{title}\n"));
+        }
+        let remaining = maintenance
+            .scans
+            .iter()
+            .rfind(|s| s.stage == "candidate")
+            .map_or(0, |s| s.findings.len());
+        body.push_str(&format!(
+            "\nScans ({}, advisory database {}): base {} finding(s), candidate tree {tree} {} \
+             finding(s).\n",
+            advisory::scanner(),
+            db.snapshot,
+            base_findings.len(),
+            remaining
+        ));
+    }
+    body.push_str(&format!("\nValidations on tree {tree}:\n"));
+    for v in validations {
+        body.push_str(&format!(
+            "- `{}`: passed ({} ms, {} sandbox)\n",
+            v.command, v.duration_ms, v.sandbox
+        ));
+    }
+    body.push_str("\nMade by `warden maintain` in baseline mode (deterministic, no model).\n");
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn validation(tree: &str, exit: i32) -> Validation {
+        Validation {
+            command: "cargo test --locked --offline".into(),
+            exit_code: Some(exit),
+            tree: tree.into(),
+            config_hash: "sha256:x".into(),
+            sandbox: "linux".into(),
+            duration_ms: 10,
+            output_tail: String::new(),
+        }
+    }
+
+    fn scan(tree: &str, findings: &[&str]) -> Scan {
+        Scan {
+            stage: "candidate".into(),
+            tree: tree.into(),
+            scanner: advisory::scanner(),
+            database: "/db".into(),
+            database_snapshot: "git:abc".into(),
+            scanned_at: "2026-01-01T00:00:00Z".into(),
+            findings: findings
+                .iter()
+                .map(|id| Finding {
+                    advisory: id.to_string(),
+                    package: "smallvec".into(),
+                    version: "1.6.0".into(),
+                    title: String::new(),
+                    patched: vec![],
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_candidate_is_ready_only_with_passing_checks_and_a_clean_post_scan_of_its_tree() {
+        let targeted = vec!["RUSTSEC-2021-0003".to_string()];
+        let clean = scan("cand", &[]);
+        assert_eq!(
+            readiness("cand", &[validation("cand", 0)], true, &[&clean], &targeted),
+            Ok(())
+        );
+        // A scan bound to another tree is refused.
+        let other = scan("base", &[]);
+        let reasons =
+            readiness("cand", &[validation("cand", 0)], true, &[&other], &targeted).unwrap_err();
+        assert_eq!(
+            reasons,
+            ["the post-scan is bound to tree base, not the candidate cand"]
+        );
+        // So is a validation of another tree, a failing one, none at all, a missing post-scan
+        // and a post-scan that still finds a targeted advisory.
+        let reasons =
+            readiness("cand", &[validation("base", 0)], true, &[&clean], &targeted).unwrap_err();
+        assert!(reasons[0].contains("bound to tree base"), "{reasons:?}");
+        let reasons = readiness(
+            "cand",
+            &[validation("cand", 101)],
+            true,
+            &[&clean],
+            &targeted,
+        )
+        .unwrap_err();
+        assert!(reasons[0].contains("did not pass"), "{reasons:?}");
+        let reasons = readiness("cand", &[], true, &[&clean], &targeted).unwrap_err();
+        assert!(reasons[0].contains("no validation"), "{reasons:?}");
+        let reasons =
+            readiness("cand", &[validation("cand", 0)], true, &[], &targeted).unwrap_err();
+        assert!(reasons[0].contains("no post-scan"), "{reasons:?}");
+        let dirty = scan("cand", &["RUSTSEC-2021-0003"]);
+        let reasons =
+            readiness("cand", &[validation("cand", 0)], true, &[&dirty], &targeted).unwrap_err();
+        assert!(
+            reasons[0].contains("still finds RUSTSEC-2021-0003"),
+            "{reasons:?}"
+        );
+        // Without an advisory database there is no post-scan to ask for.
+        assert_eq!(
+            readiness("cand", &[validation("cand", 0)], false, &[], &[]),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn a_baseline_that_timed_out_is_inconclusive_and_one_that_fails_is_failing() {
+        assert_eq!(baseline_verdict(&[validation("base", 0)], "c0ffee"), Ok(()));
+        let failing = baseline_verdict(&[validation("base", 0), validation("base", 101)], "c0ffee")
+            .unwrap_err();
+        assert_eq!(failing.code, FailureCode::BaselineFailing);
+        assert!(
+            failing.message.contains("base commit c0ffee"),
+            "{}",
+            failing.message
+        );
+        let timed_out = Validation {
+            exit_code: None,
+            ..validation("base", 0)
+        };
+        // A timeout says nothing either way, even beside a failure.
+        let inconclusive =
+            baseline_verdict(&[validation("base", 101), timed_out], "c0ffee").unwrap_err();
+        assert_eq!(inconclusive.code, FailureCode::BaselineInconclusive);
+        assert!(
+            inconclusive.message.contains("timed out or was killed"),
+            "{}",
+            inconclusive.message
+        );
+    }
+
+    #[test]
+    fn the_summary_lists_upgrades_advisories_and_validations() {
+        let maintenance = Maintenance {
+            ecosystem: "cargo".into(),
+            mode: "baseline".into(),
+            select: vec!["vulnerable".into()],
+            upgrades: vec![Upgrade {
+                package: "smallvec".into(),
+                from: "1.6.0".into(),
+                to: "1.6.1".into(),
+                advisories: vec!["RUSTSEC-2021-0003".into()],
+            }],
+            advisories_cleared: vec!["RUSTSEC-2021-0003".into()],
+            scans: vec![scan("cand", &[])],
+        };
+        let db = advisory::AdvisoryDb {
+            path: "/db".into(),
+            advisories: vec![],
+            snapshot: "git:abc".into(),
+        };
+        let base = scan("base", &["RUSTSEC-2021-0003"]).findings;
+        let text = proposal_summary(
+            &maintenance,
+            Some(&db),
+            &base,
+            "cand",
+            &[validation("cand", 0)],
+        );
+        assert!(
+            text.starts_with("Upgrade smallvec 1.6.0 → 1.6.1 (RUSTSEC-2021-0003)\n\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("- smallvec 1.6.0 → 1.6.1 (clears RUSTSEC-2021-0003)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Advisories cleared:\n- RUSTSEC-2021-0003"),
+            "{text}"
+        );
+        assert!(text.contains("advisory database git:abc"), "{text}");
+        assert!(
+            text.contains("- `cargo test --locked --offline`: passed (10 ms, linux sandbox)"),
+            "{text}"
+        );
+    }
+}

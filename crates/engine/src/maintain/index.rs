@@ -1,0 +1,375 @@
+//! Candidate versions from a Cargo sparse index (`[maintain] index`, crates.io's
+//! `https://index.crates.io` by default; a local fake in tests) and the policy that says which
+//! of them a task may upgrade to.
+//!
+//! The sparse index has one file per package, one JSON line per published version, with
+//! `yanked` and (for versions published since crates.io started recording it) `pubtime`, the
+//! publication time the cooldown reads. The crates.io web API's `created_at` would need a
+//! second host; a version without `pubtime` is ineligible while a cooldown is configured.
+
+use std::time::Duration;
+
+/// One version in the index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexVersion {
+    pub version: semver::Version,
+    pub yanked: bool,
+    /// Publication time, ms since the epoch.
+    pub published_ms: Option<u64>,
+}
+
+/// The index path of a package (`1/a`, `2/ab`, `3/a/abc`, `se/rd/serde`), lowercase.
+pub fn index_path(name: &str) -> String {
+    let name = name.to_ascii_lowercase();
+    match name.len() {
+        1 => format!("1/{name}"),
+        2 => format!("2/{name}"),
+        3 => format!("3/{}/{name}", &name[..1]),
+        _ => format!("{}/{}/{name}", &name[..2], &name[2..4]),
+    }
+}
+
+/// The versions of an index file; lines that do not parse are skipped.
+pub fn parse_index(text: &str) -> Vec<IndexVersion> {
+    text.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|entry| {
+            let version = semver::Version::parse(entry.get("vers")?.as_str()?).ok()?;
+            Some(IndexVersion {
+                version,
+                yanked: entry
+                    .get("yanked")
+                    .and_then(|y| y.as_bool())
+                    .unwrap_or(false),
+                published_ms: entry
+                    .get("pubtime")
+                    .and_then(|t| t.as_str())
+                    .and_then(parse_rfc3339_ms),
+            })
+        })
+        .collect()
+}
+
+/// Fetches `name`'s versions from the sparse index at `index` (a URL without the trailing
+/// slash). The `User-Agent` names Warden, as crates.io asks of clients.
+pub async fn fetch_versions(
+    client: &reqwest::Client,
+    index: &str,
+    name: &str,
+) -> Result<Vec<IndexVersion>, String> {
+    let url = format!("{}/{}", index.trim_end_matches('/'), index_path(name));
+    let response = client
+        .get(&url)
+        .header(
+            reqwest::header::USER_AGENT,
+            format!(
+                "warden/{} (maintenance; +https://github.com/warden)",
+                env!("CARGO_PKG_VERSION")
+            ),
+        )
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .map_err(|e| format!("cannot reach the index at {url}: {}", chain(&e)))?;
+    let status = response.status();
+    if status == reqwest::StatusCode::NOT_FOUND {
+        return Err(format!("{name} is not in the index ({url}: 404)"));
+    }
+    if !status.is_success() {
+        return Err(format!("the index answered {status} for {url}"));
+    }
+    let bytes = response
+        .bytes()
+        .await
+        .map_err(|e| format!("reading {url}: {e}"))?;
+    if bytes.len() > 16 * 1024 * 1024 {
+        return Err(format!("{url}: index file larger than 16 MiB"));
+    }
+    Ok(parse_index(&String::from_utf8_lossy(&bytes)))
+}
+
+/// The system's CA bundles: what cargo itself trusts (through libcurl), so an index behind
+/// the operator's own CA (a registry mirror) is read host-side as the sandbox's cargo reads it.
+const SYSTEM_CA_BUNDLES: [&str; 2] = [
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/pki/tls/certs/ca-bundle.crt",
+];
+
+/// The HTTP client the index is read with: the built-in web roots plus the system's CA bundle
+/// when there is one.
+pub fn client() -> Result<reqwest::Client, String> {
+    let mut builder = reqwest::Client::builder();
+    if let Some(pem) = SYSTEM_CA_BUNDLES
+        .iter()
+        .find_map(|path| std::fs::read(path).ok())
+    {
+        let certificates = reqwest::Certificate::from_pem_bundle(&pem)
+            .map_err(|e| format!("the system CA bundle does not parse: {e}"))?;
+        for certificate in certificates {
+            builder = builder.add_root_certificate(certificate);
+        }
+    }
+    builder.build().map_err(|e| format!("HTTP client: {e}"))
+}
+
+/// An error and its causes, `: `-separated.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(&format!(": {cause}"));
+        source = cause.source();
+    }
+    text
+}
+
+/// Which versions a task may upgrade to.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Policy {
+    /// Major upgrades (semver-incompatible ones) are opt-in.
+    pub allow_major: bool,
+    /// Minimum age of a version, in days (0: none).
+    pub cooldown_days: u32,
+    /// Only these packages (empty: all).
+    pub allow: Vec<String>,
+    /// Never these packages.
+    pub deny: Vec<String>,
+    /// Now, ms since the epoch.
+    pub now_ms: u64,
+}
+
+impl Policy {
+    /// Whether the package may be upgraded at all; `Err` says why not.
+    pub fn package(&self, name: &str) -> Result<(), String> {
+        if self.deny.iter().any(|d| d == name) {
+            return Err(format!("{name} is on [maintain] deny"));
+        }
+        if !self.allow.is_empty() && !self.allow.iter().any(|a| a == name) {
+            return Err(format!("{name} is not on [maintain] allow"));
+        }
+        Ok(())
+    }
+
+    /// Whether `candidate` is eligible to replace `current` under the manifest's
+    /// `requirements`; `Err` says why not (for the record of what was passed over).
+    pub fn eligible(
+        &self,
+        current: &semver::Version,
+        requirements: &[semver::VersionReq],
+        candidate: &IndexVersion,
+    ) -> Result<(), String> {
+        let v = &candidate.version;
+        if v <= current {
+            return Err(format!("{v} is not newer than {current}"));
+        }
+        if candidate.yanked {
+            return Err(format!("{v} is yanked"));
+        }
+        if !v.pre.is_empty() {
+            return Err(format!("{v} is a pre-release"));
+        }
+        if !self.allow_major && !compatible(current, v) {
+            return Err(format!(
+                "{v} is a major upgrade from {current} (set allow_major under [maintain])"
+            ));
+        }
+        if !self.allow_major {
+            if let Some(req) = requirements.iter().find(|req| !req.matches(v)) {
+                return Err(format!("{v} is outside the manifest's requirement {req}"));
+            }
+        }
+        if self.cooldown_days > 0 {
+            let cooldown_ms = u64::from(self.cooldown_days) * 86_400_000;
+            match candidate.published_ms {
+                None => {
+                    return Err(format!(
+                        "{v} has no publication time in the index, so its age is unknown \
+                         (cooldown of {} days)",
+                        self.cooldown_days
+                    ))
+                }
+                Some(at) if self.now_ms.saturating_sub(at) < cooldown_ms => {
+                    return Err(format!(
+                        "{v} is younger than the cooldown of {} days",
+                        self.cooldown_days
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Semver compatibility as Cargo's caret reads it: the same major version, or for `0.y`
+/// the same minor, or for `0.0.z` the same patch.
+pub fn compatible(current: &semver::Version, candidate: &semver::Version) -> bool {
+    match (current.major, current.minor) {
+        (0, 0) => candidate.major == 0 && candidate.minor == 0 && candidate.patch == current.patch,
+        (0, minor) => candidate.major == 0 && candidate.minor == minor,
+        (major, _) => candidate.major == major,
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SS[.fff](Z|±HH:MM)` → ms since the epoch.
+pub fn parse_rfc3339_ms(text: &str) -> Option<u64> {
+    let (date, time) = text.split_once(['T', 't', ' '])?;
+    let mut d = date.split('-');
+    let (year, month, day): (i64, u32, u32) = (
+        d.next()?.parse().ok()?,
+        d.next()?.parse().ok()?,
+        d.next()?.parse().ok()?,
+    );
+    let (clock, offset_s) = if let Some(clock) = time.strip_suffix(['Z', 'z']) {
+        (clock, 0i64)
+    } else {
+        let at = time.rfind(['+', '-'])?;
+        let (clock, offset) = time.split_at(at);
+        let sign = if offset.starts_with('-') { -1 } else { 1 };
+        let (h, m) = offset[1..].split_once(':')?;
+        (
+            clock,
+            sign * (h.parse::<i64>().ok()? * 3600 + m.parse::<i64>().ok()? * 60),
+        )
+    };
+    let mut c = clock.split(':');
+    let (h, m): (i64, i64) = (c.next()?.parse().ok()?, c.next()?.parse().ok()?);
+    let seconds: f64 = c.next()?.parse().ok()?;
+    let days = days_from_civil(year, month, day);
+    let total_ms =
+        ((days * 86_400 + h * 3600 + m * 60 - offset_s) * 1000) + (seconds * 1000.0) as i64;
+    u64::try_from(total_ms).ok()
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let m = i64::from(month);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// ms since the epoch → `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn rfc3339(ms: u64) -> String {
+    let secs = i64::try_from(ms / 1000).unwrap_or(0);
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &str) -> semver::Version {
+        semver::Version::parse(s).unwrap()
+    }
+
+    fn at(version: &str, pubtime: Option<&str>, yanked: bool) -> IndexVersion {
+        IndexVersion {
+            version: v(version),
+            yanked,
+            published_ms: pubtime.and_then(parse_rfc3339_ms),
+        }
+    }
+
+    #[test]
+    fn index_paths_follow_the_registry_layout() {
+        assert_eq!(index_path("a"), "1/a");
+        assert_eq!(index_path("ab"), "2/ab");
+        assert_eq!(index_path("abc"), "3/a/abc");
+        assert_eq!(index_path("SmallVec"), "sm/al/smallvec");
+    }
+
+    #[test]
+    fn index_lines_give_versions_yanks_and_publication_times() {
+        let text = "{\"name\":\"x\",\"vers\":\"1.6.0\",\"yanked\":false,\"pubtime\":\"2020-12-31T22:08:03Z\"}\n\
+                    {\"name\":\"x\",\"vers\":\"1.13.0\",\"yanked\":true}\nnot json\n";
+        let versions = parse_index(text);
+        assert_eq!(versions.len(), 2);
+        assert_eq!(versions[0].published_ms, Some(1_609_452_483_000));
+        assert!(versions[1].yanked);
+        assert_eq!(rfc3339(1_609_452_483_000), "2020-12-31T22:08:03Z");
+        assert_eq!(
+            parse_rfc3339_ms("2021-01-01T00:08:03+02:00"),
+            Some(1_609_452_483_000)
+        );
+    }
+
+    #[test]
+    fn the_policy_keeps_compatible_settled_versions_the_manifest_allows() {
+        let now = parse_rfc3339_ms("2026-01-01T00:00:00Z").unwrap();
+        let policy = Policy {
+            now_ms: now,
+            ..Policy::default()
+        };
+        let current = v("1.6.0");
+        let req = [semver::VersionReq::parse("1.6").unwrap()];
+        let ok = |p: &Policy, c: &IndexVersion| p.eligible(&current, &req, c);
+        assert!(ok(&policy, &at("1.6.1", None, false)).is_ok());
+        assert!(ok(&policy, &at("1.13.2", None, false)).is_ok());
+        for (candidate, reason) in [
+            (at("1.6.0", None, false), "not newer"),
+            (at("1.13.0", None, true), "yanked"),
+            (at("2.0.0-alpha.1", None, false), "pre-release"),
+            (at("2.0.0", None, false), "major upgrade"),
+        ] {
+            let error = ok(&policy, &candidate).unwrap_err();
+            assert!(error.contains(reason), "{reason}: {error}");
+        }
+        // Majors are opt-in.
+        let majors = Policy {
+            allow_major: true,
+            ..policy.clone()
+        };
+        assert!(ok(&majors, &at("2.0.0", None, false)).is_ok());
+        // The manifest's requirement bounds a compatible upgrade.
+        let pinned = [semver::VersionReq::parse("~1.6").unwrap()];
+        let error = policy
+            .eligible(&current, &pinned, &at("1.13.2", None, false))
+            .unwrap_err();
+        assert!(error.contains("requirement"), "{error}");
+        // A cooldown needs a known, old enough publication time.
+        let cooling = Policy {
+            cooldown_days: 7,
+            ..policy.clone()
+        };
+        assert!(ok(&cooling, &at("1.6.1", Some("2021-01-08T17:34:20Z"), false)).is_ok());
+        assert!(
+            ok(&cooling, &at("1.6.1", Some("2025-12-30T00:00:00Z"), false))
+                .unwrap_err()
+                .contains("younger")
+        );
+        assert!(ok(&cooling, &at("1.6.1", None, false))
+            .unwrap_err()
+            .contains("unknown"));
+        // Allow and deny lists.
+        let lists = Policy {
+            allow: vec!["smallvec".into()],
+            deny: vec!["itoa".into()],
+            ..policy
+        };
+        assert!(lists.package("smallvec").is_ok());
+        assert!(lists.package("itoa").unwrap_err().contains("deny"));
+        assert!(lists.package("serde").unwrap_err().contains("allow"));
+        assert!(compatible(&v("0.4.1"), &v("0.4.9")));
+        assert!(!compatible(&v("0.4.1"), &v("0.5.0")));
+        assert!(!compatible(&v("0.0.1"), &v("0.0.2")));
+    }
+}

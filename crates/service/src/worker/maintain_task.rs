@@ -1,0 +1,159 @@
+//! The `maintain` branch of a change run: the same pinned repository, writable view, change
+//! session, proposal commit and publication as a change (`change_task.rs` sets them up and
+//! publishes), with Warden's deterministic pipeline ([`warden_engine::maintain`]) where a
+//! change runs the agent. No model is asked; the run's journal records the pipeline's outcome,
+//! and its stages are the task's events (`maintain.<stage>` tool calls).
+//!
+//! A maintenance run that crashes is run again from the start on the same pinned commit:
+//! every stage is deterministic given the index and the advisory database, and the proposal
+//! hash covers the check records a new run makes anew (an approval an interrupted run created
+//! for another hash is superseded, as for a change).
+
+use std::sync::Arc;
+
+use warden_engine::change::{self, ChangeSandbox, ChangeSetup, MaintainOptions};
+use warden_engine::maintain::{self, MaintainReport, MaintainRun};
+use warden_engine::question;
+use warden_protocol::TaskStatus;
+use warden_runtime::{Clock, Journal, RecordKind, SystemClock};
+use warden_store::{Claim, RunJournal};
+
+use super::change_task::{change_failed, finished, infrastructure, request_publication};
+use super::{setup_failure, Ending, RunServices};
+use crate::journal::{StoreEvents, StoreJournal};
+
+/// What a maintenance run works on; the view comes back to be closed.
+pub(super) struct MaintainInput {
+    pub repo: question::TaskRepo,
+    pub sandbox: ChangeSandbox,
+    pub scratch: std::path::PathBuf,
+    pub checks: Vec<String>,
+    pub publish: bool,
+    pub events: StoreEvents,
+    pub options: MaintainOptions,
+}
+
+/// Runs the pipeline on a blocking thread, journals its outcome, and (with `publish`) asks
+/// for the approval its proposal's publication waits for. Returns the ending and the view
+/// (`None` if the pipeline's thread panicked with it).
+pub(super) async fn run_maintain(
+    services: &RunServices,
+    claim: &Claim,
+    input: MaintainInput,
+) -> (Ending, Option<ChangeSandbox>) {
+    let task = &claim.task;
+    let model_name = maintain::NO_MODEL;
+    let MaintainInput {
+        repo,
+        sandbox,
+        scratch,
+        checks,
+        publish,
+        events,
+        options,
+    } = input;
+    let session = {
+        let setup = ChangeSetup {
+            config: &services.config,
+            task_id: &task.id,
+            repo: &repo,
+            sandbox: &sandbox,
+            scratch_dir: &scratch,
+            checks: &checks,
+            created_at_ms: u64::try_from(task.created_at_ms).unwrap_or(0),
+        };
+        match change::change_session(&setup) {
+            Ok(session) => session,
+            Err(error) => {
+                return (
+                    change_failed(task, model_name, setup_failure(error)),
+                    Some(sandbox),
+                )
+            }
+        }
+    };
+    // Cancelling the task kills a check or prepare command running in a view of its own.
+    if let Some(control) = services.running.control(&task.id) {
+        let session = Arc::downgrade(&session);
+        control.on_stop(move || {
+            if let Some(session) = session.upgrade() {
+                session.cancel_checks();
+            }
+        });
+    }
+    let journal = match RunJournal::open(services.store.clone(), claim.run()).await {
+        Ok(journal) => journal,
+        Err(error) => {
+            return (
+                change_failed(
+                    task,
+                    model_name,
+                    infrastructure(format!("cannot open the run journal: {error}")),
+                ),
+                Some(sandbox),
+            )
+        }
+    };
+    let mut journal = StoreJournal {
+        inner: journal,
+        redactor: services.redactor.clone(),
+    };
+    let config = Arc::clone(&services.config);
+    let task_id = task.id.clone();
+    let notices = change::preflight_notices(&repo);
+    let joined = tokio::task::spawn_blocking(move || {
+        let report = maintain::run_maintenance(MaintainRun {
+            config: &config,
+            task_id: &task_id,
+            session: &session,
+            sandbox: &sandbox,
+            options: &options,
+            events: &events,
+            notices,
+            now_ms: SystemClock.now_ms(),
+        });
+        drop(session);
+        (report, sandbox)
+    })
+    .await;
+    let (MaintainReport { mut result, status }, sandbox) = match joined {
+        Ok(done) => done,
+        Err(error) => {
+            return (
+                change_failed(
+                    task,
+                    model_name,
+                    infrastructure(format!("the maintenance run crashed: {error}")),
+                ),
+                None,
+            )
+        }
+    };
+    let record = serde_json::json!({
+        "outcome": serde_json::to_value(&result.outcome).unwrap_or_default(),
+        "baseline": result.baseline,
+        "maintenance": result.maintenance,
+    });
+    if let Err(error) = journal
+        .append(SystemClock.now_ms(), RecordKind::RunFinished, record)
+        .await
+    {
+        return (
+            change_failed(
+                task,
+                model_name,
+                infrastructure(format!("cannot journal the maintenance run: {error}")),
+            ),
+            Some(sandbox),
+        );
+    }
+    let mut status = status;
+    if publish && status == TaskStatus::Completed {
+        match request_publication(&services.store, task, claim.run_number, &mut result).await {
+            Ok(true) => status = TaskStatus::WaitingApproval,
+            Ok(false) => {}
+            Err(failure) => return (change_failed(task, model_name, failure), Some(sandbox)),
+        }
+    }
+    (finished(services, status, &result), Some(sandbox))
+}
