@@ -124,6 +124,8 @@ struct Shared {
     app: Mutex<Option<App>>,
     faults: Mutex<VecDeque<Fault>>,
     requests: Mutex<Vec<SeenRequest>>,
+    /// `GET /rate_limit` and `GET /app/installations/{id}`: credential checks, kept apart.
+    credential_checks: Mutex<Vec<SeenRequest>>,
 }
 
 /// The running fake; stops when dropped.
@@ -164,6 +166,7 @@ impl GithubFake {
             app: Mutex::new(None),
             faults: Mutex::new(VecDeque::new()),
             requests: Mutex::new(Vec::new()),
+            credential_checks: Mutex::new(Vec::new()),
         });
         let (shutdown, stopped) = tokio::sync::oneshot::channel::<()>();
         let thread_shared = Arc::clone(&shared);
@@ -206,9 +209,16 @@ impl GithubFake {
         lock(&self.shared.pulls).clone()
     }
 
-    /// Every request received so far, oldest first.
+    /// Every request received so far, oldest first, but the credential checks
+    /// ([`GithubFake::credential_checks`]): what acted on, or read, the repository and the App.
     pub fn requests(&self) -> Vec<SeenRequest> {
         lock(&self.shared.requests).clone()
+    }
+
+    /// The read-only checks of the credentials (`GET /rate_limit`, `GET /app/installations/{id}`),
+    /// oldest first.
+    pub fn credential_checks(&self) -> Vec<SeenRequest> {
+        lock(&self.shared.credential_checks).clone()
     }
 
     /// Plans a failure; faults are used in order, each once.
@@ -404,7 +414,13 @@ async fn handle(
         body: serde_json::from_slice(&body)
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned())),
     };
-    lock(&shared.requests).push(seen);
+    let credential_check = method == Method::GET
+        && (uri.path() == "/rate_limit" || uri.path().starts_with("/app/installations/"));
+    if credential_check {
+        lock(&shared.credential_checks).push(seen);
+    } else {
+        lock(&shared.requests).push(seen);
+    }
 
     // GitHub refuses requests without a User-Agent.
     if headers.get("user-agent").is_none() {
