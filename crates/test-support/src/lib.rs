@@ -3,7 +3,8 @@
 //! every request, temporary git repositories built with the system git, and a fake of GitHub's
 //! pulls API backed by a bare repository, the test Postgres (`postgres::url`), a real headless
 //! browser driven over WebDriver (`browser::Browser`), the MCP Python SDK's interpreter
-//! (`mcp_python::python`), and the checks of the code's shape the
+//! (`mcp_python::python`), GitHub's published webhook payloads (`webhook_examples::Examples`),
+//! and the checks of the code's shape the
 //! architecture tests share (`architecture`).
 
 pub mod architecture;
@@ -16,6 +17,7 @@ pub mod model_server;
 pub mod postgres;
 pub mod slack_fake;
 pub mod telegram_fake;
+pub mod webhook_examples;
 
 /// Polls `probe` every 50 ms for up to `timeout` until it gives something; that, or `None`.
 pub fn wait_until<T>(timeout: std::time::Duration, probe: impl Fn() -> Option<T>) -> Option<T> {

@@ -25,17 +25,17 @@ use super::server_harness::{
 };
 use super::support::Warden;
 
-const TOKENS: &[Token] = &[("root", "admin", ADMIN)];
-const SECRET: &str = "github-webhook-test-secret-0123456789";
-const GITHUB_TOKEN: &str = "ghp_github_hook_fake_token_0123456789";
-const WAIT: Duration = Duration::from_secs(90);
+pub(super) const TOKENS: &[Token] = &[("root", "admin", ADMIN)];
+pub(super) const SECRET: &str = "github-webhook-test-secret-0123456789";
+pub(super) const GITHUB_TOKEN: &str = "ghp_github_hook_fake_token_0123456789";
+pub(super) const WAIT: Duration = Duration::from_secs(90);
 const ISSUE: u64 = 7;
 
 const HOOK_TOML: &str = "[github.webhook]\nhandle = \"warden\"\n\
 [[github.webhook.approvers]]\nlogin = \"octo-root\"\nname = \"root\"\n\
 [[publish]]\nrepo = \"app\"\ngithub = \"acme/widgets\"\n";
 
-fn with_hook(warden: Warden, github: &GithubRemote) -> Warden {
+pub(super) fn with_hook(warden: Warden, github: &GithubRemote) -> Warden {
     with_hook_and(warden, github, "")
 }
 
@@ -82,7 +82,7 @@ fn comment_payload(login: &str, body: &str) -> String {
     .to_string()
 }
 
-fn deliver(
+pub(super) fn deliver(
     server: &Server,
     event: &str,
     id: &str,
@@ -109,7 +109,7 @@ fn comment(server: &Server, id: &str, login: &str, body: &str) -> u16 {
     .0
 }
 
-fn wait_comments(
+pub(super) fn wait_comments(
     github: &GithubRemote,
     what: &str,
     done: impl Fn(&[Comment]) -> bool,
@@ -121,7 +121,7 @@ fn wait_comments(
 }
 
 /// What a reader sees: the invisible word joiners, entities and Markdown escapes read.
-fn visible(text: &str) -> String {
+pub(super) fn visible(text: &str) -> String {
     let read = text
         .replace('\u{2060}', "")
         .replace("&lt;", "<")
@@ -139,7 +139,7 @@ fn visible(text: &str) -> String {
     out
 }
 
-fn task_ids(server: &Server) -> Vec<String> {
+pub(super) fn task_ids(server: &Server) -> Vec<String> {
     server.get(ADMIN, "/v1/tasks")["data"]
         .as_array()
         .unwrap()
@@ -148,7 +148,7 @@ fn task_ids(server: &Server) -> Vec<String> {
         .collect()
 }
 
-fn wait_serving(server: &Server) {
+pub(super) fn wait_serving(server: &Server) {
     let deadline = std::time::Instant::now() + WAIT;
     while !server.stderr().contains("github webhook (mention @warden)") {
         assert!(std::time::Instant::now() < deadline, "{}", server.stderr());
@@ -874,7 +874,7 @@ fn check_run_payload(pull: &Value, name: &str, conclusion: &str, text: &str) -> 
 }
 
 /// The pull request as the fake shows it now (its head moves with follow-ups).
-fn pull_now(repo: &TempRepo, github: &GithubRemote) -> Value {
+pub(super) fn pull_now(repo: &TempRepo, github: &GithubRemote) -> Value {
     let mut pull = github.fake.pulls()[0].clone();
     let git_dir = format!("--git-dir={}", github.path.display());
     let head = pull["head"]["ref"].as_str().unwrap().to_string();
@@ -1033,7 +1033,7 @@ fn a_failed_check_on_a_warden_pull_request_starts_one_fix_per_commit_and_at_most
 }
 
 /// Waits until the server has one task besides `known`; its id.
-fn wait_new_task(server: &Server, known: &[&str]) -> String {
+pub(super) fn wait_new_task(server: &Server, known: &[&str]) -> String {
     let deadline = std::time::Instant::now() + WAIT;
     loop {
         let ids = task_ids(server);

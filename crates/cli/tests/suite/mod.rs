@@ -5,6 +5,7 @@ mod control;
 mod first_hour;
 mod front_door;
 mod github_app;
+mod github_examples;
 mod logs_json;
 mod maintain;
 mod mcp;

@@ -307,7 +307,7 @@ impl GithubHook {
         let Some(request) = mention else {
             return Ok(Some(Vec::new()));
         };
-        let Some(target) = self.targets.iter().find(|t| t.github == repo) else {
+        let Some(target) = self.targets.iter().find(|t| same_repo(&t.github, &repo)) else {
             return Ok(Some(reply(format!(
                 "This repository is not connected to this Warden: no `[[publish]]` entry names {}.",
                 text::markdown(&repo.to_string())
@@ -614,7 +614,12 @@ impl GithubHook {
         let Some(repo) = GithubRepo::parse(full_name) else {
             return Ok(Some(Vec::new()));
         };
-        if !self.config.fix_failed_checks.contains(&repo) {
+        if !self
+            .config
+            .fix_failed_checks
+            .iter()
+            .any(|listed| same_repo(listed, &repo))
+        {
             return Ok(Some(Vec::new()));
         }
         // The pull requests of the checked commit, in this repository (not a fork's).
@@ -827,6 +832,13 @@ impl Front for GithubHook {
         )
         .await
     }
+}
+
+/// Whether `a` and `b` name the same repository: GitHub's owner and repository names are not
+/// case-sensitive, and a delivery spells them as the repository does (`Codertocat/Hello-World`),
+/// whatever the configuration wrote.
+fn same_repo(a: &GithubRepo, b: &GithubRepo) -> bool {
+    a.owner.eq_ignore_ascii_case(&b.owner) && a.name.eq_ignore_ascii_case(&b.name)
 }
 
 /// The one-off reply to delivery `id` on issue or pull request `chat`.
@@ -1062,6 +1074,21 @@ mod tests {
         assert_eq!(a, marker(b"secret", "gh:task:tsk_1"));
         assert_ne!(a, marker(b"another", "gh:task:tsk_1"));
         assert_ne!(a, marker(b"secret", "gh:task:tsk_2"));
+    }
+
+    #[test]
+    fn repositories_match_whatever_their_case() {
+        let configured = GithubRepo::parse("codertocat/hello-world").unwrap();
+        let delivered = GithubRepo::parse("Codertocat/Hello-World").unwrap();
+        assert!(same_repo(&configured, &delivered));
+        assert!(!same_repo(
+            &configured,
+            &GithubRepo::parse("Codertocat/Hello-Worlds").unwrap()
+        ));
+        assert!(!same_repo(
+            &configured,
+            &GithubRepo::parse("Octocoders/Hello-World").unwrap()
+        ));
     }
 
     #[test]
