@@ -721,24 +721,6 @@ fn strip_annotations(schema: &Value) -> Value {
     }
 }
 
-/// The keywords `warden_runtime::schema` enforces (it refuses any other).
-const SUPPORTED: &[&str] = &[
-    "type",
-    "description",
-    "properties",
-    "required",
-    "additionalProperties",
-    "enum",
-    "items",
-    "minimum",
-    "maximum",
-    "minLength",
-    "maxLength",
-    "minItems",
-    "maxItems",
-    "default",
-];
-
 fn collect_unsupported(schema: &Value, at: &str, problems: &mut Vec<String>) {
     let Some(map) = schema.as_object() else {
         if !schema.is_boolean() {
@@ -747,7 +729,8 @@ fn collect_unsupported(schema: &Value, at: &str, problems: &mut Vec<String>) {
         return;
     };
     for (key, value) in map {
-        if !SUPPORTED.contains(&key.as_str()) {
+        // The keywords `warden_runtime::schema` enforces (it refuses any other).
+        if !warden_runtime::schema::KNOWN_KEYWORDS.contains(&key.as_str()) {
             problems.push(format!("{at}: unsupported keyword {key:?}"));
             continue;
         }

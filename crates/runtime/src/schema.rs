@@ -18,7 +18,8 @@ pub fn validate(value: &Value, schema: &Value) -> Result<(), Vec<String>> {
     }
 }
 
-const KNOWN_KEYWORDS: &[&str] = &[
+/// The JSON Schema keywords this module enforces; a tool schema using any other is refused.
+pub const KNOWN_KEYWORDS: &[&str] = &[
     "type",
     "description",
     "properties",

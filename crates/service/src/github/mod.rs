@@ -286,27 +286,20 @@ impl GithubHook {
         } else {
             text::parse_mention(body, handle)
         };
-        if command.is_none() && mention.is_none() {
-            return Ok(Some(Vec::new()));
-        }
-        let Some(repo) = GithubRepo::parse(full_name) else {
-            return Ok(Some(Vec::new()));
+        let (repo, chat, request) = match self
+            .addressed(id, login, full_name, number, command, mention)
+            .await?
+        {
+            Addressed::Nothing => return Ok(Some(Vec::new())),
+            Addressed::Unknown => return Ok(None),
+            Addressed::Decided(replies) => return Ok(Some(replies)),
+            Addressed::Mention {
+                repo,
+                chat,
+                request,
+            } => (repo, chat, request),
         };
-        match self.may_write(&repo, login).await {
-            Some(true) => {}
-            Some(false) => return Ok(Some(Vec::new())),
-            None => return Ok(None),
-        }
-        let chat = format!("{repo}#{number}");
         let reply = |text: String| one_reply(id, &chat, text);
-        if let Some(command) = command {
-            return Ok(Some(reply(
-                self.decide(login, &repo, number, command).await?,
-            )));
-        }
-        let Some(request) = mention else {
-            return Ok(Some(Vec::new()));
-        };
         let Some(target) = self.targets.iter().find(|t| same_repo(&t.github, &repo)) else {
             return Ok(Some(reply(format!(
                 "This repository is not connected to this Warden: no `[[publish]]` entry names {}.",
@@ -385,6 +378,44 @@ impl GithubHook {
     /// app by a writer is a follow-up change of the task whose proposal the pull request's head
     /// is, published on the same branch after an approval; `/warden approve|reject` decides as
     /// on an issue. The replies go on the pull request's conversation.
+    /// What a person's comment on issue or pull request `number` of `full_name` asks of
+    /// Warden, once its author `login` may write there: a `/warden` command (decided here, its
+    /// reply returned), a mention to act on, or nothing.
+    async fn addressed(
+        &self,
+        id: &str,
+        login: &str,
+        full_name: &str,
+        number: u64,
+        command: Option<text::Command>,
+        mention: Option<text::Request>,
+    ) -> Result<Addressed, StoreError> {
+        if command.is_none() && mention.is_none() {
+            return Ok(Addressed::Nothing);
+        }
+        let Some(repo) = GithubRepo::parse(full_name) else {
+            return Ok(Addressed::Nothing);
+        };
+        match self.may_write(&repo, login).await {
+            Some(true) => {}
+            Some(false) => return Ok(Addressed::Nothing),
+            None => return Ok(Addressed::Unknown),
+        }
+        let chat = format!("{repo}#{number}");
+        if let Some(command) = command {
+            let decided = self.decide(login, &repo, number, command).await?;
+            return Ok(Addressed::Decided(one_reply(id, &chat, decided)));
+        }
+        match mention {
+            Some(request) => Ok(Addressed::Mention {
+                repo,
+                chat,
+                request,
+            }),
+            None => Ok(Addressed::Nothing),
+        }
+    }
+
     async fn on_review(
         &self,
         id: &str,
@@ -431,27 +462,20 @@ impl GithubHook {
             Some(_) => None,
             None => text::parse_mention(body, handle),
         };
-        if command.is_none() && mention.is_none() {
-            return Ok(Some(Vec::new()));
-        }
-        let Some(repo) = GithubRepo::parse(full_name) else {
-            return Ok(Some(Vec::new()));
+        let (repo, chat, request) = match self
+            .addressed(id, login, full_name, number, command, mention)
+            .await?
+        {
+            Addressed::Nothing => return Ok(Some(Vec::new())),
+            Addressed::Unknown => return Ok(None),
+            Addressed::Decided(replies) => return Ok(Some(replies)),
+            Addressed::Mention {
+                repo,
+                chat,
+                request,
+            } => (repo, chat, request),
         };
-        match self.may_write(&repo, login).await {
-            Some(true) => {}
-            Some(false) => return Ok(Some(Vec::new())),
-            None => return Ok(None),
-        }
-        let chat = format!("{repo}#{number}");
         let reply = |text: String| one_reply(id, &chat, text);
-        if let Some(command) = command {
-            return Ok(Some(reply(
-                self.decide(login, &repo, number, command).await?,
-            )));
-        }
-        let Some(request) = mention else {
-            return Ok(Some(Vec::new()));
-        };
         // Only Warden's own pull requests: their head is a branch Warden published, in this
         // repository (not a fork's), at a commit a task of this Warden proposed.
         let head_repo = pull["head"]["repo"]["full_name"].as_str();
@@ -842,6 +866,22 @@ fn same_repo(a: &GithubRepo, b: &GithubRepo) -> bool {
 }
 
 /// The one-off reply to delivery `id` on issue or pull request `chat`.
+/// What a comment asks of Warden ([`GithubHook::addressed`]).
+enum Addressed {
+    /// Nothing: no command or mention, or its author may not write.
+    Nothing,
+    /// Whether its author may write is unknown for now: handled again on a redelivery.
+    Unknown,
+    /// A `/warden` command, decided: the reply.
+    Decided(Vec<NewChatMessage>),
+    /// A mention to act on, in `chat` (`owner/name#number`).
+    Mention {
+        repo: GithubRepo,
+        chat: String,
+        request: text::Request,
+    },
+}
+
 fn one_reply(id: &str, chat: &str, text: String) -> Vec<NewChatMessage> {
     vec![NewChatMessage {
         id: format!("gh:d:{id}"),
