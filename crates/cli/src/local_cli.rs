@@ -133,7 +133,7 @@ pub async fn maintain(config: Config, args: crate::maintain::MaintainArgs) -> an
     let progress = StderrProgress::new();
     let submission = Submission {
         kind: TaskKind::Maintain,
-        prompt: args.prompt(&options),
+        prompt: options.prompt(),
         repos,
         follow_up_to: None,
         checks: Some(args.checks.clone()),

@@ -47,14 +47,6 @@ impl MaintainArgs {
         options.check()?;
         Ok(options)
     }
-
-    /// The task's prompt: what was asked, in words (a task always has one).
-    pub fn prompt(&self, options: &MaintainOptions) -> String {
-        format!(
-            "maintain dependencies (select: {}; mode: baseline)",
-            options.selection().join(" ")
-        )
-    }
 }
 
 /// The maintenance lines of a result: each upgrade, the advisories cleared, the scans.

@@ -289,7 +289,7 @@ async fn maintain_remote(
     args: crate::maintain::MaintainArgs,
 ) -> anyhow::Result<u8> {
     let options = args.options().map_err(|e| usage(anyhow::anyhow!(e)))?;
-    let mut body = json!({"kind": "maintain", "prompt": args.prompt(&options)});
+    let mut body = json!({"kind": "maintain", "prompt": options.prompt()});
     if !options.select.is_empty() {
         body["select"] = json!(options.select);
     }

@@ -94,6 +94,14 @@ impl MaintainOptions {
         }
     }
 
+    /// A maintenance task's prompt: what was asked, in words (a task always has one).
+    pub fn prompt(&self) -> String {
+        format!(
+            "maintain dependencies (select: {}; mode: baseline)",
+            self.selection().join(" ")
+        )
+    }
+
     /// Refuses what cannot run: an unknown mode, `model` (not available yet), `all` or
     /// `vulnerable` mixed with names, names that are not crate names.
     pub fn check(&self) -> Result<(), String> {

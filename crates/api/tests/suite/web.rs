@@ -1313,3 +1313,65 @@ async fn with_the_console_off_its_routes_are_the_apis_json_404() {
     let reply = console.send(get("/v1/tasks").cookie(&cookie)).await;
     assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{}", reply.text);
 }
+
+#[tokio::test]
+async fn the_form_submits_a_maintenance_with_its_selection_and_refuses_a_bad_one() {
+    let console = Console::new().await;
+    let cookie = console.session(ADMIN).await;
+    let page = console.send(get("/new").cookie(&cookie)).await;
+    assert!(page.text.contains(r#"value="maintain""#), "{}", page.text);
+
+    // An empty prompt: the maintenance says what it does in words.
+    let reply = console
+        .send(
+            post(
+                "/tasks",
+                "kind=maintain&repo=docs&prompt=&select=vulnerable",
+            )
+            .cookie(&cookie)
+            .same_origin(),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::SEE_OTHER, "{}", reply.text);
+    let id = reply
+        .header("location")
+        .trim_start_matches("/tasks/")
+        .to_string();
+    let task = console
+        .store
+        .get_task(&id.parse::<TaskId>().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(task.kind, TaskKind::Maintain);
+    assert_eq!(
+        task.prompt,
+        "maintain dependencies (select: vulnerable; mode: baseline)"
+    );
+    assert_eq!(
+        task.metadata["warden"]["maintain"]["select"],
+        json!(["vulnerable"]),
+        "{}",
+        task.metadata
+    );
+
+    // `all` mixed with names is the service's refusal, shown on the form with what was typed.
+    let reply = console
+        .send(
+            post(
+                "/tasks",
+                "kind=maintain&repo=docs&prompt=&select=all%2C+serde",
+            )
+            .cookie(&cookie)
+            .same_origin(),
+        )
+        .await;
+    assert_eq!(
+        reply.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "{}",
+        reply.text
+    );
+    assert!(reply.text.contains("all, serde"), "{}", reply.text);
+    assert_eq!(console.task_count().await, 1);
+}

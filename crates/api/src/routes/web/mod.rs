@@ -583,6 +583,10 @@ struct SubmitForm {
     checks: String,
     #[serde(default)]
     publish: Option<String>,
+    /// A maintenance's selection: `all`, `vulnerable` or package names, space- or
+    /// comma-separated.
+    #[serde(default)]
+    select: String,
 }
 
 async fn submit(State(state): State<Arc<ApiState>>, request: Request) -> Response {
@@ -593,6 +597,7 @@ async fn submit(State(state): State<Arc<ApiState>>, request: Request) -> Respons
     let kind = match form.kind.as_str() {
         "question" => TaskKind::Question,
         "change" => TaskKind::Change,
+        "maintain" => TaskKind::Maintain,
         other => {
             return refused(
                 &viewer,
@@ -600,7 +605,22 @@ async fn submit(State(state): State<Arc<ApiState>>, request: Request) -> Respons
             )
         }
     };
-    let mut submission = Submission::new(kind, form.prompt.clone(), vec![form.repo.clone()]);
+    let maintain = (kind == TaskKind::Maintain).then(|| warden_engine::change::MaintainOptions {
+        select: form
+            .select
+            .split(|c: char| c == ',' || c.is_whitespace())
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect(),
+        mode: None,
+    });
+    // A maintenance says what it does in words when the form left the prompt empty.
+    let prompt = match &maintain {
+        Some(options) if form.prompt.trim().is_empty() => options.prompt(),
+        _ => form.prompt.clone(),
+    };
+    let mut submission = Submission::new(kind, prompt, vec![form.repo.clone()]);
+    submission.maintain = maintain;
     let checks: Vec<String> = form
         .checks
         .lines()
@@ -639,6 +659,7 @@ async fn submit(State(state): State<Arc<ApiState>>, request: Request) -> Respons
                         prompt: form.prompt,
                         checks: form.checks,
                         publish,
+                        select: form.select,
                     },
                     Some(&message),
                 ),

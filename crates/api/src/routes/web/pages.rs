@@ -258,9 +258,11 @@ pub(super) struct NewTaskInput {
     pub prompt: String,
     pub checks: String,
     pub publish: bool,
+    /// A maintenance's selection, as typed.
+    pub select: String,
 }
 
-/// The form to submit a question or a change.
+/// The form to submit a question, a change or a maintenance.
 pub(super) fn new_task(
     viewer: &Principal,
     repos: &[Repository],
@@ -268,6 +270,7 @@ pub(super) fn new_task(
     error: Option<&str>,
 ) -> Markup {
     let change = input.kind == "change";
+    let maintain = input.kind == "maintain";
     layout(
         "New task",
         Some(viewer),
@@ -281,8 +284,9 @@ pub(super) fn new_task(
             form.stack method="post" action="/tasks" {
                 label { "Kind"
                     select name="kind" {
-                        option value="question" selected[!change] { "Question: a cited answer" }
+                        option value="question" selected[!change && !maintain] { "Question: a cited answer" }
                         option value="change" selected[change] { "Change: a proposal proven by checks" }
+                        option value="maintain" selected[maintain] { "Maintenance: dependency upgrades proven by checks (Cargo)" }
                     }
                 }
                 label { "Repository"
@@ -292,8 +296,11 @@ pub(super) fn new_task(
                         }
                     }
                 }
-                label { "What do you want to know or change?"
-                    textarea name="prompt" required { (input.prompt) }
+                label { "What do you want to know or change? (maintenance: may be left empty)"
+                    textarea name="prompt" { (input.prompt) }
+                }
+                label { "Select (maintenance): all, vulnerable, or package names"
+                    input type="text" name="select" value=(input.select) placeholder="all";
                 }
                 label { "Checks (changes; one command per line; empty: the repository's)"
                     textarea name="checks" { (input.checks) }
