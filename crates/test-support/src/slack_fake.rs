@@ -43,6 +43,8 @@ pub struct PostedMessage {
     pub history: Vec<String>,
     /// The message's `metadata` (`event_type`, `event_payload`) as posted, or null.
     pub metadata: Value,
+    /// Who posted it: the bot ([`BOT_USER`]) unless a test posted as another app.
+    pub user: String,
 }
 
 impl PostedMessage {
@@ -174,6 +176,24 @@ impl SlackFake {
     }
 
     /// The methods called so far, in order.
+    /// Another app's message in `thread` of `channel` carrying `metadata`, listed before every
+    /// message there (an earlier one).
+    pub fn post_as_another_app(&self, channel: &str, thread: &str, text: &str, metadata: Value) {
+        lock(&self.shared.state).messages.insert(
+            0,
+            PostedMessage {
+                channel: channel.into(),
+                ts: "1600000000.000001".into(),
+                thread_ts: Some(thread.into()),
+                text: text.into(),
+                blocks: Value::Null,
+                history: vec![text.into()],
+                metadata,
+                user: "UOTHERAPP".into(),
+            },
+        );
+    }
+
     /// Makes user group `group` hold `members` (replacing what it held).
     pub fn set_usergroup(&self, group: &str, members: &[&str]) {
         lock(&self.shared.state).usergroups.insert(
@@ -355,6 +375,7 @@ async fn handle(
                         blocks,
                         history: vec![text.clone()],
                         metadata: fields.get("metadata").cloned().unwrap_or(Value::Null),
+                        user: BOT_USER.into(),
                     });
                     ok(
                         json!({"channel": channel, "ts": ts, "message": {"text": text, "bot_id": "B0WARDEN"}}),
@@ -369,6 +390,9 @@ async fn handle(
                     else {
                         return refused("message_not_found");
                     };
+                    if message.user != BOT_USER {
+                        return refused("cant_update_message");
+                    }
                     message.text = text.clone();
                     message.blocks = blocks;
                     message.history.push(text.clone());
@@ -400,7 +424,10 @@ async fn handle(
             let thread = fields["ts"].as_str().unwrap_or_default().to_string();
             let shown = |m: &PostedMessage| {
                 let mut shown = json!({"type": "message", "ts": m.ts, "text": m.text,
-                                       "bot_id": "B0WARDEN", "user": BOT_USER});
+                                       "user": m.user});
+                if m.user == BOT_USER {
+                    shown["bot_id"] = json!("B0WARDEN");
+                }
                 if let Some(thread) = &m.thread_ts {
                     shown["thread_ts"] = json!(thread);
                 }

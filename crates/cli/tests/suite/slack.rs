@@ -939,6 +939,13 @@ fn a_crash_after_slack_accepted_a_message_finds_it_by_its_metadata_instead_of_po
         posted[0].metadata["event_type"], "warden_message",
         "{posted:#?}"
     );
+    // Another app's earlier message in the thread claims the same id: never adopted.
+    fake.post_as_another_app(
+        "CTEAM",
+        "1700000000.000600",
+        "not Warden's",
+        posted[0].metadata.clone(),
+    );
 
     // Started again: the copy is looked for in the thread by its metadata, adopted and edited
     // in place (the task may have finished before the first send: then nothing changes).
@@ -957,13 +964,21 @@ fn a_crash_after_slack_accepted_a_message_finds_it_by_its_metadata_instead_of_po
     });
     // Give a second post, if one were coming, the time to show.
     std::thread::sleep(Duration::from_millis(1500));
-    let messages = if messages.len() == 1 {
-        fake.messages()
-    } else {
-        messages
-    };
+    drop(messages);
+    let messages: Vec<PostedMessage> = fake
+        .messages()
+        .into_iter()
+        .filter(|m| m.user == BOT_USER)
+        .collect();
     assert_eq!(messages.len(), 1, "posted once: {messages:#?}");
     assert_eq!(messages[0].ts, posted[0].ts);
+    assert!(messages[0].text.contains("— completed"), "{messages:#?}");
+    let foreign = &fake.messages()[0];
+    assert_eq!(
+        foreign.history,
+        ["not Warden's"],
+        "never edited: {foreign:#?}"
+    );
     let posts = fake
         .calls()
         .iter()

@@ -71,6 +71,8 @@ pub struct WebApi {
     http: reqwest::Client,
     base: String,
     token: String,
+    /// The bot's own user id, once `auth.test` said it: only its messages are ever adopted.
+    me: std::sync::OnceLock<String>,
 }
 
 impl WebApi {
@@ -85,6 +87,7 @@ impl WebApi {
             http,
             base: api_url.trim_end_matches('/').to_string(),
             token: token.to_string(),
+            me: std::sync::OnceLock::new(),
         })
     }
 
@@ -161,16 +164,21 @@ impl WebApi {
         })
     }
 
-    /// `auth.test`: checks the token; the bot's user id.
+    /// `auth.test`: checks the token; the bot's user id (remembered).
     pub async fn auth_test(&self) -> Result<String, ApiError> {
         let me = self.call("auth.test", json!({})).await?;
-        Ok(me["user_id"].as_str().unwrap_or_default().to_string())
+        let user = me["user_id"].as_str().unwrap_or_default().to_string();
+        if !user.is_empty() {
+            let _ = self.me.set(user.clone());
+        }
+        Ok(user)
     }
 
-    /// The `ts` of the message in `thread` (`conversations.replies`), or among the channel's
-    /// newest (`conversations.history`), whose metadata is `event_type` with `id` in its payload
-    /// (scopes `channels:history`, `groups:history`, `im:history`); only the newest 200 are
-    /// looked at.
+    /// The `ts` of the bot's own message in `thread` (`conversations.replies`), or among the
+    /// channel's newest (`conversations.history`), whose metadata is `event_type` with `id` in
+    /// its payload (scopes `channels:history`, `groups:history`, `im:history`); only the newest
+    /// 200 are looked at. Another app's message with the same metadata is never adopted; before
+    /// `auth.test` answered, nothing is.
     pub async fn find_posted(
         &self,
         channel: &str,
@@ -178,6 +186,9 @@ impl WebApi {
         event_type: &str,
         id: &str,
     ) -> Result<Option<String>, ApiError> {
+        let Some(me) = self.me.get() else {
+            return Ok(None);
+        };
         let listed = match thread {
             Some(thread) => {
                 self.call_form(
@@ -208,7 +219,8 @@ impl WebApi {
             .into_iter()
             .flatten()
             .find(|m| {
-                m["metadata"]["event_type"] == event_type
+                m["user"] == me.as_str()
+                    && m["metadata"]["event_type"] == event_type
                     && m["metadata"]["event_payload"]["id"] == id
             })
             .and_then(|m| m["ts"].as_str())
