@@ -50,6 +50,9 @@ pub fn parse_index(text: &str) -> Vec<IndexVersion> {
         .collect()
 }
 
+/// The largest index file read (crates.io's largest are a few MiB).
+const MAX_INDEX_FILE_BYTES: usize = 16 * 1024 * 1024;
+
 /// Fetches `name`'s versions from the sparse index at `index` (a URL without the trailing
 /// slash). The `User-Agent` names Warden, as crates.io asks of clients.
 pub async fn fetch_versions(
@@ -78,12 +81,19 @@ pub async fn fetch_versions(
     if !status.is_success() {
         return Err(format!("the index answered {status} for {url}"));
     }
-    let bytes = response
-        .bytes()
+    // Read in chunks, stopping past the bound: an index file is never held whole if it is
+    // larger than any real one.
+    let mut response = response;
+    let mut bytes = Vec::new();
+    while let Some(chunk) = response
+        .chunk()
         .await
-        .map_err(|e| format!("reading {url}: {e}"))?;
-    if bytes.len() > 16 * 1024 * 1024 {
-        return Err(format!("{url}: index file larger than 16 MiB"));
+        .map_err(|e| format!("reading {url}: {e}"))?
+    {
+        if bytes.len() + chunk.len() > MAX_INDEX_FILE_BYTES {
+            return Err(format!("{url}: index file larger than 16 MiB"));
+        }
+        bytes.extend_from_slice(&chunk);
     }
     Ok(parse_index(&String::from_utf8_lossy(&bytes)))
 }
@@ -276,6 +286,49 @@ pub fn rfc3339(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A local index whose file for any crate is `size` bytes of newlines, sent chunked.
+    async fn serve_index_of(size: usize) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request).await;
+            let head = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n";
+            if stream.write_all(head.as_bytes()).await.is_err() {
+                return;
+            }
+            let chunk = vec![b'\n'; 1024 * 1024];
+            let mut sent = 0;
+            while sent < size {
+                let part = &chunk[..chunk.len().min(size - sent)];
+                let framed = [format!("{:x}\r\n", part.len()).as_bytes(), part, b"\r\n"].concat();
+                if stream.write_all(&framed).await.is_err() {
+                    return; // the reader stopped: what the test wants
+                }
+                sent += part.len();
+            }
+            let _ = stream.write_all(b"0\r\n\r\n").await;
+        });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn an_index_file_past_the_bound_is_refused_before_it_is_read_whole() {
+        let client = reqwest::Client::new();
+        let index = serve_index_of(MAX_INDEX_FILE_BYTES + 3 * 1024 * 1024).await;
+        let error = fetch_versions(&client, &index, "smallvec")
+            .await
+            .unwrap_err();
+        assert!(error.contains("larger than 16 MiB"), "{error}");
+        let index = serve_index_of(1024).await;
+        assert!(fetch_versions(&client, &index, "smallvec")
+            .await
+            .unwrap()
+            .is_empty());
+    }
 
     fn v(s: &str) -> semver::Version {
         semver::Version::parse(s).unwrap()
