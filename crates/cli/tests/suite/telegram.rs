@@ -557,3 +557,63 @@ fn webhook_mode_serves_updates_once_refuses_forged_ones_and_survives_a_crash_bef
     assert_eq!(task_ids(&server).len(), 2);
     server.terminate();
 }
+
+#[test]
+fn a_question_the_agent_asks_is_answered_with_answer_and_the_task_completes() {
+    let repo = sample_repo();
+    let model = ScriptedModelServer::start_blocking(vec![
+        call(
+            "ask_user",
+            json!({"question": "Which retry policy: the HTTP client's or the queue's?"}),
+        ),
+        openai::tool_call("submit_answer", &submit_answer("src/lib.rs", 31, 33)),
+    ]);
+    let fake = TelegramFake::start(BOT_TOKEN);
+    let warden = with_telegram(Warden::openai(&model.url()), &fake, "");
+    let server = Server::start(&warden, TOKENS);
+    server.register("app", &repo);
+
+    fake.send_private(ALICE_ID, "/ask app how does retrying work?");
+    let messages = wait_for(&fake, "the agent's question", |m| {
+        m.iter().any(|m| m.text.contains("The agent asks"))
+    });
+    let asked = messages
+        .iter()
+        .find(|m| m.text.contains("The agent asks"))
+        .unwrap();
+    let ids = task_ids(&server);
+    let task = &ids[0];
+    assert!(
+        asked.text.contains(&format!("/answer {task} YOUR ANSWER")),
+        "{}",
+        asked.text
+    );
+
+    // Incomplete: the usage line, nothing changes.
+    fake.send_private(ALICE_ID, &format!("/answer {task}"));
+    wait_for(&fake, "the usage line", |m| {
+        m.iter()
+            .any(|m| m.text.contains("/answer TASK YOUR ANSWER"))
+    });
+    assert_eq!(server.task(ADMIN, task)["status"], "waiting_input");
+
+    fake.send_private(ALICE_ID, &format!("/answer {task} the HTTP client's"));
+    wait_for(&fake, "the answer after the answer", |m| {
+        m.iter()
+            .any(|m| m.message_id == asked.message_id && m.text.contains("— completed"))
+    });
+    let done = server.task(ADMIN, task);
+    assert_eq!(done["status"], "completed", "{done}");
+    // The model saw the answer.
+    let second = &model.requests()[1].body.to_string();
+    assert!(second.contains("the HTTP client's"), "{second}");
+    // A task no longer waiting is not answered again.
+    fake.send_private(ALICE_ID, &format!("/answer {task} once more"));
+    wait_for(&fake, "the refusal", |m| {
+        m.iter()
+            .any(|m| m.text.starts_with("Refused") && m.text.contains("waiting for input"))
+    });
+    assert_eq!(task_ids(&server).len(), 1);
+    assert_eq!(model.requests().len(), 2);
+    server.terminate();
+}

@@ -13,6 +13,13 @@ use warden_store::Task;
 pub struct Style {
     pub escape: fn(&str) -> String,
     pub link: fn(&str) -> String,
+    /// How the reader answers a task's question here, given the task's id.
+    pub answer_hint: fn(&str) -> String,
+}
+
+/// The answer hint of a chat that cannot answer: the API or the web console.
+pub fn answer_elsewhere(_task: &str) -> String {
+    "(Answer with the API or the web console.)".into()
 }
 
 const PROMPT_CHARS: usize = 300;
@@ -40,8 +47,9 @@ pub fn task_message(task: &Task, buttons: bool, style: Style) -> (String, Option
     }
     if let Some(question) = result["clarification"]["question"].as_str() {
         text.push_str(&format!(
-            "\nThe agent asks: {}\n(Answer with the API or the web console.)\n",
-            inert(question)
+            "\nThe agent asks: {}\n{}\n",
+            inert(question),
+            (style.answer_hint)(task.id.as_str())
         ));
     }
     if let Some(proposal) = result.get("proposal").filter(|p| p.is_object()) {

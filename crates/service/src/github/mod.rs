@@ -85,6 +85,7 @@ const SCAN_PAGE: u32 = 200;
 const STYLE: Style = Style {
     escape: text::markdown,
     link: text::link,
+    answer_hint: crate::chat::render::answer_elsewhere,
 };
 
 /// A request to `POST /webhooks/github`, as it arrived.

@@ -76,6 +76,7 @@ enum Asked {
 const STYLE: Style = Style {
     escape: text::mrkdwn,
     link: text::link,
+    answer_hint: crate::chat::render::answer_elsewhere,
 };
 
 /// A request to one of the webhook routes, as it arrived.

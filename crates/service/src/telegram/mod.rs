@@ -9,7 +9,8 @@
 //!   before the record re-reads the update (Telegram keeps what the offset did not
 //!   acknowledge): its submission is idempotent (`Idempotency-Key` `telegram:<update_id>`).
 //! - **Commands**: `/ask repo question`, `/run repo task` (a change published after an
-//!   approval), `/status [task]`, `/tasks`, `/cancel task`, `/retry task`, `/usage`, `/repos`.
+//!   approval), `/status [task]`, `/tasks`, `/answer task text`, `/cancel task`, `/retry task`,
+//!   `/usage`, `/repos`.
 //! - **Progress** ([`crate::chat::follow`]): the task's message (`tg:task:<id>`, in the chat the task's
 //!   metadata names) is edited as the task's status events arrive: status, the cited answer,
 //!   the proposal with validations and hash, and for an admin the Approve/Reject buttons
@@ -65,9 +66,15 @@ pub const FAILPOINT_BEFORE_RECORD: &str = "telegram_before_record";
 const LIST_LIMIT: u32 = 10;
 
 /// Plain text: nothing is markup, links Warden built are shown as they are.
+/// Telegram answers a task's question with `/answer`.
+fn telegram_answer_hint(task: &str) -> String {
+    format!("(Answer with /answer {task} YOUR ANSWER)")
+}
+
 const STYLE: Style = Style {
     escape: inert,
     link: str::to_string,
+    answer_hint: telegram_answer_hint,
 };
 
 /// Why a webhook delivery was not taken.
@@ -369,6 +376,14 @@ impl Bot {
                     warden_store::state::status_name(task.status)
                 )))
             }
+            Command::Answer { task, text } => {
+                let answered = tasks.answer(principal, &task, &text).await?;
+                Ok(Reply::Text(format!(
+                    "Task {} has your answer and is {}.",
+                    answered.id,
+                    warden_store::state::status_name(answered.status)
+                )))
+            }
             Command::Retry { task } => {
                 let retried = tasks.retry(principal, &task).await?;
                 // The new task has its own message, in this chat.
@@ -578,6 +593,7 @@ const HELP: &str = "Warden runs coding agents on your repositories.\n\
 /run REPO WHAT TO CHANGE — a proposal, published after an approval\n\
 /status [TASK] — a task (the latest without one)\n\
 /tasks — your latest tasks\n\
+/answer TASK YOUR ANSWER — answer a task's question\n\
 /cancel TASK, /retry TASK\n\
 /usage — today's spend\n\
 /repos — the repositories you can name";

@@ -22,6 +22,8 @@ pub enum Command {
     Cancel { task: String },
     /// `/retry task`
     Retry { task: String },
+    /// `/answer task text`: answers the question a task waiting for input asked.
+    Answer { task: String, text: String },
     /// `/usage`: today's spend.
     Usage,
     /// `/repos`: the registered repositories.
@@ -67,6 +69,11 @@ pub fn parse_command(text: &str) -> Command {
             Some(task) => Command::Retry { task },
             None => Command::Incomplete("/retry TASK"),
         },
+        "/answer" if !first.is_empty() && !remainder.is_empty() => Command::Answer {
+            task: first.to_string(),
+            text: remainder.to_string(),
+        },
+        "/answer" => Command::Incomplete("/answer TASK YOUR ANSWER"),
         "/usage" => Command::Usage,
         "/repos" => Command::Repos,
         _ => Command::Help,
@@ -164,6 +171,17 @@ mod tests {
             Command::Retry {
                 task: "tsk_1".into(),
             },
+        );
+        check_command(
+            "/answer tsk_1 yes, the staging one",
+            Command::Answer {
+                task: "tsk_1".into(),
+                text: "yes, the staging one".into(),
+            },
+        );
+        check_command(
+            "/answer tsk_1",
+            Command::Incomplete("/answer TASK YOUR ANSWER"),
         );
         check_command("/usage", Command::Usage);
         check_command("/repos@WardenBot", Command::Repos);
