@@ -988,3 +988,87 @@ fn a_crash_after_slack_accepted_a_message_finds_it_by_its_metadata_instead_of_po
     assert_eq!(task_ids(&server).len(), 1);
     server.terminate();
 }
+
+/// A mention by `user` in `thread` (a reply in that thread).
+fn mention_in_thread(event_id: &str, user: &str, ts: &str, thread: &str, text: &str) -> String {
+    let mut event: Value = serde_json::from_str(&mention(event_id, user, ts, text)).unwrap();
+    event["event"]["thread_ts"] = json!(thread);
+    event.to_string()
+}
+
+#[test]
+fn a_mention_in_a_waiting_tasks_thread_answers_it_once_even_when_slack_retries() {
+    let repo = sample_repo();
+    let model = ScriptedModelServer::start_blocking(vec![
+        call(
+            "ask_user",
+            json!({"question": "Which retry policy: the HTTP client's or the queue's?"}),
+        ),
+        openai::tool_call("submit_answer", &submit_answer("src/lib.rs", 31, 33)),
+    ]);
+    let fake = SlackFake::start(BOT_TOKEN);
+    let warden = with_slack(Warden::openai(&model.url()), &fake, "");
+    let server = Server::start(&warden, TOKENS);
+    server.register("app", &repo);
+    wait_serving(&server);
+
+    let ask = mention(
+        "Ev0THREAD01",
+        "UALICE",
+        "1700000000.000700",
+        "how does retrying work?",
+    );
+    assert_eq!(send_event(&server, &ask, &[]).unwrap().0, 200);
+    let messages = wait_for(&fake, "the agent's question", |m| {
+        m.iter().any(|m| m.text.contains("The agent asks"))
+    });
+    assert!(
+        visible(&messages[0].text).contains("Answer by mentioning the app in this thread"),
+        "{}",
+        messages[0].text
+    );
+    let ids = task_ids(&server);
+    assert_eq!(server.task(ADMIN, &ids[0])["status"], "waiting_input");
+
+    // The answer, in the thread, to a serve killed after answering and before recording the
+    // event; started again, Slack retries the event: the task has its answer once, and no
+    // task is started from it.
+    server.terminate();
+    let server = Server::start_with(
+        &warden,
+        TOKENS,
+        &[("WARDEN_FAILPOINT", "slack_before_record")],
+    );
+    wait_serving(&server);
+    let answer = mention_in_thread(
+        "Ev0THREAD02",
+        "UALICE",
+        "1700000000.000800",
+        "1700000000.000700",
+        "the HTTP client's",
+    );
+    let _ = send_event(&server, &answer, &[]);
+    assert_eq!(server.wait_exit(), Some(101));
+    let server = Server::start(&warden, TOKENS);
+    wait_serving(&server);
+    assert_eq!(
+        send_event(&server, &answer, &[("X-Slack-Retry-Num", "1")])
+            .unwrap()
+            .0,
+        200
+    );
+    wait_for(&fake, "the answer after the answer", |m| {
+        m.iter().any(|m| m.text.contains("— completed"))
+    });
+    let second = model.requests()[1].body.to_string();
+    assert!(second.contains("the HTTP client's"), "{second}");
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(
+        task_ids(&server).len(),
+        1,
+        "no task from the answer or its retry"
+    );
+    assert_eq!(model.requests().len(), 2);
+    assert_eq!(fake.messages().len(), 1, "{:#?}", fake.messages());
+    server.terminate();
+}

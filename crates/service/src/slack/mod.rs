@@ -65,6 +65,15 @@ pub const PICKER_BLOCK_PREFIX: &str = "warden_pick:";
 /// Slack's limit on a static select's options; with more repositories the user names one.
 const MAX_PICKER_OPTIONS: usize = 100;
 
+/// The newest tasks of the author searched for a thread's task.
+const THREAD_TASKS_LOOKED_AT: u32 = 100;
+
+/// Whether a mention in a thread answered that thread's task.
+enum Answered {
+    Yes,
+    No,
+}
+
 /// What a request still needs from the person who made it.
 enum Asked {
     /// An explanation of what to write.
@@ -76,7 +85,7 @@ enum Asked {
 const STYLE: Style = Style {
     escape: text::mrkdwn,
     link: text::link,
-    answer_hint: crate::chat::render::answer_elsewhere,
+    answer_hint: |_| "(Answer by mentioning the app in this thread.)".into(),
 };
 
 /// A request to one of the webhook routes, as it arrived.
@@ -282,6 +291,24 @@ impl SlackApp {
                 text::mrkdwn(user)
             )));
         };
+        // A mention in the thread of a task that asked something answers it.
+        if let Some(in_thread) = event["thread_ts"].as_str() {
+            let said = text::addressed_text(event["text"].as_str().unwrap_or_default(), bot);
+            match self
+                .answer_in_thread(&principal, channel, in_thread, &said)
+                .await
+            {
+                Ok(Answered::No) => {}
+                Ok(Answered::Yes) => return Ok(Vec::new()),
+                Err(ServiceError::Store(error)) => return Err(error),
+                Err(error) => {
+                    return Ok(reply(format!(
+                        "Refused: {}",
+                        text::mrkdwn(&error.to_string())
+                    )))
+                }
+            }
+        }
         let request = parse_request(event["text"].as_str().unwrap_or_default(), bot);
         let outcome = self
             .submit(&principal, event_id, channel, &thread, &request)
@@ -483,6 +510,49 @@ impl SlackApp {
                 Some(format!("Refused: {}", text::mrkdwn(&error.to_string()))),
             )),
         }
+    }
+
+    /// Answers the question of the task started in `thread` of `channel` with `said`, when that
+    /// task waits for input. A task that no longer waits but whose last message is `said` was
+    /// answered by this very event before a crash (Slack retrying it): nothing more.
+    async fn answer_in_thread(
+        &self,
+        principal: &Principal,
+        channel: &str,
+        thread: &str,
+        said: &str,
+    ) -> Result<Answered, ServiceError> {
+        let listed = self
+            .tasks
+            .list(
+                principal,
+                crate::tasks::TaskListing {
+                    status: None,
+                    before: None,
+                    limit: THREAD_TASKS_LOOKED_AT,
+                },
+            )
+            .await?;
+        let Some(task) = listed.tasks.into_iter().find(|t| {
+            t.metadata["slack"]["channel"] == channel && t.metadata["slack"]["thread_ts"] == thread
+        }) else {
+            return Ok(Answered::No);
+        };
+        if task.status == warden_protocol::TaskStatus::WaitingInput {
+            self.tasks.answer(principal, task.id.as_str(), said).await?;
+            return Ok(Answered::Yes);
+        }
+        let messages = self.tasks.messages(principal, task.id.as_str()).await?;
+        let answered_before = messages
+            .iter()
+            .rev()
+            .find(|m| m.role == warden_store::MESSAGE_USER)
+            .is_some_and(|m| m.text == said.trim());
+        Ok(if answered_before {
+            Answered::Yes
+        } else {
+            Answered::No
+        })
     }
 
     /// Whether Slack user `user` may decide approvals: listed in `approvers`, or a member of

@@ -106,10 +106,9 @@ pub struct Request {
     pub text: String,
 }
 
-/// Reads a message's text (as Slack sends it: `&`, `<`, `>` as entities, mentions as `<@U…>`):
-/// the bot's mentions removed; `run …` or `change …` asks for a change, `ask …` or anything
-/// else is a question.
-pub fn parse_request(text: &str, bot_user: Option<&str>) -> Request {
+/// A message's text as its author wrote it to the app (Slack's entities read): the bot's
+/// mentions and any leading mention removed.
+pub fn addressed_text(text: &str, bot_user: Option<&str>) -> String {
     let mut text = text.to_string();
     if let Some(bot) = bot_user {
         text = text.replace(&format!("<@{bot}>"), " ");
@@ -123,6 +122,15 @@ pub fn parse_request(text: &str, bot_user: Option<&str>) -> Request {
     while let Some(rest) = text.strip_prefix("<@").and_then(|t| t.split_once('>')) {
         text = rest.1.trim_start();
     }
+    text.to_string()
+}
+
+/// Reads a message's text (as Slack sends it: `&`, `<`, `>` as entities, mentions as `<@U…>`):
+/// the bot's mentions removed; `run …` or `change …` asks for a change, `ask …` or anything
+/// else is a question.
+pub fn parse_request(text: &str, bot_user: Option<&str>) -> Request {
+    let text = addressed_text(text, bot_user);
+    let text = text.as_str();
     let (head, rest) = match text.find(char::is_whitespace) {
         Some(at) => (&text[..at], text[at..].trim()),
         None => (text, ""),
