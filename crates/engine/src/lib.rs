@@ -23,6 +23,7 @@ pub mod prompt;
 pub mod publish;
 pub mod question;
 pub mod redact;
+pub mod schedule_config;
 pub mod sensitive;
 pub mod serve_config;
 pub mod slack_config;
