@@ -3,7 +3,7 @@
 //! task through [`TaskService::submit`] as the system principal [`PRINCIPAL`] (an operator),
 //! unless the repository already has `max_open_proposals` maintenance tasks open — queued or
 //! running (a proposal on its way), or waiting for approval (a proposal not decided, or a
-//! publication that failed and waits) — in which case the run is skipped with a log line. With
+//! publication that failed and waits) — in which case the run is skipped with a warning. With
 //! `refresh`, the repository's mirror is fetched and the snapshot of its default branch written
 //! (what registering it does, [`crate::warm`]), keeping its newest [`KEEP_SNAPSHOTS`] snapshots.
 //!
@@ -122,14 +122,14 @@ impl Scheduler {
                     replayed,
                     "scheduled maintenance submitted"
                 ),
-                RunOutcome::Skipped { open } => tracing::info!(
+                RunOutcome::Skipped { open } => tracing::warn!(
                     schedule = index,
                     repo = %schedule.repo,
                     due = %minute_text(minute),
                     open,
                     max_open_proposals = schedule.max_open_proposals,
                     "scheduled maintenance skipped: the repository has as many maintenance \
-                     proposals open as allowed"
+                     proposals open as allowed (decide them)"
                 ),
                 RunOutcome::Failed(error) => tracing::warn!(
                     schedule = index,
