@@ -17,6 +17,7 @@ pub mod github;
 pub mod github_hook_config;
 pub mod maintain;
 pub mod maintain_config;
+pub mod maintain_options;
 pub mod mcp_client;
 pub mod mcp_config;
 pub mod prompt;

@@ -8,7 +8,7 @@
 use anyhow::{anyhow, bail, Context};
 use serde::Deserialize;
 
-use crate::change::MaintainOptions;
+use crate::maintain_options::MaintainOptions;
 
 /// One `[[schedules]]` entry as written.
 #[derive(Debug, Deserialize)]
