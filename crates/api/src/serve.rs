@@ -1,6 +1,6 @@
 //! `warden serve`, composed: the workers' services (`warden_service::compose`: the store from
 //! `WARDEN_DATABASE_URL`, the model, the repository store), the workers, callback delivery, the
-//! Telegram bot when `[telegram]` is configured, the Slack app when `[slack]` is, the GitHub webhook when `[github.webhook]` is, and the HTTP API on `WARDEN_LISTEN`. This is
+//! Telegram bot when `[telegram]` is configured, the Slack app when `[slack]` is, the GitHub webhook when `[github.webhook]` is, the `[[schedules]]` of maintenance, and the HTTP API on `WARDEN_LISTEN`. This is
 //! the composition root; nothing in the crate refers to it. `serve` holds the `WARDEN_HOME`
 //! lock, so its worker name is stable across restarts and the runs a killed predecessor left open are interrupted
 //! at once instead of waiting for their leases. The API's connections are held by
@@ -146,6 +146,12 @@ pub async fn serve(
         warden_service::github::spawn(&services.config.github, tasks.clone(), stopped.clone())
             .context("cannot start the GitHub webhook")?;
     let (github_hook, github) = github.unzip();
+    // `[[schedules]]`: maintenance submitted through the same front door, on cron.
+    let schedules = warden_service::schedule::spawn(
+        tasks.clone(),
+        services.config.schedules.clone(),
+        stopped.clone(),
+    );
     let app = api::router(Arc::new(
         ApiState::new(tasks, tokens)
             .with_rate_limit(serve_config.rate_limit)
@@ -210,6 +216,11 @@ pub async fn serve(
     }
     if let Some(github) = github {
         let _ = github.await;
+    }
+    if let Some(schedules) = schedules {
+        // A refresh in progress (a fetch) is not waited for: the repository store survives
+        // being left half-way.
+        schedules.abort();
     }
     match api.await {
         Ok(result) => result.context("the API server failed")?,

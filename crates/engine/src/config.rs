@@ -47,6 +47,9 @@ pub struct FileConfig {
     /// `[maintain]`: candidate versions, the advisory database and the upgrade policy.
     #[serde(default)]
     pub maintain: crate::maintain_config::MaintainSection,
+    /// `[[schedules]]`: maintenance `warden serve` submits on a cron expression.
+    #[serde(default)]
+    pub schedules: Vec<crate::schedule_config::ScheduleEntry>,
 }
 
 /// `[github]`: the API publication talks to. The token is never read from this file (nor from
@@ -267,6 +270,8 @@ pub struct Config {
     pub mcp_servers: Vec<crate::mcp_config::McpServerConfig>,
     /// `[maintain]`: where `warden maintain` finds versions and advisories, and its policy.
     pub maintain: crate::maintain_config::MaintainConfig,
+    /// `[[schedules]]`, resolved: maintenance `warden serve` submits on its own.
+    pub schedules: Vec<crate::schedule_config::Schedule>,
 }
 
 /// The sandbox backend and its settings. Never chosen by fallback: what is named here is what
@@ -424,6 +429,7 @@ impl Config {
             env.var("WARDEN_SLACK_BOT_TOKEN"),
         )?;
         let maintain = crate::maintain_config::MaintainConfig::resolve(&file.maintain)?;
+        let schedules = crate::schedule_config::resolve(&file.schedules)?;
         Ok(Config {
             file: home.join("warden.toml"),
             home,
@@ -440,6 +446,7 @@ impl Config {
             slack,
             mcp_servers: crate::mcp_config::resolve(&file.mcp)?,
             maintain,
+            schedules,
         })
     }
 }

@@ -183,40 +183,86 @@ impl RepoStore {
             });
         }
         for dir in list(&self.home().join("snapshots"))? {
-            if !dir.is_dir() {
-                continue;
-            }
-            for path in list(&dir)? {
-                let Some(commit) = path.file_name().and_then(|n| n.to_str()) else {
-                    continue;
-                };
-                if commit.starts_with('.') || commit.contains('.') || !path.is_dir() {
-                    continue;
-                }
-                let marker = dir.join(format!("{commit}.done"));
-                let use_file = dir.join(format!("{commit}.use"));
-                found.push(Candidate {
-                    entry: GcEntry {
-                        kind: GcKind::Snapshot,
-                        bytes: recorded_size(&dir, commit).unwrap_or_else(|| {
-                            // Measured once (snapshots from before sizes were recorded).
-                            record_size(&dir, commit, &path);
-                            disk_usage(&path)
-                        }),
-                        last_used: modified(&use_file)
-                            .or_else(|| modified(&marker))
-                            .unwrap_or(0),
-                        path: path.clone(),
-                        kept: None,
-                    },
-                    build_lock: dir.join(format!("{commit}.lock")),
-                    use_file,
-                    marker: Some(marker),
-                });
+            if dir.is_dir() {
+                found.extend(snapshot_candidates(&dir)?);
             }
         }
         Ok(found)
     }
+}
+
+impl RepoStore {
+    /// Removes the snapshots of `pinned`'s repository (its mirror's snapshots) but the `keep`
+    /// used most recently and `pinned`'s own, skipping any in use or being written, exactly as
+    /// [`RepoStore::gc`] removes one. What was removed.
+    pub fn prune_snapshots(
+        &self,
+        pinned: &PinnedRepo,
+        keep: usize,
+    ) -> Result<Vec<GcEntry>, RepoError> {
+        let own = self.snapshot_dir(pinned)?.join(&pinned.commit);
+        let Some(dir) = own.parent() else {
+            return Ok(Vec::new());
+        };
+        let mut candidates = snapshot_candidates(dir)?;
+        // Newest first; the pinned snapshot counts as the newest.
+        candidates.sort_by_key(|c| {
+            (
+                std::cmp::Reverse(c.entry.path == own),
+                std::cmp::Reverse(c.entry.last_used),
+            )
+        });
+        let mut removed = Vec::new();
+        for candidate in candidates.into_iter().skip(keep.max(1)) {
+            if candidate.entry.path == own {
+                continue;
+            }
+            let (Some(used), Some(built)) = (
+                try_exclusive(&candidate.use_file)?,
+                try_exclusive(&candidate.build_lock)?,
+            ) else {
+                continue;
+            };
+            candidate.remove()?;
+            drop((used, built));
+            removed.push(candidate.entry);
+        }
+        Ok(removed)
+    }
+}
+
+/// The snapshots in one mirror's snapshot directory.
+fn snapshot_candidates(dir: &Path) -> Result<Vec<Candidate>, RepoError> {
+    let mut found = Vec::new();
+    for path in list(dir)? {
+        let Some(commit) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if commit.starts_with('.') || commit.contains('.') || !path.is_dir() {
+            continue;
+        }
+        let marker = dir.join(format!("{commit}.done"));
+        let use_file = dir.join(format!("{commit}.use"));
+        found.push(Candidate {
+            entry: GcEntry {
+                kind: GcKind::Snapshot,
+                bytes: recorded_size(dir, commit).unwrap_or_else(|| {
+                    // Measured once (snapshots from before sizes were recorded).
+                    record_size(dir, commit, &path);
+                    disk_usage(&path)
+                }),
+                last_used: modified(&use_file)
+                    .or_else(|| modified(&marker))
+                    .unwrap_or(0),
+                path: path.clone(),
+                kept: None,
+            },
+            build_lock: dir.join(format!("{commit}.lock")),
+            use_file,
+            marker: Some(marker),
+        });
+    }
+    Ok(found)
 }
 
 /// An entry with the files eviction needs.

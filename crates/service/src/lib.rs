@@ -23,6 +23,7 @@ pub mod lock;
 pub mod metrics;
 pub mod outage;
 pub mod publication;
+pub mod schedule;
 pub mod slack;
 pub mod storage;
 pub mod task_repos;

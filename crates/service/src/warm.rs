@@ -73,6 +73,29 @@ impl Warmer {
     /// Starts warming registered repository `name` in the background (its registered source,
     /// at its registered branch or the source's `HEAD`).
     pub fn start(&self, store: Arc<dyn Store>, name: &str) {
+        let warmer = self.clone();
+        let name = name.to_string();
+        warmer.set_warming(&name);
+        tokio::spawn(async move {
+            let _ = warmer.warm_and_record(store.as_ref(), &name, None).await;
+        });
+    }
+
+    /// Refreshes registered repository `name` now, as [`Warmer::start`] warms it (its mirror
+    /// fetched, the snapshot of its default branch written, what warming shows updated), then
+    /// removes its snapshots but the newest `keep` (the one just written first; none in use:
+    /// [`warden_repo::RepoStore::prune_snapshots`]).
+    pub async fn refresh(
+        &self,
+        store: &dyn Store,
+        name: &str,
+        keep: usize,
+    ) -> Result<Refreshed, String> {
+        self.set_warming(name);
+        self.warm_and_record(store, name, Some(keep)).await
+    }
+
+    fn set_warming(&self, name: &str) {
         self.set(
             name,
             Warmth {
@@ -82,33 +105,43 @@ impl Warmer {
                 error: None,
             },
         );
-        let warmer = self.clone();
-        let name = name.to_string();
-        tokio::spawn(async move {
-            let ended = warmer.warm(store.as_ref(), &name).await;
-            let warmth = match ended {
-                Ok(commit) => Warmth {
-                    state: WarmState::Ready,
-                    progress: None,
-                    commit: Some(commit),
-                    error: None,
-                },
-                Err(error) => {
-                    tracing::warn!(repo = %name, %error, "warming the repository failed");
-                    Warmth {
-                        state: WarmState::Failed,
-                        progress: None,
-                        commit: None,
-                        error: Some(error),
-                    }
-                }
-            };
-            warmer.set(&name, warmth);
-        });
     }
 
-    /// Pins and snapshots the repository; the commit.
-    async fn warm(&self, store: &dyn Store, name: &str) -> Result<String, String> {
+    async fn warm_and_record(
+        &self,
+        store: &dyn Store,
+        name: &str,
+        keep: Option<usize>,
+    ) -> Result<Refreshed, String> {
+        let ended = self.warm(store, name, keep).await;
+        let warmth = match &ended {
+            Ok(refreshed) => Warmth {
+                state: WarmState::Ready,
+                progress: None,
+                commit: Some(refreshed.commit.clone()),
+                error: None,
+            },
+            Err(error) => {
+                tracing::warn!(repo = %name, %error, "warming the repository failed");
+                Warmth {
+                    state: WarmState::Failed,
+                    progress: None,
+                    commit: None,
+                    error: Some(error.clone()),
+                }
+            }
+        };
+        self.set(name, warmth);
+        ended
+    }
+
+    /// Pins and snapshots the repository, then (with `keep`) prunes its older snapshots.
+    async fn warm(
+        &self,
+        store: &dyn Store,
+        name: &str,
+        keep: Option<usize>,
+    ) -> Result<Refreshed, String> {
         let specs = crate::task_repos::repo_specs(store, &[TaskRepo::named(name)])
             .await
             .map_err(|failure| failure.message)?;
@@ -125,18 +158,35 @@ impl Warmer {
                     warmth.progress = Some(line.to_string());
                 }
             };
-            warden_engine::question::pin_all(&repos, &specs, &report)
-                .map_err(|error| error.to_string())
-                .and_then(|mut pinned| {
-                    pinned
-                        .pop()
-                        .map(|repo| repo.pinned.commit)
-                        .ok_or_else(|| "nothing was pinned".to_string())
-                })
+            let repo = warden_engine::question::pin_all(&repos, &specs, &report)
+                .map_err(|error| error.to_string())?
+                .pop()
+                .ok_or_else(|| "nothing was pinned".to_string())?;
+            let removed = match keep {
+                // Held (`repo.in_use`) while pruning: the new snapshot cannot go.
+                Some(keep) => repos
+                    .prune_snapshots(&repo.pinned, keep)
+                    .map_err(|error| format!("removing older snapshots: {error}"))?
+                    .len(),
+                None => 0,
+            };
+            Ok(Refreshed {
+                commit: repo.pinned.commit.clone(),
+                removed_snapshots: removed,
+            })
         })
         .await
         .map_err(|error| format!("warming crashed: {error}"))?
     }
+}
+
+/// What [`Warmer::refresh`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refreshed {
+    /// The commit of the default branch now in the snapshot.
+    pub commit: String,
+    /// Older snapshots of the repository removed.
+    pub removed_snapshots: usize,
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ mod quota;
 mod remote;
 mod remote_escaping;
 mod repo_intent;
+mod schedule;
 mod serve;
 mod serve_change;
 mod serve_publish;

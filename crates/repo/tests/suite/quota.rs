@@ -313,3 +313,91 @@ fn gc_keeps_mirrors_holding_proposals() {
     assert_eq!(report.kept[0].path, pinned.mirror);
     assert!(pinned.mirror.join("HEAD").is_file());
 }
+
+/// A refreshed repository keeps its newest snapshots (the one just pinned first); older ones
+/// go unless a task holds them, and other repositories' snapshots are not touched.
+#[test]
+fn prune_snapshots_keeps_the_newest_and_what_is_held() {
+    let c = cache();
+    let source = c.repo_a.path().display().to_string();
+    let mut commits = Vec::new();
+    let mut last = None;
+    for n in 0..4 {
+        c.repo_a.write("a.txt", &format!("version {n}"));
+        commits.push(c.repo_a.commit(&format!("v{n}")));
+        let pinned = c.store.pin(&spec(&source)).unwrap();
+        let snapshot = c.store.snapshot(&pinned).unwrap();
+        // Marker times a second apart at least: the order of use, oldest first.
+        let dir = snapshot.root.parent().unwrap().to_path_buf();
+        let marker = std::fs::File::options()
+            .write(true)
+            .open(dir.join(format!("{}.done", pinned.commit)))
+            .unwrap();
+        marker
+            .set_modified(std::time::SystemTime::now() - Duration::from_secs(100 * (10 - n)))
+            .unwrap();
+        last = Some(pinned);
+    }
+    let newest = last.unwrap();
+    // The cache's own snapshot of repo_a is the oldest.
+    let dir = c
+        .store
+        .snapshot(&newest)
+        .unwrap()
+        .root
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if name.ends_with(".done") && !commits.iter().any(|c| name.starts_with(c.as_str())) {
+            std::fs::File::options()
+                .write(true)
+                .open(&path)
+                .unwrap()
+                .set_modified(std::time::SystemTime::now() - Duration::from_secs(10_000))
+                .unwrap();
+        }
+    }
+    let (_, before) = present(c.home.path());
+    assert_eq!(before, 2 + 4, "the cache's two and four more");
+    let removed = c.store.prune_snapshots(&newest, 2).unwrap();
+    let dir = c
+        .store
+        .snapshot(&newest)
+        .unwrap()
+        .root
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let kept: Vec<bool> = commits
+        .iter()
+        .map(|commit| dir.join(commit).is_dir())
+        .collect();
+    // The first snapshot (of the cache) and v0, v1 go; v2 and v3 (the newest) stay.
+    assert_eq!(kept, [false, false, true, true], "{removed:?}");
+    assert_eq!(removed.len(), 3, "{removed:?}");
+    assert!(removed.iter().all(|e| e.kind == GcKind::Snapshot));
+    assert!(!dir.join(format!("{}.done", commits[0])).exists());
+    // repo_b's snapshot is another repository's.
+    assert_eq!(present(c.home.path()), (2, 3));
+
+    // One more: a held snapshot stays whatever `keep` says.
+    c.repo_a.write("a.txt", "version 4");
+    c.repo_a.commit("v4");
+    let pinned = c.store.pin(&spec(&source)).unwrap();
+    c.store.snapshot(&pinned).unwrap();
+    let held = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(format!("{}.use", commits[2])))
+        .unwrap();
+    held.lock_shared().unwrap();
+    let removed = c.store.prune_snapshots(&pinned, 1).unwrap();
+    assert_eq!(removed.len(), 1, "{removed:?}");
+    assert_eq!(removed[0].path, dir.join(&commits[3]));
+    assert!(dir.join(&commits[2]).is_dir());
+    assert!(dir.join(&pinned.commit).is_dir());
+}

@@ -272,6 +272,11 @@ impl TaskService {
         self
     }
 
+    /// What warms (and refreshes) registered repositories, with `with_warming`.
+    pub(crate) fn warmer(&self) -> Option<&crate::warm::Warmer> {
+        self.warmer.as_ref()
+    }
+
     /// The store the service keeps tasks in.
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.store

@@ -1,2 +1,3 @@
 mod architecture;
 mod publication;
+mod schedule;
