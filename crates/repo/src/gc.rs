@@ -134,22 +134,30 @@ impl RepoStore {
                 report.kept.push(entry);
                 continue;
             }
-            // Nobody holds it, nobody pins into or materializes it: ours until the locks go.
-            let locks = match (
-                try_exclusive(&candidate.use_file)?,
-                try_exclusive(&candidate.build_lock)?,
-            ) {
-                (Some(used), Some(built)) => (used, built),
-                _ => {
+            // Nobody holds it, nobody pins into or materializes it: ours until the locks go. A
+            // dry run only looks: it creates no lock file (that would change the last use it
+            // sorts by).
+            if dry_run {
+                if !(is_free(&candidate.use_file)? && is_free(&candidate.build_lock)?) {
                     entry.kept = Some("in_use");
                     report.kept.push(entry);
                     continue;
                 }
-            };
-            if !dry_run {
+            } else {
+                let locks = match (
+                    try_exclusive(&candidate.use_file)?,
+                    try_exclusive(&candidate.build_lock)?,
+                ) {
+                    (Some(used), Some(built)) => (used, built),
+                    _ => {
+                        entry.kept = Some("in_use");
+                        report.kept.push(entry);
+                        continue;
+                    }
+                };
                 candidate.remove()?;
+                drop(locks);
             }
-            drop(locks);
             report.bytes_after -= entry.bytes;
             report.freed_bytes += entry.bytes;
             report.removed.push(entry);
@@ -296,6 +304,21 @@ fn remove_if_present(path: &Path) -> Result<(), RepoError> {
     match std::fs::remove_file(path) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(RepoError::io("remove", path)(e)),
         _ => Ok(()),
+    }
+}
+
+/// Whether nobody holds the lock on `path`, without creating it (a missing file is held by
+/// nobody: a holder creates it).
+fn is_free(path: &Path) -> Result<bool, RepoError> {
+    let file = match OpenOptions::new().write(true).open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(true),
+        Err(e) => return Err(RepoError::io("open lock", path)(e)),
+    };
+    match file.try_lock() {
+        Ok(()) => Ok(true),
+        Err(TryLockError::WouldBlock) => Ok(false),
+        Err(TryLockError::Error(e)) => Err(RepoError::io("lock", path)(e)),
     }
 }
 

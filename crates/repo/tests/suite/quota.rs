@@ -267,8 +267,31 @@ fn gc_keeps_what_a_task_holds_and_what_was_used_recently() {
 #[test]
 fn gc_stops_under_the_limit_and_a_dry_run_changes_nothing() {
     let c = cache();
+    let files = |home: &std::path::Path| -> Vec<(std::path::PathBuf, std::time::SystemTime)> {
+        let mut found = Vec::new();
+        let mut dirs = vec![home.to_path_buf()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+                let meta = entry.metadata().unwrap();
+                if meta.is_dir() {
+                    dirs.push(entry.path());
+                } else {
+                    found.push((entry.path(), meta.modified().unwrap()));
+                }
+            }
+        }
+        found.sort();
+        found
+    };
+    let untouched = files(c.home.path());
     let before = c.store.gc(&everything(), true).unwrap();
     assert!(before.dry_run);
+    // Not a file made, removed or touched: the last uses gc sorts by are as they were.
+    assert_eq!(
+        files(c.home.path()),
+        untouched,
+        "a dry run changed the cache"
+    );
     assert_eq!(before.removed.len(), 4);
     assert_eq!(before.freed_bytes, before.bytes_before);
     assert_eq!(
