@@ -530,6 +530,48 @@ fn scan_tree(
     let root = session
         .tree_root(tree)
         .map_err(|message| failure(FailureCode::Infrastructure, message))?;
+    scan_lockfile(db, &root, tree, stage, now_ms)
+}
+
+/// The stage of the scan `warden vulns` makes.
+pub const VULNS_STAGE: &str = "base";
+
+/// `warden vulns`: profiles the verified, read-only tree at `root` (git tree `tree`) as the
+/// pipeline's first stage does and scans its `Cargo.lock` against `[maintain] advisory_db`
+/// exactly as the pipeline's base scan does (the scan record is the same, stage `base`).
+/// Nothing runs and nothing is fetched: the lockfile is read, not resolved. `Err` says why
+/// there is no scan: no advisory database configured (`Infrastructure`), one that does not
+/// load (`Infrastructure`), or a project the profile refuses (`UnsupportedProject`).
+pub fn vulnerabilities(
+    config: &Config,
+    root: &std::path::Path,
+    tree: &str,
+    now_ms: u64,
+) -> Result<Scan, Failure> {
+    let path = config.maintain.advisory_db.as_ref().ok_or_else(|| {
+        failure(
+            FailureCode::Infrastructure,
+            format!(
+                "warden vulns needs a local RustSec advisory database: set `advisory_db = \
+                 \"/path/to/advisory-db\"` under [maintain] in {}",
+                config.file.display()
+            ),
+        )
+    })?;
+    cargo::profile(root).map_err(|reason| failure(FailureCode::UnsupportedProject, reason))?;
+    let db = advisory::AdvisoryDb::open(path)
+        .map_err(|message| failure(FailureCode::Infrastructure, message))?;
+    scan_lockfile(&db, root, tree, VULNS_STAGE, now_ms)
+}
+
+/// Scans the `Cargo.lock` under `root`, the files of git tree `tree`.
+fn scan_lockfile(
+    db: &advisory::AdvisoryDb,
+    root: &std::path::Path,
+    tree: &str,
+    stage: &str,
+    now_ms: u64,
+) -> Result<Scan, Failure> {
     let text = std::fs::read_to_string(root.join("Cargo.lock")).map_err(|e| {
         failure(
             FailureCode::UnsupportedProject,

@@ -719,3 +719,166 @@ fn a_published_maintenance_opens_one_pull_request_listing_the_upgrade() {
     assert_ne!(again.code, 0, "{}", again.stdout);
     assert_eq!(fake.pulls().len(), 1);
 }
+
+/// A warden whose only configuration is the advisory database: `warden vulns` needs no
+/// toolchain, sandbox, model or network.
+fn vulns_warden(db: &tempfile::TempDir) -> Warden {
+    let warden = Warden::new();
+    std::fs::write(
+        warden.home.path().join("warden.toml"),
+        format!(
+            "[maintain]\nadvisory_db = {:?}\n",
+            db.path().to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    warden
+}
+
+/// `warden vulns` on the fixture pinned to smallvec 1.6.0: the finding with its patched ranges,
+/// bound to the pinned commit's tree, and exit 1; then the same repository at a commit locking
+/// 1.6.1: clean, exit 0. No network: the lockfile is read, not resolved.
+#[test]
+fn vulns_reports_the_findings_of_the_pinned_lockfile_and_exits_1_when_there_are_any() {
+    let db = advisory_db();
+    let warden = vulns_warden(&db);
+    let repo = fixture();
+    let path = repo.path().to_str().unwrap();
+    let run = warden.run(&["vulns", "--repo", path, "--json"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let report = run.json();
+    let head = repo.git(&["rev-parse", "HEAD"]).trim().to_string();
+    let head_tree = repo.git(&["rev-parse", "HEAD^{tree}"]).trim().to_string();
+    assert_eq!(report["commit"], head.as_str(), "{report}");
+    assert_eq!(report["ecosystem"], "cargo");
+    let scan = &report["scan"];
+    // The scan record `warden maintain` makes of its base tree, bound to the pinned tree.
+    assert_eq!(scan["stage"], "base");
+    assert_eq!(scan["tree"], head_tree.as_str(), "{report}");
+    assert!(scan["scanner"]
+        .as_str()
+        .unwrap()
+        .starts_with("warden-rustsec/"));
+    assert_eq!(scan["database"], db.path().to_str().unwrap());
+    assert!(scan["database_snapshot"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha256:"));
+    assert!(scan["scanned_at"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(
+        scan["findings"],
+        serde_json::json!([{"advisory": "RUSTSEC-2021-0003", "package": "smallvec",
+                            "version": "1.6.0",
+                            "title": "Buffer overflow in SmallVec::insert_many",
+                            "patched": ["^0.6.14", ">= 1.6.1"]}]),
+        "{report}"
+    );
+    // The same as text.
+    let text = warden.run(&["vulns", "--repo", path]);
+    assert_eq!(text.code, 1, "{}\n{}", text.stdout, text.stderr);
+    assert!(
+        text.stdout.starts_with(
+            "smallvec 1.6.0  RUSTSEC-2021-0003  Buffer overflow in SmallVec::insert_many\n  \
+             patched: ^0.6.14, >= 1.6.1\n\n1 vulnerability in Cargo.lock of "
+        ),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout
+            .contains(&format!("(tree {}; warden-rustsec/", &head_tree[..12])),
+        "{}",
+        text.stdout
+    );
+    // Nothing became a task.
+    let tasks = warden.run(&["tasks", "--json"]);
+    assert_eq!(tasks.code, 0, "{}", tasks.stderr);
+    assert_eq!(
+        tasks.json().as_array().map(Vec::len),
+        Some(0),
+        "{}",
+        tasks.stdout
+    );
+
+    // An uncommitted fix is not what is pinned: the commit is scanned, and the notice says so.
+    repo.write("Cargo.lock", &LOCKFILE.replace("1.6.0", "1.6.1"));
+    let run = warden.run(&["vulns", "--repo", path, "--json"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let report = run.json();
+    assert_eq!(report["scan"]["tree"], head_tree.as_str());
+    assert!(
+        report["notices"].to_string().contains("uncommitted"),
+        "{report}"
+    );
+    // `@worktree` reads the work tree, fix included.
+    let run = warden.run(&["vulns", "--repo", &format!("{path}@worktree"), "--json"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(run.json()["scan"]["findings"], serde_json::json!([]));
+    // Committed: clean, exit 0, and bound to the new commit's tree.
+    repo.commit("smallvec 1.6.1");
+    let fixed_tree = repo.git(&["rev-parse", "HEAD^{tree}"]).trim().to_string();
+    let run = warden.run(&["vulns", "--repo", path, "--json"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let report = run.json();
+    assert_eq!(report["scan"]["tree"], fixed_tree.as_str());
+    assert_eq!(report["scan"]["findings"], serde_json::json!([]));
+    let text = warden.run(&["vulns", "--repo", path]);
+    assert_eq!(text.code, 0, "{}", text.stderr);
+    assert!(
+        text.stdout
+            .starts_with("No known vulnerabilities in Cargo.lock of "),
+        "{}",
+        text.stdout
+    );
+}
+
+/// Every way of not scanning exits 2, so that 1 always means findings: no advisory database,
+/// `--server`, a project the profile refuses, an advisory that does not parse.
+#[test]
+fn vulns_exits_2_when_it_cannot_scan() {
+    let db = advisory_db();
+    let repo = fixture();
+    let path = repo.path().to_str().unwrap();
+    let run = Warden::new().run(&["vulns", "--repo", path]);
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("advisory_db"), "{}", run.stderr);
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+
+    let warden = vulns_warden(&db);
+    let run = warden.run(&["--server", "http://127.0.0.1:9", "vulns", "--repo", path]);
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("does not talk to a server"),
+        "{}",
+        run.stderr
+    );
+
+    let patched = fixture();
+    patched.write(
+        "Cargo.toml",
+        &format!("{MANIFEST}\n[patch.crates-io]\nsmallvec = {{ path = \"../smallvec\" }}\n"),
+    );
+    patched.commit("patched");
+    let run = warden.run(&["vulns", "--repo", patched.path().to_str().unwrap()]);
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr
+            .contains("unsupported_project: Cargo.toml has a [patch] section"),
+        "{}",
+        run.stderr
+    );
+
+    std::fs::write(
+        db.path().join("crates/smallvec/RUSTSEC-2099-0001.md"),
+        "no front matter",
+    )
+    .unwrap();
+    let run = warden.run(&["vulns", "--repo", path]);
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("RUSTSEC-2099-0001.md"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+}
