@@ -33,6 +33,7 @@
 pub mod advisory;
 pub mod cargo;
 pub mod index;
+pub mod repair;
 
 use crate::change::{self, ChangeSandbox, MaintainOptions, PrepareNetwork};
 use crate::config::Config;
