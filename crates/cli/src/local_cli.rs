@@ -128,8 +128,12 @@ pub async fn maintain(config: Config, args: crate::maintain::MaintainArgs) -> an
     }
     let repos = parse_repos(std::slice::from_ref(&args.repo))?;
     let local = open(config).await?;
-    // Baseline mode asks no model: none needs to be configured.
-    local.services_without_model().await.map_err(cli_error)?;
+    // Baseline mode asks no model: none needs to be configured. Model mode does.
+    if options.model() {
+        local.services().await.map_err(cli_error)?;
+    } else {
+        local.services_without_model().await.map_err(cli_error)?;
+    }
     let progress = StderrProgress::new();
     let submission = Submission {
         kind: TaskKind::Maintain,
