@@ -50,7 +50,8 @@ enum Command {
     /// Ask for a change; get a proposal commit proven by the checks (never touches your checkout)
     Run(run::RunArgs),
     /// Upgrade a Cargo project's dependencies (all, vulnerable ones, or named ones), proven by
-    /// its checks; get a proposal commit (deterministic baseline mode, no model)
+    /// its checks; get a proposal commit (deterministic baseline mode, or --mode model to have
+    /// the agent repair what an upgrade breaks)
     Maintain(maintain::MaintainArgs),
     /// Report the known vulnerabilities of a Cargo project's Cargo.lock (against
     /// [maintain] advisory_db) without changing anything; exit 1 when there are any

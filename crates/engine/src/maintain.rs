@@ -1,4 +1,5 @@
-//! Executing a `maintain` task in deterministic baseline mode (no model), for Cargo projects:
+//! Executing a `maintain` task for Cargo projects, in deterministic baseline mode (no model) or
+//! in model mode (an agent repairs what an upgrade breaks, [`repair`]):
 //!
 //! 1. **Profile** the pinned base tree ([`cargo::profile`]): a root `Cargo.toml` and a committed
 //!    `Cargo.lock`; vendored or replaced sources, `[patch]`/`[replace]` and submodules are
@@ -21,11 +22,14 @@
 //!    prepare-like view over the base (`cargo update --precise` + `cargo fetch`, the cache
 //!    writable, its lockfile thrown away); then each upgrade is applied offline in the task's
 //!    own writable view (`cargo update --offline -p NAME@OLD --precise NEW`) and the checks run
-//!    on exactly the resulting candidate tree. The first failing check stops the task with no
-//!    proposal, naming the upgrade and the check.
+//!    on exactly the resulting candidate tree. In baseline mode the first failing check stops
+//!    the task with no proposal, naming the upgrade and the check; in model mode the change
+//!    agent loop repairs the code ([`repair`]), its submission refused unless its `Cargo.lock`
+//!    keeps to the upgrade and the checks pass on exactly its tree.
 //! 7. **Readiness** ([`readiness`]): every validation and the post-scan must be bound to the
-//!    exact candidate tree, the checks must pass and the post-scan must not find a targeted
-//!    advisory; anything else refuses, naming it.
+//!    exact candidate tree, the checks must pass, the post-scan must not find a targeted
+//!    advisory and the candidate's `Cargo.lock` must hold every upgrade at its target version;
+//!    anything else refuses, naming it.
 //! 8. **Proposal** through the change pipeline's proposal commit, whose summary (the commit
 //!    message and pull-request body) lists each upgrade old → new, the advisories cleared and
 //!    the validations. Publication is the change pipeline's hash-bound approval.
