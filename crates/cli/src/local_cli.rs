@@ -128,8 +128,12 @@ pub async fn maintain(config: Config, args: crate::maintain::MaintainArgs) -> an
     }
     let repos = parse_repos(std::slice::from_ref(&args.repo))?;
     let local = open(config).await?;
-    // Baseline mode asks no model: none needs to be configured.
-    local.services_without_model().await.map_err(cli_error)?;
+    // Baseline mode asks no model: none needs to be configured. Model mode does.
+    if options.model() {
+        local.services().await.map_err(cli_error)?;
+    } else {
+        local.services_without_model().await.map_err(cli_error)?;
+    }
     let progress = StderrProgress::new();
     let submission = Submission {
         kind: TaskKind::Maintain,
@@ -146,6 +150,55 @@ pub async fn maintain(config: Config, args: crate::maintain::MaintainArgs) -> an
         .await
         .map_err(cli_error)?;
     follow_and_print(&local, &task.id, args.json, &progress).await
+}
+
+/// `warden vulns`: pins the repository as `ask` does, then profiles and scans the pinned
+/// tree (no task). Every way of not scanning is exit 2, so that 1 always means findings.
+pub async fn vulns(config: Config, args: crate::vulns::VulnsArgs) -> anyhow::Result<u8> {
+    if config.maintain.advisory_db.is_none() {
+        return Err(usage(anyhow::anyhow!(
+            "warden vulns needs a local RustSec advisory database: set `advisory_db = \
+             \"/path/to/advisory-db\"` under [maintain] in {}",
+            config.file.display()
+        )));
+    }
+    let spec = parse_repos(std::slice::from_ref(&args.repo))?.remove(0);
+    let config = Arc::new(config);
+    let local = Local::open(Arc::clone(&config))
+        .await
+        .map_err(|error| usage(cli_error(error)))?;
+    let progress = StderrProgress::new();
+    let repo = local
+        .pin_to_read(&spec, &|line| progress.line(line))
+        .await
+        .map_err(|error| usage(cli_error(error)))?;
+    let (root, tree) = (repo.snapshot.root.clone(), repo.snapshot.tree.clone());
+    let now_ms = warden_runtime::Clock::now_ms(&warden_runtime::SystemClock);
+    let scanning = Arc::clone(&config);
+    let scan = tokio::task::spawn_blocking(move || {
+        warden_engine::maintain::vulnerabilities(&scanning, &root, &tree, now_ms)
+    })
+    .await
+    .context("the scan crashed")?
+    .map_err(|failure| match failure.code {
+        warden_protocol::FailureCode::UnsupportedProject => {
+            usage(anyhow::anyhow!("{}: {}", failure.code, failure.message))
+        }
+        _ => usage(anyhow::anyhow!(failure.message)),
+    })?;
+    let report = crate::vulns::VulnsReport {
+        repo: repo.pinned.name.clone(),
+        commit: repo.pinned.commit.clone(),
+        ecosystem: "cargo",
+        scan,
+        notices: repo.notices.clone(),
+    };
+    if args.json {
+        println!("{}", text::json_pretty(&report)?);
+    } else {
+        print!("{}", text::lines(&crate::vulns::render(&report)));
+    }
+    Ok(report.exit_code())
 }
 
 /// Runs the task here until it settles, showing its events, then prints it. The first Ctrl-C

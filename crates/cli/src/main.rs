@@ -20,6 +20,7 @@ mod serve;
 mod text;
 mod timeline;
 mod token;
+mod vulns;
 mod web;
 
 use clap::{Parser, Subcommand};
@@ -49,8 +50,12 @@ enum Command {
     /// Ask for a change; get a proposal commit proven by the checks (never touches your checkout)
     Run(run::RunArgs),
     /// Upgrade a Cargo project's dependencies (all, vulnerable ones, or named ones), proven by
-    /// its checks; get a proposal commit (deterministic baseline mode, no model)
+    /// its checks; get a proposal commit (deterministic baseline mode, or --mode model to have
+    /// the agent repair what an upgrade breaks)
     Maintain(maintain::MaintainArgs),
+    /// Report the known vulnerabilities of a Cargo project's Cargo.lock (against
+    /// [maintain] advisory_db) without changing anything; exit 1 when there are any
+    Vulns(vulns::VulnsArgs),
     /// Show a change task's proposal: stat, sensitive files and the redacted diff
     Diff(diff::DiffArgs),
     /// Fetch a change task's proposal into your repository as a branch (work tree untouched)
@@ -260,6 +265,14 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
              WARDEN_SERVER (or leave out --server) in the MCP client's configuration"
         )));
     }
+    if matches!(cli.command, Command::Vulns(_)) && cli.remote.server().is_some() {
+        // Refused rather than run here: with a server, `--repo` names a registered repository,
+        // which this process cannot read.
+        return Err(usage(anyhow::anyhow!(
+            "warden vulns reads the repository in-process and does not talk to a server yet: \
+             unset WARDEN_SERVER (or leave out --server) and give a path or URL"
+        )));
+    }
     if let Command::Doctor { json, offline } = cli.command {
         // Every check, even when the configuration does not load.
         return doctor_anyway(cli.config.as_deref(), &cli.remote, json, offline);
@@ -273,6 +286,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Ask(args) => tokio_runtime()?.block_on(local_cli::ask(config, args)),
         Command::Run(args) => tokio_runtime()?.block_on(local_cli::run(config, args)),
         Command::Maintain(args) => tokio_runtime()?.block_on(local_cli::maintain(config, args)),
+        Command::Vulns(args) => tokio_runtime()?.block_on(local_cli::vulns(config, args)),
         Command::Diff(args) => tokio_runtime()?.block_on(local_cli::diff(config, &args)),
         Command::Apply(args) => tokio_runtime()?.block_on(local_cli::apply(config, args)),
         Command::Approve(args) => tokio_runtime()?.block_on(local_cli::approve(config, args)),

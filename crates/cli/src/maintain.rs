@@ -18,7 +18,9 @@ pub struct MaintainArgs {
     /// scan against `[maintain] advisory_db` finds), or package names (repeatable)
     #[arg(long = "select", value_name = "all|vulnerable|NAME", num_args = 1..)]
     pub select: Vec<String>,
-    /// `baseline`: deterministic, no model (the default and, for now, the only mode)
+    /// `baseline`: deterministic, no model, stops at the first failing check (the default);
+    /// `model`: when an upgrade breaks a check, the model repairs the code (scoped to the
+    /// upgrade: a repair that moves Cargo.lock is refused)
     #[arg(long, value_name = "MODE")]
     pub mode: Option<String>,
     /// A check command run with `bash -c` in the sandbox on the base and on each candidate

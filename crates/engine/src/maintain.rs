@@ -1,4 +1,5 @@
-//! Executing a `maintain` task in deterministic baseline mode (no model), for Cargo projects:
+//! Executing a `maintain` task for Cargo projects, in deterministic baseline mode (no model) or
+//! in model mode (an agent repairs what an upgrade breaks, [`repair`]):
 //!
 //! 1. **Profile** the pinned base tree ([`cargo::profile`]): a root `Cargo.toml` and a committed
 //!    `Cargo.lock`; vendored or replaced sources, `[patch]`/`[replace]` and submodules are
@@ -21,11 +22,14 @@
 //!    prepare-like view over the base (`cargo update --precise` + `cargo fetch`, the cache
 //!    writable, its lockfile thrown away); then each upgrade is applied offline in the task's
 //!    own writable view (`cargo update --offline -p NAME@OLD --precise NEW`) and the checks run
-//!    on exactly the resulting candidate tree. The first failing check stops the task with no
-//!    proposal, naming the upgrade and the check.
+//!    on exactly the resulting candidate tree. In baseline mode the first failing check stops
+//!    the task with no proposal, naming the upgrade and the check; in model mode the change
+//!    agent loop repairs the code ([`repair`]), its submission refused unless its `Cargo.lock`
+//!    keeps to the upgrade and the checks pass on exactly its tree.
 //! 7. **Readiness** ([`readiness`]): every validation and the post-scan must be bound to the
-//!    exact candidate tree, the checks must pass and the post-scan must not find a targeted
-//!    advisory; anything else refuses, naming it.
+//!    exact candidate tree, the checks must pass, the post-scan must not find a targeted
+//!    advisory and the candidate's `Cargo.lock` must hold every upgrade at its target version;
+//!    anything else refuses, naming it.
 //! 8. **Proposal** through the change pipeline's proposal commit, whose summary (the commit
 //!    message and pull-request body) lists each upgrade old → new, the advisories cleared and
 //!    the validations. Publication is the change pipeline's hash-bound approval.
@@ -33,6 +37,7 @@
 pub mod advisory;
 pub mod cargo;
 pub mod index;
+pub mod repair;
 
 use crate::change::{self, ChangeSandbox, MaintainOptions, PrepareNetwork};
 use crate::config::Config;
@@ -66,6 +71,9 @@ pub struct MaintainRun<'a> {
     pub notices: Vec<String>,
     /// Now, ms since the epoch (the cooldown's and the scans' clock).
     pub now_ms: u64,
+    /// `--mode model`: what repairs the code an upgrade breaks; `None` in baseline mode,
+    /// which stops at the first failing check.
+    pub repair: Option<std::cell::RefCell<repair::RepairAgent<'a>>>,
 }
 
 /// A finished maintenance run: its result (the change result with `kind: maintain` and
@@ -82,6 +90,8 @@ struct State {
     notices: Vec<String>,
     maintenance: Maintenance,
     step: u32,
+    /// What the model repaired (model mode), for the proposal's summary.
+    repairs: Vec<String>,
 }
 
 /// How the pipeline ended, short of a failure.
@@ -98,13 +108,18 @@ pub fn run_maintenance(run: MaintainRun<'_>) -> MaintainReport {
         notices: run.notices.clone(),
         maintenance: Maintenance {
             ecosystem: "cargo".into(),
-            mode: "baseline".into(),
+            mode: if run.repair.is_some() {
+                "model".into()
+            } else {
+                "baseline".into()
+            },
             select: run.options.selection(),
             upgrades: Vec::new(),
             advisories_cleared: Vec::new(),
             scans: Vec::new(),
         },
         step: 0,
+        repairs: Vec::new(),
     };
     let ending = pipeline(&run, &mut state).map_err(|failure| {
         // A cancelled task's checks and commands stop with errors of their own.
@@ -124,6 +139,25 @@ pub fn run_maintenance(run: MaintainRun<'_>) -> MaintainReport {
                 .into(),
         );
     }
+    let (model, usage) = match &run.repair {
+        Some(agent) => {
+            let agent = agent.borrow();
+            (agent.model.name(), agent.usage.clone())
+        }
+        None => (
+            NO_MODEL.to_string(),
+            Usage {
+                cost_usd: Some(0.0),
+                ..Usage::default()
+            },
+        ),
+    };
+    state.notices.extend(
+        usage
+            .unpriced_models
+            .iter()
+            .map(|model| crate::config::unpriced_notice(model)),
+    );
     let (outcome, status) = match ending {
         Ok(Done::Proposal(mut proposal)) => {
             proposal.sensitive_files =
@@ -160,11 +194,8 @@ pub fn run_maintenance(run: MaintainRun<'_>) -> MaintainReport {
             outcome,
             baseline: state.baseline,
             approval: None,
-            usage: Usage {
-                cost_usd: Some(0.0),
-                ..Usage::default()
-            },
-            model: NO_MODEL.into(),
+            usage,
+            model,
             sandbox: Some(run.sandbox.backend.as_str().to_string()),
             notices: state.notices,
             maintenance: Some(state.maintenance),
@@ -373,6 +404,10 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
                 .run_checks(&candidate.tree)
                 .map_err(|message| failure(FailureCode::SandboxError, message))?;
             if let Some(v) = checked.iter().find(|v| !v.passed()) {
+                if run.repair.is_some() {
+                    let summary = format!("check `{}` fails: the model repairs", v.command);
+                    return Ok(((candidate.tree, checked), summary));
+                }
                 return Err(failure(
                     FailureCode::ChecksFailed,
                     format!(
@@ -394,6 +429,33 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
                 format!("{n} checks passed on the candidate"),
             ))
         })?;
+        let (next, checked) = match checked.iter().find(|v| !v.passed()).cloned() {
+            None => (next, checked),
+            Some(failing) => {
+                let mut applied = state.maintenance.upgrades.clone();
+                applied.push(upgrade.clone());
+                stage(run, state, "repair", &label, |state| {
+                    let accepted = repair_upgrade(run, &next, &failing, upgrade, &applied)?;
+                    state.notices.push(format!(
+                        "upgrading {label} broke check `{}`; the model repaired it on tree {}: \
+                         {}",
+                        failing.command,
+                        accepted.tree,
+                        first_line(&accepted.summary)
+                    ));
+                    state.repairs.push(format!(
+                        "{label}: `{}` failed after the upgrade; repaired: {}",
+                        failing.command,
+                        first_line(&accepted.summary)
+                    ));
+                    let n = accepted.validations.len();
+                    Ok((
+                        (accepted.tree, accepted.validations),
+                        format!("{n} checks passed on the repaired candidate"),
+                    ))
+                })?
+            }
+        };
         tree = next;
         validations = checked;
         state.maintenance.upgrades.push(upgrade.clone());
@@ -438,14 +500,25 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
             .iter()
             .filter(|s| s.stage == "candidate")
             .collect();
-        readiness(
+        let mut reasons = readiness(
             &tree,
             &validations,
             database.is_some(),
             &candidate_scans,
             &targeted,
         )
-        .map_err(|reasons| {
+        .err()
+        .unwrap_or_default();
+        // Whatever repaired it, the candidate's lockfile still holds every upgrade.
+        let lock = repair::tree_lockfile(session, &tree)
+            .map_err(|message| failure(FailureCode::Infrastructure, message))?;
+        reasons.extend(repair::upgrades_in_lock(&lock, &state.maintenance.upgrades));
+        let ready = if reasons.is_empty() {
+            Ok(())
+        } else {
+            Err(reasons)
+        };
+        ready.map_err(|reasons| {
             failure(
                 FailureCode::ChecksFailed,
                 format!("the candidate is not ready: {}", reasons.join("; ")),
@@ -458,13 +531,27 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
     })?;
 
     // 8. The proposal.
-    let summary = proposal_summary(
+    let mut summary = proposal_summary(
         &state.maintenance,
         database.as_ref(),
         &base_findings,
         &tree,
         &validations,
     );
+    if let Some(agent) = &run.repair {
+        let made = "\nMade by `warden maintain` in baseline mode (deterministic, no model).\n";
+        let mut by = format!(
+            "\nMade by `warden maintain` in model mode ({}).\n",
+            agent.borrow().model.name()
+        );
+        if !state.repairs.is_empty() {
+            by.push_str("\nRepairs by the model:\n");
+            for line in &state.repairs {
+                by.push_str(&format!("- {line}\n"));
+            }
+        }
+        summary = summary.replace(made, &by);
+    }
     let proposal = stage(run, state, "propose", first_line(&summary), |_| {
         let proposal = session
             .propose(&tree, &summary, validations.clone())
@@ -473,6 +560,115 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
         Ok((proposal, format!("proposal commit {short}")))
     })?;
     Ok(Done::Proposal(Box::new(proposal)))
+}
+
+/// Runs the repairing agent on the upgraded `tree` whose check `failing` failed: its accepted
+/// submission (a tree whose lockfile keeps to `applied` and whose checks passed), or the
+/// failure that ends the maintenance with no proposal.
+fn repair_upgrade(
+    run: &MaintainRun<'_>,
+    tree: &str,
+    failing: &Validation,
+    upgrade: &Upgrade,
+    applied: &[Upgrade],
+) -> Result<repair::Accepted, Failure> {
+    let Some(agent) = &run.repair else {
+        return Err(failure(FailureCode::Infrastructure, "no repair agent"));
+    };
+    let mut agent = agent.borrow_mut();
+    let session = run.session;
+    let upgraded_lock = repair::tree_lockfile(session, tree)
+        .map_err(|message| failure(FailureCode::Infrastructure, message))?;
+    let accepted = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let mut tools = agent.tools.clone();
+    tools.push(std::sync::Arc::new(repair::SubmitRepair {
+        session: std::sync::Arc::clone(&agent.session),
+        upgraded_tree: tree.to_string(),
+        upgraded_lock,
+        upgrades: applied.to_vec(),
+        accepted: std::sync::Arc::clone(&accepted),
+    }));
+    let messages = vec![
+        warden_runtime::Message::System {
+            text: repair::repair_system_prompt(&session.config.checks),
+        },
+        warden_runtime::Message::User {
+            text: repair::repair_prompt(upgrade, failing),
+        },
+    ];
+    let context = serde_json::json!({
+        "task_id": run.task_id,
+        "kind": TaskKind::Maintain,
+        "repair": upgrade,
+        "tree": tree,
+        "checks": session.config.checks,
+    });
+    let handle = tokio::runtime::Handle::try_current().map_err(|e| {
+        failure(
+            FailureCode::Infrastructure,
+            format!("no runtime to run the repair with: {e}"),
+        )
+    })?;
+    let repair::RepairAgent {
+        model,
+        journal,
+        ledger,
+        clock,
+        cancel,
+        ..
+    } = &mut *agent;
+    let report = handle.block_on(
+        warden_runtime::Agent {
+            model: *model,
+            tools: &tools,
+            policy: &warden_runtime::AllowAll,
+            journal: &mut **journal,
+            events: run.events,
+            clock: *clock,
+            cancel: cancel.clone(),
+            config: warden_runtime::AgentConfig {
+                limits: run.config.limits.clone(),
+                max_output_tokens: run.config.max_output_tokens,
+                ..warden_runtime::AgentConfig::default()
+            },
+            ledger: *ledger,
+        }
+        .run(warden_runtime::RunInput::Start { messages, context }),
+    );
+    drop(tools);
+    repair::add_usage(&mut agent.usage, &report.usage);
+    let label = format!("{} {} → {}", upgrade.package, upgrade.from, upgrade.to);
+    match report.outcome {
+        warden_runtime::RunOutcome::Finished(warden_runtime::Finish::Change { .. }) => accepted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+            .ok_or_else(|| {
+                failure(
+                    FailureCode::Infrastructure,
+                    "the repair finished unaccepted",
+                )
+            }),
+        warden_runtime::RunOutcome::Finished(_) => Err(failure(
+            FailureCode::InvalidSubmission,
+            "a repair can only submit_repair",
+        )),
+        warden_runtime::RunOutcome::Failed(f) if f.code == FailureCode::InvalidSubmission => {
+            Err(failure(
+                FailureCode::ChecksFailed,
+                format!(
+                    "upgrading {label} breaks check `{}` on tree {tree}, and the model did not \
+                     repair it; no proposal: {}",
+                    failing.command, f.message
+                ),
+            ))
+        }
+        warden_runtime::RunOutcome::Failed(f) => Err(f),
+        warden_runtime::RunOutcome::AwaitingApproval { tool, reason, .. } => Err(failure(
+            FailureCode::PolicyAbort,
+            format!("{tool} needs an approval, which is not supported yet: {reason}"),
+        )),
+    }
 }
 
 /// Whether the base tree's check runs give something to prove an upgrade against: a check
@@ -530,6 +726,48 @@ fn scan_tree(
     let root = session
         .tree_root(tree)
         .map_err(|message| failure(FailureCode::Infrastructure, message))?;
+    scan_lockfile(db, &root, tree, stage, now_ms)
+}
+
+/// The stage of the scan `warden vulns` makes.
+pub const VULNS_STAGE: &str = "base";
+
+/// `warden vulns`: profiles the verified, read-only tree at `root` (git tree `tree`) as the
+/// pipeline's first stage does and scans its `Cargo.lock` against `[maintain] advisory_db`
+/// exactly as the pipeline's base scan does (the scan record is the same, stage `base`).
+/// Nothing runs and nothing is fetched: the lockfile is read, not resolved. `Err` says why
+/// there is no scan: no advisory database configured (`Infrastructure`), one that does not
+/// load (`Infrastructure`), or a project the profile refuses (`UnsupportedProject`).
+pub fn vulnerabilities(
+    config: &Config,
+    root: &std::path::Path,
+    tree: &str,
+    now_ms: u64,
+) -> Result<Scan, Failure> {
+    let path = config.maintain.advisory_db.as_ref().ok_or_else(|| {
+        failure(
+            FailureCode::Infrastructure,
+            format!(
+                "warden vulns needs a local RustSec advisory database: set `advisory_db = \
+                 \"/path/to/advisory-db\"` under [maintain] in {}",
+                config.file.display()
+            ),
+        )
+    })?;
+    cargo::profile(root).map_err(|reason| failure(FailureCode::UnsupportedProject, reason))?;
+    let db = advisory::AdvisoryDb::open(path)
+        .map_err(|message| failure(FailureCode::Infrastructure, message))?;
+    scan_lockfile(&db, root, tree, VULNS_STAGE, now_ms)
+}
+
+/// Scans the `Cargo.lock` under `root`, the files of git tree `tree`.
+fn scan_lockfile(
+    db: &advisory::AdvisoryDb,
+    root: &std::path::Path,
+    tree: &str,
+    stage: &str,
+    now_ms: u64,
+) -> Result<Scan, Failure> {
     let text = std::fs::read_to_string(root.join("Cargo.lock")).map_err(|e| {
         failure(
             FailureCode::UnsupportedProject,

@@ -9,15 +9,20 @@ pub struct MaintainOptions {
     /// `all` (default), `vulnerable`, or package names.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub select: Vec<String>,
-    /// `baseline` (default): deterministic, no model. `model` is not available yet.
+    /// `baseline` (default): deterministic, no model, stops at the first failing check.
+    /// `model`: an agent repairs the code an upgrade breaks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
 }
-
 impl MaintainOptions {
     /// Whether `--select vulnerable` was asked.
     pub fn vulnerable(&self) -> bool {
         self.select.iter().any(|s| s == "vulnerable")
+    }
+
+    /// Whether `--mode model` was asked: an agent repairs what an upgrade breaks.
+    pub fn model(&self) -> bool {
+        self.mode.as_deref() == Some("model")
     }
 
     /// Package names asked for (`--select NAME…`); empty for `all` and `vulnerable`.
@@ -41,21 +46,17 @@ impl MaintainOptions {
     /// A maintenance task's prompt: what was asked, in words (a task always has one).
     pub fn prompt(&self) -> String {
         format!(
-            "maintain dependencies (select: {}; mode: baseline)",
-            self.selection().join(" ")
+            "maintain dependencies (select: {}; mode: {})",
+            self.selection().join(" "),
+            if self.model() { "model" } else { "baseline" }
         )
     }
 
-    /// Refuses what cannot run: an unknown mode, `model` (not available yet), `all` or
+    /// Refuses what cannot run: an unknown mode, `all` or
     /// `vulnerable` mixed with names, names that are not crate names.
     pub fn check(&self) -> Result<(), String> {
         match self.mode.as_deref() {
-            None | Some("baseline") => {}
-            Some("model") => {
-                return Err("mode `model` is not available yet: maintenance runs in \
-                            deterministic baseline mode (mode `baseline`, the default) only"
-                    .into())
-            }
+            None | Some("baseline") | Some("model") => {}
             Some(other) => {
                 return Err(format!(
                     "unknown maintenance mode {other:?}: expected baseline or model"

@@ -459,6 +459,35 @@ impl Local {
         Ok(crate::tasks::pin_for_reading(self.repos.clone(), spec.clone()).await?)
     }
 
+    /// Pins `spec` as [`Local::submit`] pins a task's repository (progress through
+    /// `progress`, the work tree's uncommitted files left out and said in the notices) and
+    /// materializes its verified read-only snapshot, for commands that read a repository
+    /// without making a task of it (`warden vulns`). A disk budget's refusal is an error here:
+    /// there is no task to fail visibly.
+    pub async fn pin_to_read(
+        &self,
+        spec: &RepoSpec,
+        progress: &(dyn Fn(&str) + Send + Sync),
+    ) -> Result<warden_engine::question::TaskRepo, LocalError> {
+        let repo_store = self.repos.clone();
+        let pin_specs = vec![spec.clone()];
+        let (lines, mut received) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let pinning = tokio::task::spawn_blocking(move || {
+            question::pin_all(&repo_store, &pin_specs, &|line| {
+                let _ = lines.send(line.to_string());
+            })
+        });
+        while let Some(line) = received.recv().await {
+            progress(&line);
+        }
+        match pinning.await.context("pinning the repository crashed")? {
+            Ok(mut repos) if repos.len() == 1 => Ok(repos.remove(0)),
+            Ok(_) => Err(anyhow::anyhow!("pinning gave no repository").into()),
+            Err(SetupError::Usage(message) | SetupError::Quota(message)) => Err(usage(message)),
+            Err(SetupError::Infrastructure(message)) => Err(anyhow::anyhow!(message).into()),
+        }
+    }
+
     /// Cancels the task through the front door: its run stops at once (in another process,
     /// within about a second). A finished task is refused, as on a server.
     pub async fn cancel(&self, id: &TaskId) -> Result<Task, LocalError> {

@@ -75,8 +75,8 @@ struct SubmitTask {
     #[serde(default)]
     #[schema(max_items = 64)]
     select: Option<Vec<String>>,
-    /// Maintain tasks: `baseline` (deterministic, no model; the default). `model` is refused
-    /// as not available yet.
+    /// Maintain tasks: `baseline` (deterministic, no model; the default) or `model` (an agent
+    /// repairs the code an upgrade breaks).
     #[serde(default)]
     mode: Option<String>,
 }

@@ -335,9 +335,9 @@ async fn tasks_are_accepted_and_each_bad_request_named() {
             "check command",
         ),
         (
-            json!({"kind": "maintain", "repo": "app", "prompt": "p", "mode": "model"}),
+            json!({"kind": "maintain", "repo": "app", "prompt": "p", "mode": "turbo"}),
             "invalid_request",
-            "not available yet",
+            "unknown maintenance mode",
         ),
         (
             json!({"kind": "poem", "repo": "app", "prompt": "p"}),

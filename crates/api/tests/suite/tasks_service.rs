@@ -292,14 +292,14 @@ async fn submissions_are_refused_alike(f: &Fixture) {
             submission: Submission {
                 maintain: Some(warden_engine::change::MaintainOptions {
                     select: vec![],
-                    mode: Some("model".into()),
+                    mode: Some("turbo".into()),
                 }),
                 ..Submission::new(TaskKind::Maintain, "p", vec!["app".into()])
             },
-            body: json!({"kind": "maintain", "repo": "app", "prompt": "p", "mode": "model"}),
+            body: json!({"kind": "maintain", "repo": "app", "prompt": "p", "mode": "turbo"}),
             is: |e| {
                 matches!(e, ServiceError::Invalid(m)
-                    if m.starts_with("mode `model` is not available yet"))
+                    if m.starts_with("unknown maintenance mode \"turbo\""))
             },
             status: StatusCode::UNPROCESSABLE_ENTITY,
             code: "invalid_request",

@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use warden_test_support::git_fixture::TempRepo;
+use warden_test_support::model_server::{openai, ScriptedModelServer};
 use warden_test_support::postgres::required;
 
 /// The registry's hosts: the sparse index (which also serves downloads here) and crates.io's
@@ -553,17 +554,22 @@ fn projects_maintenance_does_not_handle_are_refused_naming_the_reason() {
 }
 
 #[test]
-fn the_model_mode_and_a_vulnerable_selection_without_a_database_are_refused_up_front() {
+fn an_unknown_mode_model_mode_without_a_model_and_a_vulnerable_selection_without_a_database_are_refused_up_front(
+) {
     let warden = Warden::new();
     let repo = fixture();
     let path = repo.path().to_str().unwrap();
-    let run = warden.run(&["maintain", "--repo", path, "--mode", "model"]);
+    let run = warden.run(&["maintain", "--repo", path, "--mode", "turbo"]);
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(
-        run.stderr.contains("mode `model` is not available yet"),
+        run.stderr.contains("unknown maintenance mode \"turbo\""),
         "{}",
         run.stderr
     );
+    // Model mode asks a model: none is configured here.
+    let run = warden.run(&["maintain", "--repo", path, "--mode", "model"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("WARDEN_MODEL"), "{}", run.stderr);
     let run = warden.run(&["maintain", "--repo", path, "--select", "vulnerable"]);
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(run.stderr.contains("advisory_db"), "{}", run.stderr);
@@ -718,4 +724,377 @@ fn a_published_maintenance_opens_one_pull_request_listing_the_upgrade() {
     let again = warden.run(&["approve", approval, "--hash", hash]);
     assert_ne!(again.code, 0, "{}", again.stdout);
     assert_eq!(fake.pulls().len(), 1);
+}
+
+/// A warden whose only configuration is the advisory database: `warden vulns` needs no
+/// toolchain, sandbox, model or network.
+fn vulns_warden(db: &tempfile::TempDir) -> Warden {
+    let warden = Warden::new();
+    std::fs::write(
+        warden.home.path().join("warden.toml"),
+        format!(
+            "[maintain]\nadvisory_db = {:?}\n",
+            db.path().to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    warden
+}
+
+/// `warden vulns` on the fixture pinned to smallvec 1.6.0: the finding with its patched ranges,
+/// bound to the pinned commit's tree, and exit 1; then the same repository at a commit locking
+/// 1.6.1: clean, exit 0. No network: the lockfile is read, not resolved.
+#[test]
+fn vulns_reports_the_findings_of_the_pinned_lockfile_and_exits_1_when_there_are_any() {
+    let db = advisory_db();
+    let warden = vulns_warden(&db);
+    let repo = fixture();
+    let path = repo.path().to_str().unwrap();
+    let run = warden.run(&["vulns", "--repo", path, "--json"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let report = run.json();
+    let head = repo.git(&["rev-parse", "HEAD"]).trim().to_string();
+    let head_tree = repo.git(&["rev-parse", "HEAD^{tree}"]).trim().to_string();
+    assert_eq!(report["commit"], head.as_str(), "{report}");
+    assert_eq!(report["ecosystem"], "cargo");
+    let scan = &report["scan"];
+    // The scan record `warden maintain` makes of its base tree, bound to the pinned tree.
+    assert_eq!(scan["stage"], "base");
+    assert_eq!(scan["tree"], head_tree.as_str(), "{report}");
+    assert!(scan["scanner"]
+        .as_str()
+        .unwrap()
+        .starts_with("warden-rustsec/"));
+    assert_eq!(scan["database"], db.path().to_str().unwrap());
+    assert!(scan["database_snapshot"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha256:"));
+    assert!(scan["scanned_at"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(
+        scan["findings"],
+        serde_json::json!([{"advisory": "RUSTSEC-2021-0003", "package": "smallvec",
+                            "version": "1.6.0",
+                            "title": "Buffer overflow in SmallVec::insert_many",
+                            "patched": ["^0.6.14", ">= 1.6.1"]}]),
+        "{report}"
+    );
+    // The same as text.
+    let text = warden.run(&["vulns", "--repo", path]);
+    assert_eq!(text.code, 1, "{}\n{}", text.stdout, text.stderr);
+    assert!(
+        text.stdout.starts_with(
+            "smallvec 1.6.0  RUSTSEC-2021-0003  Buffer overflow in SmallVec::insert_many\n  \
+             patched: ^0.6.14, >= 1.6.1\n\n1 vulnerability in Cargo.lock of "
+        ),
+        "{}",
+        text.stdout
+    );
+    assert!(
+        text.stdout
+            .contains(&format!("(tree {}; warden-rustsec/", &head_tree[..12])),
+        "{}",
+        text.stdout
+    );
+    // Nothing became a task.
+    let tasks = warden.run(&["tasks", "--json"]);
+    assert_eq!(tasks.code, 0, "{}", tasks.stderr);
+    assert_eq!(
+        tasks.json().as_array().map(Vec::len),
+        Some(0),
+        "{}",
+        tasks.stdout
+    );
+
+    // An uncommitted fix is not what is pinned: the commit is scanned, and the notice says so.
+    repo.write("Cargo.lock", &LOCKFILE.replace("1.6.0", "1.6.1"));
+    let run = warden.run(&["vulns", "--repo", path, "--json"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let report = run.json();
+    assert_eq!(report["scan"]["tree"], head_tree.as_str());
+    assert!(
+        report["notices"].to_string().contains("uncommitted"),
+        "{report}"
+    );
+    // `@worktree` reads the work tree, fix included.
+    let run = warden.run(&["vulns", "--repo", &format!("{path}@worktree"), "--json"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(run.json()["scan"]["findings"], serde_json::json!([]));
+    // Committed: clean, exit 0, and bound to the new commit's tree.
+    repo.commit("smallvec 1.6.1");
+    let fixed_tree = repo.git(&["rev-parse", "HEAD^{tree}"]).trim().to_string();
+    let run = warden.run(&["vulns", "--repo", path, "--json"]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let report = run.json();
+    assert_eq!(report["scan"]["tree"], fixed_tree.as_str());
+    assert_eq!(report["scan"]["findings"], serde_json::json!([]));
+    let text = warden.run(&["vulns", "--repo", path]);
+    assert_eq!(text.code, 0, "{}", text.stderr);
+    assert!(
+        text.stdout
+            .starts_with("No known vulnerabilities in Cargo.lock of "),
+        "{}",
+        text.stdout
+    );
+}
+
+/// Every way of not scanning exits 2, so that 1 always means findings: no advisory database,
+/// `--server`, a project the profile refuses, an advisory that does not parse.
+#[test]
+fn vulns_exits_2_when_it_cannot_scan() {
+    let db = advisory_db();
+    let repo = fixture();
+    let path = repo.path().to_str().unwrap();
+    let run = Warden::new().run(&["vulns", "--repo", path]);
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stderr.contains("advisory_db"), "{}", run.stderr);
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+
+    let warden = vulns_warden(&db);
+    let run = warden.run(&["--server", "http://127.0.0.1:9", "vulns", "--repo", path]);
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("does not talk to a server"),
+        "{}",
+        run.stderr
+    );
+
+    let patched = fixture();
+    patched.write(
+        "Cargo.toml",
+        &format!("{MANIFEST}\n[patch.crates-io]\nsmallvec = {{ path = \"../smallvec\" }}\n"),
+    );
+    patched.commit("patched");
+    let run = warden.run(&["vulns", "--repo", patched.path().to_str().unwrap()]);
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr
+            .contains("unsupported_project: Cargo.toml has a [patch] section"),
+        "{}",
+        run.stderr
+    );
+
+    std::fs::write(
+        db.path().join("crates/smallvec/RUSTSEC-2099-0001.md"),
+        "no front matter",
+    )
+    .unwrap();
+    let run = warden.run(&["vulns", "--repo", path]);
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("RUSTSEC-2099-0001.md"),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+}
+
+/// A check that holds while `smallvec.version` names the version Cargo.lock locks: the
+/// upgrade breaks it, and editing the file (what the scripted model does) repairs it.
+const VERSION_CHECK: &str = "want=$(cat smallvec.version)\n\
+grep -A1 '^name = \"smallvec\"$' Cargo.lock | grep -qx \"version = \\\"$want\\\"\" \\\n\
+  || { echo \"smallvec in Cargo.lock is not $want\"; exit 1; }\n";
+
+/// The fixture with the version check, and a warden whose model is the scripted server.
+fn model_mode(
+    proxy: &ConnectProxy,
+    db: &tempfile::TempDir,
+    server: &ScriptedModelServer,
+) -> Option<(Warden, TempRepo)> {
+    let warden = cargo_warden(proxy, db)?
+        .with("WARDEN_MODEL", "openai:gpt-test")
+        .with("OPENAI_BASE_URL", &format!("{}/v1", server.url()))
+        .with("OPENAI_API_KEY", "sk-test-key")
+        .with("WARDEN_RETRY_BASE_MS", "5");
+    let repo = fixture();
+    repo.write("check.sh", VERSION_CHECK);
+    repo.write("smallvec.version", "1.6.0\n");
+    repo.commit("a check that wants the locked smallvec version");
+    Some((warden, repo))
+}
+
+fn call(name: &str, arguments: serde_json::Value) -> warden_test_support::model_server::Reply {
+    openai::tool_call(name, &arguments.to_string())
+}
+
+/// `--mode model`: the upgrade breaks the check, the model repairs the code, and the proposal
+/// is the repaired tree, with its validations and post-scan bound to exactly that tree.
+#[test]
+fn in_model_mode_the_model_repairs_what_the_upgrade_breaks_and_the_repaired_tree_is_proposed() {
+    let proxy = ConnectProxy::start();
+    let db = advisory_db();
+    let server = ScriptedModelServer::start_blocking(vec![
+        call("run_checks", serde_json::json!({})),
+        call(
+            "edit_file",
+            serde_json::json!({"path": "smallvec.version", "old": "1.6.0", "new": "1.6.1"}),
+        ),
+        call(
+            "submit_repair",
+            serde_json::json!({"summary": "Expect smallvec 1.6.1\n\nThe version file follows the upgrade."}),
+        ),
+    ]);
+    let Some((warden, repo)) = model_mode(&proxy, &db, &server) else {
+        return;
+    };
+    let run = warden.run(&[
+        "maintain",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--select",
+        "vulnerable",
+        "--mode",
+        "model",
+        "--check",
+        "bash check.sh",
+        "--json",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    assert_eq!(result["model"], "openai:gpt-test", "{result}");
+    assert!(
+        result["usage"]["model_calls"].as_u64().unwrap() >= 3,
+        "{result}"
+    );
+    let maintenance = &result["maintenance"];
+    assert_eq!(maintenance["mode"], "model");
+    assert_eq!(maintenance["upgrades"][0]["to"], "1.6.1", "{result}");
+    // The proposal is the repaired tree: the lockfile's upgrade and the model's edit.
+    let proposal = &result["proposal"];
+    let tree = proposal["tree"].as_str().unwrap();
+    let mut files: Vec<&str> = proposal["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["Cargo.lock", "smallvec.version"], "{result}");
+    let validation = &proposal["validations"][0];
+    assert_eq!(validation["command"], "bash check.sh");
+    assert_eq!(validation["exit_code"], 0, "{result}");
+    assert_eq!(validation["tree"], tree);
+    let scans = maintenance["scans"].as_array().unwrap();
+    assert_eq!(scans[1]["stage"], "candidate");
+    assert_eq!(scans[1]["tree"], tree);
+    assert_eq!(scans[1]["findings"], serde_json::json!([]));
+    let summary = proposal["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("Made by `warden maintain` in model mode"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains(
+            "- smallvec 1.6.0 → 1.6.1: `bash check.sh` failed after the upgrade; \
+                          repaired: Expect smallvec 1.6.1"
+        ),
+        "{summary}"
+    );
+    assert!(
+        result["notices"]
+            .to_string()
+            .contains("the model repaired it"),
+        "{result}"
+    );
+    assert!(
+        run.stderr.contains("→ repair: smallvec 1.6.0 → 1.6.1"),
+        "{}",
+        run.stderr
+    );
+    // What the model was told: the upgrade, the failing check and its output, the scope; and
+    // its tools: the change task's, with submit_repair for submit_change and no ask_user.
+    let first = &server.requests()[0].body;
+    let told = first["messages"].to_string();
+    for expected in [
+        "upgraded the dependency `smallvec` from 1.6.0 to 1.6.1 (it clears RUSTSEC-2021-0003)",
+        "the check `bash check.sh` now fails",
+        "smallvec in Cargo.lock is not 1.6.0",
+        "no other package in Cargo.lock may be added, removed, upgraded or downgraded",
+    ] {
+        assert!(told.contains(expected), "{expected:?} in {told}");
+    }
+    let tools: Vec<&str> = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert!(tools.contains(&"submit_repair"), "{tools:?}");
+    assert!(tools.contains(&"edit_file"), "{tools:?}");
+    assert!(
+        !tools.contains(&"submit_change") && !tools.contains(&"ask_user"),
+        "{tools:?}"
+    );
+    // The repair is in the task's journal, whose chain verifies.
+    let logs = warden.run(&["logs", result["task_id"].as_str().unwrap()]);
+    assert_eq!(logs.code, 0, "{}\n{}", logs.stdout, logs.stderr);
+    assert!(logs.stdout.contains("submit_repair"), "{}", logs.stdout);
+}
+
+/// A model that makes things worse — undoing the upgrade in Cargo.lock, which would make the
+/// check pass — is refused at every submission, and the maintenance ends with no proposal.
+#[test]
+fn in_model_mode_a_repair_that_undoes_the_upgrade_is_refused_and_nothing_is_proposed() {
+    let proxy = ConnectProxy::start();
+    let db = advisory_db();
+    let submit = || {
+        call(
+            "submit_repair",
+            serde_json::json!({"summary": "Pin smallvec back"}),
+        )
+    };
+    let server = ScriptedModelServer::start_blocking(vec![
+        call(
+            "edit_file",
+            serde_json::json!({"path": "Cargo.lock",
+                               "old": "name = \"smallvec\"\nversion = \"1.6.1\"",
+                               "new": "name = \"smallvec\"\nversion = \"1.6.0\""}),
+        ),
+        submit(),
+        submit(),
+        submit(),
+    ]);
+    let Some((warden, repo)) = model_mode(&proxy, &db, &server) else {
+        return;
+    };
+    let run = warden.run(&[
+        "maintain",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--select",
+        "vulnerable",
+        "--mode",
+        "model",
+        "--check",
+        "bash check.sh",
+        "--json",
+    ]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["outcome"], "failure", "{result}");
+    assert!(result.get("proposal").is_none(), "{result}");
+    assert_eq!(result["failure"]["code"], "checks_failed", "{result}");
+    let message = result["failure"]["message"].as_str().unwrap();
+    assert!(
+        message
+            .starts_with("upgrading smallvec 1.6.0 → 1.6.1 breaks check `bash check.sh` on tree "),
+        "{message}"
+    );
+    assert!(
+        message.contains("the model did not repair it; no proposal"),
+        "{message}"
+    );
+    // Every submission was refused for the lockfile, before any check ran on it.
+    let last = server.requests().last().unwrap().body.clone();
+    let refusals: Vec<String> = last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+        .filter(|c| c.contains("smallvec is at 1.6.0 in the repaired Cargo.lock"))
+        .collect();
+    assert_eq!(refusals.len(), 2, "{last}");
+    assert_eq!(server.remaining(), 0);
 }

@@ -223,7 +223,7 @@ pub(super) async fn run_change_task(
         task_id: task.id.clone(),
         kind: task.kind,
         // Baseline-mode maintenance asks no model.
-        model: if maintain_options.is_some() {
+        model: if maintain_options.as_ref().is_some_and(|m| !m.model()) {
             warden_engine::maintain::NO_MODEL.to_string()
         } else {
             model_name.clone()
@@ -248,6 +248,7 @@ pub(super) async fn run_change_task(
                         publish: change_options.publish,
                         events: events.clone(),
                         options: maintain_options,
+                        cancel: cancel.clone(),
                     },
                 )
                 .await;

@@ -1,8 +1,10 @@
 //! The `maintain` branch of a change run: the same pinned repository, writable view, change
 //! session, proposal commit and publication as a change (`change_task.rs` sets them up and
-//! publishes), with Warden's deterministic pipeline ([`warden_engine::maintain`]) where a
-//! change runs the agent. No model is asked; the run's journal records the pipeline's outcome,
-//! and its stages are the task's events (`maintain.<stage>` tool calls).
+//! publishes), with Warden's pipeline ([`warden_engine::maintain`]) where a change runs the
+//! agent. In baseline mode no model is asked; in model mode the agent repairs what an upgrade
+//! breaks, with the change run's model (replaying an earlier run's journaled decisions),
+//! ledger (budgets) and journal. The run's journal records the pipeline's outcome, and its
+//! stages are the task's events (`maintain.<stage>` tool calls).
 //!
 //! A maintenance run that crashes is run again from the start on the same pinned commit:
 //! every stage is deterministic given the index and the advisory database, and the proposal
@@ -31,6 +33,8 @@ pub(super) struct MaintainInput {
     pub publish: bool,
     pub events: StoreEvents,
     pub options: MaintainOptions,
+    /// Stops a model-mode repair at its next step.
+    pub cancel: warden_runtime::CancelFlag,
 }
 
 /// Runs the pipeline on a blocking thread, journals its outcome, and (with `publish`) asks
@@ -42,7 +46,13 @@ pub(super) async fn run_maintain(
     input: MaintainInput,
 ) -> (Ending, Option<ChangeSandbox>) {
     let task = &claim.task;
-    let model_name = maintain::NO_MODEL;
+    let model_mode = input.options.model();
+    let model_name = if model_mode {
+        services.model.name()
+    } else {
+        maintain::NO_MODEL.to_string()
+    };
+    let model_name = model_name.as_str();
     let MaintainInput {
         repo,
         sandbox,
@@ -51,8 +61,9 @@ pub(super) async fn run_maintain(
         publish,
         events,
         options,
+        cancel,
     } = input;
-    let session = {
+    let (session, tools) = {
         let setup = ChangeSetup {
             config: &services.config,
             task_id: &task.id,
@@ -62,7 +73,7 @@ pub(super) async fn run_maintain(
             checks: &checks,
             created_at_ms: u64::try_from(task.created_at_ms).unwrap_or(0),
         };
-        match change::change_session(&setup) {
+        let session = match change::change_session(&setup) {
             Ok(session) => session,
             Err(error) => {
                 return (
@@ -70,7 +81,23 @@ pub(super) async fn run_maintain(
                     Some(sandbox),
                 )
             }
-        }
+        };
+        // Model mode repairs with the change task's tools (no MCP servers: the repair is
+        // scoped to the upgrade).
+        let tools = if model_mode {
+            match change::change_tools(&setup, &session) {
+                Ok(tools) => maintain::repair::repair_tools(tools),
+                Err(error) => {
+                    return (
+                        change_failed(task, model_name, setup_failure(error)),
+                        Some(sandbox),
+                    )
+                }
+            }
+        } else {
+            Vec::new()
+        };
+        (session, tools)
     };
     // Cancelling the task kills a check or prepare command running in a view of its own.
     if let Some(control) = services.running.control(&task.id) {
@@ -81,42 +108,80 @@ pub(super) async fn run_maintain(
             }
         });
     }
-    let journal = match RunJournal::open(services.store.clone(), claim.run()).await {
-        Ok(journal) => journal,
-        Err(error) => {
-            return (
-                change_failed(
-                    task,
-                    model_name,
-                    infrastructure(format!("cannot open the run journal: {error}")),
-                ),
-                Some(sandbox),
-            )
+    // The model, ledger and journal of a change run; baseline mode needs only the journal.
+    let (mut journal, plumbing) = if model_mode {
+        match super::run_plumbing(services, task, &claim.run()).await {
+            Ok(super::RunPlumbing {
+                model,
+                ledger,
+                journal,
+                ..
+            }) => (journal, Some((model, ledger))),
+            Err(message) => {
+                return (
+                    change_failed(task, model_name, infrastructure(message)),
+                    Some(sandbox),
+                )
+            }
         }
-    };
-    let mut journal = StoreJournal {
-        inner: journal,
-        redactor: services.redactor.clone(),
+    } else {
+        match RunJournal::open(services.store.clone(), claim.run()).await {
+            Ok(journal) => (
+                StoreJournal {
+                    inner: journal,
+                    redactor: services.redactor.clone(),
+                },
+                None,
+            ),
+            Err(error) => {
+                return (
+                    change_failed(
+                        task,
+                        model_name,
+                        infrastructure(format!("cannot open the run journal: {error}")),
+                    ),
+                    Some(sandbox),
+                )
+            }
+        }
     };
     let config = Arc::clone(&services.config);
     let task_id = task.id.clone();
     let notices = change::preflight_notices(&repo);
     let joined = tokio::task::spawn_blocking(move || {
-        let report = maintain::run_maintenance(MaintainRun {
-            config: &config,
-            task_id: &task_id,
-            session: &session,
-            sandbox: &sandbox,
-            options: &options,
-            events: &events,
-            notices,
-            now_ms: SystemClock.now_ms(),
-        });
+        let report = {
+            let repair = plumbing.as_ref().map(|(model, ledger)| {
+                std::cell::RefCell::new(maintain::repair::RepairAgent {
+                    model,
+                    journal: &mut journal,
+                    ledger: Some(ledger),
+                    clock: &SystemClock,
+                    cancel,
+                    session: Arc::clone(&session),
+                    tools,
+                    usage: warden_protocol::Usage {
+                        cost_usd: Some(0.0),
+                        ..warden_protocol::Usage::default()
+                    },
+                })
+            });
+            maintain::run_maintenance(MaintainRun {
+                config: &config,
+                task_id: &task_id,
+                session: &session,
+                sandbox: &sandbox,
+                options: &options,
+                events: &events,
+                notices,
+                now_ms: SystemClock.now_ms(),
+                repair,
+            })
+        };
         drop(session);
-        (report, sandbox)
+        (report, sandbox, journal)
     })
     .await;
-    let (MaintainReport { mut result, status }, sandbox) = match joined {
+    let (MaintainReport { mut result, status }, sandbox, mut journal) = match joined {
         Ok(done) => done,
         Err(error) => {
             return (

@@ -1,0 +1,133 @@
+//! `warden vulns`: the known vulnerabilities of a Cargo project's `Cargo.lock`, and nothing
+//! else. A plain read-only command, not a task: the repository is pinned as `warden ask --repo`
+//! pins it (a verified read-only snapshot of a commit; a work tree's uncommitted files are left
+//! out and said), profiled as `warden maintain` profiles it, and its lockfile scanned against
+//! `[maintain] advisory_db` with the scan `warden maintain` makes of its base tree. Nothing
+//! runs, nothing is fetched, no model is asked and no task is recorded.
+//!
+//! Exit codes: 0 no finding, 1 findings, 2 no scan (a usage or configuration error, a project
+//! the profile refuses, a database that does not load).
+
+use crate::text;
+use serde::Serialize;
+use warden_protocol::Scan;
+
+#[derive(Debug, clap::Args)]
+pub struct VulnsArgs {
+    /// The repository: local path or git URL, optionally `@REV` (`PATH@worktree`: the work
+    /// tree, uncommitted files included)
+    #[arg(long = "repo", value_name = "PATH|URL[@REV]")]
+    pub repo: String,
+    /// Print the report as one JSON object
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What `warden vulns` reports: the pinned repository and the scan bound to its tree.
+#[derive(Debug, Serialize)]
+pub struct VulnsReport {
+    pub repo: String,
+    pub commit: String,
+    pub ecosystem: &'static str,
+    pub scan: Scan,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notices: Vec<String>,
+}
+
+impl VulnsReport {
+    /// 0 without findings, 1 with.
+    pub fn exit_code(&self) -> u8 {
+        u8::from(!self.scan.findings.is_empty())
+    }
+}
+
+/// The report for a terminal: one block per finding, then the scan it comes from (the
+/// notices were shown on stderr while pinning).
+pub fn render(report: &VulnsReport) -> String {
+    let scan = &report.scan;
+    let mut out = String::new();
+    for finding in &scan.findings {
+        out.push_str(&format!(
+            "{} {}  {}",
+            text::one_line(&finding.package),
+            text::one_line(&finding.version),
+            text::one_line(&finding.advisory)
+        ));
+        if !finding.title.is_empty() {
+            out.push_str(&format!("  {}", text::one_line(&finding.title)));
+        }
+        out.push('\n');
+        let patched = if finding.patched.is_empty() {
+            "no patched version".to_string()
+        } else {
+            text::one_line(&finding.patched.join(", "))
+        };
+        out.push_str(&format!("  patched: {patched}\n"));
+    }
+    if !scan.findings.is_empty() {
+        out.push('\n');
+    }
+    let what = match scan.findings.len() {
+        0 => "No known vulnerabilities".to_string(),
+        n => text::count(n as u64, "vulnerability", "vulnerabilities"),
+    };
+    out.push_str(&format!(
+        "{what} in Cargo.lock of {} at {} (tree {}; {}, advisory database {}, {})\n",
+        text::one_line(&report.repo),
+        text::short_commit(&report.commit),
+        text::short_commit(&scan.tree),
+        text::one_line(&scan.scanner),
+        text::one_line(&scan.database_snapshot),
+        text::one_line(&scan.scanned_at)
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use warden_protocol::Finding;
+
+    fn report(findings: Vec<Finding>) -> VulnsReport {
+        VulnsReport {
+            repo: "app".into(),
+            commit: "0123456789abcdef0123".into(),
+            ecosystem: "cargo",
+            scan: Scan {
+                stage: "base".into(),
+                tree: "fedcba9876543210fedc".into(),
+                scanner: "warden-rustsec/0.1.0".into(),
+                database: "/db".into(),
+                database_snapshot: "git:abc".into(),
+                scanned_at: "2026-12-03T15:00:00Z".into(),
+                findings,
+            },
+            notices: vec![],
+        }
+    }
+
+    #[test]
+    fn findings_read_with_their_patched_ranges_and_the_scan_they_come_from() {
+        let dirty = report(vec![Finding {
+            advisory: "RUSTSEC-2021-0003".into(),
+            package: "smallvec".into(),
+            version: "1.6.0".into(),
+            title: "Buffer overflow".into(),
+            patched: vec!["^0.6.14".into(), ">= 1.6.1".into()],
+        }]);
+        assert_eq!(dirty.exit_code(), 1);
+        assert_eq!(
+            render(&dirty),
+            "smallvec 1.6.0  RUSTSEC-2021-0003  Buffer overflow\n  patched: ^0.6.14, >= 1.6.1\n\n\
+             1 vulnerability in Cargo.lock of app at 0123456789ab (tree fedcba987654; \
+             warden-rustsec/0.1.0, advisory database git:abc, 2026-12-03T15:00:00Z)\n"
+        );
+        let clean = report(vec![]);
+        assert_eq!(clean.exit_code(), 0);
+        assert!(
+            render(&clean).starts_with("No known vulnerabilities in Cargo.lock of app"),
+            "{}",
+            render(&clean)
+        );
+    }
+}
