@@ -254,6 +254,9 @@ impl GvisorSandbox {
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
+        // A directory by this name is a dead process's (its pid reused by this one) that was
+        // killed during its own trial: stale, and in the way of an empty scratch directory.
+        let _ = crate::spec::remove_scratch(&base);
         let snapshot = base.join("snapshot");
         std::fs::create_dir_all(&snapshot)
             .map_err(|e| SandboxError::io(format!("cannot create {}", snapshot.display()), e))?;

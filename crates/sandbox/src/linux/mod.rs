@@ -158,10 +158,7 @@ impl LinuxSandbox {
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
-        let snapshot = base.join("snapshot");
-        std::fs::create_dir_all(&snapshot)
-            .and_then(|()| std::fs::write(snapshot.join("file"), b"trial\n"))
-            .map_err(|e| SandboxError::io(format!("cannot create {}", snapshot.display()), e))?;
+        let snapshot = prepare_trial(&base)?;
         let result = (|| {
             let view = self.open(&ViewSpec {
                 lower: vec![("trial".into(), snapshot.clone())],
@@ -193,6 +190,18 @@ impl LinuxSandbox {
         let _ = crate::spec::remove_scratch(&base);
         result
     }
+}
+
+/// The trial's directory at `base`, with a one-file snapshot and no scratch directory yet. A
+/// directory by this name is a dead process's (its pid reused by this one) that was killed
+/// during its own trial: stale, and removed first, or its scratch would be in the way.
+fn prepare_trial(base: &std::path::Path) -> Result<std::path::PathBuf, SandboxError> {
+    let _ = crate::spec::remove_scratch(base);
+    let snapshot = base.join("snapshot");
+    std::fs::create_dir_all(&snapshot)
+        .and_then(|()| std::fs::write(snapshot.join("file"), b"trial\n"))
+        .map_err(|e| SandboxError::io(format!("cannot create {}", snapshot.display()), e))?;
+    Ok(snapshot)
 }
 
 impl Sandbox for LinuxSandbox {
@@ -590,4 +599,22 @@ pub(crate) fn probe(config: &SandboxConfig) -> Vec<LayerReport> {
 fn _assert_send_sync() {
     fn check<T: Send + Sync>() {}
     check::<LinuxView>();
+}
+
+#[cfg(test)]
+mod trial_tests {
+    use super::*;
+
+    #[test]
+    fn a_dead_processs_trial_directory_is_cleared_before_a_trial() {
+        let home = tempfile::tempdir().unwrap();
+        let base = home.path().join("warden-sandbox-trial-1-0");
+        std::fs::create_dir_all(base.join("scratch/upper")).unwrap();
+        std::fs::write(base.join("scratch/upper/left"), b"x").unwrap();
+        std::fs::create_dir_all(base.join("snapshot")).unwrap();
+        std::fs::write(base.join("snapshot/file"), b"old\n").unwrap();
+        let snapshot = prepare_trial(&base).unwrap();
+        assert!(!base.join("scratch").exists(), "the stale scratch is gone");
+        assert_eq!(std::fs::read(snapshot.join("file")).unwrap(), b"trial\n");
+    }
 }
