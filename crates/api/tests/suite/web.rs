@@ -284,6 +284,23 @@ impl Console {
             .len()
     }
 
+    /// The id of `name`'s one active session (sessions started in one millisecond have no
+    /// order, so tests find them by name).
+    async fn session_of(&self, name: &str) -> String {
+        let mine: Vec<String> = self
+            .state
+            .access
+            .sessions(&principal("root", Role::Admin))
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|s| s.name == name)
+            .map(|s| s.id)
+            .collect();
+        assert_eq!(mine.len(), 1, "{name}: {mine:?}");
+        mine[0].clone()
+    }
+
     async fn session_ids(&self) -> Vec<String> {
         self.state
             .access
@@ -619,14 +636,7 @@ async fn every_state_changing_route_refuses_cross_site_requests_and_changes_noth
         .await;
     let sessions = console.session_ids().await;
     // Both sessions may start in the same millisecond: find alice's by name, not position.
-    let alice_session = console
-        .state
-        .access
-        .sessions(&principal("alice", Role::Operator))
-        .await
-        .unwrap()
-        .remove(0)
-        .id;
+    let alice_session = console.session_of("alice").await;
     let hash = format!("sha256:{}", "b".repeat(64));
     let routes: Vec<(String, String)> = vec![
         (
@@ -1149,13 +1159,16 @@ async fn another_users_task_is_not_found_and_a_viewer_only_reads() {
 
     // Sessions: alice sees and revokes only her own; the admin's is not found for her.
     let root = console.session(ADMIN).await;
-    let ids = console.session_ids().await;
+    let (alices, roots) = (
+        console.session_of("alice").await,
+        console.session_of("root").await,
+    );
     let page = console.send(get("/sessions").cookie(&alice)).await;
     assert_eq!(page.text.matches("/revoke\"").count(), 1, "{}", page.text);
-    assert!(page.text.contains(&ids[0]));
+    assert!(page.text.contains(&alices));
     let reply = console
         .send(
-            post(&format!("/sessions/{}/revoke", ids[2]), "")
+            post(&format!("/sessions/{roots}/revoke"), "")
                 .cookie(&alice)
                 .same_origin(),
         )
