@@ -119,10 +119,16 @@ pub async fn run(config: Config, args: crate::run::RunArgs) -> anyhow::Result<u8
 /// `warden maintain`.
 pub async fn maintain(config: Config, args: crate::maintain::MaintainArgs) -> anyhow::Result<u8> {
     let options = args.options().map_err(|e| usage(anyhow::anyhow!(e)))?;
-    if options.vulnerable() && config.maintain.advisory_db.is_none() {
+    // Which database is the project's is known once it is pinned; with none configured,
+    // neither can be.
+    if options.vulnerable()
+        && config.maintain.advisory_db.is_none()
+        && config.maintain.osv_db.is_none()
+    {
         return Err(usage(anyhow::anyhow!(
-            "--select vulnerable needs a local RustSec advisory database: set `advisory_db = \
-             \"/path/to/advisory-db\"` under [maintain] in {}",
+            "--select vulnerable needs a local advisory database: set `advisory_db = \
+             \"/path/to/advisory-db\"` (RustSec, for Cargo) or `osv_db = \"/path/to/go-vulndb\"` \
+             (OSV, for Go) under [maintain] in {}",
             config.file.display()
         )));
     }
@@ -155,10 +161,11 @@ pub async fn maintain(config: Config, args: crate::maintain::MaintainArgs) -> an
 /// `warden vulns`: pins the repository as `ask` does, then profiles and scans the pinned
 /// tree (no task). Every way of not scanning is exit 2, so that 1 always means findings.
 pub async fn vulns(config: Config, args: crate::vulns::VulnsArgs) -> anyhow::Result<u8> {
-    if config.maintain.advisory_db.is_none() {
+    if config.maintain.advisory_db.is_none() && config.maintain.osv_db.is_none() {
         return Err(usage(anyhow::anyhow!(
-            "warden vulns needs a local RustSec advisory database: set `advisory_db = \
-             \"/path/to/advisory-db\"` under [maintain] in {}",
+            "warden vulns needs a local advisory database: set `advisory_db = \
+             \"/path/to/advisory-db\"` (RustSec, for Cargo) or `osv_db = \"/path/to/go-vulndb\"` \
+             (OSV, for Go) under [maintain] in {}",
             config.file.display()
         )));
     }
@@ -175,7 +182,7 @@ pub async fn vulns(config: Config, args: crate::vulns::VulnsArgs) -> anyhow::Res
     let (root, tree) = (repo.snapshot.root.clone(), repo.snapshot.tree.clone());
     let now_ms = warden_runtime::Clock::now_ms(&warden_runtime::SystemClock);
     let scanning = Arc::clone(&config);
-    let scan = tokio::task::spawn_blocking(move || {
+    let found = tokio::task::spawn_blocking(move || {
         warden_engine::maintain::vulnerabilities(&scanning, &root, &tree, now_ms)
     })
     .await
@@ -189,8 +196,10 @@ pub async fn vulns(config: Config, args: crate::vulns::VulnsArgs) -> anyhow::Res
     let report = crate::vulns::VulnsReport {
         repo: repo.pinned.name.clone(),
         commit: repo.pinned.commit.clone(),
-        ecosystem: "cargo",
-        scan,
+        ecosystem: found.ecosystem.name(),
+        lockfile: found.ecosystem.lock_name(),
+        scan: found.scan,
+        stdlib: found.stdlib,
         notices: repo.notices.clone(),
     };
     if args.json {

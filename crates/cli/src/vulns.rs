@@ -1,16 +1,19 @@
-//! `warden vulns`: the known vulnerabilities of a Cargo project's `Cargo.lock`, and nothing
-//! else. A plain read-only command, not a task: the repository is pinned as `warden ask --repo`
-//! pins it (a verified read-only snapshot of a commit; a work tree's uncommitted files are left
-//! out and said), profiled as `warden maintain` profiles it, and its lockfile scanned against
-//! `[maintain] advisory_db` with the scan `warden maintain` makes of its base tree. Nothing
-//! runs, nothing is fetched, no model is asked and no task is recorded.
+//! `warden vulns`: the known vulnerabilities of a Cargo project's `Cargo.lock` or a Go module's
+//! `go.mod`, and nothing else. A plain read-only command, not a task: the repository is pinned
+//! as `warden ask --repo` pins it (a verified read-only snapshot of a commit; a work tree's
+//! uncommitted files are left out and said), profiled as `warden maintain` profiles it, and
+//! its lockfile scanned against `[maintain] advisory_db` (RustSec) or `osv_db` (OSV, Go) with
+//! the scan `warden maintain` makes of its base tree. For Go, the standard library is scanned
+//! too and reported apart from the third-party modules. Nothing runs, nothing is fetched, no
+//! model is asked and no task is recorded.
 //!
 //! Exit codes: 0 no finding, 1 findings, 2 no scan (a usage or configuration error, a project
 //! the profile refuses, a database that does not load).
 
 use crate::text;
 use serde::Serialize;
-use warden_protocol::Scan;
+use warden_engine::maintain::Stdlib;
+use warden_protocol::{Finding, Scan};
 
 #[derive(Debug, clap::Args)]
 pub struct VulnsArgs {
@@ -29,15 +32,22 @@ pub struct VulnsReport {
     pub repo: String,
     pub commit: String,
     pub ecosystem: &'static str,
+    /// The file scanned: `Cargo.lock` or `go.mod`.
+    pub lockfile: &'static str,
+    /// The third-party packages' scan, bound to the tree.
     pub scan: Scan,
+    /// Go: the standard library at the version the module builds with, apart.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdlib: Option<Stdlib>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notices: Vec<String>,
 }
 
 impl VulnsReport {
-    /// 0 without findings, 1 with.
+    /// 0 without findings (the standard library's included), 1 with.
     pub fn exit_code(&self) -> u8 {
-        u8::from(!self.scan.findings.is_empty())
+        let stdlib = self.stdlib.as_ref().map_or(0, |s| s.findings.len());
+        u8::from(!self.scan.findings.is_empty() || stdlib > 0)
     }
 }
 
@@ -46,7 +56,46 @@ impl VulnsReport {
 pub fn render(report: &VulnsReport) -> String {
     let scan = &report.scan;
     let mut out = String::new();
-    for finding in &scan.findings {
+    findings(&mut out, &scan.findings);
+    if !scan.findings.is_empty() {
+        out.push('\n');
+    }
+    let what = match scan.findings.len() {
+        0 => "No known vulnerabilities".to_string(),
+        n => text::count(n as u64, "vulnerability", "vulnerabilities"),
+    };
+    out.push_str(&format!(
+        "{what} in {} of {} at {} (tree {}; {}, advisory database {}, {})\n",
+        report.lockfile,
+        text::one_line(&report.repo),
+        text::short_commit(&report.commit),
+        text::short_commit(&scan.tree),
+        text::one_line(&scan.scanner),
+        text::one_line(&scan.database_snapshot),
+        text::one_line(&scan.scanned_at)
+    ));
+    if let Some(stdlib) = &report.stdlib {
+        out.push('\n');
+        findings(&mut out, &stdlib.findings);
+        if !stdlib.findings.is_empty() {
+            out.push('\n');
+        }
+        let what = match stdlib.findings.len() {
+            0 => "No known vulnerabilities".to_string(),
+            n => text::count(n as u64, "vulnerability", "vulnerabilities"),
+        };
+        out.push_str(&format!(
+            "{what} in the Go standard library at go{} ({})\n",
+            text::one_line(&stdlib.go_version),
+            text::one_line(&stdlib.source)
+        ));
+    }
+    out
+}
+
+/// One block per finding.
+fn findings(out: &mut String, findings: &[Finding]) {
+    for finding in findings {
         out.push_str(&format!(
             "{} {}  {}",
             text::one_line(&finding.package),
@@ -64,23 +113,6 @@ pub fn render(report: &VulnsReport) -> String {
         };
         out.push_str(&format!("  patched: {patched}\n"));
     }
-    if !scan.findings.is_empty() {
-        out.push('\n');
-    }
-    let what = match scan.findings.len() {
-        0 => "No known vulnerabilities".to_string(),
-        n => text::count(n as u64, "vulnerability", "vulnerabilities"),
-    };
-    out.push_str(&format!(
-        "{what} in Cargo.lock of {} at {} (tree {}; {}, advisory database {}, {})\n",
-        text::one_line(&report.repo),
-        text::short_commit(&report.commit),
-        text::short_commit(&scan.tree),
-        text::one_line(&scan.scanner),
-        text::one_line(&scan.database_snapshot),
-        text::one_line(&scan.scanned_at)
-    ));
-    out
 }
 
 #[cfg(test)]
@@ -93,6 +125,8 @@ mod tests {
             repo: "app".into(),
             commit: "0123456789abcdef0123".into(),
             ecosystem: "cargo",
+            lockfile: "Cargo.lock",
+            stdlib: None,
             scan: Scan {
                 stage: "base".into(),
                 tree: "fedcba9876543210fedc".into(),

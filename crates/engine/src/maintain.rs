@@ -36,8 +36,14 @@
 
 pub mod advisory;
 pub mod cargo;
+pub mod ecosystem;
+pub mod gomod;
+pub mod goproxy;
 pub mod index;
+pub mod osv;
 pub mod repair;
+
+use ecosystem::{Database, Ecosystem};
 
 use crate::change::{self, ChangeSandbox, MaintainOptions, PrepareNetwork};
 use crate::config::Config;
@@ -52,6 +58,10 @@ use warden_tools::checks::ChangeSession;
 /// The checks a Cargo project is maintained with when neither the task nor the repository
 /// names any.
 pub const DEFAULT_CARGO_CHECKS: [&str; 1] = ["cargo test --locked --offline"];
+
+/// The checks a Go module is maintained with when neither the task nor the repository names
+/// any (offline: the Go preset's `GOPROXY=off`, `GOFLAGS=-mod=mod`).
+pub const DEFAULT_GO_CHECKS: [&str; 1] = ["go test ./..."];
 
 /// How long applying one upgrade in the task's view may run.
 const APPLY_TIMEOUT: Duration = Duration::from_secs(300);
@@ -255,39 +265,48 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
     let maintain = &run.config.maintain;
 
     // 1. Profile.
-    let profile = stage(run, state, "profile", "Cargo.toml, Cargo.lock", |_| {
-        let profile = cargo::profile(&session.config.snapshot)
+    let files = match Ecosystem::detect(&session.config.snapshot) {
+        Ok(Ecosystem::Cargo) => "Cargo.toml, Cargo.lock",
+        Ok(Ecosystem::Go) => "go.mod, go.sum",
+        Err(_) => "the manifests and the lockfile",
+    };
+    let profile = stage(run, state, "profile", files, |state| {
+        let profile = ecosystem::profile(&session.config.snapshot)
             .map_err(|reason| failure(FailureCode::UnsupportedProject, reason))?;
-        let direct = profile.lockfile.direct_crates_io().len();
-        Ok((
-            profile,
-            format!("cargo project, {direct} direct crates.io dependencies"),
-        ))
+        state.maintenance.ecosystem = profile.ecosystem.name().into();
+        let direct = profile.direct.len();
+        let summary = match profile.ecosystem {
+            Ecosystem::Cargo => format!("cargo project, {direct} direct crates.io dependencies"),
+            Ecosystem::Go => format!("Go module, {direct} direct module requirements"),
+        };
+        Ok((profile, summary))
     })?;
+    let eco = profile.ecosystem;
+    let (preset, cache_var) = eco.preset();
     if !run
         .sandbox
         .toolchains
         .cache_env
         .iter()
-        .any(|(name, _)| name == "CARGO_HOME")
+        .any(|(name, _)| name == cache_var)
     {
         return Err(failure(
             FailureCode::UnsupportedProject,
             format!(
-                "maintaining a Cargo project needs the rust toolchain preset and its \
-                 per-repository dependency cache: add `toolchains = [\"rust\"]` under [sandbox] \
-                 in {}",
+                "maintaining {} needs the {preset} toolchain preset and its per-repository \
+                 dependency cache: add `toolchains = [\"{preset}\"]` under [sandbox] in {}",
+                eco.packages_noun(),
                 run.config.file.display()
             ),
         ));
     }
 
     // 2. Acquire: the one networked step for the base's packages.
-    let mut toolchains = run.sandbox.toolchains.clone();
-    toolchains.prepare = std::iter::once("cargo fetch --locked".to_string())
+    let mut toolchains = networked_toolchains(run, eco)?;
+    toolchains.prepare = std::iter::once(eco.acquire().to_string())
         .chain(run.sandbox.toolchains.prepare.iter().cloned())
         .collect();
-    let notices = stage(run, state, "acquire", "cargo fetch --locked", |_| {
+    let notices = stage(run, state, "acquire", eco.acquire(), |_| {
         let notices = change::before_agent(session, run.config, &toolchains, &|line| {
             tracing::info!("{line}")
         })?;
@@ -322,35 +341,40 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
 
     // 4. The base scan.
     let vulnerable = run.options.vulnerable();
-    let database = match (&maintain.advisory_db, vulnerable) {
-        (Some(path), _) => Some(
-            advisory::AdvisoryDb::open(path)
-                .map_err(|message| failure(FailureCode::Infrastructure, message))?,
-        ),
-        (None, true) => {
-            return Err(failure(
-                FailureCode::Infrastructure,
-                format!(
-                    "--select vulnerable needs a local RustSec advisory database: set \
-                     `advisory_db = \"/path/to/advisory-db\"` under [maintain] in {}",
-                    run.config.file.display()
-                ),
-            ))
-        }
-        (None, false) => None,
-    };
+    let database = Database::open(run.config, eco)
+        .map_err(|message| failure(FailureCode::Infrastructure, message))?;
+    if database.is_none() && vulnerable {
+        return Err(failure(
+            FailureCode::Infrastructure,
+            Database::missing(run.config, eco, "--select vulnerable"),
+        ));
+    }
+    let lock_name = eco.lock_name();
     let base_findings = match &database {
-        Some(db) => stage(run, state, "scan", "Cargo.lock of the base tree", |state| {
-            let scan = scan_tree(session, db, &base_tree, "base", run.now_ms)?;
-            let findings = scan.findings.clone();
-            let summary = format!(
-                "{} advisories apply to the base tree (database {})",
-                findings.len(),
-                db.snapshot
-            );
-            state.maintenance.scans.push(scan);
-            Ok((findings, summary))
-        })?,
+        Some(db) => stage(
+            run,
+            state,
+            "scan",
+            &format!("{lock_name} of the base tree"),
+            |state| {
+                let scan = scan_tree(session, eco, db, &base_tree, "base", run.now_ms)?;
+                let findings = scan.findings.clone();
+                let summary = format!(
+                    "{} advisories apply to the base tree (database {})",
+                    findings.len(),
+                    db.snapshot()
+                );
+                state.maintenance.scans.push(scan);
+                if let Database::Osv(osv) = db {
+                    state.notices.extend(stdlib_notice(
+                        osv,
+                        run,
+                        profile.named_go_version.as_deref(),
+                    ));
+                }
+                Ok((findings, summary))
+            },
+        )?,
         None => Vec::new(),
     };
 
@@ -362,7 +386,11 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
         deny: maintain.deny.clone(),
         now_ms: run.now_ms,
     };
-    let upgrades = stage(run, state, "discover", &maintain.index, |state| {
+    let source = match eco {
+        Ecosystem::Cargo => maintain.index.clone(),
+        Ecosystem::Go => maintain.goproxy.clone(),
+    };
+    let upgrades = stage(run, state, "discover", &source, |state| {
         let upgrades = discover(
             run,
             state,
@@ -379,7 +407,7 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
     })?;
     if upgrades.is_empty() {
         let summary = if vulnerable && base_findings.is_empty() {
-            "No known vulnerabilities in Cargo.lock: nothing to upgrade.".to_string()
+            format!("No known vulnerabilities in {lock_name}: nothing to upgrade.")
         } else {
             "Nothing to upgrade: no eligible newer version (see the notices).".to_string()
         };
@@ -388,7 +416,7 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
 
     // 6. Fetch the candidates' packages (networked), then apply offline and check.
     stage(run, state, "fetch", &upgrade_list(&upgrades), |_| {
-        fetch_candidates(run, &upgrades)?;
+        fetch_candidates(run, eco, &upgrades)?;
         Ok(((), "candidate packages fetched into the cache".to_string()))
     })?;
     let mut tree = base_tree.clone();
@@ -396,7 +424,7 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
     for upgrade in &upgrades {
         let label = format!("{} {} → {}", upgrade.package, upgrade.from, upgrade.to);
         let (next, checked) = stage(run, state, "apply", &label, |_| {
-            apply_upgrade(run, upgrade)?;
+            apply_upgrade(run, eco, upgrade)?;
             let candidate = session
                 .candidate()
                 .map_err(|message| failure(FailureCode::Infrastructure, message))?;
@@ -435,7 +463,7 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
                 let mut applied = state.maintenance.upgrades.clone();
                 applied.push(upgrade.clone());
                 stage(run, state, "repair", &label, |state| {
-                    let accepted = repair_upgrade(run, &next, &failing, upgrade, &applied)?;
+                    let accepted = repair_upgrade(run, eco, &next, &failing, upgrade, &applied)?;
                     state.notices.push(format!(
                         "upgrading {label} broke check `{}`; the model repaired it on tree {}: \
                          {}",
@@ -461,9 +489,9 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
         state.maintenance.upgrades.push(upgrade.clone());
     }
     if tree == base_tree {
-        return Ok(Done::NoChange(
-            "The upgrades left Cargo.lock as it was: nothing to propose.".into(),
-        ));
+        return Ok(Done::NoChange(format!(
+            "The upgrades left {lock_name} as it was: nothing to propose."
+        )));
     }
 
     // 7. The post-scan and readiness.
@@ -476,9 +504,9 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
             run,
             state,
             "scan",
-            "Cargo.lock of the candidate tree",
+            &format!("{lock_name} of the candidate tree"),
             |state| {
-                let scan = scan_tree(session, db, &tree, "candidate", run.now_ms)?;
+                let scan = scan_tree(session, eco, db, &tree, "candidate", run.now_ms)?;
                 let summary = format!("{} advisories apply to the candidate", scan.findings.len());
                 state.maintenance.scans.push(scan.clone());
                 Ok((scan, summary))
@@ -510,9 +538,13 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
         .err()
         .unwrap_or_default();
         // Whatever repaired it, the candidate's lockfile still holds every upgrade.
-        let lock = repair::tree_lockfile(session, &tree)
+        let lock = repair::tree_lockfile(session, eco, &tree)
             .map_err(|message| failure(FailureCode::Infrastructure, message))?;
-        reasons.extend(repair::upgrades_in_lock(&lock, &state.maintenance.upgrades));
+        reasons.extend(repair::upgrades_in_lock(
+            eco,
+            &lock,
+            &state.maintenance.upgrades,
+        ));
         let ready = if reasons.is_empty() {
             Ok(())
         } else {
@@ -532,6 +564,7 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
 
     // 8. The proposal.
     let mut summary = proposal_summary(
+        eco,
         &state.maintenance,
         database.as_ref(),
         &base_findings,
@@ -567,6 +600,7 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
 /// failure that ends the maintenance with no proposal.
 fn repair_upgrade(
     run: &MaintainRun<'_>,
+    eco: Ecosystem,
     tree: &str,
     failing: &Validation,
     upgrade: &Upgrade,
@@ -577,11 +611,12 @@ fn repair_upgrade(
     };
     let mut agent = agent.borrow_mut();
     let session = run.session;
-    let upgraded_lock = repair::tree_lockfile(session, tree)
+    let upgraded_lock = repair::tree_lockfile(session, eco, tree)
         .map_err(|message| failure(FailureCode::Infrastructure, message))?;
     let accepted = std::sync::Arc::new(std::sync::Mutex::new(None));
     let mut tools = agent.tools.clone();
     tools.push(std::sync::Arc::new(repair::SubmitRepair {
+        ecosystem: eco,
         session: std::sync::Arc::clone(&agent.session),
         upgraded_tree: tree.to_string(),
         upgraded_lock,
@@ -590,10 +625,10 @@ fn repair_upgrade(
     }));
     let messages = vec![
         warden_runtime::Message::System {
-            text: repair::repair_system_prompt(&session.config.checks),
+            text: repair::repair_system_prompt(eco, &session.config.checks),
         },
         warden_runtime::Message::User {
-            text: repair::repair_prompt(upgrade, failing),
+            text: repair::repair_prompt(eco, upgrade, failing),
         },
     ];
     let context = serde_json::json!({
@@ -715,10 +750,11 @@ fn tail_lines(text: &str, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
-/// Scans the `Cargo.lock` of exactly `tree` (the snapshot, or its verified materialization).
+/// Scans the lockfile of exactly `tree` (the snapshot, or its verified materialization).
 fn scan_tree(
     session: &ChangeSession,
-    db: &advisory::AdvisoryDb,
+    eco: Ecosystem,
+    db: &Database,
     tree: &str,
     stage: &str,
     now_ms: u64,
@@ -726,62 +762,130 @@ fn scan_tree(
     let root = session
         .tree_root(tree)
         .map_err(|message| failure(FailureCode::Infrastructure, message))?;
-    scan_lockfile(db, &root, tree, stage, now_ms)
+    scan_lockfile(eco, db, &root, tree, stage, now_ms)
 }
 
 /// The stage of the scan `warden vulns` makes.
 pub const VULNS_STAGE: &str = "base";
 
+/// What `warden vulns` found: the scan of the lockfile (bound to the tree) and, for a Go
+/// module, the standard library's findings apart.
+#[derive(Debug, Clone)]
+pub struct Vulnerabilities {
+    pub ecosystem: Ecosystem,
+    pub scan: Scan,
+    /// Go: the standard library's version scanned, and where it comes from.
+    pub stdlib: Option<Stdlib>,
+}
+
+/// The standard library's scan of a Go module.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Stdlib {
+    /// `1.19.8`.
+    pub go_version: String,
+    /// What says the version: the sandbox's toolchain or the `go.mod`.
+    pub source: String,
+    pub findings: Vec<Finding>,
+}
+
 /// `warden vulns`: profiles the verified, read-only tree at `root` (git tree `tree`) as the
-/// pipeline's first stage does and scans its `Cargo.lock` against `[maintain] advisory_db`
-/// exactly as the pipeline's base scan does (the scan record is the same, stage `base`).
-/// Nothing runs and nothing is fetched: the lockfile is read, not resolved. `Err` says why
-/// there is no scan: no advisory database configured (`Infrastructure`), one that does not
-/// load (`Infrastructure`), or a project the profile refuses (`UnsupportedProject`).
+/// pipeline's first stage does and scans its lockfile against the ecosystem's advisory
+/// database exactly as the pipeline's base scan does (the scan record is the same, stage
+/// `base`); a Go module's standard library is scanned too, apart. Nothing runs and nothing is
+/// fetched: the lockfile is read, not resolved. `Err` says why there is no scan: no advisory
+/// database configured (`Infrastructure`), one that does not load (`Infrastructure`), or a
+/// project the profile refuses (`UnsupportedProject`).
 pub fn vulnerabilities(
     config: &Config,
     root: &std::path::Path,
     tree: &str,
     now_ms: u64,
-) -> Result<Scan, Failure> {
-    let path = config.maintain.advisory_db.as_ref().ok_or_else(|| {
-        failure(
-            FailureCode::Infrastructure,
-            format!(
-                "warden vulns needs a local RustSec advisory database: set `advisory_db = \
-                 \"/path/to/advisory-db\"` under [maintain] in {}",
-                config.file.display()
-            ),
+) -> Result<Vulnerabilities, Failure> {
+    let profile = ecosystem::profile(root)
+        .map_err(|reason| failure(FailureCode::UnsupportedProject, reason))?;
+    let eco = profile.ecosystem;
+    let db = Database::open(config, eco)
+        .map_err(|message| failure(FailureCode::Infrastructure, message))?
+        .ok_or_else(|| {
+            failure(
+                FailureCode::Infrastructure,
+                Database::missing(config, eco, "warden vulns"),
+            )
+        })?;
+    let scan = scan_lockfile(eco, &db, root, tree, VULNS_STAGE, now_ms)?;
+    let stdlib = match &db {
+        Database::Osv(osv) => stdlib_version(
+            &config.sandbox.toolchains.env,
+            profile.named_go_version.as_deref(),
         )
-    })?;
-    cargo::profile(root).map_err(|reason| failure(FailureCode::UnsupportedProject, reason))?;
-    let db = advisory::AdvisoryDb::open(path)
-        .map_err(|message| failure(FailureCode::Infrastructure, message))?;
-    scan_lockfile(&db, root, tree, VULNS_STAGE, now_ms)
+        .map(|(go_version, source)| Stdlib {
+            findings: osv.scan_stdlib(&go_version),
+            go_version,
+            source,
+        }),
+        Database::RustSec(_) => None,
+    };
+    Ok(Vulnerabilities {
+        ecosystem: eco,
+        scan,
+        stdlib,
+    })
 }
 
-/// Scans the `Cargo.lock` under `root`, the files of git tree `tree`.
+/// The Go version the standard library is scanned at, and what says it: the sandbox's `go`
+/// toolchain (what builds and tests the module) when the preset is configured, else the
+/// version `go.mod` names (its `toolchain`, else its `go` line: a minimum, the build may use a
+/// newer one).
+fn stdlib_version(env: &[(String, String)], named: Option<&str>) -> Option<(String, String)> {
+    if let Some(version) = ecosystem::sandbox_go_version(env) {
+        return Some((version, "the sandbox's go toolchain".into()));
+    }
+    named.map(|v| {
+        (
+            v.to_string(),
+            "go.mod (a minimum; the toolchain that builds may be newer)".into(),
+        )
+    })
+}
+
+/// The notice a Go module's maintenance gives about its standard library: `maintain` upgrades
+/// modules, not the Go toolchain.
+fn stdlib_notice(db: &osv::OsvDb, run: &MaintainRun<'_>, named: Option<&str>) -> Option<String> {
+    let (version, source) = stdlib_version(&run.sandbox.toolchains.env, named)?;
+    let findings = db.scan_stdlib(&version);
+    if findings.is_empty() {
+        return None;
+    }
+    let ids: Vec<String> = findings.iter().map(|f| f.advisory.clone()).collect();
+    Some(format!(
+        "the Go standard library at go{version} ({source}) has {} known vulnerabilities ({}): \
+         upgrading the Go toolchain is not something maintain proposes",
+        findings.len(),
+        ids.join(", ")
+    ))
+}
+
+/// Scans the lockfile under `root`, the files of git tree `tree`.
 fn scan_lockfile(
-    db: &advisory::AdvisoryDb,
+    eco: Ecosystem,
+    db: &Database,
     root: &std::path::Path,
     tree: &str,
     stage: &str,
     now_ms: u64,
 ) -> Result<Scan, Failure> {
-    let text = std::fs::read_to_string(root.join("Cargo.lock")).map_err(|e| {
+    let lock = eco.read_lock(root).map_err(|message| {
         failure(
             FailureCode::UnsupportedProject,
-            format!("cannot read Cargo.lock of tree {tree}: {e}"),
+            format!("tree {tree}: {message}"),
         )
     })?;
-    let lock = cargo::Lockfile::parse(&text)
-        .map_err(|message| failure(FailureCode::UnsupportedProject, message))?;
     Ok(Scan {
         stage: stage.into(),
         tree: tree.into(),
-        scanner: advisory::scanner(),
-        database: db.path.display().to_string(),
-        database_snapshot: db.snapshot.clone(),
+        scanner: db.scanner(),
+        database: db.path().display().to_string(),
+        database_snapshot: db.snapshot().to_string(),
         scanned_at: index::rfc3339(now_ms),
         findings: db.scan(&lock),
     })
@@ -791,12 +895,13 @@ fn scan_lockfile(
 fn discover(
     run: &MaintainRun<'_>,
     state: &mut State,
-    profile: &cargo::Profile,
+    profile: &ecosystem::Profile,
     policy: &index::Policy,
     findings: &[Finding],
-    database: Option<&advisory::AdvisoryDb>,
+    database: Option<&Database>,
 ) -> Result<Vec<Upgrade>, Failure> {
-    let direct = profile.lockfile.direct_crates_io();
+    let eco = profile.ecosystem;
+    let direct = &profile.direct;
     // (package, version in the lockfile, advisories to clear)
     let mut wanted: Vec<(String, String, Vec<String>)> = Vec::new();
     let names = run.options.names();
@@ -818,16 +923,21 @@ fn discover(
         for name in &names {
             let matching: Vec<_> = direct.iter().filter(|p| &p.name == name).collect();
             if matching.is_empty() {
-                state.notices.push(format!(
-                    "--select {name}: not a direct crates.io dependency in Cargo.lock"
-                ));
+                state.notices.push(match eco {
+                    Ecosystem::Cargo => {
+                        format!("--select {name}: not a direct crates.io dependency in Cargo.lock")
+                    }
+                    Ecosystem::Go => {
+                        format!("--select {name}: not a direct requirement in go.mod")
+                    }
+                });
             }
             for package in matching {
                 wanted.push((package.name.clone(), package.version.clone(), Vec::new()));
             }
         }
     } else {
-        for package in &direct {
+        for package in direct {
             wanted.push((package.name.clone(), package.version.clone(), Vec::new()));
         }
     }
@@ -847,24 +957,30 @@ fn discover(
                 .push(format!("{name} {from} not upgraded: {reason}"));
             continue;
         }
-        let Ok(current) = semver::Version::parse(&from) else {
+        let Some(current) = eco.semver(&from) else {
             state
                 .notices
                 .push(format!("{name} {from}: not a semver version, not upgraded"));
             continue;
         };
-        let versions = handle
-            .block_on(index::fetch_versions(
+        let versions = match eco {
+            Ecosystem::Cargo => handle.block_on(index::fetch_versions(
                 &client,
                 &run.config.maintain.index,
                 &name,
-            ))
-            .map_err(|message| failure(FailureCode::Infrastructure, message))?;
+            )),
+            Ecosystem::Go => {
+                let proxy = goproxy::Proxy::parse(&run.config.maintain.goproxy)
+                    .map_err(|message| failure(FailureCode::Infrastructure, message))?;
+                handle.block_on(goproxy::fetch_versions(&client, &proxy, &name, &current))
+            }
+        }
+        .map_err(|message| failure(FailureCode::Infrastructure, message))?;
         let requirements = profile.requirements.get(&name).cloned().unwrap_or_default();
         let mut eligible: Vec<&index::IndexVersion> = Vec::new();
         let mut passed_over: Vec<String> = Vec::new();
         for candidate in &versions {
-            match policy.eligible(&current, &requirements, candidate) {
+            match policy.eligible(eco, &current, &requirements, candidate) {
                 Ok(()) => eligible.push(candidate),
                 Err(reason) if candidate.version > current => passed_over.push(reason),
                 Err(_) => {}
@@ -875,11 +991,9 @@ fn discover(
             eligible.last().copied()
         } else {
             let affected = |v: &semver::Version| {
-                advisories.iter().any(|id| {
-                    database
-                        .and_then(|db| db.advisory(id))
-                        .is_some_and(|a| a.affects(v))
-                })
+                advisories
+                    .iter()
+                    .any(|id| database.is_some_and(|db| db.affects(id, &name, v)))
             };
             eligible.iter().copied().find(|c| !affected(&c.version))
         };
@@ -887,7 +1001,7 @@ fn discover(
             Some(version) => upgrades.push(Upgrade {
                 package: name,
                 from,
-                to: version.version.to_string(),
+                to: eco.version_text(&version.version),
                 advisories,
             }),
             None => {
@@ -907,16 +1021,51 @@ fn discover(
     Ok(upgrades)
 }
 
-/// `'text'` for a shell.
-fn quoted(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "'\\''"))
+/// The toolchains of the networked steps (acquire, fetch): the task's, with Go's module
+/// proxy (`[maintain] goproxy`, a `file://` directory mounted read-only) and checksum database
+/// (`[maintain] gosumdb`) for a Go module.
+fn networked_toolchains(
+    run: &MaintainRun<'_>,
+    eco: Ecosystem,
+) -> Result<crate::toolchain::TaskToolchains, Failure> {
+    let mut toolchains = run.sandbox.toolchains.clone();
+    if eco != Ecosystem::Go {
+        return Ok(toolchains);
+    }
+    let maintain = &run.config.maintain;
+    let proxy = goproxy::Proxy::parse(&maintain.goproxy)
+        .map_err(|message| failure(FailureCode::Infrastructure, message))?;
+    if let goproxy::Proxy::Dir(dir) = &proxy {
+        let checked =
+            crate::toolchain::check_mount(&dir.display().to_string(), None, Some(&run.config.home))
+                .map_err(|reason| {
+                    failure(
+                        FailureCode::Infrastructure,
+                        format!("maintain.goproxy: {reason}"),
+                    )
+                })?;
+        if !toolchains.mounts.contains(&checked) {
+            toolchains.mounts.push(checked);
+        }
+    }
+    toolchains
+        .env
+        .push(("GOPROXY".into(), maintain.goproxy.clone()));
+    if let Some(sumdb) = &maintain.gosumdb {
+        toolchains.env.push(("GOSUMDB".into(), sumdb.clone()));
+    }
+    Ok(toolchains)
 }
 
 /// Fetches the packages of the upgraded lockfile into the cache: the upgrades applied in a
-/// networked, prepare-like view over the base whose lockfile is thrown away.
-fn fetch_candidates(run: &MaintainRun<'_>, upgrades: &[Upgrade]) -> Result<(), Failure> {
+/// networked, prepare-like view over the base whose files are thrown away.
+fn fetch_candidates(
+    run: &MaintainRun<'_>,
+    eco: Ecosystem,
+    upgrades: &[Upgrade],
+) -> Result<(), Failure> {
     let session = run.session;
-    let toolchains = &run.sandbox.toolchains;
+    let toolchains = networked_toolchains(run, eco)?;
     let _lock = match &toolchains.cache {
         Some(cache) => Some(crate::toolchain::lock_cache(cache).map_err(|e| {
             failure(
@@ -926,22 +1075,11 @@ fn fetch_candidates(run: &MaintainRun<'_>, upgrades: &[Upgrade]) -> Result<(), F
         })?),
         None => None,
     };
-    let mut script: Vec<String> = upgrades
-        .iter()
-        .map(|u| {
-            format!(
-                "cargo update -p {} --precise {}",
-                quoted(&format!("{}@{}", u.package, u.from)),
-                quoted(&u.to)
-            )
-        })
-        .collect();
-    script.push("cargo fetch --locked".into());
-    let script = script.join(" && ");
-    let network = PrepareNetwork::of(session.config.sandbox.as_ref(), toolchains);
+    let script = eco.fetch_script(upgrades);
+    let network = PrepareNetwork::of(session.config.sandbox.as_ref(), &toolchains);
     let output = change::prepare_command(
         session,
-        toolchains,
+        &toolchains,
         &network,
         "fetch-candidates",
         &script,
@@ -967,12 +1105,8 @@ fn fetch_candidates(run: &MaintainRun<'_>, upgrades: &[Upgrade]) -> Result<(), F
 }
 
 /// Applies one upgrade offline in the task's writable view.
-fn apply_upgrade(run: &MaintainRun<'_>, upgrade: &Upgrade) -> Result<(), Failure> {
-    let script = format!(
-        "cargo update --offline -p {} --precise {}",
-        quoted(&format!("{}@{}", upgrade.package, upgrade.from)),
-        quoted(&upgrade.to)
-    );
+fn apply_upgrade(run: &MaintainRun<'_>, eco: Ecosystem, upgrade: &Upgrade) -> Result<(), Failure> {
+    let script = eco.apply_script(upgrade);
     let output = run
         .sandbox
         .run(&script, APPLY_TIMEOUT, run.config.sandbox.limits)
@@ -1059,8 +1193,9 @@ pub fn readiness(
 /// The proposal's commit message and pull-request body: the upgrades old → new, the
 /// advisories cleared, the scans and the validations.
 fn proposal_summary(
+    eco: Ecosystem,
     maintenance: &Maintenance,
-    database: Option<&advisory::AdvisoryDb>,
+    database: Option<&Database>,
     base_findings: &[Finding],
     tree: &str,
     validations: &[Validation],
@@ -1075,7 +1210,7 @@ fn proposal_summary(
             one.advisories.join(", ")
         ),
         [one] => format!("Upgrade {} {} → {}", one.package, one.from, one.to),
-        many => format!("Upgrade {} Cargo dependencies", many.len()),
+        many => format!("Upgrade {} {}", many.len(), eco.packages_noun()),
     };
     let mut body = format!("{subject}\n\nUpgrades:\n");
     for u in upgrades {
@@ -1106,8 +1241,8 @@ fn proposal_summary(
         body.push_str(&format!(
             "\nScans ({}, advisory database {}): base {} finding(s), candidate tree {tree} {} \
              finding(s).\n",
-            advisory::scanner(),
-            db.snapshot,
+            db.scanner(),
+            db.snapshot(),
             base_findings.len(),
             remaining
         ));
@@ -1250,13 +1385,14 @@ mod tests {
             advisories_cleared: vec!["RUSTSEC-2021-0003".into()],
             scans: vec![scan("cand", &[])],
         };
-        let db = advisory::AdvisoryDb {
+        let db = Database::RustSec(advisory::AdvisoryDb {
             path: "/db".into(),
             advisories: vec![],
             snapshot: "git:abc".into(),
-        };
+        });
         let base = scan("base", &["RUSTSEC-2021-0003"]).findings;
         let text = proposal_summary(
+            Ecosystem::Cargo,
             &maintenance,
             Some(&db),
             &base,

@@ -1,6 +1,6 @@
 //! The `[maintain]` section of `warden.toml`: where `warden maintain` looks for candidate
-//! versions (a Cargo sparse index), the local RustSec advisory database `--select vulnerable`
-//! scans against, and the upgrade policy (major upgrades opt-in, a cooldown in days, allow and
+//! versions (a Cargo sparse index, a Go module proxy), the local advisory databases
+//! `--select vulnerable` scans against (RustSec's for Cargo, OSV for Go), and the upgrade policy (major upgrades opt-in, a cooldown in days, allow and
 //! deny lists).
 
 use anyhow::bail;
@@ -10,6 +10,9 @@ use std::path::PathBuf;
 /// crates.io's sparse index.
 pub const DEFAULT_INDEX: &str = "https://index.crates.io";
 
+/// Go's public module proxy.
+pub const DEFAULT_GOPROXY: &str = "https://proxy.golang.org";
+
 /// `[maintain]` as written.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -18,6 +21,13 @@ pub struct MaintainSection {
     pub index: Option<String>,
     /// A local RustSec advisory database (`advisory-db`'s layout), for `--select vulnerable`.
     pub advisory_db: Option<PathBuf>,
+    /// A local OSV advisory database for Go modules (a directory of vuln.go.dev's records).
+    pub osv_db: Option<PathBuf>,
+    /// The Go module proxy candidate versions and modules come from: `https://…` or
+    /// `file:///dir` (default proxy.golang.org).
+    pub goproxy: Option<String>,
+    /// `GOSUMDB` for the networked Go steps (default: Go's own, sum.golang.org).
+    pub gosumdb: Option<String>,
     /// Minimum age of a version, in days (default 0).
     pub cooldown_days: Option<u32>,
     /// Allow semver-incompatible (major) upgrades (default false).
@@ -35,6 +45,9 @@ pub struct MaintainSection {
 pub struct MaintainConfig {
     pub index: String,
     pub advisory_db: Option<PathBuf>,
+    pub osv_db: Option<PathBuf>,
+    pub goproxy: String,
+    pub gosumdb: Option<String>,
     pub cooldown_days: u32,
     pub allow_major: bool,
     pub allow: Vec<String>,
@@ -46,6 +59,9 @@ impl Default for MaintainConfig {
         MaintainConfig {
             index: DEFAULT_INDEX.into(),
             advisory_db: None,
+            osv_db: None,
+            goproxy: DEFAULT_GOPROXY.into(),
+            gosumdb: None,
             cooldown_days: 0,
             allow_major: false,
             allow: Vec::new(),
@@ -65,17 +81,36 @@ impl MaintainConfig {
         if !(index.starts_with("https://") || index.starts_with("http://")) {
             bail!("maintain.index must be an http(s) URL of a Cargo sparse index (got {index:?})");
         }
-        if let Some(db) = &section.advisory_db {
-            if !db.is_absolute() {
-                bail!(
-                    "maintain.advisory_db must be an absolute path (got {})",
-                    db.display()
-                );
+        for (key, db) in [
+            ("advisory_db", &section.advisory_db),
+            ("osv_db", &section.osv_db),
+        ] {
+            if let Some(db) = db {
+                if !db.is_absolute() {
+                    bail!(
+                        "maintain.{key} must be an absolute path (got {})",
+                        db.display()
+                    );
+                }
+            }
+        }
+        let goproxy = section
+            .goproxy
+            .clone()
+            .unwrap_or_else(|| DEFAULT_GOPROXY.into());
+        crate::maintain::goproxy::Proxy::parse(&goproxy)
+            .map_err(|reason| anyhow::anyhow!("maintain.goproxy: {reason}"))?;
+        if let Some(sumdb) = &section.gosumdb {
+            if sumdb.trim().is_empty() || sumdb.contains(['\n', '\0']) {
+                bail!("maintain.gosumdb must be a GOSUMDB value such as \"sum.golang.org\" or \"off\"");
             }
         }
         Ok(MaintainConfig {
             index,
             advisory_db: section.advisory_db.clone(),
+            osv_db: section.osv_db.clone(),
+            goproxy: goproxy.trim_end_matches('/').to_string(),
+            gosumdb: section.gosumdb.clone(),
             cooldown_days: section.cooldown_days.unwrap_or(0),
             allow_major: section.allow_major.unwrap_or(false),
             allow: section.allow.clone(),

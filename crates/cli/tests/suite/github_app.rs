@@ -120,6 +120,27 @@ pub(super) fn wait_comments(
         .unwrap_or_else(|| panic!("{what}: {:#?}", github.fake.comments()))
 }
 
+/// [`wait_comments`], and on a timeout also the tasks and the server's stderr: what the task
+/// was doing when the comment did not come.
+pub(super) fn wait_comments_on(
+    server: &Server,
+    github: &GithubRemote,
+    what: &str,
+    done: impl Fn(&[Comment]) -> bool,
+) -> Vec<Comment> {
+    github
+        .fake
+        .wait_for_comments(WAIT, done)
+        .unwrap_or_else(|| {
+            panic!(
+                "{what}: {:#?}\ntasks: {}\nserver stderr:\n{}",
+                github.fake.comments(),
+                server.get(ADMIN, "/v1/tasks"),
+                server.stderr()
+            )
+        })
+}
+
 /// What a reader sees: the invisible word joiners, entities and Markdown escapes read.
 pub(super) fn visible(text: &str) -> String {
     let read = text
@@ -324,7 +345,7 @@ fn a_change_shows_its_hash_and_only_the_approvers_comment_with_that_hash_opens_o
         comment(&server, "c-1", "alice", "@warden fix: make beta uppercase"),
         200
     );
-    let comments = wait_comments(&github, "the proposal", |c| {
+    let comments = wait_comments_on(&server, &github, "the proposal", |c| {
         c.iter().any(|c| c.body.contains("/warden approve sha256:"))
     });
     assert_eq!(comments.len(), 1, "{comments:#?}");

@@ -8,6 +8,7 @@ mod github_app;
 mod github_examples;
 mod logs_json;
 mod maintain;
+mod maintain_go;
 mod mcp;
 mod mcp_client;
 mod mcp_http;

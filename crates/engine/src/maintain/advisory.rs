@@ -203,7 +203,7 @@ impl AdvisoryDb {
 
 /// The commit checked out in `dir` when it is a git work tree with a `.git` directory, read
 /// from `HEAD`, the loose ref or `packed-refs` (no git process runs on it).
-fn git_head(dir: &Path) -> Option<String> {
+pub(super) fn git_head(dir: &Path) -> Option<String> {
     let git = dir.join(".git");
     if !git.is_dir() {
         return None;

@@ -61,8 +61,24 @@ pub async fn fetch_versions(
     name: &str,
 ) -> Result<Vec<IndexVersion>, String> {
     let url = format!("{}/{}", index.trim_end_matches('/'), index_path(name));
-    let response = client
-        .get(&url)
+    let bytes = get_capped(client, &url, MAX_INDEX_FILE_BYTES, "the index")
+        .await?
+        .ok_or_else(|| format!("{name} is not in the index ({url}: 404)"))?;
+    Ok(parse_index(&String::from_utf8_lossy(&bytes)))
+}
+
+/// GETs `url` naming Warden in the `User-Agent` (as crates.io asks of clients): the body, or
+/// `None` for 404 or 410 (the Go module proxy protocol's "not found"). The body is read in
+/// chunks and refused past `cap` bytes before it is held whole; `what` names the server in
+/// errors.
+pub async fn get_capped(
+    client: &reqwest::Client,
+    url: &str,
+    cap: usize,
+    what: &str,
+) -> Result<Option<Vec<u8>>, String> {
+    let mut response = client
+        .get(url)
         .header(
             reqwest::header::USER_AGENT,
             format!(
@@ -73,29 +89,26 @@ pub async fn fetch_versions(
         .timeout(Duration::from_secs(30))
         .send()
         .await
-        .map_err(|e| format!("cannot reach the index at {url}: {}", chain(&e)))?;
+        .map_err(|e| format!("cannot reach {what} at {url}: {}", chain(&e)))?;
     let status = response.status();
-    if status == reqwest::StatusCode::NOT_FOUND {
-        return Err(format!("{name} is not in the index ({url}: 404)"));
+    if status == reqwest::StatusCode::NOT_FOUND || status == reqwest::StatusCode::GONE {
+        return Ok(None);
     }
     if !status.is_success() {
-        return Err(format!("the index answered {status} for {url}"));
+        return Err(format!("{what} answered {status} for {url}"));
     }
-    // Read in chunks, stopping past the bound: an index file is never held whole if it is
-    // larger than any real one.
-    let mut response = response;
     let mut bytes = Vec::new();
     while let Some(chunk) = response
         .chunk()
         .await
         .map_err(|e| format!("reading {url}: {e}"))?
     {
-        if bytes.len() + chunk.len() > MAX_INDEX_FILE_BYTES {
-            return Err(format!("{url}: index file larger than 16 MiB"));
+        if bytes.len() + chunk.len() > cap {
+            return Err(format!("{url}: larger than {} MiB", cap / (1024 * 1024)));
         }
         bytes.extend_from_slice(&chunk);
     }
-    Ok(parse_index(&String::from_utf8_lossy(&bytes)))
+    Ok(Some(bytes))
 }
 
 /// The system's CA bundles: what cargo itself trusts (through libcurl), so an index behind
@@ -164,6 +177,7 @@ impl Policy {
     /// `requirements`; `Err` says why not (for the record of what was passed over).
     pub fn eligible(
         &self,
+        ecosystem: super::ecosystem::Ecosystem,
         current: &semver::Version,
         requirements: &[semver::VersionReq],
         candidate: &IndexVersion,
@@ -178,7 +192,13 @@ impl Policy {
         if !v.pre.is_empty() {
             return Err(format!("{v} is a pre-release"));
         }
-        if !self.allow_major && !compatible(current, v) {
+        if ecosystem == super::ecosystem::Ecosystem::Go && !ecosystem.compatible(current, v) {
+            return Err(format!(
+                "{v} is another major version: from v2 on a Go major is another module path, \
+                 which maintain does not switch to"
+            ));
+        }
+        if !self.allow_major && !ecosystem.compatible(current, v) {
             return Err(format!(
                 "{v} is a major upgrade from {current} (set allow_major under [maintain])"
             ));
@@ -374,7 +394,9 @@ mod tests {
         };
         let current = v("1.6.0");
         let req = [semver::VersionReq::parse("1.6").unwrap()];
-        let ok = |p: &Policy, c: &IndexVersion| p.eligible(&current, &req, c);
+        let ok = |p: &Policy, c: &IndexVersion| {
+            p.eligible(super::super::ecosystem::Ecosystem::Cargo, &current, &req, c)
+        };
         assert!(ok(&policy, &at("1.6.1", None, false)).is_ok());
         assert!(ok(&policy, &at("1.13.2", None, false)).is_ok());
         for (candidate, reason) in [
@@ -395,7 +417,12 @@ mod tests {
         // The manifest's requirement bounds a compatible upgrade.
         let pinned = [semver::VersionReq::parse("~1.6").unwrap()];
         let error = policy
-            .eligible(&current, &pinned, &at("1.13.2", None, false))
+            .eligible(
+                super::super::ecosystem::Ecosystem::Cargo,
+                &current,
+                &pinned,
+                &at("1.13.2", None, false),
+            )
             .unwrap_err();
         assert!(error.contains("requirement"), "{error}");
         // A cooldown needs a known, old enough publication time.

@@ -143,15 +143,6 @@ pub(super) async fn run_change_task(
             }
         },
     };
-    // A Cargo project with no checks of its own is maintained with `cargo test`.
-    let checks = if maintain_options.is_some() && checks.is_empty() {
-        warden_engine::maintain::DEFAULT_CARGO_CHECKS
-            .iter()
-            .map(|c| c.to_string())
-            .collect()
-    } else {
-        checks
-    };
     let (earlier, conversation) = match conversation(store, task).await {
         Ok(both) => both,
         Err(failure) => return change_failed(task, &model_name, failure),

@@ -63,6 +63,13 @@ pub(super) async fn run_maintain(
         options,
         cancel,
     } = input;
+    // A project with no checks of its own is maintained with its ecosystem's tests
+    // (`cargo test`, `go test`), read from the pinned snapshot.
+    let checks = if checks.is_empty() {
+        maintain::ecosystem::Ecosystem::default_checks(&repo.snapshot.root)
+    } else {
+        checks
+    };
     let (session, tools) = {
         let setup = ChangeSetup {
             config: &services.config,

@@ -1,0 +1,377 @@
+//! What differs between the ecosystems maintenance knows — Cargo and Go modules — behind one
+//! shape the pipeline runs: the profile of the base tree, the lockfile, the commands that
+//! fetch and apply an upgrade, where candidate versions come from, and the advisory database.
+
+use super::cargo::{LockedPackage, Lockfile};
+use super::{advisory, cargo, gomod, osv};
+use crate::config::Config;
+use std::collections::BTreeMap;
+use std::path::Path;
+use warden_protocol::{Finding, Upgrade};
+
+/// An ecosystem `warden maintain` upgrades.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ecosystem {
+    Cargo,
+    Go,
+}
+
+/// `'text'` for a shell.
+pub fn quoted(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "'\\''"))
+}
+
+impl Ecosystem {
+    /// Which ecosystem the tree at `root` is: a root `Cargo.toml` is Cargo, a root `go.mod`
+    /// Go. Neither, or both, is refused (`unsupported_project`).
+    pub fn detect(root: &Path) -> Result<Ecosystem, String> {
+        let exists = |name: &str| root.join(name).symlink_metadata().is_ok();
+        match (exists("Cargo.toml"), exists("go.mod")) {
+            (true, false) => Ok(Ecosystem::Cargo),
+            (false, true) => Ok(Ecosystem::Go),
+            (true, true) => Err(
+                "both Cargo.toml and go.mod at the repository's root: maintaining two \
+                 ecosystems in one repository is not supported"
+                    .into(),
+            ),
+            (false, false) => Err(
+                "neither Cargo.toml nor go.mod at the repository's root: Cargo projects and \
+                 Go modules are maintained (npm is not built yet)"
+                    .into(),
+            ),
+        }
+    }
+
+    /// The checks a project is maintained with when neither the task nor the repository
+    /// names any, by what the tree at `root` is (Cargo's when it is neither).
+    pub fn default_checks(root: &Path) -> Vec<String> {
+        let checks: &[&str] = match Ecosystem::detect(root) {
+            Ok(Ecosystem::Go) => &super::DEFAULT_GO_CHECKS,
+            _ => &super::DEFAULT_CARGO_CHECKS,
+        };
+        checks.iter().map(|c| c.to_string()).collect()
+    }
+
+    /// `cargo` or `go`, as results name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Ecosystem::Cargo => "cargo",
+            Ecosystem::Go => "go",
+        }
+    }
+
+    /// The file whose packages an upgrade changes.
+    pub fn lock_name(self) -> &'static str {
+        match self {
+            Ecosystem::Cargo => "Cargo.lock",
+            Ecosystem::Go => "go.mod",
+        }
+    }
+
+    /// What the packages are called in messages.
+    pub fn packages_noun(self) -> &'static str {
+        match self {
+            Ecosystem::Cargo => "Cargo dependencies",
+            Ecosystem::Go => "Go modules",
+        }
+    }
+
+    /// The toolchain preset and the cache variable it provides, which maintenance needs.
+    pub fn preset(self) -> (&'static str, &'static str) {
+        match self {
+            Ecosystem::Cargo => ("rust", "CARGO_HOME"),
+            Ecosystem::Go => ("go", "GOMODCACHE"),
+        }
+    }
+
+    /// The networked command that fetches the base tree's packages into the cache.
+    pub fn acquire(self) -> &'static str {
+        match self {
+            Ecosystem::Cargo => "cargo fetch --locked",
+            Ecosystem::Go => "go mod download",
+        }
+    }
+
+    /// The lockfile of the tree at `root`.
+    pub fn read_lock(self, root: &Path) -> Result<Lockfile, String> {
+        let name = self.lock_name();
+        let text = std::fs::read_to_string(root.join(name))
+            .map_err(|e| format!("cannot read {name}: {e}"))?;
+        match self {
+            Ecosystem::Cargo => Lockfile::parse(&text),
+            Ecosystem::Go => Ok(gomod::GoMod::parse(&text)?.lockfile()),
+        }
+    }
+
+    /// A version as the ecosystem writes it, as semver (`v1.2.3` for Go).
+    pub fn semver(self, version: &str) -> Option<semver::Version> {
+        match self {
+            Ecosystem::Cargo => semver::Version::parse(version).ok(),
+            Ecosystem::Go => gomod::semver_of(version),
+        }
+    }
+
+    /// A semver version as the ecosystem writes it.
+    pub fn version_text(self, version: &semver::Version) -> String {
+        match self {
+            Ecosystem::Cargo => version.to_string(),
+            Ecosystem::Go => format!("v{version}"),
+        }
+    }
+
+    /// Whether an upgrade from `current` to `candidate` keeps compatibility without opting
+    /// into majors: Cargo's caret; for Go the same major (a Go major from v2 on is another
+    /// module path, never an upgrade of this one).
+    pub fn compatible(self, current: &semver::Version, candidate: &semver::Version) -> bool {
+        match self {
+            Ecosystem::Cargo => super::index::compatible(current, candidate),
+            Ecosystem::Go => candidate.major == current.major && candidate.build.is_empty(),
+        }
+    }
+
+    /// The networked script that fetches the upgrades' packages (in a view whose files are
+    /// thrown away).
+    pub fn fetch_script(self, upgrades: &[Upgrade]) -> String {
+        let mut script: Vec<String> = match self {
+            Ecosystem::Cargo => upgrades
+                .iter()
+                .map(|u| {
+                    format!(
+                        "cargo update -p {} --precise {}",
+                        quoted(&format!("{}@{}", u.package, u.from)),
+                        quoted(&u.to)
+                    )
+                })
+                .collect(),
+            Ecosystem::Go => vec![format!(
+                "go get {}",
+                upgrades
+                    .iter()
+                    .map(|u| quoted(&format!("{}@{}", u.package, u.to)))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )],
+        };
+        script.push(self.acquire().into());
+        script.join(" && ")
+    }
+
+    /// The offline script that applies one upgrade in the task's view. Go's checksum
+    /// database is not reachable offline: the modules were verified against it when the
+    /// networked steps downloaded them into the cache, which this trusts as `go` trusts its
+    /// module cache.
+    pub fn apply_script(self, upgrade: &Upgrade) -> String {
+        match self {
+            Ecosystem::Cargo => format!(
+                "cargo update --offline -p {} --precise {}",
+                quoted(&format!("{}@{}", upgrade.package, upgrade.from)),
+                quoted(&upgrade.to)
+            ),
+            Ecosystem::Go => format!(
+                "GOSUMDB=off go get {}",
+                quoted(&format!("{}@{}", upgrade.package, upgrade.to))
+            ),
+        }
+    }
+}
+
+/// What maintenance knows of a base tree.
+#[derive(Debug, Clone)]
+pub struct Profile {
+    pub ecosystem: Ecosystem,
+    pub lockfile: Lockfile,
+    /// The direct dependencies from the registry (`--select all` upgrades these), sorted.
+    pub direct: Vec<LockedPackage>,
+    /// Cargo: the root manifest's requirements by package name (Go has none beyond the
+    /// minimum `go.mod` names).
+    pub requirements: BTreeMap<String, Vec<semver::VersionReq>>,
+    /// Go: the standard library's version `go.mod` names.
+    pub named_go_version: Option<String>,
+}
+
+/// Profiles the tree at `root`. `Err` is the reason maintenance refuses it
+/// (`unsupported_project`).
+pub fn profile(root: &Path) -> Result<Profile, String> {
+    match Ecosystem::detect(root)? {
+        Ecosystem::Cargo => {
+            let profile = cargo::profile(root)?;
+            let direct = profile
+                .lockfile
+                .direct_crates_io()
+                .into_iter()
+                .cloned()
+                .collect();
+            Ok(Profile {
+                ecosystem: Ecosystem::Cargo,
+                lockfile: profile.lockfile,
+                direct,
+                requirements: profile.requirements,
+                named_go_version: None,
+            })
+        }
+        Ecosystem::Go => {
+            let profile = gomod::profile(root)?;
+            let lockfile = profile.go_mod.lockfile();
+            let mut direct: Vec<LockedPackage> = profile
+                .go_mod
+                .requires
+                .iter()
+                .filter(|r| !r.indirect)
+                .filter_map(|r| {
+                    lockfile
+                        .packages
+                        .iter()
+                        .find(|p| p.source.is_some() && p.name == r.path)
+                        .cloned()
+                })
+                .collect();
+            direct.sort_by(|a, b| (&a.name, &a.version).cmp(&(&b.name, &b.version)));
+            Ok(Profile {
+                ecosystem: Ecosystem::Go,
+                lockfile,
+                direct,
+                requirements: BTreeMap::new(),
+                named_go_version: profile.go_mod.named_go_version(),
+            })
+        }
+    }
+}
+
+/// A loaded advisory database: RustSec's for Cargo, OSV for Go.
+#[derive(Debug, Clone)]
+pub enum Database {
+    RustSec(advisory::AdvisoryDb),
+    Osv(osv::OsvDb),
+}
+
+impl Database {
+    /// The configured database of `ecosystem`: `Ok(None)` when none is configured.
+    pub fn open(config: &Config, ecosystem: Ecosystem) -> Result<Option<Database>, String> {
+        match ecosystem {
+            Ecosystem::Cargo => config
+                .maintain
+                .advisory_db
+                .as_deref()
+                .map(|path| advisory::AdvisoryDb::open(path).map(Database::RustSec))
+                .transpose(),
+            Ecosystem::Go => config
+                .maintain
+                .osv_db
+                .as_deref()
+                .map(|path| osv::OsvDb::open(path).map(Database::Osv))
+                .transpose(),
+        }
+    }
+
+    /// What to set when `ecosystem` has no database and one is needed.
+    pub fn missing(config: &Config, ecosystem: Ecosystem, needed_by: &str) -> String {
+        match ecosystem {
+            Ecosystem::Cargo => format!(
+                "{needed_by} needs a local RustSec advisory database: set `advisory_db = \
+                 \"/path/to/advisory-db\"` under [maintain] in {}",
+                config.file.display()
+            ),
+            Ecosystem::Go => format!(
+                "{needed_by} needs a local OSV advisory database for Go (a copy of \
+                 vuln.go.dev's records): set `osv_db = \"/path/to/go-vulndb\"` under [maintain] \
+                 in {}",
+                config.file.display()
+            ),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        match self {
+            Database::RustSec(db) => &db.path,
+            Database::Osv(db) => &db.path,
+        }
+    }
+
+    pub fn snapshot(&self) -> &str {
+        match self {
+            Database::RustSec(db) => &db.snapshot,
+            Database::Osv(db) => &db.snapshot,
+        }
+    }
+
+    pub fn scanner(&self) -> String {
+        match self {
+            Database::RustSec(_) => advisory::scanner(),
+            Database::Osv(_) => osv::scanner(),
+        }
+    }
+
+    /// The advisories that apply to the registry packages of `lock`.
+    pub fn scan(&self, lock: &Lockfile) -> Vec<Finding> {
+        match self {
+            Database::RustSec(db) => db.scan(lock),
+            Database::Osv(db) => db.scan(lock),
+        }
+    }
+
+    /// Whether advisory `id` affects `package` at `version`.
+    pub fn affects(&self, id: &str, package: &str, version: &semver::Version) -> bool {
+        match self {
+            Database::RustSec(db) => db
+                .advisory(id)
+                .is_some_and(|a| a.package == package && a.affects(version)),
+            Database::Osv(db) => db.affects(id, package, version),
+        }
+    }
+}
+
+/// The Go version of the toolchain the sandbox builds with (`$GOROOT/VERSION` of the `go`
+/// preset), when the preset is configured.
+pub fn sandbox_go_version(env: &[(String, String)]) -> Option<String> {
+    env.iter()
+        .find(|(name, _)| name == "GOROOT")
+        .and_then(|(_, goroot)| gomod::toolchain_version(Path::new(goroot)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_root_files_say_which_ecosystem_and_both_or_neither_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        assert!(Ecosystem::detect(root).unwrap_err().contains("neither"));
+        assert_eq!(
+            Ecosystem::default_checks(root),
+            ["cargo test --locked --offline"]
+        );
+        std::fs::write(root.join("go.mod"), "module a\n").unwrap();
+        assert_eq!(Ecosystem::detect(root).unwrap(), Ecosystem::Go);
+        assert_eq!(Ecosystem::default_checks(root), ["go test ./..."]);
+        std::fs::write(root.join("Cargo.toml"), "").unwrap();
+        assert!(Ecosystem::detect(root).unwrap_err().contains("both"));
+        std::fs::remove_file(root.join("go.mod")).unwrap();
+        assert_eq!(Ecosystem::detect(root).unwrap(), Ecosystem::Cargo);
+    }
+
+    #[test]
+    fn go_upgrades_stay_on_their_major_and_scripts_quote_what_go_mod_says() {
+        let go = Ecosystem::Go;
+        let v = |t: &str| go.semver(t).unwrap();
+        assert!(go.compatible(&v("v1.0.0"), &v("v1.4.0")));
+        assert!(go.compatible(&v("v0.3.0"), &v("v0.9.0")));
+        assert!(!go.compatible(&v("v1.0.0"), &v("v2.0.0+incompatible")));
+        assert!(!go.compatible(&v("v1.0.0"), &v("v2.0.0")));
+        assert_eq!(go.version_text(&v("v1.0.1")), "v1.0.1");
+        let upgrade = Upgrade {
+            package: "example.com/it's".into(),
+            from: "v1.0.0".into(),
+            to: "v1.0.1".into(),
+            advisories: vec![],
+        };
+        assert_eq!(
+            go.apply_script(&upgrade),
+            "GOSUMDB=off go get 'example.com/it'\\''s@v1.0.1'"
+        );
+        assert_eq!(
+            go.fetch_script(std::slice::from_ref(&upgrade)),
+            "go get 'example.com/it'\\''s@v1.0.1' && go mod download"
+        );
+    }
+}
