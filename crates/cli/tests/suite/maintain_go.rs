@@ -458,3 +458,99 @@ fn vulns_reports_third_party_modules_and_the_standard_library_apart() {
         run.stderr
     );
 }
+
+fn call(name: &str, arguments: serde_json::Value) -> warden_test_support::model_server::Reply {
+    warden_test_support::model_server::openai::tool_call(name, &arguments.to_string())
+}
+
+/// `--mode model` on a Go module: v1.1.0 changes the greeting the test checks. A repair that
+/// undoes the upgrade in go.mod is refused before any check runs; the model puts it back and
+/// repairs the test, and the proposal is that tree, its checks and post-scan bound to it.
+#[test]
+fn in_model_mode_the_model_repairs_the_test_an_upgrade_breaks_and_may_not_undo_it() {
+    let Some(goroot) = goroot() else {
+        return;
+    };
+    let (proxy, db) = (proxy(), osv_db());
+    let server = warden_test_support::model_server::ScriptedModelServer::start_blocking(vec![
+        call(
+            "edit_file",
+            serde_json::json!({"path": "go.mod", "old": "greet v1.1.0", "new": "greet v1.0.0"}),
+        ),
+        call(
+            "submit_repair",
+            serde_json::json!({"summary": "Pin greet back"}),
+        ),
+        call(
+            "edit_file",
+            serde_json::json!({"path": "go.mod", "old": "greet v1.0.0", "new": "greet v1.1.0"}),
+        ),
+        call(
+            "edit_file",
+            serde_json::json!({"path": "main_test.go", "old": "\"hello x\"", "new": "\"hi x\""}),
+        ),
+        call(
+            "submit_repair",
+            serde_json::json!({"summary": "Expect the new greeting\n\ngreet v1.1.0 says hi."}),
+        ),
+    ]);
+    let warden = go_warden(&goroot, proxy.path(), db.path())
+        .with("WARDEN_MODEL", "openai:gpt-test")
+        .with("OPENAI_BASE_URL", &format!("{}/v1", server.url()))
+        .with("OPENAI_API_KEY", "sk-test-key")
+        .with("WARDEN_RETRY_BASE_MS", "5");
+    let repo = fixture(proxy.path());
+    let run = warden.run(&[
+        "maintain",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--mode",
+        "model",
+        "--json",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    let maintenance = &result["maintenance"];
+    assert_eq!(maintenance["ecosystem"], "go");
+    assert_eq!(maintenance["mode"], "model");
+    assert_eq!(maintenance["upgrades"][0]["to"], "v1.1.0", "{result}");
+    let proposal = &result["proposal"];
+    let tree = proposal["tree"].as_str().unwrap();
+    let mut files: Vec<&str> = proposal["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["go.mod", "go.sum", "main_test.go"], "{result}");
+    let validation = &proposal["validations"][0];
+    assert_eq!(validation["command"], "go test ./...");
+    assert_eq!(validation["exit_code"], 0, "{result}");
+    assert_eq!(validation["tree"], tree);
+    let scans = maintenance["scans"].as_array().unwrap();
+    assert_eq!(scans[1]["tree"], tree, "{result}");
+    // The first submission came back refused, naming the undone upgrade.
+    let requests = server.requests();
+    let refused = requests[2].body["messages"].to_string();
+    assert!(
+        refused.contains(
+            "example.com/greet is at v1.0.0 in the repaired go.mod, not at the upgrade's v1.1.0"
+        ),
+        "{refused}"
+    );
+    let told = requests[0].body["messages"].to_string();
+    for expected in [
+        "upgraded the dependency `example.com/greet` from v1.0.0 to v1.1.0 in go.mod",
+        "the check `go test ./...` now fails",
+        "Do not run `go get` or `go mod tidy`",
+    ] {
+        assert!(told.contains(expected), "{expected:?} in {told}");
+    }
+    let summary = proposal["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("repaired: Expect the new greeting"),
+        "{summary}"
+    );
+}
