@@ -40,6 +40,7 @@ pub mod ecosystem;
 pub mod gomod;
 pub mod goproxy;
 pub mod index;
+pub mod npm;
 pub mod osv;
 pub mod repair;
 
@@ -63,8 +64,28 @@ pub const DEFAULT_CARGO_CHECKS: [&str; 1] = ["cargo test --locked --offline"];
 /// any (offline: the Go preset's `GOPROXY=off`, `GOFLAGS=-mod=mod`).
 pub const DEFAULT_GO_CHECKS: [&str; 1] = ["go test ./..."];
 
+/// The checks an npm project is maintained with when neither the task nor the repository names
+/// any: its dependencies installed from the cache (no network, no lifecycle scripts), then its
+/// `test` script. npm cannot read a read-only cache (its cache library rewrites an index bucket
+/// on every lookup and takes a failed write for a miss), so the command first copies the
+/// repository's cache into the sandbox's own `/tmp`; the cache itself stays read-only.
+pub const DEFAULT_NPM_CHECKS: [&str; 1] = [
+    "cp -R \"$npm_config_cache\" /tmp/npm-cache && export npm_config_cache=/tmp/npm-cache && \
+     npm ci --offline --ignore-scripts --no-audit --no-fund && npm test",
+];
+
 /// How long applying one upgrade in the task's view may run.
 const APPLY_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Variables every command of a maintenance task gets, its checks' included: the npm registry
+/// (npm keys its cache by it, so the offline commands must name the registry the networked
+/// steps filled the cache from).
+pub fn task_env(config: &Config) -> Vec<(String, String)> {
+    vec![(
+        "npm_config_registry".into(),
+        config.maintain.npm_registry.clone(),
+    )]
+}
 
 /// The `model` a baseline-mode result names: none was asked.
 pub const NO_MODEL: &str = "none";
@@ -268,6 +289,7 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
     let files = match Ecosystem::detect(&session.config.snapshot) {
         Ok(Ecosystem::Cargo) => "Cargo.toml, Cargo.lock",
         Ok(Ecosystem::Go) => "go.mod, go.sum",
+        Ok(Ecosystem::Npm) => "package.json, package-lock.json",
         Err(_) => "the manifests and the lockfile",
     };
     let profile = stage(run, state, "profile", files, |state| {
@@ -278,6 +300,7 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
         let summary = match profile.ecosystem {
             Ecosystem::Cargo => format!("cargo project, {direct} direct crates.io dependencies"),
             Ecosystem::Go => format!("Go module, {direct} direct module requirements"),
+            Ecosystem::Npm => format!("npm project, {direct} direct registry dependencies"),
         };
         Ok((profile, summary))
     })?;
@@ -389,6 +412,7 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
     let source = match eco {
         Ecosystem::Cargo => maintain.index.clone(),
         Ecosystem::Go => maintain.goproxy.clone(),
+        Ecosystem::Npm => maintain.npm_registry.clone(),
     };
     let upgrades = stage(run, state, "discover", &source, |state| {
         let upgrades = discover(
@@ -907,6 +931,16 @@ fn discover(
     let names = run.options.names();
     if run.options.vulnerable() {
         for finding in findings {
+            // npm upgrades its direct dependencies only: a transitive package is its
+            // dependent's to move (or an `overrides` entry's, which maintain does not write).
+            if eco == Ecosystem::Npm && !direct.iter().any(|p| p.name == finding.package) {
+                state.notices.push(format!(
+                    "{} {} ({}): a transitive dependency, not upgraded (maintain upgrades npm \
+                     projects' direct dependencies)",
+                    finding.package, finding.version, finding.advisory
+                ));
+                continue;
+            }
             match wanted
                 .iter_mut()
                 .find(|(n, v, _)| *n == finding.package && *v == finding.version)
@@ -929,6 +963,9 @@ fn discover(
                     }
                     Ecosystem::Go => {
                         format!("--select {name}: not a direct requirement in go.mod")
+                    }
+                    Ecosystem::Npm => {
+                        format!("--select {name}: not a direct dependency in package.json")
                     }
                 });
             }
@@ -974,6 +1011,12 @@ fn discover(
                     .map_err(|message| failure(FailureCode::Infrastructure, message))?;
                 handle.block_on(goproxy::fetch_versions(&client, &proxy, &name, &current))
             }
+            Ecosystem::Npm => handle.block_on(npm::fetch_versions(
+                &client,
+                &run.config.maintain.npm_registry,
+                &name,
+                &current,
+            )),
         }
         .map_err(|message| failure(FailureCode::Infrastructure, message))?;
         let requirements = profile.requirements.get(&name).cloned().unwrap_or_default();
@@ -1029,10 +1072,13 @@ fn networked_toolchains(
     eco: Ecosystem,
 ) -> Result<crate::toolchain::TaskToolchains, Failure> {
     let mut toolchains = run.sandbox.toolchains.clone();
-    if eco != Ecosystem::Go {
-        return Ok(toolchains);
-    }
     let maintain = &run.config.maintain;
+    match eco {
+        Ecosystem::Cargo => return Ok(toolchains),
+        // The npm registry is in every command's environment ([`task_env`]).
+        Ecosystem::Npm => return Ok(toolchains),
+        Ecosystem::Go => {}
+    }
     let proxy = goproxy::Proxy::parse(&maintain.goproxy)
         .map_err(|message| failure(FailureCode::Infrastructure, message))?;
     if let goproxy::Proxy::Dir(dir) = &proxy {

@@ -10,6 +10,9 @@ use std::path::PathBuf;
 /// crates.io's sparse index.
 pub const DEFAULT_INDEX: &str = "https://index.crates.io";
 
+/// npm's public registry.
+pub const DEFAULT_NPM_REGISTRY: &str = "https://registry.npmjs.org";
+
 /// Go's public module proxy.
 pub const DEFAULT_GOPROXY: &str = "https://proxy.golang.org";
 
@@ -28,6 +31,8 @@ pub struct MaintainSection {
     pub goproxy: Option<String>,
     /// `GOSUMDB` for the networked Go steps (default: Go's own, sum.golang.org).
     pub gosumdb: Option<String>,
+    /// The npm registry candidate versions and packages come from (default npm's).
+    pub npm_registry: Option<String>,
     /// Minimum age of a version, in days (default 0).
     pub cooldown_days: Option<u32>,
     /// Allow semver-incompatible (major) upgrades (default false).
@@ -48,6 +53,7 @@ pub struct MaintainConfig {
     pub osv_db: Option<PathBuf>,
     pub goproxy: String,
     pub gosumdb: Option<String>,
+    pub npm_registry: String,
     pub cooldown_days: u32,
     pub allow_major: bool,
     pub allow: Vec<String>,
@@ -62,6 +68,7 @@ impl Default for MaintainConfig {
             osv_db: None,
             goproxy: DEFAULT_GOPROXY.into(),
             gosumdb: None,
+            npm_registry: DEFAULT_NPM_REGISTRY.into(),
             cooldown_days: 0,
             allow_major: false,
             allow: Vec::new(),
@@ -100,6 +107,15 @@ impl MaintainConfig {
             .unwrap_or_else(|| DEFAULT_GOPROXY.into());
         crate::maintain::goproxy::Proxy::parse(&goproxy)
             .map_err(|reason| anyhow::anyhow!("maintain.goproxy: {reason}"))?;
+        let npm_registry = section
+            .npm_registry
+            .clone()
+            .unwrap_or_else(|| DEFAULT_NPM_REGISTRY.into())
+            .trim_end_matches('/')
+            .to_string();
+        if !(npm_registry.starts_with("https://") || npm_registry.starts_with("http://")) {
+            bail!("maintain.npm_registry must be an http(s) URL of an npm registry (got {npm_registry:?})");
+        }
         if let Some(sumdb) = &section.gosumdb {
             if sumdb.trim().is_empty() || sumdb.contains(['\n', '\0']) {
                 bail!("maintain.gosumdb must be a GOSUMDB value such as \"sum.golang.org\" or \"off\"");
@@ -111,6 +127,7 @@ impl MaintainConfig {
             osv_db: section.osv_db.clone(),
             goproxy: goproxy.trim_end_matches('/').to_string(),
             gosumdb: section.gosumdb.clone(),
+            npm_registry,
             cooldown_days: section.cooldown_days.unwrap_or(0),
             allow_major: section.allow_major.unwrap_or(false),
             allow: section.allow.clone(),

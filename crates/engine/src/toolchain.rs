@@ -202,7 +202,8 @@ pub fn detect(preset: Preset, home: &Path, env: &dyn Env) -> Result<PresetSetup,
                 })
                 .unwrap_or_else(|| "v".into());
             let cache = pairs(&[("npm_config_cache", "npm")]);
-            let offline = pairs(&[("npm_config_offline", "true")]);
+            // Offline the cache is read-only: npm's log files cannot be written there.
+            let offline = pairs(&[("npm_config_offline", "true"), ("npm_config_logs_max", "0")]);
             match newest_version(&versions, &wanted).or_else(|| newest_version(&versions, "v")) {
                 Some(dir) if dir.join("bin/node").is_file() => Ok(PresetSetup {
                     found: format!("nvm node {}", dir.display()),

@@ -430,11 +430,20 @@ fn check_programs(check: &str) -> Vec<String> {
     };
     let mut programs = Vec::new();
     for argv in commands {
-        let Some(program) = argv.iter().find(|w| !crate::shell::is_assignment(w)) else {
+        // A redirection written before the program (`>&2 echo`) is not the program.
+        let redirection = |w: &str| {
+            w.trim_start_matches(|c: char| c.is_ascii_digit())
+                .starts_with(['>', '<'])
+                || w.starts_with("&>")
+        };
+        let Some(program) = argv
+            .iter()
+            .find(|w| !crate::shell::is_assignment(w) && !redirection(w))
+        else {
             continue;
         };
         let usable = !program.is_empty()
-            && !program.contains(['/', '$', '*', '?', '[', '=', '~'])
+            && !program.contains(['/', '$', '*', '?', '[', '=', '~', '>', '<', '&'])
             && program != "function"
             && !defined(program);
         if usable && !programs.contains(program) {
@@ -659,5 +668,9 @@ mod tests {
         check("./scripts/test.sh && make", &["make"]);
         check("t() { faketool; }; t", &["faketool"]);
         check("'unterminated", &[]);
+        // Redirections are not commands: `2>&1` runs nothing called `1`.
+        check("cargo test 2>&1 | tail -n 5", &["cargo", "tail"]);
+        check("make &>log; >&2 echo done", &["make", "echo"]);
+        check("sleep 1 & wait", &["sleep", "wait"]);
     }
 }

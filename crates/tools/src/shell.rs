@@ -272,6 +272,11 @@ pub(crate) fn simple_commands(script: &str) -> Result<Vec<Vec<String>>, String> 
                     commands.push(std::mem::take(&mut argv));
                 }
             }
+            // `2>&1`, `>&2`, `<&0` and `&>file` are redirections, not background commands.
+            '&' if (in_word && word.ends_with(['>', '<'])) || chars.peek() == Some(&'>') => {
+                word.push(c);
+                in_word = true;
+            }
             ';' | '&' | '|' | '\n' | '(' | ')' | '`' | '{' | '}' => {
                 end_word(&mut argv, &mut word, &mut in_word);
                 if !argv.is_empty() {

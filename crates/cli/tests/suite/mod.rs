@@ -9,6 +9,7 @@ mod github_examples;
 mod logs_json;
 mod maintain;
 mod maintain_go;
+mod maintain_npm;
 mod mcp;
 mod mcp_client;
 mod mcp_http;

@@ -1,9 +1,9 @@
-//! What differs between the ecosystems maintenance knows — Cargo and Go modules — behind one
+//! What differs between the ecosystems maintenance knows — Cargo, Go modules and npm — behind one
 //! shape the pipeline runs: the profile of the base tree, the lockfile, the commands that
 //! fetch and apply an upgrade, where candidate versions come from, and the advisory database.
 
 use super::cargo::{LockedPackage, Lockfile};
-use super::{advisory, cargo, gomod, osv};
+use super::{advisory, cargo, gomod, npm, osv};
 use crate::config::Config;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -14,7 +14,12 @@ use warden_protocol::{Finding, Upgrade};
 pub enum Ecosystem {
     Cargo,
     Go,
+    Npm,
 }
+
+/// The flags of every npm command Warden runs: no lifecycle scripts (a dependency's install
+/// script would run with the networked steps' network), no audit or funding requests.
+const NPM_FLAGS: &str = "--ignore-scripts --no-audit --no-fund";
 
 /// `'text'` for a shell.
 pub fn quoted(text: &str) -> String {
@@ -23,20 +28,27 @@ pub fn quoted(text: &str) -> String {
 
 impl Ecosystem {
     /// Which ecosystem the tree at `root` is: a root `Cargo.toml` is Cargo, a root `go.mod`
-    /// Go. Neither, or both, is refused (`unsupported_project`).
+    /// Go, a root `package.json` beside neither npm (a Cargo project or Go module with a
+    /// `package.json` for its tooling is maintained as what it is). `Cargo.toml` and `go.mod`
+    /// together, or none of the three, is refused (`unsupported_project`).
     pub fn detect(root: &Path) -> Result<Ecosystem, String> {
         let exists = |name: &str| root.join(name).symlink_metadata().is_ok();
-        match (exists("Cargo.toml"), exists("go.mod")) {
-            (true, false) => Ok(Ecosystem::Cargo),
-            (false, true) => Ok(Ecosystem::Go),
-            (true, true) => Err(
+        match (
+            exists("Cargo.toml"),
+            exists("go.mod"),
+            exists("package.json"),
+        ) {
+            (true, false, _) => Ok(Ecosystem::Cargo),
+            (false, true, _) => Ok(Ecosystem::Go),
+            (true, true, _) => Err(
                 "both Cargo.toml and go.mod at the repository's root: maintaining two \
                  ecosystems in one repository is not supported"
                     .into(),
             ),
-            (false, false) => Err(
-                "neither Cargo.toml nor go.mod at the repository's root: Cargo projects and \
-                 Go modules are maintained (npm is not built yet)"
+            (false, false, true) => Ok(Ecosystem::Npm),
+            (false, false, false) => Err(
+                "no Cargo.toml, go.mod or package.json at the repository's root: Cargo \
+                 projects, Go modules and npm projects are maintained"
                     .into(),
             ),
         }
@@ -47,6 +59,7 @@ impl Ecosystem {
     pub fn default_checks(root: &Path) -> Vec<String> {
         let checks: &[&str] = match Ecosystem::detect(root) {
             Ok(Ecosystem::Go) => &super::DEFAULT_GO_CHECKS,
+            Ok(Ecosystem::Npm) => &super::DEFAULT_NPM_CHECKS,
             _ => &super::DEFAULT_CARGO_CHECKS,
         };
         checks.iter().map(|c| c.to_string()).collect()
@@ -57,6 +70,7 @@ impl Ecosystem {
         match self {
             Ecosystem::Cargo => "cargo",
             Ecosystem::Go => "go",
+            Ecosystem::Npm => "npm",
         }
     }
 
@@ -65,6 +79,7 @@ impl Ecosystem {
         match self {
             Ecosystem::Cargo => "Cargo.lock",
             Ecosystem::Go => "go.mod",
+            Ecosystem::Npm => "package-lock.json",
         }
     }
 
@@ -73,6 +88,7 @@ impl Ecosystem {
         match self {
             Ecosystem::Cargo => "Cargo dependencies",
             Ecosystem::Go => "Go modules",
+            Ecosystem::Npm => "npm packages",
         }
     }
 
@@ -81,6 +97,7 @@ impl Ecosystem {
         match self {
             Ecosystem::Cargo => ("rust", "CARGO_HOME"),
             Ecosystem::Go => ("go", "GOMODCACHE"),
+            Ecosystem::Npm => ("node", "npm_config_cache"),
         }
     }
 
@@ -89,6 +106,7 @@ impl Ecosystem {
         match self {
             Ecosystem::Cargo => "cargo fetch --locked",
             Ecosystem::Go => "go mod download",
+            Ecosystem::Npm => "npm ci --ignore-scripts --no-audit --no-fund",
         }
     }
 
@@ -100,13 +118,25 @@ impl Ecosystem {
         match self {
             Ecosystem::Cargo => Lockfile::parse(&text),
             Ecosystem::Go => Ok(gomod::GoMod::parse(&text)?.lockfile()),
+            Ecosystem::Npm => {
+                let direct = std::fs::read_to_string(root.join("package.json"))
+                    .ok()
+                    .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+                    .map(|m| {
+                        npm::manifest_dependencies(&m)
+                            .into_keys()
+                            .collect::<Vec<_>>()
+                    })
+                    .unwrap_or_default();
+                npm::parse_lock(&text, &direct)
+            }
         }
     }
 
     /// A version as the ecosystem writes it, as semver (`v1.2.3` for Go).
     pub fn semver(self, version: &str) -> Option<semver::Version> {
         match self {
-            Ecosystem::Cargo => semver::Version::parse(version).ok(),
+            Ecosystem::Cargo | Ecosystem::Npm => semver::Version::parse(version).ok(),
             Ecosystem::Go => gomod::semver_of(version),
         }
     }
@@ -114,17 +144,17 @@ impl Ecosystem {
     /// A semver version as the ecosystem writes it.
     pub fn version_text(self, version: &semver::Version) -> String {
         match self {
-            Ecosystem::Cargo => version.to_string(),
+            Ecosystem::Cargo | Ecosystem::Npm => version.to_string(),
             Ecosystem::Go => format!("v{version}"),
         }
     }
 
     /// Whether an upgrade from `current` to `candidate` keeps compatibility without opting
-    /// into majors: Cargo's caret; for Go the same major (a Go major from v2 on is another
-    /// module path, never an upgrade of this one).
+    /// into majors: Cargo's caret (npm's `^` reads the same); for Go the same major (a Go major
+    /// from v2 on is another module path, never an upgrade of this one).
     pub fn compatible(self, current: &semver::Version, candidate: &semver::Version) -> bool {
         match self {
-            Ecosystem::Cargo => super::index::compatible(current, candidate),
+            Ecosystem::Cargo | Ecosystem::Npm => super::index::compatible(current, candidate),
             Ecosystem::Go => candidate.major == current.major && candidate.build.is_empty(),
         }
     }
@@ -151,6 +181,14 @@ impl Ecosystem {
                     .collect::<Vec<_>>()
                     .join(" ")
             )],
+            Ecosystem::Npm => vec![format!(
+                "npm install --package-lock-only {NPM_FLAGS} {}",
+                upgrades
+                    .iter()
+                    .map(|u| quoted(&format!("{}@{}", u.package, u.to)))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )],
         };
         script.push(self.acquire().into());
         script.join(" && ")
@@ -169,6 +207,13 @@ impl Ecosystem {
             ),
             Ecosystem::Go => format!(
                 "GOSUMDB=off go get {}",
+                quoted(&format!("{}@{}", upgrade.package, upgrade.to))
+            ),
+            // npm reads only a writable cache (see `DEFAULT_NPM_CHECKS`): a copy in /tmp.
+            Ecosystem::Npm => format!(
+                "cp -R \"$npm_config_cache\" /tmp/npm-cache && \
+                 npm_config_cache=/tmp/npm-cache npm install --package-lock-only --offline \
+                 {NPM_FLAGS} {}",
                 quoted(&format!("{}@{}", upgrade.package, upgrade.to))
             ),
         }
@@ -234,6 +279,16 @@ pub fn profile(root: &Path) -> Result<Profile, String> {
                 named_go_version: profile.go_mod.named_go_version(),
             })
         }
+        Ecosystem::Npm => {
+            let profile = npm::profile(root)?;
+            Ok(Profile {
+                ecosystem: Ecosystem::Npm,
+                lockfile: profile.lockfile,
+                direct: profile.direct,
+                requirements: profile.requirements,
+                named_go_version: None,
+            })
+        }
     }
 }
 
@@ -254,12 +309,19 @@ impl Database {
                 .as_deref()
                 .map(|path| advisory::AdvisoryDb::open(path).map(Database::RustSec))
                 .transpose(),
-            Ecosystem::Go => config
-                .maintain
-                .osv_db
-                .as_deref()
-                .map(|path| osv::OsvDb::open(path).map(Database::Osv))
-                .transpose(),
+            Ecosystem::Go | Ecosystem::Npm => {
+                let name = if ecosystem == Ecosystem::Go {
+                    osv::GO
+                } else {
+                    osv::NPM
+                };
+                config
+                    .maintain
+                    .osv_db
+                    .as_deref()
+                    .map(|path| osv::OsvDb::open(path, name).map(Database::Osv))
+                    .transpose()
+            }
         }
     }
 
@@ -271,10 +333,15 @@ impl Database {
                  \"/path/to/advisory-db\"` under [maintain] in {}",
                 config.file.display()
             ),
-            Ecosystem::Go => format!(
-                "{needed_by} needs a local OSV advisory database for Go (a copy of \
-                 vuln.go.dev's records): set `osv_db = \"/path/to/go-vulndb\"` under [maintain] \
-                 in {}",
+            Ecosystem::Go | Ecosystem::Npm => format!(
+                "{needed_by} needs a local OSV advisory database for {} (a directory of OSV \
+                 records, such as a copy of vuln.go.dev's or osv.dev's export): set `osv_db = \
+                 \"/path/to/osv\"` under [maintain] in {}",
+                if ecosystem == Ecosystem::Go {
+                    "Go"
+                } else {
+                    "npm"
+                },
                 config.file.display()
             ),
         }
@@ -336,13 +403,21 @@ mod tests {
     fn the_root_files_say_which_ecosystem_and_both_or_neither_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        assert!(Ecosystem::detect(root).unwrap_err().contains("neither"));
+        assert!(Ecosystem::detect(root)
+            .unwrap_err()
+            .contains("no Cargo.toml, go.mod or package.json"));
         assert_eq!(
             Ecosystem::default_checks(root),
             ["cargo test --locked --offline"]
         );
+        std::fs::write(root.join("package.json"), "{}").unwrap();
+        assert_eq!(Ecosystem::detect(root).unwrap(), Ecosystem::Npm);
         std::fs::write(root.join("go.mod"), "module a\n").unwrap();
-        assert_eq!(Ecosystem::detect(root).unwrap(), Ecosystem::Go);
+        assert_eq!(
+            Ecosystem::detect(root).unwrap(),
+            Ecosystem::Go,
+            "a package.json for tooling"
+        );
         assert_eq!(Ecosystem::default_checks(root), ["go test ./..."]);
         std::fs::write(root.join("Cargo.toml"), "").unwrap();
         assert!(Ecosystem::detect(root).unwrap_err().contains("both"));

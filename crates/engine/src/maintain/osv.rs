@@ -3,7 +3,7 @@
 //! `ID/` in its v1 layout; osv.dev's Go export: the same records in one directory), and the scan
 //! of a module's requirements against it.
 //!
-//! Only the `Go` ecosystem's records are read. The scan is by module and version (the way
+//! Only the records of the project's ecosystem (`Go`, `npm`) are read. The scan is by module and version (the way
 //! `warden maintain` chooses upgrades), not by reachable symbol as `govulncheck` refines it:
 //! a finding says a required module's version is affected, not that the code calls the
 //! vulnerable function. The standard library is the package `stdlib`: it is scanned at the Go
@@ -15,8 +15,11 @@ use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
 use warden_protocol::Finding;
 
-/// The ecosystem read from the records.
-pub const ECOSYSTEM: &str = "Go";
+/// Go's ecosystem name in OSV records.
+pub const GO: &str = "Go";
+
+/// npm's ecosystem name in OSV records.
+pub const NPM: &str = "npm";
 
 /// The standard library's package name in Go's records.
 pub const STDLIB: &str = "stdlib";
@@ -133,14 +136,14 @@ impl Advisory {
     }
 
     /// The versions that fix it, as `>= vX.Y.Z` (for the record).
-    pub fn patched(&self) -> Vec<String> {
+    pub fn patched(&self, prefix: &str) -> Vec<String> {
         let mut out: Vec<String> = self
             .ranges
             .iter()
             .flatten()
             .filter_map(|e| match e {
                 Event::Fixed(v) if self.package == STDLIB => Some(format!(">= go{v}")),
-                Event::Fixed(v) => Some(format!(">= v{v}")),
+                Event::Fixed(v) => Some(format!(">= {prefix}{v}")),
                 _ => None,
             })
             .collect();
@@ -153,6 +156,8 @@ impl Advisory {
 #[derive(Debug, Clone)]
 pub struct OsvDb {
     pub path: PathBuf,
+    /// The ecosystem whose records were read: [`GO`] or [`NPM`].
+    pub ecosystem: &'static str,
     pub advisories: Vec<Advisory>,
     /// `git:<commit>` of a git checkout, else `sha256:<digest>` of the record files (paths and
     /// contents, in path order).
@@ -191,7 +196,7 @@ impl OsvDb {
     /// files (Go's `index/*.json`) are not records and are passed over. A record that does not
     /// parse fails the load, naming it: a scan that silently skipped advisories would read as
     /// clean.
-    pub fn open(path: &Path) -> Result<OsvDb, String> {
+    pub fn open(path: &Path, ecosystem: &'static str) -> Result<OsvDb, String> {
         let mut files = Vec::new();
         json_files(path, 0, &mut files)
             .map_err(|e| format!("OSV database {}: {e}", path.display()))?;
@@ -215,7 +220,8 @@ impl OsvDb {
             let record: Record = serde_json::from_value(value)
                 .map_err(|e| format!("OSV record {}: {e}", file.display()))?;
             advisories.extend(
-                advisories_of(record).map_err(|e| format!("OSV record {}: {e}", file.display()))?,
+                advisories_of(record, ecosystem)
+                    .map_err(|e| format!("OSV record {}: {e}", file.display()))?,
             );
         }
         let snapshot = super::advisory::git_head(path)
@@ -223,6 +229,7 @@ impl OsvDb {
             .unwrap_or_else(|| format!("sha256:{}", hex::encode(digest.finalize())));
         Ok(OsvDb {
             path: path.to_path_buf(),
+            ecosystem,
             advisories,
             snapshot,
         })
@@ -233,7 +240,7 @@ impl OsvDb {
     pub fn scan(&self, lock: &Lockfile) -> Vec<Finding> {
         let mut findings = Vec::new();
         for package in lock.packages.iter().filter(|p| p.source.is_some()) {
-            let Some(version) = super::gomod::semver_of(&package.version) else {
+            let Some(version) = parse_version(&package.version) else {
                 continue;
             };
             findings.extend(self.findings(&package.name, &package.version, &version));
@@ -268,7 +275,7 @@ impl OsvDb {
                 package: package.to_string(),
                 version: shown.to_string(),
                 title: advisory.title.clone(),
-                patched: advisory.patched(),
+                patched: advisory.patched(if self.ecosystem == GO { "v" } else { "" }),
             });
         }
         out
@@ -289,12 +296,12 @@ fn sort(findings: &mut [Finding]) {
 }
 
 /// A record's advisories: one per affected Go package.
-fn advisories_of(record: Record) -> Result<Vec<Advisory>, String> {
+fn advisories_of(record: Record, ecosystem: &str) -> Result<Vec<Advisory>, String> {
     let mut out: Vec<Advisory> = Vec::new();
     for affected in record
         .affected
         .iter()
-        .filter(|a| a.package.ecosystem == ECOSYSTEM)
+        .filter(|a| a.package.ecosystem == ecosystem)
     {
         let mut ranges = Vec::new();
         for range in affected.ranges.iter().filter(|r| r.kind == "SEMVER") {
@@ -358,7 +365,7 @@ mod tests {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(path, text).unwrap();
         }
-        let db = OsvDb::open(dir.path()).unwrap();
+        let db = OsvDb::open(dir.path(), GO).unwrap();
         (dir, db)
     }
 
@@ -404,7 +411,7 @@ mod tests {
         ] {
             assert_eq!(greet.affects(&v(version)), affected, "{version}");
         }
-        assert_eq!(greet.patched(), [">= v1.0.1", ">= v1.1.2"]);
+        assert_eq!(greet.patched("v"), [">= v1.0.1", ">= v1.1.2"]);
         let other = &db.advisories[1];
         assert!(!other.affects(&v("0.1.9")));
         assert!(other.affects(&v("0.3.0")));
@@ -458,13 +465,13 @@ mod tests {
             r#"{"id":"GO-2026-0009","affected":[{"package":{"name":"x","ecosystem":"Go"},"ranges":[{"type":"SEMVER","events":[{"introduced":"banana"}]}]}]}"#,
         )
         .unwrap();
-        let error = OsvDb::open(dir.path()).unwrap_err();
+        let error = OsvDb::open(dir.path(), GO).unwrap_err();
         assert!(
             error.contains("GO-2026-0009.json") && error.contains("banana"),
             "{error}"
         );
         std::fs::write(dir.path().join("GO-2026-0009.json"), "{not json").unwrap();
-        let error = OsvDb::open(dir.path()).unwrap_err();
+        let error = OsvDb::open(dir.path(), GO).unwrap_err();
         assert!(error.contains("not JSON"), "{error}");
     }
 }

@@ -293,6 +293,10 @@ pub fn repair_prompt(ecosystem: Ecosystem, upgrade: &Upgrade, failing: &Validati
         Ecosystem::Go => {
             "Do not run `go get` or `go mod tidy`, or edit the require lines of go.mod"
         }
+        Ecosystem::Npm => {
+            "Do not run `npm install` or `npm update`, or edit package-lock.json or the \
+             dependencies of package.json"
+        }
     };
     format!(
         "Warden upgraded the dependency `{package}` from {from} to {to}{advisories} in \

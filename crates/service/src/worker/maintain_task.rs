@@ -55,7 +55,7 @@ pub(super) async fn run_maintain(
     let model_name = model_name.as_str();
     let MaintainInput {
         repo,
-        sandbox,
+        mut sandbox,
         scratch,
         checks,
         publish,
@@ -70,6 +70,12 @@ pub(super) async fn run_maintain(
     } else {
         checks
     };
+    // What every command of the task sees (the checks' included), such as the npm registry
+    // its cache is keyed by.
+    sandbox
+        .toolchains
+        .env
+        .extend(maintain::task_env(&services.config));
     let (session, tools) = {
         let setup = ChangeSetup {
             config: &services.config,

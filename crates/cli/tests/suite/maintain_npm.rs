@@ -1,0 +1,389 @@
+//! `warden maintain` and `warden vulns` for npm projects, end to end: a fixture project
+//! depending on `greet@^1.0.0`, a local npm registry this test serves (packuments and tarballs
+//! made by the real `npm pack`) holding 1.0.0, 1.0.1 (fixes the advisory) and 1.1.0 (changes the
+//! greeting the fixture's test checks), an OSV database with an npm record, and the real Node
+//! and npm the `node` preset finds. The registry is also the operator's HTTP proxy: the sandbox
+//! reaches it only through `[sandbox] prepare_proxy`, and it records what it was asked.
+//!
+//! The tests skip, saying so, when npm is not installed — unless `WARDEN_TEST_REQUIRE` lists
+//! `npm`, where that fails them.
+#![allow(clippy::disallowed_methods)] // the host's npm packs the fixture's tarballs and lockfile
+
+use super::support::Warden;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use warden_test_support::git_fixture::TempRepo;
+use warden_test_support::postgres::required;
+
+/// The greeting each version of `greet` returns, and when it was published.
+const VERSIONS: [(&str, &str, &str); 3] = [
+    ("1.0.0", "hello", "2025-01-01T00:00:00.000Z"),
+    ("1.0.1", "hello", "2025-02-01T00:00:00.000Z"),
+    ("1.1.0", "hi", "2025-03-01T00:00:00.000Z"),
+];
+
+/// Whether npm is here; `false` (said on stderr) when it is not and it is not required.
+fn npm_installed() -> bool {
+    let found = Command::new("npm")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            !required("npm"),
+            "WARDEN_TEST_REQUIRE lists npm but npm is not installed"
+        );
+        eprintln!("skipped: no npm (WARDEN_TEST_REQUIRE=npm makes this a failure)");
+    }
+    found
+}
+
+/// What the registry serves: path → body.
+type Files = Mutex<Vec<(String, Vec<u8>)>>;
+
+/// A registry serving `files` (path → body) on origin-form and absolute-form requests (the
+/// latter as an HTTP proxy is asked), recording each request line.
+struct Registry {
+    address: String,
+    files: Arc<Files>,
+    requests: Arc<Mutex<Vec<String>>>,
+}
+
+impl Registry {
+    fn start() -> Registry {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let files: Arc<Files> = Arc::default();
+        let requests: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (served, seen) = (Arc::clone(&files), Arc::clone(&requests));
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                let (served, seen) = (Arc::clone(&served), Arc::clone(&seen));
+                std::thread::spawn(move || serve(client, &served, &seen));
+            }
+        });
+        Registry {
+            address,
+            files,
+            requests,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    fn put(&self, path: &str, body: Vec<u8>) {
+        self.files.lock().unwrap().push((path.to_string(), body));
+    }
+
+    fn requests(&self) -> Vec<String> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+fn serve(client: TcpStream, files: &Files, seen: &Mutex<Vec<String>>) {
+    let mut reader = BufReader::new(client.try_clone().unwrap());
+    let mut client = client;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let line = line.trim_end().to_string();
+        loop {
+            let mut header = String::new();
+            if reader.read_line(&mut header).unwrap_or(0) == 0 || header.trim().is_empty() {
+                break;
+            }
+        }
+        seen.lock().unwrap().push(line.clone());
+        let target = line.split_whitespace().nth(1).unwrap_or("/");
+        // Absolute form (asked as a proxy): the path after the authority.
+        let path = match target.strip_prefix("http://") {
+            Some(rest) => rest.find('/').map_or("/", |i| &rest[i..]),
+            None => target,
+        };
+        let body = files
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(p, _)| p == path)
+            .map(|(_, b)| b.clone());
+        let head = match &body {
+            // As registry.npmjs.org answers: cacheable, with validators (npm stores only what
+            // it may reuse, and its offline mode reads only what it stored).
+            Some(body) => format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nContent-Type: application/json\r\n\
+                 Cache-Control: public, max-age=300\r\nETag: \"{:x}\"\r\n\
+                 Last-Modified: Wed, 01 Jan 2025 00:00:00 GMT\r\n\r\n",
+                body.len(),
+                body.len()
+            ),
+            None => "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_string(),
+        };
+        if client.write_all(head.as_bytes()).is_err() {
+            return;
+        }
+        if let Some(body) = body {
+            if client.write_all(&body).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Packs each version of `greet` with the real `npm pack` and serves its packument and
+/// tarballs.
+fn publish(registry: &Registry) {
+    let work = tempfile::tempdir().unwrap();
+    let mut versions = serde_json::Map::new();
+    let mut time = serde_json::Map::new();
+    for (version, greeting, published) in VERSIONS {
+        let dir = work.path().join(version);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("package.json"),
+            serde_json::json!({"name": "greet", "version": version, "main": "index.js"})
+                .to_string(),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("index.js"),
+            format!("module.exports = (name) => '{greeting} ' + name;\n"),
+        )
+        .unwrap();
+        let packed = Command::new("npm")
+            .args(["pack", "--json", "--pack-destination"])
+            .arg(work.path())
+            .current_dir(&dir)
+            .env("npm_config_cache", work.path().join("cache"))
+            .output()
+            .unwrap();
+        assert!(
+            packed.status.success(),
+            "npm pack: {}",
+            String::from_utf8_lossy(&packed.stderr)
+        );
+        let report: serde_json::Value = serde_json::from_slice(&packed.stdout).unwrap();
+        let file = format!("greet-{version}.tgz");
+        let tarball = std::fs::read(work.path().join(&file)).unwrap();
+        let path = format!("/greet/-/{file}");
+        registry.put(&path, tarball);
+        versions.insert(
+            version.into(),
+            serde_json::json!({
+                "name": "greet", "version": version, "main": "index.js",
+                "dist": {"tarball": format!("{}{path}", registry.url()),
+                         "integrity": report[0]["integrity"], "shasum": report[0]["shasum"]}
+            }),
+        );
+        time.insert(version.into(), published.into());
+    }
+    let packument = serde_json::json!({
+        "name": "greet", "dist-tags": {"latest": "1.1.0"}, "versions": versions, "time": time
+    });
+    registry.put("/greet", packument.to_string().into_bytes());
+}
+
+/// An OSV database with GHSA-test-0001 against npm's `greet` before 1.0.1, and a Go record
+/// (another ecosystem's: not read for an npm project).
+fn osv_db() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let record = |id: &str, ecosystem: &str, name: &str| {
+        serde_json::json!({
+            "schema_version": "1.6.0", "id": id, "modified": "2026-01-01T00:00:00Z",
+            "summary": format!("Greeting injection in {name}"),
+            "affected": [{"package": {"ecosystem": ecosystem, "name": name},
+                          "ranges": [{"type": "SEMVER",
+                                      "events": [{"introduced": "0"}, {"fixed": "1.0.1"}]}]}]
+        })
+        .to_string()
+    };
+    std::fs::write(
+        dir.path().join("GHSA-test-0001.json"),
+        record("GHSA-test-0001", "npm", "greet"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("GO-2026-0001.json"),
+        record("GO-2026-0001", "Go", "greet"),
+    )
+    .unwrap();
+    dir
+}
+
+/// The fixture project on `greet@^1.0.0`, its lockfile made by the host's npm from `registry`.
+fn fixture(registry: &Registry) -> TempRepo {
+    let repo = TempRepo::new();
+    repo.write(
+        "package.json",
+        &serde_json::json!({
+            "name": "app", "version": "1.0.0", "private": true,
+            "dependencies": {"greet": "^1.0.0"},
+            "scripts": {"test": "node test.js"}
+        })
+        .to_string(),
+    );
+    repo.write(
+        "test.js",
+        "const greet = require('greet');\nconst got = greet('x');\nif (got !== 'hello x') {\n  \
+         console.error(`got ${JSON.stringify(got)}`);\n  process.exit(1);\n}\n",
+    );
+    repo.write(".gitignore", "node_modules/\n");
+    let cache = tempfile::tempdir().unwrap();
+    let locked = Command::new("npm")
+        .args([
+            "install",
+            "--package-lock-only",
+            "--ignore-scripts",
+            "--no-audit",
+            "--no-fund",
+            "greet@1.0.0",
+            "--save-prefix=^",
+        ])
+        .current_dir(repo.path())
+        .env("npm_config_registry", registry.url())
+        .env("npm_config_cache", cache.path())
+        .output()
+        .unwrap();
+    assert!(
+        locked.status.success(),
+        "npm install: {}",
+        String::from_utf8_lossy(&locked.stderr)
+    );
+    repo.commit("fixture on greet 1.0.0");
+    repo
+}
+
+/// A warden with the node preset, the registry as the prepare proxy and npm registry, and the
+/// OSV database.
+fn npm_warden(registry: &Registry, db: &Path) -> Warden {
+    let warden = Warden::new();
+    std::fs::write(
+        warden.home.path().join("warden.toml"),
+        format!(
+            "[sandbox]\ntoolchains = [\"node\"]\nprepare_proxy = {:?}\n\n[maintain]\nosv_db = \
+             {:?}\nnpm_registry = {:?}\n",
+            registry.address,
+            db.to_str().unwrap(),
+            registry.url()
+        ),
+    )
+    .unwrap();
+    warden
+}
+
+#[test]
+fn a_vulnerable_package_is_upgraded_to_the_lowest_version_that_clears_it() {
+    if !npm_installed() {
+        return;
+    }
+    let registry = Registry::start();
+    publish(&registry);
+    let db = osv_db();
+    let warden = npm_warden(&registry, db.path());
+    let repo = fixture(&registry);
+    let before = registry.requests().len();
+    let run = warden.run(&[
+        "maintain",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--select",
+        "vulnerable",
+        "--json",
+    ]);
+    assert_eq!(
+        run.code,
+        0,
+        "{}\n{}\nregistry: {:?}",
+        run.stdout,
+        run.stderr,
+        registry.requests()
+    );
+    let result = run.json();
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    let maintenance = &result["maintenance"];
+    assert_eq!(maintenance["ecosystem"], "npm", "{result}");
+    assert_eq!(
+        maintenance["upgrades"],
+        serde_json::json!([{"package": "greet", "from": "1.0.0", "to": "1.0.1",
+                            "advisories": ["GHSA-test-0001"]}]),
+        "{result}"
+    );
+    let proposal = &result["proposal"];
+    let tree = proposal["tree"].as_str().unwrap();
+    let scans = maintenance["scans"].as_array().unwrap();
+    assert_eq!(scans[0]["findings"][0]["advisory"], "GHSA-test-0001");
+    assert_eq!(
+        scans[0]["findings"][0]["patched"],
+        serde_json::json!([">= 1.0.1"])
+    );
+    assert_eq!(scans[1]["tree"], tree);
+    assert_eq!(scans[1]["findings"], serde_json::json!([]));
+    // The checks installed from the cache, offline, and ran the project's test on the tree.
+    let validation = &proposal["validations"][0];
+    assert_eq!(
+        validation["command"],
+        warden_engine::maintain::DEFAULT_NPM_CHECKS[0]
+    );
+    assert_eq!(validation["exit_code"], 0, "{result}");
+    assert_eq!(validation["tree"], tree);
+    let mut files: Vec<&str> = proposal["files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["path"].as_str().unwrap())
+        .collect();
+    files.sort();
+    assert_eq!(files, ["package-lock.json", "package.json"], "{result}");
+    // The sandbox's npm reached the registry only as a proxy (absolute-form requests).
+    let asked: Vec<String> = registry.requests()[before..].to_vec();
+    assert!(
+        asked.iter().any(|r| r.starts_with("GET http://")),
+        "the sandbox went through the proxy: {asked:?}"
+    );
+    let task = result["task_id"].as_str().unwrap();
+    let diff = warden.run(&["diff", task]);
+    assert_eq!(diff.code, 0, "{}", diff.stderr);
+    assert!(diff.stdout.contains("greet-1.0.1.tgz"), "{}", diff.stdout);
+}
+
+#[test]
+fn an_upgrade_that_breaks_the_test_stops_with_no_proposal_and_vulns_reads_the_lockfile() {
+    if !npm_installed() {
+        return;
+    }
+    let registry = Registry::start();
+    publish(&registry);
+    let db = osv_db();
+    let warden = npm_warden(&registry, db.path());
+    let repo = fixture(&registry);
+    let path = repo.path().to_str().unwrap();
+    let run = warden.run(&["maintain", "--repo", path, "--json"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["failure"]["code"], "checks_failed", "{result}");
+    let message = result["failure"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("upgrading greet 1.0.0 → 1.1.0 breaks check"),
+        "{message}"
+    );
+    assert!(message.contains("got \"hi x\""), "{message}");
+
+    let run = warden.run(&["vulns", "--repo", path, "--json"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let report = run.json();
+    assert_eq!(report["ecosystem"], "npm");
+    assert_eq!(report["lockfile"], "package-lock.json");
+    assert_eq!(
+        report["scan"]["findings"],
+        serde_json::json!([{"advisory": "GHSA-test-0001", "package": "greet", "version": "1.0.0",
+                            "title": "Greeting injection in greet", "patched": [">= 1.0.1"]}]),
+        "{report}"
+    );
+    assert!(report.get("stdlib").is_none(), "{report}");
+}
