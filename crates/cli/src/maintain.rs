@@ -1,6 +1,6 @@
 //! `warden maintain`: its arguments and how a maintenance result reads on a terminal. The task
 //! runs through the front door like `warden run` (`local_cli` in-process, `remote_cli` with a
-//! server): the repository pinned, its Cargo lockfile profiled, the checks on the base, the
+//! server): the repository pinned, its lockfile profiled (Cargo, Go or npm), the checks on the base, the
 //! upgrades discovered, applied and checked in the sandbox, and a proposal commit in Warden's
 //! mirror. The user's checkout is only read.
 
@@ -15,16 +15,17 @@ pub struct MaintainArgs {
     #[arg(long = "repo", value_name = "PATH|URL[@REV]")]
     pub repo: String,
     /// What to upgrade: `all` direct dependencies (default), `vulnerable` packages (those a
-    /// scan against `[maintain] advisory_db` finds), or package names (repeatable)
+    /// scan against `[maintain] advisory_db` or `osv_db` finds), or package names (repeatable)
     #[arg(long = "select", value_name = "all|vulnerable|NAME", num_args = 1..)]
     pub select: Vec<String>,
     /// `baseline`: deterministic, no model, stops at the first failing check (the default);
     /// `model`: when an upgrade breaks a check, the model repairs the code (scoped to the
-    /// upgrade: a repair that moves Cargo.lock is refused)
+    /// upgrade: a repair that moves the lockfile is refused)
     #[arg(long, value_name = "MODE")]
     pub mode: Option<String>,
     /// A check command run with `bash -c` in the sandbox on the base and on each candidate
-    /// tree (repeatable; default `cargo test --locked --offline`)
+    /// tree (repeatable; default the ecosystem's: `cargo test --locked --offline`,
+    /// `go test ./...`, or `npm ci --offline` and `npm test`)
     #[arg(long = "check", value_name = "CMD")]
     pub checks: Vec<String>,
     /// Publish the proposal to the repository's remote as branch `warden/<task-id>`, after an
