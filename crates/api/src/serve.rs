@@ -110,6 +110,7 @@ pub async fn serve(
         .with_running(Arc::clone(&services.running))
         .with_callbacks(services.config.callbacks.clone())
         .with_repo_mount_roots(services.config.sandbox.toolchains.repo_mount_roots.clone())
+        .with_model_missing(services.model_missing.clone())
         .with_warming();
     // Where an interface that cannot start is reported: the other chats.
     let alerts = warden_service::chat::Alerts::new(Arc::clone(&services.store), {

@@ -64,7 +64,12 @@ pub async fn serve(config: Config) -> anyhow::Result<u8> {
         "warden: {} concurrent runs, {} store, model {}",
         services.config.serve.workers,
         services.store.backend(),
-        services.model.name()
+        match &services.model_missing {
+            None => services.model.name(),
+            Some(_) => "none (no WARDEN_MODEL: only baseline-mode maintenance runs; questions, \
+                        changes and model-mode maintenance are refused)"
+                .to_string(),
+        }
     );
     eprintln!("warden: listening on http://{local}");
     if services.config.serve.web.enabled {

@@ -69,7 +69,19 @@ pub use crate::worker::process_worker_name;
 
 /// Everything the workers share, built from the configuration.
 pub async fn services(config: Arc<Config>, store: Arc<dyn Store>) -> anyhow::Result<Arc<Services>> {
-    let model = question::build_model(&config).map_err(|e| ServeUsageError(e.to_string()))?;
+    // No model configured at all: a server for baseline-mode maintenance (schedules, API);
+    // its front door refuses what needs a model. A model configured wrongly stops the start.
+    let (model, model_missing) = match question::build_model(&config) {
+        Ok(model) => (model, None),
+        Err(error) if matches!(config.model, warden_engine::config::ModelChoice::Missing) => {
+            let reason = error.to_string();
+            (
+                Arc::new(crate::worker::NoModel(reason.clone())) as Arc<dyn warden_runtime::Model>,
+                Some(reason),
+            )
+        }
+        Err(error) => return Err(ServeUsageError(error.to_string()).into()),
+    };
     let home = config.home.clone();
     let storage = config.storage;
     let repos = tokio::task::spawn_blocking(move || storage.open_repos(&home))
@@ -78,6 +90,7 @@ pub async fn services(config: Arc<Config>, store: Arc<dyn Store>) -> anyhow::Res
     // Every event the workers store reaches this process's SSE subscribers at once.
     let hub = crate::hub::instrument(&store, crate::hub::HubOptions::default());
     Ok(Arc::new(Services {
+        model_missing,
         hub,
         redactor: config.redactor(),
         config,

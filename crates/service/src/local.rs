@@ -155,13 +155,15 @@ impl Local {
                 let model = match question::build_model(&self.config) {
                     Ok(model) => model,
                     Err(error) if !needs_model => {
-                        Arc::new(Unconfigured(error.to_string())) as Arc<dyn warden_runtime::Model>
+                        Arc::new(crate::worker::NoModel(error.to_string()))
+                            as Arc<dyn warden_runtime::Model>
                     }
                     Err(error) => return Err(usage(error.to_string())),
                 };
                 // Events this process stores reach its hub (and metrics) as they commit.
                 let hub = crate::hub::instrument(&self.store, crate::hub::HubOptions::default());
                 Ok(Arc::new(Services {
+                    model_missing: None,
                     config: Arc::clone(&self.config),
                     store: Arc::clone(&self.store),
                     repos: self.repos.clone(),
@@ -499,36 +501,6 @@ impl Local {
     pub async fn retry(&self, id: &TaskId) -> Result<Task, LocalError> {
         self.task(id).await?;
         Ok(self.tasks.retry(&principal(), id.as_str()).await?)
-    }
-}
-
-/// The model of a process that has none configured: every call is refused with the reason.
-struct Unconfigured(String);
-
-impl warden_runtime::Model for Unconfigured {
-    fn name(&self) -> String {
-        "unconfigured".into()
-    }
-
-    fn complete<'a>(
-        &'a self,
-        _request: &'a warden_runtime::ModelRequest,
-        _events: &'a dyn warden_runtime::EventSink,
-    ) -> warden_runtime::BoxFuture<
-        'a,
-        Result<warden_runtime::ModelResponse, warden_runtime::ModelError>,
-    > {
-        let message = self.0.clone();
-        Box::pin(async move {
-            Err(warden_runtime::ModelError::Permanent {
-                status: None,
-                message,
-            })
-        })
-    }
-
-    fn has_price(&self) -> bool {
-        false
     }
 }
 

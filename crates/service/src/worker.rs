@@ -57,6 +57,9 @@ pub struct Services {
     pub store: Arc<dyn Store>,
     pub repos: RepoStore,
     pub model: Arc<dyn Model>,
+    /// Why there is no model (none configured): the server runs only what asks none,
+    /// baseline-mode maintenance, and its front door refuses the rest saying this.
+    pub model_missing: Option<String>,
     pub redactor: Redactor,
     /// Woken when a task is submitted, so an idle worker claims it at once.
     pub wake: Arc<Notify>,
@@ -64,6 +67,36 @@ pub struct Services {
     pub running: Arc<RunningTasks>,
     /// Where the events `store` stores are published (SSE) and what is counted (metrics).
     pub hub: Arc<crate::hub::Hub>,
+}
+
+/// The model of a process that has none configured: every call is refused with the reason.
+pub struct NoModel(pub String);
+
+impl warden_runtime::Model for NoModel {
+    fn name(&self) -> String {
+        "unconfigured".into()
+    }
+
+    fn complete<'a>(
+        &'a self,
+        _request: &'a warden_runtime::ModelRequest,
+        _events: &'a dyn warden_runtime::EventSink,
+    ) -> warden_runtime::BoxFuture<
+        'a,
+        Result<warden_runtime::ModelResponse, warden_runtime::ModelError>,
+    > {
+        let message = self.0.clone();
+        Box::pin(async move {
+            Err(warden_runtime::ModelError::Permanent {
+                status: None,
+                message,
+            })
+        })
+    }
+
+    fn has_price(&self) -> bool {
+        false
+    }
 }
 
 /// How one worker process runs.

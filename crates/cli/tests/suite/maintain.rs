@@ -590,13 +590,39 @@ fn a_server_runs_a_maintain_task_submitted_with_warden_maintain_server() {
         return;
     };
     let repo = fixture();
-    // `warden serve` wants a model for its other tasks; maintenance asks none.
-    let warden = warden.with("WARDEN_MODEL", "faux");
+    // No model configured: the server runs baseline-mode maintenance and says so.
     let server = Server::start(
         &warden,
         &[("root", "admin", ADMIN), ("alice", "operator", ALICE)],
     );
+    assert!(
+        server
+            .log_line("concurrent runs")
+            .contains("model none (no WARDEN_MODEL: only baseline-mode maintenance runs"),
+        "{}",
+        server.stderr()
+    );
     server.register_with_checks("app", &repo, &["cargo test --locked --offline"]);
+    // What needs a model is refused at the front door, naming the fix; nothing is queued.
+    for body in [
+        serde_json::json!({"kind": "question", "repo": "app", "prompt": "why?"}),
+        serde_json::json!({"kind": "change", "repo": "app", "prompt": "fix it"}),
+        serde_json::json!({"kind": "maintain", "repo": "app", "prompt": "maintain",
+                           "mode": "model"}),
+    ] {
+        let (status, answer) = server.request("POST", "/v1/tasks", Some(ALICE), Some(&body));
+        assert_eq!(status, 422, "{body}: {answer}");
+        assert_eq!(answer["error"]["code"], "unsupported_kind", "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("no model") && message.contains("WARDEN_MODEL"),
+            "{message}"
+        );
+    }
+    assert_eq!(
+        server.get(ADMIN, "/v1/tasks")["data"],
+        serde_json::json!([])
+    );
     let run = server.client(ALICE).run(&[
         "maintain",
         "--repo",

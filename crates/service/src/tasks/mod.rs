@@ -213,6 +213,8 @@ pub struct TaskService {
     repo_mount_roots: Arc<Vec<std::path::PathBuf>>,
     /// Fetches and snapshots repositories as they are registered; `None`: not warmed.
     warmer: Option<crate::warm::Warmer>,
+    /// Why the workers have no model, when they have none: what needs one is refused.
+    model_missing: Option<Arc<String>>,
 }
 
 impl std::fmt::Debug for TaskService {
@@ -236,7 +238,15 @@ impl TaskService {
             redactor: Redactor::default(),
             repo_mount_roots: Arc::default(),
             warmer: None,
+            model_missing: None,
         }
+    }
+
+    /// Refuses tasks that need a model (questions, changes, model-mode maintenance), saying
+    /// `reason`, when the workers have none; `None`: they have one.
+    pub fn with_model_missing(mut self, reason: Option<String>) -> TaskService {
+        self.model_missing = reason.map(Arc::new);
+        self
     }
 
     /// Accepts task callbacks as `config` allows.

@@ -162,6 +162,17 @@ impl TaskService {
                 "this kind of task cannot run here".into(),
             ));
         }
+        if let Some(reason) = &self.model_missing {
+            let needs_model = match kind {
+                TaskKind::Maintain => submission.maintain.as_ref().is_some_and(|m| m.model()),
+                _ => true,
+            };
+            if needs_model {
+                return Err(ServiceError::UnsupportedKind(format!(
+                    "this server has no model, so it runs only baseline-mode maintenance ({reason})"
+                )));
+            }
+        }
         let callback_url = match &submission.callback_url {
             None => None,
             Some(url) => Some(
