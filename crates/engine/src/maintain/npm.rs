@@ -306,15 +306,16 @@ mod tests {
         let mut direct = lock.packages[0].dependencies.clone();
         direct.sort();
         assert_eq!(direct, ["@acme/util 2.1.3", "greet 1.0.0"]);
-        let greets: Vec<&str> = lock
+        let mut greets: Vec<&str> = lock
             .packages
             .iter()
             .filter(|p| p.name == "greet")
             .map(|p| p.version.as_str())
             .collect();
+        greets.sort();
         assert_eq!(
             greets,
-            ["1.0.0", "0.9.0"],
+            ["0.9.0", "1.0.0"],
             "the nested copy is a package too"
         );
         assert_eq!(lock.packages.len(), 5);
