@@ -262,10 +262,16 @@ pub fn detect(preset: Preset, home: &Path, env: &dyn Env) -> Result<PresetSetup,
             }
         }
         Preset::Go => {
-            let goroot = env
-                .var("GOROOT")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| PathBuf::from("/usr/local/go"));
+            // GOROOT, else the upstream tarball's place, else Debian's and Ubuntu's `golang-go`
+            // (a symbolic link to the versioned directory, resolved so `VERSION` is read there).
+            let goroot = env.var("GOROOT").map(PathBuf::from).unwrap_or_else(|| {
+                GO_ROOTS
+                    .iter()
+                    .map(PathBuf::from)
+                    .find(|root| root.join("bin/go").is_file())
+                    .map(|root| root.canonicalize().unwrap_or(root))
+                    .unwrap_or_else(|| PathBuf::from(GO_ROOTS[0]))
+            });
             if !goroot.join("bin/go").is_file() {
                 return Err(format!(
                     "no go: {} does not exist (set GOROOT, or remove \"go\" from [sandbox] \
@@ -288,6 +294,10 @@ pub fn detect(preset: Preset, home: &Path, env: &dyn Env) -> Result<PresetSetup,
         }
     }
 }
+
+/// Where a Go toolchain is looked for without `GOROOT`: the upstream tarball's place, then
+/// Debian's and Ubuntu's `golang-go`.
+const GO_ROOTS: [&str; 2] = ["/usr/local/go", "/usr/lib/go"];
 
 /// `[sandbox]` toolchain settings, resolved: what every view and command gets.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -440,6 +440,29 @@ fn vulns_reports_third_party_modules_and_the_standard_library_apart() {
         text.stdout
     );
 
+    // Without GOROOT the preset finds a toolchain where distributions put it (Debian's
+    // golang-go is /usr/lib/go, a link to the versioned directory): the same report.
+    let distributed = ["/usr/local/go", "/usr/lib/go"]
+        .iter()
+        .filter_map(|root| std::fs::canonicalize(root).ok())
+        .find(|root| root.join("bin/go").is_file());
+    if distributed.as_deref() == std::fs::canonicalize(&goroot).ok().as_deref() {
+        let bare = Warden::new();
+        std::fs::copy(
+            warden.home.path().join("warden.toml"),
+            bare.home.path().join("warden.toml"),
+        )
+        .unwrap();
+        let run = bare.run(&["vulns", "--repo", path, "--json"]);
+        assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+        assert_eq!(
+            run.json()["stdlib"]["go_version"],
+            version,
+            "{}",
+            run.stdout
+        );
+    }
+
     // A local replacement is refused as maintain refuses it: exit 2, naming it.
     repo.write(
         "go.mod",
