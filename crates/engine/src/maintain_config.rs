@@ -105,8 +105,7 @@ impl MaintainConfig {
             .goproxy
             .clone()
             .unwrap_or_else(|| DEFAULT_GOPROXY.into());
-        crate::maintain::goproxy::Proxy::parse(&goproxy)
-            .map_err(|reason| anyhow::anyhow!("maintain.goproxy: {reason}"))?;
+        GoProxy::parse(&goproxy).map_err(|reason| anyhow::anyhow!("maintain.goproxy: {reason}"))?;
         let npm_registry = section
             .npm_registry
             .clone()
@@ -133,5 +132,35 @@ impl MaintainConfig {
             allow: section.allow.clone(),
             deny: section.deny.clone(),
         })
+    }
+}
+
+/// A Go module proxy: an HTTP(S) base URL or a local directory (`file:///dir`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GoProxy {
+    Http(String),
+    Dir(PathBuf),
+}
+
+impl GoProxy {
+    /// `https://…`, `http://…` or `file:///absolute/dir`.
+    pub fn parse(text: &str) -> Result<GoProxy, String> {
+        let text = text.trim_end_matches('/');
+        if let Some(path) = text.strip_prefix("file://") {
+            let path = PathBuf::from(path);
+            if !path.is_absolute() {
+                return Err(format!(
+                    "a file:// module proxy needs an absolute path (got {text:?})"
+                ));
+            }
+            return Ok(GoProxy::Dir(path));
+        }
+        if text.starts_with("https://") || text.starts_with("http://") {
+            return Ok(GoProxy::Http(text.to_string()));
+        }
+        Err(format!(
+            "the Go module proxy must be an http(s):// URL or a file:// directory (got {text:?}; \
+             `direct` and `off` are not proxies Warden can read versions from)"
+        ))
     }
 }

@@ -7,7 +7,6 @@
 //! leave a `file://` proxy.
 
 use super::index::{get_capped, IndexVersion};
-use std::path::PathBuf;
 
 /// The largest `list` or `.info` read.
 const MAX_FILE_BYTES: usize = 4 * 1024 * 1024;
@@ -59,35 +58,10 @@ pub fn escape(text: &str) -> String {
     out
 }
 
-/// A module proxy: an HTTP(S) base URL or a local directory.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Proxy {
-    Http(String),
-    Dir(PathBuf),
-}
+/// A module proxy: an HTTP(S) base URL or a local directory (parsed with `[maintain]`).
+pub use crate::maintain_config::GoProxy as Proxy;
 
 impl Proxy {
-    /// `https://…`, `http://…` or `file:///absolute/dir`.
-    pub fn parse(text: &str) -> Result<Proxy, String> {
-        let text = text.trim_end_matches('/');
-        if let Some(path) = text.strip_prefix("file://") {
-            let path = PathBuf::from(path);
-            if !path.is_absolute() {
-                return Err(format!(
-                    "a file:// module proxy needs an absolute path (got {text:?})"
-                ));
-            }
-            return Ok(Proxy::Dir(path));
-        }
-        if text.starts_with("https://") || text.starts_with("http://") {
-            return Ok(Proxy::Http(text.to_string()));
-        }
-        Err(format!(
-            "the Go module proxy must be an http(s):// URL or a file:// directory (got {text:?}; \
-             `direct` and `off` are not proxies Warden can read versions from)"
-        ))
-    }
-
     /// `<module>/@v/<name>` of this proxy: the body, or `None` when the proxy has no such file.
     async fn get(
         &self,
