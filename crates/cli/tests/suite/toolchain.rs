@@ -407,7 +407,10 @@ fn doctor_suggests_the_rust_preset_when_rustup_is_installed() {
     let cargo = home.path().join(".cargo/bin/cargo");
     std::fs::write(&cargo, "#!/bin/sh\n").unwrap();
     std::fs::set_permissions(&cargo, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let warden = Warden::faux().with("HOME", home.path().to_str().unwrap());
+    // Only rustup: a Go this machine has (Debian's /usr/lib/go) is kept out of the suggestion.
+    let warden = Warden::faux()
+        .with("HOME", home.path().to_str().unwrap())
+        .with("GOROOT", home.path().join("no-go").to_str().unwrap());
     let run = warden.run(&["doctor", "--json", "--offline"]);
     let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
     let check = report["checks"]
