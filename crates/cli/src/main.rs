@@ -49,12 +49,12 @@ enum Command {
     Ask(ask::AskArgs),
     /// Ask for a change; get a proposal commit proven by the checks (never touches your checkout)
     Run(run::RunArgs),
-    /// Upgrade a Cargo project's dependencies (all, vulnerable ones, or named ones), proven by
-    /// its checks; get a proposal commit (deterministic baseline mode, or --mode model to have
-    /// the agent repair what an upgrade breaks)
+    /// Upgrade a Cargo project's, Go module's or npm project's dependencies (all, vulnerable
+    /// ones, or named ones), proven by its checks; get a proposal commit (deterministic baseline
+    /// mode, or --mode model to have the agent repair what an upgrade breaks)
     Maintain(maintain::MaintainArgs),
-    /// Report the known vulnerabilities of a Cargo project's Cargo.lock (against
-    /// [maintain] advisory_db) without changing anything; exit 1 when there are any
+    /// Report the known vulnerabilities of a Cargo.lock, go.mod or package-lock.json (against
+    /// [maintain] advisory_db or osv_db) without changing anything; exit 1 when there are any
     Vulns(vulns::VulnsArgs),
     /// Show a change task's proposal: stat, sensitive files and the redacted diff
     Diff(diff::DiffArgs),

@@ -2,7 +2,7 @@
 //! `go.mod`, and nothing else. A plain read-only command, not a task: the repository is pinned
 //! as `warden ask --repo` pins it (a verified read-only snapshot of a commit; a work tree's
 //! uncommitted files are left out and said), profiled as `warden maintain` profiles it, and
-//! its lockfile scanned against `[maintain] advisory_db` (RustSec) or `osv_db` (OSV, Go) with
+//! its lockfile scanned against `[maintain] advisory_db` (RustSec) or `osv_db` (OSV: Go, npm) with
 //! the scan `warden maintain` makes of its base tree. For Go, the standard library is scanned
 //! too and reported apart from the third-party modules. Nothing runs, nothing is fetched, no
 //! model is asked and no task is recorded.

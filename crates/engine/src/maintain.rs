@@ -1,5 +1,6 @@
-//! Executing a `maintain` task for Cargo projects, in deterministic baseline mode (no model) or
-//! in model mode (an agent repairs what an upgrade breaks, [`repair`]):
+//! Executing a `maintain` task for Cargo projects, Go modules and npm projects (what differs
+//! between them is [`ecosystem::Ecosystem`]), in deterministic baseline mode (no model) or in
+//! model mode (an agent repairs what an upgrade breaks, [`repair`]). Described for Cargo:
 //!
 //! 1. **Profile** the pinned base tree ([`cargo::profile`]): a root `Cargo.toml` and a committed
 //!    `Cargo.lock`; vendored or replaced sources, `[patch]`/`[replace]` and submodules are

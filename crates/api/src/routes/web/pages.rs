@@ -286,7 +286,7 @@ pub(super) fn new_task(
                     select name="kind" {
                         option value="question" selected[!change && !maintain] { "Question: a cited answer" }
                         option value="change" selected[change] { "Change: a proposal proven by checks" }
-                        option value="maintain" selected[maintain] { "Maintenance: dependency upgrades proven by checks (Cargo)" }
+                        option value="maintain" selected[maintain] { "Maintenance: dependency upgrades proven by checks (Cargo, Go, npm)" }
                     }
                 }
                 label { "Repository"
