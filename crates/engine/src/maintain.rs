@@ -588,6 +588,12 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
     })?;
 
     // 8. The proposal.
+    let pages: Vec<String> = state
+        .maintenance
+        .upgrades
+        .iter()
+        .filter_map(|u| eco.release_page(&run.config.maintain, u))
+        .collect();
     let mut summary = proposal_summary(
         eco,
         &state.maintenance,
@@ -595,6 +601,7 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
         &base_findings,
         &tree,
         &validations,
+        &pages,
     );
     if let Some(agent) = &run.repair {
         let made = "\nMade by `warden maintain` in baseline mode (deterministic, no model).\n";
@@ -1246,6 +1253,7 @@ fn proposal_summary(
     base_findings: &[Finding],
     tree: &str,
     validations: &[Validation],
+    pages: &[String],
 ) -> String {
     let upgrades = &maintenance.upgrades;
     let subject = match upgrades.as_slice() {
@@ -1266,6 +1274,13 @@ fn proposal_summary(
             body.push_str(&format!(" (clears {})", u.advisories.join(", ")));
         }
         body.push('\n');
+    }
+    if !pages.is_empty() {
+        // None of the registries serves release notes; their version pages link to them.
+        body.push_str("\nRelease pages:\n");
+        for page in pages {
+            body.push_str(&format!("- {page}\n"));
+        }
     }
     if let Some(db) = database {
         body.push_str("\nAdvisories cleared:\n");
@@ -1445,6 +1460,11 @@ mod tests {
             &base,
             "cand",
             &[validation("cand", 0)],
+            &["https://crates.io/crates/smallvec/1.6.1".to_string()],
+        );
+        assert!(
+            text.contains("\nRelease pages:\n- https://crates.io/crates/smallvec/1.6.1\n"),
+            "{text}"
         );
         assert!(
             text.starts_with("Upgrade smallvec 1.6.0 → 1.6.1 (RUSTSEC-2021-0003)\n\n"),

@@ -287,6 +287,11 @@ fn a_vulnerable_dependency_is_upgraded_to_the_lowest_version_that_clears_it() {
         summary.contains("- RUSTSEC-2021-0003: Buffer overflow"),
         "{summary}"
     );
+    // The public registry's page of the new version, where its release notes are linked.
+    assert!(
+        summary.contains("\nRelease pages:\n- https://crates.io/crates/smallvec/1.6.1\n"),
+        "{summary}"
+    );
     assert!(
         summary.contains("- `cargo test --locked --offline`: passed"),
         "{summary}"

@@ -339,6 +339,8 @@ fn a_vulnerable_module_is_upgraded_to_the_lowest_version_that_clears_it() {
         summary.contains("- GO-2026-0001: Greeting injection in greet"),
         "{summary}"
     );
+    // A private (here: file) proxy's pages are not guessed.
+    assert!(!summary.contains("Release pages"), "{summary}");
     // The standard library's advisory is said, not acted on.
     assert!(
         result["notices"]

@@ -220,6 +220,38 @@ impl Ecosystem {
     }
 }
 
+impl Ecosystem {
+    /// The public registry's page of the version an upgrade moves to, when the packages come
+    /// from that registry (a private one's pages are unknown) and the name is one the
+    /// registry's rules allow (the name reaches a pull request's body).
+    pub fn release_page(
+        self,
+        maintain: &crate::maintain_config::MaintainConfig,
+        upgrade: &Upgrade,
+    ) -> Option<String> {
+        use crate::maintain_config::{DEFAULT_GOPROXY, DEFAULT_INDEX, DEFAULT_NPM_REGISTRY};
+        let (name, to) = (&upgrade.package, &upgrade.to);
+        semver::Version::parse(to.strip_prefix('v').unwrap_or(to)).ok()?;
+        match self {
+            Ecosystem::Cargo => {
+                let valid = !name.is_empty()
+                    && name.len() <= 64
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+                (maintain.index == DEFAULT_INDEX && valid)
+                    .then(|| format!("https://crates.io/crates/{name}/{to}"))
+            }
+            Ecosystem::Go => (maintain.goproxy == DEFAULT_GOPROXY
+                && super::goproxy::check_module_path(name).is_ok())
+            .then(|| format!("https://pkg.go.dev/{name}@{to}")),
+            Ecosystem::Npm => (maintain.npm_registry == DEFAULT_NPM_REGISTRY
+                && npm::check_name(name).is_ok())
+            .then(|| format!("https://www.npmjs.com/package/{name}/v/{to}")),
+        }
+    }
+}
+
 /// What maintenance knows of a base tree.
 #[derive(Debug, Clone)]
 pub struct Profile {
@@ -423,6 +455,47 @@ mod tests {
         assert!(Ecosystem::detect(root).unwrap_err().contains("both"));
         std::fs::remove_file(root.join("go.mod")).unwrap();
         assert_eq!(Ecosystem::detect(root).unwrap(), Ecosystem::Cargo);
+    }
+
+    #[test]
+    fn release_pages_are_the_public_registries_and_only_for_names_they_allow() {
+        let config = crate::maintain_config::MaintainConfig::default();
+        let upgrade = |package: &str, to: &str| Upgrade {
+            package: package.into(),
+            from: "0.1.0".into(),
+            to: to.into(),
+            advisories: vec![],
+        };
+        assert_eq!(
+            Ecosystem::Cargo.release_page(&config, &upgrade("smallvec", "1.6.1")),
+            Some("https://crates.io/crates/smallvec/1.6.1".into())
+        );
+        assert_eq!(
+            Ecosystem::Go.release_page(&config, &upgrade("golang.org/x/text", "v0.3.8")),
+            Some("https://pkg.go.dev/golang.org/x/text@v0.3.8".into())
+        );
+        assert_eq!(
+            Ecosystem::Npm.release_page(&config, &upgrade("@acme/util", "2.1.4")),
+            Some("https://www.npmjs.com/package/@acme/util/v/2.1.4".into())
+        );
+        // A name or version that would be markup in the pull request is no link.
+        assert_eq!(
+            Ecosystem::Cargo.release_page(&config, &upgrade("x](https://evil", "1.0.0")),
+            None
+        );
+        assert_eq!(
+            Ecosystem::Npm.release_page(&config, &upgrade("greet", "1.0.0) [x](y")),
+            None
+        );
+        // A private registry's pages are not guessed.
+        let private = crate::maintain_config::MaintainConfig {
+            npm_registry: "https://npm.internal".into(),
+            ..config
+        };
+        assert_eq!(
+            Ecosystem::Npm.release_page(&private, &upgrade("greet", "1.0.1")),
+            None
+        );
     }
 
     #[test]
