@@ -71,7 +71,8 @@ pub const DEFAULT_GO_CHECKS: [&str; 1] = ["go test ./..."];
 /// on every lookup and takes a failed write for a miss), so the command first copies the
 /// repository's cache into the sandbox's own `/tmp`; the cache itself stays read-only.
 pub const DEFAULT_NPM_CHECKS: [&str; 1] = [
-    "cp -R \"$npm_config_cache\" /tmp/npm-cache && export npm_config_cache=/tmp/npm-cache && \
+    "rm -rf /tmp/npm-cache && cp -R \"$npm_config_cache\" /tmp/npm-cache && \
+     export npm_config_cache=/tmp/npm-cache && \
      npm ci --offline --ignore-scripts --no-audit --no-fund && npm test",
 ];
 
@@ -389,7 +390,7 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
                     db.snapshot()
                 );
                 state.maintenance.scans.push(scan);
-                if let Database::Osv(osv) = db {
+                if let (Database::Osv(osv), Ecosystem::Go) = (db, eco) {
                     state.notices.extend(stdlib_notice(
                         osv,
                         run,
@@ -410,12 +411,7 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
         deny: maintain.deny.clone(),
         now_ms: run.now_ms,
     };
-    let source = match eco {
-        Ecosystem::Cargo => maintain.index.clone(),
-        Ecosystem::Go => maintain.goproxy.clone(),
-        Ecosystem::Npm => maintain.npm_registry.clone(),
-    };
-    let upgrades = stage(run, state, "discover", &source, |state| {
+    let upgrades = stage(run, state, "discover", eco.source(maintain), |state| {
         let upgrades = discover(
             run,
             state,
@@ -845,8 +841,9 @@ pub fn vulnerabilities(
             )
         })?;
     let scan = scan_lockfile(eco, &db, root, tree, VULNS_STAGE, now_ms)?;
+    // The standard library is Go's alone (an npm project's OSV database has none to scan).
     let stdlib = match &db {
-        Database::Osv(osv) => stdlib_version(
+        Database::Osv(osv) if eco == Ecosystem::Go => stdlib_version(
             &config.sandbox.toolchains.env,
             profile.named_go_version.as_deref(),
         )
@@ -855,7 +852,7 @@ pub fn vulnerabilities(
             go_version,
             source,
         }),
-        Database::RustSec(_) => None,
+        Database::Osv(_) | Database::RustSec(_) => None,
     };
     Ok(Vulnerabilities {
         ecosystem: eco,
@@ -1008,23 +1005,17 @@ fn discover(
                 .push(format!("{name} {from}: not a semver version, not upgraded"));
             continue;
         };
+        let source = eco.source(&run.config.maintain);
         let versions = match eco {
-            Ecosystem::Cargo => handle.block_on(index::fetch_versions(
-                &client,
-                &run.config.maintain.index,
-                &name,
-            )),
+            Ecosystem::Cargo => handle.block_on(index::fetch_versions(&client, source, &name)),
             Ecosystem::Go => {
-                let proxy = goproxy::Proxy::parse(&run.config.maintain.goproxy)
+                let proxy = goproxy::Proxy::parse(source)
                     .map_err(|message| failure(FailureCode::Infrastructure, message))?;
                 handle.block_on(goproxy::fetch_versions(&client, &proxy, &name, &current))
             }
-            Ecosystem::Npm => handle.block_on(npm::fetch_versions(
-                &client,
-                &run.config.maintain.npm_registry,
-                &name,
-                &current,
-            )),
+            Ecosystem::Npm => {
+                handle.block_on(npm::fetch_versions(&client, source, &name, &current))
+            }
         }
         .map_err(|message| failure(FailureCode::Infrastructure, message))?;
         let requirements = profile.requirements.get(&name).cloned().unwrap_or_default();

@@ -322,14 +322,11 @@ fn a_vulnerable_module_is_upgraded_to_the_lowest_version_that_clears_it() {
     assert_eq!(validation["tree"], tree);
     assert_eq!(validation["sandbox"], "linux");
     // go.mod and go.sum changed, nothing else.
-    let mut files: Vec<&str> = proposal["files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["path"].as_str().unwrap())
-        .collect();
-    files.sort();
-    assert_eq!(files, ["go.mod", "go.sum"], "{result}");
+    assert_eq!(
+        super::support::proposal_paths(proposal),
+        ["go.mod", "go.sum"],
+        "{result}"
+    );
     let summary = proposal["summary"].as_str().unwrap();
     assert!(
         summary.starts_with("Upgrade example.com/greet v1.0.0 → v1.0.1 (GO-2026-0001)"),
@@ -542,14 +539,11 @@ fn in_model_mode_the_model_repairs_the_test_an_upgrade_breaks_and_may_not_undo_i
     assert_eq!(maintenance["upgrades"][0]["to"], "v1.1.0", "{result}");
     let proposal = &result["proposal"];
     let tree = proposal["tree"].as_str().unwrap();
-    let mut files: Vec<&str> = proposal["files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["path"].as_str().unwrap())
-        .collect();
-    files.sort();
-    assert_eq!(files, ["go.mod", "go.sum", "main_test.go"], "{result}");
+    assert_eq!(
+        super::support::proposal_paths(proposal),
+        ["go.mod", "go.sum", "main_test.go"],
+        "{result}"
+    );
     let validation = &proposal["validations"][0];
     assert_eq!(validation["command"], "go test ./...");
     assert_eq!(validation["exit_code"], 0, "{result}");

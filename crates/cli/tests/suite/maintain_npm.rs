@@ -332,14 +332,11 @@ fn a_vulnerable_package_is_upgraded_to_the_lowest_version_that_clears_it() {
     );
     assert_eq!(validation["exit_code"], 0, "{result}");
     assert_eq!(validation["tree"], tree);
-    let mut files: Vec<&str> = proposal["files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f["path"].as_str().unwrap())
-        .collect();
-    files.sort();
-    assert_eq!(files, ["package-lock.json", "package.json"], "{result}");
+    assert_eq!(
+        super::support::proposal_paths(proposal),
+        ["package-lock.json", "package.json"],
+        "{result}"
+    );
     // The sandbox's npm reached the registry only as a proxy (absolute-form requests).
     let asked: Vec<String> = registry.requests()[before..].to_vec();
     assert!(
@@ -386,4 +383,25 @@ fn an_upgrade_that_breaks_the_test_stops_with_no_proposal_and_vulns_reads_the_lo
         "{report}"
     );
     assert!(report.get("stdlib").is_none(), "{report}");
+
+    // The standard library is Go's: an npm project is not scanned for it even where the
+    // sandbox has a Go toolchain.
+    let goroot = Command::new("go")
+        .args(["env", "GOROOT"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    if let Some(goroot) = goroot {
+        let config = warden.home.path().join("warden.toml");
+        let text = std::fs::read_to_string(&config)
+            .unwrap()
+            .replace("toolchains = [\"node\"]", "toolchains = [\"node\", \"go\"]");
+        std::fs::write(&config, text).unwrap();
+        let run = warden
+            .with("GOROOT", &goroot)
+            .run(&["vulns", "--repo", path, "--json"]);
+        assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+        assert!(run.json().get("stdlib").is_none(), "{}", run.stdout);
+    }
 }

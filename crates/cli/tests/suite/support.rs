@@ -148,3 +148,15 @@ pub fn interrupt(pid: u32) {
         .unwrap();
     assert!(status.success());
 }
+
+/// The paths a proposal (a result's `proposal`) changes, sorted.
+pub fn proposal_paths(proposal: &serde_json::Value) -> Vec<String> {
+    let mut paths: Vec<String> = proposal["files"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a proposal without files: {proposal}"))
+        .iter()
+        .map(|f| f["path"].as_str().unwrap().to_string())
+        .collect();
+    paths.sort();
+    paths
+}

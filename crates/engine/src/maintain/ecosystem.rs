@@ -74,6 +74,45 @@ impl Ecosystem {
         }
     }
 
+    /// The public registry's page of the version an upgrade moves to, when the packages come
+    /// from that registry (a private one's pages are unknown) and the name is one the
+    /// registry's rules allow (the name reaches a pull request's body).
+    pub fn release_page(
+        self,
+        maintain: &crate::maintain_config::MaintainConfig,
+        upgrade: &Upgrade,
+    ) -> Option<String> {
+        use crate::maintain_config::{DEFAULT_GOPROXY, DEFAULT_INDEX, DEFAULT_NPM_REGISTRY};
+        let (name, to) = (&upgrade.package, &upgrade.to);
+        semver::Version::parse(to.strip_prefix('v').unwrap_or(to)).ok()?;
+        match self {
+            Ecosystem::Cargo => {
+                let valid = !name.is_empty()
+                    && name.len() <= 64
+                    && name
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+                (maintain.index == DEFAULT_INDEX && valid)
+                    .then(|| format!("https://crates.io/crates/{name}/{to}"))
+            }
+            Ecosystem::Go => (maintain.goproxy == DEFAULT_GOPROXY
+                && super::goproxy::check_module_path(name).is_ok())
+            .then(|| format!("https://pkg.go.dev/{name}@{to}")),
+            Ecosystem::Npm => (maintain.npm_registry == DEFAULT_NPM_REGISTRY
+                && npm::check_name(name).is_ok())
+            .then(|| format!("https://www.npmjs.com/package/{name}/v/{to}")),
+        }
+    }
+
+    /// Where candidate versions come from: `[maintain] index`, `goproxy` or `npm_registry`.
+    pub fn source(self, maintain: &crate::maintain_config::MaintainConfig) -> &str {
+        match self {
+            Ecosystem::Cargo => &maintain.index,
+            Ecosystem::Go => &maintain.goproxy,
+            Ecosystem::Npm => &maintain.npm_registry,
+        }
+    }
+
     /// The file whose packages an upgrade changes.
     pub fn lock_name(self) -> &'static str {
         match self {
@@ -209,45 +248,13 @@ impl Ecosystem {
                 "GOSUMDB=off go get {}",
                 quoted(&format!("{}@{}", upgrade.package, upgrade.to))
             ),
-            // npm reads only a writable cache (see `DEFAULT_NPM_CHECKS`): a copy in /tmp.
+            // npm reads only a writable cache (see `DEFAULT_NPM_CHECKS`): a fresh copy in /tmp.
             Ecosystem::Npm => format!(
-                "cp -R \"$npm_config_cache\" /tmp/npm-cache && \
+                "rm -rf /tmp/npm-cache && cp -R \"$npm_config_cache\" /tmp/npm-cache && \
                  npm_config_cache=/tmp/npm-cache npm install --package-lock-only --offline \
                  {NPM_FLAGS} {}",
                 quoted(&format!("{}@{}", upgrade.package, upgrade.to))
             ),
-        }
-    }
-}
-
-impl Ecosystem {
-    /// The public registry's page of the version an upgrade moves to, when the packages come
-    /// from that registry (a private one's pages are unknown) and the name is one the
-    /// registry's rules allow (the name reaches a pull request's body).
-    pub fn release_page(
-        self,
-        maintain: &crate::maintain_config::MaintainConfig,
-        upgrade: &Upgrade,
-    ) -> Option<String> {
-        use crate::maintain_config::{DEFAULT_GOPROXY, DEFAULT_INDEX, DEFAULT_NPM_REGISTRY};
-        let (name, to) = (&upgrade.package, &upgrade.to);
-        semver::Version::parse(to.strip_prefix('v').unwrap_or(to)).ok()?;
-        match self {
-            Ecosystem::Cargo => {
-                let valid = !name.is_empty()
-                    && name.len() <= 64
-                    && name
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-                (maintain.index == DEFAULT_INDEX && valid)
-                    .then(|| format!("https://crates.io/crates/{name}/{to}"))
-            }
-            Ecosystem::Go => (maintain.goproxy == DEFAULT_GOPROXY
-                && super::goproxy::check_module_path(name).is_ok())
-            .then(|| format!("https://pkg.go.dev/{name}@{to}")),
-            Ecosystem::Npm => (maintain.npm_registry == DEFAULT_NPM_REGISTRY
-                && npm::check_name(name).is_ok())
-            .then(|| format!("https://www.npmjs.com/package/{name}/v/{to}")),
         }
     }
 }
