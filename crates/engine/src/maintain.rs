@@ -6,8 +6,8 @@
 //!    `Cargo.lock`; vendored or replaced sources, `[patch]`/`[replace]` and submodules are
 //!    refused (`unsupported_project`, naming the reason).
 //! 2. **Acquire**: `cargo fetch --locked` (then the repository's own prepare commands) through
-//!    the change pipeline's prepare step — the dependency cache writable and, with
-//!    `[sandbox] prepare_proxy`, network through that proxy only. Every later command runs
+//!    the change pipeline's prepare step — the dependency cache writable and network to the
+//!    egress allow-list only, through Warden's proxy (`crate::egress`). Every later command runs
 //!    offline (`CARGO_NET_OFFLINE=true`, the cache read-only).
 //! 3. **Baseline**: the checks on the base tree; failing is `baseline_failing`, a check that
 //!    timed out or was killed is `baseline_inconclusive`.
@@ -332,9 +332,13 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
         .chain(run.sandbox.toolchains.prepare.iter().cloned())
         .collect();
     let notices = stage(run, state, "acquire", eco.acquire(), |_| {
-        let notices = change::before_agent(session, run.config, &toolchains, &|line| {
-            tracing::info!("{line}")
-        })?;
+        let notices = change::before_agent(
+            session,
+            run.config,
+            &toolchains,
+            &|line| tracing::info!("{line}"),
+            &|record| run.events.emit(record.event()),
+        )?;
         let failed = notices
             .iter()
             .any(|n| n.starts_with("prepare `") && n.contains("failed"));
@@ -1130,9 +1134,15 @@ fn fetch_candidates(
         &script,
         &|line| tracing::info!("{line}"),
     )?;
+    let records = network.take_records();
+    let refused = records.iter().filter(|record| !record.allowed).count();
+    for record in &records {
+        run.events.emit(record.event());
+    }
     if output.success() {
         return Ok(());
     }
+    let admitted = u32::try_from(records.len() - refused).unwrap_or(u32::MAX);
     Err(failure(
         FailureCode::UpgradeFailed,
         format!(
@@ -1143,7 +1153,7 @@ fn fetch_candidates(
                 .map_or("killed or timed out".to_string(), |c| format!(
                     "exit code {c}"
                 )),
-            network.notice(output.egress_connections),
+            network.notice(admitted, u32::try_from(refused).unwrap_or(u32::MAX)),
             (session.config.redact)(&tail_lines(&String::from_utf8_lossy(&output.stderr), 15))
         ),
     ))
