@@ -311,10 +311,23 @@ pub fn before_agent(
     toolchains: &crate::toolchain::TaskToolchains,
     progress: &dyn Fn(&str),
 ) -> Result<Vec<String>, Failure> {
+    before_agent_with(session, config, toolchains, None, progress)
+}
+
+/// [`before_agent`], with `first`: a command run before the prepare commands, as they run but
+/// over another tree than the base's (maintenance's fetch, over the manifests and lockfile
+/// alone).
+pub fn before_agent_with(
+    session: &ChangeSession,
+    config: &Config,
+    toolchains: &crate::toolchain::TaskToolchains,
+    first: Option<(&str, &Path)>,
+    progress: &dyn Fn(&str),
+) -> Result<Vec<String>, Failure> {
     let mut notices = Vec::new();
-    if !toolchains.prepare.is_empty() {
+    if first.is_some() || !toolchains.prepare.is_empty() {
         let network = PrepareNetwork::of(session.config.sandbox.as_ref(), toolchains);
-        notices.extend(prepare(session, toolchains, &network, progress)?);
+        notices.extend(prepare(session, toolchains, &network, first, progress)?);
     }
     let missing = session.missing_programs().map_err(|message| Failure {
         code: FailureCode::SandboxError,
@@ -401,6 +414,7 @@ pub fn prepare_command(
     network: &PrepareNetwork,
     scratch_name: &str,
     command: &str,
+    root: &Path,
     progress: &dyn Fn(&str),
 ) -> Result<warden_sandbox::CommandOutput, Failure> {
     let config = &session.config;
@@ -417,7 +431,7 @@ pub fn prepare_command(
     let view = config
         .sandbox
         .open(&ViewSpec {
-            lower: vec![(config.repo.clone(), config.snapshot.clone())],
+            lower: vec![(config.repo.clone(), root.to_path_buf())],
             writable: true,
             scratch_dir: config.scratch.join(scratch_name),
             mounts: toolchains.mounts(true),
@@ -458,6 +472,7 @@ fn prepare(
     session: &ChangeSession,
     toolchains: &crate::toolchain::TaskToolchains,
     network: &PrepareNetwork,
+    first: Option<(&str, &Path)>,
     progress: &dyn Fn(&str),
 ) -> Result<Vec<String>, Failure> {
     let infrastructure = |message: String| Failure {
@@ -476,13 +491,20 @@ fn prepare(
         .map_err(|e| infrastructure(format!("cannot create {}: {e}", config.scratch.display())))?;
     let mut notices = Vec::new();
     let mut connections = 0u32;
-    for (index, command) in toolchains.prepare.iter().enumerate() {
+    let commands = first.into_iter().chain(
+        toolchains
+            .prepare
+            .iter()
+            .map(|command| (command.as_str(), config.snapshot.as_path())),
+    );
+    for (index, (command, root)) in commands.enumerate() {
         let output = prepare_command(
             session,
             toolchains,
             network,
             &format!("prepare-{index}"),
             command,
+            root,
             progress,
         )?;
         connections = connections.saturating_add(output.egress_connections);

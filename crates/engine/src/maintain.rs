@@ -7,7 +7,9 @@
 //!    refused (`unsupported_project`, naming the reason).
 //! 2. **Acquire**: `cargo fetch --locked` (then the repository's own prepare commands) through
 //!    the change pipeline's prepare step — the dependency cache writable and, with
-//!    `[sandbox] prepare_proxy`, network through that proxy only. Every later command runs
+//!    `[sandbox] prepare_proxy`, network through that proxy only — over the manifests and the
+//!    lockfile alone ([`ecosystem::Ecosystem::fetch_tree`]: never the repository's
+//!    `.cargo/config.toml`, whose `rustc-wrapper` would run there). Every later command runs
 //!    offline (`CARGO_NET_OFFLINE=true`, the cache read-only).
 //! 3. **Baseline**: the checks on the base tree; failing is `baseline_failing`, a check that
 //!    timed out or was killed is `baseline_inconclusive`.
@@ -20,7 +22,7 @@
 //!    than the cooldown, allowed and not denied. `vulnerable` targets the lowest eligible
 //!    version that clears every advisory found for the package; otherwise the newest.
 //! 6. **Fetch and apply**: the chosen versions' packages are fetched in one more networked,
-//!    prepare-like view over the base (`cargo update --precise` + `cargo fetch`, the cache
+//!    prepare-like view over the manifests (`cargo update --precise` + `cargo fetch`, the cache
 //!    writable, its lockfile thrown away); then each upgrade is applied offline in the task's
 //!    own writable view (`cargo update --offline -p NAME@OLD --precise NEW`) and the checks run
 //!    on exactly the resulting candidate tree. In baseline mode the first failing check stops
@@ -326,15 +328,18 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
         ));
     }
 
-    // 2. Acquire: the one networked step for the base's packages.
-    let mut toolchains = networked_toolchains(run, eco)?;
-    toolchains.prepare = std::iter::once(eco.acquire().to_string())
-        .chain(run.sandbox.toolchains.prepare.iter().cloned())
-        .collect();
+    // 2. Acquire: the one networked step for the base's packages, over the manifests and
+    // the lockfile alone; then the repository's prepare commands.
+    let toolchains = networked_toolchains(run, eco)?;
     let notices = stage(run, state, "acquire", eco.acquire(), |_| {
-        let notices = change::before_agent(session, run.config, &toolchains, &|line| {
-            tracing::info!("{line}")
-        })?;
+        let tree = FetchTree::new(session, eco, "acquire")?;
+        let notices = change::before_agent_with(
+            session,
+            run.config,
+            &toolchains,
+            Some((eco.acquire(), tree.root())),
+            &|line| tracing::info!("{line}"),
+        )?;
         let failed = notices
             .iter()
             .any(|n| n.starts_with("prepare `") && n.contains("failed"));
@@ -1122,12 +1127,14 @@ fn fetch_candidates(
     };
     let script = eco.fetch_script(upgrades);
     let network = PrepareNetwork::of(session.config.sandbox.as_ref(), &toolchains);
+    let tree = FetchTree::new(session, eco, "fetch-candidates")?;
     let output = change::prepare_command(
         session,
         &toolchains,
         &network,
         "fetch-candidates",
         &script,
+        tree.root(),
         &|line| tracing::info!("{line}"),
     )?;
     if output.success() {
@@ -1147,6 +1154,52 @@ fn fetch_candidates(
             (session.config.redact)(&tail_lines(&String::from_utf8_lossy(&output.stderr), 15))
         ),
     ))
+}
+
+/// What a networked step sees of the base tree ([`Ecosystem::fetch_tree`]: the manifests and
+/// the lockfile, nothing of the repository that makes the package manager run a program),
+/// written under the task's scratch directory and removed when dropped; the base tree itself
+/// for Go.
+struct FetchTree {
+    root: std::path::PathBuf,
+    owned: bool,
+}
+
+impl FetchTree {
+    fn new(session: &ChangeSession, eco: Ecosystem, name: &str) -> Result<FetchTree, Failure> {
+        let config = &session.config;
+        let dest = config.scratch.join(format!("{name}-tree"));
+        let _ = std::fs::remove_dir_all(&dest);
+        match eco.fetch_tree(&config.snapshot, &dest) {
+            Ok(true) => Ok(FetchTree {
+                root: dest,
+                owned: true,
+            }),
+            Ok(false) => Ok(FetchTree {
+                root: config.snapshot.clone(),
+                owned: false,
+            }),
+            Err(message) => {
+                let _ = std::fs::remove_dir_all(&dest);
+                Err(failure(
+                    FailureCode::Infrastructure,
+                    format!("cannot write the manifests the fetch reads: {message}"),
+                ))
+            }
+        }
+    }
+
+    fn root(&self) -> &std::path::Path {
+        &self.root
+    }
+}
+
+impl Drop for FetchTree {
+    fn drop(&mut self) {
+        if self.owned {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
+    }
 }
 
 /// Applies one upgrade offline in the task's writable view.
