@@ -314,17 +314,60 @@ pub fn before_agent(
     progress: &dyn Fn(&str),
     on_egress: &dyn Fn(&crate::egress::EgressRecord),
 ) -> Result<Vec<String>, Failure> {
+    before_agent_with(session, config, toolchains, None, progress, on_egress)
+}
+
+/// [`before_agent`], with `first`: a command run before the prepare commands, as they run but
+/// over another tree than the base's (maintenance's fetch, over the manifests and lockfile
+/// alone); the presets' default commands do not run then.
+pub fn before_agent_with(
+    session: &ChangeSession,
+    config: &Config,
+    toolchains: &crate::toolchain::TaskToolchains,
+    first: Option<(&str, &Path)>,
+    progress: &dyn Fn(&str),
+    on_egress: &dyn Fn(&crate::egress::EgressRecord),
+) -> Result<Vec<String>, Failure> {
     let mut notices = Vec::new();
     let network = PrepareNetwork::of(session.config.sandbox.as_ref(), toolchains);
-    let commands = toolchains.prepare_commands(
-        &session.config.snapshot,
-        matches!(network, PrepareNetwork::Egress(_)),
-    );
+    let snapshot = &session.config.snapshot;
+    let mut commands: Vec<(String, PathBuf)> = first
+        .map(|(command, root)| (command.to_string(), root.to_path_buf()))
+        .into_iter()
+        .collect();
+    // The fetch trees of the presets' default commands, removed when dropped.
+    let mut trees = Vec::new();
+    if !toolchains.prepare.is_empty() {
+        commands.extend(
+            toolchains
+                .prepare
+                .iter()
+                .map(|command| (command.clone(), snapshot.clone())),
+        );
+    } else if first.is_none() && matches!(network, PrepareNetwork::Egress(_)) {
+        // A default fetches what the lockfile pins, over the manifests and the lockfile alone:
+        // nothing of the repository that makes the package manager run a program.
+        for (index, (preset, command)) in
+            toolchains.default_prepare(snapshot).into_iter().enumerate()
+        {
+            let root = match preset_ecosystem(preset) {
+                Some(eco) => {
+                    let tree = FetchTree::new(session, eco, &format!("prepare-{index}"))?;
+                    let root = tree.root().to_path_buf();
+                    trees.push(tree);
+                    root
+                }
+                None => snapshot.clone(),
+            };
+            commands.push((command.to_string(), root));
+        }
+    }
     if !commands.is_empty() {
         notices.extend(prepare(
             session, toolchains, &commands, &network, progress, on_egress,
         )?);
     }
+    drop(trees);
     let missing = session.missing_programs().map_err(|message| Failure {
         code: FailureCode::SandboxError,
         message,
@@ -457,6 +500,7 @@ pub fn prepare_command(
     network: &PrepareNetwork,
     scratch_name: &str,
     command: &str,
+    root: &Path,
     progress: &dyn Fn(&str),
 ) -> Result<warden_sandbox::CommandOutput, Failure> {
     let config = &session.config;
@@ -483,7 +527,7 @@ pub fn prepare_command(
         PrepareNetwork::Unconfigured | PrepareNetwork::Unsupported(_) => None,
     };
     let view = config.sandbox.open(&ViewSpec {
-        lower: vec![(config.repo.clone(), config.snapshot.clone())],
+        lower: vec![(config.repo.clone(), root.to_path_buf())],
         writable: true,
         scratch_dir: config.scratch.join(scratch_name),
         mounts: toolchains.mounts(true),
@@ -526,7 +570,7 @@ pub fn prepare_command(
 fn prepare(
     session: &ChangeSession,
     toolchains: &crate::toolchain::TaskToolchains,
-    commands: &[String],
+    commands: &[(String, PathBuf)],
     network: &PrepareNetwork,
     progress: &dyn Fn(&str),
     on_egress: &dyn Fn(&crate::egress::EgressRecord),
@@ -547,13 +591,14 @@ fn prepare(
         .map_err(|e| infrastructure(format!("cannot create {}: {e}", config.scratch.display())))?;
     let mut notices = Vec::new();
     let (mut connections, mut refused) = (0u32, 0u32);
-    for (index, command) in commands.iter().enumerate() {
+    for (index, (command, root)) in commands.iter().enumerate() {
         let output = prepare_command(
             session,
             toolchains,
             network,
             &format!("prepare-{index}"),
             command,
+            root,
             progress,
         );
         for record in network.take_records() {
@@ -594,6 +639,70 @@ fn prepare(
     }
     notices.insert(0, network.notice(connections, refused));
     Ok(notices)
+}
+
+/// The ecosystem whose fetch tree a preset's default prepare command runs over.
+fn preset_ecosystem(
+    preset: crate::toolchain::Preset,
+) -> Option<crate::maintain::ecosystem::Ecosystem> {
+    use crate::maintain::ecosystem::Ecosystem;
+    use crate::toolchain::Preset;
+    match preset {
+        Preset::Rust => Some(Ecosystem::Cargo),
+        Preset::Node => Some(Ecosystem::Npm),
+        Preset::Go => Some(Ecosystem::Go),
+        Preset::Python => None,
+    }
+}
+
+/// What a networked step sees of the base tree
+/// ([`crate::maintain::ecosystem::Ecosystem::fetch_tree`]: the manifests and the lockfile,
+/// nothing of the repository that makes the package manager run a program), written under the
+/// task's scratch directory and removed when dropped; the base tree itself for Go.
+pub struct FetchTree {
+    root: PathBuf,
+    owned: bool,
+}
+
+impl FetchTree {
+    pub fn new(
+        session: &ChangeSession,
+        eco: crate::maintain::ecosystem::Ecosystem,
+        name: &str,
+    ) -> Result<FetchTree, Failure> {
+        let config = &session.config;
+        let dest = config.scratch.join(format!("{name}-tree"));
+        let _ = std::fs::remove_dir_all(&dest);
+        match eco.fetch_tree(&config.snapshot, &dest) {
+            Ok(true) => Ok(FetchTree {
+                root: dest,
+                owned: true,
+            }),
+            Ok(false) => Ok(FetchTree {
+                root: config.snapshot.clone(),
+                owned: false,
+            }),
+            Err(message) => {
+                let _ = std::fs::remove_dir_all(&dest);
+                Err(Failure {
+                    code: FailureCode::Infrastructure,
+                    message: format!("cannot write the manifests the fetch reads: {message}"),
+                })
+            }
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+impl Drop for FetchTree {
+    fn drop(&mut self) {
+        if self.owned {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
+    }
 }
 
 /// Files and folders through which other agents take instructions from a repository. Warden
@@ -1009,32 +1118,25 @@ mod tests {
     }
 
     #[test]
-    fn the_presets_default_prepare_runs_only_for_their_lockfiles_and_with_network() {
+    fn the_presets_default_prepare_runs_only_for_their_lockfiles() {
+        use crate::toolchain::Preset;
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("Cargo.lock"), "").unwrap();
         std::fs::write(dir.path().join("go.mod"), "").unwrap();
         let toolchains = TaskToolchains {
-            presets: vec![
-                crate::toolchain::Preset::Rust,
-                crate::toolchain::Preset::Go,
-                crate::toolchain::Preset::Node,
-            ],
+            presets: vec![Preset::Rust, Preset::Go, Preset::Node],
             ..TaskToolchains::default()
         };
         assert_eq!(
-            toolchains.prepare_commands(dir.path(), true),
-            vec!["cargo fetch --locked".to_string()]
+            toolchains.default_prepare(dir.path()),
+            vec![(Preset::Rust, "cargo fetch --locked")]
         );
-        assert!(toolchains.prepare_commands(dir.path(), false).is_empty());
         // A configured prepare replaces the defaults.
         let configured = TaskToolchains {
             prepare: vec!["make deps".into()],
             ..toolchains.clone()
         };
-        assert_eq!(
-            configured.prepare_commands(dir.path(), true),
-            vec!["make deps".to_string()]
-        );
+        assert!(configured.default_prepare(dir.path()).is_empty());
         // A lockfile that is a symbolic link is not the tree's lockfile.
         let linked = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink(
@@ -1042,6 +1144,6 @@ mod tests {
             linked.path().join("Cargo.lock"),
         )
         .unwrap();
-        assert!(toolchains.prepare_commands(linked.path(), true).is_empty());
+        assert!(toolchains.default_prepare(linked.path()).is_empty());
     }
 }

@@ -713,22 +713,21 @@ impl TaskToolchains {
         Ok(())
     }
 
-    /// The prepare commands for the base tree at `root`: the configured ones, else each
-    /// preset's default whose lockfile the tree has (only when prepare can reach a registry:
-    /// without network they would only fail).
-    pub fn prepare_commands(&self, root: &Path, networked: bool) -> Vec<String> {
-        if !self.prepare.is_empty() || !networked {
-            return self.prepare.clone();
+    /// The presets' default prepare commands for the base tree at `root` (each whose lockfile
+    /// the tree has), when no prepare command is configured.
+    pub fn default_prepare(&self, root: &Path) -> Vec<(Preset, &'static str)> {
+        if !self.prepare.is_empty() {
+            return Vec::new();
         }
         self.presets
             .iter()
-            .filter_map(|preset| preset.default_prepare())
-            .filter(|(lockfile, _)| {
+            .filter_map(|preset| Some((*preset, preset.default_prepare()?)))
+            .filter(|(_, (lockfile, _))| {
                 root.join(lockfile)
                     .symlink_metadata()
                     .is_ok_and(|meta| meta.is_file())
             })
-            .map(|(_, command)| command.to_string())
+            .map(|(preset, (_, command))| (preset, command))
             .collect()
     }
 

@@ -1126,3 +1126,64 @@ fn in_model_mode_a_repair_that_undoes_the_upgrade_is_refused_and_nothing_is_prop
     assert_eq!(refusals.len(), 2, "{last}");
     assert_eq!(server.remaining(), 0);
 }
+
+/// What a repository's `.cargo/config.toml` can make Cargo run: a `rustc-wrapper` (Cargo asks
+/// rustc for the target's details even to fetch) that leaves a marker in the dependency cache,
+/// the one place a networked step may write that outlives its view. The networked steps
+/// (acquire and the candidates' fetch) read only the manifests and the lockfile, so it never
+/// runs there; the checks, which run the repository's code by design, see the cache read-only.
+#[test]
+fn a_repositorys_cargo_configuration_never_runs_in_the_networked_fetch() {
+    use std::os::unix::fs::PermissionsExt;
+    let proxy = ConnectProxy::start();
+    let db = advisory_db();
+    let Some(warden) = cargo_warden(&proxy, &db) else {
+        return;
+    };
+    let repo = fixture();
+    repo.write(
+        ".cargo/config.toml",
+        "[build]\nrustc-wrapper = \"tools/wrap.sh\"\n",
+    );
+    repo.write(
+        "tools/wrap.sh",
+        "#!/bin/sh\ntouch \"$CARGO_HOME/planted-by-the-repository\" 2>/dev/null\nexec \"$@\"\n",
+    );
+    let wrapper = repo.path().join("tools/wrap.sh");
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    repo.commit("a planted cargo configuration");
+    let run = warden.run(&[
+        "maintain",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--select",
+        "vulnerable",
+        "--check",
+        "true",
+        "--json",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    // Both networked steps ran: the base's packages and the candidate's were fetched.
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    assert_eq!(
+        result["maintenance"]["upgrades"][0]["to"], "1.6.1",
+        "{result}"
+    );
+    let mut planted = Vec::new();
+    let mut dirs = vec![warden.home.path().to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let kind = entry.file_type().unwrap();
+            if kind.is_dir() {
+                dirs.push(entry.path());
+            } else if entry.file_name() == "planted-by-the-repository" {
+                planted.push(entry.path());
+            }
+        }
+    }
+    assert!(
+        planted.is_empty(),
+        "the repository's wrapper ran: {planted:?}"
+    );
+}
