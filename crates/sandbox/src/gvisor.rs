@@ -14,15 +14,16 @@
 //! that layer is unavailable unless disabled, and `RLIMIT_AS` is the backstop); processes by
 //! `RLIMIT_NPROC`, which the sentry enforces.
 //!
-//! Known defect of old runsc, detected by [`crate::probe_tools`] and named by [`runsc_statx_defect`]:
-//! gVisor before release-20230227.0 ([`MIN_RUNSC_RELEASE`]; Debian bookworm ships
-//! 0.0~20221219.0) fails `statx` with `EINVAL` when `AT_NO_AUTOMOUNT` is set, which GNU `ls -l`
-//! and `stat` always set, so they fail with "Invalid argument" (a bare `ls`, `find` and `du` do
-//! not use the flag and work). It is runsc's own check (a bare `runsc do stat /` fails the same
-//! way, without this profile); upstream commit 7a0c4b5 drops the flag. Nothing Warden configures
-//! can repair it: a seccomp rule can only refuse the call, not drop the flag; this vintage
-//! ignores `errnoRet` (`EPERM` always), and even `ENOSYS` would only send glibc to `newfstatat`
-//! with the same flag, which gVisor refuses too until release-20231030.0.
+//! Known defect of old runsc, detected by [`crate::probe_tools`] and named by
+//! [`runsc_statx_defect`]: gVisor before release-20230227.0 ([`MIN_RUNSC_RELEASE`]; Debian
+//! bookworm ships 0.0~20221219.0) fails `statx` with `EINVAL` when `AT_NO_AUTOMOUNT` is set,
+//! which GNU `ls -l` and `stat` always set, so they fail with "Invalid argument" (a bare `ls`,
+//! `find` and `du` do not use the flag and work). It is runsc's own check (a bare
+//! `runsc do stat /` fails the same way, without this profile); upstream commit 7a0c4b5 drops the
+//! flag. Nothing Warden configures can repair it: a seccomp rule can only refuse the call, not
+//! drop the flag; this vintage ignores `errnoRet` (`EPERM` always), and even `ENOSYS` would only
+//! send glibc to `newfstatat` with the same flag, which gVisor refuses too until
+//! release-20231030.0.
 
 use crate::cancel::{cancelled_output, Cancellation, Target};
 use crate::output::Collector;
@@ -89,7 +90,8 @@ fn runsc_version(runsc: &Path) -> Option<String> {
 }
 
 /// When the configured runsc predates [`MIN_RUNSC_RELEASE`]: what is installed, what fails in
-/// it and what to install. `None` for a newer runsc, or one without runsc or a dated version.
+/// it and what to install. `None` for a newer runsc, without runsc, or when its version names no
+/// date.
 pub fn runsc_statx_defect(config: &SandboxConfig) -> Option<String> {
     let runsc = find_runsc(config).ok()?;
     let version = runsc_version(&runsc)?;

@@ -260,8 +260,11 @@ mod tests {
                 vec!["wc", "-l"]
             ]
         );
-        assert_eq!(split("echo $(curl x)"), [["echo"], ["curl", "x"]]);
-        assert_eq!(split("echo `nc -l 80`"), [["echo"], ["nc", "-l", "80"]]);
+        assert_eq!(split("echo $(curl x)"), [vec!["echo"], vec!["curl", "x"]]);
+        assert_eq!(
+            split("echo `nc -l 80`"),
+            [vec!["echo"], vec!["nc", "-l", "80"]]
+        );
         assert_eq!(
             split("cat README.md # curl http://x"),
             [["cat", "README.md"]]

@@ -531,6 +531,9 @@ pub fn commands_behave(sandbox: &Backend) {
     view.close().unwrap();
 }
 
+/// What a command's standard output must satisfy.
+type Expectation = dyn Fn(&str) -> bool;
+
 /// The everyday file tools work on the working root, read-only and writable: a long listing
 /// (`ls -la`, also by absolute path), `stat`, `find` and `du` — the commands of
 /// [`warden_sandbox::TOOLS_PROBE`], which `warden doctor` runs per backend. gVisor releases
@@ -548,7 +551,7 @@ pub fn file_tools_list_the_working_root(sandbox: &Backend) {
     for writable in [false, true] {
         let view = open!(sandbox, fixture.view(writable));
         let root = view_path(sandbox, view.as_ref(), "");
-        let checks: [(String, &dyn Fn(&str) -> bool); 8] = [
+        let checks: [(String, &Expectation); 8] = [
             ("ls -la".into(), &|out| {
                 out.contains(" README.md\n")
                     && out.contains(" run.sh\n")
@@ -583,7 +586,7 @@ pub fn file_tools_list_the_working_root(sandbox: &Backend) {
                     );
                     eprintln!(
                         "KNOWN FAILURE on gvisor: `{command}`: {} — {defect}",
-                        text(&output.stderr).trim()
+                        text(&output.stderr).lines().next().unwrap_or_default()
                     );
                 }
                 _ => {

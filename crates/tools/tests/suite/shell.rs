@@ -72,6 +72,7 @@ fn network_tools_run_and_fail_at_the_os_layers(backend: Backend) {
             "{command} on {backend}: {output}"
         );
         assert!(output.contains("curl: ("), "{command}: {output}");
+        eprintln!("{backend}: {command}: {}", output.replace('\n', " | "));
     }
     assert!(
         listener.accept().is_err(),
