@@ -1,12 +1,13 @@
 //! `warden doctor`: tells a person what works on this machine — the configuration, git, the
 //! state directory, the model (its configuration, and its endpoint with one request that
-//! costs nothing: the provider's model list), the sandbox backends and their layers, and the
-//! server named by `WARDEN_SERVER`, the toolchains installed here (with the exact
-//! `[sandbox] toolchains` line that shows them to the sandbox), the egress allow-list of the
-//! prepare step (and one connection to a listed registry, made as Warden's proxy makes it) —
-//! and what to do about what does not. Every check is shown
-//! even when an earlier one fails (a bad `WARDEN_MODEL` included); the exit code is 1 when any
-//! check fails.
+//! costs nothing: the provider's model list), the sandbox backends and their layers, whether
+//! each backend's commands can list the working root (`ls -la`, `stat`, `find`, `du`; gVisor
+//! releases before `warden_sandbox::MIN_RUNSC_RELEASE` cannot, and the check names the release
+//! to install), the server named by `WARDEN_SERVER`, the toolchains installed here (with the
+//! exact `[sandbox] toolchains` line that shows them to the sandbox), the egress allow-list of
+//! the prepare step (and one connection to a listed registry, made as Warden's proxy makes it)
+//! — and what to do about what does not. Every check is shown even when an earlier one fails
+//! (a bad `WARDEN_MODEL` included); the exit code is 1 when any check fails.
 
 use std::time::Duration;
 
@@ -122,6 +123,18 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
             )
         },
     });
+    // The same commands the conformance suite runs, on every backend this machine has: a
+    // backend can hold every layer and still fail `ls -l` (gVisor before MIN_RUNSC_RELEASE).
+    let tools = warden_sandbox::probe_tools(&config.sandbox.config);
+    if chosen_ok {
+        if let Some(report) = tools.iter().find(|r| r.backend == chosen) {
+            checks.push(Check {
+                name: "sandbox tools",
+                ok: report.works,
+                detail: format!("{} backend: {}", chosen.as_str(), report.detail),
+            });
+        }
+    }
     let layer_checks: Vec<Check> = reports
         .iter()
         .map(|r| Check {
@@ -143,9 +156,15 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
                     "available": r.available, "detail": r.detail})
             })
             .collect();
+        let tools: Vec<_> = tools
+            .iter()
+            .map(|r| json!({"backend": r.backend.as_str(), "works": r.works, "detail": r.detail}))
+            .collect();
         println!(
             "{}",
-            serde_json::to_string_pretty(&json!({"checks": list, "sandbox_layers": layers}))?
+            serde_json::to_string_pretty(
+                &json!({"checks": list, "sandbox_layers": layers, "sandbox_tools": tools})
+            )?
         );
     } else {
         for check in &checks {
@@ -165,6 +184,18 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
                 "  {} {}",
                 if check.ok { "ok  " } else { "no  " },
                 check.detail
+            );
+        }
+        println!(
+            "\nsandbox tools ({} on the working root):",
+            warden_sandbox::TOOLS_PROBE.join(", ")
+        );
+        for report in &tools {
+            println!(
+                "  {} {}: {}",
+                if report.works { "ok  " } else { "no  " },
+                report.backend.as_str(),
+                report.detail
             );
         }
     }
