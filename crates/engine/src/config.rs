@@ -763,9 +763,12 @@ fn sandbox_choice(
             &file.egress,
             section.prepare_proxy.as_deref(),
             &[
-                maintain.index.as_str(),
-                maintain.goproxy.as_str(),
-                maintain.npm_registry.as_str(),
+                (crate::toolchain::Preset::Rust, maintain.index.as_str()),
+                (crate::toolchain::Preset::Go, maintain.goproxy.as_str()),
+                (
+                    crate::toolchain::Preset::Node,
+                    maintain.npm_registry.as_str(),
+                ),
             ],
         )?,
     })

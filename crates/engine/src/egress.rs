@@ -765,10 +765,15 @@ fn serve(mut client: TcpStream, shared: &Shared) -> EgressRecord {
             counters
                 .sent
                 .fetch_add(request.len() as u64, Ordering::SeqCst);
-            upstream
-                .write_all(&request)
-                .and_then(|()| pump(&upstream, &client, shared, &counters, &counters.received))
-                .map(|_| ())
+            upstream.write_all(&request).and_then(|()| {
+                relay_response(
+                    &mut upstream,
+                    &mut client,
+                    head.method == "HEAD",
+                    shared,
+                    &counters,
+                )
+            })
         }
     };
     if let Err(error) = outcome {
@@ -830,6 +835,177 @@ fn forwarded_request(head: &Head, target: &str, host: &str, port: u16) -> Vec<u8
     }
     out.push_str("Connection: close\r\n\r\n");
     out.into_bytes()
+}
+
+/// Relays one response from `origin` to `client`: its head with `Connection: close` (the
+/// client opens a new connection, checked again, for its next request), then its body as its
+/// framing says (`Content-Length`, chunked, none for `HEAD`, 1xx, 204 and 304, else to the end
+/// of the connection), so a server that keeps the connection alive does not hold it open.
+fn relay_response(
+    origin: &mut TcpStream,
+    client: &mut TcpStream,
+    head_request: bool,
+    shared: &Shared,
+    counters: &Counters,
+) -> io::Result<()> {
+    let (head, mut buffered) = read_head(origin)?;
+    let text = String::from_utf8_lossy(&head).into_owned();
+    let mut lines = text.split("\r\n");
+    let status_line = lines.next().unwrap_or_default().to_string();
+    let code: u16 = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| io::Error::other("the registry's answer is not HTTP"))?;
+    let mut length = None;
+    let mut chunked = false;
+    let mut out = format!("{status_line}\r\n");
+    for line in lines.filter(|line| !line.is_empty()) {
+        let (name, value) = line.split_once(':').unwrap_or((line, ""));
+        let value = value.trim();
+        if name.eq_ignore_ascii_case("content-length") {
+            length = value.parse::<u64>().ok();
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = value.to_ascii_lowercase().contains("chunked");
+        } else if name.eq_ignore_ascii_case("connection")
+            || name.eq_ignore_ascii_case("keep-alive")
+            || name.eq_ignore_ascii_case("proxy-connection")
+        {
+            continue;
+        }
+        out.push_str(line);
+        out.push_str("\r\n");
+    }
+    out.push_str("Connection: close\r\n\r\n");
+    let send = |bytes: &[u8], client: &mut TcpStream| -> io::Result<()> {
+        let before = shared.used.fetch_add(bytes.len() as u64, Ordering::SeqCst);
+        if before.saturating_add(bytes.len() as u64) > shared.policy.settings.max_bytes {
+            return Err(io::Error::other(format!(
+                "the egress byte limit of {} MiB was reached ([egress] max_mib)",
+                shared.policy.settings.max_bytes >> 20
+            )));
+        }
+        client.write_all(bytes)?;
+        counters.touch();
+        counters
+            .received
+            .fetch_add(bytes.len() as u64, Ordering::SeqCst);
+        Ok(())
+    };
+    send(out.as_bytes(), client)?;
+    let bodiless = head_request || (100..200).contains(&code) || code == 204 || code == 304;
+    if bodiless {
+        return Ok(());
+    }
+    let mut reader = BodyReader {
+        origin,
+        buffered: std::mem::take(&mut buffered),
+        counters,
+    };
+    if chunked {
+        loop {
+            let line = reader.line()?;
+            send(&line, client)?;
+            let size_text = String::from_utf8_lossy(&line);
+            let size_text = size_text
+                .trim()
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_string();
+            let size = u64::from_str_radix(&size_text, 16)
+                .map_err(|_| io::Error::other("a malformed chunk size from the registry"))?;
+            if size == 0 {
+                // Trailers, up to the empty line.
+                loop {
+                    let trailer = reader.line()?;
+                    send(&trailer, client)?;
+                    if trailer == b"\r\n" {
+                        return Ok(());
+                    }
+                }
+            }
+            // The chunk and its CRLF.
+            reader.copy(size + 2, &mut |bytes| send(bytes, client))?;
+        }
+    }
+    match length {
+        Some(length) => reader.copy(length, &mut |bytes| send(bytes, client)),
+        None => reader.copy(u64::MAX, &mut |bytes| send(bytes, client)),
+    }
+}
+
+/// A response body read from `origin` after bytes already buffered with its head.
+struct BodyReader<'a> {
+    origin: &'a mut TcpStream,
+    buffered: Vec<u8>,
+    counters: &'a Counters,
+}
+
+impl BodyReader<'_> {
+    /// Fills the buffer with at least one more byte; `false` at the end of the connection.
+    fn fill(&mut self) -> io::Result<bool> {
+        let mut chunk = [0u8; 16 * 1024];
+        loop {
+            match self.origin.read(&mut chunk) {
+                Ok(0) => return Ok(false),
+                Ok(read) => {
+                    self.buffered.extend_from_slice(&chunk[..read]);
+                    return Ok(true);
+                }
+                Err(error)
+                    if matches!(
+                        error.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) && !self.counters.idle() => {}
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => {}
+                Err(error) => return Err(error),
+            }
+        }
+    }
+
+    /// One line, CRLF included (at most [`MAX_HEAD`] bytes).
+    fn line(&mut self) -> io::Result<Vec<u8>> {
+        loop {
+            if let Some(end) = find(&self.buffered, b"\r\n") {
+                let rest = self.buffered.split_off(end + 2);
+                return Ok(std::mem::replace(&mut self.buffered, rest));
+            }
+            if self.buffered.len() > MAX_HEAD || !self.fill()? {
+                return Err(io::Error::other(
+                    "a malformed chunked body from the registry",
+                ));
+            }
+        }
+    }
+
+    /// Passes `count` bytes (or everything to the end of the connection, for `u64::MAX`) to
+    /// `send`.
+    fn copy(
+        &mut self,
+        mut count: u64,
+        send: &mut dyn FnMut(&[u8]) -> io::Result<()>,
+    ) -> io::Result<()> {
+        while count > 0 {
+            if self.buffered.is_empty() && !self.fill()? {
+                return match count {
+                    u64::MAX => Ok(()),
+                    _ => Err(io::Error::other("the registry closed the connection early")),
+                };
+            }
+            let take = usize::try_from(count)
+                .unwrap_or(usize::MAX)
+                .min(self.buffered.len());
+            let rest = self.buffered.split_off(take);
+            let bytes = std::mem::replace(&mut self.buffered, rest);
+            send(&bytes)?;
+            if count != u64::MAX {
+                count -= take as u64;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The status of an upstream proxy's answer to `CONNECT`, and bytes that followed its head.

@@ -561,14 +561,15 @@ impl Toolchains {
     }
 
     /// Adds the egress allow-list: the presets' registries and `registries` (`[maintain]`'s
-    /// URLs) unless `[egress] presets = false`, then `[egress] allow` and `allow_private`,
+    /// URLs, each with the preset whose package manager reads it, admitted with that preset)
+    /// unless `[egress] presets = false`, then `[egress] allow` and `allow_private`,
     /// checked; the upstream is `[egress] upstream` or (the older name) `[sandbox]
     /// prepare_proxy`.
     pub fn with_egress(
         mut self,
         section: &EgressSection,
         prepare_proxy: Option<&str>,
-        registries: &[&str],
+        registries: &[(Preset, &str)],
     ) -> anyhow::Result<Toolchains> {
         use crate::egress::HostRule;
         let mut egress = crate::egress::EgressSettings::default();
@@ -580,7 +581,11 @@ impl Toolchains {
             }
             // A registry named by URL; one that is an address is the operator's to list
             // under allow_private.
-            for url in registries {
+            let used = registries
+                .iter()
+                .filter(|(preset, _)| self.presets.contains(preset))
+                .map(|(_, url)| url);
+            for url in used {
                 let authority = url
                     .split_once("://")
                     .map(|(_, rest)| rest.split(['/', '?', '#']).next().unwrap_or(""));
@@ -1043,5 +1048,94 @@ mod tests {
             .unwrap_err()
             .contains("unknown toolchain"));
         assert!(resolve(&["rust"]).unwrap_err().contains("no rustup"));
+    }
+
+    #[test]
+    fn the_egress_allow_list_is_the_presets_registries_and_the_operators_hosts() {
+        let with = |presets: Vec<Preset>, section: EgressSection, proxy: Option<&str>| {
+            Toolchains {
+                presets,
+                ..Toolchains::default()
+            }
+            .with_egress(
+                &section,
+                proxy,
+                &[
+                    (Preset::Rust, "https://index.crates.io"),
+                    (Preset::Node, "http://npm.corp.example:4873/"),
+                ],
+            )
+            .map(|t| t.egress)
+            .map_err(|e| e.to_string())
+        };
+        let rust = with(vec![Preset::Rust], EgressSection::default(), None).unwrap();
+        assert_eq!(
+            rust.describe(),
+            "index.crates.io, static.crates.io, crates.io"
+        );
+        // `[maintain]`'s registry comes with its preset only.
+        let node = with(vec![Preset::Node], EgressSection::default(), None).unwrap();
+        assert_eq!(node.describe(), "registry.npmjs.org, npm.corp.example:4873");
+        assert!(!with(vec![], EgressSection::default(), None)
+            .unwrap()
+            .admits_anything());
+        let own = EgressSection {
+            allow: vec!["*.pkg.example".into()],
+            allow_private: vec!["10.0.0.5:8081".into()],
+            presets: Some(false),
+            upstream: Some("Squid.Internal:3128".into()),
+            max_mib: Some(10),
+        };
+        let own = with(vec![Preset::Rust], own, None).unwrap();
+        assert_eq!(
+            own.describe(),
+            "*.pkg.example, 10.0.0.5:8081 (private); through the upstream proxy \
+             squid.internal:3128"
+        );
+        assert_eq!(own.max_bytes, 10 << 20);
+        // The older key is the upstream too; both at once is an error.
+        let older = with(vec![], EgressSection::default(), Some("squid:3128")).unwrap();
+        assert_eq!(older.upstream.as_deref(), Some("squid:3128"));
+        let both = EgressSection {
+            upstream: Some("a:1".into()),
+            ..EgressSection::default()
+        };
+        assert!(with(vec![], both, Some("b:2"))
+            .unwrap_err()
+            .contains("both set"));
+        for (section, expect) in [
+            (
+                EgressSection {
+                    allow: vec!["10.0.0.5".into()],
+                    ..EgressSection::default()
+                },
+                "egress.allow: egress host \"10.0.0.5\": an IP address is admitted only under \
+                 [egress] allow_private",
+            ),
+            (
+                EgressSection {
+                    allow: vec!["https://x.example".into()],
+                    ..EgressSection::default()
+                },
+                "egress.allow: egress host \"https://x.example\": expected a host name",
+            ),
+            (
+                EgressSection {
+                    max_mib: Some(0),
+                    ..EgressSection::default()
+                },
+                "egress.max_mib must be at least 1",
+            ),
+            (
+                EgressSection {
+                    upstream: Some("http://squid:3128".into()),
+                    ..EgressSection::default()
+                },
+                "egress.upstream must be host:port",
+            ),
+        ] {
+            let error = with(vec![], section, None).unwrap_err();
+            assert!(error.starts_with(expect), "{error}");
+        }
     }
 }

@@ -44,7 +44,8 @@ source = "registry+https://github.com/rust-lang/crates.io-index"
 checksum = "1a55ca5f3b68e41c979bf8c46a6f1da892ca4db8f94023ce0bd32407573b1ac0"
 "#;
 
-const LIB: &str = "pub fn three() -> usize {\n    let mut v: smallvec::SmallVec<[u8; 2]> = \
+pub(super) const LIB: &str =
+    "pub fn three() -> usize {\n    let mut v: smallvec::SmallVec<[u8; 2]> = \
                    smallvec::SmallVec::new();\n    v.extend([1, 2, 3]);\n    v.len()\n}\n\n\
                    #[cfg(test)]\nmod tests {\n    #[test]\n    fn spills() {\n        \
                    assert_eq!(super::three(), 3);\n    }\n}\n";
@@ -70,7 +71,7 @@ than needed.
 "#;
 
 /// The fixture crate, committed.
-fn fixture() -> TempRepo {
+pub(super) fn fixture() -> TempRepo {
     let repo = TempRepo::new();
     repo.write("Cargo.toml", MANIFEST);
     repo.write("Cargo.lock", LOCKFILE);
@@ -165,7 +166,7 @@ fn tunnel(mut client: TcpStream, seen: &Mutex<Vec<String>>) {
 }
 
 /// The real rustup installation (`RUSTUP_HOME`, `CARGO_HOME` or under `HOME`).
-fn rustup() -> Option<(PathBuf, PathBuf)> {
+pub(super) fn rustup() -> Option<(PathBuf, PathBuf)> {
     let home = std::env::var("HOME").map(PathBuf::from).ok();
     let rustup = std::env::var("RUSTUP_HOME")
         .map(PathBuf::from)
@@ -180,7 +181,7 @@ fn rustup() -> Option<(PathBuf, PathBuf)> {
 
 /// Whether this machine reaches the registry (the index answers a TLS connection's TCP
 /// handshake within 10 s).
-fn registry_reachable() -> bool {
+pub(super) fn registry_reachable() -> bool {
     let Ok(mut addresses) = "index.crates.io:443".to_socket_addrs() else {
         return false;
     };

@@ -2,6 +2,7 @@ mod architecture;
 mod ask;
 mod change;
 mod control;
+mod egress;
 mod first_hour;
 mod front_door;
 mod github_app;

@@ -150,6 +150,19 @@ struct Origin {
 
 impl Origin {
     fn start(respond: impl Fn(&str) -> Vec<u8> + Send + Sync + 'static) -> Origin {
+        Origin::serve(respond, false)
+    }
+
+    /// Like `start`, but keeps every connection open after its answer, as a keep-alive
+    /// server does whatever `Connection: close` said.
+    fn keeping_alive(respond: impl Fn(&str) -> Vec<u8> + Send + Sync + 'static) -> Origin {
+        Origin::serve(respond, true)
+    }
+
+    fn serve(
+        respond: impl Fn(&str) -> Vec<u8> + Send + Sync + 'static,
+        keep_alive: bool,
+    ) -> Origin {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let address = listener.local_addr().unwrap();
         let heads = Arc::new(Mutex::new(Vec::new()));
@@ -164,6 +177,9 @@ impl Origin {
                 let reply = respond(&head);
                 seen.lock().unwrap().push(head);
                 let _ = stream.write_all(&reply);
+                if keep_alive {
+                    std::mem::forget(stream);
+                }
             }
         });
         Origin { address, heads }
@@ -484,4 +500,64 @@ fn stopping_closes_open_connections_and_keeps_their_records() {
     }
     // Nothing listens any more.
     assert!(TcpStream::connect(proxy.address()).is_err());
+}
+
+#[test]
+fn a_response_ends_by_its_framing_even_when_the_server_keeps_the_connection_open() {
+    let chunked = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: \
+                   keep-alive\r\n\r\n5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-Trailer: \
+                   1\r\n\r\n";
+    let origin = Origin::keeping_alive(move |head| {
+        if head.starts_with("GET /chunked") {
+            chunked.as_bytes().to_vec()
+        } else if head.starts_with("GET /empty") {
+            b"HTTP/1.1 304 Not Modified\r\nETag: x\r\n\r\n".to_vec()
+        } else {
+            ok_body("sized")
+        }
+    });
+    let port = origin.address.port();
+    let mut proxy = EgressProxy::start(EgressPolicy::with_resolver(
+        settings(&[], &[&format!("registry.test:{port}")]),
+        table(&[("registry.test", &["127.0.0.1"])]),
+    ))
+    .unwrap();
+    // `ask` reads to the end of the connection: it returns only because the proxy closed it
+    // once the response was complete (an idle wait would take a minute).
+    let started = Instant::now();
+    let sized = ask(
+        &proxy,
+        &format!("GET http://registry.test:{port}/sized HTTP/1.1\r\n\r\n"),
+    );
+    assert!(sized.ends_with("\r\n\r\nsized"), "{sized}");
+    assert!(sized.contains("Connection: close\r\n"), "{sized}");
+    let whole = ask(
+        &proxy,
+        &format!("GET http://registry.test:{port}/chunked HTTP/1.1\r\n\r\n"),
+    );
+    assert!(
+        whole.ends_with("5\r\nhello\r\n6;ext=1\r\n world\r\n0\r\nX-Trailer: 1\r\n\r\n"),
+        "{whole}"
+    );
+    assert!(!whole.contains("keep-alive"), "{whole}");
+    let empty = ask(
+        &proxy,
+        &format!("GET http://registry.test:{port}/empty HTTP/1.1\r\n\r\n"),
+    );
+    assert!(empty.starts_with("HTTP/1.1 304"), "{empty}");
+    let head = ask(
+        &proxy,
+        &format!("HEAD http://registry.test:{port}/sized HTTP/1.1\r\n\r\n"),
+    );
+    assert!(head.ends_with("Connection: close\r\n\r\n"), "{head}");
+    assert!(
+        started.elapsed() < IDLE_TIMEOUT,
+        "a response waited for idleness"
+    );
+    let records = proxy.stop();
+    assert_eq!(records.len(), 4);
+    assert!(
+        records.iter().all(|r| r.allowed && r.reason.is_none()),
+        "{records:?}"
+    );
 }
