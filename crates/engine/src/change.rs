@@ -6,6 +6,7 @@
 //! `warden_tools::checks` and `warden_repo::{candidate, proposal}`.
 
 use crate::config::Config;
+use crate::fetch_tree::{FetchTree, Manifests};
 use crate::question::{manifest, SetupError, TaskRepo};
 use crate::sensitive;
 use std::path::{Path, PathBuf};
@@ -350,15 +351,13 @@ pub fn before_agent_with(
         for (index, (preset, command)) in
             toolchains.default_prepare(snapshot).into_iter().enumerate()
         {
-            let root = match preset_ecosystem(preset) {
-                Some(eco) => {
-                    let tree = FetchTree::new(session, eco, &format!("prepare-{index}"))?;
-                    let root = tree.root().to_path_buf();
-                    trees.push(tree);
-                    root
-                }
-                None => snapshot.clone(),
-            };
+            let tree = FetchTree::new(
+                session,
+                preset_manifests(preset),
+                &format!("prepare-{index}"),
+            )?;
+            let root = tree.root().to_path_buf();
+            trees.push(tree);
             commands.push((command.to_string(), root));
         }
     }
@@ -641,67 +640,14 @@ fn prepare(
     Ok(notices)
 }
 
-/// The ecosystem whose fetch tree a preset's default prepare command runs over.
-fn preset_ecosystem(
-    preset: crate::toolchain::Preset,
-) -> Option<crate::maintain::ecosystem::Ecosystem> {
-    use crate::maintain::ecosystem::Ecosystem;
+/// The manifests a preset's default prepare command sees instead of the base tree (`None`:
+/// the base tree, for Go, which reads nothing there that runs a program, and Python).
+fn preset_manifests(preset: crate::toolchain::Preset) -> Option<Manifests> {
     use crate::toolchain::Preset;
     match preset {
-        Preset::Rust => Some(Ecosystem::Cargo),
-        Preset::Node => Some(Ecosystem::Npm),
-        Preset::Go => Some(Ecosystem::Go),
-        Preset::Python => None,
-    }
-}
-
-/// What a networked step sees of the base tree
-/// ([`crate::maintain::ecosystem::Ecosystem::fetch_tree`]: the manifests and the lockfile,
-/// nothing of the repository that makes the package manager run a program), written under the
-/// task's scratch directory and removed when dropped; the base tree itself for Go.
-pub struct FetchTree {
-    root: PathBuf,
-    owned: bool,
-}
-
-impl FetchTree {
-    pub fn new(
-        session: &ChangeSession,
-        eco: crate::maintain::ecosystem::Ecosystem,
-        name: &str,
-    ) -> Result<FetchTree, Failure> {
-        let config = &session.config;
-        let dest = config.scratch.join(format!("{name}-tree"));
-        let _ = std::fs::remove_dir_all(&dest);
-        match eco.fetch_tree(&config.snapshot, &dest) {
-            Ok(true) => Ok(FetchTree {
-                root: dest,
-                owned: true,
-            }),
-            Ok(false) => Ok(FetchTree {
-                root: config.snapshot.clone(),
-                owned: false,
-            }),
-            Err(message) => {
-                let _ = std::fs::remove_dir_all(&dest);
-                Err(Failure {
-                    code: FailureCode::Infrastructure,
-                    message: format!("cannot write the manifests the fetch reads: {message}"),
-                })
-            }
-        }
-    }
-
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-}
-
-impl Drop for FetchTree {
-    fn drop(&mut self) {
-        if self.owned {
-            let _ = std::fs::remove_dir_all(&self.root);
-        }
+        Preset::Rust => Some(Manifests::Cargo),
+        Preset::Node => Some(Manifests::Npm),
+        Preset::Go | Preset::Python => None,
     }
 }
 

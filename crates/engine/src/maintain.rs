@@ -332,7 +332,7 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
     // the lockfile alone; then the repository's prepare commands.
     let toolchains = networked_toolchains(run, eco)?;
     let notices = stage(run, state, "acquire", eco.acquire(), |_| {
-        let tree = change::FetchTree::new(session, eco, "acquire")?;
+        let tree = crate::fetch_tree::FetchTree::new(session, eco.manifests(), "acquire")?;
         let notices = change::before_agent_with(
             session,
             run.config,
@@ -1128,7 +1128,7 @@ fn fetch_candidates(
     };
     let script = eco.fetch_script(upgrades);
     let network = PrepareNetwork::of(session.config.sandbox.as_ref(), &toolchains);
-    let tree = change::FetchTree::new(session, eco, "fetch-candidates")?;
+    let tree = crate::fetch_tree::FetchTree::new(session, eco.manifests(), "fetch-candidates")?;
     let output = change::prepare_command(
         session,
         &toolchains,

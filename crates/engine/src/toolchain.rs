@@ -19,7 +19,7 @@
 //! the task store) and the Warden user's home itself or one of its parents (it holds
 //! credentials).
 
-use crate::config::EgressSection;
+use crate::egress::EgressSection;
 use crate::env::Env;
 use std::path::{Component, Path, PathBuf};
 use warden_sandbox::{Mount, WORKING_ROOT};
