@@ -1,6 +1,7 @@
 mod architecture;
 mod ask;
 mod change;
+mod clock_step;
 mod control;
 mod first_hour;
 mod front_door;
