@@ -157,6 +157,7 @@ pub async fn serve(
         ApiState::new(tasks, tokens)
             .with_rate_limit(serve_config.rate_limit)
             .with_max_streams_per_token(serve_config.max_streams_per_token)
+            .with_trusted_proxies(serve_config.trusted_proxies.clone())
             .with_hosts(HostPolicy {
                 listen: listener.local_addr().ok(),
                 public_names: serve_config.public_names.clone(),

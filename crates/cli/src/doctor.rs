@@ -1,11 +1,13 @@
 //! `warden doctor`: tells a person what works on this machine — the configuration, git, the
 //! state directory, the model (its configuration, and its endpoint with one request that
-//! costs nothing: the provider's model list), the sandbox backends and their layers, and the
-//! server named by `WARDEN_SERVER`, the toolchains installed here (with the exact
-//! `[sandbox] toolchains` line that shows them to the sandbox), the `[sandbox] prepare_proxy`
-//! when one is configured (one TCP connect) — and what to do about what does not. Every check is shown
-//! even when an earlier one fails (a bad `WARDEN_MODEL` included); the exit code is 1 when any
-//! check fails.
+//! costs nothing: the provider's model list), the sandbox backends and their layers, whether
+//! each backend's commands can list the working root (`ls -la`, `stat`, `find`, `du`; gVisor
+//! releases before `warden_sandbox::MIN_RUNSC_RELEASE` cannot, and the check names the release
+//! to install), the server named by `WARDEN_SERVER`, the toolchains installed here (with the
+//! exact `[sandbox] toolchains` line that shows them to the sandbox), the egress allow-list of
+//! the prepare step (and one connection to a listed registry, made as Warden's proxy makes it)
+//! — and what to do about what does not. Every check is shown even when an earlier one fails
+//! (a bad `WARDEN_MODEL` included); the exit code is 1 when any check fails.
 
 use std::time::Duration;
 
@@ -102,9 +104,7 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
         checks.push(server_check(server, options.remote.token.as_deref(), options.offline).await);
     }
     checks.push(toolchain_check(config, &options.config_file));
-    if let Some(proxy) = &config.sandbox.toolchains.prepare_proxy {
-        checks.push(prepare_proxy_check(proxy, config.sandbox.backend, options.offline).await);
-    }
+    checks.push(egress_check(config, options.offline).await);
     let reports = warden_sandbox::probe_with(&config.sandbox.config);
     let chosen = config.sandbox.backend;
     let chosen_ok = reports
@@ -123,6 +123,18 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
             )
         },
     });
+    // The same commands the conformance suite runs, on every backend this machine has: a
+    // backend can hold every layer and still fail `ls -l` (gVisor before MIN_RUNSC_RELEASE).
+    let tools = warden_sandbox::probe_tools(&config.sandbox.config);
+    if chosen_ok {
+        if let Some(report) = tools.iter().find(|r| r.backend == chosen) {
+            checks.push(Check {
+                name: "sandbox tools",
+                ok: report.works,
+                detail: format!("{} backend: {}", chosen.as_str(), report.detail),
+            });
+        }
+    }
     let layer_checks: Vec<Check> = reports
         .iter()
         .map(|r| Check {
@@ -144,9 +156,15 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
                     "available": r.available, "detail": r.detail})
             })
             .collect();
+        let tools: Vec<_> = tools
+            .iter()
+            .map(|r| json!({"backend": r.backend.as_str(), "works": r.works, "detail": r.detail}))
+            .collect();
         println!(
             "{}",
-            serde_json::to_string_pretty(&json!({"checks": list, "sandbox_layers": layers}))?
+            serde_json::to_string_pretty(
+                &json!({"checks": list, "sandbox_layers": layers, "sandbox_tools": tools})
+            )?
         );
     } else {
         for check in &checks {
@@ -168,62 +186,106 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
                 check.detail
             );
         }
+        println!(
+            "\nsandbox tools ({} on the working root):",
+            warden_sandbox::TOOLS_PROBE.join(", ")
+        );
+        for report in &tools {
+            println!(
+                "  {} {}: {}",
+                if report.works { "ok  " } else { "no  " },
+                report.backend.as_str(),
+                report.detail
+            );
+        }
     }
     Ok(if checks.iter().all(|c| c.ok) { 0 } else { 1 })
 }
 
-/// How long the prepare proxy check waits for its TCP connect.
-const PROXY_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long the egress check may take (resolving, connecting, the upstream's answer).
+const EGRESS_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// Whether `[sandbox] prepare_proxy` accepts a TCP connection (nothing is sent: what it allows
-/// is the proxy's own policy), and whether the backend can relay to it.
-async fn prepare_proxy_check(
-    proxy: &str,
-    backend: warden_sandbox::Backend,
-    offline: bool,
-) -> Check {
-    let name = "prepare proxy";
-    match backend {
-        // The linux backend relays to it; `local` commands reach it directly.
+/// What prepare reaches through Warden's egress proxy: the allow-list, whether the backend can
+/// relay to the proxy, and one connection to the first listed host, made as the proxy makes it
+/// (resolved and checked here, or through the upstream's `CONNECT`).
+async fn egress_check(config: &Config, offline: bool) -> Check {
+    let name = "egress";
+    let settings = config.sandbox.toolchains.egress.clone();
+    let listed = settings.describe();
+    if !settings.admits_anything() {
+        return Check {
+            name,
+            ok: true,
+            detail: format!(
+                "prepare reaches {listed}; a toolchain preset brings its registries, [egress] \
+                 allow adds hosts"
+            ),
+        };
+    }
+    match config.sandbox.backend {
+        // The linux backend relays to the proxy; `local` commands reach it directly.
         warden_sandbox::Backend::Linux | warden_sandbox::Backend::Local => {}
         warden_sandbox::Backend::Gvisor => {
             return Check {
                 name,
                 ok: false,
                 detail: format!(
-                    "{proxy}: the {backend} backend cannot relay to it, so prepare runs without \
-                     network; use the linux backend or remove [sandbox] prepare_proxy"
+                    "the gvisor backend cannot relay to Warden's egress proxy, so prepare runs \
+                     without network (allow-list: {listed}); use the linux backend for a \
+                     prepare step that fetches"
                 ),
             }
         }
     }
+    let Some((host, port)) = settings.probe_target() else {
+        return Check {
+            name,
+            ok: true,
+            detail: format!("allow-list: {listed} (no single host to try)"),
+        };
+    };
     if offline {
         return Check {
             name,
             ok: true,
-            detail: format!("{proxy} (not checked: --offline)"),
+            detail: format!("allow-list: {listed} (not tried: --offline)"),
         };
     }
-    match tokio::time::timeout(PROXY_TIMEOUT, tokio::net::TcpStream::connect(proxy)).await {
-        Ok(Ok(_)) => Check {
+    let policy = warden_engine::egress::EgressPolicy::new(settings);
+    let tried = {
+        let host = host.clone();
+        tokio::time::timeout(
+            EGRESS_TIMEOUT,
+            tokio::task::spawn_blocking(move || policy.probe(&host, port)),
+        )
+        .await
+    };
+    match tried {
+        Ok(Ok(Ok(reached))) => Check {
             name,
             ok: true,
-            detail: format!("{proxy} is reachable; prepare commands fetch through it"),
+            detail: format!("allow-list: {listed}; reached {reached}"),
+        },
+        Ok(Ok(Err(error))) => Check {
+            name,
+            ok: false,
+            detail: format!(
+                "allow-list: {listed}; {host}:{port} not reached: {error}; prepare commands \
+                 will fail to fetch"
+            ),
         },
         Ok(Err(error)) => Check {
             name,
             ok: false,
-            detail: format!(
-                "{proxy} is not reachable: {error}; prepare commands will fail to fetch"
-            ),
+            detail: format!("allow-list: {listed}; the check crashed: {error}"),
         },
         Err(_) => Check {
             name,
             ok: false,
             detail: format!(
-                "{proxy} is not reachable: no answer within {} s; prepare commands will fail to \
-                 fetch",
-                PROXY_TIMEOUT.as_secs()
+                "allow-list: {listed}; {host}:{port} gave no answer within {} s; prepare \
+                 commands will fail to fetch",
+                EGRESS_TIMEOUT.as_secs()
             ),
         },
     }

@@ -299,23 +299,75 @@ pub fn run_baseline(
 /// How long one `prepare` command may run.
 pub const PREPARE_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// Before the agent's first turn: the repository's `prepare` commands (each in a writable view
+/// Before the agent's first turn: the repository's `prepare` commands (the configured ones,
+/// else the presets' defaults for the lockfiles the base tree has; each in a writable view
 /// over the base whose differences from a check's are the dependency cache mounted writable
-/// and, with `[sandbox] prepare_proxy`, an egress relay to that proxy: the only network any
-/// command of a task gets), then a lookup of the checks' programs on the base tree. Returns
-/// notices for the result; `Err` fails the task before the agent spends anything, with the
-/// not-found sentence when a check's program is missing.
+/// and an egress relay to Warden's own proxy, which admits the allow-listed registries only:
+/// the only network any command of a task gets), then a lookup of the checks' programs on the
+/// base tree. Each connection through the proxy is passed to `on_egress` (the task's events).
+/// Returns notices for the result; `Err` fails the task before the agent spends anything,
+/// with the not-found sentence when a check's program is missing.
 pub fn before_agent(
     session: &ChangeSession,
     config: &Config,
     toolchains: &crate::toolchain::TaskToolchains,
     progress: &dyn Fn(&str),
+    on_egress: &dyn Fn(&crate::egress::EgressRecord),
+) -> Result<Vec<String>, Failure> {
+    before_agent_with(session, config, toolchains, None, progress, on_egress)
+}
+
+/// [`before_agent`], with `first`: a command run before the prepare commands, as they run but
+/// over another tree than the base's (maintenance's fetch, over the manifests and lockfile
+/// alone); the presets' default commands do not run then.
+pub fn before_agent_with(
+    session: &ChangeSession,
+    config: &Config,
+    toolchains: &crate::toolchain::TaskToolchains,
+    first: Option<(&str, &Path)>,
+    progress: &dyn Fn(&str),
+    on_egress: &dyn Fn(&crate::egress::EgressRecord),
 ) -> Result<Vec<String>, Failure> {
     let mut notices = Vec::new();
+    let network = PrepareNetwork::of(session.config.sandbox.as_ref(), toolchains);
+    let snapshot = &session.config.snapshot;
+    let mut commands: Vec<(String, PathBuf)> = first
+        .map(|(command, root)| (command.to_string(), root.to_path_buf()))
+        .into_iter()
+        .collect();
+    // The fetch trees of the presets' default commands, removed when dropped.
+    let mut trees = Vec::new();
     if !toolchains.prepare.is_empty() {
-        let network = PrepareNetwork::of(session.config.sandbox.as_ref(), toolchains);
-        notices.extend(prepare(session, toolchains, &network, progress)?);
+        commands.extend(
+            toolchains
+                .prepare
+                .iter()
+                .map(|command| (command.clone(), snapshot.clone())),
+        );
+    } else if first.is_none() && matches!(network, PrepareNetwork::Egress(_)) {
+        // A default fetches what the lockfile pins, over the manifests and the lockfile alone:
+        // nothing of the repository that makes the package manager run a program.
+        for (index, (preset, command)) in
+            toolchains.default_prepare(snapshot).into_iter().enumerate()
+        {
+            let root = match preset_ecosystem(preset) {
+                Some(eco) => {
+                    let tree = FetchTree::new(session, eco, &format!("prepare-{index}"))?;
+                    let root = tree.root().to_path_buf();
+                    trees.push(tree);
+                    root
+                }
+                None => snapshot.clone(),
+            };
+            commands.push((command.to_string(), root));
+        }
     }
+    if !commands.is_empty() {
+        notices.extend(prepare(
+            session, toolchains, &commands, &network, progress, on_egress,
+        )?);
+    }
+    drop(trees);
     let missing = session.missing_programs().map_err(|message| Failure {
         code: FailureCode::SandboxError,
         message,
@@ -344,12 +396,20 @@ pub fn before_agent(
 
 /// What network the prepare commands get.
 pub enum PrepareNetwork {
-    /// Through the egress relay to `[sandbox] prepare_proxy`, and nowhere else.
-    Proxy(String),
-    /// None: no proxy is configured.
+    /// Through the egress relay to Warden's own proxy, which admits the allow-list only (and
+    /// may chain to the operator's upstream proxy). The proxy's records are kept here until
+    /// taken.
+    Egress(EgressRoute),
+    /// None: nothing is on the allow-list (no toolchain preset, no `[egress] allow`).
     Unconfigured,
-    /// None: a proxy is configured but this backend cannot relay to it.
+    /// None: this backend cannot relay.
     Unsupported(Backend),
+}
+
+/// The allow-list prepare commands reach, and what their connections did.
+pub struct EgressRoute {
+    pub settings: crate::egress::EgressSettings,
+    records: std::sync::Mutex<Vec<crate::egress::EgressRecord>>,
 }
 
 impl PrepareNetwork {
@@ -357,50 +417,90 @@ impl PrepareNetwork {
         sandbox: &dyn Sandbox,
         toolchains: &crate::toolchain::TaskToolchains,
     ) -> PrepareNetwork {
-        match &toolchains.prepare_proxy {
-            None => PrepareNetwork::Unconfigured,
-            Some(_) if !sandbox.relays_egress() => PrepareNetwork::Unsupported(sandbox.backend()),
-            Some(proxy) => PrepareNetwork::Proxy(proxy.clone()),
+        if !toolchains.egress.admits_anything() {
+            PrepareNetwork::Unconfigured
+        } else if !sandbox.relays_egress() {
+            PrepareNetwork::Unsupported(sandbox.backend())
+        } else {
+            PrepareNetwork::Egress(EgressRoute {
+                settings: toolchains.egress.clone(),
+                records: std::sync::Mutex::new(Vec::new()),
+            })
+        }
+    }
+
+    /// The proxy's records since the last call.
+    pub fn take_records(&self) -> Vec<crate::egress::EgressRecord> {
+        match self {
+            PrepareNetwork::Egress(route) => std::mem::take(
+                &mut *route
+                    .records
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            ),
+            PrepareNetwork::Unconfigured | PrepareNetwork::Unsupported(_) => Vec::new(),
         }
     }
 
     /// The progress line's parenthesis after "dependency cache writable; ".
     fn progress(&self) -> String {
         match self {
-            PrepareNetwork::Proxy(proxy) => format!("network through the proxy {proxy}"),
+            PrepareNetwork::Egress(route) => format!(
+                "network to the allow-listed registries only, through Warden's egress proxy{}",
+                upstream_words(&route.settings)
+            ),
             PrepareNetwork::Unconfigured | PrepareNetwork::Unsupported(_) => "no network".into(),
         }
     }
 
-    /// The result's notice about prepare's network.
-    pub fn notice(&self, connections: u32) -> String {
+    /// The result's notice about prepare's network: `connections` admitted, `refused` not.
+    pub fn notice(&self, connections: u32, refused: u32) -> String {
         match self {
-            PrepareNetwork::Proxy(proxy) => format!(
-                "prepare: network through the proxy {proxy} ({connections} connection{})",
-                if connections == 1 { "" } else { "s" }
+            PrepareNetwork::Egress(route) => format!(
+                "prepare: network to the allow-listed registries through Warden's egress \
+                 proxy{} ({connections} connection{}{})",
+                upstream_words(&route.settings),
+                if connections == 1 { "" } else { "s" },
+                if refused == 0 {
+                    String::new()
+                } else {
+                    format!(
+                        ", {refused} refused: see the task's egress events; [egress] allow in \
+                         warden.toml admits more hosts"
+                    )
+                }
             ),
-            PrepareNetwork::Unconfigured => "prepare ran without network: it fills the \
-                 dependency cache only from what the sandbox can already reach (set [sandbox] \
-                 prepare_proxy in warden.toml to an HTTP proxy to let it fetch)"
+            PrepareNetwork::Unconfigured => "prepare ran without network: nothing is on the \
+                 egress allow-list (a toolchain preset under [sandbox] toolchains brings its \
+                 registries; [egress] allow in warden.toml adds hosts)"
                 .into(),
             PrepareNetwork::Unsupported(backend) => format!(
-                "prepare ran without network: the {backend} backend cannot relay to [sandbox] \
-                 prepare_proxy (use the linux backend for a prepare step that fetches)"
+                "prepare ran without network: the {backend} backend cannot relay to Warden's \
+                 egress proxy (use the linux backend for a prepare step that fetches)"
             ),
         }
     }
 }
 
+fn upstream_words(settings: &crate::egress::EgressSettings) -> String {
+    match &settings.upstream {
+        Some(upstream) => format!(" and the upstream proxy {upstream}"),
+        None => String::new(),
+    }
+}
+
 /// Runs one prepare-like command over the base snapshot with the dependency cache writable
-/// and (with a relaying backend and `[sandbox] prepare_proxy`) network through the proxy only,
-/// in a view of its own under the session's scratch directory `scratch_name`. The caller holds
-/// the cache's lock.
+/// and (with a relaying backend and an allow-list) network through Warden's egress proxy
+/// only, started for this command and stopped with it, in a view of its own under the
+/// session's scratch directory `scratch_name`. The proxy's records are kept in `network`. The
+/// caller holds the cache's lock.
 pub fn prepare_command(
     session: &ChangeSession,
     toolchains: &crate::toolchain::TaskToolchains,
     network: &PrepareNetwork,
     scratch_name: &str,
     command: &str,
+    root: &Path,
     progress: &dyn Fn(&str),
 ) -> Result<warden_sandbox::CommandOutput, Failure> {
     let config = &session.config;
@@ -414,41 +514,54 @@ pub fn prepare_command(
         "warden: prepare `{command}` (dependency cache writable; {})",
         network.progress()
     ));
-    let view = config
-        .sandbox
-        .open(&ViewSpec {
-            lower: vec![(config.repo.clone(), config.snapshot.clone())],
-            writable: true,
-            scratch_dir: config.scratch.join(scratch_name),
-            mounts: toolchains.mounts(true),
-            egress_proxy: match network {
-                PrepareNetwork::Proxy(proxy) => Some(proxy.clone()),
-                PrepareNetwork::Unconfigured | PrepareNetwork::Unsupported(_) => None,
-            },
-        })
-        .map_err(|e| Failure {
-            code: FailureCode::SandboxError,
-            message: format!("the prepare view could not be opened: {e}"),
-        })?;
+    let mut proxy = match network {
+        PrepareNetwork::Egress(route) => Some(
+            crate::egress::EgressProxy::start(crate::egress::EgressPolicy::new(
+                route.settings.clone(),
+            ))
+            .map_err(|e| Failure {
+                code: FailureCode::Infrastructure,
+                message: format!("Warden's egress proxy could not start: {e}"),
+            })?,
+        ),
+        PrepareNetwork::Unconfigured | PrepareNetwork::Unsupported(_) => None,
+    };
+    let view = config.sandbox.open(&ViewSpec {
+        lower: vec![(config.repo.clone(), root.to_path_buf())],
+        writable: true,
+        scratch_dir: config.scratch.join(scratch_name),
+        mounts: toolchains.mounts(true),
+        egress_proxy: proxy.as_ref().map(crate::egress::EgressProxy::address),
+    });
+    let view = view.map_err(|e| Failure {
+        code: FailureCode::SandboxError,
+        message: format!("the prepare view could not be opened: {e}"),
+    })?;
     let mut spec = warden_sandbox::CommandSpec::bash(command, PREPARE_TIMEOUT);
     spec.limits = config.limits;
     spec.env = toolchains.command_env(false);
     if let Some(address) = view.egress_address() {
         spec.env.extend(crate::toolchain::proxy_env(&address));
     }
-    let output = session.run_cancellable(view, &spec).map_err(|e| Failure {
-        code: FailureCode::SandboxError,
-        message: format!("sandbox error running prepare `{command}`: {e}"),
-    })?;
-    if let PrepareNetwork::Proxy(proxy) = network {
+    let output = session.run_cancellable(view, &spec);
+    if let (Some(proxy), PrepareNetwork::Egress(route)) = (proxy.as_mut(), network) {
+        let records = proxy.stop();
         tracing::info!(
             command = %(config.redact)(command),
-            proxy = %proxy,
-            connections = output.egress_connections,
-            "prepare command's connections through the egress relay"
+            connections = records.len(),
+            refused = records.iter().filter(|r| !r.allowed).count(),
+            "prepare command's connections through Warden's egress proxy"
         );
+        route
+            .records
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend(records);
     }
-    Ok(output)
+    output.map_err(|e| Failure {
+        code: FailureCode::SandboxError,
+        message: format!("sandbox error running prepare `{command}`: {e}"),
+    })
 }
 
 /// Runs the prepare commands with the cache writable, one view each, holding the cache's lock
@@ -457,8 +570,10 @@ pub fn prepare_command(
 fn prepare(
     session: &ChangeSession,
     toolchains: &crate::toolchain::TaskToolchains,
+    commands: &[(String, PathBuf)],
     network: &PrepareNetwork,
     progress: &dyn Fn(&str),
+    on_egress: &dyn Fn(&crate::egress::EgressRecord),
 ) -> Result<Vec<String>, Failure> {
     let infrastructure = |message: String| Failure {
         code: FailureCode::Infrastructure,
@@ -475,17 +590,25 @@ fn prepare(
     std::fs::create_dir_all(&config.scratch)
         .map_err(|e| infrastructure(format!("cannot create {}: {e}", config.scratch.display())))?;
     let mut notices = Vec::new();
-    let mut connections = 0u32;
-    for (index, command) in toolchains.prepare.iter().enumerate() {
+    let (mut connections, mut refused) = (0u32, 0u32);
+    for (index, (command, root)) in commands.iter().enumerate() {
         let output = prepare_command(
             session,
             toolchains,
             network,
             &format!("prepare-{index}"),
             command,
+            root,
             progress,
-        )?;
-        connections = connections.saturating_add(output.egress_connections);
+        );
+        for record in network.take_records() {
+            match record.allowed {
+                true => connections = connections.saturating_add(1),
+                false => refused = refused.saturating_add(1),
+            }
+            on_egress(&record);
+        }
+        let output = output?;
         if output.success() {
             continue;
         }
@@ -514,8 +637,72 @@ fn prepare(
         progress(&format!("warden: {notice}"));
         notices.push(notice);
     }
-    notices.insert(0, network.notice(connections));
+    notices.insert(0, network.notice(connections, refused));
     Ok(notices)
+}
+
+/// The ecosystem whose fetch tree a preset's default prepare command runs over.
+fn preset_ecosystem(
+    preset: crate::toolchain::Preset,
+) -> Option<crate::maintain::ecosystem::Ecosystem> {
+    use crate::maintain::ecosystem::Ecosystem;
+    use crate::toolchain::Preset;
+    match preset {
+        Preset::Rust => Some(Ecosystem::Cargo),
+        Preset::Node => Some(Ecosystem::Npm),
+        Preset::Go => Some(Ecosystem::Go),
+        Preset::Python => None,
+    }
+}
+
+/// What a networked step sees of the base tree
+/// ([`crate::maintain::ecosystem::Ecosystem::fetch_tree`]: the manifests and the lockfile,
+/// nothing of the repository that makes the package manager run a program), written under the
+/// task's scratch directory and removed when dropped; the base tree itself for Go.
+pub struct FetchTree {
+    root: PathBuf,
+    owned: bool,
+}
+
+impl FetchTree {
+    pub fn new(
+        session: &ChangeSession,
+        eco: crate::maintain::ecosystem::Ecosystem,
+        name: &str,
+    ) -> Result<FetchTree, Failure> {
+        let config = &session.config;
+        let dest = config.scratch.join(format!("{name}-tree"));
+        let _ = std::fs::remove_dir_all(&dest);
+        match eco.fetch_tree(&config.snapshot, &dest) {
+            Ok(true) => Ok(FetchTree {
+                root: dest,
+                owned: true,
+            }),
+            Ok(false) => Ok(FetchTree {
+                root: config.snapshot.clone(),
+                owned: false,
+            }),
+            Err(message) => {
+                let _ = std::fs::remove_dir_all(&dest);
+                Err(Failure {
+                    code: FailureCode::Infrastructure,
+                    message: format!("cannot write the manifests the fetch reads: {message}"),
+                })
+            }
+        }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+}
+
+impl Drop for FetchTree {
+    fn drop(&mut self) {
+        if self.owned {
+            let _ = std::fs::remove_dir_all(&self.root);
+        }
+    }
 }
 
 /// Files and folders through which other agents take instructions from a repository. Warden
@@ -883,28 +1070,38 @@ mod tests {
     }
 
     #[test]
-    fn prepare_gets_the_proxy_only_where_the_backend_relays_and_says_so() {
-        let with_proxy = TaskToolchains {
+    fn prepare_gets_the_egress_proxy_only_where_the_backend_relays_and_says_so() {
+        let mut egress = crate::egress::EgressSettings::default();
+        egress.add(crate::egress::HostRule::parse("index.crates.io", false).unwrap());
+        let listed = TaskToolchains {
             prepare: vec!["cargo fetch".into()],
-            prepare_proxy: Some("squid.internal:3128".into()),
+            egress: egress.clone(),
             ..TaskToolchains::default()
         };
-        let network = PrepareNetwork::of(&Relays(Backend::Linux, true), &with_proxy);
-        assert!(matches!(&network, PrepareNetwork::Proxy(p) if p == "squid.internal:3128"));
+        let network = PrepareNetwork::of(&Relays(Backend::Linux, true), &listed);
+        assert!(matches!(&network, PrepareNetwork::Egress(route) if route.settings == egress));
         assert_eq!(
-            network.notice(2),
-            "prepare: network through the proxy squid.internal:3128 (2 connections)"
+            network.notice(2, 0),
+            "prepare: network to the allow-listed registries through Warden's egress proxy (2 \
+             connections)"
         );
+        assert!(network.notice(1, 3).contains("3 refused"));
         assert_eq!(
             network.progress(),
-            "network through the proxy squid.internal:3128"
+            "network to the allow-listed registries only, through Warden's egress proxy"
         );
+        let mut chained = listed.clone();
+        chained.egress.upstream = Some("squid.internal:3128".into());
+        let network = PrepareNetwork::of(&Relays(Backend::Linux, true), &chained);
+        assert!(network
+            .notice(1, 0)
+            .contains("and the upstream proxy squid.internal:3128 (1 connection)"));
 
-        let network = PrepareNetwork::of(&Relays(Backend::Gvisor, false), &with_proxy);
+        let network = PrepareNetwork::of(&Relays(Backend::Gvisor, false), &listed);
         assert_eq!(
-            network.notice(0),
-            "prepare ran without network: the gvisor backend cannot relay to [sandbox] \
-             prepare_proxy (use the linux backend for a prepare step that fetches)"
+            network.notice(0, 0),
+            "prepare ran without network: the gvisor backend cannot relay to Warden's egress \
+             proxy (use the linux backend for a prepare step that fetches)"
         );
         assert_eq!(network.progress(), "no network");
 
@@ -912,11 +1109,41 @@ mod tests {
             prepare: vec!["cargo fetch".into()],
             ..TaskToolchains::default()
         };
-        let notice = PrepareNetwork::of(&Relays(Backend::Linux, true), &without).notice(0);
+        let notice = PrepareNetwork::of(&Relays(Backend::Linux, true), &without).notice(0, 0);
         assert!(
             notice.starts_with("prepare ran without network"),
             "{notice}"
         );
-        assert!(notice.contains("set [sandbox] prepare_proxy"), "{notice}");
+        assert!(notice.contains("[egress] allow"), "{notice}");
+    }
+
+    #[test]
+    fn the_presets_default_prepare_runs_only_for_their_lockfiles() {
+        use crate::toolchain::Preset;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("Cargo.lock"), "").unwrap();
+        std::fs::write(dir.path().join("go.mod"), "").unwrap();
+        let toolchains = TaskToolchains {
+            presets: vec![Preset::Rust, Preset::Go, Preset::Node],
+            ..TaskToolchains::default()
+        };
+        assert_eq!(
+            toolchains.default_prepare(dir.path()),
+            vec![(Preset::Rust, "cargo fetch --locked")]
+        );
+        // A configured prepare replaces the defaults.
+        let configured = TaskToolchains {
+            prepare: vec!["make deps".into()],
+            ..toolchains.clone()
+        };
+        assert!(configured.default_prepare(dir.path()).is_empty());
+        // A lockfile that is a symbolic link is not the tree's lockfile.
+        let linked = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(
+            dir.path().join("Cargo.lock"),
+            linked.path().join("Cargo.lock"),
+        )
+        .unwrap();
+        assert!(toolchains.default_prepare(linked.path()).is_empty());
     }
 }

@@ -26,6 +26,9 @@ pub struct FileConfig {
     pub sandbox: SandboxSection,
     #[serde(default)]
     pub storage: StorageSection,
+    /// `[egress]`: what `prepare` reaches through Warden's egress proxy.
+    #[serde(default)]
+    pub egress: EgressSection,
     #[serde(default)]
     pub serve: crate::serve_config::ServeSection,
     #[serde(default)]
@@ -157,13 +160,34 @@ pub struct SandboxSection {
     /// Commands run before a change task's agent with the repository's cache writable.
     #[serde(default)]
     pub prepare: Vec<String>,
-    /// An HTTP proxy (`host:port`, e.g. squid with an allow-list) that prepare commands, and
-    /// nothing else, reach through the sandbox's egress relay; unset: prepare has no network.
+    /// The older name of `[egress] upstream`: an HTTP proxy (`host:port`) that Warden's egress
+    /// proxy chains to.
     pub prepare_proxy: Option<String>,
     /// The only directories a registered repository's own mounts (`repos add --mount`) may
     /// lie under; empty (the default): repositories cannot add mounts.
     #[serde(default)]
     pub repo_mount_roots: Vec<String>,
+}
+
+/// `[egress]`: what a change's `prepare` step (and only it) reaches through Warden's egress
+/// proxy, on top of the toolchain presets' registries (see `crate::egress`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EgressSection {
+    /// More hosts (`host`, `*.domain`, `host:port`), reached at public addresses only.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// The operator's own hosts (a registry mirror on the LAN): any address, IP literals
+    /// included.
+    #[serde(default)]
+    pub allow_private: Vec<String>,
+    /// `false`: the presets' and `[maintain]`'s registries are not admitted, only `allow` and
+    /// `allow_private` (default true).
+    pub presets: Option<bool>,
+    /// An HTTP proxy (`host:port`) that connects for Warden once Warden admitted the host.
+    pub upstream: Option<String>,
+    /// Bytes one prepare command may move through the proxy, in MiB (default 4096).
+    pub max_mib: Option<u64>,
 }
 
 /// `[storage]`: how large snapshots may be and how much mirrors and snapshots may take.
@@ -405,7 +429,8 @@ impl Config {
             table.insert(price);
         }
         let prices = table;
-        let sandbox = sandbox_choice(&file.sandbox, &home, env)?;
+        let maintain = crate::maintain_config::MaintainConfig::resolve(&file.maintain)?;
+        let sandbox = sandbox_choice(&file, &maintain, &home, env)?;
         let storage = storage_config(&file.storage)?;
         let serve = crate::serve_config::ServeConfig {
             web: crate::serve_config::WebConfig::resolve(&file.web)?,
@@ -428,7 +453,6 @@ impl Config {
             env.var("WARDEN_SLACK_SIGNING_SECRET"),
             env.var("WARDEN_SLACK_BOT_TOKEN"),
         )?;
-        let maintain = crate::maintain_config::MaintainConfig::resolve(&file.maintain)?;
         let schedules = crate::schedule_config::resolve(&file.schedules)?;
         Ok(Config {
             file: home.join("warden.toml"),
@@ -668,10 +692,12 @@ impl Config {
 }
 
 fn sandbox_choice(
-    section: &SandboxSection,
+    file: &FileConfig,
+    maintain: &crate::maintain_config::MaintainConfig,
     home: &Path,
     env: &dyn Env,
 ) -> anyhow::Result<SandboxChoice> {
+    let section = &file.sandbox;
     let name = env
         .var("WARDEN_SANDBOX")
         .or_else(|| section.backend.clone())
@@ -733,7 +759,18 @@ fn sandbox_choice(
             env,
         )?
         .with_repo_mount_roots(&section.repo_mount_roots, home, env)?
-        .with_prepare_proxy(section.prepare_proxy.as_deref())?,
+        .with_egress(
+            &file.egress,
+            section.prepare_proxy.as_deref(),
+            &[
+                (crate::toolchain::Preset::Rust, maintain.index.as_str()),
+                (crate::toolchain::Preset::Go, maintain.goproxy.as_str()),
+                (
+                    crate::toolchain::Preset::Node,
+                    maintain.npm_registry.as_str(),
+                ),
+            ],
+        )?,
     })
 }
 

@@ -26,7 +26,16 @@ pub struct GithubWebhookSection {
     /// request starts a fix task (none by default).
     #[serde(default)]
     pub fix_failed_checks: Vec<String>,
+    /// How old an event may be when it arrives, in seconds (default [`DEFAULT_MAX_EVENT_AGE`]):
+    /// older ones are refused unless Warden received the same delivery before and has not
+    /// handled it yet.
+    pub max_event_age_secs: Option<u64>,
 }
+
+/// The default of `max_event_age_secs`: a day.
+pub const DEFAULT_MAX_EVENT_AGE: std::time::Duration = std::time::Duration::from_secs(86_400);
+/// The longest `max_event_age_secs` allowed: thirty days.
+pub const MAX_MAX_EVENT_AGE_SECS: u64 = 30 * 86_400;
 
 /// One `[[github.webhook.approvers]]` entry.
 #[derive(Debug, Deserialize)]
@@ -49,6 +58,9 @@ pub struct GithubWebhookConfig {
     pub approvers: Vec<(String, String)>,
     /// Where failed checks on Warden's pull requests start fix tasks.
     pub fix_failed_checks: Vec<crate::github::GithubRepo>,
+    /// How old an event may be when it first arrives (its subject's own time: a comment's or
+    /// issue's `updated_at`, a review's `submitted_at`, a check's completion).
+    pub max_event_age: std::time::Duration,
 }
 
 impl GithubWebhookConfig {
@@ -95,11 +107,21 @@ impl GithubWebhookConfig {
             }
             fix_failed_checks.push(repo);
         }
+        let max_event_age = match section.max_event_age_secs {
+            None => DEFAULT_MAX_EVENT_AGE,
+            Some(secs) if (1..=MAX_MAX_EVENT_AGE_SECS).contains(&secs) => {
+                std::time::Duration::from_secs(secs)
+            }
+            Some(secs) => bail!(
+                "github.webhook.max_event_age_secs {secs} is out of range (1 to {MAX_MAX_EVENT_AGE_SECS})"
+            ),
+        };
         Ok(Some(GithubWebhookConfig {
             handle: handle.to_ascii_lowercase(),
             secret: secret.as_deref().and_then(ChatSecret::new),
             approvers,
             fix_failed_checks,
+            max_event_age,
         }))
     }
 }
@@ -133,7 +155,18 @@ mod tests {
         assert_eq!(config.handle, "warden");
         assert!(config.approvers.is_empty());
         assert!(config.fix_failed_checks.is_empty());
+        assert_eq!(config.max_event_age, DEFAULT_MAX_EVENT_AGE);
         assert!(!format!("{config:?}").contains("hook-secret"));
+        let config = resolve("[webhook]\nmax_event_age_secs = 600\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(config.max_event_age, std::time::Duration::from_secs(600));
+        for wrong in ["0", "2592001"] {
+            let error = resolve(&format!("[webhook]\nmax_event_age_secs = {wrong}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(error.contains("max_event_age_secs"), "{error}");
+        }
         let config = resolve("[webhook]\nfix_failed_checks = [\"acme/widgets\"]\n")
             .unwrap()
             .unwrap();

@@ -12,6 +12,7 @@ pub mod change;
 pub mod chat_config;
 pub mod config;
 pub mod diff;
+pub mod egress;
 pub mod env;
 pub mod github;
 pub mod github_hook_config;

@@ -6,8 +6,10 @@
 //!    `Cargo.lock`; vendored or replaced sources, `[patch]`/`[replace]` and submodules are
 //!    refused (`unsupported_project`, naming the reason).
 //! 2. **Acquire**: `cargo fetch --locked` (then the repository's own prepare commands) through
-//!    the change pipeline's prepare step — the dependency cache writable and, with
-//!    `[sandbox] prepare_proxy`, network through that proxy only. Every later command runs
+//!    the change pipeline's prepare step — the dependency cache writable and network to the
+//!    egress allow-list only, through Warden's proxy (`crate::egress`) — over the manifests and
+//!    the lockfile alone ([`ecosystem::Ecosystem::fetch_tree`]: never the repository's
+//!    `.cargo/config.toml`, whose `rustc-wrapper` would run there). Every later command runs
 //!    offline (`CARGO_NET_OFFLINE=true`, the cache read-only).
 //! 3. **Baseline**: the checks on the base tree; failing is `baseline_failing`, a check that
 //!    timed out or was killed is `baseline_inconclusive`.
@@ -20,7 +22,7 @@
 //!    than the cooldown, allowed and not denied. `vulnerable` targets the lowest eligible
 //!    version that clears every advisory found for the package; otherwise the newest.
 //! 6. **Fetch and apply**: the chosen versions' packages are fetched in one more networked,
-//!    prepare-like view over the base (`cargo update --precise` + `cargo fetch`, the cache
+//!    prepare-like view over the manifests (`cargo update --precise` + `cargo fetch`, the cache
 //!    writable, its lockfile thrown away); then each upgrade is applied offline in the task's
 //!    own writable view (`cargo update --offline -p NAME@OLD --precise NEW`) and the checks run
 //!    on exactly the resulting candidate tree. In baseline mode the first failing check stops
@@ -326,15 +328,19 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
         ));
     }
 
-    // 2. Acquire: the one networked step for the base's packages.
-    let mut toolchains = networked_toolchains(run, eco)?;
-    toolchains.prepare = std::iter::once(eco.acquire().to_string())
-        .chain(run.sandbox.toolchains.prepare.iter().cloned())
-        .collect();
+    // 2. Acquire: the one networked step for the base's packages, over the manifests and
+    // the lockfile alone; then the repository's prepare commands.
+    let toolchains = networked_toolchains(run, eco)?;
     let notices = stage(run, state, "acquire", eco.acquire(), |_| {
-        let notices = change::before_agent(session, run.config, &toolchains, &|line| {
-            tracing::info!("{line}")
-        })?;
+        let tree = change::FetchTree::new(session, eco, "acquire")?;
+        let notices = change::before_agent_with(
+            session,
+            run.config,
+            &toolchains,
+            Some((eco.acquire(), tree.root())),
+            &|line| tracing::info!("{line}"),
+            &|record| run.events.emit(record.event()),
+        )?;
         let failed = notices
             .iter()
             .any(|n| n.starts_with("prepare `") && n.contains("failed"));
@@ -1122,17 +1128,25 @@ fn fetch_candidates(
     };
     let script = eco.fetch_script(upgrades);
     let network = PrepareNetwork::of(session.config.sandbox.as_ref(), &toolchains);
+    let tree = change::FetchTree::new(session, eco, "fetch-candidates")?;
     let output = change::prepare_command(
         session,
         &toolchains,
         &network,
         "fetch-candidates",
         &script,
+        tree.root(),
         &|line| tracing::info!("{line}"),
     )?;
+    let records = network.take_records();
+    let refused = records.iter().filter(|record| !record.allowed).count();
+    for record in &records {
+        run.events.emit(record.event());
+    }
     if output.success() {
         return Ok(());
     }
+    let admitted = u32::try_from(records.len() - refused).unwrap_or(u32::MAX);
     Err(failure(
         FailureCode::UpgradeFailed,
         format!(
@@ -1143,7 +1157,7 @@ fn fetch_candidates(
                 .map_or("killed or timed out".to_string(), |c| format!(
                     "exit code {c}"
                 )),
-            network.notice(output.egress_connections),
+            network.notice(admitted, u32::try_from(refused).unwrap_or(u32::MAX)),
             (session.config.redact)(&tail_lines(&String::from_utf8_lossy(&output.stderr), 15))
         ),
     ))

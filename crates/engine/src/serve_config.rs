@@ -1,10 +1,12 @@
 //! The `[serve]` section of `warden.toml`: how the service runs tasks (concurrent runs per worker,
 //! lease length, shutdown grace), the per-UTC-day budgets its workers check from the usage
 //! ledger before every model call, and how the API holds connections (cap, timeouts, event
-//! streams per token, the public names it answers to). The per-task budgets are `[limits]`, counted across runs.
+//! streams per token, the public names it answers to, the reverse proxies whose forwarding
+//! headers it believes). The per-task budgets are `[limits]`, counted across runs.
 
 use anyhow::bail;
 use serde::Deserialize;
+use std::net::IpAddr;
 use std::time::Duration;
 
 /// The default header-read timeout of an API connection.
@@ -43,6 +45,78 @@ pub struct ServeSection {
     /// Host names (optionally `name:port`) clients may use besides the listen address, e.g. the
     /// name of a reverse proxy in front: other `Host`s get 421, other `Origin`s 403.
     pub public_names: Option<Vec<String>>,
+    /// Reverse proxies (IP addresses or CIDR blocks) whose `X-Forwarded-For`/`Forwarded`
+    /// headers name the client; from any other peer those headers are ignored.
+    pub trusted_proxies: Option<Vec<String>>,
+}
+
+/// An IP address or a CIDR block (`10.0.0.0/8`, `fd00::/8`) of `[serve] trusted_proxies`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IpRange {
+    network: IpAddr,
+    prefix: u8,
+}
+
+/// An IPv4-mapped IPv6 address (a v4 peer of a dual-stack listener) as the IPv4 one.
+pub fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        IpAddr::V4(_) => ip,
+    }
+}
+
+impl IpRange {
+    /// `address` or `address/prefix`, with no bits set after the prefix; `None` otherwise.
+    pub fn parse(text: &str) -> Option<IpRange> {
+        let (address, prefix) = match text.trim().split_once('/') {
+            Some((address, prefix)) => (address, Some(prefix)),
+            None => (text.trim(), None),
+        };
+        let network = canonical_ip(address.parse::<IpAddr>().ok()?);
+        let bits = if network.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            None => bits,
+            Some(prefix) if prefix.bytes().all(|b| b.is_ascii_digit()) && !prefix.is_empty() => {
+                prefix.parse::<u8>().ok().filter(|p| *p <= bits)?
+            }
+            Some(_) => return None,
+        };
+        let range = IpRange { network, prefix };
+        (range.mask(network) == Some(network_bits(network))).then_some(range)
+    }
+
+    /// The address's bits under this range's prefix, or `None` for the other family.
+    fn mask(&self, ip: IpAddr) -> Option<u128> {
+        let (bits, width) = match (self.network, canonical_ip(ip)) {
+            (IpAddr::V4(_), IpAddr::V4(ip)) => (u128::from(u32::from(ip)), 32),
+            (IpAddr::V6(_), IpAddr::V6(ip)) => (u128::from(ip), 128),
+            _ => return None,
+        };
+        let host_bits = width - u32::from(self.prefix);
+        Some(if host_bits >= 128 {
+            0
+        } else {
+            (bits >> host_bits) << host_bits
+        })
+    }
+
+    /// Whether `ip` is in the range (an IPv4-mapped IPv6 address counts as its IPv4 one).
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        self.mask(ip) == Some(network_bits(self.network))
+    }
+}
+
+fn network_bits(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(ip) => u128::from(u32::from(ip)),
+        IpAddr::V6(ip) => u128::from(ip),
+    }
+}
+
+impl std::fmt::Display for IpRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.network, self.prefix)
+    }
 }
 
 /// How many requests a token may make: `per_minute` on average, `burst` at once.
@@ -81,6 +155,8 @@ pub struct ServeConfig {
     pub max_streams_per_token: u32,
     /// Lowercase, without a trailing dot.
     pub public_names: Vec<String>,
+    /// The peers whose forwarding headers name the client.
+    pub trusted_proxies: Vec<IpRange>,
     /// `[web]`: the console `warden serve` serves at `/`.
     pub web: WebConfig,
 }
@@ -145,6 +221,7 @@ impl Default for ServeConfig {
             keep_alive: DEFAULT_KEEP_ALIVE,
             max_streams_per_token: DEFAULT_MAX_STREAMS_PER_TOKEN,
             public_names: Vec::new(),
+            trusted_proxies: Vec::new(),
             web: WebConfig::default(),
         }
     }
@@ -227,6 +304,16 @@ impl ServeConfig {
                 ),
             }
         }
+        let mut trusted_proxies = Vec::new();
+        for entry in section.trusted_proxies.iter().flatten() {
+            match IpRange::parse(entry) {
+                Some(range) => trusted_proxies.push(range),
+                None => bail!(
+                    "serve.trusted_proxies: {entry:?} is not an IP address or a CIDR block \
+                     (10.0.0.5, 10.0.0.0/8, fd00::/8; no bits after the prefix)"
+                ),
+            }
+        }
         Ok(ServeConfig {
             workers,
             lease,
@@ -241,6 +328,7 @@ impl ServeConfig {
                 .max_streams_per_token
                 .unwrap_or(defaults.max_streams_per_token),
             public_names,
+            trusted_proxies,
             web: WebConfig::default(),
         })
     }
@@ -310,6 +398,41 @@ mod tests {
             "max_tokens_per_day = 0",
             "max_cost_usd_per_day = -1.0",
             "wrokers = 2",
+        ] {
+            assert!(resolve(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn trusted_proxies_are_addresses_or_cidr_blocks() {
+        let config = resolve(
+            "trusted_proxies = [\"127.0.0.1\", \"10.0.0.0/8\", \"fd00::/8\", \"::1\", \"0.0.0.0/0\"]",
+        )
+        .unwrap();
+        let ranges = &config.trusted_proxies;
+        assert_eq!(ranges.len(), 5);
+        let ip = |text: &str| text.parse::<IpAddr>().unwrap();
+        assert!(ranges[0].contains(ip("127.0.0.1")));
+        assert!(ranges[0].contains(ip("::ffff:127.0.0.1")), "v4-mapped");
+        assert!(!ranges[0].contains(ip("127.0.0.2")));
+        assert!(ranges[1].contains(ip("10.255.1.2")));
+        assert!(!ranges[1].contains(ip("11.0.0.1")));
+        assert!(!ranges[1].contains(ip("::a00:1")), "another family");
+        assert!(ranges[2].contains(ip("fd12:3456::1")));
+        assert!(!ranges[2].contains(ip("fe80::1")));
+        assert!(ranges[3].contains(ip("::1")));
+        assert!(ranges[4].contains(ip("203.0.113.9")));
+        assert_eq!(ranges[1].to_string(), "10.0.0.0/8");
+        assert!(resolve("").unwrap().trusted_proxies.is_empty());
+        for bad in [
+            "trusted_proxies = [\"proxy.internal\"]",
+            "trusted_proxies = [\"10.0.0.1/8\"]",
+            "trusted_proxies = [\"10.0.0.0/33\"]",
+            "trusted_proxies = [\"10.0.0.0/\"]",
+            "trusted_proxies = [\"10.0.0.0/+8\"]",
+            "trusted_proxies = [\"fd00::/129\"]",
+            "trusted_proxies = [\"\"]",
+            "trusted_proxies = \"10.0.0.1\"",
         ] {
             assert!(resolve(bad).is_err(), "{bad}");
         }

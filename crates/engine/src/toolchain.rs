@@ -8,8 +8,10 @@
 //! directories; a preset's variables point the tools at the read-only toolchain and at the
 //! repository's cache, which agent commands and checks see read-only too (they cannot poison
 //! it for later tasks). Only `prepare` sees the cache writable. None of this opens a network;
-//! the one exception is `[sandbox] prepare_proxy`: `prepare` (and only it, before any agent
-//! turn) then reaches that HTTP proxy, and nothing else, through the sandbox's egress relay.
+//! the one exception is `prepare` (and only it, before any agent turn), which reaches the
+//! registries on the egress allow-list through Warden's own proxy (`crate::egress`): each
+//! preset brings its registries and, when the base tree has its lockfile and no `prepare` is
+//! configured, a default prepare command that fills the cache (`cargo fetch --locked`, …).
 //!
 //! **What is refused** (at configuration load for `warden.toml`, at registration for a
 //! repository's mounts): relative paths and `..`, `/`, anything under `/proc`, `/sys`, `/dev`,
@@ -17,6 +19,7 @@
 //! the task store) and the Warden user's home itself or one of its parents (it holds
 //! credentials).
 
+use crate::config::EgressSection;
 use crate::env::Env;
 use std::path::{Component, Path, PathBuf};
 use warden_sandbox::{Mount, WORKING_ROOT};
@@ -48,6 +51,35 @@ impl Preset {
 
     pub fn from_name(name: &str) -> Option<Preset> {
         Preset::ALL.into_iter().find(|p| p.as_str() == name)
+    }
+
+    /// The registries this preset's package manager fetches from: its entries in the egress
+    /// allow-list.
+    pub fn registries(self) -> &'static [&'static str] {
+        match self {
+            // The sparse index, the download host and the API (`cargo` asks it for little,
+            // but a `[registries]`-less project may).
+            Preset::Rust => &["index.crates.io", "static.crates.io", "crates.io"],
+            Preset::Node => &["registry.npmjs.org"],
+            Preset::Go => &["proxy.golang.org", "sum.golang.org"],
+            Preset::Python => &["pypi.org", "files.pythonhosted.org"],
+        }
+    }
+
+    /// The prepare command run when no `prepare` is configured and the base tree has the
+    /// lockfile: `(lockfile, command)`. Each fetches exactly what the lockfile pins into the
+    /// repository's cache and builds or runs nothing of the project. Python has none: pip has
+    /// no lockfile of its own.
+    pub fn default_prepare(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Preset::Rust => Some(("Cargo.lock", "cargo fetch --locked")),
+            Preset::Node => Some((
+                "package-lock.json",
+                "npm ci --ignore-scripts --no-audit --no-fund",
+            )),
+            Preset::Go => Some(("go.sum", "go mod download")),
+            Preset::Python => None,
+        }
     }
 
     /// The preset whose installation provides `program` (`cargo` → rust), for the fix of a
@@ -316,9 +348,9 @@ pub struct Toolchains {
     pub offline_env: Vec<(String, String)>,
     /// `[sandbox] prepare`: commands run before the agent with the cache writable.
     pub prepare: Vec<String>,
-    /// `[sandbox] prepare_proxy`: the HTTP proxy (`host:port`) prepare commands reach, the
-    /// only network they get; `None`: prepare runs without network.
-    pub prepare_proxy: Option<String>,
+    /// What prepare commands reach through Warden's egress proxy (the presets' registries,
+    /// `[maintain]`'s and `[egress]`); nothing listed: prepare runs without network.
+    pub egress: crate::egress::EgressSettings,
     /// The Warden user's home (`~` of per-repository mounts).
     pub user_home: Option<PathBuf>,
     /// `[sandbox] repo_mount_roots`, checked and resolved: a repository's own mounts must lie
@@ -417,6 +449,11 @@ pub fn check_repo_mount(roots: &[PathBuf], checked: &Path) -> Result<(), String>
 /// Checks `[sandbox] prepare_proxy`: `host:port` with a port, normalized (lowercase host,
 /// IPv6 literals in brackets).
 pub fn check_prepare_proxy(raw: &str) -> anyhow::Result<String> {
+    check_proxy_address("sandbox.prepare_proxy", raw)
+}
+
+/// Checks a proxy address setting `key`: `host:port` with a port, normalized.
+fn check_proxy_address(key: &str, raw: &str) -> anyhow::Result<String> {
     let authority = crate::authority::parse_authority(raw)
         .filter(|authority| authority.port.is_some_and(|port| port != 0) && raw.trim() == raw);
     match authority {
@@ -425,8 +462,7 @@ pub fn check_prepare_proxy(raw: &str) -> anyhow::Result<String> {
             port: Some(port),
         }) => Ok(format!("{host}:{port}")),
         _ => anyhow::bail!(
-            "sandbox.prepare_proxy must be host:port, the address of an HTTP proxy such as \
-             squid (got {raw:?})"
+            "{key} must be host:port, the address of an HTTP proxy such as squid (got {raw:?})"
         ),
     }
 }
@@ -524,9 +560,70 @@ impl Toolchains {
         Ok(self)
     }
 
-    /// Adds `[sandbox] prepare_proxy`, checked: `host:port`, normalized.
-    pub fn with_prepare_proxy(mut self, proxy: Option<&str>) -> anyhow::Result<Toolchains> {
-        self.prepare_proxy = proxy.map(check_prepare_proxy).transpose()?;
+    /// Adds the egress allow-list: the presets' registries and `registries` (`[maintain]`'s
+    /// URLs, each with the preset whose package manager reads it, admitted with that preset)
+    /// unless `[egress] presets = false`, then `[egress] allow` and `allow_private`,
+    /// checked; the upstream is `[egress] upstream` or (the older name) `[sandbox]
+    /// prepare_proxy`.
+    pub fn with_egress(
+        mut self,
+        section: &EgressSection,
+        prepare_proxy: Option<&str>,
+        registries: &[(Preset, &str)],
+    ) -> anyhow::Result<Toolchains> {
+        use crate::egress::HostRule;
+        let mut egress = crate::egress::EgressSettings::default();
+        if section.presets.unwrap_or(true) {
+            for preset in &self.presets {
+                for host in preset.registries() {
+                    egress.add(HostRule::parse(host, false).map_err(anyhow::Error::msg)?);
+                }
+            }
+            // A registry named by URL; one that is an address is the operator's to list
+            // under allow_private.
+            let used = registries
+                .iter()
+                .filter(|(preset, _)| self.presets.contains(preset))
+                .map(|(_, url)| url);
+            for url in used {
+                let authority = url
+                    .split_once("://")
+                    .map(|(_, rest)| rest.split(['/', '?', '#']).next().unwrap_or(""));
+                if let Some(Ok(rule)) = authority.map(|a| HostRule::parse(a, false)) {
+                    egress.add(rule);
+                }
+            }
+        }
+        for raw in &section.allow {
+            egress.add(
+                HostRule::parse(raw, false).map_err(|e| anyhow::anyhow!("egress.allow: {e}"))?,
+            );
+        }
+        for raw in &section.allow_private {
+            let rule = HostRule::parse(raw, true)
+                .map_err(|e| anyhow::anyhow!("egress.allow_private: {e}"))?;
+            if !egress.allow_private.contains(&rule) {
+                egress.allow_private.push(rule);
+            }
+        }
+        egress.upstream = match (&section.upstream, prepare_proxy) {
+            (Some(_), Some(_)) => anyhow::bail!(
+                "egress.upstream and sandbox.prepare_proxy are both set; keep egress.upstream \
+                 (prepare_proxy is its older name)"
+            ),
+            (Some(upstream), None) => Some(check_proxy_address("egress.upstream", upstream)?),
+            (None, Some(proxy)) => Some(check_prepare_proxy(proxy)?),
+            (None, None) => None,
+        };
+        if let Some(mib) = section.max_mib {
+            if mib == 0 {
+                anyhow::bail!("egress.max_mib must be at least 1");
+            }
+            egress.max_bytes = mib
+                .checked_mul(1 << 20)
+                .ok_or_else(|| anyhow::anyhow!("egress.max_mib {mib} is too large"))?;
+        }
+        self.egress = egress;
         Ok(self)
     }
 
@@ -580,7 +677,8 @@ impl Toolchains {
             } else {
                 repo_prepare.to_vec()
             },
-            prepare_proxy: self.prepare_proxy.clone(),
+            egress: self.egress.clone(),
+            presets: self.presets.clone(),
         })
     }
 }
@@ -597,8 +695,11 @@ pub struct TaskToolchains {
     /// The repository's cache directory, when anything uses one.
     pub cache: Option<PathBuf>,
     pub prepare: Vec<String>,
-    /// `[sandbox] prepare_proxy` (global: a registered repository cannot name its own).
-    pub prepare_proxy: Option<String>,
+    /// What prepare reaches through Warden's egress proxy (global: a registered repository
+    /// cannot widen it).
+    pub egress: crate::egress::EgressSettings,
+    /// The presets in use (their default prepare commands).
+    pub presets: Vec<Preset>,
 }
 
 impl TaskToolchains {
@@ -615,6 +716,24 @@ impl TaskToolchains {
             builder.create(dir)?;
         }
         Ok(())
+    }
+
+    /// The presets' default prepare commands for the base tree at `root` (each whose lockfile
+    /// the tree has), when no prepare command is configured.
+    pub fn default_prepare(&self, root: &Path) -> Vec<(Preset, &'static str)> {
+        if !self.prepare.is_empty() {
+            return Vec::new();
+        }
+        self.presets
+            .iter()
+            .filter_map(|preset| Some((*preset, preset.default_prepare()?)))
+            .filter(|(_, (lockfile, _))| {
+                root.join(lockfile)
+                    .symlink_metadata()
+                    .is_ok_and(|meta| meta.is_file())
+            })
+            .map(|(preset, (_, command))| (preset, command))
+            .collect()
     }
 
     /// The view's mounts: the toolchains read-only, the cache read-only or (`prepare`)
@@ -929,5 +1048,94 @@ mod tests {
             .unwrap_err()
             .contains("unknown toolchain"));
         assert!(resolve(&["rust"]).unwrap_err().contains("no rustup"));
+    }
+
+    #[test]
+    fn the_egress_allow_list_is_the_presets_registries_and_the_operators_hosts() {
+        let with = |presets: Vec<Preset>, section: EgressSection, proxy: Option<&str>| {
+            Toolchains {
+                presets,
+                ..Toolchains::default()
+            }
+            .with_egress(
+                &section,
+                proxy,
+                &[
+                    (Preset::Rust, "https://index.crates.io"),
+                    (Preset::Node, "http://npm.corp.example:4873/"),
+                ],
+            )
+            .map(|t| t.egress)
+            .map_err(|e| e.to_string())
+        };
+        let rust = with(vec![Preset::Rust], EgressSection::default(), None).unwrap();
+        assert_eq!(
+            rust.describe(),
+            "index.crates.io, static.crates.io, crates.io"
+        );
+        // `[maintain]`'s registry comes with its preset only.
+        let node = with(vec![Preset::Node], EgressSection::default(), None).unwrap();
+        assert_eq!(node.describe(), "registry.npmjs.org, npm.corp.example:4873");
+        assert!(!with(vec![], EgressSection::default(), None)
+            .unwrap()
+            .admits_anything());
+        let own = EgressSection {
+            allow: vec!["*.pkg.example".into()],
+            allow_private: vec!["10.0.0.5:8081".into()],
+            presets: Some(false),
+            upstream: Some("Squid.Internal:3128".into()),
+            max_mib: Some(10),
+        };
+        let own = with(vec![Preset::Rust], own, None).unwrap();
+        assert_eq!(
+            own.describe(),
+            "*.pkg.example, 10.0.0.5:8081 (private); through the upstream proxy \
+             squid.internal:3128"
+        );
+        assert_eq!(own.max_bytes, 10 << 20);
+        // The older key is the upstream too; both at once is an error.
+        let older = with(vec![], EgressSection::default(), Some("squid:3128")).unwrap();
+        assert_eq!(older.upstream.as_deref(), Some("squid:3128"));
+        let both = EgressSection {
+            upstream: Some("a:1".into()),
+            ..EgressSection::default()
+        };
+        assert!(with(vec![], both, Some("b:2"))
+            .unwrap_err()
+            .contains("both set"));
+        for (section, expect) in [
+            (
+                EgressSection {
+                    allow: vec!["10.0.0.5".into()],
+                    ..EgressSection::default()
+                },
+                "egress.allow: egress host \"10.0.0.5\": an IP address is admitted only under \
+                 [egress] allow_private",
+            ),
+            (
+                EgressSection {
+                    allow: vec!["https://x.example".into()],
+                    ..EgressSection::default()
+                },
+                "egress.allow: egress host \"https://x.example\": expected a host name",
+            ),
+            (
+                EgressSection {
+                    max_mib: Some(0),
+                    ..EgressSection::default()
+                },
+                "egress.max_mib must be at least 1",
+            ),
+            (
+                EgressSection {
+                    upstream: Some("http://squid:3128".into()),
+                    ..EgressSection::default()
+                },
+                "egress.upstream must be host:port",
+            ),
+        ] {
+            let error = with(vec![], section, None).unwrap_err();
+            assert!(error.starts_with(expect), "{error}");
+        }
     }
 }

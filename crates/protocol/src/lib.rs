@@ -642,6 +642,20 @@ pub enum Event {
         attempt: u32,
         errors: Vec<String>,
     },
+    /// A connection of a change's `prepare` step through Warden's egress proxy: admitted, with
+    /// what it moved, or refused, with why (`reason` also says how an admitted one failed).
+    EgressConnection {
+        /// `CONNECT`, `GET`, `HEAD`, or the refused method.
+        method: String,
+        host: String,
+        port: u16,
+        allowed: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        bytes_sent: u64,
+        bytes_received: u64,
+        duration_ms: u64,
+    },
     StatusChanged {
         status: TaskStatus,
     },

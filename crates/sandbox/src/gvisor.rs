@@ -14,10 +14,16 @@
 //! that layer is unavailable unless disabled, and `RLIMIT_AS` is the backstop); processes by
 //! `RLIMIT_NPROC`, which the sentry enforces.
 //!
-//! Known defect, detected and reported by `probe`: runsc 0.0~20221219 (Debian bookworm)
-//! rejects `statx`/`newfstatat` with `AT_NO_AUTOMOUNT`, so GNU `ls` and `stat` fail with
-//! "Invalid argument". No seccomp rule can repair it (the flag would have to be dropped, not the
-//! call refused); a newer runsc fixes it.
+//! Known defect of old runsc, detected by [`crate::probe_tools`] and named by
+//! [`runsc_statx_defect`]: gVisor before release-20230227.0 ([`MIN_RUNSC_RELEASE`]; Debian
+//! bookworm ships 0.0~20221219.0) fails `statx` with `EINVAL` when `AT_NO_AUTOMOUNT` is set,
+//! which GNU `ls -l` and `stat` always set, so they fail with "Invalid argument" (a bare `ls`,
+//! `find` and `du` do not use the flag and work). It is runsc's own check (a bare
+//! `runsc do stat /` fails the same way, without this profile); upstream commit 7a0c4b5 drops the
+//! flag. Nothing Warden configures can repair it: a seccomp rule can only refuse the call, not
+//! drop the flag; this vintage ignores `errnoRet` (`EPERM` always), and even `ENOSYS` would only
+//! send glibc to `newfstatat` with the same flag, which gVisor refuses too until
+//! release-20231030.0.
 
 use crate::cancel::{cancelled_output, Cancellation, Target};
 use crate::output::Collector;
@@ -45,6 +51,58 @@ fn unavailable(layer: Layer, reason: impl Into<String>) -> SandboxError {
         layer,
         reason: reason.into(),
     }
+}
+
+/// The first gVisor release whose `statx` accepts `AT_NO_AUTOMOUNT`, so that GNU `ls -l` and
+/// `stat` work (Debian names it `0.0~20230227.0`).
+pub const MIN_RUNSC_RELEASE: &str = "release-20230227.0";
+
+/// [`MIN_RUNSC_RELEASE`] as the date in its name.
+const MIN_RUNSC_DATE: u32 = 20230227;
+
+/// The date a runsc version string names (`release-20230227.0`, `0.0~20221219.0`): its first
+/// run of exactly eight digits.
+fn release_date(version: &str) -> Option<u32> {
+    version
+        .split(|c: char| !c.is_ascii_digit())
+        .find(|digits| digits.len() == 8)
+        .and_then(|digits| digits.parse().ok())
+}
+
+/// The version runsc reports (`runsc --version`'s first line, without `runsc version `).
+fn runsc_version(runsc: &Path) -> Option<String> {
+    // The gVisor runtime is an external program by nature; its environment is cleared.
+    #[allow(clippy::disallowed_methods)]
+    let output = std::process::Command::new(runsc)
+        .arg("--version")
+        .env_clear()
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let first = stdout.lines().next()?.trim();
+    Some(
+        first
+            .strip_prefix("runsc version ")
+            .unwrap_or(first)
+            .to_owned(),
+    )
+}
+
+/// When the configured runsc predates [`MIN_RUNSC_RELEASE`]: what is installed, what fails in
+/// it and what to install. `None` for a newer runsc, without runsc, or when its version names no
+/// date.
+pub fn runsc_statx_defect(config: &SandboxConfig) -> Option<String> {
+    let runsc = find_runsc(config).ok()?;
+    let version = runsc_version(&runsc)?;
+    (release_date(&version)? < MIN_RUNSC_DATE).then(|| {
+        format!(
+            "runsc {version} ({}) predates {MIN_RUNSC_RELEASE}, the first gVisor release whose \
+             statx accepts AT_NO_AUTOMOUNT, which GNU ls -l and stat pass: install runsc \
+             {MIN_RUNSC_RELEASE} or newer",
+            runsc.display()
+        )
+    })
 }
 
 /// System calls the OCI profile refuses (the linux backend's list, by name).
@@ -792,19 +850,16 @@ pub(crate) fn probe(config: &SandboxConfig) -> Vec<LayerReport> {
         };
         match sandbox.trial() {
             Ok(()) => {
-                let statx = sandbox.trial_command("stat / >/dev/null");
-                let defect = match &statx {
-                    Ok(output) if output.success() => String::new(),
-                    Ok(output) => format!(
-                        "; known defect: {} (GNU ls and stat fail; use a newer runsc)",
-                        String::from_utf8_lossy(&output.stderr).trim()
-                    ),
-                    Err(error) => format!("; statx check failed: {error}"),
-                };
+                // Whether the everyday file tools work is probe_tools's report; the version is
+                // named here too, for comparison with MIN_RUNSC_RELEASE.
                 reports.push(report(
                     Layer::Runtime,
                     true,
-                    format!("{} runs sandboxes{defect}", runsc.display()),
+                    format!(
+                        "{} (version {}) runs sandboxes",
+                        runsc.display(),
+                        runsc_version(&runsc).as_deref().unwrap_or("unknown")
+                    ),
                 ));
                 reports.push(report(
                     Layer::Seccomp,
@@ -864,6 +919,19 @@ pub(crate) fn probe(config: &SandboxConfig) -> Vec<LayerReport> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn release_dates_are_read_from_upstream_and_debian_versions() {
+        assert_eq!(release_date("release-20230227.0"), Some(20230227));
+        assert_eq!(release_date("0.0~20221219.0"), Some(20221219));
+        assert_eq!(
+            release_date("release-20231030.0-12-gabcdef0"),
+            Some(20231030)
+        );
+        assert_eq!(release_date("VERSION_MISSING"), None);
+        assert_eq!(release_date("1.2.3"), None);
+        assert!(release_date(MIN_RUNSC_RELEASE) == Some(MIN_RUNSC_DATE));
+    }
 
     #[test]
     fn json_strings_are_escaped() {

@@ -15,7 +15,10 @@
 //! [`CommandSpec::env`]; [`harden_current_process`] makes the Warden process non-dumpable so
 //! that the model key in its memory cannot be read through `/proc` or ptrace.
 //!
-//! [`probe`] reports, layer by layer, what works on this machine (for `warden doctor`).
+//! [`probe`] reports, layer by layer, what works on this machine (for `warden doctor`), and
+//! [`probe_tools`] whether each backend's commands can list the working root (`ls -la`, `stat`,
+//! `find`, `du`): a backend may hold every layer and still fail there (old gVisor releases, see
+//! [`MIN_RUNSC_RELEASE`]).
 //!
 //! # Decisions worth knowing
 //!
@@ -69,16 +72,19 @@ mod spec;
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 mod sys;
+mod tools;
 
 use std::path::Path;
 use std::sync::Arc;
 
 pub use error::SandboxError;
+pub use gvisor::{runsc_statx_defect, MIN_RUNSC_RELEASE};
 pub use spec::{
     baseline_env, remove_scratch, Backend, CommandOutput, CommandSpec, DiskQuota, KillSwitch,
     Layer, LayerReport, Mount, ResourceLimits, SandboxConfig, Stdin, Stream, ViewSpec,
     WORKING_ROOT,
 };
+pub use tools::{ToolsReport, TOOLS_PROBE};
 
 /// An isolation backend. Opening a view is the expensive part (namespaces, mounts, rulesets);
 /// running a command in an open view is cheap.
@@ -194,6 +200,15 @@ pub fn probe_with(config: &SandboxConfig) -> Vec<LayerReport> {
             .into(),
     });
     reports
+}
+
+/// Whether each backend's commands can use the everyday file tools ([`TOOLS_PROBE`]: `ls -la`,
+/// `stat`, `find`, `du`) on the working root: one command in a read-only view of a throwaway
+/// snapshot per backend that [`select`] establishes with `config` (for `warden doctor`; the
+/// conformance suite runs the same commands). A failing gVisor backend names the runsc release
+/// it needs ([`MIN_RUNSC_RELEASE`]).
+pub fn probe_tools(config: &SandboxConfig) -> Vec<ToolsReport> {
+    tools::probe(config)
 }
 
 /// For commands that only print (`warden tasks | head`): a closed standard output ends the

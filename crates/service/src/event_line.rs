@@ -54,6 +54,33 @@ pub fn render(event: &Event) -> Option<String> {
                 errors.join("\n- ")
             )
         }
+        Event::EgressConnection {
+            method,
+            host,
+            port,
+            allowed: false,
+            reason,
+            ..
+        } => format!(
+            "    ✗ egress refused: {method} {host}:{port}: {}",
+            reason.as_deref().unwrap_or("refused")
+        ),
+        Event::EgressConnection {
+            method,
+            host,
+            port,
+            allowed: true,
+            reason,
+            bytes_received,
+            duration_ms,
+            ..
+        } => {
+            let moved = format!("{} in {duration_ms} ms", bytes(*bytes_received));
+            match reason {
+                Some(reason) => format!("  ! egress {method} {host}:{port} ({moved}): {reason}"),
+                None => format!("  ⇄ egress {method} {host}:{port} ({moved})"),
+            }
+        }
         Event::RedactionFailed => {
             "  ! an event was withheld: redacting secrets from it failed".into()
         }
@@ -64,4 +91,13 @@ pub fn render(event: &Event) -> Option<String> {
         // The command prints the settled task's finish line from its result.
         | Event::TaskFinished { .. } => return None,
     })
+}
+
+/// A byte count as people read it.
+fn bytes(count: u64) -> String {
+    match count {
+        0..1024 => format!("{count} B"),
+        1024..1_048_576 => format!("{:.1} KiB", count as f64 / 1024.0),
+        _ => format!("{:.1} MiB", count as f64 / 1_048_576.0),
+    }
 }

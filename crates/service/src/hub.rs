@@ -17,6 +17,10 @@
 //! - [`Subscription`] is pull-based: it produces the next chunk of SSE text only when the HTTP
 //!   body asks for it, at most [`BATCH`] events at a time, so a slow client never makes the
 //!   server buffer more.
+//! - A subscription may be given an interrupt ([`Subscription::with_interrupt`]): while it
+//!   waits, a change of that signal (a revocation, see [`crate::access::revocations`]) makes
+//!   [`Subscription::next_chunk`] return an empty chunk at once, so its holder can check its
+//!   credential without waiting for news or a keep-alive.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
@@ -466,7 +470,22 @@ pub struct Subscription {
     next_keep_alive: Instant,
     latest: watch::Receiver<u64>,
     closed: watch::Receiver<bool>,
+    /// Changes when the holder should look at its credential again.
+    interrupt: Option<watch::Receiver<u64>>,
     done: bool,
+}
+
+/// Resolves when `interrupt` changes (never without one, or once its sender is gone).
+async fn interrupted(interrupt: &mut Option<watch::Receiver<u64>>) {
+    match interrupt {
+        Some(receiver) => {
+            if receiver.changed().await.is_err() {
+                *interrupt = None;
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending::<()>().await,
+    }
 }
 
 impl Subscription {
@@ -499,12 +518,20 @@ impl Subscription {
             catching_up,
             check_status: false,
             ending: false,
+            interrupt: None,
             done: false,
         })
     }
 
+    /// While waiting, a change of `interrupt` makes [`Subscription::next_chunk`] return an
+    /// empty chunk at once (nothing is skipped: the stream goes on from where it was).
+    pub fn with_interrupt(mut self, interrupt: watch::Receiver<u64>) -> Subscription {
+        self.interrupt = Some(interrupt);
+        self
+    }
+
     /// The next piece of the stream (one or more messages, or a keep-alive comment), waiting
-    /// for it if need be; `None` when the stream is over.
+    /// for it if need be; empty when the interrupt changed; `None` when the stream is over.
     pub async fn next_chunk(&mut self) -> Option<String> {
         loop {
             if self.done || *self.closed.borrow() {
@@ -557,6 +584,7 @@ impl Subscription {
                 None
             }
             _ = self.closed.wait_for(|closed| *closed) => None,
+            () = interrupted(&mut self.interrupt) => Some(String::new()),
         }
     }
 

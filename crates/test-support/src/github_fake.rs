@@ -89,6 +89,8 @@ pub enum Fault {
     CreateThenDrop,
     /// Answer the next list request with this status.
     FailList(u16),
+    /// Answer the next permission request with this status.
+    FailPermission(u16),
 }
 
 /// One request the fake received.
@@ -748,6 +750,14 @@ fn user_json(login: &str) -> Value {
 /// `GET /repos/{owner}/{repo}/collaborators/{user}/permission`: `permission` is GitHub's
 /// legacy field (`maintain` shows as `write`, `triage` as `read`), `role_name` the role.
 fn permission(shared: &Shared, user: &str) -> Response {
+    {
+        let mut faults = lock(&shared.faults);
+        if let Some(Fault::FailPermission(status)) = faults.front().cloned() {
+            faults.pop_front();
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+            return github_error(status, "Server Error", None);
+        }
+    }
     let role = lock(&shared.roles)
         .iter()
         .find(|(l, _)| l.eq_ignore_ascii_case(user))
@@ -944,7 +954,7 @@ fn create(shared: &Shared, body: &Bytes) -> Response {
     let fault = {
         let mut faults = lock(&shared.faults);
         match faults.front() {
-            Some(Fault::FailList(_)) | None => None,
+            Some(Fault::FailList(_) | Fault::FailPermission(_)) | None => None,
             Some(_) => faults.pop_front(),
         }
     };

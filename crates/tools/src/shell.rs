@@ -1,8 +1,10 @@
 //! The `shell` tool: `bash -c` inside the task's sandbox view, cwd = the working root, an
 //! allow-listed environment (nothing from the host, no model key), bounded output and a
-//! per-call timeout. Before a command runs, a policy over its parsed argv refuses programs that
-//! have no business in an investigation (privilege, namespace and network tools). That policy
-//! is defence in depth: the sandbox (namespaces, Landlock, seccomp, cgroups) is the boundary.
+//! per-call timeout. The command runs as written: there is no filter by program name. Such a
+//! filter is defeated by any rewrite of the name (`$(printf cu)rl`, `c''url`) and refuses
+//! legitimate uses, so it would only look like a boundary; the sandbox's OS layers (namespaces,
+//! Landlock, seccomp, cgroups, or gVisor) are the boundary, and what they refuse fails inside
+//! the sandbox whatever the command is called.
 
 use crate::blocking;
 use serde_json::{json, Value};
@@ -16,27 +18,6 @@ const DEFAULT_TIMEOUT_MS: u64 = 60_000;
 const MAX_TIMEOUT_MS: u64 = 600_000;
 /// Bytes of stdout and stderr kept per call.
 const OUTPUT_LIMIT: usize = 32 * 1024;
-
-/// Programs refused wherever they appear as a command name in the script.
-const REFUSED_PROGRAMS: &[(&str, &str)] = &[
-    ("sudo", "privilege escalation"),
-    ("su", "privilege escalation"),
-    ("doas", "privilege escalation"),
-    ("pkexec", "privilege escalation"),
-    ("mount", "mounting file systems"),
-    ("umount", "mounting file systems"),
-    ("nsenter", "entering namespaces"),
-    ("unshare", "creating namespaces"),
-    ("chroot", "changing the root"),
-    ("ssh", "network access"),
-    ("scp", "network access"),
-    ("curl", "network access"),
-    ("wget", "network access"),
-    ("nc", "network access"),
-    ("ncat", "network access"),
-    ("socat", "network access"),
-    ("telnet", "network access"),
-];
 
 /// `shell`: runs a command in the sandbox view of the task.
 pub struct Shell {
@@ -117,9 +98,6 @@ impl Tool for Shell {
         let limits = self.limits;
         let env = self.env.clone();
         Box::pin(async move {
-            if let Err(reason) = check_command(&command) {
-                return ToolOutput::Error(format!("command refused: {reason}"));
-            }
             let mut spec = CommandSpec::bash(&command, Duration::from_millis(timeout_ms));
             spec.output_limit = OUTPUT_LIMIT;
             spec.limits = limits;
@@ -162,56 +140,14 @@ impl Tool for Shell {
     }
 }
 
-/// Refuses a script any of whose simple commands names a refused program (by basename, also
-/// behind `env`, `command`, `exec`, `nohup`, `timeout`, `xargs` or `busybox`).
-pub fn check_command(script: &str) -> Result<(), String> {
-    for argv in simple_commands(script)? {
-        let mut words = argv.iter().map(String::as_str).peekable();
-        // Skip leading assignments (`FOO=1 cmd`).
-        while words.peek().is_some_and(|w| is_assignment(w)) {
-            words.next();
-        }
-        let mut rest: Vec<&str> = words.collect();
-        while let Some(first) = rest.first() {
-            let name = first.rsplit('/').next().unwrap_or(first);
-            if let Some((_, why)) = REFUSED_PROGRAMS.iter().find(|(p, _)| *p == name) {
-                return Err(format!("`{name}` is not allowed ({why})"));
-            }
-            // Wrappers run their argument as a command: look through them.
-            if matches!(
-                name,
-                "env"
-                    | "command"
-                    | "exec"
-                    | "nohup"
-                    | "timeout"
-                    | "xargs"
-                    | "busybox"
-                    | "nice"
-                    | "time"
-                    | "stdbuf"
-            ) {
-                rest.remove(0);
-                while rest.first().is_some_and(|w| {
-                    w.starts_with('-') || is_assignment(w) || w.parse::<f64>().is_ok()
-                }) {
-                    rest.remove(0);
-                }
-                continue;
-            }
-            break;
-        }
-    }
-    Ok(())
-}
-
 pub(crate) fn is_assignment(word: &str) -> bool {
     word.split_once('=').is_some_and(|(name, _)| {
         !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
     })
 }
 
-/// Splits a bash script into the argv of its simple commands: quotes and backslashes are
+/// Splits a bash script into the argv of its simple commands, for naming the programs a check
+/// looks up (a usability hint when one is missing, never a boundary): quotes and backslashes are
 /// honoured, and `;`, `&`, `|`, newlines, `(`, `)`, `` ` `` and `$(` start a new command. This is
 /// deliberately conservative: anything it cannot follow (an unterminated quote) is refused.
 pub(crate) fn simple_commands(script: &str) -> Result<Vec<Vec<String>>, String> {
@@ -308,33 +244,40 @@ pub(crate) fn simple_commands(script: &str) -> Result<Vec<Vec<String>>, String> 
 mod tests {
     use super::*;
 
-    fn check(script: &str, allowed: bool) {
-        assert_eq!(
-            check_command(script).is_ok(),
-            allowed,
-            "{script:?}: {:?}",
-            check_command(script)
-        );
+    fn split(script: &str) -> Vec<Vec<String>> {
+        simple_commands(script).unwrap()
     }
 
     #[test]
-    fn policy_table() {
-        check("ls -la", true);
-        check("grep -rn sudo src | wc -l", true);
-        check("echo 'curl is just a word here'", true);
-        check("cat README.md # curl http://x", true);
-        check("sudo ls", false);
-        check("/usr/bin/sudo ls", false);
-        check("ls; curl http://example.com", false);
-        check("ls && FOO=1 wget x", false);
-        check("echo $(curl x)", false);
-        check("echo `nc -l 80`", false);
-        check("env -i PATH=/bin curl x", false);
-        check("timeout 5 ssh host", false);
-        check("xargs -n1 nc < hosts", false);
-        check("(cd src && mount /dev/sda /mnt)", false);
-        check("c\\url http://x", false);
-        check("'curl' x", false);
-        check("echo 'unterminated", false);
+    fn scripts_split_into_simple_commands() {
+        assert_eq!(split("ls -la"), [["ls", "-la"]]);
+        assert_eq!(
+            split("ls; FOO=1 wget x && (cd src | wc -l)"),
+            vec![
+                vec!["ls"],
+                vec!["FOO=1", "wget", "x"],
+                vec!["cd", "src"],
+                vec!["wc", "-l"]
+            ]
+        );
+        assert_eq!(split("echo $(curl x)"), [vec!["echo"], vec!["curl", "x"]]);
+        assert_eq!(
+            split("echo `nc -l 80`"),
+            [vec!["echo"], vec!["nc", "-l", "80"]]
+        );
+        assert_eq!(
+            split("cat README.md # curl http://x"),
+            [["cat", "README.md"]]
+        );
+        assert_eq!(
+            split("echo 'a b' \"c\\\"d\" c\\url"),
+            [["echo", "a b", "c\"d", "curl"]]
+        );
+        assert_eq!(
+            split("make 2>&1 >/dev/null &> log"),
+            [["make", "2>&1", ">/dev/null", "&>", "log"]]
+        );
+        assert!(simple_commands("echo 'unterminated").is_err());
+        assert!(is_assignment("FOO_1=x") && !is_assignment("=x") && !is_assignment("a-b=x"));
     }
 }

@@ -16,8 +16,11 @@
 //! prefixes; at most [`MAX_THROTTLED_ADDRESSES`] of them, beyond which new addresses share
 //! one bucket); once it is empty, failures are 429 with `Retry-After` instead of 401. A valid
 //! token is never throttled this way, whatever its address did: the address's bucket is only
-//! looked at after the token failed. The address is the TCP peer's (behind a reverse proxy,
-//! the proxy's: its clients' failures share one bucket, their valid tokens still pass).
+//! looked at after the token failed. The address is the TCP peer's, or, when the peer is one of
+//! `[serve] trusted_proxies`, the client its `X-Forwarded-For`/`Forwarded` header names
+//! (`forwarded.rs`); behind an untrusted proxy its clients' failures share one bucket (their
+//! valid tokens still pass). The console's sign-ins are throttled per address and per account
+//! name, and wait for their turn rather than being refused ([`SignInThrottle`]).
 //!
 //! Handlers take a [`Caller`] (an extractor) right after the state, before their path and
 //! body: a request is authenticated and charged once, before anything of its input is read.
@@ -89,6 +92,37 @@ impl Bucket {
             Err((wait as u64).clamp(1, 60))
         }
     }
+
+    /// Takes one unit now or, when none is left, the next one not yet promised (the bucket
+    /// goes below zero, so reservations are served in the order they were made), and says how
+    /// long to wait for it; when that is longer than `max_wait`, reserves nothing and says in
+    /// how many whole seconds to come back.
+    fn reserve(
+        &mut self,
+        limit: RateLimit,
+        now: Instant,
+        max_wait: Duration,
+    ) -> Result<Duration, u64> {
+        self.refill(limit, now);
+        let per_second = f64::from(limit.per_minute) / 60.0;
+        let wait = if self.tokens >= 1.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64((1.0 - self.tokens) / per_second)
+        };
+        if wait > max_wait {
+            let back = (wait - max_wait).as_secs_f64().ceil();
+            return Err((back as u64).max(1));
+        }
+        self.tokens -= 1.0;
+        Ok(wait)
+    }
+
+    /// Gives a reserved unit back (the attempt succeeded).
+    fn refund(&mut self, limit: RateLimit, now: Instant) {
+        self.refill(limit, now);
+        self.tokens = (self.tokens + 1.0).min(f64::from(limit.burst));
+    }
 }
 
 /// A token bucket per API token (keyed by its digest), in memory. Only authenticated tokens
@@ -145,13 +179,59 @@ pub const MAX_THROTTLED_ADDRESSES: usize = 4096;
 /// tokens, and cannot grow the table.
 pub struct AuthThrottle {
     limit: RateLimit,
-    table: Mutex<ThrottleTable>,
+    table: Mutex<ThrottleTable<u128>>,
 }
 
-struct ThrottleTable {
-    buckets: HashMap<u128, Bucket>,
+/// Buckets by key, bounded: see [`AuthThrottle`].
+struct ThrottleTable<K> {
+    buckets: HashMap<K, Bucket>,
     overflow: Option<Bucket>,
     pruned_at: Option<Instant>,
+}
+
+impl<K: std::hash::Hash + Eq> ThrottleTable<K> {
+    fn new() -> ThrottleTable<K> {
+        ThrottleTable {
+            buckets: HashMap::new(),
+            overflow: None,
+            pruned_at: None,
+        }
+    }
+
+    /// `key`'s bucket, made full if new; the shared overflow bucket when the table is full
+    /// of buckets that have not refilled (pruned at most once a second).
+    fn bucket(&mut self, key: K, limit: RateLimit, now: Instant, max: usize) -> &mut Bucket {
+        if !self.buckets.contains_key(&key) && self.buckets.len() >= max {
+            if self
+                .pruned_at
+                .is_none_or(|at| now.saturating_duration_since(at) >= Duration::from_secs(1))
+            {
+                self.pruned_at = Some(now);
+                self.buckets.retain(|_, bucket| {
+                    bucket.refill(limit, now);
+                    bucket.tokens < f64::from(limit.burst)
+                });
+            }
+            if self.buckets.len() >= max {
+                return self
+                    .overflow
+                    .get_or_insert_with(|| Bucket::full(limit, now));
+            }
+        }
+        self.buckets
+            .entry(key)
+            .or_insert_with(|| Bucket::full(limit, now))
+    }
+
+    /// `key`'s bucket if it has one (or the overflow bucket when the table is full).
+    fn existing(&mut self, key: &K, max: usize) -> Option<&mut Bucket> {
+        let full = self.buckets.len() >= max;
+        match self.buckets.get_mut(key) {
+            Some(bucket) => Some(bucket),
+            None if full => self.overflow.as_mut(),
+            None => None,
+        }
+    }
 }
 
 impl std::fmt::Debug for AuthThrottle {
@@ -169,58 +249,53 @@ impl AuthThrottle {
                 per_minute: limit.per_minute.max(1),
                 burst: limit.burst.max(1),
             },
-            table: Mutex::new(ThrottleTable {
-                buckets: HashMap::new(),
-                overflow: None,
-                pruned_at: None,
-            }),
+            table: Mutex::new(ThrottleTable::new()),
         }
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, ThrottleTable<u128>> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Counts one failed authentication from `address`, or says in how many whole seconds
     /// the address may fail again.
     pub(crate) fn take(&self, address: Option<IpAddr>, now: Instant) -> Result<(), u64> {
-        let key = address_key(address);
         let limit = self.limit;
-        let mut table = self.table.lock().unwrap_or_else(PoisonError::into_inner);
-        if !table.buckets.contains_key(&key) && table.buckets.len() >= MAX_THROTTLED_ADDRESSES {
-            // Pruning scans the table: at most once a second.
-            if table
-                .pruned_at
-                .is_none_or(|at| now.saturating_duration_since(at) >= Duration::from_secs(1))
-            {
-                table.pruned_at = Some(now);
-                table.buckets.retain(|_, bucket| {
-                    bucket.refill(limit, now);
-                    bucket.tokens < f64::from(limit.burst)
-                });
-            }
-            if table.buckets.len() >= MAX_THROTTLED_ADDRESSES {
-                return table
-                    .overflow
-                    .get_or_insert_with(|| Bucket::full(limit, now))
-                    .take(limit, now);
-            }
-        }
-        table
-            .buckets
-            .entry(key)
-            .or_insert_with(|| Bucket::full(limit, now))
+        self.table()
+            .bucket(address_key(address), limit, now, MAX_THROTTLED_ADDRESSES)
             .take(limit, now)
+    }
+
+    /// Reserves one failure of `address` for a sign-in about to be checked (see
+    /// [`Bucket::reserve`]): how long to wait for it, or in how many seconds to come back.
+    pub(crate) fn reserve(
+        &self,
+        address: Option<IpAddr>,
+        now: Instant,
+        max_wait: Duration,
+    ) -> Result<Duration, u64> {
+        let limit = self.limit;
+        self.table()
+            .bucket(address_key(address), limit, now, MAX_THROTTLED_ADDRESSES)
+            .reserve(limit, now, max_wait)
+    }
+
+    /// Gives back a failure reserved for a sign-in that succeeded.
+    pub(crate) fn refund(&self, address: Option<IpAddr>, now: Instant) {
+        let limit = self.limit;
+        if let Some(bucket) = self
+            .table()
+            .existing(&address_key(address), MAX_THROTTLED_ADDRESSES)
+        {
+            bucket.refund(limit, now);
+        }
     }
 
     /// Whether `address` has no failures left right now, and for how many whole seconds.
     pub(crate) fn throttled(&self, address: Option<IpAddr>, now: Instant) -> Option<u64> {
-        let key = address_key(address);
         let limit = self.limit;
-        let mut guard = self.table.lock().unwrap_or_else(PoisonError::into_inner);
-        let table = &mut *guard;
-        let full = table.buckets.len() >= MAX_THROTTLED_ADDRESSES;
-        let bucket = match table.buckets.get_mut(&key) {
-            Some(bucket) => bucket,
-            None if full => table.overflow.as_mut()?,
-            None => return None,
-        };
+        let mut table = self.table();
+        let bucket = table.existing(&address_key(address), MAX_THROTTLED_ADDRESSES)?;
         bucket.refill(limit, now);
         (bucket.tokens < 1.0).then(|| {
             let per_second = f64::from(limit.per_minute) / 60.0;
@@ -236,6 +311,178 @@ impl AuthThrottle {
             .unwrap_or_else(PoisonError::into_inner)
             .buckets
             .len()
+    }
+}
+
+/// Failed password sign-ins one account may take by default, from every address together: 10
+/// at once, then 6 a minute.
+pub const DEFAULT_ACCOUNT_FAILURE_LIMIT: RateLimit = RateLimit {
+    per_minute: 6,
+    burst: 10,
+};
+
+/// How long a console sign-in waits for its turn at most by default; beyond, 429.
+pub const DEFAULT_SIGN_IN_WAIT: Duration = Duration::from_secs(30);
+
+/// Account names [`SignInThrottle`] keeps a bucket for at most (as for addresses).
+pub const MAX_THROTTLED_ACCOUNTS: usize = 4096;
+
+/// The throttle of console sign-ins: a failure costs one unit of its client address's bucket
+/// (the [`AuthThrottle`] the API's failed authentications spend too) and, for a password, one
+/// of its account name's bucket here, whatever the address. A sign-in whose address or account
+/// is out of units is not refused but waits for the next unit not yet promised (served in the
+/// order they were asked for), then is checked; a success gives its units back. So guessing
+/// is bounded per address and per account, and a correct password is answered after at most
+/// the turns already promised, never refused for good. Refused with 429 (`Retry-After`) are
+/// only a sign-in whose wait would exceed the longest ([`DEFAULT_SIGN_IN_WAIT`]), and a second
+/// sign-in for an account from an address whose previous one for it is still waiting: one
+/// address holds at most one place in an account's line, so an attacker with few addresses
+/// cannot fill it.
+pub struct SignInThrottle {
+    account_limit: RateLimit,
+    max_wait: Duration,
+    accounts: Mutex<ThrottleTable<String>>,
+    /// `(account, address key)` of the sign-ins waiting for their turn.
+    waiting: Mutex<std::collections::HashSet<(String, u128)>>,
+}
+
+impl std::fmt::Debug for SignInThrottle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SignInThrottle")
+            .field("account_limit", &self.account_limit)
+            .field("max_wait", &self.max_wait)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Why a sign-in was refused its turn, and in how many whole seconds to come back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NoTurn(pub u64);
+
+/// The account key of a name: names longer than any valid one share one key.
+fn account_key(name: &str) -> String {
+    if name.len() <= 64 {
+        name.to_string()
+    } else {
+        "\u{0}too long".to_string()
+    }
+}
+
+impl SignInThrottle {
+    pub fn new(account_limit: RateLimit, max_wait: Duration) -> SignInThrottle {
+        SignInThrottle {
+            account_limit: RateLimit {
+                per_minute: account_limit.per_minute.max(1),
+                burst: account_limit.burst.max(1),
+            },
+            max_wait,
+            accounts: Mutex::new(ThrottleTable::new()),
+            waiting: Mutex::new(std::collections::HashSet::new()),
+        }
+    }
+
+    fn waiting(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<(String, u128)>> {
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A sign-in's turn from `address` for `account` (a password's name; `None` for a token),
+    /// reserving one unit of each bucket; wait for it with [`Turn::wait`].
+    pub(crate) fn turn<'a>(
+        &'a self,
+        addresses: &'a AuthThrottle,
+        address: Option<IpAddr>,
+        account: Option<&str>,
+    ) -> Result<Turn<'a>, NoTurn> {
+        let now = Instant::now();
+        let account = account.map(account_key);
+        let place = account.clone().map(|a| (a, address_key(address)));
+        if let Some(place) = &place {
+            if self.waiting().contains(place) {
+                let per_unit = 60 / u64::from(self.account_limit.per_minute);
+                return Err(NoTurn(per_unit.max(1)));
+            }
+        }
+        let by_address = addresses
+            .reserve(address, now, self.max_wait)
+            .map_err(NoTurn)?;
+        let by_account = match &account {
+            None => Duration::ZERO,
+            Some(account) => {
+                let limit = self.account_limit;
+                let reserved = self
+                    .accounts
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .bucket(account.clone(), limit, now, MAX_THROTTLED_ACCOUNTS)
+                    .reserve(limit, now, self.max_wait);
+                match reserved {
+                    Ok(wait) => wait,
+                    Err(secs) => {
+                        addresses.refund(address, now);
+                        return Err(NoTurn(secs));
+                    }
+                }
+            }
+        };
+        let wait = by_address.max(by_account);
+        let place = place.filter(|_| !wait.is_zero());
+        if let Some(place) = &place {
+            self.waiting().insert(place.clone());
+        }
+        Ok(Turn {
+            throttle: self,
+            addresses,
+            address,
+            account,
+            place,
+            wait,
+        })
+    }
+}
+
+/// A sign-in's reserved units: kept (as the failure's cost) unless [`Turn::succeeded`].
+pub(crate) struct Turn<'a> {
+    throttle: &'a SignInThrottle,
+    addresses: &'a AuthThrottle,
+    address: Option<IpAddr>,
+    account: Option<String>,
+    /// Its place in an account's line while it waits.
+    place: Option<(String, u128)>,
+    wait: Duration,
+}
+
+impl Turn<'_> {
+    /// Waits until the units are there (at once unless throttled).
+    pub(crate) async fn wait(&self) {
+        if !self.wait.is_zero() {
+            tokio::time::sleep(self.wait).await;
+        }
+    }
+
+    /// The sign-in succeeded (or was not checked): its units go back.
+    pub(crate) fn succeeded(self) {
+        let now = Instant::now();
+        self.addresses.refund(self.address, now);
+        if let Some(account) = &self.account {
+            let limit = self.throttle.account_limit;
+            if let Some(bucket) = self
+                .throttle
+                .accounts
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .existing(account, MAX_THROTTLED_ACCOUNTS)
+            {
+                bucket.refund(limit, now);
+            }
+        }
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        if let Some(place) = self.place.take() {
+            self.throttle.waiting().remove(&place);
+        }
     }
 }
 
@@ -287,9 +534,16 @@ pub(super) fn charge(state: &ApiState, presented: &[u8; 32]) -> Result<(), ApiEr
         })
 }
 
-/// The client address of a request: its connection's peer (see
-/// [`crate::connections::ClientConnection`]), or axum's `ConnectInfo` when served otherwise.
-pub(super) fn client_address(parts: &Parts) -> Option<IpAddr> {
+/// The client address of a request: its connection's peer, or, from a peer among `[serve]
+/// trusted_proxies`, the client its forwarding header names (see [`super::forwarded`]).
+pub(super) fn client_address(state: &ApiState, parts: &Parts) -> Option<IpAddr> {
+    peer_address(parts)
+        .map(|peer| super::forwarded::client_address(peer, &parts.headers, &state.trusted_proxies))
+}
+
+/// The TCP peer of a request: its connection's (see [`crate::connections::ClientConnection`]),
+/// or axum's `ConnectInfo` when served otherwise.
+pub(super) fn peer_address(parts: &Parts) -> Option<IpAddr> {
     if let Some(connection) = parts
         .extensions
         .get::<crate::connections::ClientConnection>()
@@ -391,7 +645,7 @@ pub(super) async fn authenticate(state: &ApiState, parts: &Parts) -> Result<Call
                 // that every valid request needs; a valid stored one still gets through.
                 let _permit = match state
                     .auth_failures
-                    .throttled(client_address(parts), Instant::now())
+                    .throttled(client_address(state, parts), Instant::now())
                 {
                     Some(secs) => match state.throttled_lookups.try_acquire() {
                         Ok(permit) => Some(permit),
@@ -409,7 +663,7 @@ pub(super) async fn authenticate(state: &ApiState, parts: &Parts) -> Result<Call
     let (credential, caller) = match identified {
         Ok(found) => found,
         Err(error) if error.code == ErrorCode::Unauthorized => {
-            let address = client_address(parts);
+            let address = client_address(state, parts);
             return Err(match state.auth_failures.take(address, Instant::now()) {
                 Ok(()) => error,
                 Err(secs) => throttled(secs),

@@ -10,9 +10,14 @@
 //! (`?after=0` replays everything) and never ends. Idle streams carry `: keep-alive` comments.
 //! Admins see every task's events; other tokens their own tasks'.
 //!
-//! An open stream checks, before sending, that its token still authenticates (at most every
-//! [`ApiState::stream_recheck`], charging no rate limit; keep-alives count, so an idle stream
-//! checks too): a revoked token's stream ends without the message at hand. Bootstrap tokens
+//! An open stream ends at once when its credential does: it watches the revocations of its
+//! principal's name ([`warden_service::access::revocations`]: a token revoked, a console
+//! session revoked or signed out, a password set, a web user removed, in this process before
+//! the call returns, by other processes within the store poll), and on one that may concern it,
+//! or while idle, it checks its credential again before sending anything (one store read,
+//! charging no rate limit), and ends without the message at hand if it no longer authenticates
+//! as the same caller. Besides, it checks at most every [`ApiState::stream_recheck`] before
+//! sending (keep-alives count), which catches what no announcement names. Bootstrap tokens
 //! cannot be revoked while the server runs; a store that cannot be read ends the stream too
 //! (the client resumes with `Last-Event-ID`).
 //!
@@ -42,6 +47,7 @@ use utoipa_axum::routes;
 use super::auth::{identify_credential, presented_credential, Caller, Credential};
 use super::schema::{ErrorBody, StreamMessage};
 use super::{ApiError, ApiPath, ApiState, ErrorCode};
+use warden_service::access::RevocationWatch;
 use warden_service::hub::{Selection, Subscription};
 
 pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
@@ -151,13 +157,14 @@ impl StreamCounter {
     }
 }
 
-/// The credential behind an open stream (a token, or a console session), checked again now
-/// and then. It holds one of the credential's stream slots until dropped (when the stream ends
-/// or the client goes away).
+/// The credential behind an open stream (a token, or a console session), checked again on a
+/// revocation that may concern it and now and then. It holds one of the credential's stream
+/// slots until dropped (when the stream ends or the client goes away).
 struct TokenCheck {
     state: Arc<ApiState>,
     credential: Credential,
     caller: Caller,
+    revocations: RevocationWatch,
     every: Duration,
     next: Instant,
 }
@@ -170,6 +177,7 @@ impl TokenCheck {
         state.streams.open(credential.key())?;
         Ok(TokenCheck {
             credential,
+            revocations: state.access.watch_revocations(&caller.name),
             caller: caller.clone(),
             state: Arc::clone(state),
             every,
@@ -177,11 +185,12 @@ impl TokenCheck {
         })
     }
 
-    /// Whether the credential still authenticates as the same caller (looked up at most every
-    /// `every`; without charging its rate limit).
+    /// Whether the credential still authenticates as the same caller: looked up after a
+    /// revocation that may concern it, else at most every `every`; without charging its rate
+    /// limit.
     async fn holds(&mut self) -> bool {
         let now = Instant::now();
-        if now < self.next {
+        if !self.revocations.concerns() && now < self.next {
             return true;
         }
         self.next = now + self.every;
@@ -202,19 +211,25 @@ impl Drop for TokenCheck {
 }
 
 fn event_stream(subscription: Subscription, check: TokenCheck) -> Response {
+    // A revocation wakes the waiting subscription (an empty chunk) to look at once.
+    let subscription = subscription.with_interrupt(check.revocations.signal());
     let stream = futures_util::stream::unfold(
         (subscription, check),
         |(mut subscription, mut check)| async move {
-            let chunk = subscription.next_chunk().await?;
-            // Checked after the wait, so a token revoked while the stream was idle gets
-            // nothing more.
-            if !check.holds().await {
-                return None;
+            loop {
+                let chunk = subscription.next_chunk().await?;
+                // Checked after the wait, so a credential revoked while the stream was idle
+                // (or while this chunk was read) gets nothing more.
+                if !check.holds().await {
+                    return None;
+                }
+                if !chunk.is_empty() {
+                    return Some((
+                        Ok::<_, std::convert::Infallible>(chunk),
+                        (subscription, check),
+                    ));
+                }
             }
-            Some((
-                Ok::<_, std::convert::Infallible>(chunk),
-                (subscription, check),
-            ))
         },
     );
     let mut response = Response::new(Body::from_stream(stream));

@@ -27,7 +27,10 @@ pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
 /// configured approver decides its approval), `pull_request_review_comment` and
 /// `pull_request_review` (a writer's mention on a pull request Warden opened: a follow-up change
 /// on its branch), `check_run` and `check_suite` (a failure on such a pull request, where opted
-/// in: a fix task). Acknowledged within five seconds, handled once per `X-GitHub-Delivery`.
+/// in: a fix task). Acknowledged within five seconds, handled once per `X-GitHub-Delivery` and
+/// once per event (the same signed body under another delivery id is ignored); an event older
+/// than `[github.webhook] max_event_age_secs` is refused unless this delivery was received
+/// before.
 #[utoipa::path(post, path = "/webhooks/github", tag = "webhooks", security(()),
     params(
         ("X-Hub-Signature-256" = Option<String>, Header, description = "`sha256=` and the hex HMAC-SHA256 of the raw body with the webhook secret"),
@@ -41,6 +44,8 @@ pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
         (status = 401, description = "Not signed with the webhook secret", body = ErrorBody),
         (status = 404, description = "The GitHub webhook is not configured", body = ErrorBody),
         (status = 413, description = "The body is too large", body = ErrorBody),
+        (status = 422, description = "The event is older than `max_event_age_secs` and this delivery was not received before: nothing was done", body = ErrorBody),
+        (status = 500, description = "Whether an old delivery was received before could not be learnt: nothing was done", body = ErrorBody),
     ))]
 async fn github_webhook(
     State(state): State<Arc<ApiState>>,
@@ -69,6 +74,12 @@ async fn github_webhook(
         }
         Err(WebhookError::Invalid(why)) => {
             ApiError::new(ErrorCode::BadRequest, why).into_response()
+        }
+        Err(WebhookError::TooOld(why)) => {
+            ApiError::new(ErrorCode::InvalidRequest, why).into_response()
+        }
+        Err(WebhookError::Unavailable(why)) => {
+            ApiError::new(ErrorCode::Internal, why).into_response()
         }
     }
 }

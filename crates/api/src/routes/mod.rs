@@ -44,6 +44,7 @@ mod auth;
 mod control;
 mod diff;
 mod events;
+mod forwarded;
 mod github;
 mod journal;
 mod mcp;
@@ -59,7 +60,8 @@ mod usage;
 pub mod web;
 
 pub use auth::{
-    ApiRole, AuthThrottle, Caller, RateLimiter, Tokens, DEFAULT_AUTH_FAILURE_LIMIT,
+    ApiRole, AuthThrottle, Caller, RateLimiter, SignInThrottle, Tokens,
+    DEFAULT_ACCOUNT_FAILURE_LIMIT, DEFAULT_AUTH_FAILURE_LIMIT, DEFAULT_SIGN_IN_WAIT,
     MIN_BOOTSTRAP_TOKEN_LEN,
 };
 pub use origin::HostPolicy;
@@ -392,6 +394,10 @@ pub struct ApiState {
     pub limiter: RateLimiter,
     /// Failed authentications per client address.
     pub auth_failures: AuthThrottle,
+    /// Failed console sign-ins per account name, and their turns.
+    pub sign_ins: SignInThrottle,
+    /// `[serve] trusted_proxies`: the peers whose forwarding headers name the client.
+    pub trusted_proxies: Vec<warden_engine::serve_config::IpRange>,
     /// Store token lookups allowed at once for addresses out of failed authentications.
     pub throttled_lookups: Arc<tokio::sync::Semaphore>,
     /// Open event streams per token.
@@ -438,6 +444,8 @@ impl ApiState {
             store,
             limiter: RateLimiter::new(RateLimit::default()),
             auth_failures: AuthThrottle::new(DEFAULT_AUTH_FAILURE_LIMIT),
+            sign_ins: SignInThrottle::new(DEFAULT_ACCOUNT_FAILURE_LIMIT, DEFAULT_SIGN_IN_WAIT),
+            trusted_proxies: Vec::new(),
             throttled_lookups: Arc::new(tokio::sync::Semaphore::new(THROTTLED_LOOKUPS)),
             streams: events::StreamCounter::new(
                 warden_engine::serve_config::DEFAULT_MAX_STREAMS_PER_TOKEN,
@@ -480,16 +488,25 @@ impl ApiState {
         self
     }
 
-    /// Whether `address` has no failed authentications left, and for how many seconds (the
-    /// console's sign-in shares the API's bucket per address).
-    pub(crate) fn auth_failures_throttled(&self, address: Option<std::net::IpAddr>) -> Option<u64> {
-        self.auth_failures
-            .throttled(address, std::time::Instant::now())
+    /// Replaces how many failed password sign-ins one account may take, and how long a
+    /// sign-in waits for its turn at most (see [`SignInThrottle`]).
+    pub fn with_sign_in_limit(
+        mut self,
+        per_account: RateLimit,
+        max_wait: std::time::Duration,
+    ) -> ApiState {
+        self.sign_ins = SignInThrottle::new(per_account, max_wait);
+        self
     }
 
-    /// Counts one failed authentication from `address`.
-    pub(crate) fn count_auth_failure(&self, address: Option<std::net::IpAddr>) {
-        let _ = self.auth_failures.take(address, std::time::Instant::now());
+    /// `[serve] trusted_proxies`: from these peers, the client address is read from
+    /// `X-Forwarded-For`/`Forwarded` (see `routes/forwarded.rs`).
+    pub fn with_trusted_proxies(
+        mut self,
+        proxies: Vec<warden_engine::serve_config::IpRange>,
+    ) -> ApiState {
+        self.trusted_proxies = proxies;
+        self
     }
 
     /// Sets how often open event streams re-check their token (zero: before every message).

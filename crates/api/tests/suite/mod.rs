@@ -10,6 +10,7 @@ mod events;
 mod front_door;
 mod hardening;
 mod openapi;
+mod revocation;
 mod sessions;
 mod tasks_service;
 mod web;

@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tower::ServiceExt;
 use warden_api::routes::{router, ApiState, HostPolicy, Tokens};
-use warden_engine::serve_config::RateLimit;
+use warden_engine::serve_config::{IpRange, RateLimit};
 use warden_protocol::{Event, TaskId, TaskKind, TaskStatus};
 use warden_service::tasks::{Principal, Role, TaskListing, TaskService};
 use warden_store::{new_task_id, NewRepo, NewTask, Store, TaskRepo};
@@ -1387,4 +1387,313 @@ async fn the_form_submits_a_maintenance_with_its_selection_and_refuses_a_bad_one
     );
     assert!(reply.text.contains("all, serde"), "{}", reply.text);
     assert_eq!(console.task_count().await, 1);
+}
+
+// --- sign-in behind a reverse proxy ---
+
+/// The proxy's network in the tests below.
+const PROXY: &str = "10.0.0.1:40000";
+
+fn behind_proxy(state: ApiState) -> ApiState {
+    state.with_trusted_proxies(vec![IpRange::parse("10.0.0.0/8").unwrap()])
+}
+
+fn password_form(name: &str, password: &str) -> String {
+    format!("name={name}&password={}", url_encode(password))
+}
+
+impl Console {
+    /// The addresses recorded by `name`'s active sessions.
+    async fn session_addresses(&self, name: &str) -> Vec<String> {
+        let mut addresses: Vec<String> = self
+            .state
+            .access
+            .sessions(&principal("root", Role::Admin))
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|s| s.name == name)
+            .filter_map(|s| s.address)
+            .collect();
+        addresses.sort();
+        addresses
+    }
+}
+
+#[tokio::test]
+async fn forwarding_headers_name_the_client_only_from_a_trusted_proxy() {
+    let console = Console::with(behind_proxy).await;
+    for name in ["alice", "bob", "carol"] {
+        console
+            .state
+            .access
+            .set_password(name, "operator", PASSWORD)
+            .await
+            .unwrap();
+    }
+    // A client that is not a trusted proxy cannot choose its address.
+    let reply = console
+        .send(
+            post("/sign-in", &password_form("alice", PASSWORD))
+                .same_origin()
+                .from("192.0.2.50:5000")
+                .header("x-forwarded-for", "203.0.113.7")
+                .header("forwarded", "for=203.0.113.8"),
+        )
+        .await;
+    assert!(reply.redirects_to("/"), "{} {}", reply.status, reply.text);
+    assert_eq!(console.session_addresses("alice").await, ["192.0.2.50"]);
+    // Through the proxy: the rightmost hop that is not a trusted proxy (the client wrote
+    // 198.51.100.1 itself; an inner proxy, 10.0.0.2, forwarded to the outer one).
+    let reply = console
+        .send(
+            post("/sign-in", &password_form("bob", PASSWORD))
+                .same_origin()
+                .from(PROXY)
+                .header("x-forwarded-for", "198.51.100.1, 203.0.113.7, 10.0.0.2"),
+        )
+        .await;
+    assert!(reply.redirects_to("/"), "{} {}", reply.status, reply.text);
+    assert_eq!(console.session_addresses("bob").await, ["203.0.113.7"]);
+    let reply = console
+        .send(
+            post("/sign-in", &password_form("carol", PASSWORD))
+                .same_origin()
+                .from(PROXY)
+                .header("forwarded", "for=198.51.100.1, for=\"[2001:db8::7]:4711\""),
+        )
+        .await;
+    assert!(reply.redirects_to("/"), "{} {}", reply.status, reply.text);
+    assert_eq!(console.session_addresses("carol").await, ["2001:db8::7"]);
+}
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_one_clients_failures_do_not_lock_out_another() {
+    let console = Console::with(|state| {
+        behind_proxy(state).with_auth_failure_limit(RateLimit {
+            per_minute: 1,
+            burst: 2,
+        })
+    })
+    .await;
+    for name in ["alice", "bob"] {
+        console
+            .state
+            .access
+            .set_password(name, "operator", PASSWORD)
+            .await
+            .unwrap();
+    }
+    let attacker = |call: Call| {
+        call.same_origin()
+            .from(PROXY)
+            .header("x-forwarded-for", "203.0.113.66")
+    };
+    let statuses = {
+        let mut statuses = Vec::new();
+        for _ in 0..3 {
+            let reply = console
+                .send(attacker(post(
+                    "/sign-in",
+                    &password_form("alice", "guess guess guess"),
+                )))
+                .await;
+            statuses.push(reply.status);
+        }
+        statuses
+    };
+    assert_eq!(
+        statuses,
+        [
+            StatusCode::UNAUTHORIZED,
+            StatusCode::UNAUTHORIZED,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+    // Every client shares the proxy's connection, not its throttle.
+    for name in ["bob", "alice"] {
+        let reply = console
+            .send(
+                post("/sign-in", &password_form(name, PASSWORD))
+                    .same_origin()
+                    .from(PROXY)
+                    .header("x-forwarded-for", "198.51.100.7"),
+            )
+            .await;
+        assert!(
+            reply.redirects_to("/"),
+            "{name}: {} {}",
+            reply.status,
+            reply.text
+        );
+    }
+}
+
+#[tokio::test]
+async fn guessing_one_account_is_bounded_whatever_the_addresses() {
+    let console = Console::with(|state| {
+        behind_proxy(state).with_sign_in_limit(
+            RateLimit {
+                per_minute: 1,
+                burst: 3,
+            },
+            Duration::from_secs(5),
+        )
+    })
+    .await;
+    for name in ["alice", "bob"] {
+        console
+            .state
+            .access
+            .set_password(name, "operator", PASSWORD)
+            .await
+            .unwrap();
+    }
+    let from = |call: Call, client: &str| {
+        call.same_origin()
+            .from(PROXY)
+            .header("x-forwarded-for", client)
+    };
+    for n in 1..=3 {
+        let reply = console
+            .send(from(
+                post("/sign-in", &password_form("alice", "guess guess guess")),
+                &format!("203.0.113.{n}"),
+            ))
+            .await;
+        assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "guess {n}");
+    }
+    // The account's next failure is a minute away, longer than a sign-in waits: a fresh
+    // address gets no answer on the password for now, and is told when to come back.
+    for password in ["guess guess guess", PASSWORD] {
+        let reply = console
+            .send(from(
+                post("/sign-in", &password_form("alice", password)),
+                "203.0.113.4",
+            ))
+            .await;
+        assert_eq!(
+            reply.status,
+            StatusCode::TOO_MANY_REQUESTS,
+            "{}",
+            reply.text
+        );
+        let retry: u64 = reply.header("retry-after").parse().unwrap();
+        assert!((1..=60).contains(&retry), "{retry}");
+        assert!(reply.cookies().is_empty());
+    }
+    // Another account is not affected, from any of those addresses.
+    let reply = console
+        .send(from(
+            post("/sign-in", &password_form("bob", PASSWORD)),
+            "203.0.113.1",
+        ))
+        .await;
+    assert!(reply.redirects_to("/"), "{} {}", reply.status, reply.text);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_correct_password_after_throttling_is_delayed_not_refused() {
+    // Units come back every half second; a sign-in waits up to 20 s for one.
+    let console = Console::with(|state| {
+        state
+            .with_auth_failure_limit(RateLimit {
+                per_minute: 120,
+                burst: 2,
+            })
+            .with_sign_in_limit(
+                RateLimit {
+                    per_minute: 120,
+                    burst: 1,
+                },
+                Duration::from_secs(20),
+            )
+    })
+    .await;
+    for name in ["alice", "bob"] {
+        console
+            .state
+            .access
+            .set_password(name, "operator", PASSWORD)
+            .await
+            .unwrap();
+    }
+    // One address shared by an attacker and the users (a NAT, or a proxy not listed in
+    // trusted_proxies). The attacker spends the address's failures, then goes on guessing.
+    let shared = "192.0.2.50:5000";
+    for _ in 0..2 {
+        let reply = console
+            .send(
+                post("/sign-in", &password_form("root", "guess guess guess"))
+                    .same_origin()
+                    .from(shared),
+            )
+            .await;
+        assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
+    }
+    let router = console.router.clone();
+    let attacking = tokio::spawn(async move {
+        let mut statuses = Vec::new();
+        for n in 0..6 {
+            let call = post(
+                "/sign-in",
+                &password_form(&format!("guess{n}"), "guess guess guess"),
+            )
+            .same_origin()
+            .from(shared);
+            let response = router.clone().oneshot(call.request()).await.unwrap();
+            statuses.push(response.status());
+        }
+        statuses
+    });
+    // Today's right password from that address waits its turn and is let in.
+    let reply = tokio::time::timeout(
+        Duration::from_secs(60),
+        console.send(
+            post("/sign-in", &password_form("alice", PASSWORD))
+                .same_origin()
+                .from(shared),
+        ),
+    )
+    .await
+    .expect("the sign-in was answered");
+    assert!(reply.redirects_to("/"), "{} {}", reply.status, reply.text);
+    // The attacker's guesses were answered too, each in its turn: slowed, never faster.
+    let statuses = attacking.await.unwrap();
+    assert!(
+        statuses.iter().all(|s| *s == StatusCode::UNAUTHORIZED),
+        "{statuses:?}"
+    );
+
+    // An account whose failures are spent: the right password from another address waits
+    // for the account's next unit, while the attacker keeps guessing on it.
+    let reply = console
+        .send(
+            post("/sign-in", &password_form("bob", "guess guess guess"))
+                .same_origin()
+                .from("198.51.100.1:5000"),
+        )
+        .await;
+    assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
+    let router = console.router.clone();
+    let attacking = tokio::spawn(async move {
+        for _ in 0..4 {
+            let call = post("/sign-in", &password_form("bob", "guess guess guess"))
+                .same_origin()
+                .from("198.51.100.1:5000");
+            let _ = router.clone().oneshot(call.request()).await.unwrap();
+        }
+    });
+    let reply = tokio::time::timeout(
+        Duration::from_secs(60),
+        console.send(
+            post("/sign-in", &password_form("bob", PASSWORD))
+                .same_origin()
+                .from("198.51.100.2:5000"),
+        ),
+    )
+    .await
+    .expect("the sign-in was answered");
+    assert!(reply.redirects_to("/"), "{} {}", reply.status, reply.text);
+    attacking.await.unwrap();
 }

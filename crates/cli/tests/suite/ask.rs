@@ -933,9 +933,15 @@ fn shell_commands_run_sandboxed_without_network_host_files_or_the_key() {
     );
     let server = ScriptedModelServer::start_blocking(vec![
         openai::tool_call("shell", &json!({"command": script}).to_string()),
+        // No filter by name: both spellings reach the sandbox and fail there, at its network
+        // layer (the listener below sees nothing).
         openai::tool_call(
             "shell",
-            &json!({"command": "curl http://example.com"}).to_string(),
+            &json!({"command": format!(
+                "curl -sS -m 10 http://127.0.0.1:{port}/; echo \"curl exit $?\"; \
+                 $(printf cu)rl -sS -m 10 http://127.0.0.1:{port}/; echo \"curl exit $?\""
+            )})
+            .to_string(),
         ),
         openai::tool_call(
             "submit_answer",
@@ -974,11 +980,9 @@ fn shell_commands_run_sandboxed_without_network_host_files_or_the_key() {
         listener.accept().is_err(),
         "the host listener saw a connection"
     );
-    let refused = tool_result_of(&requests[2].body);
-    assert!(
-        refused.contains("command refused: `curl` is not allowed"),
-        "{refused}"
-    );
+    let curled = tool_result_of(&requests[2].body);
+    assert!(!curled.contains("command refused"), "{curled}");
+    assert_eq!(curled.matches("curl exit 7").count(), 2, "{curled}");
     assert!(std::fs::read_dir(repo.path().join("src"))
         .unwrap()
         .all(|e| e.unwrap().file_name() != "new.rs"));

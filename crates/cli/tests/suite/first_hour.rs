@@ -74,6 +74,58 @@ fn doctor_shows_every_check_when_the_model_setting_is_bad_and_exits_1() {
     assert!(!run.json()["sandbox_layers"].as_array().unwrap().is_empty());
 }
 
+/// The file-tools probe runs on every backend; with gVisor chosen, an old runsc (whose
+/// `ls -l` and `stat` fail) is a failing check that names the release to install.
+#[test]
+fn doctor_lists_the_working_root_on_every_backend_and_names_the_runsc_gvisor_needs() {
+    let run =
+        Warden::new()
+            .with("WARDEN_SANDBOX", "gvisor")
+            .run(&["doctor", "--json", "--offline"]);
+    let json = run.json();
+    let tools = json["sandbox_tools"].as_array().unwrap();
+    let backends: Vec<&str> = tools
+        .iter()
+        .map(|t| t["backend"].as_str().unwrap())
+        .collect();
+    assert_eq!(backends, ["linux", "gvisor", "local"], "{json}");
+    assert_eq!(tools[2]["works"], true, "{json}");
+    let checks = checks_of(&run);
+    if checks["sandbox"]["ok"] != true {
+        eprintln!("SKIP gvisor is unavailable here: {}", checks["sandbox"]);
+        return;
+    }
+    let gvisor = &tools[1];
+    let check = &checks["sandbox tools"];
+    match warden_sandbox::runsc_statx_defect(&warden_sandbox::SandboxConfig::default()) {
+        Some(defect) => {
+            let detail = gvisor["detail"].as_str().unwrap();
+            assert_eq!(gvisor["works"], false, "{json}");
+            assert!(
+                detail.contains("`ls -la .`: ls: cannot access '.': Invalid argument")
+                    && detail.contains("`stat .`")
+                    && !detail.contains("`find .`")
+                    && detail.contains(warden_sandbox::MIN_RUNSC_RELEASE),
+                "{detail}"
+            );
+            assert!(detail.contains(&defect), "{detail}");
+            assert_eq!(check["ok"], false, "{checks}");
+            assert!(
+                check["detail"]
+                    .as_str()
+                    .unwrap()
+                    .contains(warden_sandbox::MIN_RUNSC_RELEASE),
+                "{checks}"
+            );
+            assert_eq!(run.code, 1);
+        }
+        None => {
+            assert_eq!(gvisor["works"], true, "{json}");
+            assert_eq!(check["ok"], true, "{checks}");
+        }
+    }
+}
+
 #[test]
 fn doctor_checks_the_model_endpoint_with_the_key() {
     let accepting = endpoint("200 OK", r#"{"object":"list","data":[]}"#);

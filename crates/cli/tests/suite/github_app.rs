@@ -67,13 +67,39 @@ fn with_hook_and(warden: Warden, github: &GithubRemote, extra_toml: &str) -> War
         .with("WARDEN_GITHUB_API_URL", &github.fake.url())
 }
 
-/// An `issue_comment` `created` payload by `login` on issue [`ISSUE`] of acme/widgets.
+/// Now, as GitHub writes times (`2026-12-03T14:00:00Z`).
+pub(super) fn now_utc() -> String {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis();
+    warden_engine::maintain::index::rfc3339(u64::try_from(ms).unwrap())
+}
+
+/// An id GitHub would give the object `parts` describe: the same parts, the same id (a
+/// redelivery's body is the same), other parts another id.
+pub(super) fn object_id(parts: &[&str]) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    parts.hash(&mut hasher);
+    hasher.finish() >> 20
+}
+
+/// An `issue_comment` `created` payload by `login` on issue [`ISSUE`] of acme/widgets, made
+/// now (a comment's id is its author's and text's: the same comment when they are).
 fn comment_payload(login: &str, body: &str) -> String {
+    comment_payload_at(login, body, &now_utc())
+}
+
+/// [`comment_payload`], the comment made at `at`.
+fn comment_payload_at(login: &str, body: &str, at: &str) -> String {
     json!({
         "action": "created",
         "issue": {"number": ISSUE, "title": "retry is too eager", "body": "It retries at once.",
                   "state": "open", "user": {"login": "someone", "type": "User"}},
-        "comment": {"id": 1, "body": body, "user": {"login": login, "id": 11, "type": "User"},
+        "comment": {"id": object_id(&[login, body]), "body": body,
+                    "user": {"login": login, "id": 11, "type": "User"},
+                    "created_at": at, "updated_at": at,
                     "author_association": "CONTRIBUTOR"},
         "repository": {"id": 1, "name": "widgets", "full_name": "acme/widgets",
                        "owner": {"login": "acme", "type": "Organization"}},
@@ -248,13 +274,36 @@ fn a_writers_mention_yields_one_comment_edited_to_the_cited_answer_and_nothing_e
     assert_eq!(task["owner"], "github:alice", "{task}");
     assert_eq!(task["kind"], "question");
 
-    // A replay of the same delivery: nothing more.
+    // A replay of the same delivery: nothing more. Nor of the same signed body under new
+    // delivery ids (GitHub's signature does not cover the id): the same comment, handled.
     let before = github.fake.comments();
-    assert_eq!(
-        deliver(&server, "issue_comment", "d-1", &ask, Some(SECRET))
-            .unwrap()
-            .0,
-        200
+    for delivery in ["d-1", "d-1-replayed", "d-1-replayed-again"] {
+        let (status, answer) =
+            deliver(&server, "issue_comment", delivery, &ask, Some(SECRET)).unwrap();
+        assert_eq!(status, 200, "{delivery}: {answer}");
+    }
+    // A writer's mention made 90 days ago, never delivered before: refused, saying why,
+    // and nothing is asked of GitHub or started.
+    let old = comment_payload_at(
+        "alice",
+        "@warden why is the backoff capped?",
+        &warden_engine::maintain::index::rfc3339(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_millis() as u64
+                - 90 * 86_400_000,
+        ),
+    );
+    let (status, answer) = deliver(&server, "issue_comment", "d-old", &old, Some(SECRET)).unwrap();
+    assert_eq!(status, 422, "{answer}");
+    let refusal: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(refusal["error"]["code"], "invalid_request", "{answer}");
+    let message = refusal["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("older than [github.webhook] max_event_age_secs (86400 s)")
+            && message.contains("nothing was done"),
+        "{message}"
     );
     // A reader's and a stranger's mentions: no task, no reply.
     assert_eq!(
@@ -287,8 +336,9 @@ fn a_writers_mention_yields_one_comment_edited_to_the_cited_answer_and_nothing_e
     // A new issue that mentions the app: its own comment, its text the prompt.
     let opened = json!({
         "action": "opened",
-        "issue": {"number": 8, "title": "Question", "body": "@warden why does retry_with_backoff double?",
-                  "state": "open", "user": {"login": "alice", "type": "User"}},
+        "issue": {"id": 80, "number": 8, "title": "Question", "body": "@warden why does retry_with_backoff double?",
+                  "state": "open", "user": {"login": "alice", "type": "User"},
+                  "created_at": now_utc(), "updated_at": now_utc()},
         "repository": {"id": 1, "name": "widgets", "full_name": "acme/widgets",
                        "owner": {"login": "acme", "type": "Organization"}},
         "sender": {"login": "alice", "type": "User"},
@@ -320,6 +370,90 @@ fn a_writers_mention_yields_one_comment_edited_to_the_cited_answer_and_nothing_e
         prompts.contains(&"why does retry_with_backoff double?".to_string()),
         "{prompts:?}"
     );
+    server.terminate();
+}
+
+/// Past `max_event_age_secs` (3 s here) an event is refused unless its very delivery was
+/// received before and not handled: GitHub's redelivery of a comment whose author's permission
+/// GitHub could not tell at first is handled once, late; the same body under a new delivery id
+/// is refused.
+#[test]
+fn a_late_redelivery_of_an_unhandled_event_is_handled_once_and_a_late_replay_is_refused() {
+    let repo = sample_repo();
+    let github = GithubRemote::for_repo(&repo, GITHUB_TOKEN);
+    let model = ScriptedModelServer::start_blocking(vec![openai::tool_call(
+        "submit_answer",
+        &submit_answer("src/lib.rs", 31, 33),
+    )]);
+    let warden = with_hook(Warden::openai(&model.url()), &github);
+    std::fs::write(
+        warden.home.path().join("warden.toml"),
+        HOOK_TOML.replace(
+            "handle = \"warden\"\n",
+            "handle = \"warden\"\nmax_event_age_secs = 3\n",
+        ),
+    )
+    .unwrap();
+    let server = Server::start(&warden, TOKENS);
+    server.register("app", &repo);
+    wait_serving(&server);
+    let permissions = || {
+        github
+            .fake
+            .requests()
+            .iter()
+            .filter(|r| r.path.ends_with("/permission"))
+            .count()
+    };
+
+    // Delivered once: GitHub cannot say whether alice may write, so nothing is done (and
+    // nothing recorded as handled).
+    github
+        .fake
+        .inject(warden_test_support::github_fake::Fault::FailPermission(502));
+    let ask = comment_payload("alice", "@warden why does retry_with_backoff double?");
+    let (status, answer) = deliver(&server, "issue_comment", "late-1", &ask, Some(SECRET)).unwrap();
+    assert_eq!(status, 200, "{answer}");
+    let deadline = std::time::Instant::now() + WAIT;
+    while permissions() == 0 {
+        assert!(std::time::Instant::now() < deadline, "{}", server.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(task_ids(&server).is_empty());
+
+    // Past the window: the same body under another delivery id is refused, nothing asked.
+    std::thread::sleep(Duration::from_secs(4));
+    let (status, answer) = deliver(
+        &server,
+        "issue_comment",
+        "late-replayed",
+        &ask,
+        Some(SECRET),
+    )
+    .unwrap();
+    assert_eq!(status, 422, "{answer}");
+    assert!(answer.contains("max_event_age_secs (3 s)"), "{answer}");
+    assert_eq!(permissions(), 1);
+
+    // GitHub's redelivery of the delivery it received: handled, once.
+    let (status, answer) = deliver(&server, "issue_comment", "late-1", &ask, Some(SECRET)).unwrap();
+    assert_eq!(status, 200, "{answer}");
+    let comments = wait_comments_on(&server, &github, "the late answer", |c| {
+        c.iter().any(|c| c.body.contains("— completed"))
+    });
+    assert_eq!(comments.len(), 1, "{comments:#?}");
+    assert_eq!(task_ids(&server).len(), 1);
+    // Once more: the handled delivery acknowledged and ignored, the replay still refused.
+    for (delivery, expected) in [("late-1", 200), ("late-replayed", 422)] {
+        let (status, answer) =
+            deliver(&server, "issue_comment", delivery, &ask, Some(SECRET)).unwrap();
+        assert_eq!(status, expected, "{delivery}: {answer}");
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(task_ids(&server).len(), 1);
+    assert_eq!(github.fake.comments().len(), 1);
+    assert_eq!(permissions(), 2);
     server.terminate();
 }
 
@@ -598,7 +732,7 @@ fn review_comment_payload(pull: &Value, login: &str, body: &str) -> String {
         "comment": {
             "url": format!("https://api.github.com/repos/acme/widgets/pulls/comments/{}", 500 + number),
             "pull_request_review_id": 700 + number,
-            "id": 500 + number,
+            "id": object_id(&[login, body, &pull["html_url"].to_string(), &pull["head"].to_string()]),
             "node_id": "PRRC_fake",
             "diff_hunk": "@@ -1,3 +1,3 @@\n alpha\n-beta\n+BETA\n gamma",
             "path": "src/lib.txt",
@@ -606,8 +740,8 @@ fn review_comment_payload(pull: &Value, login: &str, body: &str) -> String {
             "original_commit_id": pull["head"]["sha"],
             "user": {"login": login, "id": 11, "type": "User"},
             "body": body,
-            "created_at": "2026-12-03T14:00:00Z",
-            "updated_at": "2026-12-03T14:00:00Z",
+            "created_at": now_utc(),
+            "updated_at": now_utc(),
             "html_url": format!("https://github.example/acme/widgets/pull/{number}#discussion_r1"),
             "pull_request_url": pull["url"],
             "author_association": "CONTRIBUTOR",
@@ -629,10 +763,10 @@ fn review_payload(pull: &Value, login: &str, body: &str) -> String {
     json!({
         "action": "submitted",
         "review": {
-            "id": 800 + number, "node_id": "PRR_fake",
+            "id": object_id(&[login, body, &pull["html_url"].to_string(), &pull["head"].to_string()]), "node_id": "PRR_fake",
             "user": {"login": login, "id": 12, "type": "User"},
             "body": body, "commit_id": pull["head"]["sha"],
-            "submitted_at": "2026-12-03T14:05:00Z", "state": "commented",
+            "submitted_at": now_utc(), "state": "commented",
             "html_url": format!("https://github.example/acme/widgets/pull/{number}#pullrequestreview-1"),
             "pull_request_url": pull["url"], "author_association": "MEMBER",
         },
@@ -872,12 +1006,13 @@ fn check_run_payload(pull: &Value, name: &str, conclusion: &str, text: &str) -> 
     json!({
         "action": "completed",
         "check_run": {
-            "id": 128_620_228, "name": name, "node_id": "MDg6Q2hlY2tSdW4xMjg2MjAyMjg=",
+            "id": object_id(&[sha.as_str().unwrap(), name, conclusion]), "name": name,
+            "node_id": "MDg6Q2hlY2tSdW4xMjg2MjAyMjg=",
             "head_sha": sha, "external_id": "", "status": "completed", "conclusion": conclusion,
             "url": "https://api.github.com/repos/acme/widgets/check-runs/128620228",
             "html_url": "https://github.example/acme/widgets/runs/128620228",
             "details_url": "https://ci.example/runs/1",
-            "started_at": "2026-12-03T14:00:00Z", "completed_at": "2026-12-03T14:01:00Z",
+            "started_at": now_utc(), "completed_at": now_utc(),
             "output": {"title": format!("{name}: 1 failure"), "summary": "check.sh exited 1",
                        "text": text, "annotations_count": 0,
                        "annotations_url": "https://api.github.com/repos/acme/widgets/check-runs/128620228/annotations"},

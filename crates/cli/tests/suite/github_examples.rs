@@ -4,7 +4,8 @@
 //! of the documentation. Each example is changed only where it must point at the test's
 //! world: its repository becomes `acme/widgets` (the GitHub fake's), a comment's or review's
 //! body mentions the app or carries an approval, a pull request's number, head and URL become
-//! Warden's pull request in the fake (and one check suite example is made to fail). The examples' user, `Codertocat`, is given write
+//! Warden's pull request in the fake (and one check suite example is made to fail), and each
+//! happens now (its times now, its comment, issue, review or check a new id). The examples' user, `Codertocat`, is given write
 //! access in the fake and made an approver. Then, as docs/github.md says: every `ping` is
 //! answered with pong; the examples as published (no mention) start nothing and ask GitHub
 //! nothing; a mention in a comment or an opened issue is a task with its kind and prompt; on
@@ -66,12 +67,14 @@ fn warden_for(
 }
 
 /// `example` moved to acme/widgets: every `Codertocat/Hello-World` (full names, URLs) becomes
-/// `acme/widgets`, and the repository's (and pull request heads') name and owner follow.
+/// `acme/widgets`, and the repository's (and pull request heads') name and owner follow; and
+/// it happens now ([`happening_now`]: Warden refuses events older than a day and handles a
+/// subject once, however many deliveries carry it).
 fn in_widgets(example: &Value) -> Value {
     let text = example
         .to_string()
         .replace("Codertocat/Hello-World", "acme/widgets");
-    let mut moved: Value = serde_json::from_str(&text).unwrap();
+    let mut moved = happening_now(&serde_json::from_str(&text).unwrap());
     for repository in [
         "/repository",
         "/pull_request/head/repo",
@@ -85,6 +88,40 @@ fn in_widgets(example: &Value) -> Value {
         }
     }
     moved
+}
+
+/// The next subject id [`in_widgets`] gives.
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1_000_000);
+
+/// `example` as if it happened now: every time (`…_at`) is now, and its subject (the comment,
+/// issue, review or check) a new one, with a new id.
+fn happening_now(example: &Value) -> Value {
+    let mut moved = example.clone();
+    now(&mut moved, &super::github_app::now_utc());
+    let fresh = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    for subject in ["comment", "issue", "review", "check_run", "check_suite"] {
+        if let Some(object) = moved.get_mut(subject).filter(|o| o.is_object()) {
+            object["id"] = json!(fresh);
+        }
+    }
+    moved
+}
+
+/// Every time in `value` (a string under a key ending in `_at`) set to `at`.
+fn now(value: &mut Value, at: &str) {
+    match value {
+        Value::Object(map) => {
+            for (key, item) in map.iter_mut() {
+                if key.ends_with("_at") && item.is_string() {
+                    *item = json!(at);
+                } else {
+                    now(item, at);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|item| now(item, at)),
+        _ => {}
+    }
 }
 
 /// `example` (moved to acme/widgets) about Warden's pull request `pull` as the fake shows it:
@@ -378,7 +415,7 @@ fn githubs_example_reviews_and_checks_on_a_warden_pull_request_are_answered_as_d
         .chain(suites.iter().map(|e| ("check_suite", e)))
     {
         n += 1;
-        acknowledged(&server, event, &format!("k-{n}"), example);
+        acknowledged(&server, event, &format!("k-{n}"), &happening_now(example));
         if example[event]["conclusion"] != "failure" {
             n += 1;
             acknowledged(&server, event, &format!("k-{n}"), &on_head(example, event));

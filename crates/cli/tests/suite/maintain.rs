@@ -44,7 +44,8 @@ source = "registry+https://github.com/rust-lang/crates.io-index"
 checksum = "1a55ca5f3b68e41c979bf8c46a6f1da892ca4db8f94023ce0bd32407573b1ac0"
 "#;
 
-const LIB: &str = "pub fn three() -> usize {\n    let mut v: smallvec::SmallVec<[u8; 2]> = \
+pub(super) const LIB: &str =
+    "pub fn three() -> usize {\n    let mut v: smallvec::SmallVec<[u8; 2]> = \
                    smallvec::SmallVec::new();\n    v.extend([1, 2, 3]);\n    v.len()\n}\n\n\
                    #[cfg(test)]\nmod tests {\n    #[test]\n    fn spills() {\n        \
                    assert_eq!(super::three(), 3);\n    }\n}\n";
@@ -70,7 +71,7 @@ than needed.
 "#;
 
 /// The fixture crate, committed.
-fn fixture() -> TempRepo {
+pub(super) fn fixture() -> TempRepo {
     let repo = TempRepo::new();
     repo.write("Cargo.toml", MANIFEST);
     repo.write("Cargo.lock", LOCKFILE);
@@ -165,7 +166,7 @@ fn tunnel(mut client: TcpStream, seen: &Mutex<Vec<String>>) {
 }
 
 /// The real rustup installation (`RUSTUP_HOME`, `CARGO_HOME` or under `HOME`).
-fn rustup() -> Option<(PathBuf, PathBuf)> {
+pub(super) fn rustup() -> Option<(PathBuf, PathBuf)> {
     let home = std::env::var("HOME").map(PathBuf::from).ok();
     let rustup = std::env::var("RUSTUP_HOME")
         .map(PathBuf::from)
@@ -180,7 +181,7 @@ fn rustup() -> Option<(PathBuf, PathBuf)> {
 
 /// Whether this machine reaches the registry (the index answers a TLS connection's TCP
 /// handshake within 10 s).
-fn registry_reachable() -> bool {
+pub(super) fn registry_reachable() -> bool {
     let Ok(mut addresses) = "index.crates.io:443".to_socket_addrs() else {
         return false;
     };
@@ -1125,4 +1126,65 @@ fn in_model_mode_a_repair_that_undoes_the_upgrade_is_refused_and_nothing_is_prop
         .collect();
     assert_eq!(refusals.len(), 2, "{last}");
     assert_eq!(server.remaining(), 0);
+}
+
+/// What a repository's `.cargo/config.toml` can make Cargo run: a `rustc-wrapper` (Cargo asks
+/// rustc for the target's details even to fetch) that leaves a marker in the dependency cache,
+/// the one place a networked step may write that outlives its view. The networked steps
+/// (acquire and the candidates' fetch) read only the manifests and the lockfile, so it never
+/// runs there; the checks, which run the repository's code by design, see the cache read-only.
+#[test]
+fn a_repositorys_cargo_configuration_never_runs_in_the_networked_fetch() {
+    use std::os::unix::fs::PermissionsExt;
+    let proxy = ConnectProxy::start();
+    let db = advisory_db();
+    let Some(warden) = cargo_warden(&proxy, &db) else {
+        return;
+    };
+    let repo = fixture();
+    repo.write(
+        ".cargo/config.toml",
+        "[build]\nrustc-wrapper = \"tools/wrap.sh\"\n",
+    );
+    repo.write(
+        "tools/wrap.sh",
+        "#!/bin/sh\ntouch \"$CARGO_HOME/planted-by-the-repository\" 2>/dev/null\nexec \"$@\"\n",
+    );
+    let wrapper = repo.path().join("tools/wrap.sh");
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    repo.commit("a planted cargo configuration");
+    let run = warden.run(&[
+        "maintain",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--select",
+        "vulnerable",
+        "--check",
+        "true",
+        "--json",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    // Both networked steps ran: the base's packages and the candidate's were fetched.
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    assert_eq!(
+        result["maintenance"]["upgrades"][0]["to"], "1.6.1",
+        "{result}"
+    );
+    let mut planted = Vec::new();
+    let mut dirs = vec![warden.home.path().to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let kind = entry.file_type().unwrap();
+            if kind.is_dir() {
+                dirs.push(entry.path());
+            } else if entry.file_name() == "planted-by-the-repository" {
+                planted.push(entry.path());
+            }
+        }
+    }
+    assert!(
+        planted.is_empty(),
+        "the repository's wrapper ran: {planted:?}"
+    );
 }

@@ -2,8 +2,9 @@
 //! depending on `greet@^1.0.0`, a local npm registry this test serves (packuments and tarballs
 //! made by the real `npm pack`) holding 1.0.0, 1.0.1 (fixes the advisory) and 1.1.0 (changes the
 //! greeting the fixture's test checks), an OSV database with an npm record, and the real Node
-//! and npm the `node` preset finds. The registry is also the operator's HTTP proxy: the sandbox
-//! reaches it only through `[sandbox] prepare_proxy`, and it records what it was asked.
+//! and npm the `node` preset finds. The registry is the operator's own host on the egress
+//! allow-list (`[egress] allow_private`): the sandbox reaches it only through Warden's egress
+//! proxy, and it records what it was asked.
 //!
 //! The tests skip, saying so, when npm is not installed — unless `WARDEN_TEST_REQUIRE` lists
 //! `npm`, where that fails them.
@@ -259,15 +260,15 @@ fn fixture(registry: &Registry) -> TempRepo {
     repo
 }
 
-/// A warden with the node preset, the registry as the prepare proxy and npm registry, and the
-/// OSV database.
+/// A warden with the node preset, the registry as npm's registry and the operator's own host
+/// on the egress allow-list (Warden's proxy connects to it directly), and the OSV database.
 fn npm_warden(registry: &Registry, db: &Path) -> Warden {
     let warden = Warden::new();
     std::fs::write(
         warden.home.path().join("warden.toml"),
         format!(
-            "[sandbox]\ntoolchains = [\"node\"]\nprepare_proxy = {:?}\n\n[maintain]\nosv_db = \
-             {:?}\nnpm_registry = {:?}\n",
+            "[sandbox]\ntoolchains = [\"node\"]\n\n[egress]\nallow_private = [{:?}]\n\n\
+             [maintain]\nosv_db = {:?}\nnpm_registry = {:?}\n",
             registry.address,
             db.to_str().unwrap(),
             registry.url()
@@ -337,11 +338,18 @@ fn a_vulnerable_package_is_upgraded_to_the_lowest_version_that_clears_it() {
         ["package-lock.json", "package.json"],
         "{result}"
     );
-    // The sandbox's npm reached the registry only as a proxy (absolute-form requests).
+    // The sandbox's npm reached the registry through Warden's egress proxy, which sent the
+    // requests on in origin form, and each connection is one of the task's events.
     let asked: Vec<String> = registry.requests()[before..].to_vec();
     assert!(
-        asked.iter().any(|r| r.starts_with("GET http://")),
-        "the sandbox went through the proxy: {asked:?}"
+        !asked.is_empty() && asked.iter().all(|r| r.starts_with("GET /")),
+        "the sandbox went through Warden's proxy: {asked:?}"
+    );
+    assert!(
+        run.stderr
+            .contains(&format!("⇄ egress GET {}", registry.address)),
+        "{}",
+        run.stderr
     );
     let task = result["task_id"].as_str().unwrap();
     let diff = warden.run(&["diff", task]);

@@ -3,6 +3,7 @@ mod ask;
 mod change;
 mod clock_step;
 mod control;
+mod egress;
 mod first_hour;
 mod front_door;
 mod github_app;

@@ -288,7 +288,8 @@ fn prepare_fetches_through_the_proxy_and_nothing_else_reaches_it() {
     let warden = with_config(
         Warden::openai(&server.url()),
         &format!(
-            "[sandbox]\nprepare = [{prepare:?}]\nprepare_proxy = {:?}\n",
+            "[sandbox]\nprepare = [{prepare:?}]\nprepare_proxy = {:?}\n\n[egress]\nallow = \
+             [\"deps.example\"]\n",
             proxy.address
         ),
     );
@@ -314,10 +315,17 @@ fn prepare_fetches_through_the_proxy_and_nothing_else_reaches_it() {
     );
     let notices = result["notices"].to_string();
     let through = format!(
-        "prepare: network through the proxy {} (1 connection)",
+        "prepare: network to the allow-listed registries through Warden's egress proxy and the \
+         upstream proxy {} (1 connection)",
         proxy.address
     );
     assert!(notices.contains(&through), "{notices}");
+    // The connection is one of the task's events, shown on stderr.
+    assert!(
+        run.stderr.contains("⇄ egress GET deps.example:80"),
+        "{}",
+        run.stderr
+    );
     assert!(!notices.contains("without network"), "{notices}");
     // The agent's command reached nothing and saw no proxy.
     let seen = server.requests()[1].body["messages"].to_string();
@@ -349,18 +357,17 @@ fn a_bad_prepare_proxy_is_refused_at_configuration_load() {
     );
 }
 
+/// `doctor` shows the egress allow-list and makes one connection to its first host as Warden's
+/// proxy would: straight to an operator's own host, or through the upstream's `CONNECT`.
 #[test]
-fn doctor_reports_whether_the_prepare_proxy_is_reachable() {
+fn doctor_shows_the_egress_allow_list_and_tries_a_listed_host() {
     let proxy = FakeProxy::start();
     let closed = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.local_addr().unwrap().to_string()
     };
-    let check = |address: &str| {
-        let warden = with_config(
-            Warden::faux(),
-            &format!("[sandbox]\nprepare_proxy = {address:?}\n"),
-        );
+    let check = |toml: &str| {
+        let warden = with_config(Warden::faux(), toml);
         let run = warden.run(&["doctor", "--json"]);
         let report: serde_json::Value = serde_json::from_str(&run.stdout)
             .unwrap_or_else(|e| panic!("{e}: {}\n{}", run.stdout, run.stderr));
@@ -368,33 +375,52 @@ fn doctor_reports_whether_the_prepare_proxy_is_reachable() {
             .as_array()
             .unwrap()
             .iter()
-            .find(|c| c["check"] == "prepare proxy")
+            .find(|c| c["check"] == "egress")
             .unwrap_or_else(|| panic!("{report}"))
             .clone()
     };
-    let reachable = check(&proxy.address);
-    assert_eq!(reachable["ok"], true, "{reachable}");
+    let detail = |check: &serde_json::Value| check["detail"].as_str().unwrap().to_string();
+    // An operator's own host that listens.
+    let reached = check(&format!(
+        "[egress]\nallow_private = [{:?}]\n",
+        proxy.address
+    ));
+    assert_eq!(reached["ok"], true, "{reached}");
     assert!(
-        reachable["detail"]
-            .as_str()
-            .unwrap()
-            .contains("is reachable"),
-        "{reachable}"
+        detail(&reached).contains(&format!("reached {0} at {0}", proxy.address)),
+        "{reached}"
     );
-    let unreachable = check(&closed);
-    assert_eq!(unreachable["ok"], false, "{unreachable}");
+    // One that does not.
+    let refused = check(&format!("[egress]\nallow_private = [{closed:?}]\n"));
+    assert_eq!(refused["ok"], false, "{refused}");
+    assert!(detail(&refused).contains("not reached"), "{refused}");
+    // A listed name through the upstream proxy (the older key names it too): a CONNECT.
+    let chained = check(&format!(
+        "[sandbox]\nprepare_proxy = {:?}\n\n[egress]\nallow = [\"deps.example\"]\n",
+        proxy.address
+    ));
+    assert_eq!(chained["ok"], true, "{chained}");
     assert!(
-        unreachable["detail"]
-            .as_str()
-            .unwrap()
-            .contains("is not reachable"),
-        "{unreachable}"
+        detail(&chained).contains(&format!(
+            "allow-list: deps.example; through the upstream proxy {}; reached deps.example:443 \
+             through {}",
+            proxy.address, proxy.address
+        )),
+        "{chained}"
     );
-    // The doctor connects and sends nothing.
     assert!(
-        proxy.requests().iter().all(String::is_empty),
+        proxy
+            .requests()
+            .contains(&"CONNECT deps.example:443 HTTP/1.1".to_string()),
         "{:?}",
         proxy.requests()
+    );
+    // Nothing listed: prepare has no network, which is fine.
+    let nothing = check("");
+    assert_eq!(nothing["ok"], true, "{nothing}");
+    assert!(
+        detail(&nothing).contains("nothing (prepare has no network)"),
+        "{nothing}"
     );
 }
 

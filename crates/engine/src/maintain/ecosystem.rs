@@ -149,6 +149,84 @@ impl Ecosystem {
         }
     }
 
+    /// Writes at `dest` what the networked steps (the acquire, the candidates' fetch) see of
+    /// the tree at `root`, so that nothing of the repository that can make the package
+    /// manager run a program is there: for Cargo every `Cargo.toml`, the root `Cargo.lock`
+    /// and, empty, every `.rs` file (Cargo discovers targets by those names; it never reads
+    /// them to fetch), never `.cargo/config.toml` (its `rustc-wrapper`, `rustc`, `[target]`
+    /// runners and linkers, `[env]`, sources, registries, proxies), `rust-toolchain.toml` or
+    /// a build script's content; for npm every `package.json` (workspaces) and the root
+    /// `package-lock.json` or `npm-shrinkwrap.json`, never `.npmrc` (its `git`,
+    /// `script-shell`, `node-options`, registries). `false` for Go, whose `go mod download`
+    /// and `go get` read no file of the repository that runs a program (`GOTOOLCHAIN=local`,
+    /// `GOFLAGS` only from the environment): its steps see the base tree. Directories named
+    /// `.git` or `node_modules` and symbolic links are skipped.
+    pub fn fetch_tree(self, root: &Path, dest: &Path) -> Result<bool, String> {
+        if self == Ecosystem::Go {
+            return Ok(false);
+        }
+        std::fs::create_dir_all(dest)
+            .map_err(|e| format!("cannot create {}: {e}", dest.display()))?;
+        let mut dirs = vec![std::path::PathBuf::new()];
+        while let Some(relative) = dirs.pop() {
+            let entries = std::fs::read_dir(root.join(&relative))
+                .map_err(|e| format!("cannot read {}: {e}", root.join(&relative).display()))?;
+            for entry in entries {
+                let entry = entry.map_err(|e| format!("cannot read the tree: {e}"))?;
+                let name = entry.file_name();
+                let path = relative.join(&name);
+                let kind = entry
+                    .file_type()
+                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                if kind.is_dir() {
+                    if name != ".git" && name != "node_modules" {
+                        dirs.push(path);
+                    }
+                    continue;
+                }
+                if !kind.is_file() {
+                    continue;
+                }
+                let Some(empty) = self.fetch_file(&path) else {
+                    continue;
+                };
+                let target = dest.join(&path);
+                if let Some(parent) = target.parent() {
+                    std::fs::create_dir_all(parent)
+                        .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+                }
+                let written = if empty {
+                    std::fs::write(&target, b"")
+                } else {
+                    std::fs::copy(entry.path(), &target).map(|_| ())
+                };
+                written.map_err(|e| format!("cannot write {}: {e}", target.display()))?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// Whether the networked steps see the file at `relative`: `Some(false)` as it is,
+    /// `Some(true)` empty.
+    fn fetch_file(self, relative: &Path) -> Option<bool> {
+        let name = relative.file_name()?.to_str()?;
+        let at_root = relative.parent() == Some(Path::new(""));
+        match self {
+            Ecosystem::Cargo if name == "Cargo.toml" || (at_root && name == "Cargo.lock") => {
+                Some(false)
+            }
+            Ecosystem::Cargo if name.ends_with(".rs") => Some(true),
+            Ecosystem::Npm
+                if name == "package.json"
+                    || (at_root
+                        && (name == "package-lock.json" || name == "npm-shrinkwrap.json")) =>
+            {
+                Some(false)
+            }
+            _ => None,
+        }
+    }
+
     /// The lockfile of the tree at `root`.
     pub fn read_lock(self, root: &Path) -> Result<Lockfile, String> {
         let name = self.lock_name();
@@ -437,6 +515,90 @@ pub fn sandbox_go_version(env: &[(String, String)]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fetch_sees_the_manifests_and_the_lockfile_and_nothing_that_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, dest) = (dir.path().join("repo"), dir.path().join("tree"));
+        for (path, text) in [
+            ("Cargo.toml", "[workspace]\nmembers = [\"crates/a\"]\n"),
+            ("Cargo.lock", "version = 4\n"),
+            (
+                ".cargo/config.toml",
+                "[build]\nrustc-wrapper = \"wrap.sh\"\n",
+            ),
+            (
+                "rust-toolchain.toml",
+                "[toolchain]\npath = \"/repo/evil\"\n",
+            ),
+            ("wrap.sh", "#!/bin/sh\n"),
+            ("crates/a/Cargo.toml", "[package]\nname = \"a\"\n"),
+            ("crates/a/Cargo.lock", "stray\n"),
+            ("crates/a/build.rs", "fn main() { std::process::exit(1) }\n"),
+            ("crates/a/src/bin/tool.rs", "fn main() {}\n"),
+            (".git/Cargo.toml", "not the tree's\n"),
+            ("package.json", "{}\n"),
+            ("package-lock.json", "{}\n"),
+            (".npmrc", "git=./wrap.sh\n"),
+            ("web/package.json", "{\"name\": \"web\"}\n"),
+            ("web/node_modules/x/package.json", "{}\n"),
+        ] {
+            let path = root.join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+        std::os::unix::fs::symlink(root.join("Cargo.toml"), root.join("crates/Cargo.toml"))
+            .unwrap();
+        let listing = |dest: &Path| {
+            let mut files = Vec::new();
+            let mut dirs = vec![dest.to_path_buf()];
+            while let Some(dir) = dirs.pop() {
+                for entry in std::fs::read_dir(dir).unwrap().flatten() {
+                    if entry.file_type().unwrap().is_dir() {
+                        dirs.push(entry.path());
+                    } else {
+                        let text = std::fs::read_to_string(entry.path()).unwrap();
+                        let path = entry.path().strip_prefix(dest).unwrap().to_path_buf();
+                        files.push((path.display().to_string(), text));
+                    }
+                }
+            }
+            files.sort();
+            files
+        };
+        assert!(Ecosystem::Cargo.fetch_tree(&root, &dest).unwrap());
+        let copied = |path: &str| {
+            (
+                path.to_string(),
+                std::fs::read_to_string(root.join(path)).unwrap(),
+            )
+        };
+        let empty = |path: &str| (path.to_string(), String::new());
+        assert_eq!(
+            listing(&dest),
+            [
+                copied("Cargo.lock"),
+                copied("Cargo.toml"),
+                copied("crates/a/Cargo.toml"),
+                empty("crates/a/build.rs"),
+                empty("crates/a/src/bin/tool.rs"),
+            ]
+        );
+        let npm = dir.path().join("npm");
+        assert!(Ecosystem::Npm.fetch_tree(&root, &npm).unwrap());
+        assert_eq!(
+            listing(&npm),
+            [
+                copied("package-lock.json"),
+                copied("package.json"),
+                copied("web/package.json"),
+            ]
+        );
+        assert!(!Ecosystem::Go
+            .fetch_tree(&root, &dir.path().join("go"))
+            .unwrap());
+        assert!(!dir.path().join("go").exists());
+    }
 
     #[test]
     fn the_root_files_say_which_ecosystem_and_both_or_neither_is_refused() {

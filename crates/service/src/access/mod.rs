@@ -18,13 +18,18 @@
 //!   still identify (a revoked token, or a bootstrap token no longer configured, ends it).
 //!   Admins list and revoke every session, others their own (another's does not exist for
 //!   them).
+//! - **Revocations** are announced as they happen ([`revocations`]): whatever holds a
+//!   credential open (an event stream) watches for its principal's name
+//!   ([`Access::watch_revocations`]) and re-checks at once.
 //!
 //! Every refusal is an [`AccessError`] whose variants map onto HTTP statuses one to one.
 
 mod password;
+pub mod revocations;
 mod tokens;
 
 pub use password::{MAX_PASSWORD_CHARS, MIN_PASSWORD_CHARS};
+pub use revocations::{RevocationWatch, Revocations, DEFAULT_REVOCATION_POLL};
 pub use tokens::{
     digest, mint_token, token_digest, valid_token_name, MintError, Tokens, MIN_BOOTSTRAP_TOKEN_LEN,
 };
@@ -190,6 +195,7 @@ pub struct Access {
     store: Arc<dyn Store>,
     bootstrap: Arc<Tokens>,
     hashing: Arc<Semaphore>,
+    revocations: Arc<Revocations>,
     /// How long a new web session lasts ([`DEFAULT_SESSION_LIFETIME`] unless set).
     pub session_lifetime: Duration,
 }
@@ -258,8 +264,23 @@ impl Access {
             store,
             bootstrap: Arc::new(bootstrap),
             hashing: Arc::new(Semaphore::new(MAX_CONCURRENT_HASHES)),
+            revocations: Arc::new(Revocations::new(DEFAULT_REVOCATION_POLL)),
             session_lifetime: DEFAULT_SESSION_LIFETIME,
         }
+    }
+
+    /// Sets how often the store is compared for revocations other processes made (while
+    /// someone watches; [`DEFAULT_REVOCATION_POLL`] by default). Call before anything watches:
+    /// the clones made before keep the old setting.
+    pub fn with_revocation_poll(mut self, every: Duration) -> Access {
+        self.revocations = Arc::new(Revocations::new(every));
+        self
+    }
+
+    /// Watches for revocations that may concern `name`'s credentials (see [`revocations`]).
+    /// Needs a Tokio runtime: the first watch starts the store poller.
+    pub fn watch_revocations(&self, name: &str) -> RevocationWatch {
+        self.revocations.watch(name, &self.store)
     }
 
     /// Sets how long new web sessions last.
@@ -341,6 +362,8 @@ impl Access {
         match self.store.revoke_api_token(id).await {
             Ok(token) => {
                 tracing::info!(token = %token.id, by = %caller.name, "api token revoked");
+                // What holds it open (its streams, its sessions' streams) looks again now.
+                self.revocations.announce(&token.name);
                 // The console sessions it signed in end with it (they would no longer
                 // identify anyone; this takes them off the lists too).
                 for session in self.store.list_web_sessions(None).await? {
@@ -386,6 +409,7 @@ impl Access {
             .await?
             .map_err(AccessError::Internal)?;
         let user = self.store.put_web_user(name, role.as_str(), &hash).await?;
+        self.revocations.announce(&user.name);
         tracing::info!(user = %user.name, role = %user.role, "web password set");
         Ok(user.into())
     }
@@ -405,6 +429,7 @@ impl Access {
     pub async fn remove_web_user(&self, name: &str) -> Result<(), AccessError> {
         match self.store.delete_web_user(name).await {
             Ok(()) => {
+                self.revocations.announce(name);
                 tracing::info!(user = %name, "web user removed");
                 Ok(())
             }
@@ -564,6 +589,7 @@ impl Access {
                 Ok(_) | Err(StoreError::NotFound { .. }) => {}
                 Err(error) => return Err(error.into()),
             }
+            self.revocations.announce(&session.name);
             tracing::info!(session = %session.id, name = %session.name, "web session signed out");
         }
         Ok(())
@@ -601,6 +627,7 @@ impl Access {
             }
             Err(error) => return Err(error.into()),
         };
+        self.revocations.announce(&revoked.name);
         tracing::info!(session = %revoked.id, name = %revoked.name, by = %caller.name, "web session revoked");
         Ok(revoked.into())
     }

@@ -7,10 +7,14 @@
 //!   `WARDEN_GITHUB_WEBHOOK_SECRET`, in constant time ([`text::verify`]). `ping` is answered.
 //!   An `issue_comment` (`created`) or `issues` (`opened`) delivery is acknowledged within
 //!   [`ACK_WITHIN`]: the work runs on its own task, and the answer waits for it at most that
-//!   long. Each delivery is handled once: its `X-GitHub-Delivery` id is recorded in the store
-//!   with the replies, in one transaction; one recorded before (a redelivery, a replay) is
-//!   acknowledged and ignored, and a submission is idempotent (`Idempotency-Key`
-//!   `github:<delivery>`) for the redelivery of one handled but not recorded.
+//!   long. Each delivery is handled once, and each event ([`Subject`]: what the signed body is
+//!   about, since the signature does not cover `X-GitHub-Delivery`): the event is recorded in
+//!   the store with the replies, in one transaction, then the delivery id; one whose delivery
+//!   id or event was recorded before (a redelivery, a replay under any id) is acknowledged and
+//!   ignored, and a submission is idempotent (`Idempotency-Key` `github:<event>`) for the
+//!   redelivery of one handled but not recorded. An event older than `max_event_age_secs` is
+//!   refused ([`WebhookError::TooOld`]) unless that delivery was recorded as received (before
+//!   it was handled) and is redelivered.
 //! - **Requests**: a mention of the app (`@warden fix …`/`@warden change …`: a change,
 //!   published after an approval; `@warden …` otherwise: a question) by a user GitHub says may
 //!   write to the repository (`admin`, `maintain` or `write`; asked at each delivery). The
@@ -119,6 +123,15 @@ pub enum WebhookError {
     /// Signed, but not a delivery Warden can read (400).
     #[error("{0}")]
     Invalid(String),
+    /// Signed, but its event is older than `[github.webhook] max_event_age_secs` and this
+    /// delivery was not received before (422): a replay, or a redelivery of an event Warden
+    /// never saw, past the window.
+    #[error("{0}")]
+    TooOld(String),
+    /// Whether the delivery was received before could not be learnt (the store failed; 500):
+    /// nothing was done, a redelivery is handled.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// The GitHub interface: its API client, the service it calls, and who may approve.
@@ -188,10 +201,16 @@ impl GithubHook {
             | "pull_request_review"
             | "check_run"
             | "check_suite" => {
+                let subject = Subject::of(event, &payload);
+                if let Some(subject) = &subject {
+                    self.check_age(&id, event, subject).await?;
+                }
                 let hook = Arc::clone(self);
                 let event = event.to_string();
-                let work =
-                    tokio::spawn(async move { hook.handle_delivery(&id, &event, &payload).await });
+                let work = tokio::spawn(async move {
+                    hook.handle_delivery(&id, subject.as_ref(), &event, &payload)
+                        .await
+                });
                 match tokio::time::timeout(ACK_WITHIN, work).await {
                     Ok(Ok(Ok(()))) => {}
                     Ok(Ok(Err(error))) => {
@@ -208,28 +227,115 @@ impl GithubHook {
         }
     }
 
-    /// Handles one delivery, unless it was handled before, and records it with its replies.
+    /// Refuses a delivery whose event is older than `max_event_age` unless this delivery (its
+    /// id and its subject) was received before: a redelivery of something not yet handled, or
+    /// one handled (then ignored by [`Self::handle_delivery`]). A subject without a time it
+    /// can read (GitHub gives every one of these events its time) is not refused.
+    async fn check_age(
+        &self,
+        delivery: &str,
+        event: &str,
+        subject: &Subject,
+    ) -> Result<(), WebhookError> {
+        let Some(at_ms) = subject.at_ms else {
+            return Ok(());
+        };
+        let window = self.config.max_event_age;
+        let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+        let age_ms = crate::chat::now_ms().saturating_sub(at_ms);
+        if age_ms <= window_ms {
+            return Ok(());
+        }
+        match self
+            .store()
+            .chat_update_seen(CHANNEL, received_key(delivery, subject))
+            .await
+        {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                tracing::warn!(
+                    delivery,
+                    event,
+                    age_secs = age_ms / 1000,
+                    "a github event older than max_event_age_secs refused"
+                );
+                Err(WebhookError::TooOld(format!(
+                    "the {event} event is {} s old, older than [github.webhook] \
+                     max_event_age_secs ({} s), and this delivery was not received before: \
+                     refused, nothing was done",
+                    age_ms / 1000,
+                    window.as_secs()
+                )))
+            }
+            Err(error) => {
+                tracing::warn!(%error, delivery, "cannot learn whether an old github delivery was received before");
+                Err(WebhookError::Unavailable(
+                    "the store is unavailable: the delivery was not handled; redeliver it".into(),
+                ))
+            }
+        }
+    }
+
+    /// Handles one delivery, unless it or its subject was handled before, and records it with
+    /// its replies. A delivery is known by its `X-GitHub-Delivery` id; its subject by what
+    /// the signed body is about ([`Subject`]), so one body replayed under another delivery id
+    /// is the same event: ignored once handled, and the same task (the idempotency key and
+    /// the replies' ids are the subject's) if two arrive at once. The delivery is recorded as
+    /// received first, so a redelivery of it is handled even past the age window.
     async fn handle_delivery(
         &self,
         id: &str,
+        subject: Option<&Subject>,
         event: &str,
         payload: &Value,
     ) -> Result<(), StoreError> {
-        let key = update_key(id);
-        if self.store().chat_update_seen(CHANNEL, key).await? {
+        let delivery_key = update_key(id);
+        if self.store().chat_update_seen(CHANNEL, delivery_key).await? {
             tracing::info!(delivery = id, "github delivery seen before; ignored");
             return Ok(());
         }
-        let Some(replies) = self.on_event(id, event, payload).await? else {
+        if let Some(subject) = subject {
+            if self
+                .store()
+                .chat_update_seen(CHANNEL, subject.key())
+                .await?
+            {
+                tracing::info!(
+                    delivery = id,
+                    event,
+                    "github event handled before under another delivery (a replay); ignored"
+                );
+                return Ok(());
+            }
+            self.store()
+                .record_chat_update(CHANNEL, received_key(id, subject), Vec::new())
+                .await?;
+        }
+        let event_id = subject.map_or_else(|| id.to_string(), Subject::id);
+        let Some(replies) = self.on_event(&event_id, event, payload).await? else {
             // Not recorded: a redelivery is handled again.
             return Ok(());
         };
         warden_engine::publish::crash_point(FAILPOINT_BEFORE_RECORD);
-        if !self
-            .store()
-            .record_chat_update(CHANNEL, key, replies)
-            .await?
-        {
+        let recorded = match subject {
+            // The subject with the replies, in one transaction; then the delivery id.
+            Some(subject) => {
+                let recorded = self
+                    .store()
+                    .record_chat_update(CHANNEL, subject.key(), replies)
+                    .await?;
+                self.store()
+                    .record_chat_update(CHANNEL, delivery_key, Vec::new())
+                    .await?;
+                recorded
+            }
+            None => {
+                self.store()
+                    .record_chat_update(CHANNEL, delivery_key, replies)
+                    .await?
+            }
+        };
+        if !recorded {
             tracing::info!(delivery = id, "github delivery recorded by another handler");
         }
         Ok(())
@@ -1012,11 +1118,72 @@ impl DeliveryError for GithubError {
 /// is the first 63 bits of SHA-256(`github:delivery:{id}`) (see [`crate::slack::update_key`]
 /// for the odds of two sharing one: the later would be ignored, never doubled).
 pub fn update_key(id: &str) -> i64 {
+    key_of(&format!("github:delivery:{id}"))
+}
+
+/// The first 63 bits of SHA-256(`text`).
+fn key_of(text: &str) -> i64 {
     use sha2::{Digest, Sha256};
-    let digest = Sha256::digest(format!("github:delivery:{id}").as_bytes());
+    let digest = Sha256::digest(text.as_bytes());
     let mut first = [0u8; 8];
     first.copy_from_slice(&digest[..8]);
     i64::from_be_bytes(first) & i64::MAX
+}
+
+/// The key recording that delivery `id` of `subject` was received (before it was handled).
+fn received_key(id: &str, subject: &Subject) -> i64 {
+    key_of(&format!("github:received:{id}\n{}", subject.identity))
+}
+
+/// What a delivery's signed body is about, the same however often and under whatever delivery
+/// id it arrives: the event, its action, and the comment, issue, review, check run or check
+/// suite with its id and its own time (a comment's or issue's `updated_at`, a review's
+/// `submitted_at`, a check run's `completed_at`, a check suite's `updated_at`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subject {
+    /// `event`, `action`, the object's id and its time as written, one line each.
+    identity: String,
+    /// That time, in milliseconds since the Unix epoch, when it reads as RFC 3339.
+    at_ms: Option<i64>,
+}
+
+impl Subject {
+    /// `None` for an event without such an object (or whose object has no id).
+    pub fn of(event: &str, payload: &Value) -> Option<Subject> {
+        let (object, times): (&Value, &[&str]) = match event {
+            "issue_comment" | "pull_request_review_comment" => {
+                (&payload["comment"], &["updated_at", "created_at"])
+            }
+            "issues" => (&payload["issue"], &["updated_at", "created_at"]),
+            "pull_request_review" => (&payload["review"], &["submitted_at"]),
+            "check_run" => (&payload["check_run"], &["completed_at", "started_at"]),
+            "check_suite" => (&payload["check_suite"], &["updated_at", "created_at"]),
+            _ => return None,
+        };
+        let id = object["id"].as_u64()?;
+        let time = times.iter().find_map(|name| object[*name].as_str());
+        Some(Subject {
+            identity: format!(
+                "{event}\n{}\n{id}\n{}",
+                payload["action"].as_str().unwrap_or_default(),
+                time.unwrap_or_default()
+            ),
+            at_ms: time
+                .and_then(warden_engine::maintain::index::parse_rfc3339_ms)
+                .and_then(|ms| i64::try_from(ms).ok()),
+        })
+    }
+
+    /// The key recording that the subject was handled.
+    fn key(&self) -> i64 {
+        key_of(&format!("github:event:{}", self.identity))
+    }
+
+    /// The event's id in what handling it writes (the idempotency key of the task it submits,
+    /// its replies' ids): `e` and 16 hex digits of the subject's SHA-256.
+    fn id(&self) -> String {
+        format!("e{:016x}", self.key())
+    }
 }
 
 /// Checks GitHub's credentials once at start-up (`warden serve`), when any are configured: a
@@ -1103,6 +1270,41 @@ mod tests {
         assert!(a >= 0);
         assert_eq!(a, update_key("72d3162e-cc78-11e3-81ab-4c9367dc0958"));
         assert_ne!(a, update_key("72d3162e-cc78-11e3-81ab-4c9367dc0959"));
+    }
+
+    #[test]
+    fn a_subject_is_the_event_action_object_and_its_time_whatever_the_delivery() {
+        let comment = |id: u64, at: &str, body: &str| {
+            json!({"action": "created", "comment": {"id": id, "updated_at": at, "body": body},
+                   "issue": {"id": 9, "number": 1, "updated_at": "2026-01-01T00:00:00Z"}})
+        };
+        let a = Subject::of("issue_comment", &comment(1, "2026-12-03T14:00:00Z", "a")).unwrap();
+        assert_eq!(a.at_ms, Some(1_796_306_400_000));
+        // The same comment however its body reads (an edit is another action and time).
+        let same = Subject::of("issue_comment", &comment(1, "2026-12-03T14:00:00Z", "b"));
+        assert_eq!(same.as_ref(), Some(&a));
+        assert_eq!(same.unwrap().id(), a.id());
+        for other in [
+            Subject::of("issue_comment", &comment(2, "2026-12-03T14:00:00Z", "a")),
+            Subject::of("issue_comment", &comment(1, "2026-12-03T14:00:01Z", "a")),
+            Subject::of("issues", &comment(1, "2026-12-03T14:00:00Z", "a")),
+        ] {
+            let other = other.unwrap();
+            assert_ne!(other.key(), a.key(), "{other:?}");
+            assert_ne!(received_key("d-1", &other), received_key("d-1", &a));
+        }
+        assert_ne!(received_key("d-1", &a), received_key("d-2", &a));
+        assert_ne!(received_key("d-1", &a), a.key());
+        assert_ne!(a.key(), update_key("d-1"));
+        let run = json!({"action": "completed",
+                         "check_run": {"id": 5, "completed_at": "2026-12-03T14:01:00Z"}});
+        assert_eq!(
+            Subject::of("check_run", &run).unwrap().at_ms,
+            Some(1_796_306_460_000)
+        );
+        // Nothing to know it by: the delivery id alone.
+        assert_eq!(Subject::of("ping", &run), None);
+        assert_eq!(Subject::of("check_suite", &run), None);
     }
 
     #[test]

@@ -325,10 +325,15 @@ async fn run_change_loop(
         let session = Arc::clone(&session);
         let toolchains = input.sandbox.toolchains.clone();
         let config = Arc::clone(&services.config);
+        let events = input.events.clone();
         tokio::task::spawn_blocking(move || {
-            change::before_agent(&session, &config, &toolchains, &|line| {
-                tracing::info!("{line}")
-            })
+            change::before_agent(
+                &session,
+                &config,
+                &toolchains,
+                &|line| tracing::info!("{line}"),
+                &|record| events.emit(record.event()),
+            )
         })
         .await
     };

@@ -3,6 +3,7 @@
 mod list_dir;
 mod read_file;
 mod search;
+mod shell;
 mod specs;
 
 use std::future::Future;

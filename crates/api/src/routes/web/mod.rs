@@ -8,7 +8,9 @@
 //!   stored. When the sign-in page was loaded over HTTPS (the form's `Origin` says so) the
 //!   cookie is `__Host-warden_session` and `Secure`; over plain HTTP (a laptop's
 //!   `http://127.0.0.1`) it cannot be either, and is `warden_session`. Failed sign-ins spend
-//!   from the client address's bucket of failed authentications, as the API's do.
+//!   from the client address's bucket of failed authentications, as the API's do, and a
+//!   password's from its account name's; a throttled sign-in waits for its turn
+//!   ([`super::SignInThrottle`]) instead of being refused.
 //! - **Cross-site requests:** every state-changing request needs the session cookie (which
 //!   SameSite=Strict keeps off cross-site requests) and proof it came from the console itself:
 //!   `Sec-Fetch-Site: same-origin`, or, from browsers that do not send it, an `Origin` equal
@@ -287,7 +289,8 @@ async fn sign_in_page(State(state): State<Arc<ApiState>>, request: Request) -> R
     if viewer(&state, &parts.headers).await.is_ok() {
         return see_other("/");
     }
-    let address = super::auth::client_address(&parts);
+    // The TCP peer: whether the cookie would cross the network in clear to this server.
+    let address = super::auth::peer_address(&parts);
     html(pages::sign_in(
         None,
         plain_http_elsewhere(&parts.headers, address),
@@ -325,7 +328,7 @@ async fn sign_in(State(state): State<Arc<ApiState>>, request: Request) -> Respon
     if !same_origin(&headers) {
         return cross_site();
     }
-    let address = super::auth::client_address(&parts);
+    let address = super::auth::client_address(&state, &parts);
     let request = Request::from_parts(parts, body);
     let Ok(Form(form)) = Form::<SignInForm>::from_request(request, &()).await else {
         return html_with_status(
@@ -333,17 +336,31 @@ async fn sign_in(State(state): State<Arc<ApiState>>, request: Request) -> Respon
             pages::sign_in(Some("The sign-in form could not be read."), false),
         );
     };
-    if let Some(secs) = state.auth_failures_throttled(address) {
-        return html_with_status(
-            StatusCode::TOO_MANY_REQUESTS,
-            pages::sign_in(
-                Some(&format!(
-                    "Too many failed sign-ins from this address; try again in {secs} s."
-                )),
-                false,
-            ),
-        );
-    }
+    let account = match (&form.name, &form.token) {
+        (Some(name), None) => Some(name.as_str()),
+        _ => None,
+    };
+    // Throttled sign-ins wait for their turn here (see `SignInThrottle`).
+    let turn = match state.sign_ins.turn(&state.auth_failures, address, account) {
+        Ok(turn) => turn,
+        Err(super::auth::NoTurn(secs)) => {
+            let mut response = html_with_status(
+                StatusCode::TOO_MANY_REQUESTS,
+                pages::sign_in(
+                    Some(&format!(
+                        "Too many failed sign-ins from this address or for this account; \
+                         try again in {secs} s."
+                    )),
+                    false,
+                ),
+            );
+            if let Ok(value) = HeaderValue::from_str(&secs.to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, value);
+            }
+            return response;
+        }
+    };
+    turn.wait().await;
     let address_text = address.map(|a| a.to_string());
     let user_agent = headers
         .get(header::USER_AGENT)
@@ -368,12 +385,17 @@ async fn sign_in(State(state): State<Arc<ApiState>>, request: Request) -> Respon
                 .await
         }
         _ => {
+            turn.succeeded();
             return html_with_status(
                 StatusCode::BAD_REQUEST,
                 pages::sign_in(Some("Give a name and password, or an API token."), false),
-            )
+            );
         }
     };
+    match &outcome {
+        Err(AccessError::Unauthorized(_)) => {} // the failure keeps its units
+        Ok(_) | Err(_) => turn.succeeded(),
+    }
     match outcome {
         Ok(signed_in) => {
             // Rotated at sign-in: a session the browser held before ends here.
@@ -400,13 +422,10 @@ async fn sign_in(State(state): State<Arc<ApiState>>, request: Request) -> Respon
             response.headers_mut().append(header::SET_COOKIE, cookie);
             response
         }
-        Err(error @ AccessError::Unauthorized(_)) => {
-            state.count_auth_failure(address);
-            html_with_status(
-                StatusCode::UNAUTHORIZED,
-                pages::sign_in(Some(&error.to_string()), false),
-            )
-        }
+        Err(error @ AccessError::Unauthorized(_)) => html_with_status(
+            StatusCode::UNAUTHORIZED,
+            pages::sign_in(Some(&error.to_string()), false),
+        ),
         Err(AccessError::Invalid(message)) => html_with_status(
             StatusCode::BAD_REQUEST,
             pages::sign_in(Some(&message), false),
