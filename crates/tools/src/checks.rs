@@ -24,7 +24,7 @@ use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
-use warden_protocol::{ChangedFile, DiffStat, Proposal, Validation};
+use warden_protocol::{ChangedFile, DiffStat, Failure, FailureCode, Proposal, Validation};
 use warden_repo::candidate::{build_candidate_tree, materialize_tree, Candidate, CandidateInput};
 use warden_repo::proposal::{
     create_proposal_commit, diff_files, proposal_hash, proposal_ref, ProposalInput,
@@ -38,6 +38,10 @@ const OUTPUT_TAIL: usize = 4000;
 
 /// Replaces registered secrets in text shown or stored.
 pub type Redact = Arc<dyn Fn(&str) -> String + Send + Sync>;
+
+/// The setting that lets a package manager (`cargo`, `npm`, `go`: what
+/// [`crate::offline::offline_failure`] names) find the project's dependencies offline.
+pub type OfflineFix = Arc<dyn Fn(&str) -> String + Send + Sync>;
 
 /// Everything a change task's checks and submission need.
 pub struct ChangeSessionConfig {
@@ -66,6 +70,8 @@ pub struct ChangeSessionConfig {
     pub env: Vec<(String, String)>,
     /// Host directories the check views show (toolchains, the dependency cache read-only).
     pub mounts: Vec<Mount>,
+    /// What to say when a check fails because its dependencies cannot be fetched offline.
+    pub offline_fix: OfflineFix,
 }
 
 /// A change task's candidate, checks and proposal, shared by `run_checks` and `submit_change`.
@@ -370,6 +376,21 @@ impl ChangeSession {
             .collect())
     }
 
+    /// Why `validations` fail for a reason outside the change, if they do: the first failing
+    /// check whose output shows a package manager unable to fetch a dependency offline, with
+    /// the setting that fixes it.
+    pub fn offline_reason(&self, validations: &[Validation]) -> Option<String> {
+        validations.iter().filter(|v| !v.passed()).find_map(|v| {
+            let program = crate::offline::offline_failure(&v.output_tail)?;
+            Some(format!(
+                "check `{}` cannot fetch the project's dependencies: checks run offline, with \
+                 only what the dependency cache holds; {}",
+                v.command,
+                (self.config.offline_fix)(program)
+            ))
+        })
+    }
+
     /// The host directory holding exactly `tree`: the snapshot for the base tree, else its
     /// verified materialization (the one checks run over). What Warden reads of a candidate
     /// (`warden maintain`'s post-scan of its lockfile) is read here, so it is bound to the tree.
@@ -615,11 +636,14 @@ impl Tool for RunChecks {
         Box::pin(async move {
             let result = blocking::run(move || {
                 if session.config.checks.is_empty() {
-                    return Ok("no check commands are configured for this repository".into());
+                    return Ok(ToolOutput::Ok(
+                        "no check commands are configured for this repository".into(),
+                    ));
                 }
                 let candidate = session.candidate()?;
                 let validations = session.run_checks(&candidate.tree)?;
                 let failed = validations.iter().filter(|v| !v.passed()).count();
+                let offline = session.offline_reason(&validations);
                 let mut text = format!(
                     "candidate tree {} ({} files changed, {} deleted)\n{}",
                     &candidate.tree[..12.min(candidate.tree.len())],
@@ -630,16 +654,30 @@ impl Tool for RunChecks {
                 for (path, reason) in &candidate.skipped {
                     text.push_str(&format!("not in the candidate: {path} ({reason})\n"));
                 }
-                if failed > 0 {
-                    Err(text)
-                } else {
-                    Ok(text)
+                match offline {
+                    // Nothing changed yet: the base itself cannot be checked, and no
+                    // submission can change that. The task stops before the agent spends more.
+                    Some(reason) if candidate.tree == session.config.base_tree => {
+                        Ok(ToolOutput::Stop(Failure {
+                            code: FailureCode::BaselineFailing,
+                            message: format!(
+                                "the checks cannot run on the base commit {}: {reason}",
+                                session.config.base_commit
+                            ),
+                        }))
+                    }
+                    Some(reason) => {
+                        text.push_str(&format!("{reason}\n"));
+                        Err(text)
+                    }
+                    None if failed > 0 => Err(text),
+                    None => Ok(ToolOutput::Ok(text)),
                 }
             })
             .await;
             match result {
                 None => ToolOutput::Error("the checks crashed Warden's worker thread".into()),
-                Some(Ok(text)) => ToolOutput::Ok(text),
+                Some(Ok(output)) => output,
                 Some(Err(text)) => ToolOutput::Error(text),
             }
         })
@@ -714,6 +752,7 @@ fn submit(session: &ChangeSession, summary: String) -> ToolOutput {
     };
     let failed: Vec<&Validation> = validations.iter().filter(|v| !v.passed()).collect();
     if !failed.is_empty() {
+        let offline = session.offline_reason(&validations);
         return ToolOutput::Rejected(
             failed
                 .iter()
@@ -734,6 +773,7 @@ fn submit(session: &ChangeSession, summary: String) -> ToolOutput {
                         v.output_tail.trim_end()
                     )
                 })
+                .chain(offline)
                 .collect(),
         );
     }
