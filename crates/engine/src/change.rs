@@ -22,7 +22,9 @@ use warden_runtime::{
     Model, RunInput, RunOutcome, RunReport, Tool,
 };
 use warden_sandbox::{Backend, Sandbox, SandboxView, ViewSpec};
-use warden_tools::checks::{ChangeSession, ChangeSessionConfig, Redact, RunChecks, SubmitChange};
+use warden_tools::checks::{
+    ChangeSession, ChangeSessionConfig, OfflineFix, Redact, RunChecks, SubmitChange,
+};
 use warden_tools::edit::{ApplyPatch, EditFile, WriteFile};
 use warden_tools::faux::FAUX_LABEL;
 use warden_tools::shell::Shell;
@@ -206,6 +208,15 @@ pub fn change_session(setup: &ChangeSetup<'_>) -> Result<Arc<ChangeSession>, Set
     let redact: Redact =
         Arc::new(move |text: &str| sensitive::redact_credential_patterns(&redactor.text(text)));
     let git = warden_repo::Git::locate().map_err(|e| SetupError::Infrastructure(e.to_string()))?;
+    let offline_fix: OfflineFix = {
+        let presets = setup.config.sandbox.toolchains.presets.clone();
+        let prepare = !setup.sandbox.toolchains.prepare.is_empty();
+        let base = setup.repo.snapshot.root.clone();
+        let file = setup.config.file.clone();
+        Arc::new(move |program: &str| {
+            crate::toolchain::offline_fix(program, &presets, prepare, &base, &file)
+        })
+    };
     Ok(Arc::new(ChangeSession::new(ChangeSessionConfig {
         git,
         repo: setup.repo.pinned.name.clone(),
@@ -225,6 +236,7 @@ pub fn change_session(setup: &ChangeSetup<'_>) -> Result<Arc<ChangeSession>, Set
         redact,
         env: setup.sandbox.toolchains.command_env(true),
         mounts: setup.sandbox.toolchains.mounts(false),
+        offline_fix,
     })))
 }
 
@@ -282,11 +294,14 @@ pub fn run_baseline(
     if failing.is_empty() {
         Ok(validations)
     } else {
-        let message = format!(
+        let mut message = format!(
             "the checks already fail on the base commit {} before any change: {}",
             session.config.base_commit,
             failing.join(", ")
         );
+        if let Some(reason) = session.offline_reason(&validations) {
+            message.push_str(&format!("\n{reason}"));
+        }
         Err((
             Failure {
                 code: FailureCode::BaselineFailing,

@@ -444,6 +444,8 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
     // 6. Fetch the candidates' packages (networked), then apply offline and check.
     stage(run, state, "fetch", &upgrade_list(&upgrades), |_| {
         fetch_candidates(run, eco, &upgrades)?;
+        // The cache the checks build against changed: no earlier record speaks for it.
+        session.forget_checks();
         Ok(((), "candidate packages fetched into the cache".to_string()))
     })?;
     let mut tree = base_tree.clone();
@@ -1338,6 +1340,7 @@ mod tests {
             sandbox: "linux".into(),
             duration_ms: 10,
             output_tail: String::new(),
+            reused: false,
         }
     }
 

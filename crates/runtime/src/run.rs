@@ -472,6 +472,10 @@ impl Agent<'_> {
                 push_tool_result(state, call, "accepted".into(), false);
                 return Ok(Some(RunOutcome::Finished(finish)));
             }
+            ToolOutput::Stop(failure) => {
+                push_tool_result(state, call, failure.message.clone(), true);
+                return Ok(Some(RunOutcome::Failed(failure)));
+            }
         }
         Ok(None)
     }
@@ -607,6 +611,7 @@ fn output_json(output: &ToolOutput) -> Value {
         ToolOutput::Ok(text) => json!({ "ok": text }),
         ToolOutput::Error(text) => json!({ "error": text }),
         ToolOutput::Rejected(errors) => json!({ "rejected": errors }),
+        ToolOutput::Stop(failure) => json!({ "stop": failure }),
         ToolOutput::Finish(Finish::Answer(answer)) => json!({ "answer": answer }),
         ToolOutput::Finish(Finish::Clarification { question }) => {
             json!({ "clarification": question })
