@@ -9,9 +9,12 @@
 //!   revoke`, `warden web sessions revoke`, `warden web remove`) are found by one poller per
 //!   process: while anyone watches it compares the store's tokens, web users and active
 //!   sessions every poll interval ([`DEFAULT_REVOCATION_POLL`]) and announces the names whose
-//!   credentials changed or ended (a session that expired included). A revocation made in the
-//!   poller's first interval, before it has something to compare with, is left to the
-//!   holder's periodic check.
+//!   credentials changed or ended (a session that expired included). Its first look is taken
+//!   at once and followed by an announcement that concerns every watch: what changed before
+//!   the poller had something to compare with is found by each holder's own re-check.
+//! - A new watch is concerned once from the start, so its holder re-checks its credential
+//!   before sending anything: a revocation announced between the holder's authentication and
+//!   its watch is not missed.
 //! - A [`RevocationWatch`] wakes on every announcement and says whether one since it last
 //!   looked may concern its name ([`RevocationWatch::concerns`]: also when more came than are
 //!   remembered), so a holder re-checks its credential, one store read, only when it may have
@@ -86,6 +89,7 @@ impl Revocations {
             receiver,
             seen,
             name: name.to_string(),
+            fresh: true,
         }
     }
 }
@@ -96,7 +100,12 @@ pub struct RevocationWatch {
     receiver: watch::Receiver<u64>,
     seen: u64,
     name: String,
+    /// Not looked at yet: the first [`RevocationWatch::concerns`] says yes.
+    fresh: bool,
 }
+
+/// The name an announcement that concerns every watch carries (no principal's name is empty).
+const EVERYONE: &str = "";
 
 impl std::fmt::Debug for RevocationWatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -117,8 +126,9 @@ impl RevocationWatch {
     /// more were made than are remembered); marks them all seen. Reads no store.
     pub fn concerns(&mut self) -> bool {
         let current = *self.receiver.borrow_and_update();
+        let fresh = std::mem::take(&mut self.fresh);
         if current == self.seen {
-            return false;
+            return fresh;
         }
         let recent = self
             .revocations
@@ -128,11 +138,11 @@ impl RevocationWatch {
         let lost = recent
             .front()
             .is_none_or(|(generation, _)| *generation > self.seen + 1);
-        let named = recent
-            .iter()
-            .any(|(generation, name)| *generation > self.seen && *name == self.name);
+        let named = recent.iter().any(|(generation, name)| {
+            *generation > self.seen && (*name == self.name || name == EVERYONE)
+        });
         self.seen = current;
-        lost || named
+        fresh || lost || named
     }
 }
 
@@ -207,22 +217,32 @@ async fn poll(revocations: Weak<Revocations>, store: Arc<dyn Store>) {
             Some(revocations) => revocations.poll,
             None => return,
         };
-        tokio::time::sleep(interval).await;
+        // The first look at once: until then nothing is compared.
+        if before.is_some() {
+            tokio::time::sleep(interval).await;
+        }
         let Some(announcer) = revocations.upgrade() else {
             return;
         };
         if announcer.generation.receiver_count() == 0 {
             // Nobody watches: no reads. The last look stays, so what changed meanwhile is
             // announced (harmlessly) once someone watches again.
+            if before.is_none() {
+                tokio::time::sleep(interval).await;
+            }
             continue;
         }
         match Snapshot::take(store.as_ref()).await {
             Ok(now) => {
-                if let Some(before) = &before {
-                    for name in before.ended(&now) {
-                        tracing::debug!(%name, "a credential ended in the store");
-                        announcer.announce(&name);
+                match &before {
+                    Some(before) => {
+                        for name in before.ended(&now) {
+                            tracing::debug!(%name, "a credential ended in the store");
+                            announcer.announce(&name);
+                        }
                     }
+                    // What changed before this first look: every holder checks its own.
+                    None => announcer.announce(EVERYONE),
                 }
                 before = Some(now);
             }
@@ -246,7 +266,9 @@ mod tests {
             receiver,
             seen: 0,
             name: "alice".into(),
+            fresh: true,
         };
+        assert!(watch.concerns(), "a new watch re-checks once");
         assert!(!watch.concerns());
         revocations.announce("bob");
         assert!(!watch.concerns());
@@ -258,6 +280,8 @@ mod tests {
             revocations.announce("bob");
         }
         assert!(watch.concerns(), "more than are remembered");
+        revocations.announce(EVERYONE);
+        assert!(watch.concerns(), "an announcement for everyone");
     }
 
     #[test]
