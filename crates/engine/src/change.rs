@@ -348,7 +348,9 @@ pub fn before_agent_with(
     if complete {
         // Filled by a prepare of this exact key (the same repository, toolchains, commands
         // and what they read): nothing to fetch, and nothing writes a complete cache.
-        progress("warden: the dependency cache of this base is complete; prepare skipped");
+        let notice = "prepare skipped: the dependency cache of this base is complete";
+        progress(&format!("warden: {notice}"));
+        notices.push(notice.to_string());
         commands.clear();
     } else if !toolchains.prepare.is_empty() {
         commands.extend(
