@@ -13,6 +13,15 @@
 //! preset brings its registries and, when the base tree has its lockfile and no `prepare` is
 //! configured, a default prepare command that fills the cache (`cargo fetch --locked`, …).
 //!
+//! **Caches that cannot be poisoned.** A cache is keyed ([`cache_key`]) by everything that
+//! could change what prepare writes: the repository, the toolchains, the prepare commands and
+//! what they read of the base tree (the manifests and lockfiles for the presets' defaults, the
+//! tree id for configured commands). Only the prepare of a key writes its cache, holding the
+//! exclusive lock, and a `.complete` marker beside it publishes it when every command
+//! succeeded; a complete cache is never written again and later tasks skip prepare. Readers
+//! hold the lock shared until their task ends (`warden gc` skips a held cache). A task never
+//! sees another's half-written cache: it gets one of its own instead ([`CacheState`]).
+//!
 //! **What is refused** (at configuration load for `warden.toml`, at registration for a
 //! repository's mounts): relative paths and `..`, `/`, anything under `/proc`, `/sys`, `/dev`,
 //! `/etc` or the working root, a path overlapping `WARDEN_HOME` (snapshots, scratch, caches,
