@@ -223,6 +223,7 @@ async fn fixture(events: u64) -> Fixture {
         sandbox: "linux".into(),
         duration_ms: 41_200,
         output_tail: tail.clone(),
+        reused: false,
     };
     let mut changed: Vec<ChangedFile> = files
         .iter()

@@ -6,6 +6,7 @@
 //! `warden_tools::checks` and `warden_repo::{candidate, proposal}`.
 
 use crate::config::Config;
+use crate::fetch_tree::{FetchTree, Manifests};
 use crate::question::{manifest, SetupError, TaskRepo};
 use crate::sensitive;
 use std::path::{Path, PathBuf};
@@ -21,7 +22,9 @@ use warden_runtime::{
     Model, RunInput, RunOutcome, RunReport, Tool,
 };
 use warden_sandbox::{Backend, Sandbox, SandboxView, ViewSpec};
-use warden_tools::checks::{ChangeSession, ChangeSessionConfig, Redact, RunChecks, SubmitChange};
+use warden_tools::checks::{
+    ChangeSession, ChangeSessionConfig, OfflineFix, Redact, RunChecks, SubmitChange,
+};
 use warden_tools::edit::{ApplyPatch, EditFile, WriteFile};
 use warden_tools::faux::FAUX_LABEL;
 use warden_tools::shell::Shell;
@@ -212,6 +215,15 @@ pub fn change_session(setup: &ChangeSetup<'_>) -> Result<Arc<ChangeSession>, Set
     let redact: Redact =
         Arc::new(move |text: &str| sensitive::redact_credential_patterns(&redactor.text(text)));
     let git = warden_repo::Git::locate().map_err(|e| SetupError::Infrastructure(e.to_string()))?;
+    let offline_fix: OfflineFix = {
+        let presets = setup.config.sandbox.toolchains.presets.clone();
+        let prepare = !setup.sandbox.toolchains.prepare.is_empty();
+        let base = setup.repo.snapshot.root.clone();
+        let file = setup.config.file.clone();
+        Arc::new(move |program: &str| {
+            crate::toolchain::offline_fix(program, &presets, prepare, &base, &file)
+        })
+    };
     Ok(Arc::new(ChangeSession::new(ChangeSessionConfig {
         git,
         repo: setup.repo.pinned.name.clone(),
@@ -231,6 +243,7 @@ pub fn change_session(setup: &ChangeSetup<'_>) -> Result<Arc<ChangeSession>, Set
         redact,
         env: setup.sandbox.toolchains.command_env(true),
         mounts: setup.sandbox.toolchains.mounts(false),
+        offline_fix,
     })))
 }
 
@@ -288,11 +301,14 @@ pub fn run_baseline(
     if failing.is_empty() {
         Ok(validations)
     } else {
-        let message = format!(
+        let mut message = format!(
             "the checks already fail on the base commit {} before any change: {}",
             session.config.base_commit,
             failing.join(", ")
         );
+        if let Some(reason) = session.offline_reason(&validations) {
+            message.push_str(&format!("\n{reason}"));
+        }
         Err((
             Failure {
                 code: FailureCode::BaselineFailing,
@@ -365,15 +381,13 @@ pub fn before_agent_with(
         for (index, (preset, command)) in
             toolchains.default_prepare(snapshot).into_iter().enumerate()
         {
-            let root = match preset_ecosystem(preset) {
-                Some(eco) => {
-                    let tree = FetchTree::new(session, eco, &format!("prepare-{index}"))?;
-                    let root = tree.root().to_path_buf();
-                    trees.push(tree);
-                    root
-                }
-                None => snapshot.clone(),
-            };
+            let tree = FetchTree::new(
+                session,
+                preset_manifests(preset),
+                &format!("prepare-{index}"),
+            )?;
+            let root = tree.root().to_path_buf();
+            trees.push(tree);
             commands.push((command.to_string(), root));
         }
     }
@@ -660,67 +674,14 @@ fn prepare(
     Ok((notices, succeeded))
 }
 
-/// The ecosystem whose fetch tree a preset's default prepare command runs over.
-fn preset_ecosystem(
-    preset: crate::toolchain::Preset,
-) -> Option<crate::maintain::ecosystem::Ecosystem> {
-    use crate::maintain::ecosystem::Ecosystem;
+/// The manifests a preset's default prepare command sees instead of the base tree (`None`:
+/// the base tree, for Go, which reads nothing there that runs a program, and Python).
+fn preset_manifests(preset: crate::toolchain::Preset) -> Option<Manifests> {
     use crate::toolchain::Preset;
     match preset {
-        Preset::Rust => Some(Ecosystem::Cargo),
-        Preset::Node => Some(Ecosystem::Npm),
-        Preset::Go => Some(Ecosystem::Go),
-        Preset::Python => None,
-    }
-}
-
-/// What a networked step sees of the base tree
-/// ([`crate::maintain::ecosystem::Ecosystem::fetch_tree`]: the manifests and the lockfile,
-/// nothing of the repository that makes the package manager run a program), written under the
-/// task's scratch directory and removed when dropped; the base tree itself for Go.
-pub struct FetchTree {
-    root: PathBuf,
-    owned: bool,
-}
-
-impl FetchTree {
-    pub fn new(
-        session: &ChangeSession,
-        eco: crate::maintain::ecosystem::Ecosystem,
-        name: &str,
-    ) -> Result<FetchTree, Failure> {
-        let config = &session.config;
-        let dest = config.scratch.join(format!("{name}-tree"));
-        let _ = std::fs::remove_dir_all(&dest);
-        match eco.fetch_tree(&config.snapshot, &dest) {
-            Ok(true) => Ok(FetchTree {
-                root: dest,
-                owned: true,
-            }),
-            Ok(false) => Ok(FetchTree {
-                root: config.snapshot.clone(),
-                owned: false,
-            }),
-            Err(message) => {
-                let _ = std::fs::remove_dir_all(&dest);
-                Err(Failure {
-                    code: FailureCode::Infrastructure,
-                    message: format!("cannot write the manifests the fetch reads: {message}"),
-                })
-            }
-        }
-    }
-
-    pub fn root(&self) -> &Path {
-        &self.root
-    }
-}
-
-impl Drop for FetchTree {
-    fn drop(&mut self) {
-        if self.owned {
-            let _ = std::fs::remove_dir_all(&self.root);
-        }
+        Preset::Rust => Some(Manifests::Cargo),
+        Preset::Node => Some(Manifests::Npm),
+        Preset::Go | Preset::Python => None,
     }
 }
 

@@ -28,7 +28,7 @@ pub struct FileConfig {
     pub storage: StorageSection,
     /// `[egress]`: what `prepare` reaches through Warden's egress proxy.
     #[serde(default)]
-    pub egress: EgressSection,
+    pub egress: crate::egress::EgressSection,
     #[serde(default)]
     pub serve: crate::serve_config::ServeSection,
     #[serde(default)]
@@ -167,27 +167,6 @@ pub struct SandboxSection {
     /// lie under; empty (the default): repositories cannot add mounts.
     #[serde(default)]
     pub repo_mount_roots: Vec<String>,
-}
-
-/// `[egress]`: what a change's `prepare` step (and only it) reaches through Warden's egress
-/// proxy, on top of the toolchain presets' registries (see `crate::egress`).
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EgressSection {
-    /// More hosts (`host`, `*.domain`, `host:port`), reached at public addresses only.
-    #[serde(default)]
-    pub allow: Vec<String>,
-    /// The operator's own hosts (a registry mirror on the LAN): any address, IP literals
-    /// included.
-    #[serde(default)]
-    pub allow_private: Vec<String>,
-    /// `false`: the presets' and `[maintain]`'s registries are not admitted, only `allow` and
-    /// `allow_private` (default true).
-    pub presets: Option<bool>,
-    /// An HTTP proxy (`host:port`) that connects for Warden once Warden admitted the host.
-    pub upstream: Option<String>,
-    /// Bytes one prepare command may move through the proxy, in MiB (default 4096).
-    pub max_mib: Option<u64>,
 }
 
 /// `[storage]`: how large snapshots may be and how much mirrors, snapshots and dependency

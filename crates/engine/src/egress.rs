@@ -49,6 +49,27 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Bytes relayed by one prepare command's proxy, by default (4 GiB).
 pub const DEFAULT_MAX_BYTES: u64 = 4 << 30;
 
+/// `[egress]`: what a change's `prepare` step (and only it) reaches through Warden's egress
+/// proxy, on top of the toolchain presets' registries (see `crate::egress`).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EgressSection {
+    /// More hosts (`host`, `*.domain`, `host:port`), reached at public addresses only.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// The operator's own hosts (a registry mirror on the LAN): any address, IP literals
+    /// included.
+    #[serde(default)]
+    pub allow_private: Vec<String>,
+    /// `false`: the presets' and `[maintain]`'s registries are not admitted, only `allow` and
+    /// `allow_private` (default true).
+    pub presets: Option<bool>,
+    /// An HTTP proxy (`host:port`) that connects for Warden once Warden admitted the host.
+    pub upstream: Option<String>,
+    /// Bytes one prepare command may move through the proxy, in MiB (default 4096).
+    pub max_mib: Option<u64>,
+}
+
 /// One allow-list entry: a host name (`registry.npmjs.org`), or every name under a domain
 /// (`*.crates.io`, not `crates.io` itself), with an optional port. Names are lowercase
 /// without a trailing dot.
@@ -629,12 +650,12 @@ fn respond(stream: &mut TcpStream, code: u16, message: &str) -> io::Result<()> {
         _ => "Service Unavailable",
     };
     let body = format!("warden egress: {message}\n");
-    write!(
-        stream,
+    let answer = format!(
         "HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: \
          {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
-    )?;
+    );
+    stream.write_all(answer.as_bytes())?;
     stream.flush()
 }
 
@@ -1018,9 +1039,10 @@ struct UpstreamStatus {
 fn upstream_connect(upstream: &mut TcpStream, host: &str, port: u16) -> io::Result<UpstreamStatus> {
     // An IPv6 literal is bracketed already.
     let authority = format!("{host}:{port}");
-    write!(
-        upstream,
-        "CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n"
+    // One write: a proxy that answers after the request line must not see the rest arrive
+    // after it closed.
+    upstream.write_all(
+        format!("CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n").as_bytes(),
     )?;
     upstream.flush()?;
     let (head, after) = read_head(upstream)?;

@@ -332,11 +332,19 @@ impl GithubClient {
         match &self.config.auth {
             GithubAuth::Token(token) => Ok(token.clone()),
             GithubAuth::App(app) => {
-                let now = crate::github::app::now_secs();
+                // The cache measures a token's life on the monotonic clock, from before it was
+                // asked for: a step of the wall clock neither keeps an expired token in use
+                // nor throws a good one away. The JWT and `expires_at` are wall-clock times.
+                let wall = crate::github::app::now_secs();
+                let now = crate::github::app::monotonic_secs();
                 let scope =
                     crate::github::app::TokenScope::new(app.installation_id, [repo.name.clone()]);
                 self.installation
-                    .get(&scope, now, || self.installation_token(app, &scope, now))
+                    .get(&scope, now, || async {
+                        let (token, expires_at) =
+                            self.installation_token(app, &scope, wall).await?;
+                        Ok((token, now.saturating_add(expires_at - wall)))
+                    })
                     .await
             }
         }

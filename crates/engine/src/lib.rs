@@ -14,6 +14,7 @@ pub mod config;
 pub mod diff;
 pub mod egress;
 pub mod env;
+pub mod fetch_tree;
 pub mod github;
 pub mod github_hook_config;
 pub mod maintain;

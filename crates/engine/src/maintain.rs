@@ -332,7 +332,7 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
     // the lockfile alone; then the repository's prepare commands.
     let toolchains = networked_toolchains(run, eco)?;
     let notices = stage(run, state, "acquire", eco.acquire(), |_| {
-        let tree = change::FetchTree::new(session, eco, "acquire")?;
+        let tree = crate::fetch_tree::FetchTree::new(session, eco.manifests(), "acquire")?;
         let notices = change::before_agent_with(
             session,
             run.config,
@@ -444,6 +444,8 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
     // 6. Fetch the candidates' packages (networked), then apply offline and check.
     stage(run, state, "fetch", &upgrade_list(&upgrades), |_| {
         fetch_candidates(run, eco, &upgrades)?;
+        // The cache the checks build against changed: no earlier record speaks for it.
+        session.forget_checks();
         Ok(((), "candidate packages fetched into the cache".to_string()))
     })?;
     let mut tree = base_tree.clone();
@@ -1121,7 +1123,7 @@ fn fetch_candidates(
     // packages reach no other task.
     let script = eco.fetch_script(upgrades);
     let network = PrepareNetwork::of(session.config.sandbox.as_ref(), &toolchains);
-    let tree = change::FetchTree::new(session, eco, "fetch-candidates")?;
+    let tree = crate::fetch_tree::FetchTree::new(session, eco.manifests(), "fetch-candidates")?;
     let output = change::prepare_command(
         session,
         &toolchains,
@@ -1331,6 +1333,7 @@ mod tests {
             sandbox: "linux".into(),
             duration_ms: 10,
             output_tail: String::new(),
+            reused: false,
         }
     }
 

@@ -836,6 +836,7 @@ mod tests {
                 sandbox: "linux".into(),
                 duration_ms: 5,
                 output_tail: "output sk-live-secret-value-1234".into(),
+                reused: false,
             }],
             sensitive_files: vec![],
         };

@@ -28,7 +28,7 @@
 //! the task store) and the Warden user's home itself or one of its parents (it holds
 //! credentials).
 
-use crate::config::EgressSection;
+use crate::egress::EgressSection;
 use crate::env::Env;
 use std::path::{Component, Path, PathBuf};
 use warden_sandbox::{Mount, WORKING_ROOT};
@@ -124,6 +124,62 @@ pub fn not_found_fix(program: &str, configured: &[Preset], file: &Path) -> Strin
             )
         }
         None => warden_tools::not_found_sentence(program),
+    }
+}
+
+/// What to do when the checks fail because `program` (`cargo`, `npm`, `go`) cannot fetch a
+/// dependency offline: the preset to add to `file` when it is not configured, else why its
+/// prepare left the dependency out (`configured_prepare`: `[sandbox] prepare` replaces the
+/// presets' defaults; `base` is the base tree, for its lockfile) and the setting that fixes it.
+pub fn offline_fix(
+    program: &str,
+    configured: &[Preset],
+    configured_prepare: bool,
+    base: &Path,
+    file: &Path,
+) -> String {
+    let file = file.display();
+    let Some((preset, (lockfile, command))) =
+        Preset::providing(program).and_then(|preset| Some((preset, preset.default_prepare()?)))
+    else {
+        return format!(
+            "fetch the dependencies in a `[sandbox] prepare` command in {file}, with the \
+             registry's host in `[egress] allow`"
+        );
+    };
+    if !configured.contains(&preset) {
+        let names: Vec<String> = configured
+            .iter()
+            .chain(std::iter::once(&preset))
+            .map(|p| format!("{:?}", p.as_str()))
+            .collect();
+        format!(
+            "add `toolchains = [{}]` under [sandbox] in {file}: with a committed {lockfile}, its \
+             default prepare (`{command}`) fetches what the lockfile pins into the dependency \
+             cache, through Warden's egress proxy, before the checks run",
+            names.join(", ")
+        )
+    } else if configured_prepare {
+        format!(
+            "the `[sandbox] prepare` commands in {file} replace the {} preset's default \
+             (`{command}`) and did not fetch it: fetch every dependency there, with any \
+             registry besides the preset's in `[egress] allow`",
+            preset.as_str()
+        )
+    } else if !base.join(lockfile).is_file() {
+        format!(
+            "the {} preset's default prepare (`{command}`) fetches what a committed {lockfile} \
+             pins, and the base commit has none: commit {lockfile}, or fetch in `[sandbox] \
+             prepare` in {file}",
+            preset.as_str()
+        )
+    } else {
+        format!(
+            "{lockfile} pins it, but `{command}` did not fetch it: a registry other than the {} \
+             preset's needs its host in `[egress] allow` in {file} (the task's \
+             egress_connection events show what was refused)",
+            preset.as_str()
+        )
     }
 }
 
@@ -1577,5 +1633,37 @@ mod tests {
             let error = with(vec![], section, None).unwrap_err();
             assert!(error.starts_with(expect), "{error}");
         }
+    }
+}
+
+#[cfg(test)]
+mod offline_fix_tests {
+    use super::{offline_fix, Preset};
+    use std::path::Path;
+
+    #[test]
+    fn the_fix_names_the_setting_for_what_is_missing() {
+        let base = tempfile::tempdir().unwrap();
+        let file = Path::new("/etc/warden/config.toml");
+        // No rust preset: add it (the default prepare fetches the lockfile's crates).
+        let fix = offline_fix("cargo", &[Preset::Node], false, base.path(), file);
+        assert!(fix.contains("toolchains = [\"node\", \"rust\"]"), "{fix}");
+        assert!(fix.contains("cargo fetch --locked"), "{fix}");
+        assert!(fix.contains("/etc/warden/config.toml"), "{fix}");
+        // The preset, no lockfile: commit one.
+        let fix = offline_fix("cargo", &[Preset::Rust], false, base.path(), file);
+        assert!(fix.contains("commit Cargo.lock"), "{fix}");
+        // The preset and a lockfile: another registry needs [egress] allow.
+        std::fs::write(base.path().join("Cargo.lock"), "version = 3\n").unwrap();
+        let fix = offline_fix("cargo", &[Preset::Rust], false, base.path(), file);
+        assert!(fix.contains("[egress] allow"), "{fix}");
+        // Configured prepare commands replace the default.
+        let fix = offline_fix("cargo", &[Preset::Rust], true, base.path(), file);
+        assert!(fix.contains("`[sandbox] prepare`"), "{fix}");
+        let fix = offline_fix("npm", &[], false, base.path(), file);
+        assert!(fix.contains("toolchains = [\"node\"]"), "{fix}");
+        assert!(fix.contains("package-lock.json"), "{fix}");
+        let fix = offline_fix("go", &[Preset::Go], false, base.path(), file);
+        assert!(fix.contains("commit go.sum"), "{fix}");
     }
 }

@@ -48,6 +48,7 @@ pub(crate) async fn call(
         ToolOutput::Ok(text) => (text, false),
         ToolOutput::Error(text) => (text, true),
         ToolOutput::Rejected(errors) => (errors.join("\n"), true),
+        ToolOutput::Stop(failure) => (failure.message, true),
         ToolOutput::Finish(_) => (String::new(), true),
     };
     let content = vec![ContentBlock::text(format!("{name} @ {commit}\n{text}"))];

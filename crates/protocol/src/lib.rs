@@ -334,6 +334,11 @@ pub struct Validation {
     pub duration_ms: u64,
     /// The last part of stdout and stderr, bounded and redacted.
     pub output_tail: String,
+    /// This record was not run again: an earlier run of the same command on the same tree
+    /// under the same `config_hash` and `sandbox` is what it reports (its duration and output
+    /// are that run's). Absent when the check ran for this record.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reused: bool,
 }
 
 impl Validation {

@@ -36,13 +36,21 @@ impl EventSink for NoEvents {
     fn emit(&self, _event: warden_protocol::Event) {}
 }
 
-/// Time as the runtime sees it, injectable for tests.
+/// Time as the runtime sees it, injectable for tests. Two clocks: the wall clock says when
+/// something happened (journal timestamps, for display), the monotonic one measures how long
+/// something took (the run's wall-time budget). Only the second may decide anything: the wall
+/// clock can be stepped (NTP, a VM resume, an operator) by hours in either direction.
 pub trait Clock: Send + Sync {
     /// Milliseconds since the Unix epoch.
     fn now_ms(&self) -> u64;
+
+    /// Milliseconds since an arbitrary origin fixed for the clock's lifetime, never going back
+    /// and never stepped with the wall clock.
+    fn monotonic_ms(&self) -> u64;
 }
 
-/// The real clock.
+/// The real clock: `SystemTime` for the wall clock, `Instant` (`CLOCK_MONOTONIC`) for the
+/// monotonic one.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemClock;
 
@@ -52,5 +60,11 @@ impl Clock for SystemClock {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0)
+    }
+
+    fn monotonic_ms(&self) -> u64 {
+        static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+        let origin = *ORIGIN.get_or_init(std::time::Instant::now);
+        u64::try_from(origin.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 }

@@ -1,6 +1,8 @@
 //! Limits on a run (turns, tokens, money, wall time) and the spend they are checked against.
 //! The check runs before every model call, never after: a run that would exceed a limit stops
-//! without making the call.
+//! without making the call. Wall time is the time the run has taken so far, as the caller
+//! measured it on a monotonic clock ([`crate::Clock::monotonic_ms`]): a step of the wall clock
+//! neither spends nor refunds it.
 
 use warden_protocol::{Failure, FailureCode};
 
@@ -32,27 +34,25 @@ pub struct Spend {
     pub cost_micro_usd: u64,
     /// A model call had no known price, so `cost_micro_usd` is a lower bound.
     pub cost_unknown: bool,
-    pub started_at_ms: u64,
 }
 
 impl Limits {
-    /// Whether another model call may be made now.
-    pub fn check(&self, spend: &Spend, now_ms: u64) -> Result<(), Failure> {
-        self.check_wall_time(spend, now_ms)?;
+    /// Whether another model call may be made now, `elapsed_ms` into the run.
+    pub fn check(&self, spend: &Spend, elapsed_ms: u64) -> Result<(), Failure> {
+        self.check_wall_time(elapsed_ms)?;
         self.check_budgets(spend)
     }
 
-    /// Whether the run's wall-clock time is still within its limit.
-    pub fn check_wall_time(&self, spend: &Spend, now_ms: u64) -> Result<(), Failure> {
+    /// Whether a run that has taken `elapsed_ms` so far is still within its wall-time limit.
+    pub fn check_wall_time(&self, elapsed_ms: u64) -> Result<(), Failure> {
         if let Some(max_wall_ms) = self.max_wall_ms {
-            let elapsed = now_ms.saturating_sub(spend.started_at_ms);
-            if elapsed >= max_wall_ms {
+            if elapsed_ms >= max_wall_ms {
                 return Err(Failure {
                     code: FailureCode::TimedOut,
                     message: format!(
                         "wall-time limit of {} s reached after {} s",
                         max_wall_ms / 1000,
-                        elapsed / 1000
+                        elapsed_ms / 1000
                     ),
                 });
             }
@@ -106,11 +106,11 @@ fn budget(message: String) -> Failure {
 mod tests {
     use super::*;
 
-    fn check(limits: Limits, spend: Spend, now_ms: u64, expect: Option<FailureCode>) {
+    fn check(limits: Limits, spend: Spend, elapsed_ms: u64, expect: Option<FailureCode>) {
         assert_eq!(
-            limits.check(&spend, now_ms).err().map(|f| f.code),
+            limits.check(&spend, elapsed_ms).err().map(|f| f.code),
             expect,
-            "{limits:?} {spend:?} at {now_ms}"
+            "{limits:?} {spend:?} after {elapsed_ms} ms"
         );
     }
 
@@ -122,11 +122,8 @@ mod tests {
             max_cost_micro_usd: Some(500),
             max_wall_ms: Some(10_000),
         };
-        let fresh = Spend {
-            started_at_ms: 100,
-            ..Spend::default()
-        };
-        check(base.clone(), fresh.clone(), 100, None);
+        let fresh = Spend::default();
+        check(base.clone(), fresh.clone(), 0, None);
         check(
             base.clone(),
             Spend {
@@ -135,7 +132,7 @@ mod tests {
                 cost_micro_usd: 499,
                 ..fresh.clone()
             },
-            10_099,
+            9_999,
             None,
         );
         check(
@@ -144,7 +141,7 @@ mod tests {
                 turns: 5,
                 ..fresh.clone()
             },
-            100,
+            0,
             Some(FailureCode::BudgetExceeded),
         );
         check(
@@ -153,7 +150,7 @@ mod tests {
                 tokens: 1000,
                 ..fresh.clone()
             },
-            100,
+            0,
             Some(FailureCode::BudgetExceeded),
         );
         check(
@@ -162,7 +159,7 @@ mod tests {
                 cost_micro_usd: 500,
                 ..fresh.clone()
             },
-            100,
+            0,
             Some(FailureCode::BudgetExceeded),
         );
         check(
@@ -171,10 +168,10 @@ mod tests {
                 cost_unknown: true,
                 ..fresh.clone()
             },
-            100,
+            0,
             Some(FailureCode::BudgetExceeded),
         );
-        check(base, fresh.clone(), 10_100, Some(FailureCode::TimedOut));
+        check(base, fresh.clone(), 10_000, Some(FailureCode::TimedOut));
         // Unknown cost without a money budget does not stop the run.
         check(
             Limits::default(),
@@ -182,7 +179,7 @@ mod tests {
                 cost_unknown: true,
                 ..fresh
             },
-            100,
+            0,
             None,
         );
     }

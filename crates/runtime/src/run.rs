@@ -121,6 +121,9 @@ pub trait Ledger: Send + Sync {
 struct RunState {
     messages: Vec<Message>,
     spend: Spend,
+    /// When the run started, on the clock's monotonic scale: its wall time is measured from
+    /// here, never from the wall clock, which can be stepped.
+    started_monotonic_ms: u64,
     usage: Usage,
     rejected_submissions: u32,
     replies_without_tool: u32,
@@ -133,10 +136,8 @@ impl Agent<'_> {
         let RunInput::Start { messages, context } = input;
         let mut state = RunState {
             messages,
-            spend: Spend {
-                started_at_ms: self.clock.now_ms(),
-                ..Spend::default()
-            },
+            spend: Spend::default(),
+            started_monotonic_ms: self.clock.monotonic_ms(),
             usage: Usage {
                 cost_usd: Some(0.0),
                 ..Usage::default()
@@ -187,7 +188,11 @@ impl Agent<'_> {
             if self.cancel.is_cancelled() {
                 return cancelled();
             }
-            if let Err(failure) = self.config.limits.check(&state.spend, self.clock.now_ms()) {
+            if let Err(failure) = self
+                .config
+                .limits
+                .check(&state.spend, self.elapsed_ms(state))
+            {
                 if let Err(journal_failure) = self
                     .record(RecordKind::LimitReached, json!({ "failure": failure }))
                     .await
@@ -299,12 +304,8 @@ impl Agent<'_> {
                 if self.cancel.is_cancelled() {
                     return cancelled();
                 }
-                // The wall clock keeps running while tools do; stop between calls too.
-                if let Err(failure) = self
-                    .config
-                    .limits
-                    .check_wall_time(&state.spend, self.clock.now_ms())
-                {
+                // Time keeps running while tools do; stop between calls too.
+                if let Err(failure) = self.config.limits.check_wall_time(self.elapsed_ms(state)) {
                     if let Err(journal_failure) = self
                         .record(RecordKind::LimitReached, json!({ "failure": failure }))
                         .await
@@ -471,6 +472,10 @@ impl Agent<'_> {
                 push_tool_result(state, call, "accepted".into(), false);
                 return Ok(Some(RunOutcome::Finished(finish)));
             }
+            ToolOutput::Stop(failure) => {
+                push_tool_result(state, call, failure.message.clone(), true);
+                return Ok(Some(RunOutcome::Failed(failure)));
+            }
         }
         Ok(None)
     }
@@ -506,6 +511,14 @@ impl Agent<'_> {
         })
     }
 
+    /// How long the run has taken so far, by the monotonic clock.
+    fn elapsed_ms(&self, state: &RunState) -> u64 {
+        self.clock
+            .monotonic_ms()
+            .saturating_sub(state.started_monotonic_ms)
+    }
+
+    /// Journals a record, stamped with the wall clock (for display only).
     async fn record(&mut self, kind: RecordKind, payload: Value) -> Result<(), Failure> {
         self.journal
             .append(self.clock.now_ms(), kind, payload)
@@ -598,6 +611,7 @@ fn output_json(output: &ToolOutput) -> Value {
         ToolOutput::Ok(text) => json!({ "ok": text }),
         ToolOutput::Error(text) => json!({ "error": text }),
         ToolOutput::Rejected(errors) => json!({ "rejected": errors }),
+        ToolOutput::Stop(failure) => json!({ "stop": failure }),
         ToolOutput::Finish(Finish::Answer(answer)) => json!({ "answer": answer }),
         ToolOutput::Finish(Finish::Clarification { question }) => {
             json!({ "clarification": question })

@@ -3,7 +3,7 @@
 
 use crate::model::ToolSpec;
 use crate::BoxFuture;
-use warden_protocol::{Answer, Proposal};
+use warden_protocol::{Answer, Failure, Proposal};
 
 /// What a tool call produced.
 #[derive(Debug, Clone, PartialEq)]
@@ -16,6 +16,9 @@ pub enum ToolOutput {
     Rejected(Vec<String>),
     /// The task is finished.
     Finish(Finish),
+    /// The task cannot go on for a reason outside the agent's work (its checks cannot run on
+    /// the base tree): the run ends with this failure.
+    Stop(Failure),
 }
 
 /// How a run ends successfully from the agent's side.

@@ -33,8 +33,8 @@ use warden_protocol::{
 use warden_repo::RepoStore;
 use warden_runtime::{CancelFlag, EventSink, Model, RunReport, SystemClock};
 use warden_store::{
-    Claim, ClaimFilter, ClaimQueue, Clock, Completion, CompletionBatcher, RunJournal, RunRef,
-    Store, StoreError, Task, TaskRepo, MESSAGE_AGENT,
+    Claim, ClaimFilter, ClaimQueue, Clock, Completion, CompletionBatcher, LeasedClaim, RunJournal,
+    RunRef, Store, StoreError, Task, TaskRepo, MESSAGE_AGENT,
 };
 
 use crate::cancel::{RunningTasks, STATUS_CHECK_EVERY};
@@ -50,6 +50,7 @@ use warden_engine::redact::Redactor;
 
 mod change_task;
 mod maintain_task;
+mod requeue_gate;
 
 /// What every run of a worker process shares.
 pub struct Services {
@@ -144,8 +145,10 @@ pub async fn run_workers(
     };
     let requeue_every = (options.lease / 2).max(Duration::from_millis(500));
     let mut last_requeue: Option<Instant> = None;
-    // The store's leases are in wall-clock time: the queue reads the same clock.
+    // The store's leases are in wall-clock time: the queue reads the same clock (and measures
+    // how long ago it was granted a lease on its monotonic side).
     let clock: Arc<dyn Clock> = Arc::new(warden_store::SystemClock);
+    let mut requeue_gate = requeue_gate::RequeueGate::new(options.lease);
     let mut queue = ClaimQueue::new(
         Arc::clone(&services.store),
         Arc::clone(&clock),
@@ -166,13 +169,24 @@ pub async fn run_workers(
         while runs.try_join_next().is_some() {}
         if last_requeue.is_none_or(|at| at.elapsed() >= requeue_every) {
             last_requeue = Some(Instant::now());
-            match services.store.requeue_expired().await {
-                Ok(requeued) => {
-                    for r in requeued {
-                        tracing::info!(run = %r.run, status = ?r.status, "lease expired");
+            let look = requeue_gate.look(clock.as_ref());
+            if let Some(stepped_ms) = look.stepped_ms {
+                tracing::warn!(
+                    stepped_ms,
+                    "the wall clock was stepped; leases are wall-clock times in the store, so \
+                     expired ones are re-queued only once live runs had a lease's time to renew \
+                     theirs (after a step forward)"
+                );
+            }
+            if look.may_requeue {
+                match services.store.requeue_expired().await {
+                    Ok(requeued) => {
+                        for r in requeued {
+                            tracing::info!(run = %r.run, status = ?r.status, "lease expired");
+                        }
                     }
+                    Err(error) => tracing::warn!(%error, "re-queueing expired runs failed"),
                 }
-                Err(error) => tracing::warn!(%error, "re-queueing expired runs failed"),
             }
             // Decisions on publish approvals whose task was not queued (a crash in between,
             // or a decision made while the asking run was still finishing).
@@ -197,9 +211,10 @@ pub async fn run_workers(
         };
         // Claim for every free slot at once (this one included), so no claim waits for a slot.
         queue.set_refill(slots.available_permits() + 1);
-        match queue.next().await {
-            Ok(Some(claim)) => {
-                let granted = lease_granted_at(&claim, options.lease, clock.now_ms());
+        match queue.next_leased().await {
+            Ok(Some(leased)) => {
+                let granted = lease_granted_at(&leased, clock.monotonic_ms());
+                let claim = leased.claim;
                 let services = Arc::clone(&services);
                 let options = options.clone();
                 let release = release.subscribe();
@@ -253,13 +268,15 @@ pub async fn run_workers(
 /// Completions ended in one transaction at most.
 const COMPLETION_BATCH: usize = 64;
 
-/// When the claim's lease was granted (or last renewed), as this process's monotonic time:
-/// its expiry minus the lease, never later than now.
-fn lease_granted_at(claim: &Claim, lease: Duration, now_ms: i64) -> tokio::time::Instant {
+/// When the claim's lease was granted (or last renewed), as this process's monotonic time
+/// (`now_monotonic_ms` on the store clock's monotonic scale), never later than now. Never from
+/// the wall clock: a step between the grant and now would shorten or stretch the run's lease.
+fn lease_granted_at(leased: &LeasedClaim, now_monotonic_ms: i64) -> tokio::time::Instant {
     let now = tokio::time::Instant::now();
-    let left =
-        Duration::from_millis(u64::try_from(claim.lease_expires_at_ms - now_ms).unwrap_or(0));
-    now.checked_sub(lease.saturating_sub(left)).unwrap_or(now)
+    let age = Duration::from_millis(
+        u64::try_from(now_monotonic_ms - leased.granted_monotonic_ms).unwrap_or(0),
+    );
+    now.checked_sub(age).unwrap_or(now)
 }
 
 /// How a run ended, for the store.

@@ -64,11 +64,13 @@ pub(crate) fn single(outcomes: Vec<Result<Finished, StoreError>>) -> Result<Fini
 /// Claims for one worker process, taken [`Store::claim_batch`] at a time and handed out one by
 /// one. Owned by the loop that starts runs (share it behind a `tokio::sync::Mutex` otherwise).
 ///
-/// A claim's lease starts when it is claimed. One handed out with less than two thirds of its
-/// lease left is renewed first (a heartbeat), and one whose lease was lost (it expired and
-/// was re-queued) is dropped; [`ClaimQueue::keep_alive`] does the same for every waiting
-/// claim, for a process that keeps claims queued longer than a third of the lease. Dropping
-/// the queue leaves its claims to expire; [`ClaimQueue::release`] gives them back at once.
+/// A claim's lease starts when it is claimed. One handed out more than a third of its lease
+/// after it was granted (by the monotonic clock), or with less than two thirds of it left by the
+/// store's wall clock (after a step forward), is renewed first (a heartbeat), and one whose
+/// lease was lost (it expired and was re-queued) is dropped; [`ClaimQueue::keep_alive`] does
+/// the same for every waiting claim, for a process that keeps claims queued longer than a third
+/// of the lease. Dropping the queue leaves its claims to expire; [`ClaimQueue::release`] gives
+/// them back at once.
 pub struct ClaimQueue {
     store: Arc<dyn Store>,
     clock: Arc<dyn Clock>,
@@ -76,7 +78,17 @@ pub struct ClaimQueue {
     filter: ClaimFilter,
     lease: Duration,
     refill: usize,
-    queued: VecDeque<Claim>,
+    queued: VecDeque<LeasedClaim>,
+}
+
+/// A claim as a [`ClaimQueue`] hands it out: with when its lease was granted or last renewed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeasedClaim {
+    pub claim: Claim,
+    /// No later than the store granted (or last renewed) the lease, on the queue's clock's
+    /// monotonic scale ([`Clock::monotonic_ms`]): what a run measures its lease from, untouched
+    /// by steps of the wall clock.
+    pub granted_monotonic_ms: i64,
 }
 
 impl std::fmt::Debug for ClaimQueue {
@@ -127,17 +139,23 @@ impl ClaimQueue {
         self.queued.is_empty()
     }
 
-    /// Queues a claim obtained elsewhere (the one [`Store::finish_and_claim`] returned) to be
-    /// handed out next.
-    pub fn push_front(&mut self, claim: Claim) {
+    /// Queues a claim obtained elsewhere (the one [`Store::finish_and_claim`] returned, with
+    /// the monotonic time read before asking for it) to be handed out next.
+    pub fn push_front(&mut self, claim: LeasedClaim) {
         self.queued.push_front(claim);
     }
 
     /// The next claim to start, with at least two thirds of its lease left; refills with one
     /// [`Store::claim_batch`] when empty. `None` when nothing is claimable.
     pub async fn next(&mut self) -> Result<Option<Claim>, StoreError> {
+        Ok(self.next_leased().await?.map(|leased| leased.claim))
+    }
+
+    /// [`ClaimQueue::next`], with when the claim's lease was granted.
+    pub async fn next_leased(&mut self) -> Result<Option<LeasedClaim>, StoreError> {
         loop {
             if self.queued.is_empty() {
+                let asked = self.clock.monotonic_ms();
                 let claims = self
                     .store
                     .claim_batch(&self.worker, self.lease, &self.filter, self.refill)
@@ -145,7 +163,11 @@ impl ClaimQueue {
                 if claims.is_empty() {
                     return Ok(None);
                 }
-                self.queued.extend(claims);
+                self.queued
+                    .extend(claims.into_iter().map(|claim| LeasedClaim {
+                        claim,
+                        granted_monotonic_ms: asked,
+                    }));
             }
             let Some(claim) = self.queued.pop_front() else {
                 continue;
@@ -184,7 +206,9 @@ impl ClaimQueue {
         let completions = self
             .queued
             .iter()
-            .map(|claim| Completion::new(claim.run(), &self.worker, TaskStatus::Queued, None))
+            .map(|queued| {
+                Completion::new(queued.claim.run(), &self.worker, TaskStatus::Queued, None)
+            })
             .collect();
         // A claim whose lease was lost meanwhile is someone else's now: nothing to give back.
         self.store.finish_runs(completions).await?;
@@ -192,28 +216,40 @@ impl ClaimQueue {
         Ok(())
     }
 
-    /// The claim, renewed if it has less than two thirds of its lease left; `None` when its
-    /// lease was lost. On a store error the claim goes back to the front of the queue.
-    async fn renewed(&mut self, mut claim: Claim) -> Result<Option<Claim>, StoreError> {
+    /// The claim, renewed if it has less than two thirds of its lease left — by its age on the
+    /// monotonic clock (what the run measures its lease by), or by the store's wall clock
+    /// (what other workers re-queue it by, which a step forward moves); `None` when its lease
+    /// was lost. On a store error the claim goes back to the front of the queue.
+    async fn renewed(
+        &mut self,
+        mut queued: LeasedClaim,
+    ) -> Result<Option<LeasedClaim>, StoreError> {
         let lease_ms = duration_ms(self.lease);
-        let left = claim
+        let age = self
+            .clock
+            .monotonic_ms()
+            .saturating_sub(queued.granted_monotonic_ms);
+        let left = queued
+            .claim
             .lease_expires_at_ms
             .saturating_sub(self.clock.now_ms());
-        if left >= lease_ms - lease_ms / 3 {
-            return Ok(Some(claim));
+        if age <= lease_ms / 3 && left >= lease_ms - lease_ms / 3 {
+            return Ok(Some(queued));
         }
+        let asked = self.clock.monotonic_ms();
         match self
             .store
-            .heartbeat(&claim.run(), &self.worker, self.lease)
+            .heartbeat(&queued.claim.run(), &self.worker, self.lease)
             .await
         {
             Ok(expires) => {
-                claim.lease_expires_at_ms = expires;
-                Ok(Some(claim))
+                queued.claim.lease_expires_at_ms = expires;
+                queued.granted_monotonic_ms = asked;
+                Ok(Some(queued))
             }
             Err(StoreError::LeaseLost { .. } | StoreError::NotFound { .. }) => Ok(None),
             Err(error) => {
-                self.queued.push_front(claim);
+                self.queued.push_front(queued);
                 Err(error)
             }
         }

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use warden_protocol::{Event, TaskId, TaskStatus};
 
-pub use batch::{ClaimQueue, Completion, CompletionBatcher, Finished};
+pub use batch::{ClaimQueue, Completion, CompletionBatcher, Finished, LeasedClaim};
 pub use clock::{Clock, ManualClock, SystemClock, UtcDay};
 pub use error::StoreError;
 pub use ids::{new_task_id, new_task_id_at, IdError};

@@ -11,13 +11,20 @@
 //! reaches the candidate. The materialization is reused while the tree is unchanged; the base
 //! tree is the snapshot itself. Every record names its tree: a later write makes a new tree,
 //! and only records of the submitted tree go into the proposal.
+//!
+//! **A tree is checked once.** A record whose command exited is kept for the session; the same
+//! command on the same tree under the same configuration hash and sandbox backend is not run
+//! again but reported from it (`reused: true`), so `submit_change` right after `run_checks` on
+//! an unchanged tree, the repair model's first `run_checks`, or a follow-up on its parent's
+//! proposal tree ([`ChangeSession::seed`]) cost nothing. Only an exact match counts; a timed
+//! out or killed check is never reused.
 
 use crate::blocking;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
-use warden_protocol::{ChangedFile, DiffStat, Proposal, Validation};
+use warden_protocol::{ChangedFile, DiffStat, Failure, FailureCode, Proposal, Validation};
 use warden_repo::candidate::{build_candidate_tree, materialize_tree, Candidate, CandidateInput};
 use warden_repo::proposal::{
     create_proposal_commit, diff_files, proposal_hash, proposal_ref, ProposalInput,
@@ -31,6 +38,10 @@ const OUTPUT_TAIL: usize = 4000;
 
 /// Replaces registered secrets in text shown or stored.
 pub type Redact = Arc<dyn Fn(&str) -> String + Send + Sync>;
+
+/// The setting that lets a package manager (`cargo`, `npm`, `go`: what
+/// [`crate::offline::offline_failure`] names) find the project's dependencies offline.
+pub type OfflineFix = Arc<dyn Fn(&str) -> String + Send + Sync>;
 
 /// Everything a change task's checks and submission need.
 pub struct ChangeSessionConfig {
@@ -59,6 +70,8 @@ pub struct ChangeSessionConfig {
     pub env: Vec<(String, String)>,
     /// Host directories the check views show (toolchains, the dependency cache read-only).
     pub mounts: Vec<Mount>,
+    /// What to say when a check fails because its dependencies cannot be fetched offline.
+    pub offline_fix: OfflineFix,
 }
 
 /// A change task's candidate, checks and proposal, shared by `run_checks` and `submit_change`.
@@ -76,6 +89,8 @@ struct SessionState {
     running: Option<Weak<Box<dyn SandboxView>>>,
     /// The task was cancelled: no further check starts.
     cancelled: bool,
+    /// Every record of a check that exited, for [`reusable`].
+    checked: Vec<Validation>,
 }
 
 impl ChangeSession {
@@ -172,19 +187,59 @@ impl ChangeSession {
         .map_err(|e| format!("cannot build the candidate tree: {e}"))
     }
 
-    /// Runs every check on `tree`, each in a fresh writable view over its materialization.
+    /// Records of earlier runs (a follow-up's parent proposal's) that later checks may reuse
+    /// when they match exactly ([`reusable`]); those of another configuration never do.
+    pub fn seed(&self, validations: &[Validation]) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        for v in validations {
+            if v.exit_code.is_some() && !state.checked.contains(v) {
+                state.checked.push(Validation {
+                    reused: false,
+                    ..v.clone()
+                });
+            }
+        }
+    }
+
+    /// Forgets every record: what the checks build against changed (maintenance fetched into
+    /// the dependency cache), so an earlier result of a tree no longer says what a run would.
+    pub fn forget_checks(&self) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .checked
+            .clear();
+    }
+
+    /// Runs every check on `tree`, each in a fresh writable view over its materialization; a
+    /// check already run on exactly this tree and configuration is reported from that run.
     pub fn run_checks(&self, tree: &str) -> Result<Vec<Validation>, String> {
-        let lower = if tree == self.config.base_tree {
-            self.config.snapshot.clone()
-        } else {
-            self.materialize(tree)?
-        };
-        std::fs::create_dir_all(&self.config.scratch)
-            .map_err(|e| format!("cannot create {}: {e}", self.config.scratch.display()))?;
         let config_hash = self.config_hash();
         let backend = self.config.sandbox.backend().as_str().to_string();
         let mut validations = Vec::new();
+        let mut lower = None;
         for command in &self.config.checks {
+            let earlier = reusable(
+                &self
+                    .state
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .checked,
+                tree,
+                command,
+                &config_hash,
+                &backend,
+            );
+            if let Some(earlier) = earlier {
+                validations.push(earlier);
+                continue;
+            }
+            let lower = match &lower {
+                Some(lower) => lower,
+                None => lower.insert(self.tree_root(tree)?),
+            };
+            std::fs::create_dir_all(&self.config.scratch)
+                .map_err(|e| format!("cannot create {}: {e}", self.config.scratch.display()))?;
             let scratch_dir = {
                 let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
                 if state.cancelled {
@@ -235,7 +290,7 @@ impl ChangeSession {
                     self.config.check_timeout.as_millis()
                 ));
             }
-            validations.push(Validation {
+            let validation = Validation {
                 command: command.clone(),
                 exit_code: if output.timed_out {
                     None
@@ -247,7 +302,16 @@ impl ChangeSession {
                 sandbox: backend.clone(),
                 duration_ms,
                 output_tail: (self.config.redact)(&tail(&text, OUTPUT_TAIL)),
-            });
+                reused: false,
+            };
+            if validation.exit_code.is_some() {
+                self.state
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .checked
+                    .push(validation.clone());
+            }
+            validations.push(validation);
         }
         Ok(validations)
     }
@@ -310,6 +374,21 @@ impl ChangeSession {
             .into_iter()
             .filter(|(_, program)| missing.contains(program))
             .collect())
+    }
+
+    /// Why `validations` fail for a reason outside the change, if they do: the first failing
+    /// check whose output shows a package manager unable to fetch a dependency offline, with
+    /// the setting that fixes it.
+    pub fn offline_reason(&self, validations: &[Validation]) -> Option<String> {
+        validations.iter().filter(|v| !v.passed()).find_map(|v| {
+            let program = crate::offline::offline_failure(&v.output_tail)?;
+            Some(format!(
+                "check `{}` cannot fetch the project's dependencies: checks run offline, with \
+                 only what the dependency cache holds; {}",
+                v.command,
+                (self.config.offline_fix)(program)
+            ))
+        })
     }
 
     /// The host directory holding exactly `tree`: the snapshot for the base tree, else its
@@ -453,6 +532,32 @@ fn check_programs(check: &str) -> Vec<String> {
     programs
 }
 
+/// The record among `checked` that a run of `command` on `tree` under `config_hash` and
+/// `sandbox` would repeat, marked reused: all four match exactly and the command exited (a
+/// timed out or killed run says nothing about the next).
+fn reusable(
+    checked: &[Validation],
+    tree: &str,
+    command: &str,
+    config_hash: &str,
+    sandbox: &str,
+) -> Option<Validation> {
+    checked
+        .iter()
+        .rev()
+        .find(|v| {
+            v.tree == tree
+                && v.command == command
+                && v.config_hash == config_hash
+                && v.sandbox == sandbox
+                && v.exit_code.is_some()
+        })
+        .map(|v| Validation {
+            reused: true,
+            ..v.clone()
+        })
+}
+
 /// The last `max` bytes of `text` on a character boundary.
 fn tail(text: &str, max: usize) -> String {
     if text.len() <= max {
@@ -473,8 +578,13 @@ fn render(validations: &[Validation]) -> String {
             Some(code) => format!("FAILED (exit code {code})"),
             None => "FAILED (killed or timed out)".to_string(),
         };
+        let reused = if v.reused {
+            " (not run again: this tree was already checked)"
+        } else {
+            ""
+        };
         out.push_str(&format!(
-            "$ {}\n{status} in {} ms\n",
+            "$ {}\n{status} in {} ms{reused}\n",
             v.command, v.duration_ms
         ));
         if !v.output_tail.trim().is_empty() && v.exit_code != Some(0) {
@@ -526,11 +636,14 @@ impl Tool for RunChecks {
         Box::pin(async move {
             let result = blocking::run(move || {
                 if session.config.checks.is_empty() {
-                    return Ok("no check commands are configured for this repository".into());
+                    return Ok(ToolOutput::Ok(
+                        "no check commands are configured for this repository".into(),
+                    ));
                 }
                 let candidate = session.candidate()?;
                 let validations = session.run_checks(&candidate.tree)?;
                 let failed = validations.iter().filter(|v| !v.passed()).count();
+                let offline = session.offline_reason(&validations);
                 let mut text = format!(
                     "candidate tree {} ({} files changed, {} deleted)\n{}",
                     &candidate.tree[..12.min(candidate.tree.len())],
@@ -541,16 +654,30 @@ impl Tool for RunChecks {
                 for (path, reason) in &candidate.skipped {
                     text.push_str(&format!("not in the candidate: {path} ({reason})\n"));
                 }
-                if failed > 0 {
-                    Err(text)
-                } else {
-                    Ok(text)
+                match offline {
+                    // Nothing changed yet: the base itself cannot be checked, and no
+                    // submission can change that. The task stops before the agent spends more.
+                    Some(reason) if candidate.tree == session.config.base_tree => {
+                        Ok(ToolOutput::Stop(Failure {
+                            code: FailureCode::BaselineFailing,
+                            message: format!(
+                                "the checks cannot run on the base commit {}: {reason}",
+                                session.config.base_commit
+                            ),
+                        }))
+                    }
+                    Some(reason) => {
+                        text.push_str(&format!("{reason}\n"));
+                        Err(text)
+                    }
+                    None if failed > 0 => Err(text),
+                    None => Ok(ToolOutput::Ok(text)),
                 }
             })
             .await;
             match result {
                 None => ToolOutput::Error("the checks crashed Warden's worker thread".into()),
-                Some(Ok(text)) => ToolOutput::Ok(text),
+                Some(Ok(output)) => output,
                 Some(Err(text)) => ToolOutput::Error(text),
             }
         })
@@ -625,21 +752,28 @@ fn submit(session: &ChangeSession, summary: String) -> ToolOutput {
     };
     let failed: Vec<&Validation> = validations.iter().filter(|v| !v.passed()).collect();
     if !failed.is_empty() {
+        let offline = session.offline_reason(&validations);
         return ToolOutput::Rejected(
             failed
                 .iter()
                 .map(|v| {
                     format!(
-                        "check `{}` failed ({}) on tree {}:\n{}",
+                        "check `{}` failed ({}) on tree {}{}:\n{}",
                         v.command,
                         v.exit_code
                             .map_or("killed or timed out".to_string(), |c| format!(
                                 "exit code {c}"
                             )),
                         &v.tree[..12.min(v.tree.len())],
+                        if v.reused {
+                            " (not run again: this tree was already checked)"
+                        } else {
+                            ""
+                        },
                         v.output_tail.trim_end()
                     )
                 })
+                .chain(offline)
                 .collect(),
         );
     }
@@ -655,6 +789,62 @@ fn submit(session: &ChangeSession, summary: String) -> ToolOutput {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn record(tree: &str, command: &str, exit_code: Option<i32>) -> Validation {
+        Validation {
+            command: command.into(),
+            exit_code,
+            tree: tree.into(),
+            config_hash: "sha256:c".into(),
+            sandbox: "linux".into(),
+            duration_ms: 7,
+            output_tail: format!("{command} on {tree}"),
+            reused: false,
+        }
+    }
+
+    #[test]
+    fn only_an_exact_match_of_an_exited_check_is_reused() {
+        let checked = vec![
+            record("t1", "cargo test", Some(0)),
+            record("t1", "make lint", Some(2)),
+            record("t2", "cargo test", None),
+        ];
+        let found = reusable(&checked, "t1", "cargo test", "sha256:c", "linux").unwrap();
+        assert!(found.reused);
+        assert_eq!(
+            found,
+            Validation {
+                reused: true,
+                ..checked[0].clone()
+            }
+        );
+        // A failure that exited is a result of the tree too.
+        let failed = reusable(&checked, "t1", "make lint", "sha256:c", "linux").unwrap();
+        assert_eq!(failed.exit_code, Some(2));
+        // Another tree, command, configuration or backend is no match.
+        assert_eq!(
+            reusable(&checked, "t3", "cargo test", "sha256:c", "linux"),
+            None
+        );
+        assert_eq!(
+            reusable(&checked, "t1", "cargo test --all", "sha256:c", "linux"),
+            None
+        );
+        assert_eq!(
+            reusable(&checked, "t1", "cargo test", "sha256:d", "linux"),
+            None
+        );
+        assert_eq!(
+            reusable(&checked, "t1", "cargo test", "sha256:c", "gvisor"),
+            None
+        );
+        // A timed out or killed run is never reused.
+        assert_eq!(
+            reusable(&checked, "t2", "cargo test", "sha256:c", "linux"),
+            None
+        );
+    }
 
     #[test]
     fn check_programs_are_the_path_lookups() {

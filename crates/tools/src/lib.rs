@@ -10,6 +10,7 @@ pub mod checks;
 pub mod edit;
 pub mod faux;
 mod list_dir;
+pub mod offline;
 mod read_file;
 mod search;
 pub mod shell;

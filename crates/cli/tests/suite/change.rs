@@ -978,3 +978,122 @@ fn ctrl_c_during_prepare_stops_it_and_leaves_nothing_mounted() {
     .unwrap();
     interrupted_while_mounted(&warden, &sample_repo(), "true", "/prepare-0/");
 }
+
+/// A check that prints a number of its own run: two records with the same number are one run.
+const COUNTED_CHECK: &str = "echo \"run $RANDOM$RANDOM$RANDOM\"; bash check.sh";
+
+/// The run numbers [`COUNTED_CHECK`] printed in `text`.
+fn runs_in(text: &str) -> Vec<String> {
+    text.match_indices("run ")
+        .map(|(at, _)| {
+            text[at + 4..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+        })
+        .filter(|digits| !digits.is_empty())
+        .collect()
+}
+
+/// Every tool result of the last request, in order.
+fn tool_results(server: &ScriptedModelServer) -> Vec<String> {
+    server.requests().last().unwrap().body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[test]
+fn a_tree_is_checked_once_and_an_edit_checks_again() {
+    let repo = sample_repo();
+    let server = ScriptedModelServer::start_blocking(vec![
+        call(
+            "write_file",
+            json!({"path": "src/lib.txt", "content": "alpha\nBETX\n"}),
+        ),
+        call("run_checks", json!({})),
+        // The same tree: the submission reports run_checks' run.
+        call("submit_change", json!({"summary": "first try"})),
+        // An edit: another tree, another run.
+        call(
+            "write_file",
+            json!({"path": "src/lib.txt", "content": "alpha\nBETY\n"}),
+        ),
+        call("submit_change", json!({"summary": "second try"})),
+        call(
+            "write_file",
+            json!({"path": "src/lib.txt", "content": "alpha\nBETA\n"}),
+        ),
+        call("run_checks", json!({})),
+        call("submit_change", json!({"summary": "third try"})),
+    ]);
+    let warden = Warden::openai(&server.url());
+    let run = run_change(&warden, &repo, &["--check", COUNTED_CHECK]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, transcript(&server));
+    let results = tool_results(&server);
+    let (checked, first, second) = (&results[1], &results[2], &results[4]);
+    let ran = runs_in(checked);
+    assert_eq!(ran.len(), 1, "{checked}");
+    assert!(!checked.contains("not run again"), "{checked}");
+    // The first submission is run_checks' record, not a second run.
+    assert_eq!(runs_in(first), ran, "{first}");
+    assert!(first.contains("not run again"), "{first}");
+    // After the edit the check ran again.
+    let again = runs_in(second);
+    assert_eq!(again.len(), 1, "{second}");
+    assert_ne!(again, ran, "{second}");
+    assert!(!second.contains("not run again"), "{second}");
+    // The proposal's record is the passing run_checks run, marked reused.
+    let result = run.json();
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    let validations = result["proposal"]["validations"].as_array().unwrap();
+    assert_eq!(validations.len(), 1, "{result}");
+    assert_eq!(validations[0]["reused"], true, "{result}");
+    assert_eq!(validations[0]["tree"], result["proposal"]["tree"]);
+    assert_eq!(validations[0]["exit_code"], 0);
+    assert!(!results[6].contains("not run again"), "{}", results[6]);
+}
+
+#[test]
+fn a_follow_up_on_an_unchanged_tree_reuses_its_parents_records() {
+    let repo = sample_repo();
+    let server = ScriptedModelServer::start_blocking(vec![
+        call(
+            "edit_file",
+            json!({"path": "src/lib.txt", "old": "beta", "new": "BETA"}),
+        ),
+        call("submit_change", json!({"summary": "Uppercase beta"})),
+        // The follow-up checks its base, the parent's proposal tree, before any edit.
+        call("run_checks", json!({})),
+        call(
+            "edit_file",
+            json!({"path": "src/lib.txt", "old": "gamma", "new": "GAMMA"}),
+        ),
+        call("submit_change", json!({"summary": "Uppercase gamma too"})),
+    ]);
+    let warden = Warden::openai(&server.url());
+    let first = run_change(&warden, &repo, &["--check", COUNTED_CHECK]);
+    assert_eq!(first.code, 0, "{}\n{}", first.stderr, transcript(&server));
+    let first = first.json();
+    let parent = first["proposal"]["validations"][0].clone();
+    assert_eq!(parent.get("reused"), None, "{first}");
+    let more = warden.run(&[
+        "run",
+        "--follow-up",
+        first["task_id"].as_str().unwrap(),
+        "--json",
+        "gamma too, please",
+    ]);
+    assert_eq!(more.code, 0, "{}\n{}", more.stderr, transcript(&server));
+    let results = tool_results(&server);
+    let checked = &results[results.len() - 2];
+    assert!(checked.contains("not run again"), "{checked}");
+    // The edited tree is checked anew.
+    let more = more.json();
+    let record = &more["proposal"]["validations"][0];
+    assert_eq!(record.get("reused"), None, "{more}");
+    assert_ne!(record["output_tail"], parent["output_tail"], "{more}");
+}

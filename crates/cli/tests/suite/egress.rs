@@ -184,3 +184,61 @@ fn a_crate_with_registry_dependencies_builds_in_its_checks_with_only_the_rust_pr
     );
     assert!(!run.stderr.contains("egress refused"), "{}", run.stderr);
 }
+
+/// A crate whose dependencies the checks cannot have (no lockfile, so the rust preset's default
+/// prepare fetches nothing): the agent's first `run_checks`, on the base tree, stops the task
+/// with `baseline_failing` and the setting that fixes it, before it spends any submission.
+#[test]
+fn checks_that_cannot_fetch_on_the_base_stop_the_task_with_the_fix() {
+    let Some((rustup, cargo)) = super::maintain::rustup() else {
+        assert!(
+            !required("crates-io"),
+            "WARDEN_TEST_REQUIRE lists crates-io but there is no rustup installation"
+        );
+        eprintln!(
+            "skipped: no rustup installation (WARDEN_TEST_REQUIRE=crates-io makes this a failure)"
+        );
+        return;
+    };
+    let repo = TempRepo::new();
+    repo.write("Cargo.toml", super::maintain::MANIFEST);
+    repo.write("src/lib.rs", super::maintain::LIB);
+    repo.write(".gitignore", "/target\n");
+    repo.commit("a crate without its lockfile");
+    let server = ScriptedModelServer::start_blocking(vec![
+        openai::tool_call("run_checks", "{}"),
+        openai::tool_call(
+            "submit_change",
+            &json!({"summary": "never reached"}).to_string(),
+        ),
+    ]);
+    let warden = Warden::openai(&server.url())
+        .with("RUSTUP_HOME", rustup.to_str().unwrap())
+        .with("CARGO_HOME", cargo.to_str().unwrap());
+    std::fs::write(
+        warden.home.path().join("warden.toml"),
+        "[sandbox]\ntoolchains = [\"rust\"]\n",
+    )
+    .unwrap();
+    let run = warden.run(&[
+        "run",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--json",
+        "--check",
+        "cargo test",
+        "document three",
+    ]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["outcome"], "failure", "{result}");
+    assert_eq!(result["failure"]["code"], "baseline_failing", "{result}");
+    let message = result["failure"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("check `cargo test` cannot fetch the project's dependencies"),
+        "{message}"
+    );
+    assert!(message.contains("commit Cargo.lock"), "{message}");
+    // The model was asked once: its run_checks ended the task.
+    assert_eq!(server.requests().len(), 1, "{result}");
+}

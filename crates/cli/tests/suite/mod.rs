@@ -1,6 +1,7 @@
 mod architecture;
 mod ask;
 mod change;
+mod clock_step;
 mod control;
 mod egress;
 mod first_hour;

@@ -139,7 +139,8 @@ impl TokenScope {
     }
 }
 
-/// The installation tokens in use, per scope, and when each expires (Unix seconds).
+/// The installation tokens in use, per scope, and when each expires (seconds on the monotonic
+/// clock, [`monotonic_secs`]).
 #[derive(Debug, Default)]
 pub struct TokenCache(
     tokio::sync::Mutex<std::collections::HashMap<TokenScope, (GithubToken, i64)>>,
@@ -149,8 +150,9 @@ pub struct TokenCache(
 
 impl TokenCache {
     /// The token cached for `scope` unless it expires within five minutes of `now_secs`; else a
-    /// new one from `fetch` (called once at a time: concurrent callers wait for it). Expired
-    /// tokens of other scopes are dropped.
+    /// new one from `fetch` (called once at a time: concurrent callers wait for it), which says
+    /// when it expires on the same clock. Expired tokens of other scopes are dropped. Times are
+    /// monotonic seconds ([`monotonic_secs`]), never the wall clock, which can be stepped.
     pub async fn get<F, Fut>(
         &self,
         scope: &TokenScope,
@@ -219,6 +221,13 @@ pub fn now_secs() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// Seconds on the monotonic clock (an arbitrary origin fixed for the process, never stepped
+/// with the wall clock): what [`TokenCache`] measures a token's life on.
+pub fn monotonic_secs() -> i64 {
+    let ms = warden_runtime::Clock::monotonic_ms(&warden_runtime::SystemClock);
+    i64::try_from(ms / 1000).unwrap_or(i64::MAX)
 }
 
 /// How long a fetched token is trusted at most, whatever `expires_at` says.

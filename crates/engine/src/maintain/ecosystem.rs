@@ -162,68 +162,19 @@ impl Ecosystem {
     /// `GOFLAGS` only from the environment): its steps see the base tree. Directories named
     /// `.git` or `node_modules` and symbolic links are skipped.
     pub fn fetch_tree(self, root: &Path, dest: &Path) -> Result<bool, String> {
-        if self == Ecosystem::Go {
-            return Ok(false);
+        match self.manifests() {
+            Some(kind) => crate::fetch_tree::write(kind, root, dest).map(|()| true),
+            None => Ok(false),
         }
-        std::fs::create_dir_all(dest)
-            .map_err(|e| format!("cannot create {}: {e}", dest.display()))?;
-        let mut dirs = vec![std::path::PathBuf::new()];
-        while let Some(relative) = dirs.pop() {
-            let entries = std::fs::read_dir(root.join(&relative))
-                .map_err(|e| format!("cannot read {}: {e}", root.join(&relative).display()))?;
-            for entry in entries {
-                let entry = entry.map_err(|e| format!("cannot read the tree: {e}"))?;
-                let name = entry.file_name();
-                let path = relative.join(&name);
-                let kind = entry
-                    .file_type()
-                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-                if kind.is_dir() {
-                    if name != ".git" && name != "node_modules" {
-                        dirs.push(path);
-                    }
-                    continue;
-                }
-                if !kind.is_file() {
-                    continue;
-                }
-                let Some(empty) = self.fetch_file(&path) else {
-                    continue;
-                };
-                let target = dest.join(&path);
-                if let Some(parent) = target.parent() {
-                    std::fs::create_dir_all(parent)
-                        .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
-                }
-                let written = if empty {
-                    std::fs::write(&target, b"")
-                } else {
-                    std::fs::copy(entry.path(), &target).map(|_| ())
-                };
-                written.map_err(|e| format!("cannot write {}: {e}", target.display()))?;
-            }
-        }
-        Ok(true)
     }
 
-    /// Whether the networked steps see the file at `relative`: `Some(false)` as it is,
-    /// `Some(true)` empty.
-    fn fetch_file(self, relative: &Path) -> Option<bool> {
-        let name = relative.file_name()?.to_str()?;
-        let at_root = relative.parent() == Some(Path::new(""));
+    /// Which manifests its networked steps see ([`Ecosystem::fetch_tree`]); `None`: the base
+    /// tree (Go).
+    pub fn manifests(self) -> Option<crate::fetch_tree::Manifests> {
         match self {
-            Ecosystem::Cargo if name == "Cargo.toml" || (at_root && name == "Cargo.lock") => {
-                Some(false)
-            }
-            Ecosystem::Cargo if name.ends_with(".rs") => Some(true),
-            Ecosystem::Npm
-                if name == "package.json"
-                    || (at_root
-                        && (name == "package-lock.json" || name == "npm-shrinkwrap.json")) =>
-            {
-                Some(false)
-            }
-            _ => None,
+            Ecosystem::Cargo => Some(crate::fetch_tree::Manifests::Cargo),
+            Ecosystem::Npm => Some(crate::fetch_tree::Manifests::Npm),
+            Ecosystem::Go => None,
         }
     }
 

@@ -504,6 +504,7 @@ mod tests {
             sandbox: "linux".into(),
             duration_ms: 10,
             output_tail: output,
+            reused: false,
         };
         let prompt = repair_prompt(Ecosystem::Cargo, &upgrade(), &failing);
         assert!(

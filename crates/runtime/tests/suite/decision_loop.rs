@@ -139,14 +139,56 @@ impl EventSink for Collect {
     }
 }
 
-/// A clock that advances 1 s each time it is read.
+/// A clock whose monotonic reading advances 1 s each time it is read; its wall clock follows,
+/// plus whatever it was stepped by ([`Ticking::step`]).
 #[derive(Default)]
-struct Ticking(Mutex<u64>);
+struct Ticking {
+    monotonic_ms: Mutex<u64>,
+    stepped_ms: Mutex<i64>,
+}
+
+impl Ticking {
+    /// 2026-12-01T13:19:03Z, a wall clock far enough from the epoch to be stepped back.
+    const EPOCH_MS: i64 = 1_796_131_143_000;
+
+    /// Steps the wall clock (NTP, a VM resume, an operator); the monotonic clock goes on.
+    fn step(&self, by_ms: i64) {
+        *self.stepped_ms.lock().unwrap() += by_ms;
+    }
+}
+
 impl Clock for Ticking {
     fn now_ms(&self) -> u64 {
-        let mut now = self.0.lock().unwrap();
+        let monotonic = *self.monotonic_ms.lock().unwrap() as i64;
+        (Ticking::EPOCH_MS + monotonic + *self.stepped_ms.lock().unwrap()) as u64
+    }
+
+    fn monotonic_ms(&self) -> u64 {
+        let mut now = self.monotonic_ms.lock().unwrap();
         *now += 1000;
         *now
+    }
+}
+
+/// `step {ms}` steps the run's wall clock by `ms`, as a step could while any tool runs.
+struct StepTheClock(Arc<Ticking>);
+impl Tool for StepTheClock {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "step".into(),
+            description: "step the wall clock".into(),
+            parameters: json!({"type": "object", "properties": {"ms": {"type": "integer"}},
+                "required": ["ms"], "additionalProperties": false}),
+        }
+    }
+    fn describe(&self, arguments: &Value) -> String {
+        format!("step {}", arguments["ms"])
+    }
+    fn call<'a>(&'a self, arguments: Value) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async move {
+            self.0.step(arguments["ms"].as_i64().unwrap());
+            ToolOutput::Ok("stepped".into())
+        })
     }
 }
 
@@ -173,18 +215,27 @@ async fn run_with(
     config: AgentConfig,
     policy: &dyn Policy,
 ) -> Harness {
-    let model = Scripted::new(replies);
     let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(Echo), Arc::new(Submit)];
+    run_on(replies, config, policy, &tools, &Ticking::default()).await
+}
+
+async fn run_on(
+    replies: Vec<Result<ModelResponse, ModelError>>,
+    config: AgentConfig,
+    policy: &dyn Policy,
+    tools: &[Arc<dyn Tool>],
+    clock: &Ticking,
+) -> Harness {
+    let model = Scripted::new(replies);
     let mut journal = MemoryJournal::default();
     let events = Collect::default();
-    let clock = Ticking::default();
     let report = Agent {
         model: &model,
-        tools: &tools,
+        tools,
         policy,
         journal: &mut journal,
         events: &events,
-        clock: &clock,
+        clock,
         cancel: CancelFlag::default(),
         config,
         ledger: None,
@@ -496,7 +547,8 @@ async fn tool_calls_beyond_the_per_reply_cap_are_answered_but_not_run() {
 
 #[tokio::test]
 async fn wall_time_is_checked_between_tool_calls() {
-    // The ticking clock advances 1 s per reading; a 6 s limit runs out inside the first reply.
+    // The ticking clock advances 1 s per monotonic reading; a 6 s limit runs out inside the
+    // first reply.
     let config = AgentConfig {
         limits: Limits {
             max_wall_ms: Some(6_000),
@@ -516,6 +568,65 @@ async fn wall_time_is_checked_between_tool_calls() {
         "{:?}",
         h.report.usage
     );
+}
+
+/// Two hours, as an NTP step or a VM resume may move the wall clock.
+const TWO_HOURS_MS: i64 = 2 * 3600 * 1000;
+
+/// A run whose tools step the wall clock by `steps_ms` (one `step` call per reply), then submit.
+async fn run_stepping_the_clock(steps_ms: &[i64], max_wall_ms: u64) -> Harness {
+    let clock = Arc::new(Ticking::default());
+    let tools: Vec<Arc<dyn Tool>> =
+        vec![Arc::new(StepTheClock(Arc::clone(&clock))), Arc::new(Submit)];
+    let mut replies: Vec<_> = steps_ms
+        .iter()
+        .map(|ms| {
+            let arguments = json!({ "ms": ms }).to_string();
+            calls(&[("step", arguments.as_str())])
+        })
+        .collect();
+    replies.push(calls(&[("submit", r#"{"ok": true}"#)]));
+    let config = AgentConfig {
+        limits: Limits {
+            max_wall_ms: Some(max_wall_ms),
+            ..Limits::default()
+        },
+        ..AgentConfig::default()
+    };
+    run_on(replies, config, &AllowAll, &tools, &clock).await
+}
+
+#[tokio::test]
+async fn a_wall_clock_step_forward_does_not_spend_the_wall_time_budget() {
+    // Two hours forward, twice, in a run of a few monotonic seconds under a 30 min budget.
+    let h = run_stepping_the_clock(&[TWO_HOURS_MS, TWO_HOURS_MS], 30 * 60 * 1000).await;
+    assert!(
+        matches!(h.report.outcome, RunOutcome::Finished(Finish::Answer(_))),
+        "{:?}",
+        h.report.outcome
+    );
+    // The journal still shows when things happened by the wall clock.
+    let first = h.journal.records.first().unwrap().at_ms;
+    let last = h.journal.records.last().unwrap().at_ms;
+    assert!(last - first >= 2 * TWO_HOURS_MS as u64, "{first} {last}");
+}
+
+#[tokio::test]
+async fn a_wall_clock_step_back_does_not_refund_the_wall_time_budget() {
+    // Each reply costs monotonic seconds; stepping the wall clock back two hours after each
+    // gives none of them back, so a 6 s budget runs out before the submission.
+    let h = run_stepping_the_clock(&[-TWO_HOURS_MS; 5], 6_000).await;
+    let RunOutcome::Failed(failure) = &h.report.outcome else {
+        panic!("{:?}", h.report.outcome);
+    };
+    assert_eq!(failure.code, FailureCode::TimedOut, "{failure:?}");
+    assert!(
+        failure
+            .message
+            .starts_with("wall-time limit of 6 s reached after"),
+        "{failure:?}"
+    );
+    assert!(h.model.requests.lock().unwrap().len() < 6);
 }
 
 #[tokio::test]

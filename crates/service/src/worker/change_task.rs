@@ -22,7 +22,7 @@ use std::sync::Arc;
 use serde_json::Value;
 use warden_protocol::{
     ChangeOutcome, ChangeResult, Event, Failure, FailureCode, Publication, PublicationStatus, Role,
-    TaskKind, TaskStatus, TranscriptEntry, Usage,
+    TaskKind, TaskStatus, TranscriptEntry, Usage, Validation,
 };
 use warden_runtime::{CancelFlag, EventSink, RunReport, SystemClock};
 use warden_store::{
@@ -313,6 +313,9 @@ async fn run_change_loop(
         Ok(session) => session,
         Err(error) => return change_failed(task, &model_name, setup_failure(error)),
     };
+    // A follow-up on its parent's proposal starts from that proposal's tree: the parent's
+    // records of it stand for the same checks under the same configuration.
+    session.seed(&parent_validations(&services.store, task).await);
     // Cancelling the task kills a check running in its own view too (the agent's view has
     // its canceller already).
     if let Some(control) = services.running.control(&task.id) {
@@ -460,6 +463,30 @@ async fn run_change_loop(
         }
     }
     finished(services, status, &result)
+}
+
+/// The validations of the proposal of the change this task follows up (none when it has no
+/// parent, the parent made no proposal or cannot be read: then nothing is reused).
+async fn parent_validations(store: &RunStore, task: &Task) -> Vec<Validation> {
+    let Some(parent) = task.follow_up_to.clone() else {
+        return Vec::new();
+    };
+    let earlier = store
+        .call("reading the task this one follows up", |store| {
+            store.get_task(&parent)
+        })
+        .await;
+    let Ok(Some(earlier)) = earlier else {
+        return Vec::new();
+    };
+    earlier
+        .result
+        .and_then(|result| serde_json::from_value::<ChangeResult>(result).ok())
+        .and_then(|result| match result.outcome {
+            ChangeOutcome::Proposal { proposal, .. } => Some(proposal.validations),
+            _ => None,
+        })
+        .unwrap_or_default()
 }
 
 /// Creates the approval publication of a proposal waits for and marks the result as waiting.

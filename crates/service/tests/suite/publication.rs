@@ -117,6 +117,7 @@ async fn world() -> World {
         sandbox: "linux".into(),
         duration_ms: 12,
         output_tail: String::new(),
+        reused: false,
     }];
     let hash = warden_repo::proposal::proposal_hash(
         &base,

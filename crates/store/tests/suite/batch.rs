@@ -629,6 +629,63 @@ async fn a_queue_keeps_its_claims_alive_and_releases_them(f: &Fixture) {
     assert_eq!(claim.task.id, ids[2]);
 }
 
+/// Leases are wall-clock times in the store, the one clock the processes sharing it have in
+/// common; a queue measures how long ago it was granted a lease on the monotonic clock, so a
+/// step of the wall clock either way neither keeps it from renewing nor loses a claim that
+/// still holds its lease.
+async fn a_queue_renews_by_monotonic_age_and_the_stores_wall_clock(f: &Fixture) {
+    const HOUR_MS: i64 = 3_600_000;
+    for _ in 0..3 {
+        f.task(TaskKind::Question, &["app"]).await;
+    }
+    let mut claims = queue(f, f.store.clone(), "w", 3);
+    let first = claims.next_leased().await.unwrap().unwrap();
+    assert_eq!(first.granted_monotonic_ms, f.clock.monotonic_ms());
+    // The wall clock is stepped back an hour while half a lease passes: by the wall clock the
+    // waiting claims have more than their whole lease left, but they are half a lease old.
+    f.clock.step(-HOUR_MS);
+    f.clock.advance(LEASE / 2);
+    claims.keep_alive().await.unwrap();
+    let second = claims.next_leased().await.unwrap().unwrap();
+    assert_eq!(second.granted_monotonic_ms, f.clock.monotonic_ms());
+    assert_eq!(
+        second.claim.lease_expires_at_ms,
+        f.clock.now_ms() + LEASE.as_millis() as i64,
+        "renewed by the stepped clock"
+    );
+    // Two hours forward at once: the last claim is new by the monotonic clock, but its lease
+    // looks expired in the store, where another worker would re-queue it; it is renewed first.
+    f.clock.step(2 * HOUR_MS);
+    let third = claims.next_leased().await.unwrap().unwrap();
+    assert_eq!(
+        third.claim.lease_expires_at_ms,
+        f.clock.now_ms() + LEASE.as_millis() as i64
+    );
+    // A live run's heartbeat renews a lease that only looks expired after the step, as long as
+    // nobody re-queued it first: what a worker that sees the step waits a lease for.
+    f.store
+        .heartbeat(&first.claim.run(), "w", LEASE)
+        .await
+        .unwrap();
+    f.store
+        .heartbeat(&second.claim.run(), "w", LEASE)
+        .await
+        .unwrap();
+    assert!(f.store.requeue_expired().await.unwrap().is_empty());
+    // Without that heartbeat, a step forward past the lease re-queues a live run (an
+    // interruption): the store has no other clock to tell.
+    f.clock.step(2 * HOUR_MS);
+    let requeued = f.store.requeue_expired().await.unwrap();
+    assert_eq!(requeued.len(), 3);
+    let task = f
+        .store
+        .get_task(&first.claim.task.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(task.interrupted_runs, 1);
+}
+
 conformance!(
     batch_claims_take_each_task_once,
     claim_batch_keeps_one_writer_per_repository_and_order,
@@ -639,6 +696,7 @@ conformance!(
     queued_claims_of_a_dead_process_come_back_after_lease_expiry,
     a_queue_never_hands_out_a_claim_whose_lease_was_lost,
     a_queue_keeps_its_claims_alive_and_releases_them,
+    a_queue_renews_by_monotonic_age_and_the_stores_wall_clock,
 );
 
 /// Other events of the same tasks are appended while their runs finish (the completion's
