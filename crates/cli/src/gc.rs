@@ -1,6 +1,6 @@
-//! `warden gc`: evicts unused mirrors and snapshots under `WARDEN_HOME`, oldest last use first,
-//! until they take at most `[storage] max_bytes` (`--max-bytes` overrides, `0` takes every
-//! unused one). What a running task holds, or what was used within `[storage]
+//! `warden gc`: evicts unused mirrors, snapshots and dependency caches under `WARDEN_HOME`,
+//! oldest last use first, until they take at most `[storage] max_bytes` (`--max-bytes`
+//! overrides, `0` takes every unused one). What a running task holds, or what was used within `[storage]
 //! keep_recent_mins`, stays; so do mirrors holding proposals. `--dry-run` only reports.
 
 use anyhow::Context;
@@ -29,7 +29,7 @@ pub fn gc(config: &Config, args: GcArgs) -> anyhow::Result<u8> {
     }
     let report = store
         .gc(&policy, args.dry_run)
-        .context("cannot evict mirrors and snapshots")?;
+        .context("cannot evict mirrors, snapshots and dependency caches")?;
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
         return Ok(0);
@@ -50,7 +50,7 @@ pub fn gc(config: &Config, args: GcArgs) -> anyhow::Result<u8> {
         );
     }
     println!(
-        "{} {} bytes; mirrors and snapshots take {} bytes (limit {})",
+        "{} {} bytes; mirrors, snapshots and dependency caches take {} bytes (limit {})",
         if report.dry_run {
             "would free"
         } else {
@@ -67,6 +67,7 @@ fn describe(entry: &GcEntry) -> String {
     let kind = match entry.kind {
         GcKind::Mirror => "mirror",
         GcKind::Snapshot => "snapshot",
+        GcKind::Cache => "dependency cache",
     };
     crate::text::one_line(&format!(
         "{kind} {} ({} bytes)",

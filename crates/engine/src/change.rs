@@ -90,12 +90,14 @@ pub struct ChangeSandbox {
 }
 
 impl ChangeSandbox {
-    /// Opens a writable view over the repository's snapshot. Fails closed like
-    /// [`crate::question::TaskSandbox::open`].
+    /// Opens a writable view over the repository's snapshot, with its dependency cache taken
+    /// for this task's prepare (`private_cache`: a cache of this task alone, as maintenance
+    /// takes). Fails closed like [`crate::question::TaskSandbox::open`].
     pub fn open(
         config: &Config,
         repo: &TaskRepo,
         scratch_dir: &Path,
+        private_cache: bool,
     ) -> Result<ChangeSandbox, Failure> {
         let _timing = crate::timing::time_sandbox_start("change");
         let failure = |error: warden_sandbox::SandboxError| Failure {
@@ -109,7 +111,12 @@ impl ChangeSandbox {
             code: FailureCode::Infrastructure,
             message: format!("cannot create {}: {e}", scratch_dir.display()),
         })?;
-        let toolchains = crate::question::task_toolchains(config, std::slice::from_ref(repo))?;
+        let toolchains = crate::question::task_toolchains(
+            config,
+            std::slice::from_ref(repo),
+            true,
+            private_cache,
+        )?;
         let sandbox = warden_sandbox::select(config.sandbox.backend, &config.sandbox.config)
             .map_err(failure)?;
         let view_dir = scratch_dir.join("view");
@@ -353,7 +360,15 @@ pub fn before_agent_with(
         .collect();
     // The fetch trees of the presets' default commands, removed when dropped.
     let mut trees = Vec::new();
-    if !toolchains.prepare.is_empty() {
+    let complete = toolchains.cache_state() == Some(crate::toolchain::CacheState::Complete);
+    if complete {
+        // Filled by a prepare of this exact key (the same repository, toolchains, commands
+        // and what they read): nothing to fetch, and nothing writes a complete cache.
+        let notice = "prepare skipped: the dependency cache of this base is complete";
+        progress(&format!("warden: {notice}"));
+        notices.push(notice.to_string());
+        commands.clear();
+    } else if !toolchains.prepare.is_empty() {
         commands.extend(
             toolchains
                 .prepare
@@ -376,12 +391,20 @@ pub fn before_agent_with(
             commands.push((command.to_string(), root));
         }
     }
+    let mut filled = false;
     if !commands.is_empty() {
-        notices.extend(prepare(
+        let (prepared, succeeded) = prepare(
             session, toolchains, &commands, &network, progress, on_egress,
-        )?);
+        )?;
+        notices.extend(prepared);
+        filled = succeeded;
     }
     drop(trees);
+    // Published only when every command of the key succeeded; otherwise this task's alone.
+    toolchains.finish_fill(filled).map_err(|e| Failure {
+        code: FailureCode::Infrastructure,
+        message: format!("cannot publish the dependency cache: {e}"),
+    })?;
     let missing = session.missing_programs().map_err(|message| Failure {
         code: FailureCode::SandboxError,
         message,
@@ -578,9 +601,10 @@ pub fn prepare_command(
     })
 }
 
-/// Runs the prepare commands with the cache writable, one view each, holding the cache's lock
-/// so two tasks of a repository do not fill it at once. A failing command is a notice, not a
-/// failure: the checks say whether what it should have fetched is missing.
+/// Runs the prepare commands with the cache writable, one view each (the task holds the
+/// cache exclusively, or it is its own: [`crate::toolchain::TaskToolchains::open_cache`]).
+/// A failing command is a notice, not a failure: the checks say whether what it should have
+/// fetched is missing. With the notices, whether every command succeeded.
 fn prepare(
     session: &ChangeSession,
     toolchains: &crate::toolchain::TaskToolchains,
@@ -588,22 +612,16 @@ fn prepare(
     network: &PrepareNetwork,
     progress: &dyn Fn(&str),
     on_egress: &dyn Fn(&crate::egress::EgressRecord),
-) -> Result<Vec<String>, Failure> {
+) -> Result<(Vec<String>, bool), Failure> {
     let infrastructure = |message: String| Failure {
         code: FailureCode::Infrastructure,
         message,
-    };
-    let _lock = match &toolchains.cache {
-        Some(cache) => Some(
-            crate::toolchain::lock_cache(cache)
-                .map_err(|e| infrastructure(format!("cannot lock the dependency cache: {e}")))?,
-        ),
-        None => None,
     };
     let config = &session.config;
     std::fs::create_dir_all(&config.scratch)
         .map_err(|e| infrastructure(format!("cannot create {}: {e}", config.scratch.display())))?;
     let mut notices = Vec::new();
+    let mut succeeded = true;
     let (mut connections, mut refused) = (0u32, 0u32);
     for (index, (command, root)) in commands.iter().enumerate() {
         let output = prepare_command(
@@ -650,9 +668,10 @@ fn prepare(
         let notice = format!("prepare `{command}` failed ({reason})");
         progress(&format!("warden: {notice}"));
         notices.push(notice);
+        succeeded = false;
     }
     notices.insert(0, network.notice(connections, refused));
-    Ok(notices)
+    Ok((notices, succeeded))
 }
 
 /// The manifests a preset's default prepare command sees instead of the base tree (`None`:

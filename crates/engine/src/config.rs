@@ -169,7 +169,8 @@ pub struct SandboxSection {
     pub repo_mount_roots: Vec<String>,
 }
 
-/// `[storage]`: how large snapshots may be and how much mirrors and snapshots may take.
+/// `[storage]`: how large snapshots may be and how much mirrors, snapshots and dependency
+/// caches may take.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StorageSection {
@@ -257,7 +258,8 @@ pub struct Config {
     pub max_output_tokens: u32,
     pub prices: PriceTable,
     pub sandbox: SandboxChoice,
-    /// `[storage]`: snapshot limits and the cache budget of mirrors and snapshots.
+    /// `[storage]`: snapshot limits and the cache budget of mirrors, snapshots and dependency
+    /// caches.
     pub storage: StorageConfig,
     /// `[serve]`: workers, leases and per-day budgets of `warden serve` / `warden worker`.
     pub serve: crate::serve_config::ServeConfig,

@@ -1119,15 +1119,8 @@ fn fetch_candidates(
 ) -> Result<(), Failure> {
     let session = run.session;
     let toolchains = networked_toolchains(run, eco)?;
-    let _lock = match &toolchains.cache {
-        Some(cache) => Some(crate::toolchain::lock_cache(cache).map_err(|e| {
-            failure(
-                FailureCode::Infrastructure,
-                format!("cannot lock the dependency cache: {e}"),
-            )
-        })?),
-        None => None,
-    };
+    // The task's own cache (maintenance takes a private one): the upgraded lockfile's
+    // packages reach no other task.
     let script = eco.fetch_script(upgrades);
     let network = PrepareNetwork::of(session.config.sandbox.as_ref(), &toolchains);
     let tree = crate::fetch_tree::FetchTree::new(session, eco.manifests(), "fetch-candidates")?;

@@ -382,7 +382,7 @@ impl TaskSandbox {
                 message: format!("cannot create {}: {e}", parent.display()),
             })?;
         }
-        let toolchains = task_toolchains(config, repos)?;
+        let toolchains = task_toolchains(config, repos, false, false)?;
         let sandbox = warden_sandbox::select(config.sandbox.backend, &config.sandbox.config)
             .map_err(failure)?;
         let view = sandbox
@@ -643,14 +643,20 @@ pub fn question_report(
     }
 }
 /// The toolchains of a task over `repos`: the configured ones, every repository's own mounts,
-/// and the first repository's cache and prepare commands (its mirror's folder names the
-/// cache). A refused or vanished mount fails the task with `sandbox_error`.
+/// and the first repository's cache and prepare commands. The cache is the one of its key
+/// ([`crate::toolchain::cache_key`]: the repository, by its mirror's name, the toolchains, the
+/// prepare commands and what they read of the base tree), taken as
+/// [`crate::toolchain::TaskToolchains::open_cache`] says: `fill` when the task runs prepare,
+/// `private` for a cache of the task alone. A refused or vanished mount fails the task with
+/// `sandbox_error`.
 pub fn task_toolchains(
     config: &Config,
     repos: &[TaskRepo],
+    fill: bool,
+    private: bool,
 ) -> Result<crate::toolchain::TaskToolchains, warden_protocol::Failure> {
     let first = repos.first();
-    let key = first
+    let repo_name = first
         .and_then(|repo| repo.pinned.mirror.file_name())
         .map(|name| name.to_string_lossy().trim_end_matches(".git").to_string())
         .unwrap_or_else(|| "default".into());
@@ -661,7 +667,17 @@ pub fn task_toolchains(
     let prepare = first
         .map(|repo| repo.sandbox.prepare.clone())
         .unwrap_or_default();
-    let toolchains = config
+    let key = match first {
+        Some(repo) => crate::toolchain::cache_key(
+            &config.sandbox.toolchains,
+            &repo_name,
+            &prepare,
+            &repo.pinned.tree,
+            &repo.snapshot.root,
+        ),
+        None => repo_name,
+    };
+    let mut toolchains = config
         .sandbox
         .toolchains
         .for_repo(&config.home, &key, &mounts, &prepare)
@@ -670,10 +686,10 @@ pub fn task_toolchains(
             message: format!("a repository's sandbox mount was refused: {reason}"),
         })?;
     toolchains
-        .create_cache()
+        .open_cache(fill, private)
         .map_err(|error| warden_protocol::Failure {
             code: warden_protocol::FailureCode::Infrastructure,
-            message: format!("cannot create the repository's dependency cache: {error}"),
+            message: format!("cannot take the repository's dependency cache: {error}"),
         })?;
     Ok(toolchains)
 }

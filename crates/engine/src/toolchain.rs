@@ -13,6 +13,15 @@
 //! preset brings its registries and, when the base tree has its lockfile and no `prepare` is
 //! configured, a default prepare command that fills the cache (`cargo fetch --locked`, …).
 //!
+//! **Caches that cannot be poisoned.** A cache is keyed ([`cache_key`]) by everything that
+//! could change what prepare writes: the repository, the toolchains, the prepare commands and
+//! what they read of the base tree (the manifests and lockfiles for the presets' defaults, the
+//! tree id for configured commands). Only the prepare of a key writes its cache, holding the
+//! exclusive lock, and a `.complete` marker beside it publishes it when every command
+//! succeeded; a complete cache is never written again and later tasks skip prepare. Readers
+//! hold the lock shared until their task ends (`warden gc` skips a held cache). A task never
+//! sees another's half-written cache: it gets one of its own instead ([`CacheState`]).
+//!
 //! **What is refused** (at configuration load for `warden.toml`, at registration for a
 //! repository's mounts): relative paths and `..`, `/`, anything under `/proc`, `/sys`, `/dev`,
 //! `/etc` or the working root, a path overlapping `WARDEN_HOME` (snapshots, scratch, caches,
@@ -735,6 +744,7 @@ impl Toolchains {
             },
             egress: self.egress.clone(),
             presets: self.presets.clone(),
+            lease: CacheHold::default(),
         })
     }
 }
@@ -756,22 +766,69 @@ pub struct TaskToolchains {
     pub egress: crate::egress::EgressSettings,
     /// The presets in use (their default prepare commands).
     pub presets: Vec<Preset>,
+    /// The task's hold on its cache, once [`TaskToolchains::open_cache`] took it.
+    pub lease: CacheHold,
 }
 
 impl TaskToolchains {
-    /// Creates the cache directory and its folders (private to the Warden user).
-    pub fn create_cache(&self) -> std::io::Result<()> {
+    /// Takes the task's dependency cache (private to the Warden user) and creates its folders:
+    /// the key's complete cache when there is one (read-only, prepare skipped); else, when
+    /// the task `fill`s it and nobody else holds it, the key's cache emptied and held
+    /// exclusively for this task's prepare ([`TaskToolchains::finish_fill`] publishes it);
+    /// else (or `private`) a cache of this task alone, removed when it ends. The lease is
+    /// held until the last clone of these toolchains is dropped.
+    pub fn open_cache(&mut self, fill: bool, private: bool) -> std::io::Result<()> {
         use std::os::unix::fs::DirBuilderExt;
-        let Some(cache) = &self.cache else {
+        let Some(shared) = self.cache.clone() else {
             return Ok(());
+        };
+        let taken = match private {
+            true => None,
+            false => Some(CacheLease::take(&shared, fill, false)?)
+                .and_then(|(lease, taken)| taken.then_some(lease)),
+        };
+        let lease = if let Some(lease) = taken {
+            lease
+        } else {
+            static PRIVATE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+            let n = PRIVATE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let name = format!(
+                "{}-task-{}-{n}",
+                shared.file_name().unwrap_or_default().to_string_lossy(),
+                std::process::id()
+            );
+            let own = shared.with_file_name(name);
+            for (_, value) in &mut self.cache_env {
+                if let Ok(rest) = Path::new(value.as_str()).strip_prefix(&shared) {
+                    *value = text(&own.join(rest));
+                }
+            }
+            self.cache = Some(own.clone());
+            CacheLease::take(&own, fill, true)?.0
         };
         let mut builder = std::fs::DirBuilder::new();
         builder.recursive(true).mode(0o700);
-        builder.create(cache)?;
-        for (_, dir) in &self.cache_env {
-            builder.create(dir)?;
+        if lease.state() != CacheState::Complete {
+            for (_, dir) in &self.cache_env {
+                builder.create(dir)?;
+            }
         }
+        self.lease = CacheHold(Some(std::sync::Arc::new(lease)));
         Ok(())
+    }
+
+    /// How the task holds its cache (`None`: no cache, or not opened).
+    pub fn cache_state(&self) -> Option<CacheState> {
+        self.lease.0.as_ref().map(|lease| lease.state())
+    }
+
+    /// Ends this task's fill of its key's cache: published when `complete`, otherwise kept
+    /// for this task alone (see [`CacheLease::finish`]). Nothing for any other state.
+    pub fn finish_fill(&self, complete: bool) -> std::io::Result<()> {
+        match &self.lease.0 {
+            Some(lease) => lease.finish(complete),
+            None => Ok(()),
+        }
     }
 
     /// The presets' default prepare commands for the base tree at `root` (each whose lockfile
@@ -853,16 +910,14 @@ pub fn proxy_env(address: &str) -> Vec<(String, String)> {
     .collect()
 }
 
-/// Waits for and takes the exclusive lock of a dependency cache (a `flock` on
-/// `<cache>.lock` beside it), held while prepare commands write it; released when the file is
-/// dropped. The lock lives outside the cache: prepare runs repository code with the cache
-/// writable, which must not be able to swap the lock for a fifo or a symlink the host opens.
-pub fn lock_cache(cache: &Path) -> std::io::Result<std::fs::File> {
+/// The lock file of a dependency cache: `<cache>.lock` beside it, out of `prepare`'s reach
+/// (prepare runs repository code with the cache writable, which must not be able to swap the
+/// lock for a fifo or a symlink the host opens). Readers hold it shared, the prepare filling
+/// the cache exclusively; its modification time is the cache's last use.
+fn open_cache_lock(cache: &Path) -> std::io::Result<std::fs::File> {
     use rustix::fs::{Mode, OFlags};
-    let mut name = cache.as_os_str().to_owned();
-    name.push(".lock");
     let fd = rustix::fs::open(
-        PathBuf::from(name).as_path(),
+        sibling(cache, "lock").as_path(),
         OFlags::WRONLY | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
         Mode::from_raw_mode(0o600),
     )?;
@@ -872,8 +927,276 @@ pub fn lock_cache(cache: &Path) -> std::io::Result<std::fs::File> {
             "the cache lock is not a regular file",
         ));
     }
-    rustix::fs::flock(&file, rustix::fs::FlockOperation::LockExclusive)?;
     Ok(file)
+}
+
+/// `<cache>.<suffix>`, beside the cache.
+fn sibling(cache: &Path, suffix: &str) -> PathBuf {
+    let mut name = cache.as_os_str().to_owned();
+    name.push(".");
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// The marker of a complete cache, `<cache>.complete`, written beside it (out of `prepare`'s
+/// reach) when every prepare command of its key succeeded; `warden gc` removes it first.
+pub fn complete_marker(cache: &Path) -> PathBuf {
+    sibling(cache, "complete")
+}
+
+/// Removes `path` (a file or a tree, symbolic links not followed), first making read-only
+/// directories writable again (Go's module cache is read-only). Absent is fine.
+fn remove_tree(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fn make_writable(dir: &Path) -> std::io::Result<()> {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            if entry.file_type()?.is_dir() {
+                make_writable(&entry.path())?;
+            }
+        }
+        Ok(())
+    }
+    let meta = match path.symlink_metadata() {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    if meta.is_dir() {
+        make_writable(path)?;
+        std::fs::remove_dir_all(path)
+    } else {
+        std::fs::remove_file(path)
+    }
+}
+
+/// How a task holds its dependency cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheState {
+    /// The key's complete cache, read-only to everything of the task: prepare is skipped.
+    Complete,
+    /// The key's cache, emptied and held exclusively: this task's prepare fills it and
+    /// publishes it when every command succeeds.
+    Filling,
+    /// Held shared after a fill that did not complete: this task's own, never published.
+    Unpublished,
+    /// A cache of this task alone (`<key>-task-<n>`), removed when the task ends: the key's
+    /// cache was incomplete and in another task's hands, or the task is maintenance (whose
+    /// upgraded packages belong to no base lockfile).
+    Private,
+}
+
+/// A task's hold on its dependency cache: the lock (shared, or exclusive while filling) kept
+/// until the task ends, so `warden gc` cannot evict a cache in use.
+#[derive(Debug)]
+pub struct CacheLease {
+    lock: std::fs::File,
+    cache: PathBuf,
+    state: std::sync::Mutex<CacheState>,
+}
+
+impl CacheLease {
+    /// Takes `cache` for a task (see [`TaskToolchains::open_cache`]).
+    fn take(cache: &Path, fill: bool, private: bool) -> std::io::Result<(CacheLease, bool)> {
+        use rustix::fs::{flock, FlockOperation};
+        use std::os::unix::fs::DirBuilderExt;
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true).mode(0o700);
+        if let Some(parent) = cache.parent() {
+            builder.create(parent)?;
+        }
+        let lock = open_cache_lock(cache)?;
+        let lease = |lock, state| CacheLease {
+            lock,
+            cache: cache.to_path_buf(),
+            state: std::sync::Mutex::new(state),
+        };
+        if private {
+            flock(&lock, FlockOperation::LockShared)?;
+            let _ = lock.set_modified(std::time::SystemTime::now());
+            remove_tree(cache)?;
+            builder.create(cache)?;
+            return Ok((lease(lock, CacheState::Private), true));
+        }
+        // Waits for a prepare filling it (bounded by the prepare timeout) or an eviction.
+        flock(&lock, FlockOperation::LockShared)?;
+        let _ = lock.set_modified(std::time::SystemTime::now());
+        if complete_marker(cache).is_file() && cache.is_dir() {
+            return Ok((lease(lock, CacheState::Complete), true));
+        }
+        // Incomplete: filled by nobody now, left over by a failed or interrupted prepare, or
+        // held by a task whose prepare failed. Only a task that can fill it, alone, takes it.
+        if fill && flock(&lock, FlockOperation::NonBlockingLockExclusive).is_ok() {
+            if complete_marker(cache).is_file() && cache.is_dir() {
+                flock(&lock, FlockOperation::LockShared)?;
+                return Ok((lease(lock, CacheState::Complete), true));
+            }
+            remove_tree(cache)?;
+            builder.create(cache)?;
+            return Ok((lease(lock, CacheState::Filling), true));
+        }
+        Ok((lease(lock, CacheState::Unpublished), false))
+    }
+
+    pub fn state(&self) -> CacheState {
+        *self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Ends a fill: publishes the cache when `complete` (the marker written beside it, then
+    /// the lock downgraded to shared: from then on nothing writes it); otherwise it stays this
+    /// task's, held shared, and the next task that fills it empties it first.
+    pub fn finish(&self, complete: bool) -> std::io::Result<()> {
+        use rustix::fs::{flock, FlockOperation};
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *state != CacheState::Filling {
+            return Ok(());
+        }
+        if complete {
+            let marker = std::fs::File::create(complete_marker(&self.cache))?;
+            marker.sync_all()?;
+        }
+        flock(&self.lock, FlockOperation::LockShared)?;
+        *state = if complete {
+            CacheState::Complete
+        } else {
+            CacheState::Unpublished
+        };
+        Ok(())
+    }
+}
+
+impl Drop for CacheLease {
+    fn drop(&mut self) {
+        if self.state() == CacheState::Private {
+            let _ = remove_tree(&self.cache);
+            let _ = std::fs::remove_file(complete_marker(&self.cache));
+            // Nobody else knows its name: the lock file goes too.
+            let _ = std::fs::remove_file(sibling(&self.cache, "lock"));
+        }
+    }
+}
+
+/// The lease a task's toolchains carry (shared by their clones); compares equal always.
+#[derive(Debug, Clone, Default)]
+pub struct CacheHold(Option<std::sync::Arc<CacheLease>>);
+
+impl PartialEq for CacheHold {
+    fn eq(&self, _: &CacheHold) -> bool {
+        true
+    }
+}
+
+impl Eq for CacheHold {}
+
+/// What a dependency cache's key digests: `repo` (the mirror's name, kept readable in front),
+/// the toolchains (presets, mounts, `PATH`, variables), the prepare commands, and what they
+/// read: configured commands see the whole base tree, so its tree id (`tree`); the presets'
+/// default commands see only the manifests and lockfiles, so those files' paths and bytes in
+/// the base tree at `root`. Two tasks share a cache only when everything that could change
+/// what their prepare writes is the same.
+pub fn cache_key(
+    toolchains: &Toolchains,
+    repo: &str,
+    prepare: &[String],
+    tree: &str,
+    root: &Path,
+) -> String {
+    use sha2::{Digest, Sha256};
+    let mut hash = Sha256::new();
+    let mut field = |bytes: &[u8]| {
+        hash.update((bytes.len() as u64).to_le_bytes());
+        hash.update(bytes);
+    };
+    field(b"warden-dependency-cache-1");
+    field(repo.as_bytes());
+    for preset in &toolchains.presets {
+        field(preset.as_str().as_bytes());
+    }
+    for path in toolchains.mounts.iter().chain(&toolchains.path) {
+        field(path.as_os_str().as_encoded_bytes());
+    }
+    for (name, value) in toolchains.env.iter().chain(&toolchains.cache_env) {
+        field(name.as_bytes());
+        field(value.as_bytes());
+    }
+    let prepare = if prepare.is_empty() {
+        &toolchains.prepare
+    } else {
+        prepare
+    };
+    if prepare.is_empty() {
+        field(b"defaults");
+        let mut files = Vec::new();
+        manifest_files(root, Path::new(""), &toolchains.presets, &mut files);
+        files.sort();
+        for relative in files {
+            field(relative.as_os_str().as_encoded_bytes());
+            field(&std::fs::read(root.join(&relative)).unwrap_or_default());
+        }
+    } else {
+        field(b"configured");
+        for command in prepare {
+            field(command.as_bytes());
+        }
+        field(tree.as_bytes());
+    }
+    let digest = hex::encode(hash.finalize());
+    let safe: String = repo
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | 'A'..='Z' | '0'..='9' | '-' | '_' => c,
+            _ => '_',
+        })
+        .collect();
+    format!("{safe}-{}", &digest[..32])
+}
+
+/// The manifests (anywhere) and lockfiles (at the root) of `presets` under `root/relative`,
+/// outside `.git` and `node_modules`: what the presets' default prepare commands read.
+fn manifest_files(root: &Path, relative: &Path, presets: &[Preset], found: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(root.join(relative)) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let path = relative.join(&name);
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            if name != ".git" && name != "node_modules" {
+                manifest_files(root, &path, presets, found);
+            }
+            continue;
+        }
+        if !kind.is_file() {
+            continue;
+        }
+        let at_root = relative.as_os_str().is_empty();
+        let name = name.to_string_lossy();
+        let wanted = presets.iter().any(|preset| match preset {
+            Preset::Rust => name == "Cargo.toml" || (at_root && name == "Cargo.lock"),
+            Preset::Node => {
+                name == "package.json"
+                    || (at_root && (name == "package-lock.json" || name == "npm-shrinkwrap.json"))
+            }
+            Preset::Go => {
+                name == "go.mod"
+                    || (at_root && matches!(&*name, "go.sum" | "go.work" | "go.work.sum"))
+            }
+            Preset::Python => false,
+        });
+        if wanted {
+            found.push(path);
+        }
+    }
 }
 
 /// A registered repository's own sandbox settings (`warden repos add --mount/--prepare`).
@@ -961,21 +1284,138 @@ mod tests {
             .is_err());
     }
 
+    fn task_with_cache(warden: &Path, key: &str) -> TaskToolchains {
+        Toolchains {
+            cache_env: pairs(&[("CARGO_HOME", "cargo")]),
+            ..Toolchains::default()
+        }
+        .for_repo(warden, key, &[], &[])
+        .unwrap()
+    }
+
     #[test]
     fn the_cache_lock_lives_beside_the_cache_and_is_never_followed() {
         let dir = tempfile::tempdir().unwrap();
-        let cache = dir.path().join("caches/app");
-        std::fs::create_dir_all(&cache).unwrap();
-        drop(lock_cache(&cache).unwrap());
+        let mut task = task_with_cache(dir.path(), "app");
+        task.open_cache(true, false).unwrap();
         assert!(dir.path().join("caches/app.lock").is_file());
-        assert!(!cache.join(".prepare.lock").exists());
+        assert!(!dir.path().join("caches/app/.prepare.lock").exists());
+        drop(task);
         // A symlink planted where the lock goes is refused, not followed.
-        let planted = dir.path().join("caches/other");
-        std::fs::create_dir_all(&planted).unwrap();
         let target = dir.path().join("elsewhere");
         std::os::unix::fs::symlink(&target, dir.path().join("caches/other.lock")).unwrap();
-        assert!(lock_cache(&planted).is_err());
+        assert!(task_with_cache(dir.path(), "other")
+            .open_cache(true, false)
+            .is_err());
         assert!(!target.exists());
+    }
+
+    #[test]
+    fn only_a_complete_fill_is_shared_and_nothing_writes_it_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = dir.path().join("caches/app-k");
+        // The first task takes the key's cache to fill; a second one meanwhile gets its own.
+        let mut first = task_with_cache(dir.path(), "app-k");
+        first.open_cache(true, false).unwrap();
+        assert_eq!(first.cache_state(), Some(CacheState::Filling));
+        assert_eq!(first.cache.as_deref(), Some(shared.as_path()));
+        std::fs::write(shared.join("cargo/half"), "written").unwrap();
+        // The second waits for the fill; this one fails and stays the first task's.
+        let warden = dir.path().to_path_buf();
+        let second = std::thread::spawn(move || {
+            let mut second = task_with_cache(&warden, "app-k");
+            second.open_cache(true, false).unwrap();
+            second
+        });
+        first.finish_fill(false).unwrap();
+        assert_eq!(first.cache_state(), Some(CacheState::Unpublished));
+        assert!(!complete_marker(&shared).exists());
+        let second = second.join().unwrap();
+        assert_eq!(second.cache_state(), Some(CacheState::Private));
+        let own = second.cache.clone().unwrap();
+        assert_ne!(own, shared);
+        assert!(own.join("cargo").is_dir());
+        assert!(
+            !own.join("cargo/half").exists(),
+            "a half-written cache is never seen"
+        );
+        assert!(second
+            .command_env(true)
+            .contains(&("CARGO_HOME".into(), text(&own.join("cargo")))));
+        drop(second);
+        assert!(!own.exists(), "a private cache goes with its task");
+
+        // The next filler empties it first.
+        assert!(shared.join("cargo/half").exists());
+        drop(first);
+        let mut third = task_with_cache(dir.path(), "app-k");
+        third.open_cache(true, false).unwrap();
+        assert_eq!(third.cache_state(), Some(CacheState::Filling));
+        assert!(!shared.join("cargo/half").exists());
+        std::fs::write(shared.join("cargo/crate"), "fetched").unwrap();
+        third.finish_fill(true).unwrap();
+        assert!(complete_marker(&shared).is_file());
+
+        // Complete: shared by every later task of the key, read-only (not opened to fill).
+        let mut fourth = task_with_cache(dir.path(), "app-k");
+        fourth.open_cache(true, false).unwrap();
+        assert_eq!(fourth.cache_state(), Some(CacheState::Complete));
+        assert_eq!(fourth.cache.as_deref(), Some(shared.as_path()));
+        fourth.finish_fill(false).unwrap();
+        assert!(complete_marker(&shared).is_file());
+        assert_eq!(
+            std::fs::read_to_string(shared.join("cargo/crate")).unwrap(),
+            "fetched"
+        );
+        // A task that does not fill (a question) never sees an incomplete one.
+        let mut reader = task_with_cache(dir.path(), "app-other");
+        reader.open_cache(false, false).unwrap();
+        assert_eq!(reader.cache_state(), Some(CacheState::Private));
+        // Maintenance's is always its own.
+        let mut maintain = task_with_cache(dir.path(), "app-k");
+        maintain.open_cache(true, true).unwrap();
+        assert_eq!(maintain.cache_state(), Some(CacheState::Private));
+        assert_ne!(maintain.cache.as_deref(), Some(shared.as_path()));
+        drop((third, fourth));
+    }
+
+    #[test]
+    fn the_cache_key_follows_what_prepare_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join("Cargo.toml"), "[package]").unwrap();
+        std::fs::write(root.join("Cargo.lock"), "version = 3").unwrap();
+        std::fs::write(root.join("main.rs"), "fn main() {}").unwrap();
+        let rust = Toolchains {
+            presets: vec![Preset::Rust],
+            ..Toolchains::default()
+        };
+        let key = |toolchains: &Toolchains, prepare: &[String], tree: &str| {
+            cache_key(toolchains, "app/1", prepare, tree, root)
+        };
+        let base = key(&rust, &[], "t1");
+        assert!(base.starts_with("app_1-"), "{base}");
+        // Default prepare: the manifests and lockfile, not the sources nor the commit.
+        assert_eq!(key(&rust, &[], "t2"), base);
+        std::fs::write(root.join("main.rs"), "fn main() { planted() }").unwrap();
+        std::fs::create_dir_all(root.join(".cargo")).unwrap();
+        std::fs::write(root.join(".cargo/config.toml"), "[source]").unwrap();
+        assert_eq!(key(&rust, &[], "t1"), base);
+        std::fs::write(root.join("Cargo.lock"), "version = 4").unwrap();
+        let relocked = key(&rust, &[], "t1");
+        assert_ne!(relocked, base);
+        std::fs::create_dir_all(root.join("member")).unwrap();
+        std::fs::write(root.join("member/Cargo.toml"), "[package]").unwrap();
+        assert_ne!(key(&rust, &[], "t1"), relocked);
+        // Configured commands see the whole tree: keyed by it, and by the commands.
+        let configured = key(&rust, &["make deps".into()], "t1");
+        assert_ne!(configured, key(&rust, &["make deps".into()], "t2"));
+        assert_ne!(configured, key(&rust, &["make all".into()], "t1"));
+        // And by the toolchains.
+        assert_ne!(
+            key(&Toolchains::default(), &[], "t1"),
+            key(&rust, &[], "t1")
+        );
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The cache budget of mirrors and snapshots: last-use times, in-use locks and eviction.
+//! The cache budget of mirrors, snapshots and dependency caches: last-use times, in-use locks
+//! and eviction.
 //!
 //! - **Last use** of a mirror is the modification time of `mirrors/<mirror>.use`, of a snapshot
 //!   that of `snapshots/<mirror>/<commit>.use`; [`RepoStore::hold_mirror`] and
@@ -16,6 +17,11 @@
 //!   leaves debris the next materialization clears, never a snapshot taken for complete. The
 //!   `.use` and `.lock` files stay (empty): deleting a lock file someone waits on would let two
 //!   processes hold "the" lock at once.
+//! - **Dependency caches** (`caches/<key>`, written by the engine's toolchain module) count
+//!   toward the same limit and go the same way: their one lock, `caches/<key>.lock`, is held
+//!   shared by every task using the cache and exclusively by the prepare filling it (eviction
+//!   skips either); its modification time is the last use; `caches/<key>.complete` goes
+//!   first.
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
@@ -33,6 +39,8 @@ use crate::store::{PinnedRepo, RepoStore};
 pub enum GcKind {
     Mirror,
     Snapshot,
+    /// A dependency cache (`caches/<key>`).
+    Cache,
 }
 
 /// One mirror or snapshot as eviction saw it.
@@ -138,16 +146,21 @@ impl RepoStore {
             // dry run only looks: it creates no lock file (that would change the last use it
             // sorts by).
             if dry_run {
-                if !(is_free(&candidate.use_file)? && is_free(&candidate.build_lock)?) {
+                let built_free = match &candidate.build_lock {
+                    Some(lock) => is_free(lock)?,
+                    None => true,
+                };
+                if !(is_free(&candidate.use_file)? && built_free) {
                     entry.kept = Some("in_use");
                     report.kept.push(entry);
                     continue;
                 }
             } else {
-                let locks = match (
-                    try_exclusive(&candidate.use_file)?,
-                    try_exclusive(&candidate.build_lock)?,
-                ) {
+                let built = match &candidate.build_lock {
+                    Some(lock) => try_exclusive(lock)?.map(Some),
+                    None => Some(None),
+                };
+                let locks = match (try_exclusive(&candidate.use_file)?, built) {
                     (Some(used), Some(built)) => (used, built),
                     _ => {
                         entry.kept = Some("in_use");
@@ -185,11 +198,12 @@ impl RepoStore {
                     path: path.clone(),
                     kept: None,
                 },
-                build_lock: path.with_extension("lock"),
+                build_lock: Some(path.with_extension("lock")),
                 use_file,
                 marker: None,
             });
         }
+        found.extend(cache_candidates(&self.home().join("caches"))?);
         for dir in list(&self.home().join("snapshots"))? {
             if dir.is_dir() {
                 found.extend(snapshot_candidates(&dir)?);
@@ -225,10 +239,11 @@ impl RepoStore {
             if candidate.entry.path == own {
                 continue;
             }
-            let (Some(used), Some(built)) = (
-                try_exclusive(&candidate.use_file)?,
-                try_exclusive(&candidate.build_lock)?,
-            ) else {
+            let built = match &candidate.build_lock {
+                Some(lock) => try_exclusive(lock)?,
+                None => None,
+            };
+            let (Some(used), Some(built)) = (try_exclusive(&candidate.use_file)?, built) else {
                 continue;
             };
             candidate.remove()?;
@@ -265,8 +280,41 @@ fn snapshot_candidates(dir: &Path) -> Result<Vec<Candidate>, RepoError> {
                 path: path.clone(),
                 kept: None,
             },
-            build_lock: dir.join(format!("{commit}.lock")),
+            build_lock: Some(dir.join(format!("{commit}.lock"))),
             use_file,
+            marker: Some(marker),
+        });
+    }
+    Ok(found)
+}
+
+/// The dependency caches under `dir` (`WARDEN_HOME/caches`): each `<key>` directory, whose
+/// `<key>.lock` its readers hold shared and its prepare exclusively (its modification time is
+/// the last use) and whose `<key>.complete` marks it complete.
+fn cache_candidates(dir: &Path) -> Result<Vec<Candidate>, RepoError> {
+    let mut found = Vec::new();
+    for path in list(dir)? {
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        if name.starts_with('.') || !path.symlink_metadata().is_ok_and(|m| m.is_dir()) {
+            continue;
+        }
+        let use_file = dir.join(format!("{name}.lock"));
+        let marker = dir.join(format!("{name}.complete"));
+        found.push(Candidate {
+            entry: GcEntry {
+                kind: GcKind::Cache,
+                bytes: disk_usage(&path),
+                last_used: modified(&use_file)
+                    .or_else(|| modified(&marker))
+                    .or_else(|| modified(&path))
+                    .unwrap_or(0),
+                path: path.clone(),
+                kept: None,
+            },
+            use_file,
+            build_lock: None,
             marker: Some(marker),
         });
     }
@@ -277,9 +325,9 @@ fn snapshot_candidates(dir: &Path) -> Result<Vec<Candidate>, RepoError> {
 struct Candidate {
     entry: GcEntry,
     use_file: PathBuf,
-    /// The lock pinning (mirrors) or materializing (snapshots) takes.
-    build_lock: PathBuf,
-    /// A snapshot's completion marker, removed first.
+    /// The lock pinning (mirrors) or materializing (snapshots) takes; caches have one lock.
+    build_lock: Option<PathBuf>,
+    /// A snapshot's or a cache's completion marker, removed first.
     marker: Option<PathBuf>,
 }
 

@@ -556,3 +556,96 @@ fn a_registered_repository_mount_reaches_its_served_tasks() {
     assert!(seen.contains("faketool checked the tree"), "{seen}");
     server.terminate();
 }
+
+/// Issue 22's poisoning test: a hostile branch whose prepare plants a different package in
+/// the dependency cache cannot change what another branch's checks build against. The
+/// configured prepare runs the branch's own `fetch-deps.sh` and, like `cargo fetch`, leaves a
+/// package already in the cache alone; the hostile branch's script plants one first. Both
+/// branches have the same lockfile: the cache is keyed by everything prepare reads (for a
+/// configured command, the whole base tree), so each base gets its own. A later task of the
+/// same base finds its cache complete and skips prepare, and `warden gc` evicts caches like
+/// snapshots.
+#[test]
+fn a_hostile_branchs_prepare_cannot_poison_another_branchs_checks() {
+    let repo = TempRepo::new();
+    repo.write("Cargo.lock", "# the same pins on every branch\n");
+    repo.write(
+        "fetch-deps.sh",
+        "[ -f \"$WARDEN_CACHE/dep\" ] || echo genuine > \"$WARDEN_CACHE/dep\"\n",
+    );
+    repo.commit("initial");
+    repo.git(&["checkout", "-q", "-b", "hostile"]);
+    repo.write(
+        "fetch-deps.sh",
+        "echo planted > \"$WARDEN_CACHE/dep\"; echo planted > \"$WARDEN_CACHE/extra\"\n",
+    );
+    repo.commit("plant a crate");
+    repo.git(&["checkout", "-q", "main"]);
+    let turns = || {
+        vec![
+            openai::tool_call(
+                "write_file",
+                &json!({"path": "NOTES.md", "content": "notes\n"}).to_string(),
+            ),
+            openai::tool_call(
+                "submit_change",
+                &json!({"summary": "Add notes"}).to_string(),
+            ),
+        ]
+    };
+    let server = ScriptedModelServer::start_blocking([turns(), turns(), turns()].concat());
+    let warden = with_config(
+        Warden::openai(&server.url()),
+        "[sandbox]\nprepare = [\"sh fetch-deps.sh\"]\n\n[storage]\nkeep_recent_mins = 0\n",
+    );
+    let run = |rev: &str, check: &str| {
+        let run = warden.run(&[
+            "run",
+            "--repo",
+            &format!("{}@{rev}", repo.path().display()),
+            "--json",
+            "--check",
+            check,
+            "add notes",
+        ]);
+        assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+        assert_eq!(run.json()["outcome"], "proposal", "{}", run.stdout);
+        run
+    };
+    let hostile = run("hostile", "grep -qx planted \"$WARDEN_CACHE/dep\"");
+    let skipped = |run: &super::support::Run| {
+        run.json()["notices"]
+            .to_string()
+            .contains("prepare skipped: the dependency cache of this base is complete")
+    };
+    assert!(!skipped(&hostile), "{}", hostile.stdout);
+    let genuine = "grep -qx genuine \"$WARDEN_CACHE/dep\" && test ! -e \"$WARDEN_CACHE/extra\"";
+    let main = run("main", genuine);
+    assert!(!skipped(&main), "{}", main.stdout);
+    // The same base again: its cache is complete, prepare does not run.
+    let again = run("main", genuine);
+    assert!(skipped(&again), "{}", again.stdout);
+
+    let caches = warden.home.path().join("caches");
+    let complete: Vec<_> = std::fs::read_dir(&caches)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|e| e == "complete"))
+        .collect();
+    assert_eq!(complete.len(), 2, "{complete:?}");
+    // Nothing holds them now: gc evicts both, marker first.
+    let gc = warden.run(&["gc", "--max-bytes", "0", "--json"]);
+    assert_eq!(gc.code, 0, "{}\n{}", gc.stdout, gc.stderr);
+    let report = gc.json();
+    let evicted = report["removed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|entry| entry["kind"] == "cache")
+        .count();
+    assert_eq!(evicted, 2, "{report}");
+    assert!(std::fs::read_dir(&caches)
+        .unwrap()
+        .all(|entry| !entry.unwrap().path().is_dir()));
+    assert!(complete.iter().all(|marker| !marker.exists()));
+}
