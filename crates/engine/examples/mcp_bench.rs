@@ -85,6 +85,7 @@ async fn main() {
                 scratch_dir: base.path().join("scratch"),
                 mounts: Vec::new(),
                 egress_proxy: None,
+                seed: None,
             })
             .unwrap(),
     );

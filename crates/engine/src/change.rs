@@ -127,6 +127,7 @@ impl ChangeSandbox {
                 scratch_dir: view_dir.clone(),
                 mounts: toolchains.mounts(false),
                 egress_proxy: None,
+                seed: None,
             })
             .map_err(failure)?;
         // Without an upper layer (the `local` backend copies) the candidate compares the tree.
@@ -410,6 +411,7 @@ pub fn before_agent_with(
         message,
     })?;
     if missing.is_empty() {
+        warm_up(session, config, toolchains, first.is_none(), progress, &mut notices)?;
         return Ok(notices);
     }
     let reasons: Vec<String> = missing
@@ -429,6 +431,90 @@ pub fn before_agent_with(
         code: FailureCode::BaselineFailing,
         message: reasons.join("\n"),
     })
+}
+
+/// Warm checks (`[sandbox] warm_checks`): takes the base tree's warm seed for the check views
+/// ([`crate::toolchain::TaskToolchains::warm_build`]) and, when it is this task's to fill
+/// (`fill`: not maintenance), builds it with the first check on the base tree before the
+/// agent. That record is reused by a baseline or by a submission of the unchanged tree; when
+/// it fails because the dependencies cannot be fetched offline, the task stops here with
+/// `baseline_failing` and the setting that fixes it, before the agent spends anything.
+fn warm_up(
+    session: &ChangeSession,
+    config: &Config,
+    toolchains: &crate::toolchain::TaskToolchains,
+    fill: bool,
+    progress: &dyn Fn(&str),
+    notices: &mut Vec<String>,
+) -> Result<(), Failure> {
+    let Some(first) = session.config.checks.first() else {
+        return Ok(());
+    };
+    if !config.sandbox.warm_checks {
+        return Ok(());
+    }
+    let warm = toolchains.warm_build(
+        &session.config_hash(),
+        &session.config.base_tree,
+        &session.config.snapshot,
+        fill,
+    );
+    match warm {
+        Ok(Some(warm)) => session.use_warm(warm),
+        Ok(None) => return Ok(()),
+        Err(error) => {
+            notices.push(format!(
+                "warm checks unavailable (checks build from nothing): cannot take the warm \
+                 seed: {error}"
+            ));
+            return Ok(());
+        }
+    }
+    if session.seed_ready() {
+        let notice = "warm checks: the check views start from the base tree's build outputs";
+        progress(&format!("warden: {notice}"));
+        notices.push(notice.into());
+        return Ok(());
+    }
+    progress(&format!(
+        "warden: warm-up: `{first}` on the base tree, once, so later checks build \
+         incrementally"
+    ));
+    let Some(record) = session.warm_up() else {
+        return Ok(());
+    };
+    let record = record.map_err(|message| Failure {
+        code: FailureCode::SandboxError,
+        message,
+    })?;
+    if !record.passed() {
+        if let Some(reason) = session.offline_reason(std::slice::from_ref(&record)) {
+            return Err(Failure {
+                code: FailureCode::BaselineFailing,
+                message: format!(
+                    "the checks already fail on the base commit {} before any change: \
+                     {first}\n{reason}",
+                    session.config.base_commit
+                ),
+            });
+        }
+    }
+    notices.push(if session.seed_ready() {
+        format!(
+            "warm checks: `{first}` built the base tree once ({:.1} s, exit {}); later checks \
+             start from its outputs",
+            record.duration_ms as f64 / 1000.0,
+            record
+                .exit_code
+                .map_or_else(|| "none".to_string(), |code| code.to_string())
+        )
+    } else {
+        format!(
+            "warm checks unavailable: the base tree's `{first}` left no outputs to keep (checks \
+             build from nothing)"
+        )
+    });
+    Ok(())
 }
 
 /// What network the prepare commands get.
@@ -569,6 +655,7 @@ pub fn prepare_command(
         scratch_dir: config.scratch.join(scratch_name),
         mounts: toolchains.mounts(true),
         egress_proxy: proxy.as_ref().map(crate::egress::EgressProxy::address),
+        seed: None,
     });
     let view = view.map_err(|e| Failure {
         code: FailureCode::SandboxError,

@@ -163,6 +163,10 @@ pub struct SandboxSection {
     /// The older name of `[egress] upstream`: an HTTP proxy (`host:port`) that Warden's egress
     /// proxy chains to.
     pub prepare_proxy: Option<String>,
+    /// Warm checks (default true): a toolchain's build outputs (`target/` for `rust`), built
+    /// once from the base tree by the first check and kept per key, are layered under every
+    /// later check view copy-on-write, so a check after an edit builds incrementally.
+    pub warm_checks: Option<bool>,
     /// The only directories a registered repository's own mounts (`repos add --mount`) may
     /// lie under; empty (the default): repositories cannot add mounts.
     #[serde(default)]
@@ -288,6 +292,8 @@ pub struct SandboxChoice {
     pub limits: warden_sandbox::ResourceLimits,
     /// `[sandbox] mounts`, `toolchains` and `prepare`, resolved.
     pub toolchains: crate::toolchain::Toolchains,
+    /// `[sandbox] warm_checks`.
+    pub warm_checks: bool,
 }
 
 #[derive(Debug)]
@@ -732,6 +738,7 @@ fn sandbox_choice(
             disk,
         },
         limits,
+        warm_checks: section.warm_checks.unwrap_or(true),
         toolchains: crate::toolchain::Toolchains::resolve(
             &section.toolchains,
             &section.mounts,

@@ -395,6 +395,7 @@ impl TaskSandbox {
                 scratch_dir: scratch_dir.to_path_buf(),
                 mounts: toolchains.mounts(false),
                 egress_proxy: None,
+                seed: None,
             })
             .map_err(failure)?;
         Ok(TaskSandbox {

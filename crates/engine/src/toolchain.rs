@@ -91,6 +91,16 @@ impl Preset {
         }
     }
 
+    /// Folders of the working root where the preset's build tool keeps its outputs (what a
+    /// warm seed holds): `target` for Rust, whose cargo builds incrementally from it. Go's
+    /// build cache lives outside the tree and node's `node_modules` is not an output: none.
+    pub fn build_outputs(self) -> &'static [&'static str] {
+        match self {
+            Preset::Rust => &["target"],
+            Preset::Node | Preset::Python | Preset::Go => &[],
+        }
+    }
+
     /// The preset whose installation provides `program` (`cargo` → rust), for the fix of a
     /// program the sandbox cannot find.
     pub fn providing(program: &str) -> Option<Preset> {
@@ -736,6 +746,7 @@ impl Toolchains {
                 None => Vec::new(),
             },
             offline_env: self.offline_env.clone(),
+            shared_cache: cache.clone(),
             cache,
             prepare: if repo_prepare.is_empty() {
                 self.prepare.clone()
@@ -760,6 +771,9 @@ pub struct TaskToolchains {
     pub offline_env: Vec<(String, String)>,
     /// The repository's cache directory, when anything uses one.
     pub cache: Option<PathBuf>,
+    /// The key's shared cache directory (`cache` until a private one replaces it): warm
+    /// seeds are named after it.
+    pub shared_cache: Option<PathBuf>,
     pub prepare: Vec<String>,
     /// What prepare reaches through Warden's egress proxy (global: a registered repository
     /// cannot widen it).
@@ -829,6 +843,71 @@ impl TaskToolchains {
             Some(lease) => lease.finish(complete),
             None => Ok(()),
         }
+    }
+
+    /// The warm seed of `checks_hash` ([`warden_tools::checks::check_config_hash`]) on the
+    /// base `tree` at `root`, when a preset has build outputs ([`Preset::build_outputs`]) the
+    /// base tree does not hold itself: `<key>-warm-<digest>` beside the dependency cache,
+    /// taken like it ([`CacheLease`]). The key's complete seed is used as it is; an incomplete
+    /// one is this task's to fill only when `fill` and the task builds against the key's
+    /// complete dependency cache (not a private one: maintenance, or a fill that failed).
+    /// `None`: nothing to keep warm, or another task is filling it.
+    pub fn warm_build(
+        &self,
+        checks_hash: &str,
+        tree: &str,
+        root: &Path,
+        fill: bool,
+    ) -> std::io::Result<Option<warden_tools::checks::WarmBuild>> {
+        use sha2::{Digest, Sha256};
+        let Some(shared) = &self.shared_cache else {
+            return Ok(None);
+        };
+        let outputs: Vec<String> = self
+            .presets
+            .iter()
+            .flat_map(|preset| preset.build_outputs())
+            .filter(|output| root.join(output).symlink_metadata().is_err())
+            .map(|output| output.to_string())
+            .collect();
+        if outputs.is_empty() {
+            return Ok(None);
+        }
+        let mut hash = Sha256::new();
+        for field in [checks_hash, tree].into_iter().chain(outputs.iter().map(String::as_str)) {
+            hash.update((field.len() as u64).to_le_bytes());
+            hash.update(field.as_bytes());
+        }
+        let digest = hex::encode(hash.finalize());
+        let mut name = shared.file_name().unwrap_or_default().to_owned();
+        name.push(format!("-warm-{}", &digest[..24]));
+        let seed = shared.with_file_name(name);
+        let may_fill = fill
+            && self.cache.as_ref() == Some(shared)
+            && self.cache_state() == Some(CacheState::Complete);
+        let (lease, taken) = CacheLease::take(&seed, may_fill, false)?;
+        let fill = match lease.state() {
+            CacheState::Complete => None,
+            CacheState::Filling if taken => {
+                let lease = std::sync::Arc::new(lease);
+                let filling = lease.clone();
+                let finish: warden_tools::checks::FinishFill =
+                    std::sync::Arc::new(move |complete| filling.finish(complete));
+                return Ok(Some(warden_tools::checks::WarmBuild {
+                    seed,
+                    outputs,
+                    fill: Some(finish),
+                    hold: lease,
+                }));
+            }
+            _ => return Ok(None),
+        };
+        Ok(Some(warden_tools::checks::WarmBuild {
+            seed,
+            outputs,
+            fill,
+            hold: std::sync::Arc::new(lease),
+        }))
     }
 
     /// The presets' default prepare commands for the base tree at `root` (each whose lockfile

@@ -108,6 +108,7 @@ fn main() {
                 scratch_dir: base.path().join(name),
                 mounts: Vec::new(),
                 egress_proxy: None,
+                seed: None,
             })
             .unwrap()
     };

@@ -325,6 +325,7 @@ impl GvisorSandbox {
                 scratch_dir: base.join("scratch"),
                 mounts: Vec::new(),
                 egress_proxy: None,
+                seed: None,
             })?;
             let output = view.run(&CommandSpec::bash(script, Duration::from_secs(60)));
             view.close()?;
@@ -410,6 +411,7 @@ impl GvisorView {
         };
         let rootfs = scratch.join("rootfs");
         let multi = matches!(validated, ValidatedView::Multi(_));
+        let seed = crate::spec::validate_seed(spec)?;
         for dir in ["rootfs", "state", "bundles"] {
             std::fs::create_dir(scratch.join(dir)).map_err(|e| io_error(dir, e))?;
         }
@@ -478,6 +480,7 @@ impl GvisorView {
                 Backend::Gvisor,
                 validated,
                 spec.writable,
+                seed.as_deref(),
                 &scratch,
                 &mut host_mounts,
             )?;

@@ -39,11 +39,16 @@ impl Sandbox for LocalSandbox {
 
     fn open(&self, view: &ViewSpec) -> Result<Box<dyn SandboxView>, SandboxError> {
         let validated = validate_view(view)?;
+        let seed = crate::spec::validate_seed(view)?;
         crate::spec::prepare_scratch(&view.scratch_dir)?;
         let root = match (&validated, view.writable) {
             (ValidatedView::Single(snapshot), false) => snapshot.clone(),
             (ValidatedView::Single(snapshot), true) => {
                 let root = view.scratch_dir.join("work");
+                // The seed first, the snapshot over it: what both hold is the snapshot's.
+                if let Some(seed) = &seed {
+                    copy_tree(seed, &root)?;
+                }
                 copy_tree(snapshot, &root)?;
                 root
             }
@@ -226,10 +231,29 @@ fn kill_group(pid: libc::pid_t) {
 }
 
 /// Copies a snapshot into a writable plain directory (owner-writable modes).
+fn remove_file_if_present(path: &Path) -> std::io::Result<()> {
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() => std::fs::remove_dir_all(path),
+        Ok(_) => std::fs::remove_file(path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 fn copy_tree(from: &Path, to: &Path) -> Result<(), SandboxError> {
     use std::os::unix::fs::PermissionsExt;
     let fail = |path: &Path, e| SandboxError::io(format!("cannot copy {}", path.display()), e);
-    std::fs::create_dir(to).map_err(|e| fail(to, e))?;
+    match std::fs::create_dir(to) {
+        // A seed copied first: the snapshot's entries go over it.
+        Err(e)
+            if e.kind() == std::io::ErrorKind::AlreadyExists
+                && std::fs::symlink_metadata(to).is_ok_and(|meta| meta.is_dir()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            remove_file_if_present(to).map_err(|e| fail(to, e))?;
+            std::fs::create_dir(to).map_err(|e| fail(to, e))?;
+        }
+        other => other.map_err(|e| fail(to, e))?,
+    }
     for entry in std::fs::read_dir(from).map_err(|e| fail(from, e))? {
         let entry = entry.map_err(|e| fail(from, e))?;
         let source = entry.path();
@@ -239,8 +263,10 @@ fn copy_tree(from: &Path, to: &Path) -> Result<(), SandboxError> {
             copy_tree(&source, &target)?;
         } else if kind.is_symlink() {
             let link = std::fs::read_link(&source).map_err(|e| fail(&source, e))?;
+            remove_file_if_present(&target).map_err(|e| fail(&target, e))?;
             std::os::unix::fs::symlink(link, &target).map_err(|e| fail(&target, e))?;
         } else {
+            remove_file_if_present(&target).map_err(|e| fail(&target, e))?;
             std::fs::copy(&source, &target).map_err(|e| fail(&source, e))?;
             let mode = std::fs::metadata(&target)
                 .map_err(|e| fail(&target, e))?

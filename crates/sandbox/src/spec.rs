@@ -289,6 +289,12 @@ pub struct ViewSpec {
     /// Backends that cannot relay refuse it ([`crate::Sandbox::relays_egress`]). `None`: no
     /// network at all, the default.
     pub egress_proxy: Option<String>,
+    /// Writable single-repository views only: a read-only host directory layered *below* the
+    /// snapshot (overlayfs' lowest `lowerdir`), so what it holds shows through wherever the
+    /// snapshot has nothing, and a command's writes to it are copied up into the view's upper
+    /// layer like any other write: the directory itself is never written. Warden's warm build
+    /// outputs (a `target/` built from the base tree) reach check views this way.
+    pub seed: Option<PathBuf>,
 }
 
 /// A host directory bound into a view at the same absolute path: read-only (and `nosuid`,
@@ -620,6 +626,31 @@ pub(crate) fn validate_view(view: &ViewSpec) -> Result<ValidatedView, SandboxErr
         return invalid(format!("repository name {:?} is given twice", pair[0].0));
     }
     Ok(ValidatedView::Multi(repos))
+}
+
+/// Checks [`ViewSpec::seed`] and returns its canonical path: only for a writable view of one
+/// snapshot, an absolute path of a directory free of overlayfs' separators.
+pub(crate) fn validate_seed(view: &ViewSpec) -> Result<Option<PathBuf>, SandboxError> {
+    let Some(seed) = &view.seed else {
+        return Ok(None);
+    };
+    let invalid = |message: String| Err(SandboxError::InvalidRequest(message));
+    if !view.writable || view.lower.len() != 1 {
+        return invalid("a seed layer is only for a writable view of one snapshot".into());
+    }
+    if !seed.is_absolute() {
+        return invalid(format!("seed {} is not an absolute path", seed.display()));
+    }
+    let canonical = seed.canonicalize().map_err(|error| {
+        SandboxError::InvalidRequest(format!("seed {}: {error}", seed.display()))
+    })?;
+    if !canonical.is_dir() || unmountable(&canonical) {
+        return invalid(format!(
+            "seed {} must be a directory whose path has no ',', ':' or '\\'",
+            canonical.display()
+        ));
+    }
+    Ok(Some(canonical))
 }
 
 /// Checks an egress proxy address: `host:port` (an IPv6 literal in brackets), port 1–65535.

@@ -96,6 +96,7 @@ fn run(sandbox: &dyn crate::Sandbox) -> Result<Vec<String>, SandboxError> {
             scratch_dir: base.join("scratch"),
             mounts: Vec::new(),
             egress_proxy: None,
+            seed: None,
         })?;
         let output = view.run(&CommandSpec::bash(&script(), Duration::from_secs(60)));
         view.close()?;

@@ -47,6 +47,7 @@ fn main() {
                 scratch_dir: scratch.join("view"),
                 mounts: Vec::new(),
                 egress_proxy: None,
+                seed: None,
             })
             .unwrap();
         let opened = started.elapsed();

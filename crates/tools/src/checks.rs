@@ -18,6 +18,16 @@
 //! an unchanged tree, the repair model's first `run_checks`, or a follow-up on its parent's
 //! proposal tree ([`ChangeSession::seed`]) cost nothing. Only an exact match counts; a timed
 //! out or killed check is never reused.
+//!
+//! **Warm checks** ([`WarmBuild`]). A check view may be given a seed: a read-only directory of
+//! build outputs (`target/`) layered below the tree, so a build after an edit is incremental
+//! and what it writes stays in the view. The seed is built only from the *base* tree — the
+//! first check the base tree runs, before the agent, harvests the outputs from its view — and
+//! published once complete under its key (the base tree, the checks, the toolchains), so no
+//! agent's tree ever writes what another task builds against. A candidate tree is
+//! materialized with the base snapshot's modification times on every file the change did not
+//! touch, so tools that compare times (cargo's fingerprints, make) see exactly the changed
+//! files as newer than the seed.
 
 use crate::blocking;
 use serde_json::{json, Value};
@@ -32,6 +42,100 @@ use warden_repo::proposal::{
 use warden_repo::Git;
 use warden_runtime::{BoxFuture, Finish, Tool, ToolOutput, ToolSpec};
 use warden_sandbox::{CommandSpec, Mount, ResourceLimits, Sandbox, SandboxView, ViewSpec};
+
+/// Copies each of `outputs` (folders of the working root at `root`) into `seed`: regular
+/// files with their permissions and modification times (hard links kept as links), symbolic
+/// links as links, nothing else. Nothing is followed: an output that is not a real directory
+/// (a symbolic link a build planted, say) is refused, so the host's files cannot enter a seed.
+/// The view's commands have all ended when this runs.
+pub fn harvest_outputs(
+    root: &std::path::Path,
+    outputs: &[String],
+    seed: &std::path::Path,
+) -> std::io::Result<()> {
+    let mut linked = std::collections::HashMap::new();
+    for output in outputs {
+        let source = root.join(output);
+        match source.symlink_metadata() {
+            Ok(meta) if meta.is_dir() => copy_seed(&source, &seed.join(output), &mut linked)?,
+            Ok(_) => {
+                return Err(std::io::Error::other(format!(
+                    "{output} is not a directory in the view"
+                )))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+fn copy_seed(
+    from: &std::path::Path,
+    to: &std::path::Path,
+    linked: &mut std::collections::HashMap<(u64, u64), PathBuf>,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    std::fs::DirBuilder::new().mode(0o755).create(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let source = entry.path();
+        let target = to.join(entry.file_name());
+        let meta = source.symlink_metadata()?;
+        if meta.is_dir() {
+            copy_seed(&source, &target, linked)?;
+        } else if meta.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&source)?, &target)?;
+        } else if meta.is_file() {
+            let identity = (meta.dev(), meta.ino());
+            if meta.nlink() > 1 {
+                if let Some(first) = linked.get(&identity) {
+                    std::fs::hard_link(first, &target)?;
+                    continue;
+                }
+            }
+            let mut input = std::fs::File::open(&source)?;
+            let mut output = std::fs::File::create(&target)?;
+            std::io::copy(&mut input, &mut output)?;
+            output.set_permissions(std::fs::Permissions::from_mode(meta.mode() & 0o755))?;
+            output.set_modified(meta.modified()?)?;
+            if meta.nlink() > 1 {
+                linked.insert(identity, target);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Sets the modification time of every regular file under `dest/relative` whose path is not
+/// in `changed` to that of the same file in `base` (when it has one).
+fn keep_times(
+    base: &std::path::Path,
+    dest: &std::path::Path,
+    relative: &std::path::Path,
+    changed: &std::collections::HashSet<&[u8]>,
+) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    for entry in std::fs::read_dir(dest.join(relative))? {
+        let entry = entry?;
+        let path = relative.join(entry.file_name());
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            keep_times(base, dest, &path, changed)?;
+        } else if kind.is_file() && !changed.contains(path.as_os_str().as_bytes()) {
+            let Ok(original) = base.join(&path).symlink_metadata() else {
+                continue;
+            };
+            if original.is_file() {
+                std::fs::File::options()
+                    .write(true)
+                    .open(dest.join(&path))?
+                    .set_modified(original.modified()?)?;
+            }
+        }
+    }
+    Ok(())
+}
 
 /// Bytes of a check's output kept in its record.
 const OUTPUT_TAIL: usize = 4000;
@@ -74,6 +178,40 @@ pub struct ChangeSessionConfig {
     pub offline_fix: OfflineFix,
 }
 
+/// Publishes (`true`) or abandons (`false`) the fill of a warm seed.
+pub type FinishFill = Arc<dyn Fn(bool) -> std::io::Result<()> + Send + Sync>;
+
+/// A warm seed of build outputs: complete (layered under every check view) or, when `fill` is
+/// set, empty and this session's to fill from the base tree's first check.
+pub struct WarmBuild {
+    /// The seed directory (its key's, under Warden's caches).
+    pub seed: PathBuf,
+    /// Folders of the working root harvested into the seed (`target` for Rust).
+    pub outputs: Vec<String>,
+    /// Set while this session holds the seed to fill: called once the harvest ends.
+    pub fill: Option<FinishFill>,
+    /// Keeps the seed's lease (its lock, held shared: `warden gc` leaves it) for the session.
+    pub hold: Arc<dyn std::any::Any + Send + Sync>,
+}
+
+/// sha256 of the check list, timeout, sandbox backend and Warden version: what a validation's
+/// result depends on besides the tree (and what a warm seed's key takes of the checks).
+pub fn check_config_hash(checks: &[String], backend: &str, timeout: Duration) -> String {
+    use sha2::Digest;
+    let text = json!({
+        "checks": checks,
+        "sandbox": backend,
+        "timeout_ms": timeout.as_millis() as u64,
+        // The sandbox implementation ships with Warden: its version is the backend's.
+        "warden": env!("CARGO_PKG_VERSION"),
+    })
+    .to_string();
+    format!(
+        "sha256:{}",
+        hex::encode(sha2::Sha256::digest(text.as_bytes()))
+    )
+}
+
 /// A change task's candidate, checks and proposal, shared by `run_checks` and `submit_change`.
 pub struct ChangeSession {
     pub config: ChangeSessionConfig,
@@ -91,6 +229,13 @@ struct SessionState {
     cancelled: bool,
     /// Every record of a check that exited, for [`reusable`].
     checked: Vec<Validation>,
+    /// Warm build outputs for the check views ([`ChangeSession::use_warm`]); `None`: every
+    /// check builds from nothing.
+    warm: Option<Arc<WarmBuild>>,
+    /// The warm seed is complete: check views show it.
+    seed_ready: bool,
+    /// The warm seed waits for this session's first check of the base tree.
+    seed_to_fill: bool,
 }
 
 impl ChangeSession {
@@ -99,6 +244,45 @@ impl ChangeSession {
             config,
             state: Mutex::new(SessionState::default()),
         }
+    }
+
+    /// Gives the check views warm build outputs from now on: `warm`'s seed when it is
+    /// complete, else (it is this session's to fill) once [`ChangeSession::warm_up`] built it.
+    pub fn use_warm(&self, warm: WarmBuild) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state.seed_ready = warm.fill.is_none();
+        state.seed_to_fill = warm.fill.is_some();
+        state.warm = Some(Arc::new(warm));
+    }
+
+    /// Whether check views show a complete warm seed now.
+    pub fn seed_ready(&self) -> bool {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .seed_ready
+    }
+
+    /// Whether the warm seed waits for a build of the base tree ([`ChangeSession::warm_up`]).
+    pub fn seed_to_fill(&self) -> bool {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .seed_to_fill
+    }
+
+    /// Fills the warm seed when it waits for one: the first check on the base tree, its build
+    /// outputs harvested from its view (a record like any other, reused by a baseline or a
+    /// submission of the unchanged tree). `None` when there was nothing to fill.
+    pub fn warm_up(&self) -> Option<Result<Validation, String>> {
+        if !self.seed_to_fill() {
+            return None;
+        }
+        let first = self.config.checks.first()?.clone();
+        Some(
+            self.run_commands(&self.config.base_tree, std::slice::from_ref(&first))
+                .map(|mut records| records.remove(0)),
+        )
     }
 
     /// Kills the check command running now and starts no other (the task was cancelled). A
@@ -133,6 +317,17 @@ impl ChangeSession {
         view: Box<dyn SandboxView>,
         spec: &CommandSpec,
     ) -> Result<warden_sandbox::CommandOutput, warden_sandbox::SandboxError> {
+        self.run_in_view(view, spec, &mut |_, _| {})
+    }
+
+    /// [`ChangeSession::run_cancellable`], with `after` called on the view and the command's
+    /// output (when it ran) before the view closes.
+    fn run_in_view(
+        &self,
+        view: Box<dyn SandboxView>,
+        spec: &CommandSpec,
+        after: &mut dyn FnMut(&dyn SandboxView, &warden_sandbox::CommandOutput),
+    ) -> Result<warden_sandbox::CommandOutput, warden_sandbox::SandboxError> {
         let view = Arc::new(view);
         {
             let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -147,6 +342,9 @@ impl ChangeSession {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .running = None;
+        if let Ok(output) = &output {
+            after(view.as_ref().as_ref(), output);
+        }
         // A view that fails to close leaves only its scratch directory, which the task's
         // scratch removal takes with it. (A canceller holding it this instant drops it right
         // after; the view's own drop then takes its mounts down.)
@@ -156,21 +354,12 @@ impl ChangeSession {
         output
     }
 
-    /// sha256 of the check list, timeout, sandbox backend and Warden version: what a
-    /// validation's result depends on besides the tree.
+    /// [`check_config_hash`] of this session's checks.
     pub fn config_hash(&self) -> String {
-        use sha2::Digest;
-        let text = json!({
-            "checks": self.config.checks,
-            "sandbox": self.config.sandbox.backend().as_str(),
-            "timeout_ms": self.config.check_timeout.as_millis() as u64,
-            // The sandbox implementation ships with Warden: its version is the backend's.
-            "warden": env!("CARGO_PKG_VERSION"),
-        })
-        .to_string();
-        format!(
-            "sha256:{}",
-            hex::encode(sha2::Sha256::digest(text.as_bytes()))
+        check_config_hash(
+            &self.config.checks,
+            self.config.sandbox.backend().as_str(),
+            self.config.check_timeout,
         )
     }
 
@@ -214,11 +403,15 @@ impl ChangeSession {
     /// Runs every check on `tree`, each in a fresh writable view over its materialization; a
     /// check already run on exactly this tree and configuration is reported from that run.
     pub fn run_checks(&self, tree: &str) -> Result<Vec<Validation>, String> {
+        self.run_commands(tree, &self.config.checks)
+    }
+
+    fn run_commands(&self, tree: &str, commands: &[String]) -> Result<Vec<Validation>, String> {
         let config_hash = self.config_hash();
         let backend = self.config.sandbox.backend().as_str().to_string();
         let mut validations = Vec::new();
         let mut lower = None;
-        for command in &self.config.checks {
+        for command in commands {
             let earlier = reusable(
                 &self
                     .state
@@ -240,15 +433,27 @@ impl ChangeSession {
             };
             std::fs::create_dir_all(&self.config.scratch)
                 .map_err(|e| format!("cannot create {}: {e}", self.config.scratch.display()))?;
-            let scratch_dir = {
+            let (scratch_dir, seed, harvest) = {
                 let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
                 if state.cancelled {
                     return Err("the task was cancelled: its checks were stopped".into());
                 }
                 state.views_opened += 1;
-                self.config
-                    .scratch
-                    .join(format!("check-{}", state.views_opened))
+                let warm = state.warm.clone();
+                // Only the base tree's build fills the seed, and only once.
+                let harvest = state.seed_to_fill && tree == self.config.base_tree;
+                if harvest {
+                    state.seed_to_fill = false;
+                }
+                (
+                    self.config
+                        .scratch
+                        .join(format!("check-{}", state.views_opened)),
+                    warm.as_ref()
+                        .filter(|_| state.seed_ready)
+                        .map(|w| w.seed.clone()),
+                    warm.filter(|_| harvest),
+                )
             };
             let view = self
                 .config
@@ -259,14 +464,38 @@ impl ChangeSession {
                     scratch_dir,
                     mounts: self.config.mounts.clone(),
                     egress_proxy: None,
+                    seed,
                 })
-                .map_err(|e| format!("sandbox error: the check view could not be opened: {e}"))?;
+                .map_err(|e| format!("sandbox error: the check view could not be opened: {e}"));
+            let view = match view {
+                Ok(view) => view,
+                Err(error) => {
+                    if let Some(warm) = &harvest {
+                        self.end_fill(warm, false);
+                    }
+                    return Err(error);
+                }
+            };
             let mut spec = CommandSpec::bash(command, self.config.check_timeout);
             spec.limits = self.config.limits;
             spec.env = self.config.env.clone();
             spec.output_limit = 256 * 1024;
             let started = Instant::now();
-            let output = self.run_cancellable(view, &spec);
+            let output = match harvest {
+                None => self.run_cancellable(view, &spec),
+                Some(warm) => {
+                    let mut harvested = false;
+                    let output = self.run_in_view(view, &spec, &mut |view, output| {
+                        // A build that ran to its end (passing or not) left consistent
+                        // outputs; a killed or timed-out one may not have.
+                        harvested = output.exit_code.is_some()
+                            && !output.timed_out
+                            && harvest_outputs(view.root(), &warm.outputs, &warm.seed).is_ok();
+                    });
+                    self.end_fill(&warm, harvested);
+                    output
+                }
+            };
             let duration_ms = started.elapsed().as_millis() as u64;
             let output = output.map_err(|e| format!("sandbox error running {command:?}: {e}"))?;
             let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
@@ -351,6 +580,7 @@ impl ChangeSession {
                 scratch_dir: self.config.scratch.join("probe"),
                 mounts: self.config.mounts.clone(),
                 egress_proxy: None,
+                seed: None,
             })
             .map_err(|e| format!("sandbox error: the check view could not be opened: {e}"))?;
         let mut spec = CommandSpec::bash(&script, Duration::from_secs(60));
@@ -391,6 +621,21 @@ impl ChangeSession {
         })
     }
 
+    /// Ends this session's fill of the warm seed: published when `harvested`, else abandoned
+    /// (the next task that may fill it empties it first). Check views show it from then on.
+    fn end_fill(&self, warm: &WarmBuild, harvested: bool) {
+        let Some(finish) = &warm.fill else {
+            return;
+        };
+        let published = finish(harvested).is_ok() && harvested;
+        if published {
+            self.state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .seed_ready = true;
+        }
+    }
+
     /// The host directory holding exactly `tree`: the snapshot for the base tree, else its
     /// verified materialization (the one checks run over). What Warden reads of a candidate
     /// (`warden maintain`'s post-scan of its lockfile) is read here, so it is bound to the tree.
@@ -425,8 +670,43 @@ impl ChangeSession {
             &dest,
         )
         .map_err(|e| format!("cannot materialize the candidate tree: {e}"))?;
+        if state.warm.is_some() {
+            self.keep_base_times(tree, &dest)?;
+        }
         state.materialized = Some((tree.to_string(), dest.clone()));
         Ok(dest)
+    }
+
+    /// Gives every file of the materialized `tree` at `dest` that the change did not touch
+    /// the modification time it has in the base snapshot, so the warm seed (built from the
+    /// snapshot, after it was written) is newer than every unchanged input and older than
+    /// every changed one, as a build on the user's machine would find it.
+    fn keep_base_times(&self, tree: &str, dest: &std::path::Path) -> Result<(), String> {
+        let git_dir = format!("--git-dir={}", self.config.mirror.display());
+        let changed = self
+            .config
+            .git
+            .run(
+                &self.config.mirror,
+                &[
+                    &git_dir,
+                    "diff-tree",
+                    "-r",
+                    "-z",
+                    "--no-renames",
+                    "--name-only",
+                    &self.config.base_tree,
+                    tree,
+                ],
+            )
+            .map_err(|e| format!("cannot list the candidate's changes: {e}"))?;
+        let changed: std::collections::HashSet<&[u8]> = changed
+            .stdout
+            .split(|&b| b == 0)
+            .filter(|path| !path.is_empty())
+            .collect();
+        keep_times(&self.config.snapshot, dest, std::path::Path::new(""), &changed)
+            .map_err(|e| format!("cannot set the candidate's file times: {e}"))
     }
 
     /// Creates the proposal commit and ref for `tree` with its passing validations.

@@ -34,5 +34,6 @@ mod support;
 mod telegram;
 mod token;
 mod toolchain;
+mod warm_checks;
 mod web;
 mod web_console;

@@ -166,6 +166,7 @@ impl LinuxSandbox {
                 scratch_dir: base.join("scratch"),
                 mounts: Vec::new(),
                 egress_proxy: None,
+                seed: None,
             })?;
             let mut command = CommandSpec::bash("", Duration::from_secs(30));
             command.argv = vec!["true".into()];
@@ -377,6 +378,7 @@ pub(crate) fn mount_on_host(
     backend: Backend,
     validated: &ValidatedView,
     writable: bool,
+    seed: Option<&Path>,
     scratch: &Path,
     mounts: &mut HostMounts,
 ) -> Result<bool, SandboxError> {
@@ -432,7 +434,7 @@ pub(crate) fn mount_on_host(
             .map_err(|e| SandboxError::io(format!("cannot create {}", target.display()), e))?;
         let result = if writable {
             let data = plan::cstring(Path::new(&plan::overlay_options(
-                snapshot, upper, work, false,
+                snapshot, seed, upper, work, false,
             )));
             mount(
                 &overlay,

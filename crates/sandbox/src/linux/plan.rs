@@ -318,17 +318,21 @@ impl Steps {
     }
 }
 
-/// Overlayfs mount options. `userxattr` when mounted inside a user namespace (the kernel
-/// refuses `trusted.*` xattrs there).
+/// Overlayfs mount options: `lower` over `seed` (the lowest layer, [`crate::ViewSpec::seed`]).
+/// `userxattr` when mounted inside a user namespace (the kernel refuses `trusted.*` xattrs
+/// there).
 pub(crate) fn overlay_options(
     lower: &Path,
+    seed: Option<&Path>,
     upper: &Path,
     work: &Path,
     in_user_namespace: bool,
 ) -> String {
     format!(
-        "lowerdir={},upperdir={},workdir={}{}",
+        "lowerdir={}{},upperdir={},workdir={}{}",
         lower.display(),
+        seed.map(|seed| format!(":{}", seed.display()))
+            .unwrap_or_default(),
         upper.display(),
         work.display(),
         if in_user_namespace { ",userxattr" } else { "" }

@@ -183,6 +183,7 @@ impl LinuxView {
         }
         plan::write_etc(&scratch.join("etc"), &sandbox.layout).map_err(|e| io_error("etc", e))?;
         let multi = matches!(validated, ValidatedView::Multi(_));
+        let seed = crate::spec::validate_seed(spec)?;
         // The writable space: /tmp and /dev/shm (writable by the sandbox user — the Warden
         // user, mapped — and sticky), and the copy-on-write layer's directories.
         let layout = disk_layout(validated, spec.writable);
@@ -206,6 +207,7 @@ impl LinuxView {
                 Backend::Linux,
                 validated,
                 spec.writable,
+                seed.as_deref(),
                 &scratch,
                 &mut host_mounts,
             ) {
@@ -382,7 +384,13 @@ impl LinuxView {
                         target,
                         Some("overlay"),
                         libc::MS_NOSUID | libc::MS_NODEV,
-                        Some(&plan::overlay_options(snapshot, upper, workdir, true)),
+                        Some(&plan::overlay_options(
+                            snapshot,
+                            seed.as_deref(),
+                            upper,
+                            workdir,
+                            true,
+                        )),
                         false,
                     );
                 } else {

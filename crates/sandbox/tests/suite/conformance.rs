@@ -145,6 +145,78 @@ pub fn writable_view_changes_land_in_the_view_only(sandbox: &Backend) {
     assert_eq!(fixture.snapshot_state(), before, "the snapshot changed");
 }
 
+/// A seed (`ViewSpec::seed`, warm build outputs) shows below the snapshot in a writable view:
+/// its files appear where the snapshot has none, the snapshot's win where both have one, a
+/// command's writes to seeded files stay in the view, and the seed is never written. Refused
+/// for read-only and multi-repository views.
+pub fn a_seed_shows_below_the_snapshot_and_is_never_written(sandbox: &Backend) {
+    let fixture = Fixture::new();
+    let seed = fixture.dir.path().join("seed");
+    std::fs::create_dir_all(seed.join("target/debug")).unwrap();
+    std::fs::write(seed.join("target/debug/built"), "from the base\n").unwrap();
+    // The snapshot has src/lib.rs: the seed's copy must not show.
+    std::fs::create_dir_all(seed.join("src")).unwrap();
+    std::fs::write(seed.join("src/lib.rs"), "seed's\n").unwrap();
+    let spec = ViewSpec {
+        seed: Some(seed.clone()),
+        ..fixture.view(true)
+    };
+    let view = open!(sandbox, spec);
+    let stdout = expect_success(&bash(
+        view.as_ref(),
+        "cat target/debug/built && grep -c seed src/lib.rs;          echo rebuilt > target/debug/built && echo new > target/debug/other &&          rm -f target/debug/built2 && cat target/debug/built target/debug/other",
+    ));
+    assert!(stdout.starts_with("from the base\n0\n"), "{stdout}");
+    assert!(stdout.ends_with("rebuilt\nnew\n"), "{stdout}");
+    view.close().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(seed.join("target/debug/built")).unwrap(),
+        "from the base\n"
+    );
+    assert!(!seed.join("target/debug/other").exists());
+
+    // A second view sees the seed as it was.
+    let again = ViewSpec {
+        seed: Some(seed.clone()),
+        scratch_dir: fixture.scratch("seeded-again"),
+        ..fixture.view(true)
+    };
+    let view = open!(sandbox, again);
+    let stdout = expect_success(&bash(
+        view.as_ref(),
+        "cat target/debug/built; test ! -e target/debug/other && echo absent",
+    ));
+    assert_eq!(stdout, "from the base\nabsent\n");
+    view.close().unwrap();
+
+    for (what, spec) in [
+        (
+            "read-only",
+            ViewSpec {
+                seed: Some(seed.clone()),
+                scratch_dir: fixture.scratch("seeded-ro"),
+                ..fixture.view(false)
+            },
+        ),
+        (
+            "relative",
+            ViewSpec {
+                seed: Some("seed".into()),
+                scratch_dir: fixture.scratch("seeded-relative"),
+                ..fixture.view(true)
+            },
+        ),
+    ] {
+        match sandbox.open(&spec) {
+            Err(warden_sandbox::SandboxError::InvalidRequest(message)) => {
+                assert!(message.contains("seed"), "{what}: {message}")
+            }
+            Err(other) => panic!("{what}: {other}"),
+            Ok(_) => panic!("{what}: a seed was accepted"),
+        }
+    }
+}
+
 /// Several repositories: one folder per name under the working root.
 pub fn multi_repository_views(sandbox: &Backend) {
     let fixture = Fixture::new();
@@ -162,6 +234,7 @@ pub fn multi_repository_views(sandbox: &Backend) {
                 scratch_dir: fixture.scratch(if writable { "multi-rw" } else { "multi-ro" }),
                 mounts: Vec::new(),
                 egress_proxy: None,
+                seed: None,
             },
         );
         let stdout = expect_success(&bash(view.as_ref(), "ls; cat app/src/lib.rs lib/lib.py"));

@@ -462,6 +462,7 @@ fn sandbox_dies_with_warden() {
                 scratch_dir: base.join("scratch"),
                 mounts: Vec::new(),
                 egress_proxy: None,
+                seed: None,
             })
             .unwrap();
         bash(view.as_ref(), &format!("sleep {needle}"));

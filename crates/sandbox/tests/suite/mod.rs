@@ -51,6 +51,7 @@ conformance!(
         writing_outside_the_writable_layer_fails,
         writable_view_changes_land_in_the_view_only,
         multi_repository_views,
+        a_seed_shows_below_the_snapshot_and_is_never_written,
         inet_sockets_fail,
         tcp_to_a_host_listener_fails,
         dns_fails,
@@ -84,6 +85,7 @@ conformance!(
         writing_outside_the_writable_layer_fails,
         writable_view_changes_land_in_the_view_only,
         multi_repository_views,
+        a_seed_shows_below_the_snapshot_and_is_never_written,
         inet_sockets_fail,
         tcp_to_a_host_listener_fails,
         dns_fails,
@@ -116,6 +118,7 @@ conformance!(
     warden_sandbox::Backend::Local,
     [
         writable_view_changes_land_in_the_view_only,
+        a_seed_shows_below_the_snapshot_and_is_never_written,
         timeout_kills_grandchildren,
         output_flood_is_truncated,
         environment_is_exactly_the_allow_list,

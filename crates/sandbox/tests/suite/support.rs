@@ -161,6 +161,7 @@ impl Fixture {
             scratch_dir: self.scratch(if writable { "scratch-rw" } else { "scratch-ro" }),
             mounts: Vec::new(),
             egress_proxy: None,
+            seed: None,
         }
     }
 

@@ -37,6 +37,7 @@ fn view(backend: Backend, dir: &std::path::Path) -> Option<Box<dyn SandboxView>>
                 scratch_dir: dir.join("scratch"),
                 mounts: Vec::new(),
                 egress_proxy: None,
+                seed: None,
             })
             .unwrap(),
     )
