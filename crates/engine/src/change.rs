@@ -411,7 +411,14 @@ pub fn before_agent_with(
         message,
     })?;
     if missing.is_empty() {
-        warm_up(session, config, toolchains, first.is_none(), progress, &mut notices)?;
+        warm_up(
+            session,
+            config,
+            toolchains,
+            first.is_none(),
+            progress,
+            &mut notices,
+        )?;
         return Ok(notices);
     }
     let reasons: Vec<String> = missing
@@ -501,12 +508,13 @@ fn warm_up(
     }
     notices.push(if session.seed_ready() {
         format!(
-            "warm checks: `{first}` built the base tree once ({:.1} s, exit {}); later checks \
-             start from its outputs",
+            "warm checks: `{first}` built the base tree once ({:.1} s, exit {}; its outputs kept \
+             in {:.1} s); later checks start from them",
             record.duration_ms as f64 / 1000.0,
             record
                 .exit_code
-                .map_or_else(|| "none".to_string(), |code| code.to_string())
+                .map_or_else(|| "none".to_string(), |code| code.to_string()),
+            session.harvest_ms().unwrap_or(0) as f64 / 1000.0
         )
     } else {
         format!(

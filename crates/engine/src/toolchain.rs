@@ -874,7 +874,10 @@ impl TaskToolchains {
             return Ok(None);
         }
         let mut hash = Sha256::new();
-        for field in [checks_hash, tree].into_iter().chain(outputs.iter().map(String::as_str)) {
+        for field in [checks_hash, tree]
+            .into_iter()
+            .chain(outputs.iter().map(String::as_str))
+        {
             hash.update((field.len() as u64).to_le_bytes());
             hash.update(field.as_bytes());
         }

@@ -236,6 +236,8 @@ struct SessionState {
     seed_ready: bool,
     /// The warm seed waits for this session's first check of the base tree.
     seed_to_fill: bool,
+    /// How long copying the warm-up's outputs into the seed took.
+    harvest_ms: Option<u64>,
 }
 
 impl ChangeSession {
@@ -261,6 +263,14 @@ impl ChangeSession {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .seed_ready
+    }
+
+    /// How long copying the warm-up's build outputs into the seed took, once it ran.
+    pub fn harvest_ms(&self) -> Option<u64> {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .harvest_ms
     }
 
     /// Whether the warm seed waits for a build of the base tree ([`ChangeSession::warm_up`]).
@@ -481,22 +491,28 @@ impl ChangeSession {
             spec.env = self.config.env.clone();
             spec.output_limit = 256 * 1024;
             let started = Instant::now();
-            let output = match harvest {
-                None => self.run_cancellable(view, &spec),
-                Some(warm) => {
-                    let mut harvested = false;
-                    let output = self.run_in_view(view, &spec, &mut |view, output| {
-                        // A build that ran to its end (passing or not) left consistent
-                        // outputs; a killed or timed-out one may not have.
-                        harvested = output.exit_code.is_some()
-                            && !output.timed_out
-                            && harvest_outputs(view.root(), &warm.outputs, &warm.seed).is_ok();
-                    });
-                    self.end_fill(&warm, harvested);
-                    output
+            let mut ran_ms = None;
+            let mut harvested = false;
+            let output = self.run_in_view(view, &spec, &mut |view, output| {
+                // The command's own time, without the harvest and the view's closing.
+                ran_ms = Some(started.elapsed().as_millis() as u64);
+                if let Some(warm) = &harvest {
+                    // A build that ran to its end (passing or not) left consistent outputs;
+                    // a killed or timed-out one may not have.
+                    let copying = Instant::now();
+                    harvested = output.exit_code.is_some()
+                        && !output.timed_out
+                        && harvest_outputs(view.root(), &warm.outputs, &warm.seed).is_ok();
+                    self.state
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .harvest_ms = Some(copying.elapsed().as_millis() as u64);
                 }
-            };
-            let duration_ms = started.elapsed().as_millis() as u64;
+            });
+            if let Some(warm) = &harvest {
+                self.end_fill(warm, harvested);
+            }
+            let duration_ms = ran_ms.unwrap_or_else(|| started.elapsed().as_millis() as u64);
             let output = output.map_err(|e| format!("sandbox error running {command:?}: {e}"))?;
             let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
             if !output.stderr.is_empty() {
@@ -705,8 +721,13 @@ impl ChangeSession {
             .split(|&b| b == 0)
             .filter(|path| !path.is_empty())
             .collect();
-        keep_times(&self.config.snapshot, dest, std::path::Path::new(""), &changed)
-            .map_err(|e| format!("cannot set the candidate's file times: {e}"))
+        keep_times(
+            &self.config.snapshot,
+            dest,
+            std::path::Path::new(""),
+            &changed,
+        )
+        .map_err(|e| format!("cannot set the candidate's file times: {e}"))
     }
 
     /// Creates the proposal commit and ref for `tree` with its passing validations.

@@ -64,20 +64,26 @@ fn a_check_after_an_edit_starts_from_the_base_trees_build_and_cannot_poison_it()
             !required("rustup"),
             "WARDEN_TEST_REQUIRE lists rustup but no rustup installation was found"
         );
-        eprintln!("skipped: no rustup installation (WARDEN_TEST_REQUIRE=rustup makes this a failure)");
+        eprintln!(
+            "skipped: no rustup installation (WARDEN_TEST_REQUIRE=rustup makes this a failure)"
+        );
         return;
     };
     let repo = workspace();
     // The first task edits `app` and adds a build script that plants a file in the target
     // directory: its check fails; it removes the script and submits.
-    let planting = "fn main() {\n    let dir = std::env::var(\"CARGO_MANIFEST_DIR\").unwrap();\n    \
+    let planting =
+        "fn main() {\n    let dir = std::env::var(\"CARGO_MANIFEST_DIR\").unwrap();\n    \
                     std::fs::write(format!(\"{dir}/../target/planted\"), \"x\").unwrap();\n}\n";
     let first = vec![
         call(
             "write_file",
             json!({"path": "app/src/lib.rs", "content": app_lib("//! The answer.\n")}),
         ),
-        call("write_file", json!({"path": "app/build.rs", "content": planting})),
+        call(
+            "write_file",
+            json!({"path": "app/build.rs", "content": planting}),
+        ),
         call("run_checks", json!({})),
         call("shell", json!({"command": "rm app/build.rs"})),
         call("submit_change", json!({"summary": "Document the answer"})),
@@ -118,9 +124,7 @@ fn a_check_after_an_edit_starts_from_the_base_trees_build_and_cannot_poison_it()
     let result = run();
     let notices = result["notices"].to_string();
     assert!(
-        notices.contains(&format!(
-            "warm checks: `{CHECK}` built the base tree once"
-        )),
+        notices.contains(&format!("warm checks: `{CHECK}` built the base tree once")),
         "{notices}"
     );
     let validation = &result["proposal"]["validations"][0];
