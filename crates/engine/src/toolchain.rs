@@ -91,13 +91,31 @@ impl Preset {
         }
     }
 
-    /// Folders of the working root where the preset's build tool keeps its outputs (what a
-    /// warm seed holds): `target` for Rust, whose cargo builds incrementally from it. Go's
-    /// build cache lives outside the tree and node's `node_modules` is not an output: none.
+    /// Folders of the working root a warm seed keeps for the preset: `target` for Rust,
+    /// whose cargo builds incrementally from it; `node_modules` for node, installed by
+    /// [`Preset::warm_install`]. Go's build cache lives outside the tree: none.
     pub fn build_outputs(self) -> &'static [&'static str] {
         match self {
             Preset::Rust => &["target"],
-            Preset::Node | Preset::Python | Preset::Go => &[],
+            Preset::Node => &["node_modules"],
+            Preset::Python | Preset::Go => &[],
+        }
+    }
+
+    /// The lockfile and the command that install the packages the checks need into the tree,
+    /// offline from the dependency cache, without running any package's scripts: the warm-up
+    /// runs it before its check, so the seed carries `node_modules`. (npm cannot read a
+    /// read-only cache — it rewrites an index bucket on every lookup and takes a failed write
+    /// for a miss — so it reads a copy in the view's own `/tmp`.)
+    pub fn warm_install(self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Preset::Node => Some((
+                "package-lock.json",
+                "rm -rf /tmp/npm-cache && cp -R \"$npm_config_cache\" /tmp/npm-cache && \
+                 npm_config_cache=/tmp/npm-cache npm ci --offline --ignore-scripts --no-audit \
+                 --no-fund",
+            )),
+            Preset::Rust | Preset::Python | Preset::Go => None,
         }
     }
 
@@ -690,6 +708,22 @@ impl Toolchains {
             (None, Some(proxy)) => Some(check_prepare_proxy(proxy)?),
             (None, None) => None,
         };
+        // npm keys its cache by the registry: prepare, checks and agent commands all name the
+        // one `[maintain] npm_registry` sets, and none asks the registry whether npm is
+        // current (the update notifier would be refused by the egress proxy, or fail offline).
+        if let Some((_, url)) = registries
+            .iter()
+            .find(|(preset, _)| *preset == Preset::Node && self.presets.contains(preset))
+        {
+            for (name, value) in [
+                ("npm_config_registry", *url),
+                ("npm_config_update_notifier", "false"),
+            ] {
+                if !self.env.iter().any(|(n, _)| n == name) {
+                    self.env.push((name.to_string(), value.to_string()));
+                }
+            }
+        }
         if let Some(mib) = section.max_mib {
             if mib == 0 {
                 anyhow::bail!("egress.max_mib must be at least 1");
@@ -863,8 +897,19 @@ impl TaskToolchains {
         let Some(shared) = &self.shared_cache else {
             return Ok(None);
         };
-        let outputs: Vec<String> = self
+        let is_file = |name: &str| {
+            root.join(name)
+                .symlink_metadata()
+                .is_ok_and(|meta| meta.is_file())
+        };
+        // A preset that installs first counts only when the base has the lockfile it needs.
+        let presets: Vec<Preset> = self
             .presets
+            .iter()
+            .copied()
+            .filter(|preset| preset.warm_install().is_none_or(|(lockfile, _)| is_file(lockfile)))
+            .collect();
+        let outputs: Vec<String> = presets
             .iter()
             .flat_map(|preset| preset.build_outputs())
             .filter(|output| root.join(output).symlink_metadata().is_err())
@@ -873,6 +918,10 @@ impl TaskToolchains {
         if outputs.is_empty() {
             return Ok(None);
         }
+        let install: Vec<String> = presets
+            .iter()
+            .filter_map(|preset| Some(preset.warm_install()?.1.to_string()))
+            .collect();
         let mut hash = Sha256::new();
         for field in [checks_hash, tree]
             .into_iter()
@@ -899,6 +948,7 @@ impl TaskToolchains {
                 return Ok(Some(warden_tools::checks::WarmBuild {
                     seed,
                     outputs,
+                    install,
                     fill: Some(finish),
                     hold: lease,
                 }));
@@ -908,6 +958,7 @@ impl TaskToolchains {
         Ok(Some(warden_tools::checks::WarmBuild {
             seed,
             outputs,
+            install,
             fill,
             hold: std::sync::Arc::new(lease),
         }))

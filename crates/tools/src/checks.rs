@@ -186,8 +186,13 @@ pub type FinishFill = Arc<dyn Fn(bool) -> std::io::Result<()> + Send + Sync>;
 pub struct WarmBuild {
     /// The seed directory (its key's, under Warden's caches).
     pub seed: PathBuf,
-    /// Folders of the working root harvested into the seed (`target` for Rust).
+    /// Folders of the working root harvested into the seed (`target` for Rust,
+    /// `node_modules` for node).
     pub outputs: Vec<String>,
+    /// Commands the warm-up runs in its view before the check (`npm ci --offline …`): what
+    /// they put in the tree is harvested with the build's outputs. One that fails leaves the
+    /// seed unfilled.
+    pub install: Vec<String>,
     /// Set while this session holds the seed to fill: called once the harvest ends.
     pub fill: Option<FinishFill>,
     /// Keeps the seed's lease (its lock, held shared: `warden gc` leaves it) for the session.
@@ -327,15 +332,17 @@ impl ChangeSession {
         view: Box<dyn SandboxView>,
         spec: &CommandSpec,
     ) -> Result<warden_sandbox::CommandOutput, warden_sandbox::SandboxError> {
-        self.run_in_view(view, spec, &mut |_, _| {})
+        self.run_in_view(view, spec, &mut |_| {}, &mut |_, _| {})
     }
 
-    /// [`ChangeSession::run_cancellable`], with `after` called on the view and the command's
-    /// output (when it ran) before the view closes.
+    /// [`ChangeSession::run_cancellable`], with `before` called on the view before the
+    /// command (where the canceller reaches what it runs), and `after` on the view and the
+    /// command's output (when it ran) before the view closes.
     fn run_in_view(
         &self,
         view: Box<dyn SandboxView>,
         spec: &CommandSpec,
+        before: &mut dyn FnMut(&dyn SandboxView),
         after: &mut dyn FnMut(&dyn SandboxView, &warden_sandbox::CommandOutput),
     ) -> Result<warden_sandbox::CommandOutput, warden_sandbox::SandboxError> {
         let view = Arc::new(view);
@@ -347,6 +354,7 @@ impl ChangeSession {
                 view.cancel();
             }
         }
+        before(view.as_ref().as_ref());
         let output = view.run(spec);
         self.state
             .lock()
@@ -490,17 +498,31 @@ impl ChangeSession {
             spec.limits = self.config.limits;
             spec.env = self.config.env.clone();
             spec.output_limit = 256 * 1024;
+            // The warm-up first installs what the checks need in the tree (node_modules):
+            // later views get it from the seed.
+            let installed = std::cell::Cell::new(true);
+            let mut install = |view: &dyn SandboxView| {
+                for command in harvest.iter().flat_map(|warm| &warm.install) {
+                    let mut install = CommandSpec::bash(command, self.config.check_timeout);
+                    install.limits = self.config.limits;
+                    install.env = self.config.env.clone();
+                    install.output_limit = 64 * 1024;
+                    let ok = view.run(&install).is_ok_and(|output| output.success());
+                    installed.set(installed.get() && ok);
+                }
+            };
             let started = Instant::now();
             let mut ran_ms = None;
             let mut harvested = false;
-            let output = self.run_in_view(view, &spec, &mut |view, output| {
+            let output = self.run_in_view(view, &spec, &mut install, &mut |view, output| {
                 // The command's own time, without the harvest and the view's closing.
                 ran_ms = Some(started.elapsed().as_millis() as u64);
                 if let Some(warm) = &harvest {
                     // A build that ran to its end (passing or not) left consistent outputs;
                     // a killed or timed-out one may not have.
                     let copying = Instant::now();
-                    harvested = output.exit_code.is_some()
+                    harvested = installed.get()
+                        && output.exit_code.is_some()
                         && !output.timed_out
                         && harvest_outputs(view.root(), &warm.outputs, &warm.seed).is_ok();
                     self.state

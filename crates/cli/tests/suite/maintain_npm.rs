@@ -27,7 +27,7 @@ const VERSIONS: [(&str, &str, &str); 3] = [
 ];
 
 /// Whether npm is here; `false` (said on stderr) when it is not and it is not required.
-fn npm_installed() -> bool {
+pub(super) fn npm_installed() -> bool {
     let found = Command::new("npm")
         .arg("--version")
         .output()
@@ -47,14 +47,14 @@ type Files = Mutex<Vec<(String, Vec<u8>)>>;
 
 /// A registry serving `files` (path → body) on origin-form and absolute-form requests (the
 /// latter as an HTTP proxy is asked), recording each request line.
-struct Registry {
-    address: String,
+pub(super) struct Registry {
+    pub(super) address: String,
     files: Arc<Files>,
     requests: Arc<Mutex<Vec<String>>>,
 }
 
 impl Registry {
-    fn start() -> Registry {
+    pub(super) fn start() -> Registry {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let address = listener.local_addr().unwrap().to_string();
         let files: Arc<Files> = Arc::default();
@@ -73,7 +73,7 @@ impl Registry {
         }
     }
 
-    fn url(&self) -> String {
+    pub(super) fn url(&self) -> String {
         format!("http://{}", self.address)
     }
 
@@ -139,7 +139,7 @@ fn serve(client: TcpStream, files: &Files, seen: &Mutex<Vec<String>>) {
 
 /// Packs each version of `greet` with the real `npm pack` and serves its packument and
 /// tarballs.
-fn publish(registry: &Registry) {
+pub(super) fn publish(registry: &Registry) {
     let work = tempfile::tempdir().unwrap();
     let mut versions = serde_json::Map::new();
     let mut time = serde_json::Map::new();
@@ -218,7 +218,7 @@ fn osv_db() -> tempfile::TempDir {
 }
 
 /// The fixture project on `greet@^1.0.0`, its lockfile made by the host's npm from `registry`.
-fn fixture(registry: &Registry) -> TempRepo {
+pub(super) fn fixture(registry: &Registry) -> TempRepo {
     let repo = TempRepo::new();
     repo.write(
         "package.json",

@@ -171,3 +171,78 @@ fn a_check_after_an_edit_starts_from_the_base_trees_build_and_cannot_poison_it()
     assert!(!output.contains("Compiling dep v0.1.0"), "{output}");
     assert!(!seed.join("target/planted").exists());
 }
+
+/// The README's tour on an npm project: with only the node preset (and the test's registry as
+/// npm's registry, on the egress allow-list), prepare fills the npm cache through Warden's egress proxy, the
+/// warm-up installs `node_modules` offline from it (no package scripts) and keeps it in the
+/// base's seed, and `npm test` passes in every check view — the agent's edit and a second
+/// task's — without any install of its own.
+#[test]
+fn an_npm_projects_checks_find_node_modules_with_only_the_node_preset() {
+    if !super::maintain_npm::npm_installed() {
+        return;
+    }
+    let registry = super::maintain_npm::Registry::start();
+    super::maintain_npm::publish(&registry);
+    let repo = super::maintain_npm::fixture(&registry);
+    let turns = || {
+        vec![
+            call(
+                "write_file",
+                json!({"path": "NOTES.md", "content": "Greets.\n"}),
+            ),
+            call("run_checks", json!({})),
+            call("submit_change", json!({"summary": "Add notes"})),
+        ]
+    };
+    let server = ScriptedModelServer::start_blocking([turns(), turns()].concat());
+    let warden = Warden::openai(&server.url());
+    std::fs::write(
+        warden.home.path().join("warden.toml"),
+        format!(
+            "[sandbox]\ntoolchains = [\"node\"]\n\n[egress]\nallow_private = [{:?}]\n\n\
+             [maintain]\nnpm_registry = {:?}\n",
+            registry.address,
+            registry.url()
+        ),
+    )
+    .unwrap();
+    let run = || {
+        let run = warden.run(&[
+            "run",
+            "--repo",
+            repo.path().to_str().unwrap(),
+            "--json",
+            "--check",
+            "npm test",
+            "add notes",
+        ]);
+        assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+        let result = run.json();
+        assert_eq!(result["outcome"], "proposal", "{result}");
+        let validation = &result["proposal"]["validations"][0];
+        assert_eq!(validation["command"], "npm test");
+        assert_eq!(validation["exit_code"], 0, "{result}");
+        result["notices"].to_string()
+    };
+    let notices = run();
+    assert!(
+        notices.contains("warm checks: `npm test` built the base tree once"),
+        "{notices}"
+    );
+    let seed = std::fs::read_dir(warden.home.path().join("caches"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .find(|path| path.is_dir() && path.to_string_lossy().contains("-warm-"))
+        .expect("a warm seed");
+    assert!(
+        seed.join("node_modules/greet/index.js").is_file(),
+        "{}",
+        seed.display()
+    );
+    let notices = run();
+    assert!(
+        notices.contains("warm checks: the check views start from the base tree's build outputs"),
+        "{notices}"
+    );
+}
