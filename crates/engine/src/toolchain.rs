@@ -907,7 +907,11 @@ impl TaskToolchains {
             .presets
             .iter()
             .copied()
-            .filter(|preset| preset.warm_install().is_none_or(|(lockfile, _)| is_file(lockfile)))
+            .filter(|preset| {
+                preset
+                    .warm_install()
+                    .is_none_or(|(lockfile, _)| is_file(lockfile))
+            })
             .collect();
         let outputs: Vec<String> = presets
             .iter()
@@ -1441,6 +1445,87 @@ mod tests {
             .open_cache(true, false)
             .is_err());
         assert!(!target.exists());
+    }
+
+    #[test]
+    fn a_warm_seed_is_filled_only_against_the_keys_complete_cache_and_used_by_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = tempfile::tempdir().unwrap();
+        let rust = |key: &str| {
+            let mut task = task_with_cache(dir.path(), key);
+            task.presets = vec![Preset::Rust, Preset::Node];
+            task
+        };
+        // The key's dependency cache, complete.
+        let mut filler = rust("app-k");
+        filler.open_cache(true, false).unwrap();
+        filler.finish_fill(true).unwrap();
+        // Node's outputs need its lockfile in the base: without one, only Rust's count.
+        let warm = filler
+            .warm_build("sha256:checks", "tree-1", base.path(), true)
+            .unwrap()
+            .expect("a seed to fill");
+        assert_eq!(warm.outputs, ["target"]);
+        assert!(warm.install.is_empty());
+        assert!(warm.fill.is_some());
+        let seed = warm.seed.clone();
+        assert!(seed.starts_with(dir.path().join("caches")));
+        assert!(seed.to_string_lossy().contains("app-k-warm-"));
+        // Another task meanwhile waits for the fill, then uses the seed as it is.
+        let mut other = rust("app-k");
+        other.open_cache(true, false).unwrap();
+        let waiting = {
+            let other = other.clone();
+            let base = base.path().to_path_buf();
+            std::thread::spawn(move || {
+                other
+                    .warm_build("sha256:checks", "tree-1", &base, true)
+                    .unwrap()
+            })
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!waiting.is_finished(), "took a seed being filled");
+        std::fs::create_dir_all(seed.join("target/debug")).unwrap();
+        (warm.fill.as_ref().unwrap())(true).unwrap();
+        assert!(complete_marker(&seed).is_file());
+        let waited = waiting.join().unwrap().expect("the complete seed");
+        assert_eq!(waited.seed, seed);
+        assert!(waited.fill.is_none());
+        // Complete: used as it is by a maintenance task's private cache too, never refilled.
+        let mut maintain = rust("app-k");
+        maintain.open_cache(true, true).unwrap();
+        let used = maintain
+            .warm_build("sha256:checks", "tree-1", base.path(), false)
+            .unwrap()
+            .expect("the complete seed");
+        assert_eq!(used.seed, seed);
+        assert!(used.fill.is_none());
+        // Another base tree or other checks: another seed, and a private cache fills none.
+        assert!(maintain
+            .warm_build("sha256:checks", "tree-2", base.path(), true)
+            .unwrap()
+            .is_none());
+        let next = other
+            .warm_build("sha256:other-checks", "tree-1", base.path(), true)
+            .unwrap()
+            .expect("a seed of other checks");
+        assert_ne!(next.seed, seed);
+        // With the lockfile, node's packages are installed first and kept too.
+        std::fs::write(base.path().join("package-lock.json"), "{}").unwrap();
+        let both = other
+            .warm_build("sha256:checks", "tree-3", base.path(), true)
+            .unwrap()
+            .expect("a seed with node_modules");
+        assert_eq!(both.outputs, ["target", "node_modules"]);
+        assert_eq!(both.install.len(), 1);
+        assert!(both.install[0].contains("npm ci --offline --ignore-scripts"));
+        // A base that holds `target` itself gets no seed of it.
+        std::fs::create_dir(base.path().join("target")).unwrap();
+        let held = other
+            .warm_build("sha256:checks", "tree-4", base.path(), true)
+            .unwrap()
+            .expect("node's seed");
+        assert_eq!(held.outputs, ["node_modules"]);
     }
 
     #[test]
