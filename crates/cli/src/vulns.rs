@@ -7,7 +7,8 @@
 //! too and reported apart from the third-party modules. Nothing runs, nothing is fetched, no
 //! model is asked and no task is recorded.
 //!
-//! Exit codes: 0 no finding, 1 findings, 2 no scan (a usage or configuration error, a project
+//! Exit codes: 0 no finding, 1 findings (or advisories of its packages that could not be
+//! evaluated), 2 no scan (a usage or configuration error, a project
 //! the profile refuses, a database that does not load).
 
 use crate::text;
@@ -44,10 +45,11 @@ pub struct VulnsReport {
 }
 
 impl VulnsReport {
-    /// 0 without findings (the standard library's included), 1 with.
+    /// 0 without findings (the standard library's included), 1 with, or with an advisory of
+    /// the lockfile's packages that could not be evaluated (not known to be clean).
     pub fn exit_code(&self) -> u8 {
         let stdlib = self.stdlib.as_ref().map_or(0, |s| s.findings.len());
-        u8::from(!self.scan.findings.is_empty() || stdlib > 0)
+        u8::from(!self.scan.findings.is_empty() || stdlib > 0 || !self.scan.unevaluated.is_empty())
     }
 }
 
@@ -60,9 +62,20 @@ pub fn render(report: &VulnsReport) -> String {
     if !scan.findings.is_empty() {
         out.push('\n');
     }
-    let what = match scan.findings.len() {
-        0 => "No known vulnerabilities".to_string(),
-        n => text::count(n as u64, "vulnerability", "vulnerabilities"),
+    for line in &scan.unevaluated {
+        out.push_str(&format!("cannot be evaluated: {}\n", text::one_line(line)));
+    }
+    if !scan.unevaluated.is_empty() {
+        out.push('\n');
+    }
+    let what = match (scan.findings.len(), scan.unevaluated.len()) {
+        (0, 0) => "No known vulnerabilities".to_string(),
+        (n, 0) => text::count(n as u64, "vulnerability", "vulnerabilities"),
+        (n, u) => format!(
+            "{}, and {} that could not be evaluated,",
+            text::count(n as u64, "vulnerability", "vulnerabilities"),
+            text::count(u as u64, "advisory", "advisories")
+        ),
     };
     out.push_str(&format!(
         "{what} in {} of {} at {} (tree {}; {}, advisory database {}, {})\n",
@@ -135,6 +148,7 @@ mod tests {
                 database_snapshot: "git:abc".into(),
                 scanned_at: "2026-12-03T15:00:00Z".into(),
                 findings,
+                unevaluated: vec![],
             },
             notices: vec![],
         }

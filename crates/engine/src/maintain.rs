@@ -389,6 +389,20 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
             &format!("{lock_name} of the base tree"),
             |state| {
                 let scan = scan_tree(session, eco, db, &base_tree, "base", run.now_ms)?;
+                if !scan.unevaluated.is_empty() {
+                    state.notices.extend(scan.unevaluated.iter().cloned());
+                    let count = scan.unevaluated.len();
+                    state.maintenance.scans.push(scan);
+                    return Err(failure(
+                        FailureCode::Infrastructure,
+                        format!(
+                            "the advisory database {} has {count} advisories of {lock_name}'s \
+                             packages that cannot be evaluated (see the notices): a scan that \
+                             passed over them could read as clean",
+                            db.path().display()
+                        ),
+                    ));
+                }
                 let findings = scan.findings.clone();
                 let summary = format!(
                     "{} advisories apply to the base tree (database {})",
@@ -925,6 +939,7 @@ fn scan_lockfile(
         database_snapshot: db.snapshot().to_string(),
         scanned_at: index::rfc3339(now_ms),
         findings: db.scan(&lock),
+        unevaluated: db.unevaluated(&lock),
     })
 }
 
@@ -1225,6 +1240,9 @@ pub fn readiness(
                             scan.tree
                         ));
                     }
+                    for line in &scan.unevaluated {
+                        reasons.push(format!("the post-scan cannot evaluate: {line}"));
+                    }
                     for finding in &scan.findings {
                         if targeted.contains(&finding.advisory) {
                             reasons.push(format!(
@@ -1345,6 +1363,7 @@ mod tests {
             database: "/db".into(),
             database_snapshot: "git:abc".into(),
             scanned_at: "2026-01-01T00:00:00Z".into(),
+            unevaluated: vec![],
             findings: findings
                 .iter()
                 .map(|id| Finding {
@@ -1399,6 +1418,21 @@ mod tests {
         assert!(
             reasons[0].contains("still finds RUSTSEC-2021-0003"),
             "{reasons:?}"
+        );
+        // Nor is a post-scan that could not evaluate an advisory of the candidate's packages.
+        let mut inconclusive = scan("cand", &[]);
+        inconclusive.unevaluated = vec!["greet 1.0.1: advisory X cannot be evaluated".into()];
+        let reasons = readiness(
+            "cand",
+            &[validation("cand", 0)],
+            true,
+            &[&inconclusive],
+            &targeted,
+        )
+        .unwrap_err();
+        assert_eq!(
+            reasons,
+            ["the post-scan cannot evaluate: greet 1.0.1: advisory X cannot be evaluated"]
         );
         // Without an advisory database there is no post-scan to ask for.
         assert_eq!(

@@ -413,3 +413,147 @@ fn an_upgrade_that_breaks_the_test_stops_with_no_proposal_and_vulns_reads_the_lo
         assert!(run.json().get("stdlib").is_none(), "{}", run.stdout);
     }
 }
+
+/// The real GitHub advisory records the engine's tests read (lodash's and minimist's, with
+/// `ECOSYSTEM` ranges; two Go records another ecosystem's).
+fn github_records() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/src/maintain/fixtures/osv");
+    for entry in std::fs::read_dir(fixtures).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+    }
+    dir
+}
+
+/// An npm project with lodash 4.17.20 and minimist 1.2.5 direct, and minimist 0.0.10 nested
+/// under optimist (as npm locks them), written by hand: `warden vulns` reads, never installs.
+fn lodash_minimist_project() -> TempRepo {
+    let repo = TempRepo::new();
+    repo.write(
+        "package.json",
+        &serde_json::json!({
+            "name": "app", "version": "1.0.0", "private": true,
+            "dependencies": {"lodash": "^4.17.20", "minimist": "^1.2.5", "optimist": "^0.6.1"}
+        })
+        .to_string(),
+    );
+    let resolved = |name: &str, version: &str| {
+        format!("https://registry.npmjs.org/{name}/-/{name}-{version}.tgz")
+    };
+    repo.write(
+        "package-lock.json",
+        &serde_json::json!({
+            "name": "app", "version": "1.0.0", "lockfileVersion": 3, "requires": true,
+            "packages": {
+                "": {"name": "app", "version": "1.0.0",
+                     "dependencies": {"lodash": "^4.17.20", "minimist": "^1.2.5", "optimist": "^0.6.1"}},
+                "node_modules/lodash": {"version": "4.17.20", "resolved": resolved("lodash", "4.17.20")},
+                "node_modules/minimist": {"version": "1.2.5", "resolved": resolved("minimist", "1.2.5")},
+                "node_modules/optimist": {"version": "0.6.1", "resolved": resolved("optimist", "0.6.1"),
+                                          "dependencies": {"minimist": "~0.0.1", "wordwrap": "~0.0.2"}},
+                "node_modules/optimist/node_modules/minimist": {"version": "0.0.10", "resolved": resolved("minimist", "0.0.10")},
+                "node_modules/wordwrap": {"version": "0.0.3", "resolved": resolved("wordwrap", "0.0.3")}
+            }
+        })
+        .to_string(),
+    );
+    repo.commit("lodash and minimist, direct and nested");
+    repo
+}
+
+/// A warden whose only configuration is the OSV database: `vulns` needs no sandbox, toolchain
+/// or registry.
+fn vulns_warden(db: &Path) -> Warden {
+    let warden = Warden::new();
+    std::fs::write(
+        warden.home.path().join("warden.toml"),
+        format!("[maintain]\nosv_db = {:?}\n", db.to_str().unwrap()),
+    )
+    .unwrap();
+    warden
+}
+
+#[test]
+fn vulns_reads_github_advisory_records_with_ecosystem_ranges_every_copy_of_a_package() {
+    let db = github_records();
+    let warden = vulns_warden(db.path());
+    let repo = lodash_minimist_project();
+    let run = warden.run(&["vulns", "--repo", repo.path().to_str().unwrap(), "--json"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let report = run.json();
+    let found: Vec<(String, String, String)> = report["scan"]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["package"].as_str().unwrap().to_string(),
+                f["version"].as_str().unwrap().to_string(),
+                f["advisory"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("lodash", "4.17.20", "GHSA-35jh-r3h4-6jhm"),
+        ("minimist", "0.0.10", "GHSA-xvch-5gv4-984h"),
+        ("minimist", "1.2.5", "GHSA-xvch-5gv4-984h"),
+    ]
+    .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()));
+    assert_eq!(found, expected, "{report}");
+    assert!(report["scan"].get("unevaluated").is_none(), "{report}");
+}
+
+#[test]
+fn vulns_says_what_it_cannot_evaluate_and_does_not_exit_clean() {
+    let db = tempfile::tempdir().unwrap();
+    // Only commits: nothing says which of optimist's versions are affected.
+    std::fs::write(
+        db.path().join("OSV-TEST-0001.json"),
+        serde_json::json!({
+            "schema_version": "1.6.0", "id": "OSV-TEST-0001", "modified": "2026-01-01T00:00:00Z",
+            "summary": "Something in optimist",
+            "affected": [{"package": {"ecosystem": "npm", "name": "optimist"},
+                          "ranges": [{"type": "GIT", "repo": "https://github.com/substack/node-optimist",
+                                      "events": [{"introduced": "0"}, {"fixed": "0123456789abcdef0123456789abcdef01234567"}]}]}]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let warden = vulns_warden(db.path());
+    let repo = lodash_minimist_project();
+    let path = repo.path().to_str().unwrap();
+    let run = warden.run(&["vulns", "--repo", path, "--json"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let report = run.json();
+    assert_eq!(
+        report["scan"]["findings"],
+        serde_json::json!([]),
+        "{report}"
+    );
+    assert_eq!(
+        report["scan"]["unevaluated"],
+        serde_json::json!([
+            "optimist 0.6.1: advisory OSV-TEST-0001 cannot be evaluated (only GIT ranges \
+             (commits), no versions); the package may be affected"
+        ]),
+        "{report}"
+    );
+    let run = warden.run(&["vulns", "--repo", path]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.starts_with(
+            "cannot be evaluated: optimist 0.6.1: advisory OSV-TEST-0001 cannot be evaluated"
+        ),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains(
+            "0 vulnerabilities, and 1 advisory that could not be evaluated, in package-lock.json"
+        ),
+        "{}",
+        run.stdout
+    );
+}

@@ -444,6 +444,15 @@ impl Database {
         }
     }
 
+    /// What the scan of `lock` cannot evaluate ([`osv::OsvDb::unevaluated`]; RustSec's
+    /// advisories are all evaluable, one that does not parse fails the load).
+    pub fn unevaluated(&self, lock: &Lockfile) -> Vec<String> {
+        match self {
+            Database::RustSec(_) => Vec::new(),
+            Database::Osv(db) => db.unevaluated(lock),
+        }
+    }
+
     /// Whether advisory `id` affects `package` at `version`.
     pub fn affects(&self, id: &str, package: &str, version: &semver::Version) -> bool {
         match self {
