@@ -162,6 +162,7 @@ mod tests {
             version: "1.6.0".into(),
             title: "Buffer overflow".into(),
             patched: vec!["^0.6.14".into(), ">= 1.6.1".into()],
+            path: None,
         }]);
         assert_eq!(dirty.exit_code(), 1);
         assert_eq!(

@@ -538,10 +538,7 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
     }
 
     // 7. The post-scan and readiness.
-    let targeted: Vec<String> = upgrades
-        .iter()
-        .flat_map(|u| u.advisories.iter().cloned())
-        .collect();
+    let mut remaining: Vec<Finding> = Vec::new();
     if let Some(db) = &database {
         let post = stage(
             run,
@@ -563,6 +560,22 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
         cleared.sort();
         cleared.dedup();
         state.maintenance.advisories_cleared = cleared;
+        // What stays vulnerable on another copy than the one an upgrade moved (minimist under
+        // optimist, beside an upgraded direct minimist) is said, not a reason to lose the
+        // upgrades; an upgraded copy still vulnerable is readiness's to refuse.
+        remaining = post
+            .findings
+            .iter()
+            .filter(|f| !on_upgraded_copy(f, &state.maintenance.upgrades))
+            .cloned()
+            .collect();
+        for finding in &remaining {
+            state.notices.push(format!(
+                "{} remains in the candidate: {} (not upgraded by this proposal)",
+                finding.advisory,
+                instance(finding)
+            ));
+        }
     }
     stage(run, state, "readiness", &tree, |state| {
         let candidate_scans: Vec<&Scan> = state
@@ -576,7 +589,7 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
             &validations,
             database.is_some(),
             &candidate_scans,
-            &targeted,
+            &state.maintenance.upgrades,
         )
         .err()
         .unwrap_or_default();
@@ -617,6 +630,7 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
         &state.maintenance,
         database.as_ref(),
         &base_findings,
+        &remaining,
         &tree,
         &validations,
         &pages,
@@ -958,29 +972,7 @@ fn discover(
     let mut wanted: Vec<(String, String, Vec<String>)> = Vec::new();
     let names = run.options.names();
     if run.options.vulnerable() {
-        for finding in findings {
-            // npm upgrades its direct dependencies only: a transitive package is its
-            // dependent's to move (or an `overrides` entry's, which maintain does not write).
-            if eco == Ecosystem::Npm && !direct.iter().any(|p| p.name == finding.package) {
-                state.notices.push(format!(
-                    "{} {} ({}): a transitive dependency, not upgraded (maintain upgrades npm \
-                     projects' direct dependencies)",
-                    finding.package, finding.version, finding.advisory
-                ));
-                continue;
-            }
-            match wanted
-                .iter_mut()
-                .find(|(n, v, _)| *n == finding.package && *v == finding.version)
-            {
-                Some((_, _, ids)) => ids.push(finding.advisory.clone()),
-                None => wanted.push((
-                    finding.package.clone(),
-                    finding.version.clone(),
-                    vec![finding.advisory.clone()],
-                )),
-            }
-        }
+        wanted = vulnerable_wanted(eco, direct, findings, &mut state.notices);
     } else if !names.is_empty() {
         for name in &names {
             let matching: Vec<_> = direct.iter().filter(|p| &p.name == name).collect();
@@ -1084,6 +1076,55 @@ fn discover(
         }
     }
     Ok(upgrades)
+}
+
+/// What `--select vulnerable` upgrades: (package, locked version, advisories to clear) for
+/// each vulnerable copy it can move. npm upgrades its direct dependencies only, and a direct
+/// dependency is the copy at the root's `node_modules/<name>`: another copy of the same name
+/// nested under a dependent (minimist under optimist) is its dependent's to move (or an
+/// `overrides` entry's, which maintain does not write), a notice here, never a reason to move
+/// the direct copy to its version.
+fn vulnerable_wanted(
+    eco: Ecosystem,
+    direct: &[cargo::LockedPackage],
+    findings: &[Finding],
+    notices: &mut Vec<String>,
+) -> Vec<(String, String, Vec<String>)> {
+    let mut wanted: Vec<(String, String, Vec<String>)> = Vec::new();
+    for finding in findings {
+        let direct_copy = direct
+            .iter()
+            .any(|p| p.name == finding.package && p.version == finding.version)
+            && finding
+                .path
+                .as_deref()
+                .is_none_or(|path| path == format!("node_modules/{}", finding.package));
+        if eco == Ecosystem::Npm && !direct_copy {
+            notices.push(format!(
+                "{} ({}): a transitive dependency, not upgraded (maintain upgrades npm \
+                 projects' direct dependencies)",
+                instance(finding),
+                finding.advisory
+            ));
+            continue;
+        }
+        match wanted
+            .iter_mut()
+            .find(|(n, v, _)| *n == finding.package && *v == finding.version)
+        {
+            Some((_, _, ids)) => {
+                if !ids.contains(&finding.advisory) {
+                    ids.push(finding.advisory.clone());
+                }
+            }
+            None => wanted.push((
+                finding.package.clone(),
+                finding.version.clone(),
+                vec![finding.advisory.clone()],
+            )),
+        }
+    }
+    wanted
 }
 
 /// The toolchains of the networked steps (acquire, fetch): the task's, with Go's module
@@ -1205,15 +1246,37 @@ fn apply_upgrade(run: &MaintainRun<'_>, eco: Ecosystem, upgrade: &Upgrade) -> Re
     ))
 }
 
+/// Whether `finding` is on a copy an upgrade moved and is one of the advisories it targets:
+/// the package at the upgrade's target version. Another copy of the package (npm's nested
+/// ones, another major in `Cargo.lock`) is another instance of the lockfile.
+fn on_upgraded_copy(finding: &Finding, upgrades: &[Upgrade]) -> bool {
+    upgrades.iter().any(|u| {
+        u.package == finding.package
+            && u.to == finding.version
+            && u.advisories.contains(&finding.advisory)
+    })
+}
+
+/// A finding's package instance in words: `minimist 0.0.10 at
+/// node_modules/optimist/node_modules/minimist`.
+fn instance(finding: &Finding) -> String {
+    match &finding.path {
+        Some(path) => format!("{} {} at {path}", finding.package, finding.version),
+        None => format!("{} {}", finding.package, finding.version),
+    }
+}
+
 /// Whether the candidate `tree` may be proposed: every validation ran on exactly `tree` and
 /// passed (there is at least one); with an advisory database, one post-scan read exactly
-/// `tree` and found none of the `targeted` advisories. `Err` names every reason.
+/// `tree`, evaluated every advisory of its packages, and found none of the advisories an
+/// upgrade targets on the copy it upgraded (other copies that stay vulnerable are notices,
+/// not reasons). `Err` names every reason.
 pub fn readiness(
     tree: &str,
     validations: &[Validation],
     scanned: bool,
     candidate_scans: &[&Scan],
-    targeted: &[String],
+    upgrades: &[Upgrade],
 ) -> Result<(), Vec<String>> {
     let mut reasons = Vec::new();
     if validations.is_empty() {
@@ -1244,10 +1307,11 @@ pub fn readiness(
                         reasons.push(format!("the post-scan cannot evaluate: {line}"));
                     }
                     for finding in &scan.findings {
-                        if targeted.contains(&finding.advisory) {
+                        if on_upgraded_copy(finding, upgrades) {
                             reasons.push(format!(
-                                "the post-scan still finds {} in {} {}",
-                                finding.advisory, finding.package, finding.version
+                                "the post-scan still finds {} in the upgraded {}",
+                                finding.advisory,
+                                instance(finding)
                             ));
                         }
                     }
@@ -1263,12 +1327,14 @@ pub fn readiness(
 }
 
 /// The proposal's commit message and pull-request body: the upgrades old → new, the
-/// advisories cleared, the scans and the validations.
+/// advisories cleared, what `remaining` stays vulnerable, the scans and the validations.
+#[allow(clippy::too_many_arguments)] // one caller; each argument is a different record
 fn proposal_summary(
     eco: Ecosystem,
     maintenance: &Maintenance,
     database: Option<&Database>,
     base_findings: &[Finding],
+    remaining: &[Finding],
     tree: &str,
     validations: &[Validation],
     pages: &[String],
@@ -1312,6 +1378,16 @@ fn proposal_summary(
                 .map(|f| format!(": {} ({} {})", f.title, f.package, f.version))
                 .unwrap_or_default();
             body.push_str(&format!("- {id}{title}\n"));
+        }
+        if !remaining.is_empty() {
+            body.push_str("\nStill vulnerable (not upgraded by this proposal):\n");
+            for finding in remaining {
+                body.push_str(&format!("- {}: {}", finding.advisory, instance(finding)));
+                if !finding.title.is_empty() {
+                    body.push_str(&format!(" ({})", finding.title));
+                }
+                body.push('\n');
+            }
         }
         let remaining = maintenance
             .scans
@@ -1372,6 +1448,7 @@ mod tests {
                     version: "1.6.0".into(),
                     title: String::new(),
                     patched: vec![],
+                    path: None,
                 })
                 .collect(),
         }
@@ -1379,7 +1456,12 @@ mod tests {
 
     #[test]
     fn a_candidate_is_ready_only_with_passing_checks_and_a_clean_post_scan_of_its_tree() {
-        let targeted = vec!["RUSTSEC-2021-0003".to_string()];
+        let targeted = vec![Upgrade {
+            package: "smallvec".into(),
+            from: "1.6.0".into(),
+            to: "1.6.1".into(),
+            advisories: vec!["RUSTSEC-2021-0003".into()],
+        }];
         let clean = scan("cand", &[]);
         assert_eq!(
             readiness("cand", &[validation("cand", 0)], true, &[&clean], &targeted),
@@ -1412,12 +1494,26 @@ mod tests {
         let reasons =
             readiness("cand", &[validation("cand", 0)], true, &[], &targeted).unwrap_err();
         assert!(reasons[0].contains("no post-scan"), "{reasons:?}");
-        let dirty = scan("cand", &["RUSTSEC-2021-0003"]);
+        let mut dirty = scan("cand", &["RUSTSEC-2021-0003"]);
+        dirty.findings[0].version = "1.6.1".into();
         let reasons =
             readiness("cand", &[validation("cand", 0)], true, &[&dirty], &targeted).unwrap_err();
-        assert!(
-            reasons[0].contains("still finds RUSTSEC-2021-0003"),
-            "{reasons:?}"
+        assert_eq!(
+            reasons,
+            ["the post-scan still finds RUSTSEC-2021-0003 in the upgraded smallvec 1.6.1"]
+        );
+        // Another copy of the package that stays vulnerable (smallvec 1.6.0 is the scan's
+        // finding: here, another copy than the upgraded one) is not the upgrade's to clear.
+        let other_copy = scan("cand", &["RUSTSEC-2021-0003"]);
+        assert_eq!(
+            readiness(
+                "cand",
+                &[validation("cand", 0)],
+                true,
+                &[&other_copy],
+                &targeted
+            ),
+            Ok(())
         );
         // Nor is a post-scan that could not evaluate an advisory of the candidate's packages.
         let mut inconclusive = scan("cand", &[]);
@@ -1438,6 +1534,118 @@ mod tests {
         assert_eq!(
             readiness("cand", &[validation("cand", 0)], false, &[], &[]),
             Ok(())
+        );
+    }
+
+    #[test]
+    fn a_nested_npm_copy_of_a_direct_dependency_is_a_notice_not_an_upgrade_of_the_direct_one() {
+        let finding = |version: &str, path: &str, advisory: &str| Finding {
+            advisory: advisory.into(),
+            package: "minimist".into(),
+            version: version.into(),
+            title: "Prototype Pollution in minimist".into(),
+            patched: vec![">= 0.2.4, < 1.0.0".into(), ">= 1.2.6".into()],
+            path: Some(path.into()),
+        };
+        let direct = vec![cargo::LockedPackage {
+            name: "minimist".into(),
+            version: "1.2.5".into(),
+            source: Some(npm::NPM_SOURCE.into()),
+            dependencies: vec![],
+            path: Some("node_modules/minimist".into()),
+        }];
+        let findings = [
+            finding(
+                "0.0.10",
+                "node_modules/optimist/node_modules/minimist",
+                "GHSA-xvch-5gv4-984h",
+            ),
+            finding("1.2.5", "node_modules/minimist", "GHSA-xvch-5gv4-984h"),
+            // The same name and version hoisted under another dependent: the direct copy's
+            // version, and so not the direct copy.
+            finding(
+                "1.2.5",
+                "node_modules/mkdirp/node_modules/minimist",
+                "GHSA-xvch-5gv4-984h",
+            ),
+        ];
+        let mut notices = Vec::new();
+        let wanted = vulnerable_wanted(Ecosystem::Npm, &direct, &findings, &mut notices);
+        assert_eq!(
+            wanted,
+            [(
+                "minimist".to_string(),
+                "1.2.5".to_string(),
+                vec!["GHSA-xvch-5gv4-984h".to_string()]
+            )]
+        );
+        assert_eq!(
+            notices,
+            [
+                "minimist 0.0.10 at node_modules/optimist/node_modules/minimist \
+                 (GHSA-xvch-5gv4-984h): a transitive dependency, not upgraded (maintain upgrades \
+                 npm projects' direct dependencies)",
+                "minimist 1.2.5 at node_modules/mkdirp/node_modules/minimist \
+                 (GHSA-xvch-5gv4-984h): a transitive dependency, not upgraded (maintain upgrades \
+                 npm projects' direct dependencies)",
+            ]
+        );
+        // After the direct copy's upgrade, the nested one that stays vulnerable is not the
+        // upgrade's: the candidate is ready, and the proposal says what remains.
+        let upgrade = Upgrade {
+            package: "minimist".into(),
+            from: "1.2.5".into(),
+            to: "1.2.6".into(),
+            advisories: vec!["GHSA-xvch-5gv4-984h".into()],
+        };
+        let mut post = scan("cand", &[]);
+        post.findings = vec![findings[0].clone()];
+        assert_eq!(
+            readiness(
+                "cand",
+                &[validation("cand", 0)],
+                true,
+                &[&post],
+                std::slice::from_ref(&upgrade)
+            ),
+            Ok(())
+        );
+        let maintenance = Maintenance {
+            ecosystem: "npm".into(),
+            mode: "baseline".into(),
+            select: vec!["vulnerable".into()],
+            upgrades: vec![upgrade],
+            advisories_cleared: vec![],
+            scans: vec![post.clone()],
+        };
+        let db = Database::Osv(osv::OsvDb {
+            path: "/db".into(),
+            ecosystem: osv::NPM,
+            advisories: vec![],
+            unevaluable: vec![],
+            snapshot: "sha256:abc".into(),
+        });
+        let text = proposal_summary(
+            Ecosystem::Npm,
+            &maintenance,
+            Some(&db),
+            &findings[..2],
+            &post.findings,
+            "cand",
+            &[validation("cand", 0)],
+            &[],
+        );
+        assert!(
+            text.contains(
+                "\nStill vulnerable (not upgraded by this proposal):\n- GHSA-xvch-5gv4-984h: \
+                 minimist 0.0.10 at node_modules/optimist/node_modules/minimist (Prototype \
+                 Pollution in minimist)\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("- minimist 1.2.5 → 1.2.6 (clears GHSA-xvch-5gv4-984h)"),
+            "{text}"
         );
     }
 
@@ -1493,6 +1701,7 @@ mod tests {
             &maintenance,
             Some(&db),
             &base,
+            &[],
             "cand",
             &[validation("cand", 0)],
             &["https://crates.io/crates/smallvec/1.6.1".to_string()],

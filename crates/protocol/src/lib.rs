@@ -549,6 +549,10 @@ pub struct Finding {
     /// The advisory's `patched` requirements.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub patched: Vec<String>,
+    /// Which copy of the package, when the lockfile can hold more than one of a name and
+    /// version: npm's `packages` key (`node_modules/optimist/node_modules/minimist`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 impl ChangeResult {

@@ -140,23 +140,41 @@ fn serve(client: TcpStream, files: &Files, seen: &Mutex<Vec<String>>) {
 /// Packs each version of `greet` with the real `npm pack` and serves its packument and
 /// tarballs.
 fn publish(registry: &Registry) {
+    let versions = VERSIONS.map(|(version, greeting, published)| {
+        (
+            version,
+            format!("module.exports = (name) => '{greeting} ' + name;\n"),
+            published,
+        )
+    });
+    publish_package(registry, "greet", &versions, &serde_json::json!({}));
+}
+
+/// Packs each version of package `name` (its `index.js`, its publication time) depending on
+/// `dependencies` with the real `npm pack`, and serves its packument and tarballs.
+fn publish_package(
+    registry: &Registry,
+    name: &str,
+    published_versions: &[(&str, String, &str)],
+    dependencies: &serde_json::Value,
+) {
     let work = tempfile::tempdir().unwrap();
     let mut versions = serde_json::Map::new();
     let mut time = serde_json::Map::new();
-    for (version, greeting, published) in VERSIONS {
+    let mut latest = "";
+    for (version, index, published) in published_versions {
+        let (version, published) = (*version, *published);
+        latest = version;
         let dir = work.path().join(version);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(
             dir.join("package.json"),
-            serde_json::json!({"name": "greet", "version": version, "main": "index.js"})
-                .to_string(),
+            serde_json::json!({"name": name, "version": version, "main": "index.js",
+                               "dependencies": dependencies})
+            .to_string(),
         )
         .unwrap();
-        std::fs::write(
-            dir.join("index.js"),
-            format!("module.exports = (name) => '{greeting} ' + name;\n"),
-        )
-        .unwrap();
+        std::fs::write(dir.join("index.js"), index).unwrap();
         let packed = Command::new("npm")
             .args(["pack", "--json", "--pack-destination"])
             .arg(work.path())
@@ -170,14 +188,15 @@ fn publish(registry: &Registry) {
             String::from_utf8_lossy(&packed.stderr)
         );
         let report: serde_json::Value = serde_json::from_slice(&packed.stdout).unwrap();
-        let file = format!("greet-{version}.tgz");
+        let file = format!("{name}-{version}.tgz");
         let tarball = std::fs::read(work.path().join(&file)).unwrap();
-        let path = format!("/greet/-/{file}");
+        let path = format!("/{name}/-/{file}");
         registry.put(&path, tarball);
         versions.insert(
             version.into(),
             serde_json::json!({
-                "name": "greet", "version": version, "main": "index.js",
+                "name": name, "version": version, "main": "index.js",
+                "dependencies": dependencies,
                 "dist": {"tarball": format!("{}{path}", registry.url()),
                          "integrity": report[0]["integrity"], "shasum": report[0]["shasum"]}
             }),
@@ -185,9 +204,9 @@ fn publish(registry: &Registry) {
         time.insert(version.into(), published.into());
     }
     let packument = serde_json::json!({
-        "name": "greet", "dist-tags": {"latest": "1.1.0"}, "versions": versions, "time": time
+        "name": name, "dist-tags": {"latest": latest}, "versions": versions, "time": time
     });
-    registry.put("/greet", packument.to_string().into_bytes());
+    registry.put(&format!("/{name}"), packument.to_string().into_bytes());
 }
 
 /// An OSV database with GHSA-test-0001 against npm's `greet` before 1.0.1, and a Go record
@@ -219,12 +238,22 @@ fn osv_db() -> tempfile::TempDir {
 
 /// The fixture project on `greet@^1.0.0`, its lockfile made by the host's npm from `registry`.
 fn fixture(registry: &Registry) -> TempRepo {
+    fixture_of(
+        registry,
+        &serde_json::json!({"greet": "^1.0.0"}),
+        &["greet@1.0.0"],
+    )
+}
+
+/// A fixture project on `dependencies`, locked by the host's npm installing `install` from
+/// `registry`; its test checks `greet`'s greeting.
+fn fixture_of(registry: &Registry, dependencies: &serde_json::Value, install: &[&str]) -> TempRepo {
     let repo = TempRepo::new();
     repo.write(
         "package.json",
         &serde_json::json!({
             "name": "app", "version": "1.0.0", "private": true,
-            "dependencies": {"greet": "^1.0.0"},
+            "dependencies": dependencies,
             "scripts": {"test": "node test.js"}
         })
         .to_string(),
@@ -243,9 +272,9 @@ fn fixture(registry: &Registry) -> TempRepo {
             "--ignore-scripts",
             "--no-audit",
             "--no-fund",
-            "greet@1.0.0",
             "--save-prefix=^",
         ])
+        .args(install)
         .current_dir(repo.path())
         .env("npm_config_registry", registry.url())
         .env("npm_config_cache", cache.path())
@@ -387,7 +416,8 @@ fn an_upgrade_that_breaks_the_test_stops_with_no_proposal_and_vulns_reads_the_lo
     assert_eq!(
         report["scan"]["findings"],
         serde_json::json!([{"advisory": "GHSA-test-0001", "package": "greet", "version": "1.0.0",
-                            "title": "Greeting injection in greet", "patched": [">= 1.0.1"]}]),
+                            "title": "Greeting injection in greet", "patched": [">= 1.0.1"],
+                            "path": "node_modules/greet"}]),
         "{report}"
     );
     assert!(report.get("stdlib").is_none(), "{report}");
@@ -555,5 +585,83 @@ fn vulns_says_what_it_cannot_evaluate_and_does_not_exit_clean() {
         ),
         "{}",
         run.stdout
+    );
+}
+
+/// A package both direct and nested: `wrap` pins `greet` at 1.0.0, so upgrading the direct
+/// `greet` to 1.0.1 leaves wrap's copy at 1.0.0 under `node_modules/wrap/node_modules/greet`.
+/// The post-scan matches by the lockfile's copy: the upgraded one is clean, the nested one
+/// that stays vulnerable is a notice and a line of the proposal, and the proposal stands.
+#[test]
+fn a_nested_copy_that_stays_vulnerable_is_a_notice_not_the_loss_of_the_upgrade() {
+    if !npm_installed() {
+        return;
+    }
+    let registry = Registry::start();
+    publish(&registry);
+    publish_package(
+        &registry,
+        "wrap",
+        &[(
+            "1.0.0",
+            "const greet = require('greet');\nmodule.exports = (name) => `[${greet(name)}]`;\n"
+                .to_string(),
+            "2025-01-01T00:00:00.000Z",
+        )],
+        &serde_json::json!({"greet": "1.0.0"}),
+    );
+    let db = osv_db();
+    let warden = npm_warden(&registry, db.path());
+    let repo = fixture_of(
+        &registry,
+        &serde_json::json!({"greet": "^1.0.0", "wrap": "^1.0.0"}),
+        &["greet@1.0.0", "wrap@1.0.0"],
+    );
+    let run = warden.run(&[
+        "maintain",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--select",
+        "vulnerable",
+        "--json",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    let maintenance = &result["maintenance"];
+    assert_eq!(
+        maintenance["upgrades"],
+        serde_json::json!([{"package": "greet", "from": "1.0.0", "to": "1.0.1",
+                            "advisories": ["GHSA-test-0001"]}]),
+        "{result}"
+    );
+    let candidate = &maintenance["scans"][1];
+    assert_eq!(
+        candidate["findings"],
+        serde_json::json!([{"advisory": "GHSA-test-0001", "package": "greet", "version": "1.0.0",
+                            "title": "Greeting injection in greet", "patched": [">= 1.0.1"],
+                            "path": "node_modules/wrap/node_modules/greet"}]),
+        "{result}"
+    );
+    let notices: Vec<&str> = result["notices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .collect();
+    assert!(
+        notices.contains(
+            &"GHSA-test-0001 remains in the candidate: greet 1.0.0 at \
+              node_modules/wrap/node_modules/greet (not upgraded by this proposal)"
+        ),
+        "{notices:?}"
+    );
+    let task = result["task_id"].as_str().unwrap();
+    let show = warden.run(&["diff", task]);
+    assert_eq!(show.code, 0, "{}", show.stderr);
+    assert!(
+        show.stdout.contains("node_modules/wrap/node_modules/greet"),
+        "{}",
+        show.stdout
     );
 }

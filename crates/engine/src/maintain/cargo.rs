@@ -23,6 +23,10 @@ pub struct LockedPackage {
     pub source: Option<String>,
     /// As the lockfile writes them: `name`, `name version` or `name version (source)`.
     pub dependencies: Vec<String>,
+    /// Where the lockfile places this copy, when a name and version can be installed in more
+    /// than one place: npm's `packages` key (`node_modules/optimist/node_modules/minimist`).
+    /// `None` for Cargo and Go, whose lockfiles hold one copy of each name and version.
+    pub path: Option<String>,
 }
 
 impl LockedPackage {
@@ -80,6 +84,7 @@ impl Lockfile {
                 version,
                 source: text("source"),
                 dependencies,
+                path: None,
             });
         }
         Ok(Lockfile { packages: out })

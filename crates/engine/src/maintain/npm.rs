@@ -110,6 +110,7 @@ pub fn parse_lock(text: &str, direct: &[String]) -> Result<Lockfile, String> {
         version: String::new(),
         source: None,
         dependencies: Vec::new(),
+        path: None,
     }];
     for (key, entry) in packages {
         if key.is_empty() {
@@ -154,6 +155,7 @@ pub fn parse_lock(text: &str, direct: &[String]) -> Result<Lockfile, String> {
             version: version.to_string(),
             source: Some(NPM_SOURCE.into()),
             dependencies: Vec::new(),
+            path: Some(key.clone()),
         });
     }
     Ok(Lockfile { packages: out })

@@ -387,7 +387,12 @@ impl OsvDb {
             let Some(version) = parse_version(self.ecosystem, &package.version) else {
                 continue;
             };
-            findings.extend(self.findings(&package.name, &package.version, &version));
+            findings.extend(self.findings(
+                &package.name,
+                &package.version,
+                package.path.as_deref(),
+                &version,
+            ));
         }
         sort(&mut findings);
         findings
@@ -438,12 +443,18 @@ impl OsvDb {
         let Some(parsed) = parse_version(GO, version) else {
             return Vec::new();
         };
-        let mut findings = self.findings(STDLIB, &format!("go{version}"), &parsed);
+        let mut findings = self.findings(STDLIB, &format!("go{version}"), None, &parsed);
         sort(&mut findings);
         findings
     }
 
-    fn findings(&self, package: &str, shown: &str, version: &semver::Version) -> Vec<Finding> {
+    fn findings(
+        &self,
+        package: &str,
+        shown: &str,
+        path: Option<&str>,
+        version: &semver::Version,
+    ) -> Vec<Finding> {
         let mut out: Vec<Finding> = Vec::new();
         for advisory in self
             .advisories
@@ -464,6 +475,7 @@ impl OsvDb {
                     (_, GO) => "v",
                     _ => "",
                 }),
+                path: path.map(str::to_string),
             });
         }
         out
@@ -479,7 +491,12 @@ impl OsvDb {
 
 fn sort(findings: &mut [Finding]) {
     findings.sort_by(|a, b| {
-        (&a.package, &a.version, &a.advisory).cmp(&(&b.package, &b.version, &b.advisory))
+        (&a.package, &a.version, &a.path, &a.advisory).cmp(&(
+            &b.package,
+            &b.version,
+            &b.path,
+            &b.advisory,
+        ))
     });
 }
 
