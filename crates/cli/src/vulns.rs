@@ -119,10 +119,12 @@ fn findings(out: &mut String, findings: &[Finding]) {
             out.push_str(&format!("  {}", text::one_line(&finding.title)));
         }
         out.push('\n');
+        // Each alternative is a range whose comparators are joined by commas (`>= 1.2.3, <
+        // 2.0.0`); joined by commas too, the alternatives would read as one range.
         let patched = if finding.patched.is_empty() {
             "no patched version".to_string()
         } else {
-            text::one_line(&finding.patched.join(", "))
+            text::one_line(&finding.patched.join(" or "))
         };
         out.push_str(&format!("  patched: {patched}\n"));
     }
@@ -167,9 +169,25 @@ mod tests {
         assert_eq!(dirty.exit_code(), 1);
         assert_eq!(
             render(&dirty),
-            "smallvec 1.6.0  RUSTSEC-2021-0003  Buffer overflow\n  patched: ^0.6.14, >= 1.6.1\n\n\
+            "smallvec 1.6.0  RUSTSEC-2021-0003  Buffer overflow\n  patched: ^0.6.14 or >= 1.6.1\n\n\
              1 vulnerability in Cargo.lock of app at 0123456789ab (tree fedcba987654; \
              warden-rustsec/0.1.0, advisory database git:abc, 2026-12-03T15:00:00Z)\n"
+        );
+        // Alternatives are joined by "or": the commas belong to each range.
+        let two_ranges = report(vec![Finding {
+            advisory: "RUSTSEC-2099-0001".into(),
+            package: "h2".into(),
+            version: "2.0.5".into(),
+            title: String::new(),
+            patched: vec![">= 1.2.3, < 2.0.0".into(), ">= 2.1.0".into()],
+            path: None,
+        }]);
+        assert!(
+            render(&two_ranges).starts_with(
+                "h2 2.0.5  RUSTSEC-2099-0001\n  patched: >= 1.2.3, < 2.0.0 or >= 2.1.0\n"
+            ),
+            "{}",
+            render(&two_ranges)
         );
         let clean = report(vec![]);
         assert_eq!(clean.exit_code(), 0);

@@ -533,6 +533,18 @@ fn vulns_reads_github_advisory_records_with_ecosystem_ranges_every_copy_of_a_pac
     .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()));
     assert_eq!(found, expected, "{report}");
     assert!(report["scan"].get("unevaluated").is_none(), "{report}");
+    // Read on a terminal, the alternatives cannot be taken for one range: 1.0.0 to 1.2.5 is
+    // affected again after 0.2.4's fix.
+    let run = warden.run(&["vulns", "--repo", repo.path().to_str().unwrap()]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.contains(
+            "minimist 0.0.10  GHSA-xvch-5gv4-984h  Prototype Pollution in minimist\n  \
+             patched: >= 0.2.4, < 1.0.0 or >= 1.2.6\n"
+        ),
+        "{}",
+        run.stdout
+    );
 }
 
 #[test]
