@@ -20,7 +20,8 @@
 //!    keep those the policy allows ([`index::Policy`]): semver-compatible and inside the
 //!    manifest's requirement unless majors are allowed, not yanked, not a pre-release, older
 //!    than the cooldown, allowed and not denied. `vulnerable` targets the lowest eligible
-//!    version that clears every advisory found for the package; otherwise the newest.
+//!    version that clears every advisory found for the package, else the lowest that clears
+//!    the most (what remains is a notice); otherwise the newest.
 //! 6. **Fetch and apply**: the chosen versions' packages are fetched in one more networked,
 //!    prepare-like view over the manifests (`cargo update --precise` + `cargo fetch`, the cache
 //!    writable, its lockfile thrown away); then each upgrade is applied offline in the task's
@@ -571,7 +572,7 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
             .collect();
         for finding in &remaining {
             state.notices.push(format!(
-                "{} remains in the candidate: {} (not upgraded by this proposal)",
+                "{} remains in the candidate: {} (this proposal does not clear it)",
                 finding.advisory,
                 instance(finding)
             ));
@@ -1044,28 +1045,45 @@ fn discover(
             }
         }
         eligible.sort_by(|a, b| a.version.cmp(&b.version));
+        let why = passed_over
+            .last()
+            .map(|r| format!(" (newest passed over: {r})"))
+            .unwrap_or_default();
         let chosen = if advisories.is_empty() {
-            eligible.last().copied()
+            eligible.last().map(|v| (*v, Vec::new()))
         } else {
-            let affected = |v: &semver::Version| {
-                advisories
-                    .iter()
-                    .any(|id| database.is_some_and(|db| db.affects(id, &name, v)))
-            };
-            eligible.iter().copied().find(|c| !affected(&c.version))
+            choose_fix(&eligible, &advisories, |id, v| {
+                database.is_some_and(|db| db.affects(id, &name, v))
+            })
+            .map(|fix| (fix.version, fix.cleared))
         };
         match chosen {
-            Some(version) => upgrades.push(Upgrade {
-                package: name,
-                from,
-                to: eco.version_text(&version.version),
-                advisories,
-            }),
+            Some((version, cleared)) => {
+                let to = eco.version_text(&version.version);
+                let remaining: Vec<&String> = advisories
+                    .iter()
+                    .filter(|id| !cleared.contains(id))
+                    .collect();
+                if !remaining.is_empty() {
+                    state.notices.push(format!(
+                        "{name} {from}: no eligible version clears every advisory; {to} is the \
+                         lowest that clears the most ({}); still affected: {}{why}",
+                        cleared.join(", "),
+                        remaining
+                            .iter()
+                            .map(|id| id.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
+                }
+                upgrades.push(Upgrade {
+                    package: name,
+                    from,
+                    to,
+                    advisories: cleared,
+                });
+            }
             None => {
-                let why = passed_over
-                    .last()
-                    .map(|r| format!(" (newest passed over: {r})"))
-                    .unwrap_or_default();
                 let what = if advisories.is_empty() {
                     "no eligible newer version".to_string()
                 } else {
@@ -1076,6 +1094,51 @@ fn discover(
         }
     }
     Ok(upgrades)
+}
+
+/// The version a vulnerable package moves to, and what it clears.
+#[derive(Debug, Clone, PartialEq)]
+struct Fix<'a> {
+    version: &'a index::IndexVersion,
+    /// The advisories it clears, in the order asked.
+    cleared: Vec<String>,
+}
+
+/// The version among `eligible` (ascending) that fixes the most of `advisories`: the lowest
+/// that clears every one; else, when none does, the lowest that clears the most (a partial
+/// fix: what remains is the caller's to report); `None` when no eligible version clears any.
+/// `affects(id, version)` says whether advisory `id` affects `version`.
+fn choose_fix<'a>(
+    eligible: &[&'a index::IndexVersion],
+    advisories: &[String],
+    affects: impl Fn(&str, &semver::Version) -> bool,
+) -> Option<Fix<'a>> {
+    let mut best: Option<Fix<'a>> = None;
+    for candidate in eligible {
+        let cleared: Vec<String> = advisories
+            .iter()
+            .filter(|id| !affects(id, &candidate.version))
+            .cloned()
+            .collect();
+        if cleared.len() == advisories.len() {
+            return Some(Fix {
+                version: candidate,
+                cleared,
+            });
+        }
+        // Strictly more: of equals, the lowest stays.
+        if !cleared.is_empty()
+            && best
+                .as_ref()
+                .is_none_or(|b| cleared.len() > b.cleared.len())
+        {
+            best = Some(Fix {
+                version: candidate,
+                cleared,
+            });
+        }
+    }
+    best
 }
 
 /// What `--select vulnerable` upgrades: (package, locked version, advisories to clear) for
@@ -1380,7 +1443,7 @@ fn proposal_summary(
             body.push_str(&format!("- {id}{title}\n"));
         }
         if !remaining.is_empty() {
-            body.push_str("\nStill vulnerable (not upgraded by this proposal):\n");
+            body.push_str("\nStill vulnerable (not cleared by this proposal):\n");
             for finding in remaining {
                 body.push_str(&format!("- {}: {}", finding.advisory, instance(finding)));
                 if !finding.title.is_empty() {
@@ -1637,7 +1700,7 @@ mod tests {
         );
         assert!(
             text.contains(
-                "\nStill vulnerable (not upgraded by this proposal):\n- GHSA-xvch-5gv4-984h: \
+                "\nStill vulnerable (not cleared by this proposal):\n- GHSA-xvch-5gv4-984h: \
                  minimist 0.0.10 at node_modules/optimist/node_modules/minimist (Prototype \
                  Pollution in minimist)\n"
             ),
@@ -1647,6 +1710,44 @@ mod tests {
             text.contains("- minimist 1.2.5 → 1.2.6 (clears GHSA-xvch-5gv4-984h)"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_vulnerable_package_moves_to_the_lowest_version_that_clears_the_most_advisories() {
+        let versions: Vec<index::IndexVersion> = ["0.3.17", "0.3.18", "0.3.19", "0.3.20"]
+            .iter()
+            .map(|v| index::IndexVersion {
+                version: semver::Version::parse(v).unwrap(),
+                yanked: false,
+                published_ms: None,
+            })
+            .collect();
+        let eligible: Vec<&index::IndexVersion> = versions.iter().collect();
+        // Each advisory's first fixed version; D has none.
+        let fixed_in = |id: &str| match id {
+            "A" => Some("0.3.17"),
+            "B" | "C" => Some("0.3.18"),
+            "E" => Some("0.3.20"),
+            _ => None,
+        };
+        let affects = |id: &str, v: &semver::Version| {
+            fixed_in(id).is_none_or(|f| *v < semver::Version::parse(f).unwrap())
+        };
+        let ids = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // Every advisory cleared by some version: the lowest that clears them all.
+        let fix = choose_fix(&eligible, &ids(&["A", "B", "C"]), affects).unwrap();
+        assert_eq!(fix.version.version.to_string(), "0.3.18");
+        assert_eq!(fix.cleared, ["A", "B", "C"]);
+        // D is fixed in no version: the lowest that clears the most (3 of 4), not nothing.
+        let fix = choose_fix(&eligible, &ids(&["A", "B", "C", "D"]), affects).unwrap();
+        assert_eq!(fix.version.version.to_string(), "0.3.18");
+        assert_eq!(fix.cleared, ["A", "B", "C"]);
+        let fix = choose_fix(&eligible, &ids(&["D", "E", "A"]), affects).unwrap();
+        assert_eq!(fix.version.version.to_string(), "0.3.20");
+        assert_eq!(fix.cleared, ["E", "A"]);
+        // Nothing cleared by any eligible version: no upgrade.
+        assert_eq!(choose_fix(&eligible, &ids(&["D"]), affects), None);
+        assert_eq!(choose_fix(&[], &ids(&["A"]), affects), None);
     }
 
     #[test]

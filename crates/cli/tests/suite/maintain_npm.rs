@@ -664,7 +664,7 @@ fn a_nested_copy_that_stays_vulnerable_is_a_notice_not_the_loss_of_the_upgrade()
     assert!(
         notices.contains(
             &"GHSA-test-0001 remains in the candidate: greet 1.0.0 at \
-              node_modules/wrap/node_modules/greet (not upgraded by this proposal)"
+              node_modules/wrap/node_modules/greet (this proposal does not clear it)"
         ),
         "{notices:?}"
     );
@@ -675,5 +675,74 @@ fn a_nested_copy_that_stays_vulnerable_is_a_notice_not_the_loss_of_the_upgrade()
         show.stdout.contains("node_modules/wrap/node_modules/greet"),
         "{}",
         show.stdout
+    );
+}
+
+/// When no version clears every advisory of a package, the lowest that clears the most is
+/// proposed and what remains is said: greet 1.0.1 fixes GHSA-test-0001, nothing fixes
+/// GHSA-test-0002 (before, nothing was upgraded at all).
+#[test]
+fn a_partial_fix_is_proposed_and_what_remains_is_said() {
+    if !npm_installed() {
+        return;
+    }
+    let registry = Registry::start();
+    publish(&registry);
+    let db = osv_db();
+    std::fs::write(
+        db.path().join("GHSA-test-0002.json"),
+        serde_json::json!({
+            "schema_version": "1.6.0", "id": "GHSA-test-0002", "modified": "2026-01-01T00:00:00Z",
+            "summary": "Unfixed thing in greet",
+            "affected": [{"package": {"ecosystem": "npm", "name": "greet"},
+                          "ranges": [{"type": "ECOSYSTEM", "events": [{"introduced": "0"}]}]}]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let warden = npm_warden(&registry, db.path());
+    let repo = fixture(&registry);
+    let run = warden.run(&[
+        "maintain",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--select",
+        "vulnerable",
+        "--json",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    let maintenance = &result["maintenance"];
+    assert_eq!(
+        maintenance["upgrades"],
+        serde_json::json!([{"package": "greet", "from": "1.0.0", "to": "1.0.1",
+                            "advisories": ["GHSA-test-0001"]}]),
+        "{result}"
+    );
+    assert_eq!(
+        maintenance["advisories_cleared"],
+        serde_json::json!(["GHSA-test-0001"]),
+        "{result}"
+    );
+    let notices: Vec<&str> = result["notices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .collect();
+    assert!(
+        notices.contains(
+            &"greet 1.0.0: no eligible version clears every advisory; 1.0.1 is the lowest that \
+              clears the most (GHSA-test-0001); still affected: GHSA-test-0002"
+        ),
+        "{notices:?}"
+    );
+    assert!(
+        notices.contains(
+            &"GHSA-test-0002 remains in the candidate: greet 1.0.1 at node_modules/greet (this \
+              proposal does not clear it)"
+        ),
+        "{notices:?}"
     );
 }
