@@ -1035,10 +1035,11 @@ fn discover(
         }
         .map_err(|message| failure(FailureCode::Infrastructure, message))?;
         let requirements = profile.requirements.get(&name).cloned().unwrap_or_default();
+        let is_direct = direct.iter().any(|p| p.name == name && p.version == from);
         let mut eligible: Vec<&index::IndexVersion> = Vec::new();
         let mut passed_over: Vec<String> = Vec::new();
         for candidate in &versions {
-            match policy.eligible(eco, &current, &requirements, candidate) {
+            match policy.eligible(eco, &current, &requirements, candidate, is_direct) {
                 Ok(()) => eligible.push(candidate),
                 Err(reason) if candidate.version > current => passed_over.push(reason),
                 Err(_) => {}
