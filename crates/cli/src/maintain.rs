@@ -19,7 +19,7 @@ pub struct MaintainArgs {
     /// crate names, Go module paths (`golang.org/x/text`), npm names (`@types/node`)
     #[arg(long = "select", value_name = "all|vulnerable|NAME", num_args = 1..)]
     pub select: Vec<String>,
-    /// `baseline`: deterministic, no model, stops at the first failing check (the default);
+    /// `baseline`: deterministic, no model, drops an upgrade that breaks a check (the default);
     /// `model`: when an upgrade breaks a check, the model repairs the code (scoped to the
     /// upgrade: a repair that moves the lockfile is refused)
     #[arg(long, value_name = "MODE")]

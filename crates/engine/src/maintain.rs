@@ -26,8 +26,9 @@
 //!    prepare-like view over the manifests (`cargo update --precise` + `cargo fetch`, the cache
 //!    writable, its lockfile thrown away); then each upgrade is applied offline in the task's
 //!    own writable view (`cargo update --offline -p NAME@OLD --precise NEW`) and the checks run
-//!    on exactly the resulting candidate tree. In baseline mode the first failing check stops
-//!    the task with no proposal, naming the upgrade and the check; in model mode the change
+//!    on exactly the resulting candidate tree. An upgrade the package manager refuses, or that
+//!    breaks a check in baseline mode, drops only itself (the view is put back to the tree
+//!    before it, exactly, and a notice names it); in model mode the change
 //!    agent loop repairs the code ([`repair`]), its submission refused unless its `Cargo.lock`
 //!    keeps to the upgrade and the checks pass on exactly its tree.
 //! 7. **Readiness** ([`readiness`]): every validation and the post-scan must be bound to the
@@ -108,7 +109,7 @@ pub struct MaintainRun<'a> {
     /// Now, ms since the epoch (the cooldown's and the scans' clock).
     pub now_ms: u64,
     /// `--mode model`: what repairs the code an upgrade breaks; `None` in baseline mode,
-    /// which stops at the first failing check.
+    /// which drops an upgrade that breaks a check.
     pub repair: Option<std::cell::RefCell<repair::RepairAgent<'a>>>,
 }
 
@@ -465,9 +466,12 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
     })?;
     let mut tree = base_tree.clone();
     let mut validations: Vec<Validation> = Vec::new();
+    // The upgrades dropped because they could not be applied or broke a check (baseline
+    // mode), with why: each drops only itself.
+    let mut dropped: Vec<Failure> = Vec::new();
     for upgrade in &upgrades {
         let label = format!("{} {} → {}", upgrade.package, upgrade.from, upgrade.to);
-        let (next, checked) = stage(run, state, "apply", &label, |_| {
+        let applied = stage(run, state, "apply", &label, |_| {
             apply_upgrade(run, eco, upgrade)?;
             let candidate = session
                 .candidate()
@@ -483,8 +487,8 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
                 return Err(failure(
                     FailureCode::ChecksFailed,
                     format!(
-                        "upgrading {label} breaks check `{}` ({}) on tree {}; no proposal \
-                         (baseline mode stops at the first failing check):\n{}",
+                        "upgrading {label} breaks check `{}` ({}) on tree {} (baseline mode \
+                         does not repair):\n{}",
                         v.command,
                         v.exit_code
                             .map_or("killed or timed out".to_string(), |c| format!(
@@ -500,7 +504,33 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
                 (candidate.tree, checked),
                 format!("{n} checks passed on the candidate"),
             ))
-        })?;
+        });
+        let (next, checked) = match applied {
+            Ok(applied) => applied,
+            Err(failed) if droppable(&failed) && !session.is_cancelled() => {
+                // The view goes back to the tree before this upgrade, exactly, or the task
+                // stops: a later upgrade must not apply on top of a half-undone one.
+                stage(run, state, "drop", &label, |_| {
+                    restore_view(session, eco, &tree).map_err(|reason| {
+                        failure(
+                            failed.code,
+                            format!(
+                                "{}\n(and the upgrade could not be dropped: {reason})",
+                                failed.message
+                            ),
+                        )
+                    })?;
+                    Ok(((), format!("the view is back to tree {tree}")))
+                })?;
+                state.notices.push(format!(
+                    "{}; dropped, the other upgrades go on",
+                    first_line(&failed.message).trim_end_matches(':')
+                ));
+                dropped.push(failed);
+                continue;
+            }
+            Err(failed) => return Err(failed),
+        };
         let (next, checked) = match checked.iter().find(|v| !v.passed()).cloned() {
             None => (next, checked),
             Some(failing) => {
@@ -531,6 +561,19 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
         tree = next;
         validations = checked;
         state.maintenance.upgrades.push(upgrade.clone());
+    }
+    if state.maintenance.upgrades.is_empty() {
+        if let Some(first) = dropped.into_iter().next() {
+            let message = if upgrades.len() == 1 {
+                format!("{}; no proposal", first.message)
+            } else {
+                format!(
+                    "every upgrade was dropped; no proposal. The first: {}",
+                    first.message
+                )
+            };
+            return Err(failure(first.code, message));
+        }
     }
     if tree == base_tree {
         return Ok(Done::NoChange(format!(
@@ -1276,6 +1319,65 @@ fn fetch_candidates(
             (session.config.redact)(&tail_lines(&String::from_utf8_lossy(&output.stderr), 15))
         ),
     ))
+}
+
+/// Whether a failed upgrade drops only itself: its package manager refused it, or (in
+/// baseline mode, where nothing repairs) it broke a check.
+fn droppable(failed: &Failure) -> bool {
+    matches!(
+        failed.code,
+        FailureCode::UpgradeFailed | FailureCode::ChecksFailed
+    )
+}
+
+/// Puts the task's writable view back to `tree` after an upgrade that is dropped: the files an
+/// upgrade's command rewrites ([`Ecosystem::upgrade_files`]) are written from `tree` (or
+/// removed, when `tree` has none), and the view must then be exactly `tree` again, or `Err`
+/// says what differs. Only regular files are read and written (never through a symbolic
+/// link: the view's files are the repository's).
+fn restore_view(session: &ChangeSession, eco: Ecosystem, tree: &str) -> Result<(), String> {
+    use rustix::fs::{Mode, OFlags};
+    let source = session.tree_root(tree)?;
+    let root = &session.config.merged;
+    for name in eco.upgrade_files() {
+        let (from, to) = (source.join(name), root.join(name));
+        let exists = |path: &std::path::Path| -> Result<bool, String> {
+            match std::fs::symlink_metadata(path) {
+                Ok(meta) if meta.is_file() => Ok(true),
+                Ok(_) => Err(format!("{name} is not a regular file")),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+                Err(e) => Err(format!("cannot read {name}: {e}")),
+            }
+        };
+        if !exists(&from)? {
+            if exists(&to)? {
+                std::fs::remove_file(&to).map_err(|e| format!("cannot remove {name}: {e}"))?;
+            }
+            continue;
+        }
+        let bytes = std::fs::read(&from).map_err(|e| format!("cannot read {name}: {e}"))?;
+        let fd = rustix::fs::open(
+            &to,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o644),
+        )
+        .map_err(|e| format!("cannot write {name}: {e}"))?;
+        let mut file = std::fs::File::from(fd);
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            return Err(format!("{name} is not a regular file"));
+        }
+        std::io::Write::write_all(&mut file, &bytes)
+            .map_err(|e| format!("cannot write {name}: {e}"))?;
+    }
+    let now = session.candidate()?.tree;
+    if now == tree {
+        Ok(())
+    } else {
+        Err(format!(
+            "after restoring {}, the view is tree {now}, not {tree}",
+            eco.upgrade_files().join(", ")
+        ))
+    }
 }
 
 /// Applies one upgrade offline in the task's writable view.

@@ -11,7 +11,7 @@ pub struct MaintainOptions {
     /// `all` (default), `vulnerable`, or package names.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub select: Vec<String>,
-    /// `baseline` (default): deterministic, no model, stops at the first failing check.
+    /// `baseline` (default): deterministic, no model, drops an upgrade that breaks a check.
     /// `model`: an agent repairs the code an upgrade breaks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,

@@ -746,3 +746,64 @@ fn a_partial_fix_is_proposed_and_what_remains_is_said() {
         "{notices:?}"
     );
 }
+
+/// An upgrade that breaks a check drops only itself in baseline mode: greet 1.1.0 changes the
+/// greeting the test checks, pad 1.0.1 changes nothing it checks; the view goes back to the
+/// tree before greet's upgrade, pad's applies on it, and the proposal holds pad's alone.
+#[test]
+fn an_upgrade_that_breaks_a_check_drops_only_itself() {
+    if !npm_installed() {
+        return;
+    }
+    let registry = Registry::start();
+    publish(&registry);
+    let pad = "module.exports = (text) => ' ' + text;\n".to_string();
+    publish_package(
+        &registry,
+        "pad",
+        &[
+            ("1.0.0", pad.clone(), "2025-01-01T00:00:00.000Z"),
+            ("1.0.1", pad, "2025-02-01T00:00:00.000Z"),
+        ],
+        &serde_json::json!({}),
+    );
+    let db = osv_db();
+    let warden = npm_warden(&registry, db.path());
+    let repo = fixture_of(
+        &registry,
+        &serde_json::json!({"greet": "^1.0.0", "pad": "^1.0.0"}),
+        &["greet@1.0.0", "pad@1.0.0"],
+    );
+    let run = warden.run(&[
+        "maintain",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    assert_eq!(
+        result["maintenance"]["upgrades"],
+        serde_json::json!([{"package": "pad", "from": "1.0.0", "to": "1.0.1"}]),
+        "{result}"
+    );
+    let notices: Vec<&str> = result["notices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .collect();
+    assert!(
+        notices.iter().any(|n| n
+            .starts_with("upgrading greet 1.0.0 → 1.1.0 breaks check `rm -rf /tmp/npm-cache")
+            && n.ends_with("; dropped, the other upgrades go on")),
+        "{notices:?}"
+    );
+    // The proposal's lockfile holds greet where it was and pad upgraded.
+    let task = result["task_id"].as_str().unwrap();
+    let diff = warden.run(&["diff", task]);
+    assert_eq!(diff.code, 0, "{}", diff.stderr);
+    assert!(diff.stdout.contains("pad-1.0.1.tgz"), "{}", diff.stdout);
+    assert!(!diff.stdout.contains("greet-1.1.0.tgz"), "{}", diff.stdout);
+}

@@ -227,6 +227,15 @@ impl Ecosystem {
         }
     }
 
+    /// The files an upgrade's command rewrites (what dropping an upgrade restores).
+    pub fn upgrade_files(self) -> &'static [&'static str] {
+        match self {
+            Ecosystem::Cargo => &["Cargo.lock"],
+            Ecosystem::Go => &["go.mod", "go.sum"],
+            Ecosystem::Npm => &["package.json", "package-lock.json"],
+        }
+    }
+
     /// The networked script that fetches the upgrades' packages (in a view whose files are
     /// thrown away).
     pub fn fetch_script(self, upgrades: &[Upgrade]) -> String {
