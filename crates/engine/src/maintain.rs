@@ -22,7 +22,9 @@
 //!    than the cooldown, allowed and not denied. `vulnerable` targets the lowest eligible
 //!    version that clears every advisory found for the package, else the lowest that clears
 //!    the most (what remains is a notice); otherwise the newest.
-//! 6. **Fetch and apply**: the chosen versions' packages are fetched in one more networked,
+//! 6. **Fetch and apply** in dependency order (a package before those depending on it), each
+//!    upgrade re-resolved on the lockfile the ones before it left: the chosen versions'
+//!    packages are fetched in one more networked,
 //!    prepare-like view over the manifests (`cargo update --precise` + `cargo fetch`, the cache
 //!    writable, its lockfile thrown away); then each upgrade is applied offline in the task's
 //!    own writable view (`cargo update --offline -p NAME@OLD --precise NEW`) and the checks run
@@ -448,6 +450,9 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
         };
         Ok((upgrades, summary))
     })?;
+    // A package before the packages that depend on it, so that an upgrade rarely moves a
+    // package a later one names at its old version (re-resolved below when it does).
+    let upgrades = dependency_order(&profile.lockfile, upgrades);
     if upgrades.is_empty() {
         let summary = if vulnerable && base_findings.is_empty() {
             format!("No known vulnerabilities in {lock_name}: nothing to upgrade.")
@@ -471,8 +476,27 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
     let mut dropped: Vec<Failure> = Vec::new();
     for upgrade in &upgrades {
         let label = format!("{} {} → {}", upgrade.package, upgrade.from, upgrade.to);
+        // Re-resolved on the view as the upgrades before it left it: Cargo names the copy to
+        // move by its version, and Go's `go get` of a module an earlier upgrade raised past
+        // the target would lower it again. (npm's direct upgrades do not move each other.)
+        let mut applying = upgrade.clone();
+        if eco != Ecosystem::Npm && tree != base_tree {
+            let lock = repair::tree_lockfile(session, eco, &tree)
+                .map_err(|message| failure(FailureCode::Infrastructure, message))?;
+            match resolve_from(eco, &lock, upgrade) {
+                Some(from) => applying.from = from,
+                None => {
+                    state.notices.push(format!(
+                        "{label}: the upgrades before it already moved {} to {} or beyond; \
+                         nothing left to apply",
+                        upgrade.package, upgrade.to
+                    ));
+                    continue;
+                }
+            }
+        }
         let applied = stage(run, state, "apply", &label, |_| {
-            apply_upgrade(run, eco, upgrade)?;
+            apply_upgrade(run, eco, &applying)?;
             let candidate = session
                 .candidate()
                 .map_err(|message| failure(FailureCode::Infrastructure, message))?;
@@ -1321,6 +1345,58 @@ fn fetch_candidates(
     ))
 }
 
+/// `upgrades` in dependency order, by the base lockfile `lock`: a package before the packages
+/// that depend on it (tokio before hyper), so that an upgrade does not move a package a later
+/// upgrade names at its old version; otherwise in the order given. A cycle keeps the order
+/// given for the packages in it.
+fn dependency_order(lock: &cargo::Lockfile, upgrades: Vec<Upgrade>) -> Vec<Upgrade> {
+    let mut left = upgrades;
+    let mut ordered = Vec::with_capacity(left.len());
+    while !left.is_empty() {
+        let ready = (0..left.len())
+            .find(|&i| {
+                !left.iter().enumerate().any(|(j, other)| {
+                    j != i && lock.depends_on(&left[i].package, &left[i].from, &other.package)
+                })
+            })
+            .unwrap_or(0);
+        ordered.push(left.remove(ready));
+    }
+    ordered
+}
+
+/// Where `upgrade` applies in the view's lockfile `lock`, after the upgrades before it:
+/// `Some(version)` the copy to move (its `from`, or the one copy of the package an earlier
+/// upgrade moved below the target); `None` when an earlier upgrade already moved the package
+/// to its target or beyond (nothing left to do). With several copies and none at `from`,
+/// `from` as it was (the package manager says what it makes of it).
+fn resolve_from(eco: Ecosystem, lock: &cargo::Lockfile, upgrade: &Upgrade) -> Option<String> {
+    let copies: Vec<&cargo::LockedPackage> = lock
+        .packages
+        .iter()
+        .filter(|p| p.source.is_some() && p.name == upgrade.package)
+        .collect();
+    if copies.iter().any(|p| p.version == upgrade.from) {
+        return Some(upgrade.from.clone());
+    }
+    let (Some(from), Some(to)) = (eco.semver(&upgrade.from), eco.semver(&upgrade.to)) else {
+        return Some(upgrade.from.clone());
+    };
+    // The copies an earlier upgrade moved up from `from`.
+    let moved: Vec<(&cargo::LockedPackage, semver::Version)> = copies
+        .iter()
+        .filter_map(|p| Some((*p, eco.semver(&p.version)?)))
+        .filter(|(_, v)| *v > from)
+        .collect();
+    if moved.iter().any(|(_, v)| *v >= to) {
+        return None;
+    }
+    match moved.as_slice() {
+        [(one, _)] => Some(one.version.clone()),
+        _ => Some(upgrade.from.clone()),
+    }
+}
+
 /// Whether a failed upgrade drops only itself: its package manager refused it, or (in
 /// baseline mode, where nothing repairs) it broke a check.
 fn droppable(failed: &Failure) -> bool {
@@ -1851,6 +1927,102 @@ mod tests {
         // Nothing cleared by any eligible version: no upgrade.
         assert_eq!(choose_fix(&eligible, &ids(&["D"]), affects), None);
         assert_eq!(choose_fix(&[], &ids(&["A"]), affects), None);
+    }
+
+    const CRATES_IO: &str = "registry+https://github.com/rust-lang/crates.io-index";
+
+    fn cargo_lock(packages: &[(&str, &str, &[&str])]) -> cargo::Lockfile {
+        let mut text = String::from("version = 4\n");
+        for (name, version, dependencies) in packages {
+            text.push_str(&format!(
+                "\n[[package]]\nname = \"{name}\"\nversion = \"{version}\"\nsource = \"{CRATES_IO}\"\n\
+                 dependencies = [{}]\n",
+                dependencies
+                    .iter()
+                    .map(|d| format!("\"{d}\""))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        cargo::Lockfile::parse(&text).unwrap()
+    }
+
+    fn upgrade(package: &str, from: &str, to: &str) -> Upgrade {
+        Upgrade {
+            package: package.into(),
+            from: from.into(),
+            to: to.into(),
+            advisories: vec![],
+        }
+    }
+
+    #[test]
+    fn upgrades_apply_dependencies_first_and_re_resolve_what_an_earlier_one_moved() {
+        // hyper depends on tokio through h2, and directly.
+        let lock = cargo_lock(&[
+            ("hyper", "0.14.10", &["h2", "tokio"]),
+            ("h2", "0.3.3", &["tokio"]),
+            ("tokio", "1.8.0", &[]),
+            ("smallvec", "1.6.0", &[]),
+        ]);
+        let order = |names: &[&str]| {
+            let upgrades = names
+                .iter()
+                .map(|n| {
+                    let from = lock.packages.iter().find(|p| p.name == *n).unwrap();
+                    upgrade(n, &from.version, "9.9.9")
+                })
+                .collect();
+            dependency_order(&lock, upgrades)
+                .into_iter()
+                .map(|u| u.package)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            order(&["hyper", "smallvec", "tokio"]),
+            ["smallvec", "tokio", "hyper"]
+        );
+        assert_eq!(order(&["hyper", "h2", "tokio"]), ["tokio", "h2", "hyper"]);
+        assert_eq!(
+            order(&["smallvec", "h2"]),
+            ["smallvec", "h2"],
+            "independent"
+        );
+
+        let tokio = upgrade("tokio", "1.8.0", "1.38.0");
+        let moved = |version: &str| cargo_lock(&[("tokio", version, &[])]);
+        assert_eq!(
+            resolve_from(Ecosystem::Cargo, &moved("1.8.0"), &tokio).as_deref(),
+            Some("1.8.0")
+        );
+        // hyper's upgrade moved tokio to 1.20.0: the copy to move is that one.
+        assert_eq!(
+            resolve_from(Ecosystem::Cargo, &moved("1.20.0"), &tokio).as_deref(),
+            Some("1.20.0")
+        );
+        // ... or past the target: nothing left to do.
+        assert_eq!(
+            resolve_from(Ecosystem::Cargo, &moved("1.40.0"), &tokio),
+            None
+        );
+        assert_eq!(
+            resolve_from(Ecosystem::Cargo, &moved("1.38.0"), &tokio),
+            None
+        );
+        // An older copy (another major) is not the one moved.
+        let two = cargo_lock(&[("tokio", "0.2.25", &[]), ("tokio", "1.20.0", &[])]);
+        assert_eq!(
+            resolve_from(Ecosystem::Cargo, &two, &tokio).as_deref(),
+            Some("1.20.0")
+        );
+        // Go: an earlier `go get` raised golang.org/x/text past the target.
+        let go_mod = gomod::GoMod::parse(
+            "module a\ngo 1.21\nrequire golang.org/x/text v0.14.0 // indirect\n",
+        )
+        .unwrap()
+        .lockfile();
+        let text = upgrade("golang.org/x/text", "v0.3.7", "v0.3.8");
+        assert_eq!(resolve_from(Ecosystem::Go, &go_mod, &text), None);
     }
 
     #[test]

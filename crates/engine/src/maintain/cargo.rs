@@ -101,6 +101,30 @@ impl Lockfile {
             .find(|p| p.name == name && version.is_none_or(|v| p.version == v))
     }
 
+    /// Whether the package `name` at `version` depends on a package named `on`, directly or
+    /// through others.
+    pub fn depends_on(&self, name: &str, version: &str, on: &str) -> bool {
+        let mut seen: Vec<&LockedPackage> = Vec::new();
+        let mut stack: Vec<&LockedPackage> = self
+            .packages
+            .iter()
+            .filter(|p| p.name == name && p.version == version)
+            .collect();
+        while let Some(package) = stack.pop() {
+            if seen.contains(&package) {
+                continue;
+            }
+            seen.push(package);
+            for entry in &package.dependencies {
+                if entry.split_whitespace().next() == Some(on) {
+                    return true;
+                }
+                stack.extend(self.resolve(entry));
+            }
+        }
+        false
+    }
+
     /// The crates.io packages the workspace's own packages depend on directly, each once,
     /// sorted by name and version.
     pub fn direct_crates_io(&self) -> Vec<&LockedPackage> {

@@ -240,13 +240,16 @@ impl Ecosystem {
     /// thrown away).
     pub fn fetch_script(self, upgrades: &[Upgrade]) -> String {
         let mut script: Vec<String> = match self {
+            // An earlier upgrade may have moved the package from its old version (hyper moving
+            // tokio): then its one copy is named without the version.
             Ecosystem::Cargo => upgrades
                 .iter()
                 .map(|u| {
                     format!(
-                        "cargo update -p {} --precise {}",
+                        "{{ cargo update -p {} --precise {to} || cargo update -p {} --precise {to}; }}",
                         quoted(&format!("{}@{}", u.package, u.from)),
-                        quoted(&u.to)
+                        quoted(&u.package),
+                        to = quoted(&u.to)
                     )
                 })
                 .collect(),
@@ -658,6 +661,22 @@ mod tests {
         assert_eq!(
             go.fetch_script(std::slice::from_ref(&upgrade)),
             "go get 'example.com/it'\\''s@v1.0.1' && go mod download"
+        );
+        // Cargo names a copy by its old version, unless an earlier upgrade moved it.
+        let cargo = |package: &str, from: &str, to: &str| Upgrade {
+            package: package.into(),
+            from: from.into(),
+            to: to.into(),
+            advisories: vec![],
+        };
+        assert_eq!(
+            Ecosystem::Cargo.fetch_script(&[
+                cargo("tokio", "1.8.0", "1.38.0"),
+                cargo("hyper", "0.14.10", "0.14.28")
+            ]),
+            "{ cargo update -p 'tokio@1.8.0' --precise '1.38.0' || cargo update -p 'tokio' \
+             --precise '1.38.0'; } && { cargo update -p 'hyper@0.14.10' --precise '0.14.28' || \
+             cargo update -p 'hyper' --precise '0.14.28'; } && cargo fetch --locked"
         );
     }
 }
