@@ -462,13 +462,45 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
         return Ok(Done::NoChange(summary));
     }
 
-    // 6. Fetch the candidates' packages (networked), then apply offline and check.
-    stage(run, state, "fetch", &upgrade_list(&upgrades), |_| {
+    // 6. Fetch the candidates' packages (networked), then apply offline and check. When
+    // fetching them together fails, each is fetched alone and one that still fails drops
+    // only itself.
+    let together = stage(run, state, "fetch", &upgrade_list(&upgrades), |_| {
         fetch_candidates(run, eco, &upgrades)?;
-        // The cache the checks build against changed: no earlier record speaks for it.
-        session.forget_checks();
         Ok(((), "candidate packages fetched into the cache".to_string()))
-    })?;
+    });
+    let upgrades = match together {
+        Ok(()) => upgrades,
+        Err(failed)
+            if failed.code == FailureCode::UpgradeFailed
+                && upgrades.len() > 1
+                && !session.is_cancelled() =>
+        {
+            let mut fetched = Vec::new();
+            for upgrade in upgrades {
+                let label = format!("{} {} → {}", upgrade.package, upgrade.from, upgrade.to);
+                let alone = stage(run, state, "fetch", &label, |_| {
+                    fetch_candidates(run, eco, std::slice::from_ref(&upgrade))?;
+                    Ok(((), "fetched alone".to_string()))
+                });
+                match alone {
+                    Ok(()) => fetched.push(upgrade),
+                    Err(f) if f.code == FailureCode::UpgradeFailed => state.notices.push(format!(
+                        "{}; dropped, the other upgrades go on",
+                        first_line(&f.message).trim_end_matches(':')
+                    )),
+                    Err(f) => return Err(f),
+                }
+            }
+            if fetched.is_empty() {
+                return Err(failed);
+            }
+            fetched
+        }
+        Err(failed) => return Err(failed),
+    };
+    // The cache the checks build against changed: no earlier record speaks for it.
+    session.forget_checks();
     let mut tree = base_tree.clone();
     let mut validations: Vec<Validation> = Vec::new();
     // The upgrades dropped because they could not be applied or broke a check (baseline

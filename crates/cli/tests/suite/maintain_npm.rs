@@ -807,3 +807,86 @@ fn an_upgrade_that_breaks_a_check_drops_only_itself() {
     assert!(diff.stdout.contains("pad-1.0.1.tgz"), "{}", diff.stdout);
     assert!(!diff.stdout.contains("greet-1.1.0.tgz"), "{}", diff.stdout);
 }
+
+/// An upgrade whose packages cannot be fetched drops only itself: pad 1.0.1's tarball is
+/// gone from the registry, so fetching greet's and pad's upgrades together fails; each is
+/// fetched alone, pad's is dropped with a notice, and greet's is proposed.
+#[test]
+fn an_upgrade_that_cannot_be_fetched_drops_only_itself() {
+    if !npm_installed() {
+        return;
+    }
+    let registry = Registry::start();
+    publish(&registry);
+    let pad = "module.exports = (text) => ' ' + text;\n".to_string();
+    publish_package(
+        &registry,
+        "pad",
+        &[
+            ("1.0.0", pad.clone(), "2025-01-01T00:00:00.000Z"),
+            ("1.0.1", pad, "2025-02-01T00:00:00.000Z"),
+        ],
+        &serde_json::json!({}),
+    );
+    let db = osv_db();
+    std::fs::write(
+        db.path().join("GHSA-test-0003.json"),
+        serde_json::json!({
+            "schema_version": "1.6.0", "id": "GHSA-test-0003", "modified": "2026-01-01T00:00:00Z",
+            "summary": "Padding injection in pad",
+            "affected": [{"package": {"ecosystem": "npm", "name": "pad"},
+                          "ranges": [{"type": "ECOSYSTEM",
+                                      "events": [{"introduced": "0"}, {"fixed": "1.0.1"}]}]}]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let warden = npm_warden(&registry, db.path());
+    let repo = fixture_of(
+        &registry,
+        &serde_json::json!({"greet": "^1.0.0", "pad": "^1.0.0"}),
+        &["greet@1.0.0", "pad@1.0.0"],
+    );
+    registry
+        .files
+        .lock()
+        .unwrap()
+        .retain(|(path, _)| path != "/pad/-/pad-1.0.1.tgz");
+    let run = warden.run(&[
+        "maintain",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--select",
+        "vulnerable",
+        "--json",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    assert_eq!(
+        result["maintenance"]["upgrades"],
+        serde_json::json!([{"package": "greet", "from": "1.0.0", "to": "1.0.1",
+                            "advisories": ["GHSA-test-0001"]}]),
+        "{result}"
+    );
+    let notices: Vec<&str> = result["notices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .collect();
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.starts_with("fetching pad 1.0.0 → 1.0.1 failed (")
+                && n.ends_with("; dropped, the other upgrades go on")),
+        "{notices:?}"
+    );
+    assert!(
+        notices.contains(
+            &"GHSA-test-0003 remains in the candidate: pad 1.0.0 at node_modules/pad (this \
+              proposal does not clear it)"
+        ),
+        "{notices:?}"
+    );
+}
