@@ -890,3 +890,59 @@ fn an_upgrade_that_cannot_be_fetched_drops_only_itself() {
         "{notices:?}"
     );
 }
+
+/// An advisory of one of the lockfile's packages that cannot be evaluated stops maintenance at
+/// the base scan, said in a notice: a scan that passed over it could read as clean.
+#[test]
+fn maintain_stops_at_an_advisory_it_cannot_evaluate() {
+    if !npm_installed() {
+        return;
+    }
+    let registry = Registry::start();
+    publish(&registry);
+    let db = osv_db();
+    std::fs::write(
+        db.path().join("OSV-TEST-0004.json"),
+        serde_json::json!({
+            "schema_version": "1.6.0", "id": "OSV-TEST-0004", "modified": "2026-01-01T00:00:00Z",
+            "affected": [{"package": {"ecosystem": "npm", "name": "greet"},
+                          "ranges": [{"type": "GIT", "repo": "https://example.com/greet",
+                                      "events": [{"introduced": "0"}, {"fixed": "0123456789abcdef0123456789abcdef01234567"}]}]}]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let warden = npm_warden(&registry, db.path());
+    let repo = fixture(&registry);
+    let run = warden.run(&[
+        "maintain",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--select",
+        "vulnerable",
+        "--json",
+    ]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["failure"]["code"], "infrastructure", "{result}");
+    assert!(
+        result["failure"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("1 advisories of package-lock.json's packages that cannot be evaluated"),
+        "{result}"
+    );
+    assert!(
+        result["notices"].as_array().unwrap().iter().any(|n| n
+            == "greet 1.0.0: advisory OSV-TEST-0004 cannot be evaluated (only GIT ranges \
+                (commits), no versions); the package may be affected"),
+        "{result}"
+    );
+    assert_eq!(
+        result["maintenance"]["scans"][0]["unevaluated"]
+            .as_array()
+            .map(Vec::len),
+        Some(1),
+        "{result}"
+    );
+}
