@@ -6,7 +6,10 @@
 //! to install), the server named by `WARDEN_SERVER`, the toolchains installed here (with the
 //! exact `[sandbox] toolchains` line that shows them to the sandbox), the egress allow-list of
 //! the prepare step (and one connection to a listed registry, made as Warden's proxy makes it)
-//! — and what to do about what does not. Every check is shown even when an earlier one fails
+//! — and `[maintain]`'s advisory databases (that each loads, and how long ago it was fetched
+//! when a git checkout records it), and what to do about what does not. A setup for
+//! baseline-mode maintenance alone (an advisory database or a schedule, no model) does not
+//! fail the model check. Every check is shown even when an earlier one fails
 //! (a bad `WARDEN_MODEL` included); the exit code is 1 when any check fails.
 
 use std::time::Duration;
@@ -100,6 +103,7 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
         },
     });
     checks.push(model_check(config, options.offline).await);
+    checks.push(maintain_check(config, std::time::SystemTime::now()));
     if let Some(server) = options.remote.server() {
         checks.push(server_check(server, options.remote.token.as_deref(), options.offline).await);
     }
@@ -369,6 +373,17 @@ async fn model_check(config: &Config, offline: bool) -> Check {
                 detail: "faux: the deterministic no-model runner (demos and tests only)".into(),
             }
         }
+        // Maintenance in baseline mode needs no model: a setup for it alone is complete.
+        ModelChoice::Missing if maintenance_configured(config) => {
+            return Check {
+                name: "model",
+                ok: true,
+                detail: "none configured: baseline-mode maintenance only (`warden maintain`, \
+                         `warden vulns`, [[schedules]]); questions, changes and `--mode model` \
+                         need WARDEN_MODEL=openai:MODEL or anthropic:MODEL"
+                    .into(),
+            }
+        }
         ModelChoice::Missing => {
             return Check {
                 name: "model",
@@ -410,6 +425,78 @@ async fn model_check(config: &Config, offline: bool) -> Check {
         name: "model",
         ok,
         detail: format!("{described}: {verdict}"),
+    }
+}
+
+/// Whether the configuration sets up maintenance: an advisory database or a schedule.
+fn maintenance_configured(config: &Config) -> bool {
+    config.maintain.advisory_db.is_some()
+        || config.maintain.osv_db.is_some()
+        || !config.schedules.is_empty()
+}
+
+/// `[maintain]`'s advisory databases: each configured one loads (how many advisories, which
+/// snapshot), and how long ago it was last fetched when a git checkout records it
+/// (`.git/FETCH_HEAD`, which every `git fetch` and `git pull` rewrites).
+fn maintain_check(config: &Config, now: std::time::SystemTime) -> Check {
+    use warden_engine::maintain::{advisory, osv};
+    let maintain = &config.maintain;
+    let age = |path: &std::path::Path| {
+        let fetched = std::fs::metadata(path.join(".git/FETCH_HEAD")).and_then(|m| m.modified());
+        match fetched.ok().and_then(|at| now.duration_since(at).ok()) {
+            Some(age) => format!("fetched {} days ago", age.as_secs() / 86_400),
+            None => "when it was fetched is not recorded".to_string(),
+        }
+    };
+    let mut parts = Vec::new();
+    let mut ok = true;
+    if let Some(path) = &maintain.advisory_db {
+        match advisory::AdvisoryDb::open(path) {
+            Ok(db) => parts.push(format!(
+                "advisory_db {}: {} RustSec advisories ({}), {}",
+                path.display(),
+                db.advisories.len(),
+                db.snapshot,
+                age(path)
+            )),
+            Err(error) => {
+                ok = false;
+                parts.push(format!("advisory_db: {error}"));
+            }
+        }
+    }
+    if let Some(path) = &maintain.osv_db {
+        let counts: Result<Vec<String>, String> = [osv::GO, osv::NPM]
+            .into_iter()
+            .map(|ecosystem| {
+                osv::OsvDb::open(path, ecosystem)
+                    .map(|db| format!("{} {ecosystem}", db.advisories.len()))
+            })
+            .collect();
+        match counts {
+            Ok(counts) => parts.push(format!(
+                "osv_db {}: {} advisories, {}",
+                path.display(),
+                counts.join(", "),
+                age(path)
+            )),
+            Err(error) => {
+                ok = false;
+                parts.push(format!("osv_db: {error}"));
+            }
+        }
+    }
+    if parts.is_empty() {
+        parts.push(
+            "no advisory database: `warden vulns` and `--select vulnerable` need [maintain] \
+             advisory_db (a RustSec checkout, for Cargo) or osv_db (OSV records, for Go and npm)"
+                .into(),
+        );
+    }
+    Check {
+        name: "maintain",
+        ok,
+        detail: parts.join("; "),
     }
 }
 

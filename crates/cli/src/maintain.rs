@@ -15,10 +15,11 @@ pub struct MaintainArgs {
     #[arg(long = "repo", value_name = "PATH|URL[@REV]")]
     pub repo: String,
     /// What to upgrade: `all` direct dependencies (default), `vulnerable` packages (those a
-    /// scan against `[maintain] advisory_db` or `osv_db` finds), or package names (repeatable)
+    /// scan against `[maintain] advisory_db` or `osv_db` finds), or package names (repeatable):
+    /// crate names, Go module paths (`golang.org/x/text`), npm names (`@types/node`)
     #[arg(long = "select", value_name = "all|vulnerable|NAME", num_args = 1..)]
     pub select: Vec<String>,
-    /// `baseline`: deterministic, no model, stops at the first failing check (the default);
+    /// `baseline`: deterministic, no model, drops an upgrade that breaks a check (the default);
     /// `model`: when an upgrade breaks a check, the model repairs the code (scoped to the
     /// upgrade: a repair that moves the lockfile is refused)
     #[arg(long, value_name = "MODE")]

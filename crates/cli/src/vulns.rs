@@ -7,7 +7,8 @@
 //! too and reported apart from the third-party modules. Nothing runs, nothing is fetched, no
 //! model is asked and no task is recorded.
 //!
-//! Exit codes: 0 no finding, 1 findings, 2 no scan (a usage or configuration error, a project
+//! Exit codes: 0 no finding, 1 findings (or advisories of its packages that could not be
+//! evaluated), 2 no scan (a usage or configuration error, a project
 //! the profile refuses, a database that does not load).
 
 use crate::text;
@@ -44,10 +45,11 @@ pub struct VulnsReport {
 }
 
 impl VulnsReport {
-    /// 0 without findings (the standard library's included), 1 with.
+    /// 0 without findings (the standard library's included), 1 with, or with an advisory of
+    /// the lockfile's packages that could not be evaluated (not known to be clean).
     pub fn exit_code(&self) -> u8 {
         let stdlib = self.stdlib.as_ref().map_or(0, |s| s.findings.len());
-        u8::from(!self.scan.findings.is_empty() || stdlib > 0)
+        u8::from(!self.scan.findings.is_empty() || stdlib > 0 || !self.scan.unevaluated.is_empty())
     }
 }
 
@@ -60,9 +62,20 @@ pub fn render(report: &VulnsReport) -> String {
     if !scan.findings.is_empty() {
         out.push('\n');
     }
-    let what = match scan.findings.len() {
-        0 => "No known vulnerabilities".to_string(),
-        n => text::count(n as u64, "vulnerability", "vulnerabilities"),
+    for line in &scan.unevaluated {
+        out.push_str(&format!("cannot be evaluated: {}\n", text::one_line(line)));
+    }
+    if !scan.unevaluated.is_empty() {
+        out.push('\n');
+    }
+    let what = match (scan.findings.len(), scan.unevaluated.len()) {
+        (0, 0) => "No known vulnerabilities".to_string(),
+        (n, 0) => text::count(n as u64, "vulnerability", "vulnerabilities"),
+        (n, u) => format!(
+            "{}, and {} that could not be evaluated,",
+            text::count(n as u64, "vulnerability", "vulnerabilities"),
+            text::count(u as u64, "advisory", "advisories")
+        ),
     };
     out.push_str(&format!(
         "{what} in {} of {} at {} (tree {}; {}, advisory database {}, {})\n",
@@ -106,10 +119,12 @@ fn findings(out: &mut String, findings: &[Finding]) {
             out.push_str(&format!("  {}", text::one_line(&finding.title)));
         }
         out.push('\n');
+        // Each alternative is a range whose comparators are joined by commas (`>= 1.2.3, <
+        // 2.0.0`); joined by commas too, the alternatives would read as one range.
         let patched = if finding.patched.is_empty() {
             "no patched version".to_string()
         } else {
-            text::one_line(&finding.patched.join(", "))
+            text::one_line(&finding.patched.join(" or "))
         };
         out.push_str(&format!("  patched: {patched}\n"));
     }
@@ -135,6 +150,7 @@ mod tests {
                 database_snapshot: "git:abc".into(),
                 scanned_at: "2026-12-03T15:00:00Z".into(),
                 findings,
+                unevaluated: vec![],
             },
             notices: vec![],
         }
@@ -148,13 +164,30 @@ mod tests {
             version: "1.6.0".into(),
             title: "Buffer overflow".into(),
             patched: vec!["^0.6.14".into(), ">= 1.6.1".into()],
+            path: None,
         }]);
         assert_eq!(dirty.exit_code(), 1);
         assert_eq!(
             render(&dirty),
-            "smallvec 1.6.0  RUSTSEC-2021-0003  Buffer overflow\n  patched: ^0.6.14, >= 1.6.1\n\n\
+            "smallvec 1.6.0  RUSTSEC-2021-0003  Buffer overflow\n  patched: ^0.6.14 or >= 1.6.1\n\n\
              1 vulnerability in Cargo.lock of app at 0123456789ab (tree fedcba987654; \
              warden-rustsec/0.1.0, advisory database git:abc, 2026-12-03T15:00:00Z)\n"
+        );
+        // Alternatives are joined by "or": the commas belong to each range.
+        let two_ranges = report(vec![Finding {
+            advisory: "RUSTSEC-2099-0001".into(),
+            package: "h2".into(),
+            version: "2.0.5".into(),
+            title: String::new(),
+            patched: vec![">= 1.2.3, < 2.0.0".into(), ">= 2.1.0".into()],
+            path: None,
+        }]);
+        assert!(
+            render(&two_ranges).starts_with(
+                "h2 2.0.5  RUSTSEC-2099-0001\n  patched: >= 1.2.3, < 2.0.0 or >= 2.1.0\n"
+            ),
+            "{}",
+            render(&two_ranges)
         );
         let clean = report(vec![]);
         assert_eq!(clean.exit_code(), 0);

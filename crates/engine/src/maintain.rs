@@ -20,13 +20,17 @@
 //!    keep those the policy allows ([`index::Policy`]): semver-compatible and inside the
 //!    manifest's requirement unless majors are allowed, not yanked, not a pre-release, older
 //!    than the cooldown, allowed and not denied. `vulnerable` targets the lowest eligible
-//!    version that clears every advisory found for the package; otherwise the newest.
-//! 6. **Fetch and apply**: the chosen versions' packages are fetched in one more networked,
+//!    version that clears every advisory found for the package, else the lowest that clears
+//!    the most (what remains is a notice); otherwise the newest.
+//! 6. **Fetch and apply** in dependency order (a package before those depending on it), each
+//!    upgrade re-resolved on the lockfile the ones before it left: the chosen versions'
+//!    packages are fetched in one more networked,
 //!    prepare-like view over the manifests (`cargo update --precise` + `cargo fetch`, the cache
 //!    writable, its lockfile thrown away); then each upgrade is applied offline in the task's
 //!    own writable view (`cargo update --offline -p NAME@OLD --precise NEW`) and the checks run
-//!    on exactly the resulting candidate tree. In baseline mode the first failing check stops
-//!    the task with no proposal, naming the upgrade and the check; in model mode the change
+//!    on exactly the resulting candidate tree. An upgrade the package manager refuses, or that
+//!    breaks a check in baseline mode, drops only itself (the view is put back to the tree
+//!    before it, exactly, and a notice names it); in model mode the change
 //!    agent loop repairs the code ([`repair`]), its submission refused unless its `Cargo.lock`
 //!    keeps to the upgrade and the checks pass on exactly its tree.
 //! 7. **Readiness** ([`readiness`]): every validation and the post-scan must be bound to the
@@ -107,7 +111,7 @@ pub struct MaintainRun<'a> {
     /// Now, ms since the epoch (the cooldown's and the scans' clock).
     pub now_ms: u64,
     /// `--mode model`: what repairs the code an upgrade breaks; `None` in baseline mode,
-    /// which stops at the first failing check.
+    /// which drops an upgrade that breaks a check.
     pub repair: Option<std::cell::RefCell<repair::RepairAgent<'a>>>,
 }
 
@@ -389,6 +393,20 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
             &format!("{lock_name} of the base tree"),
             |state| {
                 let scan = scan_tree(session, eco, db, &base_tree, "base", run.now_ms)?;
+                if !scan.unevaluated.is_empty() {
+                    state.notices.extend(scan.unevaluated.iter().cloned());
+                    let count = scan.unevaluated.len();
+                    state.maintenance.scans.push(scan);
+                    return Err(failure(
+                        FailureCode::Infrastructure,
+                        format!(
+                            "the advisory database {} has {count} advisories of {lock_name}'s \
+                             packages that cannot be evaluated (see the notices): a scan that \
+                             passed over them could read as clean",
+                            db.path().display()
+                        ),
+                    ));
+                }
                 let findings = scan.findings.clone();
                 let summary = format!(
                     "{} advisories apply to the base tree (database {})",
@@ -432,6 +450,9 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
         };
         Ok((upgrades, summary))
     })?;
+    // A package before the packages that depend on it, so that an upgrade rarely moves a
+    // package a later one names at its old version (re-resolved below when it does).
+    let upgrades = dependency_order(&profile.lockfile, upgrades);
     if upgrades.is_empty() {
         let summary = if vulnerable && base_findings.is_empty() {
             format!("No known vulnerabilities in {lock_name}: nothing to upgrade.")
@@ -441,19 +462,73 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
         return Ok(Done::NoChange(summary));
     }
 
-    // 6. Fetch the candidates' packages (networked), then apply offline and check.
-    stage(run, state, "fetch", &upgrade_list(&upgrades), |_| {
+    // 6. Fetch the candidates' packages (networked), then apply offline and check. When
+    // fetching them together fails, each is fetched alone and one that still fails drops
+    // only itself.
+    let together = stage(run, state, "fetch", &upgrade_list(&upgrades), |_| {
         fetch_candidates(run, eco, &upgrades)?;
-        // The cache the checks build against changed: no earlier record speaks for it.
-        session.forget_checks();
         Ok(((), "candidate packages fetched into the cache".to_string()))
-    })?;
+    });
+    let upgrades = match together {
+        Ok(()) => upgrades,
+        Err(failed)
+            if failed.code == FailureCode::UpgradeFailed
+                && upgrades.len() > 1
+                && !session.is_cancelled() =>
+        {
+            let mut fetched = Vec::new();
+            for upgrade in upgrades {
+                let label = format!("{} {} → {}", upgrade.package, upgrade.from, upgrade.to);
+                let alone = stage(run, state, "fetch", &label, |_| {
+                    fetch_candidates(run, eco, std::slice::from_ref(&upgrade))?;
+                    Ok(((), "fetched alone".to_string()))
+                });
+                match alone {
+                    Ok(()) => fetched.push(upgrade),
+                    Err(f) if f.code == FailureCode::UpgradeFailed => state.notices.push(format!(
+                        "{}; dropped, the other upgrades go on",
+                        first_line(&f.message).trim_end_matches(':')
+                    )),
+                    Err(f) => return Err(f),
+                }
+            }
+            if fetched.is_empty() {
+                return Err(failed);
+            }
+            fetched
+        }
+        Err(failed) => return Err(failed),
+    };
+    // The cache the checks build against changed: no earlier record speaks for it.
+    session.forget_checks();
     let mut tree = base_tree.clone();
     let mut validations: Vec<Validation> = Vec::new();
+    // The upgrades dropped because they could not be applied or broke a check (baseline
+    // mode), with why: each drops only itself.
+    let mut dropped: Vec<Failure> = Vec::new();
     for upgrade in &upgrades {
         let label = format!("{} {} → {}", upgrade.package, upgrade.from, upgrade.to);
-        let (next, checked) = stage(run, state, "apply", &label, |_| {
-            apply_upgrade(run, eco, upgrade)?;
+        // Re-resolved on the view as the upgrades before it left it: Cargo names the copy to
+        // move by its version, and Go's `go get` of a module an earlier upgrade raised past
+        // the target would lower it again. (npm's direct upgrades do not move each other.)
+        let mut applying = upgrade.clone();
+        if eco != Ecosystem::Npm && tree != base_tree {
+            let lock = repair::tree_lockfile(session, eco, &tree)
+                .map_err(|message| failure(FailureCode::Infrastructure, message))?;
+            match resolve_from(eco, &lock, upgrade) {
+                Some(from) => applying.from = from,
+                None => {
+                    state.notices.push(format!(
+                        "{label}: the upgrades before it already moved {} to {} or beyond; \
+                         nothing left to apply",
+                        upgrade.package, upgrade.to
+                    ));
+                    continue;
+                }
+            }
+        }
+        let applied = stage(run, state, "apply", &label, |_| {
+            apply_upgrade(run, eco, &applying)?;
             let candidate = session
                 .candidate()
                 .map_err(|message| failure(FailureCode::Infrastructure, message))?;
@@ -468,8 +543,8 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
                 return Err(failure(
                     FailureCode::ChecksFailed,
                     format!(
-                        "upgrading {label} breaks check `{}` ({}) on tree {}; no proposal \
-                         (baseline mode stops at the first failing check):\n{}",
+                        "upgrading {label} breaks check `{}` ({}) on tree {} (baseline mode \
+                         does not repair):\n{}",
                         v.command,
                         v.exit_code
                             .map_or("killed or timed out".to_string(), |c| format!(
@@ -485,7 +560,33 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
                 (candidate.tree, checked),
                 format!("{n} checks passed on the candidate"),
             ))
-        })?;
+        });
+        let (next, checked) = match applied {
+            Ok(applied) => applied,
+            Err(failed) if droppable(&failed) && !session.is_cancelled() => {
+                // The view goes back to the tree before this upgrade, exactly, or the task
+                // stops: a later upgrade must not apply on top of a half-undone one.
+                stage(run, state, "drop", &label, |_| {
+                    restore_view(session, eco, &tree).map_err(|reason| {
+                        failure(
+                            failed.code,
+                            format!(
+                                "{}\n(and the upgrade could not be dropped: {reason})",
+                                failed.message
+                            ),
+                        )
+                    })?;
+                    Ok(((), format!("the view is back to tree {tree}")))
+                })?;
+                state.notices.push(format!(
+                    "{}; dropped, the other upgrades go on",
+                    first_line(&failed.message).trim_end_matches(':')
+                ));
+                dropped.push(failed);
+                continue;
+            }
+            Err(failed) => return Err(failed),
+        };
         let (next, checked) = match checked.iter().find(|v| !v.passed()).cloned() {
             None => (next, checked),
             Some(failing) => {
@@ -517,6 +618,19 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
         validations = checked;
         state.maintenance.upgrades.push(upgrade.clone());
     }
+    if state.maintenance.upgrades.is_empty() {
+        if let Some(first) = dropped.into_iter().next() {
+            let message = if upgrades.len() == 1 {
+                format!("{}; no proposal", first.message)
+            } else {
+                format!(
+                    "every upgrade was dropped; no proposal. The first: {}",
+                    first.message
+                )
+            };
+            return Err(failure(first.code, message));
+        }
+    }
     if tree == base_tree {
         return Ok(Done::NoChange(format!(
             "The upgrades left {lock_name} as it was: nothing to propose."
@@ -524,10 +638,7 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
     }
 
     // 7. The post-scan and readiness.
-    let targeted: Vec<String> = upgrades
-        .iter()
-        .flat_map(|u| u.advisories.iter().cloned())
-        .collect();
+    let mut remaining: Vec<Finding> = Vec::new();
     if let Some(db) = &database {
         let post = stage(
             run,
@@ -549,6 +660,22 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
         cleared.sort();
         cleared.dedup();
         state.maintenance.advisories_cleared = cleared;
+        // What stays vulnerable on another copy than the one an upgrade moved (minimist under
+        // optimist, beside an upgraded direct minimist) is said, not a reason to lose the
+        // upgrades; an upgraded copy still vulnerable is readiness's to refuse.
+        remaining = post
+            .findings
+            .iter()
+            .filter(|f| !on_upgraded_copy(f, &state.maintenance.upgrades))
+            .cloned()
+            .collect();
+        for finding in &remaining {
+            state.notices.push(format!(
+                "{} remains in the candidate: {} (this proposal does not clear it)",
+                finding.advisory,
+                instance(finding)
+            ));
+        }
     }
     stage(run, state, "readiness", &tree, |state| {
         let candidate_scans: Vec<&Scan> = state
@@ -562,7 +689,7 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
             &validations,
             database.is_some(),
             &candidate_scans,
-            &targeted,
+            &state.maintenance.upgrades,
         )
         .err()
         .unwrap_or_default();
@@ -603,6 +730,7 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
         &state.maintenance,
         database.as_ref(),
         &base_findings,
+        &remaining,
         &tree,
         &validations,
         &pages,
@@ -925,6 +1053,7 @@ fn scan_lockfile(
         database_snapshot: db.snapshot().to_string(),
         scanned_at: index::rfc3339(now_ms),
         findings: db.scan(&lock),
+        unevaluated: db.unevaluated(&lock),
     })
 }
 
@@ -943,29 +1072,7 @@ fn discover(
     let mut wanted: Vec<(String, String, Vec<String>)> = Vec::new();
     let names = run.options.names();
     if run.options.vulnerable() {
-        for finding in findings {
-            // npm upgrades its direct dependencies only: a transitive package is its
-            // dependent's to move (or an `overrides` entry's, which maintain does not write).
-            if eco == Ecosystem::Npm && !direct.iter().any(|p| p.name == finding.package) {
-                state.notices.push(format!(
-                    "{} {} ({}): a transitive dependency, not upgraded (maintain upgrades npm \
-                     projects' direct dependencies)",
-                    finding.package, finding.version, finding.advisory
-                ));
-                continue;
-            }
-            match wanted
-                .iter_mut()
-                .find(|(n, v, _)| *n == finding.package && *v == finding.version)
-            {
-                Some((_, _, ids)) => ids.push(finding.advisory.clone()),
-                None => wanted.push((
-                    finding.package.clone(),
-                    finding.version.clone(),
-                    vec![finding.advisory.clone()],
-                )),
-            }
-        }
+        wanted = vulnerable_wanted(eco, direct, findings, &mut state.notices);
     } else if !names.is_empty() {
         for name in &names {
             let matching: Vec<_> = direct.iter().filter(|p| &p.name == name).collect();
@@ -1027,38 +1134,56 @@ fn discover(
         }
         .map_err(|message| failure(FailureCode::Infrastructure, message))?;
         let requirements = profile.requirements.get(&name).cloned().unwrap_or_default();
+        let is_direct = direct.iter().any(|p| p.name == name && p.version == from);
         let mut eligible: Vec<&index::IndexVersion> = Vec::new();
         let mut passed_over: Vec<String> = Vec::new();
         for candidate in &versions {
-            match policy.eligible(eco, &current, &requirements, candidate) {
+            match policy.eligible(eco, &current, &requirements, candidate, is_direct) {
                 Ok(()) => eligible.push(candidate),
                 Err(reason) if candidate.version > current => passed_over.push(reason),
                 Err(_) => {}
             }
         }
         eligible.sort_by(|a, b| a.version.cmp(&b.version));
+        let why = passed_over
+            .last()
+            .map(|r| format!(" (newest passed over: {r})"))
+            .unwrap_or_default();
         let chosen = if advisories.is_empty() {
-            eligible.last().copied()
+            eligible.last().map(|v| (*v, Vec::new()))
         } else {
-            let affected = |v: &semver::Version| {
-                advisories
-                    .iter()
-                    .any(|id| database.is_some_and(|db| db.affects(id, &name, v)))
-            };
-            eligible.iter().copied().find(|c| !affected(&c.version))
+            choose_fix(&eligible, &advisories, |id, v| {
+                database.is_some_and(|db| db.affects(id, &name, v))
+            })
+            .map(|fix| (fix.version, fix.cleared))
         };
         match chosen {
-            Some(version) => upgrades.push(Upgrade {
-                package: name,
-                from,
-                to: eco.version_text(&version.version),
-                advisories,
-            }),
+            Some((version, cleared)) => {
+                let to = eco.version_text(&version.version);
+                let remaining: Vec<&String> = advisories
+                    .iter()
+                    .filter(|id| !cleared.contains(id))
+                    .collect();
+                if !remaining.is_empty() {
+                    state.notices.push(format!(
+                        "{name} {from}: no eligible version clears every advisory; {to} is the \
+                         lowest that clears the most ({}); still affected: {}{why}",
+                        cleared.join(", "),
+                        remaining
+                            .iter()
+                            .map(|id| id.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
+                }
+                upgrades.push(Upgrade {
+                    package: name,
+                    from,
+                    to,
+                    advisories: cleared,
+                });
+            }
             None => {
-                let why = passed_over
-                    .last()
-                    .map(|r| format!(" (newest passed over: {r})"))
-                    .unwrap_or_default();
                 let what = if advisories.is_empty() {
                     "no eligible newer version".to_string()
                 } else {
@@ -1069,6 +1194,100 @@ fn discover(
         }
     }
     Ok(upgrades)
+}
+
+/// The version a vulnerable package moves to, and what it clears.
+#[derive(Debug, Clone, PartialEq)]
+struct Fix<'a> {
+    version: &'a index::IndexVersion,
+    /// The advisories it clears, in the order asked.
+    cleared: Vec<String>,
+}
+
+/// The version among `eligible` (ascending) that fixes the most of `advisories`: the lowest
+/// that clears every one; else, when none does, the lowest that clears the most (a partial
+/// fix: what remains is the caller's to report); `None` when no eligible version clears any.
+/// `affects(id, version)` says whether advisory `id` affects `version`.
+fn choose_fix<'a>(
+    eligible: &[&'a index::IndexVersion],
+    advisories: &[String],
+    affects: impl Fn(&str, &semver::Version) -> bool,
+) -> Option<Fix<'a>> {
+    let mut best: Option<Fix<'a>> = None;
+    for candidate in eligible {
+        let cleared: Vec<String> = advisories
+            .iter()
+            .filter(|id| !affects(id, &candidate.version))
+            .cloned()
+            .collect();
+        if cleared.len() == advisories.len() {
+            return Some(Fix {
+                version: candidate,
+                cleared,
+            });
+        }
+        // Strictly more: of equals, the lowest stays.
+        if !cleared.is_empty()
+            && best
+                .as_ref()
+                .is_none_or(|b| cleared.len() > b.cleared.len())
+        {
+            best = Some(Fix {
+                version: candidate,
+                cleared,
+            });
+        }
+    }
+    best
+}
+
+/// What `--select vulnerable` upgrades: (package, locked version, advisories to clear) for
+/// each vulnerable copy it can move. npm upgrades its direct dependencies only, and a direct
+/// dependency is the copy at the root's `node_modules/<name>`: another copy of the same name
+/// nested under a dependent (minimist under optimist) is its dependent's to move (or an
+/// `overrides` entry's, which maintain does not write), a notice here, never a reason to move
+/// the direct copy to its version.
+fn vulnerable_wanted(
+    eco: Ecosystem,
+    direct: &[cargo::LockedPackage],
+    findings: &[Finding],
+    notices: &mut Vec<String>,
+) -> Vec<(String, String, Vec<String>)> {
+    let mut wanted: Vec<(String, String, Vec<String>)> = Vec::new();
+    for finding in findings {
+        let direct_copy = direct
+            .iter()
+            .any(|p| p.name == finding.package && p.version == finding.version)
+            && finding
+                .path
+                .as_deref()
+                .is_none_or(|path| path == format!("node_modules/{}", finding.package));
+        if eco == Ecosystem::Npm && !direct_copy {
+            notices.push(format!(
+                "{} ({}): a transitive dependency, not upgraded (maintain upgrades npm \
+                 projects' direct dependencies)",
+                instance(finding),
+                finding.advisory
+            ));
+            continue;
+        }
+        match wanted
+            .iter_mut()
+            .find(|(n, v, _)| *n == finding.package && *v == finding.version)
+        {
+            Some((_, _, ids)) => {
+                if !ids.contains(&finding.advisory) {
+                    ids.push(finding.advisory.clone());
+                }
+            }
+            None => wanted.push((
+                finding.package.clone(),
+                finding.version.clone(),
+                vec![finding.advisory.clone()],
+            )),
+        }
+    }
+    wanted
 }
 
 /// The toolchains of the networked steps (acquire, fetch): the task's, with Go's module
@@ -1158,6 +1377,117 @@ fn fetch_candidates(
     ))
 }
 
+/// `upgrades` in dependency order, by the base lockfile `lock`: a package before the packages
+/// that depend on it (tokio before hyper), so that an upgrade does not move a package a later
+/// upgrade names at its old version; otherwise in the order given. A cycle keeps the order
+/// given for the packages in it.
+fn dependency_order(lock: &cargo::Lockfile, upgrades: Vec<Upgrade>) -> Vec<Upgrade> {
+    let mut left = upgrades;
+    let mut ordered = Vec::with_capacity(left.len());
+    while !left.is_empty() {
+        let ready = (0..left.len())
+            .find(|&i| {
+                !left.iter().enumerate().any(|(j, other)| {
+                    j != i && lock.depends_on(&left[i].package, &left[i].from, &other.package)
+                })
+            })
+            .unwrap_or(0);
+        ordered.push(left.remove(ready));
+    }
+    ordered
+}
+
+/// Where `upgrade` applies in the view's lockfile `lock`, after the upgrades before it:
+/// `Some(version)` the copy to move (its `from`, or the one copy of the package an earlier
+/// upgrade moved below the target); `None` when an earlier upgrade already moved the package
+/// to its target or beyond (nothing left to do). With several copies and none at `from`,
+/// `from` as it was (the package manager says what it makes of it).
+fn resolve_from(eco: Ecosystem, lock: &cargo::Lockfile, upgrade: &Upgrade) -> Option<String> {
+    let copies: Vec<&cargo::LockedPackage> = lock
+        .packages
+        .iter()
+        .filter(|p| p.source.is_some() && p.name == upgrade.package)
+        .collect();
+    if copies.iter().any(|p| p.version == upgrade.from) {
+        return Some(upgrade.from.clone());
+    }
+    let (Some(from), Some(to)) = (eco.semver(&upgrade.from), eco.semver(&upgrade.to)) else {
+        return Some(upgrade.from.clone());
+    };
+    // The copies an earlier upgrade moved up from `from`.
+    let moved: Vec<(&cargo::LockedPackage, semver::Version)> = copies
+        .iter()
+        .filter_map(|p| Some((*p, eco.semver(&p.version)?)))
+        .filter(|(_, v)| *v > from)
+        .collect();
+    if moved.iter().any(|(_, v)| *v >= to) {
+        return None;
+    }
+    match moved.as_slice() {
+        [(one, _)] => Some(one.version.clone()),
+        _ => Some(upgrade.from.clone()),
+    }
+}
+
+/// Whether a failed upgrade drops only itself: its package manager refused it, or (in
+/// baseline mode, where nothing repairs) it broke a check.
+fn droppable(failed: &Failure) -> bool {
+    matches!(
+        failed.code,
+        FailureCode::UpgradeFailed | FailureCode::ChecksFailed
+    )
+}
+
+/// Puts the task's writable view back to `tree` after an upgrade that is dropped: the files an
+/// upgrade's command rewrites ([`Ecosystem::upgrade_files`]) are written from `tree` (or
+/// removed, when `tree` has none), and the view must then be exactly `tree` again, or `Err`
+/// says what differs. Only regular files are read and written (never through a symbolic
+/// link: the view's files are the repository's).
+fn restore_view(session: &ChangeSession, eco: Ecosystem, tree: &str) -> Result<(), String> {
+    use rustix::fs::{Mode, OFlags};
+    let source = session.tree_root(tree)?;
+    let root = &session.config.merged;
+    for name in eco.upgrade_files() {
+        let (from, to) = (source.join(name), root.join(name));
+        let exists = |path: &std::path::Path| -> Result<bool, String> {
+            match std::fs::symlink_metadata(path) {
+                Ok(meta) if meta.is_file() => Ok(true),
+                Ok(_) => Err(format!("{name} is not a regular file")),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+                Err(e) => Err(format!("cannot read {name}: {e}")),
+            }
+        };
+        if !exists(&from)? {
+            if exists(&to)? {
+                std::fs::remove_file(&to).map_err(|e| format!("cannot remove {name}: {e}"))?;
+            }
+            continue;
+        }
+        let bytes = std::fs::read(&from).map_err(|e| format!("cannot read {name}: {e}"))?;
+        let fd = rustix::fs::open(
+            &to,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o644),
+        )
+        .map_err(|e| format!("cannot write {name}: {e}"))?;
+        let mut file = std::fs::File::from(fd);
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            return Err(format!("{name} is not a regular file"));
+        }
+        std::io::Write::write_all(&mut file, &bytes)
+            .map_err(|e| format!("cannot write {name}: {e}"))?;
+    }
+    let now = session.candidate()?.tree;
+    if now == tree {
+        Ok(())
+    } else {
+        Err(format!(
+            "after restoring {}, the view is tree {now}, not {tree}",
+            eco.upgrade_files().join(", ")
+        ))
+    }
+}
+
 /// Applies one upgrade offline in the task's writable view.
 fn apply_upgrade(run: &MaintainRun<'_>, eco: Ecosystem, upgrade: &Upgrade) -> Result<(), Failure> {
     let script = eco.apply_script(upgrade);
@@ -1190,15 +1520,37 @@ fn apply_upgrade(run: &MaintainRun<'_>, eco: Ecosystem, upgrade: &Upgrade) -> Re
     ))
 }
 
+/// Whether `finding` is on a copy an upgrade moved and is one of the advisories it targets:
+/// the package at the upgrade's target version. Another copy of the package (npm's nested
+/// ones, another major in `Cargo.lock`) is another instance of the lockfile.
+fn on_upgraded_copy(finding: &Finding, upgrades: &[Upgrade]) -> bool {
+    upgrades.iter().any(|u| {
+        u.package == finding.package
+            && u.to == finding.version
+            && u.advisories.contains(&finding.advisory)
+    })
+}
+
+/// A finding's package instance in words: `minimist 0.0.10 at
+/// node_modules/optimist/node_modules/minimist`.
+fn instance(finding: &Finding) -> String {
+    match &finding.path {
+        Some(path) => format!("{} {} at {path}", finding.package, finding.version),
+        None => format!("{} {}", finding.package, finding.version),
+    }
+}
+
 /// Whether the candidate `tree` may be proposed: every validation ran on exactly `tree` and
 /// passed (there is at least one); with an advisory database, one post-scan read exactly
-/// `tree` and found none of the `targeted` advisories. `Err` names every reason.
+/// `tree`, evaluated every advisory of its packages, and found none of the advisories an
+/// upgrade targets on the copy it upgraded (other copies that stay vulnerable are notices,
+/// not reasons). `Err` names every reason.
 pub fn readiness(
     tree: &str,
     validations: &[Validation],
     scanned: bool,
     candidate_scans: &[&Scan],
-    targeted: &[String],
+    upgrades: &[Upgrade],
 ) -> Result<(), Vec<String>> {
     let mut reasons = Vec::new();
     if validations.is_empty() {
@@ -1225,11 +1577,15 @@ pub fn readiness(
                             scan.tree
                         ));
                     }
+                    for line in &scan.unevaluated {
+                        reasons.push(format!("the post-scan cannot evaluate: {line}"));
+                    }
                     for finding in &scan.findings {
-                        if targeted.contains(&finding.advisory) {
+                        if on_upgraded_copy(finding, upgrades) {
                             reasons.push(format!(
-                                "the post-scan still finds {} in {} {}",
-                                finding.advisory, finding.package, finding.version
+                                "the post-scan still finds {} in the upgraded {}",
+                                finding.advisory,
+                                instance(finding)
                             ));
                         }
                     }
@@ -1245,12 +1601,14 @@ pub fn readiness(
 }
 
 /// The proposal's commit message and pull-request body: the upgrades old → new, the
-/// advisories cleared, the scans and the validations.
+/// advisories cleared, what `remaining` stays vulnerable, the scans and the validations.
+#[allow(clippy::too_many_arguments)] // one caller; each argument is a different record
 fn proposal_summary(
     eco: Ecosystem,
     maintenance: &Maintenance,
     database: Option<&Database>,
     base_findings: &[Finding],
+    remaining: &[Finding],
     tree: &str,
     validations: &[Validation],
     pages: &[String],
@@ -1294,6 +1652,16 @@ fn proposal_summary(
                 .map(|f| format!(": {} ({} {})", f.title, f.package, f.version))
                 .unwrap_or_default();
             body.push_str(&format!("- {id}{title}\n"));
+        }
+        if !remaining.is_empty() {
+            body.push_str("\nStill vulnerable (not cleared by this proposal):\n");
+            for finding in remaining {
+                body.push_str(&format!("- {}: {}", finding.advisory, instance(finding)));
+                if !finding.title.is_empty() {
+                    body.push_str(&format!(" ({})", finding.title));
+                }
+                body.push('\n');
+            }
         }
         let remaining = maintenance
             .scans
@@ -1345,6 +1713,7 @@ mod tests {
             database: "/db".into(),
             database_snapshot: "git:abc".into(),
             scanned_at: "2026-01-01T00:00:00Z".into(),
+            unevaluated: vec![],
             findings: findings
                 .iter()
                 .map(|id| Finding {
@@ -1353,6 +1722,7 @@ mod tests {
                     version: "1.6.0".into(),
                     title: String::new(),
                     patched: vec![],
+                    path: None,
                 })
                 .collect(),
         }
@@ -1360,7 +1730,12 @@ mod tests {
 
     #[test]
     fn a_candidate_is_ready_only_with_passing_checks_and_a_clean_post_scan_of_its_tree() {
-        let targeted = vec!["RUSTSEC-2021-0003".to_string()];
+        let targeted = vec![Upgrade {
+            package: "smallvec".into(),
+            from: "1.6.0".into(),
+            to: "1.6.1".into(),
+            advisories: vec!["RUSTSEC-2021-0003".into()],
+        }];
         let clean = scan("cand", &[]);
         assert_eq!(
             readiness("cand", &[validation("cand", 0)], true, &[&clean], &targeted),
@@ -1393,18 +1768,293 @@ mod tests {
         let reasons =
             readiness("cand", &[validation("cand", 0)], true, &[], &targeted).unwrap_err();
         assert!(reasons[0].contains("no post-scan"), "{reasons:?}");
-        let dirty = scan("cand", &["RUSTSEC-2021-0003"]);
+        let mut dirty = scan("cand", &["RUSTSEC-2021-0003"]);
+        dirty.findings[0].version = "1.6.1".into();
         let reasons =
             readiness("cand", &[validation("cand", 0)], true, &[&dirty], &targeted).unwrap_err();
-        assert!(
-            reasons[0].contains("still finds RUSTSEC-2021-0003"),
-            "{reasons:?}"
+        assert_eq!(
+            reasons,
+            ["the post-scan still finds RUSTSEC-2021-0003 in the upgraded smallvec 1.6.1"]
+        );
+        // Another copy of the package that stays vulnerable (smallvec 1.6.0 is the scan's
+        // finding: here, another copy than the upgraded one) is not the upgrade's to clear.
+        let other_copy = scan("cand", &["RUSTSEC-2021-0003"]);
+        assert_eq!(
+            readiness(
+                "cand",
+                &[validation("cand", 0)],
+                true,
+                &[&other_copy],
+                &targeted
+            ),
+            Ok(())
+        );
+        // Nor is a post-scan that could not evaluate an advisory of the candidate's packages.
+        let mut inconclusive = scan("cand", &[]);
+        inconclusive.unevaluated = vec!["greet 1.0.1: advisory X cannot be evaluated".into()];
+        let reasons = readiness(
+            "cand",
+            &[validation("cand", 0)],
+            true,
+            &[&inconclusive],
+            &targeted,
+        )
+        .unwrap_err();
+        assert_eq!(
+            reasons,
+            ["the post-scan cannot evaluate: greet 1.0.1: advisory X cannot be evaluated"]
         );
         // Without an advisory database there is no post-scan to ask for.
         assert_eq!(
             readiness("cand", &[validation("cand", 0)], false, &[], &[]),
             Ok(())
         );
+    }
+
+    #[test]
+    fn a_nested_npm_copy_of_a_direct_dependency_is_a_notice_not_an_upgrade_of_the_direct_one() {
+        let finding = |version: &str, path: &str, advisory: &str| Finding {
+            advisory: advisory.into(),
+            package: "minimist".into(),
+            version: version.into(),
+            title: "Prototype Pollution in minimist".into(),
+            patched: vec![">= 0.2.4, < 1.0.0".into(), ">= 1.2.6".into()],
+            path: Some(path.into()),
+        };
+        let direct = vec![cargo::LockedPackage {
+            name: "minimist".into(),
+            version: "1.2.5".into(),
+            source: Some(npm::NPM_SOURCE.into()),
+            dependencies: vec![],
+            path: Some("node_modules/minimist".into()),
+        }];
+        let findings = [
+            finding(
+                "0.0.10",
+                "node_modules/optimist/node_modules/minimist",
+                "GHSA-xvch-5gv4-984h",
+            ),
+            finding("1.2.5", "node_modules/minimist", "GHSA-xvch-5gv4-984h"),
+            // The same name and version hoisted under another dependent: the direct copy's
+            // version, and so not the direct copy.
+            finding(
+                "1.2.5",
+                "node_modules/mkdirp/node_modules/minimist",
+                "GHSA-xvch-5gv4-984h",
+            ),
+        ];
+        let mut notices = Vec::new();
+        let wanted = vulnerable_wanted(Ecosystem::Npm, &direct, &findings, &mut notices);
+        assert_eq!(
+            wanted,
+            [(
+                "minimist".to_string(),
+                "1.2.5".to_string(),
+                vec!["GHSA-xvch-5gv4-984h".to_string()]
+            )]
+        );
+        assert_eq!(
+            notices,
+            [
+                "minimist 0.0.10 at node_modules/optimist/node_modules/minimist \
+                 (GHSA-xvch-5gv4-984h): a transitive dependency, not upgraded (maintain upgrades \
+                 npm projects' direct dependencies)",
+                "minimist 1.2.5 at node_modules/mkdirp/node_modules/minimist \
+                 (GHSA-xvch-5gv4-984h): a transitive dependency, not upgraded (maintain upgrades \
+                 npm projects' direct dependencies)",
+            ]
+        );
+        // After the direct copy's upgrade, the nested one that stays vulnerable is not the
+        // upgrade's: the candidate is ready, and the proposal says what remains.
+        let upgrade = Upgrade {
+            package: "minimist".into(),
+            from: "1.2.5".into(),
+            to: "1.2.6".into(),
+            advisories: vec!["GHSA-xvch-5gv4-984h".into()],
+        };
+        let mut post = scan("cand", &[]);
+        post.findings = vec![findings[0].clone()];
+        assert_eq!(
+            readiness(
+                "cand",
+                &[validation("cand", 0)],
+                true,
+                &[&post],
+                std::slice::from_ref(&upgrade)
+            ),
+            Ok(())
+        );
+        let maintenance = Maintenance {
+            ecosystem: "npm".into(),
+            mode: "baseline".into(),
+            select: vec!["vulnerable".into()],
+            upgrades: vec![upgrade],
+            advisories_cleared: vec![],
+            scans: vec![post.clone()],
+        };
+        let db = Database::Osv(osv::OsvDb {
+            path: "/db".into(),
+            ecosystem: osv::NPM,
+            advisories: vec![],
+            unevaluable: vec![],
+            snapshot: "sha256:abc".into(),
+        });
+        let text = proposal_summary(
+            Ecosystem::Npm,
+            &maintenance,
+            Some(&db),
+            &findings[..2],
+            &post.findings,
+            "cand",
+            &[validation("cand", 0)],
+            &[],
+        );
+        assert!(
+            text.contains(
+                "\nStill vulnerable (not cleared by this proposal):\n- GHSA-xvch-5gv4-984h: \
+                 minimist 0.0.10 at node_modules/optimist/node_modules/minimist (Prototype \
+                 Pollution in minimist)\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("- minimist 1.2.5 → 1.2.6 (clears GHSA-xvch-5gv4-984h)"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_vulnerable_package_moves_to_the_lowest_version_that_clears_the_most_advisories() {
+        let versions: Vec<index::IndexVersion> = ["0.3.17", "0.3.18", "0.3.19", "0.3.20"]
+            .iter()
+            .map(|v| index::IndexVersion {
+                version: semver::Version::parse(v).unwrap(),
+                yanked: false,
+                published_ms: None,
+            })
+            .collect();
+        let eligible: Vec<&index::IndexVersion> = versions.iter().collect();
+        // Each advisory's first fixed version; D has none.
+        let fixed_in = |id: &str| match id {
+            "A" => Some("0.3.17"),
+            "B" | "C" => Some("0.3.18"),
+            "E" => Some("0.3.20"),
+            _ => None,
+        };
+        let affects = |id: &str, v: &semver::Version| {
+            fixed_in(id).is_none_or(|f| *v < semver::Version::parse(f).unwrap())
+        };
+        let ids = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        // Every advisory cleared by some version: the lowest that clears them all.
+        let fix = choose_fix(&eligible, &ids(&["A", "B", "C"]), affects).unwrap();
+        assert_eq!(fix.version.version.to_string(), "0.3.18");
+        assert_eq!(fix.cleared, ["A", "B", "C"]);
+        // D is fixed in no version: the lowest that clears the most (3 of 4), not nothing.
+        let fix = choose_fix(&eligible, &ids(&["A", "B", "C", "D"]), affects).unwrap();
+        assert_eq!(fix.version.version.to_string(), "0.3.18");
+        assert_eq!(fix.cleared, ["A", "B", "C"]);
+        let fix = choose_fix(&eligible, &ids(&["D", "E", "A"]), affects).unwrap();
+        assert_eq!(fix.version.version.to_string(), "0.3.20");
+        assert_eq!(fix.cleared, ["E", "A"]);
+        // Nothing cleared by any eligible version: no upgrade.
+        assert_eq!(choose_fix(&eligible, &ids(&["D"]), affects), None);
+        assert_eq!(choose_fix(&[], &ids(&["A"]), affects), None);
+    }
+
+    const CRATES_IO: &str = "registry+https://github.com/rust-lang/crates.io-index";
+
+    fn cargo_lock(packages: &[(&str, &str, &[&str])]) -> cargo::Lockfile {
+        let mut text = String::from("version = 4\n");
+        for (name, version, dependencies) in packages {
+            text.push_str(&format!(
+                "\n[[package]]\nname = \"{name}\"\nversion = \"{version}\"\nsource = \"{CRATES_IO}\"\n\
+                 dependencies = [{}]\n",
+                dependencies
+                    .iter()
+                    .map(|d| format!("\"{d}\""))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        cargo::Lockfile::parse(&text).unwrap()
+    }
+
+    fn upgrade(package: &str, from: &str, to: &str) -> Upgrade {
+        Upgrade {
+            package: package.into(),
+            from: from.into(),
+            to: to.into(),
+            advisories: vec![],
+        }
+    }
+
+    #[test]
+    fn upgrades_apply_dependencies_first_and_re_resolve_what_an_earlier_one_moved() {
+        // hyper depends on tokio through h2, and directly.
+        let lock = cargo_lock(&[
+            ("hyper", "0.14.10", &["h2", "tokio"]),
+            ("h2", "0.3.3", &["tokio"]),
+            ("tokio", "1.8.0", &[]),
+            ("smallvec", "1.6.0", &[]),
+        ]);
+        let order = |names: &[&str]| {
+            let upgrades = names
+                .iter()
+                .map(|n| {
+                    let from = lock.packages.iter().find(|p| p.name == *n).unwrap();
+                    upgrade(n, &from.version, "9.9.9")
+                })
+                .collect();
+            dependency_order(&lock, upgrades)
+                .into_iter()
+                .map(|u| u.package)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            order(&["hyper", "smallvec", "tokio"]),
+            ["smallvec", "tokio", "hyper"]
+        );
+        assert_eq!(order(&["hyper", "h2", "tokio"]), ["tokio", "h2", "hyper"]);
+        assert_eq!(
+            order(&["smallvec", "h2"]),
+            ["smallvec", "h2"],
+            "independent"
+        );
+
+        let tokio = upgrade("tokio", "1.8.0", "1.38.0");
+        let moved = |version: &str| cargo_lock(&[("tokio", version, &[])]);
+        assert_eq!(
+            resolve_from(Ecosystem::Cargo, &moved("1.8.0"), &tokio).as_deref(),
+            Some("1.8.0")
+        );
+        // hyper's upgrade moved tokio to 1.20.0: the copy to move is that one.
+        assert_eq!(
+            resolve_from(Ecosystem::Cargo, &moved("1.20.0"), &tokio).as_deref(),
+            Some("1.20.0")
+        );
+        // ... or past the target: nothing left to do.
+        assert_eq!(
+            resolve_from(Ecosystem::Cargo, &moved("1.40.0"), &tokio),
+            None
+        );
+        assert_eq!(
+            resolve_from(Ecosystem::Cargo, &moved("1.38.0"), &tokio),
+            None
+        );
+        // An older copy (another major) is not the one moved.
+        let two = cargo_lock(&[("tokio", "0.2.25", &[]), ("tokio", "1.20.0", &[])]);
+        assert_eq!(
+            resolve_from(Ecosystem::Cargo, &two, &tokio).as_deref(),
+            Some("1.20.0")
+        );
+        // Go: an earlier `go get` raised golang.org/x/text past the target.
+        let go_mod = gomod::GoMod::parse(
+            "module a\ngo 1.21\nrequire golang.org/x/text v0.14.0 // indirect\n",
+        )
+        .unwrap()
+        .lockfile();
+        let text = upgrade("golang.org/x/text", "v0.3.7", "v0.3.8");
+        assert_eq!(resolve_from(Ecosystem::Go, &go_mod, &text), None);
     }
 
     #[test]
@@ -1459,6 +2109,7 @@ mod tests {
             &maintenance,
             Some(&db),
             &base,
+            &[],
             "cand",
             &[validation("cand", 0)],
             &["https://crates.io/crates/smallvec/1.6.1".to_string()],

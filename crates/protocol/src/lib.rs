@@ -531,6 +531,11 @@ pub struct Scan {
     /// RFC 3339.
     pub scanned_at: String,
     pub findings: Vec<Finding>,
+    /// What the scan could not evaluate, one line each (an advisory of one of the lockfile's
+    /// packages whose ranges cannot be read in the ecosystem's version order): a scan with any
+    /// is inconclusive for those packages, never clean.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unevaluated: Vec<String>,
 }
 
 /// One advisory that applies to a package version of a lockfile.
@@ -544,6 +549,10 @@ pub struct Finding {
     /// The advisory's `patched` requirements.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub patched: Vec<String>,
+    /// Which copy of the package, when the lockfile can hold more than one of a name and
+    /// version: npm's `packages` key (`node_modules/optimist/node_modules/minimist`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
 }
 
 impl ChangeResult {

@@ -371,3 +371,99 @@ fn output_cut_short_by_the_reader_ends_quietly() {
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(status.signal(), Some(13), "SIGPIPE: {status:?} {stderr}");
 }
+
+/// A setup for baseline-mode maintenance alone (advisory databases, no model) is complete:
+/// the model check does not fail it, and `[maintain]` says what each database holds and, for
+/// a git checkout, how long ago it was fetched.
+#[test]
+fn doctor_passes_a_baseline_only_maintenance_setup_and_reports_its_advisory_databases() {
+    let warden = Warden::new();
+    let rustsec = tempfile::tempdir().unwrap();
+    let crates = rustsec.path().join("crates/smallvec");
+    std::fs::create_dir_all(&crates).unwrap();
+    std::fs::write(
+        crates.join("RUSTSEC-2021-0003.md"),
+        "```toml\n[advisory]\nid = \"RUSTSEC-2021-0003\"\npackage = \"smallvec\"\n\n\
+         [versions]\npatched = [\">= 1.6.1\"]\n```\n\n# Buffer overflow in SmallVec::insert_many\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(rustsec.path().join(".git")).unwrap();
+    let fetch_head = std::fs::File::create(rustsec.path().join(".git/FETCH_HEAD")).unwrap();
+    let fetched = std::time::SystemTime::now() - std::time::Duration::from_secs(104 * 86_400 + 60);
+    fetch_head.set_modified(fetched).unwrap();
+    let osv = tempfile::tempdir().unwrap();
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../engine/src/maintain/fixtures/osv");
+    for entry in std::fs::read_dir(fixtures).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), osv.path().join(entry.file_name())).unwrap();
+    }
+    let config = warden.home.path().join("warden.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[maintain]\nadvisory_db = {:?}\nosv_db = {:?}\n",
+            rustsec.path().to_str().unwrap(),
+            osv.path().to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let run = warden.run(&["doctor", "--json", "--offline"]);
+    let checks = checks_of(&run);
+    assert_eq!(checks["model"]["ok"], true, "{checks}");
+    assert!(
+        checks["model"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("baseline-mode maintenance only"),
+        "{checks}"
+    );
+    assert_eq!(checks["maintain"]["ok"], true, "{checks}");
+    let detail = checks["maintain"]["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&format!(
+            "advisory_db {}: 1 RustSec advisories",
+            rustsec.path().display()
+        )) && detail.contains("fetched 104 days ago"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains(&format!(
+            "osv_db {}: 2 Go, 3 npm advisories, when it was fetched is not recorded",
+            osv.path().display()
+        )),
+        "{detail}"
+    );
+
+    // A database that does not load fails the check, naming it.
+    std::fs::write(
+        &config,
+        format!(
+            "[maintain]\nadvisory_db = {:?}\n",
+            osv.path().to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let checks = checks_of(&warden.run(&["doctor", "--json", "--offline"]));
+    assert_eq!(checks["maintain"]["ok"], false, "{checks}");
+    assert!(
+        checks["maintain"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("cannot read"),
+        "{checks}"
+    );
+
+    // With neither a model nor maintenance, the model check still fails.
+    std::fs::remove_file(&config).unwrap();
+    let checks = checks_of(&warden.run(&["doctor", "--json", "--offline"]));
+    assert_eq!(checks["model"]["ok"], false, "{checks}");
+    assert_eq!(checks["maintain"]["ok"], true, "{checks}");
+    assert!(
+        checks["maintain"]["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("no advisory database"),
+        "{checks}"
+    );
+}

@@ -818,7 +818,7 @@ fn vulns_reports_the_findings_of_the_pinned_lockfile_and_exits_1_when_there_are_
     assert!(
         text.stdout.starts_with(
             "smallvec 1.6.0  RUSTSEC-2021-0003  Buffer overflow in SmallVec::insert_many\n  \
-             patched: ^0.6.14, >= 1.6.1\n\n1 vulnerability in Cargo.lock of "
+             patched: ^0.6.14 or >= 1.6.1\n\n1 vulnerability in Cargo.lock of "
         ),
         "{}",
         text.stdout

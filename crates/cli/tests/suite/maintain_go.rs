@@ -391,6 +391,55 @@ fn an_upgrade_that_breaks_the_tests_stops_with_no_proposal_in_baseline_mode() {
     assert!(result.get("proposal").is_none(), "{result}");
 }
 
+/// `--select` takes Go module paths: the named module is upgraded (to the newest compatible
+/// version, whose greeting the test refuses), a path that is no requirement is a notice, and a
+/// name no ecosystem allows is still a usage error.
+#[test]
+fn select_names_go_modules_by_their_path() {
+    let Some(goroot) = goroot() else {
+        return;
+    };
+    let (proxy, db) = (proxy(), osv_db());
+    let warden = go_warden(&goroot, proxy.path(), db.path());
+    let repo = fixture(proxy.path());
+    let path = repo.path().to_str().unwrap();
+    let run = warden.run(&["maintain", "--repo", path, "--select", MODULE, "--json"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["maintenance"]["select"], serde_json::json!([MODULE]));
+    let message = result["failure"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("upgrading example.com/greet v1.0.0 → v1.1.0 breaks check"),
+        "{message}"
+    );
+    let run = warden.run(&[
+        "maintain",
+        "--repo",
+        path,
+        "--select",
+        "golang.org/x/text",
+        "--json",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["outcome"], "no_change", "{result}");
+    assert!(
+        result["notices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n == "--select golang.org/x/text: not a direct requirement in go.mod"),
+        "{result}"
+    );
+    let run = warden.run(&["maintain", "--repo", path, "--select", "../greet"]);
+    assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains("is not a package name"),
+        "{}",
+        run.stderr
+    );
+}
+
 #[test]
 fn vulns_reports_third_party_modules_and_the_standard_library_apart() {
     let Some(goroot) = goroot() else {

@@ -140,23 +140,41 @@ fn serve(client: TcpStream, files: &Files, seen: &Mutex<Vec<String>>) {
 /// Packs each version of `greet` with the real `npm pack` and serves its packument and
 /// tarballs.
 pub(super) fn publish(registry: &Registry) {
+    let versions = VERSIONS.map(|(version, greeting, published)| {
+        (
+            version,
+            format!("module.exports = (name) => '{greeting} ' + name;\n"),
+            published,
+        )
+    });
+    publish_package(registry, "greet", &versions, &serde_json::json!({}));
+}
+
+/// Packs each version of package `name` (its `index.js`, its publication time) depending on
+/// `dependencies` with the real `npm pack`, and serves its packument and tarballs.
+fn publish_package(
+    registry: &Registry,
+    name: &str,
+    published_versions: &[(&str, String, &str)],
+    dependencies: &serde_json::Value,
+) {
     let work = tempfile::tempdir().unwrap();
     let mut versions = serde_json::Map::new();
     let mut time = serde_json::Map::new();
-    for (version, greeting, published) in VERSIONS {
+    let mut latest = "";
+    for (version, index, published) in published_versions {
+        let (version, published) = (*version, *published);
+        latest = version;
         let dir = work.path().join(version);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(
             dir.join("package.json"),
-            serde_json::json!({"name": "greet", "version": version, "main": "index.js"})
-                .to_string(),
+            serde_json::json!({"name": name, "version": version, "main": "index.js",
+                               "dependencies": dependencies})
+            .to_string(),
         )
         .unwrap();
-        std::fs::write(
-            dir.join("index.js"),
-            format!("module.exports = (name) => '{greeting} ' + name;\n"),
-        )
-        .unwrap();
+        std::fs::write(dir.join("index.js"), index).unwrap();
         let packed = Command::new("npm")
             .args(["pack", "--json", "--pack-destination"])
             .arg(work.path())
@@ -170,14 +188,15 @@ pub(super) fn publish(registry: &Registry) {
             String::from_utf8_lossy(&packed.stderr)
         );
         let report: serde_json::Value = serde_json::from_slice(&packed.stdout).unwrap();
-        let file = format!("greet-{version}.tgz");
+        let file = format!("{name}-{version}.tgz");
         let tarball = std::fs::read(work.path().join(&file)).unwrap();
-        let path = format!("/greet/-/{file}");
+        let path = format!("/{name}/-/{file}");
         registry.put(&path, tarball);
         versions.insert(
             version.into(),
             serde_json::json!({
-                "name": "greet", "version": version, "main": "index.js",
+                "name": name, "version": version, "main": "index.js",
+                "dependencies": dependencies,
                 "dist": {"tarball": format!("{}{path}", registry.url()),
                          "integrity": report[0]["integrity"], "shasum": report[0]["shasum"]}
             }),
@@ -185,9 +204,9 @@ pub(super) fn publish(registry: &Registry) {
         time.insert(version.into(), published.into());
     }
     let packument = serde_json::json!({
-        "name": "greet", "dist-tags": {"latest": "1.1.0"}, "versions": versions, "time": time
+        "name": name, "dist-tags": {"latest": latest}, "versions": versions, "time": time
     });
-    registry.put("/greet", packument.to_string().into_bytes());
+    registry.put(&format!("/{name}"), packument.to_string().into_bytes());
 }
 
 /// An OSV database with GHSA-test-0001 against npm's `greet` before 1.0.1, and a Go record
@@ -219,12 +238,22 @@ fn osv_db() -> tempfile::TempDir {
 
 /// The fixture project on `greet@^1.0.0`, its lockfile made by the host's npm from `registry`.
 pub(super) fn fixture(registry: &Registry) -> TempRepo {
+    fixture_of(
+        registry,
+        &serde_json::json!({"greet": "^1.0.0"}),
+        &["greet@1.0.0"],
+    )
+}
+
+/// A fixture project on `dependencies`, locked by the host's npm installing `install` from
+/// `registry`; its test checks `greet`'s greeting.
+fn fixture_of(registry: &Registry, dependencies: &serde_json::Value, install: &[&str]) -> TempRepo {
     let repo = TempRepo::new();
     repo.write(
         "package.json",
         &serde_json::json!({
             "name": "app", "version": "1.0.0", "private": true,
-            "dependencies": {"greet": "^1.0.0"},
+            "dependencies": dependencies,
             "scripts": {"test": "node test.js"}
         })
         .to_string(),
@@ -243,9 +272,9 @@ pub(super) fn fixture(registry: &Registry) -> TempRepo {
             "--ignore-scripts",
             "--no-audit",
             "--no-fund",
-            "greet@1.0.0",
             "--save-prefix=^",
         ])
+        .args(install)
         .current_dir(repo.path())
         .env("npm_config_registry", registry.url())
         .env("npm_config_cache", cache.path())
@@ -387,7 +416,8 @@ fn an_upgrade_that_breaks_the_test_stops_with_no_proposal_and_vulns_reads_the_lo
     assert_eq!(
         report["scan"]["findings"],
         serde_json::json!([{"advisory": "GHSA-test-0001", "package": "greet", "version": "1.0.0",
-                            "title": "Greeting injection in greet", "patched": [">= 1.0.1"]}]),
+                            "title": "Greeting injection in greet", "patched": [">= 1.0.1"],
+                            "path": "node_modules/greet"}]),
         "{report}"
     );
     assert!(report.get("stdlib").is_none(), "{report}");
@@ -412,4 +442,507 @@ fn an_upgrade_that_breaks_the_test_stops_with_no_proposal_and_vulns_reads_the_lo
         assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
         assert!(run.json().get("stdlib").is_none(), "{}", run.stdout);
     }
+}
+
+/// The real GitHub advisory records the engine's tests read (lodash's and minimist's, with
+/// `ECOSYSTEM` ranges; two Go records another ecosystem's).
+fn github_records() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../engine/src/maintain/fixtures/osv");
+    for entry in std::fs::read_dir(fixtures).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+    }
+    dir
+}
+
+/// An npm project with lodash 4.17.20 and minimist 1.2.5 direct, and minimist 0.0.10 nested
+/// under optimist (as npm locks them), written by hand: `warden vulns` reads, never installs.
+fn lodash_minimist_project() -> TempRepo {
+    let repo = TempRepo::new();
+    repo.write(
+        "package.json",
+        &serde_json::json!({
+            "name": "app", "version": "1.0.0", "private": true,
+            "dependencies": {"lodash": "^4.17.20", "minimist": "^1.2.5", "optimist": "^0.6.1"}
+        })
+        .to_string(),
+    );
+    let resolved = |name: &str, version: &str| {
+        format!("https://registry.npmjs.org/{name}/-/{name}-{version}.tgz")
+    };
+    repo.write(
+        "package-lock.json",
+        &serde_json::json!({
+            "name": "app", "version": "1.0.0", "lockfileVersion": 3, "requires": true,
+            "packages": {
+                "": {"name": "app", "version": "1.0.0",
+                     "dependencies": {"lodash": "^4.17.20", "minimist": "^1.2.5", "optimist": "^0.6.1"}},
+                "node_modules/lodash": {"version": "4.17.20", "resolved": resolved("lodash", "4.17.20")},
+                "node_modules/minimist": {"version": "1.2.5", "resolved": resolved("minimist", "1.2.5")},
+                "node_modules/optimist": {"version": "0.6.1", "resolved": resolved("optimist", "0.6.1"),
+                                          "dependencies": {"minimist": "~0.0.1", "wordwrap": "~0.0.2"}},
+                "node_modules/optimist/node_modules/minimist": {"version": "0.0.10", "resolved": resolved("minimist", "0.0.10")},
+                "node_modules/wordwrap": {"version": "0.0.3", "resolved": resolved("wordwrap", "0.0.3")}
+            }
+        })
+        .to_string(),
+    );
+    repo.commit("lodash and minimist, direct and nested");
+    repo
+}
+
+/// A warden whose only configuration is the OSV database: `vulns` needs no sandbox, toolchain
+/// or registry.
+fn vulns_warden(db: &Path) -> Warden {
+    let warden = Warden::new();
+    std::fs::write(
+        warden.home.path().join("warden.toml"),
+        format!("[maintain]\nosv_db = {:?}\n", db.to_str().unwrap()),
+    )
+    .unwrap();
+    warden
+}
+
+#[test]
+fn vulns_reads_github_advisory_records_with_ecosystem_ranges_every_copy_of_a_package() {
+    let db = github_records();
+    let warden = vulns_warden(db.path());
+    let repo = lodash_minimist_project();
+    let run = warden.run(&["vulns", "--repo", repo.path().to_str().unwrap(), "--json"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let report = run.json();
+    let found: Vec<(String, String, String)> = report["scan"]["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["package"].as_str().unwrap().to_string(),
+                f["version"].as_str().unwrap().to_string(),
+                f["advisory"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let expected = [
+        ("lodash", "4.17.20", "GHSA-35jh-r3h4-6jhm"),
+        ("minimist", "0.0.10", "GHSA-xvch-5gv4-984h"),
+        ("minimist", "1.2.5", "GHSA-xvch-5gv4-984h"),
+    ]
+    .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()));
+    assert_eq!(found, expected, "{report}");
+    assert!(report["scan"].get("unevaluated").is_none(), "{report}");
+    // Read on a terminal, the alternatives cannot be taken for one range: 1.0.0 to 1.2.5 is
+    // affected again after 0.2.4's fix.
+    let run = warden.run(&["vulns", "--repo", repo.path().to_str().unwrap()]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.contains(
+            "minimist 0.0.10  GHSA-xvch-5gv4-984h  Prototype Pollution in minimist\n  \
+             patched: >= 0.2.4, < 1.0.0 or >= 1.2.6\n"
+        ),
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
+fn vulns_says_what_it_cannot_evaluate_and_does_not_exit_clean() {
+    let db = tempfile::tempdir().unwrap();
+    // Only commits: nothing says which of optimist's versions are affected.
+    std::fs::write(
+        db.path().join("OSV-TEST-0001.json"),
+        serde_json::json!({
+            "schema_version": "1.6.0", "id": "OSV-TEST-0001", "modified": "2026-01-01T00:00:00Z",
+            "summary": "Something in optimist",
+            "affected": [{"package": {"ecosystem": "npm", "name": "optimist"},
+                          "ranges": [{"type": "GIT", "repo": "https://github.com/substack/node-optimist",
+                                      "events": [{"introduced": "0"}, {"fixed": "0123456789abcdef0123456789abcdef01234567"}]}]}]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let warden = vulns_warden(db.path());
+    let repo = lodash_minimist_project();
+    let path = repo.path().to_str().unwrap();
+    let run = warden.run(&["vulns", "--repo", path, "--json"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let report = run.json();
+    assert_eq!(
+        report["scan"]["findings"],
+        serde_json::json!([]),
+        "{report}"
+    );
+    assert_eq!(
+        report["scan"]["unevaluated"],
+        serde_json::json!([
+            "optimist 0.6.1: advisory OSV-TEST-0001 cannot be evaluated (only GIT ranges \
+             (commits), no versions); the package may be affected"
+        ]),
+        "{report}"
+    );
+    let run = warden.run(&["vulns", "--repo", path]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stdout.starts_with(
+            "cannot be evaluated: optimist 0.6.1: advisory OSV-TEST-0001 cannot be evaluated"
+        ),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains(
+            "0 vulnerabilities, and 1 advisory that could not be evaluated, in package-lock.json"
+        ),
+        "{}",
+        run.stdout
+    );
+}
+
+/// A package both direct and nested: `wrap` pins `greet` at 1.0.0, so upgrading the direct
+/// `greet` to 1.0.1 leaves wrap's copy at 1.0.0 under `node_modules/wrap/node_modules/greet`.
+/// The post-scan matches by the lockfile's copy: the upgraded one is clean, the nested one
+/// that stays vulnerable is a notice and a line of the proposal, and the proposal stands.
+#[test]
+fn a_nested_copy_that_stays_vulnerable_is_a_notice_not_the_loss_of_the_upgrade() {
+    if !npm_installed() {
+        return;
+    }
+    let registry = Registry::start();
+    publish(&registry);
+    publish_package(
+        &registry,
+        "wrap",
+        &[(
+            "1.0.0",
+            "const greet = require('greet');\nmodule.exports = (name) => `[${greet(name)}]`;\n"
+                .to_string(),
+            "2025-01-01T00:00:00.000Z",
+        )],
+        &serde_json::json!({"greet": "1.0.0"}),
+    );
+    let db = osv_db();
+    let warden = npm_warden(&registry, db.path());
+    let repo = fixture_of(
+        &registry,
+        &serde_json::json!({"greet": "^1.0.0", "wrap": "^1.0.0"}),
+        &["greet@1.0.0", "wrap@1.0.0"],
+    );
+    let run = warden.run(&[
+        "maintain",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--select",
+        "vulnerable",
+        "--json",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    let maintenance = &result["maintenance"];
+    assert_eq!(
+        maintenance["upgrades"],
+        serde_json::json!([{"package": "greet", "from": "1.0.0", "to": "1.0.1",
+                            "advisories": ["GHSA-test-0001"]}]),
+        "{result}"
+    );
+    let candidate = &maintenance["scans"][1];
+    assert_eq!(
+        candidate["findings"],
+        serde_json::json!([{"advisory": "GHSA-test-0001", "package": "greet", "version": "1.0.0",
+                            "title": "Greeting injection in greet", "patched": [">= 1.0.1"],
+                            "path": "node_modules/wrap/node_modules/greet"}]),
+        "{result}"
+    );
+    let notices: Vec<&str> = result["notices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .collect();
+    assert!(
+        notices.contains(
+            &"GHSA-test-0001 remains in the candidate: greet 1.0.0 at \
+              node_modules/wrap/node_modules/greet (this proposal does not clear it)"
+        ),
+        "{notices:?}"
+    );
+    let task = result["task_id"].as_str().unwrap();
+    let show = warden.run(&["diff", task]);
+    assert_eq!(show.code, 0, "{}", show.stderr);
+    assert!(
+        show.stdout.contains("node_modules/wrap/node_modules/greet"),
+        "{}",
+        show.stdout
+    );
+}
+
+/// When no version clears every advisory of a package, the lowest that clears the most is
+/// proposed and what remains is said: greet 1.0.1 fixes GHSA-test-0001, nothing fixes
+/// GHSA-test-0002 (before, nothing was upgraded at all).
+#[test]
+fn a_partial_fix_is_proposed_and_what_remains_is_said() {
+    if !npm_installed() {
+        return;
+    }
+    let registry = Registry::start();
+    publish(&registry);
+    let db = osv_db();
+    std::fs::write(
+        db.path().join("GHSA-test-0002.json"),
+        serde_json::json!({
+            "schema_version": "1.6.0", "id": "GHSA-test-0002", "modified": "2026-01-01T00:00:00Z",
+            "summary": "Unfixed thing in greet",
+            "affected": [{"package": {"ecosystem": "npm", "name": "greet"},
+                          "ranges": [{"type": "ECOSYSTEM", "events": [{"introduced": "0"}]}]}]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let warden = npm_warden(&registry, db.path());
+    let repo = fixture(&registry);
+    let run = warden.run(&[
+        "maintain",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--select",
+        "vulnerable",
+        "--json",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    let maintenance = &result["maintenance"];
+    assert_eq!(
+        maintenance["upgrades"],
+        serde_json::json!([{"package": "greet", "from": "1.0.0", "to": "1.0.1",
+                            "advisories": ["GHSA-test-0001"]}]),
+        "{result}"
+    );
+    assert_eq!(
+        maintenance["advisories_cleared"],
+        serde_json::json!(["GHSA-test-0001"]),
+        "{result}"
+    );
+    let notices: Vec<&str> = result["notices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .collect();
+    assert!(
+        notices.contains(
+            &"greet 1.0.0: no eligible version clears every advisory; 1.0.1 is the lowest that \
+              clears the most (GHSA-test-0001); still affected: GHSA-test-0002"
+        ),
+        "{notices:?}"
+    );
+    assert!(
+        notices.contains(
+            &"GHSA-test-0002 remains in the candidate: greet 1.0.1 at node_modules/greet (this \
+              proposal does not clear it)"
+        ),
+        "{notices:?}"
+    );
+}
+
+/// An upgrade that breaks a check drops only itself in baseline mode: greet 1.1.0 changes the
+/// greeting the test checks, pad 1.0.1 changes nothing it checks; the view goes back to the
+/// tree before greet's upgrade, pad's applies on it, and the proposal holds pad's alone.
+#[test]
+fn an_upgrade_that_breaks_a_check_drops_only_itself() {
+    if !npm_installed() {
+        return;
+    }
+    let registry = Registry::start();
+    publish(&registry);
+    let pad = "module.exports = (text) => ' ' + text;\n".to_string();
+    publish_package(
+        &registry,
+        "pad",
+        &[
+            ("1.0.0", pad.clone(), "2025-01-01T00:00:00.000Z"),
+            ("1.0.1", pad, "2025-02-01T00:00:00.000Z"),
+        ],
+        &serde_json::json!({}),
+    );
+    let db = osv_db();
+    let warden = npm_warden(&registry, db.path());
+    let repo = fixture_of(
+        &registry,
+        &serde_json::json!({"greet": "^1.0.0", "pad": "^1.0.0"}),
+        &["greet@1.0.0", "pad@1.0.0"],
+    );
+    let run = warden.run(&[
+        "maintain",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    assert_eq!(
+        result["maintenance"]["upgrades"],
+        serde_json::json!([{"package": "pad", "from": "1.0.0", "to": "1.0.1"}]),
+        "{result}"
+    );
+    let notices: Vec<&str> = result["notices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .collect();
+    assert!(
+        notices.iter().any(|n| n
+            .starts_with("upgrading greet 1.0.0 → 1.1.0 breaks check `rm -rf /tmp/npm-cache")
+            && n.ends_with("; dropped, the other upgrades go on")),
+        "{notices:?}"
+    );
+    // The proposal's lockfile holds greet where it was and pad upgraded.
+    let task = result["task_id"].as_str().unwrap();
+    let diff = warden.run(&["diff", task]);
+    assert_eq!(diff.code, 0, "{}", diff.stderr);
+    assert!(diff.stdout.contains("pad-1.0.1.tgz"), "{}", diff.stdout);
+    assert!(!diff.stdout.contains("greet-1.1.0.tgz"), "{}", diff.stdout);
+}
+
+/// An upgrade whose packages cannot be fetched drops only itself: pad 1.0.1's tarball is
+/// gone from the registry, so fetching greet's and pad's upgrades together fails; each is
+/// fetched alone, pad's is dropped with a notice, and greet's is proposed.
+#[test]
+fn an_upgrade_that_cannot_be_fetched_drops_only_itself() {
+    if !npm_installed() {
+        return;
+    }
+    let registry = Registry::start();
+    publish(&registry);
+    let pad = "module.exports = (text) => ' ' + text;\n".to_string();
+    publish_package(
+        &registry,
+        "pad",
+        &[
+            ("1.0.0", pad.clone(), "2025-01-01T00:00:00.000Z"),
+            ("1.0.1", pad, "2025-02-01T00:00:00.000Z"),
+        ],
+        &serde_json::json!({}),
+    );
+    let db = osv_db();
+    std::fs::write(
+        db.path().join("GHSA-test-0003.json"),
+        serde_json::json!({
+            "schema_version": "1.6.0", "id": "GHSA-test-0003", "modified": "2026-01-01T00:00:00Z",
+            "summary": "Padding injection in pad",
+            "affected": [{"package": {"ecosystem": "npm", "name": "pad"},
+                          "ranges": [{"type": "ECOSYSTEM",
+                                      "events": [{"introduced": "0"}, {"fixed": "1.0.1"}]}]}]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let warden = npm_warden(&registry, db.path());
+    let repo = fixture_of(
+        &registry,
+        &serde_json::json!({"greet": "^1.0.0", "pad": "^1.0.0"}),
+        &["greet@1.0.0", "pad@1.0.0"],
+    );
+    registry
+        .files
+        .lock()
+        .unwrap()
+        .retain(|(path, _)| path != "/pad/-/pad-1.0.1.tgz");
+    let run = warden.run(&[
+        "maintain",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--select",
+        "vulnerable",
+        "--json",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    assert_eq!(
+        result["maintenance"]["upgrades"],
+        serde_json::json!([{"package": "greet", "from": "1.0.0", "to": "1.0.1",
+                            "advisories": ["GHSA-test-0001"]}]),
+        "{result}"
+    );
+    let notices: Vec<&str> = result["notices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|n| n.as_str())
+        .collect();
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.starts_with("fetching pad 1.0.0 → 1.0.1 failed (")
+                && n.ends_with("; dropped, the other upgrades go on")),
+        "{notices:?}"
+    );
+    assert!(
+        notices.contains(
+            &"GHSA-test-0003 remains in the candidate: pad 1.0.0 at node_modules/pad (this \
+              proposal does not clear it)"
+        ),
+        "{notices:?}"
+    );
+}
+
+/// An advisory of one of the lockfile's packages that cannot be evaluated stops maintenance at
+/// the base scan, said in a notice: a scan that passed over it could read as clean.
+#[test]
+fn maintain_stops_at_an_advisory_it_cannot_evaluate() {
+    if !npm_installed() {
+        return;
+    }
+    let registry = Registry::start();
+    publish(&registry);
+    let db = osv_db();
+    std::fs::write(
+        db.path().join("OSV-TEST-0004.json"),
+        serde_json::json!({
+            "schema_version": "1.6.0", "id": "OSV-TEST-0004", "modified": "2026-01-01T00:00:00Z",
+            "affected": [{"package": {"ecosystem": "npm", "name": "greet"},
+                          "ranges": [{"type": "GIT", "repo": "https://example.com/greet",
+                                      "events": [{"introduced": "0"}, {"fixed": "0123456789abcdef0123456789abcdef01234567"}]}]}]
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let warden = npm_warden(&registry, db.path());
+    let repo = fixture(&registry);
+    let run = warden.run(&[
+        "maintain",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--select",
+        "vulnerable",
+        "--json",
+    ]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["failure"]["code"], "infrastructure", "{result}");
+    assert!(
+        result["failure"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("1 advisories of package-lock.json's packages that cannot be evaluated"),
+        "{result}"
+    );
+    assert!(
+        result["notices"].as_array().unwrap().iter().any(|n| n
+            == "greet 1.0.0: advisory OSV-TEST-0004 cannot be evaluated (only GIT ranges \
+                (commits), no versions); the package may be affected"),
+        "{result}"
+    );
+    assert_eq!(
+        result["maintenance"]["scans"][0]["unevaluated"]
+            .as_array()
+            .map(Vec::len),
+        Some(1),
+        "{result}"
+    );
 }

@@ -186,6 +186,7 @@ impl AdvisoryDb {
                     version: package.version.clone(),
                     title: advisory.title.clone(),
                     patched: advisory.patched_text.clone(),
+                    path: None,
                 });
             }
         }

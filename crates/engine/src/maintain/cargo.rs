@@ -23,6 +23,10 @@ pub struct LockedPackage {
     pub source: Option<String>,
     /// As the lockfile writes them: `name`, `name version` or `name version (source)`.
     pub dependencies: Vec<String>,
+    /// Where the lockfile places this copy, when a name and version can be installed in more
+    /// than one place: npm's `packages` key (`node_modules/optimist/node_modules/minimist`).
+    /// `None` for Cargo and Go, whose lockfiles hold one copy of each name and version.
+    pub path: Option<String>,
 }
 
 impl LockedPackage {
@@ -80,6 +84,7 @@ impl Lockfile {
                 version,
                 source: text("source"),
                 dependencies,
+                path: None,
             });
         }
         Ok(Lockfile { packages: out })
@@ -94,6 +99,30 @@ impl Lockfile {
         self.packages
             .iter()
             .find(|p| p.name == name && version.is_none_or(|v| p.version == v))
+    }
+
+    /// Whether the package `name` at `version` depends on a package named `on`, directly or
+    /// through others.
+    pub fn depends_on(&self, name: &str, version: &str, on: &str) -> bool {
+        let mut seen: Vec<&LockedPackage> = Vec::new();
+        let mut stack: Vec<&LockedPackage> = self
+            .packages
+            .iter()
+            .filter(|p| p.name == name && p.version == version)
+            .collect();
+        while let Some(package) = stack.pop() {
+            if seen.contains(&package) {
+                continue;
+            }
+            seen.push(package);
+            for entry in &package.dependencies {
+                if entry.split_whitespace().next() == Some(on) {
+                    return true;
+                }
+                stack.extend(self.resolve(entry));
+            }
+        }
+        false
     }
 
     /// The crates.io packages the workspace's own packages depend on directly, each once,

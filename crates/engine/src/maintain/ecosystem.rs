@@ -227,17 +227,29 @@ impl Ecosystem {
         }
     }
 
+    /// The files an upgrade's command rewrites (what dropping an upgrade restores).
+    pub fn upgrade_files(self) -> &'static [&'static str] {
+        match self {
+            Ecosystem::Cargo => &["Cargo.lock"],
+            Ecosystem::Go => &["go.mod", "go.sum"],
+            Ecosystem::Npm => &["package.json", "package-lock.json"],
+        }
+    }
+
     /// The networked script that fetches the upgrades' packages (in a view whose files are
     /// thrown away).
     pub fn fetch_script(self, upgrades: &[Upgrade]) -> String {
         let mut script: Vec<String> = match self {
+            // An earlier upgrade may have moved the package from its old version (hyper moving
+            // tokio): then its one copy is named without the version.
             Ecosystem::Cargo => upgrades
                 .iter()
                 .map(|u| {
                     format!(
-                        "cargo update -p {} --precise {}",
+                        "{{ cargo update -p {} --precise {to} || cargo update -p {} --precise {to}; }}",
                         quoted(&format!("{}@{}", u.package, u.from)),
-                        quoted(&u.to)
+                        quoted(&u.package),
+                        to = quoted(&u.to)
                     )
                 })
                 .collect(),
@@ -444,6 +456,15 @@ impl Database {
         }
     }
 
+    /// What the scan of `lock` cannot evaluate ([`osv::OsvDb::unevaluated`]; RustSec's
+    /// advisories are all evaluable, one that does not parse fails the load).
+    pub fn unevaluated(&self, lock: &Lockfile) -> Vec<String> {
+        match self {
+            Database::RustSec(_) => Vec::new(),
+            Database::Osv(db) => db.unevaluated(lock),
+        }
+    }
+
     /// Whether advisory `id` affects `package` at `version`.
     pub fn affects(&self, id: &str, package: &str, version: &semver::Version) -> bool {
         match self {
@@ -640,6 +661,22 @@ mod tests {
         assert_eq!(
             go.fetch_script(std::slice::from_ref(&upgrade)),
             "go get 'example.com/it'\\''s@v1.0.1' && go mod download"
+        );
+        // Cargo names a copy by its old version, unless an earlier upgrade moved it.
+        let cargo = |package: &str, from: &str, to: &str| Upgrade {
+            package: package.into(),
+            from: from.into(),
+            to: to.into(),
+            advisories: vec![],
+        };
+        assert_eq!(
+            Ecosystem::Cargo.fetch_script(&[
+                cargo("tokio", "1.8.0", "1.38.0"),
+                cargo("hyper", "0.14.10", "0.14.28")
+            ]),
+            "{ cargo update -p 'tokio@1.8.0' --precise '1.38.0' || cargo update -p 'tokio' \
+             --precise '1.38.0'; } && { cargo update -p 'hyper@0.14.10' --precise '0.14.28' || \
+             cargo update -p 'hyper' --precise '0.14.28'; } && cargo fetch --locked"
         );
     }
 }

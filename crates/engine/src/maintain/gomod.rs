@@ -170,12 +170,14 @@ impl GoMod {
                 .filter(|r| !r.indirect)
                 .map(|r| format!("{} {}", r.path, r.version))
                 .collect(),
+            path: None,
         }];
         packages.extend(self.requires.iter().map(|r| LockedPackage {
             name: r.path.clone(),
             version: r.version.clone(),
             source: Some(GO_SOURCE.into()),
             dependencies: Vec::new(),
+            path: None,
         }));
         Lockfile { packages }
     }

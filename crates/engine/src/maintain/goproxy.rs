@@ -14,26 +14,8 @@ const MAX_FILE_BYTES: usize = 4 * 1024 * 1024;
 /// The most versions whose `.info` is read for one module (the newest ones).
 const MAX_INFOS: usize = 64;
 
-/// Whether `path` is a module path Go accepts: `/`-separated elements of ASCII letters,
-/// digits and `-._~`, none empty, none starting or ending with a dot, the path not starting
-/// with `-` (a module path is given to `go get`, where it must not read as a flag).
-pub fn check_module_path(path: &str) -> Result<(), String> {
-    let valid = !path.is_empty()
-        && !path.starts_with('-')
-        && path.split('/').all(|element| {
-            !element.is_empty()
-                && !element.starts_with('.')
-                && !element.ends_with('.')
-                && element
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | '~'))
-        });
-    if valid {
-        Ok(())
-    } else {
-        Err(format!("{path:?} is not a valid Go module path"))
-    }
-}
+/// Go's module path rules, kept with `--select`'s ([`crate::maintain_options`]).
+pub use crate::maintain_options::check_go_module_path as check_module_path;
 
 /// Whether `version` is one a proxy may serve (`v1.2.3`, `v1.2.3-pre`, `+incompatible`).
 fn check_version(version: &str) -> bool {

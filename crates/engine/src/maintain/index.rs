@@ -175,12 +175,16 @@ impl Policy {
 
     /// Whether `candidate` is eligible to replace `current` under the manifest's
     /// `requirements`; `Err` says why not (for the record of what was passed over).
+    /// `direct`: the package is a direct dependency. `allow_major` applies to direct
+    /// dependencies only: a transitive one's major is pinned by the packages that depend on
+    /// it (their `^1` does not admit 2.0), so asking for it only fails the update.
     pub fn eligible(
         &self,
         ecosystem: super::ecosystem::Ecosystem,
         current: &semver::Version,
         requirements: &[semver::VersionReq],
         candidate: &IndexVersion,
+        direct: bool,
     ) -> Result<(), String> {
         let v = &candidate.version;
         if v <= current {
@@ -201,6 +205,12 @@ impl Policy {
         if !self.allow_major && !ecosystem.compatible(current, v) {
             return Err(format!(
                 "{v} is a major upgrade from {current} (set allow_major under [maintain])"
+            ));
+        }
+        if !direct && !ecosystem.compatible(current, v) {
+            return Err(format!(
+                "{v} is a major upgrade from {current} of a transitive dependency, whose major \
+                 the packages depending on it pin (allow_major applies to direct dependencies)"
             ));
         }
         if !self.allow_major {
@@ -395,7 +405,13 @@ mod tests {
         let current = v("1.6.0");
         let req = [semver::VersionReq::parse("1.6").unwrap()];
         let ok = |p: &Policy, c: &IndexVersion| {
-            p.eligible(super::super::ecosystem::Ecosystem::Cargo, &current, &req, c)
+            p.eligible(
+                super::super::ecosystem::Ecosystem::Cargo,
+                &current,
+                &req,
+                c,
+                true,
+            )
         };
         assert!(ok(&policy, &at("1.6.1", None, false)).is_ok());
         assert!(ok(&policy, &at("1.13.2", None, false)).is_ok());
@@ -414,6 +430,23 @@ mod tests {
             ..policy.clone()
         };
         assert!(ok(&majors, &at("2.0.0", None, false)).is_ok());
+        // ... for direct dependencies: a transitive one's major is its dependents' to pin, and
+        // its compatible upgrades stay eligible.
+        let transitive = |c: &IndexVersion| {
+            majors.eligible(
+                super::super::ecosystem::Ecosystem::Cargo,
+                &current,
+                &[],
+                c,
+                false,
+            )
+        };
+        let error = transitive(&at("2.0.0", None, false)).unwrap_err();
+        assert!(
+            error.contains("of a transitive dependency") && error.contains("pin"),
+            "{error}"
+        );
+        assert!(transitive(&at("1.13.2", None, false)).is_ok());
         // The manifest's requirement bounds a compatible upgrade.
         let pinned = [semver::VersionReq::parse("~1.6").unwrap()];
         let error = policy
@@ -422,6 +455,7 @@ mod tests {
                 &current,
                 &pinned,
                 &at("1.13.2", None, false),
+                true,
             )
             .unwrap_err();
         assert!(error.contains("requirement"), "{error}");

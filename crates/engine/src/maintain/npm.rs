@@ -20,29 +20,8 @@ const MAX_PACKUMENT_BYTES: usize = 64 * 1024 * 1024;
 /// The dependency tables of `package.json` whose packages `--select all` upgrades.
 const DEPENDENCY_TABLES: [&str; 3] = ["dependencies", "devDependencies", "optionalDependencies"];
 
-/// Whether `name` is a package name npm accepts: lowercase letters, digits and `-._~`, at most
-/// 214 characters, optionally `@scope/` first; not starting with `.`, `_` or `-`.
-pub fn check_name(name: &str) -> Result<(), String> {
-    let element = |part: &str| {
-        !part.is_empty()
-            && !part.starts_with(['.', '_', '-'])
-            && part.chars().all(|c| {
-                c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '.' | '_' | '~')
-            })
-    };
-    let valid = name.len() <= 214
-        && match name.strip_prefix('@') {
-            Some(scoped) => scoped
-                .split_once('/')
-                .is_some_and(|(scope, package)| element(scope) && element(package)),
-            None => element(name),
-        };
-    if valid {
-        Ok(())
-    } else {
-        Err(format!("{name:?} is not a valid npm package name"))
-    }
-}
+/// npm's package name rules, kept with `--select`'s ([`crate::maintain_options`]).
+pub use crate::maintain_options::check_npm_name as check_name;
 
 /// The package's name in a `packages` key (`node_modules/a/node_modules/@s/b` → `@s/b`).
 fn name_of_key(key: &str) -> Option<&str> {
@@ -110,6 +89,7 @@ pub fn parse_lock(text: &str, direct: &[String]) -> Result<Lockfile, String> {
         version: String::new(),
         source: None,
         dependencies: Vec::new(),
+        path: None,
     }];
     for (key, entry) in packages {
         if key.is_empty() {
@@ -154,6 +134,7 @@ pub fn parse_lock(text: &str, direct: &[String]) -> Result<Lockfile, String> {
             version: version.to_string(),
             source: Some(NPM_SOURCE.into()),
             dependencies: Vec::new(),
+            path: Some(key.clone()),
         });
     }
     Ok(Lockfile { packages: out })

@@ -415,6 +415,7 @@ mod tests {
                     version: version.to_string(),
                     source: registry.then(|| CRATES_IO.to_string()),
                     dependencies: vec![],
+                    path: None,
                 })
                 .collect(),
         }
