@@ -109,6 +109,19 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
     }
     checks.push(toolchain_check(config, &options.config_file));
     checks.push(egress_check(config, options.offline).await);
+    let problems = config.serve_problems();
+    checks.push(Check {
+        name: "interfaces",
+        ok: problems.is_empty(),
+        detail: if problems.is_empty() {
+            "the secrets `warden serve` needs for the configured interfaces are set".into()
+        } else {
+            format!(
+                "`warden serve` would refuse to start: {}",
+                problems.join("; ")
+            )
+        },
+    });
     let reports = warden_sandbox::probe_with(&config.sandbox.config);
     let chosen = config.sandbox.backend;
     let chosen_ok = reports

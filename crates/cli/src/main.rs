@@ -30,7 +30,7 @@ use std::process::ExitCode;
 #[derive(Debug, Parser)]
 #[command(
     name = "warden",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("WARDEN_COMMIT"), ")"),
     about = "Hand coding questions and changes to AI agents, safely"
 )]
 struct Cli {
@@ -154,7 +154,7 @@ enum Command {
         #[arg(long)]
         offline: bool,
     },
-    /// Evict unused mirrors and snapshots down to [storage] max_bytes
+    /// Evict unused mirrors, snapshots and caches down to [storage] max_bytes
     Gc(gc::GcArgs),
     /// Serve the Model Context Protocol on stdin/stdout for other agents and editors: ask,
     /// run_change, task_status, task_result, task_diff, answer, cancel, list_repos (tasks run

@@ -39,6 +39,7 @@ pub async fn serve(_config: Config) -> anyhow::Result<u8> {
 pub async fn serve(config: Config) -> anyhow::Result<u8> {
     use anyhow::Context;
     let env = ProcessEnv;
+    refuse_problems(&config)?;
     let _lock = warden_service::lock::lock_home(&config.home).map_err(usage)?;
     let (tokens, token_file) =
         warden_api::serve::api_tokens(env.var("WARDEN_API_TOKENS"), &config.home)
@@ -88,6 +89,22 @@ pub async fn serve(config: Config) -> anyhow::Result<u8> {
     .await?;
     eprintln!("warden: stopped");
     Ok(0)
+}
+
+/// Refuses to start, before anything listens, with every secret the configured interfaces
+/// need and the environment lacks (all of them at once, exit 2).
+#[cfg(feature = "serve")]
+fn refuse_problems(config: &Config) -> anyhow::Result<()> {
+    let problems = config.serve_problems();
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(usage(anyhow::anyhow!(
+        "warden serve cannot start ({} problem{}; `warden doctor` lists them too):\n  - {}",
+        problems.len(),
+        if problems.len() == 1 { "" } else { "s" },
+        problems.join("\n  - ")
+    )))
 }
 
 pub async fn worker(config: Config) -> anyhow::Result<u8> {

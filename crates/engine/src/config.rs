@@ -642,6 +642,55 @@ pub fn unpriced_notice(model: &str) -> String {
 }
 
 impl Config {
+    /// Everything `warden serve` needs from the environment for the interfaces this
+    /// configuration turns on and does not have, one sentence each: it refuses to start with
+    /// all of them (exit 2) before it listens, and `warden doctor` shows the same list.
+    pub fn serve_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if let Some(telegram) = &self.telegram {
+            if telegram.token.is_none() {
+                problems.push(
+                    "[telegram] is configured but WARDEN_TELEGRAM_TOKEN is not set (the bot's \
+                     token from @BotFather)"
+                        .to_string(),
+                );
+            }
+        }
+        if let Some(slack) = &self.slack {
+            if slack.signing_secret.is_none() {
+                problems.push(
+                    "[slack] is configured but WARDEN_SLACK_SIGNING_SECRET is not set (the \
+                     app's signing secret)"
+                        .to_string(),
+                );
+            }
+            if slack.bot_token.is_none() {
+                problems.push(
+                    "[slack] is configured but WARDEN_SLACK_BOT_TOKEN is not set (the app's bot \
+                     token, xoxb-…)"
+                        .to_string(),
+                );
+            }
+        }
+        if let Some(webhook) = &self.github.webhook {
+            if webhook.secret.is_none() {
+                problems.push(
+                    "[github.webhook] is configured but WARDEN_GITHUB_WEBHOOK_SECRET is not set \
+                     (the webhook's secret)"
+                        .to_string(),
+                );
+            }
+            if self.github.auth().is_none() {
+                problems.push(
+                    "[github.webhook] is configured but neither WARDEN_GITHUB_TOKEN (or \
+                     GITHUB_TOKEN) nor [github.app] is: its replies need one"
+                        .to_string(),
+                );
+            }
+        }
+        problems
+    }
+
     /// The redactor for this configuration's secrets (model API keys).
     pub fn redactor(&self) -> crate::redact::Redactor {
         let keys = match &self.model {

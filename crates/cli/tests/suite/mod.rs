@@ -3,6 +3,7 @@ mod ask;
 mod change;
 mod clock_step;
 mod control;
+mod docs_drift;
 mod egress;
 mod first_hour;
 mod front_door;

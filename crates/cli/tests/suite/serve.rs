@@ -146,6 +146,51 @@ fn a_second_serve_on_the_same_home_is_refused() {
     Server::start(&warden, TOKENS).terminate();
 }
 
+/// With Telegram, Slack and the GitHub webhook configured as the docs show and none of their
+/// secrets in the environment, `serve` names all five at once and exits 2 before it listens
+/// (it used to print its address, then stop at the first, one secret per start).
+#[test]
+fn serve_refuses_with_every_missing_secret_at_once_before_listening() {
+    let warden = Warden::faux();
+    write_config(
+        &warden,
+        "[telegram]\n[[telegram.users]]\nid = 1\nname = \"alice\"\nrole = \"admin\"\n\n\
+         [slack]\n[[slack.users]]\nid = \"U0ALICE\"\nname = \"alice\"\nrole = \"admin\"\n\n\
+         [github.webhook]\n",
+    );
+    let warden = warden
+        .with(
+            "WARDEN_API_TOKENS",
+            "root:admin:admin-token-0123456789-0123456789",
+        )
+        .with("WARDEN_LISTEN", "127.0.0.1:0");
+    let run = warden.run(&["serve"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("cannot start (5 problems"),
+        "{}",
+        run.stderr
+    );
+    for variable in [
+        "WARDEN_TELEGRAM_TOKEN",
+        "WARDEN_SLACK_SIGNING_SECRET",
+        "WARDEN_SLACK_BOT_TOKEN",
+        "WARDEN_GITHUB_WEBHOOK_SECRET",
+        "WARDEN_GITHUB_TOKEN",
+    ] {
+        assert!(run.stderr.contains(variable), "{variable}: {}", run.stderr);
+    }
+    assert!(!run.stderr.contains("listening on"), "{}", run.stderr);
+    // doctor lists the same, and fails.
+    let doctor = warden.run(&["doctor", "--offline"]);
+    assert_ne!(doctor.code, 0, "{}", doctor.stdout);
+    assert!(
+        doctor.stdout.contains("WARDEN_SLACK_BOT_TOKEN"),
+        "{}",
+        doctor.stdout
+    );
+}
+
 #[test]
 fn warden_worker_needs_a_shared_postgres() {
     let warden = Warden::faux();

@@ -1,0 +1,296 @@
+//! Documentation that cannot drift: every key `warden.toml` accepts (read from the
+//! configuration types themselves) is named in docs/configuration.md under its table's
+//! heading, every flag of every command (read from the binary's own `--help`) is named in
+//! docs/cli.md, and `warden --version` names the commit it was built from.
+
+use super::support::Warden;
+use serde::de::{self, Deserialize, Visitor};
+use std::path::Path;
+use warden_engine as engine;
+
+/// A deserializer that only records the field names a derived `Deserialize` asks for.
+struct FieldProbe<'a>(&'a mut Vec<&'static str>);
+
+impl<'de> de::Deserializer<'de> for FieldProbe<'_> {
+    type Error = de::value::Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+        Err(de::Error::custom("not a struct"))
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _: &'static str,
+        fields: &'static [&'static str],
+        _: V,
+    ) -> Result<V::Value, Self::Error> {
+        self.0.extend_from_slice(fields);
+        Err(de::Error::custom("probed"))
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+        ignored_any
+    }
+}
+
+/// The keys of the table `T` deserializes.
+fn keys<T: for<'de> Deserialize<'de>>() -> Vec<&'static str> {
+    let mut fields = Vec::new();
+    let _ = T::deserialize(FieldProbe(&mut fields));
+    assert!(
+        !fields.is_empty(),
+        "{} has no fields",
+        std::any::type_name::<T>()
+    );
+    fields
+}
+
+fn docs(file: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../docs")
+        .join(file);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The text of the `## ` section of `text` whose heading contains `heading`.
+fn section<'a>(text: &'a str, heading: &str) -> &'a str {
+    let start = text
+        .match_indices("\n## ")
+        .map(|(at, _)| at + 1)
+        .find(|&at| text[at..].lines().next().unwrap_or("").contains(heading))
+        .unwrap_or_else(|| panic!("no `## ` heading with {heading}"));
+    let end = text[start + 3..]
+        .find("\n## ")
+        .map_or(text.len(), |at| start + 3 + at);
+    &text[start..end]
+}
+
+#[test]
+fn every_configuration_key_is_documented_under_its_table() {
+    use engine::{
+        callback, config, egress, github_hook_config, maintain_config, mcp_config, schedule_config,
+        serve_config, slack_config, telegram_config,
+    };
+    let configuration = docs("configuration.md");
+    let maintain = docs("maintain.md");
+    // (table, the heading of its section, its keys); a table is documented in
+    // configuration.md where its section's heading names it ([maintain] and [[schedules]] in
+    // maintain.md, which configuration.md points to).
+    let tables: Vec<(&str, &str, Vec<&str>)> = vec![
+        ("model", "`[model]`", keys::<config::ModelSection>()),
+        ("limits", "`[limits]`", keys::<config::LimitsSection>()),
+        ("prices", "`[[prices]]`", keys::<config::PriceEntry>()),
+        ("sandbox", "`[sandbox]`", keys::<config::SandboxSection>()),
+        ("egress", "`[sandbox]`", keys::<egress::EgressSection>()),
+        ("storage", "`[storage]`", keys::<config::StorageSection>()),
+        ("serve", "`[serve]`", keys::<serve_config::ServeSection>()),
+        ("web", "`[web]`", keys::<serve_config::WebSection>()),
+        (
+            "callbacks",
+            "`[callbacks]`",
+            keys::<callback::CallbackSection>(),
+        ),
+        ("github", "`[github]` and", keys::<config::GithubSection>()),
+        (
+            "github.app",
+            "`[github]` and",
+            keys::<config::GithubAppSection>(),
+        ),
+        ("publish", "`[[publish]]`", keys::<config::PublishEntry>()),
+        (
+            "github.webhook",
+            "`[github.webhook]`",
+            keys::<github_hook_config::GithubWebhookSection>(),
+        ),
+        (
+            "github.webhook.approvers",
+            "`[github.webhook]`",
+            keys::<github_hook_config::GithubApproverEntry>(),
+        ),
+        (
+            "telegram",
+            "`[telegram]`",
+            keys::<telegram_config::TelegramSection>(),
+        ),
+        (
+            "telegram.users",
+            "`[telegram]`",
+            keys::<telegram_config::TelegramUserEntry>(),
+        ),
+        ("slack", "`[slack]`", keys::<slack_config::SlackSection>()),
+        (
+            "slack.users",
+            "`[slack]`",
+            keys::<slack_config::SlackUserEntry>(),
+        ),
+        (
+            "slack.channels",
+            "`[slack]`",
+            keys::<slack_config::SlackChannelEntry>(),
+        ),
+        ("mcp", "`[[mcp.servers]]`", keys::<mcp_config::McpSection>()),
+        (
+            "mcp.servers",
+            "`[[mcp.servers]]`",
+            keys::<mcp_config::McpServerEntry>(),
+        ),
+        (
+            "maintain",
+            "Configuration: `[maintain]`",
+            keys::<maintain_config::MaintainSection>(),
+        ),
+        (
+            "schedules",
+            "Schedules on `warden serve`",
+            keys::<schedule_config::ScheduleEntry>(),
+        ),
+    ];
+    // Every table of the file is listed above.
+    for table in keys::<config::FileConfig>() {
+        assert!(
+            tables.iter().any(|(name, _, _)| *name == table),
+            "warden.toml's [{table}] is not covered by this test: add it with its section"
+        );
+    }
+    let mut missing = Vec::new();
+    for (table, heading, keys) in &tables {
+        let text = match *table {
+            "maintain" | "schedules" => &maintain,
+            _ => &configuration,
+        };
+        let body = section(text, heading);
+        for key in keys {
+            // A key naming a sub-table is documented with that table's own keys.
+            if tables
+                .iter()
+                .any(|(name, _, _)| *name == format!("{table}.{key}"))
+            {
+                continue;
+            }
+            // `key`, or `[table] key` / `[[table]] key` in a row naming its table.
+            if !body.contains(&format!("`{key}`")) && !body.contains(&format!("] {key}`")) {
+                missing.push(format!(
+                    "[{table}] {key} (under the heading with {heading})"
+                ));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "keys warden.toml accepts that docs/configuration.md does not name:\n{}",
+        missing.join("\n")
+    );
+}
+
+/// Runs `warden ARGS --help` and returns its text.
+fn help(warden: &Warden, command: &[&str]) -> String {
+    let mut args = command.to_vec();
+    args.push("--help");
+    let run = warden.run(&args);
+    assert_eq!(run.code, 0, "warden {args:?}: {}", run.stderr);
+    run.stdout
+}
+
+/// The subcommands and `--long` flags a help text lists.
+fn commands_and_flags(help: &str) -> (Vec<String>, Vec<String>) {
+    let mut commands = Vec::new();
+    let mut flags = Vec::new();
+    let mut in_commands = false;
+    for line in help.lines() {
+        if line.ends_with(':') && !line.starts_with(' ') {
+            in_commands = line == "Commands:";
+            continue;
+        }
+        let trimmed = line.trim_start();
+        if in_commands && line.starts_with("  ") && !line.starts_with("        ") {
+            if let Some(name) = trimmed.split_whitespace().next() {
+                if name != "help" {
+                    commands.push(name.to_string());
+                }
+            }
+        }
+        if trimmed.starts_with('-') {
+            // The option's own spelling, before its description.
+            let spelling = trimmed.split("  ").next().unwrap_or("");
+            for word in spelling.split([' ', ',', '=', '[', '<']) {
+                if let Some(flag) = word.strip_prefix("--") {
+                    if !flag.is_empty() && !flags.contains(&format!("--{flag}")) {
+                        flags.push(format!("--{flag}"));
+                    }
+                }
+            }
+        }
+    }
+    (commands, flags)
+}
+
+#[test]
+fn every_command_and_flag_is_documented_in_cli_md() {
+    let text = docs("cli.md");
+    let warden = Warden::new();
+    let mut missing = Vec::new();
+    let mut queue: Vec<Vec<String>> = vec![Vec::new()];
+    let mut seen = 0;
+    while let Some(command) = queue.pop() {
+        seen += 1;
+        let args: Vec<&str> = command.iter().map(String::as_str).collect();
+        let (commands, flags) = commands_and_flags(&help(&warden, &args));
+        let name = format!("warden {}", command.join(" "));
+        for sub in commands {
+            let mut next = command.clone();
+            next.push(sub.clone());
+            if !text.contains(&format!("warden {}", next.join(" "))) {
+                missing.push(format!("the command `warden {}`", next.join(" ")));
+            }
+            queue.push(next);
+        }
+        for flag in flags {
+            if flag == "--help" || flag == "--version" && !command.is_empty() {
+                continue;
+            }
+            if !text.contains(&format!("`{flag}")) && !text.contains(&format!(" {flag}")) {
+                missing.push(format!("{flag} of `{}`", name.trim_end()));
+            }
+        }
+    }
+    assert!(
+        seen > 20,
+        "only {seen} commands were read: the help parser is broken"
+    );
+    assert!(
+        missing.is_empty(),
+        "what `warden --help` lists that docs/cli.md does not name:\n{}",
+        missing.join("\n")
+    );
+}
+
+#[test]
+fn the_version_names_the_commit_it_was_built_from() {
+    let run = Warden::new().run(&["--version"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let line = run.stdout.trim();
+    let commit = line
+        .strip_prefix(&format!("warden {} (commit ", env!("CARGO_PKG_VERSION")))
+        .and_then(|rest| rest.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("{line}"));
+    // Built from this checkout: the commit is its HEAD's (or the one WARDEN_COMMIT named).
+    match std::env::var("WARDEN_COMMIT") {
+        Ok(named) if !named.is_empty() => assert_eq!(commit, named),
+        _ => {
+            #[allow(clippy::disallowed_methods)] // reads this checkout's HEAD, no sandbox needed
+            let head = std::process::Command::new("git")
+                .args(["rev-parse", "--short=12", "HEAD"])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .output()
+                .unwrap();
+            assert!(head.status.success(), "not a git checkout");
+            assert_eq!(
+                commit,
+                String::from_utf8_lossy(&head.stdout).trim(),
+                "{line}"
+            );
+        }
+    }
+}
