@@ -160,6 +160,15 @@ impl Local {
                     }
                     Err(error) => return Err(usage(error.to_string())),
                 };
+                // The eviction before a snapshot is written keeps what unfinished tasks need,
+                // the server's (sharing this home's mirrors) among them.
+                let mut stores = vec![Arc::clone(&self.store)];
+                let server = crate::compose::database_url(None, &self.config.home);
+                stores.extend(crate::storage::other_stores(&[server]).await);
+                match crate::storage::retained(&stores, &self.repos).await {
+                    Ok(retained) => self.repos.set_retained(retained),
+                    Err(error) => tracing::warn!(%error, "cannot read which repositories unfinished tasks use"),
+                }
                 // Events this process stores reach its hub (and metrics) as they commit.
                 let hub = crate::hub::instrument(&self.store, crate::hub::HubOptions::default());
                 Ok(Arc::new(Services {
