@@ -692,6 +692,8 @@ mod tests {
             ("/v1/tasks", "post"),
             ("/v1/tasks/{id}", "get"),
             ("/v1/tasks/{id}/events", "get"),
+            ("/v1/tasks/{id}/diff", "get"),
+            ("/v1/tasks/{id}/proposal", "get"),
             ("/v1/events", "get"),
             ("/metrics", "get"),
             ("/webhooks/slack", "post"),
