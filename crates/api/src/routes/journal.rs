@@ -19,7 +19,6 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::Uri;
 use axum::Json;
 use serde::Serialize;
 use serde_json::Value;
@@ -30,7 +29,7 @@ use warden_store::{RunRef, Store, StoreError};
 
 use super::auth::Caller;
 use super::schema::ErrorBody;
-use super::{ApiError, ApiPath, ApiState, ErrorCode};
+use super::{ApiError, ApiPath, ApiQuery, ApiState, ErrorCode};
 use warden_engine::sensitive::JournalRedaction;
 use warden_service::time::rfc3339;
 
@@ -99,43 +98,41 @@ struct JournalQuery {
     limit: u32,
 }
 
-fn parse_query(query: Option<&str>) -> Result<JournalQuery, ApiError> {
+/// The journal route's query parameters as sent (see [`super::ApiQuery`]).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JournalParams {
+    run: Option<String>,
+    cursor: Option<String>,
+    limit: Option<String>,
+}
+
+fn journal_query(params: JournalParams) -> Result<JournalQuery, ApiError> {
     let bad = |message: String| ApiError::new(ErrorCode::BadRequest, message);
     let mut parsed = JournalQuery {
         run: None,
         after: None,
         limit: DEFAULT_PAGE,
     };
-    for pair in query
-        .unwrap_or_default()
-        .split('&')
-        .filter(|p| !p.is_empty())
-    {
-        match pair.split_once('=').unwrap_or((pair, "")) {
-            ("run", value) => {
-                parsed.run = Some(
-                    value
-                        .parse::<u32>()
-                        .ok()
-                        .filter(|n| *n >= 1)
-                        .ok_or_else(|| bad(format!("run must be a run number, got {value:?}")))?,
-                );
-            }
-            ("cursor", "") => {}
-            ("cursor", value) => {
-                parsed.after = Some(
-                    parse_cursor(value).ok_or_else(|| bad(format!("invalid cursor {value:?}")))?,
-                );
-            }
-            ("limit", value) => {
-                parsed.limit = value
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=MAX_PAGE).contains(n))
-                    .ok_or_else(|| bad(format!("limit must be 1-{MAX_PAGE}, got {value:?}")))?;
-            }
-            (other, _) => return Err(bad(format!("unknown query parameter {other:?}"))),
-        }
+    if let Some(value) = params.run {
+        parsed.run = Some(
+            value
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n >= 1)
+                .ok_or_else(|| bad(format!("run must be a run number, got {value:?}")))?,
+        );
+    }
+    if let Some(value) = params.cursor.filter(|c| !c.is_empty()) {
+        parsed.after =
+            Some(parse_cursor(&value).ok_or_else(|| bad(format!("invalid cursor {value:?}")))?);
+    }
+    if let Some(value) = params.limit {
+        parsed.limit = value
+            .parse()
+            .ok()
+            .filter(|n| (1..=MAX_PAGE).contains(n))
+            .ok_or_else(|| bad(format!("limit must be 1-{MAX_PAGE}, got {value:?}")))?;
     }
     Ok(parsed)
 }
@@ -177,9 +174,9 @@ async fn task_journal(
     State(state): State<Arc<ApiState>>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
-    uri: Uri,
+    ApiQuery(params): ApiQuery<JournalParams>,
 ) -> Result<Json<JournalPage>, ApiError> {
-    let query = parse_query(uri.query())?;
+    let query = journal_query(params)?;
     let task = state.tasks.task(&caller, &id).await?;
     let store = state.store.as_ref();
     let runs: Vec<_> = store
@@ -313,6 +310,10 @@ async fn learn_before(
 mod tests {
     use super::*;
 
+    fn parse_query(query: Option<&str>) -> Result<JournalQuery, ApiError> {
+        journal_query(crate::routes::decode_query(query)?)
+    }
+
     #[test]
     fn journal_queries() {
         let parsed = parse_query(None).unwrap();
@@ -349,8 +350,18 @@ mod tests {
             "cursor=1.+3",
             "cursor=1.99999999999999999999",
             "page=2",
+            "run=1&run=2",
         ] {
             assert!(parse_query(Some(bad)).is_err(), "{bad}");
         }
+        // Percent-encoded like any query string (a client encoding the `.` is not wrong).
+        assert_eq!(
+            parse_query(Some("cursor=2%2E17&limit=%35")).unwrap(),
+            JournalQuery {
+                run: None,
+                after: Some((2, 17)),
+                limit: 5
+            }
+        );
     }
 }
