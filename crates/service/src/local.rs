@@ -160,11 +160,9 @@ impl Local {
                     }
                     Err(error) => return Err(usage(error.to_string())),
                 };
-                // The eviction before a snapshot is written keeps what unfinished tasks need,
-                // the server's (sharing this home's mirrors) among them.
-                let mut stores = vec![Arc::clone(&self.store)];
-                let server = crate::compose::database_url(None, &self.config.home);
-                stores.extend(crate::storage::other_stores(&[server]).await);
+                // The eviction before a snapshot is written keeps what unfinished tasks need
+                // (a server's own eviction keeps what these need, reading this database too).
+                let stores = [Arc::clone(&self.store)];
                 match crate::storage::retained(&stores, &self.repos).await {
                     Ok(retained) => self.repos.set_retained(retained),
                     Err(error) => tracing::warn!(%error, "cannot read which repositories unfinished tasks use"),

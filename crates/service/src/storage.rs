@@ -2,9 +2,10 @@
 //! `[storage] max_bytes` every few minutes (and, through the repository store, before a new
 //! snapshot is written). What a running task holds is never evicted (see `warden_repo::gc`),
 //! nor what a task that is not finished still needs: before each round, the mirrors and
-//! snapshots of every unfinished task — of this process's database and of the other one
-//! sharing its `WARDEN_HOME` (the in-process `local.db`, or the server's `warden.db`) — are
-//! handed to the repository store as [`Retained`]. A retry pins the commit its first run
+//! snapshots of every unfinished task — of this process's database and, for `warden serve`,
+//! `warden worker` and `warden gc`, of the in-process `local.db` sharing its `WARDEN_HOME`
+//! (`warden gc` reads the server's too) — are handed to the repository store as [`Retained`];
+//! an in-process run's eviction before a snapshot keeps what its own database's tasks use. A retry pins the commit its first run
 //! recorded, which for `PATH@worktree` exists only in Warden's mirror. A change's proposal,
 //! which a follow-up continues on, keeps its mirror through its `refs/warden/proposals/` ref.
 
@@ -107,16 +108,19 @@ pub async fn evict(
 }
 
 /// Checks the cache against `[storage] max_bytes` now and every [`EVICTION_INTERVAL`] until
-/// `stopped` turns true.
-pub fn spawn_eviction(services: &Arc<Services>, mut stopped: watch::Receiver<bool>) {
+/// `stopped` turns true, keeping what the unfinished tasks of the services' database and of
+/// the databases `others` names (when they exist) use.
+pub fn spawn_eviction(
+    services: &Arc<Services>,
+    others: Vec<String>,
+    mut stopped: watch::Receiver<bool>,
+) {
     let repos = services.repos.clone();
     let policy = services.config.storage.cache;
     let own = Arc::clone(&services.store);
-    let home = services.config.home.clone();
     tokio::spawn(async move {
-        // A server never uses the in-process database; its tasks share the mirrors.
         let mut stores = vec![own];
-        stores.extend(other_stores(&[crate::local::database_url(&home)]).await);
+        stores.extend(other_stores(&others).await);
         loop {
             match evict(&stores, &repos, policy, false).await {
                 Ok(report) if !report.removed.is_empty() => tracing::info!(
