@@ -103,7 +103,9 @@ pub async fn serve(
         keep_alive: serve_config.keep_alive,
     };
     tracing::info!(max_connections, open_files, "connection cap");
-    warden_service::storage::spawn_eviction(&services, stopped.clone());
+    // The in-process tasks of this home share its mirrors.
+    let local = warden_service::local::database_url(&services.config.home);
+    warden_service::storage::spawn_eviction(&services, vec![local], stopped.clone());
     // The front door every interface calls; the API is one of them.
     let tasks = TaskService::new(Arc::clone(&services.store), Arc::clone(&services.wake))
         .with_repos(services.repos.clone(), services.redactor.clone())

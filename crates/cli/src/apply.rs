@@ -2,11 +2,15 @@
 //! mirror into the user's repository as a branch (`warden/<task-id>` by default). Only objects
 //! and that one ref are written: the work tree, the index and the current branch are untouched,
 //! and an existing branch is never moved (unless it already points at the proposal).
+//!
+//! Against a server (`--server`/`WARDEN_SERVER`) the proposal comes as a git bundle from
+//! `GET /v1/tasks/{id}/proposal` (only what the proposal added, so the repository must hold its
+//! base commit) and is written the same way ([`fetch_bundle`]).
 
 use crate::usage;
 use std::path::{Path, PathBuf};
 use warden_protocol::{Proposal, TaskId};
-use warden_repo::proposal::{fetch_proposal_into, ApplyError, ApplyOutcome};
+use warden_repo::proposal::{fetch_bundle_into, fetch_proposal_into, ApplyError, ApplyOutcome};
 use warden_repo::Git;
 
 #[derive(Debug, clap::Args)]
@@ -32,13 +36,47 @@ pub fn fetch(
     target: &Path,
     branch: &str,
 ) -> anyhow::Result<u8> {
-    match fetch_proposal_into(git, mirror, id.as_str(), target, branch) {
+    let fetched = fetch_proposal_into(git, mirror, id.as_str(), target, branch);
+    report(
+        fetched,
+        &proposal.commit,
+        target,
+        branch,
+        "the mirror's proposal ref",
+    )
+}
+
+/// Fetches the proposal from a server's `bundle` (prerequisite `base`) into `target` as
+/// `branch`, checking it is `commit`, the commit the server says the task recorded.
+pub fn fetch_bundle(
+    git: &Git,
+    bundle: &[u8],
+    id: &TaskId,
+    (base, commit): (&str, &str),
+    target: &Path,
+    branch: &str,
+) -> anyhow::Result<u8> {
+    let fetched = fetch_bundle_into(git, bundle, id.as_str(), base, target, branch);
+    report(
+        fetched,
+        commit,
+        target,
+        branch,
+        "the server's proposal bundle",
+    )
+}
+
+fn report(
+    fetched: Result<(ApplyOutcome, String), ApplyError>,
+    expected: &str,
+    target: &Path,
+    branch: &str,
+    source: &str,
+) -> anyhow::Result<u8> {
+    match fetched {
         Ok((outcome, commit)) => {
-            if commit != proposal.commit {
-                anyhow::bail!(
-                    "the mirror's proposal ref points at {commit}, but the task recorded {}",
-                    proposal.commit
-                );
+            if commit != expected {
+                anyhow::bail!("{source} points at {commit}, but the task recorded {expected}");
             }
             let verb = match outcome {
                 ApplyOutcome::Created => "created",
@@ -52,9 +90,11 @@ pub fn fetch(
             );
             Ok(0)
         }
-        Err(error @ (ApplyError::BranchExists { .. } | ApplyError::InvalidBranch(_))) => {
-            Err(usage(error))
-        }
+        Err(
+            error @ (ApplyError::BranchExists { .. }
+            | ApplyError::InvalidBranch(_)
+            | ApplyError::MissingBase { .. }),
+        ) => Err(usage(error)),
         Err(error) => Err(error.into()),
     }
 }

@@ -1,10 +1,12 @@
 //! `warden gc`: evicts unused mirrors, snapshots and dependency caches under `WARDEN_HOME`,
 //! oldest last use first, until they take at most `[storage] max_bytes` (`--max-bytes`
 //! overrides, `0` takes every unused one). What a running task holds, or what was used within `[storage]
-//! keep_recent_mins`, stays; so do mirrors holding proposals. `--dry-run` only reports.
+//! keep_recent_mins`, stays; so do mirrors holding proposals and the mirrors and snapshots
+//! unfinished tasks use (of the in-process database and the server's, `WARDEN_DATABASE_URL`
+//! or `warden.db`). `--dry-run` only reports.
 
 use anyhow::Context;
-use warden_engine::config::Config;
+use warden_engine::config::{Config, Env, ProcessEnv};
 use warden_repo::{GcEntry, GcKind};
 
 #[derive(Debug, clap::Args)]
@@ -20,16 +22,19 @@ pub struct GcArgs {
     pub max_bytes: Option<u64>,
 }
 
-pub fn gc(config: &Config, args: GcArgs) -> anyhow::Result<u8> {
+pub async fn gc(config: &Config, args: GcArgs) -> anyhow::Result<u8> {
     let store =
         warden_repo::RepoStore::open(&config.home).context("cannot open the repository store")?;
     let mut policy = config.storage.cache;
     if let Some(max_bytes) = args.max_bytes {
         policy.max_bytes = max_bytes;
     }
-    let report = store
-        .gc(&policy, args.dry_run)
-        .context("cannot evict mirrors, snapshots and dependency caches")?;
+    let urls = [
+        warden_service::local::database_url(&config.home),
+        warden_service::compose::database_url(ProcessEnv.var("WARDEN_DATABASE_URL"), &config.home),
+    ];
+    let databases = warden_service::storage::other_stores(&urls).await;
+    let report = warden_service::storage::evict(&databases, &store, policy, args.dry_run).await?;
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
         return Ok(0);

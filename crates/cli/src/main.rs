@@ -312,7 +312,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Doctor { json, offline } => {
             doctor_anyway(cli.config.as_deref(), &cli.remote, json, offline)
         }
-        Command::Gc(args) => gc::gc(&config, args),
+        Command::Gc(args) => tokio_runtime()?.block_on(gc::gc(&config, args)),
         Command::Serve => tokio_runtime()?.block_on(serve::serve(config)),
         Command::Worker => tokio_runtime()?.block_on(serve::worker(config)),
         Command::Token { command } => tokio_runtime()?.block_on(token::token(&config, command)),

@@ -285,6 +285,26 @@ impl Remote {
         self.json_of(response).await
     }
 
+    /// `GET path` answered with a body that is not JSON (a git bundle), at most `limit` bytes,
+    /// with the response's headers.
+    pub async fn get_bytes(
+        &self,
+        path: &str,
+        limit: usize,
+    ) -> anyhow::Result<(reqwest::header::HeaderMap, Vec<u8>)> {
+        let response = self
+            .execute(
+                self.request(reqwest::Method::GET, path)
+                    .timeout(REQUEST_TIMEOUT),
+            )
+            .await?;
+        let headers = response.headers().clone();
+        let body = read_bounded(response, limit)
+            .await
+            .with_context(|| format!("the connection to {} broke while reading", self.base))?;
+        Ok((headers, body))
+    }
+
     pub async fn post(&self, path: &str, body: &Value) -> anyhow::Result<Value> {
         let response = self
             .execute(

@@ -8,6 +8,7 @@
 use crate::progress::StderrProgress;
 use crate::remote::{self, Remote, RemoteOptions};
 use crate::{render, text, usage, Command};
+use anyhow::Context;
 use serde_json::{json, Value};
 use warden_protocol::{TaskId, TaskStatus};
 use warden_runtime::EventSink;
@@ -72,7 +73,8 @@ pub fn dispatch(options: &RemoteOptions, command: Command) -> anyhow::Result<Dis
         | Command::Cancel { .. }
         | Command::Retry { .. }
         | Command::Answer { .. }
-        | Command::Repos { .. }) => command,
+        | Command::Repos { .. }
+        | Command::Apply(_)) => command,
         other => return Ok(Dispatch::Local(other)),
     };
     let remote = Remote::new(server, options.token.as_deref())?;
@@ -91,6 +93,7 @@ async fn execute(remote: &Remote, command: Command) -> anyhow::Result<u8> {
         Command::Maintain(args) => maintain_remote(remote, args).await,
         Command::Show { task, json } => show(remote, &task_id(&task)?, json).await,
         Command::Diff(args) => diff(remote, &args).await,
+        Command::Apply(args) => apply(remote, args).await,
         Command::Tasks { json } => tasks(remote, json).await,
         Command::Logs { task, follow, json } => {
             let id = task_id(&task)?;
@@ -142,6 +145,38 @@ async fn execute(remote: &Remote, command: Command) -> anyhow::Result<u8> {
         }
         other => Err(anyhow::anyhow!("{other:?} does not talk to a server")),
     }
+}
+
+/// `warden apply` against a server: the proposal as a bundle, written into `--repo` (default:
+/// the current directory; the server's repository is not this machine's) as in-process.
+async fn apply(remote: &Remote, args: crate::apply::ApplyArgs) -> anyhow::Result<u8> {
+    let id = task_id(&args.task)?;
+    let (headers, bundle) = remote
+        .get_bytes(
+            &format!("/v1/tasks/{id}/proposal"),
+            warden_engine::diff::MAX_BUNDLE_BYTES,
+        )
+        .await?;
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .filter(|v| matches!(v.len(), 40 | 64) && v.bytes().all(|b| b.is_ascii_hexdigit()))
+            .map(str::to_string)
+            .ok_or_else(|| anyhow::anyhow!("{} sent no {name} with the proposal", remote.base()))
+    };
+    let (base, commit) = (header("x-warden-base-commit")?, header("x-warden-commit")?);
+    let target = match args.repo {
+        Some(path) => path,
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let branch = args.branch.unwrap_or_else(|| format!("warden/{id}"));
+    tokio::task::spawn_blocking(move || {
+        let git = warden_repo::Git::locate().context("cannot find git")?;
+        crate::apply::fetch_bundle(&git, &bundle, &id, (&base, &commit), &target, &branch)
+    })
+    .await
+    .context("applying the proposal crashed")?
 }
 
 fn task_id(text: &str) -> anyhow::Result<TaskId> {

@@ -398,6 +398,23 @@ enum Hide {
 }
 
 impl Hide {
+    fn name(self) -> &'static str {
+        match self {
+            Hide::Nothing => "nothing",
+            Hide::Values => "values",
+            Hide::All => "all",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Hide> {
+        match name {
+            "nothing" => Some(Hide::Nothing),
+            "values" => Some(Hide::Values),
+            "all" => Some(Hide::All),
+            _ => None,
+        }
+    }
+
     fn for_path(path: &str) -> Hide {
         match sensitive_kind(path) {
             None | Some(SensitiveKind::Ci) => Hide::Nothing,
@@ -596,18 +613,45 @@ impl JournalRedaction {
 
     /// Redacts the next record of the run (its `kind` and `payload`) for display.
     pub fn redact(&mut self, kind: &str, payload: &mut Value) {
+        let display = self.display_of(kind, payload);
+        redact_recorded(kind, payload, display.as_deref());
+    }
+
+    /// What showing the next record of the run (learnt first) needs from the records before
+    /// it, to record with it when it is appended (`JournalEntry::display`): for a tool
+    /// observation, how much of its output to hide; `None` for other records, which need
+    /// nothing. Fed every record of a run in order, so a reader never has to.
+    pub fn display_of(&mut self, kind: &str, payload: &Value) -> Option<String> {
         self.learn(kind, payload);
-        let observed = if kind == "tool_observation" {
-            payload
-                .get("call_id")
-                .and_then(Value::as_str)
-                .and_then(|id| self.sensitive_calls.get(id))
-                .copied()
-        } else {
-            None
-        };
-        let taken = std::mem::take(payload);
-        *payload = redact_json(taken, observed.unwrap_or(Hide::Nothing));
+        if kind != "tool_observation" {
+            return None;
+        }
+        let hide = payload
+            .get("call_id")
+            .and_then(Value::as_str)
+            .and_then(|id| self.sensitive_calls.get(id))
+            .copied()
+            .unwrap_or(Hide::Nothing);
+        Some(hide.name().to_string())
+    }
+}
+
+/// Redacts one record for display given what was recorded with it ([`JournalRedaction::display_of`]):
+/// no earlier record of the run is needed. An unknown recorded value hides everything.
+pub fn redact_recorded(kind: &str, payload: &mut Value, display: Option<&str>) {
+    let hide = match (kind, display) {
+        ("tool_observation", Some(name)) => Hide::from_name(name).unwrap_or(Hide::All),
+        _ => Hide::Nothing,
+    };
+    let taken = std::mem::take(payload);
+    *payload = redact_json(taken, hide);
+}
+
+impl JournalRedaction {
+    /// Whether `display` (recorded with a `kind` record) says all a reader needs, so the run's
+    /// earlier records need not be read.
+    pub fn recorded(kind: &str, display: Option<&str>) -> bool {
+        kind != "tool_observation" || display.is_some()
     }
 }
 

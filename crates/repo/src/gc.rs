@@ -12,8 +12,13 @@
 //!   arrives during an eviction waits for it, then finds the snapshot gone and rebuilds it.
 //! - **Eviction** ([`RepoStore::gc`]) removes, oldest last use first, what is neither in use,
 //!   nor used within [`CachePolicy::keep_recent`], nor (for mirrors) holding proposals
-//!   (`refs/warden/proposals/*`: a decision may still need them), until the total is at most
-//!   [`CachePolicy::max_bytes`]. A snapshot loses its `.done` marker first, so a crash half-way
+//!   (`refs/warden/proposals/*`: a decision or a follow-up may still need them), nor
+//!   [`Retained`] (what tasks that are not finished still need: the store itself cannot know,
+//!   the service tells it through [`RepoStore::set_retained`]), until the total is at most
+//!   [`CachePolicy::max_bytes`]. A mirror can hold commits that exist nowhere else — a
+//!   `PATH@worktree` snapshot under `refs/warden/pinned/` — so evicting one a queued retry or
+//!   a follow-up pins into would lose them for good; a snapshot can be rebuilt, but is kept on
+//!   the same grounds. A snapshot loses its `.done` marker first, so a crash half-way
 //!   leaves debris the next materialization clears, never a snapshot taken for complete. The
 //!   `.use` and `.lock` files stay (empty): deleting a lock file someone waits on would let two
 //!   processes hold "the" lock at once.
@@ -23,6 +28,7 @@
 //!   skips either); its modification time is the last use; `caches/<key>.complete` goes
 //!   first.
 
+use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -52,7 +58,7 @@ pub struct GcEntry {
     pub bytes: u64,
     /// Last use, seconds since the epoch.
     pub last_used: u64,
-    /// Why it was kept (`in_use`, `recent`, `holds_proposals`), absent for removed entries and
+    /// Why it was kept (`in_use`, `recent`, `holds_proposals`, `needed_by_task`), absent for removed entries and
     /// for entries not needed to get under the limit.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kept: Option<&'static str>,
@@ -69,6 +75,31 @@ pub struct GcReport {
     pub removed: Vec<GcEntry>,
     /// Entries eviction wanted but had to keep, with the reason.
     pub kept: Vec<GcEntry>,
+}
+
+/// The mirrors and snapshots tasks that are not finished still need (a queued retry pins the
+/// commit it recorded; a follow-up pins into the same mirror), which eviction keeps whatever
+/// their age.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Retained {
+    mirrors: BTreeSet<PathBuf>,
+    snapshots: BTreeSet<PathBuf>,
+}
+
+impl Retained {
+    pub fn is_empty(&self) -> bool {
+        self.mirrors.is_empty() && self.snapshots.is_empty()
+    }
+
+    fn keeps(&self, entry: &GcEntry) -> bool {
+        match entry.kind {
+            GcKind::Mirror => self.mirrors.contains(&entry.path),
+            GcKind::Snapshot => self.snapshots.contains(&entry.path),
+            // A dependency cache is keyed by what prepare reads and filled again when missing;
+            // a task records no key to keep.
+            GcKind::Cache => false,
+        }
+    }
 }
 
 /// Shared locks keeping a task's mirror and snapshots from eviction until dropped.
@@ -111,9 +142,45 @@ impl RepoStore {
         Ok(())
     }
 
+    /// Adds `spec`'s mirror, and the snapshot of `commit` when given, to `retained`.
+    pub fn retain(&self, spec: &RepoSpec, commit: Option<&str>, retained: &mut Retained) {
+        let mirror = self.mirror_path(spec);
+        if let Some(commit) = commit {
+            let name = mirror
+                .file_name()
+                .and_then(|n| n.to_str())
+                .map(|n| n.strip_suffix(".git").unwrap_or(n));
+            // Only a full hex id is a snapshot directory's name.
+            if let (Some(name), Some(_)) = (name, crate::materialize::ObjectFormat::of_id(commit)) {
+                retained
+                    .snapshots
+                    .insert(self.home().join("snapshots").join(name).join(commit));
+            }
+        }
+        retained.mirrors.insert(mirror);
+    }
+
+    /// Replaces what eviction keeps for tasks ([`RepoStore::gc`] and the eviction before a
+    /// snapshot is written, in every clone of this store).
+    pub fn set_retained(&self, retained: Retained) {
+        match self.retained.lock() {
+            Ok(mut held) => *held = retained,
+            Err(poisoned) => *poisoned.into_inner() = retained,
+        }
+    }
+
+    fn retained(&self) -> Retained {
+        match self.retained.lock() {
+            Ok(held) => held.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
     /// Removes unused mirrors and snapshots, oldest last use first, until they take at most
-    /// `policy.max_bytes`; `dry_run` only reports what would go.
+    /// `policy.max_bytes`; `dry_run` only reports what would go. What
+    /// [`RepoStore::set_retained`] last named stays.
     pub fn gc(&self, policy: &CachePolicy, dry_run: bool) -> Result<GcReport, RepoError> {
+        let retained = self.retained();
         let mut entries = self.cache_entries()?;
         let before: u64 = entries.iter().map(|e| e.entry.bytes).sum();
         let mut report = GcReport {
@@ -139,6 +206,11 @@ impl RepoStore {
             }
             if entry.kind == GcKind::Mirror && holds_proposals(&entry.path) {
                 entry.kept = Some("holds_proposals");
+                report.kept.push(entry);
+                continue;
+            }
+            if retained.keeps(&entry) {
+                entry.kept = Some("needed_by_task");
                 report.kept.push(entry);
                 continue;
             }

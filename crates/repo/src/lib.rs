@@ -20,7 +20,7 @@ mod worktree;
 pub use confine::{CheckoutRoot, ConfineError};
 pub use error::{redact_credentials, RepoError};
 pub use evidence::{validate_evidence, EvidenceClaim, EvidenceError, PinnedCheckout};
-pub use gc::{CachePolicy, GcEntry, GcKind, GcReport, InUse};
+pub use gc::{CachePolicy, GcEntry, GcKind, GcReport, InUse, Retained};
 pub use git::{Git, GitOutput, GitStream, GitTimeouts};
 pub use materialize::SnapshotProgress;
 pub use spec::{RepoSpec, Source, WORK_TREE_REV};

@@ -175,6 +175,9 @@ pub enum ApplyError {
     /// The mirror has no proposal for the task.
     #[error("no proposal {0} in Warden's mirror")]
     NoProposal(String),
+    /// A proposal bundle's prerequisite, the base commit, is not in the user's repository.
+    #[error("{repo} does not hold the proposal's base commit {base}; fetch it (e.g. `git fetch`) and try again")]
+    MissingBase { repo: String, base: String },
     #[error(transparent)]
     Repo(#[from] RepoError),
 }
@@ -253,6 +256,105 @@ pub fn fetch_proposal_into(
         ],
     )?;
     Ok((ApplyOutcome::Created, commit))
+}
+
+/// [`fetch_proposal_into`] from a git bundle of the proposal (as `GET /v1/tasks/{id}/proposal`
+/// serves it, its prerequisite `base`) instead of Warden's mirror: the bundle is unpacked into
+/// a scratch repository borrowing `user_repo`'s objects (where the base must be), which then
+/// stands in for the mirror, so the branch is written exactly as in-process.
+pub fn fetch_bundle_into(
+    git: &Git,
+    bundle: &[u8],
+    task_id: &str,
+    base: &str,
+    user_repo: &Path,
+    branch: &str,
+) -> Result<(ApplyOutcome, String), ApplyError> {
+    let full = format!("refs/heads/{branch}");
+    if branch.starts_with('-') || git.run(user_repo, &["check-ref-format", &full]).is_err() {
+        return Err(ApplyError::InvalidBranch(branch.to_string()));
+    }
+    let objects = git
+        .run(
+            user_repo,
+            &[
+                "rev-parse",
+                "--path-format=absolute",
+                "--git-path",
+                "objects",
+            ],
+        )?
+        .text();
+    let scratch = Scratch::create()?;
+    let file = scratch.path().join("proposal.bundle");
+    std::fs::write(&file, bundle).map_err(RepoError::io("write", &file))?;
+    let repo = scratch.path().join("proposal.git");
+    let repo_text = repo.display().to_string();
+    git.run(scratch.path(), &["init", "--quiet", "--bare", &repo_text])?;
+    let alternates = repo.join("objects/info/alternates");
+    std::fs::write(&alternates, format!("{objects}\n"))
+        .map_err(RepoError::io("write", &alternates))?;
+    let git_dir = format!("--git-dir={repo_text}");
+    let missing_base = || ApplyError::MissingBase {
+        repo: user_repo.display().to_string(),
+        base: base.to_string(),
+    };
+    if ObjectFormat::of_id(base).is_none() {
+        return Err(ApplyError::NoProposal(task_id.to_string()));
+    }
+    if git
+        .run(
+            &repo,
+            &[&git_dir, "cat-file", "-e", &format!("{base}^{{commit}}")],
+        )
+        .is_err()
+    {
+        return Err(missing_base());
+    }
+    let reference = proposal_ref(task_id);
+    git.run_transfer(
+        &repo,
+        &[
+            &git_dir,
+            "fetch",
+            "--quiet",
+            "--no-tags",
+            "--no-write-fetch-head",
+            "--no-auto-maintenance",
+            "--end-of-options",
+            &file.display().to_string(),
+            &format!("{reference}:{reference}"),
+        ],
+    )?;
+    fetch_proposal_into(git, &repo, task_id, user_repo, branch)
+}
+
+/// A private directory under the temporary directory, removed when dropped.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn create() -> Result<Scratch, RepoError> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let path =
+            std::env::temp_dir().join(format!("warden-apply-{}-{nanos:09}", std::process::id()));
+        // Fails if it exists: never a directory someone else prepared; readable by us only.
+        std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
+            .create(&path)
+            .map_err(RepoError::io("create directory", &path))?;
+        Ok(Scratch(path))
+    }
+
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// The hash an approval binds to: sha256 over the canonical JSON (sorted keys, no spaces) of

@@ -52,6 +52,9 @@ pub struct RepoStore {
     limits: SnapshotLimits,
     /// Automatic eviction before a new snapshot is written, when set.
     pub(crate) cache: Option<crate::cache::CachePolicy>,
+    /// What tasks still need, which eviction keeps (shared by the store's clones; see
+    /// [`RepoStore::set_retained`]).
+    pub(crate) retained: std::sync::Arc<std::sync::Mutex<crate::gc::Retained>>,
 }
 
 /// Where a pin reports a fetch's progress.
@@ -158,6 +161,7 @@ impl RepoStore {
             git,
             limits: SnapshotLimits::default(),
             cache: None,
+            retained: std::sync::Arc::default(),
         })
     }
 

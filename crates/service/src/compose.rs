@@ -126,7 +126,9 @@ pub async fn work(
 ) -> anyhow::Result<()> {
     let (stop, stopped) = watch::channel(false);
     let options = WorkerOptions::from_config(worker_name, &services.config);
-    crate::storage::spawn_eviction(&services, stopped.clone());
+    // The in-process tasks of this home share its mirrors.
+    let local = crate::local::database_url(&services.config.home);
+    crate::storage::spawn_eviction(&services, vec![local], stopped.clone());
     let workers = tokio::spawn(worker::run_workers(services, options, stopped));
     shutdown.await;
     eprintln!("warden: shutting down: no new tasks are claimed");

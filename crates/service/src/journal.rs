@@ -23,11 +23,29 @@ use warden_store::{JournalEntry, RunJournal};
 
 use crate::outage::StoreCalls;
 use warden_engine::redact::Redactor;
+use warden_engine::sensitive::JournalRedaction;
 
-/// The runtime's journal, stored in the task store.
+/// The runtime's journal, stored in the task store. It records with each record what showing
+/// it needs from the run's earlier records (a tool observation of a call on a sensitive path),
+/// so a page of the journal is redacted from its own records alone.
 pub struct StoreJournal {
     pub inner: RunJournal,
     pub redactor: Redactor,
+    /// What redaction for display has learnt from every record of the run so far; `None` when
+    /// the run's journal was continued from records this writer did not see (then nothing is
+    /// recorded and readers work it out).
+    display: Option<JournalRedaction>,
+}
+
+impl StoreJournal {
+    pub fn new(inner: RunJournal, redactor: Redactor) -> StoreJournal {
+        let display = (inner.next_seq() == 0).then(JournalRedaction::default);
+        StoreJournal {
+            inner,
+            redactor,
+            display,
+        }
+    }
 }
 
 /// The snake_case name the runtime serialises a record kind as.
@@ -47,9 +65,13 @@ impl Journal for StoreJournal {
     ) -> BoxFuture<'_, Result<(), JournalError>> {
         let payload = self.redactor.json(payload);
         let kind = kind_name(kind);
+        let display = self
+            .display
+            .as_mut()
+            .and_then(|redaction| redaction.display_of(&kind, &payload));
         Box::pin(async move {
             self.inner
-                .append(at_ms, &kind, payload)
+                .append_with_display(at_ms, &kind, payload, display)
                 .await
                 .map(|_| ())
                 .map_err(|e| JournalError::Io(std::io::Error::other(e.to_string())))

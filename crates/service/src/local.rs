@@ -160,6 +160,13 @@ impl Local {
                     }
                     Err(error) => return Err(usage(error.to_string())),
                 };
+                // The eviction before a snapshot is written keeps what unfinished tasks need
+                // (a server's own eviction keeps what these need, reading this database too).
+                let stores = [Arc::clone(&self.store)];
+                match crate::storage::retained(&stores, &self.repos).await {
+                    Ok(retained) => self.repos.set_retained(retained),
+                    Err(error) => tracing::warn!(%error, "cannot read which repositories unfinished tasks use"),
+                }
                 // Events this process stores reach its hub (and metrics) as they commit.
                 let hub = crate::hub::instrument(&self.store, crate::hub::HubOptions::default());
                 Ok(Arc::new(Services {
@@ -542,51 +549,56 @@ pub struct RunJournalView {
 }
 
 impl Local {
-    /// Every run's journal of the task, oldest run first.
+    /// Every run's journal of the task, oldest run first: the pages of
+    /// [`TaskService::journal_page`] (the API's reader), verified and redacted as it serves them.
     pub async fn journals(&self, id: &TaskId) -> Result<Vec<RunJournalView>, LocalError> {
         self.task(id).await?;
-        let runs = self
-            .store()
-            .list_runs(id)
-            .await
-            .context("cannot list the task's runs")?;
-        let mut views = Vec::with_capacity(runs.len());
-        for run in runs {
-            let reference = warden_store::RunRef {
-                task: id.clone(),
-                number: run.number,
-            };
-            let mut entries = self
-                .store()
-                .journal(&reference)
-                .await
-                .context("cannot read the run's journal")?;
-            let chain_ok = warden_store::journal::verify_chain(&entries).is_ok();
-            warden_engine::sensitive::redact_journal_entries(
-                entries
-                    .iter_mut()
-                    .map(|e| (e.kind.as_str(), &mut e.payload)),
-            );
-            let records = entries
-                .into_iter()
-                .map(|entry| {
-                    json!({
-                        "seq": entry.seq,
-                        "kind": entry.kind,
-                        "at": crate::time::rfc3339(i64::try_from(entry.at_ms).unwrap_or(i64::MAX)),
-                        "hash": entry.hash,
-                        "prev_hash": entry.prev_hash,
-                        "payload": entry.payload,
+        let mut views: Vec<RunJournalView> = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self
+                .tasks
+                .journal_page(
+                    &principal(),
+                    id.as_str(),
+                    crate::tasks::JournalPageQuery {
+                        run: None,
+                        after,
+                        limit: crate::tasks::MAX_PAGE,
+                    },
+                )
+                .await?;
+            if views.is_empty() {
+                views = page
+                    .runs
+                    .iter()
+                    .map(|run| RunJournalView {
+                        run: run.number,
+                        records: Vec::new(),
+                        chain_ok: true,
                     })
-                })
-                .collect();
-            views.push(RunJournalView {
-                run: run.number,
-                records,
-                chain_ok,
-            });
+                    .collect();
+            }
+            for record in page.records {
+                let Some(view) = views.iter_mut().find(|v| v.run == record.run) else {
+                    continue;
+                };
+                view.chain_ok &= record.chain_ok;
+                let entry = record.entry;
+                view.records.push(json!({
+                    "seq": entry.seq,
+                    "kind": entry.kind,
+                    "at": crate::time::rfc3339(i64::try_from(entry.at_ms).unwrap_or(i64::MAX)),
+                    "hash": entry.hash,
+                    "prev_hash": entry.prev_hash,
+                    "payload": entry.payload,
+                }));
+            }
+            match page.next_cursor {
+                Some(cursor) => after = Some(cursor),
+                None => return Ok(views),
+            }
         }
-        Ok(views)
     }
 
     /// A change task's proposal diff (see [`crate::diff::task_diff`]).

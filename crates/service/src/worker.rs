@@ -842,10 +842,7 @@ pub(crate) async fn run_plumbing(
     Ok(RunPlumbing {
         model,
         ledger,
-        journal: StoreJournal {
-            inner: journal,
-            redactor: services.redactor.clone(),
-        },
+        journal: StoreJournal::new(journal, services.redactor.clone()),
         replaying,
     })
 }

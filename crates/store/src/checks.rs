@@ -292,6 +292,7 @@ mod tests {
             payload: serde_json::json!({}),
             prev_hash: crate::GENESIS_HASH.into(),
             hash: "h".into(),
+            display: None,
         };
         assert!(check_journal_run(&run(), &entry, Some(None)).is_ok());
         assert!(matches!(

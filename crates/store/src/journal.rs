@@ -24,6 +24,13 @@ pub struct JournalEntry {
     pub payload: serde_json::Value,
     pub prev_hash: String,
     pub hash: String,
+    /// What showing the record needs from the run's earlier records, recorded by the writer
+    /// when it appended the record (outside the hash, and never serialised): for a tool
+    /// observation, how much of its output to hide for display (see the engine's
+    /// `JournalRedaction`). `None` when the writer recorded nothing (records from before it was
+    /// recorded, raw appends): a reader then works it out from the run's earlier records.
+    #[serde(skip)]
+    pub display: Option<String>,
 }
 
 impl JournalEntry {
@@ -46,6 +53,7 @@ impl JournalEntry {
             payload,
             prev_hash,
             hash,
+            display: None,
         })
     }
 
@@ -207,6 +215,11 @@ impl RunJournal {
         &self.run
     }
 
+    /// The sequence number the next record gets (0: the run's journal is empty).
+    pub fn next_seq(&self) -> u64 {
+        self.tail.as_ref().map_or(0, |t| t.seq + 1)
+    }
+
     /// Appends one record; on success it is the new tail.
     pub async fn append(
         &mut self,
@@ -214,7 +227,20 @@ impl RunJournal {
         kind: &str,
         payload: serde_json::Value,
     ) -> Result<&JournalEntry, StoreError> {
-        let entry = JournalEntry::next(self.tail.as_ref(), at_ms, kind, payload)?;
+        self.append_with_display(at_ms, kind, payload, None).await
+    }
+
+    /// [`RunJournal::append`] recording `display` with the record (see
+    /// [`JournalEntry::display`]).
+    pub async fn append_with_display(
+        &mut self,
+        at_ms: u64,
+        kind: &str,
+        payload: serde_json::Value,
+        display: Option<String>,
+    ) -> Result<&JournalEntry, StoreError> {
+        let mut entry = JournalEntry::next(self.tail.as_ref(), at_ms, kind, payload)?;
+        entry.display = display;
         self.store.append_journal(&self.run, entry.clone()).await?;
         Ok(self.tail.insert(entry))
     }
@@ -245,6 +271,7 @@ pub fn ended_from_outside(
         payload,
         prev_hash,
         hash,
+        display: None,
     })
 }
 

@@ -160,7 +160,7 @@ impl RawRun {
     }
 }
 
-pub(crate) const JOURNAL_COLUMNS: &str = "seq, at_ms, kind, payload, prev_hash, hash";
+pub(crate) const JOURNAL_COLUMNS: &str = "seq, at_ms, kind, payload, prev_hash, hash, display";
 
 pub(crate) struct RawJournal {
     pub seq: i64,
@@ -169,6 +169,7 @@ pub(crate) struct RawJournal {
     pub payload: String,
     pub prev_hash: String,
     pub hash: String,
+    pub display: Option<String>,
 }
 
 impl RawJournal {
@@ -180,6 +181,7 @@ impl RawJournal {
             payload: serde_json::from_str(&self.payload)?,
             prev_hash: self.prev_hash,
             hash: self.hash,
+            display: self.display,
         })
     }
 }

@@ -10,7 +10,6 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::Uri;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -21,7 +20,7 @@ use warden_store::{Approval, ApprovalStatus, Decision};
 
 use super::auth::Caller;
 use super::schema::{ApprovalStatusFilterName, ApprovalStatusName, ErrorBody};
-use super::{ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
+use super::{ApiError, ApiJson, ApiPath, ApiQuery, ApiState, ErrorCode};
 use warden_service::tasks::{ApprovalListing, MAX_PAGE};
 use warden_service::time::rfc3339;
 
@@ -96,45 +95,50 @@ struct ListQuery {
     limit: usize,
 }
 
-fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiError> {
+/// The list route's query parameters as sent (see [`super::ApiQuery`]).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListParams {
+    status: Option<String>,
+    cursor: Option<String>,
+    limit: Option<String>,
+}
+
+fn list_query(params: ListParams) -> Result<ListQuery, ApiError> {
     let bad = |message: String| ApiError::new(ErrorCode::BadRequest, message);
     let mut parsed = ListQuery {
         status: Some(ApprovalStatus::Pending),
         cursor: None,
         limit: DEFAULT_PAGE,
     };
-    for pair in query
-        .unwrap_or_default()
-        .split('&')
-        .filter(|p| !p.is_empty())
-    {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        match key {
-            "status" if value == "all" => parsed.status = None,
-            "status" => {
-                parsed.status = Some(ApprovalStatus::parse(value).ok_or_else(|| {
-                    bad(format!(
-                        "unknown status {value:?}: pending, approved, rejected, consumed or all"
-                    ))
-                })?);
-            }
-            "cursor" if value.is_empty() => {}
-            "cursor"
-                if value.len() <= 100
-                    && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') =>
-            {
-                parsed.cursor = Some(value.to_string());
-            }
-            "cursor" => return Err(bad(format!("invalid cursor {value:?}"))),
-            "limit" => {
-                parsed.limit = value
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=MAX_PAGE as usize).contains(n))
-                    .ok_or_else(|| bad(format!("limit must be 1-{MAX_PAGE}, got {value:?}")))?;
-            }
-            other => return Err(bad(format!("unknown query parameter {other:?}"))),
+    match params.status.as_deref() {
+        None => {}
+        Some("all") => parsed.status = None,
+        Some(value) => {
+            parsed.status = Some(ApprovalStatus::parse(value).ok_or_else(|| {
+                bad(format!(
+                    "unknown status {value:?}: pending, approved, rejected, consumed or all"
+                ))
+            })?);
         }
+    }
+    match params.cursor {
+        None => {}
+        Some(value) if value.is_empty() => {}
+        Some(value)
+            if value.len() <= 100
+                && value.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') =>
+        {
+            parsed.cursor = Some(value);
+        }
+        Some(value) => return Err(bad(format!("invalid cursor {value:?}"))),
+    }
+    if let Some(value) = params.limit {
+        parsed.limit = value
+            .parse()
+            .ok()
+            .filter(|n| (1..=MAX_PAGE as usize).contains(n))
+            .ok_or_else(|| bad(format!("limit must be 1-{MAX_PAGE}, got {value:?}")))?;
     }
     Ok(parsed)
 }
@@ -157,9 +161,9 @@ fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiError> {
 async fn list_approvals(
     State(state): State<Arc<ApiState>>,
     caller: Caller,
-    uri: Uri,
+    ApiQuery(params): ApiQuery<ListParams>,
 ) -> Result<Json<Value>, ApiError> {
-    let query = parse_list_query(uri.query())?;
+    let query = list_query(params)?;
     let page = state
         .tasks
         .approvals(
@@ -231,6 +235,10 @@ async fn decide_approval(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiError> {
+        list_query(crate::routes::decode_query(query)?)
+    }
 
     #[test]
     fn queries() {

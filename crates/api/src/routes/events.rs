@@ -39,14 +39,14 @@ use axum::body::Body;
 use std::time::{Duration, Instant};
 
 use axum::extract::State;
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::auth::{identify_credential, presented_credential, Caller, Credential};
 use super::schema::{ErrorBody, StreamMessage};
-use super::{ApiError, ApiPath, ApiState, ErrorCode};
+use super::{ApiError, ApiPath, ApiQuery, ApiState, ErrorCode};
 use warden_service::access::RevocationWatch;
 use warden_service::hub::{Selection, Subscription};
 
@@ -58,7 +58,14 @@ pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
 }
 
 /// The cursor of a stream request: `Last-Event-ID`, else `?after=`; `None` when neither.
-fn parse_cursor(headers: &HeaderMap, query: Option<&str>) -> Result<Option<u64>, ApiError> {
+/// The stream routes' query parameters as sent (see [`super::ApiQuery`]).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StreamParams {
+    after: Option<String>,
+}
+
+fn parse_cursor(headers: &HeaderMap, params: StreamParams) -> Result<Option<u64>, ApiError> {
     let bad = |message: String| ApiError::new(ErrorCode::BadRequest, message);
     // Sequences are stored as signed 64-bit integers.
     let id = |text: &str| {
@@ -66,24 +73,14 @@ fn parse_cursor(headers: &HeaderMap, query: Option<&str>) -> Result<Option<u64>,
             .ok()
             .filter(|n| i64::try_from(*n).is_ok())
     };
-    let mut after = None;
-    for pair in query
-        .unwrap_or_default()
-        .split('&')
-        .filter(|p| !p.is_empty())
-    {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        match key {
-            "after" => {
-                after = Some(id(value).ok_or_else(|| {
-                    bad(format!(
-                        "after must be an event id (0 to 2^63-1), got {value:?}"
-                    ))
-                })?);
-            }
-            other => return Err(bad(format!("unknown query parameter {other:?}"))),
-        }
-    }
+    let after = match params.after {
+        None => None,
+        Some(value) => Some(id(&value).ok_or_else(|| {
+            bad(format!(
+                "after must be an event id (0 to 2^63-1), got {value:?}"
+            ))
+        })?),
+    };
     match headers.get("last-event-id") {
         None => Ok(after),
         Some(value) => {
@@ -267,10 +264,10 @@ async fn task_events(
     caller: Caller,
     ApiPath(id): ApiPath<String>,
     headers: HeaderMap,
-    uri: Uri,
+    ApiQuery(params): ApiQuery<StreamParams>,
 ) -> Result<Response, ApiError> {
     let task = state.tasks.task(&caller, &id).await?;
-    let after = parse_cursor(&headers, uri.query())?;
+    let after = parse_cursor(&headers, params)?;
     let check = TokenCheck::new(&state, &headers, &caller)?;
     let subscription = Subscription::new(
         Arc::clone(&state.hub),
@@ -301,9 +298,9 @@ async fn all_events(
     State(state): State<Arc<ApiState>>,
     caller: Caller,
     headers: HeaderMap,
-    uri: Uri,
+    ApiQuery(params): ApiQuery<StreamParams>,
 ) -> Result<Response, ApiError> {
-    let after = parse_cursor(&headers, uri.query())?;
+    let after = parse_cursor(&headers, params)?;
     let check = TokenCheck::new(&state, &headers, &caller)?;
     let owner = caller.owner_scope().map(str::to_string);
     let subscription = Subscription::new(Arc::clone(&state.hub), Selection::All { owner }, after)
@@ -338,6 +335,10 @@ async fn metrics(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse_cursor(headers: &HeaderMap, query: Option<&str>) -> Result<Option<u64>, ApiError> {
+        super::parse_cursor(headers, crate::routes::decode_query(query)?)
+    }
 
     #[test]
     fn cursors() {

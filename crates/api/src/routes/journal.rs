@@ -1,45 +1,32 @@
 //! `GET /v1/tasks/{id}/journal`: a task's run journals, a page at a time.
 //!
-//! - **Pages.** Records of every run (or of one, `run=N`), oldest run first and by sequence
-//!   within a run, at most `limit` (1-200, default 50) a page; `next_cursor` names the last
-//!   record sent (`<run>.<seq>`), and the next page starts after it. Only the page's records
-//!   (and the record before the first, see below) are read from the store, so a run's raw
-//!   payloads are never all held or sent at once. Every page lists the task's runs.
-//! - **Chain verification across pages.** Each record carries `chain_ok`: it continues the
-//!   record before it in its run (next sequence, that record's hash as `prev_hash`; the first
-//!   record of a run: sequence 0 and the genesis hash) and its hash matches its content. The
-//!   server reads the record before a page's first one itself — it never trusts the cursor for
-//!   it — so a page verifies on its own, and a client that reads every page has verified every
-//!   link of every chain. A missing record breaks the link of the one after it.
-//! - **Redaction for display** as [`warden_engine::sensitive::redact_journal_entries`] does it for a
-//!   whole run: a page starting mid-run first reads the run's earlier records (a batch at a
-//!   time, keeping only which calls touched sensitive paths), so a tool observation is hidden
-//!   even when the decision that called the tool was on an earlier page.
+//! The page is [`warden_service::tasks::TaskService::journal_page`]'s, the one reader `warden
+//! logs` shares: records of every run (or of one, `run=N`), at most `limit` (1-200, default 50),
+//! `next_cursor` naming the last record sent (`<run>.<seq>`); each record says whether it
+//! continues its run's hash chain (checked against the stored record before it, whichever page
+//! that is on), and is redacted for display from what was recorded with it, so page N costs
+//! what page 1 does.
 
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::Uri;
 use axum::Json;
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use warden_store::{RunRef, Store, StoreError};
 
 use super::auth::Caller;
 use super::schema::ErrorBody;
-use super::{ApiError, ApiPath, ApiState, ErrorCode};
-use warden_engine::sensitive::JournalRedaction;
+use super::{ApiError, ApiPath, ApiQuery, ApiState, ErrorCode};
+use warden_service::tasks::JournalPageQuery;
 use warden_service::time::rfc3339;
 
 /// Records a page holds unless `limit` says otherwise.
 const DEFAULT_PAGE: u32 = 50;
 /// The most records a page holds (raw model responses can be large).
 const MAX_PAGE: u32 = 200;
-/// Records read at a time while learning what a run did before a page.
-const LEARN_BATCH: u32 = 64;
 
 pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
     OpenApiRouter::new().routes(routes!(task_journal))
@@ -99,43 +86,41 @@ struct JournalQuery {
     limit: u32,
 }
 
-fn parse_query(query: Option<&str>) -> Result<JournalQuery, ApiError> {
+/// The journal route's query parameters as sent (see [`super::ApiQuery`]).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JournalParams {
+    run: Option<String>,
+    cursor: Option<String>,
+    limit: Option<String>,
+}
+
+fn journal_query(params: JournalParams) -> Result<JournalQuery, ApiError> {
     let bad = |message: String| ApiError::new(ErrorCode::BadRequest, message);
     let mut parsed = JournalQuery {
         run: None,
         after: None,
         limit: DEFAULT_PAGE,
     };
-    for pair in query
-        .unwrap_or_default()
-        .split('&')
-        .filter(|p| !p.is_empty())
-    {
-        match pair.split_once('=').unwrap_or((pair, "")) {
-            ("run", value) => {
-                parsed.run = Some(
-                    value
-                        .parse::<u32>()
-                        .ok()
-                        .filter(|n| *n >= 1)
-                        .ok_or_else(|| bad(format!("run must be a run number, got {value:?}")))?,
-                );
-            }
-            ("cursor", "") => {}
-            ("cursor", value) => {
-                parsed.after = Some(
-                    parse_cursor(value).ok_or_else(|| bad(format!("invalid cursor {value:?}")))?,
-                );
-            }
-            ("limit", value) => {
-                parsed.limit = value
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=MAX_PAGE).contains(n))
-                    .ok_or_else(|| bad(format!("limit must be 1-{MAX_PAGE}, got {value:?}")))?;
-            }
-            (other, _) => return Err(bad(format!("unknown query parameter {other:?}"))),
-        }
+    if let Some(value) = params.run {
+        parsed.run = Some(
+            value
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n >= 1)
+                .ok_or_else(|| bad(format!("run must be a run number, got {value:?}")))?,
+        );
+    }
+    if let Some(value) = params.cursor.filter(|c| !c.is_empty()) {
+        parsed.after =
+            Some(parse_cursor(&value).ok_or_else(|| bad(format!("invalid cursor {value:?}")))?);
+    }
+    if let Some(value) = params.limit {
+        parsed.limit = value
+            .parse()
+            .ok()
+            .filter(|n| (1..=MAX_PAGE).contains(n))
+            .ok_or_else(|| bad(format!("limit must be 1-{MAX_PAGE}, got {value:?}")))?;
     }
     Ok(parsed)
 }
@@ -149,10 +134,6 @@ fn parse_cursor(text: &str) -> Option<(u32, u64)> {
     }
     let run = run.parse::<u32>().ok().filter(|n| *n >= 1)?;
     Some((run, seq.parse().ok()?))
-}
-
-fn cursor_of(record: &JournalRecordView) -> String {
-    format!("{}.{}", record.run, record.seq)
 }
 
 /// A page of the journal of every run of a task (or of one, with `run`).
@@ -177,53 +158,24 @@ async fn task_journal(
     State(state): State<Arc<ApiState>>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
-    uri: Uri,
+    ApiQuery(params): ApiQuery<JournalParams>,
 ) -> Result<Json<JournalPage>, ApiError> {
-    let query = parse_query(uri.query())?;
-    let task = state.tasks.task(&caller, &id).await?;
-    let store = state.store.as_ref();
-    let runs: Vec<_> = store
-        .list_runs(&task.id)
-        .await?
-        .into_iter()
-        .filter(|run| query.run.is_none_or(|n| n == run.number))
-        .collect();
-    let limit = query.limit as usize;
-    let mut data: Vec<JournalRecordView> = Vec::new();
-    let mut next_cursor = None;
-    for run in &runs {
-        let from = match query.after {
-            Some((after_run, _)) if run.number < after_run => continue,
-            Some((after_run, after_seq)) if run.number == after_run => {
-                match after_seq.checked_add(1) {
-                    Some(from) => from,
-                    None => continue,
-                }
-            }
-            _ => 0,
-        };
-        let reference = RunRef {
-            task: task.id.clone(),
-            number: run.number,
-        };
-        if data.len() == limit {
-            // The page is full: it is the last only if nothing follows.
-            if !store.journal_page(&reference, from, 1).await?.is_empty() {
-                next_cursor = data.last().map(cursor_of);
-                break;
-            }
-            continue;
-        }
-        let room = limit - data.len();
-        let (records, more) = read_records(store, &reference, from, room).await?;
-        data.extend(records);
-        if more {
-            next_cursor = data.last().map(cursor_of);
-            break;
-        }
-    }
+    let query = journal_query(params)?;
+    let page = state
+        .tasks
+        .journal_page(
+            &caller,
+            &id,
+            JournalPageQuery {
+                run: query.run,
+                after: query.after,
+                limit: query.limit,
+            },
+        )
+        .await?;
     Ok(Json(JournalPage {
-        runs: runs
+        runs: page
+            .runs
             .into_iter()
             .map(|run| RunView {
                 number: run.number,
@@ -233,85 +185,31 @@ async fn task_journal(
                 outcome: run.outcome,
             })
             .collect(),
-        data,
-        next_cursor,
+        data: page
+            .records
+            .into_iter()
+            .map(|record| JournalRecordView {
+                run: record.run,
+                seq: record.entry.seq,
+                kind: record.entry.kind,
+                at: rfc3339(i64::try_from(record.entry.at_ms).unwrap_or(i64::MAX)),
+                hash: record.entry.hash,
+                prev_hash: record.entry.prev_hash,
+                payload: record.entry.payload,
+                chain_ok: record.chain_ok,
+            })
+            .collect(),
+        next_cursor: page.next_cursor.map(|(run, seq)| format!("{run}.{seq}")),
     }))
-}
-
-/// Up to `room` records of `run` from sequence `from` on, verified and redacted for display,
-/// and whether the run has more.
-async fn read_records(
-    store: &dyn Store,
-    run: &RunRef,
-    from: u64,
-    room: usize,
-) -> Result<(Vec<JournalRecordView>, bool), StoreError> {
-    // The record before `from` too (to check the first link), and one past the page (to know
-    // whether the run goes on).
-    let before_from = from.checked_sub(1);
-    let wanted = u32::try_from(room + 1 + usize::from(before_from.is_some())).unwrap_or(u32::MAX);
-    let mut entries = store
-        .journal_page(run, before_from.unwrap_or(0), wanted)
-        .await?;
-    // `(seq, hash)` of the record before the next one.
-    let mut before: Option<(u64, String)> = None;
-    if before_from.is_some() && entries.first().map(|e| e.seq) == before_from {
-        let first = entries.remove(0);
-        before = Some((first.seq, first.hash));
-    }
-    let more = entries.len() > room;
-    entries.truncate(room);
-
-    let mut redaction = JournalRedaction::default();
-    if let Some(first) = entries.first() {
-        learn_before(store, run, first.seq, &mut redaction).await?;
-    }
-    let mut records = Vec::with_capacity(entries.len());
-    for mut entry in entries {
-        let chain_ok = warden_store::journal::continues(
-            before.as_ref().map(|(seq, hash)| (*seq, hash.as_str())),
-            &entry,
-        );
-        before = Some((entry.seq, entry.hash.clone()));
-        redaction.redact(&entry.kind, &mut entry.payload);
-        records.push(JournalRecordView {
-            run: run.number,
-            seq: entry.seq,
-            kind: entry.kind,
-            at: rfc3339(i64::try_from(entry.at_ms).unwrap_or(i64::MAX)),
-            hash: entry.hash,
-            prev_hash: entry.prev_hash,
-            payload: entry.payload,
-            chain_ok,
-        });
-    }
-    Ok((records, more))
-}
-
-/// Feeds `redaction` the run's records before sequence `until`, a batch at a time.
-async fn learn_before(
-    store: &dyn Store,
-    run: &RunRef,
-    until: u64,
-    redaction: &mut JournalRedaction,
-) -> Result<(), StoreError> {
-    let mut from = 0;
-    while from < until {
-        let batch = store.journal_page(run, from, LEARN_BATCH).await?;
-        let Some(last) = batch.last().map(|e| e.seq) else {
-            break;
-        };
-        for entry in batch.iter().take_while(|e| e.seq < until) {
-            redaction.learn(&entry.kind, &entry.payload);
-        }
-        from = last + 1;
-    }
-    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse_query(query: Option<&str>) -> Result<JournalQuery, ApiError> {
+        journal_query(crate::routes::decode_query(query)?)
+    }
 
     #[test]
     fn journal_queries() {
@@ -349,8 +247,18 @@ mod tests {
             "cursor=1.+3",
             "cursor=1.99999999999999999999",
             "page=2",
+            "run=1&run=2",
         ] {
             assert!(parse_query(Some(bad)).is_err(), "{bad}");
         }
+        // Percent-encoded like any query string (a client encoding the `.` is not wrong).
+        assert_eq!(
+            parse_query(Some("cursor=2%2E17&limit=%35")).unwrap(),
+            JournalQuery {
+                run: None,
+                after: Some((2, 17)),
+                limit: 5
+            }
+        );
     }
 }

@@ -321,6 +321,26 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for ApiJson<T> {
     }
 }
 
+/// A route's query string, percent-decoded and deserialized by `serde_urlencoded` into `T` (a
+/// struct of the parameters as strings, `deny_unknown_fields`, which the route then validates):
+/// a malformed query, an unknown or repeated parameter is a JSON 400 `bad_request`, the format
+/// of every other error, never axum's plain-text rejection. The one way a route reads its query.
+pub struct ApiQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for ApiQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        decode_query(parts.uri.query()).map(ApiQuery)
+    }
+}
+
+/// [`ApiQuery`]'s decoding of a raw query string (`None`: no `?`).
+pub(crate) fn decode_query<T: DeserializeOwned>(query: Option<&str>) -> Result<T, ApiError> {
+    serde_urlencoded::from_str(query.unwrap_or_default())
+        .map_err(|e| ApiError::new(ErrorCode::BadRequest, format!("invalid query: {e}")))
+}
+
 /// A route's one path parameter (`/v1/tasks/{id}`): one that cannot be read (not UTF-8 once
 /// percent-decoded) or holds a NUL (no id does, and Postgres refuses it in a query) names
 /// nothing, so it is a JSON 404 `not_found` like any other unknown id, not axum's plain-text
@@ -692,6 +712,8 @@ mod tests {
             ("/v1/tasks", "post"),
             ("/v1/tasks/{id}", "get"),
             ("/v1/tasks/{id}/events", "get"),
+            ("/v1/tasks/{id}/diff", "get"),
+            ("/v1/tasks/{id}/proposal", "get"),
             ("/v1/events", "get"),
             ("/metrics", "get"),
             ("/webhooks/slack", "post"),

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
@@ -19,7 +19,7 @@ use super::schema::{
     CommandLine, ErrorBody, NonBlankText, RepoRef, SubmitKindName, TaskPage, TaskStatusName,
     TaskView,
 };
-use super::{ApiError, ApiJson, ApiPath, ApiState, ErrorCode};
+use super::{ApiError, ApiJson, ApiPath, ApiQuery, ApiState, ErrorCode};
 use warden_service::task_view::task_json;
 use warden_service::tasks::{Idempotency, Submission, TaskListing, MAX_PAGE};
 
@@ -199,42 +199,40 @@ struct ListQuery {
     status: Option<TaskStatus>,
 }
 
-fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiError> {
+/// The list route's query parameters as sent (see [`super::ApiQuery`]).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListParams {
+    cursor: Option<String>,
+    limit: Option<String>,
+    status: Option<String>,
+}
+
+fn list_query(params: ListParams) -> Result<ListQuery, ApiError> {
     let bad = |message: String| ApiError::new(ErrorCode::BadRequest, message);
     let mut parsed = ListQuery {
         limit: DEFAULT_PAGE,
         ..ListQuery::default()
     };
-    for pair in query
-        .unwrap_or_default()
-        .split('&')
-        .filter(|p| !p.is_empty())
-    {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        match key {
-            "cursor" if !value.is_empty() => {
-                parsed.cursor = Some(
-                    value
-                        .parse()
-                        .map_err(|_| bad(format!("invalid cursor {value:?}")))?,
-                );
-            }
-            "cursor" => {}
-            "limit" => {
-                parsed.limit = value
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=MAX_PAGE).contains(n))
-                    .ok_or_else(|| bad(format!("limit must be 1-{MAX_PAGE}, got {value:?}")))?;
-            }
-            "status" => {
-                parsed.status = Some(
-                    serde_json::from_value(Value::String(value.to_string()))
-                        .map_err(|_| bad(format!("unknown status {value:?}")))?,
-                );
-            }
-            other => return Err(bad(format!("unknown query parameter {other:?}"))),
-        }
+    if let Some(value) = params.cursor.filter(|c| !c.is_empty()) {
+        parsed.cursor = Some(
+            value
+                .parse()
+                .map_err(|_| bad(format!("invalid cursor {value:?}")))?,
+        );
+    }
+    if let Some(value) = params.limit {
+        parsed.limit = value
+            .parse()
+            .ok()
+            .filter(|n| (1..=MAX_PAGE).contains(n))
+            .ok_or_else(|| bad(format!("limit must be 1-{MAX_PAGE}, got {value:?}")))?;
+    }
+    if let Some(value) = params.status {
+        parsed.status = Some(
+            serde_json::from_value(Value::String(value.clone()))
+                .map_err(|_| bad(format!("unknown status {value:?}")))?,
+        );
     }
     Ok(parsed)
 }
@@ -255,9 +253,9 @@ fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiError> {
 async fn list_tasks(
     State(state): State<Arc<ApiState>>,
     caller: Caller,
-    uri: Uri,
+    ApiQuery(params): ApiQuery<ListParams>,
 ) -> Result<Json<Value>, ApiError> {
-    let query = parse_list_query(uri.query())?;
+    let query = list_query(params)?;
     let page = state
         .tasks
         .list(
@@ -278,6 +276,10 @@ async fn list_tasks(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse_list_query(query: Option<&str>) -> Result<ListQuery, ApiError> {
+        list_query(crate::routes::decode_query(query)?)
+    }
 
     #[test]
     fn list_queries() {

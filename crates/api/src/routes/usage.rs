@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::Uri;
 use axum::Json;
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -14,7 +13,7 @@ use warden_store::{Spend, UtcDay};
 
 use super::auth::Caller;
 use super::schema::ErrorBody;
-use super::{ApiError, ApiState, ErrorCode};
+use super::{ApiError, ApiQuery, ApiState, ErrorCode};
 
 pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
     OpenApiRouter::new().routes(routes!(usage))
@@ -88,27 +87,23 @@ fn parse_day(text: &str) -> Option<UtcDay> {
     UtcDay::from_ymd(year.parse().ok()?, month.parse().ok()?, day.parse().ok()?)
 }
 
-fn parse_since(query: Option<&str>) -> Result<Option<UtcDay>, ApiError> {
-    let bad = |message: String| ApiError::new(ErrorCode::BadRequest, message);
-    let mut since = None;
-    for pair in query
-        .unwrap_or_default()
-        .split('&')
-        .filter(|p| !p.is_empty())
-    {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        match key {
-            "since" => {
-                since = Some(parse_day(value).ok_or_else(|| {
-                    bad(format!(
-                        "since must be a date like 2026-12-01, got {value:?}"
-                    ))
-                })?);
-            }
-            other => return Err(bad(format!("unknown query parameter {other:?}"))),
-        }
+/// The usage route's query parameters as sent (see [`super::ApiQuery`]).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UsageParams {
+    since: Option<String>,
+}
+
+fn parse_since(params: UsageParams) -> Result<Option<UtcDay>, ApiError> {
+    match params.since {
+        None => Ok(None),
+        Some(value) => parse_day(&value).map(Some).ok_or_else(|| {
+            ApiError::new(
+                ErrorCode::BadRequest,
+                format!("since must be a date like 2026-12-01, got {value:?}"),
+            )
+        }),
     }
-    Ok(since)
 }
 
 /// Spend per UTC day, per task and per model.
@@ -123,9 +118,9 @@ fn parse_since(query: Option<&str>) -> Result<Option<UtcDay>, ApiError> {
 async fn usage(
     State(state): State<Arc<ApiState>>,
     caller: Caller,
-    uri: Uri,
+    ApiQuery(params): ApiQuery<UsageParams>,
 ) -> Result<Json<UsageView>, ApiError> {
-    let since = parse_since(uri.query())?;
+    let since = parse_since(params)?;
     let summary = state
         .tasks
         .usage(&caller, since.map(UtcDay::start_ms))
@@ -161,6 +156,10 @@ async fn usage(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse_since(query: Option<&str>) -> Result<Option<UtcDay>, ApiError> {
+        super::parse_since(crate::routes::decode_query(query)?)
+    }
 
     #[test]
     fn since_queries() {

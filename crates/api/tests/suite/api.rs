@@ -582,10 +582,58 @@ async fn task_lists_page_with_a_cursor() {
         "cursor=abc",
         "status=paused",
         "colour=red",
+        "limit=1&limit=2",
+        "status=queued%",
     ] {
         let reply = api.get(&format!("/v1/tasks?{bad}"), ALICE).await;
         check_error(&reply, StatusCode::BAD_REQUEST, "bad_request");
     }
+}
+
+/// Regression: five routes split their query strings by hand without percent-decoding, so a
+/// client that encodes a value (`limit=%32`, `status=waiting%5Finput`, `since=2026%2D12%2D01`)
+/// was refused. Every query now goes through one `serde_urlencoded` extractor.
+#[tokio::test]
+async fn query_strings_are_percent_decoded_on_every_route() {
+    let api = Api::new().await;
+    api.register().await;
+    let task = api.submit(ALICE, "q").await["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for path in [
+        "/v1/tasks?limit=%31&status=%71ueued".to_string(),
+        "/v1/tasks?status=waiting%5Finput".to_string(),
+        "/v1/approvals?status=%61ll&limit=%32".to_string(),
+        format!("/v1/tasks/{task}/journal?limit=%35&cursor="),
+        "/v1/usage?since=2026%2D12%2D01".to_string(),
+    ] {
+        let reply = api.get(&path, ALICE).await;
+        assert_eq!(reply.status, StatusCode::OK, "{path}: {}", reply.body);
+    }
+    let listed = api.get("/v1/tasks?limit=%31&status=%71ueued", ALICE).await;
+    assert_eq!(listed.body["data"].as_array().unwrap().len(), 1);
+    // Errors keep the API's format, naming what was wrong.
+    let reply = api.get("/v1/usage?since=2026%2D13%2D01", ALICE).await;
+    check_error(&reply, StatusCode::BAD_REQUEST, "bad_request");
+    assert!(
+        reply.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("\"2026-13-01\""),
+        "{}",
+        reply.body
+    );
+    let reply = api.get("/v1/approvals?colour=red", ALICE).await;
+    check_error(&reply, StatusCode::BAD_REQUEST, "bad_request");
+    assert!(
+        reply.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("colour"),
+        "{}",
+        reply.body
+    );
 }
 
 #[tokio::test]

@@ -814,6 +814,64 @@ async fn an_observation_of_a_sensitive_file_is_hidden_on_a_later_page_too() {
     }
 }
 
+/// The workers' writer records with each observation what showing it needs (`values` for a
+/// call on `.env`, `nothing` for one on README.md), so a page is redacted from its own records:
+/// the observation is hidden on a page that does not hold the decision that made the call.
+#[tokio::test]
+async fn a_page_is_redacted_from_what_the_writer_recorded_with_each_record() {
+    use warden_runtime::{Journal, RecordKind};
+    let api = Api::new().await;
+    let id = api.submit(ALICE, "what is in .env?").await;
+    let claim = api.claim(&id).await;
+    let inner = RunJournal::open(Arc::clone(&api.store), claim.run())
+        .await
+        .unwrap();
+    let mut journal = warden_service::journal::StoreJournal::new(
+        inner,
+        warden_engine::redact::Redactor::new(Vec::<String>::new()),
+    );
+    journal
+        .append(
+            1,
+            RecordKind::ModelDecision,
+            json!({"tool_calls": [
+                {"id": "c1", "name": "read_file", "arguments": "{\"path\":\".env\"}"},
+                {"id": "c2", "name": "read_file", "arguments": "{\"path\":\"README.md\"}"}]}),
+        )
+        .await
+        .unwrap();
+    for call in ["c1", "c2"] {
+        journal
+            .append(
+                2,
+                RecordKind::ToolObservation,
+                json!({"call_id": call, "tool": "read_file",
+                       "output": {"ok": "     1\tDB_PASSWORD=hunter2\n"}}),
+            )
+            .await
+            .unwrap();
+    }
+    let stored = api.store.journal(&claim.run()).await.unwrap();
+    let displays: Vec<_> = stored.iter().map(|e| e.display.as_deref()).collect();
+    assert_eq!(displays, [None, Some("values"), Some("nothing")]);
+    // Page 2 alone (the decision is on page 1): the first observation is hidden.
+    let reply = api
+        .get(&format!("/v1/tasks/{id}/journal?limit=1&cursor=1.0"), ALICE)
+        .await;
+    let shown = reply.body["data"].to_string();
+    assert!(!shown.contains("hunter2"), "{shown}");
+    assert!(shown.contains("DB_PASSWORD=[redacted]"), "{shown}");
+    // README.md is not sensitive: shown as written.
+    let reply = api
+        .get(&format!("/v1/tasks/{id}/journal?limit=1&cursor=1.1"), ALICE)
+        .await;
+    assert!(
+        reply.body["data"].to_string().contains("hunter2"),
+        "{}",
+        reply.body
+    );
+}
+
 #[tokio::test]
 async fn usage_is_summed_per_day_task_and_model_for_the_callers_tasks() {
     let api = Api::new().await;

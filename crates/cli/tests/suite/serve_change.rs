@@ -104,6 +104,105 @@ fn serve_runs_a_change_to_a_checked_proposal_and_shows_its_diff() {
     server.terminate();
 }
 
+/// Regression: `warden apply` with `WARDEN_SERVER` set told the user to set `WARDEN_SERVER`.
+/// It now fetches the proposal as a bundle (`GET /v1/tasks/{id}/proposal`) into the user's
+/// clone as a branch, exactly as in-process: work tree, index and `HEAD` untouched, an existing
+/// branch never moved, and a clone without the base commit told to fetch it.
+#[test]
+fn warden_apply_against_a_server_fetches_the_proposal_into_a_clone() {
+    let repo = change_repo();
+    let base = repo.git(&["rev-parse", "HEAD"]);
+    let model = ScriptedModelServer::start_blocking(vec![
+        uppercase_beta(),
+        call("submit_change", json!({"summary": "Make beta uppercase"})),
+    ]);
+    let warden = Warden::openai(&model.url());
+    let (server, id) = serve_with_task(
+        &warden,
+        &repo,
+        &json!({"kind": "change", "repo": "app", "prompt": "make beta uppercase"}),
+    );
+    let task = server.wait_until(ALICE, &id, settled);
+    assert_eq!(task["status"], "completed", "{task}\n{}", server.stderr());
+    let commit = task["result"]["proposal"]["commit"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    // The user's own clone, elsewhere: it has the base commit, not the proposal.
+    let user = tempfile::tempdir().unwrap();
+    let clone = user.path().join("app");
+    repo.git(&[
+        "clone",
+        "-q",
+        repo.path().to_str().unwrap(),
+        clone.to_str().unwrap(),
+    ]);
+    let in_clone = |args: &[&str]| {
+        let mut full = vec!["-C", clone.to_str().unwrap()];
+        full.extend_from_slice(args);
+        repo.git(&full)
+    };
+    let head_before = in_clone(&["rev-parse", "HEAD"]);
+    let client = server.client(ALICE);
+    let applied = client.run(&["apply", &id, "--repo", clone.to_str().unwrap()]);
+    server.expect(&applied, 0);
+    let branch = format!("warden/{id}");
+    assert_eq!(in_clone(&["rev-parse", &branch]), commit);
+    assert_eq!(in_clone(&["rev-parse", "HEAD"]), head_before);
+    assert_eq!(in_clone(&["status", "--porcelain"]), "");
+    assert_eq!(
+        in_clone(&["show", &format!("{branch}:src/lib.txt")]),
+        "alpha\nBETA\ngamma"
+    );
+    assert!(
+        applied
+            .stdout
+            .contains(&format!("created branch {branch} at {commit}")),
+        "{}",
+        applied.stdout
+    );
+    // Again: already there. Another existing branch is refused (exit 2) and left where it was.
+    server.expect(
+        &client.run(&["apply", &id, "--repo", clone.to_str().unwrap()]),
+        0,
+    );
+    in_clone(&["branch", "taken", &base]);
+    let refused = client.run(&[
+        "apply",
+        &id,
+        "--repo",
+        clone.to_str().unwrap(),
+        "--branch",
+        "taken",
+    ]);
+    server.expect(&refused, 2);
+    assert_eq!(in_clone(&["rev-parse", "taken"]), base);
+
+    // A repository without the base commit is told to fetch it; nothing is written.
+    let empty = user.path().join("empty");
+    repo.git(&["init", "-q", empty.to_str().unwrap()]);
+    let lacking = client.run(&["apply", &id, "--repo", empty.to_str().unwrap()]);
+    server.expect(&lacking, 2);
+    assert!(
+        lacking
+            .stderr
+            .contains(&format!("does not hold the proposal's base commit {base}")),
+        "{}",
+        lacking.stderr
+    );
+
+    // Like every task route, it needs a valid token.
+    let (status, _) = server.request(
+        "GET",
+        &format!("/v1/tasks/{id}/proposal"),
+        Some("nobody"),
+        None,
+    );
+    assert_eq!(status, 401);
+    server.terminate();
+}
+
 #[test]
 fn a_change_touching_env_waits_for_a_publish_sensitive_approval_and_its_diff_is_redacted() {
     let repo = change_repo();
@@ -196,6 +295,38 @@ fn a_change_touching_env_waits_for_a_publish_sensitive_approval_and_its_diff_is_
     let as_json = client.run(&["diff", &id, "--json"]);
     server.expect(&as_json, 0);
     assert_eq!(as_json.json()["diff"], diff["diff"]);
+    // Raw objects cannot be redacted: the proposal is not served as a bundle.
+    let (status, body) = server.request(
+        "GET",
+        &format!("/v1/tasks/{id}/proposal"),
+        Some(ALICE),
+        None,
+    );
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.to_string().contains("sensitive files (.env)"),
+        "{body}"
+    );
+    let clone = tempfile::tempdir().unwrap();
+    repo.git(&[
+        "clone",
+        "-q",
+        repo.path().to_str().unwrap(),
+        clone.path().join("app").to_str().unwrap(),
+    ]);
+    let refused = client.run(&[
+        "apply",
+        &id,
+        "--repo",
+        clone.path().join("app").to_str().unwrap(),
+    ]);
+    assert_ne!(refused.code, 0, "{}", refused.stdout);
+    assert!(
+        refused.stderr.contains("sensitive files"),
+        "{}",
+        refused.stderr
+    );
+    assert!(!refused.stderr.contains(MODEL_KEY), "{}", refused.stderr);
     server.terminate();
 
     // The store holds the approval, bound to the proposal hash, pending.

@@ -106,3 +106,34 @@ pub fn is_root() -> bool {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata("/proc/self").unwrap().uid() == 0
 }
+
+/// Runs the test named `exact` of this binary again as uid/gid 65534 (`setpriv`, so the caller
+/// must be root) and fails unless it ran and passed there. Its temporary files are its own (it
+/// creates them under the world-writable temporary directory as that user).
+pub fn rerun_as_nobody(exact: &str) {
+    let exe = std::env::current_exe().unwrap();
+    // The tests re-execute their own binary; this is not product code.
+    #[allow(clippy::disallowed_methods)]
+    let output = std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(&exe)
+        .args([exact, "--exact", "--nocapture", "--test-threads=1"])
+        // Somewhere uid 65534 may be (the crate directory may not be readable to it).
+        .current_dir("/")
+        .env("RUST_BACKTRACE", "1")
+        .output()
+        .expect("setpriv runs (util-linux)");
+    let log = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success(),
+        "{exact} as uid 65534 failed:\n{log}"
+    );
+    assert!(
+        log.contains("test result: ok. 1 passed"),
+        "{exact} did not run as uid 65534:\n{log}"
+    );
+}

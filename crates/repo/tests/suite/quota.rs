@@ -424,3 +424,67 @@ fn prune_snapshots_keeps_the_newest_and_what_is_held() {
     assert!(dir.join(&commits[2]).is_dir());
     assert!(dir.join(&pinned.commit).is_dir());
 }
+
+/// Regression: a `PATH@worktree` commit exists only in Warden's mirror, so evicting the mirror
+/// of a task that is not finished (a queued retry, a follow-up) lost it for good. What
+/// [`RepoStore::set_retained`] names stays — in `gc` and in the eviction before a snapshot is
+/// written, through any clone of the store — and goes once released.
+#[test]
+fn gc_keeps_what_unfinished_tasks_need_even_a_work_tree_commit() {
+    let c = cache();
+    let path = c.repo_a.path().display().to_string();
+    c.repo_a.write("uncommitted.txt", "only in the work tree\n");
+    let worktree = spec(&format!("{path}@worktree"));
+    let pinned = c.store.pin(&worktree).unwrap();
+    c.store.snapshot(&pinned).unwrap();
+    // The work tree moves on: the snapshot commit can no longer be made again from it.
+    std::fs::remove_file(c.repo_a.path().join("uncommitted.txt")).unwrap();
+    let again = || c.store.pin(&spec(&format!("{path}@{}", pinned.commit)));
+
+    let mut retained = warden_repo::Retained::default();
+    c.store
+        .retain(&worktree, Some(&pinned.commit), &mut retained);
+    c.store.set_retained(retained);
+    let report = c.store.gc(&everything(), false).unwrap();
+    let kept: Vec<_> = report
+        .kept
+        .iter()
+        .filter(|e| e.kept == Some("needed_by_task"))
+        .map(|e| (e.kind, e.path.clone()))
+        .collect();
+    let snapshot_root = c.store.snapshot(&pinned).unwrap().root;
+    assert!(
+        kept.contains(&(GcKind::Mirror, pinned.mirror.clone())),
+        "{report:?}"
+    );
+    assert!(
+        kept.contains(&(GcKind::Snapshot, snapshot_root)),
+        "{report:?}"
+    );
+    assert!(pinned.mirror.join("HEAD").is_file());
+    assert_eq!(again().unwrap().commit, pinned.commit);
+
+    // The eviction a new snapshot triggers, in a clone configured with a budget, keeps it too.
+    let budgeted = c.store.clone().with_cache_policy(everything());
+    let other = TempRepo::new();
+    other.write("c.txt", "c\n");
+    other.commit("c");
+    // Held as a task holds what it runs on, or the eviction would take it mid-snapshot.
+    let other_spec = spec(&other.path().display().to_string());
+    let mut held = budgeted.hold_mirror(&other_spec).unwrap();
+    let pinned_other = budgeted.pin(&other_spec).unwrap();
+    budgeted.hold_snapshot(&pinned_other, &mut held).unwrap();
+    budgeted.snapshot(&pinned_other).unwrap();
+    drop(held);
+    assert_eq!(again().unwrap().commit, pinned.commit);
+
+    // Released (the task finished): the mirror goes, and with it the only copy of the commit.
+    c.store.set_retained(warden_repo::Retained::default());
+    let report = c.store.gc(&everything(), false).unwrap();
+    assert!(report.kept.is_empty(), "{report:?}");
+    assert!(!pinned.mirror.exists());
+    assert!(
+        again().is_err(),
+        "the work tree commit came back from nowhere"
+    );
+}

@@ -4,8 +4,8 @@
 //! delegated cgroups).
 
 use super::support::{
-    bash, config, euid, expect_success, mode, reexec, text, Fixture, CANARY_KEY, DELEGATED,
-    MODE_VAR, UNDELEGATED,
+    bash, config, euid, expect_success, mode, reexec, root_for, text, Fixture, CANARY_KEY,
+    DELEGATED, MODE_VAR, UNDELEGATED,
 };
 use std::path::PathBuf;
 use std::time::Duration;
@@ -274,11 +274,8 @@ fn run_as_nobody(mode_value: &str, wrapper: &[String]) {
 /// disabled explicitly (rlimits remain), and the default configuration fails closed.
 #[test]
 fn as_nobody_without_cgroup_delegation() {
-    if euid() != 0 || mode().is_some() {
-        eprintln!(
-            "skipped: needs root to switch to uid 65534 (this run is uid {})",
-            euid()
-        );
+    // The uid-65534 child runs the suite without it (mode set).
+    if mode().is_some() || !root_for("switch to uid 65534") {
         return;
     }
     run_as_nobody(UNDELEGATED, &[]);
@@ -287,11 +284,7 @@ fn as_nobody_without_cgroup_delegation() {
 /// The whole linux suite as uid 65534 inside cgroups delegated to it: every layer on.
 #[test]
 fn as_nobody_with_delegated_cgroups() {
-    if euid() != 0 || mode().is_some() {
-        eprintln!(
-            "skipped: needs root to delegate cgroups and switch to uid 65534 (uid {})",
-            euid()
-        );
+    if mode().is_some() || !root_for("delegate cgroups and switch to uid 65534") {
         return;
     }
     let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
@@ -557,8 +550,7 @@ fn root_never_canonicalizes_to_another_directory() {
 /// before deleting it, so a later run's clean-up leaves nothing mounted behind.
 #[test]
 fn removing_a_scratch_directory_detaches_the_mounts_left_in_it() {
-    if euid() != 0 || mode().is_some() {
-        eprintln!("skipped: needs root to mount (uid {})", euid());
+    if mode().is_some() || !root_for("mount") {
         return;
     }
     let base = tempfile::tempdir().unwrap();

@@ -36,6 +36,26 @@ pub fn config() -> SandboxConfig {
     config
 }
 
+/// Whether this run is root, as a test that needs root to `what` asks: when not, it says it
+/// skips — or fails when `WARDEN_TEST_REQUIRE` lists `root` (CI does, so a CI that stopped
+/// running as root shows instead of quietly skipping these tests).
+pub fn root_for(what: &str) -> bool {
+    if euid() == 0 {
+        return true;
+    }
+    let required = std::env::var("WARDEN_TEST_REQUIRE")
+        .unwrap_or_default()
+        .split(',')
+        .any(|name| name.trim() == "root");
+    assert!(
+        !required,
+        "WARDEN_TEST_REQUIRE lists root, but this run is uid {}: cannot {what}",
+        euid()
+    );
+    eprintln!("skipped: needs root to {what} (uid {})", euid());
+    false
+}
+
 /// Whether `WARDEN_SANDBOX_TEST_REQUIRE` lists `backend`: then nothing of it may skip.
 pub fn required(backend: Backend) -> bool {
     std::env::var(REQUIRE_VAR)

@@ -20,6 +20,7 @@
 
 mod approvals;
 mod control;
+mod journal_page;
 mod observe;
 mod repos;
 mod submit;
@@ -28,6 +29,7 @@ mod usage;
 pub use approvals::{ApprovalList, ApprovalListing, PUBLISH_KINDS};
 pub use control::follow_up_basis;
 pub use control::MAX_MESSAGE_BYTES;
+pub use journal_page::{journal_page, JournalPage, JournalPageQuery, JournalPageRecord};
 pub use observe::{
     CitedLines, ProposalDiff, TaskList, TaskListing, MAX_CITED, MAX_CITED_LINES, MAX_PAGE,
 };

@@ -123,6 +123,38 @@ impl TaskService {
     }
 }
 
+impl TaskService {
+    /// Change task `id`'s proposal as a git bundle (only what the proposal added; see
+    /// [`warden_engine::diff::proposal_bundle`]), if `principal` sees the task: what
+    /// `warden apply` against a server fetches. A proposal holding anything Warden redacts is
+    /// refused ([`ServiceError::Forbidden`]), saying why.
+    pub async fn proposal_bundle(
+        &self,
+        principal: &Principal,
+        id: &str,
+    ) -> Result<(warden_protocol::Proposal, Vec<u8>), ServiceError> {
+        let task = self.task(principal, id).await?;
+        let repos = self.repos.as_ref().ok_or_else(|| {
+            ServiceError::NotFound(format!(
+                "the proposal of task {id} is no longer in Warden's mirror"
+            ))
+        })?;
+        let (proposal, bundle) =
+            crate::diff::task_bundle(self.store.as_ref(), repos, &self.redactor, &task)
+                .await
+                .map_err(|error| match error {
+                    crate::diff::TaskDiffError::Missing(message) => ServiceError::NotFound(message),
+                    crate::diff::TaskDiffError::Failed(message) => ServiceError::internal(message),
+                })?;
+        match bundle {
+            warden_engine::diff::ProposalBundle::Bundle(bytes) => Ok((proposal, bytes)),
+            warden_engine::diff::ProposalBundle::Withheld(why) => Err(ServiceError::Forbidden(
+                format!("the proposal of task {id} is not served as a bundle: {why}"),
+            )),
+        }
+    }
+}
+
 /// The most citations [`TaskService::cited_lines`] reads, and the most lines of each.
 pub const MAX_CITED: usize = 64;
 pub const MAX_CITED_LINES: u64 = 200;

@@ -604,10 +604,7 @@ async fn decided_publication(services: &RunServices, claim: &Claim) -> Option<En
             ))
         }
     };
-    let mut journal = StoreJournal {
-        inner: journal,
-        redactor: services.redactor.clone(),
-    };
+    let mut journal = StoreJournal::new(journal, services.redactor.clone());
     let context = publication::ServerPublish {
         store,
         repos: &services.repos,

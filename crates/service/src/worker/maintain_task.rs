@@ -139,13 +139,7 @@ pub(super) async fn run_maintain(
         }
     } else {
         match RunJournal::open(services.store.clone(), claim.run()).await {
-            Ok(journal) => (
-                StoreJournal {
-                    inner: journal,
-                    redactor: services.redactor.clone(),
-                },
-                None,
-            ),
+            Ok(journal) => (StoreJournal::new(journal, services.redactor.clone()), None),
             Err(error) => {
                 return (
                     change_failed(

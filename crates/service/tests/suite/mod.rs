@@ -1,3 +1,4 @@
 mod architecture;
 mod publication;
 mod schedule;
+mod storage;

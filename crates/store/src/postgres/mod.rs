@@ -247,6 +247,7 @@ fn read_journal(row: &Row) -> Result<JournalEntry, StoreError> {
         payload: get(row, 3)?,
         prev_hash: get(row, 4)?,
         hash: get(row, 5)?,
+        display: get(row, 6)?,
     }
     .decode()
 }
@@ -1258,8 +1259,9 @@ async fn insert_journal(
     let payload = serde_json::to_string(&entry.payload)?;
     let (seq, at_ms) = (to_i64(entry.seq)?, to_i64(entry.at_ms)?);
     Ok(c.exec(
-        "INSERT INTO journal (task_id, run_number, seq, at_ms, kind, payload, prev_hash, hash)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        "INSERT INTO journal (task_id, run_number, seq, at_ms, kind, payload, prev_hash, hash,
+                              display)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         &[
             &task.as_str(),
             &number,
@@ -1269,6 +1271,7 @@ async fn insert_journal(
             &payload,
             &entry.prev_hash,
             &entry.hash,
+            &entry.display,
         ],
     )
     .await)

@@ -2,8 +2,15 @@
 //! first takes an advisory lock, so workers starting together on many machines migrate once.
 //! Never edit a released migration: add the next one.
 
-pub(crate) const MIGRATIONS: &[(i64, &str)] =
-    &[(1, V1), (2, V2), (3, V3), (4, V4), (5, V5), (6, V6)];
+pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
+    (1, V1),
+    (2, V2),
+    (3, V3),
+    (4, V4),
+    (5, V5),
+    (6, V6),
+    (7, V7),
+];
 
 /// Key of the migration advisory lock (the second key is a hash of the schema name).
 pub(crate) const MIGRATION_LOCK: i32 = 0x5744_4d47;
@@ -254,4 +261,10 @@ CREATE TABLE chat_messages (
 CREATE INDEX chat_messages_due ON chat_messages (channel, next_attempt_at_ms, created_at_ms, id)
     WHERE state IN ('pending', 'sending') OR (state = 'sent' AND revision > delivered_revision);
 CREATE INDEX chat_messages_task ON chat_messages (task_id) WHERE task_id IS NOT NULL;
+";
+
+/// What showing a journal record needs from the run's earlier records, recorded at append (see
+/// `JournalEntry::display`); NULL for the records written before.
+const V7: &str = r"
+ALTER TABLE journal ADD COLUMN display TEXT;
 ";

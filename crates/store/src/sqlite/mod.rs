@@ -419,6 +419,7 @@ fn read_journal(row: &Row<'_>) -> rusqlite::Result<RawJournal> {
         payload: row.get(3)?,
         prev_hash: row.get(4)?,
         hash: row.get(5)?,
+        display: row.get(6)?,
     })
 }
 
@@ -559,8 +560,9 @@ fn insert_journal(
     entry: &crate::journal::JournalEntry,
 ) -> Result<(), StoreError> {
     conn.prepare_cached(
-        "INSERT INTO journal (task_id, run_number, seq, at_ms, kind, payload, prev_hash, hash)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        "INSERT INTO journal (task_id, run_number, seq, at_ms, kind, payload, prev_hash, hash,
+                              display)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )
     .db()?
     .execute(params![
@@ -572,6 +574,7 @@ fn insert_journal(
         serde_json::to_string(&entry.payload)?,
         entry.prev_hash,
         entry.hash,
+        entry.display,
     ])
     .db()?;
     Ok(())

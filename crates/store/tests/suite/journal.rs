@@ -294,7 +294,40 @@ async fn a_run_journal_is_read_a_page_at_a_time(f: &Fixture) {
     assert_eq!(page(u64::MAX, 2).await, vec![]);
 }
 
+/// What display needs is stored with the record (outside its hash) and read back by every
+/// reader; a record appended without it reads back without it.
+async fn what_display_needs_is_stored_with_a_record(f: &Fixture) {
+    let run = open_run(f).await;
+    let mut journal = RunJournal::open(f.store.clone(), run.clone())
+        .await
+        .unwrap();
+    journal.append(1, "run_started", json!({})).await.unwrap();
+    journal
+        .append_with_display(
+            2,
+            "tool_observation",
+            json!({"call_id": "c1", "output": "x"}),
+            Some("values".into()),
+        )
+        .await
+        .unwrap();
+    let stored = f.store.journal(&run).await.unwrap();
+    verify_chain(&stored).unwrap();
+    let displays: Vec<_> = stored.iter().map(|e| e.display.clone()).collect();
+    assert_eq!(displays, [None, Some("values".to_string())]);
+    let page = f.store.journal_page(&run, 1, 10).await.unwrap();
+    assert_eq!(page.len(), 1);
+    assert_eq!(page[0].display.as_deref(), Some("values"));
+    // Reopened, the chain continues over records carrying it.
+    let mut reopened = RunJournal::open(f.store.clone(), run.clone())
+        .await
+        .unwrap();
+    assert_eq!(reopened.next_seq(), 2);
+    reopened.append(3, "run_finished", json!({})).await.unwrap();
+}
+
 conformance!(
+    what_display_needs_is_stored_with_a_record,
     a_run_journal_is_read_a_page_at_a_time,
     a_run_cancelled_from_outside_ends_its_journal,
     a_writer_that_falls_behind_cannot_fork,

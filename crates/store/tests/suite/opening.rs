@@ -56,7 +56,7 @@ async fn migrations_apply_once_and_newer_schemas_are_refused(f: &Fixture) {
         .unwrap();
     assert_eq!(
         versions,
-        [1, 2, 3, 4, 5, 6]
+        [1, 2, 3, 4, 5, 6, 7]
             .map(|v| match f.backend {
                 Backend::Sqlite => format!("Integer({v})"),
                 Backend::Postgres => v.to_string(),
@@ -79,7 +79,7 @@ async fn migrations_apply_once_and_newer_schemas_are_refused(f: &Fixture) {
             refused,
             Err(StoreError::SchemaTooNew {
                 found: 99,
-                supported: 6
+                supported: 7
             })
         ),
         "{:?}",
