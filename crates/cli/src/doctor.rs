@@ -102,7 +102,18 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
             ),
         },
     });
-    checks.push(model_check(config, options.offline).await);
+    checks.push(match options.remote.server() {
+        // A client: tasks run on the server, whose model is its own business.
+        Some(server) if matches!(config.model, ModelChoice::Missing) => Check {
+            name: "model",
+            ok: true,
+            detail: format!(
+                "none configured here: tasks run on the server {server}, with its model (`warden \
+                 doctor` on the server checks it)"
+            ),
+        },
+        _ => model_check(config, options.offline).await,
+    });
     checks.push(maintain_check(config, std::time::SystemTime::now()));
     if let Some(server) = options.remote.server() {
         checks.push(server_check(server, options.remote.token.as_deref(), options.offline).await);

@@ -322,7 +322,13 @@ fn the_complete_example_loads_as_written_and_uncommented() {
         })
         .map(|line| format!("{line}\n"))
         .collect();
-    for table in ["[telegram]", "[slack]", "[github.app]", "[[mcp.servers]]", "[[schedules]]"] {
+    for table in [
+        "[telegram]",
+        "[slack]",
+        "[github.app]",
+        "[[mcp.servers]]",
+        "[[schedules]]",
+    ] {
         assert!(
             uncommented.lines().any(|line| line.starts_with(table)),
             "{table} is not in the example: {uncommented}"
@@ -354,7 +360,9 @@ fn the_complete_example_loads_as_written_and_uncommented() {
         ("as written", example),
         ("uncommented", uncommented.as_str()),
     ] {
-        let file = state.path().join(format!("{}.toml", what.replace(' ', "-")));
+        let file = state
+            .path()
+            .join(format!("{}.toml", what.replace(' ', "-")));
         std::fs::write(&file, text).unwrap();
         let config = engine::config::Config::load(Some(&file), &env)
             .unwrap_or_else(|e| panic!("the example {what} does not load: {e:#}\n{text}"));
