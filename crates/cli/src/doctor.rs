@@ -172,6 +172,16 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
         })
         .collect();
 
+    // Not failures: what works but should not be so.
+    let mut warnings = Vec::new();
+    if rustix::process::geteuid().is_root() {
+        warnings.push(
+            "running as root: the sandbox's user is then the host's root seen from outside the \
+             sandbox; run Warden as a dedicated unprivileged user (docs/operations.md), unless \
+             you use the gvisor backend, whose writable views need root"
+                .to_string(),
+        );
+    }
     if as_json {
         let list: Vec<_> = checks
             .iter()
@@ -191,7 +201,8 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
         println!(
             "{}",
             serde_json::to_string_pretty(
-                &json!({"checks": list, "sandbox_layers": layers, "sandbox_tools": tools})
+                &json!({"checks": list, "warnings": warnings, "sandbox_layers": layers,
+                    "sandbox_tools": tools})
             )?
         );
     } else {
@@ -203,6 +214,9 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
                 if check.ok { "ok  " } else { "FAIL" },
                 check.name,
             );
+        }
+        for warning in &warnings {
+            println!("WARN {warning}");
         }
     }
     if !as_json {
