@@ -102,7 +102,18 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
             ),
         },
     });
-    checks.push(model_check(config, options.offline).await);
+    checks.push(match options.remote.server() {
+        // A client: tasks run on the server, whose model is its own business.
+        Some(server) if matches!(config.model, ModelChoice::Missing) => Check {
+            name: "model",
+            ok: true,
+            detail: format!(
+                "none configured here: tasks run on the server {server}, with its model (`warden \
+                 doctor` on the server checks it)"
+            ),
+        },
+        _ => model_check(config, options.offline).await,
+    });
     checks.push(maintain_check(config, std::time::SystemTime::now()));
     if let Some(server) = options.remote.server() {
         checks.push(server_check(server, options.remote.token.as_deref(), options.offline).await);
@@ -161,6 +172,16 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
         })
         .collect();
 
+    // Not failures: what works but should not be so.
+    let mut warnings = Vec::new();
+    if rustix::process::geteuid().is_root() {
+        warnings.push(
+            "running as root: the sandbox's user is then the host's root seen from outside the \
+             sandbox; run Warden as a dedicated unprivileged user (docs/operations.md), unless \
+             you use the gvisor backend, whose writable views need root"
+                .to_string(),
+        );
+    }
     if as_json {
         let list: Vec<_> = checks
             .iter()
@@ -180,7 +201,8 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
         println!(
             "{}",
             serde_json::to_string_pretty(
-                &json!({"checks": list, "sandbox_layers": layers, "sandbox_tools": tools})
+                &json!({"checks": list, "warnings": warnings, "sandbox_layers": layers,
+                    "sandbox_tools": tools})
             )?
         );
     } else {
@@ -192,6 +214,9 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
                 if check.ok { "ok  " } else { "FAIL" },
                 check.name,
             );
+        }
+        for warning in &warnings {
+            println!("WARN {warning}");
         }
     }
     if !as_json {

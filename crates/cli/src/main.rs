@@ -4,6 +4,7 @@
 mod apply;
 mod approve;
 mod ask;
+mod backup;
 mod diff;
 mod doctor;
 mod gc;
@@ -156,6 +157,8 @@ enum Command {
     },
     /// Evict unused mirrors, snapshots and caches down to [storage] max_bytes
     Gc(gc::GcArgs),
+    /// Online copies of this WARDEN_HOME's SQLite databases (warden.db, local.db) into DIR
+    Backup(backup::BackupArgs),
     /// Serve the Model Context Protocol on stdin/stdout for other agents and editors: ask,
     /// run_change, task_status, task_result, task_diff, answer, cancel, list_repos (tasks run
     /// in-process; no tool approves)
@@ -313,6 +316,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             doctor_anyway(cli.config.as_deref(), &cli.remote, json, offline)
         }
         Command::Gc(args) => tokio_runtime()?.block_on(gc::gc(&config, args)),
+        Command::Backup(args) => backup::backup(&config, args),
         Command::Serve => tokio_runtime()?.block_on(serve::serve(config)),
         Command::Worker => tokio_runtime()?.block_on(serve::worker(config)),
         Command::Token { command } => tokio_runtime()?.block_on(token::token(&config, command)),

@@ -294,3 +294,90 @@ fn the_version_names_the_commit_it_was_built_from() {
         }
     }
 }
+
+/// configuration.md's complete example: as written, and with every commented key uncommented,
+/// Warden's loader accepts it (with the secrets its interfaces need in the environment).
+#[test]
+fn the_complete_example_loads_as_written_and_uncommented() {
+    let text = docs("configuration.md");
+    let start = text
+        .find("## A complete example")
+        .expect("the complete example");
+    let block = &text[start..];
+    let block = &block[block.find("```toml\n").expect("its toml block") + 8..];
+    let example = &block[..block.find("```").expect("the block's end")];
+    // `# key = …`, `# [table]` and `# [[table]]` lines are the commented keys.
+    let uncommented: String = example
+        .lines()
+        .map(|line| match line.strip_prefix("# ") {
+            Some(rest)
+                if rest.starts_with('[')
+                    || rest.split_once(" = ").is_some_and(|(key, _)| {
+                        key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                    }) =>
+            {
+                rest
+            }
+            _ => line,
+        })
+        .map(|line| format!("{line}\n"))
+        .collect();
+    for table in [
+        "[telegram]",
+        "[slack]",
+        "[github.app]",
+        "[[mcp.servers]]",
+        "[[schedules]]",
+    ] {
+        assert!(
+            uncommented.lines().any(|line| line.starts_with(table)),
+            "{table} is not in the example: {uncommented}"
+        );
+    }
+    let (home, state) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // What the example's toolchain and mount name, in this home.
+    for dir in [".cargo/bin", ".rustup", ".local/opt/tool"] {
+        std::fs::create_dir_all(home.path().join(dir)).unwrap();
+    }
+    std::fs::write(home.path().join(".cargo/bin/cargo"), "").unwrap();
+    let key = warden_test_support::github_fake::APP_TEST_KEY_PEM;
+    let env = MapEnv(
+        [
+            ("WARDEN_HOME", state.path().to_str().unwrap()),
+            ("HOME", home.path().to_str().unwrap()),
+            ("WARDEN_TELEGRAM_TOKEN", "123:token"),
+            ("WARDEN_SLACK_SIGNING_SECRET", "signing"),
+            ("WARDEN_SLACK_BOT_TOKEN", "xoxb-token"),
+            ("WARDEN_GITHUB_WEBHOOK_SECRET", "hook-secret"),
+            ("WARDEN_GITHUB_TOKEN", "ghp_token"),
+            ("WARDEN_GITHUB_APP_PRIVATE_KEY", key),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect(),
+    );
+    for (what, text) in [
+        ("as written", example),
+        ("uncommented", uncommented.as_str()),
+    ] {
+        let file = state
+            .path()
+            .join(format!("{}.toml", what.replace(' ', "-")));
+        std::fs::write(&file, text).unwrap();
+        let config = engine::config::Config::load(Some(&file), &env)
+            .unwrap_or_else(|e| panic!("the example {what} does not load: {e:#}\n{text}"));
+        assert!(
+            config.serve_problems().is_empty(),
+            "{what}: {:?}",
+            config.serve_problems()
+        );
+    }
+}
+
+struct MapEnv(std::collections::HashMap<String, String>);
+
+impl engine::config::Env for MapEnv {
+    fn var(&self, name: &str) -> Option<String> {
+        self.0.get(name).cloned()
+    }
+}

@@ -207,6 +207,52 @@ fn doctor_checks_the_server_it_is_pointed_at() {
     assert_eq!(checks_of(&run)["server"]["ok"], true);
 }
 
+/// doctor warns (without failing) when it runs as root, and only then.
+#[test]
+fn doctor_warns_when_run_as_root() {
+    let run = Warden::faux().run(&["doctor", "--json", "--offline"]);
+    let report: serde_json::Value = serde_json::from_str(&run.stdout).unwrap();
+    let warnings = report["warnings"].as_array().expect("a warnings list");
+    let root = rustix::process::geteuid().is_root();
+    assert_eq!(
+        warnings
+            .iter()
+            .any(|w| w.as_str().unwrap().starts_with("running as root")),
+        root,
+        "{}",
+        run.stdout
+    );
+    let text = Warden::faux().run(&["doctor", "--offline"]);
+    assert_eq!(
+        text.stdout.contains("WARN running as root"),
+        root,
+        "{}",
+        text.stdout
+    );
+}
+
+/// A client machine (`WARDEN_SERVER` set, no model of its own): tasks run on the server, so
+/// doctor does not fail "model" there; without the server, the same setup still fails it.
+#[test]
+fn doctor_on_a_client_needs_no_model_of_its_own() {
+    let warden = Warden::new()
+        .with("WARDEN_SERVER", "http://127.0.0.1:9")
+        .with("WARDEN_TOKEN", "wdn_not_checked");
+    let run = warden.run(&["doctor", "--json", "--offline"]);
+    let checks = checks_of(&run);
+    assert_eq!(checks["model"]["ok"], true, "{}", run.stdout);
+    assert!(
+        checks["model"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("tasks run on the server http://127.0.0.1:9"),
+        "{}",
+        run.stdout
+    );
+    let run = Warden::new().run(&["doctor", "--json", "--offline"]);
+    assert_eq!(checks_of(&run)["model"]["ok"], false, "{}", run.stdout);
+}
+
 #[test]
 fn a_missing_api_key_stops_the_task_before_anything_is_pinned() {
     let repo = TempRepo::new();

@@ -191,6 +191,65 @@ fn serve_refuses_with_every_missing_secret_at_once_before_listening() {
     );
 }
 
+/// Backup and restore as docs/operations.md tells it: `warden backup DIR` while `warden serve`
+/// runs and answers, the backup copied into a new home, and `warden serve` there serves the
+/// old tasks with their results; a Postgres URL is refused with the pg_dump pointer, and an
+/// existing backup is never overwritten.
+#[test]
+fn a_backup_taken_while_serving_restores_into_a_new_home_with_every_task() {
+    let repo = sample_repo();
+    let warden = Warden::faux();
+    let server = Server::start(&warden, TOKENS);
+    server.register("app", &repo);
+    let done = server.submit_question(ALICE, "app", "how does retry_with_backoff work?");
+    let done = server.wait_terminal(ALICE, &done);
+    assert_eq!(done["status"], "completed", "{done}");
+    // Taken while the server runs (and keeps being asked).
+    let later = server.submit_question(ALICE, "app", "where is the backoff capped?");
+    let backups = tempfile::tempdir().unwrap();
+    let target = backups.path().join("today");
+    let run = warden.run(&["backup", target.to_str().unwrap(), "--json"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let report: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(
+        report["backups"][0]["backup"],
+        target.join("warden.db").to_str().unwrap(),
+        "{report}"
+    );
+    server.wait_terminal(ALICE, &later);
+    let (code, _) = server.terminate();
+    assert_eq!(code, Some(0));
+    // Never over an existing backup.
+    let again = warden.run(&["backup", target.to_str().unwrap()]);
+    assert_eq!(again.code, 2, "{}", again.stderr);
+    assert!(again.stderr.contains("exists already"), "{}", again.stderr);
+    let postgres = warden
+        .command(&["backup", backups.path().join("pg").to_str().unwrap()])
+        .env("WARDEN_DATABASE_URL", "postgres://warden@127.0.0.1/warden")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&postgres.stderr);
+    assert_eq!(postgres.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("pg_dump"), "{stderr}");
+
+    // Restore: a new home with the backup as its database.
+    let restored = Warden::faux();
+    std::fs::copy(
+        target.join("warden.db"),
+        restored.home.path().join("warden.db"),
+    )
+    .unwrap();
+    let server = Server::start(&restored, TOKENS);
+    let id = done["id"].as_str().unwrap();
+    let task = server.get(ALICE, &format!("/v1/tasks/{id}"));
+    assert_eq!(task["status"], "completed", "{task}");
+    assert_eq!(task["result"], done["result"], "{task}");
+    let (status, repos) = server.request("GET", "/v1/repos", Some(ADMIN), None);
+    assert_eq!(status, 200, "{repos}");
+    assert!(repos.to_string().contains("\"app\""), "{repos}");
+    server.terminate();
+}
+
 #[test]
 fn warden_worker_needs_a_shared_postgres() {
     let warden = Warden::faux();

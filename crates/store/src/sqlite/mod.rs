@@ -6,7 +6,9 @@
 //! database or fails `PRAGMA quick_check` at open is moved aside to `<name>.corrupt-<time>`
 //! (never deleted) and a fresh database is created; the store reports it in `notices`.
 
+mod backup;
 mod schema;
+pub use backup::backup_sqlite;
 mod writer;
 
 use std::path::{Path, PathBuf};
