@@ -23,7 +23,11 @@ fn main() {
                 .map(str::to_string)
                 .chain(git(&["symbolic-ref", "-q", "HEAD"]))
             {
-                if let Some(file) = git(&["rev-parse", "--git-path", &path]) {
+                // Only files that exist: cargo reruns a script whose listed file is missing
+                // every time (a fresh clone keeps its branches in packed-refs).
+                if let Some(file) = git(&["rev-parse", "--git-path", &path])
+                    .filter(|file| std::path::Path::new(file).exists())
+                {
                     println!("cargo:rerun-if-changed={file}");
                 }
             }
