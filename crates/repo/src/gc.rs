@@ -28,7 +28,6 @@
 //!   skips either); its modification time is the last use; `caches/<key>.complete` goes
 //!   first.
 
-use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -36,6 +35,7 @@ use std::time::SystemTime;
 pub use crate::cache::CachePolicy;
 use crate::cache::{disk_usage, record_size, remove_tree};
 use crate::error::RepoError;
+use crate::retained::Retained;
 use crate::spec::RepoSpec;
 use crate::store::{PinnedRepo, RepoStore};
 
@@ -77,28 +77,14 @@ pub struct GcReport {
     pub kept: Vec<GcEntry>,
 }
 
-/// The mirrors and snapshots tasks that are not finished still need (a queued retry pins the
-/// commit it recorded; a follow-up pins into the same mirror), which eviction keeps whatever
-/// their age.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Retained {
-    mirrors: BTreeSet<PathBuf>,
-    snapshots: BTreeSet<PathBuf>,
-}
-
-impl Retained {
-    pub fn is_empty(&self) -> bool {
-        self.mirrors.is_empty() && self.snapshots.is_empty()
-    }
-
-    fn keeps(&self, entry: &GcEntry) -> bool {
-        match entry.kind {
-            GcKind::Mirror => self.mirrors.contains(&entry.path),
-            GcKind::Snapshot => self.snapshots.contains(&entry.path),
-            // A dependency cache is keyed by what prepare reads and filled again when missing;
-            // a task records no key to keep.
-            GcKind::Cache => false,
-        }
+/// Whether `retained` keeps `entry` from eviction.
+fn keeps(retained: &Retained, entry: &GcEntry) -> bool {
+    match entry.kind {
+        GcKind::Mirror => retained.mirrors.contains(&entry.path),
+        GcKind::Snapshot => retained.snapshots.contains(&entry.path),
+        // A dependency cache is keyed by what prepare reads and filled again when missing;
+        // a task records no key to keep.
+        GcKind::Cache => false,
     }
 }
 
@@ -209,7 +195,7 @@ impl RepoStore {
                 report.kept.push(entry);
                 continue;
             }
-            if retained.keeps(&entry) {
+            if keeps(&retained, &entry) {
                 entry.kept = Some("needed_by_task");
                 report.kept.push(entry);
                 continue;

@@ -54,7 +54,7 @@ pub struct RepoStore {
     pub(crate) cache: Option<crate::cache::CachePolicy>,
     /// What tasks still need, which eviction keeps (shared by the store's clones; see
     /// [`RepoStore::set_retained`]).
-    pub(crate) retained: std::sync::Arc<std::sync::Mutex<crate::gc::Retained>>,
+    pub(crate) retained: std::sync::Arc<std::sync::Mutex<crate::retained::Retained>>,
 }
 
 /// Where a pin reports a fetch's progress.

@@ -343,6 +343,13 @@ fn quarantine_files(path: &Path, now_ms: i64) -> Result<PathBuf, StoreError> {
     Ok(moved_to)
 }
 
+/// The SQLite schema's migrations, `(version, sql)` in order: for tests that build a database
+/// as an earlier Warden left it and open it with this one.
+#[doc(hidden)]
+pub fn sqlite_migrations() -> &'static [(i64, &'static str)] {
+    schema::MIGRATIONS
+}
+
 fn migrate(conn: &mut Connection, clock: &dyn Clock) -> Result<(), OpenFailure> {
     let latest = schema::MIGRATIONS.last().map_or(0, |(v, _)| *v);
     for (version, sql) in schema::MIGRATIONS {
