@@ -2,6 +2,7 @@
 //! the migrations up to that version, holding the rows today's Warden writes in the columns that
 //! version had — opens with today's Warden, which migrates it to the latest schema and reads the
 //! old rows back unchanged.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use rusqlite::types::Value;
 use rusqlite::Connection;
