@@ -11,9 +11,14 @@
 //! uses the real router, the SQLite store and the hub, as `warden serve` does. Client, server
 //! and `wrk` share the machine: on 2 cores the figures are lower bounds.
 //!
+//! The server keeps its per-token cap on open streams
+//! ([`warden_engine::serve_config::DEFAULT_MAX_STREAMS_PER_TOKEN`]): the subscribers share one
+//! bootstrap token per that many streams, as many clients of one deployment would.
+//!
 //! `cargo run --release -p warden-api --example api_bench -- [--subscribers N]
 //! [--events N] [--seconds N] [--connections N] [--batch N]` (`--batch`: connections opened
-//! at a time, default 50)
+//! at a time, default 50). `--smoke`: one small round of every part (32 subscribers on two
+//! tokens, 3 events, 1 s of `wrk` if installed), failing on a wrong answer, never on a time.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
@@ -25,7 +30,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
 use warden_api::routes::{router, ApiState, Tokens};
-use warden_engine::serve_config::RateLimit;
+use warden_engine::serve_config::{RateLimit, DEFAULT_MAX_STREAMS_PER_TOKEN};
 use warden_protocol::{Event, TaskKind};
 use warden_service::hub::{self, HubOptions};
 use warden_service::tasks::TaskService;
@@ -33,6 +38,15 @@ use warden_store::new_task_id;
 use warden_store::NewTask;
 
 const TOKEN: &str = "bench-token-0123456789-0123456789";
+
+/// The bootstrap token the `index`th subscriber streams with: `DEFAULT_MAX_STREAMS_PER_TOKEN`
+/// subscribers share each, so none is refused with 429 `too_many_streams`.
+fn stream_token(index: u64) -> String {
+    format!(
+        "{TOKEN}-{}",
+        index / u64::from(DEFAULT_MAX_STREAMS_PER_TOKEN)
+    )
+}
 
 fn now_micros() -> u64 {
     SystemTime::now()
@@ -51,9 +65,9 @@ fn arg(name: &str, default: u64) -> u64 {
 
 // --- the server process ---
 
-/// Serves the API; prints `READY <addr> <task>`; on `append N` appends N stamped events 100 ms
-/// apart and prints `DONE`.
-fn server() {
+/// Serves the API with `TOKEN` and `stream_tokens` stream tokens; prints `READY <addr> <task>`;
+/// on `append N` appends N stamped events 100 ms apart and prints `DONE`.
+fn server(stream_tokens: u64) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -88,7 +102,18 @@ fn server() {
             .unwrap();
         let state = ApiState::new(
             TaskService::new(Arc::clone(&store), Arc::new(Notify::new())),
-            Tokens::parse(&format!("bench:admin:{TOKEN}")).unwrap(),
+            Tokens::parse(
+                &std::iter::once(format!("bench:admin:{TOKEN}"))
+                    .chain((0..stream_tokens).map(|n| {
+                        format!(
+                            "stream-{n}:admin:{}",
+                            stream_token(n * u64::from(DEFAULT_MAX_STREAMS_PER_TOKEN))
+                        )
+                    }))
+                    .collect::<Vec<_>>()
+                    .join(","),
+            )
+            .unwrap(),
         )
         .with_rate_limit(RateLimit {
             per_minute: 1_000_000_000,
@@ -188,13 +213,14 @@ async fn idle_connection(addr: String, connected: tokio::sync::mpsc::Sender<()>)
 /// One subscriber: connects, then reports the latency of every stamped event it receives.
 async fn subscriber(
     addr: String,
+    token: String,
     connected: tokio::sync::mpsc::Sender<()>,
     latencies: tokio::sync::mpsc::UnboundedSender<u64>,
 ) {
     let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
     // HTTP/1.0: the body is not chunked, the SSE text arrives as is.
     let request =
-        format!("GET /v1/events HTTP/1.0\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\n\r\n");
+        format!("GET /v1/events HTTP/1.0\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n");
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut buffer = Vec::with_capacity(4096);
     let mut chunk = [0u8; 4096];
@@ -236,19 +262,45 @@ fn percentile(sorted: &[u64], p: f64) -> f64 {
     sorted[index] as f64 / 1000.0
 }
 
+/// `GET /v1/tasks/{id}` once, checked to be the task's JSON: the answer `wrk` then times.
+fn check_task_route(addr: &str, task: &str) {
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    let request = format!(
+        "GET /v1/tasks/{task} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut response = String::new();
+    std::io::Read::read_to_string(&mut stream, &mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    let (_, body) = response.split_once("\r\n\r\n").unwrap();
+    let view: serde_json::Value = serde_json::from_str(body).unwrap();
+    assert_eq!(view["id"], task, "{body}");
+}
+
 fn main() {
+    // A panic in a spawned connection task fails the run instead of leaving it waiting.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default_hook(info);
+        std::process::exit(101);
+    }));
     if std::env::args().any(|a| a == "--server") {
-        server();
+        server(arg("--stream-tokens", 1));
         return;
     }
-    let subscribers = arg("--subscribers", 1000);
-    let events = arg("--events", 20);
-    let seconds = arg("--seconds", 10);
-    let connections = arg("--connections", 64);
-    let batch = arg("--batch", 50).max(1);
+    let smoke = std::env::args().any(|a| a == "--smoke");
+    let subscribers = arg("--subscribers", if smoke { 32 } else { 1000 });
+    let events = arg("--events", if smoke { 3 } else { 20 });
+    let seconds = arg("--seconds", if smoke { 1 } else { 10 });
+    let connections = arg("--connections", if smoke { 8 } else { 64 });
+    let batch = arg("--batch", if smoke { 16 } else { 50 }).max(1);
+    let stream_tokens = subscribers
+        .div_ceil(u64::from(DEFAULT_MAX_STREAMS_PER_TOKEN))
+        .max(1);
 
     let mut child = Command::new(std::env::current_exe().unwrap())
         .arg("--server")
+        .args(["--stream-tokens", &stream_tokens.to_string()])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -262,9 +314,11 @@ fn main() {
     let addr = parts.next().unwrap().to_string();
     let task = parts.next().unwrap().to_string();
     println!(
-        "server pid {pid} on {addr}; {} cores",
+        "server pid {pid} on {addr}; {} cores; {subscribers} subscribers on {stream_tokens} \
+         tokens (at most {DEFAULT_MAX_STREAMS_PER_TOKEN} streams each)",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     );
+    check_task_route(&addr, &task);
 
     // 1. Throughput.
     let task_path = format!("/v1/tasks/{task}");
@@ -273,6 +327,11 @@ fn main() {
         wrk(&addr, &task_path, seconds, connections),
     ) {
         (Some((health, health_errors, health_latency)), Some((task_rate, errors, latency))) => {
+            assert_eq!(
+                health_errors + errors,
+                0,
+                "wrk saw responses other than 200"
+            );
             println!(
                 "GET /healthz:        {health:>9.0} req/s ({health_errors} non-2xx; {health_latency})"
             );
@@ -282,7 +341,7 @@ fn main() {
                 task_rate / health
             );
         }
-        _ => println!("wrk is not installed (apt-get install -y wrk): throughput skipped"),
+        _ => println!("skipped: wrk is not installed (apt-get install -y wrk), no throughput"),
     }
 
     // 2. SSE fan-out.
@@ -292,7 +351,7 @@ fn main() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(Duration::from_millis(if smoke { 100 } else { 500 })).await;
         let before = rss_kb(pid);
         // Connections are opened in batches of `batch` so the transient memory of handling
         // many requests at once (which the allocator keeps) does not count as theirs.
@@ -318,9 +377,10 @@ fn main() {
         let started = Instant::now();
         for start in (0..subscribers).step_by(batch as usize) {
             let count = batch.min(subscribers - start);
-            for _ in 0..count {
+            for index in start..start + count {
                 tokio::spawn(subscriber(
                     addr.clone(),
+                    stream_token(index),
                     connected_tx.clone(),
                     latency_tx.clone(),
                 ));
@@ -352,8 +412,13 @@ fn main() {
             }
         }
         samples.sort_unstable();
-        if samples.is_empty() {
-            println!("no event was delivered");
+        if samples.len() < expected {
+            eprintln!(
+                "FAILED: {} of {expected} events delivered to {subscribers} subscribers within 60 s",
+                samples.len()
+            );
+            let _ = child.kill();
+            std::process::exit(1);
         } else {
             println!(
                 "delivery of {} events to {subscribers} subscribers: {} of {expected} received; latency p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",

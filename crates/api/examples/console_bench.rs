@@ -13,6 +13,7 @@
 //! HTTP parsing is counted), on the SQLite store with the hub, a real git mirror for the diff.
 //!
 //! `cargo run --release -p warden-api --example console_bench -- [--requests N] [--events N]`
+//! (`--smoke`: 3 requests each, 20 stored events, 5 live events, every answer checked)
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
@@ -316,8 +317,15 @@ async fn fixture(events: u64) -> Fixture {
 }
 
 fn main() {
-    let requests = arg("--requests", 300);
-    let events = arg("--events", 1000);
+    // A panic in the spawned stream reader fails the run.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default_hook(info);
+        std::process::exit(101);
+    }));
+    let smoke = std::env::args().any(|a| a == "--smoke");
+    let requests = arg("--requests", if smoke { 3 } else { 300 });
+    let events = arg("--events", if smoke { 20 } else { 1000 });
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -360,7 +368,7 @@ fn main() {
         // 2. Render time, interleaved with the API's JSON and diff of the same task.
         let api_uri = format!("/v1/tasks/{}", fixture.change);
         let diff_uri = format!("/v1/tasks/{}/diff", fixture.change);
-        for _ in 0..20 {
+        for _ in 0..requests.min(20) {
             get(&fixture.router, &page_uri, cookie).await;
             get(&fixture.router, &api_uri, token).await;
         }
@@ -436,7 +444,7 @@ fn main() {
                 }
             }
         });
-        let count = 200;
+        let count = if smoke { 5 } else { 200 };
         for _ in 0..count {
             fixture
                 .store
@@ -458,8 +466,12 @@ fn main() {
                 _ => break,
             }
         }
-        if latencies.is_empty() {
-            println!("3. no event arrived on the stream");
+        if latencies.len() < count {
+            eprintln!(
+                "FAILED: 3. {} of {count} events arrived on the stream",
+                latencies.len()
+            );
+            std::process::exit(1);
         } else {
             let received = latencies.len();
             let (p50, p90, p99) = summary(&mut latencies);

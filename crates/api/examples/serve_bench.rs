@@ -6,6 +6,7 @@
 //!   VmRSS from /proc after it has been listening for a second. Goal: ≤ 40 MB.
 //!
 //! `cargo run --release -p warden-api --example serve_bench -- [--tasks N] [--warden PATH]`
+//! (`--smoke`: two tasks, each checked to complete; the idle RSS only with `--warden`)
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
@@ -131,9 +132,14 @@ fn latency(tasks: usize) {
         let id = body["id"].as_str().unwrap().to_string();
         loop {
             let (_, current) = http(&addr, "GET", &format!("/v1/tasks/{id}"), &Value::Null);
-            if current["status"] == "completed" || current["status"] == "failed" {
+            if current["status"] == "completed" {
                 break;
             }
+            assert_ne!(current["status"], "failed", "{current}");
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "the task did not finish: {current}"
+            );
             std::thread::sleep(Duration::from_millis(2));
         }
     }
@@ -180,6 +186,7 @@ fn idle_rss(warden: &str) {
         .nth(1)
         .unwrap_or("?")
         .to_string();
+    assert!(rss.parse::<u64>().is_ok(), "no VmRSS for warden serve");
     println!("idle warden serve ({warden}): VmRSS {rss} kB (goal: <= 40 MB)");
     child.kill().unwrap();
     child.wait().unwrap();
@@ -192,13 +199,15 @@ fn main() {
     let mut iter = args.iter();
     while let Some(arg) = iter.next() {
         match arg.as_str() {
+            "--smoke" => tasks = 2,
             "--tasks" => tasks = iter.next().and_then(|n| n.parse().ok()).unwrap_or(tasks),
             "--warden" => warden = iter.next().cloned(),
             other => panic!("unknown argument {other}"),
         }
     }
     latency(tasks.max(1));
-    if let Some(warden) = warden {
-        idle_rss(&warden);
+    match warden {
+        Some(warden) => idle_rss(&warden),
+        None => println!("skipped: idle RSS of warden serve (no --warden PATH)"),
     }
 }

@@ -3,7 +3,8 @@
 //! of reusing a finished snapshot. Run with
 //! `cargo run --release -p warden-repo --example snapshot_bench [iterations] [scratch-dir]`;
 //! the scratch dir (default: the system temp dir) holds each iteration's `WARDEN_HOME`, so
-//! `/dev/shm` shows the CPU cost without the file system's inode-creation cost.
+//! `/dev/shm` shows the CPU cost without the file system's inode-creation cost. `--smoke`: 200
+//! files, one round, 5 reuses. Every round checks the snapshot holds the archive's files.
 
 // The reference pipeline (`git archive | tar -x`) is spawned directly: it is what is measured
 // against, not something Warden runs.
@@ -17,21 +18,26 @@ use std::time::{Duration, Instant};
 use warden_repo::{RepoSpec, RepoStore};
 use warden_test_support::git_fixture::TempRepo;
 
-const FILES: usize = 3_000;
-
 fn main() {
-    let iterations: usize = std::env::args()
-        .nth(1)
+    let smoke = std::env::args().any(|a| a == "--smoke");
+    let positional: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--smoke")
+        .collect();
+    let iterations: usize = positional
+        .first()
         .map(|n| n.parse().expect("iterations must be a number"))
-        .unwrap_or(9);
-    let scratch = std::env::args()
-        .nth(2)
+        .unwrap_or(if smoke { 1 } else { 9 });
+    let scratch = positional
+        .get(1)
         .map(std::path::PathBuf::from)
         .unwrap_or_else(std::env::temp_dir);
-    let (repo, bytes) = build_repo();
+    let files = if smoke { 200 } else { 3_000 };
+    let reuses = if smoke { 5 } else { 200 };
+    let (repo, bytes) = build_repo(files);
     let spec = RepoSpec::parse(repo.path().to_str().unwrap(), Path::new("/")).unwrap();
     println!(
-        "repository: {FILES} files, {:.1} MiB, {iterations} iterations, under {}",
+        "repository: {files} files, {:.1} MiB, {iterations} iterations, under {}",
         bytes as f64 / (1024.0 * 1024.0),
         scratch.display()
     );
@@ -54,6 +60,13 @@ fn main() {
         let started = Instant::now();
         archive_into(&pinned.mirror, &pinned.commit, &out);
         let archive_time = started.elapsed();
+        let listed = list_files(&snapshot.root);
+        assert_eq!(listed.len(), files, "files in the snapshot");
+        assert_eq!(
+            listed,
+            list_files(&out),
+            "the snapshot differs from git archive"
+        );
 
         if round > 0 {
             warden.push(snapshot_time);
@@ -67,7 +80,7 @@ fn main() {
     let pinned = store.pin(&spec).unwrap();
     store.snapshot(&pinned).unwrap();
     let mut reuse = Vec::new();
-    for _ in 0..200 {
+    for _ in 0..reuses {
         let started = Instant::now();
         let snapshot = store.snapshot(&pinned).unwrap();
         reuse.push(started.elapsed());
@@ -96,7 +109,7 @@ fn main() {
 
 /// 3,000 files of 32 B to 64 KiB (log-uniform, like source trees), in nested directories,
 /// some executable; deterministic.
-fn build_repo() -> (TempRepo, u64) {
+fn build_repo(files: usize) -> (TempRepo, u64) {
     let repo = TempRepo::new();
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut next = move || {
@@ -106,7 +119,7 @@ fn build_repo() -> (TempRepo, u64) {
         seed
     };
     let mut total = 0u64;
-    for i in 0..FILES {
+    for i in 0..files {
         let depth = (next() % 4) as usize;
         let mut path = String::new();
         for level in 0..depth {
@@ -144,6 +157,26 @@ fn archive_into(git_dir: &Path, commit: &str, out: &Path) {
         .status()
         .unwrap();
     assert!(status.success() && archive.wait().unwrap().success());
+}
+
+/// Every file under `dir`: its path relative to `dir`, size and whether it is executable.
+fn list_files(dir: &Path) -> Vec<(std::path::PathBuf, u64, bool)> {
+    let mut found = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(current) = pending.pop() {
+        for entry in std::fs::read_dir(&current).unwrap() {
+            let path = entry.unwrap().path();
+            let meta = std::fs::symlink_metadata(&path).unwrap();
+            if meta.is_dir() {
+                pending.push(path);
+            } else {
+                let relative = path.strip_prefix(dir).unwrap().to_path_buf();
+                found.push((relative, meta.len(), meta.permissions().mode() & 0o111 != 0));
+            }
+        }
+    }
+    found.sort();
+    found
 }
 
 fn median(mut samples: Vec<Duration>) -> Duration {

@@ -7,7 +7,8 @@
 //! `cargo run --release -p warden-repo --example worktree_bench [files] [mean-bytes] [rounds] [scratch-dir]`
 //! (defaults: 20,000 files of 8 KiB on average, 7 rounds, the system temp dir). The page cache
 //! is warm for every variant (one untimed round of each first): a cold cache makes hashing
-//! slower still, the shortcut reads no file content at all.
+//! slower still, the shortcut reads no file content at all. `--smoke`: 200 files of 1 KiB, one
+//! round; a notice that differs with and without the index fails the run.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -18,10 +19,20 @@ use warden_repo::{RepoSpec, RepoStore, WorkTree};
 use warden_test_support::git_fixture::TempRepo;
 
 fn main() {
-    let arg = |n: usize| std::env::args().nth(n);
-    let files: usize = arg(1).map_or(20_000, |n| n.parse().expect("files must be a number"));
-    let mean: usize = arg(2).map_or(8192, |n| n.parse().expect("mean-bytes must be a number"));
-    let rounds: usize = arg(3).map_or(7, |n| n.parse().expect("rounds must be a number"));
+    let smoke = std::env::args().any(|a| a == "--smoke");
+    let positional: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--smoke")
+        .collect();
+    let arg = |n: usize| positional.get(n - 1);
+    let (files, mean, rounds) = if smoke {
+        (200, 1024, 1)
+    } else {
+        (20_000, 8192, 7)
+    };
+    let files: usize = arg(1).map_or(files, |n| n.parse().expect("files must be a number"));
+    let mean: usize = arg(2).map_or(mean, |n| n.parse().expect("mean-bytes must be a number"));
+    let rounds: usize = arg(3).map_or(rounds, |n| n.parse().expect("rounds must be a number"));
     let scratch = arg(4).map_or_else(std::env::temp_dir, std::path::PathBuf::from);
 
     let started = Instant::now();
@@ -72,7 +83,16 @@ fn main() {
         show(&without_index)
     );
     if with_index != without_index {
-        println!("WARNING: the two counts differ");
+        eprintln!("FAILED: the notices with and without the index differ");
+        std::process::exit(1);
+    }
+    // build_repo modifies 10 committed files and adds 5.
+    let expected = WorkTree::Uncommitted {
+        files: files.min(10) + 5,
+    };
+    if with_index != Some(Some(expected.clone())) {
+        eprintln!("FAILED: the notice should be {expected:?}");
+        std::process::exit(1);
     }
 
     let (shortcut, hashed, baseline) = (median(shortcut), median(hashed), median(baseline));

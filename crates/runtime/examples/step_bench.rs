@@ -2,7 +2,7 @@
 //! schema validation, policy, events (serialised to JSON as the server will), with an instant
 //! model and an instant tool so that only the loop's own work is measured.
 //!
-//! `cargo run --release -p warden-runtime --example step_bench`
+//! `cargo run --release -p warden-runtime --example step_bench` (`--smoke`: 3 runs)
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -91,7 +91,11 @@ fn main() {
     let dir = tempfile::tempdir().unwrap();
     let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(ReadFile)];
     let turns = 30u32;
-    let runs = 300;
+    let runs = if std::env::args().any(|a| a == "--smoke") {
+        3
+    } else {
+        300
+    };
     let mut per_step_us = Vec::new();
     for run in 0..runs {
         let mut journal = FileJournal::create(&dir.path().join(format!("{run}.jsonl"))).unwrap();

@@ -6,7 +6,9 @@
 //!   where available), in a read-only and in a writable view;
 //! - runsc (fewer rounds), opening a view over a warm snapshot, and 50 concurrent sandboxes.
 //!
-//! `cargo run --release -p warden-sandbox --example sandbox_bench [-- ROUNDS]`
+//! `cargo run --release -p warden-sandbox --example sandbox_bench [-- ROUNDS]` (`--smoke`: 3
+//! rounds, 4 concurrent sandboxes; a missing `bwrap` or `runsc` is skipped with a line, a
+//! failed sandbox fails the run)
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
@@ -76,10 +78,14 @@ fn snapshot(dir: &Path) -> std::path::PathBuf {
 }
 
 fn main() {
+    let smoke = std::env::args().any(|a| a == "--smoke");
     let rounds: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(200);
+        .skip(1)
+        .find(|a| a != "--smoke")
+        .map_or(if smoke { 3 } else { 200 }, |a| {
+            a.parse().expect("ROUNDS must be a number")
+        });
+    let concurrency = if smoke { 4 } else { 50 };
     let base = tempfile::tempdir().unwrap();
     let snapshot = snapshot(base.path());
     for report in warden_sandbox::probe()
@@ -96,7 +102,7 @@ fn main() {
     let linux = match select(Backend::Linux, &SandboxConfig::default()) {
         Ok(sandbox) => sandbox,
         Err(error) => {
-            eprintln!("linux backend unavailable: {error}");
+            println!("skipped: the linux backend is unavailable: {error}");
             return;
         }
     };
@@ -115,6 +121,9 @@ fn main() {
     let read_only = view(&linux, false, "ro");
     let writable = view(&linux, true, "rw");
     let bwrap = Path::new("/usr/bin/bwrap").exists();
+    if !bwrap {
+        println!("skipped: bwrap is not installed (/usr/bin/bwrap), no bwrap reference");
+    }
     let bwrap_argv: Vec<&str> = {
         let mut argv = vec!["bwrap", "--unshare-all", "--ro-bind", "/usr", "/usr"];
         for name in ["bin", "lib", "lib64", "sbin"] {
@@ -211,13 +220,13 @@ fn main() {
             }
             gvisor_view.close().unwrap();
         }
-        Err(error) => eprintln!("gvisor backend unavailable: {error}"),
+        Err(error) => println!("skipped: the gvisor backend is unavailable: {error}"),
     }
 
-    // 50 concurrent sandboxes: each its own view and command.
+    // `concurrency` concurrent sandboxes: each its own view and command.
     let started = Instant::now();
     let failures: usize = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..50)
+        let handles: Vec<_> = (0..concurrency)
             .map(|index| {
                 let linux = &linux;
                 let view = &view;
@@ -243,7 +252,14 @@ fn main() {
     });
     let concurrent = started.elapsed();
 
-    println!("{rounds} interleaved rounds (release build; ratios against references from the same run)\n");
+    println!(
+        "{rounds} interleaved rounds ({} build; ratios against references from the same run)\n",
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+    );
     println!("{:<34} {:>10} {:>10}", "", "median", "p90");
     let rows = [
         &plain,
@@ -292,9 +308,13 @@ fn main() {
         ms(open_rw.median())
     );
     println!(
-        "50 concurrent sandboxes (open, run, close): {failures} failures, {:.0}ms wall",
+        "{concurrency} concurrent sandboxes (open, run, close): {failures} failures, {:.0}ms wall",
         ms(concurrent)
     );
     read_only.close().unwrap();
     writable.close().unwrap();
+    if failures > 0 {
+        eprintln!("FAILED: {failures} of {concurrency} concurrent sandboxes failed");
+        std::process::exit(1);
+    }
 }

@@ -3,7 +3,9 @@
 //! tree (temporary index seeded from the base tree, blobs verified, `write-tree`); then, for
 //! checks, materializing that candidate tree. Run with
 //! `cargo run --release -p warden-tools --example candidate_bench [iterations]` (needs the
-//! linux sandbox backend available, like `warden doctor` reports).
+//! linux sandbox backend available, like `warden doctor` reports). `--smoke`: 300 files, one
+//! timed round, skipped with a line where the linux backend is unavailable; every round checks
+//! the materialized tree holds the round's writes.
 
 #![allow(clippy::disallowed_methods, clippy::unwrap_used, clippy::expect_used)]
 
@@ -17,22 +19,30 @@ use warden_repo::{RepoSpec, RepoStore};
 use warden_sandbox::{Backend, SandboxConfig, ViewSpec};
 use warden_test_support::git_fixture::TempRepo;
 
-const FILES: usize = 3_000;
 const CHANGED: usize = 10;
 
 fn main() {
+    let smoke = std::env::args().any(|a| a == "--smoke");
     let iterations: usize = std::env::args()
-        .nth(1)
+        .skip(1)
+        .find(|a| a != "--smoke")
         .map(|n| n.parse().expect("iterations must be a number"))
-        .unwrap_or(15);
-    let repo = build_repo();
+        .unwrap_or(if smoke { 1 } else { 15 });
+    let files = if smoke { 300 } else { 3_000 };
+    let sandbox = match warden_sandbox::select(Backend::Linux, &SandboxConfig::default()) {
+        Ok(sandbox) => sandbox,
+        Err(error) if smoke => {
+            println!("skipped: the linux backend is unavailable: {error}");
+            return;
+        }
+        Err(error) => panic!("the linux sandbox backend is needed for this benchmark: {error}"),
+    };
+    let repo = build_repo(files);
     let home = tempfile::tempdir().unwrap();
     let store = RepoStore::open(home.path()).unwrap();
     let spec = RepoSpec::parse(repo.path().to_str().unwrap(), Path::new("/")).unwrap();
     let pinned = store.pin(&spec).unwrap();
     let snapshot = store.snapshot(&pinned).unwrap();
-    let sandbox = warden_sandbox::select(Backend::Linux, &SandboxConfig::default())
-        .expect("the linux sandbox backend is needed for this benchmark");
 
     let (mut open_times, mut build_times, mut totals, mut materialize_times) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -86,6 +96,15 @@ fn main() {
         )
         .unwrap();
         let materialized = materialize_started.elapsed();
+        let tree = scratch.join("tree");
+        assert_eq!(
+            std::fs::read_to_string(tree.join("file_0.rs")).unwrap(),
+            format!("// changed {round} 0\n")
+        );
+        assert_eq!(
+            std::fs::read_to_string(tree.join("new/dir_0/added.rs")).unwrap(),
+            "// new\n"
+        );
         view.close().unwrap();
         if round > 0 {
             open_times.push(opened);
@@ -95,7 +114,7 @@ fn main() {
         }
     }
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    println!("repository: {FILES} files, {CHANGED} changed files per round, {iterations} rounds");
+    println!("repository: {files} files, {CHANGED} changed files per round, {iterations} rounds");
     println!(
         "open writable view (median):           {:7.1} ms",
         ms(median(open_times))
@@ -132,8 +151,8 @@ fn median(mut values: Vec<Duration>) -> Duration {
     values[values.len() / 2]
 }
 
-/// 3,000 files (32 B to 8 KiB) in nested directories; deterministic.
-fn build_repo() -> TempRepo {
+/// `files` files (32 B to 8 KiB) in nested directories; deterministic.
+fn build_repo(files: usize) -> TempRepo {
     let repo = TempRepo::new();
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut next = move || {
@@ -142,7 +161,7 @@ fn build_repo() -> TempRepo {
         seed ^= seed << 17;
         seed
     };
-    for i in 0..FILES {
+    for i in 0..files {
         let depth = if i % 97 == 0 {
             0
         } else {

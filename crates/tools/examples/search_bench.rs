@@ -12,6 +12,10 @@
 //! The capped case (a pattern matching most lines) is not like for like: the tool stops at 200
 //! lines and a 10,000-line count, skipping files that cannot change its output, while rg prints
 //! everything; it is reported against both `rg -n` and `rg -c` (count only) for scale.
+//!
+//! On the generated tree the tool's match counts are checked against what was generated (and
+//! against rg's when rg is installed); a wrong count fails the run. `--smoke`: a tree of 600
+//! files, one run; without rg the comparison is skipped with a line.
 
 // Spawning rg is the point of this example; the hardened process helper is for sandboxed runs.
 #![allow(clippy::disallowed_methods, clippy::unwrap_used, clippy::expect_used)]
@@ -93,30 +97,44 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let mut path: Option<PathBuf> = None;
     let mut runs = 7usize;
+    let mut smoke = false;
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--runs" => runs = args.next().and_then(|n| n.parse().ok()).expect("--runs N"),
+            "--smoke" => {
+                smoke = true;
+                runs = 1;
+            }
             _ => path = Some(PathBuf::from(arg)),
         }
     }
-    let (_temp, root, cases) = match path {
-        Some(path) => (None, path, PATH_CASES),
+    let (_temp, root, cases, generated) = match path {
+        Some(path) => (None, path, PATH_CASES, None),
         None => {
             let temp = tempfile::tempdir().expect("temp dir");
             let started = Instant::now();
-            let (files, bytes) = generate(temp.path());
+            let (files, bytes, counts) = generate(temp.path(), if smoke { 3 } else { 100 });
             eprintln!(
                 "generated {files} files, {:.0} MB in {:.1?}",
                 bytes as f64 / 1e6,
                 started.elapsed()
             );
             let root = temp.path().to_path_buf();
-            (Some(temp), root, GENERATED_CASES)
+            (Some(temp), root, GENERATED_CASES, Some(counts))
         }
     };
     let workspace = Arc::new(Workspace::new(vec![("bench".into(), root.clone())]).unwrap());
     let tools = question_tools(workspace);
     let search = tools.iter().find(|t| t.spec().name == "search").unwrap();
+    let have_rg = Command::new("rg")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !have_rg {
+        println!("skipped: rg is not installed (apt-get install ripgrep), the tool is timed alone");
+    }
+    let mut wrong = 0;
     println!(
         "tree: {}  threads: {}  runs: {runs} (median)",
         root.display(),
@@ -126,22 +144,45 @@ fn main() {
         "{:<16} {:>9} {:>9} {:>7} {:>9}  {:<24}  notes",
         "case", "tool", "rg -n", "ratio", "rg -c", "best of runs (tool/rg)"
     );
-    for case in cases {
+    for (index, case) in cases.iter().enumerate() {
         let arguments = json!({"pattern": case.pattern, "literal": case.literal});
-        // Warm the page cache and check both sides agree before timing.
+        // Warm the page cache and check the answers before timing.
         let ours = tool_output(search.as_ref(), &arguments);
-        let rg_lines = run_rg(&root, case, false);
-        let our_lines = ours.lines().filter(|l| !l.starts_with("[... ")).count();
-        let note = if case.capped {
-            format!("tool shows {our_lines} of {rg_lines} lines")
+        let our_lines = if ours.starts_with("no matches") {
+            0
         } else {
-            if our_lines != rg_lines && !ours.starts_with("no matches") {
+            ours.lines().filter(|l| !l.starts_with("[... ")).count()
+        };
+        let rg_lines = have_rg.then(|| run_rg(&root, case, false));
+        let expected = generated.and_then(|counts| counts.get(index).copied().flatten());
+        if let Some(expected) = expected {
+            if our_lines != expected {
                 eprintln!(
-                    "warning: {}: tool {our_lines} lines, rg {rg_lines}",
+                    "FAILED: {}: the tool found {our_lines} lines, {expected} were generated",
                     case.name
                 );
+                wrong += 1;
             }
-            format!("{rg_lines} matches")
+        }
+        let note = match rg_lines {
+            Some(rg_lines) if case.capped => format!("tool shows {our_lines} of {rg_lines} lines"),
+            Some(rg_lines) => {
+                if our_lines != rg_lines {
+                    // On the generated tree this is a wrong answer; on another tree, a note.
+                    eprintln!(
+                        "{}: {}: tool {our_lines} lines, rg {rg_lines}",
+                        if generated.is_some() {
+                            "FAILED"
+                        } else {
+                            "warning"
+                        },
+                        case.name
+                    );
+                    wrong += usize::from(generated.is_some());
+                }
+                format!("{rg_lines} matches")
+            }
+            None => format!("tool shows {our_lines} lines"),
         };
         // Interleaved, so load from other processes falls on both sides alike.
         let (mut tool_times, mut rg_times, mut count_times) = (Vec::new(), Vec::new(), Vec::new());
@@ -149,6 +190,9 @@ fn main() {
             tool_times.push(time(|| {
                 tool_output(search.as_ref(), &arguments);
             }));
+            if !have_rg {
+                continue;
+            }
             rg_times.push(time(|| {
                 run_rg(&root, case, false);
             }));
@@ -158,7 +202,20 @@ fn main() {
                 }));
             }
         }
-        let (tool_time, rg_time) = (median(&mut tool_times), median(&mut rg_times));
+        let tool_time = median(&mut tool_times);
+        if !have_rg {
+            println!(
+                "{:<16} {:>7.1}ms {:>9} {:>7} {:>9}  {:<24}  {note}",
+                case.name,
+                ms(tool_time),
+                "-",
+                "-",
+                "-",
+                "-"
+            );
+            continue;
+        }
+        let rg_time = median(&mut rg_times);
         let rg_count = if case.capped {
             format!("{:>7.1}ms", ms(median(&mut count_times)))
         } else {
@@ -179,6 +236,10 @@ fn main() {
             rg_count,
             best,
         );
+    }
+    if wrong > 0 {
+        eprintln!("FAILED: {wrong} wrong answers");
+        std::process::exit(1);
     }
 }
 
@@ -231,8 +292,10 @@ fn run_rg(root: &Path, case: &Case, count: bool) -> usize {
     output.stdout.iter().filter(|&&b| b == b'\n').count()
 }
 
-/// Writes ~20,000 files of Rust-like text (~200 MB) in 100 directories; returns (files, bytes).
-fn generate(root: &Path) -> (usize, usize) {
+/// Writes 200 files of Rust-like text (~2 MB) in each of `dirs` directories (100: ~20,000
+/// files, ~200 MB); returns (files, bytes, the lines each of `GENERATED_CASES` matches where
+/// known: the capped case's is not counted).
+fn generate(root: &Path, dirs: usize) -> (usize, usize, [Option<usize>; 4]) {
     const WORDS: &[&str] = &[
         "request", "response", "buffer", "config", "handle", "state", "count", "index", "value",
         "result", "error", "client", "server", "stream", "token", "cache", "entry", "table",
@@ -246,7 +309,8 @@ fn generate(root: &Path) -> (usize, usize) {
         (rng % n as u64) as usize
     };
     let (mut files, mut bytes) = (0, 0);
-    for dir in 0..100 {
+    let (mut requests, mut retries, mut needles) = (0, 0, 0);
+    for dir in 0..dirs {
         let dir_path = root.join(format!("crate_{dir:03}/src/module_{}", dir % 7));
         std::fs::create_dir_all(&dir_path).unwrap();
         for file in 0..200 {
@@ -256,11 +320,17 @@ fn generate(root: &Path) -> (usize, usize) {
                 let a = WORDS[next(WORDS.len())];
                 let b = WORDS[next(WORDS.len())];
                 match next(100_000) {
-                    0 => text.push_str(&format!("    let {a} = handle_request({b}, {line});\n")),
-                    1 => text.push_str(&format!(
-                        "fn {a}_retry({b}: u{}) -> bool {{\n",
-                        8 << next(3)
-                    )),
+                    0 => {
+                        requests += 1;
+                        text.push_str(&format!("    let {a} = handle_request({b}, {line});\n"))
+                    }
+                    1 => {
+                        retries += 1;
+                        text.push_str(&format!(
+                            "fn {a}_retry({b}: u{}) -> bool {{\n",
+                            8 << next(3)
+                        ))
+                    }
                     2..=40_000 => {
                         text.push_str(&format!("    let {a}_{b} = {b}.{a}({line}, \"{a}\");\n"))
                     }
@@ -274,6 +344,7 @@ fn generate(root: &Path) -> (usize, usize) {
                 }
             }
             if (dir * 200 + file) % 2003 == 0 {
+                needles += 1;
                 text.push_str("// RareNeedle: the only place this word appears\n");
             }
             bytes += text.len();
@@ -281,7 +352,11 @@ fn generate(root: &Path) -> (usize, usize) {
             std::fs::write(dir_path.join(format!("file_{file:03}.rs")), text).unwrap();
         }
     }
-    (files, bytes)
+    (
+        files,
+        bytes,
+        [Some(requests), Some(retries), Some(needles), None],
+    )
 }
 
 fn block_on<F: Future>(future: F) -> F::Output {
