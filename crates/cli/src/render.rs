@@ -140,23 +140,72 @@ pub fn print_tasks(tasks: &[Value], json: bool) -> anyhow::Result<()> {
         println!("{}", text::json_pretty(tasks)?);
         return Ok(());
     }
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
     for task in tasks {
-        println!(
-            "{}  {:<10} {:<9} {}",
-            text::one_line(task["id"].as_str().unwrap_or("?")),
-            text::one_line(task["status"].as_str().unwrap_or("?")),
-            text::one_line(task["kind"].as_str().unwrap_or("?")),
-            text::one_line(
-                task["prompt"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .lines()
-                    .next()
-                    .unwrap_or_default()
-            )
-        );
+        println!("{}", task_line(task, now_ms));
     }
     Ok(())
+}
+
+/// One task of `warden tasks`: id, status, kind, age, repositories, outcome, cost and the
+/// prompt's first line (the id first, so `cut -d' ' -f1` takes it).
+fn task_line(task: &Value, now_ms: u64) -> String {
+    let field = |value: &Value| text::one_line(value.as_str().unwrap_or("?"));
+    let age = task["created_at"]
+        .as_str()
+        .and_then(crate::timeline::parse_rfc3339_ms)
+        .map_or_else(|| "?".to_string(), |at| age(now_ms.saturating_sub(at)));
+    let repos: Vec<String> = task["repos"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|repo| repo["name"].as_str().map(text::one_line))
+        .collect();
+    let result = &task["result"];
+    let outcome = result["outcome"]
+        .as_str()
+        .map_or("-".into(), text::one_line);
+    let cost = match &result["usage"]["cost_usd"] {
+        Value::Number(cost) => format!("${:.2}", cost.as_f64().unwrap_or(0.0)),
+        // A result without a price: its model is not in the price table.
+        Value::Null if result.is_object() => "unpriced".into(),
+        _ => "-".into(),
+    };
+    format!(
+        "{}  {:<10} {:<11} {:>4}  {:<14} {:<14} {:>8}  {}",
+        field(&task["id"]),
+        field(&task["status"]),
+        field(&task["kind"]),
+        age,
+        if repos.is_empty() {
+            "-".into()
+        } else {
+            repos.join(",")
+        },
+        outcome,
+        cost,
+        text::one_line(
+            task["prompt"]
+                .as_str()
+                .unwrap_or_default()
+                .lines()
+                .next()
+                .unwrap_or_default()
+        )
+    )
+}
+
+/// `ms` as the largest whole unit: `42s`, `5m`, `3h`, `12d`.
+fn age(ms: u64) -> String {
+    let seconds = ms / 1000;
+    match seconds {
+        0..=59 => format!("{seconds}s"),
+        60..=3599 => format!("{}m", seconds / 60),
+        3600..=86_399 => format!("{}h", seconds / 3600),
+        _ => format!("{}d", seconds / 86_400),
+    }
 }
 
 /// A run's timeline, headed by the task and run.
@@ -164,5 +213,51 @@ pub fn print_run_timeline(id: &TaskId, run: Option<&Value>, records: &[Value]) {
     if let Some(run) = run {
         println!("{id} · run {}", text::json_line(run));
         print!("{}", crate::timeline::render(records));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_task_line_shows_age_repositories_outcome_and_cost() {
+        let now = crate::timeline::parse_rfc3339_ms("2026-12-04T03:00:00Z").unwrap();
+        let task = json!({
+            "id": "tsk_01", "status": "completed", "kind": "question",
+            "created_at": "2026-12-04T00:00:00.000Z",
+            "repos": [{"name": "app"}, {"name": "web"}],
+            "result": {"outcome": "answer", "usage": {"cost_usd": 0.1234}},
+            "prompt": "how does retry work?\nsecond line"
+        });
+        let line = task_line(&task, now);
+        assert_eq!(
+            line,
+            "tsk_01  completed  question      3h  app,web        answer            $0.12  how \
+             does retry work?"
+        );
+        let unpriced = json!({"id": "tsk_02", "status": "failed", "kind": "change",
+            "created_at": "bad", "repos": [], "result": {"outcome": "failure", "usage": {}},
+            "prompt": ""});
+        assert_eq!(
+            task_line(&unpriced, now),
+            format!(
+                "tsk_02  failed     change         ?  {:<14} {:<14} unpriced  ",
+                "-", "failure"
+            )
+        );
+        let queued = json!({"id": "tsk_03", "status": "queued", "kind": "change", "prompt": "x"});
+        assert_eq!(
+            task_line(&queued, now),
+            format!(
+                "tsk_03  queued     change         ?  {:<14} {:<14} {:>8}  x",
+                "-", "-", "-"
+            )
+        );
+        assert_eq!(
+            [age(0), age(61_000), age(7_200_000), age(3 * 86_400_000)],
+            ["0s", "1m", "2h", "3d"]
+        );
     }
 }

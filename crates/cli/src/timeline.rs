@@ -193,7 +193,7 @@ fn at_ms(record: &Value) -> Option<u64> {
 }
 
 /// `2026-12-02T12:34:56.789Z` (UTC, as the API writes it) → milliseconds since the epoch.
-fn parse_rfc3339_ms(text: &str) -> Option<u64> {
+pub(crate) fn parse_rfc3339_ms(text: &str) -> Option<u64> {
     let text = text.strip_suffix('Z')?;
     let (date, time) = text.split_once('T')?;
     let mut date = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());

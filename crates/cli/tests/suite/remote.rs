@@ -139,6 +139,12 @@ fn tasks_show_logs_and_retry_read_the_server() {
     let text = client.run(&["tasks"]);
     server.expect(&text, 0);
     assert!(text.stdout.contains(&id) && text.stdout.contains("how does retry work?"));
+    // The line: id, status, kind, age, repository, outcome, cost.
+    let line = text.stdout.lines().find(|l| l.starts_with(&id)).unwrap();
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(words[1..3], ["completed", "question"], "{line}");
+    assert!(words[3].ends_with('s') || words[3].ends_with('m'), "{line}");
+    assert_eq!(words[4..6], ["app", "answer"], "{line}");
 
     let show = client.run(&["show", &id, "--json"]);
     server.expect(&show, 0);
