@@ -54,10 +54,6 @@ fn parse_repos(arguments: &[String]) -> anyhow::Result<Vec<RepoSpec>> {
 
 /// `warden ask`.
 pub async fn ask(config: Config, args: crate::ask::AskArgs) -> anyhow::Result<u8> {
-    let question = args.question.trim().to_string();
-    if question.is_empty() {
-        return Err(usage(anyhow::anyhow!("the question is empty")));
-    }
     let follow_up_to = args.follow_up.as_deref().map(task_id).transpose()?;
     let repos = parse_repos(&args.repos)?;
     let local = open(config).await?;
@@ -66,7 +62,7 @@ pub async fn ask(config: Config, args: crate::ask::AskArgs) -> anyhow::Result<u8
     let progress = StderrProgress::new();
     let submission = Submission {
         kind: TaskKind::Question,
-        prompt: question,
+        prompt: args.question,
         repos,
         follow_up_to,
         checks: None,
@@ -83,10 +79,6 @@ pub async fn ask(config: Config, args: crate::ask::AskArgs) -> anyhow::Result<u8
 
 /// `warden run`.
 pub async fn run(config: Config, args: crate::run::RunArgs) -> anyhow::Result<u8> {
-    let request = args.request.trim().to_string();
-    if request.is_empty() {
-        return Err(usage(anyhow::anyhow!("the change request is empty")));
-    }
     if let Some(empty) = args.checks.iter().find(|c| c.trim().is_empty()) {
         return Err(usage(anyhow::anyhow!("empty --check command {empty:?}")));
     }
@@ -97,7 +89,7 @@ pub async fn run(config: Config, args: crate::run::RunArgs) -> anyhow::Result<u8
     let progress = StderrProgress::new();
     let submission = Submission {
         kind: TaskKind::Change,
-        prompt: request,
+        prompt: args.request,
         repos,
         follow_up_to,
         checks: (!args.checks.is_empty() || args.follow_up.is_none()).then(|| args.checks.clone()),
@@ -285,9 +277,6 @@ fn proposal_of(task: &warden_store::Task) -> Option<warden_protocol::Proposal> {
 /// is continued by a follow-up of its kind (a change on its proposal).
 pub async fn answer(config: Config, task: &str, reply: &str, json: bool) -> anyhow::Result<u8> {
     let id = task_id(task)?;
-    if reply.trim().is_empty() {
-        return Err(usage(anyhow::anyhow!("the answer is empty")));
-    }
     let local = open(config).await?;
     // Only what happens from the answer on is shown.
     let after = local.last_event(&id).await.map_err(cli_error)?;
@@ -334,46 +323,17 @@ pub async fn approve(config: Config, args: crate::approve::ApproveArgs) -> anyho
         }
     }
     let local = open(config).await?;
-    let decided = match local
-        .decide(
-            args.id.trim(),
-            warden_store::Decision::Approve,
-            Some(args.hash.trim()),
-        )
+    let approved = local
+        .approve(args.id.trim(), args.hash.trim())
         .await
-    {
-        Ok(decided) => decided,
-        Err(refusal) => {
-            // Approved before and its publication did not finish (a crash): resume it.
-            let approval = local
-                .tasks
-                .approval(&local::principal(), args.id.trim())
-                .await
-                .ok();
-            match approval {
-                Some(approval)
-                    if matches!(
-                        approval.status,
-                        warden_store::ApprovalStatus::Approved
-                            | warden_store::ApprovalStatus::Consumed
-                    ) && approval.subject_hash == args.hash.trim()
-                        && !local
-                            .task(&approval.task)
-                            .await
-                            .map_err(cli_error)?
-                            .status
-                            .is_terminal() =>
-                {
-                    eprintln!(
-                        "warden: resuming the publication approved by {}",
-                        approval.id
-                    );
-                    approval
-                }
-                _ => return Err(cli_error(refusal)),
-            }
-        }
-    };
+        .map_err(cli_error)?;
+    let decided = approved.approval;
+    if approved.resumed {
+        eprintln!(
+            "warden: resuming the publication approved by {}",
+            decided.id
+        );
+    }
     eprintln!(
         "warden: approved {}; publishing task {}",
         decided.id, decided.task
@@ -386,19 +346,7 @@ pub async fn approve(config: Config, args: crate::approve::ApproveArgs) -> anyho
     let code = render::print_outcome(&local::task_json(&task), false)?;
     // A publication that failed says why on stderr too, and how to finish it.
     let task = local.task(&decided.task).await.map_err(cli_error)?;
-    let failed = task
-        .result
-        .as_ref()
-        .filter(|r| r.pointer("/publication/status").and_then(|s| s.as_str()) == Some("failed"))
-        .and_then(|r| r["notices"].as_array())
-        .and_then(|notices| {
-            notices
-                .iter()
-                .filter_map(|n| n.as_str())
-                .rfind(|n| n.starts_with("publication failed"))
-                .map(str::to_string)
-        });
-    match failed {
+    match Local::publication_failure(&task) {
         Some(notice) => Err(anyhow::anyhow!("{}", text::one_line(&notice))),
         None => Ok(code),
     }

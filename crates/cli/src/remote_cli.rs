@@ -258,12 +258,9 @@ fn with_repos(mut body: Value, repos: Vec<String>) -> Value {
 }
 
 async fn ask_remote(remote: &Remote, args: crate::ask::AskArgs) -> anyhow::Result<u8> {
-    let question = args.question.trim();
-    if question.is_empty() {
-        return Err(usage(anyhow::anyhow!("the question is empty")));
-    }
     let repos = registered_repos(&args.repos)?;
-    let mut body = json!({"kind": "question", "prompt": question});
+    // The server refuses an empty question with the service's own sentence.
+    let mut body = json!({"kind": "question", "prompt": args.question});
     match &args.follow_up {
         Some(earlier) => body["follow_up_to"] = json!(task_id(earlier)?),
         None if repos.is_empty() => {
@@ -277,10 +274,6 @@ async fn ask_remote(remote: &Remote, args: crate::ask::AskArgs) -> anyhow::Resul
 }
 
 async fn run_remote(remote: &Remote, args: crate::run::RunArgs) -> anyhow::Result<u8> {
-    let request = args.request.trim();
-    if request.is_empty() {
-        return Err(usage(anyhow::anyhow!("the change request is empty")));
-    }
     if args.apply {
         return Err(usage(anyhow::anyhow!(
             "--apply fetches the proposal from a local mirror; with --server the proposal is on \
@@ -295,7 +288,7 @@ async fn run_remote(remote: &Remote, args: crate::run::RunArgs) -> anyhow::Resul
     if let Some(empty) = args.checks.iter().find(|c| c.trim().is_empty()) {
         return Err(usage(anyhow::anyhow!("empty --check command {empty:?}")));
     }
-    let mut body = json!({"kind": "change", "prompt": request});
+    let mut body = json!({"kind": "change", "prompt": args.request});
     let repos = match (&args.follow_up, &args.repo) {
         // A follow-up continues on the earlier change's proposal (its checks unless new ones
         // are given), as in-process.
@@ -341,8 +334,17 @@ async fn maintain_remote(
     submit_and_follow(remote, with_repos(body, repos), args.json).await
 }
 
+/// A request the server found invalid is a usage error here too (exit 2), as the same request
+/// made in-process is; the sentence is the server's.
+fn invalid_is_usage(error: anyhow::Error) -> anyhow::Error {
+    match remote::api_failure(&error) {
+        Some(failure) if matches!(failure.status, 400 | 422) => usage(error),
+        _ => error,
+    }
+}
+
 async fn submit_and_follow(remote: &Remote, body: Value, json: bool) -> anyhow::Result<u8> {
-    let task = remote.submit(&body).await?;
+    let task = remote.submit(&body).await.map_err(invalid_is_usage)?;
     let id = remote::task_id_of(&task)?;
     eprintln!(
         "warden: submitted {id} to {} ({})",
@@ -616,10 +618,6 @@ async fn cancel(remote: &Remote, id: &TaskId, json: bool) -> anyhow::Result<u8> 
 /// Answers a clarification: the task resumes (or, for a finished task, a follow-up starts) and
 /// is followed like `ask`, showing only what happens from now on.
 async fn answer(remote: &Remote, id: &TaskId, reply: &str, json: bool) -> anyhow::Result<u8> {
-    let reply = reply.trim();
-    if reply.is_empty() {
-        return Err(usage(anyhow::anyhow!("the answer is empty")));
-    }
     let before = remote.task(id).await?;
     let after = if remote::status_of(&before) == Some(TaskStatus::WaitingInput) {
         remote.last_event(id).await?
@@ -628,7 +626,8 @@ async fn answer(remote: &Remote, id: &TaskId, reply: &str, json: bool) -> anyhow
     };
     let task = remote
         .post(&format!("/v1/tasks/{id}/messages"), &json!({"text": reply}))
-        .await?;
+        .await
+        .map_err(invalid_is_usage)?;
     let next = remote::task_id_of(&task)?;
     if &next == id {
         eprintln!("warden: {id} resumes");

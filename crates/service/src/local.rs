@@ -213,6 +213,8 @@ impl Local {
         progress: &(dyn Fn(&str) + Send + Sync),
     ) -> Result<Task, LocalError> {
         let kind = submission.kind;
+        // The service's own refusal, before anything is pinned.
+        crate::tasks::checked_prompt(kind, &submission.prompt)?;
         if submission.repos.is_empty() && submission.follow_up_to.is_none() {
             return Err(usage(match kind {
                 TaskKind::Change => {
@@ -673,6 +675,69 @@ impl Local {
             None => self.tasks.approval(&principal(), id).await?.subject_hash,
         };
         Ok(self.tasks.decide(&principal(), id, decision, &hash).await?)
+    }
+}
+
+/// An approval decided by [`Local::approve`]: newly, or approved before and resumed.
+#[derive(Debug, Clone)]
+pub struct Approved {
+    pub approval: warden_store::Approval,
+    /// Approved before (same hash), its publication not finished: this process resumes it.
+    pub resumed: bool,
+}
+
+impl Local {
+    /// Approves `id` for exactly `hash`. An approval given before for the same hash whose
+    /// task has not ended (its publication was interrupted by a crash, or failed for a cause
+    /// fixed since) is resumed rather than refused: this process publishes it, reconciling
+    /// with the remote. Any other refusal is the service's.
+    pub async fn approve(&self, id: &str, hash: &str) -> Result<Approved, LocalError> {
+        let refusal = match self
+            .tasks
+            .decide(&principal(), id, warden_store::Decision::Approve, hash)
+            .await
+        {
+            Ok(approval) => {
+                return Ok(Approved {
+                    approval,
+                    resumed: false,
+                })
+            }
+            Err(refusal) => refusal,
+        };
+        let Ok(approval) = self.tasks.approval(&principal(), id).await else {
+            return Err(refusal.into());
+        };
+        let decided_before = matches!(
+            approval.status,
+            warden_store::ApprovalStatus::Approved | warden_store::ApprovalStatus::Consumed
+        ) && approval.subject_hash == hash;
+        if !decided_before || self.task(&approval.task).await?.status.is_terminal() {
+            return Err(refusal.into());
+        }
+        Ok(Approved {
+            approval,
+            resumed: true,
+        })
+    }
+
+    /// Why the publication of `task` failed, when it did (the task still waits: approving the
+    /// same hash again resumes it).
+    pub fn publication_failure(task: &Task) -> Option<String> {
+        let result = task.result.as_ref()?;
+        if result
+            .pointer("/publication/status")
+            .and_then(|s| s.as_str())
+            != Some("failed")
+        {
+            return None;
+        }
+        result["notices"]
+            .as_array()?
+            .iter()
+            .filter_map(|n| n.as_str())
+            .rfind(|n| n.starts_with("publication failed"))
+            .map(str::to_string)
     }
 }
 

@@ -236,7 +236,10 @@ async fn submissions_are_refused_alike(f: &Fixture) {
             who: (alice(), ALICE),
             submission: question("   ", &["app"]),
             body: json!({"kind": "question", "repo": "app", "prompt": "   "}),
-            is: |e| matches!(e, ServiceError::Invalid(m) if m == "prompt is empty"),
+            is: |e| {
+                matches!(e, ServiceError::Invalid(m)
+                    if m == "the prompt is empty: ask a question about the repositories")
+            },
             status: StatusCode::UNPROCESSABLE_ENTITY,
             code: "invalid_request",
         },
@@ -547,7 +550,7 @@ async fn status_rules_refuse_alike(f: &Fixture) {
         .await
         .unwrap_err();
     assert!(
-        matches!(&error, ServiceError::Invalid(m) if m == "text is empty"),
+        matches!(&error, ServiceError::Invalid(m) if m == "the message is empty: say what to tell the task"),
         "{error:?}"
     );
     f.post(

@@ -78,7 +78,120 @@ fn the_cli_and_the_api_refuse_the_same_request_with_the_same_sentence() {
     let id = asked.json()["task_id"].as_str().unwrap().to_string();
     let local = warden.run(&["answer", &id, "   "]);
     assert_eq!(local.code, 2, "{}", local.stderr);
+    let sentence = "the message is empty: say what to tell the task";
+    assert!(local.stderr.contains(sentence), "{}", local.stderr);
+    let mcp = mcp_refusal(
+        &warden,
+        path,
+        "answer",
+        json!({"task_id": id, "text": "  "}),
+    );
+    assert_eq!(mcp, sentence);
+
+    // An empty question and an empty change request: one sentence each, said by the service
+    // whichever door they come through (in-process, --server, HTTP, MCP).
+    for (kind, command, tool, argument, sentence) in [
+        (
+            "question",
+            "ask",
+            "ask",
+            "question",
+            "the prompt is empty: ask a question about the repositories",
+        ),
+        (
+            "change",
+            "run",
+            "run_change",
+            "request",
+            "the prompt is empty: say what to change",
+        ),
+    ] {
+        let local = warden.run(&[command, "--repo", path, "  "]);
+        assert_eq!(local.code, 2, "{}", local.stderr);
+        assert!(local.stderr.contains(sentence), "{kind}: {}", local.stderr);
+        let remote = warden
+            .command(&[command, "--server", &server.url(), "--repo", "app", "  "])
+            .env("WARDEN_TOKEN", ALICE)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&remote.stderr);
+        assert_eq!(remote.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(sentence), "{kind}: {stderr}");
+        let (status, body) = server.request(
+            "POST",
+            "/v1/tasks",
+            Some(ALICE),
+            Some(&json!({"kind": kind, "repo": "app", "prompt": " "})),
+        );
+        assert_eq!(status, 422, "{body}");
+        assert_eq!(message(&body), sentence);
+        let arguments = match tool {
+            "ask" => json!({"question": " ", "repos": [offered_name(path)]}),
+            _ => json!({"request": " ", "repo": offered_name(path)}),
+        };
+        assert_eq!(
+            mcp_refusal(&warden, path, tool, arguments),
+            sentence,
+            "{argument}"
+        );
+    }
     server.terminate();
+}
+
+/// The name `warden mcp --repo PATH` offers the repository at `path` under.
+fn offered_name(path: &str) -> String {
+    std::path::Path::new(path)
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The text of `warden mcp`'s refusal of one `tool` call with `arguments`, over stdio as
+/// newline-delimited JSON-RPC, offering the repository at `repo`.
+fn mcp_refusal(warden: &Warden, repo: &str, tool: &str, arguments: Value) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let mut child = warden
+        .command(&["mcp", "--repo", repo])
+        .env_remove("WARDEN_SERVER")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut send = |message: Value| writeln!(stdin, "{message}").unwrap();
+    let mut reply = |id: u64| loop {
+        let mut line = String::new();
+        assert_ne!(
+            stdout.read_line(&mut line).unwrap(),
+            0,
+            "warden mcp closed stdout"
+        );
+        let message: Value = serde_json::from_str(&line).unwrap();
+        if message["id"] == id {
+            return message;
+        }
+    };
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "parity", "version": "1"}}}),
+    );
+    let initialized = reply(1);
+    assert!(initialized.get("result").is_some(), "{initialized}");
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": tool, "arguments": arguments}}));
+    let called = reply(2);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(called["result"]["isError"], true, "{called}");
+    called["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 #[test]

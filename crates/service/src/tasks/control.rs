@@ -323,7 +323,9 @@ pub fn follow_up_basis(earlier: &Task) -> (Vec<warden_store::TaskRepo>, Value) {
 fn message_text(text: &str) -> Result<&str, ServiceError> {
     let text = text.trim();
     if text.is_empty() {
-        return Err(ServiceError::Invalid("text is empty".into()));
+        return Err(ServiceError::Invalid(
+            "the message is empty: say what to tell the task".into(),
+        ));
     }
     if text.contains('\0') {
         return Err(ServiceError::Invalid(

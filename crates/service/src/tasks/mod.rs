@@ -34,7 +34,9 @@ pub use observe::{
     CitedLines, ProposalDiff, TaskList, TaskListing, MAX_CITED, MAX_CITED_LINES, MAX_PAGE,
 };
 pub use repos::{pin_for_reading, RepoRegistration};
-pub use submit::{valid_repo_name, valid_rev, Idempotency, PinnedRepos, Submission, Submitted};
+pub use submit::{
+    checked_prompt, valid_repo_name, valid_rev, Idempotency, PinnedRepos, Submission, Submitted,
+};
 pub use usage::{MAX_REPO_LOOKUPS, OTHER_TASKS};
 
 use std::sync::Arc;

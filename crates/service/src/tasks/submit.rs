@@ -21,6 +21,29 @@ const MAX_REPOS_PER_TASK: usize = 16;
 const MAX_CHECKS: usize = 16;
 const MAX_CHECK_BYTES: usize = 4096;
 
+/// The prompt of a `kind` task, trimmed, or the refusal every interface gives for it: the
+/// API, the in-process CLI (which asks before pinning anything), `--server` and MCP all say
+/// these sentences, and only these.
+pub fn checked_prompt(kind: TaskKind, prompt: &str) -> Result<String, ServiceError> {
+    let prompt = prompt.trim();
+    if prompt.is_empty() {
+        return Err(ServiceError::Invalid(
+            match kind {
+                TaskKind::Question => "the prompt is empty: ask a question about the repositories",
+                TaskKind::Change => "the prompt is empty: say what to change",
+                _ => "the prompt is empty: say what the task should do",
+            }
+            .into(),
+        ));
+    }
+    if prompt.contains('\0') {
+        return Err(ServiceError::Invalid(
+            "the prompt must not contain NUL characters".into(),
+        ));
+    }
+    Ok(prompt.to_string())
+}
+
 /// A task to submit, as any interface received it (the API's JSON body, the CLI's arguments).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Submission {
@@ -182,15 +205,7 @@ impl TaskService {
                     .to_string(),
             ),
         };
-        let prompt = submission.prompt.trim().to_string();
-        if prompt.is_empty() {
-            return Err(ServiceError::Invalid("prompt is empty".into()));
-        }
-        if prompt.contains('\0') {
-            return Err(ServiceError::Invalid(
-                "prompt must not contain NUL characters".into(),
-            ));
-        }
+        let prompt = checked_prompt(submission.kind, &submission.prompt)?;
         let mut metadata = match submission.metadata {
             None => json!({}),
             Some(value @ Value::Object(_)) => value,
