@@ -133,6 +133,7 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
             )
         },
     });
+    checks.extend(online_interface_checks(config, options.offline).await);
     let reports = warden_sandbox::probe_with(&config.sandbox.config);
     let chosen = config.sandbox.backend;
     let chosen_ok = reports
@@ -242,6 +243,71 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
         }
     }
     Ok(if checks.iter().all(|c| c.ok) { 0 } else { 1 })
+}
+
+/// How long one interface's online check may take.
+const ONLINE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Each configured interface's credentials tried once, as `serve` tries them at start-up:
+/// Telegram's `getMe`, Slack's `auth.test`, GitHub's `/rate_limit` (a token) or the App's
+/// installation. Concurrently, each bounded by [`ONLINE_TIMEOUT`]; nothing with `--offline`.
+async fn online_interface_checks(config: &Config, offline: bool) -> Vec<Check> {
+    if offline {
+        return Vec::new();
+    }
+    let telegram = async {
+        match &config.telegram {
+            Some(telegram) if telegram.token.is_some() => {
+                Some(bounded("telegram", warden_service::telegram::check_online(telegram)).await)
+            }
+            _ => None,
+        }
+    };
+    let slack = async {
+        match &config.slack {
+            Some(slack) if slack.bot_token.is_some() => {
+                Some(bounded("slack", warden_service::slack::check_online(slack)).await)
+            }
+            _ => None,
+        }
+    };
+    let github = async {
+        let outcome = warden_service::github::check_online(&config.github);
+        match config.github.auth() {
+            Some(_) => Some(
+                bounded("github", async {
+                    outcome.await.unwrap_or_else(|| Ok(String::new()))
+                })
+                .await,
+            ),
+            None => None,
+        }
+    };
+    let (telegram, slack, github) = tokio::join!(telegram, slack, github);
+    [telegram, slack, github].into_iter().flatten().collect()
+}
+
+/// One online check, bounded by [`ONLINE_TIMEOUT`].
+async fn bounded(
+    name: &'static str,
+    check: impl std::future::Future<Output = Result<String, String>>,
+) -> Check {
+    let outcome = match tokio::time::timeout(ONLINE_TIMEOUT, check).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(format!("no answer within {} s", ONLINE_TIMEOUT.as_secs())),
+    };
+    match outcome {
+        Ok(detail) => Check {
+            name,
+            ok: true,
+            detail,
+        },
+        Err(detail) => Check {
+            name,
+            ok: false,
+            detail: crate::text::one_line(&detail),
+        },
+    }
 }
 
 /// How long the egress check may take (resolving, connecting, the upstream's answer).

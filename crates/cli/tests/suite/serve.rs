@@ -597,3 +597,94 @@ fn workers_share_a_postgres_queue_and_a_dead_workers_task_is_finished_by_another
     drop(store);
     drop(runtime);
 }
+
+/// `doctor` tries each configured interface's credentials as `serve` does at start-up —
+/// Telegram's `getMe`, Slack's `auth.test`, GitHub's `/rate_limit` — and names the one refused
+/// (here against local fakes of the three APIs); `--offline` tries none.
+#[test]
+fn doctor_tries_every_interface_credential_online_and_names_the_refused_one() {
+    use warden_test_support::github_fake::GithubFake;
+    use warden_test_support::slack_fake::SlackFake;
+    use warden_test_support::telegram_fake::TelegramFake;
+    let telegram = TelegramFake::start("123:telegram-good");
+    let slack = SlackFake::start("xoxb-slack-good");
+    let remote = tempfile::tempdir().unwrap();
+    let github = GithubFake::start(remote.path(), "acme", "app", "ghp_good");
+    let warden = Warden::faux();
+    write_config(
+        &warden,
+        "[telegram]\n[[telegram.users]]\nid = 1\nname = \"alice\"\nrole = \"admin\"\n\n\
+         [slack]\n[[slack.users]]\nid = \"U0ALICE\"\nname = \"alice\"\nrole = \"admin\"\n",
+    );
+    let doctor = |telegram_token: &str, slack_token: &str, github_token: &str, args: &[&str]| {
+        let run = warden
+            .command(&[&["doctor", "--json"], args].concat())
+            .env("WARDEN_TELEGRAM_API_URL", telegram.url())
+            .env("WARDEN_TELEGRAM_TOKEN", telegram_token)
+            .env("WARDEN_SLACK_API_URL", slack.url())
+            .env("WARDEN_SLACK_BOT_TOKEN", slack_token)
+            .env("WARDEN_SLACK_SIGNING_SECRET", "signing-secret")
+            .env("WARDEN_GITHUB_API_URL", github.url())
+            .env("WARDEN_GITHUB_TOKEN", github_token)
+            .output()
+            .unwrap();
+        let report: Value = serde_json::from_slice(&run.stdout).unwrap_or_else(|_| {
+            panic!("{}", String::from_utf8_lossy(&run.stderr));
+        });
+        let checks: Vec<(String, bool, String)> = report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["check"].as_str().unwrap().to_string(),
+                    c["ok"].as_bool().unwrap(),
+                    c["detail"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        (run.status.code(), checks)
+    };
+    let find = |checks: &[(String, bool, String)], name: &str| {
+        checks
+            .iter()
+            .find(|(check, ..)| check == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name} check in {checks:?}"))
+    };
+
+    let (_, checks) = doctor("123:telegram-good", "xoxb-slack-good", "ghp_good", &[]);
+    for name in ["telegram", "slack", "github"] {
+        let (_, ok, detail) = find(&checks, name);
+        assert!(ok, "{name}: {detail}");
+    }
+    assert!(find(&checks, "telegram").2.contains("getMe"));
+    assert!(find(&checks, "slack").2.contains("auth.test"));
+    assert!(find(&checks, "github").2.contains("/rate_limit"));
+
+    let (code, checks) = doctor("123:telegram-bad", "xoxb-slack-bad", "ghp_bad", &[]);
+    assert_eq!(code, Some(1));
+    for name in ["telegram", "slack", "github"] {
+        let (_, ok, detail) = find(&checks, name);
+        assert!(!ok, "{name} passed with a refused credential: {detail}");
+    }
+    let (_, _, detail) = find(&checks, "github");
+    assert!(detail.contains("WARDEN_GITHUB_TOKEN"), "{detail}");
+    assert!(
+        !detail.contains("ghp_bad"),
+        "the credential is shown: {detail}"
+    );
+
+    let (_, checks) = doctor(
+        "123:telegram-bad",
+        "xoxb-slack-bad",
+        "ghp_bad",
+        &["--offline"],
+    );
+    assert!(
+        checks
+            .iter()
+            .all(|(name, ..)| !["telegram", "slack", "github"].contains(&name.as_str())),
+        "{checks:?}"
+    );
+}

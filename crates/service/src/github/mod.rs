@@ -1186,6 +1186,27 @@ impl Subject {
     }
 }
 
+/// The credentials checked once as `serve` checks them at start-up (`GET /rate_limit` for a
+/// token, the App's installation under its JWT), for `warden doctor`. `None` when neither is
+/// configured.
+pub async fn check_online(settings: &GithubSettings) -> Option<Result<String, String>> {
+    let auth = settings.auth()?;
+    let (what, path) = match &auth {
+        warden_engine::github::GithubAuth::Token(_) => ("WARDEN_GITHUB_TOKEN", "/rate_limit"),
+        warden_engine::github::GithubAuth::App(_) => {
+            ("the GitHub App ([github.app])", "/app/installations/{id}")
+        }
+    };
+    let client = match GithubClient::new(GithubClientConfig::with_auth(&settings.api_url, auth)) {
+        Ok(client) => client,
+        Err(error) => return Some(Err(error.to_string())),
+    };
+    Some(match client.check_auth().await {
+        Ok(()) => Ok(format!("GitHub accepted {what} ({path})")),
+        Err(error) => Err(format!("GitHub refused {what}: {error}")),
+    })
+}
+
 /// Checks GitHub's credentials once at start-up (`warden serve`), when any are configured: a
 /// token or App key GitHub refuses, or an App not installed where configured, is reported on
 /// stderr, in the log and to the chats' alerts ([`crate::chat::Alerts`]), since publication and

@@ -887,6 +887,18 @@ pub fn spawn(
     Ok(Some((app, handle)))
 }
 
+/// `auth.test` with the configured bot token, once (`warden doctor`): the bot user, or what
+/// Slack (or the network) said.
+pub async fn check_online(config: &SlackConfig) -> Result<String, String> {
+    let token = config
+        .bot_token
+        .as_ref()
+        .ok_or("WARDEN_SLACK_BOT_TOKEN is not set")?;
+    let api = api::WebApi::new(&config.api_url, token.expose()).map_err(|e| format!("{e:#}"))?;
+    let user = api.auth_test().await.map_err(|error| error.to_string())?;
+    Ok(format!("auth.test: the bot user is {user}"))
+}
+
 async fn run(app: Arc<SlackApp>, alerts: crate::chat::Alerts, mut stop: watch::Receiver<bool>) {
     loop {
         match app.api.auth_test().await {

@@ -94,6 +94,19 @@ pub enum WebhookError {
     Store(StoreError),
 }
 
+/// `getMe` with the configured token, once (`warden doctor`): the bot's username, or what
+/// Telegram (or the network) said.
+pub async fn check_online(config: &TelegramConfig) -> Result<String, String> {
+    let token = config
+        .token
+        .as_ref()
+        .ok_or("WARDEN_TELEGRAM_TOKEN is not set")?;
+    let api = BotApi::new(&config.api_url, token.expose(), config.poll_timeout)
+        .map_err(|error| format!("{error:#}"))?;
+    let name = api.get_me().await.map_err(|error| error.to_string())?;
+    Ok(format!("getMe: the bot is @{name}"))
+}
+
 /// One bot: its API client, the service it calls, and who may use it.
 pub struct Bot {
     api: BotApi,
