@@ -37,7 +37,7 @@ pub use error::StoreError;
 pub use ids::{new_task_id, new_task_id_at, IdError};
 pub use journal::{JournalEntry, JournalStore, RunJournal, GENESIS_HASH};
 pub use observer::StoreObserver;
-pub use postgres::PostgresStore;
+pub use postgres::{postgres_migrations, PostgresStore};
 pub use sqlite::{backup_sqlite, sqlite_migrations, Quarantine, SqliteStore};
 pub use state::{transition_allowed, ABANDONED, MAX_INTERRUPTED_RUNS};
 pub use types::{

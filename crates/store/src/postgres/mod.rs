@@ -1553,6 +1553,13 @@ fn read_spend_at(row: &Row) -> Result<Spend, StoreError> {
     ])
 }
 
+/// The Postgres schema's migrations, `(version, sql)` in order: for tests that build a schema
+/// as an earlier Warden left it and open it with this one.
+#[doc(hidden)]
+pub fn postgres_migrations() -> &'static [(i64, &'static str)] {
+    schema::MIGRATIONS
+}
+
 impl PostgresStore {
     /// Connects with the system clock and migrates the schema (the first schema of the
     /// connection's `search_path`; set it with `?options=-csearch_path%3DNAME`).

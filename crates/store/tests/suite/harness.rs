@@ -157,13 +157,13 @@ pub fn task_id() -> TaskId {
 }
 
 /// A schema of its own in the test database, dropped (with everything in it) on drop.
-struct PgSchema {
+pub struct PgSchema {
     admin_url: String,
-    name: String,
+    pub name: String,
 }
 
 impl PgSchema {
-    async fn create(admin_url: &str) -> PgSchema {
+    pub async fn create(admin_url: &str) -> PgSchema {
         let mut random = [0u8; 6];
         getrandom::fill(&mut random).unwrap();
         let name = format!("test_{}_{}", std::process::id(), hex::encode(random));
@@ -178,7 +178,7 @@ impl PgSchema {
         }
     }
 
-    fn store_url(&self) -> String {
+    pub fn store_url(&self) -> String {
         let separator = if self.admin_url.contains('?') {
             '&'
         } else {

@@ -22,4 +22,5 @@ mod repos;
 mod state_machine;
 mod terminal_events;
 mod tokens;
+mod upgrade_postgres;
 mod web;
