@@ -12,6 +12,7 @@ mod interrupt;
 mod local_cli;
 mod maintain;
 mod mcp;
+mod otlp;
 mod progress;
 mod remote;
 mod remote_cli;
@@ -197,26 +198,32 @@ fn default_log_filter(command: &Command) -> &'static str {
 /// JSON object per line (`timestamp`, `level`, `message`, the event's fields, `target`) with
 /// `WARDEN_LOG_FORMAT=json`, for log shippers.
 fn init_logging(default_filter: &str) {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
     let filter = tracing_subscriber::EnvFilter::try_from_env("WARDEN_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
-    let builder = tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(filter);
-    match std::env::var("WARDEN_LOG_FORMAT").as_deref() {
-        Ok("json") => builder
+    let format = std::env::var("WARDEN_LOG_FORMAT");
+    let lines = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let lines = match format.as_deref() {
+        Ok("json") => lines
             .json()
             .flatten_event(true)
             .with_current_span(false)
-            .init(),
-        other => {
-            builder
-                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-                .init();
-            if let Ok(format) = other {
-                if format != "text" {
-                    tracing::warn!(%format, "WARDEN_LOG_FORMAT is json or text; logging text");
-                }
-            }
+            .with_span_list(false)
+            .boxed(),
+        _ => lines
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .boxed(),
+    };
+    tracing_subscriber::registry()
+        .with(lines.with_filter(filter))
+        // Spans for OpenTelemetry export: nothing until `[telemetry]` starts it.
+        .with(otlp::OtlpLayer.with_filter(otlp::filter()))
+        .init();
+    if let Ok(format) = format {
+        if format != "json" && format != "text" {
+            tracing::warn!(%format, "WARDEN_LOG_FORMAT is json or text; logging text");
         }
     }
 }
@@ -241,7 +248,10 @@ fn main() -> ExitCode {
     ) {
         warden_sandbox::quiet_on_closed_output();
     }
-    match run(cli) {
+    let outcome = run(cli);
+    // Spans still queued for export go out before the process ends.
+    otlp::flush(std::time::Duration::from_secs(5));
+    match outcome {
         // A task cancelled by Ctrl-C printed its cancelled result; the command was interrupted.
         Ok(_) if interrupt::interrupted() => ExitCode::from(interrupt::INTERRUPTED),
         Ok(code) => ExitCode::from(code),
@@ -285,6 +295,9 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         &warden_engine::config::ProcessEnv,
     )
     .map_err(usage)?;
+    if let Some(telemetry) = &config.telemetry {
+        otlp::start(telemetry).map_err(usage)?;
+    }
     match cli.command {
         Command::Ask(args) => tokio_runtime()?.block_on(local_cli::ask(config, args)),
         Command::Run(args) => tokio_runtime()?.block_on(local_cli::run(config, args)),

@@ -53,6 +53,9 @@ pub struct FileConfig {
     /// `[[schedules]]`: maintenance `warden serve` submits on a cron expression.
     #[serde(default)]
     pub schedules: Vec<crate::schedule_config::ScheduleEntry>,
+    /// `[telemetry]`: OpenTelemetry trace export (off without an endpoint).
+    #[serde(default)]
+    pub telemetry: crate::telemetry_config::TelemetrySection,
 }
 
 /// `[github]`: the API publication talks to. The token is never read from this file (nor from
@@ -281,6 +284,8 @@ pub struct Config {
     pub maintain: crate::maintain_config::MaintainConfig,
     /// `[[schedules]]`, resolved: maintenance `warden serve` submits on its own.
     pub schedules: Vec<crate::schedule_config::Schedule>,
+    /// `[telemetry]`, resolved: where traces are exported; `None`: nowhere.
+    pub telemetry: Option<crate::telemetry_config::TelemetryConfig>,
 }
 
 /// The sandbox backend and its settings. Never chosen by fallback: what is named here is what
@@ -441,6 +446,7 @@ impl Config {
             env.var("WARDEN_SLACK_BOT_TOKEN"),
         )?;
         let schedules = crate::schedule_config::resolve(&file.schedules)?;
+        let telemetry = crate::telemetry_config::TelemetryConfig::resolve(&file.telemetry, env)?;
         Ok(Config {
             file: home.join("warden.toml"),
             home,
@@ -458,6 +464,7 @@ impl Config {
             mcp_servers: crate::mcp_config::resolve(&file.mcp)?,
             maintain,
             schedules,
+            telemetry,
         })
     }
 }

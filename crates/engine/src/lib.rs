@@ -31,5 +31,6 @@ pub mod sensitive;
 pub mod serve_config;
 pub mod slack_config;
 pub mod telegram_config;
+pub mod telemetry_config;
 pub mod timing;
 pub mod toolchain;

@@ -87,7 +87,50 @@ impl Model for ModelChain {
         request: &'a ModelRequest,
         events: &'a dyn EventSink,
     ) -> BoxFuture<'a, Result<ModelResponse, ModelError>> {
-        Box::pin(async move {
+        let span = tracing::info_span!(
+            "model.call",
+            gen_ai.request.model = %self.primary.name(),
+            gen_ai.response.model = tracing::field::Empty,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+            error = tracing::field::Empty,
+        );
+        let recorded = span.clone();
+        Box::pin(tracing::Instrument::instrument(
+            async move {
+                let outcome = self.complete_chain(request, events).await;
+                match &outcome {
+                    Ok(response) => {
+                        recorded.record("gen_ai.response.model", response.model.as_str());
+                        if let Some(usage) = &response.usage {
+                            recorded.record("gen_ai.usage.input_tokens", usage.input_tokens);
+                            recorded.record("gen_ai.usage.output_tokens", usage.output_tokens);
+                        }
+                    }
+                    Err(error) => {
+                        recorded.record("error", error.to_string().as_str());
+                    }
+                }
+                outcome
+            },
+            span,
+        ))
+    }
+
+    /// Known only when every model that may answer has a price.
+    fn has_price(&self) -> bool {
+        self.primary.has_price() && self.fallback.as_ref().is_none_or(Endpoint::has_price)
+    }
+}
+
+impl ModelChain {
+    /// The primary, then the fallback when the primary's failure allows one.
+    async fn complete_chain(
+        &self,
+        request: &ModelRequest,
+        events: &dyn EventSink,
+    ) -> Result<ModelResponse, ModelError> {
+        {
             let failure = match self.primary.complete(request, events).await {
                 Ok(response) => return Ok(response),
                 Err(failure) => failure,
@@ -118,11 +161,6 @@ impl Model for ModelChain {
                     },
                 }
             })
-        })
-    }
-
-    /// Known only when every model that may answer has a price.
-    fn has_price(&self) -> bool {
-        self.primary.has_price() && self.fallback.as_ref().is_none_or(Endpoint::has_price)
+        }
     }
 }

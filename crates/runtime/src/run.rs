@@ -323,7 +323,8 @@ impl Agent<'_> {
                     continue;
                 }
                 state.usage.tool_calls += 1;
-                match self.execute(call, state).await {
+                let span = tracing::info_span!("tool.call", tool.name = %call.name);
+                match tracing::Instrument::instrument(self.execute(call, state), span).await {
                     Ok(None) => {}
                     Ok(Some(outcome)) => return outcome,
                     Err(failure) => return RunOutcome::Failed(failure),

@@ -219,11 +219,20 @@ pub async fn run_workers(
                 let options = options.clone();
                 let release = release.subscribe();
                 let batcher = batcher.clone();
-                runs.spawn(async move {
-                    let lease = RunLease::new(options.lease, granted);
-                    execute(&services, &options, claim, lease, release, &batcher).await;
-                    drop(permit);
-                });
+                let span = tracing::info_span!(
+                    "task.run",
+                    task.id = %claim.task.id,
+                    task.kind = warden_store::state::kind_name(claim.task.kind),
+                    task.run = %claim.run(),
+                );
+                runs.spawn(tracing::Instrument::instrument(
+                    async move {
+                        let lease = RunLease::new(options.lease, granted);
+                        execute(&services, &options, claim, lease, release, &batcher).await;
+                        drop(permit);
+                    },
+                    span,
+                ));
             }
             Ok(None) => {
                 drop(permit);

@@ -669,7 +669,14 @@ async fn track_http(
         .extensions()
         .get::<axum::extract::MatchedPath>()
         .map(|path| path.as_str().to_string());
-    let response = next.run(request).await;
+    let span = tracing::info_span!(
+        "http.request",
+        http.request.method = %method,
+        http.route = route.as_deref().unwrap_or("unmatched"),
+        http.response.status_code = tracing::field::Empty,
+    );
+    let response = tracing::Instrument::instrument(next.run(request), span.clone()).await;
+    span.record("http.response.status_code", response.status().as_u16());
     metrics.http_request(
         method.as_str(),
         route.as_deref(),

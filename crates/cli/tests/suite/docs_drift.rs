@@ -71,7 +71,7 @@ fn section<'a>(text: &'a str, heading: &str) -> &'a str {
 fn every_configuration_key_is_documented_under_its_table() {
     use engine::{
         callback, config, egress, github_hook_config, maintain_config, mcp_config, schedule_config,
-        serve_config, slack_config, telegram_config,
+        serve_config, slack_config, telegram_config, telemetry_config,
     };
     let configuration = docs("configuration.md");
     let maintain = docs("maintain.md");
@@ -135,6 +135,11 @@ fn every_configuration_key_is_documented_under_its_table() {
             "mcp.servers",
             "`[[mcp.servers]]`",
             keys::<mcp_config::McpServerEntry>(),
+        ),
+        (
+            "telemetry",
+            "`[telemetry]`",
+            keys::<telemetry_config::TelemetrySection>(),
         ),
         (
             "maintain",

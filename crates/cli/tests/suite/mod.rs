@@ -33,6 +33,7 @@ mod slack;
 mod sse;
 mod support;
 mod telegram;
+mod telemetry;
 mod token;
 mod toolchain;
 mod warm_checks;

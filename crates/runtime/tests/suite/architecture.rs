@@ -130,6 +130,13 @@ fn runtime_depends_on_no_git_sql_http_or_provider_crate() {
         // `digest`'s `mac` feature, switched on in the workspace's resolve by `hmac` (the
         // server's callback signatures): constant-time comparisons, no I/O, no dependencies.
         "subtle",
+        // The `tool.call` span around each tool call (trace export, `[telemetry]`): a facade
+        // with no I/O of its own; the subscriber that exports lives in the binary.
+        "tracing",
+        "tracing-core",
+        "tracing-attributes",
+        "pin-project-lite",
+        "once_cell",
     ]
     .into_iter()
     .collect();
