@@ -48,16 +48,35 @@ pub fn result_footer(
         format!(" · {}", one_line(model))
     };
     let mut out = format!(
-        "\n[{task_id}{model} · {} · {} · {} in / {} out tokens · {cost}]\n",
+        "\n[{task_id}{model} · {} · {} · {}{} in / {} out tokens · {cost}]\n",
         count(usage.model_calls, "model call", "model calls"),
         count(usage.tool_calls, "tool call", "tool calls"),
         usage.input_tokens,
+        cache_note(
+            usage.cached_input_tokens,
+            usage.cache_write_tokens,
+            usage.input_tokens
+        ),
         usage.output_tokens
     );
     for notice in notices {
         out.push_str(&format!("note: {}\n", one_line(notice)));
     }
     out
+}
+
+/// ` (N read from the prompt cache, R%; W written)` after an input count, when a cache was used.
+pub fn cache_note(read: u64, written: u64, input: u64) -> String {
+    if read == 0 && written == 0 {
+        return String::new();
+    }
+    let rate = warden_protocol::cache_hit_rate(read, input).unwrap_or(0.0) * 100.0;
+    let written = if written > 0 {
+        format!("; {written} written")
+    } else {
+        String::new()
+    };
+    format!(" ({read} from cache, {rate:.0}% hit{written})")
 }
 
 /// Text already laid out in lines (a rendered result) with every control character but the

@@ -69,15 +69,20 @@ fn step(kind: &str, payload: &Value, at: u64, started: &mut Vec<(String, u64)>) 
                 Some(micro) => format!("${:.4}", micro as f64 / 1e6),
                 None => "cost unknown".into(),
             };
+            let input = usage["input_tokens"].as_u64().unwrap_or(0);
             let mut line = format!(
-                "  model {} → {} · {} in / {} out tokens · {cost}",
+                "  model {} → {} · {input}{} in / {} out tokens · {cost}",
                 payload["model"].as_str().unwrap_or("?"),
                 if calls.is_empty() {
                     "no tool call".to_string()
                 } else {
                     calls.join(", ")
                 },
-                usage["input_tokens"].as_u64().unwrap_or(0),
+                crate::text::cache_note(
+                    usage["cached_input_tokens"].as_u64().unwrap_or(0),
+                    usage["cache_write_tokens"].as_u64().unwrap_or(0),
+                    input
+                ),
                 usage["output_tokens"].as_u64().unwrap_or(0),
             );
             if let Some(said) = payload["text"].as_str().filter(|t| !t.trim().is_empty()) {
@@ -162,8 +167,9 @@ fn step(kind: &str, payload: &Value, at: u64, started: &mut Vec<(String, u64)>) 
                 Some(cost) => format!("${cost:.4}"),
                 None => "cost unknown".into(),
             };
+            let input = usage["input_tokens"].as_u64().unwrap_or(0);
             format!(
-                "run finished: {ended} · {} · {} · {} in / {} out tokens · {cost}",
+                "run finished: {ended} · {} · {} · {input}{} in / {} out tokens · {cost}",
                 crate::text::count(
                     usage["model_calls"].as_u64().unwrap_or(0),
                     "model call",
@@ -174,7 +180,11 @@ fn step(kind: &str, payload: &Value, at: u64, started: &mut Vec<(String, u64)>) 
                     "tool call",
                     "tool calls"
                 ),
-                usage["input_tokens"].as_u64().unwrap_or(0),
+                crate::text::cache_note(
+                    usage["cached_input_tokens"].as_u64().unwrap_or(0),
+                    usage["cache_write_tokens"].as_u64().unwrap_or(0),
+                    input
+                ),
                 usage["output_tokens"].as_u64().unwrap_or(0),
             )
         }

@@ -928,6 +928,10 @@ pub async fn run_change(run: ChangeRun<'_>, tools: &[Arc<dyn Tool>]) -> RunRepor
         config: AgentConfig {
             limits: run.config.limits.clone(),
             max_output_tokens: run.config.max_output_tokens,
+            cache_key: Some(crate::prompt::cache_key(
+                "change",
+                &manifest.iter().map(|m| m.repo.as_str()).collect::<Vec<_>>(),
+            )),
             ..AgentConfig::default()
         },
         ledger: run.ledger,
@@ -1048,6 +1052,7 @@ pub fn change_report(
             .iter()
             .map(|model| crate::config::unpriced_notice(model)),
     );
+    notices.extend(crate::config::cache_notice(&report.usage));
     if sandbox == Some(Backend::Local) {
         notices.push(
             "no isolation: commands ran directly on the host (WARDEN_SANDBOX=local, for \

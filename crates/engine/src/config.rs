@@ -228,6 +228,12 @@ pub struct ModelSection {
     pub max_output_tokens: Option<u32>,
     pub request_timeout_secs: Option<u64>,
     pub max_attempts: Option<u32>,
+    /// OpenAI-compatible: send `prompt_cache_key` (default true).
+    pub prompt_cache_key: Option<bool>,
+    /// OpenAI: `prompt_cache_retention`, for the models that take it (default: not sent).
+    pub prompt_cache_retention: Option<String>,
+    /// Anthropic: how long the tools and system prompt stay cached, `5m` or `1h` (default).
+    pub cache_ttl: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -250,6 +256,9 @@ pub struct PriceEntry {
     pub cached_input: Option<f64>,
     #[serde(default)]
     pub cache_write: Option<f64>,
+    /// Per million prompt tokens written to the cache for an hour; default twice `input`.
+    #[serde(default)]
+    pub cache_write_1h: Option<f64>,
     pub output: f64,
 }
 
@@ -413,6 +422,7 @@ impl Config {
                 input_per_mtok_usd: entry.input,
                 cached_input_per_mtok_usd: entry.cached_input.unwrap_or(entry.input),
                 cache_write_per_mtok_usd: entry.cache_write.unwrap_or(entry.input),
+                cache_write_1h_per_mtok_usd: entry.cache_write_1h,
                 output_per_mtok_usd: entry.output,
             });
         }
@@ -641,6 +651,33 @@ pub fn official_base_url(model: &ModelConfig) -> String {
 }
 
 /// The result notice for a model the configuration has no price for (its cost is unknown).
+/// Model calls before a never-read prompt cache is worth a notice.
+const CACHE_NOTICE_CALLS: u64 = 3;
+/// Prompt tokens per call above which a provider caches (1,024 at OpenAI and Anthropic), with
+/// room for the tools and instructions alone.
+const CACHE_NOTICE_PROMPT: u64 = 2_048;
+
+/// A notice when a run sent long prompts again and again and never read any from the
+/// provider's prompt cache: each call paid the full input price for a prefix it had sent
+/// before.
+pub fn cache_notice(usage: &warden_protocol::Usage) -> Option<String> {
+    let calls = usage
+        .model_calls
+        .saturating_sub(usage.responses_without_usage);
+    if calls < CACHE_NOTICE_CALLS
+        || usage.input_tokens / calls.max(1) < CACHE_NOTICE_PROMPT
+        || usage.cached_input_tokens > 0
+    {
+        return None;
+    }
+    Some(format!(
+        "prompt cache never read: {calls} model calls sent {} prompt tokens each on average, \
+         every one at the full input price; check that the model and its endpoint cache prompts \
+         ([model] prompt_cache_key, cache_ttl in docs/configuration.md)",
+        usage.input_tokens / calls
+    ))
+}
+
 pub fn unpriced_notice(model: &str) -> String {
     format!(
         "cost unknown: no price for {model}; add it under [[prices]] in Warden's configuration \
@@ -916,6 +953,31 @@ fn remote_model(name: &str, section: &ModelSection, env: &dyn Env) -> anyhow::Re
     }
     if section.developer_role == Some(true) {
         config.system_role = warden_models::SystemRole::Developer;
+    }
+    if let Some(send) = section.prompt_cache_key {
+        config.prompt_cache_key = send;
+    }
+    if let Some(retention) = &section.prompt_cache_retention {
+        let retention = retention.trim();
+        if retention.is_empty()
+            || retention.len() > 16
+            || !retention
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        {
+            bail!(
+                "model.prompt_cache_retention {retention:?}: expected a value the provider \
+                 documents, such as \"24h\" or \"in_memory\""
+            );
+        }
+        config.prompt_cache_retention = Some(retention.to_string());
+    }
+    if let Some(ttl) = &section.cache_ttl {
+        config.cache_ttl = match ttl.as_str() {
+            "5m" => warden_models::CacheTtl::FiveMinutes,
+            "1h" => warden_models::CacheTtl::OneHour,
+            other => bail!("model.cache_ttl {other:?}: expected \"5m\" or \"1h\""),
+        };
     }
     if let Some(secs) = section.request_timeout_secs {
         config.request_timeout = Duration::from_secs(secs);

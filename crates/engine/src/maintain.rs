@@ -828,6 +828,10 @@ fn repair_upgrade(
             config: warden_runtime::AgentConfig {
                 limits: run.config.limits.clone(),
                 max_output_tokens: run.config.max_output_tokens,
+                cache_key: Some(crate::prompt::cache_key(
+                    "repair",
+                    &[session.config.repo.as_str()],
+                )),
                 ..warden_runtime::AgentConfig::default()
             },
             ledger: *ledger,

@@ -2,7 +2,28 @@
 //! only through tool results, framed as untrusted data: nothing in a repository (AGENTS.md,
 //! `.mcp.json`, `.claude/`, comments) can change these instructions or Warden's behaviour.
 
+use sha2::{Digest, Sha256};
 use warden_protocol::ManifestEntry;
+
+/// The version of the instructions and tool descriptions: part of every prompt-cache key, so
+/// a change of them never shares a provider's cache routing with the old ones. Bump it with
+/// any change of a system prompt or a tool's description or schema.
+pub const PROMPT_VERSION: u32 = 1;
+
+/// The prompt-cache key of a run (`ModelRequest::cache_key`): the same for every run of
+/// `role` (`question`, `change`, `repair`) on the same repositories under the same
+/// [`PROMPT_VERSION`], and nothing volatile (no task id, no time, no commit), so a provider
+/// routes their requests, whose prefixes agree, to the same cache. Repository names are hashed:
+/// the key is sent to the provider.
+pub fn cache_key(role: &str, repos: &[&str]) -> String {
+    let mut names = repos.to_vec();
+    names.sort_unstable();
+    let digest = Sha256::digest(names.join("\n").as_bytes());
+    format!(
+        "warden-p{PROMPT_VERSION}-{role}-{}",
+        hex::encode(&digest[..8])
+    )
+}
 
 pub fn question_system_prompt(manifest: &[ManifestEntry]) -> String {
     let layout = match manifest {

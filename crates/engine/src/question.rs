@@ -524,6 +524,10 @@ pub async fn run_question(run: QuestionRun<'_>, tools: &[Arc<dyn Tool>]) -> RunR
         config: AgentConfig {
             limits: run.config.limits.clone(),
             max_output_tokens: run.config.max_output_tokens,
+            cache_key: Some(crate::prompt::cache_key(
+                "question",
+                &manifest.iter().map(|m| m.repo.as_str()).collect::<Vec<_>>(),
+            )),
             ..AgentConfig::default()
         },
         ledger: run.ledger,
@@ -623,6 +627,7 @@ pub fn question_report(
                 .into(),
         );
     }
+    notices.extend(crate::config::cache_notice(&report.usage));
     if report.usage.responses_without_usage > 0 {
         notices.push(format!(
             "{} model response(s) reported no token usage",

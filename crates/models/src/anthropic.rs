@@ -2,7 +2,7 @@
 //! into user turns, prompt-cache breakpoints), reading a complete response, and assembling a
 //! streamed one from its typed events.
 
-use crate::config::ModelConfig;
+use crate::config::{CacheTtl, ModelConfig};
 use crate::decision::{Decision, Flow};
 use crate::retry::{classify_error_object, AttemptError};
 use serde_json::{json, Map, Value};
@@ -17,9 +17,12 @@ const DEFAULT_MAX_TOKENS: u32 = 8192;
 
 /// The request body.
 ///
-/// Two prompt-cache breakpoints are set, on the system prompt (which caches the tools too) and on
-/// the last block of the conversation, so each turn of an agent loop reads the previous turns from
-/// the cache instead of paying for them again.
+/// Prompt-cache breakpoints (at most three of the four allowed), in the prefix's order: the
+/// system prompt, which caches the tools before it too, with the longer lifetime
+/// ([`ModelConfig::cache_ttl`]); the last block of the previous user turn and the last block of
+/// the conversation, with the 5-minute default. Each turn of an agent loop then reads every
+/// earlier turn from the cache, even when a turn added more blocks than the provider looks back
+/// from one breakpoint (20).
 pub(crate) fn request_body(config: &ModelConfig, request: &ModelRequest) -> Value {
     let system: Vec<&str> = request
         .messages
@@ -72,12 +75,25 @@ pub(crate) fn request_body(config: &ModelConfig, request: &ModelRequest) -> Valu
             json!({"role": role, "content": blocks})
         })
         .collect();
-    if let Some(last_block) = messages
-        .last_mut()
-        .and_then(|message| message["content"].as_array_mut())
-        .and_then(|blocks| blocks.last_mut())
-    {
-        last_block["cache_control"] = json!({"type": "ephemeral"});
+    let user_turns: Vec<usize> = messages
+        .iter()
+        .enumerate()
+        .filter(|(_, message)| message["role"] == "user")
+        .map(|(index, _)| index)
+        .collect();
+    let last = messages.len().checked_sub(1);
+    let previous_user = user_turns
+        .iter()
+        .rev()
+        .find(|&&index| Some(index) != last)
+        .copied();
+    for index in [previous_user, last].into_iter().flatten() {
+        if let Some(block) = messages[index]["content"]
+            .as_array_mut()
+            .and_then(|blocks| blocks.last_mut())
+        {
+            block["cache_control"] = json!({"type": "ephemeral"});
+        }
     }
 
     let mut body = Map::new();
@@ -90,7 +106,10 @@ pub(crate) fn request_body(config: &ModelConfig, request: &ModelRequest) -> Valu
     if !system.is_empty() {
         body.insert(
             "system".into(),
-            json!([{"type": "text", "text": system.join("\n\n"), "cache_control": {"type": "ephemeral"}}]),
+            json!([{"type": "text", "text": system.join("\n\n"), "cache_control": match config.cache_ttl {
+                CacheTtl::OneHour => json!({"type": "ephemeral", "ttl": "1h"}),
+                CacheTtl::FiveMinutes => json!({"type": "ephemeral"}),
+            }}]),
         );
     }
     body.insert("messages".into(), Value::Array(messages));
@@ -133,6 +152,8 @@ struct RawUsage {
     input: u64,
     cache_creation: u64,
     cache_read: u64,
+    /// `cache_creation.ephemeral_1h_input_tokens`: the part of `cache_creation` kept an hour.
+    cache_creation_1h: u64,
     output: u64,
 }
 
@@ -153,6 +174,9 @@ impl RawUsage {
         set(&mut self.cache_creation, "cache_creation_input_tokens");
         set(&mut self.cache_read, "cache_read_input_tokens");
         set(&mut self.output, "output_tokens");
+        if let Some(count) = usage["cache_creation"]["ephemeral_1h_input_tokens"].as_u64() {
+            self.cache_creation_1h = count;
+        }
     }
 
     /// The runtime counts every prompt token as input.
@@ -161,7 +185,9 @@ impl RawUsage {
             input_tokens: self.input + self.cache_creation + self.cache_read,
             cached_input_tokens: self.cache_read,
             cache_write_tokens: self.cache_creation,
+            cache_write_1h_tokens: self.cache_creation_1h.min(self.cache_creation),
             output_tokens: self.output,
+            reasoning_tokens: 0,
         })
     }
 }
@@ -383,6 +409,7 @@ mod tests {
                 parameters: json!({"type": "object"}),
             }],
             max_output_tokens: 0,
+            cache_key: None,
         };
         let mut config = ModelConfig::anthropic("claude-x");
         config.stream = false;
@@ -391,9 +418,9 @@ mod tests {
             json!({
                 "model": "claude-x",
                 "max_tokens": 8192,
-                "system": [{"type": "text", "text": "a\n\nb", "cache_control": {"type": "ephemeral"}}],
+                "system": [{"type": "text", "text": "a\n\nb", "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
                 "messages": [
-                    {"role": "user", "content": [{"type": "text", "text": "q"}]},
+                    {"role": "user", "content": [{"type": "text", "text": "q", "cache_control": {"type": "ephemeral"}}]},
                     {"role": "assistant", "content": [
                         {"type": "text", "text": "looking"},
                         {"type": "tool_use", "id": "t1", "name": "read_file", "input": {"path": "x"}},
@@ -472,7 +499,9 @@ mod tests {
                 input_tokens: 3210,
                 cached_input_tokens: 3000,
                 cache_write_tokens: 200,
-                output_tokens: 42
+                output_tokens: 42,
+                cache_write_1h_tokens: 0,
+                reasoning_tokens: 0,
             })
         );
     }

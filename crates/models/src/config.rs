@@ -107,6 +107,23 @@ pub struct ModelConfig {
     /// The deadline of one attempt, from sending the request to the end of the response body.
     pub request_timeout: Duration,
     pub retry: RetryConfig,
+    /// OpenAI: send the request's cache key as `prompt_cache_key` (servers that refuse unknown
+    /// fields: false).
+    pub prompt_cache_key: bool,
+    /// OpenAI: `prompt_cache_retention` (e.g. `24h`) for the models that take it; none by
+    /// default, as a server that does not know it answers 400.
+    pub prompt_cache_retention: Option<String>,
+    /// Anthropic: how long the tools and system prompt stay cached (the conversation's own
+    /// breakpoints always use the 5-minute default).
+    pub cache_ttl: CacheTtl,
+}
+
+/// Anthropic's prompt-cache lifetimes: writes cost 1.25x the input price for 5 minutes, 2x
+/// for an hour; reads 0.1x either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheTtl {
+    FiveMinutes,
+    OneHour,
 }
 
 /// The API key is redacted: configs end up in debug logs.
@@ -123,6 +140,9 @@ impl fmt::Debug for ModelConfig {
             .field("system_role", &self.system_role)
             .field("request_timeout", &self.request_timeout)
             .field("retry", &self.retry)
+            .field("prompt_cache_key", &self.prompt_cache_key)
+            .field("prompt_cache_retention", &self.prompt_cache_retention)
+            .field("cache_ttl", &self.cache_ttl)
             .finish()
     }
 }
@@ -144,6 +164,9 @@ impl ModelConfig {
             system_role: SystemRole::System,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             retry: RetryConfig::default(),
+            prompt_cache_key: true,
+            prompt_cache_retention: None,
+            cache_ttl: CacheTtl::OneHour,
         }
     }
 
@@ -160,6 +183,9 @@ impl ModelConfig {
             system_role: SystemRole::System,
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             retry: RetryConfig::default(),
+            prompt_cache_key: true,
+            prompt_cache_retention: None,
+            cache_ttl: CacheTtl::OneHour,
         }
     }
 

@@ -22,7 +22,9 @@ mod price;
 mod retry;
 pub mod sse;
 
-pub use config::{ConfigError, MaxTokensField, ModelConfig, Provider, RetryConfig, SystemRole};
+pub use config::{
+    CacheTtl, ConfigError, MaxTokensField, ModelConfig, Provider, RetryConfig, SystemRole,
+};
 pub use endpoint::CONNECT_FAILED;
 pub use price::{Price, PriceTable};
 

@@ -83,6 +83,17 @@ pub(crate) fn request_body(config: &ModelConfig, request: &ModelRequest) -> Valu
         };
         body.insert(field.into(), json!(request.max_output_tokens));
     }
+    // After everything else, so the part a server caches is the messages' prefix.
+    if let Some(key) = request
+        .cache_key
+        .as_ref()
+        .filter(|_| config.prompt_cache_key)
+    {
+        body.insert("prompt_cache_key".into(), json!(key));
+    }
+    if let Some(retention) = &config.prompt_cache_retention {
+        body.insert("prompt_cache_retention".into(), json!(retention));
+    }
     if config.stream {
         body.insert("stream".into(), json!(true));
         if config.stream_usage {
@@ -124,7 +135,9 @@ fn usage_of(usage: &Value) -> Option<TokenUsage> {
         input_tokens: count(&usage["prompt_tokens"]),
         cached_input_tokens: count(&usage["prompt_tokens_details"]["cached_tokens"]),
         cache_write_tokens: 0,
+        cache_write_1h_tokens: 0,
         output_tokens: count(&usage["completion_tokens"]),
+        reasoning_tokens: count(&usage["completion_tokens_details"]["reasoning_tokens"]),
     })
 }
 
@@ -380,6 +393,7 @@ mod tests {
             messages: vec![],
             tools: vec![],
             max_output_tokens: 0,
+            cache_key: None,
         };
         let mut assembler = StreamAssembler::new(CallIds::for_request(&request), None);
         for chunk in chunks {
@@ -434,6 +448,7 @@ mod tests {
                 parameters: json!({"type":"object"}),
             }],
             max_output_tokens: 1000,
+            cache_key: None,
         };
         let body = request_body(&config, &request);
         assert_eq!(
@@ -534,6 +549,7 @@ mod tests {
             }],
             tools: vec![],
             max_output_tokens: 0,
+            cache_key: None,
         };
         let mut assembler = StreamAssembler::new(CallIds::for_request(&request), None);
         let chunks = [
@@ -555,7 +571,9 @@ mod tests {
                 input_tokens: 10,
                 cached_input_tokens: 4,
                 cache_write_tokens: 0,
-                output_tokens: 2
+                output_tokens: 2,
+                cache_write_1h_tokens: 0,
+                reasoning_tokens: 0,
             })
         );
     }
@@ -575,6 +593,7 @@ mod tests {
                 ],
                 tools: vec![],
                 max_output_tokens: 0,
+                cache_key: None,
             };
             parse_response(&body, CallIds::for_request(&request), None)
                 .unwrap()

@@ -14,8 +14,13 @@ pub struct Price {
     pub input_per_mtok_usd: f64,
     /// Prompt tokens read from the provider's cache.
     pub cached_input_per_mtok_usd: f64,
-    /// Prompt tokens written to the cache (Anthropic; OpenAI charges none).
+    /// Prompt tokens written to the cache for 5 minutes (Anthropic: 1.25x input; OpenAI
+    /// charges none).
     pub cache_write_per_mtok_usd: f64,
+    /// Prompt tokens written to the cache for an hour; `None`: twice the input price
+    /// (Anthropic's multiplier).
+    #[serde(default)]
+    pub cache_write_1h_per_mtok_usd: Option<f64>,
     pub output_per_mtok_usd: f64,
 }
 
@@ -37,8 +42,8 @@ impl PriceTable {
     /// A few well-known models.
     ///
     /// CHECK THESE FIGURES against the providers' pricing pages before relying on them: they were
-    /// copied by hand and prices change. Long-context surcharges and 1-hour cache writes are not
-    /// modelled. Configuration can override any entry (`insert`).
+    /// copied by hand and prices change. Long-context surcharges are not modelled; 1-hour cache
+    /// writes cost twice the input price. Configuration can override any entry (`insert`).
     pub fn builtin() -> PriceTable {
         use Provider::{Anthropic, OpenAi};
         let p = |provider, prefix: &str, input, cached, write, output| Price {
@@ -47,6 +52,7 @@ impl PriceTable {
             input_per_mtok_usd: input,
             cached_input_per_mtok_usd: cached,
             cache_write_per_mtok_usd: write,
+            cache_write_1h_per_mtok_usd: None,
             output_per_mtok_usd: output,
         };
         PriceTable::new(vec![
@@ -115,10 +121,16 @@ pub(crate) fn cost_at(price: &Price, usage: &TokenUsage) -> Cost {
         .input_tokens
         .saturating_sub(usage.cached_input_tokens)
         .saturating_sub(usage.cache_write_tokens);
+    let written_1h = usage.cache_write_1h_tokens.min(usage.cache_write_tokens);
+    let written_5m = usage.cache_write_tokens - written_1h;
+    let write_1h_price = price
+        .cache_write_1h_per_mtok_usd
+        .unwrap_or(2.0 * price.input_per_mtok_usd);
     // One dollar per million tokens is one micro-dollar per token.
     let micro_usd = uncached as f64 * price.input_per_mtok_usd
         + usage.cached_input_tokens as f64 * price.cached_input_per_mtok_usd
-        + usage.cache_write_tokens as f64 * price.cache_write_per_mtok_usd
+        + written_5m as f64 * price.cache_write_per_mtok_usd
+        + written_1h as f64 * write_1h_price
         + usage.output_tokens as f64 * price.output_per_mtok_usd;
     Cost::Known {
         micro_usd: micro_usd.round().max(0.0) as u64,
@@ -135,6 +147,8 @@ mod tests {
             cached_input_tokens: cached,
             cache_write_tokens: write,
             output_tokens: output,
+            cache_write_1h_tokens: 0,
+            reasoning_tokens: 0,
         }
     }
 
@@ -152,6 +166,7 @@ mod tests {
             input_per_mtok_usd: input,
             cached_input_per_mtok_usd: cached,
             cache_write_per_mtok_usd: write,
+            cache_write_1h_per_mtok_usd: None,
             output_per_mtok_usd: output,
         }
     }
@@ -186,6 +201,28 @@ mod tests {
                 &usage(12_100, 10_000, 2_000, 500)
             ),
             Cost::Known { micro_usd: 18_300 }
+        );
+    }
+
+    #[test]
+    fn one_hour_cache_writes_cost_twice_the_input_price_unless_priced() {
+        let mut price = price(Provider::Anthropic, "claude-x", 3.0, 0.3, 3.75, 15.0);
+        // 100 uncached, 10000 read, 2000 written of which 1500 for an hour, 500 out:
+        // 100*3 + 10000*0.3 + 500*3.75 + 1500*6 + 500*15 = 300 + 3000 + 1875 + 9000 + 7500
+        let usage = TokenUsage {
+            cache_write_1h_tokens: 1_500,
+            ..usage(12_100, 10_000, 2_000, 500)
+        };
+        let table = PriceTable::new(vec![price.clone()]);
+        assert_eq!(
+            table.cost(Provider::Anthropic, "claude-x", &usage),
+            Cost::Known { micro_usd: 21_675 }
+        );
+        price.cache_write_1h_per_mtok_usd = Some(5.0);
+        let table = PriceTable::new(vec![price]);
+        assert_eq!(
+            table.cost(Provider::Anthropic, "claude-x", &usage),
+            Cost::Known { micro_usd: 20_175 }
         );
     }
 

@@ -254,9 +254,21 @@ pub struct Clarification {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Usage {
+    /// Every prompt token, those read from and written to a prompt cache included.
     pub input_tokens: u64,
+    /// Prompt tokens read from the provider's cache.
     pub cached_input_tokens: u64,
+    /// Prompt tokens written to the provider's cache (Anthropic; present only when non-zero).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
     pub output_tokens: u64,
+    /// Output tokens spent reasoning (inside `output_tokens`; present only when non-zero).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: u64,
+    /// `cached_input_tokens / input_tokens`: the share of the prompt read from the cache,
+    /// rounded to 4 places; absent before any prompt token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_hit_rate: Option<f64>,
     pub cost_usd: Option<f64>,
     pub model_calls: u64,
     pub tool_calls: u64,
@@ -270,6 +282,20 @@ pub struct Usage {
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
+}
+
+impl Usage {
+    /// Sets [`Usage::cache_hit_rate`] from the token counts.
+    pub fn with_cache_hit_rate(mut self) -> Usage {
+        self.cache_hit_rate = cache_hit_rate(self.cached_input_tokens, self.input_tokens);
+        self
+    }
+}
+
+/// `read / input` (input counting every prompt token, read and written ones included), rounded
+/// to 4 places; `None` without prompt tokens.
+pub fn cache_hit_rate(read: u64, input: u64) -> Option<f64> {
+    (input > 0).then(|| ((read.min(input) as f64 / input as f64) * 10_000.0).round() / 10_000.0)
 }
 
 /// The outcome of a question task.

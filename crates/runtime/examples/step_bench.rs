@@ -42,6 +42,8 @@ impl Model for InstantModel {
                     cached_input_tokens: 0,
                     cache_write_tokens: 0,
                     output_tokens: 40,
+                    cache_write_1h_tokens: 0,
+                    reasoning_tokens: 0,
                 }),
                 cost: Cost::Known { micro_usd: 10 },
                 stop_reason: Some("tool_calls".into()),

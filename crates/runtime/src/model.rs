@@ -50,6 +50,10 @@ pub struct ModelRequest {
     pub messages: Vec<Message>,
     pub tools: Vec<ToolSpec>,
     pub max_output_tokens: u32,
+    /// The same for every request of one kind of work (repository, role, prompt version): a
+    /// provider routes requests with equal keys to the same prompt cache (OpenAI's
+    /// `prompt_cache_key`). Never volatile (no time, no task id).
+    pub cache_key: Option<String>,
 }
 
 /// Token counts of one response. `input_tokens` counts every prompt token, cached ones included;
@@ -60,7 +64,14 @@ pub struct TokenUsage {
     pub input_tokens: u64,
     pub cached_input_tokens: u64,
     pub cache_write_tokens: u64,
+    /// The part of `cache_write_tokens` written with the 1-hour lifetime (Anthropic), which
+    /// costs more than the 5-minute one.
+    #[serde(default)]
+    pub cache_write_1h_tokens: u64,
     pub output_tokens: u64,
+    /// The part of `output_tokens` spent reasoning.
+    #[serde(default)]
+    pub reasoning_tokens: u64,
 }
 
 /// The money a call cost, in integer micro-dollars, or unknown when the model has no price.

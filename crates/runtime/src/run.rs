@@ -29,6 +29,8 @@ pub struct AgentConfig {
     /// Tool calls rejected in a row (unknown tool, invalid arguments, denied by policy) before
     /// the run fails with `invalid_tool_calls` instead of spending its remaining turns.
     pub max_consecutive_rejected_calls: u32,
+    /// [`ModelRequest::cache_key`] of every request of the run.
+    pub cache_key: Option<String>,
 }
 
 impl Default for AgentConfig {
@@ -40,6 +42,7 @@ impl Default for AgentConfig {
             max_output_tokens: 8192,
             max_tool_calls_per_turn: 32,
             max_consecutive_rejected_calls: 8,
+            cache_key: None,
         }
     }
 }
@@ -217,6 +220,7 @@ impl Agent<'_> {
                 messages: state.messages.clone(),
                 tools: self.tools.iter().map(|t| t.spec()).collect(),
                 max_output_tokens: self.config.max_output_tokens,
+                cache_key: self.config.cache_key.clone(),
             };
             if let Err(failure) = self
                 .record(
@@ -540,7 +544,13 @@ fn account(state: &mut RunState, response: &ModelResponse, limits: &Limits) -> O
         Some(usage) => {
             state.usage.input_tokens += usage.input_tokens;
             state.usage.cached_input_tokens += usage.cached_input_tokens;
+            state.usage.cache_write_tokens += usage.cache_write_tokens;
             state.usage.output_tokens += usage.output_tokens;
+            state.usage.reasoning_tokens += usage.reasoning_tokens;
+            state.usage.cache_hit_rate = warden_protocol::cache_hit_rate(
+                state.usage.cached_input_tokens,
+                state.usage.input_tokens,
+            );
             state.spend.tokens += usage.input_tokens + usage.output_tokens;
         }
         None => {

@@ -319,6 +319,7 @@ mod tests {
             messages: vec![Message::User { text: "q".into() }; messages],
             tools: vec![],
             max_output_tokens: 10,
+            cache_key: None,
         }
     }
 

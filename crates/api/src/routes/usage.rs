@@ -24,6 +24,9 @@ pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
 pub struct SpendView {
     pub input_tokens: u64,
     pub cached_input_tokens: u64,
+    /// `cached_input_tokens / input_tokens` (4 places); absent without input tokens.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_hit_rate: Option<f64>,
     pub output_tokens: u64,
     /// Dollars of the entries with a known price.
     pub cost_usd: f64,
@@ -38,6 +41,10 @@ impl From<Spend> for SpendView {
         SpendView {
             input_tokens: spend.input_tokens,
             cached_input_tokens: spend.cached_input_tokens,
+            cache_hit_rate: warden_protocol::cache_hit_rate(
+                spend.cached_input_tokens,
+                spend.input_tokens,
+            ),
             output_tokens: spend.output_tokens,
             cost_usd: spend.cost_micro_usd as f64 / 1e6,
             cost_unknown: spend.cost_unknown,

@@ -19,6 +19,7 @@ mod mcp_http;
 mod nonroot;
 mod one_front_door;
 mod outage;
+mod prompt_cache;
 mod publish;
 mod quota;
 mod remote;

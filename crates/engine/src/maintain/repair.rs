@@ -48,7 +48,11 @@ pub fn repair_tools(change_tools: Vec<Arc<dyn Tool>>) -> Vec<Arc<dyn Tool>> {
 pub fn add_usage(total: &mut Usage, more: &Usage) {
     total.input_tokens += more.input_tokens;
     total.cached_input_tokens += more.cached_input_tokens;
+    total.cache_write_tokens += more.cache_write_tokens;
     total.output_tokens += more.output_tokens;
+    total.reasoning_tokens += more.reasoning_tokens;
+    total.cache_hit_rate =
+        warden_protocol::cache_hit_rate(total.cached_input_tokens, total.input_tokens);
     total.model_calls += more.model_calls;
     total.tool_calls += more.tool_calls;
     total.responses_without_usage += more.responses_without_usage;

@@ -36,7 +36,9 @@ async fn request_shape_has_headers_system_and_merged_tool_results() {
     assert_eq!(messages[0]["role"], "user");
     assert_eq!(
         messages[0]["content"][0],
-        json!({"type": "text", "text": "Where is main defined?"})
+        json!({"type": "text", "text": "Where is main defined?",
+            // the previous user turn's breakpoint: the next turn reads up to here from the cache
+            "cache_control": {"type": "ephemeral"}})
     );
     assert_eq!(messages[1]["role"], "assistant");
     assert_eq!(

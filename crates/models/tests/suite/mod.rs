@@ -133,6 +133,7 @@ pub fn request() -> ModelRequest {
             },
         ],
         max_output_tokens: 4096,
+        cache_key: None,
     }
 }
 

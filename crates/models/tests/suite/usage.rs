@@ -25,6 +25,7 @@ fn price(
         input_per_mtok_usd: input,
         cached_input_per_mtok_usd: cached,
         cache_write_per_mtok_usd: write,
+        cache_write_1h_per_mtok_usd: None,
         output_per_mtok_usd: output,
     }
 }
@@ -46,7 +47,9 @@ async fn openai_usage_and_cost_count_cached_prompt_tokens() {
             input_tokens: 10_000,
             cached_input_tokens: 8_000,
             cache_write_tokens: 0,
-            output_tokens: 500
+            output_tokens: 500,
+            cache_write_1h_tokens: 0,
+            reasoning_tokens: 0,
         })
     );
     // 2000 * 1.25 + 8000 * 0.125 + 500 * 10 = 2500 + 1000 + 5000
@@ -83,7 +86,9 @@ async fn anthropic_usage_and_cost_count_cache_reads_and_writes() {
             input_tokens: 21_050,
             cached_input_tokens: 20_000,
             cache_write_tokens: 1_000,
-            output_tokens: 300
+            output_tokens: 300,
+            cache_write_1h_tokens: 0,
+            reasoning_tokens: 0,
         })
     );
     // 50 * 3 + 1000 * 3.75 + 20000 * 0.3 + 300 * 15 = 150 + 3750 + 6000 + 4500

@@ -69,6 +69,8 @@ fn calls(calls: &[(&str, &str)]) -> Result<ModelResponse, ModelError> {
             cached_input_tokens: 10,
             cache_write_tokens: 0,
             output_tokens: 20,
+            cache_write_1h_tokens: 0,
+            reasoning_tokens: 0,
         }),
         cost: Cost::Known { micro_usd: 50 },
         stop_reason: Some("tool_calls".into()),

@@ -350,6 +350,7 @@ fn usage_of(spend: &Spend) -> Usage {
         model_calls: spend.entries,
         ..Usage::default()
     }
+    .with_cache_hit_rate()
 }
 
 /// What a task's events say about its runs so far, for a result that ends it from outside.

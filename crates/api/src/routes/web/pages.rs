@@ -326,6 +326,12 @@ fn usage_facts(usage: &Usage, model: &str) -> Markup {
         dl.facts {
             dt { "Model" } dd { (model) }
             dt { "Tokens" } dd { (usage.input_tokens) " in (" (usage.cached_input_tokens) " cached), " (usage.output_tokens) " out" }
+            @if let Some(rate) = warden_protocol::cache_hit_rate(usage.cached_input_tokens, usage.input_tokens) {
+                dt { "Prompt cache" } dd {
+                    (format!("{:.0}", rate * 100.0)) "% of the prompt read from the cache"
+                    @if usage.cache_write_tokens > 0 { ", " (usage.cache_write_tokens) " tokens written" }
+                }
+            }
             dt { "Calls" } dd { (usage.model_calls) " model, " (usage.tool_calls) " tool" }
             dt { "Cost" } dd {
                 @match usage.cost_usd {
@@ -606,12 +612,18 @@ fn spend_table(title: &str, rows: &[SpendRow]) -> Markup {
         h2 { (title) }
         @if rows.is_empty() { p.muted { "Nothing spent." } } @else {
             table {
-                thead { tr { th { "" } th.num { "Tokens in" } th.num { "Tokens out" } th.num { "Calls" } th.num { "Cost" } } }
+                thead { tr { th { "" } th.num { "Tokens in" } th.num { "Cache hits" } th.num { "Tokens out" } th.num { "Calls" } th.num { "Cost" } } }
                 tbody {
                     @for row in rows {
                         tr {
                             td.mono { (row.key) }
                             td.num { (row.spend.input_tokens) }
+                            td.num {
+                                @match warden_protocol::cache_hit_rate(row.spend.cached_input_tokens, row.spend.input_tokens) {
+                                    Some(rate) => { (format!("{:.0}%", rate * 100.0)) }
+                                    None => { "–" }
+                                }
+                            }
                             td.num { (row.spend.output_tokens) }
                             td.num { (row.spend.entries) }
                             td.num { "$" (format!("{:.4}", row.spend.cost_micro_usd as f64 / 1e6)) @if row.spend.cost_unknown { " +?" } }
