@@ -904,8 +904,10 @@ async fn usage_is_summed_per_day_task_and_model_for_the_callers_tasks() {
             .as_millis() as i64,
     )
     .to_string();
-    let spend = json!({"input_tokens": 150, "cached_input_tokens": 2, "output_tokens": 4,
-                       "cost_usd": 0.002, "cost_unknown": false, "model_calls": 2});
+    // 2 of 150 prompt tokens read from the cache.
+    let spend = json!({"input_tokens": 150, "cached_input_tokens": 2, "cache_hit_rate": 0.0133,
+                       "output_tokens": 4, "cost_usd": 0.002, "cost_unknown": false,
+                       "model_calls": 2});
     let with = |key: &str, value: &str| {
         let mut entry = spend.clone();
         entry[key] = json!(value);

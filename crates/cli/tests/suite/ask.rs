@@ -439,7 +439,8 @@ fn repository_files_never_configure_warden() {
         assert_eq!(run.json()["model"], "openai:gpt-test");
         first_requests.push(server.requests()[0].body.clone());
     }
-    // The prompts name each repository and its commit, which differ; nothing else may.
+    // The prompts name each repository and its commit, which differ (and the cache key, the
+    // repository's name); nothing else may.
     let normalise = |body: &serde_json::Value, repo: &TempRepo| {
         let mut body = body.clone();
         let name = repo
@@ -456,6 +457,12 @@ fn repository_files_never_configure_warden() {
             .replace(&name, "REPO")
             .replace(&head, "COMMIT");
         body["messages"][0]["content"] = system.into();
+        // The prompt-cache key is derived from the repository's name alone.
+        assert_eq!(
+            body["prompt_cache_key"],
+            warden_engine::prompt::cache_key("question", &[&name]).as_str()
+        );
+        body["prompt_cache_key"] = "KEY".into();
         body
     };
     assert_eq!(
