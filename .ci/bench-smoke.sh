@@ -28,6 +28,7 @@ benches=(
   "claim_bench --smoke"
   "api_bench --smoke"
   "console_bench --smoke"
+  "journal_page_bench --smoke"
   "serve_bench --smoke --warden $warden"
   "checks_bench --smoke --warden $warden"
 )

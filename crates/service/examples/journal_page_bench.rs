@@ -21,6 +21,8 @@ use warden_store::{ClaimFilter, NewTask, RunJournal, Store};
 type Result<T> = std::result::Result<T, Box<dyn Error + Send + Sync>>;
 
 const PAGE: u32 = 50;
+/// What `.env` holds; no page may show it.
+const SECRET: &str = "hunter2";
 
 fn record(n: u64) -> (RecordKind, &'static str, serde_json::Value) {
     let call = format!("c{}", n / 2);
@@ -41,7 +43,11 @@ fn record(n: u64) -> (RecordKind, &'static str, serde_json::Value) {
             RecordKind::ToolObservation,
             "tool_observation",
             json!({"call_id": call, "tool": "read_file",
-                   "output": {"ok": "     1\tDB_PASSWORD=hunter2\n"}}),
+                   "output": {"ok": if path == ".env" {
+                       format!("     1\tDB_PASSWORD={SECRET}\n")
+                   } else {
+                       "     1\t# the readme\n".to_string()
+                   }}}),
         )
     }
 }
@@ -92,17 +98,39 @@ async fn time_page(store: &dyn Store, id: &TaskId, page: u64) -> Result<Duration
         if read.records.len() != PAGE as usize {
             return Err(format!("page {page} held {} records", read.records.len()).into());
         }
+        // The page starts where it should, its chain checks, and the `.env` observations on it
+        // are hidden as the sensitive-path rule says.
+        let first = (page - 1) * u64::from(PAGE);
+        if read.records[0].entry.seq != first || read.records.iter().any(|r| !r.chain_ok) {
+            return Err(format!("page {page} is not records {first}.. with intact hashes").into());
+        }
+        let shown = serde_json::to_string(
+            &read
+                .records
+                .iter()
+                .map(|r| &r.entry.payload)
+                .collect::<Vec<_>>(),
+        )?;
+        if shown.contains(SECRET) {
+            return Err(format!("page {page} shows what .env holds").into());
+        }
     }
     Ok(best)
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<()> {
-    let records: u64 = std::env::args()
-        .nth(1)
-        .map(|n| n.parse())
-        .transpose()?
-        .unwrap_or(10_000);
+    // `--smoke` (CI, .ci/bench-smoke.sh): one small round, every page's answer checked.
+    let smoke = std::env::args().any(|a| a == "--smoke");
+    let records: u64 = if smoke {
+        500
+    } else {
+        std::env::args()
+            .nth(1)
+            .map(|n| n.parse())
+            .transpose()?
+            .unwrap_or(10_000)
+    };
     let pages = records / u64::from(PAGE);
     if pages < 2 {
         return Err("RECORDS must make at least two pages of 50".into());
