@@ -43,11 +43,11 @@ fn record(n: u64) -> (RecordKind, &'static str, serde_json::Value) {
             RecordKind::ToolObservation,
             "tool_observation",
             json!({"call_id": call, "tool": "read_file",
-                   "output": {"ok": if path == ".env" {
-                       format!("     1\tDB_PASSWORD={SECRET}\n")
-                   } else {
-                       "     1\t# the readme\n".to_string()
-                   }}}),
+            "output": {"ok": if path == ".env" {
+                format!("     1\tDB_PASSWORD={SECRET}\n")
+            } else {
+                "     1\t# the readme\n".to_string()
+            }}}),
         )
     }
 }
