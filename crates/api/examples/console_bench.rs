@@ -286,6 +286,7 @@ async fn fixture(events: u64) -> Fixture {
         sandbox: None,
         notices: vec![],
         maintenance: None,
+        gate: None,
     };
     store
         .finish_run(

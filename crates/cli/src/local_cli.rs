@@ -328,6 +328,17 @@ pub async fn approve(config: Config, args: crate::approve::ApproveArgs) -> anyho
         .await
         .map_err(cli_error)?;
     let decided = approved.approval;
+    // A run approval (the risk gate's `approve_before_run`): the change runs now, here.
+    if decided.kind == warden_engine::gates::RUN_APPROVAL_KIND {
+        eprintln!(
+            "warden: approved {}; running task {}",
+            decided.id, decided.task
+        );
+        local.services().await.map_err(cli_error)?;
+        let last = local.last_event(&decided.task).await.map_err(cli_error)?;
+        let progress = StderrProgress::new();
+        return follow_and_print_after(&local, &decided.task, last, false, &progress).await;
+    }
     if approved.resumed {
         eprintln!(
             "warden: resuming the publication approved by {}",
@@ -364,7 +375,14 @@ pub async fn reject(config: Config, args: crate::approve::RejectArgs) -> anyhow:
         .drive_publication(&decided.task, &|event| progress.emit(event))
         .await
         .map_err(cli_error)?;
-    println!("rejected {}: nothing was published", decided.id);
+    if decided.kind == warden_engine::gates::RUN_APPROVAL_KIND {
+        println!(
+            "rejected {}: task {} ends with nothing run",
+            decided.id, decided.task
+        );
+    } else {
+        println!("rejected {}: nothing was published", decided.id);
+    }
     Ok(0)
 }
 

@@ -1072,6 +1072,7 @@ pub fn change_report(
             sandbox: sandbox.map(|b| b.as_str().to_string()),
             notices,
             maintenance: None,
+            gate: None,
         },
         status,
         reply,

@@ -15,6 +15,8 @@ pub mod diff;
 pub mod egress;
 pub mod env;
 pub mod fetch_tree;
+pub mod gates;
+pub mod gates_config;
 pub mod github;
 pub mod github_hook_config;
 pub mod maintain;

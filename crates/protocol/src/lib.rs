@@ -163,6 +163,9 @@ pub enum FailureCode {
     /// `maintain`: an upgrade could not be applied (the package manager refused it, or its
     /// packages could not be fetched); the message names the upgrade.
     UpgradeFailed,
+    /// An approval the task needed before it could run (the risk gate's
+    /// `approve_before_run`) was rejected: nothing ran.
+    Rejected,
 }
 
 impl FailureCode {
@@ -186,6 +189,7 @@ impl FailureCode {
             FailureCode::UnsupportedProject => "unsupported_project",
             FailureCode::BaselineInconclusive => "baseline_inconclusive",
             FailureCode::UpgradeFailed => "upgrade_failed",
+            FailureCode::Rejected => "rejected",
         }
     }
 }
@@ -486,6 +490,73 @@ pub enum ChangeOutcome {
     Failure {
         failure: Failure,
     },
+    /// The risk gate holds the task before it runs: it waits (`waiting_approval`) for the
+    /// approval in `approval`, bound to the request's hash (`gate.request_hash`). Nothing ran.
+    AwaitingApproval {},
+}
+
+/// A risk level of the gates (`[gates]`), lowest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GateLevel {
+    Low,
+    Medium,
+    High,
+}
+
+/// What the operator's `[gates]` policy does at a level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GateAction {
+    /// Run at once.
+    Run,
+    /// Run at once; the proposal reaches a remote only through an approval bound to its hash.
+    ApproveProposal,
+    /// Wait for an approval bound to the request's hash before anything runs.
+    ApproveBeforeRun,
+}
+
+/// One reason a gate classified a request or a proposal at a level.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GateReason {
+    pub level: GateLevel,
+    /// The rule: `ci`, `dependencies`, `secrets`, `auth`, `infrastructure`, `sensitive`,
+    /// `checks`, `build`.
+    pub rule: String,
+    /// What matched, in words.
+    pub detail: String,
+}
+
+/// The classification of the proposal's actual paths, after the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GateProposal {
+    pub level: GateLevel,
+    pub action: GateAction,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<GateReason>,
+}
+
+/// The risk gate's decision on a change task: `gate` in its result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gate {
+    /// The request's level: the highest of its reasons' (`low` without any).
+    pub level: GateLevel,
+    /// What the policy does at that level.
+    pub action: GateAction,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<GateReason>,
+    /// sha256 over the request (kind, prompt, repositories, checks, options): what an
+    /// `approve_before_run` approval binds to.
+    pub request_hash: String,
+    /// The approval the task waited for before it ran (`approve_before_run`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Approval>,
+    /// The proposal's own paths classified after the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proposal: Option<GateProposal>,
 }
 
 /// The result JSON of SPEC §5 for a change task.
@@ -510,6 +581,9 @@ pub struct ChangeResult {
     /// `maintain` tasks: the upgrades, the advisories they clear and the scans bound to trees.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance: Option<Maintenance>,
+    /// The risk gate's decision (`[gates]`): the request's level, the action and the reasons.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<Gate>,
 }
 
 /// What a `maintain` task did beyond a change: `maintenance` in its result.
@@ -599,6 +673,7 @@ impl ChangeResult {
             ChangeOutcome::Proposal { .. } | ChangeOutcome::NoChange { .. } => 0,
             ChangeOutcome::Failure { .. } => 1,
             ChangeOutcome::Clarification { .. } => 3,
+            ChangeOutcome::AwaitingApproval {} => 4,
         }
     }
 }
@@ -698,6 +773,17 @@ pub enum Event {
     },
     StatusChanged {
         status: TaskStatus,
+    },
+    /// The risk gate classified the request (`stage` `request`, before the run) or the
+    /// proposal's paths (`proposal`, after it): its level, the policy's action, the reasons,
+    /// and the approval the task waits for when it must be approved before it runs.
+    GateDecided {
+        stage: String,
+        level: GateLevel,
+        action: GateAction,
+        reasons: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        approval: Option<String>,
     },
     TaskFinished {
         status: TaskStatus,

@@ -49,6 +49,7 @@ use warden_engine::question::{self, QuestionRun, SetupError, TaskSandbox};
 use warden_engine::redact::Redactor;
 
 mod change_task;
+mod gate;
 mod maintain_task;
 mod requeue_gate;
 

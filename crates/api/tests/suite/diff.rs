@@ -230,6 +230,7 @@ impl Fixture {
             sandbox: None,
             notices: vec![],
             maintenance: None,
+            gate: None,
         };
         self.finish(serde_json::to_value(&result).unwrap()).await;
         id

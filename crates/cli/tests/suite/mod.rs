@@ -7,6 +7,7 @@ mod docs_drift;
 mod egress;
 mod first_hour;
 mod front_door;
+mod gates;
 mod github_app;
 mod github_examples;
 mod logs_json;

@@ -638,6 +638,7 @@ mod tests {
             sandbox: None,
             notices: vec![],
             maintenance: None,
+            gate: None,
         };
         task.result = Some(serde_json::to_value(&result).unwrap());
         assert_eq!(

@@ -167,6 +167,7 @@ async fn world() -> World {
         sandbox: Some("linux".into()),
         notices: vec![],
         maintenance: None,
+        gate: None,
     };
     store
         .create_task(
@@ -483,6 +484,7 @@ async fn follow_up(world: &World) -> (TaskId, String, String) {
         sandbox: Some("linux".into()),
         notices: vec![],
         maintenance: None,
+        gate: None,
     };
     world
         .store
