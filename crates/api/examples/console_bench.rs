@@ -287,6 +287,7 @@ async fn fixture(events: u64) -> Fixture {
         notices: vec![],
         maintenance: None,
         gate: None,
+        review: None,
     };
     store
         .finish_run(

@@ -732,6 +732,7 @@ mod tests {
             notices: vec![],
             maintenance: None,
             gate: None,
+            review: None,
         };
         let task = json!({"id": task_id.to_string(), "kind": "change"});
         let shown = render(&task, &serde_json::to_value(&result).unwrap());

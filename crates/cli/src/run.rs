@@ -74,6 +74,33 @@ pub fn finish_line(result: &ChangeResult) -> String {
     }
 }
 
+/// The reviewer's verdict and findings, most urgent first, each with its checked location.
+pub fn render_review(review: &warden_protocol::Review) -> String {
+    let mut out = format!(
+        "Review: {} after {} ({}, {} findings)\n",
+        text::one_line(&review.verdict),
+        text::count(u64::from(review.rounds), "round", "rounds"),
+        text::one_line(&review.model),
+        review.findings.len()
+    );
+    if !review.explanation.is_empty() {
+        out.push_str(&format!("  {}\n", text::block(&review.explanation, "  ")));
+    }
+    for finding in &review.findings {
+        out.push_str(&format!(
+            "  [P{}] {} — {}:{}-{} (confidence {:.2})\n    {}\n",
+            finding.priority,
+            text::one_line(&finding.title),
+            text::one_line(&finding.location.path),
+            finding.location.start_line,
+            finding.location.end_line,
+            finding.confidence,
+            text::block(&finding.body, "    ")
+        ));
+    }
+    out
+}
+
 /// The risk gate's decision: the request's level and action, the reasons, the proposal's.
 fn render_gate(gate: &warden_protocol::Gate) -> String {
     use warden_engine::gates::{action_name, level_name, reason_lines};
@@ -216,6 +243,9 @@ pub fn render_change(result: &ChangeResult) -> String {
     }
     if let Some(gate) = &result.gate {
         out.push_str(&render_gate(gate));
+    }
+    if let Some(review) = &result.review {
+        out.push_str(&render_review(review));
     }
     for v in result.baseline.iter().filter(|v| !v.passed()) {
         out.push_str(&format!(

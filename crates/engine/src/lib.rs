@@ -28,6 +28,7 @@ pub mod prompt;
 pub mod publish;
 pub mod question;
 pub mod redact;
+pub mod review;
 pub mod schedule_config;
 pub mod sensitive;
 pub mod serve_config;

@@ -239,6 +239,7 @@ pub fn run_maintenance(run: MaintainRun<'_>) -> MaintainReport {
             notices: state.notices,
             maintenance: Some(state.maintenance),
             gate: None,
+            review: None,
         },
         status,
     }

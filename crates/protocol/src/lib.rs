@@ -163,6 +163,9 @@ pub enum FailureCode {
     /// `maintain`: an upgrade could not be applied (the package manager refused it, or its
     /// packages could not be fetched); the message names the upgrade.
     UpgradeFailed,
+    /// The reviewer's blocking (P0/P1) findings stood after the last allowed round: no
+    /// proposal is offered; `review` in the result holds them.
+    ReviewBlocked,
     /// An approval the task needed before it could run (the risk gate's
     /// `approve_before_run`) was rejected: nothing ran.
     Rejected,
@@ -190,6 +193,7 @@ impl FailureCode {
             FailureCode::BaselineInconclusive => "baseline_inconclusive",
             FailureCode::UpgradeFailed => "upgrade_failed",
             FailureCode::Rejected => "rejected",
+            FailureCode::ReviewBlocked => "review_blocked",
         }
     }
 }
@@ -559,6 +563,53 @@ pub struct Gate {
     pub proposal: Option<GateProposal>,
 }
 
+/// Where a review finding points: a line range of a file of the reviewed commit, checked like
+/// an answer's evidence (the file exists in that commit's tree, the lines exist).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FindingLocation {
+    pub repo: String,
+    /// The full commit id of the reviewed tree (the proposal commit, or `HEAD` of a range).
+    pub commit: String,
+    pub path: String,
+    pub start_line: u64,
+    pub end_line: u64,
+}
+
+/// One finding of the reviewer, in Codex's review format: P0 (must fix: breaks, data loss, a
+/// security hole) to P3 (nit).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewFinding {
+    pub title: String,
+    pub body: String,
+    /// 0 (P0, most urgent) to 3 (P3).
+    pub priority: u8,
+    /// How sure the reviewer is, 0 to 1.
+    pub confidence: f64,
+    pub location: FindingLocation,
+}
+
+/// The reviewer's judgement of a change whose checks passed: `review` in its result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Review {
+    /// `pass` (nothing blocking), `sent_back` (blocking findings went back to the implementer;
+    /// a later review decides), `blocked` (blocking findings stand: no proposal is offered), or
+    /// `reported` (`[gates] review = "report"`: findings shown, nothing blocked).
+    pub verdict: String,
+    /// The reviewer's overall words.
+    pub explanation: String,
+    /// The last review's findings, most urgent first.
+    pub findings: Vec<ReviewFinding>,
+    /// How many reviews ran (each after a round of the implementer).
+    pub rounds: u32,
+    /// The reviewer's model.
+    pub model: String,
+    /// What the reviews cost (also counted in the task's `usage`).
+    pub usage: Usage,
+}
+
 /// The result JSON of SPEC §5 for a change task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChangeResult {
@@ -584,6 +635,9 @@ pub struct ChangeResult {
     /// The risk gate's decision (`[gates]`): the request's level, the action and the reasons.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gate: Option<Gate>,
+    /// The reviewer's findings and verdict (`[gates] review`), when a review ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<Review>,
 }
 
 /// What a `maintain` task did beyond a change: `maintenance` in its result.
@@ -773,6 +827,14 @@ pub enum Event {
     },
     StatusChanged {
         status: TaskStatus,
+    },
+    /// The reviewer judged a change whose checks passed (`round` 1, 2, …): its verdict (`pass`,
+    /// `sent_back`, `blocked`, `reported`), how many findings, how many of them blocking.
+    ReviewFinished {
+        round: u32,
+        verdict: String,
+        findings: u32,
+        blocking: u32,
     },
     /// The risk gate classified the request (`stage` `request`, before the run) or the
     /// proposal's paths (`proposal`, after it): its level, the policy's action, the reasons,

@@ -99,6 +99,14 @@ pub fn render(event: &Event) -> Option<String> {
             }
             line
         }
+        Event::ReviewFinished {
+            round,
+            verdict,
+            findings,
+            blocking,
+        } => format!(
+            "  ◆ review {round}: {verdict} ({findings} findings, {blocking} blocking)"
+        ),
         Event::RedactionFailed => {
             "  ! an event was withheld: redacting secrets from it failed".into()
         }

@@ -52,6 +52,7 @@ mod change_task;
 mod gate;
 mod maintain_task;
 mod requeue_gate;
+mod review;
 
 /// What every run of a worker process shares.
 pub struct Services {

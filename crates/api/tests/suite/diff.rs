@@ -231,6 +231,7 @@ impl Fixture {
             notices: vec![],
             maintenance: None,
             gate: None,
+            review: None,
         };
         self.finish(serde_json::to_value(&result).unwrap()).await;
         id

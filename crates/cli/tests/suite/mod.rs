@@ -26,6 +26,7 @@ mod quota;
 mod remote;
 mod remote_escaping;
 mod repo_intent;
+mod review;
 mod schedule;
 mod serve;
 mod serve_change;

@@ -639,6 +639,7 @@ mod tests {
             notices: vec![],
             maintenance: None,
             gate: None,
+            review: None,
         };
         task.result = Some(serde_json::to_value(&result).unwrap());
         assert_eq!(

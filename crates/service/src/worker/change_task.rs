@@ -37,7 +37,7 @@ use crate::journal::{store_events, StoreEvents, StoreJournal};
 use crate::outage::{RunStore, StoreCalls};
 use crate::publication;
 use crate::task_repos::repo_specs;
-use warden_engine::change::{self, ChangeOptions, ChangeRun, ChangeSandbox, ChangeSetup};
+use warden_engine::change::{self, ChangeOptions, ChangeSandbox, ChangeSetup};
 use warden_engine::question;
 
 /// Who rejects an approval whose proposal a later run replaced.
@@ -65,6 +65,7 @@ pub(super) fn change_failed(task: &Task, model: &str, failure: Failure) -> Endin
         notices: vec![],
         maintenance: None,
         gate: None,
+        review: None,
     };
     Ending::Finished {
         status,
@@ -435,21 +436,21 @@ async fn run_change_loop(
     if replaying > 0 {
         tracing::info!(%run, replaying, "resuming a change: replaying journaled decisions, re-running their tools");
     }
-    let report: RunReport = change::run_change(
-        ChangeRun {
-            config: &services.config,
+    // The implementer, then the reviewer per `[gates] review` (`review.rs`).
+    let (report, review): (RunReport, _) = super::review::implement(
+        super::review::Implement {
+            services,
             model: &model,
-            task_id: &task.id,
+            task,
             repo: input.repo,
             checks: input.checks,
             earlier: input.earlier,
-            request: &task.prompt,
             conversation: input.conversation,
             journal: &mut journal,
             events: input.events,
-            clock: &SystemClock,
             cancel,
-            ledger: Some(&ledger),
+            ledger: &ledger,
+            session: &session,
         },
         &tools,
     )
@@ -470,6 +471,7 @@ async fn run_change_loop(
         notices,
         report,
     );
+    result.review = review;
     super::gate::after_run(
         &mut result,
         input.gate,

@@ -270,6 +270,7 @@ async fn wait_for_approval(services: &RunServices, claim: &Claim, gate: Gate) ->
         notices: advice.into_iter().collect(),
         maintenance: None,
         gate: Some(gate),
+        review: None,
     };
     end_at_gate(services, claim, TaskStatus::WaitingApproval, result).await
 }
@@ -307,6 +308,7 @@ async fn rejected(services: &RunServices, claim: &Claim, gate: Gate) -> Ending {
         notices: vec![],
         maintenance: None,
         gate: Some(gate),
+        review: None,
     };
     end_at_gate(services, claim, TaskStatus::Cancelled, result).await
 }

@@ -168,6 +168,7 @@ async fn world() -> World {
         notices: vec![],
         maintenance: None,
         gate: None,
+        review: None,
     };
     store
         .create_task(
@@ -485,6 +486,7 @@ async fn follow_up(world: &World) -> (TaskId, String, String) {
         notices: vec![],
         maintenance: None,
         gate: None,
+        review: None,
     };
     world
         .store

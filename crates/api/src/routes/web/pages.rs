@@ -536,6 +536,17 @@ fn change_section(
                 ul { @for line in warden_engine::gates::reason_lines(&gate.reasons) { li { (line) } } }
             }
         }
+        @if let Some(review) = &result.review {
+            h2 { "Review" }
+            p { "Verdict " span.mono { (review.verdict) } " after " (review.rounds) " round(s) by " span.mono { (review.model) } }
+            @if !review.explanation.is_empty() { p.text { (review.explanation) } }
+            @if !review.findings.is_empty() {
+                ul.findings { @for finding in &review.findings {
+                    li { span.badge { "P" (finding.priority) } " " (finding.title) " — " span.mono { (finding.location.path) ":" (finding.location.start_line) "-" (finding.location.end_line) }
+                        p.text { (finding.body) } }
+                } }
+            }
+        }
         @if !result.baseline.is_empty() {
             h2 { "Baseline checks" }
             ul { @for v in &result.baseline { li { span.mono { (v.command) } ": " @if v.passed() { "passed" } @else { "failed" } } } }
