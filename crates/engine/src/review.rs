@@ -118,6 +118,81 @@ pub fn add_usage(total: &mut Usage, more: &Usage) {
     *total = std::mem::take(total).with_cache_hit_rate();
 }
 
+/// A commit range as the reviewer reads it: the base resolved, the diff (redacted, cut at
+/// [`crate::diff::MAX_DIFF_BYTES`]) and the range's commit messages (the "request").
+#[derive(Debug, Clone)]
+pub struct RangeMaterial {
+    pub base: String,
+    pub diff: String,
+    pub messages: String,
+}
+
+/// Reads `base..head` (`head` a full commit id in `mirror`; `base` a revision, `HEAD` in it
+/// meaning `head`) for a review.
+pub fn range_material(
+    git: &warden_repo::Git,
+    mirror: &Path,
+    base: &str,
+    head: &str,
+    redactor: &crate::redact::Redactor,
+) -> Result<RangeMaterial, String> {
+    if base.is_empty() || base.starts_with('-') || base.contains("..") {
+        return Err(format!("{base:?} is not a base revision"));
+    }
+    let base_rev = match base.strip_prefix("HEAD") {
+        Some(rest) => format!("{head}{rest}"),
+        None => base.to_string(),
+    };
+    let git_dir = format!("--git-dir={}", mirror.display());
+    let run = |args: &[&str]| {
+        let mut all = vec![git_dir.as_str()];
+        all.extend_from_slice(args);
+        git.run(mirror, &all)
+    };
+    let base_commit = run(&[
+        "rev-parse",
+        "--verify",
+        "--quiet",
+        &format!("{base_rev}^{{commit}}"),
+    ])
+    .map(|out| out.text())
+    .ok()
+    .filter(|text| !text.is_empty())
+    .ok_or_else(|| format!("base {base:?} is not a commit of the repository"))?;
+    let diff = run(&[
+        "diff-tree",
+        "-p",
+        "-r",
+        "--no-renames",
+        "--no-ext-diff",
+        "--no-textconv",
+        "--no-color",
+        &base_commit,
+        head,
+    ])
+    .map_err(|e| format!("cannot diff {base}..{head}: {e}"))?;
+    let diff = String::from_utf8_lossy(&diff.stdout);
+    let (diff, _) = cut_at_line(&diff, crate::diff::MAX_DIFF_BYTES);
+    let diff = crate::sensitive::redact_sensitive_file_values(
+        &crate::sensitive::redact_credential_patterns(&redactor.text(diff)),
+    );
+    let messages = run(&[
+        "log",
+        "--no-show-signature",
+        "-n",
+        "50",
+        "--format=%B",
+        &format!("{base_commit}..{head}"),
+    ])
+    .map(|out| out.text())
+    .map_err(|e| format!("cannot read the range's commits: {e}"))?;
+    Ok(RangeMaterial {
+        base: base_commit,
+        diff,
+        messages: redactor.text(&messages),
+    })
+}
+
 /// Whether a finding blocks: P0 or P1 at or above `min_confidence`.
 pub fn blocks(finding: &ReviewFinding, min_confidence: f64) -> bool {
     finding.priority <= 1 && finding.confidence >= min_confidence

@@ -235,3 +235,120 @@ fn report_shows_findings_without_blocking_and_low_priorities_never_block() {
     assert_eq!(result["outcome"], "proposal");
     assert_eq!(result["review"]["verdict"], "reported");
 }
+
+/// `repo_with_test` plus a commit that makes beta uppercase and deletes the test: what
+/// `warden review` is asked about.
+fn range_repo() -> TempRepo {
+    let repo = repo_with_test();
+    repo.write("src/lib.txt", "alpha\nBETA\ngamma\n");
+    repo.git(&["rm", "-q", "tests/beta_test.sh"]);
+    repo.commit("Uppercase beta");
+    repo
+}
+
+#[test]
+fn warden_review_prints_checked_findings_on_a_commit_range() {
+    let repo = range_repo();
+    let model = ScriptedModelServer::start_blocking(vec![
+        // A location past the end of check.sh is refused and sent back; then a valid one.
+        review(false, deleted_test_finding(5, 9)),
+        review(false, deleted_test_finding(1, 1)),
+    ]);
+    let warden = Warden::openai(&model.url());
+    let path = repo.path().to_str().unwrap();
+    let run = warden.run(&["review", "--repo", path, "HEAD~1..HEAD"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    assert!(run.stdout.contains("Review: blocked"), "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("[P1] Restore the deleted test tests/beta_test.sh — check.sh:1-1"),
+        "{}",
+        run.stdout
+    );
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    let asked = request_text(&requests[0].body);
+    assert!(asked.contains("Uppercase beta"), "{asked}");
+    assert!(asked.contains("deleted file mode"), "{asked}");
+    assert!(
+        request_text(&requests[1].body).contains("end_line 9 is past the end"),
+        "{}",
+        request_text(&requests[1].body)
+    );
+
+    // --json: the same review, its location pinned to the reviewed commit.
+    let model =
+        ScriptedModelServer::start_blocking(vec![review(false, deleted_test_finding(1, 1))]);
+    let warden = Warden::openai(&model.url());
+    let run = warden.run(&["review", "--repo", path, "--json", "HEAD~1..HEAD"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let report = run.json();
+    let head = repo.git(&["rev-parse", "HEAD"]);
+    let base = repo.git(&["rev-parse", "HEAD~1"]);
+    assert_eq!(report["head"], head.trim());
+    assert_eq!(report["base"], base.trim());
+    assert_eq!(report["review"]["verdict"], "blocked");
+    assert_eq!(
+        report["review"]["findings"][0]["location"]["commit"],
+        head.trim()
+    );
+}
+
+#[test]
+fn warden_review_reviews_a_tasks_proposal_and_refuses_bad_targets() {
+    let repo = repo_with_test();
+    let model = ScriptedModelServer::start_blocking(vec![
+        uppercase_beta(),
+        submit(),
+        review(true, json!([])),
+    ]);
+    let warden = Warden::openai(&model.url());
+    let run = run_change(&warden, &repo);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert!(
+        result.get("review").is_none(),
+        "review is off by default: {result}"
+    );
+    let task = result["task_id"].as_str().unwrap();
+    let reviewed = warden.run(&["review", task, "--json"]);
+    assert_eq!(reviewed.code, 0, "{}\n{}", reviewed.stdout, reviewed.stderr);
+    let report = reviewed.json();
+    assert_eq!(report["task"], task);
+    assert_eq!(report["head"], result["proposal"]["commit"]);
+    assert_eq!(report["review"]["verdict"], "pass");
+    // The reviewer saw the task's request and the checks that passed.
+    let asked = request_text(&model.requests()[2].body);
+    assert!(asked.contains("make beta uppercase"), "{asked}");
+    assert!(asked.contains("bash check.sh"), "{asked}");
+
+    let path = repo.path().to_str().unwrap();
+    // Usage errors (an unknown task too) exit 2.
+    let cases: [(Vec<&str>, i32, &str); 3] = [
+        (vec!["review", "HEAD~1..HEAD"], 2, "needs --repo"),
+        (
+            vec!["review", "--repo", path, "nosuchbranch..HEAD"],
+            2,
+            "is not a commit",
+        ),
+        (
+            vec!["review", "tsk_01M8VBQV37BCXJMMGC5Y911W99"],
+            2,
+            "no task",
+        ),
+    ];
+    for (args, code, says) in cases {
+        let refused = warden.run(&args);
+        assert_eq!(
+            refused.code, code,
+            "{args:?}: {}\n{}",
+            refused.stdout, refused.stderr
+        );
+        assert!(
+            refused.stderr.contains(says),
+            "{args:?}: {}",
+            refused.stderr
+        );
+    }
+    assert_eq!(model.requests().len(), 3);
+}
