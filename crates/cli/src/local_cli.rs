@@ -175,7 +175,7 @@ pub async fn review(config: Config, args: crate::review::ReviewArgs) -> anyhow::
                 )));
             }
             let head = if head.is_empty() { "HEAD" } else { head };
-            let mut spec = parse_repos(&[repo.clone()])?.remove(0);
+            let mut spec = parse_repos(std::slice::from_ref(repo))?.remove(0);
             if head != "HEAD" {
                 spec = parse_repos(&[format!("{repo}@{head}")])?.remove(0);
             }

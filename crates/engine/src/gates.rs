@@ -66,7 +66,7 @@ impl Classification {
         let mut seen = std::collections::HashSet::new();
         reasons.retain(|r| seen.insert((r.rule.clone(), r.detail.clone())));
         // Highest first, so the first reason says why the level is what it is.
-        reasons.sort_by(|a, b| b.level.cmp(&a.level));
+        reasons.sort_by_key(|r| std::cmp::Reverse(r.level));
         Classification {
             level: reasons.first().map_or(GateLevel::Low, |r| r.level),
             reasons,
