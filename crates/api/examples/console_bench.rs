@@ -286,6 +286,8 @@ async fn fixture(events: u64) -> Fixture {
         sandbox: None,
         notices: vec![],
         maintenance: None,
+        gate: None,
+        review: None,
     };
     store
         .finish_run(

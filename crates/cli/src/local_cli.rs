@@ -150,6 +150,179 @@ pub async fn maintain(config: Config, args: crate::maintain::MaintainArgs) -> an
     follow_and_print(&local, &task.id, args.json, &progress).await
 }
 
+/// `warden review`: the reviewer on a commit range or a task's proposal (see `review.rs`).
+pub async fn review(config: Config, args: crate::review::ReviewArgs) -> anyhow::Result<u8> {
+    use warden_engine::review::{self, ReviewRun, ReviewSubject};
+    let target = args.target.clone().unwrap_or_else(|| "HEAD~1..HEAD".into());
+    let config = Arc::new(config);
+    let local = Local::open(Arc::clone(&config))
+        .await
+        .map_err(|error| usage(cli_error(error)))?;
+    let services = Arc::clone(local.services().await.map_err(cli_error)?);
+    let progress = StderrProgress::new();
+    let redactor = config.redactor();
+    // What is reviewed: (repo, base, head, tree root, browse, request, diff, validations, task).
+    let (repo, base, head, root, browse, request, diff, validations, task) =
+        if let Some((base, head)) = target.split_once("..") {
+            let Some(repo) = &args.repo else {
+                return Err(usage(anyhow::anyhow!(
+                    "warden review {target} needs --repo PATH|URL"
+                )));
+            };
+            if repo.contains('@') {
+                return Err(usage(anyhow::anyhow!(
+                    "--repo takes no @REV here: name the range as BASE..HEAD"
+                )));
+            }
+            let head = if head.is_empty() { "HEAD" } else { head };
+            let mut spec = parse_repos(std::slice::from_ref(repo))?.remove(0);
+            if head != "HEAD" {
+                spec = parse_repos(&[format!("{repo}@{head}")])?.remove(0);
+            }
+            let pinned = local
+                .pin_to_read(&spec, &|line| progress.line(line))
+                .await
+                .map_err(|error| usage(cli_error(error)))?;
+            let (git, mirror, head_commit, base_rev) = (
+                local.repos.git().clone(),
+                pinned.pinned.mirror.clone(),
+                pinned.pinned.commit.clone(),
+                base.to_string(),
+            );
+            let reading = redactor.clone();
+            let material = tokio::task::spawn_blocking(move || {
+                review::range_material(&git, &mirror, &base_rev, &head_commit, &reading)
+            })
+            .await
+            .context("reading the range crashed")?
+            .map_err(|message| usage(anyhow::anyhow!(message)))?;
+            (
+                pinned.pinned.name.clone(),
+                material.base,
+                pinned.pinned.commit.clone(),
+                pinned.snapshot.root.clone(),
+                pinned.pinned.browse.clone(),
+                material.messages,
+                material.diff,
+                Vec::new(),
+                None,
+            )
+        } else {
+            let id = task_id(&target)?;
+            let found = local.task(&id).await.map_err(cli_error)?;
+            let Some(proposal) = proposal_of(&found) else {
+                return Err(usage(anyhow::anyhow!(
+                    "task {id} has no proposal to review"
+                )));
+            };
+            let (spec, mirror) = local.mirror(&found).await.map_err(cli_error)?;
+            let pinned = warden_repo::PinnedRepo {
+                name: proposal.repo.clone(),
+                source: spec.source.clone(),
+                commit: proposal.commit.clone(),
+                tree: proposal.tree.clone(),
+                mirror: mirror.clone(),
+                browse: None,
+                work_tree: None,
+            };
+            let (repos, git, reading, task_text, subject) = (
+                local.repos.clone(),
+                local.repos.git().clone(),
+                redactor.clone(),
+                id.to_string(),
+                proposal.clone(),
+            );
+            let (root, diff) = tokio::task::spawn_blocking(move || {
+                let snapshot = repos
+                    .snapshot(&pinned)
+                    .map_err(|e| format!("cannot read the proposal's tree: {e}"))?;
+                let diff = warden_engine::diff::redacted_proposal_diff(
+                    &git, &mirror, &task_text, &subject, &reading,
+                )?
+                .map(|(diff, _)| diff)
+                .ok_or_else(|| "the proposal is no longer in Warden's mirror".to_string())?;
+                Ok::<_, String>((snapshot.root, diff))
+            })
+            .await
+            .context("reading the proposal crashed")?
+            .map_err(|message| anyhow::anyhow!(message))?;
+            (
+                proposal.repo.clone(),
+                proposal.base_commit.clone(),
+                proposal.commit.clone(),
+                root,
+                None,
+                found.prompt.clone(),
+                diff,
+                proposal.validations.clone(),
+                Some(id.to_string()),
+            )
+        };
+    let own_model = match review::reviewer_model(&config) {
+        None => None,
+        Some(Ok(model)) => Some(model),
+        Some(Err(message)) => return Err(usage(anyhow::anyhow!(message))),
+    };
+    let model: &dyn warden_runtime::Model = own_model.as_deref().unwrap_or(services.model.as_ref());
+    let mut journal = warden_runtime::MemoryJournal::default();
+    let reviewed = review::review(
+        ReviewRun {
+            config: &config,
+            model,
+            journal: &mut journal,
+            events: &progress,
+            clock: &warden_runtime::SystemClock,
+            cancel: warden_runtime::CancelFlag::default(),
+            ledger: None,
+        },
+        &ReviewSubject {
+            repo: &repo,
+            commit: &head,
+            tree_root: &root,
+            browse,
+            request: &request,
+            diff: &diff,
+            validations: &validations,
+            earlier: &[],
+        },
+    )
+    .await;
+    let reviewed = match reviewed {
+        Ok(reviewed) => reviewed,
+        Err((failure, _)) => {
+            return Err(anyhow::anyhow!(
+                "the review failed ({}): {}",
+                failure.code,
+                text::one_line(&failure.message)
+            ))
+        }
+    };
+    let blocking = reviewed
+        .findings
+        .iter()
+        .any(|f| review::blocks(f, config.gates.review_confidence));
+    let report = crate::review::ReviewReport {
+        repo,
+        base,
+        head,
+        task,
+        review: warden_protocol::Review {
+            verdict: if blocking { "blocked" } else { "pass" }.into(),
+            explanation: reviewed.explanation,
+            findings: reviewed.findings,
+            rounds: 1,
+            model: model.name(),
+            usage: reviewed.usage,
+        },
+    };
+    if args.json {
+        println!("{}", text::json_line(&serde_json::to_value(&report)?));
+    } else {
+        print!("{}", text::lines(&crate::review::render(&report)));
+    }
+    Ok(report.exit_code())
+}
+
 /// `warden vulns`: pins the repository as `ask` does, then profiles and scans the pinned
 /// tree (no task). Every way of not scanning is exit 2, so that 1 always means findings.
 pub async fn vulns(config: Config, args: crate::vulns::VulnsArgs) -> anyhow::Result<u8> {
@@ -328,6 +501,17 @@ pub async fn approve(config: Config, args: crate::approve::ApproveArgs) -> anyho
         .await
         .map_err(cli_error)?;
     let decided = approved.approval;
+    // A run approval (the risk gate's `approve_before_run`): the change runs now, here.
+    if decided.kind == warden_engine::gates::RUN_APPROVAL_KIND {
+        eprintln!(
+            "warden: approved {}; running task {}",
+            decided.id, decided.task
+        );
+        local.services().await.map_err(cli_error)?;
+        let last = local.last_event(&decided.task).await.map_err(cli_error)?;
+        let progress = StderrProgress::new();
+        return follow_and_print_after(&local, &decided.task, last, false, &progress).await;
+    }
     if approved.resumed {
         eprintln!(
             "warden: resuming the publication approved by {}",
@@ -364,7 +548,14 @@ pub async fn reject(config: Config, args: crate::approve::RejectArgs) -> anyhow:
         .drive_publication(&decided.task, &|event| progress.emit(event))
         .await
         .map_err(cli_error)?;
-    println!("rejected {}: nothing was published", decided.id);
+    if decided.kind == warden_engine::gates::RUN_APPROVAL_KIND {
+        println!(
+            "rejected {}: task {} ends with nothing run",
+            decided.id, decided.task
+        );
+    } else {
+        println!("rejected {}: nothing was published", decided.id);
+    }
     Ok(0)
 }
 

@@ -17,6 +17,7 @@ mod progress;
 mod remote;
 mod remote_cli;
 mod render;
+mod review;
 mod run;
 mod serve;
 mod text;
@@ -58,6 +59,9 @@ enum Command {
     /// Report the known vulnerabilities of a Cargo.lock, go.mod or package-lock.json (against
     /// [maintain] advisory_db or osv_db) without changing anything; exit 1 when there are any
     Vulns(vulns::VulnsArgs),
+    /// Review a commit range (--repo R BASE..HEAD) or a change task's proposal with the
+    /// reviewer; exit 1 on blocking (P0/P1) findings
+    Review(review::ReviewArgs),
     /// Show a change task's proposal: stat, sensitive files and the redacted diff
     Diff(diff::DiffArgs),
     /// Fetch a change task's proposal into your repository as a branch (work tree untouched)
@@ -278,6 +282,12 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
              WARDEN_SERVER (or leave out --server) in the MCP client's configuration"
         )));
     }
+    if matches!(cli.command, Command::Review(_)) && cli.remote.server().is_some() {
+        return Err(usage(anyhow::anyhow!(
+            "warden review runs in-process and does not talk to a server yet: unset \
+             WARDEN_SERVER (or leave out --server)"
+        )));
+    }
     if matches!(cli.command, Command::Vulns(_)) && cli.remote.server().is_some() {
         // Refused rather than run here: with a server, `--repo` names a registered repository,
         // which this process cannot read.
@@ -303,6 +313,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Run(args) => tokio_runtime()?.block_on(local_cli::run(config, args)),
         Command::Maintain(args) => tokio_runtime()?.block_on(local_cli::maintain(config, args)),
         Command::Vulns(args) => tokio_runtime()?.block_on(local_cli::vulns(config, args)),
+        Command::Review(args) => tokio_runtime()?.block_on(local_cli::review(config, args)),
         Command::Diff(args) => tokio_runtime()?.block_on(local_cli::diff(config, &args)),
         Command::Apply(args) => tokio_runtime()?.block_on(local_cli::apply(config, args)),
         Command::Approve(args) => tokio_runtime()?.block_on(local_cli::approve(config, args)),

@@ -731,6 +731,8 @@ mod tests {
             sandbox: None,
             notices: vec![],
             maintenance: None,
+            gate: None,
+            review: None,
         };
         let task = json!({"id": task_id.to_string(), "kind": "change"});
         let shown = render(&task, &serde_json::to_value(&result).unwrap());

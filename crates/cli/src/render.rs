@@ -91,6 +91,8 @@ pub fn exit_code(result: &Value) -> u8 {
         Some("proposal") if result["publication"]["status"] == "failed" => 1,
         Some("answer" | "proposal" | "no_change") => 0,
         Some("clarification") => 3,
+        // The risk gate holds a change until an approval lets it run.
+        Some("awaiting_approval") => 4,
         _ => 1,
     }
 }

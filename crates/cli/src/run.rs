@@ -68,7 +68,61 @@ pub fn finish_line(result: &ChangeResult) -> String {
         ChangeOutcome::Failure { failure } => {
             format!("failed ({}): {}", failure.code, failure.message)
         }
+        ChangeOutcome::AwaitingApproval {} => {
+            "the risk gate holds the change: it runs once approved".into()
+        }
     }
+}
+
+/// The reviewer's verdict and findings, most urgent first, each with its checked location.
+pub fn render_review(review: &warden_protocol::Review) -> String {
+    let mut out = format!(
+        "Review: {} after {} ({}, {} findings)\n",
+        text::one_line(&review.verdict),
+        text::count(u64::from(review.rounds), "round", "rounds"),
+        text::one_line(&review.model),
+        review.findings.len()
+    );
+    if !review.explanation.is_empty() {
+        out.push_str(&format!("  {}\n", text::block(&review.explanation, "  ")));
+    }
+    for finding in &review.findings {
+        out.push_str(&format!(
+            "  [P{}] {} — {}:{}-{} (confidence {:.2})\n    {}\n",
+            finding.priority,
+            text::one_line(&finding.title),
+            text::one_line(&finding.location.path),
+            finding.location.start_line,
+            finding.location.end_line,
+            finding.confidence,
+            text::block(&finding.body, "    ")
+        ));
+    }
+    out
+}
+
+/// The risk gate's decision: the request's level and action, the reasons, the proposal's.
+fn render_gate(gate: &warden_protocol::Gate) -> String {
+    use warden_engine::gates::{action_name, level_name, reason_lines};
+    let mut out = format!(
+        "Risk gate: {} → {}\n",
+        level_name(gate.level),
+        action_name(gate.action)
+    );
+    for line in reason_lines(&gate.reasons) {
+        out.push_str(&format!("  · {}\n", text::one_line(&line)));
+    }
+    if let Some(proposal) = &gate.proposal {
+        out.push_str(&format!(
+            "  proposal: {} → {}\n",
+            level_name(proposal.level),
+            action_name(proposal.action)
+        ));
+        for line in reason_lines(&proposal.reasons) {
+            out.push_str(&format!("    · {}\n", text::one_line(&line)));
+        }
+    }
+    out
 }
 
 /// The human-readable form of a change result. Model and repository text is escaped.
@@ -176,6 +230,22 @@ pub fn render_change(result: &ChangeResult) -> String {
                 text::block(&failure.message, "  ")
             ));
         }
+        ChangeOutcome::AwaitingApproval {} => {
+            out.push_str("Nothing ran: the risk gate holds this change until it is approved.\n");
+            if let Some(approval) = &result.approval {
+                out.push_str(&format!(
+                    "Running it waits for your approval ({}) of exactly this request:\n  \
+                     warden approve {} --hash {}\n",
+                    approval.kind, approval.id, approval.subject_hash
+                ));
+            }
+        }
+    }
+    if let Some(gate) = &result.gate {
+        out.push_str(&render_gate(gate));
+    }
+    if let Some(review) = &result.review {
+        out.push_str(&render_review(review));
     }
     for v in result.baseline.iter().filter(|v| !v.passed()) {
         out.push_str(&format!(

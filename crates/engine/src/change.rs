@@ -22,9 +22,7 @@ use warden_runtime::{
     Model, RunInput, RunOutcome, RunReport, Tool,
 };
 use warden_sandbox::{Backend, Sandbox, SandboxView, ViewSpec};
-use warden_tools::checks::{
-    ChangeSession, ChangeSessionConfig, OfflineFix, Redact, RunChecks, SubmitChange,
-};
+use warden_tools::checks::{ChangeSessionConfig, OfflineFix, Redact, RunChecks, SubmitChange};
 use warden_tools::edit::{ApplyPatch, EditFile, WriteFile};
 use warden_tools::faux::FAUX_LABEL;
 use warden_tools::shell::Shell;
@@ -62,6 +60,8 @@ pub struct ChangeOptions {
 }
 
 pub use crate::maintain_options::MaintainOptions;
+/// A change's candidate, checks and proposals, for the worker's reviewer (the proposal's tree).
+pub use warden_tools::checks::ChangeSession;
 
 impl ChangeOptions {
     /// The options stored in a task's metadata (defaults when there are none).
@@ -1015,9 +1015,9 @@ pub fn change_report(
             TaskStatus::WaitingInput,
             Some(question),
         ),
-        RunOutcome::Finished(Finish::Answer(_)) => failed(Failure {
+        RunOutcome::Finished(Finish::Answer(_) | Finish::Review(_)) => failed(Failure {
             code: FailureCode::InvalidSubmission,
-            message: "a change task cannot submit an answer".into(),
+            message: "a change task cannot submit an answer or a review".into(),
         }),
         // submit_change rejects only for failing checks: too many rejections is checks_failed.
         RunOutcome::Failed(failure) if failure.code == FailureCode::InvalidSubmission => {
@@ -1072,6 +1072,8 @@ pub fn change_report(
             sandbox: sandbox.map(|b| b.as_str().to_string()),
             notices,
             maintenance: None,
+            gate: None,
+            review: None,
         },
         status,
         reply,

@@ -56,6 +56,12 @@ pub struct FileConfig {
     /// `[telemetry]`: OpenTelemetry trace export (off without an endpoint).
     #[serde(default)]
     pub telemetry: crate::telemetry_config::TelemetrySection,
+    /// `[gates]`: the risk gate's policy per level and the reviewer's.
+    #[serde(default)]
+    pub gates: crate::gates_config::GatesSection,
+    /// `[roles]`: the models of the roles other than the implementer (the reviewer).
+    #[serde(default)]
+    pub roles: crate::gates_config::RolesSection,
 }
 
 /// `[github]`: the API publication talks to. The token is never read from this file (nor from
@@ -295,6 +301,10 @@ pub struct Config {
     pub schedules: Vec<crate::schedule_config::Schedule>,
     /// `[telemetry]`, resolved: where traces are exported; `None`: nowhere.
     pub telemetry: Option<crate::telemetry_config::TelemetryConfig>,
+    /// `[gates]`, resolved.
+    pub gates: crate::gates_config::GatesConfig,
+    /// `[roles] reviewer`: the reviewer's model; `None`: the task's own.
+    pub reviewer_model: Option<Box<ModelConfig>>,
 }
 
 /// The sandbox backend and its settings. Never chosen by fallback: what is named here is what
@@ -457,6 +467,14 @@ impl Config {
         )?;
         let schedules = crate::schedule_config::resolve(&file.schedules)?;
         let telemetry = crate::telemetry_config::TelemetryConfig::resolve(&file.telemetry, env)?;
+        let gates = crate::gates_config::GatesConfig::resolve(&file.gates)?;
+        let reviewer_model = match &file.roles.reviewer {
+            None => None,
+            Some(name) => Some(Box::new(
+                remote_model(name, section, env)
+                    .with_context(|| format!("invalid roles.reviewer {name:?}"))?,
+            )),
+        };
         Ok(Config {
             file: home.join("warden.toml"),
             home,
@@ -475,6 +493,8 @@ impl Config {
             maintain,
             schedules,
             telemetry,
+            gates,
+            reviewer_model,
         })
     }
 }

@@ -238,6 +238,8 @@ pub fn run_maintenance(run: MaintainRun<'_>) -> MaintainReport {
             sandbox: Some(run.sandbox.backend.as_str().to_string()),
             notices: state.notices,
             maintenance: Some(state.maintenance),
+            gate: None,
+            review: None,
         },
         status,
     }

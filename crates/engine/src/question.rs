@@ -574,8 +574,8 @@ pub fn question_report(
             TaskStatus::WaitingInput,
             Some(question),
         ),
-        RunOutcome::Finished(Finish::Change { .. }) => (
-            // Question tasks have no change tools; a change submission cannot happen here.
+        RunOutcome::Finished(Finish::Change { .. } | Finish::Review(_)) => (
+            // Question tasks have no change or review tools; such a submission cannot happen.
             QuestionOutcome::Failure {
                 failure: Failure {
                     code: FailureCode::InvalidSubmission,

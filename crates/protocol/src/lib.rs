@@ -163,6 +163,12 @@ pub enum FailureCode {
     /// `maintain`: an upgrade could not be applied (the package manager refused it, or its
     /// packages could not be fetched); the message names the upgrade.
     UpgradeFailed,
+    /// The reviewer's blocking (P0/P1) findings stood after the last allowed round: no
+    /// proposal is offered; `review` in the result holds them.
+    ReviewBlocked,
+    /// An approval the task needed before it could run (the risk gate's
+    /// `approve_before_run`) was rejected: nothing ran.
+    Rejected,
 }
 
 impl FailureCode {
@@ -186,6 +192,8 @@ impl FailureCode {
             FailureCode::UnsupportedProject => "unsupported_project",
             FailureCode::BaselineInconclusive => "baseline_inconclusive",
             FailureCode::UpgradeFailed => "upgrade_failed",
+            FailureCode::Rejected => "rejected",
+            FailureCode::ReviewBlocked => "review_blocked",
         }
     }
 }
@@ -486,6 +494,120 @@ pub enum ChangeOutcome {
     Failure {
         failure: Failure,
     },
+    /// The risk gate holds the task before it runs: it waits (`waiting_approval`) for the
+    /// approval in `approval`, bound to the request's hash (`gate.request_hash`). Nothing ran.
+    AwaitingApproval {},
+}
+
+/// A risk level of the gates (`[gates]`), lowest first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GateLevel {
+    Low,
+    Medium,
+    High,
+}
+
+/// What the operator's `[gates]` policy does at a level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GateAction {
+    /// Run at once.
+    Run,
+    /// Run at once; the proposal reaches a remote only through an approval bound to its hash.
+    ApproveProposal,
+    /// Wait for an approval bound to the request's hash before anything runs.
+    ApproveBeforeRun,
+}
+
+/// One reason a gate classified a request or a proposal at a level.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GateReason {
+    pub level: GateLevel,
+    /// The rule: `ci`, `dependencies`, `secrets`, `auth`, `infrastructure`, `sensitive`,
+    /// `checks`, `build`.
+    pub rule: String,
+    /// What matched, in words.
+    pub detail: String,
+}
+
+/// The classification of the proposal's actual paths, after the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GateProposal {
+    pub level: GateLevel,
+    pub action: GateAction,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<GateReason>,
+}
+
+/// The risk gate's decision on a change task: `gate` in its result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gate {
+    /// The request's level: the highest of its reasons' (`low` without any).
+    pub level: GateLevel,
+    /// What the policy does at that level.
+    pub action: GateAction,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<GateReason>,
+    /// sha256 over the request (kind, prompt, repositories, checks, options): what an
+    /// `approve_before_run` approval binds to.
+    pub request_hash: String,
+    /// The approval the task waited for before it ran (`approve_before_run`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<Approval>,
+    /// The proposal's own paths classified after the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub proposal: Option<GateProposal>,
+}
+
+/// Where a review finding points: a line range of a file of the reviewed commit, checked like
+/// an answer's evidence (the file exists in that commit's tree, the lines exist).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FindingLocation {
+    pub repo: String,
+    /// The full commit id of the reviewed tree (the proposal commit, or `HEAD` of a range).
+    pub commit: String,
+    pub path: String,
+    pub start_line: u64,
+    pub end_line: u64,
+}
+
+/// One finding of the reviewer, in Codex's review format: P0 (must fix: breaks, data loss, a
+/// security hole) to P3 (nit).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReviewFinding {
+    pub title: String,
+    pub body: String,
+    /// 0 (P0, most urgent) to 3 (P3).
+    pub priority: u8,
+    /// How sure the reviewer is, 0 to 1.
+    pub confidence: f64,
+    pub location: FindingLocation,
+}
+
+/// The reviewer's judgement of a change whose checks passed: `review` in its result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Review {
+    /// `pass` (nothing blocking), `sent_back` (blocking findings went back to the implementer;
+    /// a later review decides), `blocked` (blocking findings stand: no proposal is offered), or
+    /// `reported` (`[gates] review = "report"`: findings shown, nothing blocked).
+    pub verdict: String,
+    /// The reviewer's overall words.
+    pub explanation: String,
+    /// The last review's findings, most urgent first.
+    pub findings: Vec<ReviewFinding>,
+    /// How many reviews ran (each after a round of the implementer).
+    pub rounds: u32,
+    /// The reviewer's model.
+    pub model: String,
+    /// What the reviews cost (also counted in the task's `usage`).
+    pub usage: Usage,
 }
 
 /// The result JSON of SPEC §5 for a change task.
@@ -510,6 +632,12 @@ pub struct ChangeResult {
     /// `maintain` tasks: the upgrades, the advisories they clear and the scans bound to trees.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub maintenance: Option<Maintenance>,
+    /// The risk gate's decision (`[gates]`): the request's level, the action and the reasons.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<Gate>,
+    /// The reviewer's findings and verdict (`[gates] review`), when a review ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review: Option<Review>,
 }
 
 /// What a `maintain` task did beyond a change: `maintenance` in its result.
@@ -599,6 +727,7 @@ impl ChangeResult {
             ChangeOutcome::Proposal { .. } | ChangeOutcome::NoChange { .. } => 0,
             ChangeOutcome::Failure { .. } => 1,
             ChangeOutcome::Clarification { .. } => 3,
+            ChangeOutcome::AwaitingApproval {} => 4,
         }
     }
 }
@@ -698,6 +827,25 @@ pub enum Event {
     },
     StatusChanged {
         status: TaskStatus,
+    },
+    /// The reviewer judged a change whose checks passed (`round` 1, 2, …): its verdict (`pass`,
+    /// `sent_back`, `blocked`, `reported`), how many findings, how many of them blocking.
+    ReviewFinished {
+        round: u32,
+        verdict: String,
+        findings: u32,
+        blocking: u32,
+    },
+    /// The risk gate classified the request (`stage` `request`, before the run) or the
+    /// proposal's paths (`proposal`, after it): its level, the policy's action, the reasons,
+    /// and the approval the task waits for when it must be approved before it runs.
+    GateDecided {
+        stage: String,
+        level: GateLevel,
+        action: GateAction,
+        reasons: Vec<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        approval: Option<String>,
     },
     TaskFinished {
         status: TaskStatus,

@@ -42,6 +42,11 @@ pub enum RecordKind {
     SideEffectIntent,
     /// What a side effect did, as confirmed by asking the remote.
     SideEffectOutcome,
+    /// The risk gate's decision on a change's request (before the run) or its proposal (after):
+    /// the level, the policy's action, the reasons.
+    GateDecided,
+    /// The reviewer's findings on a change whose checks passed, and its verdict.
+    Review,
 }
 
 /// One journal line.

@@ -630,6 +630,7 @@ fn output_json(output: &ToolOutput) -> Value {
         ToolOutput::Finish(Finish::Change { summary, proposal }) => {
             json!({ "change": { "summary": summary, "proposal": proposal } })
         }
+        ToolOutput::Finish(Finish::Review(review)) => json!({ "review": review }),
     }
 }
 
@@ -642,6 +643,7 @@ fn outcome_summary(outcome: &RunOutcome) -> Value {
         RunOutcome::Finished(Finish::Change { summary, proposal }) => {
             json!({ "change": { "summary": summary, "proposal": proposal } })
         }
+        RunOutcome::Finished(Finish::Review(review)) => json!({ "review": review }),
         RunOutcome::Failed(failure) => json!({ "failure": failure }),
         RunOutcome::AwaitingApproval {
             tool,

@@ -3,7 +3,7 @@
 
 use crate::model::ToolSpec;
 use crate::BoxFuture;
-use warden_protocol::{Answer, Failure, Proposal};
+use warden_protocol::{Answer, Failure, Proposal, Review};
 
 /// What a tool call produced.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,6 +34,8 @@ pub enum Finish {
         summary: String,
         proposal: Option<Box<Proposal>>,
     },
+    /// A reviewer's accepted findings (their locations checked).
+    Review(Box<Review>),
 }
 
 /// A tool the agent may call. Arguments have already been validated against `spec().parameters`.

@@ -81,6 +81,32 @@ pub fn render(event: &Event) -> Option<String> {
                 None => format!("  ⇄ egress {method} {host}:{port} ({moved})"),
             }
         }
+        Event::GateDecided {
+            stage,
+            level,
+            action,
+            reasons,
+            approval,
+        } => {
+            let level = warden_engine::gates::level_name(*level);
+            let action = warden_engine::gates::action_name(*action);
+            let mut line = format!("  ◆ risk gate ({stage}): {level} → {action}");
+            for reason in reasons {
+                line.push_str(&format!("\n      {reason}"));
+            }
+            if let Some(approval) = approval {
+                line.push_str(&format!("\n      waits for approval {approval}"));
+            }
+            line
+        }
+        Event::ReviewFinished {
+            round,
+            verdict,
+            findings,
+            blocking,
+        } => format!(
+            "  ◆ review {round}: {verdict} ({findings} findings, {blocking} blocking)"
+        ),
         Event::RedactionFailed => {
             "  ! an event was withheld: redacting secrets from it failed".into()
         }

@@ -14,6 +14,7 @@ pub mod chat;
 pub mod compose;
 pub mod diff;
 pub mod event_line;
+pub mod gate;
 pub mod github;
 pub mod hub;
 pub mod journal;

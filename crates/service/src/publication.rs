@@ -439,6 +439,10 @@ pub async fn requeue_decided(
     store: &dyn warden_store::Store,
     task: &warden_protocol::TaskId,
 ) -> Result<bool, warden_store::StoreError> {
+    // A task waiting for its run approval (the risk gate) goes on the same way.
+    if crate::gate::requeue_decided_run(store, task).await? {
+        return Ok(true);
+    }
     // Not undecided, nor a failed publication waiting for its cause to be fixed (approving
     // again resumes that: `TaskService::decide`).
     requeue_waiting(store, task, |result, approval| {

@@ -49,8 +49,10 @@ use warden_engine::question::{self, QuestionRun, SetupError, TaskSandbox};
 use warden_engine::redact::Redactor;
 
 mod change_task;
+mod gate;
 mod maintain_task;
 mod requeue_gate;
+mod review;
 
 /// What every run of a worker process shares.
 pub struct Services {

@@ -230,6 +230,8 @@ impl Fixture {
             sandbox: None,
             notices: vec![],
             maintenance: None,
+            gate: None,
+            review: None,
         };
         self.finish(serde_json::to_value(&result).unwrap()).await;
         id

@@ -138,6 +138,8 @@ async fn quoted_and_deleted_sensitive_files_keep_their_values_hidden() {
         sandbox: None,
         notices: vec![],
         maintenance: None,
+        gate: None,
+        review: None,
     };
     let claim = store
         .claim("w", Duration::from_secs(60), &ClaimFilter::default())

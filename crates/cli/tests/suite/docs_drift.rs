@@ -70,8 +70,8 @@ fn section<'a>(text: &'a str, heading: &str) -> &'a str {
 #[test]
 fn every_configuration_key_is_documented_under_its_table() {
     use engine::{
-        callback, config, egress, github_hook_config, maintain_config, mcp_config, schedule_config,
-        serve_config, slack_config, telegram_config, telemetry_config,
+        callback, config, egress, gates_config, github_hook_config, maintain_config, mcp_config,
+        schedule_config, serve_config, slack_config, telegram_config, telemetry_config,
     };
     let configuration = docs("configuration.md");
     let maintain = docs("maintain.md");
@@ -140,6 +140,16 @@ fn every_configuration_key_is_documented_under_its_table() {
             "telemetry",
             "`[telemetry]`",
             keys::<telemetry_config::TelemetrySection>(),
+        ),
+        (
+            "gates",
+            "`[gates]` and `[roles]`",
+            keys::<gates_config::GatesSection>(),
+        ),
+        (
+            "roles",
+            "`[gates]` and `[roles]`",
+            keys::<gates_config::RolesSection>(),
         ),
         (
             "maintain",

@@ -182,6 +182,13 @@ impl TaskService {
                 }
                 other => ServiceError::from(other),
             })?;
+        // A run approval (the risk gate's `approve_before_run`): its task runs, or ends with
+        // nothing run.
+        if decided.kind == warden_engine::gates::RUN_APPROVAL_KIND
+            && crate::gate::requeue_decided_run(self.store.as_ref(), &decided.task).await?
+        {
+            self.wake.notify_one();
+        }
         if PUBLISH_KINDS.contains(&decided.kind.as_str()) {
             if crate::publication::requeue_decided(self.store.as_ref(), &decided.task).await? {
                 self.wake.notify_one();

@@ -638,6 +638,8 @@ mod tests {
             sandbox: None,
             notices: vec![],
             maintenance: None,
+            gate: None,
+            review: None,
         };
         task.result = Some(serde_json::to_value(&result).unwrap());
         assert_eq!(

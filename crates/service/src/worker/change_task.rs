@@ -37,7 +37,7 @@ use crate::journal::{store_events, StoreEvents, StoreJournal};
 use crate::outage::{RunStore, StoreCalls};
 use crate::publication;
 use crate::task_repos::repo_specs;
-use warden_engine::change::{self, ChangeOptions, ChangeRun, ChangeSandbox, ChangeSetup};
+use warden_engine::change::{self, ChangeOptions, ChangeSandbox, ChangeSetup};
 use warden_engine::question;
 
 /// Who rejects an approval whose proposal a later run replaced.
@@ -64,6 +64,8 @@ pub(super) fn change_failed(task: &Task, model: &str, failure: Failure) -> Endin
         sandbox: None,
         notices: vec![],
         maintenance: None,
+        gate: None,
+        review: None,
     };
     Ending::Finished {
         status,
@@ -115,7 +117,7 @@ pub(super) async fn run_change_task(
     };
     let maintain_options = (task.kind == TaskKind::Maintain)
         .then(|| change_options.maintain.clone().unwrap_or_default());
-    let checks = match change_options.checks {
+    let checks = match change_options.checks.clone() {
         Some(checks) => checks,
         None => match store
             .call("reading the repository", |store| {
@@ -142,6 +144,11 @@ pub(super) async fn run_change_task(
                 )
             }
         },
+    };
+    // The risk gate, before anything is pinned, opened or asked (`gate.rs`).
+    let gate = match super::gate::before_run(services, claim, &checks, &change_options).await {
+        Ok(gate) => gate,
+        Err(ending) => return ending,
     };
     let (earlier, conversation) = match conversation(store, task).await {
         Ok(both) => both,
@@ -223,6 +230,9 @@ pub(super) async fn run_change_task(
         },
         manifest: question::manifest(std::slice::from_ref(&repo)),
     });
+    if let Some(gate) = &gate {
+        events.emit(super::gate::request_event(gate));
+    }
     let ending = match sandbox {
         Ok(sandbox) => {
             // Cancelling the task kills the commands running in its view at once.
@@ -263,6 +273,7 @@ pub(super) async fn run_change_task(
                     earlier: &earlier,
                     conversation: &conversation,
                     events: &events,
+                    gate,
                 },
                 cancel,
             )
@@ -289,6 +300,8 @@ struct LoopInput<'a> {
     /// The messages exchanged since its request.
     conversation: &'a [TranscriptEntry],
     events: &'a StoreEvents,
+    /// The risk gate's decision on the request (`gate.rs`); `None` for maintenance.
+    gate: Option<warden_protocol::Gate>,
 }
 
 async fn run_change_loop(
@@ -362,6 +375,9 @@ async fn run_change_loop(
         Ok(plumbing) => plumbing,
         Err(message) => return change_failed(task, &model_name, infrastructure(message)),
     };
+    if let Some(gate) = &input.gate {
+        super::gate::journal_request(&mut journal, gate).await;
+    }
     let notices = [change::preflight_notices(input.repo), prepared].concat();
     let mut baseline = Vec::new();
     if input.baseline && !input.checks.is_empty() {
@@ -420,21 +436,21 @@ async fn run_change_loop(
     if replaying > 0 {
         tracing::info!(%run, replaying, "resuming a change: replaying journaled decisions, re-running their tools");
     }
-    let report: RunReport = change::run_change(
-        ChangeRun {
-            config: &services.config,
+    // The implementer, then the reviewer per `[gates] review` (`review.rs`).
+    let (report, review): (RunReport, _) = super::review::implement(
+        super::review::Implement {
+            services,
             model: &model,
-            task_id: &task.id,
+            task,
             repo: input.repo,
             checks: input.checks,
             earlier: input.earlier,
-            request: &task.prompt,
             conversation: input.conversation,
             journal: &mut journal,
             events: input.events,
-            clock: &SystemClock,
             cancel,
-            ledger: Some(&ledger),
+            ledger: &ledger,
+            session: &session,
         },
         &tools,
     )
@@ -455,6 +471,16 @@ async fn run_change_loop(
         notices,
         report,
     );
+    result.review = review;
+    super::gate::after_run(
+        &mut result,
+        input.gate,
+        input.checks,
+        &services.config.gates.policy,
+        input.events,
+        &mut journal,
+    )
+    .await;
     if input.publish && status == TaskStatus::Completed {
         match request_publication(&services.store, task, run.number, &mut result).await {
             Ok(true) => status = TaskStatus::WaitingApproval,

@@ -167,6 +167,8 @@ async fn world() -> World {
         sandbox: Some("linux".into()),
         notices: vec![],
         maintenance: None,
+        gate: None,
+        review: None,
     };
     store
         .create_task(
@@ -483,6 +485,8 @@ async fn follow_up(world: &World) -> (TaskId, String, String) {
         sandbox: Some("linux".into()),
         notices: vec![],
         maintenance: None,
+        gate: None,
+        review: None,
     };
     world
         .store

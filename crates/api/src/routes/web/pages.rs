@@ -501,11 +501,50 @@ fn change_section(
                     None => { p.muted { "The diff is not available (the proposal left Warden's mirror)." } }
                 }
             }
+            ChangeOutcome::AwaitingApproval {} => {
+                h2 { "Waiting for approval to run" }
+                @if let (Some(approval), TaskStatus::WaitingApproval) = (&result.approval, status) {
+                    p { "The risk gate holds this change before anything runs. Approving runs exactly the request with hash " span.mono #approval-hash { (approval.subject_hash) } "." }
+                    @if viewer.role == Role::Admin {
+                        div.actions {
+                            form.inline method="post" action=(format!("/approvals/{}/approve", approval.id)) {
+                                input type="hidden" name="hash" value=(approval.subject_hash);
+                                button type="submit" { "Approve and run" }
+                            }
+                            form.inline method="post" action=(format!("/approvals/{}/reject", approval.id)) {
+                                input type="hidden" name="hash" value=(approval.subject_hash);
+                                button.danger type="submit" { "Reject" }
+                            }
+                        }
+                    } @else {
+                        p.muted { "An admin decides approvals." }
+                    }
+                }
+            }
             ChangeOutcome::NoChange { summary } => { h2 { "No change" } p { (summary) } }
             ChangeOutcome::Clarification { clarification } => { h2 { "Question from the agent" } p.text { (clarification.question) } }
             ChangeOutcome::Failure { failure } => {
                 h2 { "Failed" }
                 p.error { span.mono { (failure.code.as_str()) } ": " (failure.message) }
+            }
+        }
+        @if let Some(gate) = &result.gate {
+            h2 { "Risk gate" }
+            p { "Request: " span.mono { (warden_engine::gates::level_name(gate.level)) } " → " span.mono { (warden_engine::gates::action_name(gate.action)) }
+                @if let Some(proposal) = &gate.proposal { " · proposal: " span.mono { (warden_engine::gates::level_name(proposal.level)) } } }
+            @if !gate.reasons.is_empty() {
+                ul { @for line in warden_engine::gates::reason_lines(&gate.reasons) { li { (line) } } }
+            }
+        }
+        @if let Some(review) = &result.review {
+            h2 { "Review" }
+            p { "Verdict " span.mono { (review.verdict) } " after " (review.rounds) " round(s) by " span.mono { (review.model) } }
+            @if !review.explanation.is_empty() { p.text { (review.explanation) } }
+            @if !review.findings.is_empty() {
+                ul.findings { @for finding in &review.findings {
+                    li { span.badge { "P" (finding.priority) } " " (finding.title) " — " span.mono { (finding.location.path) ":" (finding.location.start_line) "-" (finding.location.end_line) }
+                        p.text { (finding.body) } }
+                } }
             }
         }
         @if !result.baseline.is_empty() {

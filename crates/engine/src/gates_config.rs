@@ -1,0 +1,167 @@
+//! `[gates]` and `[roles]`: what the risk gate does at each level (`crate::gates`), whether a
+//! reviewer judges a change whose checks passed and what its findings do, and which model the
+//! reviewer uses.
+
+use anyhow::bail;
+use serde::Deserialize;
+use warden_protocol::GateAction;
+
+use crate::gates::{parse_action, GatePolicy};
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatesSection {
+    /// The action at level `low`: `run` (default), `approve_proposal` or `approve_before_run`.
+    pub low: Option<String>,
+    /// The action at level `medium`; default `run`.
+    pub medium: Option<String>,
+    /// The action at level `high`; default `approve_proposal`.
+    pub high: Option<String>,
+    /// The reviewer after a change's checks pass: `off` (default), `report` (findings in the
+    /// result), `block` (P0/P1 findings fail the task) or `send_back` (P0/P1 findings go back
+    /// to the implementer, `review_rounds` times, then block).
+    pub review: Option<String>,
+    /// How many times P0/P1 findings go back to the implementer (`send_back`); default 1.
+    pub review_rounds: Option<u32>,
+    /// Findings below this confidence (0 to 1) never block or send back; default 0.
+    pub review_confidence: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RolesSection {
+    /// The reviewer's model (`provider:model`); default: the task's model.
+    pub reviewer: Option<String>,
+}
+
+/// What the reviewer's blocking findings do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReviewMode {
+    Off,
+    Report,
+    Block,
+    SendBack,
+}
+
+impl ReviewMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReviewMode::Off => "off",
+            ReviewMode::Report => "report",
+            ReviewMode::Block => "block",
+            ReviewMode::SendBack => "send_back",
+        }
+    }
+}
+
+/// `[gates]`, resolved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GatesConfig {
+    pub policy: GatePolicy,
+    pub review: ReviewMode,
+    pub review_rounds: u32,
+    pub review_confidence: f64,
+}
+
+impl Default for GatesConfig {
+    fn default() -> Self {
+        GatesConfig {
+            policy: GatePolicy::default(),
+            review: ReviewMode::Off,
+            review_rounds: 1,
+            review_confidence: 0.0,
+        }
+    }
+}
+
+impl GatesConfig {
+    pub fn resolve(section: &GatesSection) -> anyhow::Result<GatesConfig> {
+        let defaults = GatesConfig::default();
+        let action = |key: &str, value: &Option<String>, default: GateAction| match value {
+            None => Ok(default),
+            Some(text) => parse_action(text).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "gates.{key} must be run, approve_proposal or approve_before_run, got {text:?}"
+                )
+            }),
+        };
+        let policy = GatePolicy {
+            low: action("low", &section.low, defaults.policy.low)?,
+            medium: action("medium", &section.medium, defaults.policy.medium)?,
+            high: action("high", &section.high, defaults.policy.high)?,
+        };
+        let review = match section.review.as_deref() {
+            None => defaults.review,
+            Some(text) => [
+                ReviewMode::Off,
+                ReviewMode::Report,
+                ReviewMode::Block,
+                ReviewMode::SendBack,
+            ]
+            .into_iter()
+            .find(|mode| mode.as_str() == text)
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "gates.review must be off, report, block or send_back, got {text:?}"
+                )
+            })?,
+        };
+        let review_rounds = section.review_rounds.unwrap_or(defaults.review_rounds);
+        if review_rounds > 5 {
+            bail!("gates.review_rounds must be at most 5, got {review_rounds}");
+        }
+        let review_confidence = section
+            .review_confidence
+            .unwrap_or(defaults.review_confidence);
+        if !(0.0..=1.0).contains(&review_confidence) {
+            bail!("gates.review_confidence must be between 0 and 1, got {review_confidence}");
+        }
+        Ok(GatesConfig {
+            policy,
+            review,
+            review_rounds,
+            review_confidence,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> anyhow::Result<GatesConfig> {
+        let section: GatesSection = toml::from_str(text)?;
+        GatesConfig::resolve(&section)
+    }
+
+    #[test]
+    fn defaults_run_everything_and_review_nothing() {
+        let config = parse("").unwrap();
+        assert_eq!(config, GatesConfig::default());
+        assert_eq!(config.policy.high, GateAction::ApproveProposal);
+        assert_eq!(config.review, ReviewMode::Off);
+    }
+
+    #[test]
+    fn each_key_is_read_and_bad_values_are_named() {
+        let config = parse(
+            "low = \"run\"\nmedium = \"approve_proposal\"\nhigh = \"approve_before_run\"\n\
+             review = \"send_back\"\nreview_rounds = 2\nreview_confidence = 0.5\n",
+        )
+        .unwrap();
+        assert_eq!(config.policy.medium, GateAction::ApproveProposal);
+        assert_eq!(config.policy.high, GateAction::ApproveBeforeRun);
+        assert_eq!(config.review, ReviewMode::SendBack);
+        assert_eq!((config.review_rounds, config.review_confidence), (2, 0.5));
+        for (text, named) in [
+            ("high = \"approve\"", "gates.high"),
+            ("review = \"loud\"", "gates.review"),
+            ("review_rounds = 9", "gates.review_rounds"),
+            ("review_confidence = 1.5", "gates.review_confidence"),
+        ] {
+            let error = format!("{:#}", parse(text).unwrap_err());
+            assert!(error.contains(named), "{text}: {error}");
+        }
+        assert!(parse("lo = \"run\"").is_err());
+    }
+}
