@@ -93,8 +93,13 @@ curl -fsS -X POST "$base/v1/repos" -H "Authorization: Bearer $admin" \
 # fail at random with "SystemError: AST constructor recursion depth mismatch", reported as an error
 # on an operation. `--workers 2` failed 6 of 9 runs that way, whatever the hypothesis version; one
 # worker runs the same operations, phases, checks and examples in about the same time (10-20 s).
+# `filter_too_much`: the webhooks take form-encoded bodies described as one string, from which
+# Hypothesis must filter its form data; with an unlucky seed it gives up on that operation
+# ("Failed Health Check", no request sent, nothing about the server). The operation's examples
+# and coverage phases still run.
 status=0
 "$venv/bin/schemathesis" run "$base/openapi.json" \
+  --suppress-health-check filter_too_much \
   --header "Authorization: Bearer $admin" \
   --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance \
   --phases examples,coverage,fuzzing \
