@@ -111,14 +111,17 @@ impl ChangeSandbox {
             code: FailureCode::Infrastructure,
             message: format!("cannot create {}: {e}", scratch_dir.display()),
         })?;
+        let sandbox = warden_sandbox::select(config.sandbox.backend, &config.sandbox.config)
+            .map_err(failure)?;
+        // A private cache is shown where the key's would be, when the backend can: what
+        // tools record of its paths then matches the key's warm seed.
         let toolchains = crate::question::task_toolchains(
             config,
             std::slice::from_ref(repo),
             true,
             private_cache,
+            sandbox.moves_mounts(),
         )?;
-        let sandbox = warden_sandbox::select(config.sandbox.backend, &config.sandbox.config)
-            .map_err(failure)?;
         let view_dir = scratch_dir.join("view");
         let view = sandbox
             .open(&ViewSpec {

@@ -382,7 +382,7 @@ impl TaskSandbox {
                 message: format!("cannot create {}: {e}", parent.display()),
             })?;
         }
-        let toolchains = task_toolchains(config, repos, false, false)?;
+        let toolchains = task_toolchains(config, repos, false, false, false)?;
         let sandbox = warden_sandbox::select(config.sandbox.backend, &config.sandbox.config)
             .map_err(failure)?;
         let view = sandbox
@@ -648,13 +648,14 @@ pub fn question_report(
 /// ([`crate::toolchain::cache_key`]: the repository, by its mirror's name, the toolchains, the
 /// prepare commands and what they read of the base tree), taken as
 /// [`crate::toolchain::TaskToolchains::open_cache`] says: `fill` when the task runs prepare,
-/// `private` for a cache of the task alone. A refused or vanished mount fails the task with
-/// `sandbox_error`.
+/// `private` for a cache of the task alone (shown at the key's path when `at_key_path`). A
+/// refused or vanished mount fails the task with `sandbox_error`.
 pub fn task_toolchains(
     config: &Config,
     repos: &[TaskRepo],
     fill: bool,
     private: bool,
+    at_key_path: bool,
 ) -> Result<crate::toolchain::TaskToolchains, warden_protocol::Failure> {
     let first = repos.first();
     let repo_name = first
@@ -687,7 +688,7 @@ pub fn task_toolchains(
             message: format!("a repository's sandbox mount was refused: {reason}"),
         })?;
     toolchains
-        .open_cache(fill, private)
+        .open_cache(fill, private, at_key_path)
         .map_err(|error| warden_protocol::Failure {
             code: warden_protocol::FailureCode::Infrastructure,
             message: format!("cannot take the repository's dependency cache: {error}"),
