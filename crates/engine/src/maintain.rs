@@ -1529,7 +1529,7 @@ fn droppable(failed: &Failure) -> bool {
 fn restore_view(session: &ChangeSession, eco: Ecosystem, tree: &str) -> Result<(), String> {
     use rustix::fs::{Mode, OFlags};
     let source = session.tree_root(tree)?;
-    let root = &session.config.merged;
+    let root = &session.merged();
     for name in eco.upgrade_files() {
         let (from, to) = (source.join(name), root.join(name));
         let exists = |path: &std::path::Path| -> Result<bool, String> {

@@ -262,6 +262,9 @@ struct SessionState {
     pending: Option<(String, PathBuf)>,
     /// Directories made for chained outputs so far (their names).
     chain_dirs: u64,
+    /// The writable view's upper and merged directories, once it was opened again
+    /// ([`ChangeSession::attach_view`]).
+    view: Option<(PathBuf, PathBuf)>,
 }
 
 impl ChangeSession {
@@ -402,12 +405,13 @@ impl ChangeSession {
 
     /// Builds the candidate tree of the view as it is now.
     pub fn candidate(&self) -> Result<Candidate, String> {
+        let (upper, merged) = self.view_dirs();
         build_candidate_tree(CandidateInput {
             git: &self.config.git,
             mirror: &self.config.mirror,
             base_tree: &self.config.base_tree,
-            upper: &self.config.upper,
-            merged: &self.config.merged,
+            upper: &upper,
+            merged: &merged,
             scratch: &self.config.scratch.join("candidate"),
         })
         .map_err(|e| format!("cannot build the candidate tree: {e}"))
@@ -446,6 +450,39 @@ impl ChangeSession {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .mounts = Some(mounts);
+    }
+
+    /// The complete warm seed the check views show, if any.
+    pub fn warm_seed(&self) -> Option<PathBuf> {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state
+            .warm
+            .as_ref()
+            .filter(|_| state.seed_ready)
+            .map(|warm| warm.seed.clone())
+    }
+
+    /// The writable view was opened again (with a seed, before the agent): its `upper` and
+    /// `merged` directories replace the configuration's.
+    pub fn attach_view(&self, upper: PathBuf, merged: PathBuf) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .view = Some((upper, merged));
+    }
+
+    /// The writable view's upper and merged directories.
+    fn view_dirs(&self) -> (PathBuf, PathBuf) {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state
+            .view
+            .clone()
+            .unwrap_or_else(|| (self.config.upper.clone(), self.config.merged.clone()))
+    }
+
+    /// The host path of the writable view's merged working root.
+    pub fn merged(&self) -> PathBuf {
+        self.view_dirs().1
     }
 
     /// Chains build outputs from one accepted candidate to the next (a maintenance task in

@@ -1,7 +1,8 @@
 //! Warm checks end to end (`[sandbox] warm_checks`, on by default): with the rust preset, the
 //! first check of a base tree builds it once before the agent and its `target/` becomes the
-//! warm seed of that base; every later check view starts from it copy-on-write, so a check
-//! after an edit compiles only what the edit touched, and nothing a check writes — an agent's
+//! warm seed of that base; every later check view — and the agent's own view, where its
+//! `shell` builds — starts from it copy-on-write, so a build after an edit compiles only what
+//! the edit touched, and nothing a check writes — an agent's
 //! build script planting a file in `target/` among it — reaches the seed another task builds
 //! from.
 //!
@@ -75,10 +76,15 @@ fn a_check_after_an_edit_starts_from_the_base_trees_build_and_cannot_poison_it()
     let planting =
         "fn main() {\n    let dir = std::env::var(\"CARGO_MANIFEST_DIR\").unwrap();\n    \
                     std::fs::write(format!(\"{dir}/../target/planted\"), \"x\").unwrap();\n}\n";
+    // Its own `cargo test` in its view (seeded too) builds only the edited crate.
     let first = vec![
         call(
             "write_file",
             json!({"path": "app/src/lib.rs", "content": app_lib("//! The answer.\n")}),
+        ),
+        call(
+            "shell",
+            json!({"command": "cargo test --offline 2>&1 | grep -E 'Compiling|test result'"}),
         ),
         call(
             "write_file",
@@ -127,6 +133,10 @@ fn a_check_after_an_edit_starts_from_the_base_trees_build_and_cannot_poison_it()
         notices.contains(&format!("warm checks: `{CHECK}` built the base tree once")),
         "{notices}"
     );
+    assert!(
+        notices.contains("the agent's own view starts from the base tree's build outputs"),
+        "{notices}"
+    );
     let validation = &result["proposal"]["validations"][0];
     assert_eq!(validation["exit_code"], 0, "{result}");
     let output = validation["output_tail"].as_str().unwrap();
@@ -135,7 +145,11 @@ fn a_check_after_an_edit_starts_from_the_base_trees_build_and_cannot_poison_it()
     assert!(!output.contains("Compiling dep v0.1.0"), "{output}");
     // The planting build script did run in the agent's check, which failed on it.
     let requests = server.requests();
-    let checked = requests[3].body["messages"].to_string();
+    let built = requests[2].body["messages"].to_string();
+    assert!(built.contains("Compiling app v0.1.0"), "{built}");
+    assert!(built.contains("test result: ok"), "{built}");
+    assert!(!built.contains("Compiling dep v0.1.0"), "{built}");
+    let checked = requests[4].body["messages"].to_string();
     assert!(
         checked.contains(&format!("$ {CHECK}\\nFAILED (exit code 1)")),
         "{checked}"
