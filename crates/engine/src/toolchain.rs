@@ -75,6 +75,16 @@ impl Preset {
         }
     }
 
+    /// The variable naming the preset's folder of the dependency cache.
+    pub fn cache_var(self) -> &'static str {
+        match self {
+            Preset::Rust => "CARGO_HOME",
+            Preset::Node => "npm_config_cache",
+            Preset::Python => "PIP_CACHE_DIR",
+            Preset::Go => "GOMODCACHE",
+        }
+    }
+
     /// The prepare command run when no `prepare` is configured and the base tree has the
     /// lockfile: `(lockfile, command)`. Each fetches exactly what the lockfile pins into the
     /// repository's cache and builds or runs nothing of the project. Python has none: pip has
@@ -783,6 +793,7 @@ impl Toolchains {
             shared_cache: cache.clone(),
             cache,
             cache_moved: false,
+            other_caches: Vec::new(),
             prepare: if repo_prepare.is_empty() {
                 self.prepare.clone()
             } else {
@@ -814,6 +825,10 @@ pub struct TaskToolchains {
     /// fingerprints hash each registry crate's source path) is the same as with the shared
     /// cache, and a warm seed built against it holds ([`warden_sandbox::Mount::source`]).
     pub cache_moved: bool,
+    /// A multi-repository task's other repositories' caches that some cache variable names
+    /// ([`TaskToolchains::take_variables_from`]), each under its own key and held like
+    /// `cache`: shown read-only.
+    pub other_caches: Vec<(PathBuf, CacheHold)>,
     pub prepare: Vec<String>,
     /// What prepare reaches through Warden's egress proxy (global: a registered repository
     /// cannot widen it).
@@ -936,6 +951,29 @@ impl TaskToolchains {
             .map(|entry| entry.map(|entry| entry.file_name().to_string_lossy().into_owned()))
             .collect::<std::io::Result<_>>()?;
         warden_tools::checks::harvest_outputs(source, &entries, own)
+    }
+
+    /// Names `variables` (cache variables) after `other`'s cache instead of this one's: a
+    /// multi-repository task's package manager of a repository other than the first finds
+    /// that repository's own keyed cache. `other` is opened already; its hold is kept.
+    pub fn take_variables_from(&mut self, other: &TaskToolchains, variables: &[&str]) {
+        let Some(cache) = &other.cache else {
+            return;
+        };
+        for (name, value) in &mut self.cache_env {
+            if let Some((_, theirs)) = other
+                .cache_env
+                .iter()
+                .find(|(n, _)| variables.contains(&n.as_str()) && n == name)
+            {
+                value.clone_from(theirs);
+            }
+        }
+        if !self.other_caches.iter().any(|(dir, _)| dir == cache)
+            && self.cache.as_ref() != Some(cache)
+        {
+            self.other_caches.push((cache.clone(), other.lease.clone()));
+        }
     }
 
     /// How the task holds its cache (`None`: no cache, or not opened).
@@ -1070,6 +1108,11 @@ impl TaskToolchains {
                 source: (cache != shown).then(|| cache.clone()),
             });
         }
+        mounts.extend(
+            self.other_caches
+                .iter()
+                .map(|(dir, _)| Mount::read_only(dir)),
+        );
         mounts
     }
 
