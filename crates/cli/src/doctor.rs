@@ -347,13 +347,20 @@ fn toolchain_check(config: &Config, file: &std::path::Path) -> Check {
     };
     let configured = &config.sandbox.toolchains.presets;
     let env = warden_engine::config::ProcessEnv;
+    // A toolchain in the system directories the sandbox shows anyway still wants its preset:
+    // the preset brings the dependency cache, its registries on the egress allow-list, the
+    // default prepare and the warm install (an npm project's checks need them).
     let mut found = Vec::new();
-    let mut system = Vec::new();
     for preset in Preset::ALL {
         match detect(preset, &home, &env) {
-            Ok(setup) if setup.mounts.is_empty() => {
-                system.push(format!("{} ({})", preset.as_str(), setup.found))
-            }
+            Ok(setup) if setup.mounts.is_empty() => found.push((
+                preset,
+                format!(
+                    "{} (in the system directories the sandbox shows; the preset adds its \
+                     dependency cache and registries)",
+                    setup.found
+                ),
+            )),
             Ok(setup) => found.push((preset, setup.found)),
             Err(_) => {}
         }
@@ -377,15 +384,9 @@ fn toolchain_check(config: &Config, file: &std::path::Path) -> Check {
             .map(|preset| format!("{:?}", preset.as_str()))
             .collect();
         lines.push(format!(
-            "the sandbox does not see them yet; add to {}:\n[sandbox]\ntoolchains = [{}]",
+            "not configured yet; add to {}:\n[sandbox]\ntoolchains = [{}]",
             file.display(),
             all.join(", ")
-        ));
-    }
-    if !system.is_empty() {
-        lines.push(format!(
-            "in the system directories the sandbox already shows: {}",
-            system.join(", ")
         ));
     }
     if lines.is_empty() {

@@ -467,7 +467,8 @@ pub fn before_agent_with(
         }
     }
     let mut filled = false;
-    if !commands.is_empty() {
+    let prepared = !commands.is_empty();
+    if prepared {
         let (prepared, succeeded) = prepare(
             session, toolchains, &commands, &network, progress, on_egress,
         )?;
@@ -493,6 +494,9 @@ pub fn before_agent_with(
             progress,
             &mut notices,
         )?;
+        if prepared && !filled {
+            stop_if_offline(session, progress, &notices)?;
+        }
         return Ok(notices);
     }
     let reasons: Vec<String> = missing
@@ -613,11 +617,48 @@ pub fn seed_agent_view(sandbox: &ChangeSandbox, session: &ChangeSession) -> Opti
     }
     let seed = session.warm_seed()?;
     Some(match sandbox.seed(&seed, session) {
-        Ok(()) => "warm checks: the agent's own view starts from the base tree's build outputs                    too"
+        Ok(()) => "warm checks: the agent's own view starts from the base tree's build outputs too"
             .to_string(),
         Err(failure) => format!(
             "the agent's own view is not warm (its builds start from nothing): {}",
             failure.message
+        ),
+    })
+}
+
+/// After a prepare that failed: the checks on the base tree (the warm-up's record reused when
+/// it ran), so that a check failing there because its dependencies cannot be fetched stops
+/// the task with `baseline_failing`, the setting that fixes it and what prepare said, before
+/// the agent spends anything. Checks that pass, or fail otherwise, go on as they would.
+fn stop_if_offline(
+    session: &ChangeSession,
+    progress: &dyn Fn(&str),
+    notices: &[String],
+) -> Result<(), Failure> {
+    if session.config.checks.is_empty() {
+        return Ok(());
+    }
+    progress("warden: prepare failed: the checks on the base tree first, once");
+    let validations = session
+        .run_checks(&session.config.base_tree)
+        .map_err(|message| Failure {
+            code: FailureCode::SandboxError,
+            message,
+        })?;
+    let Some(reason) = session.offline_reason(&validations) else {
+        return Ok(());
+    };
+    let said: Vec<&str> = notices
+        .iter()
+        .filter(|n| n.starts_with("prepare"))
+        .map(String::as_str)
+        .collect();
+    Err(Failure {
+        code: FailureCode::BaselineFailing,
+        message: format!(
+            "the checks already fail on the base commit {} before any change:\n{reason}\n{}",
+            session.config.base_commit,
+            said.join("\n")
         ),
     })
 }
@@ -815,6 +856,8 @@ fn prepare(
     let mut notices = Vec::new();
     let mut succeeded = true;
     let (mut connections, mut refused) = (0u32, 0u32);
+    // Hosts on the allow-list refused because they resolve to no public address here.
+    let mut private: Vec<String> = Vec::new();
     for (index, (command, root)) in commands.iter().enumerate() {
         let output = prepare_command(
             session,
@@ -829,6 +872,13 @@ fn prepare(
             match record.allowed {
                 true => connections = connections.saturating_add(1),
                 false => refused = refused.saturating_add(1),
+            }
+            let resolved_private = record
+                .reason
+                .as_deref()
+                .is_some_and(|reason| reason.contains(crate::egress::NO_PUBLIC_ADDRESS));
+            if resolved_private && !private.contains(&record.host) {
+                private.push(record.host.clone());
             }
             on_egress(&record);
         }
@@ -863,6 +913,19 @@ fn prepare(
         succeeded = false;
     }
     notices.insert(0, network.notice(connections, refused));
+    if !private.is_empty() {
+        let notice = format!(
+            "prepare: {} resolve{} only to non-public addresses on this machine, which Warden's \
+             egress proxy refuses; if that is your network's registry mirror or proxy, `[egress] \
+             allow_private = {:?}` in warden.toml admits {}",
+            private.join(", "),
+            if private.len() == 1 { "s" } else { "" },
+            private,
+            if private.len() == 1 { "it" } else { "them" }
+        );
+        progress(&format!("warden: {notice}"));
+        notices.push(notice);
+    }
     Ok((notices, succeeded))
 }
 

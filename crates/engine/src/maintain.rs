@@ -1361,7 +1361,7 @@ fn warm_acquire(
             )
         })?;
     notices.push(format!(
-        "maintenance: the base's dependencies copied from its {} cache into the task's own          ({:.1} s), which alone takes the upgrades' packages",
+        "maintenance: the base's dependencies copied from its {} cache into the task's own ({:.1} s), which alone takes the upgrades' packages",
         if complete { "complete" } else { "unpublished" },
         copying.elapsed().as_secs_f64()
     ));

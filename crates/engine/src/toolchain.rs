@@ -213,9 +213,10 @@ pub fn offline_fix(
         )
     } else {
         format!(
-            "{lockfile} pins it, but `{command}` did not fetch it: a registry other than the {} \
-             preset's needs its host in `[egress] allow` in {file} (the task's \
-             egress_connection events show what was refused)",
+            "{lockfile} pins it, but `{command}` did not fetch it (prepare's notices say why, \
+             and the task's egress_connection events what was refused): a registry other than \
+             the {} preset's needs its host in `[egress] allow` in {file}, one that resolves to \
+             a private address here `[egress] allow_private`",
             preset.as_str()
         )
     }
