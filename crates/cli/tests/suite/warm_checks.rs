@@ -353,3 +353,52 @@ fn a_multi_repository_task_finds_each_repositorys_own_cache() {
     let shown = requests[3].body["messages"].to_string();
     assert!(shown.contains("the rust repository's cache"), "{shown}");
 }
+
+/// A prepare that fails leaves dependencies the checks cannot fetch: the task runs its checks
+/// on the base tree before the agent and stops there with `baseline_failing`, the setting
+/// that fixes it and what prepare said, without asking the model anything.
+#[test]
+fn a_failed_prepare_stops_the_task_before_the_agent_when_the_base_cannot_build() {
+    let Some((rustup, cargo)) = super::maintain::rustup() else {
+        assert!(
+            !required("rustup"),
+            "WARDEN_TEST_REQUIRE lists rustup but no rustup installation was found"
+        );
+        eprintln!(
+            "skipped: no rustup installation (WARDEN_TEST_REQUIRE=rustup makes this a failure)"
+        );
+        return;
+    };
+    let repo = super::maintain::fixture();
+    let server = ScriptedModelServer::start_blocking(vec![call(
+        "submit_change",
+        json!({"summary": "nothing"}),
+    )]);
+    let warden = Warden::openai(&server.url())
+        .with("RUSTUP_HOME", rustup.to_str().unwrap())
+        .with("CARGO_HOME", cargo.to_str().unwrap());
+    std::fs::write(
+        warden.home.path().join("warden.toml"),
+        "[sandbox]\ntoolchains = [\"rust\"]\nprepare = [\"false\"]\n",
+    )
+    .unwrap();
+    let run = warden.run(&[
+        "run",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--json",
+        "--check",
+        "cargo test",
+        "anything",
+    ]);
+    assert_ne!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["failure"]["code"], "baseline_failing", "{result}");
+    let message = result["failure"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("cannot fetch the project's dependencies"),
+        "{message}"
+    );
+    assert!(message.contains("prepare `false` failed"), "{message}");
+    assert!(server.requests().is_empty(), "the model was asked");
+}
