@@ -1306,7 +1306,8 @@ fn vulnerable_wanted(
 /// own prepare when incomplete), when this task's checks can be warm: warm checks are on, the
 /// task's private cache is shown at the key's path (so cargo's fingerprints of the base's
 /// build hold for it), and the key's prepare is the presets' default for the ecosystem, which
-/// fetches what the acquire would. `None`: the acquire fetches into the task's own cache.
+/// fetches what the acquire would (Cargo and npm). `None`: the acquire fetches into the task's own
+/// cache.
 fn key_cache(run: &MaintainRun<'_>, eco: Ecosystem) -> Option<crate::toolchain::TaskToolchains> {
     let own = &run.sandbox.toolchains;
     let default_prepare = own.prepare.is_empty()
@@ -1314,7 +1315,13 @@ fn key_cache(run: &MaintainRun<'_>, eco: Ecosystem) -> Option<crate::toolchain::
             .default_prepare(&run.session.config.snapshot)
             .iter()
             .any(|(_, command)| *command == eco.acquire());
-    if !run.config.sandbox.warm_checks || !own.cache_moved || !default_prepare {
+    // Go's networked steps fetch from `[maintain] goproxy`, the key's prepare does not (and Go
+    // keeps no build outputs in a seed).
+    if eco == Ecosystem::Go
+        || !run.config.sandbox.warm_checks
+        || !own.cache_moved
+        || !default_prepare
+    {
         return None;
     }
     match own.key_cache(true) {
