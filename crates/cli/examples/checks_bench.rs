@@ -9,13 +9,20 @@
 //! - **checks per distinct tree**: check commands run vs trees checked (the submission of the
 //!   checked tree is reused, never run again).
 //!
+//! `--maintain`: `warden maintain` (baseline mode, `--select all`) on a crate whose five direct
+//! crates.io dependencies are pinned at old versions, so that five upgrades happen, against
+//! the host's one cold `cargo test` plus one incremental `cargo test` after each of the same
+//! five upgrades (`cargo update --precise`, not timed) — goal ≤ 2×. The whole maintenance is
+//! timed, its networked steps (fetching the base's and the upgrades' packages, the index
+//! lookups) included; the host's packages are fetched beforehand.
+//!
 //! The crate is a real one with crates.io dependencies pinned by its lockfile (serde with
 //! derive, serde_json, regex, clap with derive, anyhow, thiserror: a few dozen packages).
 //! Warden's prepare fetches them through its egress proxy; the host's `cargo` needs them too
 //! (`cargo fetch`, not timed). `--smoke`: a two-crate workspace with path dependencies only,
 //! no network, one round — it checks the harness and the figures, not the speed.
 //!
-//! `cargo run --release -p warden-cli --example checks_bench -- --warden PATH [--smoke]`
+//! `cargo run --release -p warden-cli --example checks_bench -- --warden PATH [--smoke | --maintain]`
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
@@ -117,6 +124,49 @@ fn edit(smoke: bool) -> (&'static str, String) {
         ("src/lib.rs", lib(1000))
     }
 }
+
+/// The maintenance crate: five direct dependencies, each pinned below its newest compatible
+/// version by `cargo update --precise` after the lockfile is generated.
+const MAINTAIN_MANIFEST: &str = r#"[package]
+name = "bench-maintain"
+version = "0.1.0"
+edition = "2021"
+
+[dependencies]
+anyhow = "1"
+log = "0.4"
+regex = "1"
+serde_json = "1"
+smallvec = "1"
+"#;
+
+/// `(crate, old version)`: where the lockfile pins each direct dependency.
+const MAINTAIN_PINS: [(&str, &str); 5] = [
+    ("anyhow", "1.0.75"),
+    ("log", "0.4.17"),
+    ("regex", "1.9.0"),
+    ("serde_json", "1.0.100"),
+    ("smallvec", "1.10.0"),
+];
+
+const MAINTAIN_LIB: &str = r##"pub fn words(text: &str) -> anyhow::Result<serde_json::Value> {
+    let found: smallvec::SmallVec<[String; 4]> = regex::Regex::new(r"\w+")?
+        .find_iter(text)
+        .map(|m| m.as_str().to_string())
+        .collect();
+    log::debug!("{} words", found.len());
+    Ok(serde_json::json!({ "words": found.to_vec() }))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn words() {
+        let value = super::words("one two three").unwrap();
+        assert_eq!(value.to_string(), r#"{"words":["one","two","three"]}"#);
+    }
+}
+"##;
 
 fn cargo(dir: &Path, args: &[&str]) -> f64 {
     let started = Instant::now();
@@ -234,6 +284,123 @@ fn task(warden: &Path, home: &Path, repo: &Path, smoke: bool) -> TaskFigures {
     }
 }
 
+/// `--maintain`: see the module's documentation.
+fn maintain(warden: &Path) {
+    let repo = TempRepo::new();
+    repo.write("Cargo.toml", MAINTAIN_MANIFEST);
+    repo.write("src/lib.rs", MAINTAIN_LIB);
+    repo.write(".gitignore", "/target\n");
+    let status = Command::new("cargo")
+        .args(["generate-lockfile", "--quiet"])
+        .current_dir(repo.path())
+        .status()
+        .unwrap();
+    assert!(status.success(), "cargo generate-lockfile failed");
+    for (name, old) in MAINTAIN_PINS {
+        cargo(
+            repo.path(),
+            &["update", "--quiet", "-p", name, "--precise", old],
+        );
+    }
+    repo.commit("the maintenance benchmark crate, five dependencies behind");
+
+    // Warden first (an empty home: nothing cached, nothing seeded), so the host replays the
+    // upgrades it made.
+    let home = tempfile::tempdir().unwrap();
+    std::fs::write(
+        home.path().join("warden.toml"),
+        format!(
+            "[sandbox]\ntoolchains = [\"rust\"]\ndisk_mib = 8192\n{}",
+            private_registries()
+        ),
+    )
+    .unwrap();
+    let started = Instant::now();
+    let output = Command::new(warden)
+        .args([
+            "maintain",
+            "--repo",
+            repo.path().to_str().unwrap(),
+            "--json",
+        ])
+        .env("WARDEN_HOME", home.path())
+        .env_remove("WARDEN_MODEL")
+        .output()
+        .unwrap();
+    let maintained = started.elapsed().as_secs_f64();
+    let result: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|_| {
+        panic!(
+            "warden maintain printed no result:\n{}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        )
+    });
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    let upgrades: Vec<(String, String, String)> = result["maintenance"]["upgrades"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| {
+            let field = |name: &str| u[name].as_str().unwrap().to_string();
+            (field("package"), field("from"), field("to"))
+        })
+        .collect();
+    assert_eq!(upgrades.len(), 5, "five upgrades expected: {result}");
+    let notices = result["notices"].to_string();
+    assert!(
+        notices.contains("built the base tree once"),
+        "the base tree's warm-up did not run: {notices}"
+    );
+    let warm_up = result["baseline"][0]["duration_ms"].as_f64().unwrap() / 1000.0;
+    let last_check = result["proposal"]["validations"][0]["duration_ms"]
+        .as_f64()
+        .unwrap()
+        / 1000.0;
+
+    // The host: the same commit, its packages fetched (not timed); a cold `cargo test`, then
+    // the same upgrades one by one, each followed by an incremental `cargo test`.
+    let host = tempfile::tempdir().unwrap();
+    let host_dir = host.path().join("crate");
+    let status = Command::new("git")
+        .args(["clone", "-q", repo.path().to_str().unwrap()])
+        .arg(&host_dir)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    cargo(&host_dir, &["fetch", "--locked"]);
+    let host_cold = cargo(&host_dir, &["test", "--offline", "--locked"]);
+    let mut incremental = Vec::new();
+    for (package, from, to) in &upgrades {
+        cargo(
+            &host_dir,
+            &[
+                "update",
+                "--quiet",
+                "-p",
+                &format!("{package}@{from}"),
+                "--precise",
+                to,
+            ],
+        );
+        cargo(&host_dir, &["fetch", "--locked"]);
+        incremental.push(cargo(&host_dir, &["test", "--offline", "--locked"]));
+    }
+    let reference = host_cold + incremental.iter().sum::<f64>();
+
+    println!("checks_bench (maintain), seconds; ratios against the host measured in this run");
+    println!("  host cold `cargo test`                 {host_cold:8.2}");
+    for ((package, from, to), seconds) in upgrades.iter().zip(&incremental) {
+        println!("  host `cargo test` after {package} {from} → {to}: {seconds:.2}");
+    }
+    println!("  host reference (cold + 5 incremental)  {reference:8.2}");
+    println!("  warden maintain: base check (warm-up)  {warm_up:8.2}");
+    println!("  warden maintain: last upgrade's check  {last_check:8.2}");
+    println!(
+        "  warden maintain, whole run             {maintained:8.2}  {:.2}× the reference (goal ≤ 2)",
+        maintained / reference
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let smoke = args.iter().any(|a| a == "--smoke");
@@ -243,6 +410,11 @@ fn main() {
         .map(|i| PathBuf::from(&args[i + 1]))
         .expect("--warden PATH (e.g. target/release/warden) is required");
     assert!(warden.is_file(), "{} is not a file", warden.display());
+    if args.iter().any(|a| a == "--maintain") {
+        assert!(!smoke, "--maintain has no smoke mode: it needs crates.io");
+        maintain(&warden);
+        return;
+    }
 
     let repo = TempRepo::new();
     if smoke {

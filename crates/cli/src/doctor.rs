@@ -413,13 +413,25 @@ fn toolchain_check(config: &Config, file: &std::path::Path) -> Check {
     };
     let configured = &config.sandbox.toolchains.presets;
     let env = warden_engine::config::ProcessEnv;
+    // A toolchain in the system directories the sandbox shows anyway still wants its preset
+    // when the preset fetches without configuration: it brings the dependency cache, its
+    // registries on the egress allow-list, the default prepare and the warm install (an npm
+    // project's checks need them). Python's needs a configured prepare: only said.
     let mut found = Vec::new();
     let mut system = Vec::new();
     for preset in Preset::ALL {
         match detect(preset, &home, &env) {
-            Ok(setup) if setup.mounts.is_empty() => {
+            Ok(setup) if setup.mounts.is_empty() && preset.default_prepare().is_none() => {
                 system.push(format!("{} ({})", preset.as_str(), setup.found))
             }
+            Ok(setup) if setup.mounts.is_empty() => found.push((
+                preset,
+                format!(
+                    "{} (in the system directories the sandbox shows; the preset adds its \
+                     dependency cache and registries)",
+                    setup.found
+                ),
+            )),
             Ok(setup) => found.push((preset, setup.found)),
             Err(_) => {}
         }
@@ -443,7 +455,7 @@ fn toolchain_check(config: &Config, file: &std::path::Path) -> Check {
             .map(|preset| format!("{:?}", preset.as_str()))
             .collect();
         lines.push(format!(
-            "the sandbox does not see them yet; add to {}:\n[sandbox]\ntoolchains = [{}]",
+            "not configured yet; add to {}:\n[sandbox]\ntoolchains = [{}]",
             file.display(),
             all.join(", ")
         ));

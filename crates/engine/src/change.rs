@@ -82,9 +82,13 @@ pub const CHECK_TIMEOUT: Duration = Duration::from_secs(600);
 pub struct ChangeSandbox {
     pub backend: Backend,
     pub sandbox: Arc<dyn Sandbox>,
-    view: Arc<Box<dyn SandboxView>>,
-    /// The overlay's upper directory: what the view changed.
-    pub upper: PathBuf,
+    /// The view and its overlay's upper directory (what the view changed): replaced once,
+    /// before the agent, by a seeded one ([`ChangeSandbox::seed`]).
+    view: std::sync::Mutex<(Arc<Box<dyn SandboxView>>, PathBuf)>,
+    /// The view the canceller reaches: the current one.
+    current: Arc<std::sync::Mutex<std::sync::Weak<Box<dyn SandboxView>>>>,
+    /// What the view was opened with, to open it again with a seed.
+    spec: ViewSpec,
     /// Toolchain mounts, environment, the repository's cache and its prepare commands.
     pub toolchains: crate::toolchain::TaskToolchains,
 }
@@ -111,41 +115,96 @@ impl ChangeSandbox {
             code: FailureCode::Infrastructure,
             message: format!("cannot create {}: {e}", scratch_dir.display()),
         })?;
+        let sandbox = warden_sandbox::select(config.sandbox.backend, &config.sandbox.config)
+            .map_err(failure)?;
+        // A private cache is shown where the key's would be, when the backend can: what
+        // tools record of its paths then matches the key's warm seed.
         let toolchains = crate::question::task_toolchains(
             config,
             std::slice::from_ref(repo),
             true,
             private_cache,
+            sandbox.moves_mounts(),
         )?;
-        let sandbox = warden_sandbox::select(config.sandbox.backend, &config.sandbox.config)
-            .map_err(failure)?;
-        let view_dir = scratch_dir.join("view");
-        let view = sandbox
-            .open(&ViewSpec {
-                lower: vec![(repo.pinned.name.clone(), repo.snapshot.root.clone())],
-                writable: true,
-                scratch_dir: view_dir.clone(),
-                mounts: toolchains.mounts(false),
-                egress_proxy: None,
-                seed: None,
-            })
-            .map_err(failure)?;
-        // Without an upper layer (the `local` backend copies) the candidate compares the tree.
-        let upper = view
-            .upper()
-            .map_or_else(|| view_dir.join("upper"), Path::to_path_buf);
+        let spec = ViewSpec {
+            lower: vec![(repo.pinned.name.clone(), repo.snapshot.root.clone())],
+            writable: true,
+            scratch_dir: scratch_dir.join("view"),
+            mounts: toolchains.mounts(false),
+            egress_proxy: None,
+            seed: None,
+        };
+        let view = Arc::new(sandbox.open(&spec).map_err(failure)?);
+        let upper = upper_of(&view, &spec);
         Ok(ChangeSandbox {
             backend: config.sandbox.backend,
             sandbox,
-            view: Arc::new(view),
-            upper,
+            current: Arc::new(std::sync::Mutex::new(Arc::downgrade(&view))),
+            view: std::sync::Mutex::new((view, upper)),
+            spec,
             toolchains,
         })
     }
 
+    fn view(&self) -> Arc<Box<dyn SandboxView>> {
+        self.view
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .0
+            .clone()
+    }
+
     /// The host path of the merged working root.
-    pub fn root(&self) -> &Path {
-        self.view.root()
+    pub fn root(&self) -> PathBuf {
+        self.view().root().to_path_buf()
+    }
+
+    /// The overlay's upper directory: what the view changed.
+    pub fn upper(&self) -> PathBuf {
+        self.view
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .1
+            .clone()
+    }
+
+    /// Opens the view again with `seed` as its lowest layer ([`ViewSpec::seed`]: the base
+    /// tree's warm build outputs), so the agent's own builds in it are incremental too, and
+    /// closes the first one. Only before anything wrote the view (before the agent's first
+    /// turn) and before its tools hold it; the session's idea of the view follows
+    /// ([`ChangeSession::attach_view`]).
+    pub fn seed(&self, seed: &Path, session: &ChangeSession) -> Result<(), Failure> {
+        let spec = ViewSpec {
+            scratch_dir: self.spec.scratch_dir.with_file_name("view-seeded"),
+            seed: Some(seed.to_path_buf()),
+            ..self.spec.clone()
+        };
+        let view = Arc::new(self.sandbox.open(&spec).map_err(|error| Failure {
+            code: FailureCode::SandboxError,
+            message: format!("the seeded sandbox view could not be opened: {error}"),
+        })?);
+        let upper = upper_of(&view, &spec);
+        session.attach_view(upper.clone(), view.root().to_path_buf());
+        *self
+            .current
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Arc::downgrade(&view);
+        let (old, _) = std::mem::replace(
+            &mut *self
+                .view
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+            (view, upper),
+        );
+        match Arc::try_unwrap(old) {
+            Ok(old) => {
+                if let Err(error) = old.close() {
+                    tracing::warn!(%error, "closing the unseeded sandbox view failed");
+                }
+            }
+            Err(_) => tracing::warn!("the unseeded sandbox view is still in use"),
+        }
+        Ok(())
     }
 
     /// Runs `script` (`bash -c`) in the task's writable view without network, with the
@@ -160,16 +219,20 @@ impl ChangeSandbox {
         let mut spec = warden_sandbox::CommandSpec::bash(script, timeout);
         spec.limits = limits;
         spec.env = self.toolchains.command_env(true);
-        self.view.run(&spec)
+        self.view().run(&spec)
     }
 
     /// Kills the commands running in the view and refuses later ones (the task was
     /// cancelled). The returned function does not keep the view open. Check runs open views
     /// of their own and end with their timeout.
     pub fn canceller(&self) -> impl Fn() + Send + Sync + 'static {
-        let view = Arc::downgrade(&self.view);
+        let current = Arc::clone(&self.current);
         move || {
-            if let Some(view) = view.upgrade() {
+            let view = current
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .upgrade();
+            if let Some(view) = view {
                 view.cancel();
             }
         }
@@ -181,12 +244,16 @@ impl ChangeSandbox {
         &self,
         config: &Config,
     ) -> Result<crate::mcp_client::McpServers, Failure> {
-        crate::mcp_client::McpServers::for_task(config, &self.view, &self.toolchains).await
+        crate::mcp_client::McpServers::for_task(config, &self.view(), &self.toolchains).await
     }
 
     /// Closes the view once no tool holds it any more.
     pub fn close(self) {
-        match Arc::try_unwrap(self.view) {
+        let (view, _) = self
+            .view
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match Arc::try_unwrap(view) {
             Ok(view) => {
                 if let Err(error) = view.close() {
                     tracing::warn!(%error, "closing a sandbox view failed");
@@ -195,6 +262,13 @@ impl ChangeSandbox {
             Err(_) => tracing::warn!("sandbox view still in use at close"),
         }
     }
+}
+
+/// The upper directory of `view` opened with `spec`; without an upper layer (the `local`
+/// backend copies) the candidate compares the tree.
+fn upper_of(view: &Arc<Box<dyn SandboxView>>, spec: &ViewSpec) -> PathBuf {
+    view.upper()
+        .map_or_else(|| spec.scratch_dir.join("upper"), Path::to_path_buf)
 }
 
 /// What a change task's tools share.
@@ -232,8 +306,8 @@ pub fn change_session(setup: &ChangeSetup<'_>) -> Result<Arc<ChangeSession>, Set
         base_commit: setup.repo.pinned.commit.clone(),
         base_tree: setup.repo.pinned.tree.clone(),
         snapshot: setup.repo.snapshot.root.clone(),
-        upper: setup.sandbox.upper.clone(),
-        merged: setup.sandbox.root().to_path_buf(),
+        upper: setup.sandbox.upper(),
+        merged: setup.sandbox.root(),
         scratch: setup.scratch_dir.join("work"),
         task_id: setup.task_id.to_string(),
         commit_time: setup.created_at_ms / 1000,
@@ -256,7 +330,7 @@ pub fn change_tools(
     let infrastructure = |e: std::io::Error| {
         SetupError::Infrastructure(format!("cannot open the task's writable view: {e}"))
     };
-    let root = setup.sandbox.root().to_path_buf();
+    let root = setup.sandbox.root();
     let workspace = Workspace::new(vec![(setup.repo.pinned.name.clone(), root.clone())])
         .map_err(infrastructure)?;
     let writable = Arc::new(
@@ -266,7 +340,7 @@ pub fn change_tools(
     );
     let mut tools = warden_tools::question_tools(Arc::new(workspace));
     tools.push(Arc::new(
-        Shell::new(setup.sandbox.view.clone(), setup.config.sandbox.limits)
+        Shell::new(setup.sandbox.view(), setup.config.sandbox.limits)
             .with_env(setup.sandbox.toolchains.command_env(true)),
     ));
     tools.push(Arc::new(WriteFile::new(writable.clone())));
@@ -393,7 +467,8 @@ pub fn before_agent_with(
         }
     }
     let mut filled = false;
-    if !commands.is_empty() {
+    let prepared = !commands.is_empty();
+    if prepared {
         let (prepared, succeeded) = prepare(
             session, toolchains, &commands, &network, progress, on_egress,
         )?;
@@ -419,6 +494,9 @@ pub fn before_agent_with(
             progress,
             &mut notices,
         )?;
+        if prepared && !filled {
+            stop_if_offline(session, progress, &notices)?;
+        }
         return Ok(notices);
     }
     let reasons: Vec<String> = missing
@@ -523,6 +601,66 @@ fn warm_up(
         )
     });
     Ok(())
+}
+
+/// Gives the agent's own view the base tree's warm build outputs, when the check views have
+/// them ([`ChangeSession::warm_seed`]): the view is opened again with the seed as its lowest
+/// layer ([`ChangeSandbox::seed`]), so a `cargo build` or `cargo test` the agent runs in its
+/// shell compiles only what it changed, and what it writes stays in its view. Call after
+/// [`before_agent`] (whose warm-up fills the seed) and before the tools take the view. A
+/// notice for the result, or why the view stays unseeded. Not on the `local` backend, whose
+/// writable view is a plain copy with no upper layer: the candidate is read from the whole
+/// copy there, and the seed's outputs would be in it.
+pub fn seed_agent_view(sandbox: &ChangeSandbox, session: &ChangeSession) -> Option<String> {
+    if sandbox.backend == Backend::Local {
+        return None;
+    }
+    let seed = session.warm_seed()?;
+    Some(match sandbox.seed(&seed, session) {
+        Ok(()) => "warm checks: the agent's own view starts from the base tree's build outputs too"
+            .to_string(),
+        Err(failure) => format!(
+            "the agent's own view is not warm (its builds start from nothing): {}",
+            failure.message
+        ),
+    })
+}
+
+/// After a prepare that failed: the checks on the base tree (the warm-up's record reused when
+/// it ran), so that a check failing there because its dependencies cannot be fetched stops
+/// the task with `baseline_failing`, the setting that fixes it and what prepare said, before
+/// the agent spends anything. Checks that pass, or fail otherwise, go on as they would.
+fn stop_if_offline(
+    session: &ChangeSession,
+    progress: &dyn Fn(&str),
+    notices: &[String],
+) -> Result<(), Failure> {
+    if session.config.checks.is_empty() {
+        return Ok(());
+    }
+    progress("warden: prepare failed: the checks on the base tree first, once");
+    let validations = session
+        .run_checks(&session.config.base_tree)
+        .map_err(|message| Failure {
+            code: FailureCode::SandboxError,
+            message,
+        })?;
+    let Some(reason) = session.offline_reason(&validations) else {
+        return Ok(());
+    };
+    let said: Vec<&str> = notices
+        .iter()
+        .filter(|n| n.starts_with("prepare"))
+        .map(String::as_str)
+        .collect();
+    Err(Failure {
+        code: FailureCode::BaselineFailing,
+        message: format!(
+            "the checks already fail on the base commit {} before any change:\n{reason}\n{}",
+            session.config.base_commit,
+            said.join("\n")
+        ),
+    })
 }
 
 /// What network the prepare commands get.
@@ -718,6 +856,8 @@ fn prepare(
     let mut notices = Vec::new();
     let mut succeeded = true;
     let (mut connections, mut refused) = (0u32, 0u32);
+    // Hosts on the allow-list refused because they resolve to no public address here.
+    let mut private: Vec<String> = Vec::new();
     for (index, (command, root)) in commands.iter().enumerate() {
         let output = prepare_command(
             session,
@@ -732,6 +872,13 @@ fn prepare(
             match record.allowed {
                 true => connections = connections.saturating_add(1),
                 false => refused = refused.saturating_add(1),
+            }
+            let resolved_private = record
+                .reason
+                .as_deref()
+                .is_some_and(|reason| reason.contains(crate::egress::NO_PUBLIC_ADDRESS));
+            if resolved_private && !private.contains(&record.host) {
+                private.push(record.host.clone());
             }
             on_egress(&record);
         }
@@ -766,6 +913,19 @@ fn prepare(
         succeeded = false;
     }
     notices.insert(0, network.notice(connections, refused));
+    if !private.is_empty() {
+        let notice = format!(
+            "prepare: {} resolve{} only to non-public addresses on this machine, which Warden's \
+             egress proxy refuses; if that is your network's registry mirror or proxy, `[egress] \
+             allow_private = {:?}` in warden.toml admits {}",
+            private.join(", "),
+            if private.len() == 1 { "s" } else { "" },
+            private,
+            if private.len() == 1 { "it" } else { "them" }
+        );
+        progress(&format!("warden: {notice}"));
+        notices.push(notice);
+    }
     Ok((notices, succeeded))
 }
 

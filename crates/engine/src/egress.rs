@@ -27,6 +27,9 @@
 //! A redirect needs no rule of its own: the client follows it with a new request through the
 //! proxy, which checks the new host like any other.
 
+/// The words of a refusal of a host that resolves only to addresses the proxy refuses.
+pub const NO_PUBLIC_ADDRESS: &str = "resolves to no public address";
+
 use crate::callback::address::is_public;
 use std::fmt;
 use std::io::{self, Read, Write};
@@ -332,7 +335,7 @@ impl EgressPolicy {
         if admitted.is_empty() {
             let refused: Vec<String> = refused.iter().map(|a| a.ip().to_string()).collect();
             return Err(format!(
-                "{host} resolves to no public address (refused: {})",
+                "{host} {NO_PUBLIC_ADDRESS} (refused: {})",
                 if refused.is_empty() {
                     "none found".into()
                 } else {

@@ -337,7 +337,12 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
     // 2. Acquire: the one networked step for the base's packages, over the manifests and
     // the lockfile alone; then the repository's prepare commands.
     let toolchains = networked_toolchains(run, eco)?;
+    // Held to the end: the key's cache stays where the check views' seed expects it.
+    let key = key_cache(run, eco);
     let notices = stage(run, state, "acquire", eco.acquire(), |_| {
+        if let Some(key) = &key {
+            return warm_acquire(run, key);
+        }
         let tree = crate::fetch_tree::FetchTree::new(session, eco.manifests(), "acquire")?;
         let notices = change::before_agent_with(
             session,
@@ -503,6 +508,12 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
     };
     // The cache the checks build against changed: no earlier record speaks for it.
     session.forget_checks();
+    // Baseline mode: each candidate is the one before plus a lockfile change Warden applied,
+    // so its checks build on the one before's outputs. (A model's repair is code of its own:
+    // its candidates build on the base's seed only.)
+    if run.repair.is_none() {
+        session.chain_outputs();
+    }
     let mut tree = base_tree.clone();
     let mut validations: Vec<Validation> = Vec::new();
     // The upgrades dropped because they could not be applied or broke a check (baseline
@@ -617,6 +628,7 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
             }
         };
         tree = next;
+        session.accept_outputs(&tree);
         validations = checked;
         state.maintenance.upgrades.push(upgrade.clone());
     }
@@ -1296,6 +1308,84 @@ fn vulnerable_wanted(
     wanted
 }
 
+/// The key's shared dependency cache (taken as a change task takes it, filled by the key's
+/// own prepare when incomplete), when this task's checks can be warm: warm checks are on, the
+/// task's private cache is shown at the key's path (so cargo's fingerprints of the base's
+/// build hold for it), and the key's prepare is the presets' default for the ecosystem, which
+/// fetches what the acquire would (Cargo and npm). `None`: the acquire fetches into the task's own
+/// cache.
+fn key_cache(run: &MaintainRun<'_>, eco: Ecosystem) -> Option<crate::toolchain::TaskToolchains> {
+    let own = &run.sandbox.toolchains;
+    let default_prepare = own.prepare.is_empty()
+        && own
+            .default_prepare(&run.session.config.snapshot)
+            .iter()
+            .any(|(_, command)| *command == eco.acquire());
+    // Go's networked steps fetch from `[maintain] goproxy`, the key's prepare does not (and Go
+    // keeps no build outputs in a seed).
+    if eco == Ecosystem::Go
+        || !run.config.sandbox.warm_checks
+        || !own.cache_moved
+        || !default_prepare
+    {
+        return None;
+    }
+    match own.key_cache(true) {
+        // Ours to read or to fill; another task's fill in progress leaves a cache elsewhere.
+        Ok(key) if key.cache == key.shared_cache => Some(key),
+        Ok(_) => None,
+        Err(error) => {
+            tracing::warn!(%error, "maintenance cannot take its key's dependency cache");
+            None
+        }
+    }
+}
+
+/// The acquire of a maintenance task whose checks are warm ([`key_cache`]): the key's prepare
+/// (skipped when its cache is complete) and the warm-up exactly as a change task's, the check
+/// views showing the key's cache, so the base tree's warm seed is filled only from the key's
+/// complete cache by the base tree's check; then the key's cache is copied into the task's
+/// own, which the check views show from then on at the same path and which alone takes the
+/// candidates' packages.
+fn warm_acquire(
+    run: &MaintainRun<'_>,
+    key: &crate::toolchain::TaskToolchains,
+) -> Result<(Vec<String>, String), Failure> {
+    let session = run.session;
+    session.use_mounts(key.mounts(false));
+    let notices = change::before_agent(
+        session,
+        run.config,
+        key,
+        &|line| tracing::info!("{line}"),
+        &|record| run.events.emit(record.event()),
+    );
+    session.use_mounts(run.sandbox.toolchains.mounts(false));
+    let mut notices = notices?;
+    let complete = key.cache_state() == Some(crate::toolchain::CacheState::Complete);
+    let copying = std::time::Instant::now();
+    run.sandbox
+        .toolchains
+        .copy_cache_from(key)
+        .map_err(|error| {
+            failure(
+                FailureCode::Infrastructure,
+                format!("cannot copy the dependency cache into the task's own: {error}"),
+            )
+        })?;
+    notices.push(format!(
+        "maintenance: the base's dependencies copied from its {} cache into the task's own ({:.1} s), which alone takes the upgrades' packages",
+        if complete { "complete" } else { "unpublished" },
+        copying.elapsed().as_secs_f64()
+    ));
+    let summary = if complete {
+        "dependencies of the base taken from its complete cache".to_string()
+    } else {
+        "a prepare command failed (see the notices)".to_string()
+    };
+    Ok((notices, summary))
+}
+
 /// The toolchains of the networked steps (acquire, fetch): the task's, with Go's module
 /// proxy (`[maintain] goproxy`, a `file://` directory mounted read-only) and checksum database
 /// (`[maintain] gosumdb`) for a Go module.
@@ -1452,7 +1542,7 @@ fn droppable(failed: &Failure) -> bool {
 fn restore_view(session: &ChangeSession, eco: Ecosystem, tree: &str) -> Result<(), String> {
     use rustix::fs::{Mode, OFlags};
     let source = session.tree_root(tree)?;
-    let root = &session.config.merged;
+    let root = &session.merged();
     for name in eco.upgrade_files() {
         let (from, to) = (source.join(name), root.join(name));
         let exists = |path: &std::path::Path| -> Result<bool, String> {

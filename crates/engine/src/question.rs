@@ -382,7 +382,7 @@ impl TaskSandbox {
                 message: format!("cannot create {}: {e}", parent.display()),
             })?;
         }
-        let toolchains = task_toolchains(config, repos, false, false)?;
+        let toolchains = task_toolchains(config, repos, false, false, false)?;
         let sandbox = warden_sandbox::select(config.sandbox.backend, &config.sandbox.config)
             .map_err(failure)?;
         let view = sandbox
@@ -649,17 +649,21 @@ pub fn question_report(
     }
 }
 /// The toolchains of a task over `repos`: the configured ones, every repository's own mounts,
-/// and the first repository's cache and prepare commands. The cache is the one of its key
+/// and the first repository's cache and prepare commands; in a multi-repository task, each
+/// cache variable (`CARGO_HOME`, `npm_config_cache`, `GOMODCACHE`) names the cache of the first
+/// repository whose base has that preset's lockfile (`Cargo.lock`, `package-lock.json`,
+/// `go.sum`), each repository's under its own key, read-only. The cache is the one of its key
 /// ([`crate::toolchain::cache_key`]: the repository, by its mirror's name, the toolchains, the
 /// prepare commands and what they read of the base tree), taken as
 /// [`crate::toolchain::TaskToolchains::open_cache`] says: `fill` when the task runs prepare,
-/// `private` for a cache of the task alone. A refused or vanished mount fails the task with
-/// `sandbox_error`.
+/// `private` for a cache of the task alone (shown at the key's path when `at_key_path`). A
+/// refused or vanished mount fails the task with `sandbox_error`.
 pub fn task_toolchains(
     config: &Config,
     repos: &[TaskRepo],
     fill: bool,
     private: bool,
+    at_key_path: bool,
 ) -> Result<crate::toolchain::TaskToolchains, warden_protocol::Failure> {
     let first = repos.first();
     let repo_name = first
@@ -692,10 +696,66 @@ pub fn task_toolchains(
             message: format!("a repository's sandbox mount was refused: {reason}"),
         })?;
     toolchains
-        .open_cache(fill, private)
+        .open_cache(fill, private, at_key_path)
         .map_err(|error| warden_protocol::Failure {
             code: warden_protocol::FailureCode::Infrastructure,
             message: format!("cannot take the repository's dependency cache: {error}"),
         })?;
+    // The other repositories' caches, for the variables of the presets whose lockfile the
+    // first repository lacks and one of them has.
+    let has = |repo: &TaskRepo, lockfile: &str| {
+        repo.snapshot
+            .root
+            .join(lockfile)
+            .symlink_metadata()
+            .is_ok_and(|meta| meta.is_file())
+    };
+    for (index, repo) in repos.iter().enumerate().skip(1) {
+        let variables: Vec<&str> = config
+            .sandbox
+            .toolchains
+            .presets
+            .iter()
+            .filter_map(|preset| Some((preset.cache_var(), preset.default_prepare()?.0)))
+            .filter(|(_, lockfile)| {
+                has(repo, lockfile) && !repos[..index].iter().any(|r| has(r, lockfile))
+            })
+            .map(|(variable, _)| variable)
+            .collect();
+        if variables.is_empty() {
+            continue;
+        }
+        let name = repo
+            .pinned
+            .mirror
+            .file_name()
+            .map(|name| name.to_string_lossy().trim_end_matches(".git").to_string())
+            .unwrap_or_else(|| repo.pinned.name.clone());
+        let key = crate::toolchain::cache_key(
+            &config.sandbox.toolchains,
+            &name,
+            &repo.sandbox.prepare,
+            &repo.pinned.tree,
+            &repo.snapshot.root,
+        );
+        let mut other = config
+            .sandbox
+            .toolchains
+            .for_repo(&config.home, &key, &[], &repo.sandbox.prepare)
+            .map_err(|reason| warden_protocol::Failure {
+                code: warden_protocol::FailureCode::SandboxError,
+                message: format!("a repository's sandbox mount was refused: {reason}"),
+            })?;
+        other
+            .open_cache(false, false, false)
+            .map_err(|error| warden_protocol::Failure {
+                code: warden_protocol::FailureCode::Infrastructure,
+                message: format!(
+                    "cannot take repository {}'s dependency cache: {error}",
+                    repo.pinned.name
+                ),
+            })?;
+        toolchains.take_variables_from(&other, &variables);
+    }
     Ok(toolchains)
 }

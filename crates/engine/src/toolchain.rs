@@ -75,6 +75,16 @@ impl Preset {
         }
     }
 
+    /// The variable naming the preset's folder of the dependency cache.
+    pub fn cache_var(self) -> &'static str {
+        match self {
+            Preset::Rust => "CARGO_HOME",
+            Preset::Node => "npm_config_cache",
+            Preset::Python => "PIP_CACHE_DIR",
+            Preset::Go => "GOMODCACHE",
+        }
+    }
+
     /// The prepare command run when no `prepare` is configured and the base tree has the
     /// lockfile: `(lockfile, command)`. Each fetches exactly what the lockfile pins into the
     /// repository's cache and builds or runs nothing of the project. Python has none: pip has
@@ -203,9 +213,10 @@ pub fn offline_fix(
         )
     } else {
         format!(
-            "{lockfile} pins it, but `{command}` did not fetch it: a registry other than the {} \
-             preset's needs its host in `[egress] allow` in {file} (the task's \
-             egress_connection events show what was refused)",
+            "{lockfile} pins it, but `{command}` did not fetch it (prepare's notices say why, \
+             and the task's egress_connection events what was refused): a registry other than \
+             the {} preset's needs its host in `[egress] allow` in {file}, one that resolves to \
+             a private address here `[egress] allow_private`",
             preset.as_str()
         )
     }
@@ -782,6 +793,8 @@ impl Toolchains {
             offline_env: self.offline_env.clone(),
             shared_cache: cache.clone(),
             cache,
+            cache_moved: false,
+            other_caches: Vec::new(),
             prepare: if repo_prepare.is_empty() {
                 self.prepare.clone()
             } else {
@@ -808,6 +821,15 @@ pub struct TaskToolchains {
     /// The key's shared cache directory (`cache` until a private one replaces it): warm
     /// seeds are named after it.
     pub shared_cache: Option<PathBuf>,
+    /// A private `cache` is shown in the views at `shared_cache`'s path (and the cache
+    /// variables name that path), so what tools record of absolute paths (cargo's
+    /// fingerprints hash each registry crate's source path) is the same as with the shared
+    /// cache, and a warm seed built against it holds ([`warden_sandbox::Mount::source`]).
+    pub cache_moved: bool,
+    /// A multi-repository task's other repositories' caches that some cache variable names
+    /// ([`TaskToolchains::take_variables_from`]), each under its own key and held like
+    /// `cache`: shown read-only.
+    pub other_caches: Vec<(PathBuf, CacheHold)>,
     pub prepare: Vec<String>,
     /// What prepare reaches through Warden's egress proxy (global: a registered repository
     /// cannot widen it).
@@ -823,9 +845,16 @@ impl TaskToolchains {
     /// the key's complete cache when there is one (read-only, prepare skipped); else, when
     /// the task `fill`s it and nobody else holds it, the key's cache emptied and held
     /// exclusively for this task's prepare ([`TaskToolchains::finish_fill`] publishes it);
-    /// else (or `private`) a cache of this task alone, removed when it ends. The lease is
-    /// held until the last clone of these toolchains is dropped.
-    pub fn open_cache(&mut self, fill: bool, private: bool) -> std::io::Result<()> {
+    /// else (or `private`) a cache of this task alone, removed when it ends: shown at the
+    /// key's path when `private` and `at_key_path` (a backend that moves mounts,
+    /// [`warden_sandbox::Sandbox::moves_mounts`]), else at its own. The lease is held until
+    /// the last clone of these toolchains is dropped.
+    pub fn open_cache(
+        &mut self,
+        fill: bool,
+        private: bool,
+        at_key_path: bool,
+    ) -> std::io::Result<()> {
         use std::os::unix::fs::DirBuilderExt;
         let Some(shared) = self.cache.clone() else {
             return Ok(());
@@ -846,9 +875,12 @@ impl TaskToolchains {
                 std::process::id()
             );
             let own = shared.with_file_name(name);
-            for (_, value) in &mut self.cache_env {
-                if let Ok(rest) = Path::new(value.as_str()).strip_prefix(&shared) {
-                    *value = text(&own.join(rest));
+            self.cache_moved = private && at_key_path;
+            if !self.cache_moved {
+                for (_, value) in &mut self.cache_env {
+                    if let Ok(rest) = Path::new(value.as_str()).strip_prefix(&shared) {
+                        *value = text(&own.join(rest));
+                    }
                 }
             }
             self.cache = Some(own.clone());
@@ -858,11 +890,91 @@ impl TaskToolchains {
         builder.recursive(true).mode(0o700);
         if lease.state() != CacheState::Complete {
             for (_, dir) in &self.cache_env {
-                builder.create(dir)?;
+                builder.create(self.host_path(Path::new(dir)))?;
             }
         }
         self.lease = CacheHold(Some(std::sync::Arc::new(lease)));
         Ok(())
+    }
+
+    /// Where the views see the cache: the key's path when [`TaskToolchains::cache_moved`].
+    pub fn cache_in_view(&self) -> Option<&PathBuf> {
+        match self.cache_moved {
+            true => self.shared_cache.as_ref(),
+            false => self.cache.as_ref(),
+        }
+    }
+
+    /// The host path of `path` as the views see it (under a moved cache: in the task's own).
+    fn host_path(&self, path: &Path) -> PathBuf {
+        match (self.cache_moved, &self.shared_cache, &self.cache) {
+            (true, Some(shared), Some(own)) => match path.strip_prefix(shared) {
+                Ok(rest) => own.join(rest),
+                Err(_) => path.to_path_buf(),
+            },
+            _ => path.to_path_buf(),
+        }
+    }
+
+    /// The key's shared cache, taken as a change task takes it ([`TaskToolchains::open_cache`]
+    /// with `fill`, not private): what a maintenance task, whose own cache is private, builds
+    /// the base tree's warm seed against. Its views show it at the path where these
+    /// toolchains' moved cache is shown, so both give commands the same environment.
+    pub fn key_cache(&self, fill: bool) -> std::io::Result<TaskToolchains> {
+        let mut key = self.clone();
+        key.lease = CacheHold::default();
+        if let (Some(shared), Some(own)) = (&self.shared_cache, &self.cache) {
+            if !self.cache_moved {
+                for (_, value) in &mut key.cache_env {
+                    if let Ok(rest) = Path::new(value.as_str()).strip_prefix(own) {
+                        *value = text(&shared.join(rest));
+                    }
+                }
+            }
+            key.cache = Some(shared.clone());
+        }
+        key.cache_moved = false;
+        key.open_cache(fill, false, false)?;
+        Ok(key)
+    }
+
+    /// Copies what the cache `from` holds (the key's complete cache) into this task's own,
+    /// files with their modes and modification times: a maintenance task starts from the
+    /// base's dependencies without fetching them again, and writes what it fetches only here.
+    pub fn copy_cache_from(&self, from: &TaskToolchains) -> std::io::Result<()> {
+        let (Some(source), Some(own)) = (&from.cache, &self.cache) else {
+            return Ok(());
+        };
+        if source == own {
+            return Ok(());
+        }
+        let entries: Vec<String> = std::fs::read_dir(source)?
+            .map(|entry| entry.map(|entry| entry.file_name().to_string_lossy().into_owned()))
+            .collect::<std::io::Result<_>>()?;
+        warden_tools::checks::harvest_outputs(source, &entries, own)
+    }
+
+    /// Names `variables` (cache variables) after `other`'s cache instead of this one's: a
+    /// multi-repository task's package manager of a repository other than the first finds
+    /// that repository's own keyed cache. `other` is opened already; its hold is kept.
+    pub fn take_variables_from(&mut self, other: &TaskToolchains, variables: &[&str]) {
+        let Some(cache) = &other.cache else {
+            return;
+        };
+        for (name, value) in &mut self.cache_env {
+            if let Some((_, theirs)) = other
+                .cache_env
+                .iter()
+                .find(|(n, _)| variables.contains(&n.as_str()) && n == name)
+            {
+                value.clone_from(theirs);
+            }
+        }
+        if !self.other_caches.iter().any(|(dir, _)| dir == cache)
+            && self.cache.as_ref() != Some(cache)
+        {
+            self.other_caches.push((cache.clone(), other.lease.clone()));
+        }
     }
 
     /// How the task holds its cache (`None`: no cache, or not opened).
@@ -990,12 +1102,18 @@ impl TaskToolchains {
     /// writable.
     pub fn mounts(&self, cache_writable: bool) -> Vec<Mount> {
         let mut mounts: Vec<Mount> = self.mounts.iter().map(Mount::read_only).collect();
-        if let Some(cache) = &self.cache {
+        if let (Some(cache), Some(shown)) = (&self.cache, self.cache_in_view()) {
             mounts.push(Mount {
-                path: cache.clone(),
+                path: shown.clone(),
                 writable: cache_writable,
+                source: (cache != shown).then(|| cache.clone()),
             });
         }
+        mounts.extend(
+            self.other_caches
+                .iter()
+                .map(|(dir, _)| Mount::read_only(dir)),
+        );
         mounts
     }
 
@@ -1010,8 +1128,7 @@ impl TaskToolchains {
             *value = parts.join(":");
         }
         let cache = self
-            .cache
-            .as_ref()
+            .cache_in_view()
             .map(|dir| ("WARDEN_CACHE".to_string(), text(dir)));
         let extra = self
             .env
@@ -1434,7 +1551,7 @@ mod tests {
     fn the_cache_lock_lives_beside_the_cache_and_is_never_followed() {
         let dir = tempfile::tempdir().unwrap();
         let mut task = task_with_cache(dir.path(), "app");
-        task.open_cache(true, false).unwrap();
+        task.open_cache(true, false, false).unwrap();
         assert!(dir.path().join("caches/app.lock").is_file());
         assert!(!dir.path().join("caches/app/.prepare.lock").exists());
         drop(task);
@@ -1442,7 +1559,7 @@ mod tests {
         let target = dir.path().join("elsewhere");
         std::os::unix::fs::symlink(&target, dir.path().join("caches/other.lock")).unwrap();
         assert!(task_with_cache(dir.path(), "other")
-            .open_cache(true, false)
+            .open_cache(true, false, false)
             .is_err());
         assert!(!target.exists());
     }
@@ -1458,7 +1575,7 @@ mod tests {
         };
         // The key's dependency cache, complete.
         let mut filler = rust("app-k");
-        filler.open_cache(true, false).unwrap();
+        filler.open_cache(true, false, false).unwrap();
         filler.finish_fill(true).unwrap();
         // Node's outputs need its lockfile in the base: without one, only Rust's count.
         let warm = filler
@@ -1473,7 +1590,7 @@ mod tests {
         assert!(seed.to_string_lossy().contains("app-k-warm-"));
         // Another task meanwhile waits for the fill, then uses the seed as it is.
         let mut other = rust("app-k");
-        other.open_cache(true, false).unwrap();
+        other.open_cache(true, false, false).unwrap();
         let waiting = {
             let other = other.clone();
             let base = base.path().to_path_buf();
@@ -1493,7 +1610,7 @@ mod tests {
         assert!(waited.fill.is_none());
         // Complete: used as it is by a maintenance task's private cache too, never refilled.
         let mut maintain = rust("app-k");
-        maintain.open_cache(true, true).unwrap();
+        maintain.open_cache(true, true, false).unwrap();
         let used = maintain
             .warm_build("sha256:checks", "tree-1", base.path(), false)
             .unwrap()
@@ -1534,7 +1651,7 @@ mod tests {
         let shared = dir.path().join("caches/app-k");
         // The first task takes the key's cache to fill; a second one meanwhile gets its own.
         let mut first = task_with_cache(dir.path(), "app-k");
-        first.open_cache(true, false).unwrap();
+        first.open_cache(true, false, false).unwrap();
         assert_eq!(first.cache_state(), Some(CacheState::Filling));
         assert_eq!(first.cache.as_deref(), Some(shared.as_path()));
         std::fs::write(shared.join("cargo/half"), "written").unwrap();
@@ -1542,7 +1659,7 @@ mod tests {
         let warden = dir.path().to_path_buf();
         let second = std::thread::spawn(move || {
             let mut second = task_with_cache(&warden, "app-k");
-            second.open_cache(true, false).unwrap();
+            second.open_cache(true, false, false).unwrap();
             second
         });
         first.finish_fill(false).unwrap();
@@ -1567,7 +1684,7 @@ mod tests {
         assert!(shared.join("cargo/half").exists());
         drop(first);
         let mut third = task_with_cache(dir.path(), "app-k");
-        third.open_cache(true, false).unwrap();
+        third.open_cache(true, false, false).unwrap();
         assert_eq!(third.cache_state(), Some(CacheState::Filling));
         assert!(!shared.join("cargo/half").exists());
         std::fs::write(shared.join("cargo/crate"), "fetched").unwrap();
@@ -1576,7 +1693,7 @@ mod tests {
 
         // Complete: shared by every later task of the key, read-only (not opened to fill).
         let mut fourth = task_with_cache(dir.path(), "app-k");
-        fourth.open_cache(true, false).unwrap();
+        fourth.open_cache(true, false, false).unwrap();
         assert_eq!(fourth.cache_state(), Some(CacheState::Complete));
         assert_eq!(fourth.cache.as_deref(), Some(shared.as_path()));
         fourth.finish_fill(false).unwrap();
@@ -1587,11 +1704,11 @@ mod tests {
         );
         // A task that does not fill (a question) never sees an incomplete one.
         let mut reader = task_with_cache(dir.path(), "app-other");
-        reader.open_cache(false, false).unwrap();
+        reader.open_cache(false, false, false).unwrap();
         assert_eq!(reader.cache_state(), Some(CacheState::Private));
         // Maintenance's is always its own.
         let mut maintain = task_with_cache(dir.path(), "app-k");
-        maintain.open_cache(true, true).unwrap();
+        maintain.open_cache(true, true, false).unwrap();
         assert_eq!(maintain.cache_state(), Some(CacheState::Private));
         assert_ne!(maintain.cache.as_deref(), Some(shared.as_path()));
         drop((third, fourth));

@@ -341,6 +341,10 @@ impl Sandbox for GvisorSandbox {
         Backend::Gvisor
     }
 
+    fn moves_mounts(&self) -> bool {
+        true
+    }
+
     #[cfg(not(target_os = "linux"))]
     fn open(&self, _view: &ViewSpec) -> Result<Box<dyn SandboxView>, SandboxError> {
         Err(unavailable(Layer::Kernel, "gVisor runs on Linux only"))
@@ -532,6 +536,12 @@ impl GvisorView {
         for mount in view_mounts(spec, validated)? {
             let top = mount.top();
             if sandbox.layout.entries.iter().any(|(name, _)| *name == top) {
+                if mount.moved {
+                    return Err(SandboxError::InvalidRequest(format!(
+                        "mount {} of another directory is inside the system directory /{top}",
+                        mount.target.display()
+                    )));
+                }
                 if mount.writable {
                     return Err(SandboxError::InvalidRequest(format!(
                         "writable mount {} is inside the read-only system directory /{top}",

@@ -102,6 +102,12 @@ pub trait Sandbox: Send + Sync {
     fn relays_egress(&self) -> bool {
         false
     }
+
+    /// Whether a view may show a host directory at another path ([`Mount::source`]); a
+    /// backend whose commands see the host's own file system refuses such a mount.
+    fn moves_mounts(&self) -> bool {
+        false
+    }
 }
 
 /// One task's view: the snapshots (read-only, or writable through a copy-on-write layer), a

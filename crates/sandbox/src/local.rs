@@ -39,6 +39,13 @@ impl Sandbox for LocalSandbox {
 
     fn open(&self, view: &ViewSpec) -> Result<Box<dyn SandboxView>, SandboxError> {
         let validated = validate_view(view)?;
+        if let Some(mount) = view.mounts.iter().find(|mount| mount.source.is_some()) {
+            return Err(SandboxError::InvalidRequest(format!(
+                "the local backend runs commands on the host's own files: it cannot show \
+                 another directory at {}",
+                mount.path.display()
+            )));
+        }
         let seed = crate::spec::validate_seed(view)?;
         crate::spec::prepare_scratch(&view.scratch_dir)?;
         let root = match (&validated, view.writable) {

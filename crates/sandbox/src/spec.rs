@@ -297,18 +297,25 @@ pub struct ViewSpec {
     pub seed: Option<PathBuf>,
 }
 
-/// A host directory bound into a view at the same absolute path: read-only (and `nosuid`,
-/// `nodev`) unless `writable`. Symbolic links in `path` are resolved on the host for the
-/// source; the mount point is `path` as written. Refused: `/`, anything under `/proc`, `/dev`,
-/// `/sys`, `/etc` or the working root, a directory that overlaps a snapshot or the scratch
-/// directory, and one mount inside another. A mount inside a system directory that views
-/// already show (`/usr`, …) is visible anyway and is not mounted again.
+/// A host directory bound into a view at the same absolute path (or, with `source`, another
+/// host directory shown at `path`): read-only (and `nosuid`, `nodev`) unless `writable`.
+/// Symbolic links in the host directory's path are resolved on the host; the mount point is
+/// `path` as written. Refused: `/`, anything under `/proc`, `/dev`, `/sys`, `/etc` or the
+/// working root, a directory that overlaps a snapshot or the scratch directory, and one mount
+/// inside another. A mount inside a system directory that views already show (`/usr`, …) is
+/// visible anyway and is not mounted again (and one with a `source` there is refused).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mount {
-    /// An absolute path of an existing directory.
+    /// An absolute path: where the directory appears in the view, and the host directory
+    /// itself unless `source` names another.
     pub path: PathBuf,
     /// Writable (a dependency cache being filled); read-only otherwise.
     pub writable: bool,
+    /// The host directory shown at `path`, when it is not `path` itself (a task's own
+    /// dependency cache shown where the shared one would be, so tools that record absolute
+    /// paths, like cargo's fingerprints, see the same paths). Only backends whose views have
+    /// a file system of their own can ([`crate::Sandbox::moves_mounts`]); others refuse it.
+    pub source: Option<PathBuf>,
 }
 
 impl Mount {
@@ -317,7 +324,13 @@ impl Mount {
         Mount {
             path: path.into(),
             writable: false,
+            source: None,
         }
+    }
+
+    /// The host directory this mount shows: `source`, else `path`.
+    pub fn host_dir(&self) -> &std::path::Path {
+        self.source.as_deref().unwrap_or(&self.path)
     }
 }
 
@@ -686,6 +699,8 @@ pub(crate) struct ValidatedMount {
     /// Where it appears in the view: the path as given, absolute and normal.
     pub(crate) target: PathBuf,
     pub(crate) writable: bool,
+    /// The host directory is not the target itself ([`Mount::source`]).
+    pub(crate) moved: bool,
 }
 
 impl ValidatedMount {
@@ -743,6 +758,7 @@ fn validate_mounts(
             source: PathBuf::new(),
             target: path.components().collect(),
             writable: mount.writable,
+            moved: mount.source.is_some(),
         };
         let top = validated.top();
         if RESERVED_TOPS.contains(&top.as_str())
@@ -753,9 +769,20 @@ fn validate_mounts(
                 "mount {shown} is under /{top}, which the sandbox builds itself"
             ));
         }
-        let source = path
-            .canonicalize()
-            .map_err(|error| SandboxError::InvalidRequest(format!("mount {shown}: {error}")))?;
+        if let Some(source) = &mount.source {
+            if !source.is_absolute() {
+                return invalid(format!(
+                    "mount {shown}: its source {} is not an absolute path",
+                    source.display()
+                ));
+            }
+        }
+        let source = mount.host_dir().canonicalize().map_err(|error| {
+            SandboxError::InvalidRequest(format!(
+                "mount {shown}: {}: {error}",
+                mount.host_dir().display()
+            ))
+        })?;
         if !source.is_dir() {
             return invalid(format!("mount {shown} is not a directory"));
         }
@@ -763,7 +790,7 @@ fn validate_mounts(
             return invalid(format!("mount {shown} resolves to /"));
         }
         for (name, snapshot) in repos {
-            if overlaps(&source, snapshot) {
+            if overlaps(&source, snapshot) || overlaps(&validated.target, snapshot) {
                 return invalid(format!(
                     "mount {shown} overlaps the snapshot of {name} ({})",
                     snapshot.display()

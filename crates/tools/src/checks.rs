@@ -45,7 +45,7 @@ use warden_sandbox::{CommandSpec, Mount, ResourceLimits, Sandbox, SandboxView, V
 
 /// Copies each of `outputs` (folders of the working root at `root`) into `seed`: regular
 /// files with their permissions and modification times (hard links kept as links), symbolic
-/// links as links, nothing else. Nothing is followed: an output that is not a real directory
+/// links as links, nothing else (a folder `seed` already has is filled as it is). Nothing is followed: an output that is not a real directory
 /// (a symbolic link a build planted, say) is refused, so the host's files cannot enter a seed.
 /// The view's commands have all ended when this runs.
 pub fn harvest_outputs(
@@ -76,7 +76,13 @@ fn copy_seed(
     linked: &mut std::collections::HashMap<(u64, u64), PathBuf>,
 ) -> std::io::Result<()> {
     use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-    std::fs::DirBuilder::new().mode(0o755).create(to)?;
+    match std::fs::DirBuilder::new().mode(0o755).create(to) {
+        // An empty folder made beforehand (a dependency cache's) is filled as it is.
+        Err(e)
+            if e.kind() == std::io::ErrorKind::AlreadyExists
+                && to.symlink_metadata().is_ok_and(|meta| meta.is_dir()) => {}
+        other => other?,
+    }
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;
         let source = entry.path();
@@ -243,6 +249,22 @@ struct SessionState {
     seed_to_fill: bool,
     /// How long copying the warm-up's outputs into the seed took.
     harvest_ms: Option<u64>,
+    /// The host directories check views show from now on, instead of the configuration's
+    /// ([`ChangeSession::use_mounts`]).
+    mounts: Option<Vec<Mount>>,
+    /// Chained outputs are on ([`ChangeSession::chain_outputs`]).
+    chaining: bool,
+    /// The outputs of the last accepted candidate's first check, the seed of later check
+    /// views instead of the base's (task-private, under the scratch directory).
+    chained: Option<PathBuf>,
+    /// The outputs of the last candidate whose first check passed, with its tree: chained
+    /// once the caller accepts that tree ([`ChangeSession::accept_outputs`]).
+    pending: Option<(String, PathBuf)>,
+    /// Directories made for chained outputs so far (their names).
+    chain_dirs: u64,
+    /// The writable view's upper and merged directories, once it was opened again
+    /// ([`ChangeSession::attach_view`]).
+    view: Option<(PathBuf, PathBuf)>,
 }
 
 impl ChangeSession {
@@ -383,12 +405,13 @@ impl ChangeSession {
 
     /// Builds the candidate tree of the view as it is now.
     pub fn candidate(&self) -> Result<Candidate, String> {
+        let (upper, merged) = self.view_dirs();
         build_candidate_tree(CandidateInput {
             git: &self.config.git,
             mirror: &self.config.mirror,
             base_tree: &self.config.base_tree,
-            upper: &self.config.upper,
-            merged: &self.config.merged,
+            upper: &upper,
+            merged: &merged,
             scratch: &self.config.scratch.join("candidate"),
         })
         .map_err(|e| format!("cannot build the candidate tree: {e}"))
@@ -416,6 +439,94 @@ impl ChangeSession {
             .unwrap_or_else(PoisonError::into_inner)
             .checked
             .clear();
+    }
+
+    /// Shows `mounts` in the check views from now on instead of the configuration's (a
+    /// maintenance task checks the base tree against its key's shared dependency cache, then
+    /// its upgrades against a copy of it shown at the same path). The records stay: the caller
+    /// forgets them ([`ChangeSession::forget_checks`]) when what the mounts hold differs.
+    pub fn use_mounts(&self, mounts: Vec<Mount>) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .mounts = Some(mounts);
+    }
+
+    /// The complete warm seed the check views show, if any.
+    pub fn warm_seed(&self) -> Option<PathBuf> {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state
+            .warm
+            .as_ref()
+            .filter(|_| state.seed_ready)
+            .map(|warm| warm.seed.clone())
+    }
+
+    /// The writable view was opened again (with a seed, before the agent): its `upper` and
+    /// `merged` directories replace the configuration's.
+    pub fn attach_view(&self, upper: PathBuf, merged: PathBuf) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .view = Some((upper, merged));
+    }
+
+    /// The writable view's upper and merged directories.
+    fn view_dirs(&self) -> (PathBuf, PathBuf) {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state
+            .view
+            .clone()
+            .unwrap_or_else(|| (self.config.upper.clone(), self.config.merged.clone()))
+    }
+
+    /// The host path of the writable view's merged working root.
+    pub fn merged(&self) -> PathBuf {
+        self.view_dirs().1
+    }
+
+    /// Chains build outputs from one accepted candidate to the next (a maintenance task in
+    /// baseline mode, whose candidates differ only by the lockfile changes Warden itself
+    /// applies, each on the one before): from now on the first check of a candidate tree that
+    /// passes keeps its view's outputs ([`WarmBuild::outputs`]) in a directory of this
+    /// session's scratch, and once the caller accepts that tree
+    /// ([`ChangeSession::accept_outputs`]) later check views start from them instead of the
+    /// base's seed, so each check after an upgrade builds only what that upgrade changed, as
+    /// `cargo update` and an incremental `cargo test` would on one machine. Never shared: the
+    /// directories go with the task's scratch, and the base's seed is never written. Needs a
+    /// warm seed ([`ChangeSession::use_warm`]); without one, nothing is kept.
+    pub fn chain_outputs(&self) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .chaining = true;
+    }
+
+    /// Accepts `tree` as the candidate later ones build on: its kept outputs, when its first
+    /// check passed and kept them, become the seed of later check views (the earlier chained
+    /// directory is removed). Anything else kept is dropped.
+    pub fn accept_outputs(&self, tree: &str) {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        match state.pending.take() {
+            Some((kept, dir)) if kept == tree => {
+                if let Some(old) = state.chained.replace(dir) {
+                    let _ = warden_sandbox::remove_scratch(&old);
+                }
+            }
+            Some((_, dir)) => {
+                let _ = warden_sandbox::remove_scratch(&dir);
+            }
+            None => {}
+        }
+    }
+
+    /// The host directories check views show now.
+    fn mounts(&self) -> Vec<Mount> {
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        state
+            .mounts
+            .clone()
+            .unwrap_or_else(|| self.config.mounts.clone())
     }
 
     /// Runs every check on `tree`, each in a fresh writable view over its materialization; a
@@ -451,7 +562,7 @@ impl ChangeSession {
             };
             std::fs::create_dir_all(&self.config.scratch)
                 .map_err(|e| format!("cannot create {}: {e}", self.config.scratch.display()))?;
-            let (scratch_dir, seed, harvest) = {
+            let (scratch_dir, seed, harvest, chain) = {
                 let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
                 if state.cancelled {
                     return Err("the task was cancelled: its checks were stopped".into());
@@ -463,14 +574,32 @@ impl ChangeSession {
                 if harvest {
                     state.seed_to_fill = false;
                 }
+                let seed = match &state.chained {
+                    Some(chained) => Some(chained.clone()),
+                    None => warm
+                        .as_ref()
+                        .filter(|_| state.seed_ready)
+                        .map(|w| w.seed.clone()),
+                };
+                // A candidate's first check keeps its outputs for the next, when chaining.
+                let chain = (state.chaining
+                    && seed.is_some()
+                    && tree != self.config.base_tree
+                    && Some(command) == commands.first())
+                .then(|| {
+                    state.chain_dirs += 1;
+                    self.config
+                        .scratch
+                        .join(format!("chained-{}", state.chain_dirs))
+                })
+                .zip(warm.as_ref().map(|w| w.outputs.clone()));
                 (
                     self.config
                         .scratch
                         .join(format!("check-{}", state.views_opened)),
-                    warm.as_ref()
-                        .filter(|_| state.seed_ready)
-                        .map(|w| w.seed.clone()),
+                    seed,
                     warm.filter(|_| harvest),
+                    chain,
                 )
             };
             let view = self
@@ -480,7 +609,7 @@ impl ChangeSession {
                     lower: vec![(self.config.repo.clone(), lower.clone())],
                     writable: true,
                     scratch_dir,
-                    mounts: self.config.mounts.clone(),
+                    mounts: self.mounts(),
                     egress_proxy: None,
                     seed,
                 })
@@ -517,6 +646,18 @@ impl ChangeSession {
             let output = self.run_in_view(view, &spec, &mut install, &mut |view, output| {
                 // The command's own time, without the harvest and the view's closing.
                 ran_ms = Some(started.elapsed().as_millis() as u64);
+                if let (Some((dir, outputs)), true) = (&chain, output.success()) {
+                    let kept = std::fs::create_dir_all(dir)
+                        .and_then(|()| harvest_outputs(view.root(), outputs, dir));
+                    let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                    let old = match kept {
+                        Ok(()) => state.pending.replace((tree.to_string(), dir.clone())),
+                        Err(_) => Some((String::new(), dir.clone())),
+                    };
+                    if let Some((_, old)) = old {
+                        let _ = warden_sandbox::remove_scratch(&old);
+                    }
+                }
                 if let Some(warm) = &harvest {
                     // A build that ran to its end (passing or not) left consistent outputs;
                     // a killed or timed-out one may not have.
@@ -616,7 +757,7 @@ impl ChangeSession {
                 lower: vec![(self.config.repo.clone(), self.config.snapshot.clone())],
                 writable: false,
                 scratch_dir: self.config.scratch.join("probe"),
-                mounts: self.config.mounts.clone(),
+                mounts: self.mounts(),
                 egress_proxy: None,
                 seed: None,
             })

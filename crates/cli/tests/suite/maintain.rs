@@ -438,6 +438,78 @@ fn all_upgrades_to_the_newest_compatible_version() {
     assert_eq!(result["proposal"]["validations"][0]["exit_code"], 0);
 }
 
+/// Maintenance's checks are warm and cannot poison the key's shared cache: the base tree is
+/// checked (filling its warm seed) against the key's cache, which only the key's prepare
+/// wrote; the upgrade's packages land in the task's own copy (shown at the same path), gone
+/// with the task. A second maintenance of the same base finds the seed, and its base check
+/// compiles nothing: cargo's fingerprints of the seed hold for the task's own cache.
+#[test]
+fn maintenance_checks_are_warm_and_leave_the_shared_cache_as_its_prepare_wrote_it() {
+    let proxy = ConnectProxy::start();
+    let db = advisory_db();
+    let Some(warden) = cargo_warden(&proxy, &db) else {
+        return;
+    };
+    let repo = fixture();
+    let run = || {
+        let run = warden.run(&[
+            "maintain",
+            "--repo",
+            repo.path().to_str().unwrap(),
+            "--select",
+            "vulnerable",
+            "--json",
+        ]);
+        assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+        let result = run.json();
+        assert_eq!(result["outcome"], "proposal", "{result}");
+        result
+    };
+    let result = run();
+    let notices = result["notices"].to_string();
+    assert!(notices.contains("built the base tree once"), "{notices}");
+    assert!(
+        notices.contains("copied from its complete cache into the task's own"),
+        "{notices}"
+    );
+    let caches = warden.home.path().join("caches");
+    let dirs: Vec<std::path::PathBuf> = std::fs::read_dir(&caches)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.is_dir())
+        .collect();
+    // The key's cache and its seed; the task's own cache went with the task.
+    assert_eq!(dirs.len(), 2, "{dirs:?}");
+    assert!(!dirs.iter().any(|d| d.to_string_lossy().contains("-task-")));
+    let shared = dirs
+        .iter()
+        .find(|d| !d.to_string_lossy().contains("-warm-"))
+        .unwrap();
+    let registry = shared.join("cargo/registry/cache");
+    let mut crates: Vec<String> = std::fs::read_dir(&registry)
+        .unwrap()
+        .flat_map(|index| std::fs::read_dir(index.unwrap().path()).unwrap())
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    crates.sort();
+    assert_eq!(crates, ["smallvec-1.6.0.crate"], "{}", registry.display());
+    // The candidate was checked with the upgrade it fetched.
+    let checked = result["proposal"]["validations"][0]["output_tail"]
+        .as_str()
+        .unwrap();
+    assert!(checked.contains("Compiling smallvec v1.6.1"), "{checked}");
+
+    let result = run();
+    let notices = result["notices"].to_string();
+    assert!(
+        notices.contains("the check views start from the base tree's build outputs"),
+        "{notices}"
+    );
+    let base = result["baseline"][0]["output_tail"].as_str().unwrap();
+    assert_eq!(result["baseline"][0]["exit_code"], 0, "{result}");
+    assert!(!base.contains("Compiling"), "{base}");
+}
+
 /// A cooldown longer than the registry's history leaves nothing eligible: no change, and the
 /// notice says why.
 #[test]

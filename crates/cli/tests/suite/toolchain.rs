@@ -449,12 +449,16 @@ fn doctor_suggests_the_rust_preset_when_rustup_is_installed() {
     let detail = check["detail"].as_str().unwrap();
     assert!(detail.contains("found rust: rustup at"), "{detail}");
     // The line, and the file it goes in (WARDEN_HOME/warden.toml, which does not exist yet).
+    // A system node (in the directories the sandbox shows anyway) is suggested too: its
+    // preset brings npm's cache and registry.
+    let line = if detail.contains("found node: system node") {
+        "toolchains = [\"rust\", \"node\"]"
+    } else {
+        "toolchains = [\"rust\"]"
+    };
     let file = warden.home.path().join("warden.toml");
     assert!(
-        detail.contains(&format!(
-            "add to {}:\n[sandbox]\ntoolchains = [\"rust\"]",
-            file.display()
-        )),
+        detail.contains(&format!("add to {}:\n[sandbox]\n{line}", file.display())),
         "{detail}"
     );
     let configuration = &report["checks"][0];
@@ -470,7 +474,7 @@ fn doctor_suggests_the_rust_preset_when_rustup_is_installed() {
     // Once configured, the sandbox sees it and the suggestion is gone.
     std::fs::write(
         warden.home.path().join("warden.toml"),
-        "[sandbox]\ntoolchains = [\"rust\"]\n",
+        format!("[sandbox]\n{line}\n"),
     )
     .unwrap();
     let run = warden.run(&["doctor", "--json", "--offline"]);

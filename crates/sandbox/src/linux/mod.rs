@@ -214,6 +214,10 @@ impl Sandbox for LinuxSandbox {
         true
     }
 
+    fn moves_mounts(&self) -> bool {
+        true
+    }
+
     fn open(&self, view: &ViewSpec) -> Result<Box<dyn SandboxView>, SandboxError> {
         let validated = validate_view(view)?;
         crate::spec::prepare_scratch(&view.scratch_dir)?;

@@ -733,6 +733,12 @@ fn mount_host_directories(
     for mount in mounts {
         let top = mount.top();
         if sandbox.layout.entries.iter().any(|(name, _)| *name == top) {
+            if mount.moved {
+                return Err(SandboxError::InvalidRequest(format!(
+                    "mount {} of another directory is inside the system directory /{top}",
+                    mount.target.display()
+                )));
+            }
             if mount.writable {
                 return Err(SandboxError::InvalidRequest(format!(
                     "writable mount {} is inside the read-only system directory /{top}",

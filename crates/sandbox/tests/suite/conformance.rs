@@ -919,6 +919,7 @@ pub fn writable_mounts_take_writes(sandbox: &Backend) {
     spec.mounts = vec![warden_sandbox::Mount {
         path: cache.clone(),
         writable: true,
+        source: None,
     }];
     let view = open!(sandbox, spec);
     expect_success(&bash(
@@ -932,6 +933,55 @@ pub fn writable_mounts_take_writes(sandbox: &Backend) {
     assert_eq!(
         std::fs::read_to_string(cache.join("registry/crate")).unwrap(),
         "fetched\n"
+    );
+}
+
+/// A mount with a `source` shows that host directory at `path` (where another directory is, or
+/// nothing is, on the host): writes land in the source, and the directory at `path` is not
+/// touched. A backend that cannot move mounts refuses the view.
+pub fn a_moved_mount_shows_its_source_at_its_path(sandbox: &Backend) {
+    let fixture = Fixture::new();
+    let shared = fixture.dir.path().join("caches/key");
+    let own = fixture.dir.path().join("caches/key-task-1");
+    std::fs::create_dir_all(&shared).unwrap();
+    std::fs::create_dir_all(&own).unwrap();
+    std::fs::write(shared.join("which"), "shared\n").unwrap();
+    std::fs::write(own.join("which"), "own\n").unwrap();
+    let mut spec = fixture.view(true);
+    spec.mounts = vec![warden_sandbox::Mount {
+        path: shared.clone(),
+        writable: true,
+        source: Some(own.clone()),
+    }];
+    if !sandbox.moves_mounts() {
+        let refused = sandbox.open(&spec).err().expect("refused");
+        assert!(
+            refused
+                .to_string()
+                .contains("cannot show another directory"),
+            "{refused}"
+        );
+        return;
+    }
+    let view = open!(sandbox, spec);
+    let out = bash(
+        view.as_ref(),
+        &format!(
+            "cat {0}/which && echo fetched > {0}/crate",
+            shared.display()
+        ),
+    );
+    expect_success(&out);
+    assert_eq!(text(&out.stdout), "own\n");
+    view.close().unwrap();
+    assert_eq!(
+        std::fs::read_to_string(own.join("crate")).unwrap(),
+        "fetched\n"
+    );
+    assert!(!shared.join("crate").exists());
+    assert_eq!(
+        std::fs::read_to_string(shared.join("which")).unwrap(),
+        "shared\n"
     );
 }
 

@@ -356,7 +356,10 @@ async fn run_change_loop(
         .await
     };
     let prepared = match before {
-        Ok(Ok(notices)) => notices,
+        Ok(Ok(mut notices)) => {
+            notices.extend(change::seed_agent_view(input.sandbox, &session));
+            notices
+        }
         Ok(Err(failure)) => return change_failed(task, &model_name, failure),
         Err(error) => {
             return change_failed(
