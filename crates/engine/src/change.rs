@@ -1289,6 +1289,16 @@ mod tests {
     use super::*;
     use crate::toolchain::TaskToolchains;
 
+    #[test]
+    fn a_run_approval_id_extends_the_publication_approval_id() {
+        let id = TaskId::from_ulid("01M91PHK0K12B23ME9K79A4G8H").unwrap();
+        let run = crate::gates::run_approval_id(&id, "sha256:0123456789abcdef0123");
+        assert_eq!(
+            run,
+            format!("{}-run-0123456789ab", publication_approval_id(&id))
+        );
+    }
+
     /// A backend that says whether it relays; nothing is ever opened.
     struct Relays(Backend, bool);
 
