@@ -50,6 +50,7 @@ pub mod index;
 pub mod npm;
 pub mod osv;
 pub mod repair;
+pub mod update;
 
 use ecosystem::{Database, Ecosystem};
 

@@ -122,21 +122,26 @@ const SYSTEM_CA_BUNDLES: [&str; 2] = [
 /// when there is one.
 pub fn client() -> Result<reqwest::Client, String> {
     let mut builder = reqwest::Client::builder();
-    if let Some(pem) = SYSTEM_CA_BUNDLES
-        .iter()
-        .find_map(|path| std::fs::read(path).ok())
-    {
-        let certificates = reqwest::Certificate::from_pem_bundle(&pem)
-            .map_err(|e| format!("the system CA bundle does not parse: {e}"))?;
-        for certificate in certificates {
-            builder = builder.add_root_certificate(certificate);
-        }
+    for certificate in system_certificates()? {
+        builder = builder.add_root_certificate(certificate);
     }
     builder.build().map_err(|e| format!("HTTP client: {e}"))
 }
 
+/// The certificates of the system's CA bundle, when there is one.
+pub(super) fn system_certificates() -> Result<Vec<reqwest::Certificate>, String> {
+    match SYSTEM_CA_BUNDLES
+        .iter()
+        .find_map(|path| std::fs::read(path).ok())
+    {
+        Some(pem) => reqwest::Certificate::from_pem_bundle(&pem)
+            .map_err(|e| format!("the system CA bundle does not parse: {e}")),
+        None => Ok(Vec::new()),
+    }
+}
+
 /// An error and its causes, `: `-separated.
-fn chain(error: &dyn std::error::Error) -> String {
+pub(super) fn chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

@@ -21,6 +21,11 @@ pub const GO: &str = "Go";
 /// npm's ecosystem name in OSV records.
 pub const NPM: &str = "npm";
 
+/// The OSV ecosystem named `name` (`Go`, `npm`), as the readers take it.
+pub fn ecosystem_name(name: &str) -> Option<&'static str> {
+    [GO, NPM].into_iter().find(|known| *known == name)
+}
+
 /// The standard library's package name in Go's records.
 pub const STDLIB: &str = "stdlib";
 
@@ -376,6 +381,13 @@ impl OsvDb {
             unevaluable,
             snapshot,
         })
+    }
+
+    /// How many records of the ecosystem it holds (an advisory naming two packages is one).
+    pub fn record_count(&self) -> usize {
+        let ids: std::collections::HashSet<&str> =
+            self.advisories.iter().map(|a| a.id.as_str()).collect();
+        ids.len()
     }
 
     /// The advisories that apply to the required modules of `lock` (a `go.mod` read as a
