@@ -13,6 +13,7 @@
 
 use crate::text;
 use serde::Serialize;
+use warden_engine::maintain::update::DatabaseAge;
 use warden_engine::maintain::Stdlib;
 use warden_protocol::{Finding, Scan};
 
@@ -40,6 +41,8 @@ pub struct VulnsReport {
     /// Go: the standard library at the version the module builds with, apart.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stdlib: Option<Stdlib>,
+    /// How old the advisory database is (`stale` past `[maintain] max_advisory_age_days`).
+    pub database_age: DatabaseAge,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notices: Vec<String>,
 }
@@ -87,6 +90,15 @@ pub fn render(report: &VulnsReport) -> String {
         text::one_line(&scan.database_snapshot),
         text::one_line(&scan.scanned_at)
     ));
+    let age = &report.database_age;
+    out.push_str(&format!(
+        "Advisory database {}: {}\n",
+        text::one_line(&age.path.display().to_string()),
+        text::one_line(&age.describe())
+    ));
+    if let Some(warning) = age.warning() {
+        out.push_str(&format!("warning: {}\n", text::one_line(&warning)));
+    }
     if let Some(stdlib) = &report.stdlib {
         out.push('\n');
         findings(&mut out, &stdlib.findings);
@@ -152,6 +164,14 @@ mod tests {
                 findings,
                 unevaluated: vec![],
             },
+            database_age: DatabaseAge {
+                path: "/db".into(),
+                fetched_at: Some("2026-12-01T15:00:00Z".into()),
+                age_days: Some(2),
+                recorded_by: "warden advisories update",
+                stale: false,
+                max_age_days: 7,
+            },
             notices: vec![],
         }
     }
@@ -171,7 +191,8 @@ mod tests {
             render(&dirty),
             "smallvec 1.6.0  RUSTSEC-2021-0003  Buffer overflow\n  patched: ^0.6.14 or >= 1.6.1\n\n\
              1 vulnerability in Cargo.lock of app at 0123456789ab (tree fedcba987654; \
-             warden-rustsec/0.1.0, advisory database git:abc, 2026-12-03T15:00:00Z)\n"
+             warden-rustsec/0.1.0, advisory database git:abc, 2026-12-03T15:00:00Z)\n\
+             Advisory database /db: fetched 2 days ago, at 2026-12-01T15:00:00Z\n"
         );
         // Alternatives are joined by "or": the commas belong to each range.
         let two_ranges = report(vec![Finding {
@@ -189,7 +210,21 @@ mod tests {
             "{}",
             render(&two_ranges)
         );
-        let clean = report(vec![]);
+        let mut clean = report(vec![]);
+        assert_eq!(clean.exit_code(), 0);
+        // Past [maintain] max_advisory_age_days: said, and the exit code is the scan's.
+        clean.database_age.age_days = Some(104);
+        clean.database_age.stale = true;
+        assert!(
+            render(&clean).ends_with(
+                "Advisory database /db: fetched 104 days ago, at 2026-12-01T15:00:00Z\n\
+                 warning: the advisory database /db was fetched 104 days ago, more than \
+                 [maintain] max_advisory_age_days (7): advisories published since are not known \
+                 to it; run `warden advisories update`\n"
+            ),
+            "{}",
+            render(&clean)
+        );
         assert_eq!(clean.exit_code(), 0);
         assert!(
             render(&clean).starts_with("No known vulnerabilities in Cargo.lock of app"),

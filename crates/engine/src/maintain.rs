@@ -409,10 +409,16 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
                     ));
                 }
                 let findings = scan.findings.clone();
+                let age = db.age(maintain.max_advisory_age_days, run.now_ms);
+                state.notices.extend(age.warning());
                 let summary = format!(
-                    "{} advisories apply to the base tree (database {})",
-                    findings.len(),
-                    db.snapshot()
+                    "{} to the base tree (database {}, {})",
+                    match findings.len() {
+                        1 => "1 advisory applies".to_string(),
+                        n => format!("{n} advisories apply"),
+                    },
+                    db.snapshot(),
+                    age.describe()
                 );
                 state.maintenance.scans.push(scan);
                 if let (Database::Osv(osv), Ecosystem::Go) = (db, eco) {
@@ -945,6 +951,8 @@ pub struct Vulnerabilities {
     pub scan: Scan,
     /// Go: the standard library's version scanned, and where it comes from.
     pub stdlib: Option<Stdlib>,
+    /// How old the database scanned against is.
+    pub database_age: update::DatabaseAge,
 }
 
 /// The standard library's scan of a Go module.
@@ -999,6 +1007,7 @@ pub fn vulnerabilities(
         ecosystem: eco,
         scan,
         stdlib,
+        database_age: db.age(config.maintain.max_advisory_age_days, now_ms),
     })
 }
 

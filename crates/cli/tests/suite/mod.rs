@@ -1,4 +1,5 @@
 mod architecture;
+mod advisories;
 mod ask;
 mod change;
 mod clock_step;

@@ -441,6 +441,16 @@ impl Database {
         }
     }
 
+    /// How old the database is at `now_ms` (see [`super::update`]): an OSV database is dated
+    /// by its ecosystem's directory when `warden advisories update` wrote one.
+    pub fn age(&self, max_age_days: u32, now_ms: u64) -> super::update::DatabaseAge {
+        let dir = match self {
+            Database::RustSec(db) => db.path.clone(),
+            Database::Osv(db) => super::update::osv_dir(&db.path, db.ecosystem),
+        };
+        super::update::age(&dir, now_ms, max_age_days)
+    }
+
     pub fn scanner(&self) -> String {
         match self {
             Database::RustSec(_) => advisory::scanner(),

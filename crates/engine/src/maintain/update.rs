@@ -80,10 +80,10 @@ pub struct DatabaseAge {
 }
 
 impl DatabaseAge {
-    /// `fetched 3 days ago (2026-05-01T10:00:00Z)`, or that it is not recorded.
+    /// `fetched 3 days ago, at 2026-05-01T10:00:00Z`, or that it is not recorded.
     pub fn describe(&self) -> String {
         match (&self.fetched_at, self.age_days) {
-            (Some(at), Some(days)) => format!("fetched {} ago ({at})", days_text(days)),
+            (Some(at), Some(days)) => format!("fetched {} ago, at {at}", days_text(days)),
             _ => "when it was fetched is not recorded".to_string(),
         }
     }
@@ -343,9 +343,12 @@ fn client(proxy_url: &str) -> Result<reqwest::Client, String> {
 }
 
 /// A directory beside `target` that the update fills; removed when dropped (after a swap it
-/// holds the old copy).
+/// holds the old copy). Holds the lock file beside `target` (`.<name>.update.lock`,
+/// exclusively, for as long as it lives), so two updates of one database (two `warden serve`
+/// processes' schedules, or one by hand) run one after the other.
 struct Staging {
     dir: PathBuf,
+    _lock: std::fs::File,
 }
 
 impl Staging {
@@ -360,6 +363,15 @@ impl Staging {
             .into_owned();
         std::fs::create_dir_all(parent)
             .map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+        let lock_path = parent.join(format!(".{name}.update.lock"));
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| format!("cannot open {}: {e}", lock_path.display()))?;
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+            .map_err(|e| format!("cannot lock {}: {e}", lock_path.display()))?;
         // Earlier updates that were interrupted leave their staging behind: removed now.
         if let Ok(entries) = std::fs::read_dir(parent) {
             let prefix = format!(".{name}.update-");
@@ -374,7 +386,7 @@ impl Staging {
             .map_or(0, |d| d.subsec_nanos());
         let dir = parent.join(format!(".{name}.update-{}-{nanos}", std::process::id()));
         std::fs::create_dir(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        Ok(Staging { dir })
+        Ok(Staging { dir, _lock: lock })
     }
 
     /// Where the new copy is built.

@@ -20,6 +20,7 @@ const THREE_AM: i64 = 29_937_780;
 
 fn entry(repo: &str, cron: &str) -> ScheduleEntry {
     ScheduleEntry {
+        action: None,
         repo: repo.into(),
         cron: cron.into(),
         select: None,

@@ -153,7 +153,7 @@ fn the_rustsec_database_is_fetched_then_refreshed_and_dated() {
     assert!(!age.stale);
     assert_eq!(
         age.describe(),
-        "fetched 2 days ago (2026-05-04T00:00:00Z)"
+        "fetched 2 days ago, at 2026-05-04T00:00:00Z"
     );
     assert_eq!(age.warning(), None);
     let old = super::age(&target, later + 8 * DAY_MS, 7);
@@ -379,8 +379,20 @@ fn osv_exports_are_downloaded_through_the_proxy_unpacked_and_swapped_in() {
     server.serve("/npm/all.zip", 200, zip_of(&npm_records()));
     let dir = tempfile::tempdir().unwrap();
     let osv_db = dir.path().join("osv");
-    // A copy laid out by hand before: records at the top stay, read alongside.
+    // A copy laid out by hand before: records at the top stay, read alongside; a record
+    // both there and in the export is read once, the later copy.
     std::fs::create_dir_all(&osv_db).unwrap();
+    std::fs::write(
+        osv_db.join("GHSA-35jh-r3h4-6jhm.json"),
+        fixture("osv/GHSA-35jh-r3h4-6jhm.json")
+            .replace("2022-02-08T21:35:09Z", "2021-01-01T00:00:00Z")
+            .replace("Command Injection in lodash", "an older copy"),
+    )
+    .unwrap();
+    // Another ecosystem's directory, as the update writes it, is not read for npm.
+    std::fs::create_dir_all(osv_db.join("Go")).unwrap();
+    std::fs::write(osv_db.join("Go").join(RECORD), "{}").unwrap();
+    std::fs::write(osv_db.join("Go/GO-2099-0001.json"), "not json").unwrap();
     let maintain = MaintainConfig {
         osv_db: Some(osv_db.clone()),
         osv_url: format!("http://127.0.0.1:{}", server.port),
@@ -408,8 +420,17 @@ fn osv_exports_are_downloaded_through_the_proxy_unpacked_and_swapped_in() {
     // lodash's record names lodash and lodash-es.
     assert_eq!(db.advisories.len(), 3);
     assert_eq!(db.record_count(), 2);
+    assert!(
+        db.advisories
+            .iter()
+            .any(|a| a.title == "Command Injection in lodash")
+            && db.advisories.iter().all(|a| a.title != "an older copy"),
+        "{:?}",
+        db.advisories
+    );
     assert_eq!(osv_dir(&osv_db, "npm"), osv_db.join("npm"));
-    assert_eq!(osv_dir(&osv_db, "Go"), osv_db);
+    assert_eq!(osv_dir(&osv_db, "Go"), osv_db.join("Go"));
+    assert_eq!(osv_dir(&osv_db, "crates.io"), osv_db);
     assert_eq!(age(&osv_dir(&osv_db, "npm"), NOW_MS, 7).age_days, Some(0));
 
     // A newer export replaces the old one whole.
