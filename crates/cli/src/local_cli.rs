@@ -193,6 +193,9 @@ pub async fn vulns(config: Config, args: crate::vulns::VulnsArgs) -> anyhow::Res
         scan: found.scan,
         stdlib: found.stdlib,
         database_age: found.database_age,
+        informational: (args.informational || args.deny_informational)
+            .then_some(found.informational),
+        deny_informational: args.deny_informational,
         notices: repo.notices.clone(),
     };
     if args.json {

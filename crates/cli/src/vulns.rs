@@ -13,6 +13,7 @@
 
 use crate::text;
 use serde::Serialize;
+use warden_engine::maintain::advisory::InformationalFinding;
 use warden_engine::maintain::update::DatabaseAge;
 use warden_engine::maintain::Stdlib;
 use warden_protocol::{Finding, Scan};
@@ -26,6 +27,13 @@ pub struct VulnsArgs {
     /// Print the report as one JSON object
     #[arg(long)]
     pub json: bool,
+    /// Also show informational advisories (unmaintained, unsound: RustSec's), as warnings; they
+    /// do not change the exit code
+    #[arg(long)]
+    pub informational: bool,
+    /// Show informational advisories and exit 1 when there are any, as for findings
+    #[arg(long)]
+    pub deny_informational: bool,
 }
 
 /// What `warden vulns` reports: the pinned repository and the scan bound to its tree.
@@ -43,6 +51,13 @@ pub struct VulnsReport {
     pub stdlib: Option<Stdlib>,
     /// How old the advisory database is (`stale` past `[maintain] max_advisory_age_days`).
     pub database_age: DatabaseAge,
+    /// Informational advisories (unmaintained, unsound) of the lockfile's packages, with
+    /// `--informational` or `--deny-informational`; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub informational: Option<Vec<InformationalFinding>>,
+    /// `--deny-informational`: informational advisories count like findings for the exit code.
+    #[serde(skip)]
+    pub deny_informational: bool,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notices: Vec<String>,
 }
@@ -52,7 +67,14 @@ impl VulnsReport {
     /// the lockfile's packages that could not be evaluated (not known to be clean).
     pub fn exit_code(&self) -> u8 {
         let stdlib = self.stdlib.as_ref().map_or(0, |s| s.findings.len());
-        u8::from(!self.scan.findings.is_empty() || stdlib > 0 || !self.scan.unevaluated.is_empty())
+        let denied = self.deny_informational
+            && self.informational.as_ref().is_some_and(|i| !i.is_empty());
+        u8::from(
+            !self.scan.findings.is_empty()
+                || stdlib > 0
+                || !self.scan.unevaluated.is_empty()
+                || denied,
+        )
     }
 }
 
@@ -67,6 +89,37 @@ pub fn render(report: &VulnsReport) -> String {
     }
     for line in &scan.unevaluated {
         out.push_str(&format!("cannot be evaluated: {}\n", text::one_line(line)));
+    }
+    if let Some(informational) = &report.informational {
+        for item in informational {
+            let f = &item.finding;
+            out.push_str(&format!(
+                "warning: {} {}  {}  {}",
+                text::one_line(&f.package),
+                text::one_line(&f.version),
+                text::one_line(&f.advisory),
+                text::one_line(&item.kind)
+            ));
+            if !f.title.is_empty() {
+                out.push_str(&format!("  {}", text::one_line(&f.title)));
+            }
+            out.push('\n');
+        }
+        if !informational.is_empty() {
+            out.push_str(&format!(
+                "{} (not vulnerabilities{})\n\n",
+                text::count(
+                    informational.len() as u64,
+                    "informational advisory",
+                    "informational advisories"
+                ),
+                if report.deny_informational {
+                    "; --deny-informational fails the exit code"
+                } else {
+                    "; they do not change the exit code"
+                }
+            ));
+        }
     }
     if !scan.unevaluated.is_empty() {
         out.push('\n');
@@ -164,6 +217,8 @@ mod tests {
                 findings,
                 unevaluated: vec![],
             },
+            informational: None,
+            deny_informational: false,
             database_age: DatabaseAge {
                 path: "/db".into(),
                 fetched_at: Some("2026-12-01T15:00:00Z".into()),

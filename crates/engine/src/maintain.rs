@@ -989,6 +989,9 @@ pub struct Vulnerabilities {
     pub stdlib: Option<Stdlib>,
     /// How old the database scanned against is.
     pub database_age: update::DatabaseAge,
+    /// The informational advisories (unmaintained, unsound) of the lockfile's packages: not
+    /// vulnerabilities, shown when asked.
+    pub informational: Vec<advisory::InformationalFinding>,
 }
 
 /// The standard library's scan of a Go module.
@@ -1026,6 +1029,11 @@ pub fn vulnerabilities(
             )
         })?;
     let scan = scan_lockfile(eco, &db, root, tree, VULNS_STAGE, now_ms)?;
+    // Read again only for what the scan record does not hold (it read cleanly just now).
+    let informational = eco
+        .read_lock(root)
+        .map(|lock| db.informational(&lock))
+        .unwrap_or_default();
     // The standard library is Go's alone (an npm project's OSV database has none to scan).
     let stdlib = match &db {
         Database::Osv(osv) if eco == Ecosystem::Go => stdlib_version(
@@ -1044,6 +1052,7 @@ pub fn vulnerabilities(
         scan,
         stdlib,
         database_age: db.age(config.maintain.max_advisory_age_days, now_ms),
+        informational,
     })
 }
 

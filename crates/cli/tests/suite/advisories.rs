@@ -131,6 +131,44 @@ fn advisories_update_fetches_the_database_vulns_dates_it_and_a_failed_update_kee
     let text = warden.run(&["vulns", "--repo", path]);
     assert!(text.stdout.contains("fetched 0 days ago"), "{}", text.stdout);
 
+    // A project on ansi_term, which RustSec marks unmaintained (an informational advisory):
+    // no finding; shown with --informational as a warning, exit 0; exit 1 only when denied.
+    let unmaintained = TempRepo::new();
+    unmaintained.write(
+        "Cargo.toml",
+        "[package]\nname = \"app\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n\
+         [dependencies]\nansi_term = \"0.12.1\"\n",
+    );
+    unmaintained.write(
+        "Cargo.lock",
+        "version = 4\n\n[[package]]\nname = \"ansi_term\"\nversion = \"0.12.1\"\nsource = \
+         \"registry+https://github.com/rust-lang/crates.io-index\"\n\n[[package]]\nname = \
+         \"app\"\nversion = \"0.1.0\"\ndependencies = [\n \"ansi_term\",\n]\n",
+    );
+    unmaintained.write("src/lib.rs", "");
+    unmaintained.commit("app on ansi_term");
+    let app = unmaintained.path().to_str().unwrap();
+    let plain = warden.run(&["vulns", "--repo", app]);
+    assert_eq!(plain.code, 0, "{}\n{}", plain.stdout, plain.stderr);
+    assert!(!plain.stdout.contains("RUSTSEC-2021-0139"), "{}", plain.stdout);
+    let shown = warden.run(&["vulns", "--repo", app, "--informational"]);
+    assert_eq!(shown.code, 0, "{}\n{}", shown.stdout, shown.stderr);
+    assert!(
+        shown.stdout.starts_with(
+            "warning: ansi_term 0.12.1  RUSTSEC-2021-0139  unmaintained  ansi_term is \
+             Unmaintained\n1 informational advisory (not vulnerabilities; they do not change \
+             the exit code)\n\nNo known vulnerabilities in Cargo.lock"
+        ),
+        "{}",
+        shown.stdout
+    );
+    let denied = warden.run(&["vulns", "--repo", app, "--deny-informational", "--json"]);
+    assert_eq!(denied.code, 1, "{}\n{}", denied.stdout, denied.stderr);
+    let report = denied.json();
+    assert_eq!(report["informational"][0]["kind"], "unmaintained", "{report}");
+    assert_eq!(report["informational"][0]["advisory"], "RUSTSEC-2021-0139");
+    assert_eq!(report["scan"]["findings"], serde_json::json!([]));
+
     // Nothing configured: a usage error.
     std::fs::remove_file(&config).unwrap();
     let run = warden.run(&["advisories", "update"]);

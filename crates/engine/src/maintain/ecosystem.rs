@@ -466,6 +466,15 @@ impl Database {
         }
     }
 
+    /// The informational advisories (unmaintained, unsound: not vulnerabilities) of `lock`'s
+    /// packages: RustSec's; OSV records carry none.
+    pub fn informational(&self, lock: &Lockfile) -> Vec<advisory::InformationalFinding> {
+        match self {
+            Database::RustSec(db) => db.scan_informational(lock),
+            Database::Osv(_) => Vec::new(),
+        }
+    }
+
     /// What the scan of `lock` cannot evaluate ([`osv::OsvDb::unevaluated`]; RustSec's
     /// advisories are all evaluable, one that does not parse fails the load).
     pub fn unevaluated(&self, lock: &Lockfile) -> Vec<String> {
