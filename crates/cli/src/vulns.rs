@@ -67,8 +67,8 @@ impl VulnsReport {
     /// the lockfile's packages that could not be evaluated (not known to be clean).
     pub fn exit_code(&self) -> u8 {
         let stdlib = self.stdlib.as_ref().map_or(0, |s| s.findings.len());
-        let denied = self.deny_informational
-            && self.informational.as_ref().is_some_and(|i| !i.is_empty());
+        let denied =
+            self.deny_informational && self.informational.as_ref().is_some_and(|i| !i.is_empty());
         u8::from(
             !self.scan.findings.is_empty()
                 || stdlib > 0

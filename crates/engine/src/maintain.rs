@@ -376,7 +376,10 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
             let count = validations.len();
             Ok((
                 (),
-                format!("{} on the base tree", counted(count, "check passed", "checks passed")),
+                format!(
+                    "{} on the base tree",
+                    counted(count, "check passed", "checks passed")
+                ),
             ))
         },
     )?;
@@ -1171,16 +1174,20 @@ fn discover(
             state
                 .notices
                 .push(format!("{name} {from} not upgraded: {reason}"));
-            state.held.push(Held::new(&name, &from, &format!("not upgraded: {reason}")));
+            state
+                .held
+                .push(Held::new(&name, &from, &format!("not upgraded: {reason}")));
             continue;
         }
         let Some(current) = eco.semver(&from) else {
             state
                 .notices
                 .push(format!("{name} {from}: not a semver version, not upgraded"));
-            state
-                .held
-                .push(Held::new(&name, &from, "not a semver version, not upgraded"));
+            state.held.push(Held::new(
+                &name,
+                &from,
+                "not a semver version, not upgraded",
+            ));
             continue;
         };
         let source = eco.source(&run.config.maintain);
@@ -1760,7 +1767,10 @@ fn fixed_by_package(
     upgrades: &[Upgrade],
 ) -> Vec<(String, Vec<String>)> {
     let mut out: Vec<(String, Vec<String>)> = Vec::new();
-    for finding in base_findings.iter().filter(|f| cleared.contains(&f.advisory)) {
+    for finding in base_findings
+        .iter()
+        .filter(|f| cleared.contains(&f.advisory))
+    {
         let package = match upgrades
             .iter()
             .find(|u| u.package == finding.package && u.from == finding.version)
@@ -2048,8 +2058,7 @@ mod tests {
             ),
         ];
         let (mut notices, mut held) = (Vec::new(), Vec::new());
-        let wanted =
-            vulnerable_wanted(Ecosystem::Npm, &direct, &findings, &mut notices, &mut held);
+        let wanted = vulnerable_wanted(Ecosystem::Npm, &direct, &findings, &mut notices, &mut held);
         assert_eq!(held.len(), 2, "{held:?}");
         assert!(held[0].why.starts_with("transitive: "), "{held:?}");
         assert_eq!(
@@ -2374,14 +2383,24 @@ mod tests {
         };
         let upgrades = vec![
             upgrade("smallvec", "1.6.0", "1.6.1", &["RUSTSEC-2021-0003"]),
-            upgrade("h2", "0.3.0", "0.3.24", &["RUSTSEC-2019-0034", "RUSTSEC-2024-0003"]),
+            upgrade(
+                "h2",
+                "0.3.0",
+                "0.3.24",
+                &["RUSTSEC-2019-0034", "RUSTSEC-2024-0003"],
+            ),
         ];
         let base = vec![
             cargo_finding("h2", "0.3.0", "RUSTSEC-2019-0034", "Memory exhaustion"),
             cargo_finding("h2", "0.3.0", "RUSTSEC-2024-0003", "Resource exhaustion"),
             cargo_finding("h2", "0.3.0", "RUSTSEC-2024-0332", "Degradation of service"),
             cargo_finding("hyper", "0.14.9", "RUSTSEC-2021-0078", "Lenient parsing"),
-            cargo_finding("regex", "1.5.4", "RUSTSEC-2022-0013", "Regexes with large repetitions"),
+            cargo_finding(
+                "regex",
+                "1.5.4",
+                "RUSTSEC-2022-0013",
+                "Regexes with large repetitions",
+            ),
             cargo_finding("smallvec", "1.6.0", "RUSTSEC-2021-0003", "Buffer overflow"),
             cargo_finding("time", "0.1.43", "RUSTSEC-2020-0071", "Segfault"),
             cargo_finding("tokio", "1.8.0", "RUSTSEC-2021-0124", "Data race"),
@@ -2420,9 +2439,19 @@ mod tests {
             path: None,
         });
         let post = [
-            cargo_finding("h2", "0.3.24", "RUSTSEC-2024-0332", "Degradation of service"),
+            cargo_finding(
+                "h2",
+                "0.3.24",
+                "RUSTSEC-2024-0332",
+                "Degradation of service",
+            ),
             cargo_finding("hyper", "0.14.9", "RUSTSEC-2021-0078", "Lenient parsing"),
-            cargo_finding("regex", "1.5.4", "RUSTSEC-2022-0013", "Regexes with large repetitions"),
+            cargo_finding(
+                "regex",
+                "1.5.4",
+                "RUSTSEC-2022-0013",
+                "Regexes with large repetitions",
+            ),
             cargo_finding("time", "0.1.43", "RUSTSEC-2020-0071", "Segfault"),
         ];
         // Under `--select all` a transitive package is not selected.

@@ -408,7 +408,10 @@ mod tests {
         );
         let error =
             entries("[[schedules]]\naction = \"fetch\"\ncron = \"0 4 * * *\"\n").unwrap_err();
-        assert!(format!("{error:#}").contains("action \"fetch\": expected"), "{error:#}");
+        assert!(
+            format!("{error:#}").contains("action \"fetch\": expected"),
+            "{error:#}"
+        );
         // A maintenance entry still needs its repository.
         let error = entries("[[schedules]]\ncron = \"0 4 * * *\"\n").unwrap_err();
         assert!(

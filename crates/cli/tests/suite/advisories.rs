@@ -51,7 +51,12 @@ fn advisories_update_fetches_the_database_vulns_dates_it_and_a_failed_update_kee
             db.display()
         )
     );
-    assert!(run.stderr.contains("fetching the RustSec advisory database"), "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("fetching the RustSec advisory database"),
+        "{}",
+        run.stderr
+    );
 
     // vulns scans the fetched copy and says how old it is.
     let project = fixture();
@@ -92,7 +97,12 @@ fn advisories_update_fetches_the_database_vulns_dates_it_and_a_failed_update_kee
     assert_eq!(json.code, 1, "{}", json.stderr);
     assert_eq!(json.json()["database_age"]["stale"], true);
     assert_eq!(json.json()["database_age"]["age_days"], 104);
-    assert!(json.stderr.contains("warden: warning: the advisory database"), "{}", json.stderr);
+    assert!(
+        json.stderr
+            .contains("warden: warning: the advisory database"),
+        "{}",
+        json.stderr
+    );
     let before = std::fs::read_to_string(&record_path).unwrap();
 
     // An update that fails (the remote is gone) keeps the old copy: exit 1, said.
@@ -129,7 +139,11 @@ fn advisories_update_fetches_the_database_vulns_dates_it_and_a_failed_update_kee
     assert_eq!(report["databases"][0]["snapshot"], format!("git:{head}"));
     assert_eq!(report["databases"][0]["advisories"], 2);
     let text = warden.run(&["vulns", "--repo", path]);
-    assert!(text.stdout.contains("fetched 0 days ago"), "{}", text.stdout);
+    assert!(
+        text.stdout.contains("fetched 0 days ago"),
+        "{}",
+        text.stdout
+    );
 
     // A project on ansi_term, which RustSec marks unmaintained (an informational advisory):
     // no finding; shown with --informational as a warning, exit 0; exit 1 only when denied.
@@ -150,7 +164,11 @@ fn advisories_update_fetches_the_database_vulns_dates_it_and_a_failed_update_kee
     let app = unmaintained.path().to_str().unwrap();
     let plain = warden.run(&["vulns", "--repo", app]);
     assert_eq!(plain.code, 0, "{}\n{}", plain.stdout, plain.stderr);
-    assert!(!plain.stdout.contains("RUSTSEC-2021-0139"), "{}", plain.stdout);
+    assert!(
+        !plain.stdout.contains("RUSTSEC-2021-0139"),
+        "{}",
+        plain.stdout
+    );
     let shown = warden.run(&["vulns", "--repo", app, "--informational"]);
     assert_eq!(shown.code, 0, "{}\n{}", shown.stdout, shown.stderr);
     assert!(
@@ -165,7 +183,10 @@ fn advisories_update_fetches_the_database_vulns_dates_it_and_a_failed_update_kee
     let denied = warden.run(&["vulns", "--repo", app, "--deny-informational", "--json"]);
     assert_eq!(denied.code, 1, "{}\n{}", denied.stdout, denied.stderr);
     let report = denied.json();
-    assert_eq!(report["informational"][0]["kind"], "unmaintained", "{report}");
+    assert_eq!(
+        report["informational"][0]["kind"], "unmaintained",
+        "{report}"
+    );
     assert_eq!(report["informational"][0]["advisory"], "RUSTSEC-2021-0139");
     assert_eq!(report["scan"]["findings"], serde_json::json!([]));
 
@@ -173,7 +194,11 @@ fn advisories_update_fetches_the_database_vulns_dates_it_and_a_failed_update_kee
     std::fs::remove_file(&config).unwrap();
     let run = warden.run(&["advisories", "update"]);
     assert_eq!(run.code, 2, "{}\n{}", run.stdout, run.stderr);
-    assert!(run.stderr.contains("no advisory database to update"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("no advisory database to update"),
+        "{}",
+        run.stderr
+    );
 }
 
 /// Seconds since the epoch → `YYYY-MM-DDTHH:MM:SSZ` (civil-from-days, Hinnant).

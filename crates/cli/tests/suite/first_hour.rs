@@ -472,7 +472,8 @@ fn doctor_passes_a_baseline_only_maintenance_setup_and_reports_its_advisory_data
         detail.contains(&format!(
             "advisory_db {}: 1 RustSec advisory (sha256:",
             rustsec.path().display()
-        )) && detail.contains("was fetched 104 days ago, more than [maintain] max_advisory_age_days (7)")
+        )) && detail
+            .contains("was fetched 104 days ago, more than [maintain] max_advisory_age_days (7)")
             && detail.contains("run `warden advisories update`"),
         "{detail}"
     );

@@ -1,5 +1,5 @@
-mod architecture;
 mod advisories;
+mod architecture;
 mod ask;
 mod change;
 mod clock_step;

@@ -216,9 +216,11 @@ impl AdvisoryDb {
             let Ok(version) = semver::Version::parse(&package.version) else {
                 continue;
             };
-            for advisory in self.advisories.iter().filter(|a| {
-                a.package == package.name && !a.withdrawn && a.affects(&version)
-            }) {
+            for advisory in self
+                .advisories
+                .iter()
+                .filter(|a| a.package == package.name && !a.withdrawn && a.affects(&version))
+            {
                 let Some(kind) = &advisory.informational else {
                     continue;
                 };
@@ -329,7 +331,12 @@ A bug in insert_many.
             std::fs::write(crate_dir.join(file), fixture(file)).unwrap();
         }
         let db = AdvisoryDb::open(dir.path()).unwrap();
-        let lock = Lockfile::parse(&[("ansi_term", "0.12.1"), ("atty", "0.2.14"), ("smallvec", "1.6.0")]
+        let lock = Lockfile::parse(
+            &[
+                ("ansi_term", "0.12.1"),
+                ("atty", "0.2.14"),
+                ("smallvec", "1.6.0"),
+            ]
             .iter()
             .map(|(name, version)| {
                 format!(
@@ -337,17 +344,27 @@ A bug in insert_many.
                      \"registry+https://github.com/rust-lang/crates.io-index\"\n"
                 )
             })
-            .collect::<String>())
+            .collect::<String>(),
+        )
         .unwrap();
         let findings = db.scan(&lock);
         assert_eq!(
-            findings.iter().map(|f| f.advisory.as_str()).collect::<Vec<_>>(),
+            findings
+                .iter()
+                .map(|f| f.advisory.as_str())
+                .collect::<Vec<_>>(),
             ["RUSTSEC-2021-0003"]
         );
         let informational = db.scan_informational(&lock);
         let listed: Vec<(&str, &str, &str)> = informational
             .iter()
-            .map(|i| (i.kind.as_str(), i.finding.package.as_str(), i.finding.advisory.as_str()))
+            .map(|i| {
+                (
+                    i.kind.as_str(),
+                    i.finding.package.as_str(),
+                    i.finding.advisory.as_str(),
+                )
+            })
             .collect();
         assert_eq!(
             listed,

@@ -345,7 +345,13 @@ mod tests {
         let current = semver::Version::new(1, 0, 0);
         let eco = super::super::ecosystem::Ecosystem::Cargo;
         assert_eq!(
-            policy.eligible(eco, &current, &[], &candidate(Some(10 * 86_400_000 - 1)), true),
+            policy.eligible(
+                eco,
+                &current,
+                &[],
+                &candidate(Some(10 * 86_400_000 - 1)),
+                true
+            ),
             Err("1.0.1 is younger than the cooldown of 1 day".to_string())
         );
         let unknown = policy

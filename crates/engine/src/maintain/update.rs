@@ -30,8 +30,8 @@
 use super::advisory::AdvisoryDb;
 use super::osv::OsvDb;
 use crate::config::Config;
-use crate::maintain_config::MaintainConfig;
 use crate::egress::{EgressPolicy, EgressProxy, EgressRecord, EgressSettings, HostRule};
+use crate::maintain_config::MaintainConfig;
 use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -121,7 +121,11 @@ pub fn freshness(dir: &Path) -> Option<(u64, &'static str)> {
     let git = dir.join(".git");
     ["FETCH_HEAD", "HEAD"]
         .iter()
-        .filter_map(|name| std::fs::metadata(git.join(name)).and_then(|m| m.modified()).ok())
+        .filter_map(|name| {
+            std::fs::metadata(git.join(name))
+                .and_then(|m| m.modified())
+                .ok()
+        })
         .filter_map(|at| at.duration_since(std::time::UNIX_EPOCH).ok())
         .map(|since| u64::try_from(since.as_millis()).unwrap_or(u64::MAX))
         .max()
@@ -188,7 +192,9 @@ pub struct DatabaseUpdate {
 pub enum UpdateOutcome {
     Updated(Fetched),
     /// The old copy (if any) is left as it was.
-    Failed { error: String },
+    Failed {
+        error: String,
+    },
 }
 
 /// Every database's update and the connections made through Warden's egress proxy.
@@ -316,7 +322,12 @@ pub async fn update_through(
     })
 }
 
-fn report(name: &str, path: &Path, source: &str, outcome: Result<Fetched, String>) -> DatabaseUpdate {
+fn report(
+    name: &str,
+    path: &Path,
+    source: &str,
+    outcome: Result<Fetched, String>,
+) -> DatabaseUpdate {
     DatabaseUpdate {
         name: name.to_string(),
         path: path.to_path_buf(),
@@ -440,7 +451,12 @@ fn write_record(dir: &Path, fetched: &Fetched) -> Result<(), String> {
 /// Fetches the RustSec database at `url` into a new checkout beside `target` (reusing the old
 /// checkout's objects when it is one, so only what is new crosses the network), loads it, and
 /// swaps it in.
-fn update_rustsec(target: &Path, url: &str, proxy_url: &str, now_ms: u64) -> Result<Fetched, String> {
+fn update_rustsec(
+    target: &Path,
+    url: &str,
+    proxy_url: &str,
+    now_ms: u64,
+) -> Result<Fetched, String> {
     let git = warden_repo::Git::locate().map_err(|e| e.to_string())?;
     let staging = Staging::beside(target)?;
     let new = staging.new_copy();
@@ -459,7 +475,8 @@ fn update_rustsec(target: &Path, url: &str, proxy_url: &str, now_ms: u64) -> Res
     )
     .map_err(|e| format!("fetching {url}: {e}"))?;
     run(&["checkout", "--quiet", "--detach", "FETCH_HEAD"])?;
-    let db = AdvisoryDb::open(&new).map_err(|e| format!("the fetched database does not load: {e}"))?;
+    let db =
+        AdvisoryDb::open(&new).map_err(|e| format!("the fetched database does not load: {e}"))?;
     let fetched = Fetched {
         fetched_at: super::index::rfc3339(now_ms),
         source: url.to_string(),

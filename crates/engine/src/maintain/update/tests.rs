@@ -226,7 +226,10 @@ fn a_failed_rustsec_update_leaves_the_old_copy_as_it_was() {
     std::fs::write(interrupted.join("RUSTSEC-2099-0002.md"), "half written").unwrap();
     assert_eq!(AdvisoryDb::open(&target).unwrap().advisories.len(), 1);
     let report = run(&gone, no_network(), NOW_MS + DAY_MS);
-    assert!(matches!(only_outcome(&report), UpdateOutcome::Failed { .. }));
+    assert!(matches!(
+        only_outcome(&report),
+        UpdateOutcome::Failed { .. }
+    ));
     assert!(staging_left(dir.path()).is_empty());
     assert_eq!(contents(&target), before);
 }
@@ -264,7 +267,10 @@ fn git_fetches_an_https_remote_through_wardens_egress_proxy() {
         ..EgressSettings::default()
     });
     let report = run(&maintain, policy, NOW_MS);
-    assert!(matches!(only_outcome(&report), UpdateOutcome::Failed { .. }));
+    assert!(matches!(
+        only_outcome(&report),
+        UpdateOutcome::Failed { .. }
+    ));
     assert!(
         report
             .connections
@@ -279,7 +285,10 @@ fn git_fetches_an_https_remote_through_wardens_egress_proxy() {
     // Not admitted: refused by the proxy, never dialled.
     let before_count = *reached.lock().unwrap();
     let report = run(&maintain, no_network(), NOW_MS);
-    assert!(matches!(only_outcome(&report), UpdateOutcome::Failed { .. }));
+    assert!(matches!(
+        only_outcome(&report),
+        UpdateOutcome::Failed { .. }
+    ));
     assert!(
         report.connections.iter().all(|c| !c.allowed),
         "{:?}",
@@ -289,17 +298,20 @@ fn git_fetches_an_https_remote_through_wardens_egress_proxy() {
     assert_eq!(contents(&target), before);
 }
 
-/// Serves `files` (path → status and body) over plain HTTP; records each request line.
+/// What a path answers: status and body.
+type Served = Arc<Mutex<HashMap<String, (u16, Vec<u8>)>>>;
+
+/// Serves `files` (path → status and body) over plain HTTP.
 struct ArchiveServer {
     port: u16,
-    files: Arc<Mutex<HashMap<String, (u16, Vec<u8>)>>>,
+    files: Served,
 }
 
 impl ArchiveServer {
     fn start() -> ArchiveServer {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
-        let files: Arc<Mutex<HashMap<String, (u16, Vec<u8>)>>> = Arc::default();
+        let files: Served = Arc::default();
         let served = Arc::clone(&files);
         std::thread::spawn(move || {
             for stream in listener.incoming().flatten() {
@@ -364,13 +376,10 @@ fn zip_of(entries: &[(&str, String)]) -> Vec<u8> {
 }
 
 fn npm_records() -> Vec<(&'static str, String)> {
-    [
-        "GHSA-35jh-r3h4-6jhm.json",
-        "GHSA-xvch-5gv4-984h.json",
-    ]
-    .into_iter()
-    .map(|name| (name, fixture(&format!("osv/{name}"))))
-    .collect()
+    ["GHSA-35jh-r3h4-6jhm.json", "GHSA-xvch-5gv4-984h.json"]
+        .into_iter()
+        .map(|name| (name, fixture(&format!("osv/{name}"))))
+        .collect()
 }
 
 #[test]
@@ -474,13 +483,22 @@ fn a_failed_osv_download_or_a_bad_archive_leaves_the_old_copy_as_it_was() {
     fails((200, b"PK not a zip".to_vec()), "does not read as a zip");
     // Cut short: the archive's directory (at its end) is missing.
     let whole = zip_of(&npm_records());
-    fails((200, whole[..whole.len() / 2].to_vec()), "does not read as a zip");
+    fails(
+        (200, whole[..whole.len() / 2].to_vec()),
+        "does not read as a zip",
+    );
     fails(
         (200, zip_of(&[("../escape.json", "{}".into())])),
         "is not an OSV record",
     );
     fails(
-        (200, zip_of(&[("GHSA-bad.json", "{\"id\": \"GHSA-bad\", \"affected\": 3}".into())])),
+        (
+            200,
+            zip_of(&[(
+                "GHSA-bad.json",
+                "{\"id\": \"GHSA-bad\", \"affected\": 3}".into(),
+            )]),
+        ),
         "do not load",
     );
     // Not admitted by the egress allow-list: refused, nothing fetched.
@@ -515,5 +533,8 @@ fn the_allow_list_is_the_configured_sources_hosts() {
     let env = Home(dir.path().display().to_string());
     let config = crate::config::Config::load(Some(&path), &env).unwrap();
     let settings = egress_settings(&config);
-    assert_eq!(settings.describe(), "github.com, osv.example.org, 10.0.0.5:8080 (private)");
+    assert_eq!(
+        settings.describe(),
+        "github.com, osv.example.org, 10.0.0.5:8080 (private)"
+    );
 }
