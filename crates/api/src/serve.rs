@@ -152,7 +152,7 @@ pub async fn serve(
     // `[[schedules]]`: maintenance submitted through the same front door, on cron.
     let schedules = warden_service::schedule::spawn(
         tasks.clone(),
-        services.config.schedules.clone(),
+        Arc::clone(&services.config),
         stopped.clone(),
     );
     let app = api::router(Arc::new(

@@ -552,60 +552,83 @@ fn maintenance_configured(config: &Config) -> bool {
 }
 
 /// `[maintain]`'s advisory databases: each configured one loads (how many advisories, which
-/// snapshot), and how long ago it was last fetched when a git checkout records it
-/// (`.git/FETCH_HEAD`, which every `git fetch` and `git pull` rewrites).
+/// snapshot) and how long ago it was fetched (`warden advisories update`'s record, else the git
+/// checkout's last fetch); one fetched longer ago than `[maintain] max_advisory_age_days` fails
+/// the check, naming `warden advisories update`.
 fn maintain_check(config: &Config, now: std::time::SystemTime) -> Check {
-    use warden_engine::maintain::{advisory, osv};
+    use warden_engine::maintain::{advisory, osv, update};
     let maintain = &config.maintain;
-    let age = |path: &std::path::Path| {
-        let fetched = std::fs::metadata(path.join(".git/FETCH_HEAD")).and_then(|m| m.modified());
-        match fetched.ok().and_then(|at| now.duration_since(at).ok()) {
-            Some(age) => format!("fetched {} days ago", age.as_secs() / 86_400),
-            None => "when it was fetched is not recorded".to_string(),
-        }
-    };
+    let now_ms = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
     let mut parts = Vec::new();
     let mut ok = true;
+    let mut dated = |dir: &std::path::Path| {
+        let age = update::age(dir, now_ms, maintain.max_advisory_age_days);
+        if age.stale {
+            ok = false;
+        }
+        match age.warning() {
+            Some(warning) => warning,
+            None => age.describe(),
+        }
+    };
+    let mut failed = Vec::new();
     if let Some(path) = &maintain.advisory_db {
         match advisory::AdvisoryDb::open(path) {
             Ok(db) => parts.push(format!(
-                "advisory_db {}: {} RustSec advisories ({}), {}",
+                "advisory_db {}: {} ({}), {}",
                 path.display(),
-                db.advisories.len(),
+                crate::text::count(
+                    db.advisories.len() as u64,
+                    "RustSec advisory",
+                    "RustSec advisories"
+                ),
                 db.snapshot,
-                age(path)
+                dated(path)
             )),
-            Err(error) => {
-                ok = false;
-                parts.push(format!("advisory_db: {error}"));
-            }
+            Err(error) => failed.push(format!("advisory_db: {error}")),
         }
     }
     if let Some(path) = &maintain.osv_db {
+        let mut undated = false;
         let counts: Result<Vec<String>, String> = [osv::GO, osv::NPM]
             .into_iter()
             .map(|ecosystem| {
-                osv::OsvDb::open(path, ecosystem)
-                    .map(|db| format!("{} {ecosystem}", db.advisories.len()))
+                let db = osv::OsvDb::open(path, ecosystem)?;
+                let count = crate::text::count(
+                    db.record_count() as u64,
+                    &format!("{ecosystem} advisory"),
+                    &format!("{ecosystem} advisories"),
+                );
+                let dir = update::osv_dir(path, ecosystem);
+                if dir == *path {
+                    undated = true;
+                    return Ok(count);
+                }
+                Ok(format!("{count} ({})", dated(&dir)))
             })
             .collect();
         match counts {
-            Ok(counts) => parts.push(format!(
-                "osv_db {}: {} advisories, {}",
-                path.display(),
-                counts.join(", "),
-                age(path)
-            )),
-            Err(error) => {
-                ok = false;
-                parts.push(format!("osv_db: {error}"));
+            Ok(counts) => {
+                let mut line = format!("osv_db {}: {}", path.display(), counts.join(", "));
+                if undated {
+                    line.push_str(&format!(", {}", dated(path)));
+                }
+                parts.push(line);
             }
+            Err(error) => failed.push(format!("osv_db: {error}")),
         }
+    }
+    if !failed.is_empty() {
+        ok = false;
+        parts.extend(failed);
     }
     if parts.is_empty() {
         parts.push(
             "no advisory database: `warden vulns` and `--select vulnerable` need [maintain] \
-             advisory_db (a RustSec checkout, for Cargo) or osv_db (OSV records, for Go and npm)"
+             advisory_db (a RustSec checkout, for Cargo) or osv_db (OSV records, for Go and npm); \
+             `warden advisories update` fetches them"
                 .into(),
         );
     }

@@ -365,9 +365,16 @@ pub async fn vulns(config: Config, args: crate::vulns::VulnsArgs) -> anyhow::Res
         lockfile: found.ecosystem.lock_name(),
         scan: found.scan,
         stdlib: found.stdlib,
+        database_age: found.database_age,
+        informational: (args.informational || args.deny_informational)
+            .then_some(found.informational),
+        deny_informational: args.deny_informational,
         notices: repo.notices.clone(),
     };
     if args.json {
+        if let Some(warning) = report.database_age.warning() {
+            progress.line(&format!("warden: warning: {warning}"));
+        }
         println!("{}", text::json_pretty(&report)?);
     } else {
         print!("{}", text::lines(&crate::vulns::render(&report)));

@@ -1,6 +1,7 @@
 //! The `warden` command: parses the command line, loads configuration, builds the tokio runtime
 //! and dispatches. Errors print as `warden: error: …` with their causes; exit codes follow SPEC §2.
 
+mod advisories;
 mod apply;
 mod approve;
 mod ask;
@@ -62,6 +63,12 @@ enum Command {
     /// Review a commit range (--repo R BASE..HEAD) or a change task's proposal with the
     /// reviewer; exit 1 on blocking (P0/P1) findings
     Review(review::ReviewArgs),
+    /// The advisory databases [maintain] names: `update` fetches or refreshes them through
+    /// Warden's egress proxy
+    Advisories {
+        #[command(subcommand)]
+        command: advisories::AdvisoriesCommand,
+    },
     /// Show a change task's proposal: stat, sensitive files and the redacted diff
     Diff(diff::DiffArgs),
     /// Fetch a change task's proposal into your repository as a branch (work tree untouched)
@@ -314,6 +321,9 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Maintain(args) => tokio_runtime()?.block_on(local_cli::maintain(config, args)),
         Command::Vulns(args) => tokio_runtime()?.block_on(local_cli::vulns(config, args)),
         Command::Review(args) => tokio_runtime()?.block_on(local_cli::review(config, args)),
+        Command::Advisories { command } => {
+            tokio_runtime()?.block_on(advisories::advisories(config, command))
+        }
         Command::Diff(args) => tokio_runtime()?.block_on(local_cli::diff(config, &args)),
         Command::Apply(args) => tokio_runtime()?.block_on(local_cli::apply(config, args)),
         Command::Approve(args) => tokio_runtime()?.block_on(local_cli::approve(config, args)),

@@ -88,10 +88,10 @@ pub fn render_maintenance(result: &ChangeResult) -> String {
     }
     for scan in scans {
         out.push_str(&format!(
-            "  scan {} tree {}: {} finding(s) ({}, database {})\n",
+            "  scan {} tree {}: {} ({}, database {})\n",
             text::one_line(&scan.stage),
             crate::text::short_commit(&scan.tree),
-            scan.findings.len(),
+            text::count(scan.findings.len() as u64, "finding", "findings"),
             text::one_line(&scan.scanner),
             text::one_line(&scan.database_snapshot)
         ));

@@ -13,6 +13,8 @@
 
 use crate::text;
 use serde::Serialize;
+use warden_engine::maintain::advisory::InformationalFinding;
+use warden_engine::maintain::update::DatabaseAge;
 use warden_engine::maintain::Stdlib;
 use warden_protocol::{Finding, Scan};
 
@@ -25,6 +27,13 @@ pub struct VulnsArgs {
     /// Print the report as one JSON object
     #[arg(long)]
     pub json: bool,
+    /// Also show informational advisories (unmaintained, unsound: RustSec's), as warnings; they
+    /// do not change the exit code
+    #[arg(long)]
+    pub informational: bool,
+    /// Show informational advisories and exit 1 when there are any, as for findings
+    #[arg(long)]
+    pub deny_informational: bool,
 }
 
 /// What `warden vulns` reports: the pinned repository and the scan bound to its tree.
@@ -40,6 +49,15 @@ pub struct VulnsReport {
     /// Go: the standard library at the version the module builds with, apart.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub stdlib: Option<Stdlib>,
+    /// How old the advisory database is (`stale` past `[maintain] max_advisory_age_days`).
+    pub database_age: DatabaseAge,
+    /// Informational advisories (unmaintained, unsound) of the lockfile's packages, with
+    /// `--informational` or `--deny-informational`; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub informational: Option<Vec<InformationalFinding>>,
+    /// `--deny-informational`: informational advisories count like findings for the exit code.
+    #[serde(skip)]
+    pub deny_informational: bool,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notices: Vec<String>,
 }
@@ -49,7 +67,14 @@ impl VulnsReport {
     /// the lockfile's packages that could not be evaluated (not known to be clean).
     pub fn exit_code(&self) -> u8 {
         let stdlib = self.stdlib.as_ref().map_or(0, |s| s.findings.len());
-        u8::from(!self.scan.findings.is_empty() || stdlib > 0 || !self.scan.unevaluated.is_empty())
+        let denied =
+            self.deny_informational && self.informational.as_ref().is_some_and(|i| !i.is_empty());
+        u8::from(
+            !self.scan.findings.is_empty()
+                || stdlib > 0
+                || !self.scan.unevaluated.is_empty()
+                || denied,
+        )
     }
 }
 
@@ -64,6 +89,37 @@ pub fn render(report: &VulnsReport) -> String {
     }
     for line in &scan.unevaluated {
         out.push_str(&format!("cannot be evaluated: {}\n", text::one_line(line)));
+    }
+    if let Some(informational) = &report.informational {
+        for item in informational {
+            let f = &item.finding;
+            out.push_str(&format!(
+                "warning: {} {}  {}  {}",
+                text::one_line(&f.package),
+                text::one_line(&f.version),
+                text::one_line(&f.advisory),
+                text::one_line(&item.kind)
+            ));
+            if !f.title.is_empty() {
+                out.push_str(&format!("  {}", text::one_line(&f.title)));
+            }
+            out.push('\n');
+        }
+        if !informational.is_empty() {
+            out.push_str(&format!(
+                "{} (not vulnerabilities{})\n\n",
+                text::count(
+                    informational.len() as u64,
+                    "informational advisory",
+                    "informational advisories"
+                ),
+                if report.deny_informational {
+                    "; --deny-informational fails the exit code"
+                } else {
+                    "; they do not change the exit code"
+                }
+            ));
+        }
     }
     if !scan.unevaluated.is_empty() {
         out.push('\n');
@@ -87,6 +143,15 @@ pub fn render(report: &VulnsReport) -> String {
         text::one_line(&scan.database_snapshot),
         text::one_line(&scan.scanned_at)
     ));
+    let age = &report.database_age;
+    out.push_str(&format!(
+        "Advisory database {}: {}\n",
+        text::one_line(&age.path.display().to_string()),
+        text::one_line(&age.describe())
+    ));
+    if let Some(warning) = age.warning() {
+        out.push_str(&format!("warning: {}\n", text::one_line(&warning)));
+    }
     if let Some(stdlib) = &report.stdlib {
         out.push('\n');
         findings(&mut out, &stdlib.findings);
@@ -152,6 +217,16 @@ mod tests {
                 findings,
                 unevaluated: vec![],
             },
+            informational: None,
+            deny_informational: false,
+            database_age: DatabaseAge {
+                path: "/db".into(),
+                fetched_at: Some("2026-12-01T15:00:00Z".into()),
+                age_days: Some(2),
+                recorded_by: "warden advisories update",
+                stale: false,
+                max_age_days: 7,
+            },
             notices: vec![],
         }
     }
@@ -171,7 +246,8 @@ mod tests {
             render(&dirty),
             "smallvec 1.6.0  RUSTSEC-2021-0003  Buffer overflow\n  patched: ^0.6.14 or >= 1.6.1\n\n\
              1 vulnerability in Cargo.lock of app at 0123456789ab (tree fedcba987654; \
-             warden-rustsec/0.1.0, advisory database git:abc, 2026-12-03T15:00:00Z)\n"
+             warden-rustsec/0.1.0, advisory database git:abc, 2026-12-03T15:00:00Z)\n\
+             Advisory database /db: fetched 2 days ago, at 2026-12-01T15:00:00Z\n"
         );
         // Alternatives are joined by "or": the commas belong to each range.
         let two_ranges = report(vec![Finding {
@@ -189,7 +265,21 @@ mod tests {
             "{}",
             render(&two_ranges)
         );
-        let clean = report(vec![]);
+        let mut clean = report(vec![]);
+        assert_eq!(clean.exit_code(), 0);
+        // Past [maintain] max_advisory_age_days: said, and the exit code is the scan's.
+        clean.database_age.age_days = Some(104);
+        clean.database_age.stale = true;
+        assert!(
+            render(&clean).ends_with(
+                "Advisory database /db: fetched 104 days ago, at 2026-12-01T15:00:00Z\n\
+                 warning: the advisory database /db was fetched 104 days ago, more than \
+                 [maintain] max_advisory_age_days (7): advisories published since are not known \
+                 to it; run `warden advisories update`\n"
+            ),
+            "{}",
+            render(&clean)
+        );
         assert_eq!(clean.exit_code(), 0);
         assert!(
             render(&clean).starts_with("No known vulnerabilities in Cargo.lock of app"),

@@ -466,6 +466,16 @@ impl Config {
             env.var("WARDEN_SLACK_BOT_TOKEN"),
         )?;
         let schedules = crate::schedule_config::resolve(&file.schedules)?;
+        if let Some(index) = schedules.iter().position(|s| {
+            s.action == crate::schedule_config::ScheduleAction::AdvisoriesUpdate
+                && maintain.advisory_db.is_none()
+                && maintain.osv_db.is_none()
+        }) {
+            bail!(
+                "schedules[{index}] (advisories_update): there is no advisory database to \
+                 update; set [maintain] advisory_db and/or osv_db"
+            );
+        }
         let telemetry = crate::telemetry_config::TelemetryConfig::resolve(&file.telemetry, env)?;
         let gates = crate::gates_config::GatesConfig::resolve(&file.gates)?;
         let reviewer_model = match &file.roles.reviewer {

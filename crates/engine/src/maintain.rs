@@ -50,6 +50,7 @@ pub mod index;
 pub mod npm;
 pub mod osv;
 pub mod repair;
+pub mod update;
 
 use ecosystem::{Database, Ecosystem};
 
@@ -127,6 +128,8 @@ pub struct MaintainReport {
 struct State {
     baseline: Vec<Validation>,
     notices: Vec<String>,
+    /// Why each vulnerable package instance that stays is not (fully) fixed, for the proposal.
+    held: Vec<Held>,
     maintenance: Maintenance,
     step: u32,
     /// What the model repaired (model mode), for the proposal's summary.
@@ -144,6 +147,7 @@ enum Done {
 pub fn run_maintenance(run: MaintainRun<'_>) -> MaintainReport {
     let mut state = State {
         baseline: Vec::new(),
+        held: Vec::new(),
         notices: run.notices.clone(),
         maintenance: Maintenance {
             ecosystem: "cargo".into(),
@@ -377,7 +381,13 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
             state.baseline = validations.clone();
             baseline_verdict(&validations, &session.config.base_commit)?;
             let count = validations.len();
-            Ok(((), format!("{count} checks passed on the base tree")))
+            Ok((
+                (),
+                format!(
+                    "{} on the base tree",
+                    counted(count, "check passed", "checks passed")
+                ),
+            ))
         },
     )?;
 
@@ -407,18 +417,22 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
                     return Err(failure(
                         FailureCode::Infrastructure,
                         format!(
-                            "the advisory database {} has {count} advisories of {lock_name}'s \
-                             packages that cannot be evaluated (see the notices): a scan that \
-                             passed over them could read as clean",
-                            db.path().display()
+                            "the advisory database {} has {} of {lock_name}'s packages that \
+                             cannot be evaluated (see the notices): a scan that passed over them \
+                             could read as clean",
+                            db.path().display(),
+                            counted(count, "advisory", "advisories")
                         ),
                     ));
                 }
                 let findings = scan.findings.clone();
+                let age = db.age(maintain.max_advisory_age_days, run.now_ms);
+                state.notices.extend(age.warning());
                 let summary = format!(
-                    "{} advisories apply to the base tree (database {})",
-                    findings.len(),
-                    db.snapshot()
+                    "{} to the base tree (database {}, {})",
+                    counted(findings.len(), "advisory applies", "advisories apply"),
+                    db.snapshot(),
+                    age.describe()
                 );
                 state.maintenance.scans.push(scan);
                 if let (Database::Osv(osv), Ecosystem::Go) = (db, eco) {
@@ -453,7 +467,11 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
         )?;
         let summary = match upgrades.len() {
             0 => "nothing to upgrade".to_string(),
-            n => format!("{n} upgrades: {}", upgrade_list(&upgrades)),
+            n => format!(
+                "{}: {}",
+                counted(n, "upgrade", "upgrades"),
+                upgrade_list(&upgrades)
+            ),
         };
         Ok((upgrades, summary))
     })?;
@@ -492,10 +510,13 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
                 });
                 match alone {
                     Ok(()) => fetched.push(upgrade),
-                    Err(f) if f.code == FailureCode::UpgradeFailed => state.notices.push(format!(
-                        "{}; dropped, the other upgrades go on",
-                        first_line(&f.message).trim_end_matches(':')
-                    )),
+                    Err(f) if f.code == FailureCode::UpgradeFailed => {
+                        let why = first_line(&f.message).trim_end_matches(':').to_string();
+                        state.held.push(Held::dropped(&upgrade, &why));
+                        state
+                            .notices
+                            .push(format!("{why}; dropped, the other upgrades go on"));
+                    }
                     Err(f) => return Err(f),
                 }
             }
@@ -571,7 +592,10 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
             let n = checked.len();
             Ok((
                 (candidate.tree, checked),
-                format!("{n} checks passed on the candidate"),
+                format!(
+                    "{} on the candidate",
+                    counted(n, "check passed", "checks passed")
+                ),
             ))
         });
         let (next, checked) = match applied {
@@ -591,10 +615,13 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
                     })?;
                     Ok(((), format!("the view is back to tree {tree}")))
                 })?;
-                state.notices.push(format!(
-                    "{}; dropped, the other upgrades go on",
-                    first_line(&failed.message).trim_end_matches(':')
-                ));
+                let why = first_line(&failed.message)
+                    .trim_end_matches(':')
+                    .to_string();
+                state.held.push(Held::dropped(upgrade, &why));
+                state
+                    .notices
+                    .push(format!("{why}; dropped, the other upgrades go on"));
                 dropped.push(failed);
                 continue;
             }
@@ -622,7 +649,10 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
                     let n = accepted.validations.len();
                     Ok((
                         (accepted.tree, accepted.validations),
-                        format!("{n} checks passed on the repaired candidate"),
+                        format!(
+                            "{} on the repaired candidate",
+                            counted(n, "check passed", "checks passed")
+                        ),
                     ))
                 })?
             }
@@ -661,7 +691,10 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
             &format!("{lock_name} of the candidate tree"),
             |state| {
                 let scan = scan_tree(session, eco, db, &tree, "candidate", run.now_ms)?;
-                let summary = format!("{} advisories apply to the candidate", scan.findings.len());
+                let summary = format!(
+                    "{} to the candidate",
+                    counted(scan.findings.len(), "advisory applies", "advisories apply")
+                );
                 state.maintenance.scans.push(scan.clone());
                 Ok((scan, summary))
             },
@@ -738,6 +771,19 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
         .upgrades
         .iter()
         .filter_map(|u| eco.release_page(&run.config.maintain, u))
+        .collect();
+    let remaining: Vec<(Finding, String)> = remaining
+        .into_iter()
+        .map(|finding| {
+            let why = remaining_reason(
+                &finding,
+                &state.held,
+                &state.maintenance.upgrades,
+                &profile.direct,
+                run.options.vulnerable(),
+            );
+            (finding, why)
+        })
         .collect();
     let mut summary = proposal_summary(
         eco,
@@ -958,6 +1004,11 @@ pub struct Vulnerabilities {
     pub scan: Scan,
     /// Go: the standard library's version scanned, and where it comes from.
     pub stdlib: Option<Stdlib>,
+    /// How old the database scanned against is.
+    pub database_age: update::DatabaseAge,
+    /// The informational advisories (unmaintained, unsound) of the lockfile's packages: not
+    /// vulnerabilities, shown when asked.
+    pub informational: Vec<advisory::InformationalFinding>,
 }
 
 /// The standard library's scan of a Go module.
@@ -995,6 +1046,11 @@ pub fn vulnerabilities(
             )
         })?;
     let scan = scan_lockfile(eco, &db, root, tree, VULNS_STAGE, now_ms)?;
+    // Read again only for what the scan record does not hold (it read cleanly just now).
+    let informational = eco
+        .read_lock(root)
+        .map(|lock| db.informational(&lock))
+        .unwrap_or_default();
     // The standard library is Go's alone (an npm project's OSV database has none to scan).
     let stdlib = match &db {
         Database::Osv(osv) if eco == Ecosystem::Go => stdlib_version(
@@ -1012,6 +1068,8 @@ pub fn vulnerabilities(
         ecosystem: eco,
         scan,
         stdlib,
+        database_age: db.age(config.maintain.max_advisory_age_days, now_ms),
+        informational,
     })
 }
 
@@ -1090,7 +1148,7 @@ fn discover(
     let mut wanted: Vec<(String, String, Vec<String>)> = Vec::new();
     let names = run.options.names();
     if run.options.vulnerable() {
-        wanted = vulnerable_wanted(eco, direct, findings, &mut state.notices);
+        wanted = vulnerable_wanted(eco, direct, findings, &mut state.notices, &mut state.held);
     } else if !names.is_empty() {
         for name in &names {
             let matching: Vec<_> = direct.iter().filter(|p| &p.name == name).collect();
@@ -1130,12 +1188,20 @@ fn discover(
             state
                 .notices
                 .push(format!("{name} {from} not upgraded: {reason}"));
+            state
+                .held
+                .push(Held::new(&name, &from, &format!("not upgraded: {reason}")));
             continue;
         }
         let Some(current) = eco.semver(&from) else {
             state
                 .notices
                 .push(format!("{name} {from}: not a semver version, not upgraded"));
+            state.held.push(Held::new(
+                &name,
+                &from,
+                "not a semver version, not upgraded",
+            ));
             continue;
         };
         let source = eco.source(&run.config.maintain);
@@ -1183,6 +1249,14 @@ fn discover(
                     .filter(|id| !cleared.contains(id))
                     .collect();
                 if !remaining.is_empty() {
+                    state.held.push(Held::new(
+                        &name,
+                        &to,
+                        &format!(
+                            "no eligible version clears it; {to} is the lowest that clears the \
+                             most{why}"
+                        ),
+                    ));
                     state.notices.push(format!(
                         "{name} {from}: no eligible version clears every advisory; {to} is the \
                          lowest that clears the most ({}); still affected: {}{why}",
@@ -1208,6 +1282,12 @@ fn discover(
                     format!("no eligible version clears {}", advisories.join(", "))
                 };
                 state.notices.push(format!("{name} {from}: {what}{why}"));
+                let held = if advisories.is_empty() {
+                    format!("no eligible newer version{why}")
+                } else {
+                    format!("no eligible version clears it{why}")
+                };
+                state.held.push(Held::new(&name, &from, &held));
             }
         }
     }
@@ -1270,6 +1350,7 @@ fn vulnerable_wanted(
     direct: &[cargo::LockedPackage],
     findings: &[Finding],
     notices: &mut Vec<String>,
+    held: &mut Vec<Held>,
 ) -> Vec<(String, String, Vec<String>)> {
     let mut wanted: Vec<(String, String, Vec<String>)> = Vec::new();
     for finding in findings {
@@ -1286,6 +1367,12 @@ fn vulnerable_wanted(
                  projects' direct dependencies)",
                 instance(finding),
                 finding.advisory
+            ));
+            held.push(Held::new(
+                &finding.package,
+                &finding.version,
+                "transitive: maintain upgrades an npm project's direct dependencies (its \
+                 dependent's upgrade, or an `overrides` entry, moves this copy)",
             ));
             continue;
         }
@@ -1696,15 +1783,143 @@ pub fn readiness(
     }
 }
 
-/// The proposal's commit message and pull-request body: the upgrades old → new, the
-/// advisories cleared, what `remaining` stays vulnerable, the scans and the validations.
+/// Why a vulnerable package instance is not (fully) fixed: what the pipeline held back and why
+/// (no eligible version, the cooldown or a major upgrade passing over the newest, a policy, a
+/// transitive copy, an upgrade dropped), for the proposal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Held {
+    package: String,
+    /// The version that stays (after a partial fix, the version moved to).
+    version: String,
+    why: String,
+}
+
+impl Held {
+    fn new(package: &str, version: &str, why: &str) -> Held {
+        Held {
+            package: package.to_string(),
+            version: version.to_string(),
+            why: why.to_string(),
+        }
+    }
+
+    /// An upgrade dropped because it could not be fetched or applied, or broke a check.
+    fn dropped(upgrade: &Upgrade, why: &str) -> Held {
+        Held::new(
+            &upgrade.package,
+            &upgrade.from,
+            &format!("the upgrade to {} was dropped: {why}", upgrade.to),
+        )
+    }
+}
+
+/// Why `finding` remains after the upgrades: what was held back for its package instance, else
+/// what the selection left out.
+fn remaining_reason(
+    finding: &Finding,
+    held: &[Held],
+    upgrades: &[Upgrade],
+    direct: &[cargo::LockedPackage],
+    vulnerable: bool,
+) -> String {
+    if let Some(held) = held
+        .iter()
+        .find(|h| h.package == finding.package && h.version == finding.version)
+    {
+        return held.why.clone();
+    }
+    if let Some(upgrade) = upgrades
+        .iter()
+        .find(|u| u.package == finding.package && u.to == finding.version)
+    {
+        return format!(
+            "{} is the newest eligible version and is still affected",
+            upgrade.to
+        );
+    }
+    let is_direct = direct
+        .iter()
+        .any(|p| p.name == finding.package && p.version == finding.version);
+    match (vulnerable, is_direct) {
+        (false, false) => {
+            "transitive: this selection upgrades direct dependencies (`--select vulnerable` \
+             targets vulnerable packages)"
+                .to_string()
+        }
+        (false, true) => "not selected".to_string(),
+        (true, _) => "an upgrade of another package moved it to this version".to_string(),
+    }
+}
+
+/// What was fixed, by package instance: `smallvec 1.6.0 → 1.6.1` with each advisory (and its
+/// title) the upgrades cleared; a package no upgrade named (moved by another's) says so.
+fn fixed_by_package(
+    base_findings: &[Finding],
+    cleared: &[String],
+    upgrades: &[Upgrade],
+) -> Vec<(String, Vec<String>)> {
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    for finding in base_findings
+        .iter()
+        .filter(|f| cleared.contains(&f.advisory))
+    {
+        let package = match upgrades
+            .iter()
+            .find(|u| u.package == finding.package && u.from == finding.version)
+        {
+            Some(u) => format!("{} {} → {}", u.package, u.from, u.to),
+            None => format!("{} (moved by the other upgrades)", instance(finding)),
+        };
+        let advisory = titled(finding);
+        match out.iter_mut().find(|(p, _)| *p == package) {
+            Some((_, list)) if !list.contains(&advisory) => list.push(advisory),
+            Some(_) => {}
+            None => out.push((package, vec![advisory])),
+        }
+    }
+    out
+}
+
+/// What remains, by package instance, with why.
+fn remaining_by_package(remaining: &[(Finding, String)]) -> Vec<(String, Vec<String>, String)> {
+    let mut out: Vec<(String, Vec<String>, String)> = Vec::new();
+    for (finding, why) in remaining {
+        let package = instance(finding);
+        let advisory = titled(finding);
+        match out.iter_mut().find(|(p, _, w)| *p == package && w == why) {
+            Some((_, list, _)) if !list.contains(&advisory) => list.push(advisory),
+            Some(_) => {}
+            None => out.push((package, vec![advisory], why.clone())),
+        }
+    }
+    out
+}
+
+/// `1 upgrade`, `2 upgrades`.
+fn counted(n: usize, one: &str, many: &str) -> String {
+    match n {
+        1 => format!("1 {one}"),
+        n => format!("{n} {many}"),
+    }
+}
+
+/// `RUSTSEC-2021-0003 (Buffer overflow in SmallVec::insert_many)`.
+fn titled(finding: &Finding) -> String {
+    match finding.title.as_str() {
+        "" => finding.advisory.clone(),
+        title => format!("{} ({title})", finding.advisory),
+    }
+}
+
+/// The proposal's commit message and pull-request body: the upgrades old → new, what was fixed
+/// and what `remaining` stays vulnerable (with why), by package, the scans and the validations.
 #[allow(clippy::too_many_arguments)] // one caller; each argument is a different record
 fn proposal_summary(
     eco: Ecosystem,
     maintenance: &Maintenance,
     database: Option<&Database>,
     base_findings: &[Finding],
-    remaining: &[Finding],
+    remaining: &[(Finding, String)],
     tree: &str,
     validations: &[Validation],
     pages: &[String],
@@ -1737,26 +1952,21 @@ fn proposal_summary(
         }
     }
     if let Some(db) = database {
-        body.push_str("\nAdvisories cleared:\n");
-        if maintenance.advisories_cleared.is_empty() {
+        body.push_str("\nFixed, by package:\n");
+        let fixed = fixed_by_package(base_findings, &maintenance.advisories_cleared, upgrades);
+        if fixed.is_empty() {
             body.push_str("- none\n");
         }
-        for id in &maintenance.advisories_cleared {
-            let title = base_findings
-                .iter()
-                .find(|f| &f.advisory == id)
-                .map(|f| format!(": {} ({} {})", f.title, f.package, f.version))
-                .unwrap_or_default();
-            body.push_str(&format!("- {id}{title}\n"));
+        for (package, advisories) in &fixed {
+            body.push_str(&format!("- {package}: {}\n", advisories.join("; ")));
         }
         if !remaining.is_empty() {
-            body.push_str("\nStill vulnerable (not cleared by this proposal):\n");
-            for finding in remaining {
-                body.push_str(&format!("- {}: {}", finding.advisory, instance(finding)));
-                if !finding.title.is_empty() {
-                    body.push_str(&format!(" ({})", finding.title));
-                }
-                body.push('\n');
+            body.push_str("\nRemaining (not cleared by this proposal), by package, and why:\n");
+            for (package, advisories, why) in remaining_by_package(remaining) {
+                body.push_str(&format!(
+                    "- {package}: {}\n  why: {why}\n",
+                    advisories.join("; ")
+                ));
             }
         }
         let remaining = maintenance
@@ -1764,13 +1974,13 @@ fn proposal_summary(
             .iter()
             .rfind(|s| s.stage == "candidate")
             .map_or(0, |s| s.findings.len());
+        let findings = |n: usize| counted(n, "finding", "findings");
         body.push_str(&format!(
-            "\nScans ({}, advisory database {}): base {} finding(s), candidate tree {tree} {} \
-             finding(s).\n",
+            "\nScans ({}, advisory database {}): base {}, candidate tree {tree} {}.\n",
             db.scanner(),
             db.snapshot(),
-            base_findings.len(),
-            remaining
+            findings(base_findings.len()),
+            findings(remaining)
         ));
     }
     body.push_str(&format!("\nValidations on tree {tree}:\n"));
@@ -1939,8 +2149,10 @@ mod tests {
                 "GHSA-xvch-5gv4-984h",
             ),
         ];
-        let mut notices = Vec::new();
-        let wanted = vulnerable_wanted(Ecosystem::Npm, &direct, &findings, &mut notices);
+        let (mut notices, mut held) = (Vec::new(), Vec::new());
+        let wanted = vulnerable_wanted(Ecosystem::Npm, &direct, &findings, &mut notices, &mut held);
+        assert_eq!(held.len(), 2, "{held:?}");
+        assert!(held[0].why.starts_with("transitive: "), "{held:?}");
         assert_eq!(
             wanted,
             [(
@@ -2000,16 +2212,22 @@ mod tests {
             &maintenance,
             Some(&db),
             &findings[..2],
-            &post.findings,
+            &post
+                .findings
+                .iter()
+                .map(|f| (f.clone(), held[0].why.clone()))
+                .collect::<Vec<_>>(),
             "cand",
             &[validation("cand", 0)],
             &[],
         );
         assert!(
             text.contains(
-                "\nStill vulnerable (not cleared by this proposal):\n- GHSA-xvch-5gv4-984h: \
-                 minimist 0.0.10 at node_modules/optimist/node_modules/minimist (Prototype \
-                 Pollution in minimist)\n"
+                "\nRemaining (not cleared by this proposal), by package, and why:\n\
+                 - minimist 0.0.10 at node_modules/optimist/node_modules/minimist: \
+                 GHSA-xvch-5gv4-984h (Prototype Pollution in minimist)\n  why: transitive: \
+                 maintain upgrades an npm project's direct dependencies (its dependent's \
+                 upgrade, or an `overrides` entry, moves this copy)\n"
             ),
             "{text}"
         );
@@ -2223,13 +2441,180 @@ mod tests {
             "{text}"
         );
         assert!(
-            text.contains("Advisories cleared:\n- RUSTSEC-2021-0003"),
+            text.contains("Fixed, by package:\n- smallvec 1.6.0 → 1.6.1: RUSTSEC-2021-0003\n"),
             "{text}"
         );
+        assert!(!text.contains("Remaining"), "{text}");
         assert!(text.contains("advisory database git:abc"), "{text}");
         assert!(
             text.contains("- `cargo test --locked --offline`: passed (10 ms, linux sandbox)"),
             "{text}"
+        );
+    }
+
+    fn cargo_finding(package: &str, version: &str, advisory: &str, title: &str) -> Finding {
+        Finding {
+            advisory: advisory.into(),
+            package: package.into(),
+            version: version.into(),
+            title: title.into(),
+            patched: vec![],
+            path: None,
+        }
+    }
+
+    /// The proposal's body, exactly: what was fixed and what remains, by package, with why
+    /// (no eligible version, the cooldown, a major, transitive, a dropped upgrade).
+    #[test]
+    fn the_proposal_says_what_was_fixed_and_what_remains_and_why_by_package() {
+        let upgrade = |package: &str, from: &str, to: &str, advisories: &[&str]| Upgrade {
+            package: package.into(),
+            from: from.into(),
+            to: to.into(),
+            advisories: advisories.iter().map(|a| a.to_string()).collect(),
+        };
+        let upgrades = vec![
+            upgrade("smallvec", "1.6.0", "1.6.1", &["RUSTSEC-2021-0003"]),
+            upgrade(
+                "h2",
+                "0.3.0",
+                "0.3.24",
+                &["RUSTSEC-2019-0034", "RUSTSEC-2024-0003"],
+            ),
+        ];
+        let base = vec![
+            cargo_finding("h2", "0.3.0", "RUSTSEC-2019-0034", "Memory exhaustion"),
+            cargo_finding("h2", "0.3.0", "RUSTSEC-2024-0003", "Resource exhaustion"),
+            cargo_finding("h2", "0.3.0", "RUSTSEC-2024-0332", "Degradation of service"),
+            cargo_finding("hyper", "0.14.9", "RUSTSEC-2021-0078", "Lenient parsing"),
+            cargo_finding(
+                "regex",
+                "1.5.4",
+                "RUSTSEC-2022-0013",
+                "Regexes with large repetitions",
+            ),
+            cargo_finding("smallvec", "1.6.0", "RUSTSEC-2021-0003", "Buffer overflow"),
+            cargo_finding("time", "0.1.43", "RUSTSEC-2020-0071", "Segfault"),
+            cargo_finding("tokio", "1.8.0", "RUSTSEC-2021-0124", "Data race"),
+        ];
+        let held = vec![
+            Held::new(
+                "h2",
+                "0.3.24",
+                "no eligible version clears it; 0.3.24 is the lowest that clears the most \
+                 (newest passed over: 0.3.26 is 2 days old, inside the 7-day cooldown)",
+            ),
+            Held::new(
+                "hyper",
+                "0.14.9",
+                "no eligible version clears it (newest passed over: 1.0.0 is a major upgrade \
+                 and allow_major is off)",
+            ),
+            Held::dropped(
+                &upgrade("regex", "1.5.4", "1.5.5", &["RUSTSEC-2022-0013"]),
+                "upgrading regex 1.5.4 → 1.5.5 breaks check `cargo test` (exit code 101) on \
+                 tree cand (baseline mode does not repair)",
+            ),
+        ];
+        let direct = [
+            ("h2", "0.3.0"),
+            ("hyper", "0.14.9"),
+            ("regex", "1.5.4"),
+            ("smallvec", "1.6.0"),
+            ("tokio", "1.8.0"),
+        ]
+        .map(|(name, version)| cargo::LockedPackage {
+            name: name.into(),
+            version: version.into(),
+            source: Some(CRATES_IO.into()),
+            dependencies: vec![],
+            path: None,
+        });
+        let post = [
+            cargo_finding(
+                "h2",
+                "0.3.24",
+                "RUSTSEC-2024-0332",
+                "Degradation of service",
+            ),
+            cargo_finding("hyper", "0.14.9", "RUSTSEC-2021-0078", "Lenient parsing"),
+            cargo_finding(
+                "regex",
+                "1.5.4",
+                "RUSTSEC-2022-0013",
+                "Regexes with large repetitions",
+            ),
+            cargo_finding("time", "0.1.43", "RUSTSEC-2020-0071", "Segfault"),
+        ];
+        // Under `--select all` a transitive package is not selected.
+        let remaining: Vec<(Finding, String)> = post
+            .iter()
+            .map(|f| {
+                let why = remaining_reason(f, &held, &upgrades, &direct, false);
+                (f.clone(), why)
+            })
+            .collect();
+        let maintenance = Maintenance {
+            ecosystem: "cargo".into(),
+            mode: "baseline".into(),
+            select: vec!["all".into()],
+            upgrades,
+            advisories_cleared: vec![
+                "RUSTSEC-2019-0034".into(),
+                "RUSTSEC-2021-0003".into(),
+                "RUSTSEC-2021-0124".into(),
+                "RUSTSEC-2024-0003".into(),
+            ],
+            scans: vec![scan("cand", &["A", "B", "C", "D"])],
+        };
+        let db = Database::RustSec(advisory::AdvisoryDb {
+            path: "/db".into(),
+            advisories: vec![],
+            snapshot: "git:abc".into(),
+        });
+        let text = proposal_summary(
+            Ecosystem::Cargo,
+            &maintenance,
+            Some(&db),
+            &base,
+            &remaining,
+            "cand",
+            &[validation("cand", 0)],
+            &[],
+        );
+        let scanner = advisory::scanner();
+        assert_eq!(
+            text,
+            format!(
+                "Upgrade 2 Cargo dependencies
+
+Upgrades:
+- smallvec 1.6.0 → 1.6.1 (clears RUSTSEC-2021-0003)
+- h2 0.3.0 → 0.3.24 (clears RUSTSEC-2019-0034, RUSTSEC-2024-0003)
+
+Fixed, by package:
+- h2 0.3.0 → 0.3.24: RUSTSEC-2019-0034 (Memory exhaustion); RUSTSEC-2024-0003 (Resource exhaustion)
+- smallvec 1.6.0 → 1.6.1: RUSTSEC-2021-0003 (Buffer overflow)
+- tokio 1.8.0 (moved by the other upgrades): RUSTSEC-2021-0124 (Data race)
+
+Remaining (not cleared by this proposal), by package, and why:
+- h2 0.3.24: RUSTSEC-2024-0332 (Degradation of service)
+  why: no eligible version clears it; 0.3.24 is the lowest that clears the most (newest passed over: 0.3.26 is 2 days old, inside the 7-day cooldown)
+- hyper 0.14.9: RUSTSEC-2021-0078 (Lenient parsing)
+  why: no eligible version clears it (newest passed over: 1.0.0 is a major upgrade and allow_major is off)
+- regex 1.5.4: RUSTSEC-2022-0013 (Regexes with large repetitions)
+  why: the upgrade to 1.5.5 was dropped: upgrading regex 1.5.4 → 1.5.5 breaks check `cargo test` (exit code 101) on tree cand (baseline mode does not repair)
+- time 0.1.43: RUSTSEC-2020-0071 (Segfault)
+  why: transitive: this selection upgrades direct dependencies (`--select vulnerable` targets vulnerable packages)
+
+Scans ({scanner}, advisory database git:abc): base 8 findings, candidate tree cand 4 findings.
+
+Validations on tree cand:
+- `cargo test --locked --offline`: passed (10 ms, linux sandbox)
+
+Made by `warden maintain` in baseline mode (deterministic, no model).
+"
+            )
         );
     }
 }

@@ -16,6 +16,19 @@ pub const DEFAULT_NPM_REGISTRY: &str = "https://registry.npmjs.org";
 /// Go's public module proxy.
 pub const DEFAULT_GOPROXY: &str = "https://proxy.golang.org";
 
+/// RustSec's advisory database, the git repository `warden advisories update` fetches.
+pub const DEFAULT_ADVISORY_DB_URL: &str = "https://github.com/rustsec/advisory-db.git";
+
+/// osv.dev's exports: `<osv_url>/<ecosystem>/all.zip`, one archive of OSV records per ecosystem.
+pub const DEFAULT_OSV_URL: &str = "https://osv-vulnerabilities.storage.googleapis.com";
+
+/// The ecosystems whose OSV records Warden reads, as OSV names them: what
+/// `warden advisories update` fetches by default.
+pub const OSV_ECOSYSTEMS: [&str; 2] = ["Go", "npm"];
+
+/// Days after which an advisory database is old enough to warn about (default).
+pub const DEFAULT_MAX_ADVISORY_AGE_DAYS: u32 = 7;
+
 /// `[maintain]` as written.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -26,6 +39,16 @@ pub struct MaintainSection {
     pub advisory_db: Option<PathBuf>,
     /// A local OSV advisory database for Go modules (a directory of vuln.go.dev's records).
     pub osv_db: Option<PathBuf>,
+    /// The git repository `warden advisories update` fetches `advisory_db` from (`https://`
+    /// or `file://`; default RustSec's on GitHub).
+    pub advisory_db_url: Option<String>,
+    /// Where `warden advisories update` fetches `osv_db`'s exports from: `<osv_url>/<ecosystem>/all.zip`
+    /// (default osv.dev's).
+    pub osv_url: Option<String>,
+    /// The OSV ecosystems `warden advisories update` fetches (default `["Go", "npm"]`).
+    pub osv_ecosystems: Option<Vec<String>>,
+    /// An advisory database fetched longer ago than this many days is warned about (default 7).
+    pub max_advisory_age_days: Option<u32>,
     /// The Go module proxy candidate versions and modules come from: `https://…` or
     /// `file:///dir` (default proxy.golang.org).
     pub goproxy: Option<String>,
@@ -51,6 +74,10 @@ pub struct MaintainConfig {
     pub index: String,
     pub advisory_db: Option<PathBuf>,
     pub osv_db: Option<PathBuf>,
+    pub advisory_db_url: String,
+    pub osv_url: String,
+    pub osv_ecosystems: Vec<String>,
+    pub max_advisory_age_days: u32,
     pub goproxy: String,
     pub gosumdb: Option<String>,
     pub npm_registry: String,
@@ -66,6 +93,10 @@ impl Default for MaintainConfig {
             index: DEFAULT_INDEX.into(),
             advisory_db: None,
             osv_db: None,
+            advisory_db_url: DEFAULT_ADVISORY_DB_URL.into(),
+            osv_url: DEFAULT_OSV_URL.into(),
+            osv_ecosystems: OSV_ECOSYSTEMS.iter().map(|e| e.to_string()).collect(),
+            max_advisory_age_days: DEFAULT_MAX_ADVISORY_AGE_DAYS,
             goproxy: DEFAULT_GOPROXY.into(),
             gosumdb: None,
             npm_registry: DEFAULT_NPM_REGISTRY.into(),
@@ -120,10 +151,56 @@ impl MaintainConfig {
                 bail!("maintain.gosumdb must be a GOSUMDB value such as \"sum.golang.org\" or \"off\"");
             }
         }
+        let advisory_db_url = section
+            .advisory_db_url
+            .clone()
+            .unwrap_or_else(|| DEFAULT_ADVISORY_DB_URL.into());
+        if !(advisory_db_url.starts_with("https://") || advisory_db_url.starts_with("file:///")) {
+            bail!(
+                "maintain.advisory_db_url must be an https:// or file:/// URL of a git repository \
+                 (got {advisory_db_url:?})"
+            );
+        }
+        let osv_url = section
+            .osv_url
+            .clone()
+            .unwrap_or_else(|| DEFAULT_OSV_URL.into())
+            .trim_end_matches('/')
+            .to_string();
+        if !(osv_url.starts_with("https://") || osv_url.starts_with("http://")) {
+            bail!("maintain.osv_url must be an http(s) URL (got {osv_url:?})");
+        }
+        let osv_ecosystems = match &section.osv_ecosystems {
+            None => OSV_ECOSYSTEMS.iter().map(|e| e.to_string()).collect(),
+            Some(list) => {
+                for name in list {
+                    if !OSV_ECOSYSTEMS.contains(&name.as_str()) {
+                        bail!(
+                            "maintain.osv_ecosystems: {name:?} is not an ecosystem Warden reads \
+                             OSV records of (one of {})",
+                            OSV_ECOSYSTEMS.join(", ")
+                        );
+                    }
+                }
+                let mut list = list.clone();
+                list.dedup();
+                list
+            }
+        };
+        let max_advisory_age_days = section
+            .max_advisory_age_days
+            .unwrap_or(DEFAULT_MAX_ADVISORY_AGE_DAYS);
+        if max_advisory_age_days == 0 {
+            bail!("maintain.max_advisory_age_days must be at least 1");
+        }
         Ok(MaintainConfig {
             index,
             advisory_db: section.advisory_db.clone(),
             osv_db: section.osv_db.clone(),
+            advisory_db_url,
+            osv_url,
+            osv_ecosystems,
+            max_advisory_age_days,
             goproxy: goproxy.trim_end_matches('/').to_string(),
             gosumdb: section.gosumdb.clone(),
             npm_registry,

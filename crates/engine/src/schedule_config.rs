@@ -1,7 +1,9 @@
 //! `[[schedules]]` of `warden.toml`: maintenance `warden serve` submits on its own, per
 //! registered repository, on a standard 5-field cron expression in UTC ([`Cron`]), at most
 //! `max_open_proposals` maintenance proposals of the repository open at once, and (with
-//! `refresh`) a refresh of the repository's mirror and snapshot at each run. Resolved at load:
+//! `refresh`) a refresh of the repository's mirror and snapshot at each run; or, with
+//! `action = "advisories_update"`, `warden advisories update` of `[maintain]`'s advisory
+//! databases. Resolved at load:
 //! a bad expression, an expression that is never due, a bad selection or check list stops
 //! start-up with a message naming the entry (`schedules[INDEX] (repo NAME)`).
 
@@ -14,7 +16,10 @@ use crate::maintain_options::MaintainOptions;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ScheduleEntry {
-    /// A registered repository's name.
+    /// What runs: `maintain` (default) or `advisories_update`.
+    pub action: Option<String>,
+    /// A registered repository's name (`maintain` only).
+    #[serde(default)]
     pub repo: String,
     /// `minute hour day-of-month month day-of-week`, UTC.
     pub cron: String,
@@ -30,9 +35,21 @@ pub struct ScheduleEntry {
     pub refresh: Option<bool>,
 }
 
+/// What a `[[schedules]]` entry runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScheduleAction {
+    /// A maintenance task of `repo`.
+    Maintain,
+    /// `warden advisories update`: `[maintain]`'s advisory databases fetched (no repository,
+    /// no task).
+    AdvisoriesUpdate,
+}
+
 /// A `[[schedules]]` entry, resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Schedule {
+    pub action: ScheduleAction,
+    /// The repository maintained (empty for `advisories_update`).
     pub repo: String,
     pub cron: Cron,
     pub maintain: MaintainOptions,
@@ -48,13 +65,26 @@ pub fn resolve(entries: &[ScheduleEntry]) -> anyhow::Result<Vec<Schedule>> {
         .iter()
         .enumerate()
         .map(|(index, entry)| {
-            resolve_entry(entry)
-                .with_context(|| format!("schedules[{index}] (repo {:?})", entry.repo))
+            resolve_entry(entry).with_context(|| match entry.action.as_deref() {
+                Some("advisories_update") => format!("schedules[{index}] (advisories_update)"),
+                _ => format!("schedules[{index}] (repo {:?})", entry.repo),
+            })
         })
         .collect()
 }
 
 fn resolve_entry(entry: &ScheduleEntry) -> anyhow::Result<Schedule> {
+    match entry.action.as_deref() {
+        None | Some("maintain") => {}
+        Some("advisories_update") => return resolve_advisories_update(entry),
+        Some(other) => bail!("action {other:?}: expected \"maintain\" or \"advisories_update\""),
+    }
+    if entry.repo.is_empty() {
+        bail!(
+            "missing repo: a maintenance entry names a registered repository (an entry that \
+             updates the advisory databases says action = \"advisories_update\")"
+        );
+    }
     let name_ok = !entry.repo.is_empty()
         && entry.repo.len() <= 100
         && !entry.repo.starts_with(['.', '-'])
@@ -88,6 +118,7 @@ fn resolve_entry(entry: &ScheduleEntry) -> anyhow::Result<Schedule> {
         bail!("max_open_proposals must be at least 1");
     }
     Ok(Schedule {
+        action: ScheduleAction::Maintain,
         repo: entry.repo.clone(),
         cron,
         maintain,
@@ -95,6 +126,35 @@ fn resolve_entry(entry: &ScheduleEntry) -> anyhow::Result<Schedule> {
         publish: entry.publish.unwrap_or(true),
         max_open_proposals,
         refresh: entry.refresh.unwrap_or(true),
+    })
+}
+
+/// An `advisories_update` entry: a cron expression and nothing of maintenance's.
+fn resolve_advisories_update(entry: &ScheduleEntry) -> anyhow::Result<Schedule> {
+    let maintenance_keys = [
+        ("repo", !entry.repo.is_empty()),
+        ("select", entry.select.is_some()),
+        ("checks", entry.checks.is_some()),
+        ("publish", entry.publish.is_some()),
+        ("max_open_proposals", entry.max_open_proposals.is_some()),
+        ("refresh", entry.refresh.is_some()),
+    ];
+    if let Some((key, _)) = maintenance_keys.iter().find(|(_, set)| *set) {
+        bail!(
+            "{key} is maintenance's: an advisories_update entry updates [maintain]'s advisory \
+             databases and takes only cron"
+        );
+    }
+    let cron = Cron::parse(&entry.cron).map_err(|e| anyhow!("cron {:?}: {e}", entry.cron))?;
+    Ok(Schedule {
+        action: ScheduleAction::AdvisoriesUpdate,
+        repo: String::new(),
+        cron,
+        maintain: MaintainOptions::default(),
+        checks: None,
+        publish: false,
+        max_open_proposals: 1,
+        refresh: false,
     })
 }
 
@@ -326,6 +386,41 @@ mod tests {
     }
 
     #[test]
+    fn an_advisories_update_entry_takes_a_cron_expression_and_nothing_of_maintenance() {
+        let schedules = entries(
+            "[[schedules]]\naction = \"advisories_update\"\ncron = \"0 4 * * *\"\n\n\
+             [[schedules]]\nrepo = \"app\"\ncron = \"0 5 * * 1\"\n",
+        )
+        .unwrap();
+        assert_eq!(schedules[0].action, ScheduleAction::AdvisoriesUpdate);
+        assert_eq!(schedules[0].repo, "");
+        assert_eq!(schedules[1].action, ScheduleAction::Maintain);
+        assert_eq!(schedules[1].repo, "app");
+
+        let error = entries(
+            "[[schedules]]\naction = \"advisories_update\"\nrepo = \"app\"\ncron = \"0 4 * * *\"\n",
+        )
+        .unwrap_err();
+        assert_eq!(
+            format!("{error:#}"),
+            "schedules[0] (advisories_update): repo is maintenance's: an advisories_update entry \
+             updates [maintain]'s advisory databases and takes only cron"
+        );
+        let error =
+            entries("[[schedules]]\naction = \"fetch\"\ncron = \"0 4 * * *\"\n").unwrap_err();
+        assert!(
+            format!("{error:#}").contains("action \"fetch\": expected"),
+            "{error:#}"
+        );
+        // A maintenance entry still needs its repository.
+        let error = entries("[[schedules]]\ncron = \"0 4 * * *\"\n").unwrap_err();
+        assert!(
+            format!("{error:#}").contains("schedules[0] (repo \"\"): missing repo"),
+            "{error:#}"
+        );
+    }
+
+    #[test]
     fn minutes_convert_both_ways() {
         assert_eq!(minute_text(0), "1970-01-01T00:00Z");
         assert_eq!(minute_text(at("2026-12-03 15:22")), "2026-12-03T15:22Z");
@@ -512,7 +607,7 @@ mod tests {
                 "repo = \"app\"\ncron = \"* * * * *\"\ncolour = 1",
                 "unknown field",
             ),
-            ("cron = \"* * * * *\"", "missing field `repo`"),
+            ("cron = \"* * * * *\"", "missing repo"),
         ] {
             let text = format!(
                 "[[schedules]]\nrepo = \"ok\"\ncron = \"0 3 * * *\"\n[[schedules]]\n{bad}\n"

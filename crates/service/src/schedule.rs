@@ -15,6 +15,11 @@
 //! overslept) catches up on the minutes of the last hour it missed since it last looked, never
 //! on the time before it started.
 //!
+//! An `advisories_update` entry submits no task: when due it runs `warden advisories update`
+//! in this process (`warden_engine::maintain::update`), each database replaced only once its
+//! new copy loads, and logs what each did. Two processes on one database each update their own
+//! copies (a lock beside each database keeps two updates of one directory apart).
+//!
 //! A task the schedule submitted is owned by [`PRINCIPAL`], which no token or web user can be
 //! (`:` is not allowed in their names): only an admin sees it and decides its approval, and a
 //! publishing schedule therefore only ever waits for an admin's hash-bound approval.
@@ -24,7 +29,8 @@ use std::sync::Arc;
 use serde_json::json;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use warden_engine::schedule_config::{minute_text, Schedule};
+use warden_engine::config::Config;
+use warden_engine::schedule_config::{minute_text, Schedule, ScheduleAction};
 use warden_protocol::{TaskId, TaskKind, TaskStatus};
 use warden_store::{Store, StoreError, TaskQuery};
 
@@ -62,6 +68,9 @@ pub enum RunOutcome {
     Skipped { open: u32 },
     /// The submission was refused (e.g. the repository is not registered), or the store failed.
     Failed(String),
+    /// An `advisories_update` entry ran: how many databases were replaced, and how many kept
+    /// their old copy because the update failed.
+    AdvisoriesUpdated { updated: usize, failed: usize },
 }
 
 /// Runs `[[schedules]]` over a [`TaskService`].
@@ -71,6 +80,8 @@ pub struct Scheduler {
     principal: Principal,
     /// The last minute looked at.
     last_minute: Option<i64>,
+    /// What `advisories_update` entries update (`[maintain]`, `[egress]`).
+    config: Option<Arc<Config>>,
 }
 
 impl Scheduler {
@@ -83,7 +94,15 @@ impl Scheduler {
                 role: Role::Operator,
             },
             last_minute: None,
+            config: None,
         }
+    }
+
+    /// The configuration `advisories_update` entries read their databases from; without it
+    /// such an entry fails.
+    pub fn with_config(mut self, config: Arc<Config>) -> Scheduler {
+        self.config = Some(config);
+        self
     }
 
     /// Runs what is due at `now_ms` (milliseconds since the epoch): the current minute the
@@ -112,7 +131,10 @@ impl Scheduler {
             if !schedule.cron.matches_minute(minute) {
                 continue;
             }
-            let outcome = self.submit(index, schedule, minute).await;
+            let outcome = match schedule.action {
+                ScheduleAction::Maintain => self.submit(index, schedule, minute).await,
+                ScheduleAction::AdvisoriesUpdate => self.update_advisories().await,
+            };
             match &outcome {
                 RunOutcome::Submitted { task, replayed } => tracing::info!(
                     schedule = index,
@@ -138,6 +160,13 @@ impl Scheduler {
                     %error,
                     "scheduled maintenance could not be submitted"
                 ),
+                RunOutcome::AdvisoriesUpdated { updated, failed } => tracing::info!(
+                    schedule = index,
+                    due = %minute_text(minute),
+                    updated,
+                    failed,
+                    "scheduled advisory database update ran"
+                ),
             }
             runs.push(ScheduleRun {
                 index,
@@ -149,7 +178,7 @@ impl Scheduler {
         }
         for run in &mut runs {
             let schedule = &self.schedules[run.index];
-            if schedule.refresh {
+            if schedule.refresh && schedule.action == ScheduleAction::Maintain {
                 let refreshed = self.refresh(&schedule.repo).await;
                 match &refreshed {
                     Ok(done) => tracing::info!(
@@ -211,6 +240,41 @@ impl Scheduler {
         }
     }
 
+    /// `warden advisories update` in this process; each database that fails keeps its old copy
+    /// and is logged.
+    async fn update_advisories(&self) -> RunOutcome {
+        let Some(config) = &self.config else {
+            return RunOutcome::Failed("no configuration to update advisory databases from".into());
+        };
+        let now = || u64::try_from(now_ms()).unwrap_or(0);
+        let report = match warden_engine::maintain::update::update(config, &now, &|_| {}).await {
+            Ok(report) => report,
+            Err(error) => return RunOutcome::Failed(error),
+        };
+        for database in &report.databases {
+            match &database.outcome {
+                warden_engine::maintain::update::UpdateOutcome::Updated(fetched) => tracing::info!(
+                    database = %database.name,
+                    path = %database.path.display(),
+                    snapshot = %fetched.snapshot,
+                    advisories = fetched.advisories,
+                    "advisory database updated"
+                ),
+                warden_engine::maintain::update::UpdateOutcome::Failed { error } => tracing::warn!(
+                    database = %database.name,
+                    path = %database.path.display(),
+                    %error,
+                    "advisory database not updated; its old copy is kept"
+                ),
+            }
+        }
+        let failed = report.failed();
+        RunOutcome::AdvisoriesUpdated {
+            updated: report.databases.len() - failed,
+            failed,
+        }
+    }
+
     async fn refresh(&self, repo: &str) -> Result<crate::warm::Refreshed, String> {
         let warmer = match self.tasks.warmer() {
             Some(warmer) => warmer.clone(),
@@ -263,14 +327,24 @@ pub async fn open_maintenance(store: &dyn Store, repo: &str) -> Result<u32, Stor
 /// their runs fail (with a log line) until they are.
 pub fn spawn(
     tasks: TaskService,
-    schedules: Vec<Schedule>,
+    config: Arc<Config>,
     mut stopped: watch::Receiver<bool>,
 ) -> Option<JoinHandle<()>> {
+    let schedules = config.schedules.clone();
     if schedules.is_empty() {
         return None;
     }
     Some(tokio::spawn(async move {
         for (index, schedule) in schedules.iter().enumerate() {
+            if schedule.action == ScheduleAction::AdvisoriesUpdate {
+                let next = schedule.cron.next_after(now_ms().div_euclid(60_000));
+                tracing::info!(
+                    schedule = index,
+                    next = %next.map(minute_text).unwrap_or_default(),
+                    "advisory database update scheduled"
+                );
+                continue;
+            }
             match tasks.store().get_repo(&schedule.repo).await {
                 Ok(Some(_)) => {}
                 Ok(None) => tracing::warn!(
@@ -289,7 +363,7 @@ pub fn spawn(
                 "maintenance scheduled"
             );
         }
-        let mut scheduler = Scheduler::new(tasks, schedules);
+        let mut scheduler = Scheduler::new(tasks, schedules).with_config(config);
         loop {
             let now = now_ms();
             scheduler.tick(now).await;

@@ -464,22 +464,40 @@ fn doctor_passes_a_baseline_only_maintenance_setup_and_reports_its_advisory_data
             .contains("baseline-mode maintenance only"),
         "{checks}"
     );
-    assert_eq!(checks["maintain"]["ok"], true, "{checks}");
+    // 104 days is past [maintain] max_advisory_age_days (7 by default): the check fails and
+    // says how to refresh it.
+    assert_eq!(checks["maintain"]["ok"], false, "{checks}");
     let detail = checks["maintain"]["detail"].as_str().unwrap();
     assert!(
         detail.contains(&format!(
-            "advisory_db {}: 1 RustSec advisories",
+            "advisory_db {}: 1 RustSec advisory (sha256:",
             rustsec.path().display()
-        )) && detail.contains("fetched 104 days ago"),
+        )) && detail
+            .contains("was fetched 104 days ago, more than [maintain] max_advisory_age_days (7)")
+            && detail.contains("run `warden advisories update`"),
         "{detail}"
     );
     assert!(
         detail.contains(&format!(
-            "osv_db {}: 2 Go, 3 npm advisories, when it was fetched is not recorded",
+            "osv_db {}: 2 Go advisories, 2 npm advisories, when it was fetched is not recorded",
             osv.path().display()
         )),
         "{detail}"
     );
+    // Within the configured age, it passes and says the age.
+    std::fs::write(
+        &config,
+        format!(
+            "[maintain]\nadvisory_db = {:?}\nosv_db = {:?}\nmax_advisory_age_days = 120\n",
+            rustsec.path().to_str().unwrap(),
+            osv.path().to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let checks = checks_of(&warden.run(&["doctor", "--json", "--offline"]));
+    assert_eq!(checks["maintain"]["ok"], true, "{checks}");
+    let detail = checks["maintain"]["detail"].as_str().unwrap();
+    assert!(detail.contains("fetched 104 days ago, at "), "{detail}");
 
     // A database that does not load fails the check, naming it.
     std::fs::write(

@@ -286,7 +286,7 @@ fn a_vulnerable_dependency_is_upgraded_to_the_lowest_version_that_clears_it() {
         "{summary}"
     );
     assert!(
-        summary.contains("- RUSTSEC-2021-0003: Buffer overflow"),
+        summary.contains("- smallvec 1.6.0 → 1.6.1: RUSTSEC-2021-0003 (Buffer overflow"),
         "{summary}"
     );
     // The public registry's page of the new version, where its release notes are linked.
@@ -816,7 +816,7 @@ fn a_published_maintenance_opens_one_pull_request_listing_the_upgrade() {
     let body = pulls[0]["body"].as_str().unwrap();
     for expected in [
         "- smallvec 1.6.0 → 1.6.1 (clears RUSTSEC-2021-0003)",
-        "- RUSTSEC-2021-0003: Buffer overflow in SmallVec::insert_many",
+        "- smallvec 1.6.0 → 1.6.1: RUSTSEC-2021-0003 (Buffer overflow in SmallVec::insert_many)",
         "cargo test --locked --offline",
         hash,
     ] {

@@ -333,7 +333,9 @@ fn a_vulnerable_module_is_upgraded_to_the_lowest_version_that_clears_it() {
         "{summary}"
     );
     assert!(
-        summary.contains("- GO-2026-0001: Greeting injection in greet"),
+        summary.contains(
+            "- example.com/greet v1.0.0 → v1.0.1: GO-2026-0001 (Greeting injection in greet)"
+        ),
         "{summary}"
     );
     // A private (here: file) proxy's pages are not guessed.

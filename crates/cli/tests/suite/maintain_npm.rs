@@ -929,7 +929,7 @@ fn maintain_stops_at_an_advisory_it_cannot_evaluate() {
         result["failure"]["message"]
             .as_str()
             .unwrap()
-            .contains("1 advisories of package-lock.json's packages that cannot be evaluated"),
+            .contains("1 advisory of package-lock.json's packages that cannot be evaluated"),
         "{result}"
     );
     assert!(

@@ -1,3 +1,4 @@
+mod advisories;
 mod architecture;
 mod ask;
 mod change;

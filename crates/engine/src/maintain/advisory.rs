@@ -5,8 +5,10 @@
 //! its default features off, `rustsec` 0.34 still requires `cargo-lock`, `cvss`, `platforms`,
 //! `fs-err`, `jiff`, `url` and `toml` 1.0 (a second `toml` major beside the workspace's 0.9, with
 //! its parser crates), for a workspace that needs only the advisory's package, `[versions]`
-//! ranges, `informational` and `withdrawn` fields — about a hundred lines below. Informational advisories (unmaintained, unsound, notices) and
-//! withdrawn ones are not vulnerabilities and are not reported.
+//! ranges, `informational` and `withdrawn` fields — about a hundred lines below. Informational
+//! advisories (unmaintained, unsound, notices) and withdrawn ones are not vulnerabilities and
+//! are not findings; the informational ones are listed apart ([`AdvisoryDb::scan_informational`])
+//! when asked (`warden vulns --informational`), as cargo-audit shows them as warnings.
 
 use super::cargo::Lockfile;
 use sha2::{Digest, Sha256};
@@ -16,6 +18,16 @@ use warden_protocol::Finding;
 /// The scanner's name and version in a scan record.
 pub fn scanner() -> String {
     format!("warden-rustsec/{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// An informational advisory (not a vulnerability) of a locked package: `unmaintained`,
+/// `unsound`, `notice`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct InformationalFinding {
+    /// RustSec's `informational` value.
+    pub kind: String,
+    #[serde(flatten)]
+    pub finding: Finding,
 }
 
 /// One advisory.
@@ -196,6 +208,48 @@ impl AdvisoryDb {
         findings
     }
 
+    /// The informational advisories (not withdrawn) that apply to the crates.io packages of
+    /// `lock`, in package and id order: not vulnerabilities, never findings.
+    pub fn scan_informational(&self, lock: &Lockfile) -> Vec<InformationalFinding> {
+        let mut out = Vec::new();
+        for package in lock.packages.iter().filter(|p| p.from_crates_io()) {
+            let Ok(version) = semver::Version::parse(&package.version) else {
+                continue;
+            };
+            for advisory in self
+                .advisories
+                .iter()
+                .filter(|a| a.package == package.name && !a.withdrawn && a.affects(&version))
+            {
+                let Some(kind) = &advisory.informational else {
+                    continue;
+                };
+                out.push(InformationalFinding {
+                    kind: kind.clone(),
+                    finding: Finding {
+                        advisory: advisory.id.clone(),
+                        package: package.name.clone(),
+                        version: package.version.clone(),
+                        title: advisory.title.clone(),
+                        patched: advisory.patched_text.clone(),
+                        path: None,
+                    },
+                });
+            }
+        }
+        out.sort_by(|a, b| {
+            let key = |i: &InformationalFinding| {
+                (
+                    i.finding.package.clone(),
+                    i.finding.version.clone(),
+                    i.finding.advisory.clone(),
+                )
+            };
+            key(a).cmp(&key(b))
+        });
+        out
+    }
+
     /// The advisory `id`.
     pub fn advisory(&self, id: &str) -> Option<&Advisory> {
         self.advisories.iter().find(|a| a.id == id)
@@ -252,6 +306,76 @@ unaffected = ["< 0.3.0"]
 
 A bug in insert_many.
 "#;
+
+    fn fixture(name: &str) -> String {
+        std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("src/maintain/fixtures/rustsec")
+                .join(name),
+        )
+        .unwrap()
+    }
+
+    /// RustSec's own records (ansi_term unmaintained, atty unsound, smallvec a vulnerability):
+    /// the informational ones are never findings, and are listed apart.
+    #[test]
+    fn informational_advisories_are_listed_apart_from_the_findings() {
+        let dir = tempfile::tempdir().unwrap();
+        for (package, file) in [
+            ("ansi_term", "RUSTSEC-2021-0139.md"),
+            ("atty", "RUSTSEC-2021-0145.md"),
+            ("smallvec", "RUSTSEC-2021-0003.md"),
+        ] {
+            let crate_dir = dir.path().join("crates").join(package);
+            std::fs::create_dir_all(&crate_dir).unwrap();
+            std::fs::write(crate_dir.join(file), fixture(file)).unwrap();
+        }
+        let db = AdvisoryDb::open(dir.path()).unwrap();
+        let lock = Lockfile::parse(
+            &[
+                ("ansi_term", "0.12.1"),
+                ("atty", "0.2.14"),
+                ("smallvec", "1.6.0"),
+            ]
+            .iter()
+            .map(|(name, version)| {
+                format!(
+                    "[[package]]\nname = \"{name}\"\nversion = \"{version}\"\nsource = \
+                     \"registry+https://github.com/rust-lang/crates.io-index\"\n"
+                )
+            })
+            .collect::<String>(),
+        )
+        .unwrap();
+        let findings = db.scan(&lock);
+        assert_eq!(
+            findings
+                .iter()
+                .map(|f| f.advisory.as_str())
+                .collect::<Vec<_>>(),
+            ["RUSTSEC-2021-0003"]
+        );
+        let informational = db.scan_informational(&lock);
+        let listed: Vec<(&str, &str, &str)> = informational
+            .iter()
+            .map(|i| {
+                (
+                    i.kind.as_str(),
+                    i.finding.package.as_str(),
+                    i.finding.advisory.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                ("unmaintained", "ansi_term", "RUSTSEC-2021-0139"),
+                ("unsound", "atty", "RUSTSEC-2021-0145"),
+            ]
+        );
+        assert_eq!(informational[0].finding.title, "ansi_term is Unmaintained");
+        assert_eq!(informational[1].finding.title, "Potential unaligned read");
+    }
 
     #[test]
     fn an_advisory_applies_to_the_versions_neither_patched_nor_unaffected() {

@@ -441,6 +441,16 @@ impl Database {
         }
     }
 
+    /// How old the database is at `now_ms` (see [`super::update`]): an OSV database is dated
+    /// by its ecosystem's directory when `warden advisories update` wrote one.
+    pub fn age(&self, max_age_days: u32, now_ms: u64) -> super::update::DatabaseAge {
+        let dir = match self {
+            Database::RustSec(db) => db.path.clone(),
+            Database::Osv(db) => super::update::osv_dir(&db.path, db.ecosystem),
+        };
+        super::update::age(&dir, now_ms, max_age_days)
+    }
+
     pub fn scanner(&self) -> String {
         match self {
             Database::RustSec(_) => advisory::scanner(),
@@ -453,6 +463,15 @@ impl Database {
         match self {
             Database::RustSec(db) => db.scan(lock),
             Database::Osv(db) => db.scan(lock),
+        }
+    }
+
+    /// The informational advisories (unmaintained, unsound: not vulnerabilities) of `lock`'s
+    /// packages: RustSec's; OSV records carry none.
+    pub fn informational(&self, lock: &Lockfile) -> Vec<advisory::InformationalFinding> {
+        match self {
+            Database::RustSec(db) => db.scan_informational(lock),
+            Database::Osv(_) => Vec::new(),
         }
     }
 

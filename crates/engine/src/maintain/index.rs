@@ -122,21 +122,26 @@ const SYSTEM_CA_BUNDLES: [&str; 2] = [
 /// when there is one.
 pub fn client() -> Result<reqwest::Client, String> {
     let mut builder = reqwest::Client::builder();
-    if let Some(pem) = SYSTEM_CA_BUNDLES
-        .iter()
-        .find_map(|path| std::fs::read(path).ok())
-    {
-        let certificates = reqwest::Certificate::from_pem_bundle(&pem)
-            .map_err(|e| format!("the system CA bundle does not parse: {e}"))?;
-        for certificate in certificates {
-            builder = builder.add_root_certificate(certificate);
-        }
+    for certificate in system_certificates()? {
+        builder = builder.add_root_certificate(certificate);
     }
     builder.build().map_err(|e| format!("HTTP client: {e}"))
 }
 
+/// The certificates of the system's CA bundle, when there is one.
+pub(super) fn system_certificates() -> Result<Vec<reqwest::Certificate>, String> {
+    match SYSTEM_CA_BUNDLES
+        .iter()
+        .find_map(|path| std::fs::read(path).ok())
+    {
+        Some(pem) => reqwest::Certificate::from_pem_bundle(&pem)
+            .map_err(|e| format!("the system CA bundle does not parse: {e}")),
+        None => Ok(Vec::new()),
+    }
+}
+
 /// An error and its causes, `: `-separated.
-fn chain(error: &dyn std::error::Error) -> String {
+pub(super) fn chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
@@ -224,14 +229,14 @@ impl Policy {
                 None => {
                     return Err(format!(
                         "{v} has no publication time in the index, so its age is unknown \
-                         (cooldown of {} days)",
-                        self.cooldown_days
+                         (cooldown of {})",
+                        days(self.cooldown_days)
                     ))
                 }
                 Some(at) if self.now_ms.saturating_sub(at) < cooldown_ms => {
                     return Err(format!(
-                        "{v} is younger than the cooldown of {} days",
-                        self.cooldown_days
+                        "{v} is younger than the cooldown of {}",
+                        days(self.cooldown_days)
                     ))
                 }
                 Some(_) => {}
@@ -248,6 +253,14 @@ pub fn compatible(current: &semver::Version, candidate: &semver::Version) -> boo
         (0, 0) => candidate.major == 0 && candidate.minor == 0 && candidate.patch == current.patch,
         (0, minor) => candidate.major == 0 && candidate.minor == minor,
         (major, _) => candidate.major == major,
+    }
+}
+
+/// `1 day`, `3 days`.
+fn days(n: u32) -> String {
+    match n {
+        1 => "1 day".to_string(),
+        n => format!("{n} days"),
     }
 }
 
@@ -316,6 +329,40 @@ pub fn rfc3339(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_one_day_cooldown_reads_in_the_singular() {
+        let policy = Policy {
+            cooldown_days: 1,
+            now_ms: 10 * 86_400_000,
+            ..Policy::default()
+        };
+        let candidate = |published_ms| IndexVersion {
+            version: semver::Version::new(1, 0, 1),
+            yanked: false,
+            published_ms,
+        };
+        let current = semver::Version::new(1, 0, 0);
+        let eco = super::super::ecosystem::Ecosystem::Cargo;
+        assert_eq!(
+            policy.eligible(
+                eco,
+                &current,
+                &[],
+                &candidate(Some(10 * 86_400_000 - 1)),
+                true
+            ),
+            Err("1.0.1 is younger than the cooldown of 1 day".to_string())
+        );
+        let unknown = policy
+            .eligible(eco, &current, &[], &candidate(None), true)
+            .unwrap_err();
+        assert!(unknown.ends_with("(cooldown of 1 day)"), "{unknown}");
+        assert_eq!(
+            policy.eligible(eco, &current, &[], &candidate(Some(8 * 86_400_000)), true),
+            Ok(())
+        );
+    }
 
     /// A local index whose file for any crate is `size` bytes of newlines, sent chunked.
     async fn serve_index_of(size: usize) -> String {

@@ -21,11 +21,16 @@ pub const GO: &str = "Go";
 /// npm's ecosystem name in OSV records.
 pub const NPM: &str = "npm";
 
+/// The OSV ecosystem named `name` (`Go`, `npm`), as the readers take it.
+pub fn ecosystem_name(name: &str) -> Option<&'static str> {
+    [GO, NPM].into_iter().find(|known| *known == name)
+}
+
 /// The standard library's package name in Go's records.
 pub const STDLIB: &str = "stdlib";
 
 /// The most files a database directory is read from, and the deepest it is walked.
-const MAX_FILES: usize = 200_000;
+const MAX_FILES: usize = 1_000_000;
 const MAX_DEPTH: usize = 6;
 
 /// The scanner's name and version in a scan record.
@@ -36,6 +41,9 @@ pub fn scanner() -> String {
 #[derive(Debug, Clone, Deserialize)]
 struct Record {
     id: String,
+    /// RFC 3339: of two copies of one record, the later one is read.
+    #[serde(default)]
+    modified: String,
     #[serde(default)]
     summary: String,
     #[serde(default)]
@@ -301,7 +309,12 @@ pub struct OsvDb {
 }
 
 /// Every `*.json` file under `dir` (not following symbolic links), sorted.
-fn json_files(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<(), String> {
+fn json_files(
+    dir: &Path,
+    depth: usize,
+    skip: &[PathBuf],
+    out: &mut Vec<PathBuf>,
+) -> Result<(), String> {
     let entries =
         std::fs::read_dir(dir).map_err(|e| format!("cannot read {}: {e}", dir.display()))?;
     for entry in entries.flatten() {
@@ -309,7 +322,8 @@ fn json_files(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<(), St
         let Ok(kind) = entry.file_type() else {
             continue;
         };
-        if kind.is_dir() && !entry.file_name().to_string_lossy().starts_with('.') {
+        let hidden = entry.file_name().to_string_lossy().starts_with('.');
+        if kind.is_dir() && !hidden && !skip.contains(&path) {
             // Deeper than any known layout (GitHub's advisory database:
             // `advisories/github-reviewed/YYYY/MM/GHSA-…/GHSA-….json`): refused rather than
             // passed over, which would read as clean.
@@ -319,7 +333,7 @@ fn json_files(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> Result<(), St
                     path.display()
                 ));
             }
-            json_files(&path, depth + 1, out)?;
+            json_files(&path, depth + 1, skip, out)?;
         } else if kind.is_file() && path.extension().is_some_and(|e| e == "json") {
             out.push(path);
             if out.len() > MAX_FILES {
@@ -340,12 +354,20 @@ impl OsvDb {
     /// clean.
     pub fn open(path: &Path, ecosystem: &'static str) -> Result<OsvDb, String> {
         let mut files = Vec::new();
-        json_files(path, 0, &mut files)
+        // `warden advisories update` keeps each ecosystem's records in a directory of its own:
+        // another ecosystem's is not walked.
+        let others: Vec<PathBuf> = [GO, NPM]
+            .into_iter()
+            .filter(|other| *other != ecosystem)
+            .map(|other| path.join(other))
+            .filter(|dir| dir.join(super::update::RECORD).is_file())
+            .collect();
+        json_files(path, 0, &others, &mut files)
             .map_err(|e| format!("OSV database {}: {e}", path.display()))?;
         files.sort();
         let mut digest = Sha256::new();
-        let mut advisories = Vec::new();
-        let mut unevaluable = Vec::new();
+        // One record per id: a copy laid out by hand beside the update's is read once.
+        let mut records: std::collections::BTreeMap<String, Record> = Default::default();
         for file in &files {
             let text = std::fs::read_to_string(file)
                 .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
@@ -362,6 +384,23 @@ impl OsvDb {
             digest.update([0]);
             let record: Record = serde_json::from_value(value)
                 .map_err(|e| format!("OSV record {}: {e}", file.display()))?;
+            if !record
+                .affected
+                .iter()
+                .any(|a| a.package.ecosystem == ecosystem)
+            {
+                continue;
+            }
+            match records.get(&record.id) {
+                Some(kept) if kept.modified >= record.modified => {}
+                _ => {
+                    records.insert(record.id.clone(), record);
+                }
+            }
+        }
+        let mut advisories = Vec::new();
+        let mut unevaluable = Vec::new();
+        for record in records.into_values() {
             let (read, not_read) = advisories_of(record, ecosystem);
             advisories.extend(read);
             unevaluable.extend(not_read);
@@ -376,6 +415,13 @@ impl OsvDb {
             unevaluable,
             snapshot,
         })
+    }
+
+    /// How many records of the ecosystem it holds (an advisory naming two packages is one).
+    pub fn record_count(&self) -> usize {
+        let ids: std::collections::HashSet<&str> =
+            self.advisories.iter().map(|a| a.id.as_str()).collect();
+        ids.len()
     }
 
     /// The advisories that apply to the required modules of `lock` (a `go.mod` read as a

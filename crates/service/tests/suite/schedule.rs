@@ -20,6 +20,7 @@ const THREE_AM: i64 = 29_937_780;
 
 fn entry(repo: &str, cron: &str) -> ScheduleEntry {
     ScheduleEntry {
+        action: None,
         repo: repo.into(),
         cron: cron.into(),
         select: None,
@@ -322,4 +323,77 @@ async fn a_refreshing_schedule_writes_the_snapshot_and_keeps_two() {
     let mut newest = commits[1..].to_vec();
     newest.sort();
     assert_eq!(snapshots(), newest);
+}
+
+/// An `advisories_update` entry submits no task: when due it fetches `[maintain]`'s database
+/// (here from a local git remote), and a failed fetch keeps the old copy.
+#[tokio::test]
+async fn an_advisories_update_entry_fetches_the_databases_and_submits_no_task() {
+    struct Home(String);
+    impl warden_engine::config::Env for Home {
+        fn var(&self, name: &str) -> Option<String> {
+            (name == "WARDEN_HOME").then(|| self.0.clone())
+        }
+    }
+    let (home, store) = sqlite().await;
+    let remote = TempRepo::new();
+    remote.write(
+        "crates/smallvec/RUSTSEC-2021-0003.md",
+        "```toml\n[advisory]\nid = \"RUSTSEC-2021-0003\"\npackage = \"smallvec\"\n\n\
+         [versions]\npatched = [\">= 1.6.1\"]\n```\n\n# Buffer overflow\n",
+    );
+    let head = remote.commit("smallvec");
+    let db = home.path().join("advisory-db");
+    let load = |url: &str| {
+        let file = home.path().join("warden.toml");
+        std::fs::write(
+            &file,
+            format!(
+                "[maintain]\nadvisory_db = {:?}\nadvisory_db_url = \"{url}\"\n\n\
+                 [[schedules]]\naction = \"advisories_update\"\ncron = \"0 3 * * *\"\n",
+                db.to_str().unwrap()
+            ),
+        )
+        .unwrap();
+        let env = Home(home.path().display().to_string());
+        Arc::new(warden_engine::config::Config::load(Some(&file), &env).unwrap())
+    };
+    let config = load(&format!("file://{}", remote.path().display()));
+    let scheduler =
+        Scheduler::new(service(&store), config.schedules.clone()).with_config(Arc::clone(&config));
+    // Not due: nothing.
+    assert!(scheduler.run_minute(THREE_AM + 1).await.is_empty());
+    let runs = scheduler.run_minute(THREE_AM).await;
+    assert_eq!(runs.len(), 1);
+    assert_eq!(
+        runs[0].outcome,
+        RunOutcome::AdvisoriesUpdated {
+            updated: 1,
+            failed: 0
+        }
+    );
+    assert_eq!(runs[0].refreshed, None);
+    assert!(tasks_of(store.as_ref()).await.is_empty());
+    let fetched = std::fs::read_to_string(db.join(".warden-fetched")).unwrap();
+    assert!(fetched.contains(&format!("git:{head}")), "{fetched}");
+
+    let gone = load(&format!("file://{}", home.path().join("nowhere").display()));
+    let scheduler =
+        Scheduler::new(service(&store), gone.schedules.clone()).with_config(Arc::clone(&gone));
+    let runs = scheduler.run_minute(THREE_AM + 1440).await;
+    assert_eq!(
+        runs[0].outcome,
+        RunOutcome::AdvisoriesUpdated {
+            updated: 0,
+            failed: 1
+        }
+    );
+    assert_eq!(
+        std::fs::read_to_string(db.join(".warden-fetched")).unwrap(),
+        fetched
+    );
+    // Without the configuration there is nothing to update from.
+    let bare = Scheduler::new(service(&store), gone.schedules.clone());
+    let runs = bare.run_minute(THREE_AM).await;
+    assert!(matches!(runs[0].outcome, RunOutcome::Failed(_)), "{runs:?}");
 }
