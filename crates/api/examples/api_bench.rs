@@ -4,12 +4,15 @@
 //!    requests/s for the task route on 2 cores.
 //! 2. 1,000 concurrent SSE subscribers to `/v1/events`: the server appends events (stamped with
 //!    the time of the append) and every subscriber measures when each arrives: delivery latency
-//!    p50/p99 (goal p99 ≤ 100 ms); and the server's RSS growth per idle connection (goal
-//!    ≤ 20 KB).
+//!    p50/p99 (goal p99 ≤ 100 ms); and the server's RSS growth per idle keep-alive connection
+//!    and per idle stream, its connection included (goal ≤ 20 kB each).
 //!
 //! The server runs in a child process (this example with `--server`) so its RSS is its own; it
-//! uses the real router, the SQLite store and the hub, as `warden serve` does. Client, server
-//! and `wrk` share the machine: on 2 cores the figures are lower bounds.
+//! uses the real router, the SQLite store, the hub and the accept loop
+//! ([`warden_api::connections::serve_connections`], with the connection cap it would compute
+//! here), as `warden serve` does. Client, server and `wrk` share the machine: on 2 cores the
+//! figures are lower bounds. The idle connections each made one authenticated request first, as
+//! API clients do (the server sheds anonymous connections of one address beyond its share).
 //!
 //! The server keeps its per-token cap on open streams
 //! ([`warden_engine::serve_config::DEFAULT_MAX_STREAMS_PER_TOKEN`]): the subscribers share one
@@ -29,6 +32,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
+use warden_api::connections::{self, ConnectionLimits};
 use warden_api::routes::{router, ApiState, Tokens};
 use warden_engine::serve_config::{RateLimit, DEFAULT_MAX_STREAMS_PER_TOKEN};
 use warden_protocol::{Event, TaskKind};
@@ -122,7 +126,17 @@ fn server(stream_tokens: u64) {
         .with_hub(hub);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, router(Arc::new(state))).await });
+        // The accept loop `warden serve` runs, with the cap it would compute here.
+        let limits = ConnectionLimits {
+            max_connections: connections::connection_cap(connections::raise_open_files_limit(), 2),
+            ..ConnectionLimits::default()
+        };
+        tokio::spawn(connections::serve_connections(
+            listener,
+            router(Arc::new(state)),
+            limits,
+            std::future::pending(),
+        ));
         println!("READY {addr} {task}");
         std::io::stdout().flush().unwrap();
         (store, task)
@@ -196,15 +210,40 @@ fn wrk(addr: &str, path: &str, seconds: u64, connections: u64) -> Option<(f64, u
     Some((rate, errors, latency))
 }
 
-/// An idle keep-alive connection after one `GET /healthz`: what a connection costs the server
-/// without a stream (hyper's buffers, the connection task).
-async fn idle_connection(addr: String, connected: tokio::sync::mpsc::Sender<()>) {
+/// An idle keep-alive connection after one authenticated `GET /v1/tasks/{id}`, as an API
+/// client leaves it: what a connection costs the server without a stream. (With a token: the
+/// server sheds anonymous connections of one address beyond its share, a sixteenth of the cap.)
+async fn idle_connection(addr: String, task: String, connected: tokio::sync::mpsc::Sender<()>) {
     let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    let request = format!("GET /healthz HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+    let request = format!(
+        "GET /v1/tasks/{task} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {TOKEN}\r\n\r\n"
+    );
     stream.write_all(request.as_bytes()).await.unwrap();
-    let mut chunk = [0u8; 1024];
-    let n = stream.read(&mut chunk).await.unwrap();
-    assert!(chunk[..n].starts_with(b"HTTP/1.1 200"));
+    let mut response = Vec::new();
+    let mut chunk = [0u8; 4096];
+    // The whole response (its head and its JSON body, by its length) before going idle.
+    loop {
+        let n = stream.read(&mut chunk).await.unwrap();
+        assert!(n > 0, "the server closed the connection");
+        response.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&response);
+        let Some((head, body)) = text.split_once("\r\n\r\n") else {
+            continue;
+        };
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        let length: usize = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .map(|v| v.trim().parse().unwrap())
+            })
+            .expect("a content-length");
+        if body.len() >= length {
+            assert!(body.contains(&task), "{body}");
+            break;
+        }
+    }
     connected.send(()).await.unwrap();
     // Held open until the process exits.
     let _ = stream.read(&mut chunk).await;
@@ -359,7 +398,7 @@ fn main() {
         for start in (0..subscribers).step_by(batch as usize) {
             let count = batch.min(subscribers - start);
             for _ in 0..count {
-                tokio::spawn(idle_connection(addr.clone(), idle_tx.clone()));
+                tokio::spawn(idle_connection(addr.clone(), task.clone(), idle_tx.clone()));
             }
             for _ in 0..count {
                 idle.recv().await.unwrap();
@@ -396,7 +435,7 @@ fn main() {
         tokio::time::sleep(Duration::from_secs(1)).await;
         let idle = rss_kb(pid);
         println!(
-            "server RSS {before} kB → {idle} kB with {subscribers} idle streams: {:.1} kB per connection",
+            "server RSS {before} kB → {idle} kB with {subscribers} idle streams: {:.1} kB per stream",
             (idle.saturating_sub(before)) as f64 / subscribers as f64
         );
 
