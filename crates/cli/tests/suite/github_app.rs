@@ -892,7 +892,7 @@ fn a_review_comment_on_a_warden_pull_request_adds_one_commit_to_its_branch_once_
     .unwrap();
     assert_eq!(status, 200);
     // The follow-up's proposal is shown on the pull request's conversation (issue #1).
-    let comments = wait_comments(&github, "the follow-up's proposal", |c| {
+    let comments = wait_comments_on(&server, &github, "the follow-up's proposal", |c| {
         c.iter()
             .any(|c| c.issue == 1 && c.body.contains("/warden approve sha256:"))
     });
