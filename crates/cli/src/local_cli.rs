@@ -471,6 +471,17 @@ pub async fn answer(config: Config, task: &str, reply: &str, json: bool) -> anyh
     }
 }
 
+/// `warden say TASK TEXT`: the message goes through the front door (to a running task's next
+/// turn, as an answer, or as a follow-up) and what became of it is printed; nothing is
+/// followed.
+pub async fn say(config: Config, task: &str, text: &str, json: bool) -> anyhow::Result<u8> {
+    let id = task_id(task)?;
+    let local = open(config).await?;
+    let before = local.task(&id).await.map_err(cli_error)?.status;
+    let next = local.answer(&id, text).await.map_err(cli_error)?;
+    crate::render::print_said(&id, Some(before), &warden_service::task_view::task_json(&next), json)
+}
+
 /// `warden approve ID --hash H`: decided through the front door, then the task runs here:
 /// its proposal is published. Approving again with the same hash resumes a publication a
 /// crash interrupted.

@@ -132,6 +132,18 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Send a message to a task: a queued or running question or change reads it before its
+    /// next model call; a task waiting for input takes it as its answer; a finished one is
+    /// followed up. Prints what happened and returns (`logs --follow` watches)
+    Say {
+        /// The task id (tsk_…)
+        task: String,
+        /// The message
+        text: String,
+        /// Print the task as JSON
+        #[arg(long)]
+        json: bool,
+    },
     /// List the repositories registered on the server; `repos add` registers one (needs --server)
     Repos {
         #[command(subcommand)]
@@ -343,6 +355,9 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Answer { task, text, json } => {
             tokio_runtime()?.block_on(local_cli::answer(config, &task, &text, json))
+        }
+        Command::Say { task, text, json } => {
+            tokio_runtime()?.block_on(local_cli::say(config, &task, &text, json))
         }
         Command::Repos { .. } => Err(needs_server("repos")),
         // Normally answered above, before the configuration had to load.

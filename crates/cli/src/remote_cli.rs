@@ -73,6 +73,7 @@ pub fn dispatch(options: &RemoteOptions, command: Command) -> anyhow::Result<Dis
         | Command::Cancel { .. }
         | Command::Retry { .. }
         | Command::Answer { .. }
+        | Command::Say { .. }
         | Command::Repos { .. }
         | Command::Apply(_)) => command,
         other => return Ok(Dispatch::Local(other)),
@@ -114,6 +115,15 @@ async fn execute(remote: &Remote, command: Command) -> anyhow::Result<u8> {
             follow_and_print(remote, &new_id, None, json).await
         }
         Command::Answer { task, text, json } => answer(remote, &task_id(&task)?, &text, json).await,
+        Command::Say { task, text, json } => {
+            let id = task_id(&task)?;
+            let before = remote::status_of(&remote.task(&id).await?);
+            let task = remote
+                .post(&format!("/v1/tasks/{id}/messages"), &json!({"text": text}))
+                .await
+                .map_err(invalid_is_usage)?;
+            crate::render::print_said(&id, before, &task, json)
+        }
         Command::Repos { command, json } => repos(remote, command, json).await,
         Command::Approve(args) => {
             let id = approval_id(&args.id)?;

@@ -136,6 +136,30 @@ pub fn print_task(task: &Value, json: bool) -> anyhow::Result<u8> {
     Ok(0)
 }
 
+/// `warden say`: what became of the message sent to task `id`, whose status was `before`:
+/// queued for the agent's next turn, taken as the answer, or the follow-up it started; or the
+/// task it left as JSON.
+pub fn print_said(id: &TaskId, before: Option<TaskStatus>, task: &Value, json: bool) -> anyhow::Result<u8> {
+    if json {
+        println!("{}", text::json_pretty(task)?);
+        return Ok(0);
+    }
+    let next = task_id_of(task)?;
+    if &next != id {
+        println!(
+            "{id} had ended; the message started the follow-up {next} (watch it with `warden logs {next} --follow`)"
+        );
+    } else if before == Some(TaskStatus::WaitingInput) {
+        println!("{id} took the message as its answer and is queued again (watch it with `warden logs {id} --follow`)");
+    } else {
+        println!(
+            "{id} ({}): the agent reads the message at its next turn",
+            wire_name(&task["status"])
+        );
+    }
+    Ok(0)
+}
+
 /// `warden tasks`: one line a task, or the tasks as JSON.
 pub fn print_tasks(tasks: &[Value], json: bool) -> anyhow::Result<()> {
     if json {

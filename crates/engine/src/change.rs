@@ -995,6 +995,8 @@ pub struct ChangeRun<'a> {
     pub clock: &'a dyn Clock,
     pub cancel: CancelFlag,
     pub ledger: Option<&'a dyn Ledger>,
+    /// Messages people send while the run goes on; `None`: nobody can.
+    pub inbox: Option<&'a dyn warden_runtime::Inbox>,
 }
 
 pub fn change_system_prompt(manifest: &[ManifestEntry], checks: &[String]) -> String {
@@ -1092,9 +1094,11 @@ pub async fn run_change(run: ChangeRun<'_>, tools: &[Arc<dyn Tool>]) -> RunRepor
                 "change",
                 &manifest.iter().map(|m| m.repo.as_str()).collect::<Vec<_>>(),
             )),
+            context_tokens: run.config.context_tokens,
             ..AgentConfig::default()
         },
         ledger: run.ledger,
+        inbox: run.inbox,
     }
     .run(RunInput::Start {
         messages: change_messages(

@@ -240,6 +240,9 @@ pub struct ModelSection {
     pub prompt_cache_retention: Option<String>,
     /// Anthropic: how long the tools and system prompt stay cached, `5m` or `1h` (default).
     pub cache_ttl: Option<String>,
+    /// The model's context window in tokens: a conversation reaching 80 % of it is compacted
+    /// (default: the published window of a known model; none for others).
+    pub context_tokens: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -278,6 +281,9 @@ pub struct Config {
     pub model: ModelChoice,
     pub limits: Limits,
     pub max_output_tokens: u32,
+    /// `[model] context_tokens`, or the known window of the primary model: where compaction
+    /// starts (see the runtime's `COMPACT_AT_PERCENT`). `None`: never.
+    pub context_tokens: Option<u64>,
     pub prices: PriceTable,
     pub sandbox: SandboxChoice,
     /// `[storage]`: snapshot limits and the cache budget of mirrors, snapshots and dependency
@@ -330,6 +336,9 @@ pub enum ModelChoice {
     /// No model configured: fine for commands that need none.
     Missing,
 }
+
+/// The smallest `[model] context_tokens` taken: below it no request with Warden's tools fits.
+const MIN_CONTEXT_TOKENS: u64 = 1_000;
 
 impl Config {
     pub fn load(explicit: Option<&Path>, env: &dyn Env) -> anyhow::Result<Config> {
@@ -403,6 +412,19 @@ impl Config {
         if section.max_output_tokens == Some(0) {
             bail!("model.max_output_tokens must be at least 1");
         }
+        let context_tokens = match section.context_tokens {
+            Some(tokens) if tokens < MIN_CONTEXT_TOKENS => bail!(
+                "model.context_tokens {tokens}: expected at least {MIN_CONTEXT_TOKENS} (the \
+                 model's context window, in tokens)"
+            ),
+            Some(tokens) => Some(tokens),
+            None => match &model {
+                ModelChoice::Remote { primary, .. } => {
+                    warden_models::known_context_tokens(&primary.model)
+                }
+                ModelChoice::Faux | ModelChoice::Missing => None,
+            },
+        };
         let limits = Limits {
             max_turns: limits_section.max_turns.unwrap_or(defaults.max_turns),
             max_tokens: limits_section.max_tokens,
@@ -491,6 +513,7 @@ impl Config {
             model,
             limits,
             max_output_tokens: section.max_output_tokens.unwrap_or(8192),
+            context_tokens,
             prices,
             sandbox,
             storage,

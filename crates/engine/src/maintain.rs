@@ -895,6 +895,7 @@ fn repair_upgrade(
                 ..warden_runtime::AgentConfig::default()
             },
             ledger: *ledger,
+            inbox: None,
         }
         .run(warden_runtime::RunInput::Start { messages, context }),
     );

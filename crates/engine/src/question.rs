@@ -349,6 +349,8 @@ pub struct QuestionRun<'a> {
     pub clock: &'a dyn Clock,
     pub cancel: CancelFlag,
     pub ledger: Option<&'a dyn Ledger>,
+    /// Messages people send while the run goes on; `None`: nobody can.
+    pub inbox: Option<&'a dyn warden_runtime::Inbox>,
 }
 
 /// A task's sandbox view over its snapshots, shared by the `shell` tool while the run lasts.
@@ -528,9 +530,11 @@ pub async fn run_question(run: QuestionRun<'_>, tools: &[Arc<dyn Tool>]) -> RunR
                 "question",
                 &manifest.iter().map(|m| m.repo.as_str()).collect::<Vec<_>>(),
             )),
+            context_tokens: run.config.context_tokens,
             ..AgentConfig::default()
         },
         ledger: run.ledger,
+        inbox: run.inbox,
     }
     .run(RunInput::Start {
         messages: initial_messages(&manifest, run.transcript, run.question),

@@ -252,6 +252,7 @@ pub async fn review(
             ..AgentConfig::default()
         },
         ledger: run.ledger,
+        inbox: None,
     }
     .run(RunInput::Start {
         messages,

@@ -307,3 +307,35 @@ mod tests {
         );
     }
 }
+
+/// The context window, in tokens, of the model families Warden knows by name (the published
+/// figures; `[model] context_tokens` overrides). `None` for any other model: its conversation is
+/// never compacted unless the operator names its window.
+pub fn known_context_tokens(model: &str) -> Option<u64> {
+    const KNOWN: &[(&str, u64)] = &[
+        ("claude-", 200_000),
+        ("gpt-5", 400_000),
+        ("gpt-4.1", 1_047_576),
+        ("gpt-4o", 128_000),
+        ("o1", 200_000),
+        ("o3", 200_000),
+        ("o4-mini", 200_000),
+    ];
+    KNOWN
+        .iter()
+        .find(|(prefix, _)| model.starts_with(prefix))
+        .map(|(_, tokens)| *tokens)
+}
+
+#[cfg(test)]
+mod context_tests {
+    use super::known_context_tokens;
+
+    #[test]
+    fn known_families_have_their_published_windows_and_others_none() {
+        assert_eq!(known_context_tokens("claude-sonnet-4-5"), Some(200_000));
+        assert_eq!(known_context_tokens("gpt-5.1"), Some(400_000));
+        assert_eq!(known_context_tokens("gpt-4o-mini"), Some(128_000));
+        assert_eq!(known_context_tokens("llama3.1:8b"), None);
+    }
+}

@@ -23,6 +23,7 @@ mod retry;
 pub mod sse;
 
 pub use config::{
+    known_context_tokens,
     CacheTtl, ConfigError, MaxTokensField, ModelConfig, Provider, RetryConfig, SystemRole,
 };
 pub use endpoint::CONNECT_FAILED;

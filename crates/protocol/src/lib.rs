@@ -169,6 +169,9 @@ pub enum FailureCode {
     /// An approval the task needed before it could run (the risk gate's
     /// `approve_before_run`) was rejected: nothing ran.
     Rejected,
+    /// The conversation outgrew the model's context window (`[model] context_tokens`) and three
+    /// compactions did not bring it back under the trigger.
+    ContextExhausted,
 }
 
 impl FailureCode {
@@ -194,6 +197,7 @@ impl FailureCode {
             FailureCode::UpgradeFailed => "upgrade_failed",
             FailureCode::Rejected => "rejected",
             FailureCode::ReviewBlocked => "review_blocked",
+            FailureCode::ContextExhausted => "context_exhausted",
         }
     }
 }
@@ -846,6 +850,28 @@ pub enum Event {
         reasons: Vec<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         approval: Option<String>,
+    },
+    /// A message sent to the task while it waits to run or runs (`POST /v1/tasks/{id}/messages`,
+    /// `warden say`): the agent reads it at its next turn. `seq` is its place in the task's
+    /// conversation.
+    MessageQueued {
+        seq: u64,
+        author: String,
+        text: String,
+    },
+    /// Message `seq` reached the agent, before model call `turn`.
+    MessageDelivered {
+        seq: u64,
+        turn: u32,
+    },
+    /// The conversation neared the model's context window and was compacted (`attempt` 1, 2, …
+    /// in this run): its estimated size before and after, in tokens; `shrunk` is false when it
+    /// stayed above the trigger (three such end the run with `context_exhausted`).
+    ContextCompacted {
+        attempt: u32,
+        tokens_before: u64,
+        tokens_after: u64,
+        shrunk: bool,
     },
     TaskFinished {
         status: TaskStatus,

@@ -120,6 +120,7 @@ fn main() {
                     ..AgentConfig::default()
                 },
                 ledger: None,
+                inbox: None,
             }
             .run(RunInput::Start {
                 messages: vec![

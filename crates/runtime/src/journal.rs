@@ -47,6 +47,12 @@ pub enum RecordKind {
     GateDecided,
     /// The reviewer's findings on a change whose checks passed, and its verdict.
     Review,
+    /// A message sent to the task while it ran reached the agent before a model call
+    /// (`seq`, `turn`); a run after a crash delivers it before the same turn again.
+    MessageDelivered,
+    /// The conversation was compacted: the attempt, the estimated sizes before and after, and
+    /// the model's hand-off note.
+    Compacted,
 }
 
 /// One journal line.

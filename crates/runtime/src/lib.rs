@@ -17,7 +17,9 @@ pub use limits::{Limits, Spend};
 pub use model::{
     Cost, Message, Model, ModelError, ModelRequest, ModelResponse, TokenUsage, ToolCall, ToolSpec,
 };
-pub use run::{Agent, AgentConfig, CancelFlag, Ledger, RunInput, RunOutcome, RunReport};
+pub use run::{
+    Agent, AgentConfig, CancelFlag, Inbox, Ledger, RunInput, RunOutcome, RunReport, Steer,
+};
 pub use tool::{AllowAll, Finish, Policy, Tool, ToolOutput, Verdict};
 
 /// A boxed, sendable future: the traits here are object-safe without an extra crate.

@@ -31,7 +31,26 @@ pub struct AgentConfig {
     pub max_consecutive_rejected_calls: u32,
     /// [`ModelRequest::cache_key`] of every request of the run.
     pub cache_key: Option<String>,
+    /// The model's context window in tokens (`[model] context_tokens`): a conversation that
+    /// reaches [`COMPACT_AT_PERCENT`] of it is compacted before the next call. `None`: never.
+    pub context_tokens: Option<u64>,
 }
+
+/// A conversation is compacted once its estimated size reaches this share of the context window.
+pub const COMPACT_AT_PERCENT: u64 = 80;
+/// Compactions that leave the conversation at or above the trigger before the run stops with
+/// `context_exhausted`.
+pub const MAX_FUTILE_COMPACTIONS: u32 = 3;
+
+/// What the model is asked for when its conversation is compacted: a fixed template, so a
+/// compaction is replayable and never depends on the run.
+pub const COMPACTION_REQUEST: &str = "Warden: this conversation is nearing the model's context \
+window and is about to be compacted: the turns since the request will be replaced by your \
+hand-off note and by what Warden itself recorded of the run (every tool call and its result, \
+rejected submissions, messages people sent). Write the hand-off note now, for yourself, to carry \
+on from here: what you learned that matters (files, functions, line numbers), what you changed, \
+what remains and your plan for it. Be specific and brief (at most about 400 words). Reply with \
+the note only; do not call a tool in this reply.";
 
 impl Default for AgentConfig {
     fn default() -> AgentConfig {
@@ -43,6 +62,7 @@ impl Default for AgentConfig {
             max_tool_calls_per_turn: 32,
             max_consecutive_rejected_calls: 8,
             cache_key: None,
+            context_tokens: None,
         }
     }
 }
@@ -107,6 +127,25 @@ pub struct Agent<'a> {
     /// Spend kept outside the run (per-task across runs, per-day): asked before every model
     /// call and told about every response. `None` for one-shot runs with only run limits.
     pub ledger: Option<&'a dyn Ledger>,
+    /// Messages people send while the run goes on, delivered before the next model call.
+    /// `None`: nobody can.
+    pub inbox: Option<&'a dyn Inbox>,
+}
+
+/// A message a person sent to a running task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Steer {
+    /// Its place in the task's conversation.
+    pub seq: u64,
+    pub author: String,
+    pub text: String,
+}
+
+/// Where a run finds the messages sent to it while it goes on.
+pub trait Inbox: Send + Sync {
+    /// The messages to deliver before model call `turn` (1, 2, …), oldest first, each once.
+    /// `Err` ends the run (`infrastructure`): a message that cannot be read cannot be heard.
+    fn take(&self, turn: u32) -> BoxFuture<'_, Result<Vec<Steer>, Failure>>;
 }
 
 /// A durable record of spend with budgets that span runs and tasks (per task, per day).
@@ -132,6 +171,21 @@ struct RunState {
     replies_without_tool: u32,
     /// Tool calls rejected since the last one that ran.
     rejected_calls_in_a_row: u32,
+    /// How many messages the run started with (system prompt, earlier conversation, request):
+    /// kept verbatim by a compaction.
+    head: usize,
+    /// What the run did, one line per tool call, from its own records: re-injected after a
+    /// compaction instead of trusting the model's summary of it.
+    steps: Vec<String>,
+    /// The errors of the last rejected submission.
+    last_rejection: Vec<String>,
+    /// Messages people sent during the run, as delivered.
+    delivered: Vec<Steer>,
+    /// The conversation's size in tokens as the provider last measured it, and the message
+    /// count it covered (the assistant reply included).
+    measured: Option<(u64, usize)>,
+    compactions: u32,
+    futile_compactions: u32,
 }
 
 impl Agent<'_> {
@@ -148,7 +202,15 @@ impl Agent<'_> {
             rejected_submissions: 0,
             replies_without_tool: 0,
             rejected_calls_in_a_row: 0,
+            head: 0,
+            steps: Vec::new(),
+            last_rejection: Vec::new(),
+            delivered: Vec::new(),
+            measured: None,
+            compactions: 0,
+            futile_compactions: 0,
         };
+        state.head = state.messages.len();
         let outcome = match self
             .record(
                 RecordKind::RunStarted,
@@ -191,90 +253,29 @@ impl Agent<'_> {
             if self.cancel.is_cancelled() {
                 return cancelled();
             }
-            if let Err(failure) = self
-                .config
-                .limits
-                .check(&state.spend, self.elapsed_ms(state))
-            {
-                if let Err(journal_failure) = self
-                    .record(RecordKind::LimitReached, json!({ "failure": failure }))
-                    .await
-                {
-                    return RunOutcome::Failed(journal_failure);
-                }
-                return RunOutcome::Failed(failure);
-            }
-            if let Some(ledger) = self.ledger {
-                if let Err(failure) = ledger.before_model_call().await {
-                    if let Err(journal_failure) = self
-                        .record(RecordKind::LimitReached, json!({ "failure": failure }))
-                        .await
-                    {
-                        return RunOutcome::Failed(journal_failure);
-                    }
-                    return RunOutcome::Failed(failure);
-                }
+            if let Some(outcome) = self.before_model_call(state).await {
+                return outcome;
             }
             let turn = state.spend.turns + 1;
-            let request = ModelRequest {
-                messages: state.messages.clone(),
-                tools: self.tools.iter().map(|t| t.spec()).collect(),
-                max_output_tokens: self.config.max_output_tokens,
-                cache_key: self.config.cache_key.clone(),
-            };
-            if let Err(failure) = self
-                .record(
-                    RecordKind::ModelRequested,
-                    json!({ "turn": turn, "messages": request.messages.len() }),
-                )
-                .await
-            {
+            if let Err(failure) = self.deliver_messages(state, turn).await {
                 return RunOutcome::Failed(failure);
             }
-            self.events.emit(Event::ModelRequested {
-                turn,
-                model: self.model.name(),
-            });
-            state.spend.turns = turn;
-            let response = match self.model.complete(&request, self.events).await {
+            match self.compact_if_needed(state).await {
+                Ok(false) => {}
+                // The budgets are asked again before the agent's own call.
+                Ok(true) => continue,
+                Err(outcome) => return outcome,
+            }
+            let messages = state.messages.clone();
+            let response = match self.ask_model(state, messages, None).await {
                 Ok(response) => response,
-                Err(error) => {
-                    let failure = Failure {
-                        code: FailureCode::ModelError,
-                        message: error.to_string(),
-                    };
-                    if let Err(journal_failure) = self
-                        .record(
-                            RecordKind::ModelFailed,
-                            json!({ "error": error.to_string() }),
-                        )
-                        .await
-                    {
-                        return RunOutcome::Failed(journal_failure);
-                    }
-                    return RunOutcome::Failed(failure);
-                }
+                Err(outcome) => return outcome,
             };
-            if let Err(failure) = self
-                .record(RecordKind::ModelDecision, json!(response))
-                .await
-            {
-                return RunOutcome::Failed(failure);
-            }
-            if let Some(ledger) = self.ledger {
-                if let Err(failure) = ledger.record(&response).await {
-                    return RunOutcome::Failed(failure);
-                }
-            }
-            if let Some(failure) = account(state, &response, &self.config.limits) {
-                return RunOutcome::Failed(failure);
-            }
-            self.events.emit(Event::ModelResponded {
-                turn,
-                model: response.model.clone(),
-                tool_calls: response.tool_calls.len() as u32,
-                input_tokens: response.usage.map_or(0, |u| u.input_tokens),
-                output_tokens: response.usage.map_or(0, |u| u.output_tokens),
+            state.measured = response.usage.map(|usage| {
+                (
+                    usage.input_tokens + usage.output_tokens,
+                    state.messages.len() + 1,
+                )
             });
             if let Some(text) = response.text.as_ref().filter(|t| !t.trim().is_empty()) {
                 self.events.emit(Event::AgentMessage { text: text.clone() });
@@ -333,6 +334,201 @@ impl Agent<'_> {
                     Ok(Some(outcome)) => return outcome,
                     Err(failure) => return RunOutcome::Failed(failure),
                 }
+            }
+        }
+    }
+
+    /// The budgets asked before every model call: the run's limits, then the ledger's. `Some`
+    /// ends the run (the limit reached is journaled).
+    async fn before_model_call(&mut self, state: &RunState) -> Option<RunOutcome> {
+        let mut refused = self
+            .config
+            .limits
+            .check(&state.spend, self.elapsed_ms(state))
+            .err();
+        if refused.is_none() {
+            if let Some(ledger) = self.ledger {
+                refused = ledger.before_model_call().await.err();
+            }
+        }
+        let failure = refused?;
+        if let Err(journal_failure) = self
+            .record(RecordKind::LimitReached, json!({ "failure": failure }))
+            .await
+        {
+            return Some(RunOutcome::Failed(journal_failure));
+        }
+        Some(RunOutcome::Failed(failure))
+    }
+
+    /// One model call over `messages` (the budgets already asked): journaled before and after,
+    /// recorded in the ledger and the run's spend. `purpose` names a call that is not a step
+    /// of the agent's (`compaction`). `Err` ends the run.
+    async fn ask_model(
+        &mut self,
+        state: &mut RunState,
+        messages: Vec<Message>,
+        purpose: Option<&str>,
+    ) -> Result<ModelResponse, RunOutcome> {
+        let turn = state.spend.turns + 1;
+        let request = ModelRequest {
+            messages,
+            tools: self.tools.iter().map(|t| t.spec()).collect(),
+            max_output_tokens: self.config.max_output_tokens,
+            cache_key: self.config.cache_key.clone(),
+        };
+        let mut requested = json!({ "turn": turn, "messages": request.messages.len() });
+        if let Some(purpose) = purpose {
+            requested["purpose"] = json!(purpose);
+        }
+        self.record(RecordKind::ModelRequested, requested)
+            .await
+            .map_err(RunOutcome::Failed)?;
+        self.events.emit(Event::ModelRequested {
+            turn,
+            model: self.model.name(),
+        });
+        state.spend.turns = turn;
+        let response = match self.model.complete(&request, self.events).await {
+            Ok(response) => response,
+            Err(error) => {
+                let failure = Failure {
+                    code: FailureCode::ModelError,
+                    message: error.to_string(),
+                };
+                self.record(
+                    RecordKind::ModelFailed,
+                    json!({ "error": error.to_string() }),
+                )
+                .await
+                .map_err(RunOutcome::Failed)?;
+                return Err(RunOutcome::Failed(failure));
+            }
+        };
+        self.record(RecordKind::ModelDecision, json!(response))
+            .await
+            .map_err(RunOutcome::Failed)?;
+        if let Some(ledger) = self.ledger {
+            ledger.record(&response).await.map_err(RunOutcome::Failed)?;
+        }
+        if let Some(failure) = account(state, &response, &self.config.limits) {
+            return Err(RunOutcome::Failed(failure));
+        }
+        self.events.emit(Event::ModelResponded {
+            turn,
+            model: response.model.clone(),
+            tool_calls: response.tool_calls.len() as u32,
+            input_tokens: response.usage.map_or(0, |u| u.input_tokens),
+            output_tokens: response.usage.map_or(0, |u| u.output_tokens),
+        });
+        Ok(response)
+    }
+
+    /// Hands the agent the messages people sent since the last turn, as user messages.
+    async fn deliver_messages(&mut self, state: &mut RunState, turn: u32) -> Result<(), Failure> {
+        let Some(inbox) = self.inbox else {
+            return Ok(());
+        };
+        for message in inbox.take(turn).await? {
+            self.record(
+                RecordKind::MessageDelivered,
+                json!({ "seq": message.seq, "turn": turn, "author": message.author }),
+            )
+            .await?;
+            self.events.emit(Event::MessageDelivered {
+                seq: message.seq,
+                turn,
+            });
+            state.messages.push(Message::User {
+                text: steer_text(&message),
+            });
+            state.delivered.push(message);
+        }
+        Ok(())
+    }
+
+    /// Compacts the conversation when it reached the trigger: the model writes a hand-off
+    /// note (one model call, budgeted and journaled like any other), and the conversation
+    /// becomes the run's first messages, then what the run recorded and the note. `Some` ends
+    /// the run: budgets, a failed call, or [`MAX_FUTILE_COMPACTIONS`] that did not shrink it.
+    async fn compact_if_needed(&mut self, state: &mut RunState) -> Result<bool, RunOutcome> {
+        let Some(window) = self.config.context_tokens else {
+            return Ok(false);
+        };
+        let trigger = window.saturating_mul(COMPACT_AT_PERCENT) / 100;
+        let before = self.context_estimate(state);
+        if before < trigger {
+            return Ok(false);
+        }
+        let mut messages = state.messages.clone();
+        messages.push(Message::User {
+            text: COMPACTION_REQUEST.into(),
+        });
+        let response = self.ask_model(state, messages, Some("compaction")).await?;
+        let note = response
+            .text
+            .as_deref()
+            .map(str::trim)
+            .filter(|text| !text.is_empty())
+            .unwrap_or("(the model wrote no note)")
+            .to_string();
+        state.compactions += 1;
+        let mut compacted = state.messages[..state.head.min(state.messages.len())].to_vec();
+        compacted.push(Message::User {
+            text: compacted_state(state, &note),
+        });
+        state.messages = compacted;
+        state.measured = None;
+        let after = self.context_estimate(state);
+        let shrunk = after < trigger;
+        if !shrunk {
+            state.futile_compactions += 1;
+        }
+        let attempt = state.compactions;
+        self.record(
+                RecordKind::Compacted,
+                json!({
+                    "attempt": attempt,
+                    "tokens_before": before,
+                    "tokens_after": after,
+                    "trigger": trigger,
+                    "shrunk": shrunk,
+                    "note": note,
+                }),
+            )
+            .await
+            .map_err(RunOutcome::Failed)?;
+        self.events.emit(Event::ContextCompacted {
+            attempt,
+            tokens_before: before,
+            tokens_after: after,
+            shrunk,
+        });
+        if state.futile_compactions < MAX_FUTILE_COMPACTIONS {
+            return Ok(true);
+        }
+        Err(RunOutcome::Failed(Failure {
+                code: FailureCode::ContextExhausted,
+                message: format!(
+                    "the conversation outgrew the model's context window ({window} tokens): \
+                     {futile} compactions left it at or above {trigger} tokens (about {after} \
+                     after the last); raise [model] context_tokens if the model has a larger \
+                     window, or ask for less at once",
+                futile = state.futile_compactions
+            ),
+        }))
+    }
+
+    /// The conversation's size in tokens: what the provider measured for it last, plus an
+    /// estimate of what was added since; an estimate of the whole when nothing was measured.
+    fn context_estimate(&self, state: &RunState) -> u64 {
+        match state.measured {
+            Some((tokens, count)) if count <= state.messages.len() => {
+                tokens + estimate_tokens(&state.messages[count..])
+            }
+            _ => {
+                let tools: Vec<_> = self.tools.iter().map(|t| t.spec()).collect();
+                estimate_tokens(&state.messages) + json_len(&tools) / 4
             }
         }
     }
@@ -434,6 +630,7 @@ impl Agent<'_> {
         )
         .await?;
         let ok = matches!(output, ToolOutput::Ok(_) | ToolOutput::Finish(_));
+        state.steps.push(step_line(&summary, &output));
         self.events.emit(Event::ToolFinished {
             call_id: call.id.clone(),
             tool: call.name.clone(),
@@ -446,6 +643,7 @@ impl Agent<'_> {
             ToolOutput::Error(text) => push_tool_result(state, call, text, true),
             ToolOutput::Rejected(errors) => {
                 state.rejected_submissions += 1;
+                state.last_rejection = errors.clone();
                 let attempt = state.rejected_submissions;
                 self.record(
                     RecordKind::SubmissionRejected,
@@ -581,6 +779,99 @@ fn account(state: &mut RunState, response: &ModelResponse, limits: &Limits) -> O
         Some(state.spend.cost_micro_usd as f64 / 1e6)
     };
     None
+}
+
+/// How a message a person sent during the run reads to the agent.
+fn steer_text(message: &Steer) -> String {
+    format!(
+        "Warden: {} sent a message while you work on this task; take it into account from \
+         now on:\n\n{}",
+        message.author, message.text
+    )
+}
+
+/// Lines of a tool's result kept in a step line.
+const STEP_RESULT_CHARS: usize = 200;
+/// Step lines re-injected after a compaction (the latest).
+const MAX_STEPS_KEPT: usize = 80;
+
+/// One line of what the run did: the call as the person following it sees it, and how it
+/// ended, with the start of its result.
+fn step_line(summary: &str, output: &ToolOutput) -> String {
+    let (how, text) = match output {
+        ToolOutput::Ok(text) => ("ok", text.as_str()),
+        ToolOutput::Error(text) => ("error", text.as_str()),
+        ToolOutput::Rejected(_) => ("rejected", ""),
+        ToolOutput::Finish(_) => ("accepted", ""),
+        ToolOutput::Stop(failure) => ("stopped", failure.message.as_str()),
+    };
+    let first: String = text
+        .lines()
+        .map(str::trim)
+        .find(|line| !line.is_empty())
+        .unwrap_or("")
+        .chars()
+        .take(STEP_RESULT_CHARS)
+        .collect();
+    if first.is_empty() {
+        format!("{summary}: {how}")
+    } else {
+        format!("{summary}: {how}: {first}")
+    }
+}
+
+/// The message that replaces the compacted turns: what the run recorded (its tool calls and
+/// their results, the last rejected submission, the messages people sent), then the model's
+/// note.
+fn compacted_state(state: &RunState, note: &str) -> String {
+    let mut text = format!(
+        "Warden: the conversation was compacted (compaction {}) to fit the model's context \
+         window. The messages above are as they were; this one replaces every turn after \
+         them.\n\n## What Warden recorded of this run\n",
+        state.compactions
+    );
+    let skipped = state.steps.len().saturating_sub(MAX_STEPS_KEPT);
+    if state.steps.is_empty() {
+        text.push_str("No tool call ran yet.\n");
+    } else {
+        text.push_str(&format!("Tool calls ({} in all", state.steps.len()));
+        if skipped > 0 {
+            text.push_str(&format!(", the first {skipped} not shown"));
+        }
+        text.push_str("), oldest first:\n");
+        for step in &state.steps[skipped..] {
+            text.push_str(&format!("- {step}\n"));
+        }
+    }
+    if !state.last_rejection.is_empty() {
+        text.push_str(&format!(
+            "\nYour last submission was rejected ({} so far):\n",
+            state.rejected_submissions
+        ));
+        for error in &state.last_rejection {
+            text.push_str(&format!("- {error}\n"));
+        }
+    }
+    if !state.delivered.is_empty() {
+        text.push_str("\nMessages people sent while you worked, oldest first:\n");
+        for message in &state.delivered {
+            text.push_str(&format!("- {}: {}\n", message.author, message.text));
+        }
+    }
+    text.push_str(&format!(
+        "\n## Your hand-off note, written before the compaction\n{note}\n\nContinue the task \
+         from here."
+    ));
+    text
+}
+
+/// A rough token count of messages: their JSON size over four.
+fn estimate_tokens(messages: &[Message]) -> u64 {
+    json_len(messages) / 4
+}
+
+fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> u64 {
+    serde_json::to_vec(value).map_or(0, |bytes| bytes.len() as u64)
 }
 
 fn parse_arguments(text: &str) -> Result<Value, Vec<String>> {

@@ -107,6 +107,21 @@ pub fn render(event: &Event) -> Option<String> {
         } => format!(
             "  ◆ review {round}: {verdict} ({findings} findings, {blocking} blocking)"
         ),
+        Event::MessageQueued { seq, author, .. } => {
+            format!("  ✉ message {seq} from {author} queued for the agent's next turn")
+        }
+        Event::MessageDelivered { seq, turn } => {
+            format!("  ✉ message {seq} delivered to the agent (turn {turn})")
+        }
+        Event::ContextCompacted {
+            attempt,
+            tokens_before,
+            tokens_after,
+            shrunk,
+        } => format!(
+            "  ◆ context compacted ({attempt}): about {tokens_before} → {tokens_after} tokens{}",
+            if *shrunk { "" } else { ", still above the trigger" }
+        ),
         Event::RedactionFailed => {
             "  ! an event was withheld: redacting secrets from it failed".into()
         }

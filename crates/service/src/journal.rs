@@ -35,6 +35,9 @@ pub struct StoreJournal {
     /// the run's journal was continued from records this writer did not see (then nothing is
     /// recorded and readers work it out).
     display: Option<JournalRedaction>,
+    /// The `model_requested` records appended so far: where the run's inbox is (see
+    /// [`crate::inbox`]).
+    pub model_calls: Arc<AtomicU64>,
 }
 
 impl StoreJournal {
@@ -44,6 +47,7 @@ impl StoreJournal {
             inner,
             redactor,
             display,
+            model_calls: Arc::new(AtomicU64::new(0)),
         }
     }
 }
@@ -64,6 +68,7 @@ impl Journal for StoreJournal {
         payload: serde_json::Value,
     ) -> BoxFuture<'_, Result<(), JournalError>> {
         let payload = self.redactor.json(payload);
+        let counted = kind == RecordKind::ModelRequested;
         let kind = kind_name(kind);
         let display = self
             .display
@@ -73,8 +78,11 @@ impl Journal for StoreJournal {
             self.inner
                 .append_with_display(at_ms, &kind, payload, display)
                 .await
-                .map(|_| ())
-                .map_err(|e| JournalError::Io(std::io::Error::other(e.to_string())))
+                .map_err(|e| JournalError::Io(std::io::Error::other(e.to_string())))?;
+            if counted {
+                self.model_calls.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(())
         })
     }
 }

@@ -17,6 +17,7 @@ pub mod event_line;
 pub mod gate;
 pub mod github;
 pub mod hub;
+pub mod inbox;
 pub mod journal;
 pub mod ledger;
 pub mod local;

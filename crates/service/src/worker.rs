@@ -34,7 +34,7 @@ use warden_repo::RepoStore;
 use warden_runtime::{CancelFlag, EventSink, Model, RunReport, SystemClock};
 use warden_store::{
     Claim, ClaimFilter, ClaimQueue, Clock, Completion, CompletionBatcher, LeasedClaim, RunJournal,
-    RunRef, Store, StoreError, Task, TaskRepo, MESSAGE_AGENT,
+    RunRef, Store, StoreError, Task, TaskRepo, MESSAGE_AGENT, MESSAGE_STEER,
 };
 
 use crate::cancel::{RunningTasks, STATUS_CHECK_EVERY};
@@ -753,13 +753,8 @@ async fn run_question(
         Err(failure) => return failed(task, &model_name, failure),
     };
     tools.extend(mcp.tools());
-    let RunPlumbing {
-        model,
-        ledger,
-        mut journal,
-        replaying,
-    } = match run_plumbing(services, task, &run).await {
-        Ok(plumbing) => plumbing,
+    let (inbox, plumbing) = match run_plumbing(services, task, &run).await {
+        Ok(mut plumbing) => (plumbing.inbox(&services.store, task), plumbing),
         Err(message) => {
             return failed(
                 task,
@@ -771,6 +766,13 @@ async fn run_question(
             )
         }
     };
+    let RunPlumbing {
+        model,
+        ledger,
+        mut journal,
+        replaying,
+        ..
+    } = plumbing;
     if replaying > 0 {
         tracing::info!(%run, replaying, "resuming from the journal of an earlier run");
     }
@@ -793,6 +795,7 @@ async fn run_question(
             clock: &SystemClock,
             cancel,
             ledger: Some(&ledger),
+            inbox: Some(&inbox),
         },
         &tools,
     )
@@ -821,6 +824,22 @@ pub(crate) struct RunPlumbing {
     pub journal: StoreJournal,
     /// Decisions an earlier run journaled that this one replays.
     pub replaying: usize,
+    /// Where the replayed run delivered the messages sent to the task.
+    pub deliveries: crate::inbox::Deliveries,
+}
+
+impl RunPlumbing {
+    /// The run's inbox: the messages sent to the task, delivered where the replayed run
+    /// delivered them, the others once its decisions are used up.
+    pub fn inbox(&mut self, store: &RunStore, task: &Task) -> crate::inbox::StoreInbox {
+        crate::inbox::StoreInbox::new(
+            store.clone(),
+            task.id.clone(),
+            Arc::clone(&self.journal.model_calls),
+            std::mem::take(&mut self.deliveries),
+            self.replaying as u64,
+        )
+    }
 }
 
 pub(crate) async fn run_plumbing(
@@ -828,7 +847,7 @@ pub(crate) async fn run_plumbing(
     task: &Task,
     run: &RunRef,
 ) -> Result<RunPlumbing, String> {
-    let recorded = earlier_decisions(&services.store, run).await?;
+    let (recorded, deliveries) = earlier_decisions(&services.store, run).await?;
     let replaying = recorded.len();
     let model = ReplayModel::new(Arc::clone(&services.model), recorded);
     let ledger = StoreLedger {
@@ -855,6 +874,7 @@ pub(crate) async fn run_plumbing(
         ledger,
         journal: StoreJournal::new(journal, services.redactor.clone()),
         replaying,
+        deliveries,
     })
 }
 
@@ -864,8 +884,8 @@ pub(crate) async fn run_plumbing(
 async fn earlier_decisions(
     store: &RunStore,
     run: &RunRef,
-) -> Result<Vec<RecordedDecision>, String> {
-    let mut best = Vec::new();
+) -> Result<(Vec<RecordedDecision>, crate::inbox::Deliveries), String> {
+    let mut best = (Vec::new(), crate::inbox::Deliveries::new());
     for number in 1..run.number {
         let earlier = RunRef {
             task: run.task.clone(),
@@ -882,8 +902,8 @@ async fn earlier_decisions(
                     continue;
                 }
                 let decisions = recorded_decisions(&entries);
-                if decisions.len() > best.len() {
-                    best = decisions;
+                if decisions.len() > best.0.len() {
+                    best = (decisions, crate::inbox::recorded_deliveries(&entries));
                 }
             }
             Err(error) if error.is_retryable() => {
@@ -942,7 +962,7 @@ async fn transcript<C: StoreCalls + ?Sized>(
         role: Role::User,
         text: task.prompt.clone(),
     });
-    entries.extend(conversation(store, task).await?);
+    entries.extend(conversation(store, task, true).await?);
     while entries.last().is_some_and(|e| e.role == Role::Agent) {
         entries.pop();
     }
@@ -979,7 +999,7 @@ pub(crate) async fn chain_transcript<C: StoreCalls + ?Sized>(
             role: Role::User,
             text: earlier.prompt.clone(),
         });
-        entries.extend(conversation(store, earlier).await?);
+        entries.extend(conversation(store, earlier, false).await?);
         if let Some(reply) = earlier.result.as_ref().and_then(reply_of) {
             if entries.last().is_none_or(|e| e.text != reply) {
                 entries.push(TranscriptEntry {
@@ -995,11 +1015,13 @@ pub(crate) async fn chain_transcript<C: StoreCalls + ?Sized>(
 /// Follow-up chains and retry chains longer than this are cut (oldest first).
 const MAX_CHAIN: usize = 50;
 
-/// The messages of a task's conversation (questions asked, answers given), after those of the
-/// tasks it retries.
+/// The messages of a task's conversation (questions asked, answers given, messages sent while
+/// it ran), after those of the tasks it retries. For the task's `own_run`, the messages sent
+/// to it while it ran are left to its inbox.
 async fn conversation<C: StoreCalls + ?Sized>(
     store: &C,
     task: &Task,
+    own_run: bool,
 ) -> Result<Vec<TranscriptEntry>, Failure> {
     let mut retried = vec![task.id.clone()];
     let mut next = task.retry_of.clone();
@@ -1026,14 +1048,22 @@ async fn conversation<C: StoreCalls + ?Sized>(
                 code: FailureCode::Infrastructure,
                 message: format!("cannot read the conversation of task {id}: {e}"),
             })?;
-        entries.extend(messages.into_iter().map(|m| TranscriptEntry {
-            role: if m.role == MESSAGE_AGENT {
-                Role::Agent
-            } else {
-                Role::User
-            },
-            text: m.text,
-        }));
+        // The task's own messages sent while it ran reach its run through its inbox, where
+        // an earlier run delivered them; those of the tasks it retries are conversation.
+        let own = own_run && *id == task.id;
+        entries.extend(
+            messages
+                .into_iter()
+                .filter(|m| !(own && m.role == MESSAGE_STEER))
+                .map(|m| TranscriptEntry {
+                    role: if m.role == MESSAGE_AGENT {
+                        Role::Agent
+                    } else {
+                        Role::User
+                    },
+                    text: m.text,
+                }),
+        );
     }
     Ok(entries)
 }

@@ -44,7 +44,8 @@ pub use types::{
     ApiToken, Approval, ApprovalStatus, Claim, ClaimFilter, Created, Decision, EventRecord,
     EventStream, IdempotencyKey, Intent, IntentStatus, NewApiToken, NewApproval, NewIntent,
     NewRepo, NewTask, Repository, Requeued, Run, RunRef, Spend, Task, TaskMessage, TaskQuery,
-    TaskRepo, UsageEntry, UsageQuery, UsageSummary, MESSAGE_AGENT, MESSAGE_USER, RUN_INTERRUPTED,
+    TaskRepo, UsageEntry, UsageQuery, UsageSummary, MESSAGE_AGENT, MESSAGE_STEER, MESSAGE_USER,
+    RUN_INTERRUPTED,
 };
 pub use types::{ChatMessage, ChatMessageState, NewChatMessage};
 pub use types::{NewWebSession, WebSession, WebUser, WEB_CREDENTIAL_PASSWORD};
@@ -507,7 +508,7 @@ pub trait Store: Send + Sync {
 
     // --- task conversation ---
 
-    /// Appends a message (`role` is [`MESSAGE_USER`] or [`MESSAGE_AGENT`], else
+    /// Appends a message (`role` is [`MESSAGE_USER`], [`MESSAGE_AGENT`] or [`MESSAGE_STEER`], else
     /// [`StoreError::InvalidData`]) to an existing task's conversation.
     fn append_task_message<'a>(
         &'a self,

@@ -7,7 +7,7 @@ use warden_protocol::{Event, TaskId, TaskStatus};
 use crate::state::{parse_kind, parse_status};
 use crate::types::{
     ApiToken, Approval, ApprovalStatus, EventRecord, Intent, IntentStatus, Repository, Run, Spend,
-    Task, TaskMessage, TaskRepo, WebSession, WebUser, MESSAGE_AGENT, MESSAGE_USER,
+    Task, TaskMessage, TaskRepo, WebSession, WebUser, MESSAGE_AGENT, MESSAGE_STEER, MESSAGE_USER,
 };
 use crate::{JournalEntry, StoreError};
 
@@ -385,11 +385,12 @@ impl RawMessage {
 
 /// A message role the store accepts.
 pub(crate) fn check_message_role(role: &str) -> Result<(), StoreError> {
-    if role == MESSAGE_USER || role == MESSAGE_AGENT {
+    if role == MESSAGE_USER || role == MESSAGE_AGENT || role == MESSAGE_STEER {
         Ok(())
     } else {
         Err(StoreError::invalid_data(format!(
-            "message role {role:?}: expected {MESSAGE_USER:?} or {MESSAGE_AGENT:?}"
+            "message role {role:?}: expected {MESSAGE_USER:?}, {MESSAGE_AGENT:?} or \
+             {MESSAGE_STEER:?}"
         )))
     }
 }

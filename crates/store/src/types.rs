@@ -477,13 +477,16 @@ pub struct WebSession {
 pub const MESSAGE_USER: &str = "user";
 /// `TaskMessage::role` of a message from the agent (a question it asked).
 pub const MESSAGE_AGENT: &str = "agent";
+/// `TaskMessage::role` of a message a human sent while the task was queued or running: the
+/// agent reads it at its next turn.
+pub const MESSAGE_STEER: &str = "steer";
 
 /// One message of a task's conversation (questions asked, answers given).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskMessage {
     /// Per task, from 1, in append order.
     pub seq: u64,
-    /// [`MESSAGE_USER`] or [`MESSAGE_AGENT`].
+    /// [`MESSAGE_USER`], [`MESSAGE_AGENT`] or [`MESSAGE_STEER`].
     pub role: String,
     pub text: String,
     /// Who wrote it (a token name, or the model for the agent).

@@ -77,19 +77,20 @@ struct PostMessage {
     text: String,
 }
 
-/// Answers a task waiting for input (the same task runs again with the whole exchange), or
-/// follows up on a finished question or change (a new task with `follow_up_to`; a change
-/// continues on its proposal).
+/// Answers a task waiting for input (the same task runs again with the whole exchange), steers
+/// a queued or running question or change (the agent reads the message before its next model
+/// call; `message_queued` and `message_delivered` events), or follows up on a finished question
+/// or change (a new task with `follow_up_to`; a change continues on its proposal).
 #[utoipa::path(post, path = "/v1/tasks/{id}/messages", tag = "tasks",
     params(("id" = String, Path, description = "The task id")),
     request_body = PostMessage,
     responses(
-        (status = 202, description = "Answered: the task, queued again; or the new follow-up task", body = TaskView),
+        (status = 202, description = "Answered: the task, queued again; steered: the task as it is, the message queued for its next turn; or the new follow-up task", body = TaskView),
         (status = 400, description = "The body is not JSON", body = ErrorBody),
         (status = 401, description = "No or an invalid token", body = ErrorBody),
         (status = 403, description = "A viewer token", body = ErrorBody),
         (status = 404, description = "No such task visible to this token", body = ErrorBody),
-        (status = 409, description = "The task is neither waiting for input nor finished (code `conflict`)", body = ErrorBody),
+        (status = 409, description = "The task waits for an approval, is a maintenance task that runs, or was sent 100 messages while it ran (code `conflict`)", body = ErrorBody),
         (status = 413, description = "The body is too large", body = ErrorBody),
         (status = 422, description = "The text is empty, longer than 64 KiB or holds a NUL character", body = ErrorBody),
     ))]

@@ -241,6 +241,7 @@ async fn run_on(
         cancel: CancelFlag::default(),
         config,
         ledger: None,
+        inbox: None,
     }
     .run(RunInput::Start {
         messages: vec![Message::User {
@@ -778,6 +779,7 @@ async fn an_outside_ledger_is_asked_before_each_model_call() {
         cancel: CancelFlag::default(),
         config: AgentConfig::default(),
         ledger: Some(&ledger),
+        inbox: None,
     }
     .run(RunInput::Start {
         messages: vec![Message::User { text: "q".into() }],

@@ -513,7 +513,8 @@ impl SlackApp {
     }
 
     /// Answers the question of the task started in `thread` of `channel` with `said`, when that
-    /// task waits for input. A task that no longer waits but whose last message is `said` was
+    /// task waits for input; hands it to the agent at its next turn when the task is queued or
+    /// running. A task that no longer waits but whose last message is `said` was
     /// answered by this very event before a crash (Slack retrying it): nothing more.
     async fn answer_in_thread(
         &self,
@@ -543,6 +544,21 @@ impl SlackApp {
             return Ok(Answered::Yes);
         }
         let messages = self.tasks.messages(principal, task.id.as_str()).await?;
+        if steerable(&task) {
+            // Said to the running task: its agent reads it at its next turn (once, even when
+            // Slack delivers the event again after a crash).
+            let sent_before = messages
+                .iter()
+                .rev()
+                .find(|m| m.role == warden_store::MESSAGE_STEER)
+                .is_some_and(|m| m.text == said.trim());
+            if !sent_before {
+                self.tasks
+                    .post_message(principal, task.id.as_str(), said)
+                    .await?;
+            }
+            return Ok(Answered::Yes);
+        }
         let answered_before = messages
             .iter()
             .rev()
@@ -956,4 +972,15 @@ mod tests {
         assert_eq!(form_field(body, "missing"), None);
         assert_eq!(form_field(&[0xff, 0xfe], "payload"), None);
     }
+}
+
+/// Whether a message to `task` reaches its agent at its next turn: a question or change that is
+/// queued or running.
+fn steerable(task: &warden_store::Task) -> bool {
+    use warden_protocol::{TaskKind, TaskStatus};
+    task.kind != TaskKind::Maintain
+        && matches!(
+            task.status,
+            TaskStatus::Queued | TaskStatus::Running | TaskStatus::Testing
+        )
 }

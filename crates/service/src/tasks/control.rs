@@ -15,20 +15,30 @@
 //!   code the first attempt saw (submit a new task for the current code). A conversation the
 //!   task had (answered clarifications) carries over: the worker reads it through `retry_of`.
 //! - **Messages** answer a task waiting for input (the same task is queued again and its next
-//!   run continues the conversation: the request, the agent's question, the answer), or follow
-//!   up on a finished question or change with a new task (`follow_up_to`, the same pinned
-//!   commits; a change continues on its proposal with its checks).
+//!   run continues the conversation: the request, the agent's question, the answer), steer a
+//!   queued or running question or change (stored with the role `steer` and handed to the
+//!   agent before its next model call; a run after a crash delivers it again at the same
+//!   place), or follow up on a finished question or change with a new task (`follow_up_to`,
+//!   the same pinned commits; a change continues on its proposal with its checks).
 
 use serde_json::{json, Value};
 use warden_protocol::{
     Event, Failure, FailureCode, QuestionOutcome, QuestionResult, TaskKind, TaskStatus, Usage,
 };
-use warden_store::{ApprovalStatus, Decision, NewTask, Spend, Store, StoreError, Task};
+use warden_store::{
+    ApprovalStatus, Decision, NewTask, Spend, Store, StoreError, Task, MESSAGE_STEER,
+};
 
 use super::{Principal, ServiceError, TaskService};
 
 /// A message longer than this (in bytes) is refused.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+
+/// Messages a task can be sent while it is queued or running; more are refused (each one is
+/// read before every model call).
+pub const MAX_STEER_MESSAGES: usize = 100;
+// The refusal says the number in words.
+const _: () = assert!(MAX_STEER_MESSAGES == 100);
 
 /// Status changes a cancel may lose to (a run finishing, a worker claiming) before it wins.
 const CANCEL_ATTEMPTS: usize = 8;
@@ -153,11 +163,18 @@ impl TaskService {
         let text = message_text(text)?;
         let task = match task.status {
             TaskStatus::WaitingInput => self.answer_task(principal, &task, text).await?,
+            TaskStatus::Queued | TaskStatus::Running | TaskStatus::Testing
+                if task.kind != TaskKind::Maintain =>
+            {
+                // The run is not woken: it reads the message at its next turn.
+                return self.steer_task(principal, &task, text).await;
+            }
             status if status.is_terminal() => self.follow_up_task(principal, &task, text).await?,
             _ => {
                 return Err(ServiceError::wrong_status(
                     &task,
-                    "messages answer a task waiting for input or follow up on a finished one",
+                    "messages answer a task waiting for input, reach a queued or running \
+                     question or change at its next turn, or follow up on a finished one",
                 ))
             }
         };
@@ -207,6 +224,49 @@ impl TaskService {
         let created = self.follow_up_task(principal, &task, text).await?;
         self.wake.notify_one();
         Ok(created)
+    }
+
+    /// Queues a message for the agent of a queued or running task: stored in its conversation
+    /// (so a run after a crash delivers it too) and announced on its timeline; the run hands
+    /// it to the agent before its next model call ([`crate::inbox`]).
+    async fn steer_task(
+        &self,
+        principal: &Principal,
+        task: &Task,
+        text: &str,
+    ) -> Result<Task, ServiceError> {
+        let sent = self
+            .store
+            .task_messages(&task.id)
+            .await?
+            .iter()
+            .filter(|m| m.role == MESSAGE_STEER)
+            .count();
+        if sent >= MAX_STEER_MESSAGES {
+            return Err(ServiceError::wrong_status(
+                task,
+                "it was already sent the most messages a task takes while it runs (100); \
+                 cancel it and ask again with what it should know",
+            ));
+        }
+        let message = self
+            .store
+            .append_task_message(&task.id, MESSAGE_STEER, text, &principal.name)
+            .await?;
+        let queued = self.redactor.event(Event::MessageQueued {
+            seq: message.seq,
+            author: message.author,
+            text: message.text,
+        });
+        if let Err(error) = self.store.append_event(&task.id, queued).await {
+            tracing::warn!(task = %task.id, %error, "cannot store message_queued");
+        }
+        tracing::info!(task = %task.id, seq = message.seq, by = %principal.name, "message queued for a running task");
+        Ok(self
+            .store
+            .get_task(&task.id)
+            .await?
+            .unwrap_or_else(|| task.clone()))
     }
 
     async fn answer_task(

@@ -390,6 +390,18 @@ impl Bot {
                 )))
             }
             Command::Answer { task, text } => {
+                let current = tasks.task(principal, &task).await?;
+                if current.status != warden_protocol::TaskStatus::WaitingInput
+                    && !current.status.is_terminal()
+                {
+                    // A queued or running task: its agent reads the message at its next turn.
+                    let steered = tasks.post_message(principal, &task, &text).await?;
+                    return Ok(Reply::Text(format!(
+                        "Task {} is {}: it reads your message at its next turn.",
+                        steered.id,
+                        warden_store::state::status_name(steered.status)
+                    )));
+                }
                 let answered = tasks.answer(principal, &task, &text).await?;
                 Ok(Reply::Text(format!(
                     "Task {} has your answer and is {}.",

@@ -369,15 +369,17 @@ async fn run_change_loop(
             )
         }
     };
+    let (inbox, plumbing) = match run_plumbing(services, task, &run).await {
+        Ok(mut plumbing) => (plumbing.inbox(&services.store, task), plumbing),
+        Err(message) => return change_failed(task, &model_name, infrastructure(message)),
+    };
     let RunPlumbing {
         model,
         ledger,
         mut journal,
         replaying,
-    } = match run_plumbing(services, task, &run).await {
-        Ok(plumbing) => plumbing,
-        Err(message) => return change_failed(task, &model_name, infrastructure(message)),
-    };
+        ..
+    } = plumbing;
     if let Some(gate) = &input.gate {
         super::gate::journal_request(&mut journal, gate).await;
     }
@@ -453,6 +455,7 @@ async fn run_change_loop(
             events: input.events,
             cancel,
             ledger: &ledger,
+            inbox: &inbox,
             session: &session,
         },
         &tools,

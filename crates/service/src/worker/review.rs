@@ -44,6 +44,7 @@ pub(super) struct Implement<'a> {
     pub events: &'a StoreEvents,
     pub cancel: CancelFlag,
     pub ledger: &'a StoreLedger,
+    pub inbox: &'a crate::inbox::StoreInbox,
     pub session: &'a Arc<ChangeSession>,
 }
 
@@ -66,6 +67,7 @@ pub(super) async fn implement(
         events,
         cancel,
         ledger,
+        inbox,
         session,
     } = input;
     let config = &services.config;
@@ -79,6 +81,7 @@ pub(super) async fn implement(
         earlier,
         events,
         ledger,
+        inbox,
         tools,
     };
     let mut report = once.run(&conversation, journal, cancel.clone()).await;
@@ -280,6 +283,7 @@ struct Once<'a> {
     earlier: &'a [TranscriptEntry],
     events: &'a StoreEvents,
     ledger: &'a StoreLedger,
+    inbox: &'a crate::inbox::StoreInbox,
     tools: &'a [Arc<dyn Tool>],
 }
 
@@ -306,6 +310,7 @@ impl Once<'_> {
                 clock: &SystemClock,
                 cancel,
                 ledger: Some(self.ledger),
+                inbox: Some(self.inbox),
             },
             self.tools,
         )

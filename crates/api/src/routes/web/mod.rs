@@ -62,6 +62,7 @@ pub fn routes() -> Router<Arc<ApiState>> {
         .route("/tasks/{id}", get(task_page))
         .route("/tasks/{id}/answer", post(answer))
         .route("/tasks/{id}/follow-up", post(follow_up))
+        .route("/tasks/{id}/message", post(message))
         .route("/tasks/{id}/cancel", post(cancel))
         .route("/tasks/{id}/retry", post(retry))
         .route("/approvals/{id}/approve", post(approve))
@@ -751,6 +752,8 @@ fn task_or_refusal(
 enum Action {
     Answer,
     FollowUp,
+    /// A message to a queued or running task (or whatever `POST …/messages` does with it).
+    Message,
     Cancel,
     Retry,
 }
@@ -760,13 +763,14 @@ enum Action {
 async fn act(state: &ApiState, id: &str, request: Request, action: Action) -> Response {
     let tasks = &state.tasks;
     match action {
-        Action::Answer | Action::FollowUp => {
+        Action::Answer | Action::FollowUp | Action::Message => {
             let (viewer, form) = match writer_form::<TextForm>(state, request).await {
                 Ok(v) => v,
                 Err(response) => return response,
             };
             let outcome = match action {
                 Action::Answer => tasks.answer(&viewer, id, &form.text).await,
+                Action::Message => tasks.post_message(&viewer, id, &form.text).await,
                 _ => tasks.follow_up(&viewer, id, &form.text).await,
             };
             task_or_refusal(&viewer, outcome)
@@ -791,6 +795,14 @@ async fn answer(
     request: Request,
 ) -> Response {
     act(&state, &id, request, Action::Answer).await
+}
+
+async fn message(
+    State(state): State<Arc<ApiState>>,
+    Path(id): Path<String>,
+    request: Request,
+) -> Response {
+    act(&state, &id, request, Action::Message).await
 }
 
 async fn follow_up(

@@ -586,7 +586,7 @@ pub(super) fn task_page(viewer: &Principal, page: &TaskPage<'_>) -> Markup {
             @if !page.messages.is_empty() {
                 h2 { "Conversation" }
                 @for message in page.messages {
-                    p.text { strong { (message.author) ": " } (message.text) }
+                    p.text { strong { (message.author) @if message.role == warden_store::MESSAGE_STEER { " (while it ran)" } ": " } (message.text) }
                 }
             }
             @if let Some(question) = &question {
@@ -609,6 +609,13 @@ pub(super) fn task_page(viewer: &Principal, page: &TaskPage<'_>) -> Markup {
                     form.stack method="post" action=(format!("/tasks/{id}/answer")) {
                         textarea name="text" required {}
                         div { button type="submit" { "Send answer" } }
+                    }
+                }
+                @if matches!(task.status, TaskStatus::Queued | TaskStatus::Running | TaskStatus::Testing) && task.kind != TaskKind::Maintain {
+                    h2 { "Message the agent" }
+                    form.stack method="post" action=(format!("/tasks/{id}/message")) {
+                        textarea name="text" required aria-label="A message the agent reads at its next turn" {}
+                        div { button type="submit" { "Send to the running task" } }
                     }
                 }
                 @if task.status.is_terminal() {

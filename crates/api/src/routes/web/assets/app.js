@@ -20,7 +20,8 @@ if ('serviceWorker' in navigator) {
   const types = ['task_started', 'model_requested', 'model_responded', 'model_retrying',
     'model_fallback', 'agent_message', 'tool_started', 'tool_finished', 'policy_denied',
     'tool_call_rejected', 'submission_rejected', 'status_changed', 'task_finished',
-    'redaction_failed'];
+    'redaction_failed', 'message_queued', 'message_delivered', 'context_compacted',
+    'egress_connection', 'gate_decided', 'review_finished'];
 
   function setState(state, text) {
     if (!connection) return;
@@ -70,6 +71,13 @@ if ('serviceWorker' in navigator) {
       case 'status_changed': return 'status: ' + event.status;
       case 'task_finished': return 'finished: ' + event.status + ' (' + event.outcome + ')';
       case 'redaction_failed': return '! an event was withheld: redacting secrets from it failed';
+      case 'message_queued':
+        return '✉ ' + event.author + ' (message ' + event.seq + ', read at the next turn): ' + event.text;
+      case 'message_delivered':
+        return '✉ message ' + event.seq + ' reached the agent (turn ' + event.turn + ')';
+      case 'context_compacted':
+        return '◆ context compacted (' + event.attempt + '): about ' + tokens(event.tokens_before) +
+          ' → ' + tokens(event.tokens_after) + ' tokens' + (event.shrunk ? '' : ', still above the trigger');
       default: return event.type;
     }
   }
