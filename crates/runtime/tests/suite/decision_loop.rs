@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex};
 use warden_protocol::{Answer, Event, FailureCode};
 use warden_runtime::journal::MemoryJournal;
 use warden_runtime::{
-    Agent, AgentConfig, AllowAll, BoxFuture, CancelFlag, Clock, Cost, EventSink, Finish, Limits,
+    Agent, AgentConfig, AllowAll, BoxFuture, CancelFlag, Clock, Cost, EventSink, Finish, Inbox, Limits,
     Message, Model, ModelError, ModelRequest, ModelResponse, Policy, RecordKind, RunInput,
-    RunOutcome, TokenUsage, Tool, ToolCall, ToolOutput, ToolSpec, Verdict,
+    RunOutcome, Steer, TokenUsage, Tool, ToolCall, ToolOutput, ToolSpec, Verdict,
 };
 
 /// Replays responses in order and remembers every request.
@@ -228,6 +228,18 @@ async fn run_on(
     tools: &[Arc<dyn Tool>],
     clock: &Ticking,
 ) -> Harness {
+    run_full(replies, config, policy, tools, clock, "question", None).await
+}
+
+async fn run_full(
+    replies: Vec<Result<ModelResponse, ModelError>>,
+    config: AgentConfig,
+    policy: &dyn Policy,
+    tools: &[Arc<dyn Tool>],
+    clock: &Ticking,
+    request: &str,
+    inbox: Option<&dyn Inbox>,
+) -> Harness {
     let model = Scripted::new(replies);
     let mut journal = MemoryJournal::default();
     let events = Collect::default();
@@ -241,11 +253,11 @@ async fn run_on(
         cancel: CancelFlag::default(),
         config,
         ledger: None,
-        inbox: None,
+        inbox,
     }
     .run(RunInput::Start {
         messages: vec![Message::User {
-            text: "question".into(),
+            text: request.into(),
         }],
         context: serde_json::Value::Null,
     })
@@ -891,4 +903,245 @@ async fn policy_denials_count_as_rejected_calls() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// `reply` as if the provider measured `input_tokens` of prompt.
+fn measured(
+    reply: Result<ModelResponse, ModelError>,
+    input_tokens: u64,
+) -> Result<ModelResponse, ModelError> {
+    reply.map(|mut response| {
+        response.usage = Some(TokenUsage {
+            input_tokens,
+            output_tokens: 20,
+            ..TokenUsage::default()
+        });
+        response
+    })
+}
+
+/// A text reply (a compaction's hand-off note).
+fn note(text: &str) -> Result<ModelResponse, ModelError> {
+    calls(&[]).map(|mut response| {
+        response.text = Some(text.into());
+        response
+    })
+}
+
+fn windowed(context_tokens: u64) -> AgentConfig {
+    AgentConfig {
+        context_tokens: Some(context_tokens),
+        ..AgentConfig::default()
+    }
+}
+
+fn user_text(message: &Message) -> &str {
+    match message {
+        Message::User { text } => text,
+        other => panic!("expected a user message, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_conversation_near_its_window_is_compacted_to_the_request_the_record_and_the_note() {
+    // Window 1,000: compaction at 800. The second reply was measured at 900 tokens.
+    let h = run_with(
+        vec![
+            measured(calls(&[("echo", r#"{"text":"alpha"}"#)]), 100),
+            measured(calls(&[("echo", r#"{"text":"beta"}"#)]), 900),
+            note("I echoed alpha and beta; next: submit."),
+            calls(&[("submit", r#"{"ok":true}"#)]),
+        ],
+        windowed(1_000),
+        &AllowAll,
+    )
+    .await;
+    assert!(
+        matches!(h.report.outcome, RunOutcome::Finished(Finish::Answer(_))),
+        "{:?}",
+        h.report.outcome
+    );
+    let requests = h.model.requests.lock().unwrap().clone();
+    assert_eq!(requests.len(), 4);
+    // The third call asks for the note: the whole conversation, then the fixed template.
+    assert_eq!(
+        user_text(requests[2].messages.last().unwrap()),
+        warden_runtime::run::COMPACTION_REQUEST
+    );
+    assert_eq!(requests[2].messages.len(), requests[1].messages.len() + 3);
+    // The agent goes on from the request and one message: Warden's record, then the note.
+    let after = &requests[3].messages;
+    assert_eq!(after.len(), 2, "{after:#?}");
+    assert_eq!(user_text(&after[0]), "question");
+    let compacted = user_text(&after[1]);
+    for expected in [
+        "compaction 1",
+        "Tool calls (2 in all)",
+        "- echo \"alpha\": ok: alpha",
+        "- echo \"beta\": ok: beta",
+        "I echoed alpha and beta; next: submit.",
+    ] {
+        assert!(compacted.contains(expected), "{expected:?} missing: {compacted}");
+    }
+    // The same tools: the cached prefix survives the compaction call.
+    assert_eq!(requests[2].tools, requests[1].tools);
+    let record = h
+        .journal
+        .records
+        .iter()
+        .find(|r| r.kind == RecordKind::Compacted)
+        .expect("a compacted record");
+    assert_eq!(record.payload["attempt"], 1);
+    assert_eq!(record.payload["shrunk"], true);
+    assert_eq!(record.payload["tokens_before"].as_u64().unwrap() >= 900, true);
+    assert!(record.payload["tokens_after"].as_u64().unwrap() < 800);
+    assert!(h.events.iter().any(|e| matches!(
+        e,
+        Event::ContextCompacted {
+            attempt: 1,
+            shrunk: true,
+            ..
+        }
+    )));
+    // The compaction call is a model call like any other: counted and journaled as one.
+    assert_eq!(h.report.usage.model_calls, 4);
+    let requested: Vec<&Value> = h
+        .journal
+        .records
+        .iter()
+        .filter(|r| r.kind == RecordKind::ModelRequested)
+        .map(|r| &r.payload)
+        .collect();
+    assert_eq!(requested.len(), 4);
+    assert_eq!(requested[2]["purpose"], "compaction");
+    assert!(requested[3].get("purpose").is_none());
+}
+
+#[tokio::test]
+async fn a_conversation_compaction_cannot_shrink_stops_with_context_exhausted_after_three() {
+    // The request alone is about 1,000 tokens against a trigger of 800: nothing can help.
+    let request = "x".repeat(4_000);
+    let h = run_full(
+        vec![note("n1"), note("n2"), note("n3"), note("never asked")],
+        windowed(1_000),
+        &AllowAll,
+        &[Arc::new(Echo), Arc::new(Submit)],
+        &Ticking::default(),
+        &request,
+        None,
+    )
+    .await;
+    match &h.report.outcome {
+        RunOutcome::Failed(failure) => {
+            assert_eq!(failure.code, FailureCode::ContextExhausted);
+            assert!(failure.message.contains("[model] context_tokens"), "{}", failure.message);
+        }
+        other => panic!("expected context_exhausted, got {other:?}"),
+    }
+    // Three compaction calls, no agent call, and never a fourth: it does not loop.
+    assert_eq!(h.model.requests.lock().unwrap().len(), 3);
+    let futile = h
+        .journal
+        .records
+        .iter()
+        .filter(|r| r.kind == RecordKind::Compacted && r.payload["shrunk"] == false)
+        .count();
+    assert_eq!(futile, 3);
+}
+
+#[tokio::test]
+async fn a_compaction_counts_in_the_turn_budget_and_is_asked_for_like_any_call() {
+    let config = AgentConfig {
+        limits: Limits {
+            max_turns: 2,
+            ..Limits::default()
+        },
+        ..windowed(1_000)
+    };
+    let h = run_with(
+        vec![
+            measured(calls(&[("echo", r#"{"text":"alpha"}"#)]), 900),
+            note("the note"),
+            calls(&[("submit", r#"{"ok":true}"#)]),
+        ],
+        config,
+        &AllowAll,
+    )
+    .await;
+    match &h.report.outcome {
+        RunOutcome::Failed(failure) => assert_eq!(failure.code, FailureCode::BudgetExceeded),
+        other => panic!("expected budget_exceeded, got {other:?}"),
+    }
+    // The first turn, then the compaction: the budget refuses the agent's next call.
+    assert_eq!(h.model.requests.lock().unwrap().len(), 2);
+}
+
+/// Hands out `message` before model call `at`.
+struct OneMessage {
+    at: u32,
+    message: Steer,
+    asked: Mutex<Vec<u32>>,
+}
+
+impl Inbox for OneMessage {
+    fn take(&self, turn: u32) -> BoxFuture<'_, Result<Vec<Steer>, warden_protocol::Failure>> {
+        self.asked.lock().unwrap().push(turn);
+        let due = if turn == self.at {
+            vec![self.message.clone()]
+        } else {
+            vec![]
+        };
+        Box::pin(async move { Ok(due) })
+    }
+}
+
+#[tokio::test]
+async fn a_message_sent_during_the_run_reaches_the_agent_before_its_next_call() {
+    let inbox = OneMessage {
+        at: 2,
+        message: Steer {
+            seq: 3,
+            author: "alice".into(),
+            text: "use the staging database, not production".into(),
+        },
+        asked: Mutex::new(vec![]),
+    };
+    let h = run_full(
+        vec![
+            calls(&[("echo", r#"{"text":"alpha"}"#)]),
+            calls(&[("submit", r#"{"ok":true}"#)]),
+        ],
+        AgentConfig::default(),
+        &AllowAll,
+        &[Arc::new(Echo), Arc::new(Submit)],
+        &Ticking::default(),
+        "question",
+        Some(&inbox),
+    )
+    .await;
+    assert!(matches!(h.report.outcome, RunOutcome::Finished(_)));
+    assert_eq!(*inbox.asked.lock().unwrap(), [1, 2]);
+    let requests = h.model.requests.lock().unwrap().clone();
+    let said = |request: &ModelRequest| {
+        request.messages.iter().any(|m| {
+            matches!(m, Message::User { text } if text.contains("use the staging database"))
+        })
+    };
+    assert!(!said(&requests[0]));
+    // After the tool result of the first turn, as the last message of the second request.
+    let last = user_text(requests[1].messages.last().unwrap());
+    assert!(last.contains("alice sent a message"), "{last}");
+    assert!(last.contains("use the staging database, not production"), "{last}");
+    let delivered = h
+        .journal
+        .records
+        .iter()
+        .find(|r| r.kind == RecordKind::MessageDelivered)
+        .expect("the delivery is journaled");
+    assert_eq!(delivered.payload["seq"], 3);
+    assert_eq!(delivered.payload["turn"], 2);
+    assert!(h
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::MessageDelivered { seq: 3, turn: 2 })));
 }
