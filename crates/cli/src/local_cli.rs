@@ -479,7 +479,12 @@ pub async fn say(config: Config, task: &str, text: &str, json: bool) -> anyhow::
     let local = open(config).await?;
     let before = local.task(&id).await.map_err(cli_error)?.status;
     let next = local.answer(&id, text).await.map_err(cli_error)?;
-    crate::render::print_said(&id, Some(before), &warden_service::task_view::task_json(&next), json)
+    crate::render::print_said(
+        &id,
+        Some(before),
+        &warden_service::task_view::task_json(&next),
+        json,
+    )
 }
 
 /// `warden approve ID --hash H`: decided through the front door, then the task runs here:

@@ -139,7 +139,12 @@ pub fn print_task(task: &Value, json: bool) -> anyhow::Result<u8> {
 /// `warden say`: what became of the message sent to task `id`, whose status was `before`:
 /// queued for the agent's next turn, taken as the answer, or the follow-up it started; or the
 /// task it left as JSON.
-pub fn print_said(id: &TaskId, before: Option<TaskStatus>, task: &Value, json: bool) -> anyhow::Result<u8> {
+pub fn print_said(
+    id: &TaskId,
+    before: Option<TaskStatus>,
+    task: &Value,
+    json: bool,
+) -> anyhow::Result<u8> {
     if json {
         println!("{}", text::json_pretty(task)?);
         return Ok(0);

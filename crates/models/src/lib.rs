@@ -23,8 +23,8 @@ mod retry;
 pub mod sse;
 
 pub use config::{
-    known_context_tokens,
-    CacheTtl, ConfigError, MaxTokensField, ModelConfig, Provider, RetryConfig, SystemRole,
+    known_context_tokens, CacheTtl, ConfigError, MaxTokensField, ModelConfig, Provider,
+    RetryConfig, SystemRole,
 };
 pub use endpoint::CONNECT_FAILED;
 pub use price::{Price, PriceTable};

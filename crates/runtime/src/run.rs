@@ -486,18 +486,18 @@ impl Agent<'_> {
         }
         let attempt = state.compactions;
         self.record(
-                RecordKind::Compacted,
-                json!({
-                    "attempt": attempt,
-                    "tokens_before": before,
-                    "tokens_after": after,
-                    "trigger": trigger,
-                    "shrunk": shrunk,
-                    "note": note,
-                }),
-            )
-            .await
-            .map_err(RunOutcome::Failed)?;
+            RecordKind::Compacted,
+            json!({
+                "attempt": attempt,
+                "tokens_before": before,
+                "tokens_after": after,
+                "trigger": trigger,
+                "shrunk": shrunk,
+                "note": note,
+            }),
+        )
+        .await
+        .map_err(RunOutcome::Failed)?;
         self.events.emit(Event::ContextCompacted {
             attempt,
             tokens_before: before,
@@ -508,9 +508,9 @@ impl Agent<'_> {
             return Ok(true);
         }
         Err(RunOutcome::Failed(Failure {
-                code: FailureCode::ContextExhausted,
-                message: format!(
-                    "the conversation outgrew the model's context window ({window} tokens): \
+            code: FailureCode::ContextExhausted,
+            message: format!(
+                "the conversation outgrew the model's context window ({window} tokens): \
                      {futile} compactions left it at or above {trigger} tokens (about {after} \
                      after the last); raise [model] context_tokens if the model has a larger \
                      window, or ask for less at once",

@@ -57,6 +57,35 @@ pub enum Reply {
     },
     /// Waits, then replies.
     Delay { ms: u64, then: Box<Reply> },
+    /// Waits until the test opens `gate`, then replies: a request held in flight for as long as
+    /// the test needs (to act while the model "thinks", or to kill the caller mid-call).
+    Held { gate: Gate, then: Box<Reply> },
+}
+
+/// A gate a [`Reply::Held`] waits for; clones share it.
+#[derive(Debug, Clone, Default)]
+pub struct Gate(Arc<std::sync::atomic::AtomicBool>);
+
+impl Gate {
+    pub fn new() -> Gate {
+        Gate::default()
+    }
+
+    /// Lets every reply held by this gate go (now and later).
+    pub fn open(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    fn is_open(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Gates are equal when they are the same gate.
+impl PartialEq for Gate {
+    fn eq(&self, other: &Gate) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 impl Reply {
@@ -104,6 +133,14 @@ impl Reply {
         }
     }
 
+    /// Holds the reply until `gate` is opened.
+    pub fn held(self, gate: &Gate) -> Reply {
+        Reply::Held {
+            gate: gate.clone(),
+            then: Box::new(self),
+        }
+    }
+
     /// Keeps the first `events` events of a stream and drops the connection after them, as a
     /// network failure or a crashed server would.
     ///
@@ -127,6 +164,10 @@ impl Reply {
             }
             Reply::Delay { ms, then } => Reply::Delay {
                 ms,
+                then: Box::new(then.cut_after(events)),
+            },
+            Reply::Held { gate, then } => Reply::Held {
+                gate,
                 then: Box::new(then.cut_after(events)),
             },
             other => panic!("cut_after applies to Sse replies, not {other:?}"),
@@ -155,6 +196,10 @@ impl Reply {
                 ms,
                 then: Box::new(then.map_json(edit)),
             },
+            Reply::Held { gate, then } => Reply::Held {
+                gate,
+                then: Box::new(then.map_json(edit)),
+            },
             other => panic!("map_json applies to Json replies, not {other:?}"),
         }
     }
@@ -164,7 +209,7 @@ impl Reply {
             Reply::Json { headers, .. }
             | Reply::Sse { headers, .. }
             | Reply::Raw { headers, .. } => Some(headers),
-            Reply::Delay { then, .. } => then.headers_mut(),
+            Reply::Delay { then, .. } | Reply::Held { then, .. } => then.headers_mut(),
         }
     }
 }
@@ -467,10 +512,21 @@ fn server_error(status: StatusCode, message: &str) -> Response {
 }
 
 async fn render(mut reply: Reply) -> Response {
-    while let Reply::Delay { ms, then } = reply {
-        tokio::time::sleep(Duration::from_millis(ms)).await;
-        reply = *then;
-    }
+    let reply = loop {
+        match reply {
+            Reply::Delay { ms, then } => {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                reply = *then;
+            }
+            Reply::Held { gate, then } => {
+                while !gate.is_open() {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                reply = *then;
+            }
+            other => break other,
+        }
+    };
     let (status, content_type, headers, body) = match reply {
         Reply::Json {
             status,
@@ -498,7 +554,7 @@ async fn render(mut reply: Reply) -> Response {
             headers,
             sse_body(events, cut),
         ),
-        Reply::Delay { .. } => unreachable!("delays are unwrapped above"),
+        Reply::Delay { .. } | Reply::Held { .. } => unreachable!("delays are unwrapped above"),
     };
     let Ok(status) = StatusCode::from_u16(status) else {
         return server_error(

@@ -35,6 +35,7 @@ mod serve_publish;
 mod server_harness;
 mod slack;
 mod sse;
+mod steering;
 mod support;
 mod telegram;
 mod telemetry;

@@ -949,6 +949,17 @@ async fn run(app: Arc<SlackApp>, alerts: crate::chat::Alerts, mut stop: watch::R
     crate::chat::delivery_loop(app, stop).await;
 }
 
+/// Whether a message to `task` reaches its agent at its next turn: a question or change that is
+/// queued or running.
+fn steerable(task: &warden_store::Task) -> bool {
+    use warden_protocol::{TaskKind, TaskStatus};
+    task.kind != TaskKind::Maintain
+        && matches!(
+            task.status,
+            TaskStatus::Queued | TaskStatus::Running | TaskStatus::Testing
+        )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -972,15 +983,4 @@ mod tests {
         assert_eq!(form_field(body, "missing"), None);
         assert_eq!(form_field(&[0xff, 0xfe], "payload"), None);
     }
-}
-
-/// Whether a message to `task` reaches its agent at its next turn: a question or change that is
-/// queued or running.
-fn steerable(task: &warden_store::Task) -> bool {
-    use warden_protocol::{TaskKind, TaskStatus};
-    task.kind != TaskKind::Maintain
-        && matches!(
-            task.status,
-            TaskStatus::Queued | TaskStatus::Running | TaskStatus::Testing
-        )
 }
