@@ -475,10 +475,6 @@ async fn messages_answer_a_waiting_task_and_follow_up_a_finished_one() {
     let api = Api::new().await;
     let id = api.submit(ALICE, "how do I deploy?").await;
     let uri = format!("/v1/tasks/{id}/messages");
-    // Queued: nothing to answer yet.
-    let reply = api.post(&uri, ALICE, json!({"text": "main"})).await;
-    check_error(&reply, StatusCode::CONFLICT, "conflict");
-
     api.finish(&id, TaskStatus::WaitingInput, clarification_result(&id))
         .await;
     // Bad bodies change nothing.
@@ -535,9 +531,16 @@ async fn messages_answer_a_waiting_task_and_follow_up_a_finished_one() {
         ),
         ("user", "the main branch", "alice")
     );
-    // Answered once: a second answer finds it queued.
+    // Answered once: a second message finds it queued, and waits for its next run's agent.
     let reply = api.post(&uri, ALICE, json!({"text": "again"})).await;
-    check_error(&reply, StatusCode::CONFLICT, "conflict");
+    assert_eq!(reply.status, StatusCode::ACCEPTED, "{}", reply.body);
+    assert_eq!(reply.body["id"], id.as_str());
+    assert_eq!(reply.body["status"], "queued");
+    let messages = api.store.task_messages(&id).await.unwrap();
+    assert_eq!(
+        messages.iter().map(|m| m.role.as_str()).collect::<Vec<_>>(),
+        ["user", "steer"]
+    );
 
     // The next run answers; a message now follows up with a new task over the same commits.
     let claim = api.claim(&id).await;
@@ -570,6 +573,69 @@ async fn messages_answer_a_waiting_task_and_follow_up_a_finished_one() {
     assert_eq!(follow_up["status"], "queued");
     assert_eq!(follow_up["repos"][0]["commit"], head.as_str());
     assert_eq!(api.status(&id).await, TaskStatus::Completed);
+}
+
+#[tokio::test]
+async fn a_message_to_a_queued_or_running_task_is_queued_for_its_agent_and_a_maintenance_task_takes_none(
+) {
+    let api = Api::new().await;
+    let id = api.submit(ALICE, "how do I deploy?").await;
+    let uri = format!("/v1/tasks/{id}/messages");
+    let reply = api
+        .post(&uri, ALICE, json!({"text": "  use staging  "}))
+        .await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED, "{}", reply.body);
+    assert_eq!(reply.body["id"], id.as_str(), "the same task");
+    assert_eq!(reply.body["status"], "queued");
+    let claim = api.claim(&id).await;
+    let reply = api.post(&uri, BOB, json!({"text": "and prod"})).await;
+    // Bob sees only his own tasks.
+    check_error(&reply, StatusCode::NOT_FOUND, "not_found");
+    let reply = api.post(&uri, ALICE, json!({"text": "and prod"})).await;
+    assert_eq!(reply.status, StatusCode::ACCEPTED, "{}", reply.body);
+    assert_eq!(reply.body["status"], "running");
+    let reply = api.post(&uri, VIEWER, json!({"text": "hi"})).await;
+    check_error(&reply, StatusCode::FORBIDDEN, "forbidden");
+    let messages = api.store.task_messages(&id).await.unwrap();
+    assert_eq!(
+        messages
+            .iter()
+            .map(|m| (m.role.as_str(), m.text.as_str(), m.author.as_str()))
+            .collect::<Vec<_>>(),
+        [
+            ("steer", "use staging", "alice"),
+            ("steer", "and prod", "alice")
+        ]
+    );
+    // Each is on the task's timeline.
+    let events = api
+        .store
+        .events_after(&warden_store::EventStream::Task(id.clone()), 0, 100)
+        .await
+        .unwrap();
+    let queued: Vec<_> = events
+        .iter()
+        .filter_map(|e| match &e.event {
+            warden_protocol::Event::MessageQueued { seq, author, text } => {
+                Some((*seq, author.as_str(), text.as_str()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        queued,
+        [(1, "alice", "use staging"), (2, "alice", "and prod")]
+    );
+    // After 100 of them a running task takes no more.
+    for n in 2..100 {
+        api.store
+            .append_task_message(&id, warden_store::MESSAGE_STEER, &format!("m{n}"), "alice")
+            .await
+            .unwrap();
+    }
+    let reply = api.post(&uri, ALICE, json!({"text": "one more"})).await;
+    check_error(&reply, StatusCode::CONFLICT, "conflict");
+    drop(claim);
 }
 
 #[tokio::test]

@@ -491,32 +491,9 @@ async fn status_rules_refuse_alike(f: &Fixture) {
     let finished = f.service.task(&alice(), &id).await.unwrap();
     assert_eq!(finished.status, TaskStatus::Completed);
 
-    // A task that is neither waiting nor finished takes no message, and only a waiting one an
-    // answer.
+    // Only a waiting task takes an answer (a queued one takes a message for its agent).
     let queued = f.question(&alice(), "and g?").await;
     let queued_id = queued.id.to_string();
-    let error = f
-        .service
-        .post_message(&alice(), &queued_id, "main")
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(
-            error,
-            ServiceError::WrongStatus {
-                status: TaskStatus::Queued,
-                ..
-            }
-        ),
-        "{error:?}"
-    );
-    f.post(
-        &format!("/v1/tasks/{queued_id}/messages"),
-        ALICE,
-        json!({"text": "main"}),
-    )
-    .await
-    .is_refusal(&error, StatusCode::CONFLICT, "conflict");
     let error = f
         .service
         .answer(&alice(), &queued_id, "main")
