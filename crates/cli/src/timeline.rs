@@ -191,6 +191,23 @@ fn step(kind: &str, payload: &Value, at: u64, started: &mut Vec<(String, u64)>) 
         "approval_decided" => format!("approval decided: {}", preview_value(payload)),
         "side_effect_intent" => format!("side effect starting: {}", preview_value(payload)),
         "side_effect_outcome" => format!("side effect done: {}", preview_value(payload)),
+        "message_delivered" => format!(
+            "  ✉ message {} from {} delivered before turn {}",
+            payload["seq"],
+            text::one_line(payload["author"].as_str().unwrap_or("?")),
+            payload["turn"]
+        ),
+        "compacted" => format!(
+            "  ◆ context compacted ({}): about {} → {} tokens{}",
+            payload["attempt"],
+            payload["tokens_before"],
+            payload["tokens_after"],
+            if payload["shrunk"] == false {
+                ", still above the trigger"
+            } else {
+                ""
+            }
+        ),
         other => format!("{other}: {}", preview_value(payload)),
     })
 }

@@ -3,6 +3,7 @@ mod architecture;
 mod ask;
 mod change;
 mod clock_step;
+mod compaction;
 mod control;
 mod docs_drift;
 mod egress;
