@@ -31,6 +31,7 @@ benches=(
   "journal_page_bench --smoke"
   "serve_bench --smoke --warden $warden"
   "checks_bench --smoke --warden $warden"
+  "economy_bench --smoke --warden $warden"
 )
 
 for missing in "$warden" $(printf '%s\n' "${benches[@]}" | awk -v dir="$examples" '{print dir "/" $1}'); do

@@ -301,6 +301,8 @@ struct Shared {
     script: Mutex<VecDeque<Reply>>,
     script_len: usize,
     requests: Mutex<Vec<RecordedRequest>>,
+    /// Replies given, outside the script, to every request whose body holds the text.
+    standing: Mutex<Vec<(String, Reply)>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -395,6 +397,12 @@ impl ScriptedModelServer {
         lock(&self.shared.requests).clone()
     }
 
+    /// Answers every request whose body contains `needle` with `reply`, without taking a
+    /// reply of the script (a compaction's request for a hand-off note, say, wherever it comes).
+    pub fn always_answer(&self, needle: &str, reply: Reply) {
+        lock(&self.shared.standing).push((needle.to_string(), reply));
+    }
+
     /// Replies not yet served.
     pub fn remaining(&self) -> usize {
         lock(&self.shared.script).len()
@@ -415,6 +423,7 @@ impl Shared {
             script_len: script.len(),
             script: Mutex::new(script.into()),
             requests: Mutex::new(Vec::new()),
+            standing: Mutex::new(Vec::new()),
         }
     }
 
@@ -469,7 +478,12 @@ async fn scripted(
     body: Bytes,
 ) -> Response {
     let number = shared.record(&uri, &headers, &body);
-    let next = lock(&shared.script).pop_front();
+    let text = String::from_utf8_lossy(&body);
+    let standing = lock(&shared.standing)
+        .iter()
+        .find(|(needle, _)| text.contains(needle.as_str()))
+        .map(|(_, reply)| reply.clone());
+    let next = standing.or_else(|| lock(&shared.script).pop_front());
     match next {
         Some(reply) => render(reply).await,
         None => server_error(
