@@ -1204,3 +1204,57 @@ pub(super) fn wait_new_task(server: &Server, known: &[&str]) -> String {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[test]
+fn a_mention_while_the_same_persons_task_from_the_issue_runs_is_sent_to_that_task() {
+    let repo = sample_repo();
+    let github = GithubRemote::for_repo(&repo, GITHUB_TOKEN);
+    let thinking = warden_test_support::model_server::Gate::new();
+    let model = ScriptedModelServer::start_blocking(vec![
+        openai::tool_call("read_file", &json!({"path": "src/lib.rs"}).to_string()).held(&thinking),
+        openai::tool_call("submit_answer", &submit_answer("src/lib.rs", 31, 33)),
+    ]);
+    let warden = with_hook(Warden::openai(&model.url()), &github);
+    let server = Server::start(&warden, TOKENS);
+    server.register("app", &repo);
+    wait_serving(&server);
+
+    assert_eq!(
+        comment(
+            &server,
+            "s-1",
+            "alice",
+            "@warden why does retry_with_backoff double?"
+        ),
+        200
+    );
+    let deadline = std::time::Instant::now() + WAIT;
+    while model.requests().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "{}", server.stderr());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Alice says more while her question runs: no second task, a reply that says where it went.
+    let said = "@warden only the doubling, not the jitter";
+    assert_eq!(comment(&server, "s-2", "alice", said), 200);
+    let comments = wait_comments(&github, "the steering reply", |c| {
+        c.iter()
+            .any(|c| visible(&c.body).contains("Sent to the running task"))
+    });
+    assert_eq!(task_ids(&server).len(), 1, "{comments:#?}");
+    // The same delivery again (GitHub retrying) sends nothing twice.
+    assert_eq!(comment(&server, "s-2", "alice", said), 200);
+    thinking.open();
+    wait_comments_on(&server, &github, "the answer", |c| {
+        c.iter().any(|c| c.body.contains("— completed"))
+    });
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2, "{requests:#?}");
+    let second = requests[1].body["messages"].to_string();
+    assert_eq!(
+        second.matches("only the doubling, not the jitter").count(),
+        1,
+        "{second}"
+    );
+    assert!(second.contains("github:alice sent a message"), "{second}");
+    server.terminate();
+}

@@ -1072,3 +1072,58 @@ fn a_mention_in_a_waiting_tasks_thread_answers_it_once_even_when_slack_retries()
     assert_eq!(fake.messages().len(), 1, "{:#?}", fake.messages());
     server.terminate();
 }
+
+#[test]
+fn a_mention_in_a_running_tasks_thread_reaches_its_agent_at_the_next_turn_once() {
+    let repo = sample_repo();
+    let thinking = warden_test_support::model_server::Gate::new();
+    let model = ScriptedModelServer::start_blocking(vec![
+        call("read_file", json!({"path": "src/lib.rs"})).held(&thinking),
+        openai::tool_call("submit_answer", &submit_answer("src/lib.rs", 31, 33)),
+    ]);
+    let fake = SlackFake::start(BOT_TOKEN);
+    let warden = with_slack(Warden::openai(&model.url()), &fake, "");
+    let server = Server::start(&warden, TOKENS);
+    server.register("app", &repo);
+    wait_serving(&server);
+
+    let ask = mention(
+        "Ev0STEER01",
+        "UALICE",
+        "1700000000.000900",
+        "how does retrying work?",
+    );
+    assert_eq!(send_event(&server, &ask, &[]).unwrap().0, 200);
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while model.requests().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "{}", server.stderr());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Said in the thread while the agent thinks, and Slack delivers it twice.
+    let said = mention_in_thread(
+        "Ev0STEER02",
+        "UALICE",
+        "1700000000.001000",
+        "1700000000.000900",
+        "only the HTTP client, please",
+    );
+    assert_eq!(send_event(&server, &said, &[]).unwrap().0, 200);
+    assert_eq!(
+        send_event(&server, &said, &[("X-Slack-Retry-Num", "1")])
+            .unwrap()
+            .0,
+        200
+    );
+    thinking.open();
+    wait_for(&fake, "the answer", |m| {
+        m.iter().any(|m| m.text.contains("— completed"))
+    });
+    let second = model.requests()[1].body.to_string();
+    assert_eq!(
+        second.matches("only the HTTP client, please").count(),
+        1,
+        "{second}"
+    );
+    assert_eq!(task_ids(&server).len(), 1, "no task from the message");
+    server.terminate();
+}

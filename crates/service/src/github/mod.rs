@@ -19,7 +19,9 @@
 //!   published after an approval; `@warden …` otherwise: a question) by a user GitHub says may
 //!   write to the repository (`admin`, `maintain` or `write`; asked at each delivery). The
 //!   repository is the registered one whose `[[publish]]` entry names `owner/name`, at its
-//!   default branch. The task's owner is `github:<login>` (an operator).
+//!   default branch. The task's owner is `github:<login>` (an operator). A mention in a comment
+//!   while that person's question or change from the same issue is queued or running is sent
+//!   to it instead (steering: its agent reads it at its next turn), and said so in a reply.
 //! - **Pull requests Warden opened** (their head `warden/<task>` at a commit a task of this
 //!   Warden published): a mention in a review comment or a review by a writer is a follow-up
 //!   change of that task, `same_branch` (published onto the same branch as a new commit, the
@@ -73,6 +75,8 @@ pub const FAILPOINT_AFTER_SEND: &str = "github_after_send";
 pub const FAILPOINT_BEFORE_RECORD: &str = "github_before_record";
 /// How long a webhook's answer waits for its work (GitHub gives up after ten seconds).
 pub const ACK_WITHIN: Duration = Duration::from_secs(5);
+/// A person's latest tasks looked at for one still running from the issue they comment on.
+const ISSUE_TASKS_LOOKED_AT: u32 = 100;
 /// How much of an issue's text a task started from it carries as context.
 const ISSUE_CONTEXT_CHARS: usize = 4000;
 /// How much of a review comment's diff hunk its follow-up carries as context.
@@ -423,6 +427,28 @@ impl GithubHook {
             name: format!("github:{}", login.to_ascii_lowercase()),
             role: Role::Operator,
         };
+        // A mention in a comment while the same person's task from this issue is queued or
+        // running is said to that task: its agent reads it at its next turn.
+        if !opened {
+            match self
+                .steer_running(&principal, &repo, number, &request.text)
+                .await
+            {
+                Ok(Some(task)) => {
+                    return Ok(Some(reply(format!(
+                        "Sent to the running task {task}: it reads this at its next turn."
+                    ))))
+                }
+                Ok(None) => {}
+                Err(ServiceError::Store(error)) => return Err(error),
+                Err(error) => {
+                    return Ok(Some(reply(format!(
+                        "Refused: {}",
+                        text::markdown(&error.to_string())
+                    ))))
+                }
+            }
+        }
         // A comment's request is about its issue: the issue's text goes with it (an opened
         // issue's request is that text already).
         let prompt = if opened {
@@ -458,6 +484,54 @@ impl GithubHook {
                 Err(error) => reply(format!("Refused: {}", text::markdown(&error.to_string()))),
             },
         ))
+    }
+
+    /// Sends `text` to `principal`'s queued or running question or change from issue `number`
+    /// of `repo`, if there is one: the task's id. Sent once: a redelivery after a crash finds
+    /// the same text as the task's last message and sends nothing more.
+    async fn steer_running(
+        &self,
+        principal: &Principal,
+        repo: &GithubRepo,
+        number: u64,
+        text: &str,
+    ) -> Result<Option<warden_protocol::TaskId>, ServiceError> {
+        let listed = self
+            .tasks
+            .list(
+                principal,
+                crate::tasks::TaskListing {
+                    status: None,
+                    before: None,
+                    limit: ISSUE_TASKS_LOOKED_AT,
+                },
+            )
+            .await?;
+        let Some(task) = listed.tasks.into_iter().find(|t| {
+            t.kind != TaskKind::Maintain
+                && matches!(
+                    t.status,
+                    warden_protocol::TaskStatus::Queued
+                        | warden_protocol::TaskStatus::Running
+                        | warden_protocol::TaskStatus::Testing
+                )
+                && t.metadata["github"]["repo"] == repo.to_string().as_str()
+                && t.metadata["github"]["issue"] == number
+        }) else {
+            return Ok(None);
+        };
+        let sent_before = self
+            .tasks
+            .messages(principal, task.id.as_str())
+            .await?
+            .last()
+            .is_some_and(|m| m.role == warden_store::MESSAGE_STEER && m.text == text.trim());
+        if !sent_before {
+            self.tasks
+                .post_message(principal, task.id.as_str(), text)
+                .await?;
+        }
+        Ok(Some(task.id))
     }
 
     /// Whether GitHub says `login` may write to `repo`; `None` when it could not be learnt (the
