@@ -645,6 +645,7 @@ async fn every_state_changing_route_refuses_cross_site_requests_and_changes_noth
         ),
         (format!("/tasks/{queued}/answer"), "text=yes".into()),
         (format!("/tasks/{queued}/follow-up"), "text=more".into()),
+        (format!("/tasks/{queued}/message"), "text=steer".into()),
         (format!("/tasks/{queued}/cancel"), String::new()),
         (format!("/tasks/{queued}/retry"), String::new()),
         (
@@ -1112,6 +1113,33 @@ async fn another_users_task_is_not_found_and_a_viewer_only_reads() {
     assert!(page
         .text
         .contains(&format!("action=\"/tasks/{alices}/cancel\"")));
+    // Her queued task takes a message for its agent, from the form on its page.
+    assert!(page
+        .text
+        .contains(&format!("action=\"/tasks/{alices}/message\"")));
+    let reply = console
+        .send(
+            post(&format!("/tasks/{alices}/message"), "text=use+staging")
+                .cookie(&alice)
+                .same_origin(),
+        )
+        .await;
+    assert!(
+        reply.redirects_to(&format!("/tasks/{alices}")),
+        "{} {}",
+        reply.status,
+        reply.text
+    );
+    let said = console
+        .store
+        .task_messages(&alices)
+        .await
+        .unwrap();
+    assert_eq!(said.len(), 1);
+    assert_eq!(
+        (said[0].role.as_str(), said[0].text.as_str()),
+        ("steer", "use staging")
+    );
 
     // Posts from a viewer are refused by the service, and change nothing.
     let posts = [
@@ -1122,6 +1150,7 @@ async fn another_users_task_is_not_found_and_a_viewer_only_reads() {
         (format!("/tasks/{veras}/cancel"), String::new()),
         (format!("/tasks/{veras}/answer"), "text=hi".into()),
         (format!("/tasks/{veras}/follow-up"), "text=more".into()),
+        (format!("/tasks/{veras}/message"), "text=steer".into()),
         (format!("/tasks/{veras}/retry"), String::new()),
         (
             "/approvals/apr_0000000000000000/approve".into(),
