@@ -1130,11 +1130,7 @@ async fn another_users_task_is_not_found_and_a_viewer_only_reads() {
         reply.status,
         reply.text
     );
-    let said = console
-        .store
-        .task_messages(&alices)
-        .await
-        .unwrap();
+    let said = console.store.task_messages(&alices).await.unwrap();
     assert_eq!(said.len(), 1);
     assert_eq!(
         (said[0].role.as_str(), said[0].text.as_str()),

@@ -431,7 +431,7 @@ impl GithubHook {
         // running is said to that task: its agent reads it at its next turn.
         if !opened {
             match self
-                .steer_running(&principal, &repo, number, &request.text)
+                .steer_running(&principal, &repo, number, id, &request.text)
                 .await
             {
                 Ok(Some(task)) => {
@@ -487,13 +487,15 @@ impl GithubHook {
     }
 
     /// Sends `text` to `principal`'s queued or running question or change from issue `number`
-    /// of `repo`, if there is one: the task's id. Sent once: a redelivery after a crash finds
-    /// the same text as the task's last message and sends nothing more.
+    /// of `repo`, if there is one: the task's id. A task started by this very delivery
+    /// (`delivery`, redelivered after a crash) is not one. Sent once: a redelivery after a
+    /// crash finds the same text as the task's last message and sends nothing more.
     async fn steer_running(
         &self,
         principal: &Principal,
         repo: &GithubRepo,
         number: u64,
+        delivery: &str,
         text: &str,
     ) -> Result<Option<warden_protocol::TaskId>, ServiceError> {
         let listed = self
@@ -517,6 +519,7 @@ impl GithubHook {
                 )
                 && t.metadata["github"]["repo"] == repo.to_string().as_str()
                 && t.metadata["github"]["issue"] == number
+                && t.metadata["github"]["delivery"] != delivery
         }) else {
             return Ok(None);
         };

@@ -295,7 +295,7 @@ impl SlackApp {
         if let Some(in_thread) = event["thread_ts"].as_str() {
             let said = text::addressed_text(event["text"].as_str().unwrap_or_default(), bot);
             match self
-                .answer_in_thread(&principal, channel, in_thread, &said)
+                .answer_in_thread(&principal, event_id, channel, in_thread, &said)
                 .await
             {
                 Ok(Answered::No) => {}
@@ -409,7 +409,8 @@ impl SlackApp {
         let body =
             json!({"channel": channel, "thread": thread, "text": text, "repo": repo}).to_string();
         let mut submission = Submission::new(kind, prompt.to_string(), vec![repo]);
-        submission.metadata = Some(json!({"slack": {"channel": channel, "thread_ts": thread}}));
+        submission.metadata =
+            Some(json!({"slack": {"channel": channel, "thread_ts": thread, "event_id": event_id}}));
         if kind == TaskKind::Change {
             submission.publish = Some(true);
         }
@@ -519,6 +520,7 @@ impl SlackApp {
     async fn answer_in_thread(
         &self,
         principal: &Principal,
+        event_id: &str,
         channel: &str,
         thread: &str,
         said: &str,
@@ -544,7 +546,9 @@ impl SlackApp {
             return Ok(Answered::Yes);
         }
         let messages = self.tasks.messages(principal, task.id.as_str()).await?;
-        if steerable(&task) {
+        // A task this very event started (Slack retrying it after a crash) is not told its own
+        // request.
+        if steerable(&task) && task.metadata["slack"]["event_id"] != event_id {
             // Said to the running task: its agent reads it at its next turn (once, even when
             // Slack delivers the event again after a crash).
             let sent_before = messages
