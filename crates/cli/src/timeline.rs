@@ -191,6 +191,12 @@ fn step(kind: &str, payload: &Value, at: u64, started: &mut Vec<(String, u64)>) 
         "approval_decided" => format!("approval decided: {}", preview_value(payload)),
         "side_effect_intent" => format!("side effect starting: {}", preview_value(payload)),
         "side_effect_outcome" => format!("side effect done: {}", preview_value(payload)),
+        "explorer_started" => format!(
+            "  ◇ explorer {} sent: {}",
+            payload["context"]["explorer"],
+            preview_value(&payload["messages"][1]["text"])
+        ),
+        "explorer_finished" => format!("  ◇ explorer back: {}", preview_value(&payload["outcome"])),
         "message_delivered" => format!(
             "  ✉ message {} from {} delivered before turn {}",
             payload["seq"],

@@ -1073,6 +1073,9 @@ fn transcript_message(entry: &TranscriptEntry) -> Message {
 /// The loop for one change, ready to await.
 pub async fn run_change(run: ChangeRun<'_>, tools: &[Arc<dyn Tool>]) -> RunReport {
     let manifest = manifest(std::slice::from_ref(run.repo));
+    let explorer_tools =
+        crate::question::explorer_tools(run.config, std::slice::from_ref(run.repo));
+    let explorers = crate::question::explorers(run.config, &manifest, &explorer_tools);
     let context = serde_json::json!({
         "task_id": run.task_id,
         "kind": TaskKind::Change,
@@ -1099,6 +1102,7 @@ pub async fn run_change(run: ChangeRun<'_>, tools: &[Arc<dyn Tool>]) -> RunRepor
         },
         ledger: run.ledger,
         inbox: run.inbox,
+        explorers: explorers.as_ref(),
     }
     .run(RunInput::Start {
         messages: change_messages(

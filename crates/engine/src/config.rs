@@ -311,6 +311,8 @@ pub struct Config {
     pub gates: crate::gates_config::GatesConfig,
     /// `[roles] reviewer`: the reviewer's model; `None`: the task's own.
     pub reviewer_model: Option<Box<ModelConfig>>,
+    /// `[roles] max_explorers` and `explorer_max_turns`.
+    pub explorers: crate::gates_config::ExplorerSettings,
 }
 
 /// The sandbox backend and its settings. Never chosen by fallback: what is named here is what
@@ -500,6 +502,7 @@ impl Config {
         }
         let telemetry = crate::telemetry_config::TelemetryConfig::resolve(&file.telemetry, env)?;
         let gates = crate::gates_config::GatesConfig::resolve(&file.gates)?;
+        let explorers = crate::gates_config::ExplorerSettings::resolve(&file.roles)?;
         let reviewer_model = match &file.roles.reviewer {
             None => None,
             Some(name) => Some(Box::new(
@@ -528,6 +531,7 @@ impl Config {
             telemetry,
             gates,
             reviewer_model,
+            explorers,
         })
     }
 }

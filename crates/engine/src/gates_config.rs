@@ -32,6 +32,43 @@ pub struct GatesSection {
 pub struct RolesSection {
     /// The reviewer's model (`provider:model`); default: the task's model.
     pub reviewer: Option<String>,
+    /// Explorers one agent run may send (the `explore` tool); 0: none. Default 3.
+    pub max_explorers: Option<u32>,
+    /// Model calls each explorer may make. Default 12.
+    pub explorer_max_turns: Option<u32>,
+}
+
+/// `[roles]`' explorers, resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExplorerSettings {
+    /// Explorers one run may send; 0: no `explore` tool.
+    pub max: u32,
+    /// Model calls each may make (within what its parent has left).
+    pub max_turns: u32,
+}
+
+impl ExplorerSettings {
+    pub const DEFAULT: ExplorerSettings = ExplorerSettings {
+        max: 3,
+        max_turns: 12,
+    };
+
+    pub fn resolve(section: &RolesSection) -> anyhow::Result<ExplorerSettings> {
+        let max = section.max_explorers.unwrap_or(Self::DEFAULT.max);
+        if max > 16 {
+            anyhow::bail!("roles.max_explorers {max}: expected 0 (none) to 16");
+        }
+        let max_turns = section
+            .explorer_max_turns
+            .unwrap_or(Self::DEFAULT.max_turns);
+        if !(2..=100).contains(&max_turns) {
+            anyhow::bail!(
+                "roles.explorer_max_turns {max_turns}: expected 2 to 100 (an explorer needs a \
+                 call to look and one to answer)"
+            );
+        }
+        Ok(ExplorerSettings { max, max_turns })
+    }
 }
 
 /// What the reviewer's blocking findings do.
@@ -127,6 +164,24 @@ impl GatesConfig {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn explorers_default_to_three_of_twelve_calls_and_refuse_what_cannot_work() {
+        let resolve = |max, turns| {
+            ExplorerSettings::resolve(&RolesSection {
+                reviewer: None,
+                max_explorers: max,
+                explorer_max_turns: turns,
+            })
+        };
+        assert_eq!(resolve(None, None).unwrap(), ExplorerSettings::DEFAULT);
+        assert_eq!(resolve(Some(0), None).unwrap().max, 0);
+        let error = resolve(Some(17), None).unwrap_err().to_string();
+        assert!(error.contains("roles.max_explorers 17"), "{error}");
+        let error = resolve(None, Some(1)).unwrap_err().to_string();
+        assert!(error.contains("roles.explorer_max_turns 1"), "{error}");
+    }
+
     use super::*;
 
     fn parse(text: &str) -> anyhow::Result<GatesConfig> {

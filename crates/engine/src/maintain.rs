@@ -896,6 +896,7 @@ fn repair_upgrade(
             },
             ledger: *ledger,
             inbox: None,
+            explorers: None,
         }
         .run(warden_runtime::RunInput::Start { messages, context }),
     );

@@ -450,6 +450,20 @@ pub fn question_tools(
     let infrastructure = |e: std::io::Error| {
         SetupError::Infrastructure(format!("cannot open the task's snapshots: {e}"))
     };
+    let (workspace, checkouts) = pinned_views(repos).map_err(infrastructure)?;
+    let mut tools = warden_tools::question_tools(Arc::new(workspace));
+    tools.push(Arc::new(
+        Shell::new(sandbox.view.clone(), config.sandbox.limits)
+            .with_env(sandbox.toolchains.command_env(true)),
+    ));
+    tools.push(Arc::new(SubmitAnswer::new(Arc::new(checkouts))));
+    tools.push(Arc::new(AskUser));
+    Ok(tools)
+}
+
+/// The read-only workspace over `repos`' pinned snapshots and their checkouts (what answer
+/// citations are checked against).
+fn pinned_views(repos: &[TaskRepo]) -> std::io::Result<(Workspace, Vec<PinnedCheckout>)> {
     let checkouts = repos
         .iter()
         .map(|r| {
@@ -460,23 +474,52 @@ pub fn question_tools(
                 browse: r.pinned.browse.clone(),
             })
         })
-        .collect::<std::io::Result<Vec<_>>>()
-        .map_err(infrastructure)?;
+        .collect::<std::io::Result<Vec<_>>>()?;
     let workspace = Workspace::new(
         repos
             .iter()
             .map(|r| (r.pinned.name.clone(), r.snapshot.root.clone()))
             .collect(),
-    )
-    .map_err(infrastructure)?;
-    let mut tools = warden_tools::question_tools(Arc::new(workspace));
-    tools.push(Arc::new(
-        Shell::new(sandbox.view.clone(), config.sandbox.limits)
-            .with_env(sandbox.toolchains.command_env(true)),
-    ));
-    tools.push(Arc::new(SubmitAnswer::new(Arc::new(checkouts))));
-    tools.push(Arc::new(AskUser));
-    Ok(tools)
+    )?;
+    Ok((workspace, checkouts))
+}
+
+/// The explorers' tools over `repos`' pinned snapshots: the read-only question tools and
+/// `submit_answer` with its citations checked — no shell, no `ask_user`. Empty (no explorers)
+/// when `[roles] max_explorers` is 0 or the snapshots cannot be opened (logged).
+pub fn explorer_tools(config: &Config, repos: &[TaskRepo]) -> Vec<Arc<dyn Tool>> {
+    if config.explorers.max == 0 {
+        return Vec::new();
+    }
+    match pinned_views(repos) {
+        Ok((workspace, checkouts)) => {
+            let mut tools = warden_tools::question_tools(Arc::new(workspace));
+            tools.push(Arc::new(SubmitAnswer::new(Arc::new(checkouts))));
+            tools
+        }
+        Err(error) => {
+            tracing::warn!(%error, "no explorers: the task's snapshots cannot be opened for them");
+            Vec::new()
+        }
+    }
+}
+
+/// What a run's explorers are, over `tools` ([`explorer_tools`]); `None` without tools.
+pub fn explorers<'a>(
+    config: &Config,
+    manifest: &[ManifestEntry],
+    tools: &'a [Arc<dyn Tool>],
+) -> Option<warden_runtime::Explorers<'a>> {
+    (!tools.is_empty()).then(|| warden_runtime::Explorers {
+        tools,
+        system_prompt: prompt::explorer_system_prompt(manifest),
+        max: config.explorers.max,
+        max_turns: config.explorers.max_turns,
+        cache_key: Some(prompt::cache_key(
+            "explorer",
+            &manifest.iter().map(|m| m.repo.as_str()).collect::<Vec<_>>(),
+        )),
+    })
 }
 
 /// The conversation a run starts from: system prompt, earlier transcript, the question.
@@ -509,6 +552,8 @@ pub fn initial_messages(
 /// ([`question_tools`]) so a setup failure is reported before the run starts.
 pub async fn run_question(run: QuestionRun<'_>, tools: &[Arc<dyn Tool>]) -> RunReport {
     let manifest = manifest(run.repos);
+    let explorer_tools = explorer_tools(run.config, run.repos);
+    let explorers = explorers(run.config, &manifest, &explorer_tools);
     let context = serde_json::json!({
         "task_id": run.task_id,
         "kind": TaskKind::Question,
@@ -535,6 +580,7 @@ pub async fn run_question(run: QuestionRun<'_>, tools: &[Arc<dyn Tool>]) -> RunR
         },
         ledger: run.ledger,
         inbox: run.inbox,
+        explorers: explorers.as_ref(),
     }
     .run(RunInput::Start {
         messages: initial_messages(&manifest, run.transcript, run.question),

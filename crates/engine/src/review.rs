@@ -253,6 +253,7 @@ pub async fn review(
         },
         ledger: run.ledger,
         inbox: None,
+        explorers: None,
     }
     .run(RunInput::Start {
         messages,

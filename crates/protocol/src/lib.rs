@@ -290,6 +290,23 @@ pub struct Usage {
     /// Model responses that carried no usage at all; present only when non-zero.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub responses_without_usage: u64,
+    /// The part of this usage the explorers the agent sent (`explore`) spent, and how many it
+    /// sent; present only when it sent one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explorers: Option<ExplorerUsage>,
+}
+
+/// What a run's explorers spent (inside the run's [`Usage`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ExplorerUsage {
+    /// Explorers sent.
+    pub sent: u32,
+    pub model_calls: u64,
+    /// Every prompt token of their calls, cached ones included.
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    /// `None` when a call had no known price.
+    pub cost_usd: Option<f64>,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -121,6 +121,7 @@ fn main() {
                 },
                 ledger: None,
                 inbox: None,
+                explorers: None,
             }
             .run(RunInput::Start {
                 messages: vec![

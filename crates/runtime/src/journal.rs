@@ -53,6 +53,11 @@ pub enum RecordKind {
     /// The conversation was compacted: the attempt, the estimated sizes before and after, and
     /// the model's hand-off note.
     Compacted,
+    /// An explorer (a child run sent with the `explore` tool) began, inside its parent's run:
+    /// its question, model, tools and limits. Its records follow, up to `ExplorerFinished`.
+    ExplorerStarted,
+    /// The explorer ended, with its outcome and usage (also counted in its parent's).
+    ExplorerFinished,
 }
 
 /// One journal line.

@@ -6,7 +6,7 @@
 
 use crate::journal::{Journal, RecordKind};
 use crate::limits::{Limits, Spend};
-use crate::model::{Cost, Message, Model, ModelRequest, ModelResponse, ToolCall};
+use crate::model::{Cost, Message, Model, ModelRequest, ModelResponse, ToolCall, ToolSpec};
 use crate::schema;
 use crate::tool::{Finish, Policy, Tool, ToolOutput, Verdict};
 use crate::{BoxFuture, Clock, EventSink};
@@ -112,6 +112,8 @@ pub struct RunReport {
     pub outcome: RunOutcome,
     pub usage: Usage,
     pub messages: Vec<Message>,
+    /// What the run spent against its limits (turns, tokens, cost).
+    pub spend: Spend,
 }
 
 /// One run of the loop, borrowing everything it drives.
@@ -130,6 +132,51 @@ pub struct Agent<'a> {
     /// Messages people send while the run goes on, delivered before the next model call.
     /// `None`: nobody can.
     pub inbox: Option<&'a dyn Inbox>,
+    /// The read-only explorers the agent may send (the `explore` tool); `None`: none.
+    pub explorers: Option<&'a Explorers<'a>>,
+}
+
+/// The name of the tool that sends an explorer.
+pub const EXPLORE_TOOL: &str = "explore";
+
+/// What an explorer is: a child run of the loop with its own conversation (the system prompt,
+/// then the question), read-only tools that end with a checked answer, and a share of the
+/// parent's budgets. Depth 1: an explorer sends none.
+pub struct Explorers<'a> {
+    /// Read-only tools and the answer submission (its citations checked).
+    pub tools: &'a [Arc<dyn Tool>],
+    pub system_prompt: String,
+    /// Explorers one run may send.
+    pub max: u32,
+    /// Model calls each explorer may make (within what the parent has left).
+    pub max_turns: u32,
+    /// [`ModelRequest::cache_key`] of the explorers' requests.
+    pub cache_key: Option<String>,
+}
+
+impl Explorers<'_> {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: EXPLORE_TOOL.into(),
+            description: format!(
+                "Send a read-only explorer with one question about the repositories. It reads \
+                 and searches on its own, in its own conversation (yours stays short), and \
+                 comes back with an answer whose citations are checked against the pinned \
+                 commits. Use it for a self-contained side question (where is X defined, what \
+                 calls Y, how does Z work); at most {} per task, one at a time.",
+                self.max
+            ),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "question": {"type": "string", "minLength": 1, "maxLength": 4000,
+                        "description": "What the explorer should find out, self-contained."}
+                },
+                "required": ["question"],
+                "additionalProperties": false
+            }),
+        }
+    }
 }
 
 /// A message a person sent to a running task.
@@ -186,10 +233,23 @@ struct RunState {
     measured: Option<(u64, usize)>,
     compactions: u32,
     futile_compactions: u32,
+    explorers_sent: u32,
 }
 
 impl Agent<'_> {
-    pub async fn run(mut self, input: RunInput) -> RunReport {
+    pub async fn run(self, input: RunInput) -> RunReport {
+        self.run_as(input, RecordKind::RunStarted, RecordKind::RunFinished)
+            .await
+    }
+
+    /// The run, journaled between `started` and `finished` records (an explorer's between
+    /// its own kinds, inside its parent's run).
+    async fn run_as(
+        mut self,
+        input: RunInput,
+        started: RecordKind,
+        finished_kind: RecordKind,
+    ) -> RunReport {
         let RunInput::Start { messages, context } = input;
         let mut state = RunState {
             messages,
@@ -209,15 +269,16 @@ impl Agent<'_> {
             measured: None,
             compactions: 0,
             futile_compactions: 0,
+            explorers_sent: 0,
         };
         state.head = state.messages.len();
         let outcome = match self
             .record(
-                RecordKind::RunStarted,
+                started,
                 json!({
                     "context": context,
                     "model": self.model.name(),
-                    "tools": self.tools.iter().map(|t| t.spec().name).collect::<Vec<_>>(),
+                    "tools": self.tool_specs().into_iter().map(|t| t.name).collect::<Vec<_>>(),
                     "limits": {
                         "max_turns": self.config.limits.max_turns,
                         "max_tokens": self.config.limits.max_tokens,
@@ -234,7 +295,7 @@ impl Agent<'_> {
         };
         let finished = json!({ "outcome": outcome_summary(&outcome), "usage": state.usage });
         // A journal that cannot record the end is reported, but the outcome stands.
-        let outcome = match self.record(RecordKind::RunFinished, finished).await {
+        let outcome = match self.record(finished_kind, finished).await {
             Ok(()) => outcome,
             Err(failure) => match outcome {
                 RunOutcome::Failed(_) => outcome,
@@ -245,6 +306,7 @@ impl Agent<'_> {
             outcome,
             usage: state.usage,
             messages: state.messages,
+            spend: state.spend,
         }
     }
 
@@ -373,7 +435,7 @@ impl Agent<'_> {
         let turn = state.spend.turns + 1;
         let request = ModelRequest {
             messages,
-            tools: self.tools.iter().map(|t| t.spec()).collect(),
+            tools: self.tool_specs(),
             max_output_tokens: self.config.max_output_tokens,
             cache_key: self.config.cache_key.clone(),
         };
@@ -526,11 +588,145 @@ impl Agent<'_> {
             Some((tokens, count)) if count <= state.messages.len() => {
                 tokens + estimate_tokens(&state.messages[count..])
             }
-            _ => {
-                let tools: Vec<_> = self.tools.iter().map(|t| t.spec()).collect();
-                estimate_tokens(&state.messages) + json_len(&tools) / 4
-            }
+            _ => estimate_tokens(&state.messages) + json_len(&self.tool_specs()) / 4,
         }
+    }
+
+    /// What the model is told it can call: the tools, then `explore` when explorers may be
+    /// sent.
+    fn tool_specs(&self) -> Vec<ToolSpec> {
+        let mut specs: Vec<ToolSpec> = self.tools.iter().map(|t| t.spec()).collect();
+        if let Some(explorers) = self.explorers.filter(|e| e.max > 0) {
+            specs.push(explorers.spec());
+        }
+        specs
+    }
+
+    /// Sends an explorer: a child run over the explorers' tools with the question, within what
+    /// is left of this run's budgets (and at most [`Explorers::max_turns`] calls), journaled
+    /// inside this run, its spend counted here. Its checked answer is the call's result; a run
+    /// that ends otherwise is a tool error, as is a question past the run's explorers.
+    async fn explore(
+        &mut self,
+        explorers: &Explorers<'_>,
+        call: &ToolCall,
+        state: &mut RunState,
+    ) -> Result<Option<RunOutcome>, Failure> {
+        let spec = explorers.spec();
+        let arguments = match parse_arguments(&call.arguments)
+            .and_then(|value| schema::validate(&value, &spec.parameters).map(|()| value))
+        {
+            Ok(value) => value,
+            Err(errors) => {
+                self.record(
+                    RecordKind::ArgumentsRejected,
+                    json!({ "call_id": call.id, "tool": call.name, "errors": errors }),
+                )
+                .await?;
+                let message = format!(
+                    "invalid arguments for {}: {}. Fix them and call the tool again.",
+                    call.name,
+                    errors.join("; ")
+                );
+                return Ok(self.rejected_call(state, call, message));
+            }
+        };
+        let question = arguments["question"].as_str().unwrap_or_default().trim();
+        let summary = format!("explore {:?}", shortened(question, 80));
+        if state.explorers_sent >= explorers.max {
+            let message = format!(
+                "no explorer left: a task sends at most {} (ask the question yourself)",
+                explorers.max
+            );
+            push_tool_result(state, call, message, true);
+            return Ok(None);
+        }
+        state.explorers_sent += 1;
+        state.rejected_calls_in_a_row = 0;
+        self.events.emit(Event::ToolStarted {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            summary: summary.clone(),
+        });
+        let limits = &self.config.limits;
+        let left = |max: Option<u64>, spent: u64| max.map(|max| max.saturating_sub(spent));
+        let child_limits = Limits {
+            max_turns: explorers
+                .max_turns
+                .min(limits.max_turns.saturating_sub(state.spend.turns)),
+            max_tokens: left(limits.max_tokens, state.spend.tokens),
+            max_cost_micro_usd: left(limits.max_cost_micro_usd, state.spend.cost_micro_usd),
+            max_wall_ms: left(limits.max_wall_ms, self.elapsed_ms(state)),
+        };
+        let child = Agent {
+            model: self.model,
+            tools: explorers.tools,
+            policy: self.policy,
+            journal: &mut *self.journal,
+            events: self.events,
+            clock: self.clock,
+            cancel: self.cancel.clone(),
+            config: AgentConfig {
+                limits: child_limits,
+                cache_key: explorers.cache_key.clone(),
+                ..self.config.clone()
+            },
+            ledger: self.ledger,
+            inbox: None,
+            explorers: None,
+        };
+        let input = RunInput::Start {
+            messages: vec![
+                Message::System {
+                    text: explorers.system_prompt.clone(),
+                },
+                Message::User {
+                    text: question.to_string(),
+                },
+            ],
+            context: json!({ "explorer": state.explorers_sent, "call_id": call.id }),
+        };
+        let report: RunReport = Box::pin(child.run_as(
+            input,
+            RecordKind::ExplorerStarted,
+            RecordKind::ExplorerFinished,
+        ))
+        .await;
+        add_spend(state, &report);
+        let (ok, content) = match &report.outcome {
+            RunOutcome::Finished(Finish::Answer(answer)) => (true, explorer_answer(answer)),
+            RunOutcome::Failed(failure) => (
+                false,
+                format!(
+                    "the explorer stopped without an answer ({}): {}",
+                    failure.code, failure.message
+                ),
+            ),
+            other => (
+                false,
+                format!(
+                    "the explorer stopped without an answer: {}",
+                    outcome_summary(other)
+                ),
+            ),
+        };
+        self.events.emit(Event::ToolFinished {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            ok,
+            summary: summary.clone(),
+            note: None,
+        });
+        state.steps.push(format!(
+            "{summary}: {}",
+            if ok { "answered" } else { "no answer" }
+        ));
+        push_tool_result(state, call, content, !ok);
+        // A cancelled explorer cancels its parent; a run out of budget stops at its next call.
+        if self.cancel.is_cancelled() {
+            return Ok(Some(cancelled()));
+        }
+        Ok(None)
     }
 
     /// Runs one tool call. `Ok(Some(_))` ends the run.
@@ -539,6 +735,9 @@ impl Agent<'_> {
         call: &ToolCall,
         state: &mut RunState,
     ) -> Result<Option<RunOutcome>, Failure> {
+        if let Some(explorers) = self.explorers.filter(|_| call.name == EXPLORE_TOOL) {
+            return self.explore(explorers, call, state).await;
+        }
         let Some(tool) = self
             .tools
             .iter()
@@ -779,6 +978,78 @@ fn account(state: &mut RunState, response: &ModelResponse, limits: &Limits) -> O
         Some(state.spend.cost_micro_usd as f64 / 1e6)
     };
     None
+}
+
+/// An explorer's spend, added to its parent's: its calls are the parent's calls.
+fn add_spend(state: &mut RunState, report: &RunReport) {
+    let (usage, spend) = (&report.usage, &report.spend);
+    state.spend.turns = state.spend.turns.saturating_add(spend.turns);
+    state.spend.tokens += spend.tokens;
+    state.spend.cost_micro_usd += spend.cost_micro_usd;
+    state.spend.cost_unknown |= spend.cost_unknown;
+    let total = &mut state.usage;
+    total.input_tokens += usage.input_tokens;
+    total.cached_input_tokens += usage.cached_input_tokens;
+    total.cache_write_tokens += usage.cache_write_tokens;
+    total.output_tokens += usage.output_tokens;
+    total.reasoning_tokens += usage.reasoning_tokens;
+    total.model_calls += usage.model_calls;
+    total.tool_calls += usage.tool_calls;
+    total.responses_without_usage += usage.responses_without_usage;
+    for model in &usage.unpriced_models {
+        if !total.unpriced_models.contains(model) {
+            total.unpriced_models.push(model.clone());
+        }
+    }
+    let explorers = total.explorers.get_or_insert_with(Default::default);
+    explorers.sent += 1;
+    explorers.model_calls += usage.model_calls;
+    explorers.input_tokens += usage.input_tokens;
+    explorers.output_tokens += usage.output_tokens;
+    explorers.cost_usd = match (explorers.sent, explorers.cost_usd, usage.cost_usd) {
+        (1, _, cost) => cost,
+        (_, Some(before), Some(cost)) => Some(before + cost),
+        _ => None,
+    };
+    total.cache_hit_rate =
+        warden_protocol::cache_hit_rate(total.cached_input_tokens, total.input_tokens);
+    total.cost_usd = if state.spend.cost_unknown {
+        None
+    } else {
+        Some(state.spend.cost_micro_usd as f64 / 1e6)
+    };
+}
+
+/// `text`'s first `chars` characters, with `…` when there were more.
+fn shortened(text: &str, chars: usize) -> String {
+    let mut short: String = text.chars().take(chars).collect();
+    if text.chars().count() > chars {
+        short.push('…');
+    }
+    short
+}
+
+/// An explorer's checked answer as its parent reads it.
+fn explorer_answer(answer: &warden_protocol::Answer) -> String {
+    let mut text = format!(
+        "The explorer's answer (its citations were checked against the pinned commits):\n{}\n",
+        answer.summary
+    );
+    for claim in &answer.claims {
+        let cited: Vec<String> = claim
+            .evidence
+            .iter()
+            .map(|e| format!("{} {}:{}-{}", e.repo, e.path, e.start_line, e.end_line))
+            .collect();
+        text.push_str(&format!("- {} [{}]\n", claim.text, cited.join("; ")));
+    }
+    if !answer.not_established.is_empty() {
+        text.push_str("Not established:\n");
+        for item in &answer.not_established {
+            text.push_str(&format!("- {item}\n"));
+        }
+    }
+    text
 }
 
 /// How a message a person sent during the run reads to the agent.

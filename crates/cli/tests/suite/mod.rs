@@ -7,6 +7,7 @@ mod compaction;
 mod control;
 mod docs_drift;
 mod egress;
+mod explorers;
 mod first_hour;
 mod front_door;
 mod gates;

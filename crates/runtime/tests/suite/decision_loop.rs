@@ -6,9 +6,9 @@ use std::sync::{Arc, Mutex};
 use warden_protocol::{Answer, Event, FailureCode};
 use warden_runtime::journal::MemoryJournal;
 use warden_runtime::{
-    Agent, AgentConfig, AllowAll, BoxFuture, CancelFlag, Clock, Cost, EventSink, Finish, Inbox,
-    Limits, Message, Model, ModelError, ModelRequest, ModelResponse, Policy, RecordKind, RunInput,
-    RunOutcome, Steer, TokenUsage, Tool, ToolCall, ToolOutput, ToolSpec, Verdict,
+    Agent, AgentConfig, AllowAll, BoxFuture, CancelFlag, Clock, Cost, EventSink, Explorers, Finish,
+    Inbox, Limits, Message, Model, ModelError, ModelRequest, ModelResponse, Policy, RecordKind,
+    RunInput, RunOutcome, Steer, TokenUsage, Tool, ToolCall, ToolOutput, ToolSpec, Verdict,
 };
 
 /// Replays responses in order and remembers every request.
@@ -240,6 +240,20 @@ async fn run_full(
     request: &str,
     inbox: Option<&dyn Inbox>,
 ) -> Harness {
+    run_exploring(replies, config, policy, tools, clock, request, inbox, None).await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_exploring(
+    replies: Vec<Result<ModelResponse, ModelError>>,
+    config: AgentConfig,
+    policy: &dyn Policy,
+    tools: &[Arc<dyn Tool>],
+    clock: &Ticking,
+    request: &str,
+    inbox: Option<&dyn Inbox>,
+    explorers: Option<&Explorers<'_>>,
+) -> Harness {
     let model = Scripted::new(replies);
     let mut journal = MemoryJournal::default();
     let events = Collect::default();
@@ -254,6 +268,7 @@ async fn run_full(
         config,
         ledger: None,
         inbox,
+        explorers,
     }
     .run(RunInput::Start {
         messages: vec![Message::User {
@@ -792,6 +807,7 @@ async fn an_outside_ledger_is_asked_before_each_model_call() {
         config: AgentConfig::default(),
         ledger: Some(&ledger),
         inbox: None,
+        explorers: None,
     }
     .run(RunInput::Start {
         messages: vec![Message::User { text: "q".into() }],
@@ -1154,4 +1170,204 @@ async fn a_message_sent_during_the_run_reaches_the_agent_before_its_next_call() 
         .events
         .iter()
         .any(|e| matches!(e, Event::MessageDelivered { seq: 3, turn: 2 })));
+}
+
+/// `answer {ok}`: the explorers' submission (accepted when ok, else rejected like a bad
+/// citation), with one claim citing `src/lib.rs:3-4`.
+struct ExplorerAnswer;
+impl Tool for ExplorerAnswer {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "answer".into(),
+            description: "answer".into(),
+            parameters: json!({"type": "object", "properties": {"ok": {"type": "boolean"}},
+                "required": ["ok"], "additionalProperties": false}),
+        }
+    }
+    fn describe(&self, _arguments: &Value) -> String {
+        "answer".into()
+    }
+    fn call<'a>(&'a self, arguments: Value) -> BoxFuture<'a, ToolOutput> {
+        Box::pin(async move {
+            if arguments["ok"] == true {
+                ToolOutput::Finish(Finish::Answer(Answer {
+                    summary: "retry doubles its delay".into(),
+                    claims: vec![warden_protocol::Claim {
+                        text: "the delay doubles".into(),
+                        basis: warden_protocol::Basis::Observed,
+                        evidence: vec![warden_protocol::Evidence {
+                            repo: "app".into(),
+                            commit: "a".repeat(40),
+                            path: "src/lib.rs".into(),
+                            start_line: 3,
+                            end_line: 4,
+                            url: None,
+                        }],
+                    }],
+                    not_established: vec![],
+                }))
+            } else {
+                ToolOutput::Rejected(vec!["src/lib.rs has 4 lines; 9 is past the end".into()])
+            }
+        })
+    }
+}
+
+fn explorer_tools() -> Vec<Arc<dyn Tool>> {
+    vec![Arc::new(Echo), Arc::new(ExplorerAnswer)]
+}
+
+fn explorers(tools: &[Arc<dyn Tool>], max: u32, max_turns: u32) -> Explorers<'_> {
+    Explorers {
+        tools,
+        system_prompt: "You explore.".into(),
+        max,
+        max_turns,
+        cache_key: Some("explorer-key".into()),
+    }
+}
+
+#[tokio::test]
+async fn an_explorer_answers_in_its_own_conversation_and_its_spend_is_the_parents() {
+    let tools = explorer_tools();
+    let sent = explorers(&tools, 2, 5);
+    let h = run_exploring(
+        vec![
+            calls(&[("explore", r#"{"question":"how does retry wait?"}"#)]),
+            // The explorer: a read, a rejected answer, an accepted one.
+            calls(&[("echo", r#"{"text":"src/lib.rs"}"#)]),
+            calls(&[("answer", r#"{"ok":false}"#)]),
+            calls(&[("answer", r#"{"ok":true}"#)]),
+            // The parent again.
+            calls(&[("submit", r#"{"ok":true}"#)]),
+        ],
+        AgentConfig::default(),
+        &AllowAll,
+        &[Arc::new(Echo), Arc::new(Submit)],
+        &Ticking::default(),
+        "question",
+        None,
+        Some(&sent),
+    )
+    .await;
+    assert!(
+        matches!(h.report.outcome, RunOutcome::Finished(Finish::Answer(_))),
+        "{:?}",
+        h.report.outcome
+    );
+    let requests = h.model.requests.lock().unwrap().clone();
+    assert_eq!(requests.len(), 5);
+    // The parent sees `explore`; the explorer neither sees it (depth 1) nor the parent's
+    // conversation, and has its own cache key.
+    let names = |r: &ModelRequest| r.tools.iter().map(|t| t.name.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&requests[0]), ["echo", "submit", "explore"]);
+    assert_eq!(names(&requests[1]), ["echo", "answer"]);
+    assert_eq!(
+        requests[1].messages,
+        [
+            Message::System {
+                text: "You explore.".into()
+            },
+            Message::User {
+                text: "how does retry wait?".into()
+            }
+        ]
+    );
+    assert_eq!(requests[1].cache_key.as_deref(), Some("explorer-key"));
+    // The rejection went back to the explorer, not to the parent.
+    assert!(tool_results(&requests[3].messages)
+        .iter()
+        .any(|(text, error)| *error && text.contains("9 is past the end")));
+    // The parent's next request has the checked answer as the explore call's result.
+    let (result, is_error) = tool_results(&requests[4].messages).pop().unwrap();
+    assert!(!is_error, "{result}");
+    assert!(result.contains("retry doubles its delay"), "{result}");
+    assert!(result.contains("app src/lib.rs:3-4"), "{result}");
+    assert_eq!(requests[4].messages.len(), requests[0].messages.len() + 2);
+    // Every call is the task's: five model calls, 100 + 20 tokens each.
+    assert_eq!(h.report.usage.model_calls, 5);
+    assert_eq!(h.report.usage.input_tokens, 500);
+    assert_eq!(h.report.spend.turns, 5);
+    let explorers = h
+        .report
+        .usage
+        .explorers
+        .clone()
+        .expect("the explorers' part");
+    assert_eq!(
+        (
+            explorers.sent,
+            explorers.model_calls,
+            explorers.input_tokens
+        ),
+        (1, 3, 300)
+    );
+    assert_eq!(explorers.cost_usd, Some(0.00015));
+    // Journaled inside the parent's run, between its own records.
+    let kinds: Vec<RecordKind> = h.journal.records.iter().map(|r| r.kind).collect();
+    assert_eq!(kinds.first(), Some(&RecordKind::RunStarted));
+    assert_eq!(kinds.last(), Some(&RecordKind::RunFinished));
+    let started = kinds
+        .iter()
+        .position(|k| *k == RecordKind::ExplorerStarted)
+        .unwrap();
+    let finished = kinds
+        .iter()
+        .position(|k| *k == RecordKind::ExplorerFinished)
+        .unwrap();
+    assert!(started < finished);
+    assert_eq!(
+        kinds[started..finished]
+            .iter()
+            .filter(|k| **k == RecordKind::ModelDecision)
+            .count(),
+        3
+    );
+}
+
+#[tokio::test]
+async fn explorers_are_capped_per_run_and_by_what_the_parent_has_left() {
+    let tools = explorer_tools();
+    let sent = explorers(&tools, 1, 2);
+    let config = AgentConfig {
+        limits: Limits {
+            max_turns: 6,
+            ..Limits::default()
+        },
+        ..AgentConfig::default()
+    };
+    let h = run_exploring(
+        vec![
+            calls(&[("explore", r#"{"question":"first"}"#)]),
+            // The explorer has two calls and uses them without answering.
+            calls(&[("echo", r#"{"text":"a"}"#)]),
+            calls(&[("echo", r#"{"text":"b"}"#)]),
+            // A second explorer is refused: one per run.
+            calls(&[("explore", r#"{"question":"second"}"#)]),
+            calls(&[("submit", r#"{"ok":true}"#)]),
+        ],
+        config,
+        &AllowAll,
+        &[Arc::new(Echo), Arc::new(Submit)],
+        &Ticking::default(),
+        "question",
+        None,
+        Some(&sent),
+    )
+    .await;
+    assert!(
+        matches!(h.report.outcome, RunOutcome::Finished(_)),
+        "{:?}",
+        h.report.outcome
+    );
+    let requests = h.model.requests.lock().unwrap().clone();
+    assert_eq!(requests.len(), 5);
+    let (first, error) = tool_results(&requests[3].messages).pop().unwrap();
+    assert!(error, "{first}");
+    assert!(first.contains("budget_exceeded"), "{first}");
+    let (second, error) = tool_results(&requests[4].messages).pop().unwrap();
+    assert!(error, "{second}");
+    assert!(second.contains("at most 1"), "{second}");
+    // The explorer's calls count against the parent's turns: 5 of 6 used.
+    assert_eq!(h.report.spend.turns, 5);
 }

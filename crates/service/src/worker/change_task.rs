@@ -415,6 +415,7 @@ async fn run_change_loop(
                     ..Usage::default()
                 },
                 messages: vec![],
+                spend: warden_runtime::Spend::default(),
             };
             let change::ChangeReport { result, status, .. } = change::change_report(
                 &task.id,
