@@ -18,6 +18,9 @@
 //!   for an hour on the first request); without, every prompt token is input. Output is taken
 //!   as 60 tokens a turn.
 //!
+//! - **a review's overhead**: the same script with `[gates] review = "report"` (the reviewer
+//!   answers at once with no findings): the requests, prompt tokens and cost it adds.
+//!
 //! `cargo run --release -p warden-cli --example economy_bench -- --warden PATH [--smoke]`
 //! (`--smoke`: 10 turns, every figure computed and checked for sense, no goal asserted).
 
@@ -163,18 +166,36 @@ struct Measured {
     /// request's, and the bytes of the tools and system prompt.
     prompts: Vec<(u64, u64, u64)>,
     compactions: usize,
+    reviews: usize,
     outcome: String,
 }
 
-fn run(warden: &Path, wire: Wire, turns: usize, context_tokens: Option<u64>) -> Measured {
+fn run(
+    warden: &Path,
+    wire: Wire,
+    turns: usize,
+    context_tokens: Option<u64>,
+    review: bool,
+) -> Measured {
     let repo = repo();
     let model = ScriptedModelServer::start_blocking(script(wire, turns));
     model.always_answer("about to be compacted", wire.note());
+    model.always_answer(
+        "You are Warden's reviewer",
+        wire.call(
+            "submit_review",
+            json!({"overall_correctness": "patch is correct",
+                   "explanation": "beta is uppercase and the check passes", "findings": []}),
+        ),
+    );
     let home = tempfile::tempdir().unwrap();
     // Compaction calls are turns too: room for them beyond the script's.
     let mut config = String::from("[limits]\nmax_turns = 100\n");
     if let Some(tokens) = context_tokens {
         config.push_str(&format!("[model]\ncontext_tokens = {tokens}\n"));
+    }
+    if review {
+        config.push_str("[gates]\nreview = \"report\"\n");
     }
     std::fs::write(home.path().join("warden.toml"), config).unwrap();
     let mut command = Command::new(warden);
@@ -223,9 +244,14 @@ fn run(warden: &Path, wire: Wire, turns: usize, context_tokens: Option<u64>) -> 
     let mut prompts = Vec::new();
     let mut previous: Vec<String> = Vec::new();
     let mut compactions = 0;
+    let mut reviews = 0;
     for body in &bodies {
-        if body.to_string().contains("about to be compacted") {
+        let text = body.to_string();
+        if text.contains("about to be compacted") {
             compactions += 1;
+        }
+        if text.contains("You are Warden's reviewer") {
+            reviews += 1;
         }
         let blocks = blocks(wire, body);
         let total: u64 = blocks.iter().map(|b| b.len() as u64).sum();
@@ -244,6 +270,7 @@ fn run(warden: &Path, wire: Wire, turns: usize, context_tokens: Option<u64>) -> 
         bytes: bodies.iter().map(|b| b.to_string().len() as u64).sum(),
         prompts,
         compactions,
+        reviews,
         outcome,
     }
 }
@@ -304,14 +331,16 @@ fn main() {
     let turns = if smoke { 10 } else { 40 };
     println!("economy_bench: a scripted {turns}-turn change task per wire format");
     for wire in [Wire::OpenAi, Wire::Anthropic] {
-        let plain = run(&warden, wire, turns, None);
+        let plain = run(&warden, wire, turns, None, false);
         // A window the conversation outgrows about halfway through.
         let window = {
             let (total, ..) = plain.prompts[plain.prompts.len() / 2];
             (total / 4) * 100 / 80
         }
         .max(1_000);
-        let compacting = run(&warden, wire, turns, Some(window));
+        let compacting = run(&warden, wire, turns, Some(window), false);
+        let reviewed = run(&warden, wire, turns, None, true);
+        assert_eq!(reviewed.reviews, 1, "one review of the proposal");
         assert_eq!(plain.requests, turns, "one request a turn");
         assert_eq!(plain.compactions, 0);
         assert!(
@@ -363,6 +392,15 @@ fn main() {
              without ({:.2}x); ${compacted_with_cache:.4} with caching and compaction",
             wire.priced_as().1,
             without_cache / with_cache
+        );
+        let (reviewed_cost, _) = costs(wire, &reviewed);
+        println!(
+            "  a review ([gates] review = \"report\"): +{} request, +{} prompt tokens ({:+.1} %), \
+             cost ${reviewed_cost:.4} with caching ({:+.1} %)",
+            reviewed.requests - plain.requests,
+            tokens(&reviewed) - tokens(&plain),
+            (tokens(&reviewed) as f64 / tokens(&plain) as f64 - 1.0) * 100.0,
+            (reviewed_cost / with_cache - 1.0) * 100.0
         );
         assert_eq!(
             appended,
