@@ -721,6 +721,41 @@ fn diff_shows_the_proposal_with_its_stat_and_hides_sensitive_values() {
         shown.stdout
     );
     assert!(!shown.stdout.contains("hunter2"), "{}", shown.stdout);
+    // Not a terminal: no colour, no pager.
+    assert!(!shown.stdout.contains('\x1b'), "{}", shown.stdout);
+    let coloured = warden.run(&["diff", &task, "--color", "always"]);
+    assert!(
+        coloured
+            .stdout
+            .contains("\x1b[31m-beta\x1b[0m\n\x1b[32m+BETA\x1b[0m\n"),
+        "{:?}",
+        coloured.stdout
+    );
+    // On a terminal, as git does: coloured, through the pager (here one that keeps what it
+    // was given), and nothing printed around it.
+    let paged = tempfile::tempdir().unwrap();
+    let kept = paged.path().join("paged.txt");
+    let pager = format!("cat > {}", kept.display());
+    let on_terminal = warden.run_on_terminal(&["diff", &task], &[("WARDEN_PAGER", &pager)]);
+    assert_eq!(on_terminal.code, 0, "{}", on_terminal.stdout);
+    let through_pager = std::fs::read_to_string(&kept).unwrap();
+    assert!(
+        through_pager.contains("\x1b[32m+BETA\x1b[0m"),
+        "{through_pager:?}"
+    );
+    assert!(
+        !on_terminal.stdout.contains("BETA"),
+        "{}",
+        on_terminal.stdout
+    );
+    // NO_COLOR and --no-pager: plain text, printed.
+    let plain = warden.run_on_terminal(&["diff", &task, "--no-pager"], &[("NO_COLOR", "1")]);
+    assert!(
+        plain.stdout.contains("-beta\n+BETA\n"),
+        "{:?}",
+        plain.stdout
+    );
+    assert!(!plain.stdout.contains("\x1b[3"), "{:?}", plain.stdout);
 
     let stat = warden.run(&["diff", &task, "--stat"]);
     assert!(stat.stdout.contains("2 file(s) changed"), "{}", stat.stdout);

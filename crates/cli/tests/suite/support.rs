@@ -105,6 +105,32 @@ impl Warden {
         }
     }
 
+    /// Runs `warden args…` with a terminal as its standard input and output (a pseudo-terminal
+    /// opened by util-linux `script`) and `env` added; the output as the terminal showed it.
+    pub fn run_on_terminal(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let quoted: Vec<String> = std::iter::once(env!("CARGO_BIN_EXE_warden"))
+            .chain(args.iter().copied())
+            .map(|arg| format!("'{}'", arg.replace('\'', "'\\''")))
+            .collect();
+        let mut command = Command::new("script");
+        command.args(["-qec", &quoted.join(" "), "/dev/null"]);
+        let mut command = self.configure(command);
+        command.envs(env.iter().copied());
+        let Output {
+            status,
+            stdout,
+            stderr,
+        } = command
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("script runs (util-linux)");
+        Run {
+            code: status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&stdout).replace("\r\n", "\n"),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        }
+    }
+
     /// The command, ready to spawn, for tests that need the process itself.
     pub fn command(&self, args: &[&str]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_warden"));
