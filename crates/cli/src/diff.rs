@@ -104,6 +104,9 @@ fn pager() -> Option<String> {
 /// Shows `text` through `pager` (run by `sh -c`, as git runs its pager), waiting for it to
 /// end. `Err` when it could not start: the caller prints instead.
 fn page(pager: &str, text: &str) -> std::io::Result<()> {
+    // The person's own pager on their own terminal, with their environment, as git runs it:
+    // nothing of the repository's decides what runs (the text only goes to its input).
+    #[allow(clippy::disallowed_methods)]
     let mut child = std::process::Command::new("sh")
         .args(["-c", pager])
         .env(
