@@ -61,11 +61,10 @@ pub fn render_result(result: &QuestionResult) -> String {
                 ));
                 for evidence in &claim.evidence {
                     out.push_str(&format!(
-                        "   ✓ {}:{}:{}-{} @ {}",
+                        "   ✓ {}:{}:{} @ {}",
                         text::one_line(&evidence.repo),
                         text::one_line(&evidence.path),
-                        evidence.start_line,
-                        evidence.end_line,
+                        text::line_range(evidence.start_line.into(), evidence.end_line.into()),
                         crate::text::short_commit(&evidence.commit)
                     ));
                     if let Some(url) = &evidence.url {

@@ -88,12 +88,14 @@ pub fn render_review(review: &warden_protocol::Review) -> String {
     }
     for finding in &review.findings {
         out.push_str(&format!(
-            "  [P{}] {} — {}:{}-{} (confidence {:.2})\n    {}\n",
+            "  [P{}] {} — {}:{} (confidence {:.2})\n    {}\n",
             finding.priority,
             text::one_line(&finding.title),
             text::one_line(&finding.location.path),
-            finding.location.start_line,
-            finding.location.end_line,
+            text::line_range(
+                finding.location.start_line.into(),
+                finding.location.end_line.into()
+            ),
             finding.confidence,
             text::block(&finding.body, "    ")
         ));

@@ -139,6 +139,16 @@ fn push_escaped(out: &mut String, c: char) {
 }
 
 /// The first 12 characters of a commit id for display (a hostile server's non-ASCII text
+/// A cited line range as people write it: `12` for one line, `12-14` for several (after a
+/// path: `src/lib.rs:12`).
+pub fn line_range(start: u64, end: u64) -> String {
+    if start == end {
+        start.to_string()
+    } else {
+        format!("{start}-{end}")
+    }
+}
+
 /// cannot split a character).
 pub fn short_commit(commit: &str) -> &str {
     let end = commit

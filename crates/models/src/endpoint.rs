@@ -187,6 +187,10 @@ impl Endpoint {
                     fallback,
                 }) => {
                     tracing::warn!(model = %self.name, ?status, %message, "model call refused");
+                    let message = match status {
+                        Some(404) => format!("{message}; {}", self.not_found_hint()),
+                        _ => message,
+                    };
                     return Err(Failure {
                         error: ModelError::Permanent { status, message },
                         fallback,
@@ -200,6 +204,29 @@ impl Endpoint {
                     });
                 }
             }
+        }
+    }
+
+    /// What a 404 from the endpoint most often means, with the values to check.
+    fn not_found_hint(&self) -> String {
+        let base = self.config.base_url.trim_end_matches('/');
+        match self.config.provider {
+            Provider::OpenAi if !base.ends_with("/v1") => format!(
+                "the server has no such model or path: check the model name ({:?}) and the base \
+                 URL {base:?}, which for OpenAI-compatible servers usually ends in /v1 \
+                 (OPENAI_BASE_URL)",
+                self.config.model
+            ),
+            Provider::OpenAi => format!(
+                "the server has no such model or path: check the model name ({:?}; `[model] \
+                 name` or WARDEN_MODEL) and the base URL {base:?}",
+                self.config.model
+            ),
+            Provider::Anthropic => format!(
+                "the server has no such model or path: check the model name ({:?}) and the base \
+                 URL {base:?}, which for Anthropic has no /v1 (ANTHROPIC_BASE_URL)",
+                self.config.model
+            ),
         }
     }
 

@@ -166,3 +166,26 @@ async fn has_price_needs_a_price_for_every_model_that_may_answer() {
     assert!(chain(priced.clone(), anthropic_config(&server, false)).has_price());
     assert!(!chain(priced, unpriced).has_price());
 }
+
+#[tokio::test]
+async fn a_404_names_the_model_and_the_base_url_to_check() {
+    let server = ScriptedModelServer::start(vec![]).await;
+    // An OpenAI-compatible base URL without /v1: requests land on a path the server lacks.
+    let mut config = openai_config(&server, false);
+    config.base_url = server.url();
+    let error = complete(&model(config)).await.0.unwrap_err();
+    let message = error.to_string();
+    assert!(
+        matches!(
+            error,
+            ModelError::Permanent {
+                status: Some(404),
+                ..
+            }
+        ),
+        "{error:?}"
+    );
+    assert!(message.contains("\"gpt-5-mini\""), "{message}");
+    assert!(message.contains("usually ends in /v1"), "{message}");
+    assert!(message.contains("OPENAI_BASE_URL"), "{message}");
+}
