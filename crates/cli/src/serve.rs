@@ -51,9 +51,15 @@ pub async fn serve(config: Config) -> anyhow::Result<u8> {
     let services = service::services(Arc::new(config), store)
         .await
         .map_err(usage_or)?;
-    let listener = tokio::net::TcpListener::bind(address)
-        .await
-        .map_err(|e| usage(anyhow::Error::new(e).context(format!("cannot listen on {address}"))))?;
+    let listener = tokio::net::TcpListener::bind(address).await.map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+            " (another program listens there: stop it, or set WARDEN_LISTEN to another \
+                 address, e.g. WARDEN_LISTEN=127.0.0.1:8788)"
+        } else {
+            " (set WARDEN_LISTEN to an address this machine has)"
+        };
+        usage(anyhow::Error::new(e).context(format!("cannot listen on {address}{hint}")))
+    })?;
     let local = listener.local_addr().context("no local address")?;
     if let Some(path) = token_file {
         eprintln!(

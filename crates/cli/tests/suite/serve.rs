@@ -688,3 +688,26 @@ fn doctor_tries_every_interface_credential_online_and_names_the_refused_one() {
         "{checks:?}"
     );
 }
+
+#[test]
+fn a_port_in_use_is_refused_naming_warden_listen() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let warden = Warden::faux().with("WARDEN_LISTEN", &address);
+    let run = warden.run(&["serve"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!("cannot listen on {address}")),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("set WARDEN_LISTEN"), "{}", run.stderr);
+    // Said once.
+    assert_eq!(
+        run.stderr.matches("cannot listen on").count(),
+        1,
+        "{}",
+        run.stderr
+    );
+    drop(taken);
+}
