@@ -188,9 +188,9 @@ fn step(kind: &str, payload: &Value, at: u64, started: &mut Vec<(String, u64)>) 
                 usage["output_tokens"].as_u64().unwrap_or(0),
             )
         }
-        "approval_decided" => format!("approval decided: {}", preview_value(payload)),
-        "side_effect_intent" => format!("side effect starting: {}", preview_value(payload)),
-        "side_effect_outcome" => format!("side effect done: {}", preview_value(payload)),
+        "approval_decided" => approval_line(payload),
+        "side_effect_intent" => intent_line(payload),
+        "side_effect_outcome" => outcome_line(payload),
         "explorer_started" => format!(
             "  ◇ explorer {} sent: {}",
             payload["context"]["explorer"],
@@ -216,6 +216,89 @@ fn step(kind: &str, payload: &Value, at: u64, started: &mut Vec<(String, u64)>) 
         ),
         other => format!("{other}: {}", preview_value(payload)),
     })
+}
+
+/// `field` of `value` as one escaped line (`?` when absent).
+fn word(value: &Value, field: &str) -> String {
+    match &value[field] {
+        Value::String(text) => text::one_line(text),
+        Value::Null => "?".into(),
+        other => text::one_line(&other.to_string()),
+    }
+}
+
+/// A decision on an approval, in words.
+fn approval_line(payload: &Value) -> String {
+    let decision = match payload["decision"].as_str() {
+        Some("approve") => "approved",
+        Some("reject") => "rejected",
+        _ => "decided",
+    };
+    format!(
+        "approval {} {decision} by {} for {}",
+        word(payload, "approval"),
+        word(payload, "by"),
+        word(payload, "hash")
+    )
+}
+
+/// A side effect about to start (a push, a pull request), in words.
+fn intent_line(payload: &Value) -> String {
+    if let Some(push) = payload.get("push") {
+        let onto = match push["onto"].as_str() {
+            Some(onto) => format!(" (onto {})", text::short_commit(onto)),
+            None => String::new(),
+        };
+        return format!(
+            "publishing: pushing {} to branch {} of {}{onto}",
+            text::short_commit(push["commit"].as_str().unwrap_or("?")),
+            word(push, "branch"),
+            word(push, "remote")
+        );
+    }
+    if let Some(pr) = payload.get("open_pr") {
+        return format!(
+            "publishing: opening a pull request on {} from {} into {}",
+            word(pr, "repo"),
+            word(pr, "head"),
+            word(pr, "base")
+        );
+    }
+    format!("side effect starting: {}", preview_value(payload))
+}
+
+/// What a side effect did, in words.
+fn outcome_line(payload: &Value) -> String {
+    let again = |step: &Value| {
+        if step["already_there"] == true {
+            " (it was already there: an earlier attempt had done it)"
+        } else {
+            ""
+        }
+    };
+    if let Some(push) = payload.get("push") {
+        if push.get("failed").is_some() {
+            return format!("  ✗ the push failed: {}", word(push, "failed"));
+        }
+        return format!(
+            "  ✓ pushed {} to branch {}{}",
+            text::short_commit(push["commit"].as_str().unwrap_or("?")),
+            word(push, "branch"),
+            again(push)
+        );
+    }
+    if let Some(pr) = payload.get("open_pr") {
+        if pr.get("failed").is_some() {
+            return format!("  ✗ opening the pull request failed: {}", word(pr, "failed"));
+        }
+        return format!(
+            "  ✓ pull request #{} open: {}{}",
+            word(pr, "number"),
+            word(pr, "url"),
+            again(pr)
+        );
+    }
+    format!("side effect done: {}", preview_value(payload))
 }
 
 /// When a record was written, in milliseconds since the epoch.
@@ -349,6 +432,46 @@ mod tests {
    0.743s      → search (242 ms): src/a.rs:3:retry (+1 lines)
    0.744s      ✗ nope call rejected: unknown tool \"nope\"
    1.000s  run finished: failed: invalid_tool_calls — too many · 1 model call · 2 tool calls · 120 in / 30 out tokens · $0.0015
+";
+        assert_eq!(timeline, expected, "\n{timeline}");
+    }
+
+    #[test]
+    fn a_publication_reads_in_words() {
+        let commit = "0123456789abcdef0123456789abcdef01234567";
+        let records = vec![
+            record(
+                0,
+                "approval_decided",
+                json!({"approval": "apr_1", "decision": "approve", "hash": "sha256:ab", "by": "root"}),
+            ),
+            record(
+                10,
+                "side_effect_intent",
+                json!({"push": {"remote": "https://github.com/acme/w.git", "branch": "warden/t", "commit": commit, "onto": null}}),
+            ),
+            record(
+                20,
+                "side_effect_outcome",
+                json!({"push": {"branch": "warden/t", "commit": commit, "already_there": true}}),
+            ),
+            record(
+                30,
+                "side_effect_intent",
+                json!({"open_pr": {"repo": "acme/w", "head": "warden/t", "base": "main", "commit": commit}}),
+            ),
+            record(
+                40,
+                "side_effect_outcome",
+                json!({"open_pr": {"failed": "github answered 422\u{1b}[2J"}}),
+            ),
+        ];
+        let timeline = render(&records);
+        let expected = "   0.000s  approval apr_1 approved by root for sha256:ab
+   0.010s  publishing: pushing 0123456789ab to branch warden/t of https://github.com/acme/w.git
+   0.020s    ✓ pushed 0123456789ab to branch warden/t (it was already there: an earlier attempt had done it)
+   0.030s  publishing: opening a pull request on acme/w from warden/t into main
+   0.040s    ✗ opening the pull request failed: github answered 422\\u{1b}[2J
 ";
         assert_eq!(timeline, expected, "\n{timeline}");
     }
