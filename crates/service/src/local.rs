@@ -370,7 +370,9 @@ impl Local {
         id: &TaskId,
         on_event: &(dyn Fn(Event) + Send + Sync),
     ) -> Result<Task, LocalError> {
-        self.drive_with(id, 0, on_event, std::future::pending(), false)
+        // Only what publishing does is shown, not the run that made the proposal again.
+        let after = self.last_event(id).await?;
+        self.drive_with(id, after, on_event, std::future::pending(), false)
             .await
     }
 
