@@ -289,7 +289,10 @@ fn outcome_line(payload: &Value) -> String {
     }
     if let Some(pr) = payload.get("open_pr") {
         if pr.get("failed").is_some() {
-            return format!("  ✗ opening the pull request failed: {}", word(pr, "failed"));
+            return format!(
+                "  ✗ opening the pull request failed: {}",
+                word(pr, "failed")
+            );
         }
         return format!(
             "  ✓ pull request #{} open: {}{}",

@@ -205,7 +205,17 @@ pub fn pin_all(
                 RepoError::InvalidSpec { .. } | RepoError::RevisionNotFound { .. } => {
                     SetupError::Usage(error.to_string())
                 }
-                other => SetupError::Infrastructure(format!("cannot pin the repository: {other}")),
+                other => SetupError::Infrastructure(format!(
+                    "cannot fetch {}: {}{}",
+                    spec.source.display_redacted(),
+                    other.summary(),
+                    if other.is_retryable() {
+                        " (check the address, the network and your access to it; trying again \
+                         later may work)"
+                    } else {
+                        ""
+                    }
+                )),
             })?;
         if let Some(notice) = work_tree_notice(&pinned) {
             progress(&format!("warden: {notice}"));

@@ -103,6 +103,29 @@ impl RepoError {
         }
     }
 
+    /// The error in one sentence for a person: git's own complaint (its `fatal:` or `error:`
+    /// line) rather than the command line Warden ran; other errors as they display.
+    pub fn summary(&self) -> String {
+        match self {
+            RepoError::GitFailed { stderr, status, .. } => {
+                let complaint = stderr
+                    .lines()
+                    .map(str::trim)
+                    .find_map(|line| {
+                        line.strip_prefix("fatal:")
+                            .or_else(|| line.strip_prefix("error:"))
+                    })
+                    .or_else(|| stderr.lines().map(str::trim).find(|l| !l.is_empty()))
+                    .map(str::trim);
+                match complaint {
+                    Some(complaint) => complaint.to_string(),
+                    None => format!("git failed ({status})"),
+                }
+            }
+            other => other.to_string(),
+        }
+    }
+
     /// Whether trying again later may succeed (network trouble, a timeout, a busy lock).
     pub fn is_retryable(&self) -> bool {
         match self {

@@ -1081,3 +1081,23 @@ fn repositories_are_pinned_by_url_and_revision() {
     assert_eq!(evidence["commit"], repo.git(&["rev-parse", "v2"]).as_str());
     assert_eq!(evidence["start_line"], 1);
 }
+
+#[test]
+fn an_unreachable_git_url_is_one_sentence_not_gits_command_line() {
+    // A port nothing listens on.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let url = format!("https://127.0.0.1:{port}/nothing.git");
+    let run = Warden::faux().run(&["ask", "--repo", &url, "where?"]);
+    assert_ne!(run.code, 0, "{}", run.stderr);
+    let error = run
+        .stderr
+        .lines()
+        .find(|line| line.starts_with("warden: error:"))
+        .unwrap_or_else(|| panic!("{}", run.stderr));
+    assert!(error.contains(&format!("cannot fetch {url}")), "{error}");
+    assert!(error.contains("check the address"), "{error}");
+    assert!(!run.stderr.contains("--git-dir"), "{}", run.stderr);
+    assert!(!run.stderr.contains("refs/heads"), "{}", run.stderr);
+}

@@ -205,8 +205,16 @@ fn approval_pushes_the_branch_and_opens_one_pull_request_with_the_facts_and_no_s
     assert_eq!(approved.code, 0, "{}", approved.stderr);
     setup.assert_published_once();
     // Only publishing is shown, not the run that made the proposal again.
-    assert!(!approved.stderr.contains("thinking (turn"), "{}", approved.stderr);
-    assert!(!approved.stderr.contains("→ edit_file"), "{}", approved.stderr);
+    assert!(
+        !approved.stderr.contains("thinking (turn"),
+        "{}",
+        approved.stderr
+    );
+    assert!(
+        !approved.stderr.contains("→ edit_file"),
+        "{}",
+        approved.stderr
+    );
     let pull = &setup.fake.pulls()[0];
     assert!(
         approved.stdout.contains(pull["html_url"].as_str().unwrap()),
