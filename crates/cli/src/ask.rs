@@ -64,7 +64,7 @@ pub fn render_result(result: &QuestionResult) -> String {
                         "   ✓ {}:{}:{} @ {}",
                         text::one_line(&evidence.repo),
                         text::one_line(&evidence.path),
-                        text::line_range(evidence.start_line.into(), evidence.end_line.into()),
+                        text::line_range(evidence.start_line, evidence.end_line),
                         crate::text::short_commit(&evidence.commit)
                     ));
                     if let Some(url) = &evidence.url {

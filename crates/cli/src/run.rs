@@ -92,10 +92,7 @@ pub fn render_review(review: &warden_protocol::Review) -> String {
             finding.priority,
             text::one_line(&finding.title),
             text::one_line(&finding.location.path),
-            text::line_range(
-                finding.location.start_line.into(),
-                finding.location.end_line.into()
-            ),
+            text::line_range(finding.location.start_line, finding.location.end_line),
             finding.confidence,
             text::block(&finding.body, "    ")
         ));
