@@ -592,10 +592,15 @@ fn maintain_check(config: &Config, now: std::time::SystemTime) -> Check {
     }
     if let Some(path) = &maintain.osv_db {
         let mut undated = false;
-        let counts: Result<Vec<String>, String> = [osv::GO, osv::NPM]
+        // crates.io records are shown when there are some (they are optional: RustSec's
+        // database is Cargo's usual one).
+        let counts: Result<Vec<Option<String>>, String> = [osv::GO, osv::NPM, osv::CRATES_IO]
             .into_iter()
             .map(|ecosystem| {
                 let db = osv::OsvDb::open(path, ecosystem)?;
+                if ecosystem == osv::CRATES_IO && db.record_count() == 0 {
+                    return Ok(None);
+                }
                 let count = crate::text::count(
                     db.record_count() as u64,
                     &format!("{ecosystem} advisory"),
@@ -604,12 +609,12 @@ fn maintain_check(config: &Config, now: std::time::SystemTime) -> Check {
                 let dir = update::osv_dir(path, ecosystem);
                 if dir == *path {
                     undated = true;
-                    return Ok(count);
+                    return Ok(Some(count));
                 }
-                Ok(format!("{count} ({})", dated(&dir)))
+                Ok(Some(format!("{count} ({})", dated(&dir))))
             })
             .collect();
-        match counts {
+        match counts.map(|counts| counts.into_iter().flatten().collect::<Vec<_>>()) {
             Ok(counts) => {
                 let mut line = format!("osv_db {}: {}", path.display(), counts.join(", "));
                 if undated {

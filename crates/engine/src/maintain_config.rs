@@ -26,6 +26,10 @@ pub const DEFAULT_OSV_URL: &str = "https://osv-vulnerabilities.storage.googleapi
 /// `warden advisories update` fetches by default.
 pub const OSV_ECOSYSTEMS: [&str; 2] = ["Go", "npm"];
 
+/// The OSV ecosystems `[maintain] osv_ecosystems` may name: the defaults and `crates.io` (for
+/// Cargo projects without a RustSec database).
+pub const OSV_ECOSYSTEMS_READ: [&str; 3] = ["Go", "npm", "crates.io"];
+
 /// Days after which an advisory database is old enough to warn about (default).
 pub const DEFAULT_MAX_ADVISORY_AGE_DAYS: u32 = 7;
 
@@ -174,11 +178,11 @@ impl MaintainConfig {
             None => OSV_ECOSYSTEMS.iter().map(|e| e.to_string()).collect(),
             Some(list) => {
                 for name in list {
-                    if !OSV_ECOSYSTEMS.contains(&name.as_str()) {
+                    if !OSV_ECOSYSTEMS_READ.contains(&name.as_str()) {
                         bail!(
                             "maintain.osv_ecosystems: {name:?} is not an ecosystem Warden reads \
                              OSV records of (one of {})",
-                            OSV_ECOSYSTEMS.join(", ")
+                            OSV_ECOSYSTEMS_READ.join(", ")
                         );
                     }
                 }

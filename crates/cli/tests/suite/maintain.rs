@@ -1261,3 +1261,77 @@ fn a_repositorys_cargo_configuration_never_runs_in_the_networked_fetch() {
         "the repository's wrapper ran: {planted:?}"
     );
 }
+
+/// A Cargo project scanned with only an OSV database: GitHub's real crates.io record for regex
+/// (GHSA-m5pq-gvj9-9vr8) finds regex 1.5.4; an OSV database without crates.io records is
+/// refused, never reported clean.
+#[test]
+fn vulns_reads_osv_crates_io_records_for_cargo_without_a_rustsec_database() {
+    let osv = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../engine/src/maintain/fixtures/osv-crates/GHSA-m5pq-gvj9-9vr8.json"
+        ),
+        osv.path().join("GHSA-m5pq-gvj9-9vr8.json"),
+    )
+    .unwrap();
+    let warden = Warden::new();
+    std::fs::write(
+        warden.home.path().join("warden.toml"),
+        format!("[maintain]\nosv_db = {:?}\n", osv.path().to_str().unwrap()),
+    )
+    .unwrap();
+    let repo = TempRepo::new();
+    repo.write(
+        "Cargo.toml",
+        "[package]\nname = \"app\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[dependencies]\nregex = \"1\"\n",
+    );
+    repo.write(
+        "Cargo.lock",
+        "version = 3\n\n[[package]]\nname = \"app\"\nversion = \"0.1.0\"\ndependencies = [\n \"regex\",\n]\n\n\
+         [[package]]\nname = \"regex\"\nversion = \"1.5.4\"\nsource = \"registry+https://github.com/rust-lang/crates.io-index\"\n",
+    );
+    repo.write("src/lib.rs", "");
+    repo.commit("regex 1.5.4");
+    let path = repo.path().to_str().unwrap();
+    let run = warden.run(&["vulns", "--repo", path, "--json"]);
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let report = run.json();
+    assert_eq!(report["ecosystem"], "cargo");
+    let findings = &report["scan"]["findings"];
+    assert_eq!(findings.as_array().map(Vec::len), Some(1), "{report}");
+    assert_eq!(findings[0]["advisory"], "GHSA-m5pq-gvj9-9vr8");
+    assert_eq!(findings[0]["package"], "regex");
+    assert_eq!(findings[0]["patched"], serde_json::json!([">= 1.5.5"]));
+
+    // Only Go records: a Cargo scan is refused with what to set.
+    let go_only = tempfile::tempdir().unwrap();
+    std::fs::write(
+        go_only.path().join("GO-2022-0001.json"),
+        r#"{"id": "GO-2022-0001", "affected": [{"package": {"ecosystem": "Go", "name": "example.com/m"}, "ranges": [{"type": "SEMVER", "events": [{"introduced": "0"}, {"fixed": "1.0.1"}]}]}]}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        warden.home.path().join("warden.toml"),
+        format!(
+            "[maintain]\nosv_db = {:?}\n",
+            go_only.path().to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let refused = warden.run(&["vulns", "--repo", path]);
+    assert_ne!(refused.code, 0, "{}", refused.stdout);
+    assert_ne!(
+        refused.code, 1,
+        "not a clean or vulnerable verdict: {}",
+        refused.stdout
+    );
+    assert!(
+        refused
+            .stderr
+            .contains("holds no crates.io advisory records"),
+        "{}",
+        refused.stderr
+    );
+}

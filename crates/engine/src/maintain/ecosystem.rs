@@ -372,7 +372,8 @@ pub fn profile(root: &Path) -> Result<Profile, String> {
     }
 }
 
-/// A loaded advisory database: RustSec's for Cargo, OSV for Go.
+/// A loaded advisory database: RustSec's (or OSV's crates.io records) for Cargo, OSV for Go
+/// and npm.
 #[derive(Debug, Clone)]
 pub enum Database {
     RustSec(advisory::AdvisoryDb),
@@ -383,12 +384,27 @@ impl Database {
     /// The configured database of `ecosystem`: `Ok(None)` when none is configured.
     pub fn open(config: &Config, ecosystem: Ecosystem) -> Result<Option<Database>, String> {
         match ecosystem {
-            Ecosystem::Cargo => config
-                .maintain
-                .advisory_db
-                .as_deref()
-                .map(|path| advisory::AdvisoryDb::open(path).map(Database::RustSec))
-                .transpose(),
+            // RustSec's database when one is set; else the crates.io records of the OSV
+            // database (GitHub's or osv.dev's export), which must hold some: an OSV directory
+            // without crates.io records would scan every Cargo project as clean.
+            Ecosystem::Cargo => match (&config.maintain.advisory_db, &config.maintain.osv_db) {
+                (Some(path), _) => advisory::AdvisoryDb::open(path)
+                    .map(Database::RustSec)
+                    .map(Some),
+                (None, Some(path)) => {
+                    let db = osv::OsvDb::open(path, osv::CRATES_IO)?;
+                    if db.record_count() == 0 {
+                        return Err(format!(
+                            "{} holds no crates.io advisory records: add \"crates.io\" to \
+                             [maintain] osv_ecosystems and run `warden advisories update`, or \
+                             set advisory_db to a RustSec database",
+                            path.display()
+                        ));
+                    }
+                    Ok(Some(Database::Osv(db)))
+                }
+                (None, None) => Ok(None),
+            },
             Ecosystem::Go | Ecosystem::Npm => {
                 let name = if ecosystem == Ecosystem::Go {
                     osv::GO
@@ -409,8 +425,10 @@ impl Database {
     pub fn missing(config: &Config, ecosystem: Ecosystem, needed_by: &str) -> String {
         match ecosystem {
             Ecosystem::Cargo => format!(
-                "{needed_by} needs a local RustSec advisory database: set `advisory_db = \
-                 \"/path/to/advisory-db\"` under [maintain] in {}",
+                "{needed_by} needs a local advisory database for Rust: set `advisory_db = \
+                 \"/path/to/advisory-db\"` (RustSec's) or `osv_db = \"/path/to/osv\"` (OSV \
+                 records with crates.io ones) under [maintain] in {}, then run `warden \
+                 advisories update`",
                 config.file.display()
             ),
             Ecosystem::Go | Ecosystem::Npm => format!(

@@ -21,9 +21,15 @@ pub const GO: &str = "Go";
 /// npm's ecosystem name in OSV records.
 pub const NPM: &str = "npm";
 
-/// The OSV ecosystem named `name` (`Go`, `npm`), as the readers take it.
+/// crates.io's ecosystem name in OSV records (GitHub's advisory database and osv.dev's export
+/// publish Rust advisories under it; Cargo projects read them when no RustSec database is set).
+pub const CRATES_IO: &str = "crates.io";
+
+/// The OSV ecosystem named `name` (`Go`, `npm`, `crates.io`), as the readers take it.
 pub fn ecosystem_name(name: &str) -> Option<&'static str> {
-    [GO, NPM].into_iter().find(|known| *known == name)
+    [GO, NPM, CRATES_IO]
+        .into_iter()
+        .find(|known| *known == name)
 }
 
 /// The standard library's package name in Go's records.
@@ -356,7 +362,7 @@ impl OsvDb {
         let mut files = Vec::new();
         // `warden advisories update` keeps each ecosystem's records in a directory of its own:
         // another ecosystem's is not walked.
-        let others: Vec<PathBuf> = [GO, NPM]
+        let others: Vec<PathBuf> = [GO, NPM, CRATES_IO]
             .into_iter()
             .filter(|other| *other != ecosystem)
             .map(|other| path.join(other))
@@ -808,6 +814,44 @@ mod tests {
             error.contains("GO-2026-0009.json") && error.contains("not JSON"),
             "{error}"
         );
+    }
+
+    #[test]
+    fn a_github_crates_io_record_is_read_for_a_cargo_lockfile_in_semver_order() {
+        let db = OsvDb::open(
+            Path::new(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/src/maintain/fixtures/osv-crates"
+            )),
+            CRATES_IO,
+        )
+        .unwrap();
+        assert_eq!(db.record_count(), 1);
+        let lock = |version: &str| {
+            Lockfile::parse(&format!(
+                "version = 3\n\n[[package]]\nname = \"app\"\nversion = \"0.1.0\"\n\n\
+                 [[package]]\nname = \"regex\"\nversion = \"{version}\"\nsource = \
+                 \"registry+https://github.com/rust-lang/crates.io-index\"\n"
+            ))
+            .unwrap()
+        };
+        let findings = db.scan(&lock("1.5.4"));
+        assert_eq!(findings.len(), 1, "{findings:?}");
+        assert_eq!(findings[0].advisory, "GHSA-m5pq-gvj9-9vr8");
+        assert_eq!(findings[0].package, "regex");
+        assert_eq!(findings[0].patched, [">= 1.5.5"]);
+        assert!(db.scan(&lock("1.5.5")).is_empty());
+        assert!(db.scan(&lock("1.10.2")).is_empty());
+        // Go and npm never read it.
+        let go = OsvDb::open(
+            Path::new(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/src/maintain/fixtures/osv-crates"
+            )),
+            GO,
+        )
+        .unwrap();
+        assert_eq!(go.record_count(), 0);
     }
 
     /// Real records as GitHub's advisory database publishes them (`ECOSYSTEM` ranges).
