@@ -61,6 +61,8 @@ pub async fn serve(config: Config) -> anyhow::Result<u8> {
         usage(anyhow::Error::new(e).context(format!("cannot listen on {address}{hint}")))
     })?;
     let local = listener.local_addr().context("no local address")?;
+    // Listening for SIGTERM/SIGINT starts now, before anything says the server is up.
+    let shutdown = service::shutdown_signal();
     if let Some(path) = token_file {
         eprintln!(
             "warden: WARDEN_API_TOKENS is not set; the admin token is in {}",
@@ -85,14 +87,7 @@ pub async fn serve(config: Config) -> anyhow::Result<u8> {
              password with `warden web passwd NAME`)"
         );
     }
-    warden_api::serve::serve(
-        services,
-        tokens,
-        listener,
-        worker_name,
-        service::shutdown_signal(),
-    )
-    .await?;
+    warden_api::serve::serve(services, tokens, listener, worker_name, shutdown).await?;
     eprintln!("warden: stopped");
     Ok(0)
 }
@@ -131,11 +126,12 @@ pub async fn worker(config: Config) -> anyhow::Result<u8> {
         .await
         .map_err(usage_or)?;
     let name = service::process_worker_name();
+    let shutdown = service::shutdown_signal();
     eprintln!(
         "warden: worker {name}: {} concurrent runs",
         services.config.serve.workers
     );
-    service::work(services, name, service::shutdown_signal()).await?;
+    service::work(services, name, shutdown).await?;
     eprintln!("warden: stopped");
     Ok(0)
 }

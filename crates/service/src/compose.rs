@@ -103,18 +103,27 @@ pub async fn services(config: Arc<Config>, store: Arc<dyn Store>) -> anyhow::Res
 }
 
 /// Resolves when SIGTERM or SIGINT arrives.
-pub async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
+///
+/// The listeners are registered when this is called, not when the future is first polled: a
+/// signal that arrives in between (say, right after the start-up lines were printed) is not
+/// lost. Must be called inside the runtime.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{signal, SignalKind};
+    let terminate = signal(SignalKind::terminate()).ok();
+    let interrupt = signal(SignalKind::interrupt()).ok();
+    async move {
+        let wait = |listener: Option<tokio::signal::unix::Signal>| async move {
+            match listener {
+                Some(mut listener) => {
+                    listener.recv().await;
+                }
+                None => std::future::pending::<()>().await,
             }
-            Err(_) => std::future::pending::<()>().await,
+        };
+        tokio::select! {
+            _ = wait(terminate) => {}
+            _ = wait(interrupt) => {}
         }
-    };
-    tokio::select! {
-        _ = terminate => {}
-        _ = tokio::signal::ctrl_c() => {}
     }
 }
 
