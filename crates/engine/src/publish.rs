@@ -246,9 +246,62 @@ pub fn pull_request_title(proposal: &Proposal, redactor: &Redactor) -> String {
     redactor.text(&title)
 }
 
-/// The pull request body: the task, the summary, the files, and each validation's command and
-/// exit code (never its output), registered secrets redacted.
-pub fn pull_request_body(task_id: &str, proposal: &Proposal, redactor: &Redactor) -> String {
+/// Findings a pull request body lists; the rest are counted.
+const MAX_PR_FINDINGS: usize = 20;
+
+/// The review section of a pull request body: the verdict, the rounds and model, each finding
+/// as Codex's review format writes it (priority, title, location, body), Markdown kept inert.
+fn review_section(review: &warden_protocol::Review) -> String {
+    let inert = |text: &str| text.replace('`', "'").replace(['\r', '\n'], " ");
+    let mut section = format!(
+        "\n## Review\n\n**{}** after {} round(s) by `{}`, {} finding(s).\n",
+        inert(&review.verdict),
+        review.rounds,
+        inert(&review.model),
+        review.findings.len()
+    );
+    if !review.explanation.trim().is_empty() {
+        section.push_str(&format!("\n{}\n", inert(review.explanation.trim())));
+    }
+    if !review.findings.is_empty() {
+        section.push('\n');
+    }
+    for finding in review.findings.iter().take(MAX_PR_FINDINGS) {
+        let lines = if finding.location.start_line == finding.location.end_line {
+            finding.location.start_line.to_string()
+        } else {
+            format!(
+                "{}-{}",
+                finding.location.start_line, finding.location.end_line
+            )
+        };
+        section.push_str(&format!(
+            "- **P{}** {} — `{}:{lines}` (confidence {:.2}): {}\n",
+            finding.priority,
+            inert(&finding.title),
+            inert(&finding.location.path),
+            finding.confidence,
+            inert(&finding.body)
+        ));
+    }
+    if review.findings.len() > MAX_PR_FINDINGS {
+        section.push_str(&format!(
+            "- … and {} more\n",
+            review.findings.len() - MAX_PR_FINDINGS
+        ));
+    }
+    section
+}
+
+/// The pull request body: the task, the summary, the files, each validation's command and exit
+/// code (never its output), and the reviewer's verdict and findings when a review ran,
+/// registered secrets redacted.
+pub fn pull_request_body(
+    task_id: &str,
+    proposal: &Proposal,
+    review: Option<&warden_protocol::Review>,
+    redactor: &Redactor,
+) -> String {
     let mut body = String::new();
     body.push_str(&format!("Proposed by Warden for task `{task_id}`.\n\n"));
     body.push_str("## Summary\n\n");
@@ -289,6 +342,9 @@ pub fn pull_request_body(task_id: &str, proposal: &Proposal, redactor: &Redactor
                 first.tree, first.sandbox
             ));
         }
+    }
+    if let Some(review) = review {
+        body.push_str(&review_section(review));
     }
     body.push_str(&format!(
         "\nProposal `{}`, commit `{}`, approved hash `{}`.\n",
@@ -430,6 +486,8 @@ pub struct PublishRequest<'a> {
     pub remote: &'a str,
     pub task_id: &'a str,
     pub proposal: &'a Proposal,
+    /// The reviewer's verdict and findings, when a review ran: shown in the pull request.
+    pub review: Option<&'a warden_protocol::Review>,
     /// From [`resolve_target`]; `None`: publication ends at the push.
     pub target: Option<&'a GithubTarget>,
     pub settings: &'a GithubSettings,
@@ -555,7 +613,7 @@ pub async fn publish_proposal(
         base,
         commit: request.proposal.commit.clone(),
         title: pull_request_title(request.proposal, redactor),
-        body: pull_request_body(request.task_id, request.proposal, redactor),
+        body: pull_request_body(request.task_id, request.proposal, request.review, redactor),
         draft: request.settings.draft,
     };
     let opened = open_pull_request_step(&client, &input, journal, redactor)
@@ -841,7 +899,7 @@ mod tests {
             sensitive_files: vec![],
         };
         let redactor = Redactor::new(["sk-live-secret-value-1234".to_string()]);
-        let body = pull_request_body("tsk_1", &proposal, &redactor);
+        let body = pull_request_body("tsk_1", &proposal, None, &redactor);
         assert!(body.contains("`tsk_1`"), "{body}");
         assert!(body.contains("Fix the parser"), "{body}");
         assert!(body.contains("| `cargo test \\| tee log` | 0 |"), "{body}");
@@ -849,5 +907,40 @@ mod tests {
         assert!(!body.contains("sk-live-secret-value-1234"), "{body}");
         assert!(!body.contains("output"), "{body}");
         assert_eq!(pull_request_title(&proposal, &redactor), "Fix the parser");
+        assert!(!body.contains("## Review"), "no review ran: {body}");
+
+        // With a review: its verdict and findings, inert, the secret still redacted.
+        let review = warden_protocol::Review {
+            verdict: "reported".into(),
+            explanation: "One test went missing.".into(),
+            findings: vec![warden_protocol::ReviewFinding {
+                title: "Restore the `deleted` test".into(),
+                body: "It used sk-live-secret-value-1234.\nPut it back.".into(),
+                priority: 1,
+                confidence: 0.9,
+                location: warden_protocol::FindingLocation {
+                    repo: "app".into(),
+                    commit: "c".repeat(40),
+                    path: "tests/a.rs".into(),
+                    start_line: 3,
+                    end_line: 3,
+                },
+            }],
+            rounds: 1,
+            model: "openai:gpt".into(),
+            usage: warden_protocol::Usage::default(),
+        };
+        let body = pull_request_body("tsk_1", &proposal, Some(&review), &redactor);
+        assert!(
+            body.contains(
+                "## Review\n\n**reported** after 1 round(s) by `openai:gpt`, 1 finding(s)."
+            ),
+            "{body}"
+        );
+        assert!(
+            body.contains("- **P1** Restore the 'deleted' test — `tests/a.rs:3` (confidence 0.90): It used [redacted]. Put it back.\n"),
+            "{body}"
+        );
+        assert!(!body.contains("sk-live-secret-value-1234"), "{body}");
     }
 }

@@ -196,6 +196,7 @@ pub async fn publish_approved<C: StoreCalls + ?Sized>(
         remote: &remote,
         task_id: task.id.as_str(),
         proposal: &proposal,
+        review: result.review.as_ref(),
         target: target.as_ref(),
         settings: context.settings,
         onto: onto.as_ref(),

@@ -55,6 +55,9 @@ pub fn task_message(task: &Task, buttons: bool, style: Style) -> (String, Option
     if let Some(proposal) = result.get("proposal").filter(|p| p.is_object()) {
         render_proposal(proposal, &mut text, style);
     }
+    if let Some(review) = result.get("review").filter(|r| r.is_object()) {
+        render_review(review, &mut text, style);
+    }
     if result["outcome"] == "no_change" {
         text.push_str("\nNo change was needed.\n");
     }
@@ -231,6 +234,45 @@ fn render_proposal(proposal: &Value, text: &mut String, style: Style) {
     }
 }
 
+/// Findings a chat message lists; the rest are counted.
+const MAX_CHAT_FINDINGS: usize = 5;
+
+/// The reviewer's verdict and its most urgent findings (`review` of a change's result).
+fn render_review(review: &Value, text: &mut String, style: Style) {
+    let inert = style.escape;
+    let findings = review["findings"].as_array().cloned().unwrap_or_default();
+    text.push_str(&format!(
+        "Review: {} after {} round(s), {} finding(s)\n",
+        inert(review["verdict"].as_str().unwrap_or("?")),
+        review["rounds"].as_u64().unwrap_or(0),
+        findings.len()
+    ));
+    for finding in findings.iter().take(MAX_CHAT_FINDINGS) {
+        let location = &finding["location"];
+        let (start, end) = (
+            location["start_line"].as_u64().unwrap_or(0),
+            location["end_line"].as_u64().unwrap_or(0),
+        );
+        let lines = if start == end {
+            start.to_string()
+        } else {
+            format!("{start}-{end}")
+        };
+        text.push_str(&format!(
+            "[P{}] {} — {}:{lines}\n",
+            finding["priority"].as_u64().unwrap_or(3),
+            inert(finding["title"].as_str().unwrap_or("?")),
+            inert(location["path"].as_str().unwrap_or("?"))
+        ));
+    }
+    if findings.len() > MAX_CHAT_FINDINGS {
+        text.push_str(&format!(
+            "… and {} more\n",
+            findings.len() - MAX_CHAT_FINDINGS
+        ));
+    }
+}
+
 fn capitalised(kind: &str) -> String {
     let mut chars = kind.chars();
     match chars.next() {
@@ -246,5 +288,62 @@ fn clip(text: &str, max_chars: usize) -> String {
         format!("{clipped}…")
     } else {
         clipped
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use warden_protocol::{TaskKind, TaskStatus};
+
+    fn shouting(text: &str) -> String {
+        text.to_uppercase()
+    }
+
+    const SHOUTING: Style = Style {
+        escape: shouting,
+        link: str::to_string,
+        answer_hint: answer_elsewhere,
+    };
+
+    #[test]
+    fn a_changes_review_is_shown_with_its_most_urgent_findings_escaped() {
+        let findings: Vec<Value> = (0..7)
+            .map(|n| {
+                json!({"title": format!("finding {n}"), "body": "b", "priority": 1,
+                       "confidence": 0.9, "location": {"repo": "app", "commit": "c",
+                       "path": "src/a.rs", "start_line": 4, "end_line": 4 + n}})
+            })
+            .collect();
+        let task = Task {
+            id: "tsk_01HZY8Q6K9V2M3N4P5R6S7T8V9".parse().unwrap(),
+            kind: TaskKind::Change,
+            status: TaskStatus::Completed,
+            owner: "alice".into(),
+            prompt: "fix it".into(),
+            repos: vec![],
+            priority: 0,
+            created_at_ms: 0,
+            updated_at_ms: 0,
+            follow_up_to: None,
+            retry_of: None,
+            result: Some(json!({"outcome": "no_change",
+                "review": {"verdict": "reported", "explanation": "", "rounds": 2,
+                           "model": "m", "findings": findings, "usage": {}}})),
+            metadata: json!({}),
+            runs: 1,
+            interrupted_runs: 0,
+            callback_url: None,
+        };
+        let (text, _) = task_message(&task, false, SHOUTING);
+        assert!(
+            text.contains("Review: REPORTED after 2 round(s), 7 finding(s)\n"),
+            "{text}"
+        );
+        assert!(text.contains("[P1] FINDING 0 — SRC/A.RS:4\n"), "{text}");
+        assert!(text.contains("[P1] FINDING 4 — SRC/A.RS:4-8\n"), "{text}");
+        assert!(!text.contains("FINDING 5"), "{text}");
+        assert!(text.contains("… and 2 more\n"), "{text}");
     }
 }
