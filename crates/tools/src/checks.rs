@@ -623,7 +623,10 @@ impl ChangeSession {
                     return Err(error);
                 }
             };
-            let mut spec = CommandSpec::bash(command, self.config.check_timeout);
+            // One stream: what the check wrote to stdout and stderr stays in the order it was
+            // written (two pipes read apart cannot say which came first).
+            let mut spec =
+                CommandSpec::bash(&format!("exec 2>&1\n{command}"), self.config.check_timeout);
             spec.limits = self.config.limits;
             spec.env = self.config.env.clone();
             spec.output_limit = 256 * 1024;
@@ -684,8 +687,8 @@ impl ChangeSession {
                 }
                 text.push_str(&String::from_utf8_lossy(&output.stderr));
             }
-            let note =
-                crate::not_found_note(output.exit_code, &String::from_utf8_lossy(&output.stderr));
+            // The shell's "command not found" is in the one stream now.
+            let note = crate::not_found_note(output.exit_code, &text);
             if !note.is_empty() {
                 if !text.is_empty() && !text.ends_with('\n') {
                     text.push('\n');

@@ -1132,3 +1132,30 @@ fn a_follow_up_on_an_unchanged_tree_reuses_its_parents_records() {
     assert_eq!(record.get("reused"), None, "{more}");
     assert_ne!(record["output_tail"], parent["output_tail"], "{more}");
 }
+
+#[test]
+fn a_checks_output_keeps_stdout_and_stderr_in_the_order_they_were_written() {
+    let repo = sample_repo();
+    repo.write(
+        "noisy.sh",
+        "echo out-1\necho err-1 >&2\necho out-2\necho err-2 >&2\nexit 1\n",
+    );
+    repo.commit("a noisy check");
+    let server = ScriptedModelServer::start_blocking(vec![
+        call("run_checks", json!({})),
+        call("submit_change", json!({"summary": "nothing"})),
+    ]);
+    let warden = Warden::openai(&server.url());
+    let _ = run_change(&warden, &repo, &["--check", "bash noisy.sh"]);
+    let requests = server.requests();
+    let observed = last_tool_result(&requests[1].body);
+    let order: Vec<usize> = ["out-1", "err-1", "out-2", "err-2"]
+        .iter()
+        .map(|line| {
+            observed
+                .find(line)
+                .unwrap_or_else(|| panic!("{line} missing: {observed}"))
+        })
+        .collect();
+    assert!(order.windows(2).all(|w| w[0] < w[1]), "{observed}");
+}
