@@ -42,6 +42,13 @@ pub fn render(event: &Event) -> Option<String> {
         Event::ToolFinished {
             ok: false, summary, ..
         } => format!("    ✗ {summary} failed"),
+        // A passing call with something to say (each check's verdict and duration).
+        Event::ToolFinished {
+            ok: true,
+            summary,
+            note: Some(note),
+            ..
+        } => format!("    ✓ {summary}: {note}"),
         Event::PolicyDenied { tool, reason } => format!("    ✗ {tool} denied: {reason}"),
         Event::ToolCallRejected {
             tool,

@@ -1064,14 +1064,39 @@ fn render(validations: &[Validation]) -> String {
     out
 }
 
+/// Each check's verdict and duration in one line: `bash check.sh passed in 0.4 s`.
+fn check_verdicts(validations: &[Validation]) -> Vec<String> {
+    validations
+        .iter()
+        .map(|v| {
+            let verdict = match v.exit_code {
+                Some(0) => "passed".to_string(),
+                Some(code) => format!("failed (exit code {code})"),
+                None => "failed (killed or timed out)".to_string(),
+            };
+            let reused = if v.reused { ", not run again" } else { "" };
+            format!(
+                "{} {verdict} in {:.1} s{reused}",
+                v.command.replace(['\r', '\n'], " "),
+                v.duration_ms as f64 / 1000.0
+            )
+        })
+        .collect()
+}
+
 /// `run_checks`: builds the candidate tree and runs the checks on it.
 pub struct RunChecks {
     session: Arc<ChangeSession>,
+    /// The verdicts of the last call, one line per check ([`check_verdicts`]), for its note.
+    last: Arc<Mutex<Vec<String>>>,
 }
 
 impl RunChecks {
     pub fn new(session: Arc<ChangeSession>) -> RunChecks {
-        RunChecks { session }
+        RunChecks {
+            session,
+            last: Arc::default(),
+        }
     }
 }
 
@@ -1091,15 +1116,23 @@ impl Tool for RunChecks {
         "run_checks".into()
     }
 
+    /// Each check's verdict and duration, for the person following the task, and a program
+    /// the sandbox lacks.
     fn note(&self, output: &ToolOutput) -> Option<String> {
-        match output {
-            ToolOutput::Error(text) => crate::not_found_lines(text),
-            _ => None,
+        if !matches!(output, ToolOutput::Ok(_) | ToolOutput::Error(_)) {
+            return None;
         }
+        let mut lines =
+            std::mem::take(&mut *self.last.lock().unwrap_or_else(PoisonError::into_inner));
+        if let ToolOutput::Error(text) = output {
+            lines.extend(crate::not_found_lines(text));
+        }
+        (!lines.is_empty()).then(|| lines.join("; "))
     }
 
     fn call<'a>(&'a self, _arguments: Value) -> BoxFuture<'a, ToolOutput> {
         let session = self.session.clone();
+        let last = Arc::clone(&self.last);
         Box::pin(async move {
             let result = blocking::run(move || {
                 if session.config.checks.is_empty() {
@@ -1109,6 +1142,7 @@ impl Tool for RunChecks {
                 }
                 let candidate = session.candidate()?;
                 let validations = session.run_checks(&candidate.tree)?;
+                *last.lock().unwrap_or_else(PoisonError::into_inner) = check_verdicts(&validations);
                 let failed = validations.iter().filter(|v| !v.passed()).count();
                 let offline = session.offline_reason(&validations);
                 let mut text = format!(
@@ -1255,6 +1289,40 @@ fn submit(session: &ChangeSession, summary: String) -> ToolOutput {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn each_checks_verdict_and_duration_reads_in_one_line() {
+        let validations = [
+            Validation {
+                command: "bash check.sh".into(),
+                exit_code: Some(0),
+                tree: "t".into(),
+                config_hash: "h".into(),
+                sandbox: "linux".into(),
+                duration_ms: 420,
+                output_tail: String::new(),
+                reused: false,
+            },
+            Validation {
+                command: "cargo test".into(),
+                exit_code: Some(101),
+                tree: "t".into(),
+                config_hash: "h".into(),
+                sandbox: "linux".into(),
+                duration_ms: 12_345,
+                output_tail: "$ not a command\nfailed in 3 ms".into(),
+                reused: true,
+            },
+        ];
+        assert_eq!(
+            check_verdicts(&validations),
+            [
+                "bash check.sh passed in 0.4 s",
+                "cargo test failed (exit code 101) in 12.3 s, not run again",
+            ]
+        );
+    }
+
     use super::*;
 
     fn record(tree: &str, command: &str, exit_code: Option<i32>) -> Validation {

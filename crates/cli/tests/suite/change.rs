@@ -125,6 +125,14 @@ fn an_edit_with_passing_checks_becomes_a_proposal_and_apply_makes_a_branch() {
         &["--check", "bash check.sh", "--check", "test ! -e debug.log"],
     );
     assert_eq!(run.code, 0, "{}\n{}", run.stdout, transcript(&server));
+    // Progress shows each check passing, with its duration.
+    assert!(
+        run.stderr
+            .contains("✓ run_checks: bash check.sh passed in ")
+            && run.stderr.contains("; test ! -e debug.log passed in "),
+        "{}",
+        run.stderr
+    );
     let result = run.json();
     assert_eq!(result["kind"], "change");
     assert_eq!(result["outcome"], "proposal", "{result}");
@@ -1146,7 +1154,14 @@ fn a_checks_output_keeps_stdout_and_stderr_in_the_order_they_were_written() {
         call("submit_change", json!({"summary": "nothing"})),
     ]);
     let warden = Warden::openai(&server.url());
-    let _ = run_change(&warden, &repo, &["--check", "bash noisy.sh"]);
+    let run = run_change(&warden, &repo, &["--check", "bash noisy.sh"]);
+    // The person following it sees each check's verdict and duration.
+    assert!(
+        run.stderr
+            .contains("✗ run_checks failed: bash noisy.sh failed (exit code 1) in "),
+        "{}",
+        run.stderr
+    );
     let requests = server.requests();
     let observed = last_tool_result(&requests[1].body);
     let order: Vec<usize> = ["out-1", "err-1", "out-2", "err-2"]
