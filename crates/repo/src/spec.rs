@@ -49,6 +49,25 @@ pub struct RepoSpec {
 /// files included (a branch literally named `worktree` is `@refs/heads/worktree`).
 pub const WORK_TREE_REV: &str = "worktree";
 
+/// `path` without `.` components and with each `..` taking the component before it, as people
+/// read a path (no file system access: the path need not exist).
+fn lexically_normal(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut normal = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !normal.pop() {
+                    normal.push("..");
+                }
+            }
+            other => normal.push(other.as_os_str()),
+        }
+    }
+    normal
+}
+
 /// URL schemes git is allowed to use (the transport allow-list in `git.rs` matches).
 const ALLOWED_SCHEMES: [&str; 5] = ["https", "ssh", "git+ssh", "ssh+git", "file"];
 
@@ -81,7 +100,10 @@ impl RepoSpec {
             Kind::Local => {
                 let path = cwd.join(location);
                 if !path.exists() {
-                    return Err(invalid(format!("no such path {}", path.to_string_lossy())));
+                    return Err(invalid(format!(
+                        "no such path {}",
+                        lexically_normal(&path).to_string_lossy()
+                    )));
                 }
                 RepoSpec::local(&path, rev).map_err(invalid)
             }
@@ -529,6 +551,7 @@ mod tests {
         let f = fixture();
         check(&f, "", Expect::Err("empty"));
         check(&f, "missing", Expect::Err("no such path"));
+        check(&f, "./a/../b/./missing", Expect::Err("b/missing"));
         check(&f, "missing@main", Expect::Err("no such path"));
         check(&f, "app@", Expect::Err("revision after `@` is empty"));
         check(&f, "app@-n", Expect::Err("starts with `-`"));
