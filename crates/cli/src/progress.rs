@@ -2,31 +2,64 @@
 //! it is doing while the result is reserved for stdout.
 
 use std::io::Write;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use warden_protocol::Event;
 use warden_runtime::EventSink;
 
-/// Prints events to stderr as they happen.
+/// Prints events to stderr as they happen, and a heartbeat while one tool call (a long check)
+/// runs without news.
 pub struct StderrProgress {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     lock: Mutex<()>,
     /// The last submission rejection shown: `(attempt, errors without durations)`. A rejection
     /// with the same errors (the same failing check output on the same tree, timings aside) is
     /// named, not printed again.
     last_rejection: Mutex<Option<(u32, Vec<String>)>>,
+    /// The tool call under way, if any: `(call id, summary, started, last line about it)`.
+    running: Mutex<Option<(String, String, Instant, Instant)>>,
+    /// How long a call runs without news before a heartbeat line says it still does.
+    heartbeat: Duration,
 }
+
+/// A heartbeat every this long while a tool call runs (`WARDEN_HEARTBEAT_SECS` changes it).
+const HEARTBEAT: Duration = Duration::from_secs(15);
 
 impl StderrProgress {
     pub fn new() -> StderrProgress {
-        StderrProgress {
+        let heartbeat = std::env::var("WARDEN_HEARTBEAT_SECS")
+            .ok()
+            .and_then(|secs| secs.parse::<u64>().ok())
+            .filter(|secs| *secs > 0)
+            .map_or(HEARTBEAT, Duration::from_secs);
+        let inner = Arc::new(Inner {
             lock: Mutex::new(()),
             last_rejection: Mutex::new(None),
-        }
+            running: Mutex::new(None),
+            heartbeat,
+        });
+        let watched = Arc::downgrade(&inner);
+        // Ends with the progress it watches.
+        let _ = std::thread::Builder::new()
+            .name("warden-heartbeat".into())
+            .spawn(move || loop {
+                std::thread::sleep(Duration::from_millis(250));
+                let Some(inner) = watched.upgrade() else {
+                    return;
+                };
+                inner.beat();
+            });
+        StderrProgress { inner }
     }
 
     /// The progress line of `event`, if it has one, given the rejections shown before.
     fn text_of(&self, event: &Event) -> Option<String> {
         if let Event::SubmissionRejected { attempt, errors } = event {
             let mut last = self
+                .inner
                 .last_rejection
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -48,16 +81,71 @@ impl StderrProgress {
     /// Prints one step; control characters in it are escaped, and line breaks (in rejection
     /// reasons, check output) continue on indented lines instead of showing as `\n`.
     pub fn line(&self, text: &str) {
-        let text = progress_text(text);
+        self.inner.line(text);
+    }
+}
+
+impl Inner {
+    fn line(&self, text: &str) {
         let _guard = self.lock.lock();
-        let mut stderr = std::io::stderr().lock();
-        // Progress is best effort: a closed stderr must not fail the task.
-        let _ = writeln!(stderr, "{text}");
+        write_line(text);
+    }
+
+    /// Says that the call under way still runs, once per heartbeat without other news. Decided
+    /// and printed under the print lock: a call's verdict is never followed by its heartbeat.
+    fn beat(&self) {
+        let _guard = self.lock.lock();
+        let now = Instant::now();
+        let due = {
+            let mut running = self
+                .running
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match running.as_mut() {
+                Some((_, summary, started, last))
+                    if now.duration_since(*last) >= self.heartbeat =>
+                {
+                    *last = now;
+                    Some((summary.clone(), now.duration_since(*started)))
+                }
+                _ => None,
+            }
+        };
+        if let Some((summary, elapsed)) = due {
+            write_line(&format!(
+                "    … {summary} still running ({} s)",
+                elapsed.as_secs()
+            ));
+        }
+    }
+
+    /// Tracks the call under way from the events that start and end one.
+    fn track(&self, event: &Event) {
+        let mut running = self
+            .running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match event {
+            Event::ToolStarted {
+                call_id, summary, ..
+            } => {
+                let now = Instant::now();
+                *running = Some((call_id.clone(), summary.clone(), now, now));
+            }
+            Event::ToolFinished { call_id, .. }
+                if running.as_ref().is_some_and(|(id, ..)| id == call_id) =>
+            {
+                *running = None;
+            }
+            Event::TaskFinished { .. } => *running = None,
+            _ => {}
+        }
     }
 }
 
 impl EventSink for StderrProgress {
     fn emit(&self, event: Event) {
+        self.inner.track(&event);
         if let Some(text) = self.text_of(&event) {
             self.line(&text);
         }
@@ -102,6 +190,14 @@ fn without_durations(text: &str) -> String {
         i += 1;
     }
     out
+}
+
+/// Writes one progress step to stderr (the caller holds the print lock).
+fn write_line(text: &str) {
+    let text = progress_text(text);
+    let mut stderr = std::io::stderr().lock();
+    // Progress is best effort: a closed stderr must not fail the task.
+    let _ = writeln!(stderr, "{text}");
 }
 
 /// One progress step as printed: escaped, continuation lines indented.

@@ -1174,3 +1174,31 @@ fn a_checks_output_keeps_stdout_and_stderr_in_the_order_they_were_written() {
         .collect();
     assert!(order.windows(2).all(|w| w[0] < w[1]), "{observed}");
 }
+
+#[test]
+fn a_long_check_shows_a_heartbeat_while_it_runs() {
+    let repo = sample_repo();
+    repo.write("slow.sh", "sleep 3\n");
+    repo.commit("a slow check");
+    let server = ScriptedModelServer::start_blocking(vec![
+        call("run_checks", json!({})),
+        call("submit_change", json!({"summary": "nothing"})),
+    ]);
+    let warden = Warden::openai(&server.url()).with("WARDEN_HEARTBEAT_SECS", "1");
+    let run = run_change(&warden, &repo, &["--check", "bash slow.sh"]);
+    assert!(
+        run.stderr.contains("… run_checks still running ("),
+        "{}",
+        run.stderr
+    );
+    // The heartbeat stops with the call: none after its verdict.
+    let verdict = run
+        .stderr
+        .find("✓ run_checks: bash slow.sh passed")
+        .unwrap_or_else(|| panic!("{}", run.stderr));
+    assert!(
+        !run.stderr[verdict..].contains("run_checks still running"),
+        "{}",
+        run.stderr
+    );
+}
