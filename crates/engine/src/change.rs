@@ -281,6 +281,29 @@ pub struct ChangeSetup<'a> {
     pub checks: &'a [String],
     /// When the task was created (ms since the epoch): the proposal commit's date.
     pub created_at_ms: u64,
+    /// `Name <email>` of the requester, where known: the proposal commit's co-author.
+    pub co_authors: Vec<String>,
+}
+
+/// The requester as a proposal commit's co-author, where a task's metadata says who asked with
+/// an address GitHub attributes commits to: a GitHub user (`github.login`, `github.user_id`,
+/// stored by the GitHub interface), as `login <id+login@users.noreply.github.com>`. Nothing
+/// for anyone else (a token's name is no address).
+pub fn co_authors(metadata: &serde_json::Value) -> Vec<String> {
+    let github = &metadata["github"];
+    let (Some(login), Some(id)) = (github["login"].as_str(), github["user_id"].as_u64()) else {
+        return Vec::new();
+    };
+    // GitHub logins: letters, digits and single hyphens, at most 39 characters.
+    let valid = !login.is_empty()
+        && login.len() <= 39
+        && login
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-');
+    if !valid {
+        return Vec::new();
+    }
+    vec![format!("{login} <{id}+{login}@users.noreply.github.com>")]
 }
 
 /// The session (candidate, checks, proposal) of a change task.
@@ -311,6 +334,7 @@ pub fn change_session(setup: &ChangeSetup<'_>) -> Result<Arc<ChangeSession>, Set
         scratch: setup.scratch_dir.join("work"),
         task_id: setup.task_id.to_string(),
         commit_time: setup.created_at_ms / 1000,
+        co_authors: setup.co_authors.clone(),
         sandbox: setup.sandbox.sandbox.clone(),
         checks: setup.checks.to_vec(),
         check_timeout: CHECK_TIMEOUT,
@@ -1294,6 +1318,26 @@ pub fn await_publication(result: &mut ChangeResult, approval_id: String) -> Opti
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn only_a_github_user_with_an_id_becomes_a_co_author() {
+        use serde_json::json;
+        assert_eq!(
+            co_authors(&json!({"github": {"login": "alice", "user_id": 11}})),
+            ["alice <11+alice@users.noreply.github.com>"]
+        );
+        assert!(co_authors(&json!({"github": {"login": "alice"}})).is_empty());
+        assert!(co_authors(&json!({"slack": {"channel": "C1"}})).is_empty());
+        assert!(co_authors(&json!({})).is_empty());
+        // Nothing that could break out of the trailer.
+        for login in ["a\nCo-authored-by: x <x@y>", "a b", "", &"a".repeat(40)] {
+            assert!(
+                co_authors(&json!({"github": {"login": login, "user_id": 1}})).is_empty(),
+                "{login:?}"
+            );
+        }
+    }
+
     use super::*;
     use crate::toolchain::TaskToolchains;
 

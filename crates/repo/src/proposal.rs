@@ -28,6 +28,9 @@ pub struct ProposalInput<'a> {
     /// Seconds since the epoch used as author and committer date (derived from the task, so the
     /// commit id is stable for the same inputs).
     pub time: u64,
+    /// `Name <email>` of each person the change is co-authored with (the requester, where
+    /// known): a `Co-authored-by` trailer each. Lines with a line break are left out.
+    pub co_authors: &'a [String],
 }
 
 /// Creates the proposal commit and points the task's proposal ref at it; returns the commit id.
@@ -55,6 +58,13 @@ pub fn create_proposal_commit(input: ProposalInput<'_>) -> Result<String, RepoEr
         message.push('\n');
     }
     message.push_str(&format!("\nWarden-Task: {}\n", input.task_id));
+    for co_author in input
+        .co_authors
+        .iter()
+        .filter(|c| !c.trim().is_empty() && !c.contains(['\n', '\r']))
+    {
+        message.push_str(&format!("Co-authored-by: {}\n", co_author.trim()));
+    }
     let commit = write_commit(
         input.git,
         input.mirror,

@@ -171,6 +171,8 @@ pub struct ChangeSessionConfig {
     pub task_id: String,
     /// Seconds since the epoch for the proposal commit's dates.
     pub commit_time: u64,
+    /// `Name <email>` of the proposal commit's co-authors (the requester, where known).
+    pub co_authors: Vec<String>,
     pub sandbox: Arc<dyn Sandbox>,
     pub checks: Vec<String>,
     pub check_timeout: Duration,
@@ -912,6 +914,7 @@ impl ChangeSession {
             tree,
             summary,
             time: self.config.commit_time,
+            co_authors: &self.config.co_authors,
         })
         .map_err(|e| format!("cannot create the proposal commit: {e}"))?;
         let stats = diff_files(

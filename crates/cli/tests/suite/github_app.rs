@@ -839,6 +839,18 @@ fn a_review_comment_on_a_warden_pull_request_adds_one_commit_to_its_branch_once_
     let pull = pulls[0].clone();
     let first_commit = pull["head"]["sha"].as_str().unwrap().to_string();
     assert_eq!(pull["head"]["ref"], format!("warden/{first}"));
+    // The proposal commit credits the GitHub user who asked, as GitHub attributes it.
+    let message = repo.git(&[
+        &format!("--git-dir={}", github.path.display()),
+        "log",
+        "-1",
+        "--format=%B",
+        &first_commit,
+    ]);
+    assert!(
+        message.contains("Co-authored-by: alice <11+alice@users.noreply.github.com>"),
+        "{message}"
+    );
 
     // A reader's review comment, a forged one, and one on a pull request Warden did not open:
     // nothing.

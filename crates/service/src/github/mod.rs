@@ -465,8 +465,10 @@ impl GithubHook {
             )
         };
         let mut submission = Submission::new(request.kind, prompt, vec![target.repo.clone()]);
-        submission.metadata =
-            Some(json!({"github": {"repo": repo.to_string(), "issue": number, "delivery": id}}));
+        submission.metadata = Some(
+            json!({"github": {"repo": repo.to_string(), "issue": number, "delivery": id,
+                "login": login, "user_id": author["id"].as_u64()}}),
+        );
         if request.kind == TaskKind::Change {
             submission.publish = Some(true);
         }
@@ -703,6 +705,7 @@ impl GithubHook {
         submission.same_branch = true;
         submission.metadata = Some(json!({"github": {
             "repo": repo.to_string(), "issue": number, "pull": number, "delivery": id,
+            "login": login, "user_id": author["id"].as_u64(),
         }}));
         let idempotency_body = json!({"repo": repo.to_string(), "pull": number,
             "follows": latest.id.to_string(), "text": request.text})

@@ -321,6 +321,7 @@ async fn run_change_loop(
         scratch_dir: input.scratch,
         checks: input.checks,
         created_at_ms: u64::try_from(task.created_at_ms).unwrap_or(0),
+        co_authors: warden_engine::change::co_authors(&task.metadata),
     };
     let session = match change::change_session(&setup) {
         Ok(session) => session,

@@ -85,6 +85,7 @@ pub(super) async fn run_maintain(
             scratch_dir: &scratch,
             checks: &checks,
             created_at_ms: u64::try_from(task.created_at_ms).unwrap_or(0),
+            co_authors: Vec::new(),
         };
         let session = match change::change_session(&setup) {
             Ok(session) => session,
