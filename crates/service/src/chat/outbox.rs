@@ -75,10 +75,37 @@ pub trait Front: Send + Sync + 'static {
     fn deliver_due(&self) -> impl Future<Output = Result<usize, StoreError>> + Send;
 }
 
+/// Tasks whose event announced a status the task did not have yet when it was read: a run
+/// says it waits for an answer or an approval (`task_finished`) just before its status is
+/// stored. Each is shown again, every round, until it has that status (or has ended), for at
+/// most [`PENDING_FOR`] (a task that moved on past the announced status is shown by its own
+/// next event).
+#[derive(Debug, Default)]
+pub struct Pending(
+    Vec<(
+        warden_protocol::TaskId,
+        warden_protocol::TaskStatus,
+        std::time::Instant,
+    )>,
+);
+
+/// How long a task is shown again waiting for the status its event announced.
+const PENDING_FOR: Duration = Duration::from_secs(30);
+
 /// Follows the store's events: each task whose status changed is shown again. `cursor` is the
 /// global event sequence followed so far: 0 at every start, as showing again puts the same
-/// texts (no edit).
-pub async fn follow<F: Front>(front: &F, cursor: &mut u64) -> Result<(), StoreError> {
+/// texts (no edit). A task read before the status its event announced is `pending`.
+pub async fn follow<F: Front>(
+    front: &F,
+    cursor: &mut u64,
+    pending: &mut Pending,
+) -> Result<(), StoreError> {
+    let waiting = std::mem::take(&mut pending.0);
+    for (id, announced, since) in waiting {
+        if since.elapsed() < PENDING_FOR {
+            show_announced(front, &id, announced, since, pending).await?;
+        }
+    }
     loop {
         let records = front
             .store()
@@ -88,27 +115,51 @@ pub async fn follow<F: Front>(front: &F, cursor: &mut u64) -> Result<(), StoreEr
             return Ok(());
         }
         for record in records {
-            if matches!(
-                record.event,
-                Event::StatusChanged { .. } | Event::TaskFinished { .. }
-            ) {
-                if let Some(task) = front.store().get_task(&record.task).await? {
-                    front.show(&task).await?;
+            let announced = match record.event {
+                Event::StatusChanged { status } | Event::TaskFinished { status, .. } => {
+                    Some(status)
                 }
+                _ => None,
+            };
+            if let Some(announced) = announced {
+                let now = std::time::Instant::now();
+                show_announced(front, &record.task, announced, now, pending).await?;
             }
             *cursor = record.seq;
         }
     }
 }
 
+/// Shows task `id` as it is; when it does not have the `announced` status yet (and has not
+/// ended), it is `pending`, shown again next round.
+async fn show_announced<F: Front>(
+    front: &F,
+    id: &warden_protocol::TaskId,
+    announced: warden_protocol::TaskStatus,
+    since: std::time::Instant,
+    pending: &mut Pending,
+) -> Result<(), StoreError> {
+    let Some(task) = front.store().get_task(id).await? else {
+        return Ok(());
+    };
+    front.show(&task).await?;
+    if task.status != announced && !task.status.is_terminal() {
+        if !pending.0.iter().any(|(waiting, ..)| waiting == id) {
+            pending.0.push((id.clone(), announced, since));
+        }
+    }
+    Ok(())
+}
+
 /// Follows and delivers until `stop`.
 pub async fn delivery_loop<F: Front>(front: Arc<F>, mut stop: watch::Receiver<bool>) {
     let mut cursor = 0;
+    let mut pending = Pending::default();
     loop {
         if *stop.borrow() {
             return;
         }
-        if let Err(error) = follow(front.as_ref(), &mut cursor).await {
+        if let Err(error) = follow(front.as_ref(), &mut cursor, &mut pending).await {
             tracing::warn!(%error, channel = F::CHANNEL, "following tasks for a chat failed; retrying");
         }
         if let Err(error) = front.deliver_due().await {
@@ -246,4 +297,123 @@ pub fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+    use warden_protocol::{TaskKind, TaskStatus};
+    use warden_store::{ClaimFilter, NewTask, TaskRepo};
+
+    /// A front that records the status of every task it is asked to show.
+    struct Recording {
+        store: Arc<dyn Store>,
+        shown: Mutex<Vec<TaskStatus>>,
+    }
+
+    impl Front for Recording {
+        const CHANNEL: &'static str = "test";
+        fn store(&self) -> &Arc<dyn Store> {
+            &self.store
+        }
+        async fn show(&self, task: &Task) -> Result<(), StoreError> {
+            self.shown.lock().unwrap().push(task.status);
+            Ok(())
+        }
+        async fn deliver_due(&self) -> Result<usize, StoreError> {
+            Ok(0)
+        }
+    }
+
+    /// A run announces that it waits for an approval just before its status is stored: the
+    /// task read in between still runs, and is shown again once it waits (the GitHub comment
+    /// that stayed at "running").
+    #[tokio::test]
+    async fn a_status_announced_before_it_is_stored_is_shown_once_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = warden_store::open(&format!(
+            "sqlite://{}",
+            dir.path().join("warden.db").display()
+        ))
+        .await
+        .unwrap();
+        let id = warden_store::new_task_id().unwrap();
+        store
+            .create_task(
+                NewTask {
+                    id: id.clone(),
+                    kind: TaskKind::Change,
+                    owner: "alice".into(),
+                    prompt: "fix".into(),
+                    repos: vec![TaskRepo {
+                        name: "app".into(),
+                        rev: None,
+                        commit: None,
+                        source: None,
+                    }],
+                    priority: 0,
+                    follow_up_to: None,
+                    retry_of: None,
+                    metadata: serde_json::json!({}),
+                    callback_url: None,
+                },
+                None,
+            )
+            .await
+            .unwrap();
+        let claim = store
+            .claim("w", Duration::from_secs(30), &ClaimFilter::default())
+            .await
+            .unwrap()
+            .unwrap();
+        let front = Recording {
+            store: Arc::clone(&store),
+            shown: Mutex::new(Vec::new()),
+        };
+        let (mut cursor, mut pending) = (0, Pending::default());
+        follow(&front, &mut cursor, &mut pending).await.unwrap();
+        store
+            .append_event(
+                &id,
+                Event::TaskFinished {
+                    status: TaskStatus::WaitingApproval,
+                    outcome: "proposal".into(),
+                },
+            )
+            .await
+            .unwrap();
+        follow(&front, &mut cursor, &mut pending).await.unwrap();
+        assert_eq!(
+            front.shown.lock().unwrap().last(),
+            Some(&TaskStatus::Running)
+        );
+        let events = |store: Arc<dyn Store>, id: warden_protocol::TaskId| async move {
+            store
+                .events_after(&EventStream::Task(id), 0, 1000)
+                .await
+                .unwrap()
+                .len()
+        };
+        let before = events(Arc::clone(&store), id.clone()).await;
+        store
+            .finish_run(&claim.run(), "w", TaskStatus::WaitingApproval, None)
+            .await
+            .unwrap();
+        assert_eq!(events(Arc::clone(&store), id.clone()).await, before);
+        // No new event of the task: it is shown again because it was pending.
+        follow(&front, &mut cursor, &mut pending).await.unwrap();
+        assert_eq!(
+            front.shown.lock().unwrap().last(),
+            Some(&TaskStatus::WaitingApproval)
+        );
+        assert!(pending.0.is_empty(), "{pending:?}");
+        let shown = front.shown.lock().unwrap().len();
+        follow(&front, &mut cursor, &mut pending).await.unwrap();
+        assert_eq!(
+            front.shown.lock().unwrap().len(),
+            shown,
+            "settled: not shown again"
+        );
+    }
 }
