@@ -143,10 +143,11 @@ async fn show_announced<F: Front>(
         return Ok(());
     };
     front.show(&task).await?;
-    if task.status != announced && !task.status.is_terminal() {
-        if !pending.0.iter().any(|(waiting, ..)| waiting == id) {
-            pending.0.push((id.clone(), announced, since));
-        }
+    if task.status != announced
+        && !task.status.is_terminal()
+        && !pending.0.iter().any(|(waiting, ..)| waiting == id)
+    {
+        pending.0.push((id.clone(), announced, since));
     }
     Ok(())
 }
