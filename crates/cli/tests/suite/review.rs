@@ -179,7 +179,7 @@ fn a_finding_citing_lines_that_do_not_exist_is_refused_and_block_fails_the_task(
     assert!(
         shown
             .stdout
-            .contains("[P1] Restore the deleted test tests/beta_test.sh — check.sh:1-1"),
+            .contains("[P1] Restore the deleted test tests/beta_test.sh — check.sh:1"),
         "{}",
         shown.stdout
     );
@@ -261,7 +261,7 @@ fn warden_review_prints_checked_findings_on_a_commit_range() {
     assert!(run.stdout.contains("Review: blocked"), "{}", run.stdout);
     assert!(
         run.stdout
-            .contains("[P1] Restore the deleted test tests/beta_test.sh — check.sh:1-1"),
+            .contains("[P1] Restore the deleted test tests/beta_test.sh — check.sh:1"),
         "{}",
         run.stdout
     );
