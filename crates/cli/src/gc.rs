@@ -1,9 +1,10 @@
 //! `warden gc`: evicts unused mirrors, snapshots and dependency caches under `WARDEN_HOME`,
 //! oldest last use first, until they take at most `[storage] max_bytes` (`--max-bytes`
 //! overrides, `0` takes every unused one). What a running task holds, or what was used within `[storage]
-//! keep_recent_mins`, stays; so do mirrors holding proposals and the mirrors and snapshots
-//! unfinished tasks use (of the in-process database and the server's, `WARDEN_DATABASE_URL`
-//! or `warden.db`). `--dry-run` only reports.
+//! keep_recent_mins`, stays; so do mirrors holding proposals, the mirrors and snapshots
+//! unfinished tasks use, and the mirror of a `@worktree` commit a finished task recorded (of
+//! the in-process database and the server's, `WARDEN_DATABASE_URL` or `warden.db`).
+//! `--dry-run` only reports.
 
 use anyhow::Context;
 use warden_engine::config::{Config, Env, ProcessEnv};

@@ -186,7 +186,8 @@ fn task_line(task: &Value, now_ms: u64) -> String {
     let field = |value: &Value| text::one_line(value.as_str().unwrap_or("?"));
     let age = task["created_at"]
         .as_str()
-        .and_then(crate::timeline::parse_rfc3339_ms)
+        .and_then(|at| warden_time::parse_rfc3339(at).ok())
+        .and_then(|at| u64::try_from(at).ok())
         .map_or_else(|| "?".to_string(), |at| age(now_ms.saturating_sub(at)));
     let repos: Vec<String> = task["repos"]
         .as_array()
@@ -254,7 +255,7 @@ mod tests {
 
     #[test]
     fn a_task_line_shows_age_repositories_outcome_and_cost() {
-        let now = crate::timeline::parse_rfc3339_ms("2026-12-04T03:00:00Z").unwrap();
+        let now = warden_time::parse_rfc3339("2026-12-04T03:00:00Z").unwrap() as u64;
         let task = json!({
             "id": "tsk_01", "status": "completed", "kind": "question",
             "created_at": "2026-12-04T00:00:00.000Z",

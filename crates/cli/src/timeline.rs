@@ -306,30 +306,10 @@ fn outcome_line(payload: &Value) -> String {
 
 /// When a record was written, in milliseconds since the epoch.
 fn at_ms(record: &Value) -> Option<u64> {
-    record["at_ms"]
-        .as_u64()
-        .or_else(|| record["at"].as_str().and_then(parse_rfc3339_ms))
-}
-
-/// `2026-12-02T12:34:56.789Z` (UTC, as the API writes it) → milliseconds since the epoch.
-pub(crate) fn parse_rfc3339_ms(text: &str) -> Option<u64> {
-    let text = text.strip_suffix('Z')?;
-    let (date, time) = text.split_once('T')?;
-    let mut date = date.splitn(3, '-').map(|p| p.parse::<i64>().ok());
-    let (year, month, day) = (date.next()??, date.next()??, date.next()??);
-    let (clock, fraction) = time.split_once('.').unwrap_or((time, "0"));
-    let mut clock = clock.splitn(3, ':').map(|p| p.parse::<i64>().ok());
-    let (hour, minute, second) = (clock.next()??, clock.next()??, clock.next()??);
-    let millis: i64 = format!("{fraction:0<3}").get(..3)?.parse().ok()?;
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let year = if month <= 2 { year - 1 } else { year };
-    let era = year.div_euclid(400);
-    let year_of_era = year - era * 400;
-    let day_of_year = (153 * (month + if month > 2 { -3 } else { 9 }) + 2) / 5 + day - 1;
-    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-    let days = era * 146_097 + day_of_era - 719_468;
-    let ms = ((days * 24 + hour) * 60 + minute) * 60_000 + second * 1000 + millis;
-    u64::try_from(ms).ok()
+    record["at_ms"].as_u64().or_else(|| {
+        let at = warden_time::parse_rfc3339(record["at"].as_str()?).ok()?;
+        u64::try_from(at).ok()
+    })
 }
 
 fn strings(value: &Value) -> Vec<String> {
@@ -375,20 +355,6 @@ mod tests {
 
     fn record(at: u64, kind: &str, payload: Value) -> Value {
         json!({"seq": 0, "at_ms": at, "kind": kind, "payload": payload})
-    }
-
-    #[test]
-    fn api_times_are_read_as_milliseconds() {
-        assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:00.000Z"), Some(0));
-        assert_eq!(
-            parse_rfc3339_ms("2026-12-02T12:34:56.789Z"),
-            Some(1_796_214_896_789)
-        );
-        assert_eq!(
-            parse_rfc3339_ms("2000-02-29T23:59:59.5Z"),
-            Some(951_868_799_500)
-        );
-        assert_eq!(parse_rfc3339_ms("yesterday"), None);
     }
 
     #[test]

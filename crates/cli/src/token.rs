@@ -11,7 +11,7 @@ use warden_engine::config::{Config, Env, ProcessEnv};
 use warden_service::access::{Access, AccessError, Tokens};
 use warden_service::compose as service;
 use warden_service::tasks::{Principal, Role};
-use warden_service::time::rfc3339;
+use warden_time::rfc3339;
 
 use crate::usage;
 

@@ -12,7 +12,7 @@ use serde_json::json;
 use warden_engine::config::Config;
 use warden_service::access::{SessionView, WebUserView};
 use warden_service::tasks::{Principal, Role};
-use warden_service::time::rfc3339;
+use warden_time::rfc3339;
 
 use crate::text::one_line;
 use crate::token::{access_error, open_access};

@@ -392,7 +392,8 @@ impl GithubClient {
         let expires_at = body
             .get("expires_at")
             .and_then(Value::as_str)
-            .and_then(crate::github::app::parse_utc)
+            .and_then(|text| warden_time::parse_rfc3339(text).ok())
+            .map(|ms| ms.div_euclid(1000))
             .ok_or_else(|| {
                 GithubError::InvalidResponse("an installation token without `expires_at`".into())
             })?;

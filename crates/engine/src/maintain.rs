@@ -1129,7 +1129,7 @@ fn scan_lockfile(
         scanner: db.scanner(),
         database: db.path().display().to_string(),
         database_snapshot: db.snapshot().to_string(),
-        scanned_at: index::rfc3339(now_ms),
+        scanned_at: warden_time::rfc3339_seconds(i64::try_from(now_ms).unwrap_or(i64::MAX)),
         findings: db.scan(&lock),
         unevaluated: db.unevaluated(&lock),
     })

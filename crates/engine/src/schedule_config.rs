@@ -231,12 +231,12 @@ impl Cron {
     }
 
     fn matches_day(&self, day: i64) -> bool {
-        let (_, month, dom) = civil_from_days(day);
+        let day = warden_time::UtcDay(day);
+        let (_, month, dom) = day.ymd();
         if self.months & (1 << month) == 0 {
             return false;
         }
-        // 1970-01-01 was a Thursday (4).
-        let weekday = (day + 4).rem_euclid(7);
+        let weekday = day.weekday();
         let dom_ok = self.days & (1 << dom) != 0;
         let dow_ok = self.weekdays & (1 << weekday) != 0;
         if self.days_restricted && self.weekdays_restricted {
@@ -331,25 +331,11 @@ fn max_days(month: u32) -> u32 {
     }
 }
 
-/// Howard Hinnant's `civil_from_days`: days since 1970-01-01 → (year, month, day).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
-}
-
 /// `2026-12-03T15:22Z` for a minute since the epoch (idempotency keys, log lines).
 pub fn minute_text(minute: i64) -> String {
     let day = minute.div_euclid(1440);
     let in_day = minute.rem_euclid(1440);
-    let (year, month, dom) = civil_from_days(day);
+    let (year, month, dom) = warden_time::UtcDay(day).ymd();
     format!(
         "{year:04}-{month:02}-{dom:02}T{:02}:{:02}Z",
         in_day / 60,
@@ -363,22 +349,7 @@ mod tests {
 
     /// Minutes since the epoch of `YYYY-MM-DD HH:MM` UTC.
     fn at(text: &str) -> i64 {
-        let (date, time) = text.split_once(' ').unwrap();
-        let d: Vec<i64> = date.split('-').map(|p| p.parse().unwrap()).collect();
-        let t: Vec<i64> = time.split(':').map(|p| p.parse().unwrap()).collect();
-        // Hinnant's days_from_civil.
-        let (y, m) = if d[1] <= 2 {
-            (d[0] - 1, d[1])
-        } else {
-            (d[0], d[1])
-        };
-        let era = y.div_euclid(400);
-        let yoe = y - era * 400;
-        let mp = (m + 9) % 12;
-        let doy = (153 * mp + 2) / 5 + d[2] - 1;
-        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-        let days = era * 146_097 + doe - 719_468;
-        days * 1440 + t[0] * 60 + t[1]
+        warden_time::parse_rfc3339(&format!("{text}:00Z")).unwrap() / 60_000
     }
 
     fn next(cron: &str, from: &str) -> String {

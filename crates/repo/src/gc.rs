@@ -13,12 +13,14 @@
 //! - **Eviction** ([`RepoStore::gc`]) removes, oldest last use first, what is neither in use,
 //!   nor used within [`CachePolicy::keep_recent`], nor (for mirrors) holding proposals
 //!   (`refs/warden/proposals/*`: a decision or a follow-up may still need them), nor
-//!   [`Retained`] (what tasks that are not finished still need: the store itself cannot know,
-//!   the service tells it through [`RepoStore::set_retained`]), until the total is at most
+//!   [`Retained`] (what tasks still need: the store itself cannot know, the service tells it
+//!   through [`RepoStore::set_retained`]), until the total is at most
 //!   [`CachePolicy::max_bytes`]. A mirror can hold commits that exist nowhere else — a
-//!   `PATH@worktree` snapshot under `refs/warden/pinned/` — so evicting one a queued retry or
-//!   a follow-up pins into would lose them for good; a snapshot can be rebuilt, but is kept on
-//!   the same grounds. A snapshot loses its `.done` marker first, so a crash half-way
+//!   `PATH@worktree` snapshot, marked under `refs/warden/worktree/` — so evicting one a retry
+//!   or a follow-up pins into would lose them for good: a mirror is kept for every task that
+//!   is not finished, and for a finished one (which can still be retried or followed up) while
+//!   it holds the task's commit as such a snapshot; other commits are fetched again from the
+//!   source. A snapshot can be rebuilt, but is kept for unfinished tasks on the same grounds. A snapshot loses its `.done` marker first, so a crash half-way
 //!   leaves debris the next materialization clears, never a snapshot taken for complete. The
 //!   `.use` and `.lock` files stay (empty): deleting a lock file someone waits on would let two
 //!   processes hold "the" lock at once.
@@ -28,6 +30,7 @@
 //!   skips either); its modification time is the last use; `caches/<key>.complete` goes
 //!   first.
 
+use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -80,7 +83,13 @@ pub struct GcReport {
 /// Whether `retained` keeps `entry` from eviction.
 fn keeps(retained: &Retained, entry: &GcEntry) -> bool {
     match entry.kind {
-        GcKind::Mirror => retained.mirrors.contains(&entry.path),
+        GcKind::Mirror => {
+            retained.mirrors.contains(&entry.path)
+                || retained
+                    .commits
+                    .get(&entry.path)
+                    .is_some_and(|commits| holds_work_tree_commit(&entry.path, commits))
+        }
         GcKind::Snapshot => retained.snapshots.contains(&entry.path),
         // A dependency cache is keyed by what prepare reads and filled again when missing;
         // a task records no key to keep.
@@ -144,6 +153,21 @@ impl RepoStore {
             }
         }
         retained.mirrors.insert(mirror);
+    }
+
+    /// Adds `commit` of `spec`'s repository, recorded by a finished task that may still be
+    /// retried or followed up, to `retained`: its mirror stays while it holds `commit` as a
+    /// `PATH@worktree` snapshot (which exists nowhere else); any other commit can be fetched
+    /// again from the source, so it keeps nothing.
+    pub fn retain_commit(&self, spec: &RepoSpec, commit: &str, retained: &mut Retained) {
+        if crate::materialize::ObjectFormat::of_id(commit).is_none() {
+            return;
+        }
+        retained
+            .commits
+            .entry(self.mirror_path(spec))
+            .or_default()
+            .insert(commit.to_string());
     }
 
     /// Replaces what eviction keeps for tasks ([`RepoStore::gc`] and the eviction before a
@@ -475,6 +499,22 @@ fn recorded_size(dir: &Path, commit: &str) -> Option<u64> {
         .trim()
         .parse()
         .ok()
+}
+
+/// Whether `mirror` marks one of `commits` as a `PATH@worktree` snapshot it made (a loose or
+/// packed ref under `refs/warden/worktree/`).
+fn holds_work_tree_commit(mirror: &Path, commits: &BTreeSet<String>) -> bool {
+    let loose = mirror.join(crate::store::WORK_TREE_REFS);
+    if commits.iter().any(|commit| loose.join(commit).is_file()) {
+        return true;
+    }
+    std::fs::read_to_string(mirror.join("packed-refs")).is_ok_and(|refs| {
+        refs.lines().any(|line| {
+            line.split_once(' ')
+                .and_then(|(_, name)| name.strip_prefix(crate::store::WORK_TREE_REFS))
+                .is_some_and(|commit| commits.contains(commit))
+        })
+    })
 }
 
 /// Whether a mirror holds proposal refs (loose or packed).

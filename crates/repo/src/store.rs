@@ -37,6 +37,10 @@ use crate::spec::{RepoSpec, Source, WORK_TREE_REV};
 /// Where the source's `HEAD` is recorded in a mirror; the mirror's own `HEAD` points at it.
 const SOURCE_HEAD: &str = "refs/warden/source-head";
 
+/// Where a mirror marks the `PATH@worktree` snapshot commits it made (also under
+/// `refs/warden/pinned/`): they exist nowhere else.
+pub(crate) const WORK_TREE_REFS: &str = "refs/warden/worktree/";
+
 /// Everything fetched from a source: branches, tags and its `HEAD`.
 const MIRROR_REFSPECS: [&str; 3] = [
     "+refs/heads/*:refs/heads/*",
@@ -474,6 +478,12 @@ impl RepoStore {
                     &format!("refs/warden/pinned/{commit}"),
                     &commit,
                 ],
+            )?;
+            // Marks it as a commit only this mirror holds, which eviction must not lose while
+            // a task that recorded it can be retried or followed up (`crate::gc`).
+            self.in_mirror(
+                mirror,
+                &["update-ref", &format!("{WORK_TREE_REFS}{commit}"), &commit],
             )?;
             commit
         };

@@ -77,6 +77,6 @@ pub(crate) fn approval_view(approval: &warden_store::Approval) -> warden_protoco
             ApprovalStatus::Rejected => warden_protocol::ApprovalStatus::Rejected,
         },
         decided_by: approval.decided_by.clone(),
-        decided_at: approval.decided_at_ms.map(crate::time::rfc3339),
+        decided_at: approval.decided_at_ms.map(warden_time::rfc3339),
     }
 }

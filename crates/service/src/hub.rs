@@ -103,7 +103,7 @@ impl Published {
             "{{\"seq\":{},\"task_seq\":{},\"task\":{task},\"at\":\"{}\",\"event\":{event}}}",
             record.seq,
             record.task_seq,
-            crate::time::rfc3339(record.at_ms),
+            warden_time::rfc3339(record.at_ms),
         );
         Published { record, kind, data }
     }

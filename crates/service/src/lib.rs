@@ -32,6 +32,5 @@ pub mod task_repos;
 pub mod task_view;
 pub mod tasks;
 pub mod telegram;
-pub mod time;
 pub mod warm;
 pub mod worker;

@@ -592,7 +592,7 @@ impl Local {
                 view.records.push(json!({
                     "seq": entry.seq,
                     "kind": entry.kind,
-                    "at": crate::time::rfc3339(i64::try_from(entry.at_ms).unwrap_or(i64::MAX)),
+                    "at": warden_time::rfc3339(i64::try_from(entry.at_ms).unwrap_or(i64::MAX)),
                     "hash": entry.hash,
                     "prev_hash": entry.prev_hash,
                     "payload": entry.payload,

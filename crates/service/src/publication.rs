@@ -171,7 +171,7 @@ pub async fn publish_approved<C: StoreCalls + ?Sized>(
                 "decision": "approve",
                 "hash": approval.subject_hash,
                 "by": approval.decided_by,
-                "decided_at": approval.decided_at_ms.map(crate::time::rfc3339),
+                "decided_at": approval.decided_at_ms.map(warden_time::rfc3339),
             }),
         )
         .await
@@ -247,7 +247,7 @@ pub async fn publish_approved<C: StoreCalls + ?Sized>(
         if recorded.id == approval.id {
             recorded.status = warden_protocol::ApprovalStatus::Approved;
             recorded.decided_by = approval.decided_by.clone();
-            recorded.decided_at = approval.decided_at_ms.map(crate::time::rfc3339);
+            recorded.decided_at = approval.decided_at_ms.map(warden_time::rfc3339);
         }
     }
     Ok(result)
@@ -400,7 +400,7 @@ pub async fn rejected_publication<C: StoreCalls + ?Sized>(
     if let Some(recorded) = result.approval.as_mut() {
         recorded.status = warden_protocol::ApprovalStatus::Rejected;
         recorded.decided_by = approval.decided_by.clone();
-        recorded.decided_at = approval.decided_at_ms.map(crate::time::rfc3339);
+        recorded.decided_at = approval.decided_at_ms.map(warden_time::rfc3339);
     }
     Ok(Some(result))
 }

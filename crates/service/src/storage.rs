@@ -1,13 +1,15 @@
 //! The disk budget of a running service: mirrors and snapshots are evicted under
 //! `[storage] max_bytes` every few minutes (and, through the repository store, before a new
 //! snapshot is written). What a running task holds is never evicted (see `warden_repo::gc`),
-//! nor what a task that is not finished still needs: before each round, the mirrors and
-//! snapshots of every unfinished task — of this process's database and, for `warden serve`,
-//! `warden worker` and `warden gc`, of the in-process `local.db` sharing its `WARDEN_HOME`
-//! (`warden gc` reads the server's too) — are handed to the repository store as [`Retained`];
-//! an in-process run's eviction before a snapshot keeps what its own database's tasks use. A retry pins the commit its first run
-//! recorded, which for `PATH@worktree` exists only in Warden's mirror. A change's proposal,
-//! which a follow-up continues on, keeps its mirror through its `refs/warden/proposals/` ref.
+//! nor what a task still needs: before each round, the mirrors and snapshots of every
+//! unfinished task, and the recorded commits of every finished one — of this process's
+//! database and, for `warden serve`, `warden worker` and `warden gc`, of the in-process
+//! `local.db` sharing its `WARDEN_HOME` (`warden gc` reads the server's too) — are handed to
+//! the repository store as [`Retained`]; an in-process run's eviction before a snapshot keeps
+//! what its own database's tasks use. A retry or a follow-up pins the commit the earlier task
+//! recorded, which for `PATH@worktree` exists only in Warden's mirror: a finished task keeps
+//! that mirror (not its snapshot, which the mirror rebuilds). A change's proposal, which a
+//! follow-up continues on, keeps its mirror through its `refs/warden/proposals/` ref.
 
 use crate::task_repos::repo_specs;
 use crate::worker::Services;
@@ -16,30 +18,40 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use warden_protocol::TaskStatus;
-use warden_repo::{CachePolicy, GcReport, RepoStore, Retained};
-use warden_store::{Store, StoreError, TaskQuery};
+use warden_repo::{CachePolicy, GcReport, RepoSpec, RepoStore, Retained, Source};
+use warden_store::{Store, StoreError, Task, TaskQuery};
 
 /// How often the cache is checked against its limit.
 pub const EVICTION_INTERVAL: Duration = Duration::from_secs(300);
 
-/// The statuses of a task that may still run (and pin its repositories) again.
-const UNFINISHED: [TaskStatus; 5] = [
+/// Every status: an unfinished task may still run (and pin its repositories) again, a
+/// finished one be retried or followed up on its recorded commits.
+const STATUSES: [TaskStatus; 9] = [
     TaskStatus::Queued,
     TaskStatus::Running,
     TaskStatus::Testing,
     TaskStatus::WaitingInput,
     TaskStatus::WaitingApproval,
+    TaskStatus::Completed,
+    TaskStatus::Failed,
+    TaskStatus::Cancelled,
+    TaskStatus::TimedOut,
 ];
 
-/// The mirrors (and snapshots of the recorded commits) the unfinished tasks of `stores` use.
-/// A repository that no longer resolves (unregistered) keeps nothing: its task cannot pin it.
+/// What the tasks of `stores` need kept: the mirrors (and snapshots of the recorded commits)
+/// of unfinished tasks, and the recorded commits of finished ones, whose mirror stays while it
+/// holds such a commit as a `PATH@worktree` snapshot. A repository that no longer resolves
+/// (unregistered) keeps nothing: its task cannot pin it. Only an in-process task (its own
+/// source) can have pinned `@worktree`, so a finished task naming registered repositories
+/// costs no read of them.
 pub async fn retained(
     stores: &[Arc<dyn Store>],
     repos: &RepoStore,
 ) -> Result<Retained, StoreError> {
     let mut retained = Retained::default();
     for store in stores {
-        for status in UNFINISHED {
+        for status in STATUSES {
+            let finished = status.is_terminal();
             let mut before = None;
             loop {
                 let page = store
@@ -51,6 +63,10 @@ pub async fn retained(
                     })
                     .await?;
                 for task in &page {
+                    if finished {
+                        retain_commits(task, repos, &mut retained);
+                        continue;
+                    }
                     let Ok(specs) = repo_specs(store.as_ref(), &task.repos).await else {
                         continue;
                     };
@@ -66,6 +82,28 @@ pub async fn retained(
         }
     }
     Ok(retained)
+}
+
+/// The recorded commits of finished in-process task `task`'s repositories, for a retry or a
+/// follow-up.
+fn retain_commits(task: &Task, repos: &RepoStore, retained: &mut Retained) {
+    for repo in &task.repos {
+        let (Some(source), Some(commit)) = (&repo.source, &repo.commit) else {
+            continue;
+        };
+        // A URL's commits are fetched again from it; only a local work tree makes commits
+        // of its own.
+        if !source.starts_with('/') {
+            continue;
+        }
+        let spec = RepoSpec {
+            source: Source::Path(source.into()),
+            rev: Some(commit.clone()),
+            name: repo.name.clone(),
+            within: None,
+        };
+        repos.retain_commit(&spec, commit, retained);
+    }
 }
 
 /// The databases of `urls` whose tasks share a `WARDEN_HOME`'s mirrors, for [`retained`]:

@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 use warden_store::Task;
 
-use crate::time::rfc3339;
+use warden_time::rfc3339;
 
 /// The task as the API shows it.
 pub fn task_json(task: &Task) -> Value {

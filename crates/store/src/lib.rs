@@ -32,7 +32,7 @@ use std::time::Duration;
 use warden_protocol::{Event, TaskId, TaskStatus};
 
 pub use batch::{ClaimQueue, Completion, CompletionBatcher, Finished, LeasedClaim};
-pub use clock::{Clock, ManualClock, SystemClock, UtcDay};
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use error::StoreError;
 pub use ids::{new_task_id, new_task_id_at, IdError};
 pub use journal::{JournalEntry, JournalStore, RunJournal, GENESIS_HASH};
@@ -49,6 +49,7 @@ pub use types::{
 };
 pub use types::{ChatMessage, ChatMessageState, NewChatMessage};
 pub use types::{NewWebSession, WebSession, WebUser, WEB_CREDENTIAL_PASSWORD};
+pub use warden_time::UtcDay;
 
 /// A boxed, sendable future: keeps [`Store`] object-safe without an extra crate.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -396,7 +396,7 @@ pub(crate) fn check_message_role(role: &str) -> Result<(), StoreError> {
 }
 
 /// Milliseconds in a UTC day, for grouping the ledger by day in SQL.
-pub(crate) const MS_PER_DAY: i64 = 86_400_000;
+pub(crate) const MS_PER_DAY: i64 = warden_time::MS_PER_DAY;
 
 pub(crate) fn task_id(value: String) -> Result<TaskId, StoreError> {
     TaskId::try_from(value).map_err(StoreError::invalid_data)

@@ -22,7 +22,7 @@ use super::auth::Caller;
 use super::schema::{ApprovalStatusFilterName, ApprovalStatusName, ErrorBody};
 use super::{ApiError, ApiJson, ApiPath, ApiQuery, ApiState, ErrorCode};
 use warden_service::tasks::{ApprovalListing, MAX_PAGE};
-use warden_service::time::rfc3339;
+use warden_time::rfc3339;
 
 const DEFAULT_PAGE: usize = 50;
 

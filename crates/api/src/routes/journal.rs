@@ -21,7 +21,7 @@ use super::auth::Caller;
 use super::schema::ErrorBody;
 use super::{ApiError, ApiPath, ApiQuery, ApiState, ErrorCode};
 use warden_service::tasks::JournalPageQuery;
-use warden_service::time::rfc3339;
+use warden_time::rfc3339;
 
 /// Records a page holds unless `limit` says otherwise.
 const DEFAULT_PAGE: u32 = 50;

@@ -2,7 +2,7 @@
 //! state, router); each submodule owns a group of routes and adds them through its
 //! `routes()`. Nothing outside `routes/` but the composition root (`serve.rs`) depends on it:
 //! what the routes share with the rest lives in the service and the engine
-//! (`warden_service::time`, `warden_service::task_view`, `warden_engine::authority`,
+//! (`warden_time`, `warden_service::task_view`, `warden_engine::authority`,
 //! `warden_engine::serve_config::RateLimit`).
 //!
 //! The task and approval routes are a transport for [`warden_service::tasks::TaskService`], the front

@@ -18,7 +18,7 @@ use super::auth::Caller;
 use super::schema::{CommandLine, ErrorBody, RepoName, RepoPage, RepoView, Revision};
 use super::{ApiError, ApiJson, ApiPath, ApiState};
 use warden_service::tasks::RepoRegistration;
-use warden_service::time::rfc3339;
+use warden_time::rfc3339;
 
 /// A repository to register.
 #[derive(Debug, Deserialize, ToSchema)]

@@ -17,7 +17,7 @@ use warden_service::access::SessionView;
 use super::auth::Caller;
 use super::schema::{ErrorBody, RoleName, SignInMethodName};
 use super::{ApiError, ApiPath, ApiState};
-use warden_service::time::rfc3339;
+use warden_time::rfc3339;
 
 pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
     OpenApiRouter::new()

@@ -18,7 +18,7 @@ use warden_store::ApiToken;
 use super::auth::Caller;
 use super::schema::{ErrorBody, RoleName};
 use super::{ApiError, ApiJson, ApiPath, ApiState};
-use warden_service::time::rfc3339;
+use warden_time::rfc3339;
 
 pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
     OpenApiRouter::new()

@@ -83,17 +83,6 @@ pub struct UsageView {
     pub by_model: Vec<ModelSpend>,
 }
 
-/// `YYYY-MM-DD` → the day.
-fn parse_day(text: &str) -> Option<UtcDay> {
-    let mut parts = text.splitn(3, '-');
-    let (year, month, day) = (parts.next()?, parts.next()?, parts.next()?);
-    let digits = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_digit());
-    if !(digits(year, 4) && digits(month, 2) && digits(day, 2)) {
-        return None;
-    }
-    UtcDay::from_ymd(year.parse().ok()?, month.parse().ok()?, day.parse().ok()?)
-}
-
 /// The usage route's query parameters as sent (see [`super::ApiQuery`]).
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -104,12 +93,9 @@ struct UsageParams {
 fn parse_since(params: UsageParams) -> Result<Option<UtcDay>, ApiError> {
     match params.since {
         None => Ok(None),
-        Some(value) => parse_day(&value).map(Some).ok_or_else(|| {
-            ApiError::new(
-                ErrorCode::BadRequest,
-                format!("since must be a date like 2026-12-01, got {value:?}"),
-            )
-        }),
+        Some(value) => UtcDay::parse(&value)
+            .map(Some)
+            .map_err(|e| ApiError::new(ErrorCode::BadRequest, format!("since: {e}"))),
     }
 }
 

@@ -258,7 +258,7 @@ async fn a_finished_tasks_stream_replays_every_event_in_the_wire_format_and_ends
         .remove(0);
     let expected_first = format!(
         "id: 1\nevent: agent_message\ndata: {{\"seq\":{first},\"task_seq\":1,\"task\":\"{task}\",\"at\":\"{}\",\"event\":{{\"type\":\"agent_message\",\"text\":\"one\"}}}}\n\n",
-        warden_service::time::rfc3339(record.at_ms)
+        warden_time::rfc3339(record.at_ms)
     );
     assert!(
         text.starts_with(&expected_first),

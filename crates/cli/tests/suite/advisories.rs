@@ -80,7 +80,8 @@ fn advisories_update_fetches_the_database_vulns_dates_it_and_a_failed_update_kee
         serde_json::from_str(&std::fs::read_to_string(&record_path).unwrap()).unwrap();
     let old = std::time::SystemTime::now() - std::time::Duration::from_secs(104 * 86_400 + 60);
     let old_s = old.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
-    fetched["fetched_at"] = rfc3339(old_s).into();
+    fetched["fetched_at"] =
+        warden_time::rfc3339_seconds(i64::try_from(old_s).unwrap() * 1000).into();
     std::fs::write(&record_path, fetched.to_string()).unwrap();
     let text = warden.run(&["vulns", "--repo", path]);
     assert_eq!(text.code, 1, "{}\n{}", text.stdout, text.stderr);
@@ -199,25 +200,4 @@ fn advisories_update_fetches_the_database_vulns_dates_it_and_a_failed_update_kee
         "{}",
         run.stderr
     );
-}
-
-/// Seconds since the epoch → `YYYY-MM-DDTHH:MM:SSZ` (civil-from-days, Hinnant).
-fn rfc3339(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rest = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest / 60 % 60,
-        rest % 60
-    )
 }

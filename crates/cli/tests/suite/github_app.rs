@@ -73,7 +73,7 @@ pub(super) fn now_utc() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis();
-    warden_engine::maintain::index::rfc3339(u64::try_from(ms).unwrap())
+    warden_time::rfc3339_seconds(i64::try_from(ms).unwrap())
 }
 
 /// An id GitHub would give the object `parts` describe: the same parts, the same id (a
@@ -287,11 +287,11 @@ fn a_writers_mention_yields_one_comment_edited_to_the_cited_answer_and_nothing_e
     let old = comment_payload_at(
         "alice",
         "@warden why is the backoff capped?",
-        &warden_engine::maintain::index::rfc3339(
+        &warden_time::rfc3339_seconds(
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .unwrap()
-                .as_millis() as u64
+                .as_millis() as i64
                 - 90 * 86_400_000,
         ),
     );

@@ -1,7 +1,8 @@
 //! Disk budgets end to end: a repository whose snapshot would pass `[storage]` limits fails the
 //! task with `quota_exceeded` in the result; a sandbox command that fills its writable space sees
 //! `ENOSPC` as its output (data for the model, not a failure); `warden gc` evicts unused mirrors
-//! and snapshots, keeps what a task holds, and changes nothing on `--dry-run`.
+//! and snapshots, keeps what a task holds and what a finished task's follow-up needs, and
+//! changes nothing on `--dry-run`.
 
 use super::support::Warden;
 use serde_json::json;
@@ -183,4 +184,95 @@ fn gc_evicts_unused_entries_keeps_held_ones_and_dry_runs() {
     // And the next task simply rebuilds what it needs.
     let run = warden.run(&["ask", "--repo", repo_a.path().to_str().unwrap(), "q?"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
+}
+
+/// Regression (issue 23): `warden gc` evicted the mirror of a finished question asked on
+/// `PATH@worktree` — the only home of its snapshot commit — so its follow-up (or retry) could
+/// never pin it again. What a finished task can still be continued on survives `gc`: that
+/// commit's mirror, and a change's proposal (which lives only in the mirror), which
+/// `warden apply` and a follow-up still reach; a finished task on an ordinary commit keeps
+/// nothing, the source still has it.
+#[test]
+fn gc_keeps_what_follow_ups_of_finished_tasks_need() {
+    let asked_repo = small_repo("pub fn a() {}\n");
+    let changed_repo = small_repo("pub fn b() {}\n");
+    let plain_repo = small_repo("pub fn c() {}\n");
+    let warden = with_config(Warden::faux(), "[storage]\nkeep_recent_mins = 0\n");
+    asked_repo.write("notes.txt", "only in the work tree\n");
+    let asked_path = asked_repo.path().to_str().unwrap();
+    let asked = warden.run(&[
+        "ask",
+        "--repo",
+        &format!("{asked_path}@worktree"),
+        "--json",
+        "what is in the notes?",
+    ]);
+    assert_eq!(asked.code, 0, "{}", asked.stderr);
+    let question = asked.json()["task_id"].as_str().unwrap().to_string();
+    let shown = warden.run(&["show", &question, "--json"]);
+    let commit = shown.json()["repos"][0]["commit"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_ne!(commit, asked_repo.git(&["rev-parse", "HEAD"]));
+    let changed = warden.run(&[
+        "run",
+        "--repo",
+        changed_repo.path().to_str().unwrap(),
+        "--json",
+        "add a note",
+    ]);
+    assert_eq!(changed.code, 0, "{}", changed.stderr);
+    let change = changed.json();
+    assert_eq!(change["outcome"], "proposal", "{change}");
+    let change_id = change["task_id"].as_str().unwrap().to_string();
+    let plain = warden.run(&["ask", "--repo", plain_repo.path().to_str().unwrap(), "q?"]);
+    assert_eq!(plain.code, 0, "{}", plain.stderr);
+    // The work tree moves on: the question's commit can no longer be made from it.
+    std::fs::remove_file(asked_repo.path().join("notes.txt")).unwrap();
+
+    let run = warden.run(&["gc", "--json", "--max-bytes", "0"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let report = run.json();
+    let mut kept: Vec<(&str, &str)> = report["kept"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["kind"].as_str().unwrap(), e["kept"].as_str().unwrap()))
+        .collect();
+    kept.sort_unstable();
+    assert_eq!(
+        kept,
+        [("mirror", "holds_proposals"), ("mirror", "needed_by_task")],
+        "{report}"
+    );
+    // Everything else went: the plain question's mirror and every snapshot.
+    let removed = report["removed"].as_array().unwrap();
+    assert_eq!(
+        removed.iter().filter(|e| e["kind"] == "mirror").count(),
+        1,
+        "{report}"
+    );
+    assert!(snapshots(warden.home.path()).is_empty(), "{report}");
+
+    // The question's follow-up pins the commit its question recorded, from the mirror.
+    let followed = warden.run(&["ask", "--follow-up", &question, "--json", "and then?"]);
+    assert_eq!(followed.code, 0, "{}", followed.stderr);
+    let follow_up = followed.json()["task_id"].as_str().unwrap().to_string();
+    let shown = warden.run(&["show", &follow_up, "--json"]);
+    assert_eq!(shown.json()["repos"][0]["commit"], commit.as_str());
+
+    // The proposal is still there to apply and to continue on.
+    let applied = warden.run(&["apply", &change_id, "--branch", "after-gc"]);
+    assert_eq!(applied.code, 0, "{}", applied.stderr);
+    assert_eq!(
+        changed_repo.git(&["rev-parse", "after-gc"]),
+        change["proposal"]["commit"].as_str().unwrap()
+    );
+    let more = warden.run(&["run", "--follow-up", &change_id, "--json", "and more"]);
+    assert_eq!(more.code, 0, "{}", more.stderr);
+    assert_eq!(
+        more.json()["proposal"]["base_commit"],
+        change["proposal"]["commit"]
+    );
 }

@@ -192,30 +192,6 @@ impl TokenCache {
     }
 }
 
-/// Unix seconds of an RFC 3339 UTC time as GitHub writes it (`2026-12-03T13:20:00Z`).
-pub fn parse_utc(text: &str) -> Option<i64> {
-    let text = text.trim().strip_suffix('Z')?;
-    let (date, time) = text.split_once('T')?;
-    let mut date = date.split('-').map(|p| p.parse::<i64>().ok());
-    let (year, month, day) = (date.next()??, date.next()??, date.next()??);
-    let mut time = time.split(':');
-    let hour: i64 = time.next()?.parse().ok()?;
-    let minute: i64 = time.next()?.parse().ok()?;
-    let second: f64 = time.next()?.parse().ok()?;
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || minute > 59 {
-        return None;
-    }
-    // Days from the civil date (Howard Hinnant's algorithm).
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    Some(days * 86_400 + hour * 3_600 + minute * 60 + second as i64)
-}
-
 /// Unix seconds now.
 pub fn now_secs() -> i64 {
     std::time::SystemTime::now()
@@ -236,15 +212,6 @@ pub const MAX_TOKEN_LIFETIME: Duration = Duration::from_secs(3600);
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn github_times_are_read() {
-        assert_eq!(parse_utc("1970-01-01T00:00:00Z"), Some(0));
-        assert_eq!(parse_utc("2016-07-11T22:14:10Z"), Some(1_468_275_250));
-        assert_eq!(parse_utc("2000-02-29T12:00:00Z"), Some(951_825_600));
-        assert_eq!(parse_utc("2016-07-11 22:14:10"), None);
-        assert_eq!(parse_utc("2016-13-11T22:14:10Z"), None);
-    }
 
     #[test]
     fn bad_keys_are_named() {

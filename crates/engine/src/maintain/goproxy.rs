@@ -115,7 +115,7 @@ pub async fn fetch_versions(
                 .and_then(|info| {
                     info.get("Time")
                         .and_then(|t| t.as_str())
-                        .and_then(super::index::parse_rfc3339_ms)
+                        .and_then(warden_time::parse_rfc3339_since_epoch)
                 })
         } else {
             None
@@ -198,7 +198,7 @@ mod tests {
         assert_eq!(listed, ["2.0.0+incompatible", "1.1.0", "1.0.1"]);
         assert_eq!(
             versions[2].published_ms,
-            super::super::index::parse_rfc3339_ms("2025-01-02T00:00:00Z")
+            warden_time::parse_rfc3339_since_epoch("2025-01-02T00:00:00Z")
         );
         assert_eq!(versions[1].published_ms, None, "no .info: no time");
         let missing = fetch_versions(&client, &proxy, "example.com/other", &current)

@@ -44,7 +44,7 @@ pub fn parse_index(text: &str) -> Vec<IndexVersion> {
                 published_ms: entry
                     .get("pubtime")
                     .and_then(|t| t.as_str())
-                    .and_then(parse_rfc3339_ms),
+                    .and_then(warden_time::parse_rfc3339_since_epoch),
             })
         })
         .collect()
@@ -264,68 +264,6 @@ fn days(n: u32) -> String {
     }
 }
 
-/// `YYYY-MM-DDTHH:MM:SS[.fff](Z|±HH:MM)` → ms since the epoch.
-pub fn parse_rfc3339_ms(text: &str) -> Option<u64> {
-    let (date, time) = text.split_once(['T', 't', ' '])?;
-    let mut d = date.split('-');
-    let (year, month, day): (i64, u32, u32) = (
-        d.next()?.parse().ok()?,
-        d.next()?.parse().ok()?,
-        d.next()?.parse().ok()?,
-    );
-    let (clock, offset_s) = if let Some(clock) = time.strip_suffix(['Z', 'z']) {
-        (clock, 0i64)
-    } else {
-        let at = time.rfind(['+', '-'])?;
-        let (clock, offset) = time.split_at(at);
-        let sign = if offset.starts_with('-') { -1 } else { 1 };
-        let (h, m) = offset[1..].split_once(':')?;
-        (
-            clock,
-            sign * (h.parse::<i64>().ok()? * 3600 + m.parse::<i64>().ok()? * 60),
-        )
-    };
-    let mut c = clock.split(':');
-    let (h, m): (i64, i64) = (c.next()?.parse().ok()?, c.next()?.parse().ok()?);
-    let seconds: f64 = c.next()?.parse().ok()?;
-    let days = days_from_civil(year, month, day);
-    let total_ms =
-        ((days * 86_400 + h * 3600 + m * 60 - offset_s) * 1000) + (seconds * 1000.0) as i64;
-    u64::try_from(total_ms).ok()
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let m = i64::from(month);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// ms since the epoch → `YYYY-MM-DDTHH:MM:SSZ`.
-pub fn rfc3339(ms: u64) -> String {
-    let secs = i64::try_from(ms / 1000).unwrap_or(0);
-    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    let z = days + 719_468;
-    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -415,7 +353,7 @@ mod tests {
         IndexVersion {
             version: v(version),
             yanked,
-            published_ms: pubtime.and_then(parse_rfc3339_ms),
+            published_ms: pubtime.and_then(warden_time::parse_rfc3339_since_epoch),
         }
     }
 
@@ -435,16 +373,11 @@ mod tests {
         assert_eq!(versions.len(), 2);
         assert_eq!(versions[0].published_ms, Some(1_609_452_483_000));
         assert!(versions[1].yanked);
-        assert_eq!(rfc3339(1_609_452_483_000), "2020-12-31T22:08:03Z");
-        assert_eq!(
-            parse_rfc3339_ms("2021-01-01T00:08:03+02:00"),
-            Some(1_609_452_483_000)
-        );
     }
 
     #[test]
     fn the_policy_keeps_compatible_settled_versions_the_manifest_allows() {
-        let now = parse_rfc3339_ms("2026-01-01T00:00:00Z").unwrap();
+        let now = warden_time::parse_rfc3339_since_epoch("2026-01-01T00:00:00Z").unwrap();
         let policy = Policy {
             now_ms: now,
             ..Policy::default()

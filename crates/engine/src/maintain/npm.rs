@@ -258,7 +258,7 @@ pub async fn fetch_versions(
                 published_ms: times
                     .and_then(|t| t.get(text))
                     .and_then(|t| t.as_str())
-                    .and_then(super::index::parse_rfc3339_ms),
+                    .and_then(warden_time::parse_rfc3339_since_epoch),
             });
         }
     }

@@ -114,7 +114,7 @@ fn days_text(days: u64) -> String {
 /// [`RECORD`], else its git checkout's last fetch, pull or clone.
 pub fn freshness(dir: &Path) -> Option<(u64, &'static str)> {
     if let Some(fetched) = read_record(dir) {
-        if let Some(ms) = super::index::parse_rfc3339_ms(&fetched.fetched_at) {
+        if let Some(ms) = warden_time::parse_rfc3339_since_epoch(&fetched.fetched_at) {
             return Some((ms, "warden advisories update"));
         }
     }
@@ -142,10 +142,12 @@ pub fn read_record(dir: &Path) -> Option<Fetched> {
 pub fn age(dir: &Path, now_ms: u64, max_age_days: u32) -> DatabaseAge {
     match freshness(dir) {
         Some((at, recorded_by)) => {
-            let days = now_ms.saturating_sub(at) / 86_400_000;
+            let days = now_ms.saturating_sub(at) / warden_time::MS_PER_DAY.unsigned_abs();
             DatabaseAge {
                 path: dir.to_path_buf(),
-                fetched_at: Some(super::index::rfc3339(at)),
+                fetched_at: Some(warden_time::rfc3339_seconds(
+                    i64::try_from(at).unwrap_or(i64::MAX),
+                )),
                 age_days: Some(days),
                 recorded_by,
                 stale: days > u64::from(max_age_days),
@@ -478,7 +480,7 @@ fn update_rustsec(
     let db =
         AdvisoryDb::open(&new).map_err(|e| format!("the fetched database does not load: {e}"))?;
     let fetched = Fetched {
-        fetched_at: super::index::rfc3339(now_ms),
+        fetched_at: warden_time::rfc3339_seconds(i64::try_from(now_ms).unwrap_or(i64::MAX)),
         source: url.to_string(),
         snapshot: db.snapshot.clone(),
         advisories: db.advisories.len(),
@@ -513,7 +515,7 @@ async fn update_osv(
         let db = OsvDb::open(&new, ecosystem)
             .map_err(|e| format!("the fetched records do not load: {e}"))?;
         let fetched = Fetched {
-            fetched_at: super::index::rfc3339(now_ms),
+            fetched_at: warden_time::rfc3339_seconds(i64::try_from(now_ms).unwrap_or(i64::MAX)),
             source: url_owned,
             snapshot: db.snapshot.clone(),
             advisories: db.record_count(),

@@ -488,3 +488,73 @@ fn gc_keeps_what_unfinished_tasks_need_even_a_work_tree_commit() {
         "the work tree commit came back from nowhere"
     );
 }
+
+/// A finished task can still be retried or followed up on the commit it recorded
+/// ([`RepoStore::retain_commit`]): a mirror holding it as a `PATH@worktree` snapshot, its only
+/// home, stays (also once git packs its refs), while an ordinary commit, which the source still
+/// has, keeps nothing.
+#[test]
+fn gc_keeps_a_mirror_whose_work_tree_commit_a_finished_task_recorded() {
+    let c = cache();
+    let path_a = c.repo_a.path().display().to_string();
+    let path_b = c.repo_b.path().display().to_string();
+    c.repo_a.write("uncommitted.txt", "only in the work tree\n");
+    let worktree = spec(&format!("{path_a}@worktree"));
+    let pinned = c.store.pin(&worktree).unwrap();
+    std::fs::remove_file(c.repo_a.path().join("uncommitted.txt")).unwrap();
+    let plain = c.store.pin(&spec(&path_b)).unwrap();
+
+    let mut retained = warden_repo::Retained::default();
+    c.store
+        .retain_commit(&worktree, &pinned.commit, &mut retained);
+    c.store
+        .retain_commit(&spec(&path_b), &plain.commit, &mut retained);
+    // Not a commit id: nothing to keep.
+    c.store.retain_commit(&spec(&path_b), "main", &mut retained);
+    c.store.set_retained(retained);
+    for round in ["loose refs", "packed refs"] {
+        let report = c.store.gc(&everything(), false).unwrap();
+        let kept: Vec<_> = report
+            .kept
+            .iter()
+            .map(|e| (e.kind, e.path.clone(), e.kept))
+            .collect();
+        assert_eq!(
+            kept,
+            vec![(
+                GcKind::Mirror,
+                pinned.mirror.clone(),
+                Some("needed_by_task")
+            )],
+            "{round}: {report:?}"
+        );
+        assert!(!plain.mirror.exists(), "{round}");
+        let again = c
+            .store
+            .pin(&spec(&format!("{path_a}@{}", pinned.commit)))
+            .unwrap();
+        assert_eq!(again.commit, pinned.commit, "{round}");
+        c.store
+            .git()
+            .run(
+                &pinned.mirror,
+                &[
+                    &format!("--git-dir={}", pinned.mirror.display()),
+                    "pack-refs",
+                    "--all",
+                ],
+            )
+            .unwrap();
+        assert!(!pinned
+            .mirror
+            .join("refs/warden/worktree")
+            .join(&pinned.commit)
+            .exists());
+    }
+
+    // Without a task recording it, the mirror goes like any other.
+    c.store.set_retained(warden_repo::Retained::default());
+    let report = c.store.gc(&everything(), false).unwrap();
+    assert!(report.kept.is_empty(), "{report:?}");
+    assert!(!pinned.mirror.exists());
+}

@@ -6,6 +6,9 @@
 //! An unprivileged Warden can only do this where its cgroup was delegated to it (the directory
 //! is owned by the Warden user, as systemd's `Delegate=yes` or an administrator's `chown` does);
 //! otherwise the layer is unavailable and, unless the configuration disables it, nothing runs.
+//! On v2 a cgroup passes controllers to its children only while it holds no processes, and
+//! Warden's holds Warden: Warden moves itself (with its descendants, nothing else) into the
+//! leaf [`SUPERVISOR`] of its cgroup first, and `warden/` sits beside that leaf.
 
 use crate::Layer;
 use std::fs::OpenOptions;
@@ -191,7 +194,7 @@ pub(crate) fn discover(controller: Controller) -> Result<Hierarchy, String> {
         .find(|(controllers, _)| controllers.is_empty())
         .map(|(_, path)| path.as_str())
         .ok_or_else(|| "cgroup2 is mounted but /proc/self/cgroup has no 0:: entry".to_owned())?;
-    let own_dir = join_cgroup(&mount.point, &mount.root, path);
+    let own_dir = v2_own_dir(join_cgroup(&mount.point, &mount.root, path));
     let available = std::fs::read_to_string(own_dir.join("cgroup.controllers")).unwrap_or_default();
     if !available.split_whitespace().any(|c| c == name) {
         return Err(format!(
@@ -229,26 +232,12 @@ pub(crate) fn prepare(hierarchy: &Hierarchy) -> io::Result<()> {
     if hierarchy.v2 {
         let name = hierarchy.controller.name();
         // Our own cgroup must pass the controller down to `warden/`, which passes it on to the
-        // run cgroups. A cgroup holding processes cannot enable controllers for children (the
-        // "no internal processes" rule): then Warden needs a delegated leaf of its own.
+        // run cgroups.
         if let Some(own) = hierarchy.parent.parent() {
             let enabled =
                 std::fs::read_to_string(own.join("cgroup.subtree_control")).unwrap_or_default();
             if !enabled.split_whitespace().any(|c| c == name) {
-                write(&own.join("cgroup.subtree_control"), &format!("+{name}")).map_err(|e| {
-                    if e.raw_os_error() == Some(libc::EBUSY) {
-                        io::Error::new(
-                            e.kind(),
-                            format!(
-                                "{e}; cgroup v2 forbids controllers below a cgroup that holds \
-                                 processes: run warden in a leaf of its delegated subtree \
-                                 (systemd: DelegateSubgroup=)"
-                            ),
-                        )
-                    } else {
-                        e
-                    }
-                })?;
+                pass_down(own, name)?;
             }
         }
         write(
@@ -257,6 +246,105 @@ pub(crate) fn prepare(hierarchy: &Hierarchy) -> io::Result<()> {
         )?;
     }
     Ok(())
+}
+
+/// The leaf of its cgroup Warden moves itself into on cgroup v2, so that its cgroup can pass
+/// controllers down to `warden/` (what systemd's `DelegateSubgroup=` does for a service; with
+/// `Delegate=yes` alone, or a cgroup delegated by hand, Warden does it).
+pub(crate) const SUPERVISOR: &str = "warden-supervisor";
+
+/// Our cgroup on v2: the one `/proc/self/cgroup` names, or the one above once this process
+/// moved into its [`SUPERVISOR`] leaf.
+fn v2_own_dir(dir: PathBuf) -> PathBuf {
+    match (dir.file_name(), dir.parent()) {
+        (Some(name), Some(parent)) if name == SUPERVISOR => parent.to_path_buf(),
+        _ => dir,
+    }
+}
+
+/// Enables controller `name` for the children of `own` (cgroup v2). The kernel refuses that
+/// while `own` holds processes (`EBUSY`, the "no internal processes" rule), and Warden's own
+/// cgroup holds Warden: when nothing but this process and its descendants is there, they move
+/// into the [`SUPERVISOR`] leaf and the write is tried again (children forked meanwhile are
+/// moved on the next try). Another process there is not Warden's to move: the refusal stands,
+/// with what to do.
+fn pass_down(own: &Path, name: &str) -> io::Result<()> {
+    let control = own.join("cgroup.subtree_control");
+    let us = std::process::id();
+    for attempt in 0..3 {
+        let error = match write(&control, &format!("+{name}")) {
+            Ok(()) => return Ok(()),
+            Err(error) if error.kind() == io::ErrorKind::ResourceBusy => error,
+            Err(error) => return Err(error),
+        };
+        let members = std::fs::read_to_string(own.join("cgroup.procs")).unwrap_or_default();
+        let members: Vec<u32> = members
+            .lines()
+            .filter_map(|line| line.trim().parse().ok())
+            .collect();
+        let strangers: Vec<u32> = members
+            .iter()
+            .copied()
+            .filter(|&pid| pid != us && is_stranger(pid, us))
+            .take(8)
+            .collect();
+        if attempt == 2 || !strangers.is_empty() {
+            return Err(io::Error::new(
+                error.kind(),
+                format!(
+                    "{error}; cgroup v2 passes controllers only from a cgroup without processes,                      and {} holds processes other than Warden's ({strangers:?}): give Warden a                      cgroup of its own (systemd: Delegate=yes) or run it in a leaf of its                      delegated subtree (DelegateSubgroup=)",
+                    own.display()
+                ),
+            ));
+        }
+        let leaf = own.join(SUPERVISOR);
+        match std::fs::create_dir(&leaf) {
+            Ok(()) => {}
+            Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(error) => {
+                return Err(io::Error::new(
+                    error.kind(),
+                    format!("cannot create {}: {error}", leaf.display()),
+                ))
+            }
+        }
+        for pid in members {
+            match write(&leaf.join("cgroup.procs"), &pid.to_string()) {
+                Ok(()) => {}
+                // Exited meanwhile.
+                Err(_) if !Path::new("/proc").join(pid.to_string()).exists() => {}
+                Err(error) => return Err(error),
+            }
+        }
+    }
+    Err(io::Error::other(format!(
+        "cannot enable {name} for the children of {}",
+        own.display()
+    )))
+}
+
+/// Whether live process `pid` is no descendant of process `us` (a process that is gone is
+/// nobody's).
+fn is_stranger(pid: u32, us: u32) -> bool {
+    let mut at = pid;
+    // Deep enough for any chain Warden forks (relay, shell, command).
+    for _ in 0..64 {
+        match parent_pid(at) {
+            None => return at != pid,
+            Some(parent) if parent == us => return false,
+            Some(parent) if parent <= 1 => return true,
+            Some(parent) => at = parent,
+        }
+    }
+    true
+}
+
+/// The parent of process `pid`, from `/proc/<pid>/stat`; `None` when it is gone.
+fn parent_pid(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid …`: comm may hold spaces and parentheses; the last `)` ends it.
+    let (_, after) = stat.rsplit_once(')')?;
+    after.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// Removes `run-<pid>-<n>` cgroups left by a Warden process that died mid-command (its
@@ -529,6 +617,248 @@ mod tests {
         let status = child.wait().unwrap();
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(status.signal(), Some(libc::SIGKILL));
+    }
+
+    #[test]
+    fn only_descendants_of_this_process_are_its_own() {
+        let us = std::process::id();
+        let mut child = sleeper();
+        assert!(!is_stranger(child.id(), us));
+        // A grandchild, through a shell.
+        #[allow(clippy::disallowed_methods)]
+        let mut shell = std::process::Command::new("sh")
+            .args(["-c", "sleep 60 & echo $!; wait"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(shell.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let grandchild: u32 = line.trim().parse().unwrap();
+        assert_eq!(parent_pid(grandchild), Some(shell.id()));
+        assert!(!is_stranger(grandchild, us));
+        // Init, and our own parent, are not ours.
+        assert!(is_stranger(1, us));
+        assert!(is_stranger(std::os::unix::process::parent_id(), us));
+        // A process that is gone is nobody's.
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!is_stranger(child.id(), us));
+        #[allow(clippy::disallowed_methods)]
+        let _ = std::process::Command::new("kill")
+            .arg(grandchild.to_string())
+            .status();
+        shell.kill().unwrap();
+        shell.wait().unwrap();
+    }
+
+    /// Set for the re-executed child of [`delegated_v2_cgroups_pass_controllers_down`]:
+    /// `pass` or `refuse`, the delegated cgroup and the controller, one a line.
+    const V2_CHILD: &str = "WARDEN_SANDBOX_CGROUP_V2_CHILD";
+
+    /// The cgroup v2 mount at the hierarchy's root, and a controller its root can give
+    /// children (any will do: the rule tested is the kernel's for every controller).
+    fn v2_root() -> Result<(PathBuf, String), String> {
+        let mount = mounts()
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .find(|m| m.v2 && m.root == "/")
+            .ok_or("no cgroup2 mount")?;
+        let controllers =
+            std::fs::read_to_string(mount.point.join("cgroup.controllers")).unwrap_or_default();
+        let controller = ["pids", "hugetlb", "memory", "cpu", "io"]
+            .into_iter()
+            .find(|c| controllers.split_whitespace().any(|have| have == *c))
+            .ok_or_else(|| format!("no controller at the cgroup2 root ({controllers:?})"))?;
+        Ok((mount.point, controller.to_string()))
+    }
+
+    /// This process's cgroup v2 path (`0::PATH`).
+    fn own_v2_path() -> String {
+        std::fs::read_to_string("/proc/self/cgroup")
+            .unwrap()
+            .lines()
+            .find_map(|line| line.strip_prefix("0::").map(str::to_string))
+            .unwrap()
+    }
+
+    /// In the uid-65534 child, inside the cgroup delegated to it.
+    fn v2_child(spec: &str) {
+        let mut lines = spec.lines();
+        let (mode, dir, controller) = (
+            lines.next().unwrap(),
+            PathBuf::from(lines.next().unwrap()),
+            lines.next().unwrap(),
+        );
+        let name = dir.file_name().unwrap().to_str().unwrap().to_string();
+        assert!(
+            own_v2_path().ends_with(&format!("/{name}")),
+            "{}",
+            own_v2_path()
+        );
+        let result = pass_down(&dir, controller);
+        if mode == "refuse" {
+            // Another user's process shares the cgroup: not Warden's to move.
+            let message = result.unwrap_err().to_string();
+            assert!(
+                message.contains("holds processes other than Warden's")
+                    && message.contains("DelegateSubgroup="),
+                "{message}"
+            );
+            assert!(own_v2_path().ends_with(&format!("/{name}")), "moved anyway");
+            return;
+        }
+        result.unwrap();
+        // This process moved into its leaf; its cgroup is still the one above.
+        let own = own_v2_path();
+        assert!(own.ends_with(&format!("/{name}/{SUPERVISOR}")), "{own}");
+        let mapped = v2_own_dir(PathBuf::from(&own));
+        assert!(mapped.ends_with(&name), "{}", mapped.display());
+        let enabled = std::fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap();
+        assert!(
+            enabled.split_whitespace().any(|c| c == controller),
+            "{enabled}"
+        );
+        // Already passed: a second time changes nothing.
+        pass_down(&dir, controller).unwrap();
+        // `warden/` passes it on, and a child joins a run cgroup below it as the relay does.
+        let warden = dir.join("warden");
+        std::fs::create_dir(&warden).unwrap();
+        write(
+            &warden.join("cgroup.subtree_control"),
+            &format!("+{controller}"),
+        )
+        .unwrap();
+        let run = warden.join("run-1");
+        std::fs::create_dir(&run).unwrap();
+        assert!(std::fs::read_to_string(run.join("cgroup.controllers"))
+            .unwrap()
+            .contains(controller));
+        #[allow(clippy::disallowed_methods)]
+        let joined = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "echo 0 > {}/cgroup.procs && grep ^0:: /proc/self/cgroup",
+                run.display()
+            ))
+            .output()
+            .unwrap();
+        let joined = String::from_utf8_lossy(&joined.stdout).into_owned();
+        assert!(
+            joined.trim().ends_with(&format!("/{name}/warden/run-1")),
+            "{joined}"
+        );
+    }
+
+    /// Regression (cgroup v2): Warden's cgroup holds Warden, so writing `+CONTROLLER` to its
+    /// `cgroup.subtree_control` always failed (`EBUSY`, the "no internal processes" rule) and
+    /// the cgroup layers never came up below a delegated cgroup (systemd's `Delegate=yes`).
+    /// As uid 65534 in a cgroup delegated to it, [`pass_down`] moves this process into its
+    /// [`SUPERVISOR`] leaf and passes the controller down, and a child joins a run cgroup; with
+    /// another user's process in the cgroup it refuses, moving nothing. Needs root to delegate
+    /// (fails under `WARDEN_TEST_REQUIRE=root` otherwise) and a cgroup2 mount (a hybrid
+    /// host's `unified` one will do).
+    #[test]
+    fn delegated_v2_cgroups_pass_controllers_down() {
+        if let Ok(spec) = std::env::var(V2_CHILD) {
+            v2_child(&spec);
+            return;
+        }
+        if crate::sys::euid() != 0 {
+            let required = std::env::var("WARDEN_TEST_REQUIRE")
+                .unwrap_or_default()
+                .split(',')
+                .any(|name| name.trim() == "root");
+            assert!(
+                !required,
+                "WARDEN_TEST_REQUIRE lists root, but this run is not root"
+            );
+            eprintln!("skipped: needs root to delegate a cgroup");
+            return;
+        }
+        let (root, controller) = match v2_root() {
+            Ok(found) => found,
+            Err(reason) => {
+                eprintln!("skipped: {reason}");
+                return;
+            }
+        };
+        let control = root.join("cgroup.subtree_control");
+        let enabled_before = std::fs::read_to_string(&control)
+            .unwrap_or_default()
+            .split_whitespace()
+            .any(|c| c == controller);
+        if !enabled_before {
+            if let Err(error) = write(&control, &format!("+{controller}")) {
+                eprintln!("skipped: cannot enable {controller} at the cgroup2 root: {error}");
+                return;
+            }
+        }
+        let mut stranger = sleeper();
+        let mut outcomes = Vec::new();
+        for mode in ["refuse", "pass"] {
+            let dir = root.join(format!("warden-test-v2-{mode}-{}", std::process::id()));
+            std::fs::create_dir(&dir).unwrap();
+            // The kernel's delegation: the directory and these three files.
+            for file in [
+                "",
+                "cgroup.procs",
+                "cgroup.subtree_control",
+                "cgroup.threads",
+            ] {
+                std::os::unix::fs::chown(dir.join(file), Some(65534), Some(65534)).unwrap();
+            }
+            if mode == "refuse" {
+                write(&dir.join("cgroup.procs"), &stranger.id().to_string()).unwrap();
+            }
+            #[allow(clippy::disallowed_methods)]
+            let output = std::process::Command::new("sh")
+                .arg("-c")
+                .arg(format!(
+                    "echo $$ > {}/cgroup.procs && exec setpriv --reuid=65534 --regid=65534 \
+                     --clear-groups -- \"$@\"",
+                    dir.display()
+                ))
+                .arg("sh")
+                .arg(std::env::current_exe().unwrap())
+                .args([
+                    "linux::cgroup::tests::delegated_v2_cgroups_pass_controllers_down",
+                    "--exact",
+                    "--nocapture",
+                ])
+                .env(V2_CHILD, format!("{mode}\n{}\n{controller}", dir.display()))
+                .output()
+                .unwrap();
+            outcomes.push((
+                mode,
+                output.status.success(),
+                format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&output.stdout),
+                    String::from_utf8_lossy(&output.stderr)
+                ),
+            ));
+            stranger.kill().unwrap();
+            stranger.wait().unwrap();
+            stranger = sleeper();
+            for leaf in ["warden/run-1", "warden", SUPERVISOR, ""] {
+                let _ = std::fs::remove_dir(dir.join(leaf));
+            }
+        }
+        stranger.kill().unwrap();
+        stranger.wait().unwrap();
+        if !enabled_before {
+            let _ = write(&control, &format!("-{controller}"));
+        }
+        for (mode, success, log) in outcomes {
+            assert!(
+                success && log.contains("1 passed"),
+                "{mode} ({controller}):\n{log}"
+            );
+        }
     }
 
     #[test]

@@ -281,41 +281,35 @@ fn as_nobody_without_cgroup_delegation() {
     run_as_nobody(UNDELEGATED, &[]);
 }
 
-/// The whole linux suite as uid 65534 inside cgroups delegated to it: every layer on.
+/// The whole linux suite as uid 65534 inside cgroups delegated to it: every layer on. Each
+/// controller is delegated where the sandbox will find it: in its cgroup v1 hierarchy when it
+/// has one (a directory under this process's cgroup there), else in cgroup v2 (one directory
+/// under the hierarchy's root with the kernel's delegation: it and its `cgroup.procs`,
+/// `cgroup.subtree_control` and `cgroup.threads` chowned, the controllers enabled for it). A
+/// host where neither can be done skips, saying why — or fails under
+/// `WARDEN_TEST_REQUIRE=root`, like a run that is not root.
 #[test]
 fn as_nobody_with_delegated_cgroups() {
     if mode().is_some() || !root_for("delegate cgroups and switch to uid 65534") {
         return;
     }
-    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
-    let mut delegated: Vec<PathBuf> = Vec::new();
-    for controller in ["memory", "pids", "cpu"] {
-        let mount = PathBuf::from("/sys/fs/cgroup").join(controller);
-        let path = own.lines().find_map(|line| {
-            let mut parts = line.splitn(3, ':');
-            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-            controllers
+    let delegated = match Delegated::create() {
+        Ok(delegated) => delegated,
+        Err(reason) => {
+            let required = std::env::var("WARDEN_TEST_REQUIRE")
+                .unwrap_or_default()
                 .split(',')
-                .any(|c| c == controller)
-                .then(|| path.to_owned())
-        });
-        let (Some(path), true) = (path, mount.join("cgroup.procs").exists()) else {
-            eprintln!(
-                "skipped: no cgroup v1 {controller} hierarchy at {} to delegate from",
-                mount.display()
+                .any(|name| name.trim() == "root");
+            assert!(
+                !required,
+                "WARDEN_TEST_REQUIRE lists root, but no cgroup can be delegated here: {reason}"
             );
+            eprintln!("skipped: cannot delegate cgroups: {reason}");
             return;
-        };
-        let dir = mount
-            .join(path.trim_start_matches('/'))
-            .join(format!("warden-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        for file in [dir.clone(), dir.join("cgroup.procs")] {
-            std::os::unix::fs::chown(&file, Some(65534), Some(65534)).unwrap();
         }
-        delegated.push(dir);
-    }
+    };
     let joins: Vec<String> = delegated
+        .joined
         .iter()
         .map(|dir| format!("echo $$ > {}/cgroup.procs", dir.display()))
         .collect();
@@ -326,25 +320,146 @@ fn as_nobody_with_delegated_cgroups() {
         "sh".to_string(),
     ];
     let result = std::panic::catch_unwind(|| run_as_nobody(DELEGATED, &wrapper));
-    for dir in &delegated {
-        if let Ok(runs) = std::fs::read_dir(dir.join("warden")) {
-            for run in runs
-                .flatten()
-                .filter(|r| r.file_type().is_ok_and(|t| t.is_dir()))
-            {
-                let _ = std::fs::remove_dir(run.path());
-            }
-        }
-        let _ = std::fs::remove_dir(dir.join("warden"));
-        for _ in 0..50 {
-            if std::fs::remove_dir(dir).is_ok() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
+    drop(delegated);
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
+    }
+}
+
+/// Cgroups delegated to uid 65534 for one child run; removed (and controllers this test
+/// enabled at the cgroup v2 root disabled again) when dropped.
+struct Delegated {
+    /// The cgroups the child joins before it drops to uid 65534.
+    joined: Vec<PathBuf>,
+    /// The v2 root's `cgroup.subtree_control` and what this test enabled in it.
+    enabled: Option<(PathBuf, Vec<&'static str>)>,
+}
+
+impl Delegated {
+    fn create() -> Result<Delegated, String> {
+        let own = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| e.to_string())?;
+        let mut delegated = Delegated {
+            joined: Vec::new(),
+            enabled: None,
+        };
+        let mut in_v2 = Vec::new();
+        for controller in ["memory", "pids", "cpu"] {
+            let mount = PathBuf::from("/sys/fs/cgroup").join(controller);
+            let path = own.lines().find_map(|line| {
+                let mut parts = line.splitn(3, ':');
+                let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+                controllers
+                    .split(',')
+                    .any(|c| c == controller)
+                    .then(|| path.to_owned())
+            });
+            let (Some(path), true) = (path, mount.join("cgroup.procs").exists()) else {
+                in_v2.push(controller);
+                continue;
+            };
+            let dir = mount
+                .join(path.trim_start_matches('/'))
+                .join(format!("warden-test-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            delegated.joined.push(dir.clone());
+            for file in [dir.clone(), dir.join("cgroup.procs")] {
+                std::os::unix::fs::chown(&file, Some(65534), Some(65534))
+                    .map_err(|e| format!("chown {}: {e}", file.display()))?;
+            }
+        }
+        if !in_v2.is_empty() {
+            delegated.delegate_v2(&in_v2)?;
+        }
+        Ok(delegated)
+    }
+
+    /// One cgroup under the cgroup v2 root for `controllers` (the hierarchy's root is exempt
+    /// from the "no internal processes" rule, so it can pass them down while it holds
+    /// processes; the sandbox itself then moves into a leaf of the delegated cgroup).
+    fn delegate_v2(&mut self, controllers: &[&'static str]) -> Result<(), String> {
+        let mountinfo =
+            std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| e.to_string())?;
+        let root = mountinfo
+            .lines()
+            .find_map(|line| {
+                let (left, right) = line.split_once(" - ")?;
+                let fields: Vec<&str> = left.split(' ').collect();
+                let point = fields.get(4)?;
+                (right.starts_with("cgroup2 ") && fields.get(3) == Some(&"/"))
+                    .then(|| PathBuf::from(point))
+            })
+            .ok_or_else(|| {
+                format!("no cgroup v1 hierarchy and no cgroup2 mount for {controllers:?}")
+            })?;
+        let available =
+            std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
+        let missing: Vec<&&str> = controllers
+            .iter()
+            .filter(|c| !available.split_whitespace().any(|have| have == **c))
+            .collect();
+        if !missing.is_empty() {
+            return Err(format!(
+                "{missing:?} neither in a cgroup v1 hierarchy nor available at the cgroup2 root {} \
+                 ({available:?})",
+                root.display()
+            ));
+        }
+        let control = root.join("cgroup.subtree_control");
+        let enabled = std::fs::read_to_string(&control).unwrap_or_default();
+        let mut newly = Vec::new();
+        for controller in controllers {
+            if enabled.split_whitespace().any(|c| c == *controller) {
+                continue;
+            }
+            std::fs::write(&control, format!("+{controller}"))
+                .map_err(|e| format!("enabling {controller} in {}: {e}", control.display()))?;
+            newly.push(*controller);
+        }
+        self.enabled = Some((control, newly));
+        let dir = root.join(format!("warden-test-{}", std::process::id()));
+        std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        self.joined.push(dir.clone());
+        for file in [
+            "",
+            "cgroup.procs",
+            "cgroup.subtree_control",
+            "cgroup.threads",
+        ] {
+            let file = dir.join(file);
+            std::os::unix::fs::chown(&file, Some(65534), Some(65534))
+                .map_err(|e| format!("chown {}: {e}", file.display()))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Delegated {
+    fn drop(&mut self) {
+        for dir in &self.joined {
+            let warden = dir.join("warden");
+            if let Ok(runs) = std::fs::read_dir(&warden) {
+                for run in runs
+                    .flatten()
+                    .filter(|r| r.file_type().is_ok_and(|t| t.is_dir()))
+                {
+                    let _ = std::fs::remove_dir(run.path());
+                }
+            }
+            let _ = std::fs::remove_dir(&warden);
+            // The sandbox's own leaf on cgroup v2 (empty once the child exited).
+            let _ = std::fs::remove_dir(dir.join("warden-supervisor"));
+            for _ in 0..50 {
+                if std::fs::remove_dir(dir).is_ok() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        if let Some((control, newly)) = &self.enabled {
+            for controller in newly {
+                let _ = std::fs::write(control, format!("-{controller}"));
+            }
+        }
     }
 }
 

@@ -427,7 +427,7 @@ fn callback_body(event_id: &str, task: &Task, record: &EventRecord) -> Value {
     let mut event = serde_json::to_value(&record.event).unwrap_or(Value::Null);
     if let Some(map) = event.as_object_mut() {
         map.insert("seq".into(), json!(record.seq));
-        map.insert("at".into(), json!(crate::time::rfc3339(record.at_ms)));
+        map.insert("at".into(), json!(warden_time::rfc3339(record.at_ms)));
     }
     json!({
         "event_id": event_id,

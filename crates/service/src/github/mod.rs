@@ -1248,9 +1248,7 @@ impl Subject {
                 payload["action"].as_str().unwrap_or_default(),
                 time.unwrap_or_default()
             ),
-            at_ms: time
-                .and_then(warden_engine::maintain::index::parse_rfc3339_ms)
-                .and_then(|ms| i64::try_from(ms).ok()),
+            at_ms: time.and_then(|time| warden_time::parse_rfc3339(time).ok()),
         })
     }
 

@@ -417,7 +417,7 @@ impl Bot {
                 Ok(Reply::Task(Box::new(retried)))
             }
             Command::Usage => {
-                let today = now_ms() - now_ms().rem_euclid(86_400_000);
+                let today = warden_time::UtcDay::of_ms(now_ms()).start_ms();
                 let usage = tasks.usage(principal, Some(today)).await?;
                 let mut total = warden_store::Spend::default();
                 for (_, spend) in &usage.by_task {

@@ -688,7 +688,7 @@ async fn decided_publication(services: &RunServices, claim: &Claim) -> Option<En
                 if recorded.id == approval.id {
                     recorded.status = warden_protocol::ApprovalStatus::Approved;
                     recorded.decided_by = approval.decided_by.clone();
-                    recorded.decided_at = approval.decided_at_ms.map(crate::time::rfc3339);
+                    recorded.decided_at = approval.decided_at_ms.map(warden_time::rfc3339);
                 }
             }
             // The latest attempt's reason replaces an earlier one's.

@@ -1,5 +1,6 @@
 //! `storage::evict`: eviction keeps the mirrors and snapshots unfinished tasks use — of this
-//! database and of the other one sharing the home — and lets them go once the task ends.
+//! database and of the other one sharing the home — and, once a task ends, the mirror of a
+//! `PATH@worktree` commit it recorded (its only home), for a retry or a follow-up.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -107,7 +108,8 @@ async fn eviction_keeps_what_unfinished_tasks_of_either_database_use() {
     let again = RepoSpec::parse(&format!("{path}@{}", pinned.commit), Path::new("/")).unwrap();
     assert_eq!(repos.pin(&again).unwrap().commit, pinned.commit);
 
-    // Once it ends, its mirror goes too.
+    // Once it ends it can still be retried or followed up on that commit: its mirror, the
+    // commit's only home, stays; its snapshot (which the mirror rebuilds) goes.
     stores[1]
         .transition(&queued, TaskStatus::Queued, TaskStatus::Cancelled, None)
         .await
@@ -115,8 +117,101 @@ async fn eviction_keeps_what_unfinished_tasks_of_either_database_use() {
     let report = warden_service::storage::evict(&stores, &repos, everything(), false)
         .await
         .unwrap();
+    let kept: Vec<_> = report
+        .kept
+        .iter()
+        .map(|e| (e.path.clone(), e.kept))
+        .collect();
+    assert_eq!(
+        kept,
+        vec![(pinned.mirror.clone(), Some("needed_by_task"))],
+        "{report:?}"
+    );
+    assert!(!snapshot.root.exists(), "{report:?}");
+    let retried = repos.pin(&again).unwrap();
+    assert_eq!(retried.commit, pinned.commit);
+    assert!(repos
+        .snapshot(&retried)
+        .unwrap()
+        .root
+        .join("a.txt")
+        .is_file());
+}
+
+/// Regression: a finished in-process question asked on `PATH@worktree` lost its mirror to
+/// eviction, and with it the snapshot commit its follow-up (or retry) pins: it could never be
+/// continued. A finished task on an ordinary commit keeps nothing: the source has it.
+#[tokio::test]
+async fn eviction_keeps_the_work_tree_commit_a_finished_task_can_be_continued_on() {
+    let home = tempfile::tempdir().unwrap();
+    let repos = RepoStore::open(home.path()).unwrap();
+    let repo = TempRepo::new();
+    repo.write("a.txt", "a\n");
+    let head = repo.commit("a");
+    repo.write("uncommitted.txt", "only here\n");
+    let path = repo.path().canonicalize().unwrap().display().to_string();
+    let worktree = RepoSpec::parse(&format!("{path}@worktree"), Path::new("/")).unwrap();
+    let pinned = repos.pin(&worktree).unwrap();
+    assert_ne!(pinned.commit, head);
+    let store = warden_store::open(&warden_service::local::database_url(home.path()))
+        .await
+        .unwrap();
+    let asked: TaskId = "tsk_01M8VBQV37BCXJMMGC5Y911WEX".parse().unwrap();
+    queue(store.as_ref(), &asked, &worktree, &pinned.commit).await;
+    let claim = store
+        .claim(
+            "worker",
+            Duration::from_secs(60),
+            &warden_store::ClaimFilter::default(),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(claim.task.id, asked);
+    store
+        .transition(&asked, TaskStatus::Running, TaskStatus::Completed, None)
+        .await
+        .unwrap();
+    let stores = [store];
+
+    // The dry run says so, and the real one keeps it.
+    for dry_run in [true, false] {
+        let report = warden_service::storage::evict(&stores, &repos, everything(), dry_run)
+            .await
+            .unwrap();
+        assert!(
+            report
+                .kept
+                .iter()
+                .any(|e| e.path == pinned.mirror && e.kept == Some("needed_by_task")),
+            "{report:?}"
+        );
+        assert!(report.removed.iter().all(|e| e.path != pinned.mirror));
+    }
+    // The user's work tree moved on; the follow-up still pins the commit the task recorded.
+    std::fs::remove_file(repo.path().join("uncommitted.txt")).unwrap();
+    let follow_up = RepoSpec::parse(&format!("{path}@{}", pinned.commit), Path::new("/")).unwrap();
+    assert_eq!(repos.pin(&follow_up).unwrap().commit, pinned.commit);
+
+    // The same task on the committed HEAD: the mirror is fetched again when needed.
+    let other: TaskId = "tsk_01M8VBQV37BCXJMMGC5Y911WEY".parse().unwrap();
+    let plain = RepoSpec::parse(&path, Path::new("/")).unwrap();
+    let plain_home = tempfile::tempdir().unwrap();
+    let store = warden_store::open(&warden_service::local::database_url(plain_home.path()))
+        .await
+        .unwrap();
+    queue(store.as_ref(), &other, &plain, &head).await;
+    store
+        .transition(&other, TaskStatus::Queued, TaskStatus::Cancelled, None)
+        .await
+        .unwrap();
+    let plain_repos = RepoStore::open(plain_home.path()).unwrap();
+    let plain_pinned = plain_repos.pin(&plain).unwrap();
+    let report = warden_service::storage::evict(&[store], &plain_repos, everything(), false)
+        .await
+        .unwrap();
     assert!(report.kept.is_empty(), "{report:?}");
-    assert!(!pinned.mirror.exists());
+    assert!(!plain_pinned.mirror.exists());
 }
 
 /// A database that does not exist holds no task and is not created by looking.

@@ -23,7 +23,7 @@ use crate::checks::{
     check_open_run, check_replay, check_retryable, check_status, check_transition, decided_status,
     not_found, run_lost, transition_ends_run,
 };
-use crate::clock::{compact_timestamp, duration_ms};
+use crate::clock::duration_ms;
 use crate::observer::Observers;
 use crate::rows::{
     check_approval, check_message_role, check_pinned_repos, event_record, finished_event,
@@ -33,6 +33,7 @@ use crate::rows::{
     EVENT_COLUMNS, INTENT_COLUMNS, JOURNAL_COLUMNS, MESSAGE_COLUMNS, MS_PER_DAY, REPO_COLUMNS,
     RUN_COLUMNS, TASK_COLUMNS, WEB_SESSION_COLUMNS, WEB_SESSION_RETENTION_MS, WEB_USER_COLUMNS,
 };
+use warden_time::compact_timestamp;
 use writer::Writer;
 
 use crate::state::{exclusive_kind_names, is_active, kind_name, status_name, ALL_STATUSES};

@@ -10,8 +10,8 @@ use warden_protocol::{
     Usage,
 };
 use warden_service::tasks::{CitedLines, Principal, ProposalDiff, Role};
-use warden_service::time::rfc3339;
 use warden_store::{Repository, Task, TaskMessage};
+use warden_time::rfc3339;
 
 use super::assets::ASSETS;
 
