@@ -613,23 +613,9 @@ impl Agent<'_> {
         state: &mut RunState,
     ) -> Result<Option<RunOutcome>, Failure> {
         let spec = explorers.spec();
-        let arguments = match parse_arguments(&call.arguments)
-            .and_then(|value| schema::validate(&value, &spec.parameters).map(|()| value))
-        {
+        let arguments = match self.arguments(call, &spec, state).await? {
             Ok(value) => value,
-            Err(errors) => {
-                self.record(
-                    RecordKind::ArgumentsRejected,
-                    json!({ "call_id": call.id, "tool": call.name, "errors": errors }),
-                )
-                .await?;
-                let message = format!(
-                    "invalid arguments for {}: {}. Fix them and call the tool again.",
-                    call.name,
-                    errors.join("; ")
-                );
-                return Ok(self.rejected_call(state, call, message));
-            }
+            Err(outcome) => return Ok(outcome),
         };
         let question = arguments["question"].as_str().unwrap_or_default().trim();
         let summary = format!("explore {:?}", shortened(question, 80));
@@ -729,6 +715,35 @@ impl Agent<'_> {
         Ok(None)
     }
 
+    /// A call's arguments, parsed and checked against `spec`'s schema; `Ok(Err(_))` when they
+    /// are not (journaled, told to the model, and the run's end when too many calls in a row
+    /// were rejected).
+    async fn arguments(
+        &mut self,
+        call: &ToolCall,
+        spec: &ToolSpec,
+        state: &mut RunState,
+    ) -> Result<Result<Value, Option<RunOutcome>>, Failure> {
+        match parse_arguments(&call.arguments)
+            .and_then(|value| schema::validate(&value, &spec.parameters).map(|()| value))
+        {
+            Ok(value) => Ok(Ok(value)),
+            Err(errors) => {
+                self.record(
+                    RecordKind::ArgumentsRejected,
+                    json!({ "call_id": call.id, "tool": call.name, "errors": errors }),
+                )
+                .await?;
+                let message = format!(
+                    "invalid arguments for {}: {}. Fix them and call the tool again.",
+                    call.name,
+                    errors.join("; ")
+                );
+                Ok(Err(self.rejected_call(state, call, message)))
+            }
+        }
+    }
+
     /// Runs one tool call. `Ok(Some(_))` ends the run.
     async fn execute(
         &mut self,
@@ -758,23 +773,9 @@ impl Agent<'_> {
             return Ok(self.rejected_call(state, call, message));
         };
         let spec = tool.spec();
-        let arguments = match parse_arguments(&call.arguments)
-            .and_then(|value| schema::validate(&value, &spec.parameters).map(|()| value))
-        {
+        let arguments = match self.arguments(call, &spec, state).await? {
             Ok(value) => value,
-            Err(errors) => {
-                self.record(
-                    RecordKind::ArgumentsRejected,
-                    json!({ "call_id": call.id, "tool": call.name, "errors": errors }),
-                )
-                .await?;
-                let message = format!(
-                    "invalid arguments for {}: {}. Fix them and call the tool again.",
-                    call.name,
-                    errors.join("; ")
-                );
-                return Ok(self.rejected_call(state, call, message));
-            }
+            Err(outcome) => return Ok(outcome),
         };
 
         let verdict = match self.policy.check(&call.name, &arguments) {

@@ -512,30 +512,14 @@ impl GithubHook {
             )
             .await?;
         let Some(task) = listed.tasks.into_iter().find(|t| {
-            t.kind != TaskKind::Maintain
-                && matches!(
-                    t.status,
-                    warden_protocol::TaskStatus::Queued
-                        | warden_protocol::TaskStatus::Running
-                        | warden_protocol::TaskStatus::Testing
-                )
+            crate::tasks::steerable(t)
                 && t.metadata["github"]["repo"] == repo.to_string().as_str()
                 && t.metadata["github"]["issue"] == number
                 && t.metadata["github"]["delivery"] != delivery
         }) else {
             return Ok(None);
         };
-        let sent_before = self
-            .tasks
-            .messages(principal, task.id.as_str())
-            .await?
-            .last()
-            .is_some_and(|m| m.role == warden_store::MESSAGE_STEER && m.text == text.trim());
-        if !sent_before {
-            self.tasks
-                .post_message(principal, task.id.as_str(), text)
-                .await?;
-        }
+        self.tasks.steer_once(principal, &task, text).await?;
         Ok(Some(task.id))
     }
 

@@ -548,19 +548,10 @@ impl SlackApp {
         let messages = self.tasks.messages(principal, task.id.as_str()).await?;
         // A task this very event started (Slack retrying it after a crash) is not told its own
         // request.
-        if steerable(&task) && task.metadata["slack"]["event_id"] != event_id {
+        if crate::tasks::steerable(&task) && task.metadata["slack"]["event_id"] != event_id {
             // Said to the running task: its agent reads it at its next turn (once, even when
             // Slack delivers the event again after a crash).
-            let sent_before = messages
-                .iter()
-                .rev()
-                .find(|m| m.role == warden_store::MESSAGE_STEER)
-                .is_some_and(|m| m.text == said.trim());
-            if !sent_before {
-                self.tasks
-                    .post_message(principal, task.id.as_str(), said)
-                    .await?;
-            }
+            self.tasks.steer_once(principal, &task, said).await?;
             return Ok(Answered::Yes);
         }
         let answered_before = messages
@@ -951,17 +942,6 @@ async fn run(app: Arc<SlackApp>, alerts: crate::chat::Alerts, mut stop: watch::R
         }
     }
     crate::chat::delivery_loop(app, stop).await;
-}
-
-/// Whether a message to `task` reaches its agent at its next turn: a question or change that is
-/// queued or running.
-fn steerable(task: &warden_store::Task) -> bool {
-    use warden_protocol::{TaskKind, TaskStatus};
-    task.kind != TaskKind::Maintain
-        && matches!(
-            task.status,
-            TaskStatus::Queued | TaskStatus::Running | TaskStatus::Testing
-        )
 }
 
 #[cfg(test)]

@@ -31,6 +31,16 @@ use warden_store::{
 
 use super::{Principal, ServiceError, TaskService};
 
+/// Whether a message to `task` reaches its agent at its next turn: a question or change that is
+/// queued or running.
+pub fn steerable(task: &Task) -> bool {
+    task.kind != TaskKind::Maintain
+        && matches!(
+            task.status,
+            TaskStatus::Queued | TaskStatus::Running | TaskStatus::Testing
+        )
+}
+
 /// A message longer than this (in bytes) is refused.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 
@@ -163,9 +173,7 @@ impl TaskService {
         let text = message_text(text)?;
         let task = match task.status {
             TaskStatus::WaitingInput => self.answer_task(principal, &task, text).await?,
-            TaskStatus::Queued | TaskStatus::Running | TaskStatus::Testing
-                if task.kind != TaskKind::Maintain =>
-            {
+            _ if steerable(&task) => {
                 // The run is not woken: it reads the message at its next turn.
                 return self.steer_task(principal, &task, text).await;
             }
@@ -224,6 +232,29 @@ impl TaskService {
         let created = self.follow_up_task(principal, &task, text).await?;
         self.wake.notify_one();
         Ok(created)
+    }
+
+    /// Sends `text` to a queued or running task ([`steerable`]) unless its last such message
+    /// already says it — a chat or webhook event delivered again after a crash. Whether it was
+    /// sent now.
+    pub async fn steer_once(
+        &self,
+        principal: &Principal,
+        task: &Task,
+        text: &str,
+    ) -> Result<bool, ServiceError> {
+        let sent_before = self
+            .messages(principal, task.id.as_str())
+            .await?
+            .iter()
+            .rev()
+            .find(|m| m.role == MESSAGE_STEER)
+            .is_some_and(|m| m.text == text.trim());
+        if sent_before {
+            return Ok(false);
+        }
+        self.post_message(principal, task.id.as_str(), text).await?;
+        Ok(true)
     }
 
     /// Queues a message for the agent of a queued or running task: stored in its conversation

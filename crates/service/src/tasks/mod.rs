@@ -27,8 +27,8 @@ mod submit;
 mod usage;
 
 pub use approvals::{ApprovalList, ApprovalListing, PUBLISH_KINDS};
-pub use control::follow_up_basis;
 pub use control::MAX_MESSAGE_BYTES;
+pub use control::{follow_up_basis, steerable};
 pub use journal_page::{journal_page, JournalPage, JournalPageQuery, JournalPageRecord};
 pub use observe::{
     CitedLines, ProposalDiff, TaskList, TaskListing, MAX_CITED, MAX_CITED_LINES, MAX_PAGE,
