@@ -170,12 +170,20 @@ fn idle_rss(warden: &str) {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
+    // Its stderr is read to the end on a thread: a pipe closed after "listening on" would make
+    // the server's next line fail (and the server exit) before it is measured.
     let stderr = BufReader::new(child.stderr.take().unwrap());
-    for line in stderr.lines() {
-        if line.unwrap().contains("listening on") {
-            break;
+    let (listening, started) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if line.contains("listening on") {
+                let _ = listening.send(());
+            }
         }
-    }
+    });
+    started
+        .recv_timeout(Duration::from_secs(60))
+        .expect("warden serve did not say it listens");
     std::thread::sleep(Duration::from_secs(1));
     let status = std::fs::read_to_string(format!("/proc/{}/status", child.id())).unwrap();
     let rss = status
