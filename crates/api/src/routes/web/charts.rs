@@ -23,13 +23,24 @@ pub(super) fn columns(what: &str, bars: &[Bar]) -> Markup {
         .filter(|b| b.value > 0.0)
         .max_by(|a, b| a.value.total_cmp(&b.value));
     let slot = WIDTH / bars.len().max(1) as f64;
-    let description = match peak {
-        Some(peak) => format!("{what}: highest {} on {}", peak.text, peak.label),
-        None => format!("{what}: nothing yet"),
+    // A cost the price table does not know is not zero: say so rather than draw nothing.
+    let unpriced = bars.iter().any(|b| b.text.contains("unpriced"));
+    let description = match (peak, unpriced) {
+        (Some(peak), false) => format!("{what}: highest {} on {}", peak.text, peak.label),
+        (Some(peak), true) => format!(
+            "{what}: highest {} on {}; some calls unpriced",
+            peak.text, peak.label
+        ),
+        (None, true) => format!("{what}: unpriced (no call had a price)"),
+        (None, false) => format!("{what}: all zero"),
     };
     html! {
         figure.chart {
-            figcaption { (what) @if let Some(peak) = peak { span.muted { " · highest " (peak.text) " (" (peak.label) ")" } } }
+            figcaption {
+                (what)
+                @if let Some(peak) = peak { span.muted { " · highest " (peak.text) " (" (peak.label) ")" } }
+                @if unpriced { span.muted { " · some calls unpriced" } }
+            }
             svg.columns viewBox=(format!("0 0 {WIDTH} {HEIGHT}")) preserveAspectRatio="none"
                 role="img" aria-label=(description) {
                 line.axis x1="0" y1=(HEIGHT) x2=(WIDTH) y2=(HEIGHT) {}
@@ -103,7 +114,7 @@ mod tests {
         assert!(svg.contains("height=\"29.5\""), "a quarter of it: {svg}");
         assert!(!svg.contains("style"), "no inline style: {svg}");
         let empty = columns("Tokens per day", &[bar("12-01", 0.0)]).into_string();
-        assert!(empty.contains("nothing yet"), "{empty}");
+        assert!(empty.contains("Tokens per day: all zero"), "{empty}");
     }
 
     #[test]

@@ -66,10 +66,18 @@ const Times = (function () {
 
 // Copy buttons: hidden in the page as served (they need this script), shown here.
 (function () {
+  // What happened, said beside the button (whose name stays "Copy …") and to screen readers.
   function copied(button, text) {
-    const was = button.textContent;
-    button.textContent = text;
-    setTimeout(function () { button.textContent = was; }, 2000);
+    let note = button.nextElementSibling;
+    if (!note || !note.classList.contains('copy-note')) {
+      note = document.createElement('span');
+      note.className = 'copy-note';
+      note.setAttribute('role', 'status');
+      button.after(note);
+    }
+    note.textContent = text;
+    clearTimeout(note.timer);
+    note.timer = setTimeout(function () { note.textContent = ''; }, 3000);
   }
   // Without the clipboard API (plain HTTP to another machine): select the text to copy.
   function select(button) {
