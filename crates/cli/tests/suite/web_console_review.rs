@@ -305,7 +305,16 @@ fn the_console_reads_as_code_fits_a_phone_and_has_no_accessibility_violations() 
 
     browser.set_window_size(390, 844);
     let (wider, widest) = overflow(&browser);
-    browser.screenshot(&artefact_dir().join("web-console-review-phone.png"));
+    browser.execute(
+        "document.getElementById('diff').scrollIntoView()",
+        json!([]),
+    );
+    browser.screenshot(&artefact_dir().join("web-console-review-phone-diff.png"));
+    browser.execute(
+        "document.getElementById('decision').scrollIntoView()",
+        json!([]),
+    );
+    browser.screenshot(&artefact_dir().join("web-console-review-phone-decision.png"));
     assert!(
         wider <= 0,
         "wider than a 390 px screen by {wider} px, the widest being {widest}"

@@ -461,6 +461,8 @@ fn answer_section(answer: &Answer, cited: &[CitedLines]) -> Markup {
 /// What an approval decides, in words for its form.
 struct Decision<'a> {
     approval: &'a Approval,
+    /// What approving does, before the hash: "Approving publishes exactly the proposal with".
+    binds: &'static str,
     /// The approve button: "Approve and publish".
     approve: &'static str,
     /// What ticking the box says was reviewed and is approved.
@@ -477,7 +479,7 @@ fn decision_section(viewer: &Principal, decision: &Decision<'_>) -> Markup {
     html! {
         section.decision #decision aria-labelledby="decision-heading" {
             h2 #decision-heading { "Decision" }
-            p { "Approving binds to exactly the hash " span.mono #approval-hash { (hash) } " " (copy_button(hash, "the hash being approved")) }
+            p { (decision.binds) " hash " span.mono #approval-hash { (hash) } " " (copy_button(hash, "the hash being approved")) }
             @if viewer.role == Role::Admin {
                 form.stack method="post" action=(format!("/approvals/{}/approve", approval.id)) {
                     input type="hidden" name="hash" value=(hash);
@@ -570,6 +572,7 @@ fn change_section(
                 @if let Some(approval) = waiting(&result.approval) {
                     (decision_section(viewer, &Decision {
                         approval: &approval,
+                        binds: "Approving publishes exactly the proposal with",
                         approve: "Approve and publish",
                         confirm: "I reviewed the diff and the validations above; publish exactly",
                         reject: "Reject: complete without publishing",
@@ -583,6 +586,7 @@ fn change_section(
                 @if let Some(approval) = waiting(&result.approval) {
                     (decision_section(viewer, &Decision {
                         approval: &approval,
+                        binds: "Approving runs exactly the request with",
                         approve: "Approve and run",
                         confirm: "I reviewed the request above; run exactly",
                         reject: "Reject: end the task without running it",
