@@ -197,7 +197,7 @@ fn the_console_reads_as_code_fits_a_phone_and_has_no_accessibility_violations() 
     let block = browser.find(".md pre.md-code").expect("the fenced block");
     assert!(browser.text(&block).contains("let next = attempts * 2;"));
     assert!(
-        browser.find(".md pre.md-code .hl-k").is_some(),
+        browser.find(".md pre.md-code i.k").is_some(),
         "the fenced block is highlighted"
     );
     assert!(
@@ -211,12 +211,12 @@ fn the_console_reads_as_code_fits_a_phone_and_has_no_accessibility_violations() 
         .contains("the docs (https://example.com/retry)"));
     let numbers = script(
         &browser,
-        "return [...document.querySelectorAll('.code.cited .n')].map(n => n.dataset.n)",
+        "return [...document.querySelectorAll('.code.cited > div')].map(n => n.dataset.n)",
     );
     assert_eq!(numbers, json!(["31", "32", "33"]));
     let keywords = script(
         &browser,
-        "return [...document.querySelectorAll('.code.cited .hl-k')].map(k => k.textContent)",
+        "return [...document.querySelectorAll('.code.cited i.k')].map(k => k.textContent)",
     );
     assert_eq!(keywords, json!(["pub", "fn"]));
     // Copying the cited lines copies the code, not the numbers.
@@ -269,7 +269,7 @@ fn the_console_reads_as_code_fits_a_phone_and_has_no_accessibility_violations() 
     );
     assert_eq!(files, json!(["src/lib.txt", "src/retry.rs"]));
     assert!(
-        browser.find("details.file .hl-c").is_some(),
+        browser.find("details.file i.c").is_some(),
         "the Rust file's comments are highlighted"
     );
     let order = script(

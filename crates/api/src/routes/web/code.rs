@@ -1,5 +1,5 @@
 //! Code as code: the console's views of source text — cited lines with their numbers, a
-//! proposal's diff split per file (folded with `<details>`) with both sides' line numbers, a
+//! proposal's diff split per file (folded with `<details>`) with line numbers, a
 //! Markdown code block — and the small highlighter they share.
 //!
 //! The highlighter is a hand-written lexer over a table of languages (comments, strings,
@@ -12,11 +12,15 @@
 //! starts afresh at each hunk.
 //!
 //! Every piece of text goes through maud's escaping; line numbers are CSS generated content
-//! (`data-n`), so selecting and copying code copies the code alone.
+//! (`data-n`), so selecting and copying code copies the code alone. The markup is as small as
+//! it can be (a `div` per line, an `<i class="k">` per token, one gutter: the new side's number,
+//! or the old side's on a removed line): a long diff is most of a page, and a phone downloads
+//! it.
 
 use maud::{html, Markup};
 
-/// What a piece of a line is, as a CSS class (`hl-k`, …).
+/// What a piece of a line is, as the class of its `<i>` (`k`, …): one letter, since a long
+/// diff has thousands of them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Class {
     Plain,
@@ -36,13 +40,13 @@ impl Class {
     fn css(self) -> Option<&'static str> {
         match self {
             Class::Plain => None,
-            Class::Keyword => Some("hl-k"),
-            Class::String => Some("hl-s"),
-            Class::Comment => Some("hl-c"),
-            Class::Number => Some("hl-n"),
-            Class::Literal => Some("hl-l"),
-            Class::Type => Some("hl-t"),
-            Class::Meta => Some("hl-m"),
+            Class::Keyword => Some("k"),
+            Class::String => Some("s"),
+            Class::Comment => Some("c"),
+            Class::Number => Some("n"),
+            Class::Literal => Some("l"),
+            Class::Type => Some("t"),
+            Class::Meta => Some("m"),
         }
     }
 }
@@ -693,7 +697,7 @@ pub(super) fn highlight(syntax: Option<&Syntax>, line: &str, carry: &mut Carry) 
     html! {
         @for (class, text) in pieces {
             @match class.css() {
-                Some(css) => { span class=(css) { (text) } }
+                Some(css) => { i class=(css) { (text) } }
                 None => { (text) }
             }
         }
@@ -707,10 +711,7 @@ pub(super) fn numbered_lines(path: &str, first: u64, lines: &[String]) -> Markup
     html! {
         div.code.cited {
             @for (offset, line) in lines.iter().enumerate() {
-                div.l {
-                    span.n data-n=(first + offset as u64) {}
-                    code { (highlight(syntax, line, &mut carry)) }
-                }
+                div data-n=(first + offset as u64) { (highlight(syntax, line, &mut carry)) }
             }
         }
     }
@@ -888,8 +889,8 @@ fn folded(file: &DiffFile<'_>) -> bool {
     LOCKFILES.contains(&name) || file.lines.len() > 600
 }
 
-/// A proposal's diff: one foldable section per file, with its additions and deletions, both
-/// sides' line numbers and highlighted lines.
+/// A proposal's diff: one foldable section per file, with its additions and deletions,
+/// line numbers and highlighted lines.
 pub(super) fn diff(diff: &str) -> Markup {
     let files = parse_diff(diff);
     html! {
@@ -906,7 +907,7 @@ pub(super) fn diff(diff: &str) -> Markup {
                     }
                     @for note in &file.notes { p.muted.mono.note { (note) } }
                     @if !file.lines.is_empty() {
-                        div.code.sides { @for line in file_lines(file) { (line) } }
+                        div.code { @for line in file_lines(file) { (line) } }
                     }
                 }
             }
@@ -926,16 +927,16 @@ fn file_lines(file: &DiffFile<'_>) -> Vec<Markup> {
             LineKind::Hunk => {
                 before = Carry::default();
                 after = Carry::default();
-                lines.push(html! { div.l.hunk { code { (line.text) } } });
+                lines.push(html! { div.h { (line.text) } });
                 continue;
             }
             LineKind::Note => {
-                lines.push(html! { div.l.note { code { (line.text) } } });
+                lines.push(html! { div.x { (line.text) } });
                 continue;
             }
-            LineKind::Added => ("l add", "+", line.text.get(1..).unwrap_or("")),
-            LineKind::Removed => ("l del", "-", line.text.get(1..).unwrap_or("")),
-            LineKind::Context => ("l", " ", line.text.strip_prefix(' ').unwrap_or(line.text)),
+            LineKind::Added => (Some("a"), "+", line.text.get(1..).unwrap_or("")),
+            LineKind::Removed => (Some("d"), "-", line.text.get(1..).unwrap_or("")),
+            LineKind::Context => (None, " ", line.text.strip_prefix(' ').unwrap_or(line.text)),
         };
         let code = match line.kind {
             LineKind::Removed => highlight(syntax, body, &mut before),
@@ -948,13 +949,13 @@ fn file_lines(file: &DiffFile<'_>) -> Vec<Markup> {
             }
             _ => highlight(syntax, body, &mut after),
         };
-        lines.push(html! {
-            div class=(class) {
-                span.n data-n=[line.old] {}
-                span.n data-n=[line.new] {}
-                code { span.m { (marker) } (code) }
-            }
-        });
+        // One gutter: the new side's number, or the old side's for a removed line.
+        let number = if line.kind == LineKind::Removed {
+            line.old
+        } else {
+            line.new
+        };
+        lines.push(html! { div class=[class] data-n=[number] { (marker) (code) } });
     }
     lines
 }
@@ -972,7 +973,7 @@ mod tests {
                 lex(syntax, line, &mut carry)
                     .into_iter()
                     .map(|(class, text)| match class.css() {
-                        Some(css) => format!("[{}:{text}]", &css[3..]),
+                        Some(css) => format!("[{css}:{text}]"),
                         None => text.to_string(),
                     })
                     .collect()
@@ -1073,8 +1074,8 @@ mod tests {
         .into_string();
         assert_eq!(
             markup,
-            "<span class=\"hl-k\">let</span> x = <span class=\"hl-s\">&quot;&lt;img&gt;&quot;</span>; \
-             <span class=\"hl-c\">// &lt;/code&gt;</span>"
+            "<i class=\"k\">let</i> x = <i class=\"s\">&quot;&lt;img&gt;&quot;</i>; \
+             <i class=\"c\">// &lt;/code&gt;</i>"
         );
     }
 
@@ -1164,7 +1165,15 @@ Binary files a/img.png and b/img.png differ\n";
             "the lockfile is folded"
         );
         assert!(page.contains("data-n=\"12\""));
-        assert!(page.contains("<span class=\"m\">+</span>new"));
+        assert!(
+            page.contains("<div class=\"a\" data-n=\"11\">+new</div>"),
+            "{page}"
+        );
+        assert!(
+            page.contains("<div class=\"d\" data-n=\"11\">-old</div>"),
+            "{page}"
+        );
+        assert!(page.contains("<div data-n=\"10\"> context</div>"), "{page}");
     }
 
     #[test]

@@ -213,8 +213,8 @@ mod tests {
         );
         check(
             "```rust\nlet x = 1;\n```",
-            "<pre class=\"md-code\"><code><span class=\"hl-k\">let</span> x = \
-             <span class=\"hl-n\">1</span>;\n</code></pre>",
+            "<pre class=\"md-code\"><code><i class=\"k\">let</i> x = \
+             <i class=\"n\">1</i>;\n</code></pre>",
         );
     }
 
