@@ -5,7 +5,8 @@
 //! long prompt and a long line is reviewed — validations and the per-file diff before the
 //! decision, the hash copied with its button, the connection labelled "waiting for approval" —
 //! on a 390 px wide screen without scrolling sideways; approving without ticking the box that
-//! names the hash is refused by the server, with it the proposal is published; the task list
+//! names the hash is refused by the server, with it the proposal is published (the timeline
+//! showing each check as it ran and each publication step); the task list
 //! shows cost ("unpriced") and relative times; `/usage` draws its charts. Every page visited has
 //! no axe-core violation (WCAG 2.x A/AA and best practices) when `WARDEN_TEST_AXE` names
 //! axe-core (`.ci/axe-core.sh`; CI requires it). Screenshots go to `WARDEN_TEST_ARTEFACTS`.
@@ -342,6 +343,22 @@ fn the_console_reads_as_code_fits_a_phone_and_has_no_accessibility_violations() 
     wait_for_status(&browser, "completed");
     let finished = server.wait_until(ADMIN, &change, settled);
     assert_eq!(finished["result"]["publication"]["status"], "pr_opened");
+    // The timeline showed each check as it ran, with its duration, and each publication step.
+    browser.wait_for("#connection", WAIT, |t| t == "finished");
+    let steps: Vec<String> = browser
+        .find_all("#timeline li")
+        .iter()
+        .map(|li| browser.text(li))
+        .collect();
+    let has = |wanted: &str| steps.iter().any(|s| s.contains(wanted));
+    assert!(
+        has("▸ check started: bash check.sh")
+            && has("✓ check passed: bash check.sh (")
+            && has("⇪ publication: push started · branch warden/")
+            && has("✓ publication: push done · branch warden/")
+            && has("✓ publication: pull request done · http"),
+        "{steps:#?}"
+    );
     let (wider, widest) = overflow(&browser);
     assert!(
         wider <= 0,

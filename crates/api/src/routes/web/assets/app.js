@@ -140,7 +140,8 @@ const Times = (function () {
     'model_fallback', 'agent_message', 'tool_started', 'tool_finished', 'policy_denied',
     'tool_call_rejected', 'submission_rejected', 'status_changed', 'task_finished',
     'redaction_failed', 'message_queued', 'message_delivered', 'context_compacted',
-    'egress_connection', 'gate_decided', 'review_finished'];
+    'egress_connection', 'gate_decided', 'review_finished', 'check_started', 'check_finished',
+    'publication_step'];
 
   function setState(state, text) {
     if (!connection) return;
@@ -201,13 +202,33 @@ const Times = (function () {
       case 'context_compacted':
         return '◆ context compacted (' + event.attempt + '): about ' + tokens(event.tokens_before) +
           ' → ' + tokens(event.tokens_after) + ' tokens' + (event.shrunk ? '' : ', still above the trigger');
+      case 'check_started': return '▸ check started: ' + event.command;
+      case 'check_finished': {
+        const how = event.reused ? ' (an earlier run on the same tree)'
+          : ' (' + Times.duration(event.duration_ms) + ')';
+        if (event.exit_code === 0) return '✓ check passed: ' + event.command + how;
+        return '✗ check ' + (event.exit_code === null || event.exit_code === undefined
+          ? 'killed or not run' : 'failed, exit ' + event.exit_code) + ': ' + event.command + how;
+      }
+      case 'publication_step': {
+        const step = event.step === 'pull_request' ? 'pull request' : event.step;
+        const mark = event.state === 'done' ? '✓ ' : event.state === 'failed' ? '✗ ' : '⇪ ';
+        return mark + 'publication: ' + step + ' ' + event.state +
+          (event.detail ? ' · ' + event.detail : '');
+      }
+      case 'gate_decided': return '◆ risk gate (' + event.stage + '): ' + event.level + ' → ' + event.action;
+      case 'review_finished':
+        return '◆ review ' + event.round + ': ' + event.verdict + ' (' + event.findings +
+          ' findings, ' + event.blocking + ' blocking)';
       default: return event.type;
     }
   }
 
   function bad(event) {
     return (event.type === 'tool_finished' && !event.ok) || event.type === 'policy_denied' ||
-      event.type === 'tool_call_rejected' || event.type === 'submission_rejected';
+      event.type === 'tool_call_rejected' || event.type === 'submission_rejected' ||
+      (event.type === 'check_finished' && event.exit_code !== 0) ||
+      (event.type === 'publication_step' && event.state === 'failed');
   }
 
   // The page shows the task as it was when rendered; when the stream says its status moved,
@@ -234,6 +255,18 @@ const Times = (function () {
     stamp.textContent = time(record.at);
     item.appendChild(stamp);
     item.appendChild(document.createTextNode(line(event, record.at)));
+    // A finished check's last lines, folded (open when it failed).
+    if (event.type === 'check_finished' && event.output_tail) {
+      const details = document.createElement('details');
+      details.open = event.exit_code !== 0;
+      const summary = document.createElement('summary');
+      summary.textContent = 'output (the last lines)';
+      const pre = document.createElement('pre');
+      pre.textContent = event.output_tail;
+      details.appendChild(summary);
+      details.appendChild(pre);
+      item.appendChild(details);
+    }
     list.appendChild(item);
     if (event.type === 'status_changed' || event.type === 'task_finished') checkForNews();
     if (event.type === 'task_finished' && list.dataset.terminal === 'true') {
