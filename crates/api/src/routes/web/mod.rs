@@ -865,6 +865,10 @@ async fn decide(
         Ok(v) => v,
         Err(response) => return response,
     };
+    // Who may decide is the service's to say, before the console asks for its confirmation.
+    if let Err(error) = state.tasks.may_decide(&viewer, id).await {
+        return refused(&viewer, error);
+    }
     if decision == warden_store::Decision::Approve && form.confirm.as_deref() != Some(&form.hash) {
         return refusal_page(
             &viewer,
