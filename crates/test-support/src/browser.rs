@@ -267,6 +267,20 @@ impl Browser {
         );
     }
 
+    /// Makes pages see `prefers-color-scheme: dark` (`true`) or light, through Chromium's
+    /// DevTools protocol (chromedriver's `goog/cdp/execute`).
+    pub fn prefer_dark(&self, dark: bool) {
+        self.session_command(
+            "POST",
+            "/goog/cdp/execute",
+            Some(
+                json!({"cmd": "Emulation.setEmulatedMedia", "params": {"features": [
+                    {"name": "prefers-color-scheme", "value": if dark { "dark" } else { "light" }}
+                ]}}),
+            ),
+        );
+    }
+
     /// Resizes the browser window (a phone's screen, say) to `width` × `height` CSS pixels.
     pub fn set_window_size(&self, width: u32, height: u32) {
         self.session_command(

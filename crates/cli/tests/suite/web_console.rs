@@ -250,6 +250,19 @@ fn the_console_asks_watches_approves_and_publishes_in_a_real_browser() {
         browser.text(&asked).contains("<b>backoff</b>"),
         "shown as text"
     );
+    // The question is shown once, the connection says the task waits for its answer, and the
+    // answer box is labelled.
+    let page = browser.page_text();
+    assert_eq!(page.matches("Which retry").count(), 1, "{page}");
+    browser.wait_for("#connection", WAIT, |text| {
+        text == "waiting for your answer"
+    });
+    let label = browser.execute(
+        "const t = document.querySelector('textarea[name=text]'); \
+         return t.labels.length ? t.labels[0].textContent : null;",
+        json!([]),
+    );
+    assert_eq!(label, "Your answer to the agent's question");
     let answer = browser.find("textarea[name=text]").expect("answer field");
     browser.type_into(&answer, "the backoff one");
     let send = browser

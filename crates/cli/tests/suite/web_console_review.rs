@@ -303,6 +303,11 @@ fn the_console_reads_as_code_fits_a_phone_and_has_no_accessibility_violations() 
     );
     assert_eq!(clipboard, json!(hash));
     assert_accessible(&browser, axe, "a change waiting for approval");
+    // The same in the dark colour scheme (contrast is checked again).
+    browser.prefer_dark(true);
+    assert_accessible(&browser, axe, "a change waiting for approval, dark");
+    browser.screenshot(&artefact_dir().join("web-console-review-dark.png"));
+    browser.prefer_dark(false);
 
     browser.set_window_size(390, 844);
     let (wider, widest) = overflow(&browser);

@@ -632,11 +632,18 @@ fn lex_token(syntax: &Syntax, line: &str, i: usize, c: char) -> (Class, usize) {
         }
     }
     if c.is_ascii_digit() {
-        let stop = run_end(line, i, |c| {
-            c.is_ascii_alphanumeric() || c == '_' || c == '.'
-        });
-        // `1..10`: the range's dots are not the number's.
-        let stop = line[i..stop].find("..").map_or(stop, |dots| i + dots);
+        // Digits, suffixes (`2u64`, `0x1F`) and a decimal point followed by a digit: `1..10`'s
+        // dots and `2u64.pow`'s are not the number's.
+        let bytes = line.as_bytes();
+        let mut stop = i;
+        while stop < bytes.len() {
+            let b = bytes[stop];
+            let decimal = b == b'.' && bytes.get(stop + 1).is_some_and(u8::is_ascii_digit);
+            if !(b.is_ascii_alphanumeric() || b == b'_' || decimal) {
+                break;
+            }
+            stop += 1;
+        }
         return (Class::Number, stop);
     }
     if is_name_start(c) {
@@ -991,7 +998,7 @@ mod tests {
             &RUST,
             &[
                 "pub fn f<'a>(x: &'a str) -> Option<char> { // note",
-                "    let c = 'x'; let n = '\\n'; println!(\"{x} \\\" y\", 0x1F, 1..10);",
+                "    let c = 'x'; let n = '\\n'; println!(\"{x} \\\" y\", 0x1F, 1..10, 2u64.pow(3));",
                 "    #[allow(dead_code)] /* one",
                 "    two */ Some(x != y)",
                 "    let s = \"open",
@@ -999,7 +1006,7 @@ mod tests {
             ],
             &[
                 "[k:pub] [k:fn] f<'a>(x: &'a str) -> [t:Option]<char> { [c:// note]",
-                "    [k:let] c = [s:'x']; [k:let] n = [s:'\\n']; [m:println!]([s:\"{x} \\\" y\"], [n:0x1F], [n:1]..[n:10]);",
+                "    [k:let] c = [s:'x']; [k:let] n = [s:'\\n']; [m:println!]([s:\"{x} \\\" y\"], [n:0x1F], [n:1]..[n:10], [n:2u64].pow([n:3]));",
                 "    [m:#[allow(dead_code)]] [c:/* one]",
                 "[c:    two */] [l:Some](x != y)",
                 "    [k:let] s = [s:\"open]",
