@@ -849,6 +849,35 @@ pub enum Event {
     StatusChanged {
         status: TaskStatus,
     },
+    /// A check command of a change started on a candidate tree (`run_checks`, a submission's
+    /// validation, the base tree's warm-up or baseline), in a view of its own.
+    CheckStarted {
+        command: String,
+        tree: String,
+    },
+    /// That check ended: its exit code (`None`: killed, by its timeout or a cancellation), how
+    /// long it ran, and the last lines of its output (redacted, at most 2,000 characters).
+    /// `reused`: not run again, an earlier run of the same command on the same tree and
+    /// configuration stands for it (no `check_started` came before).
+    CheckFinished {
+        command: String,
+        tree: String,
+        exit_code: Option<i32>,
+        duration_ms: u64,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        reused: bool,
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        output_tail: String,
+    },
+    /// A step of publishing an approved proposal, as it happens: `step` is `push` or
+    /// `pull_request`, `state` `started`, `done` or `failed`; `detail` the branch, the pull
+    /// request's address, or why it failed.
+    PublicationStep {
+        step: String,
+        state: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        detail: Option<String>,
+    },
     /// The reviewer judged a change whose checks passed (`round` 1, 2, …): its verdict (`pass`,
     /// `sent_back`, `blocked`, `reported`), how many findings, how many of them blocking.
     ReviewFinished {

@@ -136,6 +136,12 @@ pub fn render(event: &Event) -> Option<String> {
         | Event::AgentMessage { .. }
         | Event::ToolFinished { ok: true, .. }
         | Event::StatusChanged { .. }
+        // Checks and publication steps are the console's timeline for now: the command line's
+        // progress shows a check through its tool call and publication in its result (how it
+        // shows them live is the command line's half of issue 30).
+        | Event::CheckStarted { .. }
+        | Event::CheckFinished { .. }
+        | Event::PublicationStep { .. }
         // The command prints the settled task's finish line from its result.
         | Event::TaskFinished { .. } => return None,
     })

@@ -15,8 +15,8 @@ use warden_engine::publish::{
     PublishRequest,
 };
 use warden_engine::redact::Redactor;
-use warden_protocol::{Publication, PublicationStatus};
-use warden_runtime::Journal;
+use warden_protocol::{Event, Publication, PublicationStatus};
+use warden_runtime::{BoxFuture, EventSink, Journal, JournalError, RecordKind};
 
 use crate::outage::StoreCalls;
 
@@ -511,5 +511,128 @@ pub async fn requeue_decided_tasks(
             Some(last) if page.len() == WAITING_PAGE as usize => before = Some(last.id.clone()),
             _ => return Ok(queued),
         }
+    }
+}
+
+/// A run's journal during a publication that also puts each step on the task's timeline:
+/// once a step's intent (`push`, `open_pr`) or outcome is journaled, a `publication_step`
+/// event says so. The journal stays the record; the event only shows it.
+pub struct ReportingJournal<'a> {
+    pub journal: &'a mut (dyn Journal + 'a),
+    pub events: &'a dyn EventSink,
+}
+
+impl Journal for ReportingJournal<'_> {
+    fn append(
+        &mut self,
+        at_ms: u64,
+        kind: RecordKind,
+        payload: serde_json::Value,
+    ) -> BoxFuture<'_, Result<(), JournalError>> {
+        let step = publication_step(kind, &payload);
+        Box::pin(async move {
+            self.journal.append(at_ms, kind, payload).await?;
+            if let Some(step) = step {
+                self.events.emit(step);
+            }
+            Ok(())
+        })
+    }
+}
+
+/// The `publication_step` event a journal record of a publication stands for, if any.
+fn publication_step(kind: RecordKind, payload: &serde_json::Value) -> Option<Event> {
+    let (step, body) = [("push", "push"), ("open_pr", "pull_request")]
+        .into_iter()
+        .find_map(|(key, step)| payload.get(key).map(|body| (step, body)))?;
+    let text = |name: &str| body.get(name).and_then(|v| v.as_str()).map(str::to_string);
+    let (state, detail) = match kind {
+        RecordKind::SideEffectIntent => (
+            "started",
+            match step {
+                "push" => text("branch").map(|b| format!("branch {b}")),
+                _ => text("head").map(|h| format!("from branch {h}")),
+            },
+        ),
+        RecordKind::SideEffectOutcome => match text("failed") {
+            Some(why) => ("failed", Some(why)),
+            None => {
+                let there = body.get("already_there").and_then(|v| v.as_bool()) == Some(true);
+                let what = match step {
+                    "push" => text("branch").map(|b| format!("branch {b}")),
+                    _ => text("url"),
+                };
+                (
+                    "done",
+                    what.map(|w| {
+                        if there {
+                            format!("{w} (already there)")
+                        } else {
+                            w
+                        }
+                    }),
+                )
+            }
+        },
+        _ => return None,
+    };
+    Some(Event::PublicationStep {
+        step: step.to_string(),
+        state: state.to_string(),
+        detail,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use warden_protocol::Event;
+    use warden_runtime::RecordKind::{SideEffectIntent, SideEffectOutcome, ToolObservation};
+
+    fn event(step: &str, state: &str, detail: Option<&str>) -> Option<Event> {
+        Some(Event::PublicationStep {
+            step: step.into(),
+            state: state.into(),
+            detail: detail.map(str::to_string),
+        })
+    }
+
+    #[test]
+    fn journaled_publication_steps_become_timeline_events() {
+        let step = |kind, payload| super::publication_step(kind, &payload);
+        assert_eq!(
+            step(
+                SideEffectIntent,
+                json!({"push": {"branch": "warden/t", "commit": "c"}})
+            ),
+            event("push", "started", Some("branch warden/t"))
+        );
+        assert_eq!(
+            step(
+                SideEffectOutcome,
+                json!({"push": {"branch": "warden/t", "already_there": true}})
+            ),
+            event("push", "done", Some("branch warden/t (already there)"))
+        );
+        assert_eq!(
+            step(
+                SideEffectIntent,
+                json!({"open_pr": {"head": "warden/t", "base": "main"}})
+            ),
+            event("pull_request", "started", Some("from branch warden/t"))
+        );
+        assert_eq!(
+            step(
+                SideEffectOutcome,
+                json!({"open_pr": {"url": "https://x/pull/1", "already_there": false}})
+            ),
+            event("pull_request", "done", Some("https://x/pull/1"))
+        );
+        assert_eq!(
+            step(SideEffectOutcome, json!({"open_pr": {"failed": "401"}})),
+            event("pull_request", "failed", Some("401"))
+        );
+        assert_eq!(step(ToolObservation, json!({"push": {}})), None);
+        assert_eq!(step(SideEffectIntent, json!({"comment": {}})), None);
     }
 }

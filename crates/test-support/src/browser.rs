@@ -43,6 +43,14 @@ impl Browser {
     /// When `WARDEN_TEST_REQUIRE` lists `chromium` and it is missing, or when the driver does
     /// not come up.
     pub fn start() -> Option<Browser> {
+        Browser::start_with_env(&[])
+    }
+
+    /// [`Browser::start`] with `env` set for the browser (`TZ`, say: the zone its pages see).
+    ///
+    /// # Panics
+    /// As [`Browser::start`].
+    pub fn start_with_env(env: &[(&str, &str)]) -> Option<Browser> {
         let installed = Path::new(CHROMIUM).is_file() && Path::new(CHROMEDRIVER).is_file();
         if !installed {
             assert!(
@@ -56,6 +64,7 @@ impl Browser {
         let port = free_port();
         #[allow(clippy::disallowed_methods)] // the driver is a test tool, not a repository's git
         let driver = std::process::Command::new(CHROMEDRIVER)
+            .envs(env.iter().copied())
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -219,6 +228,59 @@ impl Browser {
         )
     }
 
+    /// Runs `script` (a function body) in the page with `args`, its last argument being the
+    /// callback to call with the result; what it was called with.
+    pub fn execute_async(&self, script: &str, args: Value) -> Value {
+        self.session_command(
+            "POST",
+            "/execute/async",
+            Some(json!({"script": script, "args": args})),
+        )
+    }
+
+    /// The accessibility violations axe-core finds in the current page (WCAG 2.x A and AA,
+    /// 2.2 AA and axe's best practices), each as `{id, impact, help, nodes: [{target,
+    /// summary}]}`. `axe` is the source of `axe.min.js` ([`axe_core`]); it is injected through
+    /// WebDriver, which the page's Content Security Policy does not govern.
+    pub fn axe_violations(&self, axe: &str) -> Vec<Value> {
+        let loaded = self.execute(&format!("{axe}\n;return typeof window.axe;"), json!([]));
+        assert_eq!(loaded, "object", "axe-core did not load");
+        let found = self.execute_async(
+            "const done = arguments[arguments.length - 1];\
+             window.axe.run(document, {runOnly: {type: 'tag', values: \
+               ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa', 'wcag22aa', 'best-practice']}})\
+             .then((r) => done(r.violations.map((v) => ({id: v.id, impact: v.impact, help: v.help,\
+               nodes: v.nodes.map((n) => ({target: n.target, summary: n.failureSummary}))}))))\
+             .catch((e) => done({error: String(e)}));",
+            json!([]),
+        );
+        assert!(found.get("error").is_none(), "axe-core failed: {found}");
+        found.as_array().cloned().unwrap_or_default()
+    }
+
+    /// Grants the pages a permission (`clipboard-read`, `clipboard-write`) without asking.
+    pub fn grant(&self, permission: &str) {
+        self.session_command(
+            "POST",
+            "/permissions",
+            Some(json!({"descriptor": {"name": permission}, "state": "granted"})),
+        );
+    }
+
+    /// Makes pages see `prefers-color-scheme: dark` (`true`) or light, through Chromium's
+    /// DevTools protocol (chromedriver's `goog/cdp/execute`).
+    pub fn prefer_dark(&self, dark: bool) {
+        self.session_command(
+            "POST",
+            "/goog/cdp/execute",
+            Some(
+                json!({"cmd": "Emulation.setEmulatedMedia", "params": {"features": [
+                    {"name": "prefers-color-scheme", "value": if dark { "dark" } else { "light" }}
+                ]}}),
+            ),
+        );
+    }
+
     /// Resizes the browser window (a phone's screen, say) to `width` × `height` CSS pixels.
     pub fn set_window_size(&self, width: u32, height: u32) {
         self.session_command(
@@ -367,6 +429,38 @@ fn decode_base64(text: &str) -> Vec<u8> {
         }
     }
     out
+}
+
+/// The variable naming axe-core's `axe.min.js` (`.ci/axe-core.sh` installs the pinned version
+/// and prints the line).
+pub const AXE_VAR: &str = "WARDEN_TEST_AXE";
+
+/// The source of axe-core's `axe.min.js`; `None` (said on stderr) when [`AXE_VAR`] is not set
+/// and `WARDEN_TEST_REQUIRE` does not list `axe`.
+///
+/// # Panics
+/// When `axe` is required and the variable is unset or names no readable file.
+pub fn axe_core() -> Option<String> {
+    let path = std::env::var_os(AXE_VAR).filter(|v| !v.is_empty());
+    match path.as_ref().map(std::fs::read_to_string) {
+        Some(Ok(source)) => Some(source),
+        other => {
+            assert!(
+                !crate::postgres::required("axe"),
+                "{} lists axe but {AXE_VAR} {}: install it with `eval \"$(bash .ci/axe-core.sh)\"`",
+                crate::postgres::REQUIRE_VAR,
+                match other {
+                    Some(Err(error)) => format!("cannot be read ({error})"),
+                    _ => "is not set".to_string(),
+                }
+            );
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipped: {AXE_VAR} not set (axe-core's axe.min.js): no accessibility check"
+            );
+            None
+        }
+    }
 }
 
 /// Where a test saves artefacts (screenshots): `WARDEN_TEST_ARTEFACTS`, else the system temp

@@ -34,13 +34,13 @@ use serde_json::{json, Value};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::time::{Duration, Instant};
-use warden_protocol::{ChangedFile, DiffStat, Failure, FailureCode, Proposal, Validation};
+use warden_protocol::{ChangedFile, DiffStat, Event, Failure, FailureCode, Proposal, Validation};
 use warden_repo::candidate::{build_candidate_tree, materialize_tree, Candidate, CandidateInput};
 use warden_repo::proposal::{
     create_proposal_commit, diff_files, proposal_hash, proposal_ref, ProposalInput,
 };
 use warden_repo::Git;
-use warden_runtime::{BoxFuture, Finish, Tool, ToolOutput, ToolSpec};
+use warden_runtime::{BoxFuture, EventSink, Finish, Tool, ToolOutput, ToolSpec};
 use warden_sandbox::{CommandSpec, Mount, ResourceLimits, Sandbox, SandboxView, ViewSpec};
 
 /// Copies each of `outputs` (folders of the working root at `root`) into `seed`: regular
@@ -145,6 +145,8 @@ fn keep_times(
 
 /// Bytes of a check's output kept in its record.
 const OUTPUT_TAIL: usize = 4000;
+/// The part of a check's output its `check_finished` event carries.
+const EVENT_TAIL: usize = 2000;
 
 /// Replaces registered secrets in text shown or stored.
 pub type Redact = Arc<dyn Fn(&str) -> String + Send + Sync>;
@@ -267,6 +269,8 @@ struct SessionState {
     /// The writable view's upper and merged directories, once it was opened again
     /// ([`ChangeSession::attach_view`]).
     view: Option<(PathBuf, PathBuf)>,
+    /// Where each check's start and end are reported ([`ChangeSession::report_checks`]).
+    events: Option<Arc<dyn EventSink>>,
 }
 
 impl ChangeSession {
@@ -284,6 +288,52 @@ impl ChangeSession {
         state.seed_ready = warm.fill.is_none();
         state.seed_to_fill = warm.fill.is_some();
         state.warm = Some(Arc::new(warm));
+    }
+
+    /// Reports each check as it runs to `events` from now on: `check_started` before its view
+    /// opens, `check_finished` when it ended (or could not run), `check_finished` with
+    /// `reused` for a record that stands for it.
+    pub fn report_checks(&self, events: Arc<dyn EventSink>) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .events = Some(events);
+    }
+
+    fn report(&self, event: Event) {
+        let events = self
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .events
+            .clone();
+        if let Some(events) = events {
+            events.emit(event);
+        }
+    }
+
+    /// `check_finished` for `validation`.
+    fn report_finished(&self, validation: &Validation) {
+        self.report(Event::CheckFinished {
+            command: validation.command.clone(),
+            tree: validation.tree.clone(),
+            exit_code: validation.exit_code,
+            duration_ms: validation.duration_ms,
+            reused: validation.reused,
+            output_tail: tail(&validation.output_tail, EVENT_TAIL),
+        });
+    }
+
+    /// `check_finished` for a check that could not run: no exit code, why as its output.
+    fn report_not_run(&self, command: &str, tree: &str, started: Instant, why: &str) {
+        self.report(Event::CheckFinished {
+            command: command.to_string(),
+            tree: tree.to_string(),
+            exit_code: None,
+            duration_ms: started.elapsed().as_millis() as u64,
+            reused: false,
+            output_tail: tail(&(self.config.redact)(why), EVENT_TAIL),
+        });
     }
 
     /// Whether check views show a complete warm seed now.
@@ -555,6 +605,7 @@ impl ChangeSession {
                 &backend,
             );
             if let Some(earlier) = earlier {
+                self.report_finished(&earlier);
                 validations.push(earlier);
                 continue;
             }
@@ -604,6 +655,11 @@ impl ChangeSession {
                     chain,
                 )
             };
+            self.report(Event::CheckStarted {
+                command: command.clone(),
+                tree: tree.to_string(),
+            });
+            let opening = Instant::now();
             let view = self
                 .config
                 .sandbox
@@ -622,6 +678,7 @@ impl ChangeSession {
                     if let Some(warm) = &harvest {
                         self.end_fill(warm, false);
                     }
+                    self.report_not_run(command, tree, opening, &error);
                     return Err(error);
                 }
             };
@@ -681,7 +738,14 @@ impl ChangeSession {
                 self.end_fill(warm, harvested);
             }
             let duration_ms = ran_ms.unwrap_or_else(|| started.elapsed().as_millis() as u64);
-            let output = output.map_err(|e| format!("sandbox error running {command:?}: {e}"))?;
+            let output = match output {
+                Ok(output) => output,
+                Err(error) => {
+                    let error = format!("sandbox error running {command:?}: {error}");
+                    self.report_not_run(command, tree, started, &error);
+                    return Err(error);
+                }
+            };
             let mut text = String::from_utf8_lossy(&output.stdout).into_owned();
             if !output.stderr.is_empty() {
                 if !text.is_empty() && !text.ends_with('\n') {
@@ -724,6 +788,7 @@ impl ChangeSession {
                     .checked
                     .push(validation.clone());
             }
+            self.report_finished(&validation);
             validations.push(validation);
         }
         Ok(validations)

@@ -46,3 +46,4 @@ mod toolchain;
 mod warm_checks;
 mod web;
 mod web_console;
+mod web_console_review;

@@ -110,7 +110,10 @@ fn submit_task(
     publish: bool,
 ) -> String {
     browser.goto(&format!("{url}/new"));
-    select(browser, "kind", kind);
+    let radio = browser
+        .find(&format!("input[name=kind][value={kind}]"))
+        .expect("kind choice");
+    browser.click(&radio);
     select(browser, "repo", repo);
     let text = browser.find("textarea[name=prompt]").expect("prompt field");
     browser.type_into(&text, prompt);
@@ -242,11 +245,24 @@ fn the_console_asks_watches_approves_and_publishes_in_a_real_browser() {
     // Watched while it runs: the stream is live before the agent asks its question.
     browser.wait_for("#connection", WAIT, |text| text == "live");
     wait_for_status(&browser, "waiting_input");
-    let asked = browser.wait_for("p.text", WAIT, |text| text.contains("Which retry"));
+    let asked = browser.wait_for("main .md", WAIT, |text| text.contains("Which retry"));
     assert!(
         browser.text(&asked).contains("<b>backoff</b>"),
         "shown as text"
     );
+    // The question is shown once, the connection says the task waits for its answer, and the
+    // answer box is labelled.
+    let page = browser.page_text();
+    assert_eq!(page.matches("Which retry").count(), 1, "{page}");
+    browser.wait_for("#connection", WAIT, |text| {
+        text == "waiting for your answer"
+    });
+    let label = browser.execute(
+        "const t = document.querySelector('textarea[name=text]'); \
+         return t.labels.length ? t.labels[0].textContent : null;",
+        json!([]),
+    );
+    assert_eq!(label, "Your answer to the agent's question");
     let answer = browser.find("textarea[name=text]").expect("answer field");
     browser.type_into(&answer, "the backoff one");
     let send = browser
@@ -256,10 +272,13 @@ fn the_console_asks_watches_approves_and_publishes_in_a_real_browser() {
         .expect("send button");
     browser.click(&send);
     wait_for_status(&browser, "completed");
-    let conversation = browser.page_text();
+    let answered = browser.wait_for("ol.conversation li", WAIT, |text| {
+        text.contains("the backoff one")
+    });
     assert!(
-        conversation.contains("root: the backoff one"),
-        "{conversation}"
+        browser.text(&answered).starts_with("root ·"),
+        "{}",
+        browser.text(&answered)
     );
     browser.wait_for("#connection", WAIT, |text| text == "finished");
     let timeline = browser.find_all("#timeline li");
@@ -270,7 +289,7 @@ fn the_console_asks_watches_approves_and_publishes_in_a_real_browser() {
             && steps.iter().any(|s| s.contains("finished: completed")),
         "{steps:#?}"
     );
-    let cited = browser.wait_for("pre.cited", WAIT, |text| {
+    let cited = browser.wait_for(".code.cited", WAIT, |text| {
         text.contains("retry_with_backoff")
     });
     assert!(browser.text(&cited).contains("attempts * 2"));
@@ -293,7 +312,7 @@ fn the_console_asks_watches_approves_and_publishes_in_a_real_browser() {
     // A change with publish: its diff, the hash to approve, then the pull request.
     let change = submit_task(&browser, &url, "change", "app", "make beta uppercase", true);
     wait_for_status(&browser, "waiting_approval");
-    let diff = browser.wait_for("pre.diff", WAIT, |text| text.contains("+BETA"));
+    let diff = browser.wait_for(".diff", WAIT, |text| text.contains("+BETA"));
     assert!(browser.text(&diff).contains("-beta"));
     let api_task = server.task(ADMIN, &change);
     let hash = api_task["result"]["proposal"]["hash"]
@@ -330,6 +349,10 @@ fn the_console_asks_watches_approves_and_publishes_in_a_real_browser() {
         .into_iter()
         .find(|b| browser.text(b) == "Approve and publish")
         .expect("approve button");
+    let confirm = browser
+        .find("input[name=confirm]")
+        .expect("the box naming the hash");
+    browser.click(&confirm);
     browser.click(&approve);
     wait_for_status(&browser, "completed");
     let pulls = setup.github.fake.pulls();

@@ -111,6 +111,23 @@ impl TaskService {
         })
     }
 
+    /// Approval `id`, if `principal` may decide it (sees it, and is an admin): what
+    /// [`TaskService::decide`] checks first, for an interface that asks something of the
+    /// person (the console's confirmation) before deciding.
+    pub async fn may_decide(
+        &self,
+        principal: &Principal,
+        id: &str,
+    ) -> Result<Approval, ServiceError> {
+        let approval = self.approval(principal, id).await?;
+        if principal.role != Role::Admin {
+            return Err(ServiceError::Forbidden(
+                "only admin tokens decide approvals".into(),
+            ));
+        }
+        Ok(approval)
+    }
+
     /// Decides pending approval `id` (admins only), once, for exactly `hash`, the hash it is
     /// bound to. Deciding a `publish` approval queues its task: a worker publishes the proposal
     /// (approve) or ends the task with it unpublished (reject).
@@ -121,12 +138,7 @@ impl TaskService {
         decision: Decision,
         hash: &str,
     ) -> Result<Approval, ServiceError> {
-        let approval = self.approval(principal, id).await?;
-        if principal.role != Role::Admin {
-            return Err(ServiceError::Forbidden(
-                "only admin tokens decide approvals".into(),
-            ));
-        }
+        let approval = self.may_decide(principal, id).await?;
         if !well_formed_hash(hash) {
             return Err(ServiceError::Invalid(
                 "hash must be sha256: followed by 64 lowercase hex digits".into(),

@@ -327,6 +327,8 @@ async fn run_change_loop(
         Ok(session) => session,
         Err(error) => return change_failed(task, &model_name, setup_failure(error)),
     };
+    // Each check on the task's timeline as it runs.
+    session.report_checks(Arc::new(input.events.clone()));
     // A follow-up on its parent's proposal starts from that proposal's tree: the parent's
     // records of it stand for the same checks under the same configuration.
     session.seed(&parent_validations(&services.store, task).await);
@@ -646,7 +648,21 @@ async fn decided_publication(services: &RunServices, claim: &Claim) -> Option<En
         redactor: &services.redactor,
     };
     tracing::info!(task = %task.id, approval = %approval.id, "publishing the approved proposal");
-    match publication::publish_approved(context, &approval.id, &mut journal).await {
+    // Each step on the task's timeline as it is journaled.
+    let (events, drain) = store_events(
+        services.store.clone(),
+        task.id.clone(),
+        services.redactor.clone(),
+    );
+    let published = {
+        let mut reporting = publication::ReportingJournal {
+            journal: &mut journal,
+            events: &events,
+        };
+        publication::publish_approved(context, &approval.id, &mut reporting).await
+    };
+    drain.finish(events).await;
+    match published {
         Ok(result) => Some(finished(services, TaskStatus::Completed, &result)),
         Err(error) => {
             tracing::warn!(task = %task.id, approval = %approval.id, %error, "publication failed");

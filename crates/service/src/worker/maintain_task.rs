@@ -96,6 +96,8 @@ pub(super) async fn run_maintain(
                 )
             }
         };
+        // Each check on the task's timeline as it runs.
+        session.report_checks(Arc::new(events.clone()));
         // Model mode repairs with the change task's tools (no MCP servers: the repair is
         // scoped to the upgrade).
         let tools = if model_mode {

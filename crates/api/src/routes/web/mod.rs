@@ -21,6 +21,10 @@
 //!   accepts the session cookie for reads (see `routes/auth.rs`).
 
 mod assets;
+mod charts;
+mod code;
+mod format;
+mod markdown;
 mod pages;
 
 use std::net::IpAddr;
@@ -551,6 +555,7 @@ async fn task_list(
         &repos,
         &pages::ListFilters { repo, status },
         next,
+        wall_ms(),
     ))
 }
 
@@ -574,7 +579,16 @@ fn url_component(text: &str) -> String {
         .collect()
 }
 
-async fn new_task_page(State(state): State<Arc<ApiState>>, headers: HeaderMap) -> Response {
+#[derive(Debug, Deserialize, Default)]
+struct NewTaskQuery {
+    kind: Option<String>,
+}
+
+async fn new_task_page(
+    State(state): State<Arc<ApiState>>,
+    headers: HeaderMap,
+    Query(query): Query<NewTaskQuery>,
+) -> Response {
     let (viewer, _) = match viewer(&state, &headers).await {
         Ok(v) => v,
         Err(response) => return response,
@@ -587,7 +601,7 @@ async fn new_task_page(State(state): State<Arc<ApiState>>, headers: HeaderMap) -
         &viewer,
         &repos,
         &pages::NewTaskInput {
-            kind: "question".into(),
+            kind: query.kind.unwrap_or_else(|| "question".into()),
             ..Default::default()
         },
         None,
@@ -641,17 +655,20 @@ async fn submit(State(state): State<Arc<ApiState>>, request: Request) -> Respons
     };
     let mut submission = Submission::new(kind, prompt, vec![form.repo.clone()]);
     submission.maintain = maintain;
+    // The form shows each kind its own fields; what a browser without the script still sent
+    // of another kind's is not this task's.
+    let changes = kind != TaskKind::Question;
     let checks: Vec<String> = form
         .checks
         .lines()
         .map(str::trim)
-        .filter(|c| !c.is_empty())
+        .filter(|c| !c.is_empty() && changes)
         .map(str::to_string)
         .collect();
     if !checks.is_empty() {
         submission.checks = Some(checks);
     }
-    let publish = form.publish.as_deref() == Some("true");
+    let publish = changes && form.publish.as_deref() == Some("true");
     if publish {
         submission.publish = Some(true);
     }
@@ -832,6 +849,10 @@ async fn retry(
 #[derive(Debug, Deserialize)]
 struct DecisionForm {
     hash: String,
+    /// The hash again, from the box the approver ticks to say they reviewed what it names;
+    /// an approval without it is refused (rejecting needs none).
+    #[serde(default)]
+    confirm: Option<String>,
 }
 
 async fn decide(
@@ -844,6 +865,21 @@ async fn decide(
         Ok(v) => v,
         Err(response) => return response,
     };
+    // Who may decide is the service's to say, before the console asks for its confirmation.
+    if let Err(error) = state.tasks.may_decide(&viewer, id).await {
+        return refused(&viewer, error);
+    }
+    if decision == warden_store::Decision::Approve && form.confirm.as_deref() != Some(&form.hash) {
+        return refusal_page(
+            &viewer,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &format!(
+                "Nothing was approved: tick the box saying you reviewed {} before approving. \
+                 Go back to the task, read its diff and validations, and decide there.",
+                form.hash
+            ),
+        );
+    }
     match state.tasks.decide(&viewer, id, decision, &form.hash).await {
         Ok(approval) => see_other(&format!("/tasks/{}", approval.task)),
         Err(error) => refused(&viewer, error),
@@ -893,21 +929,27 @@ async fn usage(State(state): State<Arc<ApiState>>, headers: HeaderMap) -> Respon
         .iter()
         .find(|(day, _)| *day == today)
         .map(|(_, spend)| *spend);
-    let by_day = rows(
-        summary
-            .by_day
-            .iter()
-            .rev()
-            .map(|(day, spend)| (day.to_string(), *spend))
-            .collect(),
-    );
+    // The last 30 days, oldest first, each one there whether anything was spent or not.
+    let days: Vec<pages::SpendRow> = (0..30)
+        .rev()
+        .map(|back| warden_store::UtcDay::of_ms(wall_ms() - back * 86_400_000))
+        .map(|day| pages::SpendRow {
+            key: day.to_string(),
+            spend: summary
+                .by_day
+                .iter()
+                .find(|(d, _)| *d == day)
+                .map(|(_, spend)| *spend)
+                .unwrap_or_default(),
+        })
+        .collect();
     let by_model = rows(summary.by_model);
     let by_repo = rows(by_repo);
     html(pages::usage(
         &viewer,
         today_spend.as_ref(),
         state.budgets,
-        &by_day,
+        &days,
         &by_repo,
         &by_model,
     ))
@@ -938,7 +980,7 @@ async fn sessions(State(state): State<Arc<ApiState>>, headers: HeaderMap) -> Res
             expires_at_ms: session.expires_at_ms,
         })
         .collect();
-    html(pages::sessions(&viewer, &rows))
+    html(pages::sessions(&viewer, &rows, wall_ms()))
 }
 
 async fn revoke_session(

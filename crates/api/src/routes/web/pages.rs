@@ -1,19 +1,24 @@
 //! The console's pages as HTML, from what the task service returned. Every value goes through
 //! maud's escaping: model output, file contents, branch names and commit messages are text,
-//! never markup (there is no `PreEscaped` in this module). No inline script or style: the CSP
-//! forbids both; behaviour lives in `assets/app.js`.
+//! never markup (the agent's Markdown is written by `markdown.rs`, the one module that writes
+//! tags by hand, from a closed list). No inline script or style: the CSP forbids both;
+//! behaviour lives in `assets/app.js`, and every page works without it except the live
+//! timeline and the copy buttons.
 
 use maud::{html, Markup, DOCTYPE};
 use serde_json::Value;
 use warden_protocol::{
-    Answer, ChangeOutcome, ChangeResult, QuestionOutcome, QuestionResult, TaskKind, TaskStatus,
-    Usage,
+    Answer, Approval, ChangeOutcome, ChangeResult, QuestionOutcome, QuestionResult, TaskKind,
+    TaskStatus, Usage,
 };
 use warden_service::tasks::{CitedLines, Principal, ProposalDiff, Role};
 use warden_store::{Repository, Task, TaskMessage};
 use warden_time::rfc3339;
 
 use super::assets::ASSETS;
+use super::charts::{self, Bar};
+use super::format::{self, absolute, relative};
+use super::{code, markdown};
 
 /// The frame of every page: the header with who is signed in, and `body`.
 pub(super) fn layout(title: &str, viewer: Option<&Principal>, body: Markup) -> Markup {
@@ -32,20 +37,23 @@ pub(super) fn layout(title: &str, viewer: Option<&Principal>, body: Markup) -> M
                 script src=(assets.js.path) defer {}
             }
             body {
+                a.skip href="#main" { "Skip to the content" }
                 header.top {
                     a.brand href="/" { "Warden" }
                     @if let Some(viewer) = viewer {
-                        a href="/" { "Tasks" }
-                        @if viewer.role != Role::Viewer { a href="/new" { "New task" } }
-                        a href="/usage" { "Usage" }
-                        a href="/sessions" { "Sessions" }
-                        span.muted { (viewer.name) " (" (viewer.role.as_str()) ")" }
+                        nav aria-label="Console" {
+                            a href="/" { "Tasks" }
+                            @if viewer.role != Role::Viewer { a href="/new" { "New task" } }
+                            a href="/usage" { "Usage" }
+                            a href="/sessions" { "Sessions" }
+                        }
+                        span.who { (viewer.name) " (" (viewer.role.as_str()) ")" }
                         form.inline method="post" action="/sign-out" {
                             button.secondary type="submit" { "Sign out" }
                         }
                     }
                 }
-                main { (body) }
+                main #main { (body) }
             }
         }
     }
@@ -137,6 +145,19 @@ fn status_badge(status: TaskStatus) -> Markup {
     html! { span class=(class) data-status=(status_name(status)) { (wire_words(status)) } }
 }
 
+/// A button copying `text` (shown by `app.js`, which does the copying: hidden without it).
+/// `what` completes its accessible name: "Copy the hash".
+fn copy_button(text: &str, what: &str) -> Markup {
+    html! {
+        button.copy type="button" hidden data-copy=(text) aria-label=(format!("Copy {what}")) { "Copy" }
+    }
+}
+
+/// A value to copy: the text (selectable as one word) and its button.
+fn copyable(text: &str, what: &str) -> Markup {
+    html! { code.copyable { (text) } " " (copy_button(text, what)) }
+}
+
 /// The first line of a prompt, at most 120 characters.
 pub(super) fn title_of(prompt: &str) -> String {
     let line = prompt.lines().next().unwrap_or("").trim();
@@ -158,6 +179,12 @@ fn repos_of(task: &Task) -> String {
         .join(", ")
 }
 
+/// The usage a finished task's result reports (running tasks have none yet).
+fn result_usage(task: &Task) -> Option<Usage> {
+    let usage = task.result.as_ref()?.get("usage")?;
+    serde_json::from_value(usage.clone()).ok()
+}
+
 /// The task list's filters, as the query gave them.
 #[derive(Debug, Default, Clone)]
 pub(super) struct ListFilters {
@@ -177,21 +204,34 @@ const STATUSES: [TaskStatus; 9] = [
     TaskStatus::TimedOut,
 ];
 
-fn task_rows(tasks: &[&Task]) -> Markup {
+fn task_rows(tasks: &[&Task], now_ms: i64) -> Markup {
     html! {
-        table {
-            thead { tr { th { "Task" } th { "Status" } th.hide-narrow { "Repositories" } th.hide-narrow { "Updated" } } }
+        table.reflow.tasks {
+            thead { tr { th { "Task" } th { "Status" } th { "Repositories" } th.num { "Cost" } th.num { "Cache hits" } th { "Updated" } } }
             tbody {
                 @for task in tasks {
+                    @let usage = result_usage(task);
                     tr {
                         td {
                             a href=(format!("/tasks/{}", task.id)) { (title_of(&task.prompt)) }
                             br;
                             span.muted.mono { (kind_name(task.kind)) " · " (task.id.to_string()) }
                         }
-                        td { (status_badge(task.status)) }
-                        td.hide-narrow { (repos_of(task)) }
-                        td.hide-narrow.muted { (rfc3339(task.updated_at_ms)) }
+                        td data-label="Status" { (status_badge(task.status)) }
+                        td data-label="Repositories" { (repos_of(task)) }
+                        td.num data-label="Cost" {
+                            @match &usage {
+                                Some(usage) => { (format::cost(usage.cost_usd)) }
+                                None => { span.muted { "–" } }
+                            }
+                        }
+                        td.num data-label="Cache hits" {
+                            @match usage.as_ref().and_then(|u| warden_protocol::cache_hit_rate(u.cached_input_tokens, u.input_tokens)) {
+                                Some(rate) => { (format::percent(rate)) }
+                                None => { span.muted { "–" } }
+                            }
+                        }
+                        td.muted data-label="Updated" { (relative(task.updated_at_ms, now_ms)) }
                     }
                 }
             }
@@ -206,6 +246,7 @@ pub(super) fn task_list(
     repos: &[Repository],
     filters: &ListFilters,
     next: Option<String>,
+    now_ms: i64,
 ) -> Markup {
     let needs: Vec<&Task> = tasks.iter().filter(|t| needs_you(t.status)).collect();
     let running: Vec<&Task> = tasks
@@ -240,9 +281,9 @@ pub(super) fn task_list(
             @if tasks.is_empty() {
                 p.muted { "No tasks here yet." @if viewer.role != Role::Viewer { " " a href="/new" { "Ask a question or request a change." } } }
             }
-            @if !needs.is_empty() { h2 { "Needs you" } (task_rows(&needs)) }
-            @if !running.is_empty() { h2 { "Running" } (task_rows(&running)) }
-            @if !recent.is_empty() { h2 { "Recent" } (task_rows(&recent)) }
+            @if !needs.is_empty() { h2 { "Needs you" } (task_rows(&needs, now_ms)) }
+            @if !running.is_empty() { h2 { "Running" } (task_rows(&running, now_ms)) }
+            @if !recent.is_empty() { h2 { "Recent" } (task_rows(&recent, now_ms)) }
             @if let Some(next) = next {
                 p { a href=(next) { "Older tasks →" } }
             }
@@ -262,15 +303,31 @@ pub(super) struct NewTaskInput {
     pub select: String,
 }
 
-/// The form to submit a question, a change or a maintenance.
+/// The kinds of task the form submits: value, name, what it gives.
+const KINDS: [(&str, &str, &str); 3] = [
+    ("question", "Question", "a cited answer"),
+    ("change", "Change", "a proposal proven by checks"),
+    (
+        "maintain",
+        "Maintenance",
+        "dependency upgrades proven by checks (Cargo, Go, npm)",
+    ),
+];
+
+/// The form to submit a question, a change or a maintenance. Each field belongs to the kinds
+/// its `data-kinds` names; the others' fields are hidden (and `app.js` shows the right ones
+/// when the kind changes, without a round trip).
 pub(super) fn new_task(
     viewer: &Principal,
     repos: &[Repository],
     input: &NewTaskInput,
     error: Option<&str>,
 ) -> Markup {
-    let change = input.kind == "change";
-    let maintain = input.kind == "maintain";
+    let kind = match input.kind.as_str() {
+        "change" | "maintain" => input.kind.as_str(),
+        _ => "question",
+    };
+    let shown = |kinds: &str| kinds.split(' ').any(|k| k == kind);
     layout(
         "New task",
         Some(viewer),
@@ -281,12 +338,14 @@ pub(super) fn new_task(
                 p.notice { "No repository is registered yet: an admin adds one with "
                     code { "warden repos add NAME SOURCE" } "." }
             }
-            form.stack method="post" action="/tasks" {
-                label { "Kind"
-                    select name="kind" {
-                        option value="question" selected[!change && !maintain] { "Question: a cited answer" }
-                        option value="change" selected[change] { "Change: a proposal proven by checks" }
-                        option value="maintain" selected[maintain] { "Maintenance: dependency upgrades proven by checks (Cargo, Go, npm)" }
+            form.stack #new-task method="post" action="/tasks" {
+                fieldset.kinds {
+                    legend { "Kind" }
+                    @for (value, name, gives) in KINDS {
+                        label.choice {
+                            input type="radio" name="kind" value=(value) checked[kind == value];
+                            span { strong { (name) } span.muted { ": " (gives) } }
+                        }
                     }
                 }
                 label { "Repository"
@@ -296,17 +355,24 @@ pub(super) fn new_task(
                         }
                     }
                 }
-                label { "What do you want to know or change? (maintenance: may be left empty)"
+                label {
+                    span data-kinds="question" hidden[!shown("question")] { "What do you want to know?" }
+                    span data-kinds="change" hidden[!shown("change")] { "What should change?" }
+                    span data-kinds="maintain" hidden[!shown("maintain")] { "Notes for the maintenance (optional)" }
                     textarea name="prompt" { (input.prompt) }
                 }
-                label { "Select (maintenance): all, vulnerable, or package names"
+                label data-kinds="maintain" hidden[!shown("maintain")] {
+                    span { "What to upgrade: " code { "all" } ", " code { "vulnerable" } ", or package names" }
                     input type="text" name="select" value=(input.select) placeholder="all";
                 }
-                label { "Checks (changes; one command per line; empty: the repository's)"
+                label data-kinds="change maintain" hidden[!shown("change maintain")] {
+                    span { "Checks: one command per line (empty: the repository's own)" }
                     textarea name="checks" { (input.checks) }
                 }
-                label { input type="checkbox" name="publish" value="true" checked[input.publish];
-                    " Publish (changes): push a branch and open a pull request once approved" }
+                label.check data-kinds="change maintain" hidden[!shown("change maintain")] {
+                    input type="checkbox" name="publish" value="true" checked[input.publish];
+                    span { "Publish: push a branch and open a pull request once an admin approves it" }
+                }
                 div { button type="submit" { "Submit" } }
             }
         },
@@ -325,18 +391,18 @@ fn usage_facts(usage: &Usage, model: &str) -> Markup {
     html! {
         dl.facts {
             dt { "Model" } dd { (model) }
-            dt { "Tokens" } dd { (usage.input_tokens) " in (" (usage.cached_input_tokens) " cached), " (usage.output_tokens) " out" }
+            dt { "Tokens" } dd { (format::tokens(usage.input_tokens)) " in (" (format::tokens(usage.cached_input_tokens)) " from the cache), " (format::tokens(usage.output_tokens)) " out" }
             @if let Some(rate) = warden_protocol::cache_hit_rate(usage.cached_input_tokens, usage.input_tokens) {
                 dt { "Prompt cache" } dd {
-                    (format!("{:.0}", rate * 100.0)) "% of the prompt read from the cache"
-                    @if usage.cache_write_tokens > 0 { ", " (usage.cache_write_tokens) " tokens written" }
+                    (format::percent(rate)) " of the prompt read from the cache"
+                    @if usage.cache_write_tokens > 0 { ", " (format::tokens(usage.cache_write_tokens)) " tokens written" }
                 }
             }
             dt { "Calls" } dd { (usage.model_calls) " model, " (usage.tool_calls) " tool" }
             dt { "Cost" } dd {
                 @match usage.cost_usd {
-                    Some(cost) => { "$" (format!("{cost:.4}")) }
-                    None => { "unknown (a model without a price)" }
+                    Some(cost) => { (format::dollars(cost)) }
+                    None => { "unpriced: the model has no price in Warden's table (add one under [[prices]])" }
                 }
             }
         }
@@ -361,27 +427,24 @@ fn forge_link(url: Option<&str>, text: &str) -> Markup {
 fn answer_section(answer: &Answer, cited: &[CitedLines]) -> Markup {
     html! {
         h2 { "Answer" }
-        p.text { (answer.summary) }
+        (markdown::render(&answer.summary))
         @for claim in &answer.claims {
             div.claim {
-                p { span.badge { (format!("{:?}", claim.basis).to_lowercase()) } " " (claim.text) }
+                div.claim-text { span.badge { (format!("{:?}", claim.basis).to_lowercase()) } (markdown::render(&claim.text)) }
                 @for evidence in &claim.evidence {
                     @let lines = cited.iter().find(|c| &c.evidence == evidence);
                     div.cite {
-                        span.mono {
-                            (evidence.repo) ": " (evidence.path) ":" (evidence.start_line) "-" (evidence.end_line)
-                            " @ " (&evidence.commit[..evidence.commit.len().min(12)])
+                        p.where {
+                            span.mono {
+                                (evidence.repo) ": " (evidence.path) ":" (evidence.start_line) "-" (evidence.end_line)
+                                " @ " (&evidence.commit[..evidence.commit.len().min(12)])
+                            }
+                            " " (forge_link(evidence.url.as_deref(), "view at this commit"))
                         }
-                        " " (forge_link(evidence.url.as_deref(), "view at this commit"))
                         @match lines.and_then(|c| c.lines.as_ref()) {
                             Some(text) => {
-                                pre.cited {
-                                    @for (offset, line) in text.iter().enumerate() {
-                                        span.muted { (format!("{:>5}  ", evidence.start_line + offset as u64)) }
-                                        (line) "\n"
-                                    }
-                                    @if lines.is_some_and(|c| c.truncated) { span.muted { "… (cut)" } }
-                                }
+                                (code::numbered_lines(&evidence.path, evidence.start_line, text))
+                                @if lines.is_some_and(|c| c.truncated) { p.muted { "… (cut)" } }
                             }
                             None => { p.muted { "(these lines can no longer be read from Warden's mirror)" } }
                         }
@@ -391,20 +454,72 @@ fn answer_section(answer: &Answer, cited: &[CitedLines]) -> Markup {
         }
         @if !answer.not_established.is_empty() {
             h2 { "Not established" }
-            ul { @for item in &answer.not_established { li { (item) } } }
+            ul { @for item in &answer.not_established { li { (markdown::render(item)) } } }
         }
     }
 }
 
-fn diff_lines(diff: &str) -> Markup {
+/// What an approval decides, in words for its form.
+struct Decision<'a> {
+    approval: &'a Approval,
+    /// What approving does, before the hash: "Approving publishes exactly the proposal with".
+    binds: &'static str,
+    /// The approve button: "Approve and publish".
+    approve: &'static str,
+    /// What ticking the box says was reviewed and is approved.
+    confirm: &'static str,
+    /// The reject button, with what rejecting does.
+    reject: &'static str,
+}
+
+/// The decision on an approval, after what it decides on: the hash, a box to tick that names
+/// it (the server refuses an approval without it), and the buttons.
+fn decision_section(viewer: &Principal, decision: &Decision<'_>) -> Markup {
+    let approval = decision.approval;
+    let hash = approval.subject_hash.as_str();
     html! {
-        pre.diff {
-            @for line in diff.lines() {
-                @let class = if line.starts_with("+++") || line.starts_with("---") { "" }
-                    else if line.starts_with('+') { "add" }
-                    else if line.starts_with('-') { "del" }
-                    else if line.starts_with("@@") { "hunk" } else { "" };
-                span class=(class) { (line) } "\n"
+        section.decision #decision aria-labelledby="decision-heading" {
+            h2 #decision-heading { "Decision" }
+            p { (decision.binds) " hash " span.mono #approval-hash { (hash) } " " (copy_button(hash, "the hash being approved")) }
+            @if viewer.role == Role::Admin {
+                form.stack method="post" action=(format!("/approvals/{}/approve", approval.id)) {
+                    input type="hidden" name="hash" value=(hash);
+                    label.check {
+                        input type="checkbox" name="confirm" value=(hash) required;
+                        span { (decision.confirm) " " span.mono { (hash) } }
+                    }
+                    div { button type="submit" { (decision.approve) } }
+                }
+                form.inline method="post" action=(format!("/approvals/{}/reject", approval.id)) {
+                    input type="hidden" name="hash" value=(hash);
+                    button.danger type="submit" { (decision.reject) }
+                }
+            } @else {
+                p.muted { "An admin decides approvals." }
+            }
+        }
+    }
+}
+
+/// The validations of a proposal: each check, its result, duration and output tail.
+fn validations_section(proposal: &warden_protocol::Proposal) -> Markup {
+    html! {
+        h2 { "Validations" }
+        p.muted { "Each ran on exactly tree " span.mono { (proposal.tree) } "." }
+        @if proposal.validations.is_empty() { p.muted { "No check ran." } }
+        ul.checks {
+            @for validation in &proposal.validations {
+                li {
+                    p.check-head {
+                        @if validation.passed() { span.badge.ok { "passed" } } @else {
+                            span.badge.bad { @match validation.exit_code { Some(code) => { "failed: exit " (code) } None => { "killed" } } } }
+                        " " code { (validation.command) }
+                        " " span.muted { (format::duration(validation.duration_ms)) @if validation.reused { " (an earlier run on the same tree)" } }
+                    }
+                    @if !validation.output_tail.is_empty() {
+                        details open[!validation.passed()] { summary { "Output (the last lines)" } pre.output { (validation.output_tail) } }
+                    }
+                }
             }
         }
     }
@@ -416,16 +531,21 @@ fn change_section(
     diff: Option<&ProposalDiff>,
     status: TaskStatus,
 ) -> Markup {
+    let waiting = |approval: &Option<Approval>| -> Option<Approval> {
+        approval
+            .clone()
+            .filter(|_| status == TaskStatus::WaitingApproval)
+    };
     html! {
         @match &result.outcome {
             ChangeOutcome::Proposal { proposal, publication } => {
                 h2 { "Proposal" }
-                p.text { (proposal.summary) }
+                (markdown::render(&proposal.summary))
                 dl.facts {
                     dt { "Repository" } dd { (proposal.repo) }
                     dt { "Base" } dd.mono { (proposal.base_commit) }
-                    dt { "Commit" } dd.mono { (proposal.commit) }
-                    dt { "Hash" } dd.mono { (proposal.hash) }
+                    dt { "Commit" } dd { (copyable(&proposal.commit, "the commit")) }
+                    dt { "Hash" } dd { (copyable(&proposal.hash, "the proposal hash")) }
                     dt { "Changes" } dd { (proposal.diff_stat.files_changed) @if proposal.diff_stat.files_changed == 1 { " file" } @else { " files" } ", +" (proposal.diff_stat.additions) " −" (proposal.diff_stat.deletions) }
                     dt { "Publication" } dd {
                         (wire_words(publication.status))
@@ -440,94 +560,54 @@ fn change_section(
                         }
                     }
                 }
-                h2 { "Validations" }
-                p.muted { "Each ran on exactly tree " span.mono { (proposal.tree) } "." }
-                table {
-                    thead { tr { th { "Check" } th { "Result" } th.num { "Time" } } }
-                    tbody {
-                        @for validation in &proposal.validations {
-                            tr {
-                                td.mono { (validation.command) }
-                                td { @if validation.passed() { span.badge.ok { "passed" } } @else {
-                                    span.badge.bad { @match validation.exit_code { Some(code) => { "exit " (code) } None => { "killed" } } } } }
-                                td.num { (format!("{:.1} s", validation.duration_ms as f64 / 1000.0)) }
-                            }
-                            @if !validation.output_tail.is_empty() {
-                                tr { td colspan="3" { details { summary { "output" } pre { (validation.output_tail) } } } }
-                            }
-                        }
-                    }
-                }
-                @if let (Some(approval), TaskStatus::WaitingApproval) = (&result.approval, status) {
-                    h2 { "Approval" }
-                    p { "Approving publishes exactly the proposal with hash " span.mono #approval-hash { (approval.subject_hash) } "." }
-                    @if viewer.role == Role::Admin {
-                        div.actions {
-                            form.inline method="post" action=(format!("/approvals/{}/approve", approval.id)) {
-                                input type="hidden" name="hash" value=(approval.subject_hash);
-                                button type="submit" { "Approve and publish" }
-                            }
-                            form.inline method="post" action=(format!("/approvals/{}/reject", approval.id)) {
-                                input type="hidden" name="hash" value=(approval.subject_hash);
-                                button.danger type="submit" { "Reject" }
-                            }
-                        }
-                    } @else {
-                        p.muted { "An admin decides approvals." }
-                    }
-                }
-                h2 { "Diff" }
-                @if !proposal.files.is_empty() {
-                    table.files {
-                        tbody {
-                            @for file in &proposal.files {
-                                tr {
-                                    td.mono { (file.path) }
-                                    td { (file.status) }
-                                    td.num { @match (file.additions, file.deletions) {
-                                        (Some(added), Some(deleted)) => { "+" (added) " −" (deleted) }
-                                        _ => { "binary" }
-                                    } }
-                                }
-                            }
-                        }
-                    }
-                }
+                (validations_section(proposal))
+                (review_sections(result))
+                h2 #diff { "Diff" }
                 @match diff {
                     Some(diff) => {
                         @if diff.truncated { p.notice { "The diff is longer than is shown; it was cut at a line end." } }
-                        (diff_lines(&diff.diff))
+                        (code::diff(&diff.diff))
                     }
                     None => { p.muted { "The diff is not available (the proposal left Warden's mirror)." } }
+                }
+                @if let Some(approval) = waiting(&result.approval) {
+                    (decision_section(viewer, &Decision {
+                        approval: &approval,
+                        binds: "Approving publishes exactly the proposal with",
+                        approve: "Approve and publish",
+                        confirm: "I reviewed the diff and the validations above; publish exactly",
+                        reject: "Reject: complete without publishing",
+                    }))
                 }
             }
             ChangeOutcome::AwaitingApproval {} => {
                 h2 { "Waiting for approval to run" }
-                @if let (Some(approval), TaskStatus::WaitingApproval) = (&result.approval, status) {
-                    p { "The risk gate holds this change before anything runs. Approving runs exactly the request with hash " span.mono #approval-hash { (approval.subject_hash) } "." }
-                    @if viewer.role == Role::Admin {
-                        div.actions {
-                            form.inline method="post" action=(format!("/approvals/{}/approve", approval.id)) {
-                                input type="hidden" name="hash" value=(approval.subject_hash);
-                                button type="submit" { "Approve and run" }
-                            }
-                            form.inline method="post" action=(format!("/approvals/{}/reject", approval.id)) {
-                                input type="hidden" name="hash" value=(approval.subject_hash);
-                                button.danger type="submit" { "Reject" }
-                            }
-                        }
-                    } @else {
-                        p.muted { "An admin decides approvals." }
-                    }
+                p { "The risk gate holds this change before anything runs: the request above is what would run." }
+                (review_sections(result))
+                @if let Some(approval) = waiting(&result.approval) {
+                    (decision_section(viewer, &Decision {
+                        approval: &approval,
+                        binds: "Approving runs exactly the request with",
+                        approve: "Approve and run",
+                        confirm: "I reviewed the request above; run exactly",
+                        reject: "Reject: end the task without running it",
+                    }))
                 }
             }
-            ChangeOutcome::NoChange { summary } => { h2 { "No change" } p { (summary) } }
-            ChangeOutcome::Clarification { clarification } => { h2 { "Question from the agent" } p.text { (clarification.question) } }
+            ChangeOutcome::NoChange { summary } => { h2 { "No change" } (markdown::render(summary)) (review_sections(result)) }
+            ChangeOutcome::Clarification { .. } => { (review_sections(result)) }
             ChangeOutcome::Failure { failure } => {
                 h2 { "Failed" }
                 p.error { span.mono { (failure.code.as_str()) } ": " (failure.message) }
+                (review_sections(result))
             }
         }
+    }
+}
+
+/// The risk gate's verdict, the reviewer's findings and the baseline checks.
+fn review_sections(result: &ChangeResult) -> Markup {
+    html! {
         @if let Some(gate) = &result.gate {
             h2 { "Risk gate" }
             p { "Request: " span.mono { (warden_engine::gates::level_name(gate.level)) } " → " span.mono { (warden_engine::gates::action_name(gate.action)) }
@@ -539,22 +619,81 @@ fn change_section(
         @if let Some(review) = &result.review {
             h2 { "Review" }
             p { "Verdict " span.mono { (review.verdict) } " after " (review.rounds) " round(s) by " span.mono { (review.model) } }
-            @if !review.explanation.is_empty() { p.text { (review.explanation) } }
+            @if !review.explanation.is_empty() { (markdown::render(&review.explanation)) }
             @if !review.findings.is_empty() {
                 ul.findings { @for finding in &review.findings {
                     li { span.badge { "P" (finding.priority) } " " (finding.title) " — " span.mono { (finding.location.path) ":" (finding.location.start_line) "-" (finding.location.end_line) }
-                        p.text { (finding.body) } }
+                        (markdown::render(&finding.body)) }
                 } }
             }
         }
         @if !result.baseline.is_empty() {
             h2 { "Baseline checks" }
-            ul { @for v in &result.baseline { li { span.mono { (v.command) } ": " @if v.passed() { "passed" } @else { "failed" } } } }
+            ul { @for v in &result.baseline { li { span.mono { (v.command) } ": " @if v.passed() { "passed" } @else { "failed" } " (" (format::duration(v.duration_ms)) ")" } } }
         }
     }
 }
 
-/// One task: its timeline (filled live by `app.js`), result and the actions it allows.
+/// The agent's question when the task waits for an answer (or ended on one).
+fn clarification_of(
+    question: Option<&QuestionResult>,
+    change: Option<&ChangeResult>,
+) -> Option<String> {
+    if let Some(QuestionOutcome::Clarification { clarification }) = question.map(|q| &q.outcome) {
+        return Some(clarification.question.clone());
+    }
+    if let Some(ChangeOutcome::Clarification { clarification }) = change.map(|c| &c.outcome) {
+        return Some(clarification.question.clone());
+    }
+    None
+}
+
+/// What the cancel button does, in words, for a task in `status`.
+fn cancel_label(status: TaskStatus, gate: bool) -> &'static str {
+    match status {
+        TaskStatus::Queued => "Cancel before it starts",
+        TaskStatus::Running | TaskStatus::Testing => "Stop and cancel the task",
+        TaskStatus::WaitingInput => "Cancel instead of answering",
+        TaskStatus::WaitingApproval if gate => "Cancel the task: nothing runs",
+        TaskStatus::WaitingApproval => "Cancel the task: nothing is published",
+        TaskStatus::Completed
+        | TaskStatus::Failed
+        | TaskStatus::Cancelled
+        | TaskStatus::TimedOut => "Cancel",
+    }
+}
+
+/// The `warden` commands for this task, each with a copy button.
+fn commands(task: &Task, change: Option<&ChangeResult>) -> Vec<(&'static str, String)> {
+    let id = task.id.to_string();
+    let mut list = vec![
+        ("Show it", format!("warden show {id}")),
+        ("Its journal, live", format!("warden logs {id} --follow")),
+    ];
+    if let Some(change) = change {
+        if matches!(change.outcome, ChangeOutcome::Proposal { .. }) {
+            list.push(("Read the diff", format!("warden diff {id}")));
+            list.push(("Fetch it as a branch", format!("warden apply {id}")));
+        }
+        if let Some(approval) = change
+            .approval
+            .as_ref()
+            .filter(|_| task.status == TaskStatus::WaitingApproval)
+        {
+            list.push((
+                "Approve it",
+                format!(
+                    "warden approve {} --hash {}",
+                    approval.id, approval.subject_hash
+                ),
+            ));
+        }
+    }
+    list
+}
+
+/// One task: its result (what to review first), the decision after it, the actions it
+/// allows, and its timeline (filled live by `app.js`).
 pub(super) fn task_page(viewer: &Principal, page: &TaskPage<'_>) -> Markup {
     let task = page.task;
     let result = task.result.as_ref();
@@ -567,14 +706,27 @@ pub(super) fn task_page(viewer: &Principal, page: &TaskPage<'_>) -> Markup {
         .and_then(|r| serde_json::from_value(r.clone()).ok());
     let writer = viewer.role != Role::Viewer;
     let id = task.id.to_string();
+    let clarification = clarification_of(question.as_ref(), change.as_ref());
+    // The agent's question is shown once: in the conversation when it is there.
+    let asked_in_conversation = clarification.as_ref().is_some_and(|q| {
+        page.messages
+            .iter()
+            .any(|m| m.role == warden_store::MESSAGE_AGENT && &m.text == q)
+    });
+    let gate = change
+        .as_ref()
+        .is_some_and(|c| matches!(c.outcome, ChangeOutcome::AwaitingApproval {}));
     layout(
         &title_of(&task.prompt),
         Some(viewer),
         html! {
             h1 { (title_of(&task.prompt)) }
-            p { (status_badge(task.status)) " " span.muted { (kind_name(task.kind)) " · " span.mono { (id) } " · " (task.owner) " · created " (rfc3339(task.created_at_ms)) } }
+            p.status-line { (status_badge(task.status)) " " span.muted { (kind_name(task.kind)) " · " } (copyable(&id, "the task id")) span.muted { " · " (task.owner) " · created " (absolute(task.created_at_ms)) } }
+            @if task.status == TaskStatus::WaitingApproval {
+                p.notice { "This task waits for an approval. Review what it would do below; the decision comes after it. " a href="#decision" { "Go to the decision" } }
+            }
             dl.facts {
-                dt { "Prompt" } dd { pre { (task.prompt) } }
+                dt { "Prompt" } dd { pre.prompt { (task.prompt) } }
                 dt { "Repositories" } dd {
                     @for repo in &task.repos {
                         span.mono { (repo.name) @if let Some(commit) = &repo.commit { "@" (&commit[..commit.len().min(12)]) } } " "
@@ -585,57 +737,84 @@ pub(super) fn task_page(viewer: &Principal, page: &TaskPage<'_>) -> Markup {
             }
             @if !page.messages.is_empty() {
                 h2 { "Conversation" }
-                @for message in page.messages {
-                    p.text { strong { (message.author) @if message.role == warden_store::MESSAGE_STEER { " (while it ran)" } ": " } (message.text) }
+                ol.conversation {
+                    @for message in page.messages {
+                        li.message data-role=(message.role) {
+                            p.who {
+                                strong { (message.author) }
+                                @if message.role == warden_store::MESSAGE_STEER { " (while it ran)" }
+                                @if message.role == warden_store::MESSAGE_AGENT { " (the agent)" }
+                                " · " span.muted { (absolute(message.at_ms)) }
+                            }
+                            @if message.role == warden_store::MESSAGE_AGENT { (markdown::render(&message.text)) }
+                            @else { p.text { (message.text) } }
+                        }
+                    }
+                }
+            }
+            @if let Some(question_text) = clarification.as_ref().filter(|_| !asked_in_conversation) {
+                h2 { "Question from the agent" }
+                (markdown::render(question_text))
+            }
+            @if writer && task.status == TaskStatus::WaitingInput {
+                form.stack.answer method="post" action=(format!("/tasks/{id}/answer")) {
+                    label { "Your answer to the agent's question" textarea name="text" required {} }
+                    div { button type="submit" { "Send answer" } }
                 }
             }
             @if let Some(question) = &question {
                 @match &question.outcome {
                     QuestionOutcome::Answer { answer } => { (answer_section(answer, page.cited)) }
-                    QuestionOutcome::Clarification { clarification } => { h2 { "Question from the agent" } p.text { (clarification.question) } }
+                    QuestionOutcome::Clarification { .. } => {}
                     QuestionOutcome::Failure { failure } => { h2 { "Failed" } p.error { span.mono { (failure.code.as_str()) } ": " (failure.message) } }
                 }
                 (notices(&question.notices))
-                h2 { "Usage" } (usage_facts(&question.usage, &question.model))
             }
             @if let Some(change) = &change {
                 (change_section(viewer, change, page.diff, task.status))
                 (notices(&change.notices))
-                h2 { "Usage" } (usage_facts(&change.usage, &change.model))
             }
             @if writer {
-                @if task.status == TaskStatus::WaitingInput {
-                    h2 { "Answer" }
-                    form.stack method="post" action=(format!("/tasks/{id}/answer")) {
-                        textarea name="text" required {}
-                        div { button type="submit" { "Send answer" } }
-                    }
-                }
                 @if matches!(task.status, TaskStatus::Queued | TaskStatus::Running | TaskStatus::Testing) && task.kind != TaskKind::Maintain {
                     h2 { "Message the agent" }
                     form.stack method="post" action=(format!("/tasks/{id}/message")) {
-                        textarea name="text" required aria-label="A message the agent reads at its next turn" {}
+                        label { "A message the agent reads at its next turn" textarea name="text" required {} }
                         div { button type="submit" { "Send to the running task" } }
                     }
                 }
                 @if task.status.is_terminal() {
                     h2 { "Follow up" }
                     form.stack method="post" action=(format!("/tasks/{id}/follow-up")) {
-                        textarea name="text" required {}
+                        label { "A follow-up, on the same commits and this result" textarea name="text" required {} }
                         div { button type="submit" { "Follow up" } }
                     }
                 }
-                div.actions {
-                    @if !task.status.is_terminal() {
-                        form.inline method="post" action=(format!("/tasks/{id}/cancel")) { button.danger type="submit" { "Cancel" } }
+                @let retry = matches!(task.status, TaskStatus::Failed | TaskStatus::Cancelled | TaskStatus::TimedOut);
+                @if !task.status.is_terminal() || retry {
+                    div.actions {
+                        @if !task.status.is_terminal() {
+                            form.inline method="post" action=(format!("/tasks/{id}/cancel")) { button.danger.cancel type="submit" { (cancel_label(task.status, gate)) } }
+                        }
+                        @if retry {
+                            form.inline method="post" action=(format!("/tasks/{id}/retry")) { button.secondary type="submit" { "Retry as a new task" } }
+                        }
                     }
-                    @if matches!(task.status, TaskStatus::Failed | TaskStatus::Cancelled | TaskStatus::TimedOut) {
-                        form.inline method="post" action=(format!("/tasks/{id}/retry")) { button.secondary type="submit" { "Retry" } }
+                    @if task.status == TaskStatus::WaitingApproval && !gate {
+                        p.muted { "Cancelling ends the task as cancelled; rejecting completes it with the proposal kept unpublished (" code { "warden apply" } " still fetches it)." }
                     }
                 }
             }
-            h2 { "Timeline " span #connection data-state="idle" {} }
-            ol.timeline #timeline data-task=(id) data-updated=(rfc3339(task.updated_at_ms)) data-terminal=(task.status.is_terminal()) {}
+            @if let Some(question) = &question { h2 { "Usage" } (usage_facts(&question.usage, &question.model)) }
+            @if let Some(change) = &change { h2 { "Usage" } (usage_facts(&change.usage, &change.model)) }
+            h2 { "From a terminal" }
+            dl.facts.commands {
+                @for (what, command) in commands(task, change.as_ref()) {
+                    dt { (what) } dd { (copyable(&command, &format!("the command: {what}"))) }
+                }
+            }
+            h2 { "Timeline " span #connection data-state="idle" role="status" {} }
+            ol.timeline #timeline data-task=(id) data-status=(status_name(task.status))
+                data-updated=(warden_service::time::rfc3339(task.updated_at_ms)) data-terminal=(task.status.is_terminal()) {}
         },
     )
 }
@@ -653,26 +832,35 @@ pub struct Budgets {
     pub max_cost_micro_usd_per_day: Option<u64>,
 }
 
-fn spend_table(title: &str, rows: &[SpendRow]) -> Markup {
+fn spend_cost(spend: &warden_store::Spend) -> String {
+    let known = format::dollars(spend.cost_micro_usd as f64 / 1e6);
+    match (spend.cost_unknown, spend.cost_micro_usd) {
+        (false, _) => known,
+        (true, 0) => "unpriced".into(),
+        (true, _) => format!("{known} + unpriced calls"),
+    }
+}
+
+fn spend_table(title: &str, key: &str, rows: &[SpendRow]) -> Markup {
     html! {
-        h2 { (title) }
-        @if rows.is_empty() { p.muted { "Nothing spent." } } @else {
-            table {
-                thead { tr { th { "" } th.num { "Tokens in" } th.num { "Cache hits" } th.num { "Tokens out" } th.num { "Calls" } th.num { "Cost" } } }
+        @if !rows.is_empty() {
+            table.reflow.spend {
+                caption.visually-hidden { (title) }
+                thead { tr { th { (key) } th.num { "Tokens in" } th.num { "Cache hits" } th.num { "Tokens out" } th.num { "Calls" } th.num { "Cost" } } }
                 tbody {
                     @for row in rows {
                         tr {
                             td.mono { (row.key) }
-                            td.num { (row.spend.input_tokens) }
-                            td.num {
+                            td.num data-label="Tokens in" { (format::tokens(row.spend.input_tokens)) }
+                            td.num data-label="Cache hits" {
                                 @match warden_protocol::cache_hit_rate(row.spend.cached_input_tokens, row.spend.input_tokens) {
-                                    Some(rate) => { (format!("{:.0}%", rate * 100.0)) }
+                                    Some(rate) => { (format::percent(rate)) }
                                     None => { "–" }
                                 }
                             }
-                            td.num { (row.spend.output_tokens) }
-                            td.num { (row.spend.entries) }
-                            td.num { "$" (format!("{:.4}", row.spend.cost_micro_usd as f64 / 1e6)) @if row.spend.cost_unknown { " +?" } }
+                            td.num data-label="Tokens out" { (format::tokens(row.spend.output_tokens)) }
+                            td.num data-label="Calls" { (row.spend.entries) }
+                            td.num data-label="Cost" { (spend_cost(&row.spend)) }
                         }
                     }
                 }
@@ -681,15 +869,72 @@ fn spend_table(title: &str, rows: &[SpendRow]) -> Markup {
     }
 }
 
-/// Spend per day, repository and model, with today's use of the daily budgets.
+/// The cost and token bars of `rows` (the largest first).
+fn spend_bars(title: &str, rows: &[SpendRow]) -> Markup {
+    let cost: Vec<Bar> = rows
+        .iter()
+        .map(|row| Bar {
+            label: row.key.clone(),
+            value: row.spend.cost_micro_usd as f64,
+            text: spend_cost(&row.spend),
+        })
+        .collect();
+    let tokens: Vec<Bar> = rows
+        .iter()
+        .map(|row| {
+            let total = row.spend.input_tokens + row.spend.output_tokens;
+            Bar {
+                label: row.key.clone(),
+                value: total as f64,
+                text: format!("{} tokens", format::tokens(total)),
+            }
+        })
+        .collect();
+    html! {
+        div.charts {
+            (charts::rows(&format!("Cost per {title}"), &cost))
+            (charts::rows(&format!("Tokens per {title}"), &tokens))
+        }
+    }
+}
+
+/// Spend per day (the last 30, oldest first, days without spend included), repository and
+/// model, with today's use of the daily budgets.
 pub(super) fn usage(
     viewer: &Principal,
     today: Option<&warden_store::Spend>,
     budgets: Budgets,
-    by_day: &[SpendRow],
+    days: &[SpendRow],
     by_repo: &[SpendRow],
     by_model: &[SpendRow],
 ) -> Markup {
+    let cost_per_day: Vec<Bar> = days
+        .iter()
+        .map(|row| Bar {
+            label: row.key.clone(),
+            value: row.spend.cost_micro_usd as f64,
+            text: spend_cost(&row.spend),
+        })
+        .collect();
+    let tokens_per_day: Vec<Bar> = days
+        .iter()
+        .map(|row| {
+            let total = row.spend.input_tokens + row.spend.output_tokens;
+            Bar {
+                label: row.key.clone(),
+                value: total as f64,
+                text: format!("{} tokens", format::tokens(total)),
+            }
+        })
+        .collect();
+    let spent_days: Vec<&SpendRow> = days.iter().rev().filter(|r| r.spend.entries > 0).collect();
+    let spent_days: Vec<SpendRow> = spent_days
+        .into_iter()
+        .map(|r| SpendRow {
+            key: r.key.clone(),
+            spend: r.spend,
+        })
+        .collect();
     layout(
         "Usage",
         Some(viewer),
@@ -699,17 +944,32 @@ pub(super) fn usage(
             h2 { "Today against the daily budgets" }
             dl.facts {
                 dt { "Tokens" } dd {
-                    (today.map_or(0, |s| s.input_tokens + s.output_tokens))
-                    @match budgets.max_tokens_per_day { Some(max) => { " of " (max) } None => { " (no daily token budget)" } }
+                    (format::tokens(today.map_or(0, |s| s.input_tokens + s.output_tokens)))
+                    @match budgets.max_tokens_per_day { Some(max) => { " of " (format::tokens(max)) } None => { " (no daily token budget)" } }
                 }
                 dt { "Cost" } dd {
-                    "$" (format!("{:.4}", today.map_or(0, |s| s.cost_micro_usd) as f64 / 1e6))
-                    @match budgets.max_cost_micro_usd_per_day { Some(max) => { " of $" (format!("{:.2}", max as f64 / 1e6)) } None => { " (no daily cost budget)" } }
+                    (today.map_or_else(|| format::dollars(0.0), spend_cost))
+                    @match budgets.max_cost_micro_usd_per_day { Some(max) => { " of " (format::dollars(max as f64 / 1e6)) } None => { " (no daily cost budget)" } }
                 }
             }
-            (spend_table("Per day", by_day))
-            (spend_table("Per repository", by_repo))
-            (spend_table("Per model", by_model))
+            h2 { "Per day" }
+            @if spent_days.is_empty() { p.muted { "Nothing spent in the last 30 days." } } @else {
+                div.charts {
+                    (charts::columns("Cost per day, last 30 days", &cost_per_day))
+                    (charts::columns("Tokens per day, last 30 days", &tokens_per_day))
+                }
+                (spend_table("Spend per day", "Day", &spent_days))
+            }
+            h2 { "Per repository" }
+            @if by_repo.is_empty() { p.muted { "Nothing spent." } } @else {
+                (spend_bars("repository", by_repo))
+                (spend_table("Spend per repository", "Repository", by_repo))
+            }
+            h2 { "Per model" }
+            @if by_model.is_empty() { p.muted { "Nothing spent." } } @else {
+                (spend_bars("model", by_model))
+                (spend_table("Spend per model", "Model", by_model))
+            }
         },
     )
 }
@@ -726,23 +986,23 @@ pub(super) struct SessionRow {
 }
 
 /// The viewer's sessions (everyone's for an admin), each revocable.
-pub(super) fn sessions(viewer: &Principal, rows: &[SessionRow]) -> Markup {
+pub(super) fn sessions(viewer: &Principal, rows: &[SessionRow], now_ms: i64) -> Markup {
     layout(
         "Sessions",
         Some(viewer),
         html! {
             h1 { "Sessions" }
-            table {
-                thead { tr { th { "Who" } th { "Signed in with" } th.hide-narrow { "From" } th { "Since" } th { "Expires" } th {} } }
+            table.reflow {
+                thead { tr { th { "Who" } th { "Signed in with" } th { "From" } th { "Since" } th { "Expires" } th { span.visually-hidden { "Action" } } } }
                 tbody {
                     @for row in rows {
                         tr {
                             td { (row.name) @if row.current { " " span.badge { "this one" } } }
-                            td { (row.via) }
-                            td.hide-narrow.mono { (row.address.as_deref().unwrap_or("")) }
-                            td.muted { (rfc3339(row.created_at_ms)) }
-                            td.muted { (rfc3339(row.expires_at_ms)) }
-                            td { form.inline method="post" action=(format!("/sessions/{}/revoke", row.id)) { button.secondary type="submit" { "Revoke" } } }
+                            td data-label="Signed in with" { (row.via) }
+                            td.mono data-label="From" { (row.address.as_deref().unwrap_or("")) }
+                            td.muted data-label="Since" { (relative(row.created_at_ms, now_ms)) }
+                            td.muted data-label="Expires" { (relative(row.expires_at_ms, now_ms)) }
+                            td { form.inline method="post" action=(format!("/sessions/{}/revoke", row.id)) { button.secondary type="submit" aria-label=(format!("Revoke the session of {} from {}", row.name, format::utc_minutes(row.created_at_ms))) { "Revoke" } } }
                         }
                     }
                 }
@@ -842,6 +1102,7 @@ mod tests {
             &[],
             &ListFilters::default(),
             None,
+            0,
         )
         .into_string();
         assert_inert(&list);
@@ -896,10 +1157,98 @@ mod tests {
         assert!(admin.contains(&format!("name=\"hash\" value=\"{hash}\"")));
         assert!(admin.contains("warden/&lt;b&gt;"));
         assert!(admin.contains(".env"));
+        // Review before deciding: the validations and the diff come before the decision,
+        // whose approval needs a ticked box naming the hash.
+        let validations = admin.find("<h2>Validations</h2>").unwrap();
+        let diff_at = admin.find("id=\"diff\"").unwrap();
+        let decision = admin.find("id=\"decision\"").unwrap();
+        assert!(validations < diff_at && diff_at < decision, "{admin}");
+        assert!(admin.contains(&format!(
+            "<input type=\"checkbox\" name=\"confirm\" value=\"{hash}\" required>"
+        )));
+        assert!(admin.contains("Cancel the task: nothing is published"));
+        assert!(admin.contains("Reject: complete without publishing"));
+        assert!(admin.contains(&format!("warden approve apr_1 --hash {hash}")));
         let operator = render(Role::Operator);
         assert!(!operator.contains("/approvals/apr_1/approve"));
         assert!(operator.contains("An admin decides approvals."));
         let viewer_page = render(Role::Viewer);
         assert!(!viewer_page.contains("/cancel"), "viewers only read");
+    }
+
+    #[test]
+    fn the_agents_question_is_shown_once_above_a_labelled_answer_box() {
+        let question = "Which retry: **backoff** or jitter?";
+        let result = json!({
+            "task_id": "tsk_01HZY8Q6K9V2M3N4P5R6S7T8V9", "kind": "question",
+            "outcome": "clarification", "clarification": {"question": question},
+            "usage": {"input_tokens": 1, "cached_input_tokens": 0, "output_tokens": 1,
+                      "cost_usd": null, "model_calls": 1, "tool_calls": 0},
+            "model": "m"
+        });
+        let task = task(TaskStatus::WaitingInput, TaskKind::Question, Some(result));
+        let render = |messages: &[TaskMessage]| {
+            task_page(
+                &viewer(Role::Operator),
+                &TaskPage {
+                    task: &task,
+                    messages,
+                    cited: &[],
+                    diff: None,
+                },
+            )
+            .into_string()
+        };
+        let asked = TaskMessage {
+            seq: 1,
+            role: warden_store::MESSAGE_AGENT.into(),
+            text: question.into(),
+            author: "m".into(),
+            at_ms: 0,
+        };
+        for page in [render(&[]), render(&[asked])] {
+            assert_eq!(
+                page.matches("<strong>backoff</strong>").count(),
+                1,
+                "{page}"
+            );
+            assert!(page.contains("<label>Your answer to the agent&#39;s question<textarea name=\"text\" required>")
+                || page.contains("<label>Your answer to the agent's question<textarea name=\"text\" required>"), "{page}");
+            assert!(page.contains("Cancel instead of answering"));
+            assert!(page.contains("unpriced"));
+        }
+    }
+
+    #[test]
+    fn the_new_task_form_shows_only_the_fields_of_its_kind() {
+        let repos = [];
+        let form = |kind: &str| {
+            new_task(
+                &viewer(Role::Operator),
+                &repos,
+                &NewTaskInput {
+                    kind: kind.into(),
+                    ..Default::default()
+                },
+                None,
+            )
+            .into_string()
+        };
+        let question = form("question");
+        assert!(
+            question.contains("<label data-kinds=\"change maintain\" hidden>"),
+            "{question}"
+        );
+        assert!(question.contains("<label data-kinds=\"maintain\" hidden>"));
+        assert!(question.contains("value=\"question\" checked"));
+        let change = form("change");
+        assert!(
+            change.contains("<label data-kinds=\"change maintain\">"),
+            "{change}"
+        );
+        assert!(change.contains("<label data-kinds=\"maintain\" hidden>"));
+        let maintain = form("maintain");
+        assert!(maintain.contains("<label data-kinds=\"maintain\">"));
+        assert!(!maintain.contains("<label data-kinds=\"maintain\" hidden>"));
     }
 }
