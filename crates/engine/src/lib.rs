@@ -19,6 +19,7 @@ pub mod gates;
 pub mod gates_config;
 pub mod github;
 pub mod github_hook_config;
+pub mod kubernetes_config;
 pub mod maintain;
 pub mod maintain_config;
 pub mod maintain_options;

@@ -175,6 +175,13 @@ pub fn select(
             reason: "the linux backend needs a Linux kernel".into(),
         }),
         Backend::Gvisor => Ok(Arc::new(gvisor::GvisorSandbox::establish(config)?)),
+        Backend::Kubernetes => Err(SandboxError::Unavailable {
+            backend: Backend::Kubernetes,
+            layer: Layer::Runtime,
+            reason: "the kubernetes backend needs its [kubernetes] settings: it is opened \
+                     through warden-kubernetes, not selected here"
+                .into(),
+        }),
     }
 }
 

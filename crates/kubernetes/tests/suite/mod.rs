@@ -1,0 +1,3 @@
+//! The suite: the rendered manifests against their golden file.
+
+mod render;
