@@ -6,10 +6,17 @@
 //! The backend implements `warden_sandbox::Sandbox` like the local backends do, so the rest of
 //! Warden does not know where a command runs.
 
+mod client;
 mod config;
+mod error;
+mod http;
+mod kubeconfig;
 mod names;
 mod render;
+mod tar;
+mod websocket;
 mod yaml;
 
 pub use config::{Credentials, KubernetesConfig};
+pub use error::ClientError;
 pub use render::{manifests, render, PodResources, CONTAINER, POD_WORKING_ROOT};
