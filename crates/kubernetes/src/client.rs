@@ -435,3 +435,261 @@ mod tests {
         );
     }
 }
+
+/// The exact requests the client sends (method, path, query, body), against a mock HTTP service
+/// that records them and answers from a script.
+#[cfg(test)]
+mod exact_requests {
+    use super::*;
+    use crate::http::Auth;
+    use std::io::{BufRead, BufReader, Read, Write};
+    use std::net::TcpListener;
+    use std::sync::{Arc, Mutex};
+
+    #[derive(Debug, Clone, PartialEq)]
+    struct Seen {
+        method: String,
+        target: String,
+        content_type: Option<String>,
+        authorization: Option<String>,
+        body: Option<Value>,
+    }
+
+    /// Answers each connection with the next scripted `(status, body)`.
+    fn mock(script: Vec<(u16, &'static str)>) -> (Client, Arc<Mutex<Vec<Seen>>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let record = seen.clone();
+        std::thread::spawn(move || {
+            for (status, body) in script {
+                let (socket, _) = listener.accept().unwrap();
+                let mut reader = BufReader::new(socket.try_clone().unwrap());
+                let mut line = String::new();
+                reader.read_line(&mut line).unwrap();
+                let mut parts = line.split_whitespace();
+                let method = parts.next().unwrap().to_string();
+                let target = parts.next().unwrap().to_string();
+                let mut headers = Vec::new();
+                loop {
+                    line.clear();
+                    reader.read_line(&mut line).unwrap();
+                    if line.trim().is_empty() {
+                        break;
+                    }
+                    let (name, value) = line.trim().split_once(':').unwrap();
+                    headers.push((name.to_ascii_lowercase(), value.trim().to_string()));
+                }
+                let header = |name: &str| {
+                    headers
+                        .iter()
+                        .find(|(key, _)| key == name)
+                        .map(|(_, value)| value.clone())
+                };
+                let length: usize = header("content-length").map_or(0, |v| v.parse().unwrap());
+                let mut raw = vec![0u8; length];
+                reader.read_exact(&mut raw).unwrap();
+                record.lock().unwrap().push(Seen {
+                    method,
+                    target,
+                    content_type: header("content-type"),
+                    authorization: header("authorization"),
+                    body: (length > 0).then(|| serde_json::from_slice(&raw).unwrap()),
+                });
+                let mut socket = socket;
+                write!(
+                    socket,
+                    "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                )
+                .unwrap();
+            }
+        });
+        let endpoint = Endpoint {
+            host: "127.0.0.1".into(),
+            port,
+            tls: None,
+            auth: Auth::Token("t0ken".into()),
+            connect_timeout: Duration::from_secs(5),
+            read_timeout: Duration::from_secs(5),
+        };
+        (Client::new(endpoint, "sandboxes"), seen)
+    }
+
+    const CLAIMS: &str =
+        "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/sandboxes/sandboxclaims";
+
+    #[test]
+    fn a_claim_is_created_on_the_warm_pool_with_an_expiry_and_no_env() {
+        let (client, seen) = mock(vec![(201, r#"{"metadata":{"resourceVersion":"7"}}"#)]);
+        let created = client
+            .create_claim(&NewClaim {
+                name: "warden-abc",
+                warm_pool: "pool",
+                owner: "worker-1",
+                shutdown_time: "2026-01-02T03:04:05Z",
+            })
+            .unwrap();
+        assert_eq!(created["metadata"]["resourceVersion"], "7");
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(
+            seen,
+            vec![Seen {
+                method: "POST".into(),
+                target: CLAIMS.into(),
+                content_type: Some("application/json".into()),
+                authorization: Some("Bearer t0ken".into()),
+                body: Some(json!({
+                    "apiVersion": "extensions.agents.x-k8s.io/v1beta1",
+                    "kind": "SandboxClaim",
+                    "metadata": {
+                        "name": "warden-abc",
+                        "namespace": "sandboxes",
+                        "labels": {
+                            "app.kubernetes.io/managed-by": "warden",
+                            "warden.dev/owner": "worker-1",
+                        },
+                    },
+                    "spec": {
+                        "warmPoolRef": {"name": "pool"},
+                        "lifecycle": {"shutdownTime": "2026-01-02T03:04:05Z", "shutdownPolicy": "Delete"},
+                    },
+                })),
+            }]
+        );
+        assert_eq!(client.requests(), 1);
+    }
+
+    #[test]
+    fn reads_extends_lists_and_deletes() {
+        let (client, seen) = mock(vec![
+            (200, r#"{"metadata":{"name":"warden-abc"}}"#),
+            (404, r#"{"kind":"Status","message":"not found"}"#),
+            (200, r#"{"metadata":{"name":"sb"}}"#),
+            (200, "{}"),
+            (
+                200,
+                r#"{"items":[{"metadata":{"name":"a"}},{"metadata":{"name":"b"}}]}"#,
+            ),
+            (200, "{}"),
+            (404, "{}"),
+            (
+                403,
+                r#"{"kind":"Status","message":"sandboxclaims is forbidden"}"#,
+            ),
+        ]);
+        assert!(client.get_claim("warden-abc").unwrap().is_some());
+        assert!(client.get_claim("gone").unwrap().is_none());
+        assert!(client.get_sandbox("sb").unwrap().is_some());
+        assert!(client
+            .extend_claim("warden-abc", "2026-01-02T03:14:05Z")
+            .unwrap());
+        assert_eq!(
+            client
+                .list_claims("app.kubernetes.io/managed-by=warden,warden.dev/owner=w1")
+                .unwrap()
+                .len(),
+            2
+        );
+        assert!(client.delete_claim("warden-abc").unwrap());
+        assert!(!client.delete_claim("warden-abc").unwrap());
+        let error = client.get_claim("x").unwrap_err().to_string();
+        assert!(
+            error.contains("403") && error.contains("forbidden"),
+            "{error}"
+        );
+        let seen = seen.lock().unwrap().clone();
+        let lines: Vec<(String, String, Option<String>, Option<Value>)> = seen
+            .into_iter()
+            .map(|s| (s.method, s.target, s.content_type, s.body))
+            .collect();
+        assert_eq!(
+            lines,
+            vec![
+                ("GET".into(), format!("{CLAIMS}/warden-abc"), None, None),
+                ("GET".into(), format!("{CLAIMS}/gone"), None, None),
+                (
+                    "GET".into(),
+                    "/apis/agents.x-k8s.io/v1beta1/namespaces/sandboxes/sandboxes/sb".into(),
+                    None,
+                    None
+                ),
+                (
+                    "PATCH".into(),
+                    format!("{CLAIMS}/warden-abc"),
+                    Some("application/merge-patch+json".into()),
+                    Some(json!({"spec": {"lifecycle": {"shutdownTime": "2026-01-02T03:14:05Z"}}}))
+                ),
+                (
+                    "GET".into(),
+                    format!("{CLAIMS}?labelSelector=app.kubernetes.io%2Fmanaged-by%3Dwarden%2Cwarden.dev%2Fowner%3Dw1"),
+                    None,
+                    None
+                ),
+                (
+                    "DELETE".into(),
+                    format!("{CLAIMS}/warden-abc"),
+                    Some("application/json".into()),
+                    Some(json!({"propagationPolicy": "Background"}))
+                ),
+                (
+                    "DELETE".into(),
+                    format!("{CLAIMS}/warden-abc"),
+                    Some("application/json".into()),
+                    Some(json!({"propagationPolicy": "Background"}))
+                ),
+                ("GET".into(), format!("{CLAIMS}/x"), None, None),
+            ]
+        );
+        assert_eq!(client.requests(), 8);
+    }
+
+    #[test]
+    fn a_watch_names_its_claim_and_resource_version_and_reads_events_as_they_come() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (socket, _) = listener.accept().unwrap();
+            let mut reader = BufReader::new(socket.try_clone().unwrap());
+            let mut request_line = String::new();
+            reader.read_line(&mut request_line).unwrap();
+            let mut socket = socket;
+            socket
+                .write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                .unwrap();
+            for event in [
+                r#"{"type":"ADDED","object":{"metadata":{"name":"c"}}}"#,
+                r#"{"type":"MODIFIED","object":{"status":{"conditions":[{"type":"Ready","status":"True"}]}}}"#,
+            ] {
+                let line = format!("{event}\n");
+                write!(socket, "{:x}\r\n{line}\r\n", line.len()).unwrap();
+                socket.flush().unwrap();
+            }
+            // The watch drops without its final chunk.
+            drop(socket);
+            request_line
+        });
+        let endpoint = Endpoint {
+            host: "127.0.0.1".into(),
+            port,
+            tls: None,
+            auth: Auth::None,
+            connect_timeout: Duration::from_secs(5),
+            read_timeout: Duration::from_secs(5),
+        };
+        let client = Client::new(endpoint, "sandboxes");
+        let mut watch = client.watch_claim("warden-abc", "41", 30).unwrap();
+        assert_eq!(watch.next_event().unwrap().0, "ADDED");
+        let (kind, object) = watch.next_event().unwrap();
+        assert_eq!(kind, "MODIFIED");
+        assert_eq!(object["status"]["conditions"][0]["status"], "True");
+        assert!(watch.next_event().is_none(), "a dropped watch ends");
+        let request_line = server.join().unwrap();
+        assert_eq!(
+            request_line.trim(),
+            format!(
+                "GET {CLAIMS}?watch=true&fieldSelector=metadata.name%3Dwarden-abc&resourceVersion=41&allowWatchBookmarks=true&timeoutSeconds=30 HTTP/1.1"
+            )
+        );
+    }
+}
