@@ -6,6 +6,7 @@
 //! The backend implements `warden_sandbox::Sandbox` like the local backends do, so the rest of
 //! Warden does not know where a command runs.
 
+mod backend;
 mod client;
 mod config;
 mod error;
@@ -17,6 +18,7 @@ mod tar;
 mod websocket;
 mod yaml;
 
+pub use backend::KubernetesSandbox;
 pub use config::{Credentials, KubernetesConfig};
 pub use error::ClientError;
 pub use render::{manifests, render, PodResources, CONTAINER, POD_WORKING_ROOT};

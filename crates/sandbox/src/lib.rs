@@ -63,6 +63,7 @@ mod cancel;
 mod egress;
 mod error;
 mod gvisor;
+pub mod kit;
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 mod linux;

@@ -570,7 +570,7 @@ impl CommandOutput {
 
 /// A [`ViewSpec`] after validation: canonical snapshot paths.
 #[derive(Debug, Clone)]
-pub(crate) enum ValidatedView {
+pub enum ValidatedView {
     /// One snapshot: it is the working root.
     Single(PathBuf),
     /// Several: `(folder name, snapshot)`, sorted by name.
