@@ -10,6 +10,8 @@ mod backend;
 mod client;
 mod config;
 mod error;
+#[cfg(feature = "fake")]
+pub mod fake;
 mod http;
 mod kubeconfig;
 mod names;
