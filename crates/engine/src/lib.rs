@@ -30,6 +30,7 @@ pub mod publish;
 pub mod question;
 pub mod redact;
 pub mod review;
+pub mod sandbox_backend;
 pub mod schedule_config;
 pub mod sensitive;
 pub mod serve_config;
