@@ -77,13 +77,16 @@ pub(crate) const RUN: &str = r#"id=$1; secs=$2; cwd=$3; shift 3
 d=/tmp/.warden
 if [ -e "$d/stop/all" ]; then exit 137; fi
 cd "/work/$cwd" || exit 126
-setsid env -i "$@" <&0 &
+# An asynchronous command's stdin is /dev/null unless redirected from another descriptor.
+exec 3<&0
+setsid env -i "$@" <&3 3<&- &
 pid=$!
+exec 3<&-
 (
   end=$(( $(date +%s) + secs ))
   while kill -0 "$pid" 2>/dev/null; do
     if [ -e "$d/stop/$id" ] || [ -e "$d/stop/all" ] || [ "$(date +%s)" -ge "$end" ]; then
-      kill -KILL -- "-$pid" 2>/dev/null
+      kill -9 "-$pid" 2>/dev/null
       exit 0
     fi
     sleep 0.05
@@ -93,7 +96,7 @@ watcher=$!
 wait "$pid"
 status=$?
 kill "$watcher" 2>/dev/null
-kill -KILL -- "-$pid" 2>/dev/null
+kill -9 "-$pid" 2>/dev/null
 exit $status
 "#;
 
@@ -906,7 +909,8 @@ impl SandboxView for KubernetesView {
         }
         drop(host);
         let id = self.next_id.fetch_add(1, Ordering::SeqCst).to_string();
-        let seconds = command.timeout.as_secs_f64().ceil().max(1.0) as u64;
+        // The pod's own backstop, never early: Warden stops the command at its timeout.
+        let seconds = command.timeout.as_secs_f64().ceil() as u64 + 1;
         let mut argv = vec![
             "/bin/sh".to_string(),
             "-c".into(),
@@ -947,7 +951,12 @@ impl SandboxView for KubernetesView {
             };
             collector.push(stream, data);
         };
-        let stop = || killed.load(Ordering::SeqCst) || self.cancelled.load(Ordering::SeqCst);
+        let timeout_at = started + command.timeout;
+        let stop = || {
+            killed.load(Ordering::SeqCst)
+                || self.cancelled.load(Ordering::SeqCst)
+                || Instant::now() >= timeout_at
+        };
         let mut on_stop = || self.stop_file(id.clone());
         let end = self.client.exec(
             &self.pod,
