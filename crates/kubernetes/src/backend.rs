@@ -484,7 +484,7 @@ fn host_state(root: &Path) -> std::io::Result<HostState> {
 /// Writes host entries into a tar: `names` relative to `root`, under `prefix`, with their
 /// modes, sizes and contents; directories before what they hold.
 fn archive(
-    writer: &mut tar::Writer<ChannelWriter>,
+    writer: &mut tar::Writer<std::io::BufWriter<ChannelWriter>>,
     root: &Path,
     prefix: &str,
     names: &[String],
@@ -533,9 +533,11 @@ struct KubernetesView {
     last_extend: Mutex<Instant>,
 }
 
-/// A tar produced on a thread of its own into an exec's stdin.
+/// A tar produced on a thread of its own into an exec's stdin, in chunks of up to 64 KiB.
 fn tar_stdin(
-    produce: impl FnOnce(&mut tar::Writer<ChannelWriter>) -> std::io::Result<()> + Send + 'static,
+    produce: impl FnOnce(&mut tar::Writer<std::io::BufWriter<ChannelWriter>>) -> std::io::Result<()>
+        + Send
+        + 'static,
     head: Vec<u8>,
 ) -> std::sync::mpsc::Receiver<Vec<u8>> {
     let (sender, receiver) = std::sync::mpsc::sync_channel::<Vec<u8>>(16);
@@ -543,7 +545,10 @@ fn tar_stdin(
         if !head.is_empty() && sender.send(head).is_err() {
             return;
         }
-        let mut writer = tar::Writer::new(ChannelWriter(sender));
+        let mut writer = tar::Writer::new(std::io::BufWriter::with_capacity(
+            64 << 10,
+            ChannelWriter(sender),
+        ));
         // A failure drops the sender mid-archive: tar in the pod fails, and so does the exec.
         if produce(&mut writer).is_ok() {
             let _ = writer.finish();

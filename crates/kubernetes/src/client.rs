@@ -214,7 +214,12 @@ impl Client {
                 EXEC_PROTOCOLS.join(" and ")
             )));
         }
-        connection.set_read_timeout(Some(Duration::from_millis(20)))?;
+        // While stdin flows, reads wait briefly so the next chunk goes out soon.
+        connection.set_read_timeout(Some(Duration::from_millis(if io.stdin.is_some() {
+            2
+        } else {
+            20
+        })))?;
         let shutter = connection.shutter()?;
         let mut reader = FrameReader::default();
         let mut stdin_open = io.stdin.is_some();
@@ -230,9 +235,11 @@ impl Client {
             // Stdin first, a bounded amount per turn so output keeps flowing.
             if stdin_open {
                 if let Some(stdin) = &io.stdin {
-                    for _ in 0..16 {
+                    let mut sent = 0usize;
+                    while sent < 4 << 20 {
                         match stdin.try_recv() {
                             Ok(chunk) => {
+                                sent += chunk.len();
                                 let mut message = Vec::with_capacity(chunk.len() + 1);
                                 message.push(0);
                                 message.extend_from_slice(&chunk);
@@ -247,6 +254,8 @@ impl Client {
                                     websocket::write_message(&mut connection, 0x2, &[255, 0], true)
                                         .map_err(ClientError::io)?;
                                 }
+                                // Nothing more to send: wait for output longer per read.
+                                connection.set_read_timeout(Some(Duration::from_millis(20)))?;
                                 break;
                             }
                         }
@@ -400,7 +409,7 @@ pub(crate) struct ChannelWriter(pub(crate) std::sync::mpsc::SyncSender<Vec<u8>>)
 
 impl Write for ChannelWriter {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let n = buf.len().min(32 << 10);
+        let n = buf.len().min(64 << 10);
         self.0
             .send(buf[..n].to_vec())
             .map_err(|_| std::io::Error::from(std::io::ErrorKind::BrokenPipe))?;
