@@ -24,6 +24,7 @@ benches=(
   "search_bench --smoke"
   "candidate_bench --smoke"
   "sandbox_bench --smoke"
+  "k8s_bench --smoke"
   "mcp_bench --smoke"
   "claim_bench --smoke"
   "api_bench --smoke"

@@ -333,6 +333,17 @@ async fn egress_check(config: &Config, offline: bool) -> Check {
     match config.sandbox.backend {
         // The linux backend relays to the proxy; `local` commands reach it directly.
         warden_sandbox::Backend::Linux | warden_sandbox::Backend::Local => {}
+        warden_sandbox::Backend::Kubernetes => {
+            return Check {
+                name,
+                ok: false,
+                detail: format!(
+                    "the kubernetes backend does not relay to Warden's egress proxy yet, so \
+                     prepare runs without network (allow-list: {listed}); put what prepare \
+                     would fetch in the template's image"
+                ),
+            }
+        }
         warden_sandbox::Backend::Gvisor => {
             return Check {
                 name,

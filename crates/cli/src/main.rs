@@ -10,6 +10,7 @@ mod diff;
 mod doctor;
 mod gc;
 mod interrupt;
+mod k8s;
 mod local_cli;
 mod maintain;
 mod mcp;
@@ -183,6 +184,12 @@ enum Command {
     Gc(gc::GcArgs),
     /// Online copies of this WARDEN_HOME's SQLite databases (warden.db, local.db) into DIR
     Backup(backup::BackupArgs),
+    /// What the kubernetes sandbox backend needs in a cluster (`warden k8s render | kubectl
+    /// apply -f -`)
+    K8s {
+        #[command(subcommand)]
+        command: k8s::K8sCommand,
+    },
     /// Serve the Model Context Protocol on stdin/stdout for other agents and editors: ask,
     /// run_change, task_status, task_result, task_diff, answer, cancel, list_repos (tasks run
     /// in-process; no tool approves)
@@ -267,6 +274,7 @@ fn main() -> ExitCode {
             | Command::Show { .. }
             | Command::Diff(_)
             | Command::Doctor { .. }
+            | Command::K8s { .. }
             | Command::Logs { follow: false, .. }
     ) {
         warden_sandbox::quiet_on_closed_output();
@@ -366,6 +374,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         }
         Command::Gc(args) => tokio_runtime()?.block_on(gc::gc(&config, args)),
         Command::Backup(args) => backup::backup(&config, args),
+        Command::K8s { command } => k8s::k8s(&config, command),
         Command::Serve => tokio_runtime()?.block_on(serve::serve(config)),
         Command::Worker => tokio_runtime()?.block_on(serve::worker(config)),
         Command::Token { command } => tokio_runtime()?.block_on(token::token(&config, command)),

@@ -115,8 +115,7 @@ impl ChangeSandbox {
             code: FailureCode::Infrastructure,
             message: format!("cannot create {}: {e}", scratch_dir.display()),
         })?;
-        let sandbox = warden_sandbox::select(config.sandbox.backend, &config.sandbox.config)
-            .map_err(failure)?;
+        let sandbox = crate::sandbox_backend::select(config).map_err(failure)?;
         // A private cache is shown where the key's would be, when the backend can: what
         // tools record of its paths then matches the key's warm seed.
         let toolchains = crate::question::task_toolchains(

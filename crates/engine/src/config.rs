@@ -24,6 +24,9 @@ pub struct FileConfig {
     pub prices: Vec<PriceEntry>,
     #[serde(default)]
     pub sandbox: SandboxSection,
+    /// `[kubernetes]`: the `kubernetes` sandbox backend's cluster, template and warm pool.
+    #[serde(default)]
+    pub kubernetes: crate::kubernetes_config::KubernetesSection,
     #[serde(default)]
     pub storage: StorageSection,
     /// `[egress]`: what `prepare` reaches through Warden's egress proxy.
@@ -286,6 +289,9 @@ pub struct Config {
     pub context_tokens: Option<u64>,
     pub prices: PriceTable,
     pub sandbox: SandboxChoice,
+    /// `[kubernetes]`, resolved (defaults when absent): the `kubernetes` backend's settings and
+    /// what `warden k8s render` prints.
+    pub kubernetes: warden_kubernetes::KubernetesConfig,
     /// `[storage]`: snapshot limits and the cache budget of mirrors, snapshots and dependency
     /// caches.
     pub storage: StorageConfig,
@@ -467,6 +473,7 @@ impl Config {
         let prices = table;
         let maintain = crate::maintain_config::MaintainConfig::resolve(&file.maintain)?;
         let sandbox = sandbox_choice(&file, &maintain, &home, env)?;
+        let kubernetes = crate::kubernetes_config::resolve(&file.kubernetes, &home, env)?;
         let storage = storage_config(&file.storage)?;
         let serve = crate::serve_config::ServeConfig {
             web: crate::serve_config::WebConfig::resolve(&file.web)?,
@@ -519,6 +526,7 @@ impl Config {
             context_tokens,
             prices,
             sandbox,
+            kubernetes,
             storage,
             serve,
             callbacks,
@@ -841,10 +849,9 @@ fn sandbox_choice(
         .unwrap_or_else(|| "linux".into());
     let backend = match warden_sandbox::Backend::from_name(&name) {
         Some(backend) => backend,
-        None if name == "kubernetes" => {
-            bail!("sandbox backend \"kubernetes\" is not available in this build yet")
+        None => {
+            bail!("unknown sandbox backend {name:?}: expected linux, gvisor, kubernetes or local")
         }
-        None => bail!("unknown sandbox backend {name:?}: expected linux, gvisor or local"),
     };
     let mut disabled_layers = Vec::new();
     for layer in &section.disabled_layers {

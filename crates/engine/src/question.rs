@@ -395,8 +395,7 @@ impl TaskSandbox {
             })?;
         }
         let toolchains = task_toolchains(config, repos, false, false, false)?;
-        let sandbox = warden_sandbox::select(config.sandbox.backend, &config.sandbox.config)
-            .map_err(failure)?;
+        let sandbox = crate::sandbox_backend::select(config).map_err(failure)?;
         let view = sandbox
             .open(&ViewSpec {
                 lower: repos

@@ -25,6 +25,16 @@ pub enum SandboxError {
     /// The sandbox configuration is invalid (e.g. disabling a layer that cannot be disabled).
     #[error("invalid sandbox configuration: {0}")]
     InvalidConfig(String),
+    /// A remote sandbox went away while in use (its pod was deleted or evicted, its claim
+    /// expired): the view cannot run anything any more. Callers end the run with
+    /// `sandbox_error` rather than letting the agent retry into it; a new run opens a new view.
+    #[error("{backend} sandbox lost: {reason}")]
+    Lost {
+        /// The backend whose sandbox was lost.
+        backend: Backend,
+        /// What was seen (the pod gone, the stream dropped, the claim expired).
+        reason: String,
+    },
     /// A host-side operation failed (scratch directory, pipes, waiting for a process).
     #[error("{context}: {source}")]
     Io {
@@ -41,7 +51,7 @@ impl SandboxError {
     /// request will fail the same way again.
     pub fn is_retryable(&self) -> bool {
         match self {
-            SandboxError::Io { .. } => true,
+            SandboxError::Io { .. } | SandboxError::Lost { .. } => true,
             SandboxError::Unavailable { .. }
             | SandboxError::InvalidRequest(_)
             | SandboxError::InvalidConfig(_) => false,
@@ -54,7 +64,8 @@ impl SandboxError {
             SandboxError::Unavailable { layer, .. } => Some(*layer),
             SandboxError::InvalidRequest(_)
             | SandboxError::InvalidConfig(_)
-            | SandboxError::Io { .. } => None,
+            | SandboxError::Io { .. }
+            | SandboxError::Lost { .. } => None,
         }
     }
 

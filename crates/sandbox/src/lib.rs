@@ -63,6 +63,7 @@ mod cancel;
 mod egress;
 mod error;
 mod gvisor;
+pub mod kit;
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 mod linux;
@@ -175,6 +176,13 @@ pub fn select(
             reason: "the linux backend needs a Linux kernel".into(),
         }),
         Backend::Gvisor => Ok(Arc::new(gvisor::GvisorSandbox::establish(config)?)),
+        Backend::Kubernetes => Err(SandboxError::Unavailable {
+            backend: Backend::Kubernetes,
+            layer: Layer::Runtime,
+            reason: "the kubernetes backend needs its [kubernetes] settings: it is opened \
+                     through warden-kubernetes, not selected here"
+                .into(),
+        }),
     }
 }
 

@@ -247,7 +247,7 @@ fn remove_file_if_present(path: &Path) -> std::io::Result<()> {
     }
 }
 
-fn copy_tree(from: &Path, to: &Path) -> Result<(), SandboxError> {
+pub(crate) fn copy_tree(from: &Path, to: &Path) -> Result<(), SandboxError> {
     use std::os::unix::fs::PermissionsExt;
     let fail = |path: &Path, e| SandboxError::io(format!("cannot copy {}", path.display()), e);
     match std::fs::create_dir(to) {

@@ -3,8 +3,9 @@
 
 use crate::Stream;
 
-/// Collects a command's output under a limit, forwarding what it keeps to a callback.
-pub(crate) struct Collector<'a> {
+/// Collects a command's output under a limit (stdout and stderr together), forwarding what it
+/// keeps to a callback; `finish` gives `(stdout, stderr, truncated)`.
+pub struct Collector<'a> {
     limit: usize,
     stdout: Vec<u8>,
     stderr: Vec<u8>,
@@ -14,12 +15,12 @@ pub(crate) struct Collector<'a> {
 }
 
 /// The line appended to a stream that lost output.
-pub(crate) fn truncation_marker(limit: usize) -> String {
+pub fn truncation_marker(limit: usize) -> String {
     format!("[output truncated at {limit} bytes]\n")
 }
 
 impl<'a> Collector<'a> {
-    pub(crate) fn new(limit: usize, on_output: &'a mut dyn FnMut(Stream, &[u8])) -> Self {
+    pub fn new(limit: usize, on_output: &'a mut dyn FnMut(Stream, &[u8])) -> Self {
         Collector {
             limit,
             stdout: Vec::new(),
@@ -30,7 +31,7 @@ impl<'a> Collector<'a> {
         }
     }
 
-    pub(crate) fn push(&mut self, stream: Stream, data: &[u8]) {
+    pub fn push(&mut self, stream: Stream, data: &[u8]) {
         let room = self
             .limit
             .saturating_sub(self.stdout.len() + self.stderr.len());
@@ -56,7 +57,7 @@ impl<'a> Collector<'a> {
     }
 
     /// `(stdout, stderr, truncated)`.
-    pub(crate) fn finish(self) -> (Vec<u8>, Vec<u8>, bool) {
+    pub fn finish(self) -> (Vec<u8>, Vec<u8>, bool) {
         let truncated = self.stdout_dropped || self.stderr_dropped;
         (self.stdout, self.stderr, truncated)
     }

@@ -18,6 +18,10 @@ pub enum Backend {
     Gvisor,
     /// No isolation at all: for development, only when chosen explicitly.
     Local,
+    /// gVisor pods claimed from an agent-sandbox warm pool; implemented by
+    /// `warden-kubernetes`, which the engine composes (this crate's [`crate::select`]
+    /// refuses it).
+    Kubernetes,
 }
 
 impl Backend {
@@ -27,6 +31,7 @@ impl Backend {
             Backend::Linux => "linux",
             Backend::Gvisor => "gvisor",
             Backend::Local => "local",
+            Backend::Kubernetes => "kubernetes",
         }
     }
 
@@ -36,6 +41,7 @@ impl Backend {
             "linux" => Some(Backend::Linux),
             "gvisor" => Some(Backend::Gvisor),
             "local" => Some(Backend::Local),
+            "kubernetes" => Some(Backend::Kubernetes),
             _ => None,
         }
     }
@@ -43,7 +49,7 @@ impl Backend {
     /// Whether commands run isolated from the host (false only for `local`).
     pub fn isolates(self) -> bool {
         match self {
-            Backend::Linux | Backend::Gvisor => true,
+            Backend::Linux | Backend::Gvisor | Backend::Kubernetes => true,
             Backend::Local => false,
         }
     }
@@ -564,7 +570,7 @@ impl CommandOutput {
 
 /// A [`ViewSpec`] after validation: canonical snapshot paths.
 #[derive(Debug, Clone)]
-pub(crate) enum ValidatedView {
+pub enum ValidatedView {
     /// One snapshot: it is the working root.
     Single(PathBuf),
     /// Several: `(folder name, snapshot)`, sorted by name.
@@ -1008,7 +1014,12 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for backend in [Backend::Linux, Backend::Gvisor, Backend::Local] {
+        for backend in [
+            Backend::Linux,
+            Backend::Gvisor,
+            Backend::Local,
+            Backend::Kubernetes,
+        ] {
             assert_eq!(Backend::from_name(backend.as_str()), Some(backend));
         }
         for layer in Layer::ALL {

@@ -82,6 +82,19 @@ pub async fn services(config: Arc<Config>, store: Arc<dyn Store>) -> anyhow::Res
         }
         Err(error) => return Err(ServeUsageError(error.to_string()).into()),
     };
+    // Claims an earlier life of this Warden left on the cluster: no task of it holds one now.
+    if config.sandbox.backend == warden_sandbox::Backend::Kubernetes {
+        let reaping = config.clone();
+        match tokio::task::spawn_blocking(move || {
+            warden_engine::sandbox_backend::reap_orphans(&reaping)
+        })
+        .await?
+        {
+            Ok(reaped) if reaped.is_empty() => {}
+            Ok(reaped) => tracing::info!(claims = ?reaped, "deleted sandbox claims left behind"),
+            Err(error) => tracing::warn!(%error, "cannot reap sandbox claims left behind"),
+        }
+    }
     let home = config.home.clone();
     let storage = config.storage;
     let repos = tokio::task::spawn_blocking(move || storage.open_repos(&home))

@@ -104,6 +104,14 @@ impl Tool for Shell {
             spec.env = env;
             match blocking::run(move || view.run(&spec)).await {
                 None => ToolOutput::Error("the sandboxed command crashed Warden's runner".into()),
+                // A lost remote sandbox runs nothing any more: the run ends, it does not retry
+                // into it (a new run opens a new view).
+                Some(Err(error @ warden_sandbox::SandboxError::Lost { .. })) => {
+                    ToolOutput::Stop(warden_protocol::Failure {
+                        code: warden_protocol::FailureCode::SandboxError,
+                        message: error.to_string(),
+                    })
+                }
                 Some(Err(error)) => ToolOutput::Error(format!("sandbox error: {error}")),
                 Some(Ok(output)) => {
                     let mut text = match (output.exit_code, output.signal) {

@@ -70,8 +70,9 @@ fn section<'a>(text: &'a str, heading: &str) -> &'a str {
 #[test]
 fn every_configuration_key_is_documented_under_its_table() {
     use engine::{
-        callback, config, egress, gates_config, github_hook_config, maintain_config, mcp_config,
-        schedule_config, serve_config, slack_config, telegram_config, telemetry_config,
+        callback, config, egress, gates_config, github_hook_config, kubernetes_config,
+        maintain_config, mcp_config, schedule_config, serve_config, slack_config, telegram_config,
+        telemetry_config,
     };
     let configuration = docs("configuration.md");
     let maintain = docs("maintain.md");
@@ -84,6 +85,11 @@ fn every_configuration_key_is_documented_under_its_table() {
         ("prices", "`[[prices]]`", keys::<config::PriceEntry>()),
         ("sandbox", "`[sandbox]`", keys::<config::SandboxSection>()),
         ("egress", "`[sandbox]`", keys::<egress::EgressSection>()),
+        (
+            "kubernetes",
+            "`[kubernetes]`",
+            keys::<kubernetes_config::KubernetesSection>(),
+        ),
         ("storage", "`[storage]`", keys::<config::StorageSection>()),
         ("serve", "`[serve]`", keys::<serve_config::ServeSection>()),
         ("web", "`[web]`", keys::<serve_config::WebSection>()),

@@ -13,6 +13,7 @@ mod front_door;
 mod gates;
 mod github_app;
 mod github_examples;
+mod kubernetes;
 mod logs_json;
 mod maintain;
 mod maintain_go;

@@ -134,3 +134,29 @@ conformance!(
     ],
     keyed[]
 );
+
+// Against the fake API server (pods are linux views): what a backend without host mounts,
+// quotas of its own or isolation testable here promises — the view's tree in both directions,
+// timeouts, bounded output, the environment, cancellation and kill switches. Its isolation in a
+// cluster (gVisor, the template's security context and network policy) is what `warden k8s
+// render` sets up and CI validates. Left out: multi_repository_views, because a read-only
+// view's files are read-only by mode only in a pod (the copy is the sandbox user's; what a
+// command writes there never reaches Warden), and the fake's pods, writable linux views, let
+// their user write through modes anyway.
+conformance!(
+    kubernetes,
+    warden_sandbox::Backend::Kubernetes,
+    [
+        writable_view_changes_land_in_the_view_only,
+        a_seed_shows_below_the_snapshot_and_is_never_written,
+        timeout_kills_grandchildren,
+        output_flood_is_truncated,
+        environment_is_exactly_the_allow_list,
+        commands_behave,
+        file_tools_list_the_working_root,
+        concurrent_commands,
+        cancel_kills_running_commands_and_refuses_new_ones,
+        piped_command_converses_and_is_killed_on_demand,
+    ],
+    keyed[]
+);

@@ -74,6 +74,7 @@ pub fn sandbox(backend: Backend) -> Option<Arc<dyn Sandbox>> {
         Backend::Linux => &LINUX,
         Backend::Gvisor => &GVISOR,
         Backend::Local => &LOCAL,
+        Backend::Kubernetes => return kubernetes(),
     };
     cell.get_or_init(|| match select(backend, &config()) {
         Ok(sandbox) => Some(sandbox),
@@ -337,4 +338,41 @@ pub fn host_bytes(dir: &Path) -> u64 {
         Ok(meta) => walk(dir, meta.dev()),
         Err(_) => 0,
     }
+}
+
+/// The kubernetes backend against warden-kubernetes' fake API server, whose pods are `linux`
+/// views: what this suite can check of it here (no cluster runs on these machines).
+fn kubernetes() -> Option<Arc<dyn Sandbox>> {
+    static KUBERNETES: OnceLock<Option<Arc<dyn Sandbox>>> = OnceLock::new();
+    KUBERNETES
+        .get_or_init(|| {
+            let runtime = sandbox(Backend::Linux)?;
+            let dir = Box::leak(Box::new(
+                tempfile::Builder::new()
+                    .prefix("warden-sandbox-k8s-")
+                    .tempdir()
+                    .unwrap(),
+            ));
+            let fake = Box::leak(Box::new(
+                warden_kubernetes::fake::FakeCluster::start(
+                    runtime,
+                    &dir.path().join("cluster"),
+                    warden_kubernetes::fake::FakeOptions::default(),
+                )
+                .unwrap(),
+            ));
+            let kubeconfig = dir.path().join("kubeconfig");
+            fake.write_kubeconfig(&kubeconfig).unwrap();
+            let config = warden_kubernetes::KubernetesConfig {
+                credentials: warden_kubernetes::Credentials::Kubeconfig {
+                    path: kubeconfig,
+                    context: None,
+                },
+                owner: "conformance".into(),
+                ..warden_kubernetes::KubernetesConfig::default()
+            };
+            let backend = warden_kubernetes::KubernetesSandbox::connect(&config).unwrap();
+            Some(Arc::new(backend) as Arc<dyn Sandbox>)
+        })
+        .clone()
 }

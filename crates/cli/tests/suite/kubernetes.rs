@@ -1,0 +1,214 @@
+//! The `kubernetes` backend end to end: the real `warden` binary with `[sandbox] backend =
+//! "kubernetes"` against warden-kubernetes' fake API server (whose pods are `linux` sandbox
+//! views), and the same scripted question and change on the `linux` backend: the same answer,
+//! the same tool observations, the same proposal tree. No real cluster runs here; docs/kubernetes.md
+//! says how the live test runs against one (`WARDEN_K8S_LIVE=1`).
+
+use super::support::Warden;
+use serde_json::json;
+use warden_kubernetes::fake::{FakeCluster, FakeOptions};
+use warden_test_support::git_fixture::TempRepo;
+use warden_test_support::model_server::{openai, ScriptedModelServer};
+
+/// The fake with linux pods, or `None` where the linux backend is unavailable (unless CI
+/// requires it).
+fn fake(dir: &std::path::Path) -> Option<FakeCluster> {
+    match warden_sandbox::select(
+        warden_sandbox::Backend::Linux,
+        &warden_sandbox::SandboxConfig::default(),
+    ) {
+        Ok(runtime) => Some(FakeCluster::start(runtime, dir, FakeOptions::default()).unwrap()),
+        Err(error) => {
+            assert!(
+                !std::env::var("WARDEN_SANDBOX_TEST_REQUIRE")
+                    .unwrap_or_default()
+                    .contains("linux"),
+                "the fake cluster's pods need the linux backend: {error}"
+            );
+            eprintln!("SKIP: the fake cluster's pods need the linux backend: {error}");
+            None
+        }
+    }
+}
+
+/// A Warden configured for the fake.
+fn on_fake(warden: Warden, fake: &FakeCluster) -> Warden {
+    let kubeconfig = warden.home.path().join("kubeconfig");
+    fake.write_kubeconfig(&kubeconfig).unwrap();
+    std::fs::write(
+        warden.home.path().join("warden.toml"),
+        format!(
+            "[sandbox]\nbackend = \"kubernetes\"\n\n[kubernetes]\nkubeconfig = \"{}\"\nowner = \"cli-test\"\n",
+            kubeconfig.display()
+        ),
+    )
+    .unwrap();
+    warden
+}
+
+fn call(name: &str, arguments: serde_json::Value) -> warden_test_support::model_server::Reply {
+    openai::tool_call(name, &arguments.to_string())
+}
+
+/// The tool results the model saw, in order.
+fn observations(server: &ScriptedModelServer) -> Vec<String> {
+    let requests = server.requests();
+    let Some(last) = requests.last() else {
+        return Vec::new();
+    };
+    last.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+#[test]
+fn a_question_runs_through_the_kubernetes_backend_like_linux() {
+    let scratch = tempfile::tempdir().unwrap();
+    let Some(fake) = fake(&scratch.path().join("cluster")) else {
+        return;
+    };
+    let repo = TempRepo::new();
+    repo.write("src/lib.rs", "// one\npub fn retry() -> u32 {\n    3\n}\n")
+        .write("README.md", "# sample\n");
+    repo.commit("initial");
+    let script = || {
+        vec![
+            call(
+                "shell",
+                json!({"command": "pwd; grep -n 'fn retry' src/lib.rs; wc -l < README.md; ls -1"}),
+            ),
+            call(
+                "submit_answer",
+                json!({"summary": "retry returns 3",
+                       "claims": [{"text": "retry returns 3", "basis": "observed",
+                                   "evidence": [{"repo": repo.path().file_name().unwrap().to_str().unwrap(),
+                                                 "path": "src/lib.rs", "start_line": 2, "end_line": 4}]}]}),
+            ),
+        ]
+    };
+    let mut results = Vec::new();
+    for backend in ["linux", "kubernetes"] {
+        let server = ScriptedModelServer::start_blocking(script());
+        let warden = Warden::openai(&server.url());
+        let warden = if backend == "kubernetes" {
+            on_fake(warden, &fake)
+        } else {
+            warden.with("WARDEN_SANDBOX", "linux")
+        };
+        let run = warden.run(&[
+            "ask",
+            "--repo",
+            repo.path().to_str().unwrap(),
+            "--json",
+            "what does retry return?",
+        ]);
+        assert_eq!(run.code, 0, "{backend}: {}\n{}", run.stdout, run.stderr);
+        let result = run.json();
+        assert_eq!(result["outcome"], "answer", "{backend}: {result}");
+        assert_eq!(result["sandbox"], backend, "{result}");
+        results.push((result, observations(&server)));
+    }
+    let (linux, kubernetes) = (&results[0], &results[1]);
+    assert_eq!(linux.0["answer"], kubernetes.0["answer"]);
+    assert_eq!(linux.1, kubernetes.1, "the shell saw the same tree");
+    assert!(kubernetes.1[0].contains("/work"), "{:?}", kubernetes.1);
+    assert!(
+        fake.claims().is_empty(),
+        "the task's claim was deleted: {:?}",
+        fake.claims()
+    );
+    let claims_created = fake
+        .requests()
+        .iter()
+        .filter(|r| r.method == "POST" && r.target.ends_with("/sandboxclaims"))
+        .count();
+    assert_eq!(claims_created, 1, "one claim for the task's one view");
+}
+
+#[test]
+fn a_change_runs_through_the_kubernetes_backend_like_linux() {
+    let scratch = tempfile::tempdir().unwrap();
+    let Some(fake) = fake(&scratch.path().join("cluster")) else {
+        return;
+    };
+    let repo = TempRepo::new();
+    repo.write("src/lib.txt", "alpha\nbeta\ngamma\n")
+        .write("old.txt", "to be deleted\n")
+        .write(
+            "check.sh",
+            "grep -q BETA src/lib.txt && test ! -e old.txt\n",
+        );
+    repo.commit("initial");
+    let script = || {
+        vec![
+            call(
+                "shell",
+                json!({"command": "sed -i 's/beta/BETA/' src/lib.txt && rm old.txt && mkdir -p docs && echo made > docs/by-shell.txt"}),
+            ),
+            // An edit tool writes the host side of the view; the next command must see it.
+            call(
+                "write_file",
+                json!({"path": "docs/by-tool.txt", "content": "written by warden\n"}),
+            ),
+            call(
+                "shell",
+                json!({"command": "cat docs/by-tool.txt docs/by-shell.txt"}),
+            ),
+            call("run_checks", json!({})),
+            call("submit_change", json!({"summary": "BETA, without old.txt"})),
+        ]
+    };
+    let mut results = Vec::new();
+    for backend in ["linux", "kubernetes"] {
+        let server = ScriptedModelServer::start_blocking(script());
+        let warden = Warden::openai(&server.url());
+        let warden = if backend == "kubernetes" {
+            on_fake(warden, &fake)
+        } else {
+            warden.with("WARDEN_SANDBOX", "linux")
+        };
+        let run = warden.run(&[
+            "run",
+            "--repo",
+            repo.path().to_str().unwrap(),
+            "--json",
+            "--check",
+            "bash check.sh",
+            "make beta uppercase",
+        ]);
+        assert_eq!(run.code, 0, "{backend}: {}\n{}", run.stdout, run.stderr);
+        let result = run.json();
+        assert_eq!(result["outcome"], "proposal", "{backend}: {result}");
+        results.push((result, observations(&server)));
+    }
+    let (linux, kubernetes) = (&results[0], &results[1]);
+    for key in ["tree", "files", "diff_stat", "base_commit"] {
+        assert_eq!(
+            linux.0["proposal"][key], kubernetes.0["proposal"][key],
+            "proposal {key}"
+        );
+    }
+    assert_eq!(
+        kubernetes.0["proposal"]["validations"][0]["exit_code"], 0,
+        "{}",
+        kubernetes.0
+    );
+    assert_eq!(
+        linux.1[2], kubernetes.1[2],
+        "the shell saw the tool's write"
+    );
+    assert!(
+        kubernetes.1[2].contains("written by warden"),
+        "{:?}",
+        kubernetes.1
+    );
+    assert!(
+        fake.claims().is_empty(),
+        "every claim was deleted: {:?}",
+        fake.claims()
+    );
+}

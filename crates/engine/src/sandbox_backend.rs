@@ -1,0 +1,29 @@
+//! Which backend a task's sandbox views come from: the local ones through
+//! `warden_sandbox::select`, `kubernetes` through `warden-kubernetes` with the `[kubernetes]`
+//! settings. Never a fallback: what is configured is established or refused.
+
+use crate::config::Config;
+use std::sync::Arc;
+use warden_sandbox::{Backend, Sandbox, SandboxError};
+
+/// The configured backend, ready to open views.
+pub fn select(config: &Config) -> Result<Arc<dyn Sandbox>, SandboxError> {
+    match config.sandbox.backend {
+        Backend::Kubernetes => Ok(Arc::new(warden_kubernetes::KubernetesSandbox::connect(
+            &config.kubernetes,
+        )?)),
+        backend => warden_sandbox::select(backend, &config.sandbox.config),
+    }
+}
+
+/// At a server's or worker's start-up, with the kubernetes backend: deletes the claims this
+/// Warden (`[kubernetes] owner`) left behind — it holds none yet. Their names; nothing for
+/// the other backends.
+pub fn reap_orphans(config: &Config) -> Result<Vec<String>, SandboxError> {
+    match config.sandbox.backend {
+        Backend::Kubernetes => {
+            warden_kubernetes::KubernetesSandbox::connect(&config.kubernetes)?.reap_orphans()
+        }
+        Backend::Linux | Backend::Gvisor | Backend::Local => Ok(Vec::new()),
+    }
+}

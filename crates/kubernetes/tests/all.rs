@@ -1,0 +1,5 @@
+//! The kubernetes backend's integration tests (see `suite/`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod suite;
