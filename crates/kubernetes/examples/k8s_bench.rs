@@ -10,6 +10,7 @@
 //! writable view (a change task's: every command is followed by a sync, and a command after a
 //! host-side edit by a push). Prints medians and the requests each view made; times are reported,
 //! never asserted. `--smoke` runs 2 rounds and fails only on a wrong result.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::disallowed_methods)]
 
 use std::time::{Duration, Instant};
 use warden_kubernetes::fake::{FakeCluster, FakeOptions};

@@ -7,8 +7,7 @@
 //! time.
 
 use maud::{html, Markup};
-use warden_service::time::rfc3339;
-use warden_store::UtcDay;
+use warden_time::{rfc3339, UtcDay};
 
 /// `2026-12-01 13:19 UTC`.
 pub(super) fn utc_minutes(ms: i64) -> String {

@@ -923,7 +923,7 @@ async fn usage(State(state): State<Arc<ApiState>>, headers: HeaderMap) -> Respon
             .map(|(key, spend)| pages::SpendRow { key, spend })
             .collect()
     };
-    let today = warden_store::UtcDay::of_ms(wall_ms());
+    let today = warden_time::UtcDay::of_ms(wall_ms());
     let today_spend = summary
         .by_day
         .iter()
@@ -932,7 +932,7 @@ async fn usage(State(state): State<Arc<ApiState>>, headers: HeaderMap) -> Respon
     // The last 30 days, oldest first, each one there whether anything was spent or not.
     let days: Vec<pages::SpendRow> = (0..30)
         .rev()
-        .map(|back| warden_store::UtcDay::of_ms(wall_ms() - back * 86_400_000))
+        .map(|back| warden_time::UtcDay::of_ms(wall_ms() - back * 86_400_000))
         .map(|day| pages::SpendRow {
             key: day.to_string(),
             spend: summary

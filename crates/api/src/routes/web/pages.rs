@@ -814,7 +814,7 @@ pub(super) fn task_page(viewer: &Principal, page: &TaskPage<'_>) -> Markup {
             }
             h2 { "Timeline " span #connection data-state="idle" role="status" {} }
             ol.timeline #timeline data-task=(id) data-status=(status_name(task.status))
-                data-updated=(warden_service::time::rfc3339(task.updated_at_ms)) data-terminal=(task.status.is_terminal()) {}
+                data-updated=(rfc3339(task.updated_at_ms)) data-terminal=(task.status.is_terminal()) {}
         },
     )
 }
