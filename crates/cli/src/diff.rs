@@ -171,8 +171,10 @@ fn render_diff(view: &Value, proposal: Option<&Proposal>, args: &DiffArgs, colou
             );
         }
         emit!(
-            "  {} file(s) changed, {added} insertion(s), {removed} deletion(s)",
-            proposal.files.len()
+            "  {} changed, {}, {}",
+            text::count(proposal.files.len() as u64, "file", "files"),
+            text::count(added, "insertion", "insertions"),
+            text::count(removed, "deletion", "deletions")
         );
     }
     if let Some(sensitive) = view["sensitive_files"].as_array().filter(|s| !s.is_empty()) {

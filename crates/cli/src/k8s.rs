@@ -12,7 +12,7 @@ pub enum K8sCommand {
 pub fn k8s(config: &warden_engine::config::Config, command: K8sCommand) -> anyhow::Result<u8> {
     match command {
         K8sCommand::Render => {
-            print!("{}", warden_engine::kubernetes_config::render(config));
+            print!("{}", config.kubernetes_manifests());
             Ok(0)
         }
     }

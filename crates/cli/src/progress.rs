@@ -19,10 +19,21 @@ struct Inner {
     /// with the same errors (the same failing check output on the same tree, timings aside) is
     /// named, not printed again.
     last_rejection: Mutex<Option<(u32, Vec<String>)>>,
-    /// The tool call under way, if any: `(call id, summary, started, last line about it)`.
-    running: Mutex<Option<(String, String, Instant, Instant)>>,
+    /// The tool call under way, if any, or a check run outside one (a base tree's warm-up).
+    running: Mutex<Option<Running>>,
     /// How long a call runs without news before a heartbeat line says it still does.
     heartbeat: Duration,
+}
+
+/// What a heartbeat is about.
+struct Running {
+    /// The tool call's id; empty for a check outside a tool call.
+    call_id: String,
+    tool: String,
+    summary: String,
+    started: Instant,
+    /// When the last line about it was printed.
+    last: Instant,
 }
 
 /// A heartbeat every this long while a tool call runs (`WARDEN_HEARTBEAT_SECS` changes it).
@@ -55,8 +66,17 @@ impl StderrProgress {
         StderrProgress { inner }
     }
 
-    /// The progress line of `event`, if it has one, given the rejections shown before.
+    /// The progress line of `event`, if it has one, given the rejections shown before and the
+    /// call under way: `run_checks` says each check's verdict when it returns, so its checks
+    /// have no lines of their own.
     fn text_of(&self, event: &Event) -> Option<String> {
+        if matches!(
+            event,
+            Event::CheckStarted { .. } | Event::CheckFinished { .. }
+        ) && self.inner.running_tool().as_deref() == Some("run_checks")
+        {
+            return None;
+        }
         if let Event::SubmissionRejected { attempt, errors } = event {
             let mut last = self
                 .inner
@@ -102,11 +122,9 @@ impl Inner {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
             match running.as_mut() {
-                Some((_, summary, started, last))
-                    if now.duration_since(*last) >= self.heartbeat =>
-                {
-                    *last = now;
-                    Some((summary.clone(), now.duration_since(*started)))
+                Some(run) if now.duration_since(run.last) >= self.heartbeat => {
+                    run.last = now;
+                    Some((run.summary.clone(), now.duration_since(run.started)))
                 }
                 _ => None,
             }
@@ -119,23 +137,59 @@ impl Inner {
         }
     }
 
-    /// Tracks the call under way from the events that start and end one.
+    /// The tool of the call under way, if one is.
+    fn running_tool(&self) -> Option<String> {
+        self.running
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .filter(|run| !run.call_id.is_empty())
+            .map(|run| run.tool.clone())
+    }
+
+    /// Tracks the call under way from the events that start and end one, and a check that
+    /// runs outside any call (the base tree's warm-up and baseline before the agent starts).
     fn track(&self, event: &Event) {
         let mut running = self
             .running
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = Instant::now();
+        let in_call = running.as_ref().is_some_and(|run| !run.call_id.is_empty());
         match event {
             Event::ToolStarted {
-                call_id, summary, ..
+                call_id,
+                tool,
+                summary,
             } => {
-                let now = Instant::now();
-                *running = Some((call_id.clone(), summary.clone(), now, now));
+                *running = Some(Running {
+                    call_id: call_id.clone(),
+                    tool: tool.clone(),
+                    summary: summary.clone(),
+                    started: now,
+                    last: now,
+                });
             }
             Event::ToolFinished { call_id, .. }
-                if running.as_ref().is_some_and(|(id, ..)| id == call_id) =>
+                if running.as_ref().is_some_and(|run| &run.call_id == call_id) =>
             {
                 *running = None;
+            }
+            Event::CheckStarted { command, .. } if !in_call => {
+                *running = Some(Running {
+                    call_id: String::new(),
+                    tool: String::new(),
+                    summary: format!("check `{}`", command.replace(['\r', '\n'], " ")),
+                    started: now,
+                    last: now,
+                });
+            }
+            Event::CheckFinished { .. } if !in_call => *running = None,
+            // Another line about the call under way is news: the heartbeat waits again.
+            Event::CheckStarted { .. } | Event::CheckFinished { .. } => {
+                if let Some(run) = running.as_mut().filter(|run| run.tool != "run_checks") {
+                    run.last = now;
+                }
             }
             Event::TaskFinished { .. } => *running = None,
             _ => {}
@@ -264,6 +318,59 @@ mod tests {
         assert_eq!(
             progress.text_of(&rejected(5, "other")).unwrap(),
             "    ✗ submission 5 rejected: the same errors as submission 4"
+        );
+    }
+
+    #[test]
+    fn checks_have_lines_outside_run_checks_whose_note_says_their_verdicts() {
+        let progress = StderrProgress::new();
+        let check_started = Event::CheckStarted {
+            command: "cargo test".into(),
+            tree: "c".repeat(40),
+        };
+        let check_finished = Event::CheckFinished {
+            command: "cargo test".into(),
+            tree: "c".repeat(40),
+            exit_code: Some(0),
+            duration_ms: 400,
+            reused: false,
+            output_tail: String::new(),
+        };
+        let shown = |event: &Event| {
+            progress.inner.track(event);
+            progress.text_of(event)
+        };
+        // The base tree's warm-up, before the agent: its checks are the only news.
+        assert!(shown(&check_started).is_some());
+        assert_eq!(
+            progress
+                .inner
+                .running
+                .lock()
+                .unwrap()
+                .as_ref()
+                .unwrap()
+                .summary,
+            "check `cargo test`"
+        );
+        assert!(shown(&check_finished).is_some());
+        assert!(progress.inner.running.lock().unwrap().is_none());
+        // Inside run_checks the tool's own note gives the verdicts.
+        let call = |tool: &str| Event::ToolStarted {
+            call_id: format!("call_{tool}"),
+            tool: tool.into(),
+            summary: tool.into(),
+        };
+        shown(&call("run_checks"));
+        assert_eq!(shown(&check_started), None);
+        assert_eq!(shown(&check_finished), None);
+        assert_eq!(progress.inner.running_tool().as_deref(), Some("run_checks"));
+        // A submission's validation has no such note: its checks are shown.
+        shown(&call("submit_change"));
+        assert!(shown(&check_started).is_some());
+        assert_eq!(
+            progress.inner.running_tool().as_deref(),
+            Some("submit_change")
         );
     }
 

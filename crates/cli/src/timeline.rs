@@ -214,8 +214,68 @@ fn step(kind: &str, payload: &Value, at: u64, started: &mut Vec<(String, u64)>) 
                 ""
             }
         ),
+        "gate_decided" => gate_line(payload),
+        "review" => review_line(payload),
         other => format!("{other}: {}", preview_value(payload)),
     })
+}
+
+/// The risk gate's decision: the request's before the run, the proposal's paths after it.
+fn gate_line(payload: &Value) -> String {
+    let proposal = payload["stage"] == "proposal";
+    let decided = if proposal {
+        &payload["proposal"]
+    } else {
+        payload
+    };
+    let mut line = format!(
+        "◆ risk gate ({}): {} → {}",
+        if proposal { "proposal" } else { "request" },
+        word(decided, "level"),
+        word(decided, "action")
+    );
+    for reason in decided["reasons"].as_array().into_iter().flatten() {
+        line.push_str(&format!(
+            "\n    {} {}: {}",
+            word(reason, "level"),
+            word(reason, "rule"),
+            word(reason, "detail")
+        ));
+    }
+    if let Some(approval) = payload["approval"]["id"].as_str().filter(|_| !proposal) {
+        line.push_str(&format!(
+            "\n    waits for approval {}",
+            text::one_line(approval)
+        ));
+    }
+    line
+}
+
+/// A review round: its verdict and the findings, most urgent first (at most five).
+fn review_line(payload: &Value) -> String {
+    let findings = payload["findings"].as_array().cloned().unwrap_or_default();
+    let mut line = format!(
+        "◆ review {}: {} · {}",
+        payload["round"],
+        word(payload, "verdict"),
+        text::count(findings.len() as u64, "finding", "findings")
+    );
+    let mut sorted: Vec<&Value> = findings.iter().collect();
+    sorted.sort_by_key(|f| f["priority"].as_u64().unwrap_or(3));
+    for finding in sorted.iter().take(5) {
+        let at = &finding["location"];
+        line.push_str(&format!(
+            "\n    P{} {} ({}:{})",
+            finding["priority"].as_u64().unwrap_or(3),
+            word(finding, "title"),
+            word(at, "path"),
+            at["start_line"]
+        ));
+    }
+    if findings.len() > 5 {
+        line.push_str(&format!("\n    … and {} more", findings.len() - 5));
+    }
+    line
 }
 
 /// `field` of `value` as one escaped line (`?` when absent).
@@ -401,6 +461,50 @@ mod tests {
    0.743s      → search (242 ms): src/a.rs:3:retry (+1 lines)
    0.744s      ✗ nope call rejected: unknown tool \"nope\"
    1.000s  run finished: failed: invalid_tool_calls — too many · 1 model call · 2 tool calls · 120 in / 30 out tokens · $0.0015
+";
+        assert_eq!(timeline, expected, "\n{timeline}");
+    }
+
+    #[test]
+    fn gates_and_reviews_read_in_words() {
+        let records = vec![
+            record(
+                0,
+                "gate_decided",
+                json!({"stage": "request", "level": "high", "action": "approve_before_run",
+                    "reasons": [{"level": "high", "rule": "ci", "detail": "the request names .github/workflows"}],
+                    "request_hash": "sha256:ab", "approval": {"id": "apr_1"}, "proposal": null}),
+            ),
+            record(
+                10,
+                "review",
+                json!({"round": 1, "verdict": "sent_back", "correct": false, "explanation": "x",
+                    "findings": [
+                        {"title": "nit", "body": "b", "priority": 3, "confidence": 0.9,
+                         "location": {"repo": "r", "commit": "c", "path": "a.rs", "start_line": 4, "end_line": 4}},
+                        {"title": "deletes the retry test", "body": "b", "priority": 1, "confidence": 0.9,
+                         "location": {"repo": "r", "commit": "c", "path": "tests/retry.rs", "start_line": 1, "end_line": 9}}
+                    ],
+                    "proposal": {"commit": "c", "hash": "h"}}),
+            ),
+            record(
+                20,
+                "gate_decided",
+                json!({"stage": "proposal", "level": "low", "action": "run", "reasons": [],
+                    "request_hash": "sha256:ab", "approval": null,
+                    "proposal": {"level": "medium", "action": "require_approval",
+                        "reasons": [{"level": "medium", "rule": "dependencies", "detail": "Cargo.lock"}]}}),
+            ),
+        ];
+        let timeline = render(&records);
+        let expected = "   0.000s  ◆ risk gate (request): high → approve_before_run
+                high ci: the request names .github/workflows
+                waits for approval apr_1
+   0.010s  ◆ review 1: sent_back · 2 findings
+                P1 deletes the retry test (tests/retry.rs:1)
+                P3 nit (a.rs:4)
+   0.020s  ◆ risk gate (proposal): medium → require_approval
+                medium dependencies: Cargo.lock
 ";
         assert_eq!(timeline, expected, "\n{timeline}");
     }

@@ -349,6 +349,18 @@ pub enum ModelChoice {
 const MIN_CONTEXT_TOKENS: u64 = 1_000;
 
 impl Config {
+    /// What `warden k8s render` prints: the manifests of `[kubernetes]`, with the pod's memory
+    /// and writable space from `[sandbox]`.
+    pub fn kubernetes_manifests(&self) -> String {
+        warden_kubernetes::render(
+            &self.kubernetes,
+            &warden_kubernetes::PodResources {
+                memory_bytes: self.sandbox.limits.memory_bytes,
+                disk_bytes: self.sandbox.config.disk.bytes,
+            },
+        )
+    }
+
     pub fn load(explicit: Option<&Path>, env: &dyn Env) -> anyhow::Result<Config> {
         let home = state_directory(env)?;
         let (default_file, path) = config_file(explicit, env, &home);

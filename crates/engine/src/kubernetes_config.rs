@@ -130,18 +130,6 @@ pub fn resolve(
     Ok(config)
 }
 
-/// What `warden k8s render` prints: the manifests of `[kubernetes]`, with the pod's memory
-/// and writable space from `[sandbox]`.
-pub fn render(config: &crate::config::Config) -> String {
-    warden_kubernetes::render(
-        &config.kubernetes,
-        &warden_kubernetes::PodResources {
-            memory_bytes: config.sandbox.limits.memory_bytes,
-            disk_bytes: config.sandbox.config.disk.bytes,
-        },
-    )
-}
-
 /// The host name as a label value (a pod's name in a cluster), `warden` without one.
 fn host_label(host: Option<&str>) -> String {
     let cleaned: String = host

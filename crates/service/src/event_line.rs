@@ -129,6 +129,57 @@ pub fn render(event: &Event) -> Option<String> {
             "  ◆ context compacted ({attempt}): about {tokens_before} → {tokens_after} tokens{}",
             if *shrunk { "" } else { ", still above the trigger" }
         ),
+        Event::CheckStarted { command, .. } => format!("    ▸ check `{}` started", one_line(command)),
+        Event::CheckFinished {
+            command,
+            exit_code,
+            duration_ms,
+            reused,
+            output_tail,
+            ..
+        } => {
+            let command = one_line(command);
+            let took = seconds(*duration_ms);
+            match (exit_code, reused) {
+                (Some(0), true) => {
+                    format!("    ✓ check `{command}` passed on this tree before (not run again)")
+                }
+                (Some(0), false) => format!("    ✓ check `{command}` passed in {took}"),
+                (code, _) => {
+                    let how = match code {
+                        Some(code) => format!("exit code {code}"),
+                        None => "killed, timed out or could not run".into(),
+                    };
+                    let again = if *reused { " (an earlier run on this tree)" } else { "" };
+                    let mut line = format!("    ✗ check `{command}` failed ({how}) in {took}{again}");
+                    let tail: Vec<&str> = output_tail.trim_end().lines().collect();
+                    for text in &tail[tail.len().saturating_sub(FAILED_CHECK_LINES)..] {
+                        line.push_str(&format!("\n| {text}"));
+                    }
+                    line
+                }
+            }
+        }
+        Event::PublicationStep {
+            step,
+            state,
+            detail,
+        } => {
+            let what = match step.as_str() {
+                "push" => "pushing the proposal",
+                "pull_request" => "opening the pull request",
+                other => other,
+            };
+            let detail = detail.as_deref().map(one_line);
+            match (state.as_str(), detail) {
+                ("started", Some(detail)) => format!("  ↑ {what} ({detail})"),
+                ("started", None) => format!("  ↑ {what}"),
+                ("done", Some(detail)) => format!("  ✓ {what}: done, {detail}"),
+                ("done", None) => format!("  ✓ {what}: done"),
+                (_, Some(detail)) => format!("  ✗ {what} failed: {detail}"),
+                (_, None) => format!("  ✗ {what} failed"),
+            }
+        }
         Event::RedactionFailed => {
             "  ! an event was withheld: redacting secrets from it failed".into()
         }
@@ -136,15 +187,26 @@ pub fn render(event: &Event) -> Option<String> {
         | Event::AgentMessage { .. }
         | Event::ToolFinished { ok: true, .. }
         | Event::StatusChanged { .. }
-        // Checks and publication steps are the console's timeline for now: the command line's
-        // progress shows a check through its tool call and publication in its result (how it
-        // shows them live is the command line's half of issue 30).
-        | Event::CheckStarted { .. }
-        | Event::CheckFinished { .. }
-        | Event::PublicationStep { .. }
         // The command prints the settled task's finish line from its result.
         | Event::TaskFinished { .. } => return None,
     })
+}
+
+/// The last lines of a failed check's output shown under its verdict.
+const FAILED_CHECK_LINES: usize = 5;
+
+/// `text` on one line: a check command or a publication detail with line breaks in it.
+fn one_line(text: &str) -> String {
+    text.replace(['\r', '\n'], " ")
+}
+
+/// A duration as people read it: `0.4 s`, `12.0 s`, `2 min 5 s`.
+fn seconds(ms: u64) -> String {
+    if ms < 60_000 {
+        format!("{:.1} s", ms as f64 / 1000.0)
+    } else {
+        format!("{} min {} s", ms / 60_000, (ms % 60_000) / 1000)
+    }
 }
 
 /// A byte count as people read it.
@@ -153,5 +215,74 @@ fn bytes(count: u64) -> String {
         0..1024 => format!("{count} B"),
         1024..1_048_576 => format!("{:.1} KiB", count as f64 / 1024.0),
         _ => format!("{:.1} MiB", count as f64 / 1_048_576.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finished(exit_code: Option<i32>, reused: bool, output_tail: &str) -> Event {
+        Event::CheckFinished {
+            command: "cargo test\n--quiet".into(),
+            tree: "c".repeat(40),
+            exit_code,
+            duration_ms: 83_400,
+            reused,
+            output_tail: output_tail.into(),
+        }
+    }
+
+    #[test]
+    fn checks_read_as_their_verdicts_with_a_failure_s_last_lines() {
+        let started = Event::CheckStarted {
+            command: "cargo test".into(),
+            tree: "c".repeat(40),
+        };
+        assert_eq!(
+            render(&started).unwrap(),
+            "    ▸ check `cargo test` started"
+        );
+        assert_eq!(
+            render(&finished(Some(0), false, "ok")).unwrap(),
+            "    ✓ check `cargo test --quiet` passed in 1 min 23 s"
+        );
+        assert_eq!(
+            render(&finished(Some(0), true, "")).unwrap(),
+            "    ✓ check `cargo test --quiet` passed on this tree before (not run again)"
+        );
+        let tail: String = (1..=8).map(|n| format!("line {n}\n")).collect();
+        assert_eq!(
+            render(&finished(Some(101), false, &tail)).unwrap(),
+            "    ✗ check `cargo test --quiet` failed (exit code 101) in 1 min 23 s\n| line 4\n| line 5\n| line 6\n| line 7\n| line 8"
+        );
+        assert_eq!(
+            render(&finished(None, false, "")).unwrap(),
+            "    ✗ check `cargo test --quiet` failed (killed, timed out or could not run) in 1 min 23 s"
+        );
+    }
+
+    #[test]
+    fn publication_steps_read_in_words() {
+        let step = |step: &str, state: &str, detail: Option<&str>| {
+            render(&Event::PublicationStep {
+                step: step.into(),
+                state: state.into(),
+                detail: detail.map(str::to_string),
+            })
+            .unwrap()
+        };
+        assert_eq!(
+            step("push", "started", Some("warden/tsk_1")),
+            "  ↑ pushing the proposal (warden/tsk_1)"
+        );
+        assert_eq!(
+            step("pull_request", "done", Some("https://example.test/pr/7")),
+            "  ✓ opening the pull request: done, https://example.test/pr/7"
+        );
+        assert_eq!(
+            step("push", "failed", Some("rejected\nnon-fast-forward")),
+            "  ✗ pushing the proposal failed: rejected non-fast-forward"
+        );
     }
 }

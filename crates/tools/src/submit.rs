@@ -184,7 +184,8 @@ impl Tool for SubmitAnswer {
 
     fn describe(&self, arguments: &Value) -> String {
         let claims = arguments["claims"].as_array().map_or(0, Vec::len);
-        format!("submit_answer ({claims} claims)")
+        let noun = if claims == 1 { "claim" } else { "claims" };
+        format!("submit_answer ({claims} {noun})")
     }
 
     fn call<'a>(&'a self, arguments: Value) -> BoxFuture<'a, ToolOutput> {

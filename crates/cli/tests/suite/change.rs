@@ -766,7 +766,7 @@ fn diff_shows_the_proposal_with_its_stat_and_hides_sensitive_values() {
     assert!(!plain.stdout.contains("\x1b[3"), "{:?}", plain.stdout);
 
     let stat = warden.run(&["diff", &task, "--stat"]);
-    assert!(stat.stdout.contains("2 file(s) changed"), "{}", stat.stdout);
+    assert!(stat.stdout.contains("2 files changed"), "{}", stat.stdout);
     assert!(!stat.stdout.contains("+BETA"), "{}", stat.stdout);
 
     let as_json = warden.run(&["diff", &task, "--json"]);

@@ -37,6 +37,7 @@ mod serve_change;
 mod serve_publish;
 mod server_harness;
 mod slack;
+mod snapshots;
 mod sse;
 mod steering;
 mod support;

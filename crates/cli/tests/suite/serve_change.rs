@@ -286,11 +286,7 @@ fn a_change_touching_env_waits_for_a_publish_sensitive_approval_and_its_diff_is_
         shown.stdout
     );
     assert!(shown.stdout.contains("! .env"), "{}", shown.stdout);
-    assert!(
-        shown.stdout.contains("2 file(s) changed"),
-        "{}",
-        shown.stdout
-    );
+    assert!(shown.stdout.contains("2 files changed"), "{}", shown.stdout);
     assert!(!shown.stdout.contains(MODEL_KEY), "{}", shown.stdout);
     let as_json = client.run(&["diff", &id, "--json"]);
     server.expect(&as_json, 0);
