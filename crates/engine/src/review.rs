@@ -249,6 +249,7 @@ pub async fn review(
             limits: run.config.limits.clone(),
             max_output_tokens: run.config.max_output_tokens,
             cache_key: Some(crate::prompt::cache_key("review", &[subject.repo])),
+            role: warden_runtime::Role::Reviewer,
             ..AgentConfig::default()
         },
         ledger: run.ledger,

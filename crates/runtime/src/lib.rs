@@ -18,8 +18,8 @@ pub use model::{
     Cost, Message, Model, ModelError, ModelRequest, ModelResponse, TokenUsage, ToolCall, ToolSpec,
 };
 pub use run::{
-    Agent, AgentConfig, CancelFlag, Explorers, Inbox, Ledger, RunInput, RunOutcome, RunReport,
-    Steer, EXPLORE_TOOL,
+    Agent, AgentConfig, CancelFlag, Explorers, Inbox, Ledger, Role, RunInput, RunOutcome,
+    RunReport, Steer, EXPLORE_TOOL,
 };
 pub use tool::{AllowAll, Finish, Policy, Tool, ToolOutput, Verdict};
 

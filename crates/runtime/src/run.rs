@@ -34,6 +34,30 @@ pub struct AgentConfig {
     /// The model's context window in tokens (`[model] context_tokens`): a conversation that
     /// reaches [`COMPACT_AT_PERCENT`] of it is compacted before the next call. `None`: never.
     pub context_tokens: Option<u64>,
+    /// Whose model calls these are, for the ledger ([`Ledger::record`]).
+    pub role: Role,
+}
+
+/// Who in a task makes a model call: the agent that answers or changes (and compacts its own
+/// conversation), an explorer it sent, or the reviewer of its change. The usage ledger keeps it,
+/// so spend is reported per role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Role {
+    #[default]
+    Agent,
+    Explorer,
+    Reviewer,
+}
+
+impl Role {
+    /// The name the ledger and `/v1/usage` use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Agent => "agent",
+            Role::Explorer => "explorer",
+            Role::Reviewer => "reviewer",
+        }
+    }
 }
 
 /// A conversation is compacted once its estimated size reaches this share of the context window.
@@ -63,6 +87,7 @@ impl Default for AgentConfig {
             max_consecutive_rejected_calls: 8,
             cache_key: None,
             context_tokens: None,
+            role: Role::Agent,
         }
     }
 }
@@ -201,9 +226,13 @@ pub trait Ledger: Send + Sync {
     /// spend cannot be read).
     fn before_model_call(&self) -> BoxFuture<'_, Result<(), Failure>>;
 
-    /// Records one response's usage and cost. `Err` ends the run: spend that cannot be
-    /// recorded cannot be enforced.
-    fn record<'a>(&'a self, response: &'a ModelResponse) -> BoxFuture<'a, Result<(), Failure>>;
+    /// Records one response's usage and cost, made by `role`. `Err` ends the run: spend that
+    /// cannot be recorded cannot be enforced.
+    fn record<'a>(
+        &'a self,
+        response: &'a ModelResponse,
+        role: Role,
+    ) -> BoxFuture<'a, Result<(), Failure>>;
 }
 
 /// The mutable state of a run.
@@ -471,7 +500,10 @@ impl Agent<'_> {
             .await
             .map_err(RunOutcome::Failed)?;
         if let Some(ledger) = self.ledger {
-            ledger.record(&response).await.map_err(RunOutcome::Failed)?;
+            ledger
+                .record(&response, self.config.role)
+                .await
+                .map_err(RunOutcome::Failed)?;
         }
         if let Some(failure) = account(state, &response, &self.config.limits) {
             return Err(RunOutcome::Failed(failure));
@@ -655,6 +687,7 @@ impl Agent<'_> {
             config: AgentConfig {
                 limits: child_limits,
                 cache_key: explorers.cache_key.clone(),
+                role: Role::Explorer,
                 ..self.config.clone()
             },
             ledger: self.ledger,

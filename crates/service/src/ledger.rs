@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use warden_protocol::{Failure, FailureCode, TaskId};
-use warden_runtime::{BoxFuture, Cost, Ledger, ModelResponse};
+use warden_runtime::{BoxFuture, Cost, Ledger, ModelResponse, Role};
 use warden_store::{Clock, Spend, UsageEntry, UtcDay};
 
 use crate::outage::{RunStore, StoreCalls};
@@ -119,7 +119,11 @@ impl Ledger for StoreLedger {
         })
     }
 
-    fn record<'a>(&'a self, response: &'a ModelResponse) -> BoxFuture<'a, Result<(), Failure>> {
+    fn record<'a>(
+        &'a self,
+        response: &'a ModelResponse,
+        role: Role,
+    ) -> BoxFuture<'a, Result<(), Failure>> {
         Box::pin(async move {
             let seen = self.seen.fetch_add(1, Ordering::SeqCst) + 1;
             if seen <= self.replayed.load(Ordering::SeqCst) {
@@ -130,6 +134,7 @@ impl Ledger for StoreLedger {
                 task: self.task.clone(),
                 run_number: Some(self.run_number),
                 model: response.model.clone(),
+                role: role.as_str().to_string(),
                 input_tokens: usage.input_tokens,
                 cached_input_tokens: usage.cached_input_tokens,
                 output_tokens: usage.output_tokens,

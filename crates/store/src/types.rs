@@ -260,6 +260,9 @@ pub struct UsageEntry {
     pub task: TaskId,
     pub run_number: Option<u32>,
     pub model: String,
+    /// Who made the call: `agent`, `explorer` or `reviewer` (entries from before the column
+    /// existed read as `agent`).
+    pub role: String,
     pub input_tokens: u64,
     pub cached_input_tokens: u64,
     pub output_tokens: u64,
@@ -503,12 +506,13 @@ pub struct UsageQuery {
     pub since_ms: Option<i64>,
 }
 
-/// Spend grouped three ways, each sorted by its key (day, task id, model).
+/// Spend grouped four ways, each sorted by its key (day, task id, model, role).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct UsageSummary {
     pub by_day: Vec<(crate::UtcDay, Spend)>,
     pub by_task: Vec<(TaskId, Spend)>,
     pub by_model: Vec<(String, Spend)>,
+    pub by_role: Vec<(String, Spend)>,
 }
 
 /// A chat message to send (Telegram today): the chat-side outbox. Its `id` is chosen by the

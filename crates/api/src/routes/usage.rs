@@ -1,5 +1,5 @@
-//! `GET /v1/usage[?since=YYYY-MM-DD]`: the usage ledger summed per UTC day, per task and per
-//! model. Admins see everyone's spend; other tokens the spend of their own tasks.
+//! `GET /v1/usage[?since=YYYY-MM-DD]`: the usage ledger summed per UTC day, per task, per
+//! model and per role. Admins see everyone's spend; other tokens the spend of their own tasks.
 
 use std::sync::Arc;
 
@@ -75,12 +75,22 @@ pub struct ModelSpend {
     pub spend: SpendView,
 }
 
-/// Spend three ways, each sorted by its key.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RoleSpend {
+    /// Who made the calls: `agent` (the task's own loop, compaction included), `explorer`
+    /// (the explorers it sent) or `reviewer`.
+    pub role: String,
+    #[serde(flatten)]
+    pub spend: SpendView,
+}
+
+/// Spend four ways, each sorted by its key.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct UsageView {
     pub by_day: Vec<DaySpend>,
     pub by_task: Vec<TaskSpend>,
     pub by_model: Vec<ModelSpend>,
+    pub by_role: Vec<RoleSpend>,
 }
 
 /// The usage route's query parameters as sent (see [`super::ApiQuery`]).
@@ -99,7 +109,7 @@ fn parse_since(params: UsageParams) -> Result<Option<UtcDay>, ApiError> {
     }
 }
 
-/// Spend per UTC day, per task and per model.
+/// Spend per UTC day, per task, per model and per role (agent, explorer, reviewer).
 #[utoipa::path(get, path = "/v1/usage", tag = "usage",
     params(("since" = Option<String>, Query, format = Date,
         description = "Only spend recorded on or after this UTC day (`YYYY-MM-DD`)")),
@@ -140,6 +150,14 @@ async fn usage(
             .into_iter()
             .map(|(model, spend)| ModelSpend {
                 model,
+                spend: spend.into(),
+            })
+            .collect(),
+        by_role: summary
+            .by_role
+            .into_iter()
+            .map(|(role, spend)| RoleSpend {
+                role,
                 spend: spend.into(),
             })
             .collect(),

@@ -939,20 +939,21 @@ async fn a_page_is_redacted_from_what_the_writer_recorded_with_each_record() {
 }
 
 #[tokio::test]
-async fn usage_is_summed_per_day_task_and_model_for_the_callers_tasks() {
+async fn usage_is_summed_per_day_task_model_and_role_for_the_callers_tasks() {
     let api = Api::new().await;
     let alices = api.submit(ALICE, "one").await;
     let bobs = api.submit(BOB, "two").await;
-    for (task, model, tokens, cost) in [
-        (&alices, "gpt-test", 100, Some(1_500)),
-        (&alices, "gpt-test", 50, Some(500)),
-        (&bobs, "claude-test", 10, None),
+    for (task, model, role, tokens, cost) in [
+        (&alices, "gpt-test", "agent", 100, Some(1_500)),
+        (&alices, "gpt-test", "agent", 50, Some(500)),
+        (&bobs, "claude-test", "reviewer", 10, None),
     ] {
         api.store
             .record_usage(UsageEntry {
                 task: task.clone(),
                 run_number: Some(1),
                 model: model.into(),
+                role: role.into(),
                 input_tokens: tokens,
                 cached_input_tokens: 1,
                 output_tokens: 2,
@@ -983,13 +984,14 @@ async fn usage_is_summed_per_day_task_and_model_for_the_callers_tasks() {
         reply.body,
         json!({"by_day": [with("day", &today)],
                "by_task": [with("task_id", alices.as_str())],
-               "by_model": [with("model", "gpt-test")]})
+               "by_model": [with("model", "gpt-test")],
+               "by_role": [with("role", "agent")]})
     );
     // A viewer has no tasks, so no spend; an admin sees everyone's.
     let reply = api.get("/v1/usage", VIEWER).await;
     assert_eq!(
         reply.body,
-        json!({"by_day": [], "by_task": [], "by_model": []})
+        json!({"by_day": [], "by_task": [], "by_model": [], "by_role": []})
     );
     let reply = api.get("/v1/usage", ADMIN).await;
     assert_eq!(reply.body["by_day"][0]["model_calls"], 3);
@@ -1002,6 +1004,18 @@ async fn usage_is_summed_per_day_task_and_model_for_the_callers_tasks() {
         .map(|m| m["model"].as_str().unwrap())
         .collect();
     assert_eq!(models, ["claude-test", "gpt-test"]);
+    let roles: Vec<(&str, u64)> = reply.body["by_role"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["role"].as_str().unwrap(),
+                r["model_calls"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(roles, [("agent", 2), ("reviewer", 1)]);
     // `since` filters by UTC day.
     let reply = api.get(&format!("/v1/usage?since={today}"), ADMIN).await;
     assert_eq!(reply.body["by_day"][0]["model_calls"], 3, "{}", reply.body);

@@ -428,6 +428,7 @@ async fn metrics_count_tasks_events_spend_and_requests() {
                 task: task.clone(),
                 run_number: None,
                 model: "gpt-x".into(),
+                role: "agent".into(),
                 input_tokens: 100,
                 cached_input_tokens: 10,
                 output_tokens: 7,

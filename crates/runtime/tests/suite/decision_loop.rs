@@ -778,7 +778,9 @@ impl warden_runtime::Ledger for CountingLedger {
     fn record<'a>(
         &'a self,
         response: &'a ModelResponse,
+        role: warden_runtime::Role,
     ) -> BoxFuture<'a, Result<(), warden_protocol::Failure>> {
+        assert_eq!(role, warden_runtime::Role::Agent);
         self.recorded.lock().unwrap().push(response.model.clone());
         Box::pin(async { Ok(()) })
     }

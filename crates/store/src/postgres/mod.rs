@@ -2302,8 +2302,8 @@ impl PostgresStore {
         let inserted = client
             .execute(
                 "INSERT INTO usage_ledger (task_id, run_number, model, input_tokens,
-                     cached_input_tokens, output_tokens, cost_micro_usd, at_ms)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+                     cached_input_tokens, output_tokens, cost_micro_usd, at_ms, role)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
                 &[
                     &entry.task.as_str(),
                     &run_number,
@@ -2313,6 +2313,7 @@ impl PostgresStore {
                     &to_i64(entry.output_tokens)?,
                     &entry.cost_micro_usd.map(to_i64).transpose()?,
                     &now,
+                    &entry.role,
                 ],
             )
             .await;
@@ -2603,6 +2604,15 @@ impl PostgresStore {
             params,
         )
         .await?;
+        let roles = query(
+            &*client,
+            &format!(
+                "SELECT role, {SPEND_COLUMNS} FROM usage_ledger
+                 WHERE {USAGE_FILTER} GROUP BY role ORDER BY role"
+            ),
+            params,
+        )
+        .await?;
         Ok(UsageSummary {
             by_day: days
                 .iter()
@@ -2613,6 +2623,10 @@ impl PostgresStore {
                 .map(|row| Ok((crate::rows::task_id(get(row, 0)?)?, read_spend_at(row)?)))
                 .collect::<Result<_, StoreError>>()?,
             by_model: models
+                .iter()
+                .map(|row| Ok((get(row, 0)?, read_spend_at(row)?)))
+                .collect::<Result<_, StoreError>>()?,
+            by_role: roles
                 .iter()
                 .map(|row| Ok((get(row, 0)?, read_spend_at(row)?)))
                 .collect::<Result<_, StoreError>>()?,

@@ -10,6 +10,7 @@ pub(crate) const MIGRATIONS: &[(i64, &str)] = &[
     (5, V5),
     (6, V6),
     (7, V7),
+    (8, V8),
 ];
 
 /// Key of the migration advisory lock (the second key is a hash of the schema name).
@@ -267,4 +268,10 @@ CREATE INDEX chat_messages_task ON chat_messages (task_id) WHERE task_id IS NOT 
 /// `JournalEntry::display`); NULL for the records written before.
 const V7: &str = r"
 ALTER TABLE journal ADD COLUMN display TEXT;
+";
+
+/// Who made each model call (`agent`, `explorer`, `reviewer`), so spend is reported per role;
+/// the entries before it were all the agent's.
+const V8: &str = r"
+ALTER TABLE usage_ledger ADD COLUMN role TEXT NOT NULL DEFAULT 'agent';
 ";

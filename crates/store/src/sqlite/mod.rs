@@ -1608,8 +1608,8 @@ impl Store for SqliteStore {
                 task_status(conn, &entry.task)?;
                 conn.prepare_cached(
                     "INSERT INTO usage_ledger (task_id, run_number, model, input_tokens,
-                     cached_input_tokens, output_tokens, cost_micro_usd, at_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                     cached_input_tokens, output_tokens, cost_micro_usd, at_ms, role)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                 )
                 .db()?
                 .execute(params![
@@ -1621,6 +1621,7 @@ impl Store for SqliteStore {
                     to_i64(entry.output_tokens)?,
                     entry.cost_micro_usd.map(to_i64).transpose()?,
                     now,
+                    entry.role,
                 ])
                 .db()?;
                 Ok(entry)
@@ -2483,6 +2484,14 @@ impl Store for SqliteStore {
                 ),
                 &query,
             )?;
+            let by_role = grouped_spend(
+                conn,
+                &format!(
+                    "SELECT role, {SPEND_COLUMNS} FROM usage_ledger
+                     WHERE {USAGE_FILTER} GROUP BY role ORDER BY role"
+                ),
+                &query,
+            )?;
             Ok(UsageSummary {
                 by_day: by_day
                     .into_iter()
@@ -2493,6 +2502,7 @@ impl Store for SqliteStore {
                     .map(|(id, spend)| Ok((crate::rows::task_id(id)?, spend)))
                     .collect::<Result<_, StoreError>>()?,
                 by_model,
+                by_role,
             })
         })
     }

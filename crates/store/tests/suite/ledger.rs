@@ -13,6 +13,7 @@ fn entry(task: &warden_protocol::TaskId, tokens: u64, cost: Option<u64>) -> Usag
         task: task.clone(),
         run_number: Some(1),
         model: "openai:gpt-test".into(),
+        role: "agent".into(),
         input_tokens: tokens,
         cached_input_tokens: tokens / 2,
         output_tokens: tokens / 10,

@@ -67,6 +67,7 @@ fn usage(task: &TaskId) -> UsageEntry {
         task: task.clone(),
         run_number: None,
         model: "gpt-x".into(),
+        role: "agent".into(),
         input_tokens: 10,
         cached_input_tokens: 0,
         output_tokens: 3,

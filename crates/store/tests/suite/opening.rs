@@ -56,7 +56,7 @@ async fn migrations_apply_once_and_newer_schemas_are_refused(f: &Fixture) {
         .unwrap();
     assert_eq!(
         versions,
-        [1, 2, 3, 4, 5, 6, 7]
+        [1, 2, 3, 4, 5, 6, 7, 8]
             .map(|v| match f.backend {
                 Backend::Sqlite => format!("Integer({v})"),
                 Backend::Postgres => v.to_string(),
@@ -79,7 +79,7 @@ async fn migrations_apply_once_and_newer_schemas_are_refused(f: &Fixture) {
             refused,
             Err(StoreError::SchemaTooNew {
                 found: 99,
-                supported: 7
+                supported: 8
             })
         ),
         "{:?}",
@@ -98,6 +98,7 @@ async fn the_ledger_and_journal_are_append_only(f: &Fixture) {
             task: task.clone(),
             run_number: Some(1),
             model: "m".into(),
+            role: "agent".into(),
             input_tokens: 1,
             cached_input_tokens: 0,
             output_tokens: 1,

@@ -11,7 +11,7 @@ use super::harness::{new_task, Fixture, START_MS};
 
 fn entry(
     task: &warden_protocol::TaskId,
-    model: &str,
+    (model, role): (&str, &str),
     tokens: u64,
     cost: Option<u64>,
 ) -> UsageEntry {
@@ -19,6 +19,7 @@ fn entry(
         task: task.clone(),
         run_number: Some(1),
         model: model.into(),
+        role: role.into(),
         input_tokens: tokens,
         cached_input_tokens: 0,
         output_tokens: 1,
@@ -26,7 +27,7 @@ fn entry(
     }
 }
 
-async fn usage_is_summarised_by_day_task_and_model(f: &Fixture) {
+async fn usage_is_summarised_by_day_task_model_and_role(f: &Fixture) {
     let a = f.task(TaskKind::Question, &["app"]).await.id;
     let mut other = new_task(TaskKind::Question, &["app"]);
     other.owner = "bob".into();
@@ -39,18 +40,19 @@ async fn usage_is_summarised_by_day_task_and_model(f: &Fixture) {
         .id;
     let empty = f.store.usage_summary(UsageQuery::default()).await.unwrap();
     assert!(empty.by_day.is_empty() && empty.by_task.is_empty() && empty.by_model.is_empty());
+    assert!(empty.by_role.is_empty());
 
     f.store
-        .record_usage(entry(&a, "m1", 100, Some(10)))
+        .record_usage(entry(&a, ("m1", "agent"), 100, Some(10)))
         .await
         .unwrap();
     f.store
-        .record_usage(entry(&b, "m2", 5, None))
+        .record_usage(entry(&b, ("m2", "explorer"), 5, None))
         .await
         .unwrap();
     f.clock.advance(Duration::from_secs(86_400));
     f.store
-        .record_usage(entry(&a, "m2", 20, Some(3)))
+        .record_usage(entry(&a, ("m2", "reviewer"), 20, Some(3)))
         .await
         .unwrap();
 
@@ -79,6 +81,19 @@ async fn usage_is_summarised_by_day_task_and_model(f: &Fixture) {
         .map(|(m, s)| (m.as_str(), s.input_tokens, s.cost_micro_usd, s.cost_unknown))
         .collect();
     assert_eq!(models, [("m1", 100, 10, false), ("m2", 25, 3, true)]);
+    let roles: Vec<_> = all
+        .by_role
+        .iter()
+        .map(|(r, s)| (r.as_str(), s.input_tokens, s.cost_micro_usd, s.cost_unknown))
+        .collect();
+    assert_eq!(
+        roles,
+        [
+            ("agent", 100, 10, false),
+            ("explorer", 5, 0, true),
+            ("reviewer", 20, 3, false)
+        ]
+    );
     // The summary agrees with the per-day sum.
     assert_eq!(all.by_day[0].1, f.store.spend_for_day(today).await.unwrap());
 
@@ -160,7 +175,7 @@ async fn a_callback_url_is_kept_with_its_task(f: &Fixture) {
 }
 
 conformance!(
-    usage_is_summarised_by_day_task_and_model,
+    usage_is_summarised_by_day_task_model_and_role,
     tasks_are_counted_by_status,
     a_callback_url_is_kept_with_its_task,
 );

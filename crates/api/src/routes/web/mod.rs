@@ -944,14 +944,18 @@ async fn usage(State(state): State<Arc<ApiState>>, headers: HeaderMap) -> Respon
         })
         .collect();
     let by_model = rows(summary.by_model);
+    let by_role = rows(summary.by_role);
     let by_repo = rows(by_repo);
     html(pages::usage(
         &viewer,
         today_spend.as_ref(),
         state.budgets,
         &days,
-        &by_repo,
-        &by_model,
+        pages::SpendGroups {
+            by_repo: &by_repo,
+            by_model: &by_model,
+            by_role: &by_role,
+        },
     ))
 }
 

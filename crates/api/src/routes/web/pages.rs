@@ -898,16 +898,28 @@ fn spend_bars(title: &str, rows: &[SpendRow]) -> Markup {
     }
 }
 
-/// Spend per day (the last 30, oldest first, days without spend included), repository and
-/// model, with today's use of the daily budgets.
+/// The usage page's spend per repository, model and role.
+pub(super) struct SpendGroups<'a> {
+    pub by_repo: &'a [SpendRow],
+    pub by_model: &'a [SpendRow],
+    /// `agent`, `explorer`, `reviewer`.
+    pub by_role: &'a [SpendRow],
+}
+
+/// Spend per day (the last 30, oldest first, days without spend included), repository, model
+/// and role, with today's use of the daily budgets.
 pub(super) fn usage(
     viewer: &Principal,
     today: Option<&warden_store::Spend>,
     budgets: Budgets,
     days: &[SpendRow],
-    by_repo: &[SpendRow],
-    by_model: &[SpendRow],
+    groups: SpendGroups<'_>,
 ) -> Markup {
+    let SpendGroups {
+        by_repo,
+        by_model,
+        by_role,
+    } = groups;
     let cost_per_day: Vec<Bar> = days
         .iter()
         .map(|row| Bar {
@@ -969,6 +981,12 @@ pub(super) fn usage(
             @if by_model.is_empty() { p.muted { "Nothing spent." } } @else {
                 (spend_bars("model", by_model))
                 (spend_table("Spend per model", "Model", by_model))
+            }
+            h2 { "Per role" }
+            p.muted { "The agent (compaction included), the explorers it sent, the reviewer of its changes." }
+            @if by_role.is_empty() { p.muted { "Nothing spent." } } @else {
+                (spend_bars("role", by_role))
+                (spend_table("Spend per role", "Role", by_role))
             }
         },
     )
