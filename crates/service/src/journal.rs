@@ -231,7 +231,9 @@ pub fn recorded_decisions(entries: &[JournalEntry]) -> Vec<RecordedDecision> {
 /// A model that first replays recorded decisions, then asks the real one.
 pub struct ReplayModel {
     pub inner: Arc<dyn Model>,
-    recorded: Mutex<VecDeque<RecordedDecision>>,
+    /// The run's recorded decisions not replayed yet, in journal order: shared by every model
+    /// of the run ([`ReplayModel::alongside`]).
+    recorded: Arc<Mutex<VecDeque<RecordedDecision>>>,
     /// Responses served from the recording so far (shared with the ledger).
     pub replayed: Arc<AtomicU64>,
 }
@@ -240,8 +242,19 @@ impl ReplayModel {
     pub fn new(inner: Arc<dyn Model>, recorded: Vec<RecordedDecision>) -> ReplayModel {
         ReplayModel {
             inner,
-            recorded: Mutex::new(recorded.into()),
+            recorded: Arc::new(Mutex::new(recorded.into())),
             replayed: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// Another model of the same run (a separate `[roles] reviewer`) replaying from the same
+    /// recording: the run's calls replay in journal order whichever model made them, so a
+    /// resumed run pays neither model again for what was already decided.
+    pub fn alongside(&self, inner: Arc<dyn Model>) -> ReplayModel {
+        ReplayModel {
+            inner,
+            recorded: Arc::clone(&self.recorded),
+            replayed: Arc::clone(&self.replayed),
         }
     }
 

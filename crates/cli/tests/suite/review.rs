@@ -4,11 +4,13 @@
 //! and sent back to the reviewer; `block` fails the task with the findings in the result and
 //! `warden show`; the rounds cap ends with the findings shown.
 
+use std::time::{Duration, Instant};
+
 use serde_json::{json, Value};
 use warden_test_support::git_fixture::TempRepo;
-use warden_test_support::model_server::ScriptedModelServer;
+use warden_test_support::model_server::{anthropic, Gate, ScriptedModelServer};
 
-use super::server_harness::{call, change_repo, uppercase_beta};
+use super::server_harness::{call, change_repo, uppercase_beta, Server, Token, ADMIN, ALICE};
 use super::support::{proposal_paths, Warden};
 
 /// [`change_repo`] with a test the check does not run.
@@ -364,4 +366,90 @@ fn warden_review_reviews_a_tasks_proposal_and_refuses_bad_targets() {
         );
     }
     assert_eq!(model.requests().len(), 3);
+}
+
+/// `submit_review` over the Anthropic wire: a separate reviewer model's reply.
+fn anthropic_review(correct: bool, findings: Value) -> warden_test_support::model_server::Reply {
+    anthropic::tool_use(
+        "submit_review",
+        json!({
+            "overall_correctness": if correct { "patch is correct" } else { "patch is incorrect" },
+            "explanation": if correct { "Looks right." } else { "A test was deleted." },
+            "findings": findings,
+        }),
+    )
+}
+
+/// A separate reviewer model (`[roles] reviewer`, another provider and server) and a `kill -9`
+/// while it reviews the second round: the resumed run replays the implementer's and the
+/// reviewer's journaled decisions in journal order, asks each model only for what was never
+/// decided, and ends in one outcome.
+#[test]
+fn a_kill_9_during_a_separate_reviewers_round_replays_both_models_and_pays_neither_again() {
+    const TOKENS: &[Token] = &[("root", "admin", ADMIN), ("alice", "operator", ALICE)];
+    let repo = repo_with_test();
+    let implementer = ScriptedModelServer::start_blocking(vec![
+        uppercase_beta(),
+        delete_the_test(),
+        submit(),
+        call(
+            "write_file",
+            json!({"path": "tests/beta_test.sh", "content": "grep -q BETA src/lib.txt\n"}),
+        ),
+        submit(),
+    ]);
+    let held = Gate::new();
+    let reviewer = ScriptedModelServer::start_blocking(vec![
+        anthropic_review(false, deleted_test_finding(1, 1)),
+        // Held: the server is killed while the second review waits for this decision.
+        anthropic_review(true, json!([])).held(&held),
+        // The resumed run asks for that decision again, and only for it.
+        anthropic_review(true, json!([])),
+    ]);
+    let warden = Warden::openai(&implementer.url())
+        .with("ANTHROPIC_BASE_URL", &reviewer.url())
+        .with("ANTHROPIC_API_KEY", "sk-ant-test");
+    std::fs::write(
+        warden.home.path().join("warden.toml"),
+        "[serve]\nworkers = 1\nlease_secs = 1\n\n[gates]\nreview = \"send_back\"\n\n\
+         [roles]\nreviewer = \"anthropic:claude-review\"\n",
+    )
+    .unwrap();
+    let server = Server::start(&warden, TOKENS);
+    server.register_with_checks("app", &repo, &["bash check.sh"]);
+    let id = server.submit_change(
+        ALICE,
+        &json!({"kind": "change", "repo": "app", "prompt": "make beta uppercase in src/lib.txt"}),
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while reviewer.requests().len() < 2 {
+        assert!(Instant::now() < deadline, "{}", server.stderr());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    server.kill();
+    held.open();
+    let server = Server::start(&warden, TOKENS);
+    let task = server.wait_for(ALICE, &id, &["completed", "failed", "waiting_approval"]);
+    let result = &task["result"];
+    assert_eq!(result["outcome"], "proposal", "{task}\n{}", server.stderr());
+    assert_eq!(result["review"]["verdict"], "pass", "{result}");
+    assert_eq!(result["review"]["rounds"], 2, "{result}");
+    assert_eq!(
+        result["review"]["model"], "anthropic:claude-review",
+        "{result}"
+    );
+    assert_eq!(
+        proposal_paths(&result["proposal"]),
+        ["src/lib.txt", "tests/beta_test.sh"]
+    );
+    // The implementer's five decisions were all journaled before the kill: none asked again.
+    assert_eq!(implementer.requests().len(), 5);
+    // The reviewer: two before the kill, then only the one never journaled.
+    let asked = reviewer.requests();
+    assert_eq!(asked.len(), 3, "{asked:#?}");
+    assert_eq!(
+        asked[2].body["messages"], asked[1].body["messages"],
+        "the resumed reviewer asks what the killed one asked"
+    );
+    server.terminate();
 }

@@ -7,9 +7,9 @@
 //! change) at most `review_rounds` times, then blocks. Every call, the reviewer's included, goes
 //! through the run's journal and ledger: it is journaled and counted in the task's budgets.
 //!
-//! Replay after a crash: with no `[roles] reviewer`, the reviewer asks the run's replaying
-//! model, so its journaled decisions are replayed in order with the implementer's; a separate
-//! reviewer model is asked again (and paid again) on a resumed run.
+//! Replay after a crash: the reviewer asks the run's replaying model, or (a separate `[roles]
+//! reviewer`) its own model behind a replayer sharing the run's recording, so its journaled
+//! decisions are replayed in order with the implementer's and neither is paid again.
 
 use std::sync::Arc;
 
@@ -28,13 +28,14 @@ use warden_runtime::{
 use warden_store::Task;
 
 use super::RunServices;
+use crate::journal::ReplayModel;
 use crate::journal::{StoreEvents, StoreJournal};
 use crate::ledger::StoreLedger;
 
 /// What the implementer and the reviewer of one change run share.
 pub(super) struct Implement<'a> {
     pub services: &'a RunServices,
-    pub model: &'a dyn Model,
+    pub model: &'a ReplayModel,
     pub task: &'a Task,
     pub repo: &'a warden_engine::question::TaskRepo,
     pub checks: &'a [String],
@@ -91,7 +92,7 @@ pub(super) async fn implement(
     }
     let own_model = match review::reviewer_model(config) {
         None => None,
-        Some(Ok(model)) => Some(model),
+        Some(Ok(own)) => Some(model.alongside(own)),
         Some(Err(message)) => {
             report.outcome = RunOutcome::Failed(Failure {
                 code: FailureCode::ModelError,
@@ -100,7 +101,10 @@ pub(super) async fn implement(
             return (report, None);
         }
     };
-    let reviewer: &dyn Model = own_model.as_deref().unwrap_or(model);
+    let reviewer: &dyn Model = match &own_model {
+        Some(own) => own,
+        None => model,
+    };
     let mut review_usage = Usage {
         cost_usd: Some(0.0),
         ..Usage::default()
