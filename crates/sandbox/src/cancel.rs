@@ -35,11 +35,21 @@ impl Target {
 /// with a note on stderr after whatever it printed.
 pub(crate) fn cancelled_output(
     stdout: Vec<u8>,
-    stderr: Vec<u8>,
+    mut stderr: Vec<u8>,
     truncated: bool,
     duration: std::time::Duration,
 ) -> crate::CommandOutput {
-    crate::kit::cancelled_output(stdout, stderr, truncated, duration)
+    stderr.extend_from_slice(b"warden-sandbox: killed: the task was cancelled\n");
+    crate::CommandOutput {
+        exit_code: None,
+        signal: Some(9),
+        stdout,
+        stderr,
+        truncated,
+        timed_out: false,
+        duration,
+        egress_connections: 0,
+    }
 }
 
 #[derive(Default)]

@@ -39,21 +39,11 @@ pub fn copy_tree(from: &Path, to: &Path) -> Result<(), SandboxError> {
 /// What a command killed or refused because its view was cancelled returns.
 pub fn cancelled_output(
     stdout: Vec<u8>,
-    mut stderr: Vec<u8>,
+    stderr: Vec<u8>,
     truncated: bool,
     duration: Duration,
 ) -> CommandOutput {
-    stderr.extend_from_slice(b"warden-sandbox: killed: the task was cancelled\n");
-    CommandOutput {
-        exit_code: None,
-        signal: Some(9),
-        stdout,
-        stderr,
-        truncated,
-        timed_out: false,
-        duration,
-        egress_connections: 0,
-    }
+    crate::cancel::cancelled_output(stdout, stderr, truncated, duration)
 }
 
 /// What a command stopped through its [`crate::KillSwitch`] returns.
