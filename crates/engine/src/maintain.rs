@@ -1064,7 +1064,7 @@ pub fn vulnerabilities(
             go_version,
             source,
         }),
-        Database::Osv(_) | Database::RustSec(_) => None,
+        Database::Osv(_) | Database::RustSec(_) | Database::RustSecAndOsv(_) => None,
     };
     Ok(Vulnerabilities {
         ecosystem: eco,

@@ -1264,7 +1264,8 @@ fn a_repositorys_cargo_configuration_never_runs_in_the_networked_fetch() {
 
 /// A Cargo project scanned with only an OSV database: GitHub's real crates.io record for regex
 /// (GHSA-m5pq-gvj9-9vr8) finds regex 1.5.4; an OSV database without crates.io records is
-/// refused, never reported clean.
+/// refused, never reported clean; with RustSec's database too, RustSec's real record of the
+/// same vulnerability (RUSTSEC-2022-0013) and GitHub's are one finding.
 #[test]
 fn vulns_reads_osv_crates_io_records_for_cargo_without_a_rustsec_database() {
     let osv = tempfile::tempdir().unwrap();
@@ -1333,5 +1334,45 @@ fn vulns_reads_osv_crates_io_records_for_cargo_without_a_rustsec_database() {
             .contains("holds no crates.io advisory records"),
         "{}",
         refused.stderr
+    );
+
+    // Both databases: RustSec's record for regex (whose aliases name GitHub's) and GitHub's
+    // are one finding, RustSec's; the OSV database's Go records are no obstacle.
+    let rustsec = tempfile::tempdir().unwrap();
+    let regex_dir = rustsec.path().join("crates/regex");
+    std::fs::create_dir_all(&regex_dir).unwrap();
+    std::fs::copy(
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../engine/src/maintain/fixtures/rustsec-regex/RUSTSEC-2022-0013.md"
+        ),
+        regex_dir.join("RUSTSEC-2022-0013.md"),
+    )
+    .unwrap();
+    std::fs::copy(
+        osv.path().join("GHSA-m5pq-gvj9-9vr8.json"),
+        go_only.path().join("GHSA-m5pq-gvj9-9vr8.json"),
+    )
+    .unwrap();
+    std::fs::write(
+        warden.home.path().join("warden.toml"),
+        format!(
+            "[maintain]\nadvisory_db = {:?}\nosv_db = {:?}\n",
+            rustsec.path().to_str().unwrap(),
+            go_only.path().to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let both = warden.run(&["vulns", "--repo", path, "--json"]);
+    assert_eq!(both.code, 1, "{}\n{}", both.stdout, both.stderr);
+    let report = both.json();
+    let findings = &report["scan"]["findings"];
+    assert_eq!(findings.as_array().map(Vec::len), Some(1), "{report}");
+    assert_eq!(findings[0]["advisory"], "RUSTSEC-2022-0013");
+    assert!(
+        report["scan"]["scanner"]
+            .as_str()
+            .is_some_and(|s| s.contains("rustsec") && s.contains("osv")),
+        "{report}"
     );
 }

@@ -43,6 +43,9 @@ pub struct Advisory {
     /// `unmaintained`, `unsound`, `notice`: not a vulnerability.
     pub informational: Option<String>,
     pub withdrawn: bool,
+    /// Its other ids (`CVE-…`, `GHSA-…`): how an OSV record of the same vulnerability is
+    /// recognised.
+    pub aliases: Vec<String>,
 }
 
 impl Advisory {
@@ -118,6 +121,15 @@ pub fn parse_advisory(text: &str) -> Result<Advisory, String> {
         patched_text,
         informational: text_of("informational").map(str::to_string),
         withdrawn: advisory.contains_key("withdrawn"),
+        aliases: advisory
+            .get("aliases")
+            .and_then(|v| v.as_array())
+            .map(|list| {
+                list.iter()
+                    .filter_map(|alias| alias.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default(),
     })
 }
 

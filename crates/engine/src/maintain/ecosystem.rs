@@ -372,12 +372,83 @@ pub fn profile(root: &Path) -> Result<Profile, String> {
     }
 }
 
-/// A loaded advisory database: RustSec's (or OSV's crates.io records) for Cargo, OSV for Go
-/// and npm.
+/// A loaded advisory database: RustSec's (or OSV's crates.io records, or both) for Cargo, OSV
+/// for Go and npm.
 #[derive(Debug, Clone)]
 pub enum Database {
     RustSec(advisory::AdvisoryDb),
     Osv(osv::OsvDb),
+    /// Cargo with both configured: RustSec's advisories, and the OSV crates.io records that
+    /// none of them stands for (matched by id and aliases on the same package).
+    RustSecAndOsv(Box<Merged>),
+}
+
+/// RustSec's database and an OSV database's crates.io records, read as one.
+#[derive(Debug, Clone)]
+pub struct Merged {
+    pub rustsec: advisory::AdvisoryDb,
+    pub osv: osv::OsvDb,
+    /// Both snapshots: `rustsec=…;osv=…`.
+    snapshot: String,
+}
+
+impl Merged {
+    pub fn new(rustsec: advisory::AdvisoryDb, osv: osv::OsvDb) -> Merged {
+        let snapshot = format!("rustsec={};osv={}", rustsec.snapshot, osv.snapshot);
+        Merged {
+            rustsec,
+            osv,
+            snapshot,
+        }
+    }
+
+    /// RustSec's findings of `lock`, then OSV's that report another vulnerability: an OSV
+    /// finding whose id or aliases meet a RustSec finding's id or aliases on the same package
+    /// copy is the same advisory, reported once (as RustSec's).
+    fn scan(&self, lock: &Lockfile) -> Vec<Finding> {
+        let mut findings = self.rustsec.scan(lock);
+        let names_of_rustsec = |id: &str| -> Vec<String> {
+            let mut names = vec![id.to_string()];
+            if let Some(advisory) = self.rustsec.advisory(id) {
+                names.extend(advisory.aliases.iter().cloned());
+            }
+            names
+        };
+        let known: Vec<(Vec<String>, &str, &str, Option<&str>)> = findings
+            .iter()
+            .map(|f| {
+                (
+                    names_of_rustsec(&f.advisory),
+                    f.package.as_str(),
+                    f.version.as_str(),
+                    f.path.as_deref(),
+                )
+            })
+            .collect();
+        let mut extra = Vec::new();
+        for finding in self.osv.scan(lock) {
+            let names = self.osv.names(&finding.advisory);
+            let same = known.iter().any(|(known_names, package, version, path)| {
+                *package == finding.package
+                    && *version == finding.version
+                    && *path == finding.path.as_deref()
+                    && names.iter().any(|name| known_names.contains(name))
+            });
+            if !same {
+                extra.push(finding);
+            }
+        }
+        findings.extend(extra);
+        findings.sort_by(|a, b| {
+            (&a.package, &a.version, &a.path, &a.advisory).cmp(&(
+                &b.package,
+                &b.version,
+                &b.path,
+                &b.advisory,
+            ))
+        });
+        findings
+    }
 }
 
 impl Database {
@@ -388,7 +459,18 @@ impl Database {
             // database (GitHub's or osv.dev's export), which must hold some: an OSV directory
             // without crates.io records would scan every Cargo project as clean.
             Ecosystem::Cargo => match (&config.maintain.advisory_db, &config.maintain.osv_db) {
-                (Some(path), _) => advisory::AdvisoryDb::open(path)
+                // Both: RustSec's, with the OSV crates.io records it lacks (GitHub's reviewed
+                // advisories that RustSec never imported) when the OSV database holds any.
+                (Some(path), Some(osv_path)) => {
+                    let rustsec = advisory::AdvisoryDb::open(path)?;
+                    let osv = osv::OsvDb::open(osv_path, osv::CRATES_IO)?;
+                    Ok(Some(if osv.record_count() == 0 {
+                        Database::RustSec(rustsec)
+                    } else {
+                        Database::RustSecAndOsv(Box::new(Merged::new(rustsec, osv)))
+                    }))
+                }
+                (Some(path), None) => advisory::AdvisoryDb::open(path)
                     .map(Database::RustSec)
                     .map(Some),
                 (None, Some(path)) => {
@@ -445,10 +527,12 @@ impl Database {
         }
     }
 
+    /// The database's directory (RustSec's, of two).
     pub fn path(&self) -> &Path {
         match self {
             Database::RustSec(db) => &db.path,
             Database::Osv(db) => &db.path,
+            Database::RustSecAndOsv(both) => &both.rustsec.path,
         }
     }
 
@@ -456,23 +540,42 @@ impl Database {
         match self {
             Database::RustSec(db) => &db.snapshot,
             Database::Osv(db) => &db.snapshot,
+            Database::RustSecAndOsv(both) => &both.snapshot,
         }
     }
 
     /// How old the database is at `now_ms` (see [`super::update`]): an OSV database is dated
-    /// by its ecosystem's directory when `warden advisories update` wrote one.
+    /// by its ecosystem's directory when `warden advisories update` wrote one; of two, the
+    /// older (an undated one first).
     pub fn age(&self, max_age_days: u32, now_ms: u64) -> super::update::DatabaseAge {
-        let dir = match self {
-            Database::RustSec(db) => db.path.clone(),
-            Database::Osv(db) => super::update::osv_dir(&db.path, db.ecosystem),
+        let osv_age = |db: &osv::OsvDb| {
+            super::update::age(
+                &super::update::osv_dir(&db.path, db.ecosystem),
+                now_ms,
+                max_age_days,
+            )
         };
-        super::update::age(&dir, now_ms, max_age_days)
+        match self {
+            Database::RustSec(db) => super::update::age(&db.path, now_ms, max_age_days),
+            Database::Osv(db) => osv_age(db),
+            Database::RustSecAndOsv(both) => {
+                let rustsec = super::update::age(&both.rustsec.path, now_ms, max_age_days);
+                let osv = osv_age(&both.osv);
+                let days = |age: &super::update::DatabaseAge| age.age_days.unwrap_or(u64::MAX);
+                if days(&osv) > days(&rustsec) {
+                    osv
+                } else {
+                    rustsec
+                }
+            }
+        }
     }
 
     pub fn scanner(&self) -> String {
         match self {
             Database::RustSec(_) => advisory::scanner(),
             Database::Osv(_) => osv::scanner(),
+            Database::RustSecAndOsv(_) => format!("{}+{}", advisory::scanner(), osv::scanner()),
         }
     }
 
@@ -481,6 +584,7 @@ impl Database {
         match self {
             Database::RustSec(db) => db.scan(lock),
             Database::Osv(db) => db.scan(lock),
+            Database::RustSecAndOsv(both) => both.scan(lock),
         }
     }
 
@@ -490,6 +594,7 @@ impl Database {
         match self {
             Database::RustSec(db) => db.scan_informational(lock),
             Database::Osv(_) => Vec::new(),
+            Database::RustSecAndOsv(both) => both.rustsec.scan_informational(lock),
         }
     }
 
@@ -499,16 +604,26 @@ impl Database {
         match self {
             Database::RustSec(_) => Vec::new(),
             Database::Osv(db) => db.unevaluated(lock),
+            Database::RustSecAndOsv(both) => both.osv.unevaluated(lock),
         }
     }
 
     /// Whether advisory `id` affects `package` at `version`.
     pub fn affects(&self, id: &str, package: &str, version: &semver::Version) -> bool {
+        let rustsec = |db: &advisory::AdvisoryDb| {
+            db.advisory(id)
+                .is_some_and(|a| a.package == package && a.affects(version))
+        };
         match self {
-            Database::RustSec(db) => db
-                .advisory(id)
-                .is_some_and(|a| a.package == package && a.affects(version)),
+            Database::RustSec(db) => rustsec(db),
             Database::Osv(db) => db.affects(id, package, version),
+            Database::RustSecAndOsv(both) => {
+                if both.rustsec.advisory(id).is_some() {
+                    rustsec(&both.rustsec)
+                } else {
+                    both.osv.affects(id, package, version)
+                }
+            }
         }
     }
 }
@@ -524,6 +639,82 @@ pub fn sandbox_go_version(env: &[(String, String)]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn fixtures(name: &str) -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("src/maintain/fixtures")
+            .join(name)
+    }
+
+    /// RustSec's database from the fixture directories `names`, laid out as RustSec's
+    /// (`crates/<package>/<id>.md`).
+    fn rustsec(names: &[&str]) -> (tempfile::TempDir, advisory::AdvisoryDb) {
+        let dir = tempfile::tempdir().unwrap();
+        for name in names {
+            for entry in std::fs::read_dir(fixtures(name)).unwrap().flatten() {
+                let text = std::fs::read_to_string(entry.path()).unwrap();
+                let package = advisory::parse_advisory(&text).unwrap().package;
+                let crate_dir = dir.path().join("crates").join(package);
+                std::fs::create_dir_all(&crate_dir).unwrap();
+                std::fs::write(crate_dir.join(entry.file_name()), text).unwrap();
+            }
+        }
+        let db = advisory::AdvisoryDb::open(dir.path()).unwrap();
+        (dir, db)
+    }
+
+    #[test]
+    fn rustsec_and_osv_crates_io_records_are_one_database_deduplicated_by_alias() {
+        let lock = Lockfile::parse(
+            "version = 3\n\n[[package]]\nname = \"app\"\nversion = \"0.1.0\"\n\n\
+             [[package]]\nname = \"regex\"\nversion = \"1.5.4\"\nsource = \
+             \"registry+https://github.com/rust-lang/crates.io-index\"\n\n\
+             [[package]]\nname = \"smallvec\"\nversion = \"1.6.0\"\nsource = \
+             \"registry+https://github.com/rust-lang/crates.io-index\"\n",
+        )
+        .unwrap();
+        let osv = osv::OsvDb::open(&fixtures("osv-crates"), osv::CRATES_IO).unwrap();
+        let found = |db: &Database| -> Vec<(String, String)> {
+            db.scan(&lock)
+                .into_iter()
+                .map(|f| (f.package, f.advisory))
+                .collect()
+        };
+        // RustSec without regex's advisory: GitHub's record adds it.
+        let (_dir, without_regex) = rustsec(&["rustsec"]);
+        assert!(without_regex.advisory("RUSTSEC-2022-0013").is_none());
+        let merged = Database::RustSecAndOsv(Box::new(Merged::new(without_regex, osv.clone())));
+        assert_eq!(
+            found(&merged),
+            [
+                ("regex".to_string(), "GHSA-m5pq-gvj9-9vr8".to_string()),
+                ("smallvec".to_string(), "RUSTSEC-2021-0003".to_string())
+            ]
+        );
+        assert!(merged.affects(
+            "GHSA-m5pq-gvj9-9vr8",
+            "regex",
+            &semver::Version::new(1, 5, 4)
+        ));
+        assert!(merged.snapshot().starts_with("rustsec=") && merged.snapshot().contains(";osv="));
+        // RustSec with it: one finding for regex, RustSec's, whose aliases name GitHub's.
+        let (_dir, with_regex) = rustsec(&["rustsec", "rustsec-regex"]);
+        let merged = Database::RustSecAndOsv(Box::new(Merged::new(with_regex, osv.clone())));
+        assert_eq!(
+            found(&merged),
+            [
+                ("regex".to_string(), "RUSTSEC-2022-0013".to_string()),
+                ("smallvec".to_string(), "RUSTSEC-2021-0003".to_string())
+            ]
+        );
+        // Matched through a shared CVE too, when neither names the other's id.
+        let (_dir, mut cve_only) = rustsec(&["rustsec", "rustsec-regex"]);
+        for advisory in &mut cve_only.advisories {
+            advisory.aliases.retain(|alias| alias.starts_with("CVE-"));
+        }
+        let merged = Database::RustSecAndOsv(Box::new(Merged::new(cve_only, osv)));
+        assert_eq!(found(&merged).len(), 2, "{:?}", found(&merged));
+    }
 
     #[test]
     fn the_fetch_sees_the_manifests_and_the_lockfile_and_nothing_that_runs() {

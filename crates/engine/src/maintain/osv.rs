@@ -47,6 +47,9 @@ pub fn scanner() -> String {
 #[derive(Debug, Clone, Deserialize)]
 struct Record {
     id: String,
+    /// Its other ids (`CVE-…`, `RUSTSEC-…`, `GHSA-…`).
+    #[serde(default)]
+    aliases: Vec<String>,
     /// RFC 3339: of two copies of one record, the later one is read.
     #[serde(default)]
     modified: String,
@@ -232,6 +235,8 @@ pub struct Advisory {
     /// Versions listed one by one.
     versions: Vec<semver::Version>,
     pub withdrawn: bool,
+    /// The record's other ids.
+    pub aliases: Vec<String>,
 }
 
 impl Advisory {
@@ -534,6 +539,15 @@ impl OsvDb {
     }
 
     /// Whether advisory `id` affects `package` at `version`.
+    /// Advisory `id`'s names: the id and its record's aliases.
+    pub fn names(&self, id: &str) -> Vec<String> {
+        let mut names = vec![id.to_string()];
+        if let Some(advisory) = self.advisories.iter().find(|a| a.id == id) {
+            names.extend(advisory.aliases.iter().cloned());
+        }
+        names
+    }
+
     pub fn affects(&self, id: &str, package: &str, version: &semver::Version) -> bool {
         self.advisories
             .iter()
@@ -580,6 +594,7 @@ fn advisories_of(record: Record, ecosystem: &str) -> (Vec<Advisory>, Vec<Unevalu
                     intervals,
                     versions,
                     withdrawn: record.withdrawn.is_some(),
+                    aliases: record.aliases.clone(),
                 }),
             },
             // A withdrawn advisory is not a vulnerability, evaluable or not.
