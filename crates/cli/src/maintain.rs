@@ -36,6 +36,10 @@ pub struct MaintainArgs {
     /// Print the result as one JSON object
     #[arg(long)]
     pub json: bool,
+    /// Also list the informational advisories (unmaintained, unsound: RustSec's) of the
+    /// repository's packages in the proposal, and whether it clears them
+    #[arg(long)]
+    pub informational: bool,
 }
 
 impl MaintainArgs {
@@ -47,6 +51,7 @@ impl MaintainArgs {
         let options = MaintainOptions {
             select: self.select.clone(),
             mode: self.mode.clone(),
+            informational: self.informational,
         };
         options.check()?;
         Ok(options)

@@ -795,6 +795,17 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
         &validations,
         &pages,
     );
+    if run.options.informational {
+        if let Some(db) = &database {
+            let lock_of = |tree: &str| {
+                repair::tree_lockfile(session, eco, tree)
+                    .map_err(|message| failure(FailureCode::Infrastructure, message))
+            };
+            let base = db.informational(&lock_of(&session.config.base_tree)?);
+            let candidate = db.informational(&lock_of(&tree)?);
+            summary = with_informational(&summary, &base, &candidate);
+        }
+    }
     if let Some(agent) = &run.repair {
         let made = "\nMade by `warden maintain` in baseline mode (deterministic, no model).\n";
         let mut by = format!(
@@ -1853,6 +1864,58 @@ fn remaining_reason(
     }
 }
 
+/// `summary` with the informational advisories (`--informational`) before its validations:
+/// each of the base's, and whether the proposal clears it (none of the candidate's copies of the
+/// package is affected any more); any the candidate brings in.
+fn with_informational(
+    summary: &str,
+    base: &[advisory::InformationalFinding],
+    candidate: &[advisory::InformationalFinding],
+) -> String {
+    let same = |a: &advisory::InformationalFinding, b: &advisory::InformationalFinding| {
+        a.finding.advisory == b.finding.advisory
+            && a.finding.package == b.finding.package
+            && a.finding.path == b.finding.path
+    };
+    let line = |item: &advisory::InformationalFinding| {
+        let mut line = format!(
+            "- {} {}: {} ({})",
+            item.finding.package, item.finding.version, item.finding.advisory, item.kind
+        );
+        if !item.finding.title.is_empty() {
+            line.push_str(&format!(" — {}", item.finding.title));
+        }
+        line
+    };
+    let mut section =
+        String::from("\nInformational advisories (not vulnerabilities; --informational):\n");
+    if base.is_empty() && candidate.is_empty() {
+        section.push_str("- none\n");
+    }
+    for item in base {
+        let stays = candidate.iter().any(|c| same(c, item));
+        section.push_str(&format!(
+            "{}; {}\n",
+            line(item),
+            if stays {
+                "remains"
+            } else {
+                "cleared by this proposal"
+            }
+        ));
+    }
+    for item in candidate
+        .iter()
+        .filter(|c| !base.iter().any(|b| same(b, c)))
+    {
+        section.push_str(&format!("{}; new in the candidate\n", line(item)));
+    }
+    match summary.find("\nValidations on tree ") {
+        Some(at) => format!("{}{section}{}", &summary[..at], &summary[at..]),
+        None => format!("{summary}{section}"),
+    }
+}
+
 /// What was fixed, by package instance: `smallvec 1.6.0 → 1.6.1` with each advisory (and its
 /// title) the upgrades cleared; a package no upgrade named (moved by another's) says so.
 fn fixed_by_package(
@@ -1999,6 +2062,44 @@ fn proposal_summary(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// RustSec's real informational records (ansi_term unmaintained, atty unsound) as the
+    /// proposal lists them: each of the base's, cleared or remaining; new ones named.
+    #[test]
+    fn informational_advisories_are_listed_before_the_validations() {
+        let item = |advisory: &str, package: &str, version: &str, kind: &str| {
+            advisory::InformationalFinding {
+                kind: kind.into(),
+                finding: Finding {
+                    advisory: advisory.into(),
+                    package: package.into(),
+                    version: version.into(),
+                    title: String::new(),
+                    patched: vec![],
+                    path: None,
+                },
+            }
+        };
+        let summary = "Upgrade 2 crates\n\nUpgrades:\n- a\n\nValidations on tree t:\n- ok\n";
+        let base = [
+            item("RUSTSEC-2021-0139", "ansi_term", "0.12.1", "unmaintained"),
+            item("RUSTSEC-2021-0145", "atty", "0.2.14", "unsound"),
+        ];
+        let candidate = [
+            item("RUSTSEC-2021-0139", "ansi_term", "0.12.1", "unmaintained"),
+            item("RUSTSEC-2024-0375", "atty", "0.2.14", "unmaintained"),
+        ];
+        assert_eq!(
+            with_informational(summary, &base, &candidate),
+            "Upgrade 2 crates\n\nUpgrades:\n- a\n\n\
+             Informational advisories (not vulnerabilities; --informational):\n\
+             - ansi_term 0.12.1: RUSTSEC-2021-0139 (unmaintained); remains\n\
+             - atty 0.2.14: RUSTSEC-2021-0145 (unsound); cleared by this proposal\n\
+             - atty 0.2.14: RUSTSEC-2024-0375 (unmaintained); new in the candidate\n\
+             \nValidations on tree t:\n- ok\n"
+        );
+        assert!(with_informational(summary, &[], &[]).contains("--informational):\n- none\n"));
+    }
 
     fn validation(tree: &str, exit: i32) -> Validation {
         Validation {

@@ -15,6 +15,10 @@ pub struct MaintainOptions {
     /// `model`: an agent repairs the code an upgrade breaks.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
+    /// `--informational`: the proposal also lists the informational advisories (unmaintained,
+    /// unsound: RustSec's) of the base and whether the proposal clears them.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub informational: bool,
 }
 impl MaintainOptions {
     /// Whether `--select vulnerable` was asked.
@@ -156,7 +160,7 @@ mod tests {
     fn select(names: &[&str]) -> Result<(), String> {
         MaintainOptions {
             select: names.iter().map(|n| n.to_string()).collect(),
-            mode: None,
+            ..MaintainOptions::default()
         }
         .check()
     }

@@ -100,7 +100,10 @@ fn resolve_entry(entry: &ScheduleEntry) -> anyhow::Result<Schedule> {
     if entry.select.as_ref().is_some_and(Vec::is_empty) {
         bail!("select must name all, vulnerable, or packages (or be left out for all)");
     }
-    let maintain = MaintainOptions { select, mode: None };
+    let maintain = MaintainOptions {
+        select,
+        ..MaintainOptions::default()
+    };
     maintain.check().map_err(|e| anyhow!("select: {e}"))?;
     // `["all"]` is the default: stored as the default, as the API stores it.
     let maintain = if maintain.select == ["all"] {

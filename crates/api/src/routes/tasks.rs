@@ -79,6 +79,10 @@ struct SubmitTask {
     /// repairs the code an upgrade breaks).
     #[serde(default)]
     mode: Option<String>,
+    /// Maintain tasks: the proposal also lists the informational advisories (unmaintained,
+    /// unsound) of the repository's packages, and whether it clears them.
+    #[serde(default)]
+    informational: Option<bool>,
 }
 
 /// Where to POST the task's result when it ends or waits for input: an `https` URL whose origin
@@ -124,11 +128,13 @@ impl SubmitTask {
             pinned: None,
             baseline: false,
             same_branch: false,
-            maintain: (self.select.is_some() || self.mode.is_some()).then(|| {
-                warden_engine::change::MaintainOptions {
-                    select: self.select.unwrap_or_default(),
-                    mode: self.mode,
-                }
+            maintain: (self.select.is_some()
+                || self.mode.is_some()
+                || self.informational.is_some())
+            .then(|| warden_engine::change::MaintainOptions {
+                select: self.select.unwrap_or_default(),
+                mode: self.mode,
+                informational: self.informational.unwrap_or(false),
             }),
         })
     }

@@ -296,6 +296,7 @@ async fn submissions_are_refused_alike(f: &Fixture) {
                 maintain: Some(warden_engine::change::MaintainOptions {
                     select: vec![],
                     mode: Some("turbo".into()),
+                    informational: false,
                 }),
                 ..Submission::new(TaskKind::Maintain, "p", vec!["app".into()])
             },
@@ -313,6 +314,7 @@ async fn submissions_are_refused_alike(f: &Fixture) {
                 maintain: Some(warden_engine::change::MaintainOptions {
                     select: vec!["vulnerable".into(), "serde".into()],
                     mode: None,
+                    informational: false,
                 }),
                 ..Submission::new(TaskKind::Maintain, "p", vec!["app".into()])
             },

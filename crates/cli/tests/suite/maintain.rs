@@ -318,15 +318,42 @@ fn a_vulnerable_dependency_is_upgraded_to_the_lowest_version_that_clears_it() {
         assert!(run.stderr.contains(stage), "{stage}: {}", run.stderr);
     }
     assert!(run.stderr.contains("model none"), "{}", run.stderr);
-    // Without --json: the upgrade, the advisory and the scans, then the proposal.
+    // Without --json, and with --informational over a database that also holds an
+    // informational advisory (synthetic: smallvec called unsound below 1.6.1): the upgrade,
+    // the advisory and the scans, then the proposal, whose body lists the informational one.
+    std::fs::write(
+        db.path().join("crates/smallvec/RUSTSEC-0000-0000.md"),
+        "```toml\n[advisory]\nid = \"RUSTSEC-0000-0000\"\npackage = \"smallvec\"\n\
+         date = \"2021-01-08\"\ninformational = \"unsound\"\n\n[versions]\n\
+         patched = [\">= 1.6.1\"]\n```\n\n# A synthetic unsoundness of the test\n",
+    )
+    .unwrap();
     let text = warden.run(&[
         "maintain",
         "--repo",
         repo.path().to_str().unwrap(),
         "--select",
         "vulnerable",
+        "--informational",
     ]);
     assert_eq!(text.code, 0, "{}\n{}", text.stdout, text.stderr);
+    assert!(
+        text.stdout.contains(
+            "Informational advisories (not vulnerabilities; --informational):\n\
+             - smallvec 1.6.0: RUSTSEC-0000-0000 (unsound) — A synthetic unsoundness of the \
+             test; cleared by this proposal\n"
+        ),
+        "{}",
+        text.stdout
+    );
+    // Without the flag the proposal does not list them.
+    assert!(
+        !result["proposal"]["summary"]
+            .as_str()
+            .unwrap()
+            .contains("Informational advisories"),
+        "{result}"
+    );
     for expected in [
         "Maintenance:\n  ↑ smallvec 1.6.0 → 1.6.1 (clears RUSTSEC-2021-0003)\n",
         "  advisories cleared: RUSTSEC-2021-0003\n",

@@ -109,7 +109,7 @@ async fn scheduling(store: Arc<dyn Store>, second: Arc<dyn Store>) {
         options.maintain,
         Some(MaintainOptions {
             select: vec!["vulnerable".into()],
-            mode: None
+            ..MaintainOptions::default()
         })
     );
     assert_eq!(options.checks, Some(vec!["cargo test --offline".into()]));

@@ -646,7 +646,7 @@ async fn submit(State(state): State<Arc<ApiState>>, request: Request) -> Respons
             .filter(|s| !s.is_empty())
             .map(str::to_string)
             .collect(),
-        mode: None,
+        ..warden_engine::change::MaintainOptions::default()
     });
     // A maintenance says what it does in words when the form left the prompt empty.
     let prompt = match &maintain {
