@@ -403,8 +403,9 @@ fn the_console_reads_as_code_fits_a_phone_and_has_no_accessibility_violations() 
         "return [document.querySelectorAll('svg.columns').length, \
                  document.querySelectorAll('svg.hbar').length]",
     );
-    // Per day: cost and tokens; per repository (docs, app) and per model: a bar each.
-    assert_eq!(charts, json!([2, 6]), "{}", browser.page_text());
+    // Per day: cost and tokens; per repository (docs, app), per model and per role (the
+    // agent's only): a bar each, in a cost and a tokens chart.
+    assert_eq!(charts, json!([2, 8]), "{}", browser.page_text());
     let day = script(
         &browser,
         "return document.querySelector('svg.columns').getAttribute('aria-label')",
