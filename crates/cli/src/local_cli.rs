@@ -151,7 +151,11 @@ pub async fn maintain(config: Config, args: crate::maintain::MaintainArgs) -> an
 }
 
 /// `warden review`: the reviewer on a commit range or a task's proposal (see `review.rs`).
-pub async fn review(config: Config, args: crate::review::ReviewArgs) -> anyhow::Result<u8> {
+pub async fn review(
+    config: Config,
+    args: crate::review::ReviewArgs,
+    server: Option<crate::remote::Remote>,
+) -> anyhow::Result<u8> {
     use warden_engine::review::{self, ReviewRun, ReviewSubject};
     let target = args.target.clone().unwrap_or_else(|| "HEAD~1..HEAD".into());
     let config = Arc::new(config);
@@ -206,6 +210,80 @@ pub async fn review(config: Config, args: crate::review::ReviewArgs) -> anyhow::
                 material.diff,
                 Vec::new(),
                 None,
+            )
+        } else if let Some(server) = &server {
+            // A server's task: its proposal as a bundle, unpacked beside the user's clone
+            // (which holds the base), read like Warden's mirror.
+            let id = task_id(&target)?;
+            let found = server.get(&format!("/v1/tasks/{id}")).await?;
+            let Some(proposal) = found
+                .pointer("/result/proposal")
+                .and_then(|p| serde_json::from_value::<warden_protocol::Proposal>(p.clone()).ok())
+            else {
+                return Err(usage(anyhow::anyhow!(
+                    "task {id} has no proposal to review"
+                )));
+            };
+            let (_, bundle) = server
+                .get_bytes(
+                    &format!("/v1/tasks/{id}/proposal"),
+                    warden_engine::diff::MAX_BUNDLE_BYTES,
+                )
+                .await?;
+            let clone = match &args.repo {
+                Some(path) => std::path::PathBuf::from(path),
+                None => std::env::current_dir().context("cannot read the current directory")?,
+            };
+            let (git, repos, reading, task_text, subject) = (
+                local.repos.git().clone(),
+                local.repos.clone(),
+                redactor.clone(),
+                id.to_string(),
+                proposal.clone(),
+            );
+            let (root, diff) = tokio::task::spawn_blocking(move || {
+                let unbundled = warden_repo::proposal::unbundle_proposal(
+                    &git,
+                    &bundle,
+                    &task_text,
+                    &subject.base_commit,
+                    &clone,
+                )
+                .map_err(|e| e.to_string())?;
+                let pinned = warden_repo::PinnedRepo {
+                    name: subject.repo.clone(),
+                    source: warden_repo::Source::Path(clone.clone()),
+                    commit: subject.commit.clone(),
+                    tree: subject.tree.clone(),
+                    mirror: unbundled.repo().to_path_buf(),
+                    browse: None,
+                    work_tree: None,
+                };
+                let snapshot = repos
+                    .snapshot(&pinned)
+                    .map_err(|e| format!("cannot read the proposal's tree: {e}"))?;
+                let material = warden_engine::review::range_material(
+                    &git,
+                    unbundled.repo(),
+                    &subject.base_commit,
+                    &subject.commit,
+                    &reading,
+                )?;
+                Ok::<_, String>((snapshot.root, material.diff))
+            })
+            .await
+            .context("reading the proposal crashed")?
+            .map_err(|message| usage(anyhow::anyhow!(message)))?;
+            (
+                proposal.repo.clone(),
+                proposal.base_commit.clone(),
+                proposal.commit.clone(),
+                root,
+                None,
+                found["prompt"].as_str().unwrap_or_default().to_string(),
+                diff,
+                proposal.validations.clone(),
+                Some(id.to_string()),
             )
         } else {
             let id = task_id(&target)?;

@@ -309,12 +309,6 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
              WARDEN_SERVER (or leave out --server) in the MCP client's configuration"
         )));
     }
-    if matches!(cli.command, Command::Review(_)) && cli.remote.server().is_some() {
-        return Err(usage(anyhow::anyhow!(
-            "warden review runs in-process and does not talk to a server yet: unset \
-             WARDEN_SERVER (or leave out --server)"
-        )));
-    }
     if matches!(cli.command, Command::Vulns(_)) && cli.remote.server().is_some() {
         // Refused rather than run here: with a server, `--repo` names a registered repository,
         // which this process cannot read.
@@ -340,7 +334,15 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Run(args) => tokio_runtime()?.block_on(local_cli::run(config, args)),
         Command::Maintain(args) => tokio_runtime()?.block_on(local_cli::maintain(config, args)),
         Command::Vulns(args) => tokio_runtime()?.block_on(local_cli::vulns(config, args)),
-        Command::Review(args) => tokio_runtime()?.block_on(local_cli::review(config, args)),
+        Command::Review(args) => {
+            // With a server, a task's proposal comes from it; the reviewer runs here.
+            let server = cli
+                .remote
+                .server()
+                .map(|server| remote::Remote::new(server, cli.remote.token.as_deref()))
+                .transpose()?;
+            tokio_runtime()?.block_on(local_cli::review(config, args, server))
+        }
         Command::Advisories { command } => {
             tokio_runtime()?.block_on(advisories::advisories(config, command))
         }

@@ -1,6 +1,7 @@
 //! `warden review`: the reviewer (`warden_engine::review`) alone on an existing change — a
-//! commit range of a repository (`--repo R BASE..HEAD`, default `HEAD~1..HEAD`) or an
-//! in-process change task's proposal (`TASK`) — printing its findings, each location checked
+//! commit range of a repository (`--repo R BASE..HEAD`, default `HEAD~1..HEAD`) or a change
+//! task's proposal (`TASK`: in-process, or with `--server` the server's, fetched as a bundle
+//! beside the user's clone) — printing its findings, each location checked
 //! against the reviewed commit's tree as answer citations are. Not a task: the repository is
 //! pinned as `warden ask --repo` pins it (a verified read-only snapshot of `HEAD`), the model
 //! is asked under `[limits]`, and nothing is recorded.

@@ -269,9 +269,9 @@ pub fn fetch_proposal_into(
 }
 
 /// [`fetch_proposal_into`] from a git bundle of the proposal (as `GET /v1/tasks/{id}/proposal`
-/// serves it, its prerequisite `base`) instead of Warden's mirror: the bundle is unpacked into
-/// a scratch repository borrowing `user_repo`'s objects (where the base must be), which then
-/// stands in for the mirror, so the branch is written exactly as in-process.
+/// serves it, its prerequisite `base`) instead of Warden's mirror: the bundle is unpacked
+/// ([`unbundle_proposal`]), and that repository stands in for the mirror, so the branch is
+/// written exactly as in-process.
 pub fn fetch_bundle_into(
     git: &Git,
     bundle: &[u8],
@@ -284,6 +284,35 @@ pub fn fetch_bundle_into(
     if branch.starts_with('-') || git.run(user_repo, &["check-ref-format", &full]).is_err() {
         return Err(ApplyError::InvalidBranch(branch.to_string()));
     }
+    let unbundled = unbundle_proposal(git, bundle, task_id, base, user_repo)?;
+    fetch_proposal_into(git, unbundled.repo(), task_id, user_repo, branch)
+}
+
+/// A proposal bundle unpacked into a private bare repository (removed when dropped) whose
+/// objects borrow a user's repository: the proposal's ref (`refs/warden/proposals/<task>`) and
+/// commits, readable like Warden's mirror, the user's repository untouched.
+pub struct UnbundledProposal {
+    _scratch: Scratch,
+    repo: std::path::PathBuf,
+}
+
+impl UnbundledProposal {
+    /// The bare repository.
+    pub fn repo(&self) -> &Path {
+        &self.repo
+    }
+}
+
+/// Unpacks `bundle` (task `task_id`'s proposal, its prerequisite `base`) into a scratch
+/// repository borrowing `user_repo`'s objects, where the base must be
+/// ([`ApplyError::MissingBase`] otherwise).
+pub fn unbundle_proposal(
+    git: &Git,
+    bundle: &[u8],
+    task_id: &str,
+    base: &str,
+    user_repo: &Path,
+) -> Result<UnbundledProposal, ApplyError> {
     let objects = git
         .run(
             user_repo,
@@ -336,7 +365,10 @@ pub fn fetch_bundle_into(
             &format!("{reference}:{reference}"),
         ],
     )?;
-    fetch_proposal_into(git, &repo, task_id, user_repo, branch)
+    Ok(UnbundledProposal {
+        _scratch: scratch,
+        repo,
+    })
 }
 
 /// A private directory under the temporary directory, removed when dropped.
@@ -348,7 +380,7 @@ impl Scratch {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
         let path =
-            std::env::temp_dir().join(format!("warden-apply-{}-{nanos:09}", std::process::id()));
+            std::env::temp_dir().join(format!("warden-proposal-{}-{nanos:09}", std::process::id()));
         // Fails if it exists: never a directory someone else prepared; readable by us only.
         std::os::unix::fs::DirBuilderExt::mode(&mut std::fs::DirBuilder::new(), 0o700)
             .create(&path)

@@ -453,3 +453,67 @@ fn a_kill_9_during_a_separate_reviewers_round_replays_both_models_and_pays_neith
     );
     server.terminate();
 }
+
+/// `warden review TASK` against a server: the task's proposal comes from the server (its bundle,
+/// unpacked beside the user's clone), the reviewer runs here with this machine's model, its
+/// findings are checked against the proposal's tree, and the user's clone is not touched.
+#[test]
+fn warden_review_reviews_a_servers_task_with_the_local_model() {
+    const TOKENS: &[Token] = &[("root", "admin", ADMIN), ("alice", "operator", ALICE)];
+    let repo = repo_with_test();
+    let implementer =
+        ScriptedModelServer::start_blocking(vec![uppercase_beta(), delete_the_test(), submit()]);
+    let warden = Warden::openai(&implementer.url());
+    let server = Server::start(&warden, TOKENS);
+    server.register_with_checks("app", &repo, &["bash check.sh"]);
+    let id = server.submit_change(
+        ALICE,
+        &json!({"kind": "change", "repo": "app", "prompt": "make beta uppercase in src/lib.txt"}),
+    );
+    let task = server.wait_for(ALICE, &id, &["completed", "failed"]);
+    assert_eq!(task["result"]["outcome"], "proposal", "{task}");
+    let commit = task["result"]["proposal"]["commit"]
+        .as_str()
+        .unwrap()
+        .to_string();
+
+    let reviewer = ScriptedModelServer::start_blocking(vec![
+        // A location past the end of check.sh goes back to the reviewer, then a good one.
+        review(false, deleted_test_finding(1, 99)),
+        review(false, deleted_test_finding(1, 1)),
+    ]);
+    let refs_before = repo.git(&["for-each-ref"]);
+    let client = server
+        .client(ALICE)
+        .with("WARDEN_MODEL", "openai:gpt-test")
+        .with("OPENAI_BASE_URL", &format!("{}/v1", reviewer.url()))
+        .with("OPENAI_API_KEY", "sk-test-key");
+    let path = repo.path().to_str().unwrap();
+    let reviewed = client.run(&["review", &id, "--repo", path, "--json"]);
+    assert_eq!(reviewed.code, 1, "{}\n{}", reviewed.stdout, reviewed.stderr);
+    let report = reviewed.json();
+    assert_eq!(report["task"], id.as_str());
+    assert_eq!(report["head"], commit.as_str());
+    assert_eq!(report["review"]["verdict"], "blocked", "{report}");
+    let finding = &report["review"]["findings"][0];
+    assert_eq!(finding["location"]["commit"], commit.as_str());
+    assert_eq!(finding["location"]["end_line"], 1);
+    // The reviewer saw the server's request, the diff deleting the test, and the checks.
+    let asked = request_text(&reviewer.requests()[0].body);
+    assert!(asked.contains("make beta uppercase"), "{asked}");
+    assert!(asked.contains("deleted file mode"), "{asked}");
+    assert!(asked.contains("bash check.sh"), "{asked}");
+    assert_eq!(reviewer.requests().len(), 2);
+    // The implementer's model was never asked to review.
+    assert_eq!(implementer.requests().len(), 3);
+    assert_eq!(repo.git(&["for-each-ref"]), refs_before);
+
+    // A clone without the proposal's base is told so.
+    let stranger = TempRepo::new();
+    stranger.write("x", "x\n");
+    stranger.commit("unrelated");
+    let refused = client.run(&["review", &id, "--repo", stranger.path().to_str().unwrap()]);
+    assert_eq!(refused.code, 2, "{}\n{}", refused.stdout, refused.stderr);
+    assert!(refused.stderr.contains("base"), "{}", refused.stderr);
+    server.terminate();
+}
