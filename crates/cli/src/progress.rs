@@ -99,8 +99,13 @@ impl StderrProgress {
     }
 
     /// Prints one step; control characters in it are escaped, and line breaks (in rejection
-    /// reasons, check output) continue on indented lines instead of showing as `\n`.
+    /// reasons, check output) continue on indented lines instead of showing as `\n`. git's
+    /// interim fetch percentages are shown on a terminal only: in a log they are noise, and the
+    /// line that ends each phase (`…, done.`) says the same.
     pub fn line(&self, text: &str) {
+        if interim_fetch_progress(text) && !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            return;
+        }
         self.inner.line(text);
     }
 }
@@ -204,6 +209,12 @@ impl EventSink for StderrProgress {
             self.line(&text);
         }
     }
+}
+
+/// Whether `text` relays one of git's interim progress lines (`warden: fetching app: Receiving
+/// objects:  14% (1/7)`), not the one that ends its phase.
+fn interim_fetch_progress(text: &str) -> bool {
+    text.starts_with("warden: fetching ") && text.contains("% (") && !text.ends_with("done.")
 }
 
 /// `text` with every duration (`0.23s`, `478 ms`, `1.5 s`) replaced by `<time>`: test runners
@@ -372,6 +383,19 @@ mod tests {
             progress.inner.running_tool().as_deref(),
             Some("submit_change")
         );
+    }
+
+    #[test]
+    fn only_git_s_interim_fetch_percentages_are_interim() {
+        assert!(interim_fetch_progress(
+            "warden: fetching app: Receiving objects:  14% (1/7)"
+        ));
+        assert!(!interim_fetch_progress(
+            "warden: fetching app: Receiving objects: 100% (7/7), 3.62 KiB | 3.62 MiB/s, done."
+        ));
+        assert!(!interim_fetch_progress(
+            "warden: pinning /work/app (14% (1/7))"
+        ));
     }
 
     #[test]

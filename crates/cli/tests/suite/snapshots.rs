@@ -28,7 +28,8 @@ fn call(name: &str, arguments: serde_json::Value) -> warden_test_support::model_
 /// `text` with what differs between two runs replaced: the repository's and home's paths, task
 /// ids, git hashes, RFC 3339 and console times, durations.
 fn normalized(text: &str, warden: &Warden, repo: &TempRepo) -> String {
-    // git's fetch progress (`Receiving objects: 16% (1/6)`) depends on timing.
+    // git's fetch progress (`Receiving objects: 100% (6/6), 391 bytes | 391.00 KiB/s, done.`)
+    // depends on timing; on a terminal its interim percentages are shown too.
     let mut text: String = text
         .lines()
         .filter(|line| !line.starts_with("warden: fetching "))
