@@ -203,7 +203,7 @@ pub async fn serve(
     let api = tokio::spawn(server);
     let mut signal_seen = signal_seen;
     let _ = signal_seen.wait_for(|s| *s).await;
-    eprintln!(
+    warden_service::say!(
         "warden: shutting down: no new tasks are claimed; running tasks get {} s to finish",
         services.config.serve.shutdown_grace.as_secs()
     );

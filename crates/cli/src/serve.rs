@@ -22,7 +22,7 @@ fn usage_or(error: anyhow::Error) -> anyhow::Error {
 async fn open_store(url: &str) -> anyhow::Result<Arc<dyn service::Store>> {
     let store = service::open_store(url).await.map_err(usage)?;
     for notice in store.notices() {
-        eprintln!("warden: {notice}");
+        warden_service::say!("warden: {notice}");
     }
     Ok(store)
 }
@@ -64,12 +64,12 @@ pub async fn serve(config: Config) -> anyhow::Result<u8> {
     // Listening for SIGTERM/SIGINT starts now, before anything says the server is up.
     let shutdown = service::shutdown_signal();
     if let Some(path) = token_file {
-        eprintln!(
+        warden_service::say!(
             "warden: WARDEN_API_TOKENS is not set; the admin token is in {}",
             path.display()
         );
     }
-    eprintln!(
+    warden_service::say!(
         "warden: {} concurrent runs, {} store, model {}",
         services.config.serve.workers,
         services.store.backend(),
@@ -80,15 +80,15 @@ pub async fn serve(config: Config) -> anyhow::Result<u8> {
                 .to_string(),
         }
     );
-    eprintln!("warden: listening on http://{local}");
+    warden_service::say!("warden: listening on http://{local}");
     if services.config.serve.web.enabled {
-        eprintln!(
+        warden_service::say!(
             "warden: web console at http://{local}/ (sign in with an API token, or set a \
              password with `warden web passwd NAME`)"
         );
     }
     warden_api::serve::serve(services, tokens, listener, worker_name, shutdown).await?;
-    eprintln!("warden: stopped");
+    warden_service::say!("warden: stopped");
     Ok(0)
 }
 
@@ -127,11 +127,11 @@ pub async fn worker(config: Config) -> anyhow::Result<u8> {
         .map_err(usage_or)?;
     let name = service::process_worker_name();
     let shutdown = service::shutdown_signal();
-    eprintln!(
+    warden_service::say!(
         "warden: worker {name}: {} concurrent runs",
         services.config.serve.workers
     );
     service::work(services, name, shutdown).await?;
-    eprintln!("warden: stopped");
+    warden_service::say!("warden: stopped");
     Ok(0)
 }

@@ -153,7 +153,7 @@ pub async fn work(
     crate::storage::spawn_eviction(&services, vec![local], stopped.clone());
     let workers = tokio::spawn(worker::run_workers(services, options, stopped));
     shutdown.await;
-    eprintln!("warden: shutting down: no new tasks are claimed");
+    crate::say!("warden: shutting down: no new tasks are claimed");
     let _ = stop.send(true);
     workers.await.context("the workers failed")?;
     Ok(())

@@ -146,6 +146,59 @@ fn a_second_serve_on_the_same_home_is_refused() {
     Server::start(&warden, TOKENS).terminate();
 }
 
+/// A server whose stderr goes away (a log shipper that restarted, `warden serve 2>&1 | head`)
+/// keeps serving: its lines are best effort, and it still stops cleanly on SIGTERM.
+#[test]
+fn serve_keeps_serving_after_its_stderr_is_closed() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let warden = Warden::faux();
+    let mut child = warden
+        .command(&["serve"])
+        .env("WARDEN_LISTEN", "127.0.0.1:0")
+        .env("WARDEN_API_TOKENS", format!("root:admin:{ADMIN}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let prefix = "warden: listening on http://";
+    let address = loop {
+        let mut line = String::new();
+        assert_ne!(stderr.read_line(&mut line).unwrap(), 0, "serve ended");
+        if let Some(address) = line.trim().strip_prefix(prefix) {
+            break address.to_string();
+        }
+    };
+    drop(stderr);
+    // Requests make the server log; with no reader each line is a broken pipe.
+    for _ in 0..3 {
+        let mut stream = TcpStream::connect(&address).unwrap();
+        write!(
+            stream,
+            "GET /v1/tasks HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {ADMIN}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut reply = String::new();
+        stream.read_to_string(&mut reply).unwrap();
+        assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
+    }
+    let pid = child.id().to_string();
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let exit = loop {
+        if let Some(exit) = child.try_wait().unwrap() {
+            break exit;
+        }
+        assert!(Instant::now() < deadline, "serve did not stop on SIGTERM");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(exit.code(), Some(0), "{exit:?}");
+}
+
 /// With Telegram, Slack and the GitHub webhook configured as the docs show and none of their
 /// secrets in the environment, `serve` names all five at once and exits 2 before it listens
 /// (it used to print its address, then stop at the first, one secret per start).

@@ -1307,7 +1307,7 @@ pub fn check_at_start(
                 Err(error) => {
                     let why = format!("GitHub refused {what}: {error}");
                     tracing::error!("{why}");
-                    eprintln!(
+                    crate::say!(
                         "warden: {why}; publishing and GitHub replies will fail until it is fixed"
                     );
                     alerts
@@ -1335,7 +1335,7 @@ pub fn spawn(
         return Ok(None);
     };
     let hook = Arc::new(hook);
-    eprintln!(
+    crate::say!(
         "warden: github webhook (mention @{}) is serving /webhooks/github",
         hook.config.handle
     );

@@ -915,13 +915,13 @@ async fn run(app: Arc<SlackApp>, alerts: crate::chat::Alerts, mut stop: watch::R
         match app.api.auth_test().await {
             Ok(user) => {
                 tracing::info!(bot = %user, "slack app serving");
-                eprintln!("warden: slack app (bot user {user}) is serving /webhooks/slack");
+                crate::say!("warden: slack app (bot user {user}) is serving /webhooks/slack");
                 let _ = app.bot_user.set(user);
                 break;
             }
             Err(error) if error.is_bad_token() => {
                 tracing::error!(%error, "slack refused the bot token; the app is not served");
-                eprintln!(
+                crate::say!(
                     "warden: slack refused WARDEN_SLACK_BOT_TOKEN ({error}); the Slack app is not served"
                 );
                 alerts

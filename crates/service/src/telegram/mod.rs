@@ -723,7 +723,7 @@ where
                     format!("telegram refused {what} ({error})")
                 };
                 tracing::error!(%error, "{why}; the bot is not served");
-                eprintln!("warden: {why}; the Telegram bot is not served");
+                crate::say!("warden: {why}; the Telegram bot is not served");
                 alerts
                     .report(
                         CHANNEL,
@@ -760,7 +760,7 @@ async fn run(bot: Arc<Bot>, alerts: crate::chat::Alerts, mut stop: watch::Receiv
                 return;
             }
             tracing::info!(bot = %username, %url, "telegram bot serving (webhook)");
-            eprintln!("warden: telegram bot @{username} receives updates at {url}");
+            crate::say!("warden: telegram bot @{username} receives updates at {url}");
             None
         }
         Ingress::Polling => {
@@ -774,7 +774,7 @@ async fn run(bot: Arc<Bot>, alerts: crate::chat::Alerts, mut stop: watch::Receiv
                 return;
             }
             tracing::info!(bot = %username, "telegram bot serving (long polling)");
-            eprintln!("warden: telegram bot @{username} is polling for updates");
+            crate::say!("warden: telegram bot @{username} is polling for updates");
             Some(tokio::spawn(poll_loop(Arc::clone(&bot), stop.clone())))
         }
     };
