@@ -182,12 +182,7 @@ fn serve_keeps_serving_after_its_stderr_is_closed() {
         stream.read_to_string(&mut reply).unwrap();
         assert!(reply.starts_with("HTTP/1.1 200"), "{reply}");
     }
-    let pid = child.id().to_string();
-    let status = std::process::Command::new("kill")
-        .args(["-TERM", &pid])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    super::support::signal(child.id(), "TERM");
     let deadline = Instant::now() + Duration::from_secs(30);
     let exit = loop {
         if let Some(exit) = child.try_wait().unwrap() {

@@ -168,8 +168,13 @@ impl Warden {
 
 /// Sends SIGINT to a process, as Ctrl-C in a terminal would.
 pub fn interrupt(pid: u32) {
+    signal(pid, "INT");
+}
+
+/// Sends signal `name` (`TERM`, `INT`) to a process.
+pub fn signal(pid: u32, name: &str) {
     let status = Command::new("kill")
-        .args(["-INT", &pid.to_string()])
+        .args([&format!("-{name}"), &pid.to_string()])
         .status()
         .unwrap();
     assert!(status.success());
