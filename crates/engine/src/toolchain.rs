@@ -466,6 +466,26 @@ pub struct Toolchains {
 /// The in-sandbox paths Warden builds itself: nothing is mounted over them.
 const RESERVED: [&str; 5] = ["/proc", "/sys", "/dev", "/etc", WORKING_ROOT];
 
+/// Refuses a `WARDEN_HOME` under a directory the sandbox builds itself (`/work`, `/etc`, …):
+/// its dependency caches are shown to the views at their own paths, which such a view cannot
+/// hold. Said up front, with the fix, rather than as a sandbox that cannot be established.
+fn check_cache_home(warden_home: &Path) -> Result<(), String> {
+    let canonical = warden_home
+        .canonicalize()
+        .unwrap_or_else(|_| warden_home.to_path_buf());
+    for candidate in [warden_home, canonical.as_path()] {
+        if let Some(reserved) = RESERVED.iter().find(|r| candidate.starts_with(r)) {
+            return Err(format!(
+                "WARDEN_HOME {} is under {reserved}, which the sandbox builds itself, so the \
+                 dependency caches under it cannot be shown to checks: move WARDEN_HOME \
+                 elsewhere (for example ~/.local/share/warden)",
+                warden_home.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Expands `~` against `home` and checks a mount path (see the module documentation).
 /// `warden_home` is `WARDEN_HOME`, when known.
 pub fn check_mount(
@@ -778,6 +798,9 @@ impl Toolchains {
         let cache =
             (!self.cache_env.is_empty() || !repo_prepare.is_empty() || !self.prepare.is_empty())
                 .then(|| warden_home.join("caches").join(cache_key));
+        if cache.is_some() {
+            check_cache_home(warden_home)?;
+        }
         Ok(TaskToolchains {
             mounts,
             path,
@@ -1465,6 +1488,20 @@ pub struct RepoSandbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_warden_home_under_a_directory_the_sandbox_builds_is_refused_with_the_fix() {
+        let refused = check_cache_home(Path::new("/work/team/home")).unwrap_err();
+        assert!(
+            refused.contains("WARDEN_HOME /work/team/home is under /work"),
+            "{refused}"
+        );
+        assert!(refused.contains("move WARDEN_HOME elsewhere"), "{refused}");
+        assert!(check_cache_home(Path::new("/etc/warden")).is_err());
+        assert!(check_cache_home(Path::new("/var/lib/warden")).is_ok());
+        // Only whole components: /workspace is not /work.
+        assert!(check_cache_home(Path::new("/workspace/home")).is_ok());
+    }
     use std::collections::HashMap;
 
     struct MapEnv(HashMap<String, String>);
