@@ -759,6 +759,24 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
                 format!("the candidate is not ready: {}", reasons.join("; ")),
             )
         })?;
+        // An upgrade a later one moved on: said, so the record's target is not read as where
+        // the package ended.
+        for upgrade in &state.maintenance.upgrades {
+            let copies: Vec<&str> = lock
+                .packages
+                .iter()
+                .filter(|p| p.source.is_some() && p.name == upgrade.package)
+                .map(|p| p.version.as_str())
+                .collect();
+            if !copies.is_empty() && !copies.contains(&upgrade.to.as_str()) {
+                state.notices.push(format!(
+                    "{} ends at {}, past its upgrade's {}: the upgrades after it moved it on",
+                    upgrade.package,
+                    copies.join(", "),
+                    upgrade.to
+                ));
+            }
+        }
         Ok((
             (),
             "validations and post-scan bound to the candidate tree".to_string(),

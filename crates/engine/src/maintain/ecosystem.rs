@@ -241,18 +241,25 @@ impl Ecosystem {
     pub fn fetch_script(self, upgrades: &[Upgrade]) -> String {
         let mut script: Vec<String> = match self {
             // An earlier upgrade may have moved the package from its old version (hyper moving
-            // tokio): then its one copy is named without the version.
-            Ecosystem::Cargo => upgrades
-                .iter()
-                .map(|u| {
-                    format!(
+            // tokio): then its one copy is named without the version. Each upgrade's lockfile
+            // is fetched, not only the last: they are applied (offline) one at a time, and an
+            // intermediate one can need packages the last does not (tokio 1.18.4 needs mio
+            // 0.8, which the h2 upgrade after it moves on to mio 1).
+            Ecosystem::Cargo => {
+                let mut steps = Vec::new();
+                for (index, u) in upgrades.iter().enumerate() {
+                    if index > 0 {
+                        steps.push(self.acquire().to_string());
+                    }
+                    steps.push(format!(
                         "{{ cargo update -p {} --precise {to} || cargo update -p {} --precise {to}; }}",
                         quoted(&format!("{}@{}", u.package, u.from)),
                         quoted(&u.package),
                         to = quoted(&u.to)
-                    )
-                })
-                .collect(),
+                    ));
+                }
+                steps
+            }
             Ecosystem::Go => vec![format!(
                 "go get {}",
                 upgrades
@@ -903,8 +910,9 @@ mod tests {
                 cargo("hyper", "0.14.10", "0.14.28")
             ]),
             "{ cargo update -p 'tokio@1.8.0' --precise '1.38.0' || cargo update -p 'tokio' \
-             --precise '1.38.0'; } && { cargo update -p 'hyper@0.14.10' --precise '0.14.28' || \
-             cargo update -p 'hyper' --precise '0.14.28'; } && cargo fetch --locked"
+             --precise '1.38.0'; } && cargo fetch --locked && { cargo update -p \
+             'hyper@0.14.10' --precise '0.14.28' || cargo update -p 'hyper' --precise '0.14.28'; \
+             } && cargo fetch --locked"
         );
     }
 }

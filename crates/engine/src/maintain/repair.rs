@@ -248,7 +248,9 @@ fn submit_repair(
     })
 }
 
-/// Reasons the lockfile of a candidate does not hold every upgrade at its target version.
+/// Reasons the lockfile of a candidate does not hold every upgrade at its target version, or
+/// past it: a later upgrade may move a package on (h2 0.3.26 taking tokio from the 1.18.4 its
+/// own upgrade chose to a newer 1.x), as long as no copy stays at the version it came from.
 pub fn upgrades_in_lock(
     ecosystem: Ecosystem,
     lock: &Lockfile,
@@ -257,14 +259,25 @@ pub fn upgrades_in_lock(
     upgrades
         .iter()
         .filter(|u| {
-            !lock
+            let copies: Vec<&str> = lock
                 .packages
                 .iter()
-                .any(|p| p.source.is_some() && p.name == u.package && p.version == u.to)
+                .filter(|p| p.source.is_some() && p.name == u.package)
+                .map(|p| p.version.as_str())
+                .collect();
+            let at_target = copies.contains(&u.to.as_str());
+            let moved_on = !copies.contains(&u.from.as_str())
+                && ecosystem.semver(&u.to).is_some_and(|to| {
+                    copies
+                        .iter()
+                        .filter_map(|v| ecosystem.semver(v))
+                        .any(|v| v > to)
+                });
+            !(at_target || moved_on)
         })
         .map(|u| {
             format!(
-                "{} of the candidate does not hold {} at the upgrade's {}",
+                "{} of the candidate does not hold {} at the upgrade's {} (or past it)",
                 ecosystem.lock_name(),
                 u.package,
                 u.to
@@ -496,6 +509,41 @@ mod tests {
         let reasons =
             lockfile_scope(Ecosystem::Cargo, &upgraded, &absent, &[upgrade()]).unwrap_err();
         assert!(reasons[0].starts_with("smallvec is absent"), "{reasons:?}");
+    }
+
+    /// A later upgrade may move a package past its own upgrade's target (h2 taking tokio on),
+    /// never back, and not while a copy stays at the old version.
+    #[test]
+    fn an_upgrade_is_held_at_its_target_or_moved_on_past_it() {
+        let tokio = Upgrade {
+            package: "tokio".into(),
+            from: "1.8.0".into(),
+            to: "1.18.4".into(),
+            advisories: vec![],
+        };
+        let held = |packages: &[(&str, &str, bool)]| {
+            upgrades_in_lock(
+                Ecosystem::Cargo,
+                &lock(packages),
+                std::slice::from_ref(&tokio),
+            )
+        };
+        assert!(held(&[("tokio", "1.18.4", true)]).is_empty());
+        assert!(held(&[("tokio", "1.52.0", true)]).is_empty());
+        for refused in [
+            vec![("tokio", "1.8.0", true)],
+            vec![("tokio", "1.10.0", true)],
+            vec![("tokio", "1.8.0", true), ("tokio", "1.52.0", true)],
+            // A path dependency of the same name is not the registry's package.
+            vec![("tokio", "1.52.0", false)],
+        ] {
+            let reasons = held(&refused);
+            assert_eq!(reasons.len(), 1, "{refused:?}");
+            assert!(
+                reasons[0].contains("does not hold tokio at the upgrade's 1.18.4"),
+                "{reasons:?}"
+            );
+        }
     }
 
     #[test]
