@@ -212,3 +212,72 @@ fn a_change_runs_through_the_kubernetes_backend_like_linux() {
         fake.claims()
     );
 }
+
+/// A pod lost while the agent's command runs in it: the question ends, promptly, failed with
+/// `sandbox_error` naming the lost sandbox, the model is not asked again, and the claim is
+/// cleaned up; nothing hangs.
+#[test]
+fn a_pod_lost_mid_task_fails_the_task_cleanly_and_promptly() {
+    let scratch = tempfile::tempdir().unwrap();
+    let Some(fake) = fake(&scratch.path().join("cluster")) else {
+        return;
+    };
+    let repo = TempRepo::new();
+    repo.write("README.md", "# sample\n");
+    repo.commit("initial");
+    let server = ScriptedModelServer::start_blocking(vec![
+        call("shell", json!({"command": "sleep 60; echo never"})),
+        call("shell", json!({"command": "echo unreachable"})),
+    ]);
+    let warden = on_fake(Warden::openai(&server.url()), &fake);
+    let mut child = warden
+        .command(&[
+            "ask",
+            "--repo",
+            repo.path().to_str().unwrap(),
+            "--json",
+            "what is here?",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Once the command runs in the task's pod, the pod goes.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never started"
+        );
+        if server.requests().len() == 1 && !fake.claims().is_empty() {
+            std::thread::sleep(std::time::Duration::from_millis(700));
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let lost_at = std::time::Instant::now();
+    for claim in fake.claims() {
+        fake.lose_pod(&claim);
+    }
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        lost_at.elapsed() < std::time::Duration::from_secs(30),
+        "the task took {:?} to end after the pod went",
+        lost_at.elapsed()
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stdout}\n{stderr}");
+    let result: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(result["outcome"], "failure", "{result}");
+    assert_eq!(result["failure"]["code"], "sandbox_error", "{result}");
+    let message = result["failure"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("lost"), "{message}");
+    // The agent never ran another command in a sandbox that is gone.
+    assert_eq!(server.requests().len(), 1, "{result}");
+    assert!(
+        fake.claims().is_empty(),
+        "the lost sandbox's claim was deleted: {:?}",
+        fake.claims()
+    );
+}
