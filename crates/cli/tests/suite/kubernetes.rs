@@ -230,7 +230,7 @@ fn a_pod_lost_mid_task_fails_the_task_cleanly_and_promptly() {
         call("shell", json!({"command": "echo unreachable"})),
     ]);
     let warden = on_fake(Warden::openai(&server.url()), &fake);
-    let mut child = warden
+    let child = warden
         .command(&[
             "ask",
             "--repo",
@@ -280,4 +280,60 @@ fn a_pod_lost_mid_task_fails_the_task_cleanly_and_promptly() {
         "the lost sandbox's claim was deleted: {:?}",
         fake.claims()
     );
+}
+
+/// The same question on a real cluster, when asked for: `WARDEN_K8S_LIVE=1`, with
+/// `WARDEN_K8S_KUBECONFIG` (else `KUBECONFIG`) naming a kubeconfig whose cluster has the
+/// manifests of `warden k8s render` applied (and `WARDEN_K8S_NAMESPACE`, `WARDEN_K8S_IMAGE`
+/// when they are not the defaults). docs/kubernetes.md says how to set one up with kind and
+/// gVisor. Skipped, saying so, everywhere else: no cluster runs on these machines.
+#[test]
+fn a_question_runs_on_a_live_cluster_when_asked() {
+    if std::env::var("WARDEN_K8S_LIVE").as_deref() != Ok("1") {
+        eprintln!(
+            "SKIP: set WARDEN_K8S_LIVE=1 (and WARDEN_K8S_KUBECONFIG) to run against a cluster"
+        );
+        return;
+    }
+    let kubeconfig = std::env::var("WARDEN_K8S_KUBECONFIG")
+        .or_else(|_| std::env::var("KUBECONFIG"))
+        .expect("WARDEN_K8S_LIVE=1 needs WARDEN_K8S_KUBECONFIG or KUBECONFIG");
+    let repo = TempRepo::new();
+    repo.write("src/lib.rs", "// one\npub fn retry() -> u32 {\n    3\n}\n");
+    repo.commit("initial");
+    let server = ScriptedModelServer::start_blocking(vec![
+        call("shell", json!({"command": "grep -n 'fn retry' src/lib.rs"})),
+        call(
+            "submit_answer",
+            json!({"summary": "retry returns 3",
+                   "claims": [{"text": "retry returns 3", "basis": "observed",
+                               "evidence": [{"path": "src/lib.rs", "start_line": 2, "end_line": 4}]}]}),
+        ),
+    ]);
+    let warden = Warden::openai(&server.url());
+    let mut settings = format!(
+        "[sandbox]\nbackend = \"kubernetes\"\n\n[kubernetes]\nkubeconfig = {kubeconfig:?}\n"
+    );
+    for (variable, key) in [
+        ("WARDEN_K8S_NAMESPACE", "namespace"),
+        ("WARDEN_K8S_IMAGE", "image"),
+    ] {
+        if let Ok(value) = std::env::var(variable) {
+            settings.push_str(&format!("{key} = {value:?}\n"));
+        }
+    }
+    std::fs::write(warden.home.path().join("warden.toml"), settings).unwrap();
+    let run = warden.run(&[
+        "ask",
+        "--repo",
+        repo.path().to_str().unwrap(),
+        "--json",
+        "what does retry return?",
+    ]);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["outcome"], "answer", "{result}");
+    assert_eq!(result["sandbox"], "kubernetes", "{result}");
+    let seen = observations(&server);
+    assert!(seen[0].contains("2:pub fn retry"), "{seen:?}");
 }
