@@ -27,3 +27,16 @@ pub fn reap_orphans(config: &Config) -> Result<Vec<String>, SandboxError> {
         Backend::Linux | Backend::Gvisor | Backend::Local => Ok(Vec::new()),
     }
 }
+
+/// With the kubernetes backend, what `warden doctor` asks the cluster, changing nothing: how
+/// many claims of this Warden's owner it lists ([`warden_kubernetes::KubernetesSandbox::probe`]).
+/// `None` for the other backends, whose layers are probed on this machine.
+pub fn probe_cluster(config: &Config) -> Option<Result<usize, SandboxError>> {
+    match config.sandbox.backend {
+        Backend::Kubernetes => Some(
+            warden_kubernetes::KubernetesSandbox::connect(&config.kubernetes)
+                .and_then(|sandbox| sandbox.probe()),
+        ),
+        Backend::Linux | Backend::Gvisor | Backend::Local => None,
+    }
+}

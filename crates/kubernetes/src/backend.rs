@@ -131,6 +131,23 @@ impl KubernetesSandbox {
         self.client.requests()
     }
 
+    /// What `warden doctor` asks of the cluster, changing nothing: the claims of this Warden
+    /// ([`KubernetesConfig::owner`]) in the namespace, listed with Warden's credentials (which
+    /// proves the endpoint, the credentials, the namespace and the `list` right). How many.
+    pub fn probe(&self) -> Result<usize, SandboxError> {
+        let selector = format!(
+            "{}={},{}={}",
+            crate::names::MANAGED_BY.0,
+            crate::names::MANAGED_BY.1,
+            crate::names::OWNER_LABEL,
+            self.config.owner
+        );
+        self.client
+            .list_claims(&selector)
+            .map(|claims| claims.len())
+            .map_err(|e| unavailable(Layer::Runtime, format!("list this Warden's claims: {e}")))
+    }
+
     /// Deletes the claims this Warden ([`KubernetesConfig::owner`]) left behind: at start-up
     /// no task of it holds any. Returns their names.
     pub fn reap_orphans(&self) -> Result<Vec<String>, SandboxError> {

@@ -337,3 +337,62 @@ fn a_question_runs_on_a_live_cluster_when_asked() {
     let seen = observations(&server);
     assert!(seen[0].contains("2:pub fn retry"), "{seen:?}");
 }
+
+/// `warden doctor` with the kubernetes backend asks the cluster (listing this Warden's claims,
+/// changing nothing) instead of probing this machine's layers: ok against the fake, a failure
+/// naming the reason when the API server cannot be reached.
+#[test]
+fn doctor_asks_the_cluster() {
+    let scratch = tempfile::tempdir().unwrap();
+    let Some(fake) = fake(&scratch.path().join("cluster")) else {
+        return;
+    };
+    let sandbox_check = |warden: &Warden| -> serde_json::Value {
+        let run = warden.run(&["doctor", "--json", "--offline"]);
+        let report: serde_json::Value = serde_json::from_str(&run.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}\n{}", run.stdout, run.stderr));
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["check"] == "sandbox")
+            .cloned()
+            .unwrap()
+    };
+    let warden = on_fake(Warden::faux(), &fake);
+    let check = sandbox_check(&warden);
+    assert_eq!(check["ok"], true, "{check}");
+    assert!(
+        check["detail"].as_str().unwrap().contains(
+            "the API server answered in namespace warden-sandboxes (0 claim(s) of owner cli-test)"
+        ),
+        "{check}"
+    );
+    assert!(
+        fake.requests().iter().all(|r| r.method == "GET"),
+        "doctor changed nothing"
+    );
+    // A cluster that is not there.
+    let unreachable = on_fake(Warden::faux(), &fake);
+    let kubeconfig = unreachable.home.path().join("kubeconfig");
+    let text = std::fs::read_to_string(&kubeconfig).unwrap();
+    let port = text
+        .split("127.0.0.1:")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .unwrap()
+        .to_string();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_port = closed.local_addr().unwrap().port().to_string();
+    drop(closed);
+    std::fs::write(&kubeconfig, text.replace(&port, &closed_port)).unwrap();
+    let check = sandbox_check(&unreachable);
+    assert_eq!(check["ok"], false, "{check}");
+    assert!(
+        check["detail"]
+            .as_str()
+            .unwrap()
+            .contains("kubernetes backend unavailable: tasks will fail with sandbox_error"),
+        "{check}"
+    );
+}
