@@ -1253,7 +1253,13 @@ fn discover(
         let mut eligible: Vec<&index::IndexVersion> = Vec::new();
         let mut passed_over: Vec<String> = Vec::new();
         for candidate in &versions {
-            match policy.eligible(eco, &current, &requirements, candidate, is_direct) {
+            match policy.eligible(
+                eco.versioning(),
+                &current,
+                &requirements,
+                candidate,
+                is_direct,
+            ) {
                 Ok(()) => eligible.push(candidate),
                 Err(reason) if candidate.version > current => passed_over.push(reason),
                 Err(_) => {}

@@ -63,6 +63,7 @@ mod cancel;
 mod egress;
 mod error;
 mod gvisor;
+mod kinds;
 pub mod kit;
 #[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
@@ -80,10 +81,10 @@ use std::sync::Arc;
 
 pub use error::SandboxError;
 pub use gvisor::{runsc_statx_defect, MIN_RUNSC_RELEASE};
+pub use kinds::{Backend, Layer, Stream};
 pub use spec::{
-    baseline_env, remove_scratch, Backend, CommandOutput, CommandSpec, DiskQuota, KillSwitch,
-    Layer, LayerReport, Mount, ResourceLimits, SandboxConfig, Stdin, Stream, ViewSpec,
-    WORKING_ROOT,
+    baseline_env, remove_scratch, CommandOutput, CommandSpec, DiskQuota, KillSwitch, LayerReport,
+    Mount, ResourceLimits, SandboxConfig, Stdin, ViewSpec, WORKING_ROOT,
 };
 pub use tools::{ToolsReport, TOOLS_PROBE};
 

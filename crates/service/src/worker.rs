@@ -48,6 +48,7 @@ use warden_engine::config::Config;
 use warden_engine::question::{self, QuestionRun, SetupError, TaskSandbox};
 use warden_engine::redact::Redactor;
 
+mod change_end;
 mod change_task;
 mod gate;
 mod maintain_task;

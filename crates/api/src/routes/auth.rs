@@ -162,6 +162,31 @@ impl RateLimiter {
     }
 }
 
+/// The web console's session cookie over HTTPS (`__Host-`: Secure, Path=/, no Domain).
+pub const SECURE_COOKIE: &str = "__Host-warden_session";
+/// The web console's session cookie over plain HTTP.
+pub const PLAIN_COOKIE: &str = "warden_session";
+
+/// The web session secret the request carries, if any (the secure cookie wins): a credential,
+/// read here for the API's callers as for the console's pages.
+pub(super) fn session_secret(headers: &HeaderMap) -> Option<String> {
+    let mut plain = None;
+    for value in headers.get_all(header::COOKIE) {
+        let Ok(text) = value.to_str() else { continue };
+        for pair in text.split(';') {
+            let Some((name, value)) = pair.trim().split_once('=') else {
+                continue;
+            };
+            match name {
+                SECURE_COOKIE => return Some(value.to_string()),
+                PLAIN_COOKIE => plain = Some(value.to_string()),
+                _ => {}
+            }
+        }
+    }
+    plain
+}
+
 /// Failed authentications one client address may make by default: 30 at once, then 30 a
 /// minute.
 pub const DEFAULT_AUTH_FAILURE_LIMIT: RateLimit = RateLimit {
@@ -596,7 +621,7 @@ pub(super) fn presented_credential(
 ) -> Result<Credential, ApiError> {
     let reading = matches!(*method, Method::GET | Method::HEAD);
     if state.web_enabled && !headers.contains_key(header::AUTHORIZATION) && reading {
-        if let Some(secret) = super::web::session_secret(headers) {
+        if let Some(secret) = session_secret(headers) {
             return Ok(Credential::Session(secret));
         }
     }

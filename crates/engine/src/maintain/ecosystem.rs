@@ -221,9 +221,14 @@ impl Ecosystem {
     /// into majors: Cargo's caret (npm's `^` reads the same); for Go the same major (a Go major
     /// from v2 on is another module path, never an upgrade of this one).
     pub fn compatible(self, current: &semver::Version, candidate: &semver::Version) -> bool {
+        self.versioning().compatible(current, candidate)
+    }
+
+    /// How its versions group into majors ([`super::index::Versioning`]).
+    pub fn versioning(self) -> super::index::Versioning {
         match self {
-            Ecosystem::Cargo | Ecosystem::Npm => super::index::compatible(current, candidate),
-            Ecosystem::Go => candidate.major == current.major && candidate.build.is_empty(),
+            Ecosystem::Cargo | Ecosystem::Npm => super::index::Versioning::Caret,
+            Ecosystem::Go => super::index::Versioning::GoModule,
         }
     }
 

@@ -185,7 +185,7 @@ impl Policy {
     /// it (their `^1` does not admit 2.0), so asking for it only fails the update.
     pub fn eligible(
         &self,
-        ecosystem: super::ecosystem::Ecosystem,
+        versioning: Versioning,
         current: &semver::Version,
         requirements: &[semver::VersionReq],
         candidate: &IndexVersion,
@@ -201,18 +201,18 @@ impl Policy {
         if !v.pre.is_empty() {
             return Err(format!("{v} is a pre-release"));
         }
-        if ecosystem == super::ecosystem::Ecosystem::Go && !ecosystem.compatible(current, v) {
+        if versioning == Versioning::GoModule && !versioning.compatible(current, v) {
             return Err(format!(
                 "{v} is another major version: from v2 on a Go major is another module path, \
                  which maintain does not switch to"
             ));
         }
-        if !self.allow_major && !ecosystem.compatible(current, v) {
+        if !self.allow_major && !versioning.compatible(current, v) {
             return Err(format!(
                 "{v} is a major upgrade from {current} (set allow_major under [maintain])"
             ));
         }
-        if !direct && !ecosystem.compatible(current, v) {
+        if !direct && !versioning.compatible(current, v) {
             return Err(format!(
                 "{v} is a major upgrade from {current} of a transitive dependency, whose major \
                  the packages depending on it pin (allow_major applies to direct dependencies)"
@@ -243,6 +243,24 @@ impl Policy {
             }
         }
         Ok(())
+    }
+}
+
+/// Which versions of an ecosystem are compatible with each other: Cargo's caret over semver
+/// (Cargo and npm), or Go's modules, whose next major is another module path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Versioning {
+    Caret,
+    GoModule,
+}
+
+impl Versioning {
+    /// Whether `candidate` may replace `current` without a major upgrade.
+    pub fn compatible(self, current: &semver::Version, candidate: &semver::Version) -> bool {
+        match self {
+            Versioning::Caret => compatible(current, candidate),
+            Versioning::GoModule => candidate.major == current.major && candidate.build.is_empty(),
+        }
     }
 }
 
@@ -281,7 +299,7 @@ mod tests {
             published_ms,
         };
         let current = semver::Version::new(1, 0, 0);
-        let eco = super::super::ecosystem::Ecosystem::Cargo;
+        let eco = Versioning::Caret;
         assert_eq!(
             policy.eligible(
                 eco,
@@ -384,15 +402,8 @@ mod tests {
         };
         let current = v("1.6.0");
         let req = [semver::VersionReq::parse("1.6").unwrap()];
-        let ok = |p: &Policy, c: &IndexVersion| {
-            p.eligible(
-                super::super::ecosystem::Ecosystem::Cargo,
-                &current,
-                &req,
-                c,
-                true,
-            )
-        };
+        let ok =
+            |p: &Policy, c: &IndexVersion| p.eligible(Versioning::Caret, &current, &req, c, true);
         assert!(ok(&policy, &at("1.6.1", None, false)).is_ok());
         assert!(ok(&policy, &at("1.13.2", None, false)).is_ok());
         for (candidate, reason) in [
@@ -412,15 +423,8 @@ mod tests {
         assert!(ok(&majors, &at("2.0.0", None, false)).is_ok());
         // ... for direct dependencies: a transitive one's major is its dependents' to pin, and
         // its compatible upgrades stay eligible.
-        let transitive = |c: &IndexVersion| {
-            majors.eligible(
-                super::super::ecosystem::Ecosystem::Cargo,
-                &current,
-                &[],
-                c,
-                false,
-            )
-        };
+        let transitive =
+            |c: &IndexVersion| majors.eligible(Versioning::Caret, &current, &[], c, false);
         let error = transitive(&at("2.0.0", None, false)).unwrap_err();
         assert!(
             error.contains("of a transitive dependency") && error.contains("pin"),
@@ -431,7 +435,7 @@ mod tests {
         let pinned = [semver::VersionReq::parse("~1.6").unwrap()];
         let error = policy
             .eligible(
-                super::super::ecosystem::Ecosystem::Cargo,
+                Versioning::Caret,
                 &current,
                 &pinned,
                 &at("1.13.2", None, false),

@@ -39,6 +39,11 @@ pub const STDLIB: &str = "stdlib";
 const MAX_FILES: usize = 1_000_000;
 const MAX_DEPTH: usize = 6;
 
+/// The file in a database directory that says when Warden fetched it (`warden advisories
+/// update` writes it, [`super::update`]); here it marks another ecosystem's directory, which a
+/// scan of this one does not walk.
+pub const RECORD: &str = ".warden-fetched";
+
 /// The scanner's name and version in a scan record.
 pub fn scanner() -> String {
     format!("warden-osv/{}", env!("CARGO_PKG_VERSION"))
@@ -371,7 +376,7 @@ impl OsvDb {
             .into_iter()
             .filter(|other| *other != ecosystem)
             .map(|other| path.join(other))
-            .filter(|dir| dir.join(super::update::RECORD).is_file())
+            .filter(|dir| dir.join(RECORD).is_file())
             .collect();
         json_files(path, 0, &others, &mut files)
             .map_err(|e| format!("OSV database {}: {e}", path.display()))?;

@@ -37,8 +37,7 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The file in a database directory that says when Warden fetched it.
-pub const RECORD: &str = ".warden-fetched";
+pub use super::osv::RECORD;
 
 /// The most entries an OSV archive may hold, and the most bytes they may unpack to.
 const MAX_ARCHIVE_ENTRIES: usize = 1_000_000;

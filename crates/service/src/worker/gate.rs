@@ -19,7 +19,7 @@ use warden_protocol::{
 use warden_runtime::{Clock, EventSink, Journal, RecordKind, SystemClock};
 use warden_store::{ApprovalStatus, Claim, NewApproval, RunJournal, StoreError};
 
-use super::change_task::{change_failed, infrastructure};
+use super::change_end::{change_failed, infrastructure};
 use super::{Ending, RunServices};
 use crate::gate::approval_view;
 use crate::journal::{store_events, StoreJournal};
@@ -356,5 +356,5 @@ async fn end_at_gate(
             Err(error) => tracing::warn!(%error, "cannot open the run journal"),
         }
     }
-    super::change_task::finished(services, status, &result)
+    super::change_end::finished(services, status, &result)
 }

@@ -20,7 +20,7 @@ use warden_protocol::TaskStatus;
 use warden_runtime::{Clock, Journal, RecordKind, SystemClock};
 use warden_store::{Claim, RunJournal};
 
-use super::change_task::{change_failed, finished, infrastructure, request_publication};
+use super::change_end::{change_failed, finished, infrastructure, request_publication};
 use super::{setup_failure, Ending, RunServices};
 use crate::journal::{StoreEvents, StoreJournal};
 

@@ -45,10 +45,8 @@ use warden_service::tasks::{Principal, ServiceError, Submission, TaskListing};
 use super::ApiState;
 pub use pages::Budgets;
 
-/// The session cookie over HTTPS (`__Host-`: Secure, Path=/, no Domain).
-pub const SECURE_COOKIE: &str = "__Host-warden_session";
-/// The session cookie over plain HTTP.
-pub const PLAIN_COOKIE: &str = "warden_session";
+use super::auth::session_secret;
+pub use super::auth::{PLAIN_COOKIE, SECURE_COOKIE};
 
 const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; \
                    connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; \
@@ -125,25 +123,6 @@ fn see_other(to: &str) -> Response {
 }
 
 // --- sessions and cross-site protection ---
-
-/// The session secret the request carries, if any (the secure cookie wins).
-pub(super) fn session_secret(headers: &HeaderMap) -> Option<String> {
-    let mut plain = None;
-    for value in headers.get_all(header::COOKIE) {
-        let Ok(text) = value.to_str() else { continue };
-        for pair in text.split(';') {
-            let Some((name, value)) = pair.trim().split_once('=') else {
-                continue;
-            };
-            match name {
-                SECURE_COOKIE => return Some(value.to_string()),
-                PLAIN_COOKIE => plain = Some(value.to_string()),
-                _ => {}
-            }
-        }
-    }
-    plain
-}
 
 /// Who is signed in, with their session's secret; `Err` redirects to the sign-in page.
 async fn viewer(state: &ApiState, headers: &HeaderMap) -> Result<(Principal, String), Response> {
