@@ -6,6 +6,7 @@
 //! and renders the answer. Only `warden-cli` (its `serve` feature) depends on this crate, and
 //! nothing in it refers to `serve.rs`, the composition root (`tests/suite/architecture.rs`).
 
+#![warn(unreachable_pub)]
 pub mod connections;
 pub mod routes;
 pub mod serve;

@@ -6,6 +6,7 @@
 //! It knows no task store and no HTTP server: its normal dependencies exclude `warden-store`,
 //! `axum`, `utoipa` and `hyper-util` (`tests/suite/architecture.rs`).
 
+#![warn(unreachable_pub)]
 pub mod authority;
 pub mod callback;
 pub mod change;

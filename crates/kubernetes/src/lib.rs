@@ -6,6 +6,7 @@
 //! The backend implements `warden_sandbox::Sandbox` like the local backends do, so the rest of
 //! Warden does not know where a command runs.
 
+#![warn(unreachable_pub)]
 mod backend;
 mod client;
 mod config;

@@ -13,6 +13,7 @@
 //! `search`, `list_dir`, `code.rs`) read a repository's verified read-only snapshot at a pinned
 //! commit with the agent's own read tools (`warden-tools`), and name the commit in every result.
 
+#![warn(unreachable_pub)]
 mod code;
 mod door;
 mod tools;

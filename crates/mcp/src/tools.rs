@@ -33,7 +33,7 @@ pub enum Tool {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct AskArgs {
+pub(crate) struct AskArgs {
     pub repos: Vec<String>,
     pub question: String,
     #[serde(default)]
@@ -42,7 +42,7 @@ pub struct AskArgs {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RunChangeArgs {
+pub(crate) struct RunChangeArgs {
     pub repo: String,
     pub request: String,
     #[serde(default)]
@@ -51,24 +51,24 @@ pub struct RunChangeArgs {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct TaskArgs {
+pub(crate) struct TaskArgs {
     pub task_id: String,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct AnswerArgs {
+pub(crate) struct AnswerArgs {
     pub task_id: String,
     pub text: String,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct NoArgs {}
+pub(crate) struct NoArgs {}
 
 /// What every code tool takes besides its own arguments (which go to the agent's tool).
 #[derive(Debug, Deserialize)]
-pub struct CodeArgs {
+pub(crate) struct CodeArgs {
     pub repo: String,
     #[serde(default)]
     pub rev: Option<String>,

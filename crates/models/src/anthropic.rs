@@ -253,7 +253,7 @@ pub(crate) struct StreamAssembler {
 }
 
 impl StreamAssembler {
-    pub fn new(secret: Option<&str>) -> StreamAssembler {
+    pub(crate) fn new(secret: Option<&str>) -> StreamAssembler {
         StreamAssembler {
             secret: secret.map(str::to_string),
             blocks: BTreeMap::new(),
@@ -264,7 +264,7 @@ impl StreamAssembler {
     }
 
     /// Takes one event (`json` is `None` when its data is not JSON).
-    pub fn on_event(
+    pub(crate) fn on_event(
         &mut self,
         event: Option<&str>,
         data: &str,
@@ -327,11 +327,11 @@ impl StreamAssembler {
     }
 
     /// Whether the server said the response was complete.
-    pub fn is_complete(&self) -> bool {
+    pub(crate) fn is_complete(&self) -> bool {
         self.stopped || self.stop_reason.is_some()
     }
 
-    pub fn finish(self) -> Decision {
+    pub(crate) fn finish(self) -> Decision {
         let mut text = String::new();
         let mut tool_calls = Vec::new();
         for block in self.blocks.into_values() {

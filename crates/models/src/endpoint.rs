@@ -71,7 +71,11 @@ pub(crate) struct Endpoint {
 }
 
 impl Endpoint {
-    pub fn new(config: ModelConfig, price: Option<Price>, client: reqwest::Client) -> Endpoint {
+    pub(crate) fn new(
+        config: ModelConfig,
+        price: Option<Price>,
+        client: reqwest::Client,
+    ) -> Endpoint {
         let mut headers = HeaderMap::new();
         let accept = if config.stream {
             "text/event-stream"
@@ -113,11 +117,11 @@ impl Endpoint {
         }
     }
 
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         &self.name
     }
 
-    pub fn has_price(&self) -> bool {
+    pub(crate) fn has_price(&self) -> bool {
         self.price.is_some()
     }
 
@@ -126,7 +130,7 @@ impl Endpoint {
     }
 
     /// One decision, with retries.
-    pub async fn complete(
+    pub(crate) async fn complete(
         &self,
         request: &ModelRequest,
         events: &dyn EventSink,

@@ -13,6 +13,7 @@
 //! over. `ModelResponse::raw` is the response body, or for a stream the JSON array of every
 //! `data:` payload received (non-JSON payloads such as `[DONE]` as strings).
 
+#![warn(unreachable_pub)]
 mod anthropic;
 mod config;
 mod decision;

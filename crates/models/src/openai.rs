@@ -111,7 +111,7 @@ pub(crate) struct CallIds {
 }
 
 impl CallIds {
-    pub fn for_request(request: &ModelRequest) -> CallIds {
+    pub(crate) fn for_request(request: &ModelRequest) -> CallIds {
         let turn = request
             .messages
             .iter()
@@ -250,7 +250,7 @@ pub(crate) struct StreamAssembler {
 }
 
 impl StreamAssembler {
-    pub fn new(ids: CallIds, secret: Option<&str>) -> StreamAssembler {
+    pub(crate) fn new(ids: CallIds, secret: Option<&str>) -> StreamAssembler {
         StreamAssembler {
             ids,
             secret: secret.map(str::to_string),
@@ -264,7 +264,11 @@ impl StreamAssembler {
     }
 
     /// Takes one `data:` payload (`json` is `None` when it is not JSON).
-    pub fn on_data(&mut self, data: &str, json: Option<&Value>) -> Result<Flow, AttemptError> {
+    pub(crate) fn on_data(
+        &mut self,
+        data: &str,
+        json: Option<&Value>,
+    ) -> Result<Flow, AttemptError> {
         let Some(chunk) = json else {
             if data.trim() == "[DONE]" {
                 self.done = true;
@@ -352,11 +356,11 @@ impl StreamAssembler {
     }
 
     /// Whether the server said the response was complete.
-    pub fn is_complete(&self) -> bool {
+    pub(crate) fn is_complete(&self) -> bool {
         self.done || self.finish_reason.is_some()
     }
 
-    pub fn finish(self) -> Decision {
+    pub(crate) fn finish(self) -> Decision {
         let ids = self.ids;
         let tool_calls = self
             .calls

@@ -36,21 +36,21 @@ pub(crate) enum AttemptError {
 }
 
 impl AttemptError {
-    pub fn retryable(reason: impl Into<String>) -> AttemptError {
+    pub(crate) fn retryable(reason: impl Into<String>) -> AttemptError {
         AttemptError::Retryable {
             reason: reason.into(),
             delay: None,
         }
     }
 
-    pub fn protocol(message: impl Into<String>) -> AttemptError {
+    pub(crate) fn protocol(message: impl Into<String>) -> AttemptError {
         AttemptError::Protocol {
             message: message.into(),
         }
     }
 
     /// The same error, its message followed by `; note`.
-    pub fn with_note(self, note: &str) -> AttemptError {
+    pub(crate) fn with_note(self, note: &str) -> AttemptError {
         match self {
             AttemptError::Retryable { reason, delay } => AttemptError::Retryable {
                 reason: format!("{reason}; {note}"),

@@ -2,6 +2,7 @@
 //! SPEC §5, the events a run emits, failure codes and usage. No logic beyond (de)serialisation and
 //! small invariants of the types themselves.
 
+#![warn(unreachable_pub)]
 use serde::{Deserialize, Serialize};
 use std::fmt;
 

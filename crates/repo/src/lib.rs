@@ -2,6 +2,7 @@
 //! `WARDEN_HOME`, verified read-only snapshots of exact commits, task manifests, path confinement
 //! and evidence validation.
 
+#![warn(unreachable_pub)]
 mod browse;
 mod cache;
 pub mod candidate;

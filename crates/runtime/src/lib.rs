@@ -2,6 +2,7 @@
 //! events, clock). It knows nothing of git, SQL, HTTP or any particular provider; a test over
 //! `cargo metadata` keeps it that way.
 
+#![warn(unreachable_pub)]
 pub mod journal;
 pub mod limits;
 pub mod model;

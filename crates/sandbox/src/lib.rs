@@ -57,6 +57,7 @@
 //!   it fails (`ENOENT`) rather than resolving anywhere else. Confine paths relative to it
 //!   (e.g. `openat2` with `RESOLVE_IN_ROOT`) instead of canonicalizing.
 
+#![warn(unreachable_pub)]
 #[cfg(target_os = "linux")]
 mod cancel;
 #[cfg(target_os = "linux")]

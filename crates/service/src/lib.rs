@@ -7,6 +7,7 @@
 //! It knows no HTTP server: its normal dependencies exclude `axum` and `utoipa`, and only
 //! `warden-cli` depends on `warden-api` (`tests/suite/architecture.rs`).
 
+#![warn(unreachable_pub)]
 /// A line on stderr from the long-running server (`serve`, `worker` and the interfaces they
 /// start), best effort: unlike `eprintln!`, which panics, a closed stderr (a log shipper that
 /// restarted, `warden serve 2>&1 | head`) never stops the server.

@@ -832,7 +832,7 @@ pub(crate) struct RunPlumbing {
 impl RunPlumbing {
     /// The run's inbox: the messages sent to the task, delivered where the replayed run
     /// delivered them, the others once its decisions are used up.
-    pub fn inbox(&mut self, store: &RunStore, task: &Task) -> crate::inbox::StoreInbox {
+    pub(crate) fn inbox(&mut self, store: &RunStore, task: &Task) -> crate::inbox::StoreInbox {
         crate::inbox::StoreInbox::new(
             store.clone(),
             task.id.clone(),

@@ -11,6 +11,7 @@
 //! read (is the lease held, may the task move, is the intent still this worker's) live once,
 //! in `checks`; only the SQL differs.
 
+#![warn(unreachable_pub)]
 mod batch;
 mod checks;
 mod clock;

@@ -36,7 +36,7 @@ pub(crate) struct RawTask {
 }
 
 impl RawTask {
-    pub fn decode(self) -> Result<Task, StoreError> {
+    pub(crate) fn decode(self) -> Result<Task, StoreError> {
         Ok(Task {
             id: task_id(self.id)?,
             kind: parse_kind(&self.kind)
@@ -78,7 +78,7 @@ pub(crate) struct RawRepo {
 }
 
 impl RawRepo {
-    pub fn decode(self) -> Result<Repository, StoreError> {
+    pub(crate) fn decode(self) -> Result<Repository, StoreError> {
         Ok(Repository {
             name: self.name,
             source: self.source,
@@ -146,7 +146,7 @@ pub(crate) struct RawRun {
 }
 
 impl RawRun {
-    pub fn decode(self) -> Result<Run, StoreError> {
+    pub(crate) fn decode(self) -> Result<Run, StoreError> {
         Ok(Run {
             task: task_id(self.task_id)?,
             number: to_u32(self.number)?,
@@ -173,7 +173,7 @@ pub(crate) struct RawJournal {
 }
 
 impl RawJournal {
-    pub fn decode(self) -> Result<JournalEntry, StoreError> {
+    pub(crate) fn decode(self) -> Result<JournalEntry, StoreError> {
         Ok(JournalEntry {
             seq: to_u64(self.seq)?,
             at_ms: to_u64(self.at_ms)?,
@@ -197,7 +197,7 @@ pub(crate) struct RawEvent {
 }
 
 impl RawEvent {
-    pub fn decode(self) -> Result<EventRecord, StoreError> {
+    pub(crate) fn decode(self) -> Result<EventRecord, StoreError> {
         Ok(EventRecord {
             seq: to_u64(self.seq)?,
             task_seq: to_u64(self.task_seq)?,
@@ -224,7 +224,7 @@ pub(crate) struct RawApproval {
 }
 
 impl RawApproval {
-    pub fn decode(self) -> Result<Approval, StoreError> {
+    pub(crate) fn decode(self) -> Result<Approval, StoreError> {
         Ok(Approval {
             status: approval_status(&self.status)?,
             id: self.id,
@@ -258,7 +258,7 @@ pub(crate) struct RawIntent {
 }
 
 impl RawIntent {
-    pub fn decode(self) -> Result<Intent, StoreError> {
+    pub(crate) fn decode(self) -> Result<Intent, StoreError> {
         Ok(Intent {
             status: intent_status(&self.status)?,
             id: self.id,
@@ -290,7 +290,7 @@ pub(crate) struct RawApiToken {
 }
 
 impl RawApiToken {
-    pub fn decode(self) -> ApiToken {
+    pub(crate) fn decode(self) -> ApiToken {
         ApiToken {
             id: self.id,
             name: self.name,
@@ -320,7 +320,7 @@ pub(crate) struct RawWebUser {
 }
 
 impl RawWebUser {
-    pub fn decode(self) -> WebUser {
+    pub(crate) fn decode(self) -> WebUser {
         WebUser {
             name: self.name,
             role: self.role,
@@ -345,7 +345,7 @@ pub(crate) struct RawWebSession {
 }
 
 impl RawWebSession {
-    pub fn decode(self) -> WebSession {
+    pub(crate) fn decode(self) -> WebSession {
         WebSession {
             id: self.id,
             digest: self.digest,
@@ -372,7 +372,7 @@ pub(crate) struct RawMessage {
 }
 
 impl RawMessage {
-    pub fn decode(self) -> Result<TaskMessage, StoreError> {
+    pub(crate) fn decode(self) -> Result<TaskMessage, StoreError> {
         Ok(TaskMessage {
             seq: to_u64(self.seq)?,
             role: self.role,
@@ -548,7 +548,7 @@ pub(crate) struct RawChatMessage {
 }
 
 impl RawChatMessage {
-    pub fn decode(self) -> Result<crate::ChatMessage, StoreError> {
+    pub(crate) fn decode(self) -> Result<crate::ChatMessage, StoreError> {
         Ok(crate::ChatMessage {
             state: crate::ChatMessageState::parse(&self.state).ok_or_else(|| {
                 StoreError::invalid_data(format!("chat message state {:?}", self.state))

@@ -7,6 +7,7 @@
 //! and the checks of the code's shape the
 //! architecture tests share (`architecture`).
 
+#![warn(unreachable_pub)]
 pub mod architecture;
 pub mod browser;
 pub mod git_fixture;

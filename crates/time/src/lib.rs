@@ -13,6 +13,7 @@
 //! Anything else is a [`TimeError`]. A day alone (`YYYY-MM-DD`, [`UtcDay::parse`]) follows the
 //! same rule for its date.
 
+#![warn(unreachable_pub)]
 use std::fmt;
 
 use chrono::{DateTime, Datelike, NaiveDate, Utc};

@@ -4,6 +4,7 @@
 //! bounded and paged in the documented formats, which the faux runner parses. Filesystem work
 //! runs on its own thread so the async executor never blocks on a large read or search.
 
+#![warn(unreachable_pub)]
 mod arguments;
 mod blocking;
 pub mod checks;

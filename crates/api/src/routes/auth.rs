@@ -42,7 +42,8 @@ use warden_engine::serve_config::RateLimit;
 use warden_service::access::{digest, MAX_TOKEN_BYTES};
 
 pub use warden_service::access::{Tokens, MIN_BOOTSTRAP_TOKEN_LEN};
-pub use warden_service::tasks::{Principal, Role as ApiRole};
+pub(crate) use warden_service::tasks::Principal;
+pub use warden_service::tasks::Role as ApiRole;
 
 /// Who made a request, and what their token may do: the task service's principal and role
 /// (one type for every interface), authenticated here from a bearer token. A handler passes it
@@ -195,7 +196,7 @@ pub const DEFAULT_AUTH_FAILURE_LIMIT: RateLimit = RateLimit {
 };
 
 /// Client addresses [`AuthThrottle`] keeps a bucket for at most.
-pub const MAX_THROTTLED_ADDRESSES: usize = 4096;
+pub(crate) const MAX_THROTTLED_ADDRESSES: usize = 4096;
 
 /// A token bucket of failed authentications per client address, in memory and bounded: when
 /// [`MAX_THROTTLED_ADDRESSES`] addresses have buckets, those refilled to the full burst (as
@@ -350,7 +351,7 @@ pub const DEFAULT_ACCOUNT_FAILURE_LIMIT: RateLimit = RateLimit {
 pub const DEFAULT_SIGN_IN_WAIT: Duration = Duration::from_secs(30);
 
 /// Account names [`SignInThrottle`] keeps a bucket for at most (as for addresses).
-pub const MAX_THROTTLED_ACCOUNTS: usize = 4096;
+pub(crate) const MAX_THROTTLED_ACCOUNTS: usize = 4096;
 
 /// The throttle of console sign-ins: a failure costs one unit of its client address's bucket
 /// (the [`AuthThrottle`] the API's failed authentications spend too) and, for a password, one

@@ -37,7 +37,7 @@ pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
 
 /// A proposal's diff against its base commit, secrets redacted.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct DiffView {
+pub(crate) struct DiffView {
     pub task_id: String,
     pub repo: String,
     /// 40 (or 64) hex digits.

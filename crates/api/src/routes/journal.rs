@@ -34,7 +34,7 @@ pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
 
 /// A page of a task's journal.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct JournalPage {
+pub(crate) struct JournalPage {
     /// The task's runs (only the one asked for with `run`), on every page.
     pub runs: Vec<RunView>,
     /// Journal records, oldest run first, in sequence within a run.
@@ -45,7 +45,7 @@ pub struct JournalPage {
 
 /// One run of a task.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct RunView {
+pub(crate) struct RunView {
     /// From 1.
     pub number: u32,
     pub worker: String,
@@ -58,7 +58,7 @@ pub struct RunView {
 
 /// One journal record, redacted when it was written (and for display).
 #[derive(Debug, Serialize, ToSchema)]
-pub struct JournalRecordView {
+pub(crate) struct JournalRecordView {
     /// The run's number, from 1.
     pub run: u32,
     /// From 0 in each run.

@@ -25,7 +25,7 @@ use warden_service::tasks::Principal;
 use super::{ApiState, Caller, MAX_BODY_BYTES};
 
 /// The MCP endpoint's path.
-pub const PATH: &str = "/mcp";
+pub(crate) const PATH: &str = "/mcp";
 
 /// `/mcp`, every method (the transport answers the ones it does not serve).
 pub(super) fn routes() -> Router<Arc<ApiState>> {

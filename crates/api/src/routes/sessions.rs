@@ -27,7 +27,7 @@ pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
 
 /// A web console session; never its secret.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct WebSessionView {
+pub(crate) struct WebSessionView {
     /// `ses_` + 16 hex digits.
     pub id: String,
     /// Who signed in (a web user's or a token's name).
@@ -50,7 +50,7 @@ pub struct WebSessionView {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct WebSessionPage {
+pub(crate) struct WebSessionPage {
     pub data: Vec<WebSessionView>,
     pub next_cursor: Option<String>,
 }

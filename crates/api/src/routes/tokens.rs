@@ -42,7 +42,7 @@ struct CreateToken {
 
 /// A stored API token; never its secret.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct TokenView {
+pub(crate) struct TokenView {
     /// `tok_` + 16 hex digits.
     pub id: String,
     pub name: String,
@@ -57,7 +57,7 @@ pub struct TokenView {
 
 /// A token just created: the only time its secret is shown.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct CreatedTokenView {
+pub(crate) struct CreatedTokenView {
     #[serde(flatten)]
     pub view: TokenView,
     /// The bearer token. Store it now: Warden keeps only its digest.
@@ -65,7 +65,7 @@ pub struct CreatedTokenView {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct TokenPage {
+pub(crate) struct TokenPage {
     pub data: Vec<TokenView>,
     pub next_cursor: Option<String>,
 }

@@ -21,7 +21,7 @@ pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
 
 /// Sums over ledger entries.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct SpendView {
+pub(crate) struct SpendView {
     pub input_tokens: u64,
     pub cached_input_tokens: u64,
     /// `cached_input_tokens / input_tokens` (4 places); absent without input tokens.
@@ -54,7 +54,7 @@ impl From<Spend> for SpendView {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct DaySpend {
+pub(crate) struct DaySpend {
     /// `YYYY-MM-DD`, UTC.
     pub day: String,
     #[serde(flatten)]
@@ -62,21 +62,21 @@ pub struct DaySpend {
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct TaskSpend {
+pub(crate) struct TaskSpend {
     pub task_id: String,
     #[serde(flatten)]
     pub spend: SpendView,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ModelSpend {
+pub(crate) struct ModelSpend {
     pub model: String,
     #[serde(flatten)]
     pub spend: SpendView,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
-pub struct RoleSpend {
+pub(crate) struct RoleSpend {
     /// Who made the calls: `agent` (the task's own loop, compaction included), `explorer`
     /// (the explorers it sent) or `reviewer`.
     pub role: String,
@@ -86,7 +86,7 @@ pub struct RoleSpend {
 
 /// Spend four ways, each sorted by its key.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct UsageView {
+pub(crate) struct UsageView {
     pub by_day: Vec<DaySpend>,
     pub by_task: Vec<TaskSpend>,
     pub by_model: Vec<ModelSpend>,

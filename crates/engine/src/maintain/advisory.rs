@@ -302,7 +302,7 @@ pub(super) fn git_head(dir: &Path) -> Option<String> {
 mod tests {
     use super::*;
 
-    pub const SMALLVEC: &str = r#"```toml
+    pub(crate) const SMALLVEC: &str = r#"```toml
 [advisory]
 id = "RUSTSEC-2021-0003"
 package = "smallvec"

@@ -23,30 +23,30 @@ use std::os::fd::RawFd;
 
 /// Step codes for the fixed steps; plan steps use their index.
 pub(crate) mod code {
-    pub const SETGROUPS: u32 = 0x1000;
-    pub const UID_MAP: u32 = 0x1001;
-    pub const GID_MAP: u32 = 0x1002;
-    pub const DUMPABLE: u32 = 0x1003;
-    pub const CGROUP_JOIN: u32 = 0x1100; // + index of the cgroup
-    pub const SETNS_USER: u32 = 0x1200;
-    pub const SETNS_MNT: u32 = 0x1201;
-    pub const UNSHARE: u32 = 0x1202; // + the namespace's position in `UNSHARE_ORDER`
-    pub const LIFELINE: u32 = 0x1210;
-    pub const FORK: u32 = 0x1211;
-    pub const PDEATHSIG: u32 = 0x1300;
-    pub const SETSID: u32 = 0x1301;
-    pub const LOOPBACK: u32 = 0x1302;
-    pub const HOSTNAME: u32 = 0x1303;
-    pub const RLIMIT: u32 = 0x1304;
-    pub const CWD: u32 = 0x1305;
-    pub const STDIO: u32 = 0x1306;
-    pub const CAPABILITIES: u32 = 0x1307;
-    pub const NO_NEW_PRIVS: u32 = 0x1308;
-    pub const LANDLOCK: u32 = 0x1309;
-    pub const CLOSE_FDS: u32 = 0x130a;
-    pub const SECCOMP: u32 = 0x130b;
-    pub const EXEC: u32 = 0x130c;
-    pub const EGRESS: u32 = 0x130d;
+    pub(crate) const SETGROUPS: u32 = 0x1000;
+    pub(crate) const UID_MAP: u32 = 0x1001;
+    pub(crate) const GID_MAP: u32 = 0x1002;
+    pub(crate) const DUMPABLE: u32 = 0x1003;
+    pub(crate) const CGROUP_JOIN: u32 = 0x1100; // + index of the cgroup
+    pub(crate) const SETNS_USER: u32 = 0x1200;
+    pub(crate) const SETNS_MNT: u32 = 0x1201;
+    pub(crate) const UNSHARE: u32 = 0x1202; // + the namespace's position in `UNSHARE_ORDER`
+    pub(crate) const LIFELINE: u32 = 0x1210;
+    pub(crate) const FORK: u32 = 0x1211;
+    pub(crate) const PDEATHSIG: u32 = 0x1300;
+    pub(crate) const SETSID: u32 = 0x1301;
+    pub(crate) const LOOPBACK: u32 = 0x1302;
+    pub(crate) const HOSTNAME: u32 = 0x1303;
+    pub(crate) const RLIMIT: u32 = 0x1304;
+    pub(crate) const CWD: u32 = 0x1305;
+    pub(crate) const STDIO: u32 = 0x1306;
+    pub(crate) const CAPABILITIES: u32 = 0x1307;
+    pub(crate) const NO_NEW_PRIVS: u32 = 0x1308;
+    pub(crate) const LANDLOCK: u32 = 0x1309;
+    pub(crate) const CLOSE_FDS: u32 = 0x130a;
+    pub(crate) const SECCOMP: u32 = 0x130b;
+    pub(crate) const EXEC: u32 = 0x130c;
+    pub(crate) const EGRESS: u32 = 0x130d;
 }
 
 /// Namespaces unshared per command, in the order a failure is attributed.

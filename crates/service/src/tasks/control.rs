@@ -46,7 +46,7 @@ pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 
 /// Messages a task can be sent while it is queued or running; more are refused (each one is
 /// read before every model call).
-pub const MAX_STEER_MESSAGES: usize = 100;
+pub(super) const MAX_STEER_MESSAGES: usize = 100;
 // The refusal says the number in words.
 const _: () = assert!(MAX_STEER_MESSAGES == 100);
 

@@ -65,27 +65,27 @@ impl ApiError {
 
 /// A Telegram user (`from`).
 #[derive(Debug, Clone, Deserialize)]
-pub struct User {
+pub(super) struct User {
     pub id: i64,
 }
 
 /// A chat: `private` chats only are served.
 #[derive(Debug, Clone, Deserialize)]
-pub struct Chat {
+pub(super) struct Chat {
     pub id: i64,
     #[serde(rename = "type")]
     pub kind: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
-pub struct Message {
+pub(super) struct Message {
     pub from: Option<User>,
     pub chat: Chat,
     pub text: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
-pub struct CallbackQuery {
+pub(super) struct CallbackQuery {
     pub id: String,
     pub from: User,
     pub data: Option<String>,
@@ -93,7 +93,7 @@ pub struct CallbackQuery {
 
 /// One update; kinds the bot does not ask for are ignored.
 #[derive(Debug, Clone, Deserialize)]
-pub struct Update {
+pub(super) struct Update {
     pub update_id: i64,
     pub message: Option<Message>,
     pub callback_query: Option<CallbackQuery>,
