@@ -1271,7 +1271,21 @@ fn discover(
             .map(|r| format!(" (newest passed over: {r})"))
             .unwrap_or_default();
         let chosen = if advisories.is_empty() {
-            eligible.last().map(|v| (*v, Vec::new()))
+            // The newest: it clears whatever advisories of this copy it is past (named in the
+            // record, as for a vulnerable selection).
+            eligible.last().map(|v| {
+                let mut cleared: Vec<String> = findings
+                    .iter()
+                    .filter(|f| f.package == name && f.version == from)
+                    .filter(|f| {
+                        database.is_some_and(|db| !db.affects(&f.advisory, &name, &v.version))
+                    })
+                    .map(|f| f.advisory.clone())
+                    .collect();
+                cleared.sort();
+                cleared.dedup();
+                (*v, cleared)
+            })
         } else {
             choose_fix(&eligible, &advisories, |id, v| {
                 database.is_some_and(|db| db.affects(id, &name, v))

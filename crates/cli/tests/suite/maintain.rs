@@ -455,11 +455,18 @@ fn all_upgrades_to_the_newest_compatible_version() {
         .collect();
     // Same major, newer than the last 1.x known when this test was written.
     assert!(to[0] == 1 && to[1] >= 15, "{upgrade}");
-    // Scanned whenever a database is configured: the newest version is clean too.
+    // Scanned whenever a database is configured: the newest version is clean too, and the
+    // upgrade says which advisory it clears, as a vulnerable selection's does.
     assert_eq!(
         result["maintenance"]["advisories_cleared"],
         serde_json::json!(["RUSTSEC-2021-0003"])
     );
+    assert_eq!(
+        upgrade["advisories"],
+        serde_json::json!(["RUSTSEC-2021-0003"])
+    );
+    let summary = result["proposal"]["summary"].as_str().unwrap();
+    assert!(summary.contains(" (clears RUSTSEC-2021-0003)"), "{summary}");
     let tree = &result["proposal"]["tree"];
     assert_eq!(result["proposal"]["validations"][0]["tree"], *tree);
     assert_eq!(result["proposal"]["validations"][0]["exit_code"], 0);

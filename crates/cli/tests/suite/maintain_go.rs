@@ -612,7 +612,9 @@ fn in_model_mode_the_model_repairs_the_test_an_upgrade_breaks_and_may_not_undo_i
     );
     let told = requests[0].body["messages"].to_string();
     for expected in [
-        "upgraded the dependency `example.com/greet` from v1.0.0 to v1.1.0 in go.mod",
+        // The newest version clears the module's advisory, and the model is told so.
+        "upgraded the dependency `example.com/greet` from v1.0.0 to v1.1.0 (it clears \
+         GO-2026-0001) in go.mod",
         "the check `go test ./...` now fails",
         "Do not run `go get` or `go mod tidy`",
     ] {
