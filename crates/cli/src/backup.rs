@@ -56,7 +56,7 @@ pub fn backup(config: &Config, args: BackupArgs) -> anyhow::Result<u8> {
                 target.display()
             )));
         }
-        let bytes = warden_store::backup_sqlite(database, &target)
+        let bytes = warden_service::storage::backup_sqlite(database, &target)
             .with_context(|| format!("cannot back up {}", database.display()))?;
         eprintln!(
             "warden: backed up {} to {} ({bytes} bytes)",

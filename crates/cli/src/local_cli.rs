@@ -288,7 +288,7 @@ pub async fn review(
         } else {
             let id = task_id(&target)?;
             let found = local.task(&id).await.map_err(cli_error)?;
-            let Some(proposal) = proposal_of(&found) else {
+            let Some(proposal) = proposal_of(found.result.as_ref()) else {
                 return Err(usage(anyhow::anyhow!(
                     "task {id} has no proposal to review"
                 )));
@@ -498,7 +498,7 @@ async fn apply_after_run(
     progress: &StderrProgress,
 ) -> anyhow::Result<()> {
     let task = local.task(id).await.map_err(cli_error)?;
-    if proposal_of(&task).is_none() {
+    if proposal_of(task.result.as_ref()).is_none() {
         return Ok(());
     }
     let (spec, mirror) = local.mirror(&task).await.map_err(cli_error)?;
@@ -523,8 +523,9 @@ async fn apply_after_run(
     Ok(())
 }
 
-fn proposal_of(task: &warden_store::Task) -> Option<warden_protocol::Proposal> {
-    let result: ChangeResult = serde_json::from_value(task.result.clone()?).ok()?;
+/// The proposal of a task's result (`task.result`), if it made one.
+fn proposal_of(result: Option<&serde_json::Value>) -> Option<warden_protocol::Proposal> {
+    let result: ChangeResult = serde_json::from_value(result?.clone()).ok()?;
     match result.outcome {
         ChangeOutcome::Proposal { proposal, .. } => Some(*proposal),
         _ => None,
@@ -574,23 +575,16 @@ pub async fn approve(config: Config, args: crate::approve::ApproveArgs) -> anyho
         let github = warden_engine::github::GithubRepo::parse(text)
             .ok_or_else(|| usage(anyhow::anyhow!("--github {text:?} is not owner/name")))?;
         // This process publishes: the repository's target is the one given.
-        let store = warden_service::compose::open_store(&local::database_url(&config.home)).await?;
-        let approval = store
-            .get_approval(args.id.trim())
-            .await?
-            .ok_or_else(|| usage(anyhow::anyhow!("approval {} not found", args.id.trim())))?;
-        let task = store
-            .get_task(&approval.task)
-            .await?
-            .ok_or_else(|| usage(anyhow::anyhow!("approval {} has no task", args.id.trim())))?;
-        drop(store);
-        for repo in &task.repos {
-            config.github.targets.retain(|t| t.repo != repo.name);
+        let repos = Local::approval_repos(&config.home, args.id.trim())
+            .await
+            .map_err(cli_error)?;
+        for repo in repos {
+            config.github.targets.retain(|t| t.repo != repo);
             config
                 .github
                 .targets
                 .push(warden_engine::config::PublishTarget {
-                    repo: repo.name.clone(),
+                    repo,
                     github: github.clone(),
                     base: None,
                 });
@@ -641,7 +635,7 @@ pub async fn approve(config: Config, args: crate::approve::ApproveArgs) -> anyho
 pub async fn reject(config: Config, args: crate::approve::RejectArgs) -> anyhow::Result<u8> {
     let local = open(config).await?;
     let decided = local
-        .decide(args.id.trim(), warden_store::Decision::Reject, None)
+        .decide(args.id.trim(), warden_protocol::Decision::Reject, None)
         .await
         .map_err(cli_error)?;
     let progress = StderrProgress::new();
@@ -773,7 +767,7 @@ pub async fn apply(config: Config, args: crate::apply::ApplyArgs) -> anyhow::Res
     if task.kind != TaskKind::Change {
         return Err(usage(anyhow::anyhow!("task {id} is not a change task")));
     }
-    let Some(proposal) = proposal_of(&task) else {
+    let Some(proposal) = proposal_of(task.result.as_ref()) else {
         return Err(usage(anyhow::anyhow!(
             "task {id} has no proposal (status {})",
             render::wire_name(&json!(task.status))

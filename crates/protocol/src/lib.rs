@@ -472,6 +472,14 @@ pub struct Publication {
     pub pr_url: Option<String>,
 }
 
+/// A person's decision on a pending approval.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    Approve,
+    Reject,
+}
+
 /// Where an approval stands. `approved` and `rejected` are final: an approval is used once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

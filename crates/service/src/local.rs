@@ -188,6 +188,26 @@ impl Local {
         &self.store
     }
 
+    /// The repositories of the task approval `id` is for, read without opening the task
+    /// service (`warden approve --github` chooses their publish target before it opens one).
+    pub async fn approval_repos(
+        home: &std::path::Path,
+        id: &str,
+    ) -> Result<Vec<String>, LocalError> {
+        let store = crate::compose::open_store(&database_url(home)).await?;
+        let approval = store
+            .get_approval(id)
+            .await
+            .map_err(anyhow::Error::from)?
+            .ok_or_else(|| usage(format!("approval {id} not found")))?;
+        let task = store
+            .get_task(&approval.task)
+            .await
+            .map_err(anyhow::Error::from)?
+            .ok_or_else(|| usage(format!("approval {id} has no task")))?;
+        Ok(task.repos.iter().map(|repo| repo.name.clone()).collect())
+    }
+
     /// The task, or a usage error naming it.
     pub async fn task(&self, id: &TaskId) -> Result<Task, LocalError> {
         match self.tasks.task(&principal(), id.as_str()).await {

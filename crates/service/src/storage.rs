@@ -182,3 +182,9 @@ pub fn spawn_eviction(
         }
     });
 }
+
+/// Copies the SQLite database `from` to the new file `to` as one consistent snapshot while it
+/// may be in use (`warden backup`), and checks the copy; its size in bytes.
+pub fn backup_sqlite(from: &Path, to: &Path) -> std::io::Result<u64> {
+    warden_store::backup_sqlite(from, to)
+}

@@ -324,12 +324,7 @@ impl ApprovalStatus {
     }
 }
 
-/// A human's decision on a pending approval.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
-    Approve,
-    Reject,
-}
+pub use warden_protocol::Decision;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Approval {

@@ -96,6 +96,19 @@ pub fn normal_closure(metadata: &serde_json::Value, package: &str) -> BTreeSet<S
         .collect()
 }
 
+/// The packages `package` names as normal (non-dev, non-build) dependencies in its manifest.
+pub fn direct_normal_dependencies(metadata: &serde_json::Value, package: &str) -> BTreeSet<String> {
+    metadata["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["name"] == package)
+        .flat_map(|p| p["dependencies"].as_array().into_iter().flatten())
+        .filter(|d| d["kind"].is_null())
+        .filter_map(|d| d["name"].as_str().map(str::to_string))
+        .collect()
+}
+
 /// The packages of the workspace that depend on `package` (any kind of dependency).
 pub fn dependents(metadata: &serde_json::Value, package: &str) -> BTreeSet<String> {
     let members: BTreeSet<&str> = metadata["workspace_members"]

@@ -2,7 +2,7 @@
 //! `serve` feature it has no HTTP server (no `axum`, no `utoipa`), while `ask`, `run` and the
 //! other commands reach tasks through `warden-service` alike.
 
-use warden_test_support::architecture::{metadata, normal_closure};
+use warden_test_support::architecture::{direct_normal_dependencies, metadata, normal_closure};
 
 const HTTP_SERVER: [&str; 4] = ["warden-api", "axum", "utoipa", "utoipa-axum"];
 
@@ -29,4 +29,18 @@ fn without_the_serve_feature_the_binary_links_no_http_server() {
     for name in HTTP_SERVER {
         assert!(full.contains(name), "the default warden-cli lacks {name}");
     }
+}
+
+/// The binary reaches tasks, approvals and storage through `warden-service`, never by opening
+/// the store itself: it does not depend on `warden-store` (its tests may, to check what it
+/// recorded).
+#[test]
+fn the_binary_does_not_depend_on_the_store() {
+    let metadata = metadata(env!("CARGO_MANIFEST_DIR"), &[]);
+    let direct = direct_normal_dependencies(&metadata, "warden-cli");
+    assert!(direct.contains("warden-service"), "{direct:?}");
+    assert!(
+        !direct.contains("warden-store"),
+        "warden-cli depends on warden-store: {direct:?}"
+    );
 }
