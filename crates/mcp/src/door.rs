@@ -8,13 +8,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use serde_json::{json, Value};
 use warden_protocol::{Event, TaskId, TaskKind, TaskStatus};
 use warden_repo::RepoSpec;
 use warden_service::local::{Local, LocalError};
+use warden_service::tasks::Task;
 use warden_service::tasks::{Principal, ServiceError, Submission, TaskService};
-use warden_store::{EventStream, Store, Task};
 
 use crate::Refusal;
 
@@ -66,10 +65,10 @@ impl From<ServiceError> for Refusal {
 }
 
 impl Door {
-    fn store(&self) -> &Arc<dyn Store> {
+    fn tasks(&self) -> &TaskService {
         match self {
-            Door::InProcess { local, .. } => local.store(),
-            Door::Served { tasks } => tasks.store(),
+            Door::InProcess { local, .. } => &local.tasks,
+            Door::Served { tasks } => tasks,
         }
     }
 
@@ -200,17 +199,14 @@ impl Door {
         principal: &Principal,
         id: &TaskId,
     ) -> Result<u64, Refusal> {
-        self.task(principal, id).await?;
         let mut after = 0;
         loop {
             let records = self
-                .store()
-                .events_after(&EventStream::Task(id.clone()), after, 500)
-                .await
-                .context("cannot read the task's events")
-                .map_err(|error| Refusal::from(LocalError::Failed(error)))?;
+                .tasks()
+                .task_events(principal, id.as_str(), after, 500)
+                .await?;
             match records.last() {
-                Some(last) => after = last.task_seq,
+                Some((seq, _)) => after = *seq,
                 None => return Ok(after),
             }
         }
@@ -327,7 +323,6 @@ async fn follow_served(
     on_event: &(dyn Fn(Event) + Send + Sync),
     cancelled: impl std::future::Future<Output = ()>,
 ) -> Result<Task, Refusal> {
-    let stream = EventStream::Task(id.clone());
     let mut cancelled = std::pin::pin!(cancelled);
     let mut asked_to_cancel = false;
     loop {
@@ -335,14 +330,14 @@ async fn follow_served(
         let task = tasks.task(principal, id.as_str()).await?;
         loop {
             let records = tasks
-                .store()
-                .events_after(&stream, after, 500)
-                .await
-                .map_err(|error| Refusal::from(ServiceError::Store(error)))?;
-            let Some(last) = records.last() else { break };
-            after = last.task_seq;
-            for record in records {
-                on_event(record.event);
+                .task_events(principal, id.as_str(), after, 500)
+                .await?;
+            let Some((last, _)) = records.last() else {
+                break;
+            };
+            after = *last;
+            for (_, event) in records {
+                on_event(event);
             }
         }
         if !waits_for_a_worker(task.status) {

@@ -313,7 +313,7 @@ impl WardenMcp {
     }
 }
 
-fn task_json(task: &warden_store::Task) -> Value {
+fn task_json(task: &warden_service::tasks::Task) -> Value {
     warden_service::task_view::task_json(task)
 }
 
@@ -327,7 +327,7 @@ fn task_id(text: &str) -> Result<TaskId, Refusal> {
 }
 
 fn status_name(status: TaskStatus) -> &'static str {
-    warden_store::state::status_name(status)
+    warden_service::task_view::status_name(status)
 }
 
 fn with_structured(mut result: CallToolResult, structured: Value) -> CallToolResult {

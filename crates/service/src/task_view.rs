@@ -27,3 +27,8 @@ pub fn task_json(task: &Task) -> Value {
     }
     value
 }
+
+/// A status as the task JSON spells it (`waiting_input`).
+pub fn status_name(status: warden_protocol::TaskStatus) -> &'static str {
+    warden_store::state::status_name(status)
+}

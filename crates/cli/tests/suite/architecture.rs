@@ -31,16 +31,18 @@ fn without_the_serve_feature_the_binary_links_no_http_server() {
     }
 }
 
-/// The binary reaches tasks, approvals and storage through `warden-service`, never by opening
-/// the store itself: it does not depend on `warden-store` (its tests may, to check what it
-/// recorded).
+/// The binary and the MCP tools reach tasks, approvals, events and storage through
+/// `warden-service`, never by opening the store themselves: neither depends on `warden-store`
+/// (their tests may, to check what was recorded). The HTTP API still does (issue 23).
 #[test]
-fn the_binary_does_not_depend_on_the_store() {
+fn the_binary_and_the_mcp_tools_do_not_depend_on_the_store() {
     let metadata = metadata(env!("CARGO_MANIFEST_DIR"), &[]);
-    let direct = direct_normal_dependencies(&metadata, "warden-cli");
-    assert!(direct.contains("warden-service"), "{direct:?}");
-    assert!(
-        !direct.contains("warden-store"),
-        "warden-cli depends on warden-store: {direct:?}"
-    );
+    for interface in ["warden-cli", "warden-mcp"] {
+        let direct = direct_normal_dependencies(&metadata, interface);
+        assert!(direct.contains("warden-service"), "{interface}: {direct:?}");
+        assert!(
+            !direct.contains("warden-store"),
+            "{interface} depends on warden-store: {direct:?}"
+        );
+    }
 }

@@ -43,7 +43,7 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 use warden_protocol::{TaskId, TaskStatus};
-use warden_store::{ApprovalStatus, Store, StoreError, Task};
+use warden_store::{ApprovalStatus, Store, StoreError};
 
 use crate::cancel::RunningTasks;
 use warden_engine::callback::CallbackConfig;
@@ -318,4 +318,28 @@ impl TaskService {
         }
         Ok(task)
     }
+
+    /// The events of task `id` after its `after`th, at most `limit`, each with its number in
+    /// the task's stream, once `principal` may see the task: what an interface follows a task
+    /// with (MCP's progress), the events' redaction already done when they were stored.
+    pub async fn task_events(
+        &self,
+        principal: &Principal,
+        id: &str,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<(u64, warden_protocol::Event)>, ServiceError> {
+        let task = self.task(principal, id).await?;
+        let records = self
+            .store
+            .events_after(&warden_store::EventStream::Task(task.id), after, limit)
+            .await?;
+        Ok(records
+            .into_iter()
+            .map(|record| (record.task_seq, record.event))
+            .collect())
+    }
 }
+
+/// A task as the service gives it to interfaces (its JSON is [`crate::task_view::task_json`]).
+pub use warden_store::Task;
