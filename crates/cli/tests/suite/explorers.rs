@@ -102,16 +102,8 @@ fn a_questions_explorer_answers_with_checked_citations_in_its_own_conversation()
     assert!(logs.stdout.contains("explorer 1 sent"), "{}", logs.stdout);
     assert!(logs.stdout.contains("explorer back"), "{}", logs.stdout);
     // The ledger keeps whose calls they were: the parent's two, the explorer's three.
-    let db = rusqlite::Connection::open(warden.home.path().join("local.db")).unwrap();
-    let roles: Vec<(String, i64)> = db
-        .prepare("SELECT role, COUNT(*) FROM usage_ledger GROUP BY role ORDER BY role")
-        .unwrap()
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
     assert_eq!(
-        roles,
+        super::support::ledger_roles(&warden),
         [("agent".to_string(), 2), ("explorer".to_string(), 3)]
     );
 }

@@ -142,16 +142,8 @@ fn a_deleted_test_is_sent_back_and_comes_back_fixed() {
     assert!(run.stderr.contains("review 1: sent_back"), "{}", run.stderr);
     assert!(run.stderr.contains("review 2: pass"), "{}", run.stderr);
     // The ledger knows whose calls they were: five of the implementer, two of the reviewer.
-    let db = rusqlite::Connection::open(warden.home.path().join("local.db")).unwrap();
-    let roles: Vec<(String, i64)> = db
-        .prepare("SELECT role, COUNT(*) FROM usage_ledger GROUP BY role ORDER BY role")
-        .unwrap()
-        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
     assert_eq!(
-        roles,
+        super::support::ledger_roles(&warden),
         [("agent".to_string(), 5), ("reviewer".to_string(), 2)]
     );
 }

@@ -6,24 +6,11 @@
 //! A changed snapshot fails the test; `INSTA_UPDATE=always cargo test -p warden-cli --test all
 //! snapshots` rewrites them (review the diff before committing it).
 
+use super::server_harness::{call, change_repo};
 use super::support::{Run, Warden};
 use serde_json::json;
 use warden_test_support::git_fixture::TempRepo;
-use warden_test_support::model_server::{openai, ScriptedModelServer};
-
-/// A repository to change: `check.sh` passes once `beta` is `BETA`.
-fn change_repo() -> TempRepo {
-    let repo = TempRepo::new();
-    repo.write("src/lib.txt", "alpha\nbeta\ngamma\n")
-        .write("README.md", "# sample\n")
-        .write("check.sh", "grep -q BETA src/lib.txt\n");
-    repo.commit("initial");
-    repo
-}
-
-fn call(name: &str, arguments: serde_json::Value) -> warden_test_support::model_server::Reply {
-    openai::tool_call(name, &arguments.to_string())
-}
+use warden_test_support::model_server::ScriptedModelServer;
 
 /// `text` with what differs between two runs replaced: the repository's and home's paths, task
 /// ids, git hashes, RFC 3339 and console times, durations.

@@ -191,3 +191,16 @@ pub fn proposal_paths(proposal: &serde_json::Value) -> Vec<String> {
     paths.sort();
     paths
 }
+
+/// How many model calls the in-process store's usage ledger holds per role, by role.
+pub fn ledger_roles(warden: &Warden) -> Vec<(String, i64)> {
+    let db = rusqlite::Connection::open(warden.home.path().join("local.db")).unwrap();
+    let mut statement = db
+        .prepare("SELECT role, COUNT(*) FROM usage_ledger GROUP BY role ORDER BY role")
+        .unwrap();
+    statement
+        .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect()
+}
