@@ -194,7 +194,9 @@ impl Local {
         home: &std::path::Path,
         id: &str,
     ) -> Result<Vec<String>, LocalError> {
-        let store = crate::compose::open_store(&database_url(home)).await?;
+        let store = warden_store::open(&database_url(home))
+            .await
+            .context("cannot open the database")?;
         let approval = store
             .get_approval(id)
             .await
