@@ -723,6 +723,12 @@ fn pipeline(run: &MaintainRun<'_>, state: &mut State) -> Result<Done, Failure> {
                 instance(finding)
             ));
         }
+        moved_past_notices(
+            &mut state.notices,
+            &state.held,
+            &base_findings,
+            &post.findings,
+        );
     }
     stage(run, state, "readiness", &tree, |state| {
         let candidate_scans: Vec<&Scan> = state
@@ -1954,6 +1960,30 @@ fn with_informational(
     }
 }
 
+/// Rewrites the notice of a package discover found no fix for when the other upgrades moved it
+/// past its advisories (mio, taken on by tokio's upgrade): it is in `base` and `held`, and no
+/// finding of it is left in `post`.
+fn moved_past_notices(notices: &mut [String], held: &[Held], base: &[Finding], post: &[Finding]) {
+    for held in held {
+        let moved_past = base.iter().any(|f| f.package == held.package)
+            && !post.iter().any(|f| f.package == held.package);
+        if !moved_past {
+            continue;
+        }
+        let prefix = format!(
+            "{} {}: no eligible version clears",
+            held.package, held.version
+        );
+        for notice in notices.iter_mut().filter(|n| n.starts_with(&prefix)) {
+            *notice = format!(
+                "{} {}: no eligible version of its own cleared its advisories; the other \
+                 upgrades moved it past them",
+                held.package, held.version
+            );
+        }
+    }
+}
+
 /// What was fixed, by package instance: `smallvec 1.6.0 → 1.6.1` with each advisory (and its
 /// title) the upgrades cleared; a package no upgrade named (moved by another's) says so.
 fn fixed_by_package(
@@ -2100,6 +2130,43 @@ fn proposal_summary(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// mio had no fix of its own, tokio's upgrade moved it past RUSTSEC-2024-0019: its notice
+    /// says so; h2, still affected, keeps its own.
+    #[test]
+    fn a_package_the_other_upgrades_moved_past_its_advisories_is_said_so() {
+        let finding = |package: &str, version: &str, advisory: &str| Finding {
+            advisory: advisory.into(),
+            package: package.into(),
+            version: version.into(),
+            title: String::new(),
+            patched: vec![],
+            path: None,
+        };
+        let base = [
+            finding("mio", "0.7.14", "RUSTSEC-2024-0019"),
+            finding("h2", "0.3.3", "RUSTSEC-2026-0258"),
+        ];
+        let post = [finding("h2", "0.3.26", "RUSTSEC-2026-0258")];
+        let held = [
+            Held::new("mio", "0.7.14", "no eligible version clears it"),
+            Held::new("h2", "0.3.26", "no eligible version clears it"),
+        ];
+        let mut notices = vec![
+            "mio 0.7.14: no eligible version clears RUSTSEC-2024-0019 (newest passed over: …)"
+                .to_string(),
+            "h2 0.3.26: no eligible version clears every advisory; …".to_string(),
+        ];
+        moved_past_notices(&mut notices, &held, &base, &post);
+        assert_eq!(
+            notices,
+            [
+                "mio 0.7.14: no eligible version of its own cleared its advisories; the other \
+                 upgrades moved it past them",
+                "h2 0.3.26: no eligible version clears every advisory; …",
+            ]
+        );
+    }
 
     /// RustSec's real informational records (ansi_term unmaintained, atty unsound) as the
     /// proposal lists them: each of the base's, cleared or remaining; new ones named.
