@@ -1,7 +1,7 @@
 //! The `kubernetes` backend: `warden_sandbox::Sandbox` over agent-sandbox.
 //!
 //! Opening a view claims a pod: a `SandboxClaim` on the warm pool (expiring `idle_timeout` after
-//! its last command), watched until it is bound to a ready `Sandbox`, whose pod the view then
+//! its last activity: its expiry is pushed forward before commands and while one runs), watched until it is bound to a ready `Sandbox`, whose pod the view then
 //! execs into. A pod shares no file system with Warden, so the view's tree travels as tar over
 //! exec: the snapshots (and a seed) into `/work` when the view opens; for a writable view, what
 //! a command changed back into a host copy after every command (what `root()` shows), and what
@@ -110,6 +110,10 @@ const CONTROL: Duration = Duration::from_secs(300);
 pub struct KubernetesSandbox {
     client: Arc<Client>,
     config: KubernetesConfig,
+    /// How often activity pushes a claim's expiry forward: a quarter of the idle timeout, so
+    /// a burst of commands costs one `PATCH` and a claim never comes within three quarters of
+    /// it while in use.
+    keep_alive_every: Duration,
 }
 
 impl KubernetesSandbox {
@@ -123,7 +127,16 @@ impl KubernetesSandbox {
         Ok(KubernetesSandbox {
             client: Arc::new(Client::new(endpoint, &config.namespace)),
             config: config.clone(),
+            keep_alive_every: config.idle_timeout / 4,
         })
+    }
+
+    /// Pushes expiries forward this often instead (tests against the fake, whose clock they
+    /// cannot wait a quarter of a minute for).
+    #[cfg(feature = "fake")]
+    pub fn with_keep_alive_every(mut self, every: Duration) -> KubernetesSandbox {
+        self.keep_alive_every = every;
+        self
     }
 
     /// Requests sent to the API server so far (exec included), by this backend and its views.
@@ -371,6 +384,7 @@ impl Sandbox for KubernetesSandbox {
         let opened = KubernetesView {
             client: self.client.clone(),
             idle_timeout: self.config.idle_timeout,
+            keep_alive_every: self.keep_alive_every,
             claim,
             pod,
             root,
@@ -379,7 +393,7 @@ impl Sandbox for KubernetesSandbox {
             host: Mutex::new(None),
             cancelled: AtomicBool::new(false),
             next_id: AtomicU64::new(0),
-            last_extend: Mutex::new(Instant::now()),
+            last_extend: Arc::new(Mutex::new(Instant::now())),
         };
         if let Err(error) = opened.upload(&uploads) {
             let _ = opened.client.delete_claim(&opened.claim);
@@ -537,6 +551,7 @@ fn all_names(root: &Path) -> std::io::Result<Vec<String>> {
 struct KubernetesView {
     client: Arc<Client>,
     idle_timeout: Duration,
+    keep_alive_every: Duration,
     claim: String,
     pod: String,
     root: PathBuf,
@@ -547,7 +562,8 @@ struct KubernetesView {
     host: Mutex<Option<HostState>>,
     cancelled: AtomicBool,
     next_id: AtomicU64,
-    last_extend: Mutex<Instant>,
+    /// When the claim's expiry was last pushed forward.
+    last_extend: Arc<Mutex<Instant>>,
 }
 
 /// A tar produced on a thread of its own into an exec's stdin, in chunks of up to 64 KiB.
@@ -788,13 +804,14 @@ impl KubernetesView {
         Ok(())
     }
 
-    /// Pushes the claim's expiry forward when a quarter of the idle time has passed.
+    /// Pushes the claim's expiry forward when [`KubernetesSandbox::keep_alive_every`] has
+    /// passed since the last time; a claim already gone is `Lost`.
     fn keep_alive(&self) -> Result<(), SandboxError> {
         let mut last = self
             .last_extend
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if last.elapsed() < self.idle_timeout / 4 {
+        if last.elapsed() < self.keep_alive_every {
             return Ok(());
         }
         match self
@@ -812,6 +829,26 @@ impl KubernetesView {
             // The command itself will tell whether the pod is still there.
             Err(_) => Ok(()),
         }
+    }
+
+    /// Keeps pushing the claim's expiry forward while a command runs (a build or a test suite
+    /// may run longer than the idle timeout), until the returned sender is dropped.
+    fn heartbeat(&self) -> std::sync::mpsc::Sender<()> {
+        let (running, ended) = std::sync::mpsc::channel::<()>();
+        let client = self.client.clone();
+        let claim = self.claim.clone();
+        let idle_timeout = self.idle_timeout;
+        let every = self.keep_alive_every.max(Duration::from_millis(100));
+        let last_extend = self.last_extend.clone();
+        std::thread::spawn(move || {
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = ended.recv_timeout(every) {
+                // A claim that is gone shows in the command's own end.
+                if let Ok(true) = client.extend_claim(&claim, &expiry(idle_timeout)) {
+                    *last_extend.lock().unwrap_or_else(PoisonError::into_inner) = Instant::now();
+                }
+            }
+        });
+        running
     }
 
     fn stop_file(&self, name: String) {
@@ -980,6 +1017,7 @@ impl SandboxView for KubernetesView {
                 || Instant::now() >= timeout_at
         };
         let mut on_stop = || self.stop_file(id.clone());
+        let heartbeat = self.heartbeat();
         let end = self.client.exec(
             &self.pod,
             &argv,
@@ -991,6 +1029,7 @@ impl SandboxView for KubernetesView {
                 on_stop: &mut on_stop,
             },
         );
+        drop(heartbeat);
         if let Some(switch) = &command.kill {
             kit::disarm(switch);
         }

@@ -1,6 +1,7 @@
 //! The backend against the fake API server: a claim per view, bound from the warm pool,
-//! commands over exec, a writable view synced both ways, expiry pushed forward, a lost pod
-//! failing cleanly, orphans reaped, a dropped watch survived, the claim deleted at close.
+//! commands over exec, a writable view synced both ways, expiry pushed forward by commands and
+//! while one runs, a lost pod failing cleanly, orphans reaped, a dropped watch survived, the
+//! claim deleted at close.
 
 use super::support::{cluster, snapshot};
 use std::time::{Duration, Instant};
@@ -193,7 +194,7 @@ fn a_lost_pod_fails_the_running_command_and_the_next_cleanly() {
 }
 
 #[test]
-fn an_expired_claim_is_lost_and_activity_pushes_expiry_forward() {
+fn an_expired_claim_is_lost() {
     let Some(cluster) = cluster(FakeOptions::default()) else {
         return;
     };
@@ -295,5 +296,114 @@ fn a_watch_that_drops_is_resumed_and_a_claim_never_bound_fails_closed() {
         error.layer(),
         Some(warden_sandbox::Layer::Filesystem),
         "{error}"
+    );
+}
+
+/// The `PATCH`es of a claim the fake received.
+fn patches(cluster: &super::support::Cluster, claim: &str) -> usize {
+    cluster
+        .fake
+        .requests()
+        .iter()
+        .filter(|r| r.method == "PATCH" && r.target.ends_with(&format!("/sandboxclaims/{claim}")))
+        .count()
+}
+
+fn read_only(cluster: &super::support::Cluster) -> ViewSpec {
+    ViewSpec {
+        lower: vec![(
+            "app".into(),
+            snapshot(&cluster.path("snap"), &[("a", "a\n")]),
+        )],
+        writable: false,
+        scratch_dir: cluster.path("scratch"),
+        mounts: vec![],
+        egress_proxy: None,
+        seed: None,
+    }
+}
+
+#[test]
+fn commands_push_the_claims_expiry_forward_once_per_quarter_of_the_idle_time() {
+    let Some(cluster) = cluster(FakeOptions::default()) else {
+        return;
+    };
+    // The default cadence (a quarter of the 600 s idle timeout): a burst of commands sends
+    // no PATCH at all — the claim was created with a fresh expiry.
+    let view = cluster.sandbox().open(&read_only(&cluster)).unwrap();
+    let claim = cluster.fake.claims()[0].clone();
+    for _ in 0..3 {
+        assert!(bash(view.as_ref(), "true").success());
+    }
+    assert_eq!(patches(&cluster, &claim), 0);
+    view.close().unwrap();
+
+    // Every command, when the cadence has passed: its expiry moves forward before it runs.
+    let sandbox = warden_kubernetes::KubernetesSandbox::connect(&cluster.config)
+        .unwrap()
+        .with_keep_alive_every(Duration::ZERO);
+    let view = sandbox
+        .open(&ViewSpec {
+            scratch_dir: cluster.path("scratch-2"),
+            ..read_only(&cluster)
+        })
+        .unwrap();
+    let claim = cluster.fake.claims()[0].clone();
+    let expiry = |cluster: &super::support::Cluster| {
+        cluster.fake.claim(&claim).unwrap()["spec"]["lifecycle"]["shutdownTime"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let first = expiry(&cluster);
+    // Expiries have whole seconds: let one pass.
+    std::thread::sleep(Duration::from_millis(1100));
+    assert!(bash(view.as_ref(), "true").success());
+    assert!(patches(&cluster, &claim) >= 1);
+    let second = expiry(&cluster);
+    // The same RFC 3339 shape: later sorts later.
+    assert!(second > first, "{first} → {second}");
+    assert_eq!(
+        cluster.fake.claim(&claim).unwrap()["spec"]["lifecycle"]["shutdownPolicy"],
+        "Delete",
+        "the patch moved the time alone"
+    );
+    view.close().unwrap();
+}
+
+#[test]
+fn a_long_command_keeps_its_claim_alive_while_it_runs() {
+    let Some(cluster) = cluster(FakeOptions::default()) else {
+        return;
+    };
+    let sandbox = warden_kubernetes::KubernetesSandbox::connect(&cluster.config)
+        .unwrap()
+        .with_keep_alive_every(Duration::from_millis(200));
+    let view = std::sync::Arc::new(sandbox.open(&read_only(&cluster)).unwrap());
+    let claim = cluster.fake.claims()[0].clone();
+    let running = view.clone();
+    let command = std::thread::spawn(move || {
+        running.run(&CommandSpec::bash("sleep 60", Duration::from_secs(120)))
+    });
+    // The command sleeps for a minute: PATCHes must come while it does.
+    let watchdog = Instant::now() + Duration::from_secs(50);
+    while patches(&cluster, &claim) < 2 {
+        assert!(
+            !command.is_finished() && Instant::now() < watchdog,
+            "no heartbeat while the command ran"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!command.is_finished());
+    view.cancel();
+    let output = command.join().unwrap().unwrap();
+    assert!(!output.success());
+    let seen = patches(&cluster, &claim);
+    std::thread::sleep(Duration::from_millis(600));
+    // One PATCH may still have been on its way when the command ended; a heartbeat going on
+    // would have sent three more.
+    assert!(
+        patches(&cluster, &claim) <= seen + 1,
+        "the heartbeat stopped with the command"
     );
 }
