@@ -561,7 +561,7 @@ pub async fn say(config: Config, task: &str, text: &str, json: bool) -> anyhow::
     crate::render::print_said(
         &id,
         Some(before),
-        &warden_service::task_view::task_json(&next),
+        &warden_service::task_view::view_json(&next),
         json,
     )
 }
@@ -600,12 +600,15 @@ pub async fn approve(config: Config, args: crate::approve::ApproveArgs) -> anyho
     if decided.kind == warden_engine::gates::RUN_APPROVAL_KIND {
         eprintln!(
             "warden: approved {}; running task {}",
-            decided.id, decided.task
+            decided.id, decided.task_id
         );
         local.services().await.map_err(cli_error)?;
-        let last = local.last_event(&decided.task).await.map_err(cli_error)?;
+        let last = local
+            .last_event(&decided.task_id)
+            .await
+            .map_err(cli_error)?;
         let progress = StderrProgress::new();
-        return follow_and_print_after(&local, &decided.task, last, false, &progress).await;
+        return follow_and_print_after(&local, &decided.task_id, last, false, &progress).await;
     }
     if approved.resumed {
         eprintln!(
@@ -615,16 +618,16 @@ pub async fn approve(config: Config, args: crate::approve::ApproveArgs) -> anyho
     }
     eprintln!(
         "warden: approved {}; publishing task {}",
-        decided.id, decided.task
+        decided.id, decided.task_id
     );
     let progress = StderrProgress::new();
     let task = local
-        .drive_publication(&decided.task, &|event| progress.emit(event))
+        .drive_publication(&decided.task_id, &|event| progress.emit(event))
         .await
         .map_err(cli_error)?;
     let code = render::print_outcome(&local::task_json(&task), false)?;
     // A publication that failed says why on stderr too, and how to finish it.
-    let task = local.task(&decided.task).await.map_err(cli_error)?;
+    let task = local.task(&decided.task_id).await.map_err(cli_error)?;
     match Local::publication_failure(&task) {
         Some(notice) => Err(anyhow::anyhow!("{}", text::one_line(&notice))),
         None => Ok(code),
@@ -640,13 +643,13 @@ pub async fn reject(config: Config, args: crate::approve::RejectArgs) -> anyhow:
         .map_err(cli_error)?;
     let progress = StderrProgress::new();
     local
-        .drive_publication(&decided.task, &|event| progress.emit(event))
+        .drive_publication(&decided.task_id, &|event| progress.emit(event))
         .await
         .map_err(cli_error)?;
     if decided.kind == warden_engine::gates::RUN_APPROVAL_KIND {
         println!(
             "rejected {}: task {} ends with nothing run",
-            decided.id, decided.task
+            decided.id, decided.task_id
         );
     } else {
         println!("rejected {}: nothing was published", decided.id);

@@ -11,7 +11,6 @@ use warden_engine::config::{Config, Env, ProcessEnv};
 use warden_service::access::{Access, AccessError, Tokens};
 use warden_service::compose as service;
 use warden_service::tasks::{Principal, Role};
-use warden_time::rfc3339;
 
 use crate::usage;
 
@@ -69,6 +68,7 @@ pub(crate) async fn open_access(config: &Config) -> anyhow::Result<Access> {
 pub(crate) fn access_error(error: AccessError) -> anyhow::Error {
     match error {
         AccessError::Invalid(_)
+        | AccessError::AlreadyExists(_)
         | AccessError::NotFound(_)
         | AccessError::Forbidden(_)
         | AccessError::Unauthorized(_) => usage(anyhow::Error::new(error)),
@@ -107,7 +107,7 @@ pub async fn token(config: &Config, command: TokenCommand) -> anyhow::Result<u8>
                         "name": stored.name,
                         "role": stored.role,
                         "token": secret,
-                        "created_at": rfc3339(stored.created_at_ms),
+                        "created_at": stored.created_at.to_string(),
                     }))?
                 );
             } else {
@@ -134,25 +134,21 @@ pub async fn token(config: &Config, command: TokenCommand) -> anyhow::Result<u8>
                             "name": t.name,
                             "role": t.role,
                             "created_by": t.created_by,
-                            "created_at": rfc3339(t.created_at_ms),
-                            "revoked_at": t.revoked_at_ms.map(rfc3339),
+                            "created_at": t.created_at.to_string(),
+                            "revoked_at": t.revoked_at.map(|at| at.to_string()),
                         })
                     })
                     .collect();
                 println!("{}", serde_json::to_string_pretty(&rows)?);
             } else {
                 for t in &tokens {
-                    let state = match t.revoked_at_ms {
-                        Some(at) => format!("revoked {}", rfc3339(at)),
+                    let state = match t.revoked_at {
+                        Some(at) => format!("revoked {at}"),
                         None => "active".to_string(),
                     };
                     println!(
                         "{}  {:<8} {:<20} {}  {}",
-                        t.id,
-                        t.role,
-                        t.name,
-                        rfc3339(t.created_at_ms),
-                        state
+                        t.id, t.role, t.name, t.created_at, state
                     );
                 }
             }

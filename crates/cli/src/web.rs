@@ -12,7 +12,6 @@ use serde_json::json;
 use warden_engine::config::Config;
 use warden_service::access::{SessionView, WebUserView};
 use warden_service::tasks::{Principal, Role};
-use warden_time::rfc3339;
 
 use crate::text::one_line;
 use crate::token::{access_error, open_access};
@@ -130,8 +129,8 @@ fn print_users(users: &[WebUserView], as_json: bool) -> anyhow::Result<()> {
                 json!({
                     "name": u.name,
                     "role": u.role,
-                    "created_at": rfc3339(u.created_at_ms),
-                    "updated_at": rfc3339(u.updated_at_ms),
+                    "created_at": u.created_at.to_string(),
+                    "updated_at": u.updated_at.to_string(),
                 })
             })
             .collect();
@@ -140,10 +139,7 @@ fn print_users(users: &[WebUserView], as_json: bool) -> anyhow::Result<()> {
         for u in users {
             println!(
                 "{:<20} {:<8} created {}  password set {}",
-                u.name,
-                u.role,
-                rfc3339(u.created_at_ms),
-                rfc3339(u.updated_at_ms)
+                u.name, u.role, u.created_at, u.updated_at
             );
         }
     }
@@ -162,8 +158,8 @@ fn print_sessions(sessions: &[SessionView], as_json: bool) -> anyhow::Result<()>
                     "method": s.method.as_str(),
                     "address": s.address,
                     "user_agent": s.user_agent,
-                    "created_at": rfc3339(s.created_at_ms),
-                    "expires_at": rfc3339(s.expires_at_ms),
+                    "created_at": s.created_at.to_string(),
+                    "expires_at": s.expires_at.to_string(),
                 })
             })
             .collect();
@@ -177,8 +173,8 @@ fn print_sessions(sessions: &[SessionView], as_json: bool) -> anyhow::Result<()>
                 s.role_at_sign_in,
                 s.method.as_str(),
                 s.address.as_deref().unwrap_or("-"),
-                rfc3339(s.created_at_ms),
-                rfc3339(s.expires_at_ms),
+                s.created_at,
+                s.expires_at,
                 one_line(s.user_agent.as_deref().unwrap_or(""))
             );
         }

@@ -9,10 +9,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use warden_protocol::views::TaskView as Task;
 use warden_protocol::{Event, TaskId, TaskKind, TaskStatus};
 use warden_repo::RepoSpec;
 use warden_service::local::{Local, LocalError};
-use warden_service::tasks::Task;
 use warden_service::tasks::{Principal, ServiceError, Submission, TaskService};
 
 use crate::Refusal;

@@ -313,8 +313,8 @@ impl WardenMcp {
     }
 }
 
-fn task_json(task: &warden_service::tasks::Task) -> Value {
-    warden_service::task_view::task_json(task)
+fn task_json(task: &warden_protocol::views::TaskView) -> Value {
+    warden_service::task_view::view_json(task)
 }
 
 fn task_id(text: &str) -> Result<TaskId, Refusal> {

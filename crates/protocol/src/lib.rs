@@ -3,6 +3,8 @@
 //! small invariants of the types themselves.
 
 #![warn(unreachable_pub)]
+pub mod views;
+
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -79,6 +81,7 @@ impl std::str::FromStr for TaskId {
 
 /// What a task asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum TaskKind {
     Question,
@@ -88,6 +91,7 @@ pub enum TaskKind {
 
 /// Task lifecycle (SPEC §6). The last four are terminal and immutable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum TaskStatus {
     Queued,

@@ -19,9 +19,10 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::{json, Value};
 use tokio::sync::{watch, Notify};
+use warden_protocol::views::{ApprovalView, TaskView};
 use warden_protocol::{Event, TaskId, TaskKind, TaskStatus};
 use warden_repo::{RepoSpec, RepoStore};
-use warden_store::{EventStream, Store, Task, TaskRepo};
+use warden_store::{EventStream, Store, TaskRepo};
 
 use crate::cancel::RunningTasks;
 use crate::tasks::{PinnedRepos, Principal, Role, ServiceError, TaskService};
@@ -211,7 +212,7 @@ impl Local {
     }
 
     /// The task, or a usage error naming it.
-    pub async fn task(&self, id: &TaskId) -> Result<Task, LocalError> {
+    pub async fn task(&self, id: &TaskId) -> Result<TaskView, LocalError> {
         match self.tasks.task(&principal(), id.as_str()).await {
             Err(ServiceError::NotFound(_)) => Err(usage(format!(
                 "no task {id} in {}; `warden tasks` lists the tasks there (a server's task: give \
@@ -233,7 +234,7 @@ impl Local {
         &self,
         submission: Submission,
         progress: &(dyn Fn(&str) + Send + Sync),
-    ) -> Result<Task, LocalError> {
+    ) -> Result<TaskView, LocalError> {
         let kind = submission.kind;
         // The service's own refusal, before anything is pinned.
         crate::tasks::checked_prompt(kind, &submission.prompt)?;
@@ -381,7 +382,7 @@ impl Local {
         id: &TaskId,
         on_event: &(dyn Fn(Event) + Send + Sync),
         interrupt: impl std::future::Future<Output = ()>,
-    ) -> Result<Task, LocalError> {
+    ) -> Result<TaskView, LocalError> {
         self.drive_with(id, 0, on_event, interrupt, true).await
     }
 
@@ -391,7 +392,7 @@ impl Local {
         &self,
         id: &TaskId,
         on_event: &(dyn Fn(Event) + Send + Sync),
-    ) -> Result<Task, LocalError> {
+    ) -> Result<TaskView, LocalError> {
         // Only what publishing does is shown, not the run that made the proposal again.
         let after = self.last_event(id).await?;
         self.drive_with(id, after, on_event, std::future::pending(), false)
@@ -407,7 +408,7 @@ impl Local {
         after: u64,
         on_event: &(dyn Fn(Event) + Send + Sync),
         interrupt: impl std::future::Future<Output = ()>,
-    ) -> Result<Task, LocalError> {
+    ) -> Result<TaskView, LocalError> {
         self.drive_with(id, after, on_event, interrupt, true).await
     }
 
@@ -418,7 +419,7 @@ impl Local {
         on_event: &(dyn Fn(Event) + Send + Sync),
         interrupt: impl std::future::Future<Output = ()>,
         needs_model: bool,
-    ) -> Result<Task, LocalError> {
+    ) -> Result<TaskView, LocalError> {
         let task = self.task(id).await?;
         if !waits_for_a_worker(task.status) {
             return self.follow(id, after, on_event, interrupt).await;
@@ -448,7 +449,7 @@ impl Local {
         mut after: u64,
         on_event: &(dyn Fn(Event) + Send + Sync),
         interrupt: impl std::future::Future<Output = ()>,
-    ) -> Result<Task, LocalError> {
+    ) -> Result<TaskView, LocalError> {
         let stream = EventStream::Task(id.clone());
         let mut interrupt = std::pin::pin!(interrupt);
         let mut interrupted = false;
@@ -525,13 +526,13 @@ impl Local {
 
     /// Cancels the task through the front door: its run stops at once (in another process,
     /// within about a second). A finished task is refused, as on a server.
-    pub async fn cancel(&self, id: &TaskId) -> Result<Task, LocalError> {
+    pub async fn cancel(&self, id: &TaskId) -> Result<TaskView, LocalError> {
         self.task(id).await?;
         Ok(self.tasks.cancel(&principal(), id.as_str()).await?)
     }
 
     /// Repeats a finished task as a new one over the same pinned commits (`warden retry`).
-    pub async fn retry(&self, id: &TaskId) -> Result<Task, LocalError> {
+    pub async fn retry(&self, id: &TaskId) -> Result<TaskView, LocalError> {
         self.task(id).await?;
         Ok(self.tasks.retry(&principal(), id.as_str()).await?)
     }
@@ -632,7 +633,8 @@ impl Local {
         &self,
         id: &TaskId,
     ) -> Result<(warden_protocol::Proposal, String, bool), LocalError> {
-        let task = self.task(id).await?;
+        self.task(id).await?;
+        let task = self.tasks.visible_task(&principal(), id.as_str()).await?;
         crate::diff::task_diff(
             self.store().as_ref(),
             &self.repos,
@@ -649,19 +651,20 @@ impl Local {
     }
 
     /// The newest tasks, newest first.
-    pub async fn list(&self, limit: u32) -> Result<Vec<Task>, LocalError> {
-        Ok(self
-            .store()
-            .list_tasks(warden_store::TaskQuery {
-                limit,
-                ..warden_store::TaskQuery::default()
-            })
-            .await
-            .context("cannot list the tasks")?)
+    pub async fn list(&self, limit: u32) -> Result<Vec<TaskView>, LocalError> {
+        let listing = crate::tasks::TaskListing {
+            status: None,
+            before: None,
+            limit,
+        };
+        Ok(self.tasks.list(&principal(), listing).await?.tasks)
     }
 
     /// The mirror holding the task's repository (and its proposal), for `warden apply`.
-    pub async fn mirror(&self, task: &Task) -> Result<(RepoSpec, std::path::PathBuf), LocalError> {
+    pub async fn mirror(
+        &self,
+        task: &TaskView,
+    ) -> Result<(RepoSpec, std::path::PathBuf), LocalError> {
         let spec = crate::task_repos::repo_specs(self.store().as_ref(), &task.repos)
             .await
             .map_err(|failure| usage(failure.message))?
@@ -677,7 +680,7 @@ impl Local {
     /// Answers task `id` through the front door: one waiting for input resumes with the
     /// answer; a finished one is continued by a follow-up of its kind (a change on its
     /// proposal). Returns the task to follow.
-    pub async fn answer(&self, id: &TaskId, text: &str) -> Result<Task, LocalError> {
+    pub async fn answer(&self, id: &TaskId, text: &str) -> Result<TaskView, LocalError> {
         self.task(id).await?;
         Ok(self
             .tasks
@@ -692,7 +695,7 @@ impl Local {
         id: &str,
         decision: warden_store::Decision,
         hash: Option<&str>,
-    ) -> Result<warden_store::Approval, LocalError> {
+    ) -> Result<ApprovalView, LocalError> {
         let hash = match hash {
             Some(hash) => hash.to_string(),
             // Rejecting is about whatever is pending.
@@ -705,7 +708,7 @@ impl Local {
 /// An approval decided by [`Local::approve`]: newly, or approved before and resumed.
 #[derive(Debug, Clone)]
 pub struct Approved {
-    pub approval: warden_store::Approval,
+    pub approval: ApprovalView,
     /// Approved before (same hash), its publication not finished: this process resumes it.
     pub resumed: bool,
 }
@@ -736,7 +739,7 @@ impl Local {
             approval.status,
             warden_store::ApprovalStatus::Approved | warden_store::ApprovalStatus::Consumed
         ) && approval.subject_hash == hash;
-        if !decided_before || self.task(&approval.task).await?.status.is_terminal() {
+        if !decided_before || self.task(&approval.task_id).await?.status.is_terminal() {
             return Err(refusal.into());
         }
         Ok(Approved {
@@ -747,7 +750,7 @@ impl Local {
 
     /// Why the publication of `task` failed, when it did (the task still waits: approving the
     /// same hash again resumes it).
-    pub fn publication_failure(task: &Task) -> Option<String> {
+    pub fn publication_failure(task: &TaskView) -> Option<String> {
         let result = task.result.as_ref()?;
         if result
             .pointer("/publication/status")
@@ -835,6 +838,6 @@ fn dead_local_worker(worker: &str) -> bool {
 }
 
 /// The task JSON of `GET /v1/tasks/{id}`, for the renderers the CLI shares with `--server`.
-pub fn task_json(task: &Task) -> Value {
-    crate::task_view::task_json(task)
+pub fn task_json(task: &TaskView) -> Value {
+    crate::task_view::view_json(task)
 }

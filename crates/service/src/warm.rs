@@ -8,36 +8,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use serde::Serialize;
 use warden_repo::RepoStore;
 use warden_store::{Store, TaskRepo};
 
-/// Where warming a repository stands.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum WarmState {
-    /// Fetching into the mirror, or writing the snapshot.
-    Warming,
-    /// The snapshot of `commit` is written.
-    Ready,
-    /// It failed; tasks pin again when they start.
-    Failed,
-}
-
-/// What warming a repository is doing, for people.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Warmth {
-    pub state: WarmState,
-    /// The latest progress line (objects received, files written).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub progress: Option<String>,
-    /// The commit of the default branch now in the snapshot.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub commit: Option<String>,
-    /// Why it failed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
+pub use warden_protocol::views::{WarmState, Warmth};
 
 /// The warming of this process's repositories. Cheap to clone.
 #[derive(Clone)]

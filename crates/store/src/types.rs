@@ -4,37 +4,12 @@
 
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
 use warden_protocol::{Event, TaskId, TaskKind, TaskStatus};
 
-/// One repository a task runs against. `name` is the registered repository name and the key
-/// of the one-writer-per-repository rule; `rev` is what the submitter asked for, if anything;
-/// `commit` is the exact commit the first run pinned it to (every later run reuses it).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TaskRepo {
-    pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rev: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub commit: Option<String>,
-    /// Where an in-process task's repository comes from when it is not a registered one: an
-    /// absolute local path, or a URL without credentials (never starting with `/`). Only the in-process front door sets
-    /// it; the HTTP API builds task repositories from registered names and cannot.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub source: Option<String>,
-}
-
-impl TaskRepo {
-    pub fn named(name: &str) -> TaskRepo {
-        TaskRepo {
-            name: name.to_string(),
-            rev: None,
-            commit: None,
-            source: None,
-        }
-    }
-}
+pub use warden_protocol::views::{
+    ApprovalStatus, Spend, TaskMessage, TaskRepo, UsageSummary, MESSAGE_AGENT, MESSAGE_STEER,
+    MESSAGE_USER,
+};
 
 /// A repository to register.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -270,19 +245,6 @@ pub struct UsageEntry {
     pub cost_micro_usd: Option<u64>,
 }
 
-/// Sums over ledger entries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Spend {
-    pub input_tokens: u64,
-    pub cached_input_tokens: u64,
-    pub output_tokens: u64,
-    /// The sum of the known costs.
-    pub cost_micro_usd: u64,
-    /// At least one entry had an unknown cost: the true cost is higher than `cost_micro_usd`.
-    pub cost_unknown: bool,
-    pub entries: u64,
-}
-
 /// An approval request bound to the hash of exactly what it approves.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewApproval {
@@ -291,37 +253,6 @@ pub struct NewApproval {
     /// What is approved (`publish`, `command`, `dirty_start`, …).
     pub kind: String,
     pub subject_hash: String,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ApprovalStatus {
-    Pending,
-    Approved,
-    Rejected,
-    /// Approved and then used: an approval authorises exactly one action.
-    Consumed,
-}
-
-impl ApprovalStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ApprovalStatus::Pending => "pending",
-            ApprovalStatus::Approved => "approved",
-            ApprovalStatus::Rejected => "rejected",
-            ApprovalStatus::Consumed => "consumed",
-        }
-    }
-
-    pub fn parse(name: &str) -> Option<ApprovalStatus> {
-        [
-            ApprovalStatus::Pending,
-            ApprovalStatus::Approved,
-            ApprovalStatus::Rejected,
-            ApprovalStatus::Consumed,
-        ]
-        .into_iter()
-        .find(|s| s.as_str() == name)
-    }
 }
 
 pub use warden_protocol::Decision;
@@ -471,27 +402,6 @@ pub struct WebSession {
     pub revoked_at_ms: Option<i64>,
 }
 
-/// `TaskMessage::role` of a message from a human (an answer).
-pub const MESSAGE_USER: &str = "user";
-/// `TaskMessage::role` of a message from the agent (a question it asked).
-pub const MESSAGE_AGENT: &str = "agent";
-/// `TaskMessage::role` of a message a human sent while the task was queued or running: the
-/// agent reads it at its next turn.
-pub const MESSAGE_STEER: &str = "steer";
-
-/// One message of a task's conversation (questions asked, answers given).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TaskMessage {
-    /// Per task, from 1, in append order.
-    pub seq: u64,
-    /// [`MESSAGE_USER`], [`MESSAGE_AGENT`] or [`MESSAGE_STEER`].
-    pub role: String,
-    pub text: String,
-    /// Who wrote it (a token name, or the model for the agent).
-    pub author: String,
-    pub at_ms: i64,
-}
-
 /// Which ledger entries a usage summary covers.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct UsageQuery {
@@ -499,15 +409,6 @@ pub struct UsageQuery {
     pub owner: Option<String>,
     /// Only entries recorded at or after this instant.
     pub since_ms: Option<i64>,
-}
-
-/// Spend grouped four ways, each sorted by its key (day, task id, model, role).
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct UsageSummary {
-    pub by_day: Vec<(crate::UtcDay, Spend)>,
-    pub by_task: Vec<(TaskId, Spend)>,
-    pub by_model: Vec<(String, Spend)>,
-    pub by_role: Vec<(String, Spend)>,
 }
 
 /// A chat message to send (Telegram today): the chat-side outbox. Its `id` is chosen by the

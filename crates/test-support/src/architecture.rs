@@ -54,48 +54,6 @@ fn host_triple() -> String {
         .to_string()
 }
 
-/// The names of the packages `package` depends on through normal (non-dev, non-build)
-/// dependencies, transitively, itself included, in the resolve of `metadata`.
-pub fn normal_closure(metadata: &serde_json::Value, package: &str) -> BTreeSet<String> {
-    let packages: BTreeMap<&str, &serde_json::Value> = metadata["packages"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|p| Some((p["id"].as_str()?, p)))
-        .collect();
-    let nodes: BTreeMap<&str, &serde_json::Value> = metadata["resolve"]["nodes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|n| Some((n["id"].as_str()?, n)))
-        .collect();
-    let root = packages
-        .iter()
-        .find(|(_, p)| p["name"] == package)
-        .map(|(id, _)| *id)
-        .unwrap_or_else(|| panic!("no package {package} in the metadata"));
-    let mut seen = BTreeSet::new();
-    let mut stack = vec![root];
-    while let Some(id) = stack.pop() {
-        if !seen.insert(id) {
-            continue;
-        }
-        for dep in nodes[id]["deps"].as_array().into_iter().flatten() {
-            let normal = dep["dep_kinds"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|k| k["kind"].is_null());
-            if normal {
-                stack.extend(dep["pkg"].as_str());
-            }
-        }
-    }
-    seen.iter()
-        .filter_map(|id| packages[id]["name"].as_str().map(str::to_string))
-        .collect()
-}
-
 /// The packages `package` names as normal (non-dev, non-build) dependencies in its manifest.
 pub fn direct_normal_dependencies(metadata: &serde_json::Value, package: &str) -> BTreeSet<String> {
     metadata["packages"]
@@ -106,6 +64,35 @@ pub fn direct_normal_dependencies(metadata: &serde_json::Value, package: &str) -
         .flat_map(|p| p["dependencies"].as_array().into_iter().flatten())
         .filter(|d| d["kind"].is_null())
         .filter_map(|d| d["name"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// The names of the packages `package` links (itself included) as `cargo tree` resolves it
+/// with `extra` flags (e.g. `--no-default-features`), normal dependencies only. Unlike the
+/// `resolve` of `cargo metadata`, which unifies features across the whole workspace, this is
+/// the graph a build of `package` alone has: an optional dependency another member enables
+/// (`warden-protocol`'s `openapi`, for `warden-api`) is in it only if this package enables it.
+pub fn built_closure(manifest_dir: &str, package: &str, extra: &[&str]) -> BTreeSet<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut args = vec![
+        "tree", "--locked", "-p", package, "-e", "normal", "--prefix", "none", "--format", "{p}",
+        "--target", "all",
+    ];
+    args.extend_from_slice(extra);
+    let output = std::process::Command::new(cargo)
+        .args(&args)
+        .current_dir(manifest_dir)
+        .output()
+        .unwrap_or_else(|e| panic!("cargo tree does not run: {e}"));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .map(str::to_string)
         .collect()
 }
 

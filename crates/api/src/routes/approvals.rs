@@ -12,40 +12,21 @@ use std::sync::Arc;
 use axum::extract::State;
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use warden_store::{Approval, ApprovalStatus, Decision};
+use warden_protocol::views::{ApprovalStatus, ApprovalView};
+use warden_protocol::Decision;
 
 use super::auth::Caller;
-use super::schema::{ApprovalStatusFilterName, ApprovalStatusName, ErrorBody};
+use super::schema::{ApprovalStatusFilterName, ErrorBody};
 use super::{ApiError, ApiJson, ApiPath, ApiQuery, ApiState, ErrorCode};
 use warden_service::tasks::{ApprovalListing, MAX_PAGE};
-use warden_time::rfc3339;
 
 const DEFAULT_PAGE: usize = 50;
 
-/// An approval.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ApprovalView {
-    /// `apr_…`.
-    pub id: String,
-    pub task_id: String,
-    /// What is approved: `publish`, `publish_sensitive`, `command`, `dirty_start`, …
-    pub kind: String,
-    /// `sha256:` + 64 hex digits: the hash of exactly what is approved.
-    pub subject_hash: String,
-    #[schema(value_type = ApprovalStatusName)]
-    pub status: String,
-    pub created_at: String,
-    pub decided_by: Option<String>,
-    pub decided_at: Option<String>,
-    pub consumed_at: Option<String>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ApprovalPage {
+pub(crate) struct ApprovalPage {
     pub data: Vec<ApprovalView>,
     pub next_cursor: Option<String>,
 }
@@ -72,20 +53,6 @@ pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
     OpenApiRouter::new()
         .routes(routes!(list_approvals))
         .routes(routes!(get_approval, decide_approval))
-}
-
-fn approval_json(approval: &Approval) -> Value {
-    json!({
-        "id": approval.id,
-        "task_id": approval.task.as_str(),
-        "kind": approval.kind,
-        "subject_hash": approval.subject_hash,
-        "status": approval.status.as_str(),
-        "created_at": rfc3339(approval.created_at_ms),
-        "decided_by": approval.decided_by,
-        "decided_at": approval.decided_at_ms.map(rfc3339),
-        "consumed_at": approval.consumed_at_ms.map(rfc3339),
-    })
 }
 
 /// `status` (default `pending`, or `all`), `cursor`, `limit`.
@@ -162,7 +129,7 @@ async fn list_approvals(
     State(state): State<Arc<ApiState>>,
     caller: Caller,
     ApiQuery(params): ApiQuery<ListParams>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ApprovalPage>, ApiError> {
     let query = list_query(params)?;
     let page = state
         .tasks
@@ -175,10 +142,10 @@ async fn list_approvals(
             },
         )
         .await?;
-    Ok(Json(json!({
-        "data": page.approvals.iter().map(approval_json).collect::<Vec<_>>(),
-        "next_cursor": page.next_cursor,
-    })))
+    Ok(Json(ApprovalPage {
+        data: page.approvals,
+        next_cursor: page.next_cursor,
+    }))
 }
 
 /// One approval.
@@ -193,9 +160,8 @@ async fn get_approval(
     State(state): State<Arc<ApiState>>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
-) -> Result<Json<Value>, ApiError> {
-    let approval = state.tasks.approval(&caller, &id).await?;
-    Ok(Json(approval_json(&approval)))
+) -> Result<Json<ApprovalView>, ApiError> {
+    Ok(Json(state.tasks.approval(&caller, &id).await?))
 }
 
 /// Decides a pending approval, once, for exactly the hash it is bound to (admin tokens only).
@@ -220,7 +186,7 @@ async fn decide_approval(
     caller: Caller,
     ApiPath(id): ApiPath<String>,
     ApiJson(request, _): ApiJson<DecideApproval>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ApprovalView>, ApiError> {
     let decision = match request.decision {
         DecisionName::Approve => Decision::Approve,
         DecisionName::Reject => Decision::Reject,
@@ -229,7 +195,7 @@ async fn decide_approval(
         .tasks
         .decide(&caller, &id, decision, &request.hash)
         .await?;
-    Ok(Json(approval_json(&decided)))
+    Ok(Json(decided))
 }
 
 #[cfg(test)]

@@ -10,15 +10,14 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde::Deserialize;
-use serde_json::Value;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::auth::Caller;
-use super::schema::{ErrorBody, NonBlankText, TaskView};
+use super::schema::{ErrorBody, NonBlankText};
 use super::{ApiError, ApiJson, ApiPath, ApiState};
-use warden_service::task_view::task_json;
+use warden_protocol::views::TaskView;
 
 pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
     OpenApiRouter::new()
@@ -42,9 +41,9 @@ async fn cancel_task(
     State(state): State<Arc<ApiState>>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<TaskView>, ApiError> {
     let cancelled = state.tasks.cancel(&caller, &id).await?;
-    Ok(Json(task_json(&cancelled)))
+    Ok(Json(cancelled))
 }
 
 /// Repeats a finished task as a new task (`retry_of`) over the same pinned commits.
@@ -64,7 +63,7 @@ async fn retry_task(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Response, ApiError> {
     let retried = state.tasks.retry(&caller, &id).await?;
-    Ok((StatusCode::ACCEPTED, Json(task_json(&retried))).into_response())
+    Ok((StatusCode::ACCEPTED, Json(retried)).into_response())
 }
 
 /// An answer to the agent's question, or a follow-up question.
@@ -104,5 +103,5 @@ async fn post_message(
         .tasks
         .post_message(&caller, &id, &message.text)
         .await?;
-    Ok((StatusCode::ACCEPTED, Json(task_json(&task))).into_response())
+    Ok((StatusCode::ACCEPTED, Json(task)).into_response())
 }

@@ -319,7 +319,7 @@ async fn metrics(
     State(state): State<Arc<ApiState>>,
     _caller: Caller,
 ) -> Result<Response, ApiError> {
-    let tasks = state.store.count_tasks_by_status().await?;
+    let tasks = state.tasks.task_counts().await?;
     let text = state.hub.metrics.render(&tasks);
     Ok((
         StatusCode::OK,

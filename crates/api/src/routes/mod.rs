@@ -80,7 +80,6 @@ use serde_json::{json, Value};
 use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use warden_store::{Store, StoreError};
 
 use warden_engine::serve_config::RateLimit;
 use warden_service::access::{Access, AccessError};
@@ -209,28 +208,12 @@ impl ApiError {
     }
 }
 
-impl From<StoreError> for ApiError {
-    fn from(error: StoreError) -> ApiError {
-        match error {
-            StoreError::IdempotencyConflict { key } => ApiError::new(
-                ErrorCode::IdempotencyConflict,
-                format!("Idempotency-Key {key:?} was already used with a different request"),
-            ),
-            StoreError::AlreadyExists { what, id } => ApiError::new(
-                ErrorCode::AlreadyExists,
-                format!("{what} {id} already exists"),
-            ),
-            other => ApiError::internal(other),
-        }
-    }
-}
-
 /// The one place the task service's refusals become HTTP answers: each [`ServiceError`]
 /// variant has one status and error code; the message is the service's.
 impl From<ServiceError> for ApiError {
     fn from(error: ServiceError) -> ApiError {
         let code = match error {
-            ServiceError::Store(store) => return ApiError::from(store),
+            ServiceError::Store(failure) => return ApiError::internal(failure),
             ServiceError::Internal(failure) => return ApiError::internal(failure),
             ServiceError::Invalid(_) => ErrorCode::InvalidRequest,
             ServiceError::InvalidIdempotencyKey => ErrorCode::BadRequest,
@@ -239,6 +222,7 @@ impl From<ServiceError> for ApiError {
             ServiceError::UnknownRepository { .. } => ErrorCode::UnknownRepository,
             ServiceError::UnsupportedKind(_) => ErrorCode::UnsupportedKind,
             ServiceError::Forbidden(_) => ErrorCode::Forbidden,
+            ServiceError::AlreadyExists(_) => ErrorCode::AlreadyExists,
             ServiceError::WrongStatus { .. } | ServiceError::Conflict(_) => ErrorCode::Conflict,
             ServiceError::HashMismatch { .. } => ErrorCode::HashMismatch,
             ServiceError::AlreadyDecided { .. } => ErrorCode::AlreadyDecided,
@@ -251,10 +235,11 @@ impl From<ServiceError> for ApiError {
 impl From<AccessError> for ApiError {
     fn from(error: AccessError) -> ApiError {
         let code = match error {
-            AccessError::Store(store) => return ApiError::from(store),
+            AccessError::Store(failure) => return ApiError::internal(failure),
             AccessError::Internal(failure) => return ApiError::internal(failure),
             AccessError::Unauthorized(_) => ErrorCode::Unauthorized,
             AccessError::Forbidden(_) => ErrorCode::Forbidden,
+            AccessError::AlreadyExists(_) => ErrorCode::AlreadyExists,
             AccessError::NotFound(_) => ErrorCode::NotFound,
             AccessError::Invalid(_) => ErrorCode::InvalidRequest,
         };
@@ -405,8 +390,6 @@ pub struct ApiState {
     /// The front door to tasks: every task and approval route calls it and holds no rule of
     /// its own.
     pub tasks: TaskService,
-    /// The service's store: repositories, usage, journals and metrics are read here.
-    pub store: Arc<dyn Store>,
     /// Who is calling: bootstrap and stored tokens, web users and sessions. Every token,
     /// session and sign-in rule is its; the console signs in through it too.
     pub access: Access,
@@ -453,15 +436,10 @@ pub const DEFAULT_STREAM_RECHECK: std::time::Duration = std::time::Duration::fro
 impl ApiState {
     /// The API over `tasks` for `tokens`, with the default rate limit ([`RateLimit::default`]).
     pub fn new(tasks: TaskService, tokens: Tokens) -> ApiState {
-        let store = Arc::clone(tasks.store());
         ApiState {
-            hub: Arc::new(warden_service::hub::Hub::new(
-                Arc::clone(&store),
-                warden_service::hub::HubOptions::default(),
-            )),
-            access: Access::new(Arc::clone(&store), tokens),
+            hub: Arc::new(tasks.hub(warden_service::hub::HubOptions::default())),
+            access: tasks.access(tokens),
             tasks,
-            store,
             limiter: RateLimiter::new(RateLimit::default()),
             auth_failures: AuthThrottle::new(DEFAULT_AUTH_FAILURE_LIMIT),
             sign_ins: SignInThrottle::new(DEFAULT_ACCOUNT_FAILURE_LIMIT, DEFAULT_SIGN_IN_WAIT),

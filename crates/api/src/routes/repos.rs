@@ -1,24 +1,20 @@
 //! `GET/POST /v1/repos`: registered repositories.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use warden_repo::RepoSpec;
-use warden_store::Repository;
+use warden_protocol::views::RepoView;
 
 use super::auth::Caller;
-use super::schema::{CommandLine, ErrorBody, RepoName, RepoPage, RepoView, Revision};
+use super::schema::{CommandLine, ErrorBody, RepoName, Revision};
 use super::{ApiError, ApiJson, ApiPath, ApiState};
 use warden_service::tasks::RepoRegistration;
-use warden_time::rfc3339;
 
 /// A repository to register.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -58,33 +54,11 @@ pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
         .routes(routes!(get_repo))
 }
 
-fn repo_json(state: &ApiState, repo: &Repository) -> Value {
-    let source = match RepoSpec::parse(&repo.source, Path::new("/")) {
-        Ok(spec) => spec.source.display_redacted(),
-        Err(_) => warden_repo::redact_credentials(&repo.source),
-    };
-    let mut view = json!({
-        "name": repo.name,
-        "source": source,
-        "branch": repo.branch,
-        "checks": repo.checks,
-        "mounts": repo.mounts,
-        "prepare": repo.prepare,
-        "created_by": repo.created_by,
-        "created_at": rfc3339(repo.created_at_ms),
-    });
-    if let Some(warmth) = state.tasks.warmth(&repo.name) {
-        let mut warm = serde_json::to_value(&warmth).unwrap_or(Value::Null);
-        // Progress lines and errors are git's and the server's text: no secrets.
-        if let Some(text) = warm
-            .get_mut("error")
-            .and_then(|e| e.as_str().map(str::to_string))
-        {
-            warm["error"] = json!(warden_repo::redact_credentials(&text));
-        }
-        view["warm"] = warm;
-    }
-    view
+/// The registered repositories (all of them: the page has no cursor yet).
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct RepoPage {
+    pub data: Vec<RepoView>,
+    pub next_cursor: Option<String>,
 }
 
 /// Every registered repository.
@@ -95,12 +69,11 @@ fn repo_json(state: &ApiState, repo: &Repository) -> Value {
 async fn list_repos(
     State(state): State<Arc<ApiState>>,
     caller: Caller,
-) -> Result<Json<Value>, ApiError> {
-    let repos = state.tasks.repos(&caller).await?;
-    Ok(Json(json!({
-        "data": repos.iter().map(|r| repo_json(&state, r)).collect::<Vec<_>>(),
-        "next_cursor": null,
-    })))
+) -> Result<Json<RepoPage>, ApiError> {
+    Ok(Json(RepoPage {
+        data: state.tasks.repos(&caller).await?,
+        next_cursor: None,
+    }))
 }
 
 /// A registered repository, with how warming it stands (its mirror and the snapshot of its
@@ -116,9 +89,8 @@ async fn get_repo(
     State(state): State<Arc<ApiState>>,
     caller: Caller,
     ApiPath(name): ApiPath<String>,
-) -> Result<Json<Value>, ApiError> {
-    let repo = state.tasks.repo(&caller, &name).await?;
-    Ok(Json(repo_json(&state, &repo)))
+) -> Result<Json<RepoView>, ApiError> {
+    Ok(Json(state.tasks.repo(&caller, &name).await?))
 }
 
 /// Registers a repository (admin tokens only) and starts fetching it and writing the snapshot
@@ -136,7 +108,7 @@ async fn register_repo(
     State(state): State<Arc<ApiState>>,
     caller: Caller,
     ApiJson(request, _): ApiJson<RegisterRepo>,
-) -> Result<(StatusCode, Json<Value>), ApiError> {
+) -> Result<(StatusCode, Json<RepoView>), ApiError> {
     let repo = state
         .tasks
         .register_repo(
@@ -151,5 +123,5 @@ async fn register_repo(
             },
         )
         .await?;
-    Ok((StatusCode::CREATED, Json(repo_json(&state, &repo))))
+    Ok((StatusCode::CREATED, Json(repo)))
 }

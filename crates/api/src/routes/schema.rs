@@ -1,6 +1,7 @@
-//! The shapes the API answers with, as OpenAPI schemas. Handlers build their JSON with the
-//! `*_json` functions next to them; these types describe that JSON for `/openapi.json`, and
-//! the schemathesis run in CI checks every response against them.
+//! The shapes the API answers with that are its own (errors, health, a stream's messages; the
+//! task, approval, repository, token and session objects are `warden_protocol::views`, which
+//! handlers serialise as they are and whose schemas their `openapi` feature derives); the
+//! schemathesis run in CI checks every response against the document.
 //!
 //! Also the value sets and string formats requests share ([`TaskKindName`], [`RepoRef`],
 //! [`CommandLine`], …): what the server's own checks accept, said in the document so that
@@ -36,87 +37,6 @@ pub struct Health {
     pub status: String,
 }
 
-/// A registered repository.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct RepoView {
-    pub name: String,
-    /// The source path or URL, credentials redacted.
-    pub source: String,
-    pub branch: Option<String>,
-    pub checks: Vec<String>,
-    /// Server directories shown read-only in this repository's sandboxes.
-    pub mounts: Vec<String>,
-    /// Commands filling this repository's dependency cache before a change task's agent.
-    pub prepare: Vec<String>,
-    pub created_by: String,
-    /// RFC 3339, UTC.
-    pub created_at: String,
-    /// Fetching it and writing the snapshot of its default branch, started when it was
-    /// registered on this server process (absent otherwise).
-    pub warm: Option<WarmView>,
-}
-
-/// Where warming a registered repository stands.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct WarmView {
-    /// `warming`, then `ready` or `failed`.
-    #[schema(pattern = "^(warming|ready|failed)$")]
-    pub state: String,
-    /// The latest progress line (objects received, files written).
-    pub progress: Option<String>,
-    /// Once ready: the commit of the default branch in the snapshot.
-    pub commit: Option<String>,
-    /// Once failed: why (tasks pin again when they start).
-    pub error: Option<String>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct RepoPage {
-    pub data: Vec<RepoView>,
-    pub next_cursor: Option<String>,
-}
-
-/// One repository of a task: its name, the revision asked for, and the commit it was pinned
-/// to once a run started.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct TaskRepoView {
-    pub name: String,
-    pub rev: Option<String>,
-    /// 40 hex digits, once pinned.
-    pub commit: Option<String>,
-}
-
-/// A task. `result` is the result JSON of SPEC §5 once the task has one.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct TaskView {
-    /// `tsk_` + 26 Crockford base-32 characters.
-    pub id: String,
-    #[schema(value_type = TaskKindName)]
-    pub kind: String,
-    #[schema(value_type = TaskStatusName)]
-    pub status: String,
-    pub owner: String,
-    pub repos: Vec<TaskRepoView>,
-    pub prompt: String,
-    pub created_at: String,
-    pub updated_at: String,
-    pub follow_up_to: Option<String>,
-    pub retry_of: Option<String>,
-    #[schema(value_type = Object)]
-    pub metadata: serde_json::Value,
-    /// Runs started so far.
-    pub runs: u32,
-    #[schema(value_type = Option<Object>)]
-    pub result: Option<serde_json::Value>,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct TaskPage {
-    pub data: Vec<TaskView>,
-    /// Pass as `cursor` for the next page; `null` on the last.
-    pub next_cursor: Option<String>,
-}
-
 /// One message of an event stream (`text/event-stream`) as an SSE client reads it; `: keep-alive`
 /// comments are not messages. A stream's schema describes one message, as OpenAPI 3.2's
 /// `itemSchema` does (3.1 has no word for it; schemathesis reads `schema` that way).
@@ -132,16 +52,6 @@ pub struct StreamMessage {
     pub data: String,
 }
 
-/// What a task asks for (`warden_protocol::TaskKind`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-#[schema(as = TaskKind)]
-pub enum TaskKindName {
-    Question,
-    Change,
-    Maintain,
-}
-
 /// The kinds of task this server runs (every `TaskKind`); any other text is 422
 /// `invalid_request`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
@@ -151,55 +61,6 @@ pub enum SubmitKindName {
     Question,
     Change,
     Maintain,
-}
-
-/// Where a task is in its lifecycle (`warden_protocol::TaskStatus`); the last four are final.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-#[schema(as = TaskStatus)]
-pub enum TaskStatusName {
-    Queued,
-    WaitingApproval,
-    Running,
-    Testing,
-    WaitingInput,
-    Completed,
-    Failed,
-    Cancelled,
-    TimedOut,
-}
-
-/// What a token may do: `viewer` reads, `operator` also submits and acts on its own tasks,
-/// `admin` does everything on every owner's tasks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-#[schema(as = Role)]
-pub enum RoleName {
-    Admin,
-    Operator,
-    Viewer,
-}
-
-/// How a web session signed in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-#[schema(as = SignInMethod)]
-pub enum SignInMethodName {
-    /// A web user's password (`warden web passwd`).
-    Password,
-    /// An API token, pasted once.
-    Token,
-}
-
-/// Where an approval is: `consumed` is approved and used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-#[schema(as = ApprovalStatus)]
-pub enum ApprovalStatusName {
-    Pending,
-    Approved,
-    Rejected,
-    Consumed,
 }
 
 /// The `status` filter of `GET /v1/approvals`: one status, or `all`.
@@ -352,7 +213,7 @@ string_format_type! {
                        `Authorization: Bearer <token>`.",
     ),
     // Types only query parameters name (no body refers to them, so nothing else registers them).
-    components(schemas(TaskStatusName, ApprovalStatusFilterName)),
+    components(schemas(warden_protocol::TaskStatus, ApprovalStatusFilterName)),
     modifiers(&BearerScheme),
     security(("bearer" = [])),
 )]

@@ -7,23 +7,28 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 use warden_protocol::{TaskId, TaskKind, TaskStatus};
 
 use super::auth::Caller;
-use super::schema::{
-    CommandLine, ErrorBody, NonBlankText, RepoRef, SubmitKindName, TaskPage, TaskStatusName,
-    TaskView,
-};
+use super::schema::{CommandLine, ErrorBody, NonBlankText, RepoRef, SubmitKindName};
 use super::{ApiError, ApiJson, ApiPath, ApiQuery, ApiState, ErrorCode};
-use warden_service::task_view::task_json;
+use warden_protocol::views::TaskView;
 use warden_service::tasks::{Idempotency, Submission, TaskListing, MAX_PAGE};
 
 const DEFAULT_PAGE: u32 = 50;
+
+/// A page of tasks, newest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct TaskPage {
+    pub data: Vec<TaskView>,
+    /// Pass as `cursor` for the next page; `null` on the last.
+    pub next_cursor: Option<TaskId>,
+}
 
 pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
     OpenApiRouter::new()
@@ -171,7 +176,7 @@ async fn submit_task(
         )
     });
     let submitted = state.tasks.submit(&caller, submission, idempotency).await?;
-    let mut response = (StatusCode::ACCEPTED, Json(task_json(&submitted.task))).into_response();
+    let mut response = (StatusCode::ACCEPTED, Json(submitted.task)).into_response();
     if submitted.replayed {
         response
             .headers_mut()
@@ -192,9 +197,8 @@ async fn get_task(
     State(state): State<Arc<ApiState>>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
-) -> Result<Json<Value>, ApiError> {
-    let task = state.tasks.task(&caller, &id).await?;
-    Ok(Json(task_json(&task)))
+) -> Result<Json<TaskView>, ApiError> {
+    Ok(Json(state.tasks.task(&caller, &id).await?))
 }
 
 /// `cursor`, `limit` and `status` of a list request.
@@ -249,7 +253,7 @@ fn list_query(params: ListParams) -> Result<ListQuery, ApiError> {
         ("cursor" = Option<String>, Query, pattern = "^(tsk_[0-9A-HJKMNP-TV-Z]{26})?$",
             description = "`next_cursor` of the previous page"),
         ("limit" = Option<u32>, Query, minimum = 1, maximum = 200, description = "1-200, default 50"),
-        ("status" = Option<TaskStatusName>, Query, description = "Only tasks in this status"),
+        ("status" = Option<TaskStatus>, Query, description = "Only tasks in this status"),
     ),
     responses(
         (status = 200, description = "A page of tasks", body = TaskPage),
@@ -260,7 +264,7 @@ async fn list_tasks(
     State(state): State<Arc<ApiState>>,
     caller: Caller,
     ApiQuery(params): ApiQuery<ListParams>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<TaskPage>, ApiError> {
     let query = list_query(params)?;
     let page = state
         .tasks
@@ -273,10 +277,10 @@ async fn list_tasks(
             },
         )
         .await?;
-    Ok(Json(json!({
-        "data": page.tasks.iter().map(task_json).collect::<Vec<_>>(),
-        "next_cursor": page.next_cursor.map(|id| id.to_string()),
-    })))
+    Ok(Json(TaskPage {
+        data: page.tasks,
+        next_cursor: page.next_cursor,
+    }))
 }
 
 #[cfg(test)]

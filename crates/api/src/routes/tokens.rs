@@ -13,12 +13,11 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use warden_store::ApiToken;
 
 use super::auth::Caller;
-use super::schema::{ErrorBody, RoleName};
+use super::schema::ErrorBody;
 use super::{ApiError, ApiJson, ApiPath, ApiState};
-use warden_time::rfc3339;
+use warden_protocol::views::{Role, TokenView};
 
 pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
     OpenApiRouter::new()
@@ -31,28 +30,13 @@ pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
 #[serde(deny_unknown_fields)]
 #[schema(examples(json!({"role": "viewer", "name": "dashboard"})))]
 struct CreateToken {
-    #[schema(value_type = RoleName)]
+    #[schema(value_type = Role)]
     role: String,
     /// Who the token acts as (owner of its tasks): 1-64 ASCII letters, digits, `-`, `_`, `.`,
     /// `@`. Default: the token's id.
     #[serde(default)]
     #[schema(pattern = "^[A-Za-z0-9._@-]{1,64}$", min_length = 1, max_length = 64)]
     name: Option<String>,
-}
-
-/// A stored API token; never its secret.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct TokenView {
-    /// `tok_` + 16 hex digits.
-    pub id: String,
-    pub name: String,
-    #[schema(value_type = RoleName)]
-    pub role: String,
-    pub created_by: String,
-    /// RFC 3339, UTC.
-    pub created_at: String,
-    /// RFC 3339, UTC; set once revoked.
-    pub revoked_at: Option<String>,
 }
 
 /// A token just created: the only time its secret is shown.
@@ -70,17 +54,6 @@ pub(crate) struct TokenPage {
     pub next_cursor: Option<String>,
 }
 
-fn token_view(token: &ApiToken) -> TokenView {
-    TokenView {
-        id: token.id.clone(),
-        name: token.name.clone(),
-        role: token.role.clone(),
-        created_by: token.created_by.clone(),
-        created_at: rfc3339(token.created_at_ms),
-        revoked_at: token.revoked_at_ms.map(rfc3339),
-    }
-}
-
 /// Every stored token, revoked ones included, oldest first (admin tokens only).
 #[utoipa::path(get, path = "/v1/tokens", tag = "tokens", responses(
     (status = 200, description = "The stored tokens, without their secrets", body = TokenPage),
@@ -93,7 +66,7 @@ async fn list_tokens(
 ) -> Result<Json<TokenPage>, ApiError> {
     let tokens = state.access.list_tokens(&caller).await?;
     Ok(Json(TokenPage {
-        data: tokens.iter().map(token_view).collect(),
+        data: tokens,
         next_cursor: None,
     }))
 }
@@ -119,7 +92,7 @@ async fn create_token(
     Ok((
         StatusCode::CREATED,
         Json(CreatedTokenView {
-            view: token_view(&created.token),
+            view: created.token,
             token: created.secret,
         }),
     ))
@@ -140,5 +113,5 @@ async fn revoke_token(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<TokenView>, ApiError> {
     let token = state.access.revoke_token(&caller, &id).await?;
-    Ok(Json(token_view(&token)))
+    Ok(Json(token))
 }

@@ -9,7 +9,8 @@ use serde::Serialize;
 use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
-use warden_store::{Spend, UtcDay};
+use warden_protocol::views::Spend;
+use warden_time::UtcDay;
 
 use super::auth::Caller;
 use super::schema::ErrorBody;

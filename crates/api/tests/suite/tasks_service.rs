@@ -17,11 +17,12 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tower::ServiceExt;
 use warden_api::routes::{router, ApiState, Tokens};
+use warden_protocol::views::TaskView as Task;
 use warden_protocol::{TaskKind, TaskStatus};
 use warden_service::tasks::{
     Idempotency, Principal, Role, ServiceError, Submission, TaskListing, TaskService,
 };
-use warden_store::{ApprovalStatus, ClaimFilter, Decision, NewApproval, NewRepo, Store, Task};
+use warden_store::{ApprovalStatus, ClaimFilter, Decision, NewApproval, NewRepo, Store};
 
 const ROOT: &str = "root-token-0123456789-0123456789";
 const ALICE: &str = "alice-token-0123456789-0123456789";

@@ -2,17 +2,14 @@
 //! `serve` feature it has no HTTP server (no `axum`, no `utoipa`), while `ask`, `run` and the
 //! other commands reach tasks through `warden-service` alike.
 
-use warden_test_support::architecture::{direct_normal_dependencies, metadata, normal_closure};
+use warden_test_support::architecture::{built_closure, direct_normal_dependencies, metadata};
 
 const HTTP_SERVER: [&str; 4] = ["warden-api", "axum", "utoipa", "utoipa-axum"];
 
 #[test]
 fn without_the_serve_feature_the_binary_links_no_http_server() {
     let manifest = env!("CARGO_MANIFEST_DIR");
-    let lean = normal_closure(
-        &metadata(manifest, &["--no-default-features"]),
-        "warden-cli",
-    );
+    let lean = built_closure(manifest, "warden-cli", &["--no-default-features"]);
     // The walk really followed the graph.
     assert!(
         lean.contains("warden-service") && lean.contains("warden-engine"),
@@ -25,19 +22,20 @@ fn without_the_serve_feature_the_binary_links_no_http_server() {
         );
     }
     // The default build does have it: the feature is what keeps it out.
-    let full = normal_closure(&metadata(manifest, &[]), "warden-cli");
+    let full = built_closure(manifest, "warden-cli", &[]);
     for name in HTTP_SERVER {
         assert!(full.contains(name), "the default warden-cli lacks {name}");
     }
 }
 
-/// The binary and the MCP tools reach tasks, approvals, events and storage through
-/// `warden-service`, never by opening the store themselves: neither depends on `warden-store`
-/// (their tests may, to check what was recorded). The HTTP API still does (issue 23).
+/// The interfaces — the binary, the HTTP API (and its console) and the MCP tools — reach
+/// tasks, approvals, events and storage through `warden-service`, never by opening the store
+/// themselves: none depends on `warden-store` (their tests may, to check what was recorded).
+/// What the service gives them is `warden_protocol::views`.
 #[test]
-fn the_binary_and_the_mcp_tools_do_not_depend_on_the_store() {
+fn no_interface_depends_on_the_store() {
     let metadata = metadata(env!("CARGO_MANIFEST_DIR"), &[]);
-    for interface in ["warden-cli", "warden-mcp"] {
+    for interface in ["warden-cli", "warden-api", "warden-mcp"] {
         let direct = direct_normal_dependencies(&metadata, interface);
         assert!(direct.contains("warden-service"), "{interface}: {direct:?}");
         assert!(

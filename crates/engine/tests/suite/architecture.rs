@@ -4,14 +4,13 @@
 
 use std::path::Path;
 
-use warden_test_support::architecture::{assert_no_import_circles, metadata, normal_closure};
+use warden_test_support::architecture::{assert_no_import_circles, built_closure};
 
 /// `hyper` and `hyper-util` are there, for `reqwest`'s client (the model and GitHub clients);
 /// the server side of an HTTP stack is `axum`'s, which the engine must not reach.
 #[test]
 fn the_engine_depends_on_no_store_and_no_http_server() {
-    let metadata = metadata(env!("CARGO_MANIFEST_DIR"), &[]);
-    let names = normal_closure(&metadata, "warden-engine");
+    let names = built_closure(env!("CARGO_MANIFEST_DIR"), "warden-engine", &[]);
     // The walk really followed the graph.
     assert!(
         names.contains("warden-runtime") && names.contains("reqwest"),

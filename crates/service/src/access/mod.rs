@@ -36,6 +36,8 @@ pub use tokens::{
 
 use std::sync::Arc;
 use std::time::Duration;
+use warden_protocol::views::Timestamp;
+pub use warden_protocol::views::{SessionView, SignInMethod, TokenView, WebUserView};
 
 use tokio::sync::Semaphore;
 use warden_store::{
@@ -73,6 +75,9 @@ pub enum AccessError {
     /// The input is not acceptable (a role, a name, a password).
     #[error("{0}")]
     Invalid(String),
+    /// What was to be created exists already.
+    #[error("{0}")]
+    AlreadyExists(String),
     /// The store failed.
     #[error(transparent)]
     Store(StoreError),
@@ -83,7 +88,10 @@ pub enum AccessError {
 
 impl From<StoreError> for AccessError {
     fn from(error: StoreError) -> AccessError {
-        AccessError::Store(error)
+        match error {
+            StoreError::AlreadyExists { .. } => AccessError::AlreadyExists(error.to_string()),
+            other => AccessError::Store(other),
+        }
     }
 }
 
@@ -99,81 +107,45 @@ impl From<MintError> for AccessError {
 /// A token just created: the stored row and the secret, shown only now.
 #[derive(Debug, Clone)]
 pub struct CreatedToken {
-    pub token: ApiToken,
+    pub token: TokenView,
     pub secret: String,
 }
 
-/// A web user as it may be shown (never its password hash).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WebUserView {
-    pub name: String,
-    pub role: String,
-    pub created_at_ms: i64,
-    pub updated_at_ms: i64,
-}
-
-impl From<WebUser> for WebUserView {
-    fn from(user: WebUser) -> WebUserView {
-        WebUserView {
-            name: user.name,
-            role: user.role,
-            created_at_ms: user.created_at_ms,
-            updated_at_ms: user.updated_at_ms,
-        }
+fn web_user_view(user: WebUser) -> WebUserView {
+    WebUserView {
+        name: user.name,
+        role: user.role,
+        created_at: Timestamp(user.created_at_ms),
+        updated_at: Timestamp(user.updated_at_ms),
     }
 }
 
-/// How a session was signed in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SignInMethod {
-    /// A web user's password (`warden web passwd`).
-    Password,
-    /// An API token, pasted once.
-    Token,
-}
-
-impl SignInMethod {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SignInMethod::Password => "password",
-            SignInMethod::Token => "token",
-        }
+fn token_view(token: &ApiToken) -> TokenView {
+    TokenView {
+        id: token.id.clone(),
+        name: token.name.clone(),
+        role: token.role.clone(),
+        created_by: token.created_by.clone(),
+        created_at: Timestamp(token.created_at_ms),
+        revoked_at: token.revoked_at_ms.map(Timestamp),
     }
 }
 
-/// A web session as it may be shown: never its secret or a digest.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionView {
-    /// `ses_` + 16 hex digits.
-    pub id: String,
-    pub name: String,
-    /// The role when it signed in (the role it acts with is re-derived on every use).
-    pub role_at_sign_in: String,
-    pub method: SignInMethod,
-    pub address: Option<String>,
-    pub user_agent: Option<String>,
-    pub created_at_ms: i64,
-    pub expires_at_ms: i64,
-    pub revoked_at_ms: Option<i64>,
-}
-
-impl From<WebSession> for SessionView {
-    fn from(session: WebSession) -> SessionView {
-        SessionView {
-            method: if session.credential == WEB_CREDENTIAL_PASSWORD {
-                SignInMethod::Password
-            } else {
-                SignInMethod::Token
-            },
-            id: session.id,
-            name: session.name,
-            role_at_sign_in: session.role_at_sign_in,
-            address: session.address,
-            user_agent: session.user_agent,
-            created_at_ms: session.created_at_ms,
-            expires_at_ms: session.expires_at_ms,
-            revoked_at_ms: session.revoked_at_ms,
-        }
+fn session_view(session: WebSession) -> SessionView {
+    SessionView {
+        method: if session.credential == WEB_CREDENTIAL_PASSWORD {
+            SignInMethod::Password
+        } else {
+            SignInMethod::Token
+        },
+        id: session.id,
+        name: session.name,
+        role_at_sign_in: session.role_at_sign_in,
+        address: session.address,
+        user_agent: session.user_agent,
+        created_at: Timestamp(session.created_at_ms),
+        expires_at: Timestamp(session.expires_at_ms),
+        revoked_at: session.revoked_at_ms.map(Timestamp),
     }
 }
 
@@ -342,13 +314,17 @@ impl Access {
             Err(error) => return Err(error.into()),
         };
         tracing::info!(token = %token.id, name = %token.name, role = %token.role, by = %caller.name, "api token created");
-        Ok(CreatedToken { token, secret })
+        Ok(CreatedToken {
+            token: token_view(&token),
+            secret,
+        })
     }
 
     /// Every stored token, revoked ones included, oldest first. Admins only.
-    pub async fn list_tokens(&self, caller: &Principal) -> Result<Vec<ApiToken>, AccessError> {
+    pub async fn list_tokens(&self, caller: &Principal) -> Result<Vec<TokenView>, AccessError> {
         require_admin(caller, "manage tokens")?;
-        Ok(self.store.list_api_tokens().await?)
+        let tokens = self.store.list_api_tokens().await?;
+        Ok(tokens.iter().map(token_view).collect())
     }
 
     /// Revokes a stored token for good (again: harmless). Its web sessions end with it.
@@ -357,7 +333,7 @@ impl Access {
         &self,
         caller: &Principal,
         id: &str,
-    ) -> Result<ApiToken, AccessError> {
+    ) -> Result<TokenView, AccessError> {
         require_admin(caller, "manage tokens")?;
         match self.store.revoke_api_token(id).await {
             Ok(token) => {
@@ -374,7 +350,7 @@ impl Access {
                         }
                     }
                 }
-                Ok(token)
+                Ok(token_view(&token))
             }
             Err(StoreError::NotFound { .. }) => {
                 Err(AccessError::NotFound(format!("token {id:?} not found")))
@@ -411,7 +387,7 @@ impl Access {
         let user = self.store.put_web_user(name, role.as_str(), &hash).await?;
         self.revocations.announce(&user.name);
         tracing::info!(user = %user.name, role = %user.role, "web password set");
-        Ok(user.into())
+        Ok(web_user_view(user))
     }
 
     /// Every web user, by name.
@@ -421,7 +397,7 @@ impl Access {
             .list_web_users()
             .await?
             .into_iter()
-            .map(WebUserView::from)
+            .map(web_user_view)
             .collect())
     }
 
@@ -531,7 +507,7 @@ impl Access {
                 StoreError::AlreadyExists { .. } => AccessError::Internal(error.to_string()),
                 other => AccessError::Store(other),
             })?;
-        tracing::info!(session = %session.id, name = %session.name, method = SessionView::from(session.clone()).method.as_str(), "web session opened");
+        tracing::info!(session = %session.id, name = %session.name, method = session_view(session.clone()).method.as_str(), "web session opened");
         Ok(SignedIn {
             session_id: session.id,
             secret,
@@ -576,7 +552,7 @@ impl Access {
                 Err(error) => return Err(error),
             }
         };
-        Ok(Some((session.into(), principal)))
+        Ok(Some((session_view(session), principal)))
     }
 
     /// Ends the session whose cookie secret this is; nothing to end is no error.
@@ -599,7 +575,7 @@ impl Access {
     /// own name's.
     pub async fn sessions(&self, caller: &Principal) -> Result<Vec<SessionView>, AccessError> {
         let sessions = self.store.list_web_sessions(caller.owner_scope()).await?;
-        Ok(sessions.into_iter().map(SessionView::from).collect())
+        Ok(sessions.into_iter().map(session_view).collect())
     }
 
     /// Revokes an active session `caller` may see (an admin any, others their own); an
@@ -629,7 +605,7 @@ impl Access {
         };
         self.revocations.announce(&revoked.name);
         tracing::info!(session = %revoked.id, name = %revoked.name, by = %caller.name, "web session revoked");
-        Ok(revoked.into())
+        Ok(session_view(revoked))
     }
 
     /// Runs a password hash or verification on a blocking thread, at most

@@ -43,6 +43,6 @@ pub async fn decide_pressed(
             .chars()
             .take(hash_chars)
             .collect::<String>(),
-        decided.task
+        decided.task_id
     ))
 }

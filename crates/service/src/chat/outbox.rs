@@ -12,12 +12,11 @@
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+use warden_protocol::views::TaskView as Task;
 
 use tokio::sync::watch;
 use warden_protocol::Event;
-use warden_store::{
-    ChatMessage, ChatMessageState, EventStream, NewChatMessage, Store, StoreError, Task,
-};
+use warden_store::{ChatMessage, ChatMessageState, EventStream, NewChatMessage, Store, StoreError};
 
 use super::text::split_message;
 
@@ -142,7 +141,7 @@ async fn show_announced<F: Front>(
     let Some(task) = front.store().get_task(id).await? else {
         return Ok(());
     };
-    front.show(&task).await?;
+    front.show(&crate::task_view::task_view(&task)).await?;
     if task.status != announced
         && !task.status.is_terminal()
         && !pending.0.iter().any(|(waiting, ..)| waiting == id)

@@ -5,7 +5,7 @@
 //! ([`Style::link`]).
 
 use serde_json::Value;
-use warden_store::Task;
+use warden_protocol::views::TaskView as Task;
 
 /// How one chat writes text: `escape` makes text from a model, a repository or a user inert
 /// in the chat's markup; `link` shows a URL Warden built.
@@ -29,7 +29,7 @@ const OUTPUT_TAIL_CHARS: usize = 400;
 /// the approval the chat's Approve/Reject buttons decide.
 pub fn task_message(task: &Task, buttons: bool, style: Style) -> (String, Option<String>) {
     let inert = style.escape;
-    let view = crate::task_view::task_json(task);
+    let view = crate::task_view::view_json(task);
     let mut text = String::new();
     let kind = view["kind"].as_str().unwrap_or("task");
     let repos: Vec<&str> = task.repos.iter().map(|r| r.name.as_str()).collect();
@@ -323,9 +323,8 @@ mod tests {
             owner: "alice".into(),
             prompt: "fix it".into(),
             repos: vec![],
-            priority: 0,
-            created_at_ms: 0,
-            updated_at_ms: 0,
+            created_at: warden_protocol::views::Timestamp(0),
+            updated_at: warden_protocol::views::Timestamp(0),
             follow_up_to: None,
             retry_of: None,
             result: Some(json!({"outcome": "no_change",
@@ -333,8 +332,6 @@ mod tests {
                            "model": "m", "findings": findings, "usage": {}}})),
             metadata: json!({}),
             runs: 1,
-            interrupted_runs: 0,
-            callback_url: None,
         };
         let (text, _) = task_message(&task, false, SHOUTING);
         assert!(

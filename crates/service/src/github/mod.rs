@@ -49,6 +49,7 @@ pub mod text;
 
 use std::sync::Arc;
 use std::time::Duration;
+use warden_protocol::views::TaskView;
 
 use serde_json::{json, Value};
 use tokio::sync::watch;
@@ -948,7 +949,7 @@ impl GithubHook {
                 }
             };
             for approval in page.approvals {
-                if let Some(task) = self.store().get_task(&approval.task).await? {
+                if let Some(task) = self.store().get_task(&approval.task_id).await? {
                     let github = &task.metadata["github"];
                     if github["repo"] == repo.to_string() && github["issue"] == number {
                         found = Some(approval);
@@ -983,7 +984,7 @@ impl GithubHook {
                         "Rejected"
                     },
                     decided.subject_hash,
-                    decided.task,
+                    decided.task_id,
                     text::markdown(name)
                 ),
                 Err(ServiceError::Store(error)) => return Err(error),
@@ -1004,7 +1005,7 @@ impl Front for GithubHook {
     }
 
     /// Puts the comment of a task started from GitHub in its current state.
-    async fn show(&self, task: &Task) -> Result<(), StoreError> {
+    async fn show(&self, task: &TaskView) -> Result<(), StoreError> {
         let github = &task.metadata["github"];
         let (Some(repo), Some(number)) = (github["repo"].as_str(), github["issue"].as_u64()) else {
             return Ok(());
@@ -1066,7 +1067,7 @@ fn one_reply(id: &str, chat: &str, text: String) -> Vec<NewChatMessage> {
 
 /// A task's comment(s) on issue `chat` (`owner/name#number`), saying how to approve while
 /// its approval waits.
-fn task_pieces(task: &Task, chat: &str) -> Vec<NewChatMessage> {
+fn task_pieces(task: &TaskView, chat: &str) -> Vec<NewChatMessage> {
     let (mut text, _) = render::task_message(task, false, STYLE);
     if let Some((_, hash)) = render::pending_approval(task) {
         text.push_str(&format!(

@@ -34,12 +34,13 @@ pub mod text;
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+use warden_protocol::views::TaskView as Task;
 
 use serde_json::{json, Value};
 use tokio::sync::watch;
 use warden_engine::slack_config::SlackConfig;
 use warden_protocol::TaskKind;
-use warden_store::{ChatMessage, Decision, NewChatMessage, Store, StoreError, Task};
+use warden_store::{ChatMessage, Decision, NewChatMessage, Store, StoreError};
 
 use crate::chat::render::{self, Style};
 use crate::chat::{DeliveryError, Front, Transport};

@@ -26,7 +26,10 @@
 //!   died before queueing its task is found by the workers' periodic
 //!   [`crate::publication::requeue_decided_tasks`].
 
+use warden_protocol::views::ApprovalView;
 use warden_store::{Approval, ApprovalStatus, Decision, StoreError, Task};
+
+use crate::task_view::approval_view;
 
 use super::{Principal, Role, ServiceError, TaskService};
 
@@ -45,7 +48,7 @@ pub struct ApprovalListing {
 /// A page of approvals, oldest first, and the cursor of the next page when there is one.
 #[derive(Debug, Clone)]
 pub struct ApprovalList {
-    pub approvals: Vec<Approval>,
+    pub approvals: Vec<ApprovalView>,
     pub next_cursor: Option<String>,
 }
 
@@ -65,6 +68,15 @@ impl TaskService {
 
     /// Approval `id`, if `principal` may see it.
     pub async fn approval(
+        &self,
+        principal: &Principal,
+        id: &str,
+    ) -> Result<ApprovalView, ServiceError> {
+        Ok(approval_view(&self.visible_approval(principal, id).await?))
+    }
+
+    /// [`TaskService::approval`] as the store keeps it.
+    async fn visible_approval(
         &self,
         principal: &Principal,
         id: &str,
@@ -106,7 +118,7 @@ impl TaskService {
             page.push(approval);
         }
         Ok(ApprovalList {
-            approvals: page,
+            approvals: page.iter().map(approval_view).collect(),
             next_cursor,
         })
     }
@@ -118,8 +130,13 @@ impl TaskService {
         &self,
         principal: &Principal,
         id: &str,
-    ) -> Result<Approval, ServiceError> {
-        let approval = self.approval(principal, id).await?;
+    ) -> Result<ApprovalView, ServiceError> {
+        Ok(approval_view(&self.decidable(principal, id).await?))
+    }
+
+    /// [`TaskService::may_decide`] as the store keeps it.
+    async fn decidable(&self, principal: &Principal, id: &str) -> Result<Approval, ServiceError> {
+        let approval = self.visible_approval(principal, id).await?;
         if principal.role != Role::Admin {
             return Err(ServiceError::Forbidden(
                 "only admin tokens decide approvals".into(),
@@ -137,8 +154,8 @@ impl TaskService {
         id: &str,
         decision: Decision,
         hash: &str,
-    ) -> Result<Approval, ServiceError> {
-        let approval = self.may_decide(principal, id).await?;
+    ) -> Result<ApprovalView, ServiceError> {
+        let approval = self.decidable(principal, id).await?;
         if !well_formed_hash(hash) {
             return Err(ServiceError::Invalid(
                 "hash must be sha256: followed by 64 lowercase hex digits".into(),
@@ -157,7 +174,7 @@ impl TaskService {
                 .await?
         {
             self.wake.notify_one();
-            return Ok(approval);
+            return Ok(approval_view(&approval));
         }
         // A decided approval is `AlreadyDecided` (below) whatever its task did since.
         if approval.status == ApprovalStatus::Pending {
@@ -214,7 +231,7 @@ impl TaskService {
                 }
             }
         }
-        Ok(decided)
+        Ok(approval_view(&decided))
     }
 }
 

@@ -30,13 +30,20 @@ use warden_store::{
 };
 
 use super::{Principal, ServiceError, TaskService};
+use crate::task_view::task_view;
+use warden_protocol::views::TaskView;
 
 /// Whether a message to `task` reaches its agent at its next turn: a question or change that is
 /// queued or running.
-pub fn steerable(task: &Task) -> bool {
-    task.kind != TaskKind::Maintain
+pub fn steerable(task: &TaskView) -> bool {
+    reads_messages(task.kind, task.status)
+}
+
+/// [`steerable`] of a task of `kind` in `status`.
+fn reads_messages(kind: TaskKind, status: TaskStatus) -> bool {
+    kind != TaskKind::Maintain
         && matches!(
-            task.status,
+            status,
             TaskStatus::Queued | TaskStatus::Running | TaskStatus::Testing
         )
 }
@@ -56,9 +63,9 @@ const CANCEL_ATTEMPTS: usize = 8;
 impl TaskService {
     /// Cancels a task that has not finished (operators and admins); a running task stops within
     /// seconds and its sandbox commands are killed. Returns the task, now cancelled.
-    pub async fn cancel(&self, principal: &Principal, id: &str) -> Result<Task, ServiceError> {
+    pub async fn cancel(&self, principal: &Principal, id: &str) -> Result<TaskView, ServiceError> {
         principal.require_writer()?;
-        let mut task = self.task(principal, id).await?;
+        let mut task = self.visible_task(principal, id).await?;
         for _ in 0..CANCEL_ATTEMPTS {
             if task.status.is_terminal() {
                 return Err(ServiceError::wrong_status(
@@ -81,10 +88,10 @@ impl TaskService {
                     // Its pending approvals (a proposal waiting to be published) die with it.
                     reject_pending(self.store.as_ref(), &cancelled.id, &principal.name).await;
                     tracing::info!(task = %cancelled.id, by = %principal.name, "task cancelled");
-                    return Ok(cancelled);
+                    return Ok(task_view(&cancelled));
                 }
                 Err(StoreError::StatusConflict { .. }) => {
-                    task = self.task(principal, id).await?;
+                    task = self.visible_task(principal, id).await?;
                 }
                 Err(error) => return Err(error.into()),
             }
@@ -122,9 +129,9 @@ impl TaskService {
 
     /// Repeats a finished task as a new task (`retry_of`) over the same pinned commits
     /// (operators and admins), queued; returns the new task.
-    pub async fn retry(&self, principal: &Principal, id: &str) -> Result<Task, ServiceError> {
+    pub async fn retry(&self, principal: &Principal, id: &str) -> Result<TaskView, ServiceError> {
         principal.require_writer()?;
-        let task = self.task(principal, id).await?;
+        let task = self.visible_task(principal, id).await?;
         if !task.status.is_terminal() {
             return Err(ServiceError::wrong_status(
                 &task,
@@ -157,7 +164,7 @@ impl TaskService {
         self.wake.notify_one();
         let retried = created.task().clone();
         tracing::info!(task = %retried.id, retry_of = %task.id, by = %principal.name, "task retried");
-        Ok(retried)
+        Ok(task_view(&retried))
     }
 
     /// A message on task `id` (operators and admins): the answer of a task waiting for input
@@ -167,15 +174,15 @@ impl TaskService {
         principal: &Principal,
         id: &str,
         text: &str,
-    ) -> Result<Task, ServiceError> {
+    ) -> Result<TaskView, ServiceError> {
         principal.require_writer()?;
-        let task = self.task(principal, id).await?;
+        let task = self.visible_task(principal, id).await?;
         let text = message_text(text)?;
         let task = match task.status {
             TaskStatus::WaitingInput => self.answer_task(principal, &task, text).await?,
-            _ if steerable(&task) => {
+            _ if reads_messages(task.kind, task.status) => {
                 // The run is not woken: it reads the message at its next turn.
-                return self.steer_task(principal, &task, text).await;
+                return Ok(task_view(&self.steer_task(principal, &task, text).await?));
             }
             status if status.is_terminal() => self.follow_up_task(principal, &task, text).await?,
             _ => {
@@ -187,7 +194,7 @@ impl TaskService {
             }
         };
         self.wake.notify_one();
-        Ok(task)
+        Ok(task_view(&task))
     }
 
     /// Answers task `id`, which waits for input: the same task is queued again and its next
@@ -197,9 +204,9 @@ impl TaskService {
         principal: &Principal,
         id: &str,
         text: &str,
-    ) -> Result<Task, ServiceError> {
+    ) -> Result<TaskView, ServiceError> {
         principal.require_writer()?;
-        let task = self.task(principal, id).await?;
+        let task = self.visible_task(principal, id).await?;
         let text = message_text(text)?;
         if task.status != TaskStatus::WaitingInput {
             return Err(ServiceError::wrong_status(
@@ -209,7 +216,7 @@ impl TaskService {
         }
         let answered = self.answer_task(principal, &task, text).await?;
         self.wake.notify_one();
-        Ok(answered)
+        Ok(task_view(&answered))
     }
 
     /// Follows up on finished task `id` with a new task of its kind over the same pinned
@@ -219,9 +226,9 @@ impl TaskService {
         principal: &Principal,
         id: &str,
         text: &str,
-    ) -> Result<Task, ServiceError> {
+    ) -> Result<TaskView, ServiceError> {
         principal.require_writer()?;
-        let task = self.task(principal, id).await?;
+        let task = self.visible_task(principal, id).await?;
         let text = message_text(text)?;
         if !task.status.is_terminal() {
             return Err(ServiceError::wrong_status(
@@ -231,7 +238,7 @@ impl TaskService {
         }
         let created = self.follow_up_task(principal, &task, text).await?;
         self.wake.notify_one();
-        Ok(created)
+        Ok(task_view(&created))
     }
 
     /// Sends `text` to a queued or running task ([`steerable`]) unless its last such message
@@ -240,7 +247,7 @@ impl TaskService {
     pub async fn steer_once(
         &self,
         principal: &Principal,
-        task: &Task,
+        task: &TaskView,
         text: &str,
     ) -> Result<bool, ServiceError> {
         let sent_before = self

@@ -61,7 +61,7 @@ impl TaskService {
         id: &str,
         query: JournalPageQuery,
     ) -> Result<JournalPage, ServiceError> {
-        let task = self.task(principal, id).await?;
+        let task = self.visible_task(principal, id).await?;
         Ok(journal_page(self.store.as_ref(), &task.id, query).await?)
     }
 }

@@ -42,42 +42,16 @@ pub use usage::{MAX_REPO_LOOKUPS, OTHER_TASKS};
 use std::sync::Arc;
 
 use tokio::sync::Notify;
+use warden_protocol::views::TaskView;
 use warden_protocol::{TaskId, TaskStatus};
 use warden_store::{ApprovalStatus, Store, StoreError};
 
 use crate::cancel::RunningTasks;
+use crate::task_view::task_view;
 use warden_engine::callback::CallbackConfig;
 use warden_engine::redact::Redactor;
 
-/// What a principal may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
-    /// Everything, including everyone's tasks, approvals and registering repositories.
-    Admin,
-    /// Submits, answers, cancels and retries tasks, and sees its own.
-    Operator,
-    /// Reads its own tasks and the repositories.
-    Viewer,
-}
-
-impl Role {
-    pub fn parse(name: &str) -> Option<Role> {
-        match name {
-            "admin" => Some(Role::Admin),
-            "operator" => Some(Role::Operator),
-            "viewer" => Some(Role::Viewer),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Admin => "admin",
-            Role::Operator => "operator",
-            Role::Viewer => "viewer",
-        }
-    }
-}
+pub use warden_protocol::views::Role;
 
 /// Who acts: the owner name tasks are filed under, and their role. Interfaces authenticate it
 /// (the API from a bearer token); the service trusts it.
@@ -139,6 +113,9 @@ pub enum ServiceError {
     /// The principal's role may not do this.
     #[error("{0}")]
     Forbidden(String),
+    /// What was to be created exists already (a repository's name is taken).
+    #[error("{0}")]
+    AlreadyExists(String),
     /// The task's status does not allow the action (cancel a finished task, retry an unfinished
     /// one, answer a task that asked nothing).
     #[error("task {task} is {}: {action}", status_name(.status))]
@@ -191,6 +168,9 @@ impl From<StoreError> for ServiceError {
     fn from(error: StoreError) -> ServiceError {
         match error {
             StoreError::IdempotencyConflict { key } => ServiceError::IdempotencyConflict { key },
+            error @ StoreError::AlreadyExists { .. } => {
+                ServiceError::AlreadyExists(error.to_string())
+            }
             other => ServiceError::Store(other),
         }
     }
@@ -291,9 +271,31 @@ impl TaskService {
         self.warmer.as_ref()
     }
 
-    /// The store the service keeps tasks in.
-    pub fn store(&self) -> &Arc<dyn Store> {
+    /// The store the service keeps tasks in (the service's own parts read it; interfaces go
+    /// through the service's methods).
+    pub(crate) fn store(&self) -> &Arc<dyn Store> {
         &self.store
+    }
+
+    /// Who may call, over this service's store: bootstrap `tokens`, stored tokens, web users
+    /// and sessions.
+    pub fn access(&self, tokens: crate::access::Tokens) -> crate::access::Access {
+        crate::access::Access::new(Arc::clone(&self.store), tokens)
+    }
+
+    /// The event hub over this service's store (what streams read).
+    pub fn hub(&self, options: crate::hub::HubOptions) -> crate::hub::Hub {
+        crate::hub::Hub::new(Arc::clone(&self.store), options)
+    }
+
+    /// How many tasks are in each status (every owner's: the service's metrics).
+    pub async fn task_counts(&self) -> Result<Vec<(TaskStatus, u64)>, ServiceError> {
+        Ok(self.store.count_tasks_by_status().await?)
+    }
+
+    /// Which store backend keeps the tasks (`sqlite` or `postgres`), for logs and `doctor`.
+    pub fn backend(&self) -> &'static str {
+        self.store.backend()
     }
 
     /// What removes Warden's registered secrets from text (an interface's context from
@@ -309,7 +311,16 @@ impl TaskService {
 
     /// The task `id` if `principal` may see it; [`ServiceError::NotFound`] otherwise (another
     /// owner's task does not exist for them, nor does an id that cannot be one).
-    pub async fn task(&self, principal: &Principal, id: &str) -> Result<Task, ServiceError> {
+    pub async fn task(&self, principal: &Principal, id: &str) -> Result<TaskView, ServiceError> {
+        Ok(task_view(&self.visible_task(principal, id).await?))
+    }
+
+    /// [`TaskService::task`] as the store keeps it, for the service's own rules.
+    pub(crate) async fn visible_task(
+        &self,
+        principal: &Principal,
+        id: &str,
+    ) -> Result<Task, ServiceError> {
         let missing = || ServiceError::NotFound(format!("task {id} not found"));
         let parsed: TaskId = id.parse().map_err(|_| missing())?;
         let task = self.store.get_task(&parsed).await?.ok_or_else(missing)?;
@@ -329,7 +340,7 @@ impl TaskService {
         after: u64,
         limit: u32,
     ) -> Result<Vec<(u64, warden_protocol::Event)>, ServiceError> {
-        let task = self.task(principal, id).await?;
+        let task = self.visible_task(principal, id).await?;
         let records = self
             .store
             .events_after(&warden_store::EventStream::Task(task.id), after, limit)
@@ -341,5 +352,5 @@ impl TaskService {
     }
 }
 
-/// A task as the service gives it to interfaces (its JSON is [`crate::task_view::task_json`]).
-pub use warden_store::Task;
+/// A task as the service keeps it; interfaces see a [`TaskView`].
+pub(crate) use warden_store::Task;

@@ -9,9 +9,12 @@
 //! change, has no proposal (also while it runs: a proposal exists once the run ends), or whose
 //! proposal left the mirror has no diff (not found, the message says which).
 
+use warden_protocol::views::{TaskMessage, TaskView};
 use warden_protocol::{TaskId, TaskStatus};
 
-use warden_store::{Task, TaskQuery};
+use crate::task_view::task_view;
+
+use warden_store::TaskQuery;
 
 use super::{Principal, ServiceError, TaskService};
 use warden_engine::redact::Redactor;
@@ -31,7 +34,7 @@ pub struct TaskListing {
 /// A page of tasks, newest first, and the cursor of the next page when there is one.
 #[derive(Debug, Clone)]
 pub struct TaskList {
-    pub tasks: Vec<Task>,
+    pub tasks: Vec<TaskView>,
     pub next_cursor: Option<TaskId>,
 }
 
@@ -76,7 +79,10 @@ impl TaskService {
         } else {
             None
         };
-        Ok(TaskList { tasks, next_cursor })
+        Ok(TaskList {
+            tasks: tasks.iter().map(task_view).collect(),
+            next_cursor,
+        })
     }
 
     /// Task `id`'s conversation (the agent's questions and the answers given), oldest first,
@@ -85,8 +91,8 @@ impl TaskService {
         &self,
         principal: &Principal,
         id: &str,
-    ) -> Result<Vec<warden_store::TaskMessage>, ServiceError> {
-        let task = self.task(principal, id).await?;
+    ) -> Result<Vec<TaskMessage>, ServiceError> {
+        let task = self.visible_task(principal, id).await?;
         Ok(self.store.task_messages(&task.id).await?)
     }
 
@@ -96,7 +102,7 @@ impl TaskService {
         principal: &Principal,
         id: &str,
     ) -> Result<ProposalDiff, ServiceError> {
-        let task = self.task(principal, id).await?;
+        let task = self.visible_task(principal, id).await?;
         let gone = || {
             ServiceError::NotFound(format!(
                 "the proposal of task {id} is no longer in Warden's mirror"
@@ -133,7 +139,7 @@ impl TaskService {
         principal: &Principal,
         id: &str,
     ) -> Result<(warden_protocol::Proposal, Vec<u8>), ServiceError> {
-        let task = self.task(principal, id).await?;
+        let task = self.visible_task(principal, id).await?;
         let repos = self.repos.as_ref().ok_or_else(|| {
             ServiceError::NotFound(format!(
                 "the proposal of task {id} is no longer in Warden's mirror"
@@ -181,7 +187,7 @@ impl TaskService {
         principal: &Principal,
         id: &str,
     ) -> Result<Vec<CitedLines>, ServiceError> {
-        let task = self.task(principal, id).await?;
+        let task = self.visible_task(principal, id).await?;
         let Some(answer) = task
             .result
             .as_ref()

@@ -11,6 +11,7 @@
 //! - A registered repository starts warming at once ([`crate::warm`]) when the service warms.
 
 use std::path::Path;
+use warden_protocol::views::{RepoView, Timestamp};
 
 use warden_repo::{RepoSpec, Source};
 use warden_store::{NewRepo, Repository};
@@ -41,7 +42,7 @@ impl TaskService {
         &self,
         principal: &Principal,
         registration: RepoRegistration,
-    ) -> Result<Repository, ServiceError> {
+    ) -> Result<RepoView, ServiceError> {
         if principal.role != Role::Admin {
             return Err(ServiceError::Forbidden(
                 "only admin tokens register repositories".into(),
@@ -124,24 +125,49 @@ impl TaskService {
         if let Some(warmer) = &self.warmer {
             warmer.start(std::sync::Arc::clone(&self.store), &repo.name);
         }
-        Ok(repo)
+        Ok(self.repo_view(&repo))
     }
 
     /// Every registered repository, by name (anyone with a token sees them).
-    pub async fn repos(&self, _principal: &Principal) -> Result<Vec<Repository>, ServiceError> {
-        Ok(self.store.list_repos().await?)
+    pub async fn repos(&self, _principal: &Principal) -> Result<Vec<RepoView>, ServiceError> {
+        let repos = self.store.list_repos().await?;
+        Ok(repos.iter().map(|repo| self.repo_view(repo)).collect())
     }
 
     /// Registered repository `name`.
-    pub async fn repo(
-        &self,
-        _principal: &Principal,
-        name: &str,
-    ) -> Result<Repository, ServiceError> {
-        self.store
+    pub async fn repo(&self, _principal: &Principal, name: &str) -> Result<RepoView, ServiceError> {
+        let repo = self
+            .store
             .get_repo(name)
             .await?
-            .ok_or_else(|| ServiceError::NotFound(format!("repository {name} not found")))
+            .ok_or_else(|| ServiceError::NotFound(format!("repository {name} not found")))?;
+        Ok(self.repo_view(&repo))
+    }
+
+    /// `repo` as it may be shown: its source without credentials, and how warming it stands
+    /// in this process.
+    fn repo_view(&self, repo: &Repository) -> RepoView {
+        let source = match warden_repo::RepoSpec::parse(&repo.source, std::path::Path::new("/")) {
+            Ok(spec) => spec.source.display_redacted(),
+            Err(_) => warden_repo::redact_credentials(&repo.source),
+        };
+        let warm = self.warmth(&repo.name).map(|mut warmth| {
+            // Progress lines and errors are git's and the server's text: no secrets, but a
+            // URL git repeats may hold them.
+            warmth.error = warmth.error.map(|e| warden_repo::redact_credentials(&e));
+            warmth
+        });
+        RepoView {
+            name: repo.name.clone(),
+            source,
+            branch: repo.branch.clone(),
+            checks: repo.checks.clone(),
+            mounts: repo.mounts.clone(),
+            prepare: repo.prepare.clone(),
+            created_by: repo.created_by.clone(),
+            created_at: Timestamp(repo.created_at_ms),
+            warm,
+        }
     }
 
     /// Pins registered repository `name` at `rev` (its registered branch without one) and

@@ -10,8 +10,9 @@
 
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
+use warden_protocol::views::TaskView;
 use warden_protocol::TaskKind;
-use warden_store::{Created, IdempotencyKey, NewTask, Store, Task, TaskRepo};
+use warden_store::{Created, IdempotencyKey, NewTask, Store, TaskRepo};
 
 use super::{Principal, ServiceError, TaskService};
 
@@ -146,7 +147,7 @@ impl Idempotency {
 /// A submitted task, and whether it was submitted before under the same idempotency key.
 #[derive(Debug, Clone)]
 pub struct Submitted {
-    pub task: Task,
+    pub task: TaskView,
     /// The key was used before with the same request: this is the task it created.
     pub replayed: bool,
 }
@@ -235,7 +236,7 @@ impl TaskService {
         let follow_up_to = match &submission.follow_up_to {
             None => None,
             Some(id) => {
-                let earlier = self.task(principal, id).await.map_err(|_| {
+                let earlier = self.visible_task(principal, id).await.map_err(|_| {
                     ServiceError::Invalid(format!("follow_up_to: no task {id:?} of yours"))
                 })?;
                 if earlier.kind != kind {
@@ -330,7 +331,7 @@ impl TaskService {
             self.wake.notify_one();
         }
         Ok(Submitted {
-            task: created.task().clone(),
+            task: crate::task_view::task_view(created.task()),
             replayed,
         })
     }

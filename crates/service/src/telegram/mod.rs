@@ -36,12 +36,13 @@ mod text;
 
 use std::sync::Arc;
 use std::time::Duration;
+use warden_protocol::views::TaskView as Task;
 
 use serde_json::{json, Value};
 use tokio::sync::watch;
 use warden_engine::telegram_config::{Ingress, TelegramConfig};
 use warden_protocol::TaskKind;
-use warden_store::{ChatMessage, Decision, NewChatMessage, Store, StoreError, Task};
+use warden_store::{ChatMessage, Decision, NewChatMessage, Store, StoreError};
 
 use crate::chat::render::{self, Style};
 use crate::chat::text::inert;

@@ -5,13 +5,12 @@
 use std::path::Path;
 
 use warden_test_support::architecture::{
-    assert_no_import_circles, dependents as dependents_of, metadata, normal_closure,
+    assert_no_import_circles, built_closure, dependents as dependents_of, metadata,
 };
 
 #[test]
 fn the_service_depends_on_no_http_server() {
-    let metadata = metadata(env!("CARGO_MANIFEST_DIR"), &[]);
-    let names = normal_closure(&metadata, "warden-service");
+    let names = built_closure(env!("CARGO_MANIFEST_DIR"), "warden-service", &[]);
     // The walk really followed the graph.
     assert!(
         names.contains("warden-engine") && names.contains("warden-store"),

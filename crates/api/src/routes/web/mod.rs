@@ -735,7 +735,7 @@ struct TextForm {
 /// After an action on a task: the page of the task it led to, or the refusal.
 fn task_or_refusal(
     viewer: &Principal,
-    outcome: Result<warden_store::Task, ServiceError>,
+    outcome: Result<warden_protocol::views::TaskView, ServiceError>,
 ) -> Response {
     match outcome {
         Ok(task) => see_other(&format!("/tasks/{}", task.id)),
@@ -838,7 +838,7 @@ async fn decide(
     state: &ApiState,
     id: &str,
     request: Request,
-    decision: warden_store::Decision,
+    decision: warden_protocol::Decision,
 ) -> Response {
     let (viewer, form) = match writer_form::<DecisionForm>(state, request).await {
         Ok(v) => v,
@@ -848,7 +848,8 @@ async fn decide(
     if let Err(error) = state.tasks.may_decide(&viewer, id).await {
         return refused(&viewer, error);
     }
-    if decision == warden_store::Decision::Approve && form.confirm.as_deref() != Some(&form.hash) {
+    if decision == warden_protocol::Decision::Approve && form.confirm.as_deref() != Some(&form.hash)
+    {
         return refusal_page(
             &viewer,
             StatusCode::UNPROCESSABLE_ENTITY,
@@ -860,7 +861,7 @@ async fn decide(
         );
     }
     match state.tasks.decide(&viewer, id, decision, &form.hash).await {
-        Ok(approval) => see_other(&format!("/tasks/{}", approval.task)),
+        Ok(approval) => see_other(&format!("/tasks/{}", approval.task_id)),
         Err(error) => refused(&viewer, error),
     }
 }
@@ -870,7 +871,7 @@ async fn approve(
     Path(id): Path<String>,
     request: Request,
 ) -> Response {
-    decide(&state, &id, request, warden_store::Decision::Approve).await
+    decide(&state, &id, request, warden_protocol::Decision::Approve).await
 }
 
 async fn reject(
@@ -878,7 +879,7 @@ async fn reject(
     Path(id): Path<String>,
     request: Request,
 ) -> Response {
-    decide(&state, &id, request, warden_store::Decision::Reject).await
+    decide(&state, &id, request, warden_protocol::Decision::Reject).await
 }
 
 // --- usage and sessions ---
@@ -896,7 +897,7 @@ async fn usage(State(state): State<Arc<ApiState>>, headers: HeaderMap) -> Respon
         Ok(by_repo) => by_repo,
         Err(error) => return refused(&viewer, error),
     };
-    let rows = |items: Vec<(String, warden_store::Spend)>| -> Vec<pages::SpendRow> {
+    let rows = |items: Vec<(String, warden_protocol::views::Spend)>| -> Vec<pages::SpendRow> {
         items
             .into_iter()
             .map(|(key, spend)| pages::SpendRow { key, spend })
@@ -959,8 +960,8 @@ async fn sessions(State(state): State<Arc<ApiState>>, headers: HeaderMap) -> Res
             name: session.name,
             via: session.method.as_str().to_string(),
             address: session.address,
-            created_at_ms: session.created_at_ms,
-            expires_at_ms: session.expires_at_ms,
+            created_at_ms: session.created_at.ms(),
+            expires_at_ms: session.expires_at.ms(),
         })
         .collect();
     html(pages::sessions(&viewer, &rows, wall_ms()))

@@ -7,12 +7,12 @@
 
 use maud::{html, Markup, DOCTYPE};
 use serde_json::Value;
+use warden_protocol::views::{RepoView as Repository, TaskMessage, TaskView as Task};
 use warden_protocol::{
     Answer, Approval, ChangeOutcome, ChangeResult, QuestionOutcome, QuestionResult, TaskKind,
     TaskStatus, Usage,
 };
 use warden_service::tasks::{CitedLines, Principal, ProposalDiff, Role};
-use warden_store::{Repository, Task, TaskMessage};
 use warden_time::rfc3339;
 
 use super::assets::ASSETS;
@@ -231,7 +231,7 @@ fn task_rows(tasks: &[&Task], now_ms: i64) -> Markup {
                                 None => { span.muted { "–" } }
                             }
                         }
-                        td.muted data-label="Updated" { (relative(task.updated_at_ms, now_ms)) }
+                        td.muted data-label="Updated" { (relative(task.updated_at.ms(), now_ms)) }
                     }
                 }
             }
@@ -711,7 +711,7 @@ pub(super) fn task_page(viewer: &Principal, page: &TaskPage<'_>) -> Markup {
     let asked_in_conversation = clarification.as_ref().is_some_and(|q| {
         page.messages
             .iter()
-            .any(|m| m.role == warden_store::MESSAGE_AGENT && &m.text == q)
+            .any(|m| m.role == warden_protocol::views::MESSAGE_AGENT && &m.text == q)
     });
     let gate = change
         .as_ref()
@@ -721,7 +721,7 @@ pub(super) fn task_page(viewer: &Principal, page: &TaskPage<'_>) -> Markup {
         Some(viewer),
         html! {
             h1 { (title_of(&task.prompt)) }
-            p.status-line { (status_badge(task.status)) " " span.muted { (kind_name(task.kind)) " · " } (copyable(&id, "the task id")) span.muted { " · " (task.owner) " · created " (absolute(task.created_at_ms)) } }
+            p.status-line { (status_badge(task.status)) " " span.muted { (kind_name(task.kind)) " · " } (copyable(&id, "the task id")) span.muted { " · " (task.owner) " · created " (absolute(task.created_at.ms())) } }
             @if task.status == TaskStatus::WaitingApproval {
                 p.notice { "This task waits for an approval. Review what it would do below; the decision comes after it. " a href="#decision" { "Go to the decision" } }
             }
@@ -742,11 +742,11 @@ pub(super) fn task_page(viewer: &Principal, page: &TaskPage<'_>) -> Markup {
                         li.message data-role=(message.role) {
                             p.who {
                                 strong { (message.author) }
-                                @if message.role == warden_store::MESSAGE_STEER { " (while it ran)" }
-                                @if message.role == warden_store::MESSAGE_AGENT { " (the agent)" }
+                                @if message.role == warden_protocol::views::MESSAGE_STEER { " (while it ran)" }
+                                @if message.role == warden_protocol::views::MESSAGE_AGENT { " (the agent)" }
                                 " · " span.muted { (absolute(message.at_ms)) }
                             }
-                            @if message.role == warden_store::MESSAGE_AGENT { (markdown::render(&message.text)) }
+                            @if message.role == warden_protocol::views::MESSAGE_AGENT { (markdown::render(&message.text)) }
                             @else { p.text { (message.text) } }
                         }
                     }
@@ -814,7 +814,7 @@ pub(super) fn task_page(viewer: &Principal, page: &TaskPage<'_>) -> Markup {
             }
             h2 { "Timeline " span #connection data-state="idle" role="status" {} }
             ol.timeline #timeline data-task=(id) data-status=(status_name(task.status))
-                data-updated=(rfc3339(task.updated_at_ms)) data-terminal=(task.status.is_terminal()) {}
+                data-updated=(rfc3339(task.updated_at.ms())) data-terminal=(task.status.is_terminal()) {}
         },
     )
 }
@@ -822,7 +822,7 @@ pub(super) fn task_page(viewer: &Principal, page: &TaskPage<'_>) -> Markup {
 /// One line of spend.
 pub(super) struct SpendRow {
     pub key: String,
-    pub spend: warden_store::Spend,
+    pub spend: warden_protocol::views::Spend,
 }
 
 /// Daily limits of `[serve]`, for the usage page.
@@ -832,7 +832,7 @@ pub struct Budgets {
     pub max_cost_micro_usd_per_day: Option<u64>,
 }
 
-fn spend_cost(spend: &warden_store::Spend) -> String {
+fn spend_cost(spend: &warden_protocol::views::Spend) -> String {
     let known = format::dollars(spend.cost_micro_usd as f64 / 1e6);
     match (spend.cost_unknown, spend.cost_micro_usd) {
         (false, _) => known,
@@ -910,7 +910,7 @@ pub(super) struct SpendGroups<'a> {
 /// and role, with today's use of the daily budgets.
 pub(super) fn usage(
     viewer: &Principal,
-    today: Option<&warden_store::Spend>,
+    today: Option<&warden_protocol::views::Spend>,
     budgets: Budgets,
     days: &[SpendRow],
     groups: SpendGroups<'_>,
@@ -1033,7 +1033,7 @@ pub(super) fn sessions(viewer: &Principal, rows: &[SessionRow], now_ms: i64) -> 
 mod tests {
     use super::*;
     use serde_json::json;
-    use warden_store::TaskRepo;
+    use warden_protocol::views::TaskRepo;
 
     const HOSTILE: &str =
         "<img src=x onerror=alert(1)> ![](http://127.0.0.1:9/x) </pre><script>alert(2)</script>";
@@ -1053,16 +1053,13 @@ mod tests {
             owner: "alice".into(),
             prompt: format!("{HOSTILE}\nsecond line"),
             repos: vec![TaskRepo::named("app")],
-            priority: 0,
-            created_at_ms: 0,
-            updated_at_ms: 0,
+            created_at: warden_protocol::views::Timestamp(0),
+            updated_at: warden_protocol::views::Timestamp(0),
             follow_up_to: None,
             retry_of: None,
             result,
             metadata: json!({}),
             runs: 1,
-            interrupted_runs: 0,
-            callback_url: None,
         }
     }
 
@@ -1219,7 +1216,7 @@ mod tests {
         };
         let asked = TaskMessage {
             seq: 1,
-            role: warden_store::MESSAGE_AGENT.into(),
+            role: warden_protocol::views::MESSAGE_AGENT.into(),
             text: question.into(),
             author: "m".into(),
             at_ms: 0,
