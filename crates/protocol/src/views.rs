@@ -86,6 +86,22 @@ mod schemas {
         }
     }
 
+    impl PartialSchema for super::JournalCursor {
+        fn schema() -> RefOr<Schema> {
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .description(Some("`<run>.<seq>`: the last record of a page."))
+                .pattern(Some(r"^[0-9]+\.[0-9]+$"))
+                .into()
+        }
+    }
+
+    impl ToSchema for super::JournalCursor {
+        fn name() -> Cow<'static, str> {
+            Cow::Borrowed("JournalCursor")
+        }
+    }
+
     impl ToSchema for crate::TaskId {
         fn name() -> Cow<'static, str> {
             Cow::Borrowed("TaskId")
@@ -409,6 +425,125 @@ pub struct SessionView {
     pub revoked_at: Option<Timestamp>,
 }
 
+/// A change task's proposal and its diff against its base commit, secrets redacted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = DiffView))]
+pub struct ProposalDiff {
+    pub task_id: TaskId,
+    pub repo: String,
+    /// 40 (or 64) hex digits.
+    pub base_commit: String,
+    pub commit: String,
+    /// The proposal hash approvals bind to.
+    pub hash: String,
+    /// Unified diff (`git diff-tree -p`), registered secrets, credential-looking strings and
+    /// the values of sensitive files replaced by `[redacted]`.
+    pub diff: String,
+    /// The diff was longer than the server serves and was cut at a line end.
+    pub truncated: bool,
+    /// Changed paths that need a `publish_sensitive` approval to publish.
+    pub sensitive_files: Vec<String>,
+}
+
+/// Where a journal page ends: the last record given, `<run>.<seq>` on the wire (runs count
+/// from 1); the next page starts after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JournalCursor {
+    pub run: u32,
+    pub seq: u64,
+}
+
+impl fmt::Display for JournalCursor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.run, self.seq)
+    }
+}
+
+impl std::str::FromStr for JournalCursor {
+    type Err = String;
+
+    /// `<run>.<seq>`, ASCII digits only, the run from 1.
+    fn from_str(text: &str) -> Result<JournalCursor, String> {
+        let invalid = || format!("invalid cursor {text:?}: expected <run>.<seq>");
+        let (run, seq) = text.split_once('.').ok_or_else(invalid)?;
+        let digits = |part: &str| !part.is_empty() && part.bytes().all(|b| b.is_ascii_digit());
+        if !digits(run) || !digits(seq) {
+            return Err(invalid());
+        }
+        let run = run
+            .parse()
+            .ok()
+            .filter(|run| *run >= 1)
+            .ok_or_else(invalid)?;
+        Ok(JournalCursor {
+            run,
+            seq: seq.parse().map_err(|_| invalid())?,
+        })
+    }
+}
+
+impl Serialize for JournalCursor {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for JournalCursor {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<JournalCursor, D::Error> {
+        String::deserialize(deserializer)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// One run of a task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RunView {
+    /// From 1.
+    pub number: u32,
+    pub worker: String,
+    pub started_at: Timestamp,
+    /// `null` while the run is open.
+    pub ended_at: Option<Timestamp>,
+    /// How the run ended: the status its task moved to, or `interrupted`; `null` while open.
+    pub outcome: Option<String>,
+}
+
+/// One journal record, redacted when it was written (and for display).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JournalRecordView {
+    /// The run's number, from 1.
+    pub run: u32,
+    /// From 0 in each run.
+    pub seq: u64,
+    /// `run_started`, `model_requested`, `model_decision`, `tool_observation`, …
+    pub kind: String,
+    pub at: Timestamp,
+    /// SHA-256 over the record and `prev_hash`, hex.
+    pub hash: String,
+    pub prev_hash: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub payload: serde_json::Value,
+    /// Whether the record continues the record before it in its run (checked by the server
+    /// against the stored record, whichever page it is on) and its hash matches its content.
+    pub chain_ok: bool,
+}
+
+/// A page of a task's journal: `GET /v1/tasks/{id}/journal`, and what `warden logs` reads.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JournalPage {
+    /// The task's runs (only the one asked for with `run`), on every page.
+    pub runs: Vec<RunView>,
+    /// Journal records, oldest run first, in sequence within a run.
+    pub data: Vec<JournalRecordView>,
+    /// Pass as `cursor` for the next page; `null` on the last.
+    pub next_cursor: Option<JournalCursor>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -447,5 +582,27 @@ mod tests {
         assert!(value.get("result").is_none(), "{value}");
         assert_eq!(value["follow_up_to"], serde_json::Value::Null);
         assert_eq!(serde_json::from_value::<TaskView>(value).unwrap(), view);
+    }
+
+    #[test]
+    fn a_journal_cursor_is_run_dot_seq_and_nothing_else() {
+        let cursor: JournalCursor = "3.41".parse().unwrap();
+        assert_eq!(cursor, JournalCursor { run: 3, seq: 41 });
+        assert_eq!(cursor.to_string(), "3.41");
+        assert_eq!(serde_json::to_value(cursor).unwrap(), "3.41");
+        for bad in [
+            "",
+            "3",
+            "3.",
+            ".4",
+            "0.4",
+            "+3.4",
+            "3.-4",
+            "3.4.5",
+            "x.1",
+            "4294967296.0",
+        ] {
+            assert!(bad.parse::<JournalCursor>().is_err(), "{bad:?}");
+        }
     }
 }

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use warden_protocol::views::JournalCursor;
 use warden_protocol::{TaskId, TaskKind};
 use warden_runtime::{Journal, RecordKind};
 use warden_service::journal::StoreJournal;
@@ -82,9 +83,10 @@ async fn task(store: &Arc<dyn Store>, id: &TaskId) -> Result<warden_store::RunRe
 }
 
 async fn time_page(store: &dyn Store, id: &TaskId, page: u64) -> Result<Duration> {
-    let after = page
-        .checked_sub(2)
-        .map(|_| (1, (page - 1) * u64::from(PAGE) - 1));
+    let after = page.checked_sub(2).map(|_| JournalCursor {
+        run: 1,
+        seq: (page - 1) * u64::from(PAGE) - 1,
+    });
     let query = JournalPageQuery {
         run: None,
         after,
@@ -95,22 +97,17 @@ async fn time_page(store: &dyn Store, id: &TaskId, page: u64) -> Result<Duration
         let started = Instant::now();
         let read = journal_page(store, id, query).await?;
         best = best.min(started.elapsed());
-        if read.records.len() != PAGE as usize {
-            return Err(format!("page {page} held {} records", read.records.len()).into());
+        if read.data.len() != PAGE as usize {
+            return Err(format!("page {page} held {} records", read.data.len()).into());
         }
         // The page starts where it should, its chain checks, and the `.env` observations on it
         // are hidden as the sensitive-path rule says.
         let first = (page - 1) * u64::from(PAGE);
-        if read.records[0].entry.seq != first || read.records.iter().any(|r| !r.chain_ok) {
+        if read.data[0].seq != first || read.data.iter().any(|r| !r.chain_ok) {
             return Err(format!("page {page} is not records {first}.. with intact hashes").into());
         }
-        let shown = serde_json::to_string(
-            &read
-                .records
-                .iter()
-                .map(|r| &r.entry.payload)
-                .collect::<Vec<_>>(),
-        )?;
+        let shown =
+            serde_json::to_string(&read.data.iter().map(|r| &r.payload).collect::<Vec<_>>())?;
         if shown.contains(SECRET) {
             return Err(format!("page {page} shows what .env holds").into());
         }

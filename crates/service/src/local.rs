@@ -185,7 +185,7 @@ impl Local {
             .await
     }
 
-    pub fn store(&self) -> &Arc<dyn Store> {
+    pub(crate) fn store(&self) -> &Arc<dyn Store> {
         &self.store
     }
 
@@ -606,19 +606,18 @@ impl Local {
                     })
                     .collect();
             }
-            for record in page.records {
+            for record in page.data {
                 let Some(view) = views.iter_mut().find(|v| v.run == record.run) else {
                     continue;
                 };
                 view.chain_ok &= record.chain_ok;
-                let entry = record.entry;
                 view.records.push(json!({
-                    "seq": entry.seq,
-                    "kind": entry.kind,
-                    "at": warden_time::rfc3339(i64::try_from(entry.at_ms).unwrap_or(i64::MAX)),
-                    "hash": entry.hash,
-                    "prev_hash": entry.prev_hash,
-                    "payload": entry.payload,
+                    "seq": record.seq,
+                    "kind": record.kind,
+                    "at": record.at,
+                    "hash": record.hash,
+                    "prev_hash": record.prev_hash,
+                    "payload": record.payload,
                 }));
             }
             match page.next_cursor {

@@ -20,10 +20,9 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::Json;
-use serde::Serialize;
-use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
+use warden_protocol::views::ProposalDiff;
 
 use super::auth::Caller;
 use super::schema::ErrorBody;
@@ -35,30 +34,11 @@ pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
         .routes(routes!(get_proposal))
 }
 
-/// A proposal's diff against its base commit, secrets redacted.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct DiffView {
-    pub task_id: String,
-    pub repo: String,
-    /// 40 (or 64) hex digits.
-    pub base_commit: String,
-    pub commit: String,
-    /// The proposal hash approvals bind to.
-    pub hash: String,
-    /// Unified diff (`git diff-tree -p`), registered secrets, credential-looking strings and
-    /// the values of sensitive files replaced by `[redacted]`.
-    pub diff: String,
-    /// The diff was longer than the server serves and was cut at a line end.
-    pub truncated: bool,
-    /// Changed paths that need a `publish_sensitive` approval to publish.
-    pub sensitive_files: Vec<String>,
-}
-
 /// The diff of a change task's proposal.
 #[utoipa::path(get, path = "/v1/tasks/{id}/diff", tag = "tasks",
     params(("id" = String, Path, description = "The task id")),
     responses(
-        (status = 200, description = "The proposal's unified diff against its base, secrets redacted", body = DiffView),
+        (status = 200, description = "The proposal's unified diff against its base, secrets redacted", body = ProposalDiff),
         (status = 401, description = "No or an invalid token", body = ErrorBody),
         (status = 404, description = "No such task visible to this token, not a change task, or no proposal (yet)", body = ErrorBody),
     ))]
@@ -66,18 +46,8 @@ async fn get_diff(
     State(state): State<Arc<ApiState>>,
     caller: Caller,
     ApiPath(id): ApiPath<String>,
-) -> Result<Json<DiffView>, ApiError> {
-    let proposal = state.tasks.proposal_diff(&caller, &id).await?;
-    Ok(Json(DiffView {
-        task_id: proposal.task.to_string(),
-        repo: proposal.repo,
-        base_commit: proposal.base_commit,
-        commit: proposal.commit,
-        hash: proposal.hash,
-        diff: proposal.diff,
-        truncated: proposal.truncated,
-        sensitive_files: proposal.sensitive_files,
-    }))
+) -> Result<Json<ProposalDiff>, ApiError> {
+    Ok(Json(state.tasks.proposal_diff(&caller, &id).await?))
 }
 
 /// The media type of a git bundle.

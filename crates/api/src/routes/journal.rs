@@ -11,17 +11,14 @@ use std::sync::Arc;
 
 use axum::extract::State;
 use axum::Json;
-use serde::Serialize;
-use serde_json::Value;
-use utoipa::ToSchema;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 use super::auth::Caller;
 use super::schema::ErrorBody;
 use super::{ApiError, ApiPath, ApiQuery, ApiState, ErrorCode};
+use warden_protocol::views::{JournalCursor, JournalPage};
 use warden_service::tasks::JournalPageQuery;
-use warden_time::rfc3339;
 
 /// Records a page holds unless `limit` says otherwise.
 const DEFAULT_PAGE: u32 = 50;
@@ -32,57 +29,12 @@ pub(super) fn routes() -> OpenApiRouter<Arc<ApiState>> {
     OpenApiRouter::new().routes(routes!(task_journal))
 }
 
-/// A page of a task's journal.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct JournalPage {
-    /// The task's runs (only the one asked for with `run`), on every page.
-    pub runs: Vec<RunView>,
-    /// Journal records, oldest run first, in sequence within a run.
-    pub data: Vec<JournalRecordView>,
-    /// Pass as `cursor` for the next page; `null` on the last.
-    pub next_cursor: Option<String>,
-}
-
-/// One run of a task.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct RunView {
-    /// From 1.
-    pub number: u32,
-    pub worker: String,
-    pub started_at: String,
-    /// `null` while the run is open.
-    pub ended_at: Option<String>,
-    /// How the run ended: the status its task moved to, or `interrupted`; `null` while open.
-    pub outcome: Option<String>,
-}
-
-/// One journal record, redacted when it was written (and for display).
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct JournalRecordView {
-    /// The run's number, from 1.
-    pub run: u32,
-    /// From 0 in each run.
-    pub seq: u64,
-    /// `run_started`, `model_requested`, `model_decision`, `tool_observation`, …
-    pub kind: String,
-    /// RFC 3339, UTC.
-    pub at: String,
-    /// SHA-256 over the record and `prev_hash`, hex.
-    pub hash: String,
-    pub prev_hash: String,
-    #[schema(value_type = Object)]
-    pub payload: Value,
-    /// Whether the record continues the record before it in its run (checked by the server
-    /// against the stored record, whichever page it is on) and its hash matches its content.
-    pub chain_ok: bool,
-}
-
 /// `run`, `cursor` and `limit` of a journal request.
 #[derive(Debug, PartialEq, Eq)]
 struct JournalQuery {
     run: Option<u32>,
-    /// The last record of the previous page: `(run, seq)`.
-    after: Option<(u32, u64)>,
+    /// The last record of the previous page.
+    after: Option<JournalCursor>,
     limit: u32,
 }
 
@@ -112,8 +64,7 @@ fn journal_query(params: JournalParams) -> Result<JournalQuery, ApiError> {
         );
     }
     if let Some(value) = params.cursor.filter(|c| !c.is_empty()) {
-        parsed.after =
-            Some(parse_cursor(&value).ok_or_else(|| bad(format!("invalid cursor {value:?}")))?);
+        parsed.after = Some(value.parse::<JournalCursor>().map_err(bad)?);
     }
     if let Some(value) = params.limit {
         parsed.limit = value
@@ -123,17 +74,6 @@ fn journal_query(params: JournalParams) -> Result<JournalQuery, ApiError> {
             .ok_or_else(|| bad(format!("limit must be 1-{MAX_PAGE}, got {value:?}")))?;
     }
     Ok(parsed)
-}
-
-/// `<run>.<seq>`, digits only.
-fn parse_cursor(text: &str) -> Option<(u32, u64)> {
-    let (run, seq) = text.split_once('.')?;
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    if !digits(run) || !digits(seq) {
-        return None;
-    }
-    let run = run.parse::<u32>().ok().filter(|n| *n >= 1)?;
-    Some((run, seq.parse().ok()?))
 }
 
 /// A page of the journal of every run of a task (or of one, with `run`).
@@ -173,34 +113,7 @@ async fn task_journal(
             },
         )
         .await?;
-    Ok(Json(JournalPage {
-        runs: page
-            .runs
-            .into_iter()
-            .map(|run| RunView {
-                number: run.number,
-                worker: run.worker,
-                started_at: rfc3339(run.started_at_ms),
-                ended_at: run.ended_at_ms.map(rfc3339),
-                outcome: run.outcome,
-            })
-            .collect(),
-        data: page
-            .records
-            .into_iter()
-            .map(|record| JournalRecordView {
-                run: record.run,
-                seq: record.entry.seq,
-                kind: record.entry.kind,
-                at: rfc3339(i64::try_from(record.entry.at_ms).unwrap_or(i64::MAX)),
-                hash: record.entry.hash,
-                prev_hash: record.entry.prev_hash,
-                payload: record.entry.payload,
-                chain_ok: record.chain_ok,
-            })
-            .collect(),
-        next_cursor: page.next_cursor.map(|(run, seq)| format!("{run}.{seq}")),
-    }))
+    Ok(Json(page))
 }
 
 #[cfg(test)]
@@ -227,7 +140,7 @@ mod tests {
             parsed,
             JournalQuery {
                 run: Some(2),
-                after: Some((2, 17)),
+                after: Some(JournalCursor { run: 2, seq: 17 }),
                 limit: 200
             }
         );
@@ -256,7 +169,7 @@ mod tests {
             parse_query(Some("cursor=2%2E17&limit=%35")).unwrap(),
             JournalQuery {
                 run: None,
-                after: Some((2, 17)),
+                after: Some(JournalCursor { run: 2, seq: 17 }),
                 limit: 5
             }
         );

@@ -438,7 +438,7 @@ impl ApiState {
     pub fn new(tasks: TaskService, tokens: Tokens) -> ApiState {
         ApiState {
             hub: Arc::new(tasks.hub(warden_service::hub::HubOptions::default())),
-            access: tasks.access(tokens),
+            access: Access::over(&tasks, tokens),
             tasks,
             limiter: RateLimiter::new(RateLimit::default()),
             auth_failures: AuthThrottle::new(DEFAULT_AUTH_FAILURE_LIMIT),

@@ -229,6 +229,12 @@ fn clean_user_agent(user_agent: Option<&str>) -> Option<String> {
 }
 
 impl Access {
+    /// Who may call, over the store of `tasks`: bootstrap `tokens`, stored tokens, web users
+    /// and sessions (what an interface beside the service authenticates with).
+    pub fn over(tasks: &crate::tasks::TaskService, bootstrap: Tokens) -> Access {
+        Access::new(Arc::clone(tasks.store()), bootstrap)
+    }
+
     /// Identity over `store`, with the bootstrap tokens of `WARDEN_API_TOKENS` (empty where
     /// there are none, e.g. the CLI's own commands).
     pub fn new(store: Arc<dyn Store>, bootstrap: Tokens) -> Access {
@@ -259,10 +265,6 @@ impl Access {
     pub fn with_session_lifetime(mut self, lifetime: Duration) -> Access {
         self.session_lifetime = lifetime;
         self
-    }
-
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
     }
 
     /// The bootstrap tokens, checked in memory (the API checks them before any throttling or

@@ -383,7 +383,7 @@ impl TaskService {
 /// What a follow-up of `earlier` continues on: the exact commits the conversation was about —
 /// a change on its proposal when it made one (the proposal commit is in Warden's mirror) — and
 /// a change's checks.
-pub fn follow_up_basis(earlier: &Task) -> (Vec<warden_store::TaskRepo>, Value) {
+pub(super) fn follow_up_basis(earlier: &Task) -> (Vec<warden_store::TaskRepo>, Value) {
     let proposal = earlier
         .result
         .as_ref()

@@ -16,6 +16,7 @@
 //!   touched sensitive paths.
 
 use warden_engine::sensitive::{redact_recorded, JournalRedaction};
+use warden_protocol::views::{JournalCursor, JournalPage, JournalRecordView, RunView, Timestamp};
 use warden_store::{JournalEntry, Run, RunRef, Store, StoreError};
 
 use super::{Principal, ServiceError, TaskService};
@@ -28,29 +29,18 @@ const LEARN_BATCH: u32 = 64;
 pub struct JournalPageQuery {
     /// Only this run (from 1).
     pub run: Option<u32>,
-    /// The last record of the previous page: `(run, seq)`.
-    pub after: Option<(u32, u64)>,
+    /// The last record of the previous page.
+    pub after: Option<JournalCursor>,
     /// Records a page holds at most (at least 1).
     pub limit: u32,
 }
 
 /// One record of a page, redacted for display.
-#[derive(Debug, Clone, PartialEq)]
-pub struct JournalPageRecord {
-    pub run: u32,
-    pub entry: JournalEntry,
+struct JournalPageRecord {
+    run: u32,
+    entry: JournalEntry,
     /// It continues the record before it in its run, and its hash matches its content.
-    pub chain_ok: bool,
-}
-
-/// A page of a task's journal.
-#[derive(Debug, Clone, PartialEq)]
-pub struct JournalPage {
-    /// The task's runs (only the one asked for).
-    pub runs: Vec<Run>,
-    pub records: Vec<JournalPageRecord>,
-    /// `(run, seq)` of the last record, when more follow.
-    pub next_cursor: Option<(u32, u64)>,
+    chain_ok: bool,
 }
 
 impl TaskService {
@@ -72,6 +62,7 @@ pub async fn journal_page(
     task: &warden_protocol::TaskId,
     query: JournalPageQuery,
 ) -> Result<JournalPage, StoreError> {
+    let after = query.after.map(|cursor| (cursor.run, cursor.seq));
     let runs: Vec<Run> = store
         .list_runs(task)
         .await?
@@ -83,7 +74,7 @@ pub async fn journal_page(
     let mut next_cursor = None;
     let cursor_of = |records: &[JournalPageRecord]| records.last().map(|r| (r.run, r.entry.seq));
     for run in &runs {
-        let from = match query.after {
+        let from = match after {
             Some((after_run, _)) if run.number < after_run => continue,
             Some((after_run, after_seq)) if run.number == after_run => {
                 match after_seq.checked_add(1) {
@@ -113,10 +104,34 @@ pub async fn journal_page(
         }
     }
     Ok(JournalPage {
-        runs,
-        records,
-        next_cursor,
+        runs: runs.iter().map(run_view).collect(),
+        data: records.into_iter().map(record_view).collect(),
+        next_cursor: next_cursor.map(|(run, seq)| JournalCursor { run, seq }),
     })
+}
+
+fn run_view(run: &Run) -> RunView {
+    RunView {
+        number: run.number,
+        worker: run.worker.clone(),
+        started_at: Timestamp(run.started_at_ms),
+        ended_at: run.ended_at_ms.map(Timestamp),
+        outcome: run.outcome.clone(),
+    }
+}
+
+fn record_view(record: JournalPageRecord) -> JournalRecordView {
+    let entry = record.entry;
+    JournalRecordView {
+        run: record.run,
+        seq: entry.seq,
+        kind: entry.kind,
+        at: Timestamp(i64::try_from(entry.at_ms).unwrap_or(i64::MAX)),
+        hash: entry.hash,
+        prev_hash: entry.prev_hash,
+        payload: entry.payload,
+        chain_ok: record.chain_ok,
+    }
 }
 
 /// Appends to `records` up to `room` records of `run` from sequence `from` on, verified and

@@ -27,9 +27,9 @@ mod submit;
 mod usage;
 
 pub use approvals::{ApprovalList, ApprovalListing, PUBLISH_KINDS};
+pub use control::steerable;
 pub use control::MAX_MESSAGE_BYTES;
-pub use control::{follow_up_basis, steerable};
-pub use journal_page::{journal_page, JournalPage, JournalPageQuery, JournalPageRecord};
+pub use journal_page::{journal_page, JournalPageQuery};
 pub use observe::{
     CitedLines, ProposalDiff, TaskList, TaskListing, MAX_CITED, MAX_CITED_LINES, MAX_PAGE,
 };
@@ -275,12 +275,6 @@ impl TaskService {
     /// through the service's methods).
     pub(crate) fn store(&self) -> &Arc<dyn Store> {
         &self.store
-    }
-
-    /// Who may call, over this service's store: bootstrap `tokens`, stored tokens, web users
-    /// and sessions.
-    pub fn access(&self, tokens: crate::access::Tokens) -> crate::access::Access {
-        crate::access::Access::new(Arc::clone(&self.store), tokens)
     }
 
     /// The event hub over this service's store (what streams read).

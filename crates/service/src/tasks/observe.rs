@@ -38,22 +38,7 @@ pub struct TaskList {
     pub next_cursor: Option<TaskId>,
 }
 
-/// A change task's proposal and its diff against its base commit, secrets redacted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProposalDiff {
-    pub task: TaskId,
-    pub repo: String,
-    pub base_commit: String,
-    pub commit: String,
-    /// The proposal hash approvals bind to.
-    pub hash: String,
-    /// Unified diff (`git diff-tree -p`), redacted.
-    pub diff: String,
-    /// The diff was longer than is served and was cut at a line end.
-    pub truncated: bool,
-    /// Changed paths that need a `publish_sensitive` approval to publish.
-    pub sensitive_files: Vec<String>,
-}
+pub use warden_protocol::views::ProposalDiff;
 
 impl TaskService {
     /// The tasks `principal` sees (their own; everyone's for admins), newest first.
@@ -117,7 +102,7 @@ impl TaskService {
                     crate::diff::TaskDiffError::Failed(message) => ServiceError::internal(message),
                 })?;
         Ok(ProposalDiff {
-            task: task.id,
+            task_id: task.id,
             repo: proposal.repo,
             base_commit: proposal.base_commit,
             commit: proposal.commit,

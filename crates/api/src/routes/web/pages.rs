@@ -1144,7 +1144,7 @@ mod tests {
         });
         let task = task(TaskStatus::WaitingApproval, TaskKind::Change, Some(change));
         let diff = ProposalDiff {
-            task: task.id.clone(),
+            task_id: task.id.clone(),
             repo: "app".into(),
             base_commit: "c".repeat(40),
             commit: "d".repeat(40),
