@@ -3,6 +3,7 @@
 //! small invariants of the types themselves.
 
 #![warn(unreachable_pub)]
+#[cfg(feature = "views")]
 pub mod views;
 
 use serde::{Deserialize, Serialize};

@@ -12,7 +12,9 @@ fn edges() -> Vec<Edge> {
     let edges = assert_no_import_circles(&src);
     // The check really read the crate.
     assert!(
-        edges.iter().any(|e| e.from == "serve" && e.to == "routes"),
+        edges
+            .iter()
+            .any(|e| e.from_top() == "serve" && e.to_top() == "routes"),
         "{edges:?}"
     );
     edges
@@ -36,7 +38,7 @@ fn only_the_routes_and_the_composition_root_refer_to_the_routes() {
     let edges = edges();
     let offenders: Vec<&Edge> = edges
         .iter()
-        .filter(|e| e.to == "routes" && e.from != "serve")
+        .filter(|e| e.to_top() == "routes" && !matches!(e.from_top(), "routes" | "serve"))
         .collect();
     assert!(
         offenders.is_empty(),
@@ -48,7 +50,7 @@ fn only_the_routes_and_the_composition_root_refer_to_the_routes() {
 #[test]
 fn nothing_in_the_crate_refers_to_the_composition_root() {
     let edges = edges();
-    let offenders: Vec<&Edge> = edges.iter().filter(|e| e.to == "serve").collect();
+    let offenders: Vec<&Edge> = edges.iter().filter(|e| e.to_top() == "serve").collect();
     assert!(
         offenders.is_empty(),
         "serve.rs is the composition root; nothing may depend on it:\n{}",

@@ -1,70 +1,43 @@
 //! `warden-runtime` must know nothing of git, SQL, HTTP or a particular provider: its normal
 //! (non-dev) dependency closure may contain only the crates listed here.
 
-// cargo metadata is run directly: this test checks the build graph, not Warden behaviour.
+// cargo tree is run directly: this test checks the build graph, not Warden behaviour.
 #![allow(clippy::disallowed_methods)]
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 #[test]
 fn runtime_depends_on_no_git_sql_http_or_provider_crate() {
+    // What a build of the runtime alone links (normal dependencies, every target): `cargo
+    // tree` resolves features for this package only, where `cargo metadata` would unify them
+    // across the workspace (e.g. `warden-protocol`'s `views`, which the service enables).
     let output = std::process::Command::new(env!("CARGO"))
         .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--filter-platform",
-            &host_triple(),
+            "tree",
+            "--locked",
+            "-p",
+            "warden-runtime",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "--format",
+            "{p}",
+            "--target",
+            "all",
         ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
-        .expect("cargo metadata runs");
+        .expect("cargo tree runs");
     assert!(
         output.status.success(),
         "{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    let metadata: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-
-    let packages: BTreeMap<String, &serde_json::Value> = metadata["packages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| (p["id"].as_str().unwrap().to_string(), p))
-        .collect();
-    let nodes: BTreeMap<String, &serde_json::Value> = metadata["resolve"]["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| (n["id"].as_str().unwrap().to_string(), n))
-        .collect();
-    let root = packages
-        .values()
-        .find(|p| p["name"] == "warden-runtime")
-        .map(|p| p["id"].as_str().unwrap().to_string())
-        .unwrap();
-
-    // Walk normal dependencies only (dev and build dependencies do not ship).
-    let mut seen = BTreeSet::new();
-    let mut stack = vec![root];
-    while let Some(id) = stack.pop() {
-        if !seen.insert(id.clone()) {
-            continue;
-        }
-        for dep in nodes[&id]["deps"].as_array().unwrap() {
-            let normal = dep["dep_kinds"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|k| k["kind"].is_null());
-            if normal {
-                stack.push(dep["pkg"].as_str().unwrap().to_string());
-            }
-        }
-    }
-    let names: BTreeSet<&str> = seen
-        .iter()
-        .map(|id| packages[id]["name"].as_str().unwrap())
+    let tree = String::from_utf8_lossy(&output.stdout);
+    let names: BTreeSet<&str> = tree
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
         .collect();
 
     // The walk really followed the graph.
@@ -145,17 +118,4 @@ fn runtime_depends_on_no_git_sql_http_or_provider_crate() {
         unexpected.is_empty(),
         "warden-runtime grew dependencies; justify them and extend this list: {unexpected:?}"
     );
-}
-
-fn host_triple() -> String {
-    let output = std::process::Command::new("rustc")
-        .arg("-vV")
-        .output()
-        .expect("rustc runs");
-    String::from_utf8(output.stdout)
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("host: "))
-        .expect("rustc -vV names the host")
-        .to_string()
 }
