@@ -142,15 +142,20 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
         .all(|r| r.available);
     // The kubernetes backend runs nothing on this machine: its check is the cluster's answer.
     let tools = warden_sandbox::probe_tools(&config.sandbox.config);
-    if let Some(probed) = warden_engine::sandbox_backend::probe_cluster(config) {
+    if let Some(probed) = kubernetes_probe(config, options.offline).await {
         let kubernetes = &config.kubernetes;
         checks.push(Check {
             name: "sandbox",
             ok: probed.is_ok(),
             detail: match probed {
-                Ok(claims) => format!(
+                Ok(Some(claims)) => format!(
                     "kubernetes backend: the API server answered in namespace {} ({claims} \
                      claim(s) of owner {}); pods come from warm pool {}",
+                    kubernetes.namespace, kubernetes.owner, kubernetes.warm_pool
+                ),
+                Ok(None) => format!(
+                    "kubernetes backend: settings and credentials readable (namespace {}, \
+                     owner {}, warm pool {}); --offline: the API server was not asked",
                     kubernetes.namespace, kubernetes.owner, kubernetes.warm_pool
                 ),
                 Err(error) => format!(
@@ -264,6 +269,27 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
         }
     }
     Ok(if checks.iter().all(|c| c.ok) { 0 } else { 1 })
+}
+
+/// With the kubernetes backend, its settings and credentials and — unless `offline` — the API
+/// server's answer ([`warden_engine::sandbox_backend::probe_kubernetes`]), off the async threads
+/// (the client blocks) and within [`ONLINE_TIMEOUT`]. `None` for the other backends.
+async fn kubernetes_probe(config: &Config, offline: bool) -> Option<Result<Option<usize>, String>> {
+    if config.sandbox.backend != warden_sandbox::Backend::Kubernetes {
+        return None;
+    }
+    let settings = config.kubernetes.clone();
+    let probe = tokio::task::spawn_blocking(move || {
+        warden_engine::sandbox_backend::probe_kubernetes(&settings, !offline)
+    });
+    Some(match tokio::time::timeout(ONLINE_TIMEOUT, probe).await {
+        Ok(Ok(probed)) => probed.map_err(|e| e.to_string()),
+        Ok(Err(crashed)) => Err(format!("the check crashed: {crashed}")),
+        Err(_) => Err(format!(
+            "the API server did not answer within {} s",
+            ONLINE_TIMEOUT.as_secs()
+        )),
+    })
 }
 
 /// How long one interface's online check may take.

@@ -28,15 +28,18 @@ pub fn reap_orphans(config: &Config) -> Result<Vec<String>, SandboxError> {
     }
 }
 
-/// With the kubernetes backend, what `warden doctor` asks the cluster, changing nothing: how
-/// many claims of this Warden's owner it lists ([`warden_kubernetes::KubernetesSandbox::probe`]).
-/// `None` for the other backends, whose layers are probed on this machine.
-pub fn probe_cluster(config: &Config) -> Option<Result<usize, SandboxError>> {
-    match config.sandbox.backend {
-        Backend::Kubernetes => Some(
-            warden_kubernetes::KubernetesSandbox::connect(&config.kubernetes)
-                .and_then(|sandbox| sandbox.probe()),
-        ),
-        Backend::Linux | Backend::Gvisor | Backend::Local => None,
+/// What `warden doctor` checks of the kubernetes backend, changing nothing: `settings` and
+/// their credentials, read as a task reads them, and — `online` — how many claims of this
+/// Warden's owner the API server lists ([`warden_kubernetes::KubernetesSandbox::probe`];
+/// `None` offline, when it is not asked).
+pub fn probe_kubernetes(
+    settings: &warden_kubernetes::KubernetesConfig,
+    online: bool,
+) -> Result<Option<usize>, SandboxError> {
+    let sandbox = warden_kubernetes::KubernetesSandbox::connect(settings)?;
+    if online {
+        sandbox.probe().map(Some)
+    } else {
+        Ok(None)
     }
 }

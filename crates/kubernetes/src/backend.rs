@@ -148,29 +148,45 @@ impl KubernetesSandbox {
     /// ([`KubernetesConfig::owner`]) in the namespace, listed with Warden's credentials (which
     /// proves the endpoint, the credentials, the namespace and the `list` right). How many.
     pub fn probe(&self) -> Result<usize, SandboxError> {
-        let selector = format!(
+        self.client
+            .list_claims(&self.owner_selector())
+            .map(|claims| claims.len())
+            .map_err(|error| {
+                let hint = match &error {
+                    ClientError::Status { status: 404, .. } => format!(
+                        "; is agent-sandbox's extensions release installed (SandboxClaim in \
+                         extensions.agents.x-k8s.io), and does namespace {} exist?",
+                        self.config.namespace
+                    ),
+                    ClientError::Status {
+                        status: 401 | 403, ..
+                    } => "; apply the Role and RoleBinding `warden k8s render` prints, and give \
+                          Warden its service account's token"
+                        .to_string(),
+                    _ => String::new(),
+                };
+                unavailable(
+                    Layer::Runtime,
+                    format!("list this Warden's claims: {error}{hint}"),
+                )
+            })
+    }
+
+    /// The label selector of this Warden's claims (`managed-by` Warden, its owner).
+    fn owner_selector(&self) -> String {
+        format!(
             "{}={},{}={}",
             crate::names::MANAGED_BY.0,
             crate::names::MANAGED_BY.1,
             crate::names::OWNER_LABEL,
             self.config.owner
-        );
-        self.client
-            .list_claims(&selector)
-            .map(|claims| claims.len())
-            .map_err(|e| unavailable(Layer::Runtime, format!("list this Warden's claims: {e}")))
+        )
     }
 
     /// Deletes the claims this Warden ([`KubernetesConfig::owner`]) left behind: at start-up
     /// no task of it holds any. Returns their names.
     pub fn reap_orphans(&self) -> Result<Vec<String>, SandboxError> {
-        let selector = format!(
-            "{}={},{}={}",
-            crate::names::MANAGED_BY.0,
-            crate::names::MANAGED_BY.1,
-            crate::names::OWNER_LABEL,
-            self.config.owner
-        );
+        let selector = self.owner_selector();
         let claims = self
             .client
             .list_claims(&selector)

@@ -339,16 +339,21 @@ fn a_question_runs_on_a_live_cluster_when_asked() {
 }
 
 /// `warden doctor` with the kubernetes backend asks the cluster (listing this Warden's claims,
-/// changing nothing) instead of probing this machine's layers: ok against the fake, a failure
-/// naming the reason when the API server cannot be reached.
+/// changing nothing) instead of probing this machine's layers: ok against the fake; with
+/// `--offline` only the settings and credentials are read, the server is not asked; a token the
+/// server refuses, or a cluster that is not there, fail it saying what to do.
 #[test]
 fn doctor_asks_the_cluster() {
     let scratch = tempfile::tempdir().unwrap();
     let Some(fake) = fake(&scratch.path().join("cluster")) else {
         return;
     };
-    let sandbox_check = |warden: &Warden| -> serde_json::Value {
-        let run = warden.run(&["doctor", "--json", "--offline"]);
+    let sandbox_check = |warden: &Warden, offline: bool| -> serde_json::Value {
+        let mut args = vec!["doctor", "--json"];
+        if offline {
+            args.push("--offline");
+        }
+        let run = warden.run(&args);
         let report: serde_json::Value = serde_json::from_str(&run.stdout)
             .unwrap_or_else(|e| panic!("{e}: {}\n{}", run.stdout, run.stderr));
         report["checks"]
@@ -360,7 +365,7 @@ fn doctor_asks_the_cluster() {
             .unwrap()
     };
     let warden = on_fake(Warden::faux(), &fake);
-    let check = sandbox_check(&warden);
+    let check = sandbox_check(&warden, false);
     assert_eq!(check["ok"], true, "{check}");
     assert!(
         check["detail"].as_str().unwrap().contains(
@@ -368,10 +373,49 @@ fn doctor_asks_the_cluster() {
         ),
         "{check}"
     );
+    let asked = fake.requests();
     assert!(
-        fake.requests().iter().all(|r| r.method == "GET"),
+        asked
+            .iter()
+            .any(|r| r.method == "GET" && r.target.contains("labelSelector=")),
+        "it listed the claims: {asked:?}"
+    );
+    assert!(
+        asked.iter().all(|r| r.method == "GET"),
         "doctor changed nothing"
     );
+
+    // Offline: the credentials are read, the server is not asked.
+    fake.clear_requests();
+    let check = sandbox_check(&warden, true);
+    assert_eq!(check["ok"], true, "{check}");
+    assert!(
+        check["detail"]
+            .as_str()
+            .unwrap()
+            .contains("settings and credentials readable"),
+        "{check}"
+    );
+    assert!(fake.requests().is_empty(), "{:?}", fake.requests());
+
+    // A token the server refuses: what to apply.
+    let refused = on_fake(Warden::faux(), &fake);
+    let kubeconfig = refused.home.path().join("kubeconfig");
+    let text = std::fs::read_to_string(&kubeconfig).unwrap();
+    let token = text
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("token: "))
+        .unwrap_or_else(|| panic!("no token in the kubeconfig:\n{text}"))
+        .to_string();
+    std::fs::write(&kubeconfig, text.replace(&token, "not-the-token")).unwrap();
+    let check = sandbox_check(&refused, false);
+    assert_eq!(check["ok"], false, "{check}");
+    let detail = check["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("401") && detail.contains("RoleBinding"),
+        "{check}"
+    );
+
     // A cluster that is not there.
     let unreachable = on_fake(Warden::faux(), &fake);
     let kubeconfig = unreachable.home.path().join("kubeconfig");
@@ -386,7 +430,7 @@ fn doctor_asks_the_cluster() {
     let closed_port = closed.local_addr().unwrap().port().to_string();
     drop(closed);
     std::fs::write(&kubeconfig, text.replace(&port, &closed_port)).unwrap();
-    let check = sandbox_check(&unreachable);
+    let check = sandbox_check(&unreachable, false);
     assert_eq!(check["ok"], false, "{check}");
     assert!(
         check["detail"]
