@@ -254,10 +254,9 @@ pub async fn publish_approved<C: StoreCalls + ?Sized>(
 }
 
 /// The branch a change task's proposal was published to (`pushed` or `pr_opened`) and the
-/// proposal's commit the branch then held.
-pub fn published_branch(task: &warden_store::Task) -> Option<(String, String)> {
-    let result: warden_protocol::ChangeResult =
-        serde_json::from_value(task.result.clone()?).ok()?;
+/// proposal's commit the branch then held, from the task's `result`.
+pub fn published_branch(result: Option<&serde_json::Value>) -> Option<(String, String)> {
+    let result: warden_protocol::ChangeResult = serde_json::from_value(result?.clone()).ok()?;
     match result.outcome {
         warden_protocol::ChangeOutcome::Proposal {
             proposal,
@@ -294,8 +293,8 @@ async fn same_branch<C: StoreCalls + ?Sized>(
         .call("reading the followed task", |store| store.get_task(earlier))
         .await?
         .ok_or_else(|| refused("that task is gone"))?;
-    let (branch, parent) =
-        published_branch(&earlier).ok_or_else(|| refused("that change published no branch"))?;
+    let (branch, parent) = published_branch(earlier.result.as_ref())
+        .ok_or_else(|| refused("that change published no branch"))?;
     if proposal.base_commit != parent {
         return Err(refused(&format!(
             "its proposal builds on {} rather than on {parent}, the branch's commit",

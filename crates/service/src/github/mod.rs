@@ -59,7 +59,6 @@ use warden_engine::github_hook_config::GithubWebhookConfig;
 use warden_protocol::TaskKind;
 use warden_store::{
     ApprovalStatus, ChatMessage, ChatMessageState, Decision, NewChatMessage, Store, StoreError,
-    Task,
 };
 
 use crate::chat::render::{self, Style};
@@ -722,17 +721,17 @@ impl GithubHook {
         head_ref: &str,
         head_sha: &str,
         url: Option<&str>,
-    ) -> Result<Option<Task>, StoreError> {
-        let Some(first) = head_ref
-            .strip_prefix("warden/")
-            .and_then(|id| id.parse::<warden_protocol::TaskId>().ok())
-        else {
+    ) -> Result<Option<TaskView>, StoreError> {
+        let Some(first) = head_ref.strip_prefix("warden/") else {
             return Ok(None);
         };
-        let Some(first) = self.store().get_task(&first).await? else {
-            return Ok(None);
+        let first = match self.tasks.task(&reader(), first).await {
+            Ok(task) => task,
+            Err(ServiceError::Store(error)) => return Err(error),
+            // Not a task id, or no such task.
+            Err(_) => return Ok(None),
         };
-        let opened = |task: &Task| {
+        let opened = |task: &TaskView| {
             let pr_url = task
                 .result
                 .as_ref()
@@ -741,8 +740,8 @@ impl GithubHook {
             task.kind == TaskKind::Change
                 && pr_url.is_some_and(|opened| url.is_none_or(|url| opened == url))
         };
-        let on_branch = |task: &Task| {
-            crate::publication::published_branch(task)
+        let on_branch = |task: &TaskView| {
+            crate::publication::published_branch(task.result.as_ref())
                 .is_some_and(|(branch, commit)| branch == head_ref && commit == head_sha)
         };
         if !opened(&first) {
@@ -753,21 +752,22 @@ impl GithubHook {
         }
         let mut before = None;
         for _ in 0..PUBLISHED_SCAN / SCAN_PAGE {
-            let page = self
-                .store()
-                .list_tasks(warden_store::TaskQuery {
-                    owner: None,
-                    status: None,
-                    before: before.take(),
-                    limit: SCAN_PAGE,
-                })
-                .await?;
-            if let Some(found) = page.iter().find(|t| opened(t) && on_branch(t)) {
+            let listing = crate::tasks::TaskListing {
+                status: None,
+                before: before.take(),
+                limit: SCAN_PAGE,
+            };
+            let page = match self.tasks.list(&reader(), listing).await {
+                Ok(page) => page,
+                Err(ServiceError::Store(error)) => return Err(error),
+                Err(_) => break,
+            };
+            if let Some(found) = page.tasks.iter().find(|t| opened(t) && on_branch(t)) {
                 return Ok(Some(found.clone()));
             }
-            match page.last() {
-                Some(last) if page.len() == SCAN_PAGE as usize => before = Some(last.id.clone()),
-                _ => break,
+            match page.next_cursor {
+                Some(next) => before = Some(next),
+                None => break,
             }
         }
         Ok(None)
@@ -949,12 +949,15 @@ impl GithubHook {
                 }
             };
             for approval in page.approvals {
-                if let Some(task) = self.store().get_task(&approval.task_id).await? {
-                    let github = &task.metadata["github"];
-                    if github["repo"] == repo.to_string() && github["issue"] == number {
-                        found = Some(approval);
-                        break 'pages;
-                    }
+                let task = match self.tasks.task(&principal, approval.task_id.as_str()).await {
+                    Ok(task) => task,
+                    Err(ServiceError::Store(error)) => return Err(error),
+                    Err(_) => continue,
+                };
+                let github = &task.metadata["github"];
+                if github["repo"] == repo.to_string() && github["issue"] == number {
+                    found = Some(approval);
+                    break 'pages;
                 }
             }
             match page.next_cursor {
@@ -1063,6 +1066,15 @@ fn one_reply(id: &str, chat: &str, text: String) -> Vec<NewChatMessage> {
         text,
         markup: None,
     }]
+}
+
+/// Who the interface reads tasks as when no person asks (finding the task a pull request or a
+/// check run belongs to): every owner's tasks, through the service like any reader.
+fn reader() -> Principal {
+    Principal {
+        name: "github".into(),
+        role: Role::Admin,
+    }
 }
 
 /// A task's comment(s) on issue `chat` (`owner/name#number`), saying how to approve while

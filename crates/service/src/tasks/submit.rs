@@ -250,7 +250,7 @@ impl TaskService {
         if submission.same_branch {
             let published = follow_up_to
                 .as_ref()
-                .and_then(crate::publication::published_branch);
+                .and_then(|earlier| crate::publication::published_branch(earlier.result.as_ref()));
             if kind != TaskKind::Change || !publish || published.is_none() {
                 return Err(ServiceError::Invalid(
                     "same_branch is for a change that publishes and follows up a change whose \
@@ -606,7 +606,10 @@ mod tests {
 
         // Published: its branch and commit are what a same-branch follow-up builds on.
         let mut task = store.get_task(&earlier).await.unwrap().unwrap();
-        assert_eq!(crate::publication::published_branch(&task), None);
+        assert_eq!(
+            crate::publication::published_branch(task.result.as_ref()),
+            None
+        );
         use warden_protocol::{ChangeOutcome, ChangeResult, Proposal, Publication};
         let result = ChangeResult {
             task_id: earlier.clone(),
@@ -644,7 +647,7 @@ mod tests {
         };
         task.result = Some(serde_json::to_value(&result).unwrap());
         assert_eq!(
-            crate::publication::published_branch(&task),
+            crate::publication::published_branch(task.result.as_ref()),
             Some(("warden/tsk_1".to_string(), "b".to_string()))
         );
     }
