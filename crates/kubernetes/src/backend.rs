@@ -1,7 +1,8 @@
 //! The `kubernetes` backend: `warden_sandbox::Sandbox` over agent-sandbox.
 //!
-//! Opening a view claims a pod: a `SandboxClaim` on the warm pool (expiring `idle_timeout` after
-//! its last activity: its expiry is pushed forward before commands and while one runs), watched until it is bound to a ready `Sandbox`, whose pod the view then
+//! Opening a view claims a pod: a `SandboxClaim` on the warm pool (expiring `idle_timeout` ahead:
+//! a heartbeat pushes its expiry forward for as long as the view is open, so only a Warden that
+//! is gone lets it expire), watched until it is bound to a ready `Sandbox`, whose pod the view then
 //! execs into. A pod shares no file system with Warden, so the view's tree travels as tar over
 //! exec: the snapshots (and a seed) into `/work` when the view opens; for a writable view, what
 //! a command changed back into a host copy after every command (what `root()` shows), and what
@@ -337,35 +338,13 @@ fn unavailable(layer: Layer, reason: String) -> SandboxError {
     }
 }
 
-/// `now + after` as RFC 3339 (UTC, seconds).
+/// `now + after` as RFC 3339 (UTC, whole seconds).
 fn expiry(after: Duration) -> String {
-    let seconds = SystemTime::now()
+    let at = SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or_default()
-        .saturating_add(after)
-        .as_secs();
-    rfc3339(seconds)
-}
-
-pub(crate) fn rfc3339(seconds: u64) -> String {
-    let days = (seconds / 86_400) as i64;
-    let rest = seconds % 86_400;
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
+        .saturating_add(after);
+    warden_time::rfc3339_seconds(i64::try_from(at.as_millis()).unwrap_or(i64::MAX))
 }
 
 impl Sandbox for KubernetesSandbox {
@@ -410,7 +389,9 @@ impl Sandbox for KubernetesSandbox {
             cancelled: AtomicBool::new(false),
             next_id: AtomicU64::new(0),
             last_extend: Arc::new(Mutex::new(Instant::now())),
+            alive: Mutex::new(None),
         };
+        *opened.alive.lock().unwrap_or_else(PoisonError::into_inner) = Some(opened.heartbeat());
         if let Err(error) = opened.upload(&uploads) {
             let _ = opened.client.delete_claim(&opened.claim);
             return Err(unavailable(
@@ -580,6 +561,9 @@ struct KubernetesView {
     next_id: AtomicU64,
     /// When the claim's expiry was last pushed forward.
     last_extend: Arc<Mutex<Instant>>,
+    /// The heartbeat that pushes the claim's expiry forward while the view is open
+    /// ([`KubernetesView::heartbeat`]); dropped (and so stopped) with the view.
+    alive: Mutex<Option<std::sync::mpsc::Sender<()>>>,
 }
 
 /// A tar produced on a thread of its own into an exec's stdin, in chunks of up to 64 KiB.
@@ -847,8 +831,10 @@ impl KubernetesView {
         }
     }
 
-    /// Keeps pushing the claim's expiry forward while a command runs (a build or a test suite
-    /// may run longer than the idle timeout), until the returned sender is dropped.
+    /// Keeps pushing the claim's expiry forward, every [`KubernetesSandbox::keep_alive_every`],
+    /// until the returned sender is dropped — for as long as the view is open: a command (a
+    /// build, a test suite) and a model turn between commands may each take longer than the
+    /// idle timeout. The idle expiry is for a Warden that is gone: its heartbeats die with it.
     fn heartbeat(&self) -> std::sync::mpsc::Sender<()> {
         let (running, ended) = std::sync::mpsc::channel::<()>();
         let client = self.client.clone();
@@ -1033,7 +1019,6 @@ impl SandboxView for KubernetesView {
                 || Instant::now() >= timeout_at
         };
         let mut on_stop = || self.stop_file(id.clone());
-        let heartbeat = self.heartbeat();
         let end = self.client.exec(
             &self.pod,
             &argv,
@@ -1045,7 +1030,6 @@ impl SandboxView for KubernetesView {
                 on_stop: &mut on_stop,
             },
         );
-        drop(heartbeat);
         if let Some(switch) = &command.kill {
             kit::disarm(switch);
         }
@@ -1094,6 +1078,11 @@ impl SandboxView for KubernetesView {
     }
 
     fn close(self: Box<Self>) -> Result<(), SandboxError> {
+        // No heartbeat after the claim is gone.
+        self.alive
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         let deleted = self.client.delete_claim(&self.claim);
         let removed = warden_sandbox::remove_scratch(&self.scratch);
         deleted.map_err(|e| {
@@ -1111,10 +1100,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rfc3339_times() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
-        assert_eq!(rfc3339(1_767_323_045), "2026-01-02T03:04:05Z");
+    fn an_expiry_is_whole_seconds_ahead() {
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let text = expiry(Duration::from_secs(600));
+        assert!(text.ends_with('Z') && !text.contains('.'), "{text}");
+        let at = warden_time::parse_rfc3339(&text).unwrap() / 1000;
+        let at = u64::try_from(at).unwrap();
+        assert!((now + 599..=now + 601).contains(&at), "{text}");
     }
 
     #[test]

@@ -860,25 +860,9 @@ fn merge(target: &mut Value, patch: &Value) {
     }
 }
 
-/// Seconds since the epoch of an RFC 3339 UTC time (`2026-01-02T03:04:05Z`, fractions ignored).
+/// Seconds since the epoch of an RFC 3339 time (`2026-01-02T03:04:05Z`, fractions dropped).
 fn parse_rfc3339(text: &str) -> Option<u64> {
-    let (date, time) = text.split_once('T')?;
-    let mut date = date.split('-').map(|p| p.parse::<i64>().ok());
-    let (year, month, day) = (date.next()??, date.next()??, date.next()??);
-    let time = time.trim_end_matches('Z');
-    let mut time = time.split(':');
-    let hour: u64 = time.next()?.parse().ok()?;
-    let minute: u64 = time.next()?.parse().ok()?;
-    let second: u64 = time.next()?.split('.').next()?.parse().ok()?;
-    // Howard Hinnant's days_from_civil.
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = u64::try_from(era * 146_097 + doe - 719_468).ok()?;
-    Some(days * 86_400 + hour * 3600 + minute * 60 + second)
+    u64::try_from(warden_time::parse_rfc3339(text).ok()? / 1000).ok()
 }
 
 #[cfg(test)]
@@ -888,11 +872,10 @@ mod tests {
     #[test]
     fn times_parse_back() {
         for seconds in [0, 951_782_400, 1_767_323_045] {
-            assert_eq!(
-                parse_rfc3339(&crate::backend::rfc3339(seconds)),
-                Some(seconds)
-            );
+            let text = warden_time::rfc3339_seconds(seconds * 1000);
+            assert_eq!(parse_rfc3339(&text), u64::try_from(seconds).ok(), "{text}");
         }
+        assert_eq!(parse_rfc3339("2026-13-01T00:00:00Z"), None);
     }
 
     #[test]

@@ -795,6 +795,54 @@ pub fn assert_no_import_circles(src: &Path) -> Vec<Edge> {
 mod tests {
     use super::*;
 
+    /// `warden-time` is the one place that turns instants into calendar dates and back: no
+    /// other crate's code carries the day-count arithmetic of such a conversion (the constants
+    /// of the civil-calendar algorithms every hand-written copy uses).
+    #[test]
+    fn no_crate_but_warden_time_computes_calendar_dates() {
+        let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let hallmarks = [
+            "719_468",
+            "719468",
+            "146_097",
+            "146097",
+            "36_524",
+            "36524",
+            "days_from_civil",
+            "civil_from_days",
+        ];
+        let mut found = Vec::new();
+        let mut read = 0;
+        for entry in std::fs::read_dir(&crates).unwrap().flatten() {
+            let src = entry.path().join("src");
+            if !src.is_dir() || entry.file_name() == "time" {
+                continue;
+            }
+            for file in rust_files(&src) {
+                read += 1;
+                // This file names them to look for them.
+                if file.ends_with(
+                    Path::new(file!())
+                        .strip_prefix("crates/test-support")
+                        .unwrap(),
+                ) {
+                    continue;
+                }
+                let text = std::fs::read_to_string(&file).unwrap();
+                for hallmark in hallmarks.iter().filter(|h| text.contains(*h)) {
+                    found.push(format!("{}: {hallmark}", file.display()));
+                }
+            }
+        }
+        assert!(read > 100, "{read} files under {}", crates.display());
+        assert!(
+            found.is_empty(),
+            "calendar arithmetic outside warden-time (use warden_time::rfc3339, \
+             parse_rfc3339, UtcDay):\n{}",
+            found.join("\n")
+        );
+    }
+
     /// Issue 12's rule for every crate of the workspace, not only the ones whose suites repeat
     /// it: no two files of a crate import each other, directly or around.
     #[test]

@@ -371,8 +371,11 @@ fn commands_push_the_claims_expiry_forward_once_per_quarter_of_the_idle_time() {
     view.close().unwrap();
 }
 
+/// The claim stays alive for as long as its view is open — while a command runs (a build may
+/// take longer than the idle timeout) and between commands (a model turn may too) — and the
+/// heartbeat stops when the view is closed.
 #[test]
-fn a_long_command_keeps_its_claim_alive_while_it_runs() {
+fn an_open_view_keeps_its_claim_alive_until_it_is_closed() {
     let Some(cluster) = cluster(FakeOptions::default()) else {
         return;
     };
@@ -381,29 +384,41 @@ fn a_long_command_keeps_its_claim_alive_while_it_runs() {
         .with_keep_alive_every(Duration::from_millis(200));
     let view = std::sync::Arc::new(sandbox.open(&read_only(&cluster)).unwrap());
     let claim = cluster.fake.claims()[0].clone();
+    let wait_for_patches = |at_least: usize, what: &str| {
+        let watchdog = Instant::now() + Duration::from_secs(50);
+        while patches(&cluster, &claim) < at_least {
+            assert!(Instant::now() < watchdog, "no heartbeat {what}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    // Between commands (no command has run yet).
+    wait_for_patches(2, "while the view was idle");
+    // While a command runs.
     let running = view.clone();
     let command = std::thread::spawn(move || {
         running.run(&CommandSpec::bash("sleep 60", Duration::from_secs(120)))
     });
-    // The command sleeps for a minute: PATCHes must come while it does.
-    let watchdog = Instant::now() + Duration::from_secs(50);
-    while patches(&cluster, &claim) < 2 {
-        assert!(
-            !command.is_finished() && Instant::now() < watchdog,
-            "no heartbeat while the command ran"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let before = patches(&cluster, &claim);
+    wait_for_patches(before + 2, "while the command ran");
     assert!(!command.is_finished());
     view.cancel();
     let output = command.join().unwrap().unwrap();
     assert!(!output.success());
+    // After the command, as long as the view is open.
+    let after = patches(&cluster, &claim);
+    wait_for_patches(after + 2, "after the command ended");
+    // Closed: the claim is deleted and nothing more is sent for it.
+    let view =
+        std::sync::Arc::try_unwrap(view).unwrap_or_else(|_| panic!("the view is still shared"));
+    view.close().unwrap();
     let seen = patches(&cluster, &claim);
     std::thread::sleep(Duration::from_millis(600));
-    // One PATCH may still have been on its way when the command ended; a heartbeat going on
-    // would have sent three more.
     assert!(
         patches(&cluster, &claim) <= seen + 1,
-        "the heartbeat stopped with the command"
+        "the heartbeat stopped with the view"
+    );
+    assert!(
+        cluster.fake.claim(&claim).is_none(),
+        "the claim was deleted"
     );
 }
