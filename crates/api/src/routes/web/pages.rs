@@ -870,8 +870,9 @@ fn spend_table(title: &str, key: &str, rows: &[SpendRow]) -> Markup {
 }
 
 /// The cost and token bars of `rows` (the largest first).
-fn spend_bars(title: &str, rows: &[SpendRow]) -> Markup {
-    let cost: Vec<Bar> = rows
+/// The bars of `rows`' cost and of their tokens (input and output), one per row.
+fn cost_and_token_bars(rows: &[SpendRow]) -> (Vec<Bar>, Vec<Bar>) {
+    let cost = rows
         .iter()
         .map(|row| Bar {
             label: row.key.clone(),
@@ -879,7 +880,7 @@ fn spend_bars(title: &str, rows: &[SpendRow]) -> Markup {
             text: spend_cost(&row.spend),
         })
         .collect();
-    let tokens: Vec<Bar> = rows
+    let tokens = rows
         .iter()
         .map(|row| {
             let total = row.spend.input_tokens + row.spend.output_tokens;
@@ -890,6 +891,11 @@ fn spend_bars(title: &str, rows: &[SpendRow]) -> Markup {
             }
         })
         .collect();
+    (cost, tokens)
+}
+
+fn spend_bars(title: &str, rows: &[SpendRow]) -> Markup {
+    let (cost, tokens) = cost_and_token_bars(rows);
     html! {
         div.charts {
             (charts::rows(&format!("Cost per {title}"), &cost))
@@ -920,25 +926,7 @@ pub(super) fn usage(
         by_model,
         by_role,
     } = groups;
-    let cost_per_day: Vec<Bar> = days
-        .iter()
-        .map(|row| Bar {
-            label: row.key.clone(),
-            value: row.spend.cost_micro_usd as f64,
-            text: spend_cost(&row.spend),
-        })
-        .collect();
-    let tokens_per_day: Vec<Bar> = days
-        .iter()
-        .map(|row| {
-            let total = row.spend.input_tokens + row.spend.output_tokens;
-            Bar {
-                label: row.key.clone(),
-                value: total as f64,
-                text: format!("{} tokens", format::tokens(total)),
-            }
-        })
-        .collect();
+    let (cost_per_day, tokens_per_day) = cost_and_token_bars(days);
     let spent_days: Vec<&SpendRow> = days.iter().rev().filter(|r| r.spend.entries > 0).collect();
     let spent_days: Vec<SpendRow> = spent_days
         .into_iter()
