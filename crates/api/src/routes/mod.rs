@@ -678,9 +678,12 @@ async fn method_not_allowed() -> ApiError {
 /// Liveness: answers while the process serves.
 #[utoipa::path(get, path = "/healthz", tag = "service", security(()),
     responses((status = 200, description = "The server is up", body = schema::Health)))]
-async fn healthz() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+async fn healthz() -> Json<schema::Health> {
+    Json(schema::Health {
+        status: "ok".into(),
+    })
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;
