@@ -9,6 +9,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::JournalRecordStore;
 use crate::{BoxFuture, RunRef, Store, StoreError};
 
 /// The hash a run's first record chains to (identical to the runtime's).
@@ -146,13 +147,13 @@ pub fn verify_chain(entries: &[JournalEntry]) -> Result<(), StoreError> {
 /// The two store calls a [`RunJournal`] makes. An `Arc` of any [`Store`] makes them; a caller
 /// may make them its own way (a run's store retries them through outages).
 pub trait JournalStore: Send + Sync {
-    /// [`Store::journal`].
+    /// [`JournalRecordStore::journal`].
     fn journal<'a>(
         &'a self,
         run: &'a RunRef,
     ) -> BoxFuture<'a, Result<Vec<JournalEntry>, StoreError>>;
 
-    /// [`Store::append_journal`].
+    /// [`JournalRecordStore::append_journal`].
     fn append_journal<'a>(
         &'a self,
         run: &'a RunRef,
@@ -165,7 +166,7 @@ impl<S: Store + ?Sized> JournalStore for Arc<S> {
         &'a self,
         run: &'a RunRef,
     ) -> BoxFuture<'a, Result<Vec<JournalEntry>, StoreError>> {
-        Store::journal(self.as_ref(), run)
+        JournalRecordStore::journal(self.as_ref(), run)
     }
 
     fn append_journal<'a>(
@@ -173,7 +174,7 @@ impl<S: Store + ?Sized> JournalStore for Arc<S> {
         run: &'a RunRef,
         entry: JournalEntry,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Store::append_journal(self.as_ref(), run, entry)
+        JournalRecordStore::append_journal(self.as_ref(), run, entry)
     }
 }
 

@@ -52,6 +52,15 @@ pub use types::{ChatMessage, ChatMessageState, NewChatMessage};
 pub use types::{NewWebSession, WebSession, WebUser, WEB_CREDENTIAL_PASSWORD};
 pub use warden_time::UtcDay;
 
+/// The store's traits, for callers of their methods on a `dyn Store`: `use warden_store::prelude::*;`.
+pub mod prelude {
+    pub use crate::{
+        ApprovalStore, ChatStore, ConversationStore, EventStore, JournalRecordStore, LedgerStore,
+        OutboxStore, QueueStore, RepoRegistry, ReportStore, Store, TaskStore, TokenStore,
+        WebAccountStore,
+    };
+}
+
 /// A boxed, sendable future: keeps [`Store`] object-safe without an extra crate.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -62,7 +71,23 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// Every move of a task to a terminal status (a run finishing, a cancel, a task abandoned after
 /// too many interrupted runs) stores the task's `task_finished` event (its status and the
 /// result's `outcome`, else `failure`) in the same transaction; callers never append it.
-pub trait Store: Send + Sync {
+pub trait Store:
+    TaskStore
+    + QueueStore
+    + JournalRecordStore
+    + EventStore
+    + LedgerStore
+    + RepoRegistry
+    + ApprovalStore
+    + OutboxStore
+    + TokenStore
+    + WebAccountStore
+    + ChatStore
+    + ConversationStore
+    + ReportStore
+    + Send
+    + Sync
+{
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
 
@@ -78,9 +103,10 @@ pub trait Store: Send + Sync {
     /// Held weakly: it hears while something else keeps it alive. Registered twice, it hears
     /// everything twice.
     fn add_observer(&self, observer: Weak<dyn StoreObserver>);
+}
 
-    // --- tasks ---
-
+/// Tasks: created, read, listed and moved between statuses (compare-and-set).
+pub trait TaskStore: Send + Sync {
     /// Stores a new `queued` task. With an idempotency key seen before for the same owner:
     /// the earlier task if the request hash matches, else [`StoreError::IdempotencyConflict`].
     /// A `retry_of` must name a terminal task; a `follow_up_to` must exist.
@@ -107,9 +133,10 @@ pub trait Store: Send + Sync {
         to: TaskStatus,
         result: Option<serde_json::Value>,
     ) -> BoxFuture<'a, Result<Task, StoreError>>;
+}
 
-    // --- queue ---
-
+/// The queue: claiming queued tasks under leases, heartbeats, finishing runs, re-queueing what lost its lease, and a task's runs.
+pub trait QueueStore: Send + Sync {
     /// Atomically takes the best queued task (highest priority, then oldest) that `filter`
     /// admits and whose repositories are not held by another running change or maintain task,
     /// marks it `running` and opens a new run leased to `worker` for `lease`. `None` when
@@ -227,9 +254,10 @@ pub trait Store: Send + Sync {
 
     /// A task's runs, oldest first.
     fn list_runs<'a>(&'a self, task: &'a TaskId) -> BoxFuture<'a, Result<Vec<Run>, StoreError>>;
+}
 
-    // --- journal ---
-
+/// Each run's hash-chained journal: appended, read whole or a page at a time.
+pub trait JournalRecordStore: Send + Sync {
     /// Appends one record to an open run's journal, checking in the same transaction that it
     /// continues the stored chain (next sequence, previous hash, content hash); anything else
     /// is a [`StoreError::JournalConflict`], so two writers cannot fork a chain.
@@ -261,9 +289,10 @@ pub trait Store: Send + Sync {
             Ok(entries)
         })
     }
+}
 
-    // --- events ---
-
+/// The event stream: every task's events, in one order and in each task's.
+pub trait EventStore: Send + Sync {
     fn append_event<'a>(
         &'a self,
         task: &'a TaskId,
@@ -277,18 +306,20 @@ pub trait Store: Send + Sync {
         after: u64,
         limit: u32,
     ) -> BoxFuture<'a, Result<Vec<EventRecord>, StoreError>>;
+}
 
-    // --- usage ledger (append-only) ---
-
+/// The usage ledger (append-only): model calls' tokens and cost, summed per task and per day.
+pub trait LedgerStore: Send + Sync {
     fn record_usage(&self, entry: UsageEntry) -> BoxFuture<'_, Result<(), StoreError>>;
 
     fn spend_for_task<'a>(&'a self, task: &'a TaskId) -> BoxFuture<'a, Result<Spend, StoreError>>;
 
     /// Spend recorded during one UTC day (by the store clock).
     fn spend_for_day(&self, day: UtcDay) -> BoxFuture<'_, Result<Spend, StoreError>>;
+}
 
-    // --- registered repositories ---
-
+/// Registered repositories, by name.
+pub trait RepoRegistry: Send + Sync {
     /// Registers a repository; [`StoreError::AlreadyExists`] when the name is taken.
     fn register_repo(&self, repo: NewRepo) -> BoxFuture<'_, Result<Repository, StoreError>>;
 
@@ -299,9 +330,10 @@ pub trait Store: Send + Sync {
 
     /// Every registered repository, by name.
     fn list_repos(&self) -> BoxFuture<'_, Result<Vec<Repository>, StoreError>>;
+}
 
-    // --- approvals ---
-
+/// Approvals bound to the hash of what they approve, decided once and consumed once.
+pub trait ApprovalStore: Send + Sync {
     fn create_approval(&self, approval: NewApproval)
         -> BoxFuture<'_, Result<Approval, StoreError>>;
 
@@ -331,9 +363,10 @@ pub trait Store: Send + Sync {
         id: &'a str,
         subject_hash: &'a str,
     ) -> BoxFuture<'a, Result<Approval, StoreError>>;
+}
 
-    // --- outbox ---
-
+/// The outbox of side effects (push, pull request, callback): recorded before they start, claimed under leases, completed or failed.
+pub trait OutboxStore: Send + Sync {
     /// Records a side-effect intent, `pending` and due now.
     fn enqueue_intent(&self, intent: NewIntent) -> BoxFuture<'_, Result<Intent, StoreError>>;
 
@@ -369,9 +402,10 @@ pub trait Store: Send + Sync {
         &'a self,
         task: &'a TaskId,
     ) -> BoxFuture<'a, Result<Vec<Intent>, StoreError>>;
+}
 
-    // --- API tokens ---
-
+/// API tokens, kept as digests.
+pub trait TokenStore: Send + Sync {
     /// Stores a token; [`StoreError::AlreadyExists`] when its id or its digest is taken.
     fn create_api_token(&self, token: NewApiToken) -> BoxFuture<'_, Result<ApiToken, StoreError>>;
 
@@ -387,9 +421,10 @@ pub trait Store: Send + Sync {
     /// Revokes a token for good; revoking it again changes nothing and returns it.
     /// [`StoreError::NotFound`] for an unknown id.
     fn revoke_api_token<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<ApiToken, StoreError>>;
+}
 
-    // --- web console users and sessions ---
-
+/// The web console's users (password hashes) and sessions (cookie digests).
+pub trait WebAccountStore: Send + Sync {
     /// Creates the web user `name`, or replaces its role and password hash (keeping its
     /// creation time). In the same transaction, every unrevoked session that user signed in
     /// with a password is revoked: a new password ends the old ones' sessions.
@@ -438,9 +473,10 @@ pub trait Store: Send + Sync {
         &'a self,
         id: &'a str,
     ) -> BoxFuture<'a, Result<WebSession, StoreError>>;
+}
 
-    // --- chat interfaces (Telegram): updates seen, the polling offset, outbound messages ---
-
+/// The chat interfaces' state: updates seen, the polling offset, and outbound messages with their delivery.
+pub trait ChatStore: Send + Sync {
     /// Records that `channel`'s update `update_id` was handled, together with its `replies`,
     /// in one transaction, and moves the channel's polling offset past it. `false` (and
     /// nothing recorded but the offset) when the update was recorded before: a replay.
@@ -507,9 +543,10 @@ pub trait Store: Send + Sync {
         error: &'a str,
         retry_at_ms: Option<i64>,
     ) -> BoxFuture<'a, Result<ChatMessage, StoreError>>;
+}
 
-    // --- task conversation ---
-
+/// A task's conversation: questions asked, answers and messages given.
+pub trait ConversationStore: Send + Sync {
     /// Appends a message (`role` is [`MESSAGE_USER`], [`MESSAGE_AGENT`] or [`MESSAGE_STEER`], else
     /// [`StoreError::InvalidData`]) to an existing task's conversation.
     fn append_task_message<'a>(
@@ -535,9 +572,10 @@ pub trait Store: Send + Sync {
         text: &'a str,
         author: &'a str,
     ) -> BoxFuture<'a, Result<Task, StoreError>>;
+}
 
-    // --- reporting ---
-
+/// Reports over everything: usage summaries and tasks per status.
+pub trait ReportStore: Send + Sync {
     /// Ledger spend per UTC day, per task and per model, filtered by `query`.
     fn usage_summary(&self, query: UsageQuery) -> BoxFuture<'_, Result<UsageSummary, StoreError>>;
 

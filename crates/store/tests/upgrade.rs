@@ -7,6 +7,7 @@
 use rusqlite::types::Value;
 use rusqlite::Connection;
 use warden_protocol::{TaskId, TaskKind};
+use warden_store::prelude::*;
 use warden_store::{NewTask, SqliteStore, TaskRepo};
 
 /// Every user table's rows: table → (columns, rows), in creation order.
@@ -82,7 +83,6 @@ async fn every_earlier_schema_opens_migrated_with_its_rows() {
         TaskKind::Change,
         Some(question.id.clone()),
     );
-    use warden_store::Store;
     for task in [question.clone(), change.clone()] {
         store.create_task(task, None).await.unwrap();
     }

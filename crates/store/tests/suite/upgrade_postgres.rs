@@ -6,7 +6,8 @@
 //! lists `postgres`, as CI does).
 
 use warden_protocol::{TaskId, TaskKind};
-use warden_store::{NewTask, PostgresStore, Store, TaskRepo};
+use warden_store::prelude::*;
+use warden_store::{NewTask, PostgresStore, TaskRepo};
 
 use super::harness::{admin_client, PgSchema};
 
