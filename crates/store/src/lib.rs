@@ -4,6 +4,15 @@
 //! backend (the default under `WARDEN_HOME`) and a Postgres backend (many workers on many
 //! machines). Both pass the same conformance suite (`tests/suite`).
 //!
+//! [`Store`] joins one trait per domain ([`TaskStore`], [`QueueStore`], [`JournalRecordStore`],
+//! [`EventStore`], [`LedgerStore`], [`RepoRegistry`], [`ApprovalStore`], [`OutboxStore`],
+//! [`TokenStore`], [`WebAccountStore`], [`ChatStore`], [`ConversationStore`],
+//! [`ReportStore`]); callers hold an `Arc<dyn Store>` and call any of their methods (on a
+//! concrete backend, `use warden_store::prelude::*`). Each backend has a file per domain
+//! (`sqlite/tasks.rs`, `postgres/queue.rs`, …) with its trait's implementation and the helpers
+//! only it uses; `mod.rs` keeps the connection, the shared statements and the row readers, which
+//! read a row's columns by name (a row holding two tasks names the second's `next_id`, …).
+//!
 //! **API Boundary:** [`open`] and the [`Store`] trait; the backends' own types are public only
 //! for their constructors. Every timestamp comes from the injected [`Clock`]. A store tells
 //! the [`StoreObserver`]s registered with it what it committed (events, claims, ledger

@@ -242,21 +242,21 @@ impl ChatStore for PostgresStore {
 
 fn read_chat_message(row: &Row) -> Result<ChatMessage, StoreError> {
     RawChatMessage {
-        id: get(row, 0)?,
-        channel: get(row, 1)?,
-        chat: get(row, 2)?,
-        task_id: get(row, 3)?,
-        text: get(row, 4)?,
-        markup: get(row, 5)?,
-        state: get(row, 6)?,
-        message_id: get(row, 7)?,
-        revision: get(row, 8)?,
-        delivered_revision: get(row, 9)?,
-        attempts: get(row, 10)?,
-        next_attempt_at_ms: get(row, 11)?,
-        last_error: get(row, 12)?,
-        created_at_ms: get(row, 13)?,
-        updated_at_ms: get(row, 14)?,
+        id: get(row, "id")?,
+        channel: get(row, "channel")?,
+        chat: get(row, "chat")?,
+        task_id: get(row, "task_id")?,
+        text: get(row, "text")?,
+        markup: get(row, "markup")?,
+        state: get(row, "state")?,
+        message_id: get(row, "message_id")?,
+        revision: get(row, "revision")?,
+        delivered_revision: get(row, "delivered_revision")?,
+        attempts: get(row, "attempts")?,
+        next_attempt_at_ms: get(row, "next_attempt_at_ms")?,
+        last_error: get(row, "last_error")?,
+        created_at_ms: get(row, "created_at_ms")?,
+        updated_at_ms: get(row, "updated_at_ms")?,
     }
     .decode()
 }

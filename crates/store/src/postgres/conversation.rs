@@ -87,11 +87,11 @@ impl PostgresStore {
 
 fn read_message(row: &Row) -> Result<TaskMessage, StoreError> {
     RawMessage {
-        seq: get(row, 0)?,
-        role: get(row, 1)?,
-        text: get(row, 2)?,
-        author: get(row, 3)?,
-        at_ms: get(row, 4)?,
+        seq: get(row, "seq")?,
+        role: get(row, "role")?,
+        text: get(row, "text")?,
+        author: get(row, "author")?,
+        at_ms: get(row, "at_ms")?,
     }
     .decode()
 }

@@ -191,107 +191,137 @@ async fn execute(c: &dyn Conn, sql: &str, params: Params<'_>) -> Result<u64, Sto
     c.exec(sql, params).await.map_err(pg_error)
 }
 
+/// Column `index` of `row` (a name, or a position for a one-column answer).
 fn get<'a, T: tokio_postgres::types::FromSql<'a>>(
     row: &'a Row,
-    index: usize,
+    index: impl tokio_postgres::row::RowIndex + std::fmt::Display,
 ) -> Result<T, StoreError> {
     row.try_get(index).map_err(pg_error)
 }
 
+/// A task from the columns `TASK_COLUMNS` names (the first of each name in the row).
 fn read_task(row: &Row) -> Result<Task, StoreError> {
-    read_task_at(row, 0)
+    read_task_named(row, "")
 }
 
-/// Reads `TASK_COLUMNS` starting at column `at`.
-fn read_task_at(row: &Row, at: usize) -> Result<Task, StoreError> {
+/// A task from the columns `TASK_COLUMNS` names, each with `prefix` (a row holding two tasks
+/// names the second's columns `next_id`, `next_kind`, … with [`prefixed_task_columns`]).
+fn read_task_named(row: &Row, prefix: &str) -> Result<Task, StoreError> {
+    let column = |name: &str| format!("{prefix}{name}");
     RawTask {
-        id: get(row, at)?,
-        kind: get(row, at + 1)?,
-        status: get(row, at + 2)?,
-        owner: get(row, at + 3)?,
-        prompt: get(row, at + 4)?,
-        repos: get(row, at + 5)?,
-        priority: get(row, at + 6)?,
-        created_at_ms: get(row, at + 7)?,
-        updated_at_ms: get(row, at + 8)?,
-        follow_up_to: get(row, at + 9)?,
-        retry_of: get(row, at + 10)?,
-        result: get(row, at + 11)?,
-        metadata: get(row, at + 12)?,
-        run_count: get(row, at + 13)?,
-        interrupted_runs: get(row, at + 14)?,
-        callback_url: get(row, at + 15)?,
+        id: get(row, column("id").as_str())?,
+        kind: get(row, column("kind").as_str())?,
+        status: get(row, column("status").as_str())?,
+        owner: get(row, column("owner").as_str())?,
+        prompt: get(row, column("prompt").as_str())?,
+        repos: get(row, column("repos").as_str())?,
+        priority: get(row, column("priority").as_str())?,
+        created_at_ms: get(row, column("created_at_ms").as_str())?,
+        updated_at_ms: get(row, column("updated_at_ms").as_str())?,
+        follow_up_to: get(row, column("follow_up_to").as_str())?,
+        retry_of: get(row, column("retry_of").as_str())?,
+        result: get(row, column("result").as_str())?,
+        metadata: get(row, column("metadata").as_str())?,
+        run_count: get(row, column("run_count").as_str())?,
+        interrupted_runs: get(row, column("interrupted_runs").as_str())?,
+        callback_url: get(row, column("callback_url").as_str())?,
     }
     .decode()
 }
 
+/// The task columns of `table` as `prefix` + their names (`claimed.id AS next_id, …`).
+fn prefixed_task_columns(table: &str, prefix: &str) -> String {
+    [
+        "id",
+        "kind",
+        "status",
+        "owner",
+        "prompt",
+        "repos",
+        "priority",
+        "created_at_ms",
+        "updated_at_ms",
+        "follow_up_to",
+        "retry_of",
+        "result",
+        "metadata",
+        "run_count",
+        "interrupted_runs",
+        "callback_url",
+    ]
+    .iter()
+    .map(|name| format!("{table}.{name} AS {prefix}{name}"))
+    .collect::<Vec<_>>()
+    .join(", ")
+}
+
 fn read_run(row: &Row) -> Result<Run, StoreError> {
     RawRun {
-        task_id: get(row, 0)?,
-        number: get(row, 1)?,
-        worker: get(row, 2)?,
-        started_at_ms: get(row, 3)?,
-        heartbeat_at_ms: get(row, 4)?,
-        lease_expires_at_ms: get(row, 5)?,
-        ended_at_ms: get(row, 6)?,
-        outcome: get(row, 7)?,
+        task_id: get(row, "task_id")?,
+        number: get(row, "number")?,
+        worker: get(row, "worker")?,
+        started_at_ms: get(row, "started_at_ms")?,
+        heartbeat_at_ms: get(row, "heartbeat_at_ms")?,
+        lease_expires_at_ms: get(row, "lease_expires_at_ms")?,
+        ended_at_ms: get(row, "ended_at_ms")?,
+        outcome: get(row, "outcome")?,
     }
     .decode()
 }
 
 fn read_journal(row: &Row) -> Result<JournalEntry, StoreError> {
     RawJournal {
-        seq: get(row, 0)?,
-        at_ms: get(row, 1)?,
-        kind: get(row, 2)?,
-        payload: get(row, 3)?,
-        prev_hash: get(row, 4)?,
-        hash: get(row, 5)?,
-        display: get(row, 6)?,
+        seq: get(row, "seq")?,
+        at_ms: get(row, "at_ms")?,
+        kind: get(row, "kind")?,
+        payload: get(row, "payload")?,
+        prev_hash: get(row, "prev_hash")?,
+        hash: get(row, "hash")?,
+        display: get(row, "display")?,
     }
     .decode()
 }
 
 fn read_event(row: &Row) -> Result<EventRecord, StoreError> {
     RawEvent {
-        seq: get(row, 0)?,
-        task_seq: get(row, 1)?,
-        task_id: get(row, 2)?,
-        at_ms: get(row, 3)?,
-        event: get(row, 4)?,
+        seq: get(row, "seq")?,
+        task_seq: get(row, "task_seq")?,
+        task_id: get(row, "task_id")?,
+        at_ms: get(row, "at_ms")?,
+        event: get(row, "event")?,
     }
     .decode()
 }
 
 fn read_approval(row: &Row) -> Result<Approval, StoreError> {
     RawApproval {
-        id: get(row, 0)?,
-        task_id: get(row, 1)?,
-        kind: get(row, 2)?,
-        subject_hash: get(row, 3)?,
-        status: get(row, 4)?,
-        created_at_ms: get(row, 5)?,
-        decided_by: get(row, 6)?,
-        decided_at_ms: get(row, 7)?,
-        consumed_at_ms: get(row, 8)?,
+        id: get(row, "id")?,
+        task_id: get(row, "task_id")?,
+        kind: get(row, "kind")?,
+        subject_hash: get(row, "subject_hash")?,
+        status: get(row, "status")?,
+        created_at_ms: get(row, "created_at_ms")?,
+        decided_by: get(row, "decided_by")?,
+        decided_at_ms: get(row, "decided_at_ms")?,
+        consumed_at_ms: get(row, "consumed_at_ms")?,
     }
     .decode()
 }
 
 fn read_intent(row: &Row) -> Result<Intent, StoreError> {
     RawIntent {
-        id: get(row, 0)?,
-        task_id: get(row, 1)?,
-        kind: get(row, 2)?,
-        payload: get(row, 3)?,
-        status: get(row, 4)?,
-        attempts: get(row, 5)?,
-        next_attempt_at_ms: get(row, 6)?,
-        lease_owner: get(row, 7)?,
-        lease_expires_at_ms: get(row, 8)?,
-        last_error: get(row, 9)?,
-        created_at_ms: get(row, 10)?,
-        done_at_ms: get(row, 11)?,
+        id: get(row, "id")?,
+        task_id: get(row, "task_id")?,
+        kind: get(row, "kind")?,
+        payload: get(row, "payload")?,
+        status: get(row, "status")?,
+        attempts: get(row, "attempts")?,
+        next_attempt_at_ms: get(row, "next_attempt_at_ms")?,
+        lease_owner: get(row, "lease_owner")?,
+        lease_expires_at_ms: get(row, "lease_expires_at_ms")?,
+        last_error: get(row, "last_error")?,
+        created_at_ms: get(row, "created_at_ms")?,
+        done_at_ms: get(row, "done_at_ms")?,
     }
     .decode()
 }
@@ -433,12 +463,12 @@ async fn end_runs(
     )
     .await?;
     for row in &rows {
-        let ord: i64 = get(row, 0)?;
+        let ord: i64 = get(row, "ord")?;
         let slot = usize::try_from(ord)
             .ok()
             .and_then(|i| outcomes.get_mut(i))
             .ok_or_else(|| StoreError::invalid_data("finish_runs: unknown row"))?;
-        *slot = Some(Ok(read_task_at(row, 1)?));
+        *slot = Some(Ok(read_task(row)?));
     }
     let mut ended = Vec::with_capacity(completions.len());
     for ((completion, outcome), result) in completions.into_iter().zip(outcomes).zip(results) {
@@ -638,25 +668,28 @@ async fn check_run_held(c: &dyn Conn, run: &RunRef, worker: &str) -> Result<(), 
     crate::checks::check_run_held(run, worker, row)
 }
 
-const SPEND_COLUMNS: &str = "COALESCE(SUM(input_tokens), 0)::BIGINT, \
-     COALESCE(SUM(cached_input_tokens), 0)::BIGINT, COALESCE(SUM(output_tokens), 0)::BIGINT, \
-     COALESCE(SUM(cost_micro_usd), 0)::BIGINT, COUNT(*) - COUNT(cost_micro_usd), COUNT(*)";
+/// Sums over ledger entries, named as [`read_spend`] reads them.
+const SPEND_COLUMNS: &str = "COALESCE(SUM(input_tokens), 0)::BIGINT AS sum_input_tokens, \
+     COALESCE(SUM(cached_input_tokens), 0)::BIGINT AS sum_cached_input_tokens, \
+     COALESCE(SUM(output_tokens), 0)::BIGINT AS sum_output_tokens, \
+     COALESCE(SUM(cost_micro_usd), 0)::BIGINT AS sum_cost_micro_usd, \
+     COUNT(*) - COUNT(cost_micro_usd) AS unknown_costs, COUNT(*) AS entries";
 
+/// The sums of [`SPEND_COLUMNS`].
 fn read_spend(row: &Row) -> Result<Spend, StoreError> {
     spend_from([
-        get(row, 0)?,
-        get(row, 1)?,
-        get(row, 2)?,
-        get(row, 3)?,
-        get(row, 4)?,
-        get(row, 5)?,
+        get(row, "sum_input_tokens")?,
+        get(row, "sum_cached_input_tokens")?,
+        get(row, "sum_output_tokens")?,
+        get(row, "sum_cost_micro_usd")?,
+        get(row, "unknown_costs")?,
+        get(row, "entries")?,
     ])
 }
 
 /// The Postgres schema's migrations, `(version, sql)` in order: for tests that build a schema
 /// as an earlier Warden left it and open it with this one.
 #[doc(hidden)]
-
 pub fn postgres_migrations() -> &'static [(i64, &'static str)] {
     schema::MIGRATIONS
 }

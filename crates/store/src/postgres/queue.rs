@@ -368,8 +368,8 @@ impl PostgresStore {
                      UPDATE tasks SET status = $5, result = COALESCE($7, tasks.result),
                          updated_at_ms = $4
                      FROM ended WHERE tasks.id = ended.task_id
-                     RETURNING {CLAIMED_COLUMNS}, (SELECT seq FROM event),
-                         (SELECT task_seq FROM event)"
+                     RETURNING {CLAIMED_COLUMNS}, (SELECT seq FROM event) AS event_seq,
+                         (SELECT task_seq FROM event) AS event_task_seq"
                 ),
                 &[
                     &run.task.as_str(),
@@ -385,7 +385,8 @@ impl PostgresStore {
             .await?;
             if let Some(row) = row {
                 let task = read_task(&row)?;
-                let seqs: (Option<i64>, Option<i64>) = (get(&row, 16)?, get(&row, 17)?);
+                let seqs: (Option<i64>, Option<i64>) =
+                    (get(&row, "event_seq")?, get(&row, "event_task_seq")?);
                 if let (Some(event), (Some(seq), Some(task_seq))) = (event, seqs) {
                     let record = event_record(&run.task, seq, task_seq, now, event)?;
                     self.observers.events([&record]);
@@ -579,7 +580,7 @@ async fn claim_fast(
                  INSERT INTO runs (task_id, number, worker, started_at_ms, heartbeat_at_ms,
                      lease_expires_at_ms)
                  SELECT id, run_count, $4, $3, $3, $5 FROM claimed)
-             SELECT candidate.id, claimed.* FROM candidate
+             SELECT candidate.id AS candidate_id, claimed.* FROM candidate
              LEFT JOIN claimed ON claimed.id = candidate.id"
         ),
         &[&kinds, &exclusive, &now, &worker, &expires, &limit, &only],
@@ -588,11 +589,12 @@ async fn claim_fast(
     let mut claims = Vec::with_capacity(rows.len());
     let mut passed_over = false;
     for row in &rows {
-        if get::<Option<String>>(row, 1)?.is_none() {
+        // A candidate another worker's statement claimed first: no row of `claimed`.
+        if get::<Option<String>>(row, "id")?.is_none() {
             passed_over = true;
             continue;
         }
-        let task = read_task_at(row, 1)?;
+        let task = read_task(row)?;
         claims.push(Claim {
             run_number: task.runs,
             task,
@@ -764,6 +766,8 @@ async fn finish_and_claim_fast(
     let number = i64::from(completion.run.number);
     // The snapshot still sees the task being finished as running: it holds nothing anymore.
     let holders = format!("{} AND o.id <> $1", HOLDERS.replace("$2", "$10"));
+    // The claimed task's columns, named apart from the finished one's.
+    let next = prefixed_task_columns("claimed", "next_");
     let rows = c
         .rows(
             &format!(
@@ -813,10 +817,12 @@ async fn finish_and_claim_fast(
                  INSERT INTO runs (task_id, number, worker, started_at_ms, heartbeat_at_ms,
                      lease_expires_at_ms)
                  SELECT id, run_count, $3, $4, $4, $11 FROM claimed)
-             SELECT (SELECT COALESCE(array_agg(seq ORDER BY seq), '{{}}') FROM inserted),
-                 (SELECT COALESCE(array_agg(task_seq ORDER BY seq), '{{}}') FROM inserted),
-                 EXISTS (SELECT 1 FROM candidate) AND NOT EXISTS (SELECT 1 FROM claimed),
-                 finished.*, claimed.*
+             SELECT (SELECT COALESCE(array_agg(seq ORDER BY seq), '{{}}') FROM inserted) AS seqs,
+                 (SELECT COALESCE(array_agg(task_seq ORDER BY seq), '{{}}') FROM inserted)
+                     AS task_seqs,
+                 EXISTS (SELECT 1 FROM candidate) AND NOT EXISTS (SELECT 1 FROM claimed)
+                     AS passed_over,
+                 finished.*, {next}
              FROM finished LEFT JOIN claimed ON true"
             ),
             &[
@@ -846,13 +852,13 @@ async fn finish_and_claim_fast(
     let Some(row) = rows.into_iter().next() else {
         return Ok(None);
     };
-    let seqs: Vec<i64> = get(&row, 0)?;
-    let task_seqs: Vec<i64> = get(&row, 1)?;
-    let passed_over: bool = get(&row, 2)?;
-    let task = read_task_at(&row, 3)?;
-    let claim = match get::<Option<String>>(&row, 19)? {
+    let seqs: Vec<i64> = get(&row, "seqs")?;
+    let task_seqs: Vec<i64> = get(&row, "task_seqs")?;
+    let passed_over: bool = get(&row, "passed_over")?;
+    let task = read_task(&row)?;
+    let claim = match get::<Option<String>>(&row, "next_id")? {
         Some(_) => {
-            let next = read_task_at(&row, 19)?;
+            let next = read_task_named(&row, "next_")?;
             Some(Claim {
                 run_number: next.runs,
                 task: next,
@@ -977,9 +983,9 @@ async fn finish_runs_fast(
                      RETURNING seq, task_seq, task_id)
                  SELECT f.*,
                      (SELECT COALESCE(array_agg(i.seq ORDER BY i.seq), '{{}}') FROM inserted i
-                      WHERE i.task_id = f.id),
+                      WHERE i.task_id = f.id) AS seqs,
                      (SELECT COALESCE(array_agg(i.task_seq ORDER BY i.seq), '{{}}') FROM inserted i
-                      WHERE i.task_id = f.id)
+                      WHERE i.task_id = f.id) AS task_seqs
                  FROM finished f"
             ),
             &[
@@ -1003,14 +1009,14 @@ async fn finish_runs_fast(
         Err(e) => return Err(pg_error(e)),
     };
     for row in &rows {
-        let ord: i64 = get(row, 0)?;
+        let ord: i64 = get(row, "ord")?;
         let i = usize::try_from(ord)
             .ok()
             .filter(|i| *i < completions.len())
             .ok_or_else(|| StoreError::invalid_data("finish_runs: unknown row"))?;
-        let task = read_task_at(row, 1)?;
-        let seqs: Vec<i64> = get(row, 17)?;
-        let task_seqs: Vec<i64> = get(row, 18)?;
+        let task = read_task(row)?;
+        let seqs: Vec<i64> = get(row, "seqs")?;
+        let task_seqs: Vec<i64> = get(row, "task_seqs")?;
         let events = std::mem::take(&mut row_events[i]);
         let records = event_records(&task.id, events, &seqs, &task_seqs, now)?;
         outcomes[i] = Some(Ok(Finished {

@@ -81,19 +81,19 @@ impl PostgresStore {
         Ok(UsageSummary {
             by_day: days
                 .iter()
-                .map(|row| Ok((UtcDay(get(row, 0)?), read_spend_at(row)?)))
+                .map(|row| Ok((UtcDay(get(row, 0)?), read_spend(row)?)))
                 .collect::<Result<_, StoreError>>()?,
             by_task: tasks
                 .iter()
-                .map(|row| Ok((crate::rows::task_id(get(row, 0)?)?, read_spend_at(row)?)))
+                .map(|row| Ok((crate::rows::task_id(get(row, 0)?)?, read_spend(row)?)))
                 .collect::<Result<_, StoreError>>()?,
             by_model: models
                 .iter()
-                .map(|row| Ok((get(row, 0)?, read_spend_at(row)?)))
+                .map(|row| Ok((get(row, 0)?, read_spend(row)?)))
                 .collect::<Result<_, StoreError>>()?,
             by_role: roles
                 .iter()
-                .map(|row| Ok((get(row, 0)?, read_spend_at(row)?)))
+                .map(|row| Ok((get(row, 0)?, read_spend(row)?)))
                 .collect::<Result<_, StoreError>>()?,
         })
     }
@@ -103,15 +103,3 @@ impl PostgresStore {
 const USAGE_FILTER: &str =
     "($1::text IS NULL OR task_id IN (SELECT id FROM tasks WHERE owner = $1))
      AND ($2::bigint IS NULL OR at_ms >= $2)";
-
-/// Spend of rows whose columns from 1 on are `SPEND_COLUMNS`.
-fn read_spend_at(row: &Row) -> Result<Spend, StoreError> {
-    spend_from([
-        get(row, 1)?,
-        get(row, 2)?,
-        get(row, 3)?,
-        get(row, 4)?,
-        get(row, 5)?,
-        get(row, 6)?,
-    ])
-}

@@ -81,14 +81,14 @@ impl PostgresStore {
 
 fn read_repo(row: &Row) -> Result<Repository, StoreError> {
     RawRepo {
-        name: get(row, 0)?,
-        source: get(row, 1)?,
-        branch: get(row, 2)?,
-        checks: get(row, 3)?,
-        created_by: get(row, 4)?,
-        created_at_ms: get(row, 5)?,
-        mounts: get(row, 6)?,
-        prepare: get(row, 7)?,
+        name: get(row, "name")?,
+        source: get(row, "source")?,
+        branch: get(row, "branch")?,
+        checks: get(row, "checks")?,
+        created_by: get(row, "created_by")?,
+        created_at_ms: get(row, "created_at_ms")?,
+        mounts: get(row, "mounts")?,
+        prepare: get(row, "prepare")?,
     }
     .decode()
 }

@@ -99,13 +99,13 @@ impl PostgresStore {
 
 fn read_api_token(row: &Row) -> Result<ApiToken, StoreError> {
     Ok(RawApiToken {
-        id: get(row, 0)?,
-        name: get(row, 1)?,
-        role: get(row, 2)?,
-        digest: get(row, 3)?,
-        created_by: get(row, 4)?,
-        created_at_ms: get(row, 5)?,
-        revoked_at_ms: get(row, 6)?,
+        id: get(row, "id")?,
+        name: get(row, "name")?,
+        role: get(row, "role")?,
+        digest: get(row, "digest")?,
+        created_by: get(row, "created_by")?,
+        created_at_ms: get(row, "created_at_ms")?,
+        revoked_at_ms: get(row, "revoked_at_ms")?,
     }
     .decode())
 }

@@ -202,27 +202,27 @@ impl WebAccountStore for PostgresStore {
 
 fn read_web_user(row: &Row) -> Result<WebUser, StoreError> {
     Ok(RawWebUser {
-        name: get(row, 0)?,
-        role: get(row, 1)?,
-        password_hash: get(row, 2)?,
-        created_at_ms: get(row, 3)?,
-        updated_at_ms: get(row, 4)?,
+        name: get(row, "name")?,
+        role: get(row, "role")?,
+        password_hash: get(row, "password_hash")?,
+        created_at_ms: get(row, "created_at_ms")?,
+        updated_at_ms: get(row, "updated_at_ms")?,
     }
     .decode())
 }
 
 fn read_web_session(row: &Row) -> Result<WebSession, StoreError> {
     Ok(RawWebSession {
-        id: get(row, 0)?,
-        digest: get(row, 1)?,
-        name: get(row, 2)?,
-        role_at_sign_in: get(row, 3)?,
-        credential: get(row, 4)?,
-        address: get(row, 5)?,
-        user_agent: get(row, 6)?,
-        created_at_ms: get(row, 7)?,
-        expires_at_ms: get(row, 8)?,
-        revoked_at_ms: get(row, 9)?,
+        id: get(row, "id")?,
+        digest: get(row, "digest")?,
+        name: get(row, "name")?,
+        role_at_sign_in: get(row, "role_at_sign_in")?,
+        credential: get(row, "credential")?,
+        address: get(row, "address")?,
+        user_agent: get(row, "user_agent")?,
+        created_at_ms: get(row, "created_at_ms")?,
+        expires_at_ms: get(row, "expires_at_ms")?,
+        revoked_at_ms: get(row, "revoked_at_ms")?,
     }
     .decode())
 }

@@ -117,15 +117,15 @@ impl ApprovalStore for SqliteStore {
 
 fn read_approval(row: &Row<'_>) -> rusqlite::Result<RawApproval> {
     Ok(RawApproval {
-        id: row.get(0)?,
-        task_id: row.get(1)?,
-        kind: row.get(2)?,
-        subject_hash: row.get(3)?,
-        status: row.get(4)?,
-        created_at_ms: row.get(5)?,
-        decided_by: row.get(6)?,
-        decided_at_ms: row.get(7)?,
-        consumed_at_ms: row.get(8)?,
+        id: row.get("id")?,
+        task_id: row.get("task_id")?,
+        kind: row.get("kind")?,
+        subject_hash: row.get("subject_hash")?,
+        status: row.get("status")?,
+        created_at_ms: row.get("created_at_ms")?,
+        decided_by: row.get("decided_by")?,
+        decided_at_ms: row.get("decided_at_ms")?,
+        consumed_at_ms: row.get("consumed_at_ms")?,
     })
 }
 

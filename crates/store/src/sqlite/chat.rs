@@ -202,21 +202,21 @@ impl ChatStore for SqliteStore {
 
 fn read_chat_message(row: &Row<'_>) -> rusqlite::Result<RawChatMessage> {
     Ok(RawChatMessage {
-        id: row.get(0)?,
-        channel: row.get(1)?,
-        chat: row.get(2)?,
-        task_id: row.get(3)?,
-        text: row.get(4)?,
-        markup: row.get(5)?,
-        state: row.get(6)?,
-        message_id: row.get(7)?,
-        revision: row.get(8)?,
-        delivered_revision: row.get(9)?,
-        attempts: row.get(10)?,
-        next_attempt_at_ms: row.get(11)?,
-        last_error: row.get(12)?,
-        created_at_ms: row.get(13)?,
-        updated_at_ms: row.get(14)?,
+        id: row.get("id")?,
+        channel: row.get("channel")?,
+        chat: row.get("chat")?,
+        task_id: row.get("task_id")?,
+        text: row.get("text")?,
+        markup: row.get("markup")?,
+        state: row.get("state")?,
+        message_id: row.get("message_id")?,
+        revision: row.get("revision")?,
+        delivered_revision: row.get("delivered_revision")?,
+        attempts: row.get("attempts")?,
+        next_attempt_at_ms: row.get("next_attempt_at_ms")?,
+        last_error: row.get("last_error")?,
+        created_at_ms: row.get("created_at_ms")?,
+        updated_at_ms: row.get("updated_at_ms")?,
     })
 }
 

@@ -60,11 +60,11 @@ impl ConversationStore for SqliteStore {
 
 fn read_message(row: &Row<'_>) -> rusqlite::Result<RawMessage> {
     Ok(RawMessage {
-        seq: row.get(0)?,
-        role: row.get(1)?,
-        text: row.get(2)?,
-        author: row.get(3)?,
-        at_ms: row.get(4)?,
+        seq: row.get("seq")?,
+        role: row.get("role")?,
+        text: row.get("text")?,
+        author: row.get("author")?,
+        at_ms: row.get("at_ms")?,
     })
 }
 

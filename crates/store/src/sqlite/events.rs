@@ -64,10 +64,10 @@ impl EventStore for SqliteStore {
 
 fn read_event(row: &Row<'_>) -> rusqlite::Result<RawEvent> {
     Ok(RawEvent {
-        seq: row.get(0)?,
-        task_seq: row.get(1)?,
-        task_id: row.get(2)?,
-        at_ms: row.get(3)?,
-        event: row.get(4)?,
+        seq: row.get("seq")?,
+        task_seq: row.get("task_seq")?,
+        task_id: row.get("task_id")?,
+        at_ms: row.get("at_ms")?,
+        event: row.get("event")?,
     })
 }

@@ -83,12 +83,12 @@ impl JournalRecordStore for SqliteStore {
 
 fn read_journal(row: &Row<'_>) -> rusqlite::Result<RawJournal> {
     Ok(RawJournal {
-        seq: row.get(0)?,
-        at_ms: row.get(1)?,
-        kind: row.get(2)?,
-        payload: row.get(3)?,
-        prev_hash: row.get(4)?,
-        hash: row.get(5)?,
-        display: row.get(6)?,
+        seq: row.get("seq")?,
+        at_ms: row.get("at_ms")?,
+        kind: row.get("kind")?,
+        payload: row.get("payload")?,
+        prev_hash: row.get("prev_hash")?,
+        hash: row.get("hash")?,
+        display: row.get("display")?,
     })
 }

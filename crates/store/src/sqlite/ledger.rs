@@ -59,14 +59,3 @@ impl LedgerStore for SqliteStore {
         })
     }
 }
-
-fn read_spend(row: &Row<'_>) -> rusqlite::Result<[i64; 6]> {
-    Ok([
-        row.get(0)?,
-        row.get(1)?,
-        row.get(2)?,
-        row.get(3)?,
-        row.get(4)?,
-        row.get(5)?,
-    ])
-}

@@ -389,22 +389,22 @@ fn migrate(conn: &mut Connection, clock: &dyn Clock) -> Result<(), OpenFailure> 
 
 fn read_task(row: &Row<'_>) -> rusqlite::Result<RawTask> {
     Ok(RawTask {
-        id: row.get(0)?,
-        kind: row.get(1)?,
-        status: row.get(2)?,
-        owner: row.get(3)?,
-        prompt: row.get(4)?,
-        repos: row.get(5)?,
-        priority: row.get(6)?,
-        created_at_ms: row.get(7)?,
-        updated_at_ms: row.get(8)?,
-        follow_up_to: row.get(9)?,
-        retry_of: row.get(10)?,
-        result: row.get(11)?,
-        metadata: row.get(12)?,
-        run_count: row.get(13)?,
-        interrupted_runs: row.get(14)?,
-        callback_url: row.get(15)?,
+        id: row.get("id")?,
+        kind: row.get("kind")?,
+        status: row.get("status")?,
+        owner: row.get("owner")?,
+        prompt: row.get("prompt")?,
+        repos: row.get("repos")?,
+        priority: row.get("priority")?,
+        created_at_ms: row.get("created_at_ms")?,
+        updated_at_ms: row.get("updated_at_ms")?,
+        follow_up_to: row.get("follow_up_to")?,
+        retry_of: row.get("retry_of")?,
+        result: row.get("result")?,
+        metadata: row.get("metadata")?,
+        run_count: row.get("run_count")?,
+        interrupted_runs: row.get("interrupted_runs")?,
+        callback_url: row.get("callback_url")?,
     })
 }
 
@@ -526,10 +526,24 @@ fn insert_event(
     event_record(task, seq, task_seq, now, event)
 }
 
-const SPEND_COLUMNS: &str =
-    "COALESCE(SUM(input_tokens), 0), COALESCE(SUM(cached_input_tokens), 0), \
-     COALESCE(SUM(output_tokens), 0), COALESCE(SUM(cost_micro_usd), 0), \
-     COUNT(*) - COUNT(cost_micro_usd), COUNT(*)";
+/// Sums over ledger entries, named as [`read_spend`] reads them.
+const SPEND_COLUMNS: &str = "COALESCE(SUM(input_tokens), 0) AS sum_input_tokens, \
+     COALESCE(SUM(cached_input_tokens), 0) AS sum_cached_input_tokens, \
+     COALESCE(SUM(output_tokens), 0) AS sum_output_tokens, \
+     COALESCE(SUM(cost_micro_usd), 0) AS sum_cost_micro_usd, \
+     COUNT(*) - COUNT(cost_micro_usd) AS unknown_costs, COUNT(*) AS entries";
+
+/// The sums of [`SPEND_COLUMNS`], in [`crate::rows::spend_from`]'s order.
+fn read_spend(row: &Row<'_>) -> rusqlite::Result<[i64; 6]> {
+    Ok([
+        row.get("sum_input_tokens")?,
+        row.get("sum_cached_input_tokens")?,
+        row.get("sum_output_tokens")?,
+        row.get("sum_cost_micro_usd")?,
+        row.get("unknown_costs")?,
+        row.get("entries")?,
+    ])
+}
 
 mod approvals;
 mod chat;

@@ -141,18 +141,18 @@ impl OutboxStore for SqliteStore {
 
 fn read_intent(row: &Row<'_>) -> rusqlite::Result<RawIntent> {
     Ok(RawIntent {
-        id: row.get(0)?,
-        task_id: row.get(1)?,
-        kind: row.get(2)?,
-        payload: row.get(3)?,
-        status: row.get(4)?,
-        attempts: row.get(5)?,
-        next_attempt_at_ms: row.get(6)?,
-        lease_owner: row.get(7)?,
-        lease_expires_at_ms: row.get(8)?,
-        last_error: row.get(9)?,
-        created_at_ms: row.get(10)?,
-        done_at_ms: row.get(11)?,
+        id: row.get("id")?,
+        task_id: row.get("task_id")?,
+        kind: row.get("kind")?,
+        payload: row.get("payload")?,
+        status: row.get("status")?,
+        attempts: row.get("attempts")?,
+        next_attempt_at_ms: row.get("next_attempt_at_ms")?,
+        lease_owner: row.get("lease_owner")?,
+        lease_expires_at_ms: row.get("lease_expires_at_ms")?,
+        last_error: row.get("last_error")?,
+        created_at_ms: row.get("created_at_ms")?,
+        done_at_ms: row.get("done_at_ms")?,
     })
 }
 

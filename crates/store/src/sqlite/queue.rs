@@ -240,14 +240,14 @@ impl QueueStore for SqliteStore {
 
 fn read_run(row: &Row<'_>) -> rusqlite::Result<RawRun> {
     Ok(RawRun {
-        task_id: row.get(0)?,
-        number: row.get(1)?,
-        worker: row.get(2)?,
-        started_at_ms: row.get(3)?,
-        heartbeat_at_ms: row.get(4)?,
-        lease_expires_at_ms: row.get(5)?,
-        ended_at_ms: row.get(6)?,
-        outcome: row.get(7)?,
+        task_id: row.get("task_id")?,
+        number: row.get("number")?,
+        worker: row.get("worker")?,
+        started_at_ms: row.get("started_at_ms")?,
+        heartbeat_at_ms: row.get("heartbeat_at_ms")?,
+        lease_expires_at_ms: row.get("lease_expires_at_ms")?,
+        ended_at_ms: row.get("ended_at_ms")?,
+        outcome: row.get("outcome")?,
     })
 }
 

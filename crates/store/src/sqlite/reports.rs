@@ -96,17 +96,7 @@ fn grouped_spend<K: rusqlite::types::FromSql>(
     let mut statement = conn.prepare_cached(sql).db()?;
     let rows = statement
         .query_map(params![query.owner, query.since_ms], |row| {
-            Ok((
-                row.get::<_, K>(0)?,
-                [
-                    row.get(1)?,
-                    row.get(2)?,
-                    row.get(3)?,
-                    row.get(4)?,
-                    row.get(5)?,
-                    row.get(6)?,
-                ],
-            ))
+            Ok((row.get::<_, K>(0)?, read_spend(row)?))
         })
         .db()?;
     rows.map(|row| {

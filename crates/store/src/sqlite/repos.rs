@@ -54,14 +54,14 @@ impl RepoRegistry for SqliteStore {
 
 fn read_repo(row: &Row<'_>) -> rusqlite::Result<RawRepo> {
     Ok(RawRepo {
-        name: row.get(0)?,
-        source: row.get(1)?,
-        branch: row.get(2)?,
-        checks: row.get(3)?,
-        created_by: row.get(4)?,
-        created_at_ms: row.get(5)?,
-        mounts: row.get(6)?,
-        prepare: row.get(7)?,
+        name: row.get("name")?,
+        source: row.get("source")?,
+        branch: row.get("branch")?,
+        checks: row.get("checks")?,
+        created_by: row.get("created_by")?,
+        created_at_ms: row.get("created_at_ms")?,
+        mounts: row.get("mounts")?,
+        prepare: row.get("prepare")?,
     })
 }
 

@@ -88,12 +88,12 @@ impl TokenStore for SqliteStore {
 
 fn read_api_token(row: &Row<'_>) -> rusqlite::Result<RawApiToken> {
     Ok(RawApiToken {
-        id: row.get(0)?,
-        name: row.get(1)?,
-        role: row.get(2)?,
-        digest: row.get(3)?,
-        created_by: row.get(4)?,
-        created_at_ms: row.get(5)?,
-        revoked_at_ms: row.get(6)?,
+        id: row.get("id")?,
+        name: row.get("name")?,
+        role: row.get("role")?,
+        digest: row.get("digest")?,
+        created_by: row.get("created_by")?,
+        created_at_ms: row.get("created_at_ms")?,
+        revoked_at_ms: row.get("revoked_at_ms")?,
     })
 }

@@ -184,27 +184,27 @@ impl WebAccountStore for SqliteStore {
 
 fn read_web_user(row: &Row<'_>) -> rusqlite::Result<WebUser> {
     Ok(RawWebUser {
-        name: row.get(0)?,
-        role: row.get(1)?,
-        password_hash: row.get(2)?,
-        created_at_ms: row.get(3)?,
-        updated_at_ms: row.get(4)?,
+        name: row.get("name")?,
+        role: row.get("role")?,
+        password_hash: row.get("password_hash")?,
+        created_at_ms: row.get("created_at_ms")?,
+        updated_at_ms: row.get("updated_at_ms")?,
     }
     .decode())
 }
 
 fn read_web_session(row: &Row<'_>) -> rusqlite::Result<WebSession> {
     Ok(RawWebSession {
-        id: row.get(0)?,
-        digest: row.get(1)?,
-        name: row.get(2)?,
-        role_at_sign_in: row.get(3)?,
-        credential: row.get(4)?,
-        address: row.get(5)?,
-        user_agent: row.get(6)?,
-        created_at_ms: row.get(7)?,
-        expires_at_ms: row.get(8)?,
-        revoked_at_ms: row.get(9)?,
+        id: row.get("id")?,
+        digest: row.get("digest")?,
+        name: row.get("name")?,
+        role_at_sign_in: row.get("role_at_sign_in")?,
+        credential: row.get("credential")?,
+        address: row.get("address")?,
+        user_agent: row.get("user_agent")?,
+        created_at_ms: row.get("created_at_ms")?,
+        expires_at_ms: row.get("expires_at_ms")?,
+        revoked_at_ms: row.get("revoked_at_ms")?,
     }
     .decode())
 }
