@@ -699,34 +699,19 @@ async fn run_task(
         }
         Err(failure) => failed(task, &model_name, failure),
     };
-    end_run(services, task, ending, events, drain, &scratch).await
+    end_run(ending, events, drain, &scratch).await
 }
 
-/// Ends a run's setup: its scratch directory is removed, a task that now waits for an answer or
-/// an approval says so (a terminal status stores its `task_finished` when the run is finished,
-/// in the same transaction), and the run's events are all stored before it is finished.
+/// Ends a run's setup: its scratch directory is removed and the run's events are all stored
+/// before it is finished (the store stores its `task_finished`, terminal or waiting for a
+/// person, in the transaction that finishes it).
 async fn end_run(
-    services: &RunServices,
-    task: &Task,
     ending: Ending,
     events: crate::journal::StoreEvents,
     drain: crate::journal::EventDrain,
     scratch: &std::path::Path,
 ) -> Ending {
     let _ = warden_sandbox::remove_scratch(scratch);
-    let stopped = services.running.stopped(&task.id);
-    if let (Ending::Finished { status, result }, false) = (&ending, stopped) {
-        if !status.is_terminal() {
-            events.emit(Event::TaskFinished {
-                status: *status,
-                outcome: result
-                    .get("outcome")
-                    .and_then(Value::as_str)
-                    .unwrap_or("failure")
-                    .to_string(),
-            });
-        }
-    }
     drain.finish(events).await;
     ending
 }

@@ -78,7 +78,8 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 /// single order.
 ///
 /// Every move of a task to a terminal status (a run finishing, a cancel, a task abandoned after
-/// too many interrupted runs) stores the task's `task_finished` event (its status and the
+/// too many interrupted runs), and every run that hands its task to people (waiting for an
+/// answer or an approval), stores the task's `task_finished` event (its status and the
 /// result's `outcome`, else `failure`) in the same transaction; callers never append it.
 pub trait Store:
     TaskStore

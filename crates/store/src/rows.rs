@@ -453,7 +453,15 @@ pub(crate) fn to_u32(value: i64) -> Result<u32, StoreError> {
     u32::try_from(value).map_err(|_| StoreError::OutOfRange(format!("stored {value} exceeds u32")))
 }
 
-/// The event every move to a terminal status stores in the same transaction: `task_finished`
+/// Whether a move to `to` stores the task's `task_finished` event in its transaction: a
+/// terminal status, or waiting for a person (an answer, an approval) — every status a run
+/// hands back to people.
+pub(crate) fn announces_finish(to: TaskStatus) -> bool {
+    to.is_terminal() || matches!(to, TaskStatus::WaitingInput | TaskStatus::WaitingApproval)
+}
+
+/// The event every move to a terminal or waiting status ([`announces_finish`]) stores in the
+/// same transaction: `task_finished`
 /// with the status and the result's `outcome` (`failure` when the result names none).
 pub(crate) fn finished_event(status: TaskStatus, result: Option<&serde_json::Value>) -> Event {
     Event::TaskFinished {

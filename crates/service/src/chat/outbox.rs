@@ -326,9 +326,10 @@ mod tests {
         }
     }
 
-    /// A run announces that it waits for an approval just before its status is stored: the
-    /// task read in between still runs, and is shown again once it waits (the GitHub comment
-    /// that stayed at "running").
+    /// A status announced by an event before it is stored (a run's `status_changed` just before
+    /// its transition): the task read in between still has the old one, and is shown again once
+    /// it has the new (the GitHub comment that stayed at "running"). A run's waiting statuses
+    /// no longer race so: the store stores their `task_finished` with them.
     #[tokio::test]
     async fn a_status_announced_before_it_is_stored_is_shown_once_it_is() {
         let dir = tempfile::tempdir().unwrap();
@@ -362,7 +363,7 @@ mod tests {
             )
             .await
             .unwrap();
-        let claim = store
+        let _claim = store
             .claim("w", Duration::from_secs(30), &ClaimFilter::default())
             .await
             .unwrap()
@@ -376,9 +377,8 @@ mod tests {
         store
             .append_event(
                 &id,
-                Event::TaskFinished {
-                    status: TaskStatus::WaitingApproval,
-                    outcome: "proposal".into(),
+                Event::StatusChanged {
+                    status: TaskStatus::Testing,
                 },
             )
             .await
@@ -397,7 +397,7 @@ mod tests {
         };
         let before = events(Arc::clone(&store), id.clone()).await;
         store
-            .finish_run(&claim.run(), "w", TaskStatus::WaitingApproval, None)
+            .transition(&id, TaskStatus::Running, TaskStatus::Testing, None)
             .await
             .unwrap();
         assert_eq!(events(Arc::clone(&store), id.clone()).await, before);
@@ -405,7 +405,7 @@ mod tests {
         follow(&front, &mut cursor, &mut pending).await.unwrap();
         assert_eq!(
             front.shown.lock().unwrap().last(),
-            Some(&TaskStatus::WaitingApproval)
+            Some(&TaskStatus::Testing)
         );
         assert!(pending.0.is_empty(), "{pending:?}");
         let shown = front.shown.lock().unwrap().len();

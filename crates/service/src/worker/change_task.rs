@@ -215,7 +215,7 @@ pub(super) async fn run_change_task(
                 if let Some(sandbox) = sandbox {
                     sandbox.close();
                 }
-                return super::end_run(services, task, ending, events, drain, &scratch).await;
+                return super::end_run(ending, events, drain, &scratch).await;
             }
             let ending = run_change_loop(
                 services,
@@ -240,7 +240,7 @@ pub(super) async fn run_change_task(
         }
         Err(failure) => change_failed(task, &model_name, failure),
     };
-    super::end_run(services, task, ending, events, drain, &scratch).await
+    super::end_run(ending, events, drain, &scratch).await
 }
 
 /// What the loop of a change run works on.

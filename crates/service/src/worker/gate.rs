@@ -328,12 +328,7 @@ async fn end_at_gate(
             services.redactor.clone(),
         );
         events.emit(request_event(gate));
-        if !status.is_terminal() {
-            events.emit(Event::TaskFinished {
-                status,
-                outcome: "awaiting_approval".into(),
-            });
-        }
+        // Its `task_finished` is the store's, with the status the run finishes in.
         drain.finish(events).await;
         match RunJournal::open(services.store.clone(), claim.run()).await {
             Ok(journal) => {

@@ -324,14 +324,15 @@ impl PostgresStore {
         let result = json_text(result_value.as_ref())?;
         let now = self.now();
         let mut client = self.client().await?;
-        // A terminal status stores its `task_finished` event in the same statement; its
-        // outcome comes from the result, so without one the transaction below reads it.
-        let event = match (&result_value, to.is_terminal()) {
+        // A terminal or waiting status stores its `task_finished` event in the same
+        // statement; its outcome comes from the result, so without one the transaction below
+        // reads it.
+        let event = match (&result_value, announces_finish(to)) {
             (Some(value), true) => Some(finished_event(to, Some(value))),
             _ => None,
         };
         let finished = event.as_ref().map(serde_json::to_string).transpose()?;
-        if !is_active(to) && (finished.is_some() || !to.is_terminal()) {
+        if !is_active(to) && (finished.is_some() || !announces_finish(to)) {
             // Fast path, one statement: lock the task, end the run if it is `worker`'s and
             // open and the task may move to `to`, then move it (and store the event of a
             // terminal move). No row means one of those failed; the transaction below finds
@@ -746,9 +747,9 @@ async fn finish_and_claim_fast(
     now: i64,
 ) -> Result<Option<(Finished, Option<Claim>, bool)>, StoreError> {
     let to = completion.status;
-    // A terminal status stores its `task_finished`, whose outcome comes from the result: without
-    // one the transaction path reads the stored result (as `finish_run` does).
-    if to.is_terminal() && completion.result.is_none() {
+    // A terminal or waiting status stores its `task_finished`, whose outcome comes from the
+    // result: without one the transaction path reads the stored result (as `finish_run` does).
+    if announces_finish(to) && completion.result.is_none() {
         return Ok(None);
     }
     let from: Vec<&str> = ALL_STATUSES
@@ -881,7 +882,7 @@ async fn finish_and_claim_fast(
 /// The events a run's end stores with it: `task_finished` for a terminal status (as
 /// `set_status` stores it), computed from the task's result.
 fn finish_events(to: TaskStatus, result: Option<&serde_json::Value>) -> Vec<Event> {
-    if to.is_terminal() {
+    if announces_finish(to) {
         vec![finished_event(to, result)]
     } else {
         Vec::new()
@@ -920,8 +921,8 @@ async fn finish_runs_fast(
     let mut results = Vec::with_capacity(completions.len());
     let mut outcomes: Vec<Option<Result<Finished, StoreError>>> = Vec::new();
     let mut row_events = Vec::with_capacity(completions.len());
-    // A terminal completion without a result is left to the transaction path: its event's
-    // outcome comes from the stored result (as `finish_run` does).
+    // A terminal or waiting completion without a result is left to the transaction path: its
+    // event's outcome comes from the stored result (as `finish_run` does).
     let mut in_statement = Vec::with_capacity(completions.len());
     let (mut event_rows, mut event_texts, mut event_idx) = (Vec::new(), Vec::new(), Vec::new());
     for (i, completion) in completions.iter().enumerate() {
@@ -938,7 +939,7 @@ async fn finish_runs_fast(
                 results.push(result);
                 outcomes.push(None);
                 in_statement
-                    .push(!(completion.status.is_terminal() && completion.result.is_none()));
+                    .push(!(announces_finish(completion.status) && completion.result.is_none()));
                 for text in texts {
                     event_rows.push(to_i64(i as u64)?);
                     event_idx.push(to_i64(event_texts.len() as u64)?);

@@ -26,10 +26,10 @@ use crate::checks::{
 use crate::clock::duration_ms;
 use crate::observer::Observers;
 use crate::rows::{
-    check_approval, check_message_role, check_pinned_repos, event_record, finished_event,
-    json_text, name_list, spend_from, status, to_i64, to_u32, to_u64, RawApiToken, RawApproval,
-    RawChatMessage, RawEvent, RawIntent, RawJournal, RawMessage, RawRepo, RawRun, RawTask,
-    RawWebSession, RawWebUser, API_TOKEN_COLUMNS, APPROVAL_COLUMNS, CHAT_MESSAGE_COLUMNS,
+    announces_finish, check_approval, check_message_role, check_pinned_repos, event_record,
+    finished_event, json_text, name_list, spend_from, status, to_i64, to_u32, to_u64, RawApiToken,
+    RawApproval, RawChatMessage, RawEvent, RawIntent, RawJournal, RawMessage, RawRepo, RawRun,
+    RawTask, RawWebSession, RawWebUser, API_TOKEN_COLUMNS, APPROVAL_COLUMNS, CHAT_MESSAGE_COLUMNS,
     EVENT_COLUMNS, INTENT_COLUMNS, JOURNAL_COLUMNS, MESSAGE_COLUMNS, MS_PER_DAY, REPO_COLUMNS,
     RUN_COLUMNS, TASK_COLUMNS, WEB_SESSION_COLUMNS, WEB_SESSION_RETENTION_MS, WEB_USER_COLUMNS,
 };
@@ -496,7 +496,7 @@ fn set_status(
         )
         .db()?
         .decode()?;
-    if !to.is_terminal() {
+    if !announces_finish(to) {
         return Ok((task, None));
     }
     let record = insert_event(conn, id, finished_event(to, task.result.as_ref()), now)?;

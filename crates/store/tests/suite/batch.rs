@@ -379,7 +379,8 @@ async fn batched_completions_check_each_lease(f: &Fixture) {
             completion(&claims[3], "w", TaskStatus::Completed),
             // Not this worker's run.
             completion(&claims[4], "someone", TaskStatus::Completed),
-            // Waiting for an answer is not terminal, but the run ends all the same.
+            // Waiting for an answer is not terminal, but the run ends all the same (and says
+            // so: the task waits for a person).
             completion(&claims[5], "w", TaskStatus::WaitingInput),
             // The same run twice: the second finds it ended.
             completion(&claims[0], "w", TaskStatus::Failed),
@@ -404,7 +405,15 @@ async fn batched_completions_check_each_lease(f: &Fixture) {
             outcome: "failure".into()
         }
     );
-    assert!(outcomes[5].as_ref().unwrap().events.is_empty());
+    let five = outcomes[5].as_ref().unwrap();
+    assert_eq!(five.task.status, TaskStatus::WaitingInput);
+    assert_eq!(
+        five.events.iter().map(|e| &e.event).collect::<Vec<_>>(),
+        [&Event::TaskFinished {
+            status: TaskStatus::WaitingInput,
+            outcome: "answer".into()
+        }]
+    );
     for lost in [2, 3, 4, 6] {
         assert!(
             matches!(outcomes[lost], Err(StoreError::LeaseLost { .. })),
@@ -444,7 +453,8 @@ async fn batched_completions_check_each_lease(f: &Fixture) {
         ]
     );
     assert_eq!(events_of(f.store.as_ref(), &ids[1]).await.len(), 1);
-    // The cancel stored its own `task_finished`; the batch added nothing to 2, 3, 4 or 5.
+    // The cancel stored its own `task_finished`; the batch added nothing to 2, 3 or 4, and to
+    // 5 the `task_finished` of its wait.
     assert_eq!(
         events_of(f.store.as_ref(), &ids[2]).await,
         [Event::TaskFinished {
@@ -452,7 +462,14 @@ async fn batched_completions_check_each_lease(f: &Fixture) {
             outcome: "failure".into()
         }]
     );
-    for untouched in [3, 4, 5] {
+    assert_eq!(
+        events_of(f.store.as_ref(), &ids[5]).await,
+        [Event::TaskFinished {
+            status: TaskStatus::WaitingInput,
+            outcome: "answer".into()
+        }]
+    );
+    for untouched in [3, 4] {
         assert!(events_of(f.store.as_ref(), &ids[untouched])
             .await
             .is_empty());

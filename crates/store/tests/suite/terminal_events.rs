@@ -1,7 +1,9 @@
 //! Every move of a task to a terminal status stores its `task_finished` event in the same
 //! transaction, whichever path takes it there (a run finishing, a cancel, a task abandoned
-//! after too many interrupted runs), and a move that fails stores none. Other moves (queued,
-//! waiting) store no event: a follower of the task's stream sees the end exactly once.
+//! after too many interrupted runs), and a move that fails stores none. So does a run that
+//! hands its task to people (waiting for an answer or an approval): a follower of the task's
+//! stream never sees the event before the status, nor one without the other. A run released
+//! to the queue stores none.
 
 use serde_json::json;
 use warden_protocol::{Event, TaskId, TaskKind, TaskStatus};
@@ -78,13 +80,15 @@ async fn finishing_a_run_stores_task_finished_with_it(f: &Fixture) {
     }
 }
 
-async fn releasing_or_parking_a_run_stores_no_task_finished(f: &Fixture) {
+async fn releasing_a_run_stores_no_task_finished_and_parking_one_stores_it(f: &Fixture) {
     let task = f.task(TaskKind::Question, &["app"]).await;
     let claim = f.claim("w1").await.unwrap();
     f.store
         .finish_run(&claim.run(), "w1", TaskStatus::Queued, None)
         .await
         .unwrap();
+    assert!(finished_events(f, &task.id).await.is_empty());
+    // Waiting for an answer, with the result's outcome.
     let claim = f.claim("w1").await.unwrap();
     f.store
         .finish_run(
@@ -95,7 +99,38 @@ async fn releasing_or_parking_a_run_stores_no_task_finished(f: &Fixture) {
         )
         .await
         .unwrap();
-    assert!(finished_events(f, &task.id).await.is_empty());
+    assert_eq!(
+        finished_events(f, &task.id).await,
+        [(TaskStatus::WaitingInput, "clarification".to_string())]
+    );
+    // Answered, run again, waiting for an approval without a new result: the stored one's.
+    f.store
+        .transition(&task.id, TaskStatus::WaitingInput, TaskStatus::Queued, None)
+        .await
+        .unwrap();
+    let claim = f.claim("w1").await.unwrap();
+    f.store
+        .finish_run(&claim.run(), "w1", TaskStatus::WaitingApproval, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        finished_events(f, &task.id).await,
+        [
+            (TaskStatus::WaitingInput, "clarification".to_string()),
+            (TaskStatus::WaitingApproval, "clarification".to_string()),
+        ]
+    );
+    // Leaving the wait stores nothing.
+    f.store
+        .transition(
+            &task.id,
+            TaskStatus::WaitingApproval,
+            TaskStatus::Queued,
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(finished_events(f, &task.id).await.len(), 2);
 }
 
 async fn a_cancel_stores_task_finished_with_it(f: &Fixture) {
@@ -193,7 +228,7 @@ async fn a_restarted_workers_abandoned_task_stores_task_finished(f: &Fixture) {
 
 conformance!(
     finishing_a_run_stores_task_finished_with_it,
-    releasing_or_parking_a_run_stores_no_task_finished,
+    releasing_a_run_stores_no_task_finished_and_parking_one_stores_it,
     a_cancel_stores_task_finished_with_it,
     an_abandoned_task_stores_task_finished_once,
     a_restarted_workers_abandoned_task_stores_task_finished
