@@ -67,7 +67,11 @@ pub trait Transport: Send + Sync {
 pub trait Front: Send + Sync + 'static {
     /// The store's channel name (`telegram`, `slack`).
     const CHANNEL: &'static str;
+    /// Where the interface keeps its own state (updates seen, the chat outbox) and follows
+    /// every task's events.
     fn store(&self) -> &Arc<dyn Store>;
+    /// The front door it reads tasks through.
+    fn tasks(&self) -> &crate::tasks::TaskService;
     /// Puts `task`'s messages in its current state (nothing for a task of another chat).
     fn show(&self, task: &Task) -> impl Future<Output = Result<(), StoreError>> + Send;
     /// Sends or edits every due message once.
@@ -138,10 +142,17 @@ async fn show_announced<F: Front>(
     since: std::time::Instant,
     pending: &mut Pending,
 ) -> Result<(), StoreError> {
-    let Some(task) = front.store().get_task(id).await? else {
-        return Ok(());
+    let reader = crate::tasks::Principal {
+        name: F::CHANNEL.into(),
+        role: crate::tasks::Role::Admin,
     };
-    front.show(&crate::task_view::task_view(&task)).await?;
+    let task = match front.tasks().task(&reader, id.as_str()).await {
+        Ok(task) => task,
+        Err(crate::tasks::ServiceError::Store(error)) => return Err(error),
+        // Gone (or never there): nothing to show.
+        Err(_) => return Ok(()),
+    };
+    front.show(&task).await?;
     if task.status != announced
         && !task.status.is_terminal()
         && !pending.0.iter().any(|(waiting, ..)| waiting == id)
@@ -309,6 +320,7 @@ mod tests {
     /// A front that records the status of every task it is asked to show.
     struct Recording {
         store: Arc<dyn Store>,
+        tasks: crate::tasks::TaskService,
         shown: Mutex<Vec<TaskStatus>>,
     }
 
@@ -316,6 +328,9 @@ mod tests {
         const CHANNEL: &'static str = "test";
         fn store(&self) -> &Arc<dyn Store> {
             &self.store
+        }
+        fn tasks(&self) -> &crate::tasks::TaskService {
+            &self.tasks
         }
         async fn show(&self, task: &Task) -> Result<(), StoreError> {
             self.shown.lock().unwrap().push(task.status);
@@ -370,6 +385,7 @@ mod tests {
             .unwrap();
         let front = Recording {
             store: Arc::clone(&store),
+            tasks: crate::tasks::TaskService::new(Arc::clone(&store), Arc::default()),
             shown: Mutex::new(Vec::new()),
         };
         let (mut cursor, mut pending) = (0, Pending::default());

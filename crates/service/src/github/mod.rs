@@ -1007,6 +1007,10 @@ impl Front for GithubHook {
         self.tasks.store()
     }
 
+    fn tasks(&self) -> &TaskService {
+        &self.tasks
+    }
+
     /// Puts the comment of a task started from GitHub in its current state.
     async fn show(&self, task: &TaskView) -> Result<(), StoreError> {
         let github = &task.metadata["github"];

@@ -691,6 +691,10 @@ impl Front for SlackApp {
         self.tasks.store()
     }
 
+    fn tasks(&self) -> &TaskService {
+        &self.tasks
+    }
+
     /// Puts the message of a task started from Slack in its current state: buttons while its
     /// approval waits (only approvers' presses count).
     async fn show(&self, task: &Task) -> Result<(), StoreError> {

@@ -531,6 +531,10 @@ impl Front for Bot {
         self.tasks.store()
     }
 
+    fn tasks(&self) -> &TaskService {
+        &self.tasks
+    }
+
     /// Puts `task`'s messages in its current state.
     async fn show(&self, task: &Task) -> Result<(), StoreError> {
         let Some(chat) = task.metadata["telegram"]["chat"]
