@@ -61,7 +61,8 @@ pub use types::{ChatMessage, ChatMessageState, NewChatMessage};
 pub use types::{NewWebSession, WebSession, WebUser, WEB_CREDENTIAL_PASSWORD};
 pub use warden_time::UtcDay;
 
-/// The store's traits, for callers of their methods on a `dyn Store`: `use warden_store::prelude::*;`.
+/// The store's traits, for calling their methods on a concrete backend:
+/// `use warden_store::prelude::*;` (a `dyn Store` needs none).
 pub mod prelude {
     pub use crate::{
         ApprovalStore, ChatStore, ConversationStore, EventStore, JournalRecordStore, LedgerStore,
@@ -135,7 +136,7 @@ pub trait TaskStore: Send + Sync {
     /// with [`StoreError::StatusConflict`] if the task is not `from`. Sets `result` when given.
     /// Moving to `queued` or a terminal status ends the task's open run (its heartbeats then
     /// fail with [`StoreError::LeaseLost`]); moving to `running` or `testing` needs an open run
-    /// (queued tasks start through [`Store::claim`]).
+    /// (queued tasks start through [`QueueStore::claim`]).
     fn transition<'a>(
         &'a self,
         id: &'a TaskId,
@@ -145,7 +146,8 @@ pub trait TaskStore: Send + Sync {
     ) -> BoxFuture<'a, Result<Task, StoreError>>;
 }
 
-/// The queue: claiming queued tasks under leases, heartbeats, finishing runs, re-queueing what lost its lease, and a task's runs.
+/// The queue: claiming queued tasks under leases, heartbeats, finishing runs, re-queueing what lost
+/// its lease, and a task's runs.
 pub trait QueueStore: Send + Sync {
     /// Atomically takes the best queued task (highest priority, then oldest) that `filter`
     /// admits and whose repositories are not held by another running change or maintain task,
@@ -178,13 +180,13 @@ pub trait QueueStore: Send + Sync {
         result: Option<serde_json::Value>,
     ) -> BoxFuture<'a, Result<Task, StoreError>>;
 
-    /// Ends `completion.run` like [`Store::finish_run`] (the same checks, the same errors, the
-    /// same `task_finished` event, and nothing claimed when a check fails) and claims the next
-    /// task like [`Store::claim`], in one transaction. Except: on Postgres a change or maintain
-    /// task that comes next is claimed in a second transaction (under its repositories' locks),
-    /// and if that claim fails the run stays finished and the claim is `None` (the task stays
-    /// queued). The default does the finish through [`Store::finish_runs`] and the claim in a
-    /// second transaction.
+    /// Ends `completion.run` like [`QueueStore::finish_run`] (the same checks, the same errors, the
+    /// same `task_finished` event, and nothing claimed when a check fails) and claims the next task
+    /// like [`QueueStore::claim`], in one transaction. Except: on Postgres a change or maintain
+    /// task that comes next is claimed in a second transaction (under its repositories' locks), and
+    /// if that claim fails the run stays finished and the claim is `None` (the task stays queued).
+    /// The default does the finish through [`QueueStore::finish_runs`] and the claim in a second
+    /// transaction.
     fn finish_and_claim<'a>(
         &'a self,
         completion: Completion,
@@ -199,11 +201,11 @@ pub trait QueueStore: Send + Sync {
         })
     }
 
-    /// Claims up to `max` tasks for `worker` as [`Store::claim`] would one by one (best first,
+    /// Claims up to `max` tasks for `worker` as [`QueueStore::claim`] would one by one (best first,
     /// each with a new run leased for `lease`), in as few transactions as the backend can.
     /// Fewer (or none) when fewer are claimable. Each claim's lease runs from now: a process
     /// that queues claims must start or renew them in time (see [`ClaimQueue`]); if it dies
-    /// they come back through [`Store::requeue_expired`] like any crashed run.
+    /// they come back through [`QueueStore::requeue_expired`] like any crashed run.
     fn claim_batch<'a>(
         &'a self,
         worker: &'a str,
@@ -223,14 +225,14 @@ pub trait QueueStore: Send + Sync {
         })
     }
 
-    /// Ends many runs, each exactly as [`Store::finish_run`] would (a terminal status stores
-    /// its `task_finished` event in the transaction that ends the run), in one transaction when
-    /// every check passes (Postgres: one statement). One outcome per completion, in order: a completion whose check fails
-    /// ([`StoreError::LeaseLost`], [`StoreError::InvalidTransition`], …) changes nothing and
-    /// does not fail the others (on Postgres such rows are re-checked in a second transaction,
-    /// so one may also fail alone with a database error). `Err` when nothing was written.
-    /// Backends implement it; a wrapping store must forward it (the default refuses with
-    /// [`StoreError::Unsupported`], so a wrapper cannot silently split the transaction).
+    /// Ends many runs, each exactly as [`QueueStore::finish_run`] would (a terminal or waiting
+    /// status stores its `task_finished` event in the transaction that ends the run), in one transaction when
+    /// every check passes (Postgres: one statement). One outcome per completion, in order: a
+    /// completion whose check fails ([`StoreError::LeaseLost`], [`StoreError::InvalidTransition`],
+    /// …) changes nothing and does not fail the others (on Postgres such rows are re-checked in a
+    /// second transaction, so one may also fail alone with a database error). `Err` when nothing
+    /// was written. Backends implement it; a wrapping store must forward it (the default refuses
+    /// with [`StoreError::Unsupported`], so a wrapper cannot silently split the transaction).
     fn finish_runs(
         &self,
         completions: Vec<Completion>,
@@ -244,9 +246,9 @@ pub trait QueueStore: Send + Sync {
     /// [`ABANDONED`] once [`MAX_INTERRUPTED_RUNS`] runs were interrupted.
     fn requeue_expired(&self) -> BoxFuture<'_, Result<Vec<Requeued>, StoreError>>;
 
-    /// Ends every open run held by `worker` as [`RUN_INTERRUPTED`], like [`Store::requeue_expired`]
-    /// does for expired leases, whatever their leases say. For a worker that restarts under the
-    /// same name after a crash: its old runs cannot be alive.
+    /// Ends every open run held by `worker` as [`RUN_INTERRUPTED`], like
+    /// [`QueueStore::requeue_expired`] does for expired leases, whatever their leases say. For a
+    /// worker that restarts under the same name after a crash: its old runs cannot be alive.
     fn interrupt_worker_runs<'a>(
         &'a self,
         worker: &'a str,
@@ -375,7 +377,8 @@ pub trait ApprovalStore: Send + Sync {
     ) -> BoxFuture<'a, Result<Approval, StoreError>>;
 }
 
-/// The outbox of side effects (push, pull request, callback): recorded before they start, claimed under leases, completed or failed.
+/// The outbox of side effects (push, pull request, callback): recorded before they start, claimed
+/// under leases, completed or failed.
 pub trait OutboxStore: Send + Sync {
     /// Records a side-effect intent, `pending` and due now.
     fn enqueue_intent(&self, intent: NewIntent) -> BoxFuture<'_, Result<Intent, StoreError>>;
@@ -485,7 +488,8 @@ pub trait WebAccountStore: Send + Sync {
     ) -> BoxFuture<'a, Result<WebSession, StoreError>>;
 }
 
-/// The chat interfaces' state: updates seen, the polling offset, and outbound messages with their delivery.
+/// The chat interfaces' state: updates seen, the polling offset, and outbound messages with their
+/// delivery.
 pub trait ChatStore: Send + Sync {
     /// Records that `channel`'s update `update_id` was handled, together with its `replies`,
     /// in one transaction, and moves the channel's polling offset past it. `false` (and

@@ -1,4 +1,5 @@
-//! [`QueueStore`] on SQLite (one file per domain; the connection, the writer and the row readers are `mod.rs`'s).
+//! [`QueueStore`] on SQLite (one file per domain; the connection, the writer and the row readers
+//! are `mod.rs`'s).
 
 use super::*;
 use crate::prelude::*;
@@ -268,8 +269,8 @@ fn exclusive_kinds() -> String {
     name_list(exclusive_kind_names())
 }
 
-/// Claims the best claimable task (see [`Store::claim`]) inside the caller's write. `kinds` and
-/// the exclusive kinds are `name_list`s.
+/// Claims the best claimable task (see [`QueueStore::claim`]) inside the caller's write. `kinds`
+/// and the exclusive kinds are `name_list`s.
 fn claim_one(
     conn: &Connection,
     now: i64,
