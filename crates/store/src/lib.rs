@@ -226,13 +226,14 @@ pub trait QueueStore: Send + Sync {
     }
 
     /// Ends many runs, each exactly as [`QueueStore::finish_run`] would (a terminal or waiting
-    /// status stores its `task_finished` event in the transaction that ends the run), in one transaction when
-    /// every check passes (Postgres: one statement). One outcome per completion, in order: a
-    /// completion whose check fails ([`StoreError::LeaseLost`], [`StoreError::InvalidTransition`],
-    /// …) changes nothing and does not fail the others (on Postgres such rows are re-checked in a
-    /// second transaction, so one may also fail alone with a database error). `Err` when nothing
-    /// was written. Backends implement it; a wrapping store must forward it (the default refuses
-    /// with [`StoreError::Unsupported`], so a wrapper cannot silently split the transaction).
+    /// status stores its `task_finished` event in the transaction that ends the run), in one
+    /// transaction when every check passes (Postgres: one statement). One outcome per completion,
+    /// in order: a completion whose check fails ([`StoreError::LeaseLost`],
+    /// [`StoreError::InvalidTransition`], …) changes nothing and does not fail the others (on
+    /// Postgres such rows are re-checked in a second transaction, so one may also fail alone with a
+    /// database error). `Err` when nothing was written. Backends implement it; a wrapping store
+    /// must forward it (the default refuses with [`StoreError::Unsupported`], so a wrapper cannot
+    /// silently split the transaction).
     fn finish_runs(
         &self,
         completions: Vec<Completion>,
