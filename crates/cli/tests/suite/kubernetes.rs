@@ -282,6 +282,192 @@ fn a_pod_lost_mid_task_fails_the_task_cleanly_and_promptly() {
     );
 }
 
+/// Runs `warden args…` and loses the pod the first command printing `marker` runs in, once
+/// that command is running; the run's outcome. A run still going long after the pod went (the
+/// command sleeps for minutes) is killed and fails the test as hung.
+fn run_losing_the_pod(
+    warden: &Warden,
+    fake: &FakeCluster,
+    args: &[&str],
+    marker: &str,
+) -> super::support::Run {
+    use std::time::{Duration, Instant};
+    let mut child = warden
+        .command(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("warden runs");
+    // The exec's query carries the command: wait for it, then let it start in the pod.
+    let watchdog = Instant::now() + Duration::from_secs(120);
+    let pod = loop {
+        let exec = fake
+            .requests()
+            .into_iter()
+            .find(|r| r.target.contains("/exec?") && r.target.contains(marker));
+        if let Some(exec) = exec {
+            let pod = exec.target.split("/pods/").nth(1).unwrap();
+            break pod.split('/').next().unwrap().to_string();
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            let output = child.wait_with_output().unwrap();
+            panic!(
+                "warden ended ({status}) before running the marked command:\n{}\n{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        if Instant::now() >= watchdog {
+            let _ = child.kill();
+            let output = child.wait_with_output().unwrap();
+            panic!(
+                "the marked command never ran:\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let claim = pod
+        .strip_suffix("-pod")
+        .expect("the fake names pods CLAIM-pod");
+    std::thread::sleep(Duration::from_millis(300));
+    fake.lose_pod(claim);
+    // Not a timing claim: a backstop against a hang, far beyond anything a clean end takes and
+    // far below the command's own 280 s.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().unwrap();
+            panic!(
+                "warden hung after its pod was lost:\n{}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let output = child.wait_with_output().unwrap();
+    super::support::Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// A change whose pod is lost while the agent's command runs ends with `sandbox_error`, no
+/// proposal, the model not asked again, and the claim deleted.
+#[test]
+fn a_change_whose_pod_is_lost_mid_command_fails_cleanly() {
+    let scratch = tempfile::tempdir().unwrap();
+    let Some(fake) = fake(&scratch.path().join("cluster")) else {
+        return;
+    };
+    let repo = TempRepo::new();
+    repo.write("src/lib.txt", "alpha\nbeta\n")
+        .write("check.sh", "grep -q BETA src/lib.txt\n");
+    repo.commit("initial");
+    let server = ScriptedModelServer::start_blocking(vec![
+        call(
+            "shell",
+            json!({"command": "sed -i 's/beta/BETA/' src/lib.txt"}),
+        ),
+        call(
+            "shell",
+            json!({"command": "echo lose-this-pod; sleep 280", "timeout_ms": 600000}),
+        ),
+        // Reached only if the run went on after losing its sandbox.
+        call("run_checks", json!({})),
+        call("submit_change", json!({"summary": "went on"})),
+    ]);
+    let warden = on_fake(Warden::openai(&server.url()), &fake);
+    let run = run_losing_the_pod(
+        &warden,
+        &fake,
+        &[
+            "run",
+            "--repo",
+            repo.path().to_str().unwrap(),
+            "--json",
+            "--check",
+            "bash check.sh",
+            "make beta uppercase",
+        ],
+        "lose-this-pod",
+    );
+    assert_eq!(run.code, 1, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["outcome"], "failure", "{result}");
+    assert_eq!(result["failure"]["code"], "sandbox_error", "{result}");
+    let message = result["failure"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("lost"), "{message}");
+    assert!(
+        result
+            .get("proposal")
+            .is_none_or(serde_json::Value::is_null),
+        "no proposal from a lost sandbox: {result}"
+    );
+    assert_eq!(
+        server.requests().len(),
+        2,
+        "the model was not asked again after the sandbox went"
+    );
+    assert!(fake.claims().is_empty(), "{:?}", fake.claims());
+}
+
+/// A check whose pod is lost is reported to the agent as that check's failure; its next
+/// `run_checks` gets a new claim and the change goes through.
+#[test]
+fn a_check_whose_pod_is_lost_is_reported_and_the_agent_runs_the_checks_again() {
+    let scratch = tempfile::tempdir().unwrap();
+    let Some(fake) = fake(&scratch.path().join("cluster")) else {
+        return;
+    };
+    let repo = TempRepo::new();
+    repo.write("src/lib.txt", "alpha\nbeta\n");
+    repo.commit("initial");
+    // The first run of the check (before the agent writes `again`) is where the pod goes.
+    let check =
+        "if [ ! -e again ]; then echo lose-this-pod; sleep 280; fi; grep -q BETA src/lib.txt";
+    let server = ScriptedModelServer::start_blocking(vec![
+        call(
+            "shell",
+            json!({"command": "sed -i 's/beta/BETA/' src/lib.txt"}),
+        ),
+        call("run_checks", json!({})),
+        call("write_file", json!({"path": "again", "content": "\n"})),
+        call("run_checks", json!({})),
+        call("submit_change", json!({"summary": "BETA"})),
+    ]);
+    let warden = on_fake(Warden::openai(&server.url()), &fake);
+    let run = run_losing_the_pod(
+        &warden,
+        &fake,
+        &[
+            "run",
+            "--repo",
+            repo.path().to_str().unwrap(),
+            "--json",
+            "--check",
+            check,
+            "make beta uppercase",
+        ],
+        "lose-this-pod",
+    );
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    let result = run.json();
+    assert_eq!(result["outcome"], "proposal", "{result}");
+    let seen = observations(&server);
+    assert!(
+        seen.get(1).is_some_and(|o| o.contains("lost")),
+        "the agent was told its check's sandbox was lost: {seen:?}"
+    );
+    assert_eq!(
+        result["proposal"]["validations"][0]["exit_code"], 0,
+        "{result}"
+    );
+    assert!(fake.claims().is_empty(), "{:?}", fake.claims());
+}
+
 /// The same question on a real cluster, when asked for: `WARDEN_K8S_LIVE=1`, with
 /// `WARDEN_K8S_KUBECONFIG` (else `KUBECONFIG`) naming a kubeconfig whose cluster has the
 /// manifests of `warden k8s render` applied (and `WARDEN_K8S_NAMESPACE`, `WARDEN_K8S_IMAGE`
