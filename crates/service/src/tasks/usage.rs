@@ -11,15 +11,6 @@ pub const MAX_REPO_LOOKUPS: usize = 1000;
 /// The `by_repo` key of spend whose tasks were not looked up.
 pub const OTHER_TASKS: &str = "(older tasks)";
 
-fn add(total: &mut Spend, spend: &Spend) {
-    total.input_tokens += spend.input_tokens;
-    total.cached_input_tokens += spend.cached_input_tokens;
-    total.output_tokens += spend.output_tokens;
-    total.cost_micro_usd += spend.cost_micro_usd;
-    total.cost_unknown |= spend.cost_unknown;
-    total.entries += spend.entries;
-}
-
 impl TaskService {
     /// The spend `principal` may see, recorded at or after `since_ms` when given.
     pub async fn usage(
@@ -59,7 +50,7 @@ impl TaskService {
             } else {
                 OTHER_TASKS.to_string()
             };
-            add(by_repo.entry(key).or_default(), spend);
+            by_repo.entry(key).or_default().add(spend);
         }
         Ok(by_repo.into_iter().collect())
     }
