@@ -15,7 +15,7 @@
 //! API clients do (the server sheds anonymous connections of one address beyond its share).
 //!
 //! The server keeps its per-token cap on open streams
-//! ([`warden_engine::serve_config::DEFAULT_MAX_STREAMS_PER_TOKEN`]): the subscribers share one
+//! ([`warden_service::config::serve::DEFAULT_MAX_STREAMS_PER_TOKEN`]): the subscribers share one
 //! bootstrap token per that many streams, as many clients of one deployment would.
 //!
 //! `cargo run --release -p warden-api --example api_bench -- [--subscribers N]
@@ -34,8 +34,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Notify;
 use warden_api::connections::{self, ConnectionLimits};
 use warden_api::routes::{router, ApiState, Tokens};
-use warden_engine::serve_config::{RateLimit, DEFAULT_MAX_STREAMS_PER_TOKEN};
 use warden_protocol::{Event, TaskKind};
+use warden_service::config::serve::{RateLimit, DEFAULT_MAX_STREAMS_PER_TOKEN};
 use warden_service::hub::{self, HubOptions};
 use warden_service::tasks::TaskService;
 use warden_store::new_task_id;

@@ -29,12 +29,12 @@ use tokio::sync::Notify;
 use tower::ServiceExt;
 use warden_api::routes::{router, ApiState, Tokens};
 use warden_engine::redact::Redactor;
-use warden_engine::serve_config::RateLimit;
 use warden_protocol::{
     ChangeOutcome, ChangeResult, ChangedFile, DiffStat, Event, Proposal, Publication,
     PublicationStatus, TaskId, TaskKind, TaskStatus, Usage, Validation,
 };
 use warden_repo::{RepoSpec, RepoStore};
+use warden_service::config::serve::RateLimit;
 use warden_service::hub::{self, HubOptions};
 use warden_service::tasks::TaskService;
 use warden_store::{new_task_id, ClaimFilter, NewRepo, NewTask, Store, TaskRepo};

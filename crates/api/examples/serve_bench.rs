@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use warden_engine::config::{Config, Env};
+use warden_config::Env;
 use warden_test_support::git_fixture::TempRepo;
 use warden_test_support::model_server::{openai, ScriptedModelServer};
 
@@ -74,7 +74,9 @@ fn latency(tasks: usize) {
     if let Ok(sandbox) = std::env::var("WARDEN_SANDBOX") {
         env.insert("WARDEN_SANDBOX".into(), sandbox);
     }
-    let config = Arc::new(Config::load(None, &MapEnv(env)).unwrap());
+    let loaded = warden_service::config::load(None, &MapEnv(env)).unwrap();
+    let config = Arc::new(loaded.engine);
+    let service_config = Arc::new(loaded.service);
     let sandbox = config.sandbox.backend.as_str();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -85,7 +87,7 @@ fn latency(tasks: usize) {
     let addr = runtime.block_on(async {
         let url = format!("sqlite://{}", home.path().join("warden.db").display());
         let store = warden_service::compose::open_store(&url).await.unwrap();
-        let services = warden_service::compose::services(config, store)
+        let services = warden_service::compose::services(config, service_config, store)
             .await
             .unwrap();
         let tokens = warden_api::routes::Tokens::parse(&format!("bench:admin:{TOKEN}")).unwrap();

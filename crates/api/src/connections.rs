@@ -60,7 +60,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio::time::Instant;
-pub use warden_engine::serve_config::{DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIVE};
+pub use warden_service::config::serve::{DEFAULT_HEADER_TIMEOUT, DEFAULT_KEEP_ALIVE};
 
 /// How the API holds its connections (`[serve]` `max_connections`, `header_timeout_secs`,
 /// `keep_alive_secs`).

@@ -69,19 +69,19 @@ pub async fn serve(
         tracing::info!(run = %requeued.run, status = ?requeued.status, "run of the previous instance interrupted");
     }
     tracing::info!(
-        workers = services.config.serve.workers,
+        workers = services.service_config.serve.workers,
         store = services.store.backend(),
         "serving the API and running the workers"
     );
     let callback_worker = format!("{worker_name}-callbacks");
     let (stop, stopped) = watch::channel(false);
-    let options = WorkerOptions::from_config(worker_name, &services.config);
+    let options = WorkerOptions::from_config(worker_name, &services.service_config);
     let workers = tokio::spawn(worker::run_workers(
         Arc::clone(&services),
         options,
         stopped.clone(),
     ));
-    let serve_config = &services.config.serve;
+    let serve_config = &services.service_config.serve;
     let open_files = connections::raise_open_files_limit();
     let computed_cap = connections::connection_cap(open_files, serve_config.workers);
     let max_connections = match serve_config.max_connections {
@@ -110,25 +110,25 @@ pub async fn serve(
     let tasks = TaskService::new(Arc::clone(&services.store), Arc::clone(&services.wake))
         .with_repos(services.repos.clone(), services.redactor.clone())
         .with_running(Arc::clone(&services.running))
-        .with_callbacks(services.config.callbacks.clone())
+        .with_callbacks(services.service_config.callbacks.clone())
         .with_repo_mount_roots(services.config.sandbox.toolchains.repo_mount_roots.clone())
         .with_model_missing(services.model_missing.clone())
         .with_warming();
     // Where an interface that cannot start is reported: the other chats.
     let alerts = warden_service::chat::Alerts::new(Arc::clone(&services.store), {
         let mut destinations =
-            warden_service::telegram::alert_destinations(services.config.telegram.as_ref());
+            warden_service::telegram::alert_destinations(services.service_config.telegram.as_ref());
         destinations.extend(warden_service::slack::alert_destinations(
-            services.config.slack.as_ref(),
+            services.service_config.slack.as_ref(),
         ));
         destinations
     });
     // GitHub's credentials, checked once: a refusal is reported like a chat's.
     let _github_checked =
-        warden_service::github::check_at_start(&services.config.github, alerts.clone());
+        warden_service::github::check_at_start(&services.service_config.github, alerts.clone());
     // The Telegram bot, when configured: polling on its own, or its webhook among the routes.
     let telegram = warden_service::telegram::spawn(
-        services.config.telegram.as_ref(),
+        services.service_config.telegram.as_ref(),
         tasks.clone(),
         alerts.clone(),
         stopped.clone(),
@@ -137,7 +137,7 @@ pub async fn serve(
     let (telegram_bot, telegram) = telegram.unzip();
     // The Slack app, when configured: its webhooks are API routes, its replies a delivery loop.
     let slack = warden_service::slack::spawn(
-        services.config.slack.as_ref(),
+        services.service_config.slack.as_ref(),
         tasks.clone(),
         alerts.clone(),
         stopped.clone(),
@@ -145,14 +145,18 @@ pub async fn serve(
     .context("cannot start the Slack app")?;
     let (slack_app, slack) = slack.unzip();
     // The GitHub interface, when `[github.webhook]` is configured: the same shape as Slack's.
-    let github =
-        warden_service::github::spawn(&services.config.github, tasks.clone(), stopped.clone())
-            .context("cannot start the GitHub webhook")?;
+    let github = warden_service::github::spawn(
+        &services.service_config.github,
+        tasks.clone(),
+        stopped.clone(),
+    )
+    .context("cannot start the GitHub webhook")?;
     let (github_hook, github) = github.unzip();
     // `[[schedules]]`: maintenance submitted through the same front door, on cron.
     let schedules = warden_service::schedule::spawn(
         tasks.clone(),
         Arc::clone(&services.config),
+        services.service_config.schedules.clone(),
         stopped.clone(),
     );
     let app = api::router(Arc::new(
@@ -179,7 +183,7 @@ pub async fn serve(
     ));
     let callbacks = warden_service::callback::spawn(
         Arc::clone(&services.store),
-        &services.config.callbacks,
+        &services.service_config.callbacks,
         callback_worker,
         stopped.clone(),
     )
@@ -205,7 +209,7 @@ pub async fn serve(
     let _ = signal_seen.wait_for(|s| *s).await;
     warden_service::say!(
         "warden: shutting down: no new tasks are claimed; running tasks get {} s to finish",
-        services.config.serve.shutdown_grace.as_secs()
+        services.service_config.serve.shutdown_grace.as_secs()
     );
     let _ = stop.send(true);
     workers.await.context("the workers failed")?;

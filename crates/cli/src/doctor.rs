@@ -16,6 +16,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use warden_engine::config::{Config, ModelChoice};
+use warden_service::config::{Loaded, ServiceConfig};
 
 use crate::remote::RemoteOptions;
 
@@ -40,7 +41,8 @@ pub struct DoctorOptions<'a> {
     pub remote: &'a RemoteOptions,
 }
 
-pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Result<u8> {
+pub async fn doctor(loaded: &Loaded, options: DoctorOptions<'_>) -> anyhow::Result<u8> {
+    let (config, service) = (&loaded.engine, &loaded.service);
     let as_json = options.as_json;
     let mut checks = Vec::new();
     checks.push(match &options.config_error {
@@ -112,7 +114,7 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
                  doctor` on the server checks it)"
             ),
         },
-        _ => model_check(config, options.offline).await,
+        _ => model_check(config, service, options.offline).await,
     });
     checks.push(maintain_check(config, std::time::SystemTime::now()));
     if let Some(server) = options.remote.server() {
@@ -120,7 +122,7 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
     }
     checks.push(toolchain_check(config, &options.config_file));
     checks.push(egress_check(config, options.offline).await);
-    let problems = config.serve_problems();
+    let problems = service.problems();
     checks.push(Check {
         name: "interfaces",
         ok: problems.is_empty(),
@@ -133,7 +135,7 @@ pub async fn doctor(config: &Config, options: DoctorOptions<'_>) -> anyhow::Resu
             )
         },
     });
-    checks.extend(online_interface_checks(config, options.offline).await);
+    checks.extend(online_interface_checks(service, options.offline).await);
     let reports = warden_sandbox::probe_with(&config.sandbox.config);
     let chosen = config.sandbox.backend;
     let chosen_ok = reports
@@ -298,7 +300,7 @@ const ONLINE_TIMEOUT: Duration = Duration::from_secs(20);
 /// Each configured interface's credentials tried once, as `serve` tries them at start-up:
 /// Telegram's `getMe`, Slack's `auth.test`, GitHub's `/rate_limit` (a token) or the App's
 /// installation. Concurrently, each bounded by [`ONLINE_TIMEOUT`]; nothing with `--offline`.
-async fn online_interface_checks(config: &Config, offline: bool) -> Vec<Check> {
+async fn online_interface_checks(config: &ServiceConfig, offline: bool) -> Vec<Check> {
     if offline {
         return Vec::new();
     }
@@ -538,7 +540,7 @@ fn toolchain_check(config: &Config, file: &std::path::Path) -> Check {
     }
 }
 
-async fn model_check(config: &Config, offline: bool) -> Check {
+async fn model_check(config: &Config, service: &ServiceConfig, offline: bool) -> Check {
     let (primary, fallback) = match &config.model {
         ModelChoice::Faux => {
             return Check {
@@ -548,7 +550,7 @@ async fn model_check(config: &Config, offline: bool) -> Check {
             }
         }
         // Maintenance in baseline mode needs no model: a setup for it alone is complete.
-        ModelChoice::Missing if maintenance_configured(config) => {
+        ModelChoice::Missing if maintenance_configured(config, service) => {
             return Check {
                 name: "model",
                 ok: true,
@@ -603,10 +605,10 @@ async fn model_check(config: &Config, offline: bool) -> Check {
 }
 
 /// Whether the configuration sets up maintenance: an advisory database or a schedule.
-fn maintenance_configured(config: &Config) -> bool {
+fn maintenance_configured(config: &Config, service: &ServiceConfig) -> bool {
     config.maintain.advisory_db.is_some()
         || config.maintain.osv_db.is_some()
-        || !config.schedules.is_empty()
+        || !service.schedules.is_empty()
 }
 
 /// `[maintain]`'s advisory databases: each configured one loads (how many advisories, which

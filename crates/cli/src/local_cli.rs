@@ -9,10 +9,10 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use serde_json::json;
-use warden_engine::config::Config;
 use warden_protocol::{ChangeOutcome, ChangeResult, TaskId, TaskKind};
 use warden_repo::{RepoSpec, Source};
 use warden_runtime::EventSink;
+use warden_service::config::Loaded;
 use warden_service::local::{self, Local, LocalError, Submission};
 
 use crate::progress::StderrProgress;
@@ -26,18 +26,20 @@ fn cli_error(error: LocalError) -> anyhow::Error {
     }
 }
 
-pub(crate) async fn open(config: Config) -> anyhow::Result<Local> {
-    let old_records = config.home.join("tasks");
+pub(crate) async fn open(config: Loaded) -> anyhow::Result<Local> {
+    let old_records = config.engine.home.join("tasks");
     if old_records.is_dir() {
         // Earlier versions kept in-process tasks as files; they are not read any more.
         eprintln!(
             "warden: note: {} holds task records of an earlier version, which are not read; \
              in-process tasks are kept in {} (delete the old directory to silence this)",
             old_records.display(),
-            config.home.join(local::DATABASE_FILE).display()
+            config.engine.home.join(local::DATABASE_FILE).display()
         );
     }
-    Local::open(Arc::new(config)).await.map_err(cli_error)
+    Local::open(Arc::new(config.engine), Arc::new(config.service))
+        .await
+        .map_err(cli_error)
 }
 
 fn task_id(text: &str) -> anyhow::Result<TaskId> {
@@ -53,7 +55,7 @@ fn parse_repos(arguments: &[String]) -> anyhow::Result<Vec<RepoSpec>> {
 }
 
 /// `warden ask`.
-pub async fn ask(config: Config, args: crate::ask::AskArgs) -> anyhow::Result<u8> {
+pub async fn ask(config: Loaded, args: crate::ask::AskArgs) -> anyhow::Result<u8> {
     let follow_up_to = args.follow_up.as_deref().map(task_id).transpose()?;
     let repos = parse_repos(&args.repos)?;
     let local = open(config).await?;
@@ -78,7 +80,7 @@ pub async fn ask(config: Config, args: crate::ask::AskArgs) -> anyhow::Result<u8
 }
 
 /// `warden run`.
-pub async fn run(config: Config, args: crate::run::RunArgs) -> anyhow::Result<u8> {
+pub async fn run(config: Loaded, args: crate::run::RunArgs) -> anyhow::Result<u8> {
     if let Some(empty) = args.checks.iter().find(|c| c.trim().is_empty()) {
         return Err(usage(anyhow::anyhow!("empty --check command {empty:?}")));
     }
@@ -109,19 +111,19 @@ pub async fn run(config: Config, args: crate::run::RunArgs) -> anyhow::Result<u8
 }
 
 /// `warden maintain`.
-pub async fn maintain(config: Config, args: crate::maintain::MaintainArgs) -> anyhow::Result<u8> {
+pub async fn maintain(config: Loaded, args: crate::maintain::MaintainArgs) -> anyhow::Result<u8> {
     let options = args.options().map_err(|e| usage(anyhow::anyhow!(e)))?;
     // Which database is the project's is known once it is pinned; with none configured,
     // neither can be.
     if options.vulnerable()
-        && config.maintain.advisory_db.is_none()
-        && config.maintain.osv_db.is_none()
+        && config.engine.maintain.advisory_db.is_none()
+        && config.engine.maintain.osv_db.is_none()
     {
         return Err(usage(anyhow::anyhow!(
             "--select vulnerable needs a local advisory database: set `advisory_db = \
              \"/path/to/advisory-db\"` (RustSec, for Cargo) or `osv_db = \"/path/to/go-vulndb\"` \
              (OSV, for Go) under [maintain] in {}",
-            config.file.display()
+            config.engine.file.display()
         )));
     }
     let repos = parse_repos(std::slice::from_ref(&args.repo))?;
@@ -152,14 +154,17 @@ pub async fn maintain(config: Config, args: crate::maintain::MaintainArgs) -> an
 
 /// `warden review`: the reviewer on a commit range or a task's proposal (see `review.rs`).
 pub async fn review(
-    config: Config,
+    config: Loaded,
     args: crate::review::ReviewArgs,
     server: Option<crate::remote::Remote>,
 ) -> anyhow::Result<u8> {
     use warden_engine::review::{self, ReviewRun, ReviewSubject};
     let target = args.target.clone().unwrap_or_else(|| "HEAD~1..HEAD".into());
-    let config = Arc::new(config);
-    let local = Local::open(Arc::clone(&config))
+    let Loaded {
+        engine, service, ..
+    } = config;
+    let config = Arc::new(engine);
+    let local = Local::open(Arc::clone(&config), Arc::new(service))
         .await
         .map_err(|error| usage(cli_error(error)))?;
     let services = Arc::clone(local.services().await.map_err(cli_error)?);
@@ -403,7 +408,12 @@ pub async fn review(
 
 /// `warden vulns`: pins the repository as `ask` does, then profiles and scans the pinned
 /// tree (no task). Every way of not scanning is exit 2, so that 1 always means findings.
-pub async fn vulns(config: Config, args: crate::vulns::VulnsArgs) -> anyhow::Result<u8> {
+pub async fn vulns(config: Loaded, args: crate::vulns::VulnsArgs) -> anyhow::Result<u8> {
+    let Loaded {
+        engine: config,
+        service,
+        ..
+    } = config;
     if config.maintain.advisory_db.is_none() && config.maintain.osv_db.is_none() {
         return Err(usage(anyhow::anyhow!(
             "warden vulns needs a local advisory database: set `advisory_db = \
@@ -414,7 +424,7 @@ pub async fn vulns(config: Config, args: crate::vulns::VulnsArgs) -> anyhow::Res
     }
     let spec = parse_repos(std::slice::from_ref(&args.repo))?.remove(0);
     let config = Arc::new(config);
-    let local = Local::open(Arc::clone(&config))
+    let local = Local::open(Arc::clone(&config), Arc::new(service))
         .await
         .map_err(|error| usage(cli_error(error)))?;
     let progress = StderrProgress::new();
@@ -534,7 +544,7 @@ fn proposal_of(result: Option<&serde_json::Value>) -> Option<warden_protocol::Pr
 
 /// `warden answer TASK TEXT`: a task waiting for input resumes with the answer; a finished one
 /// is continued by a follow-up of its kind (a change on its proposal).
-pub async fn answer(config: Config, task: &str, reply: &str, json: bool) -> anyhow::Result<u8> {
+pub async fn answer(config: Loaded, task: &str, reply: &str, json: bool) -> anyhow::Result<u8> {
     let id = task_id(task)?;
     let local = open(config).await?;
     // Only what happens from the answer on is shown.
@@ -553,7 +563,7 @@ pub async fn answer(config: Config, task: &str, reply: &str, json: bool) -> anyh
 /// `warden say TASK TEXT`: the message goes through the front door (to a running task's next
 /// turn, as an answer, or as a follow-up) and what became of it is printed; nothing is
 /// followed.
-pub async fn say(config: Config, task: &str, text: &str, json: bool) -> anyhow::Result<u8> {
+pub async fn say(config: Loaded, task: &str, text: &str, json: bool) -> anyhow::Result<u8> {
     let id = task_id(task)?;
     let local = open(config).await?;
     let before = local.task(&id).await.map_err(cli_error)?.status;
@@ -569,21 +579,22 @@ pub async fn say(config: Config, task: &str, text: &str, json: bool) -> anyhow::
 /// `warden approve ID --hash H`: decided through the front door, then the task runs here:
 /// its proposal is published. Approving again with the same hash resumes a publication a
 /// crash interrupted.
-pub async fn approve(config: Config, args: crate::approve::ApproveArgs) -> anyhow::Result<u8> {
+pub async fn approve(config: Loaded, args: crate::approve::ApproveArgs) -> anyhow::Result<u8> {
     let mut config = config;
     if let Some(text) = &args.github {
-        let github = warden_engine::github::GithubRepo::parse(text)
+        let github = warden_service::github_client::GithubRepo::parse(text)
             .ok_or_else(|| usage(anyhow::anyhow!("--github {text:?} is not owner/name")))?;
         // This process publishes: the repository's target is the one given.
-        let repos = Local::approval_repos(&config.home, args.id.trim())
+        let repos = Local::approval_repos(&config.engine.home, args.id.trim())
             .await
             .map_err(cli_error)?;
         for repo in repos {
-            config.github.targets.retain(|t| t.repo != repo);
+            config.service.github.targets.retain(|t| t.repo != repo);
             config
+                .service
                 .github
                 .targets
-                .push(warden_engine::config::PublishTarget {
+                .push(warden_service::config::PublishTarget {
                     repo,
                     github: github.clone(),
                     base: None,
@@ -635,7 +646,7 @@ pub async fn approve(config: Config, args: crate::approve::ApproveArgs) -> anyho
 }
 
 /// `warden reject ID`: nothing is published; the task ends with its proposal unpublished.
-pub async fn reject(config: Config, args: crate::approve::RejectArgs) -> anyhow::Result<u8> {
+pub async fn reject(config: Loaded, args: crate::approve::RejectArgs) -> anyhow::Result<u8> {
     let local = open(config).await?;
     let decided = local
         .decide(args.id.trim(), warden_protocol::Decision::Reject, None)
@@ -659,7 +670,7 @@ pub async fn reject(config: Config, args: crate::approve::RejectArgs) -> anyhow:
 
 /// `warden cancel TASK`: the task is cancelled; a run of it in another process stops within
 /// about a second.
-pub async fn cancel(config: Config, task: &str, json: bool) -> anyhow::Result<u8> {
+pub async fn cancel(config: Loaded, task: &str, json: bool) -> anyhow::Result<u8> {
     let id = task_id(task)?;
     let local = open(config).await?;
     let cancelled = local.cancel(&id).await.map_err(cli_error)?;
@@ -676,7 +687,7 @@ pub async fn cancel(config: Config, task: &str, json: bool) -> anyhow::Result<u8
 }
 
 /// `warden retry TASK`: the finished task again as a new task on the same commits, run here.
-pub async fn retry(config: Config, task: &str, json: bool) -> anyhow::Result<u8> {
+pub async fn retry(config: Loaded, task: &str, json: bool) -> anyhow::Result<u8> {
     let id = task_id(task)?;
     let local = open(config).await?;
     local.services().await.map_err(cli_error)?;
@@ -687,7 +698,7 @@ pub async fn retry(config: Config, task: &str, json: bool) -> anyhow::Result<u8>
 }
 
 /// `warden show`.
-pub async fn show(config: Config, task: &str, json: bool) -> anyhow::Result<u8> {
+pub async fn show(config: Loaded, task: &str, json: bool) -> anyhow::Result<u8> {
     let id = task_id(task)?;
     let local = open(config).await?;
     let task = local.task(&id).await.map_err(cli_error)?;
@@ -695,7 +706,7 @@ pub async fn show(config: Config, task: &str, json: bool) -> anyhow::Result<u8> 
 }
 
 /// `warden tasks`.
-pub async fn tasks(config: Config, json: bool) -> anyhow::Result<u8> {
+pub async fn tasks(config: Loaded, json: bool) -> anyhow::Result<u8> {
     let local = open(config).await?;
     let tasks: Vec<_> = local
         .list(200)
@@ -711,7 +722,7 @@ pub async fn tasks(config: Config, json: bool) -> anyhow::Result<u8> {
 /// `warden logs TASK`: every run's journal, its hash chain verified; `--follow` runs the task
 /// here if it still waits for a worker (a run of a process that died is re-queued once its
 /// lease expires and resumes from its journal) and prints its result.
-pub async fn logs(config: Config, task: &str, follow: bool, json: bool) -> anyhow::Result<u8> {
+pub async fn logs(config: Loaded, task: &str, follow: bool, json: bool) -> anyhow::Result<u8> {
     let id = task_id(task)?;
     let local = open(config).await?;
     if follow {
@@ -744,7 +755,7 @@ pub async fn logs(config: Config, task: &str, follow: bool, json: bool) -> anyho
 }
 
 /// `warden diff TASK`.
-pub async fn diff(config: Config, args: &crate::diff::DiffArgs) -> anyhow::Result<u8> {
+pub async fn diff(config: Loaded, args: &crate::diff::DiffArgs) -> anyhow::Result<u8> {
     let id = task_id(&args.task)?;
     let local = open(config).await?;
     let (proposal, diff, truncated) = local.diff(&id).await.map_err(cli_error)?;
@@ -763,7 +774,7 @@ pub async fn diff(config: Config, args: &crate::diff::DiffArgs) -> anyhow::Resul
 }
 
 /// `warden apply TASK`: the proposal fetched into a repository as a branch.
-pub async fn apply(config: Config, args: crate::apply::ApplyArgs) -> anyhow::Result<u8> {
+pub async fn apply(config: Loaded, args: crate::apply::ApplyArgs) -> anyhow::Result<u8> {
     let id = task_id(&args.task)?;
     let local = open(config).await?;
     let task = local.task(&id).await.map_err(cli_error)?;

@@ -22,6 +22,7 @@ mod render;
 mod review;
 mod run;
 mod serve;
+mod telemetry_config;
 mod text;
 mod timeline;
 mod token;
@@ -321,12 +322,12 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         // Every check, even when the configuration does not load.
         return doctor_anyway(cli.config.as_deref(), &cli.remote, json, offline);
     }
-    let config = warden_engine::config::Config::load(
-        cli.config.as_deref(),
-        &warden_engine::config::ProcessEnv,
-    )
-    .map_err(usage)?;
-    if let Some(telemetry) = &config.telemetry {
+    let env = warden_config::ProcessEnv;
+    let config = warden_service::config::load(cli.config.as_deref(), &env).map_err(usage)?;
+    let telemetry =
+        telemetry_config::TelemetryConfig::resolve(&config.file.sections.telemetry, &env)
+            .map_err(usage)?;
+    if let Some(telemetry) = &telemetry {
         otlp::start(telemetry).map_err(usage)?;
     }
     match cli.command {
@@ -344,7 +345,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
             tokio_runtime()?.block_on(local_cli::review(config, args, server))
         }
         Command::Advisories { command } => {
-            tokio_runtime()?.block_on(advisories::advisories(config, command))
+            tokio_runtime()?.block_on(advisories::advisories(config.engine, command))
         }
         Command::Diff(args) => tokio_runtime()?.block_on(local_cli::diff(config, &args)),
         Command::Apply(args) => tokio_runtime()?.block_on(local_cli::apply(config, args)),
@@ -374,13 +375,15 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         Command::Doctor { json, offline } => {
             doctor_anyway(cli.config.as_deref(), &cli.remote, json, offline)
         }
-        Command::Gc(args) => tokio_runtime()?.block_on(gc::gc(&config, args)),
-        Command::Backup(args) => backup::backup(&config, args),
-        Command::K8s { command } => k8s::k8s(&config, command),
+        Command::Gc(args) => tokio_runtime()?.block_on(gc::gc(&config.engine, args)),
+        Command::Backup(args) => backup::backup(&config.engine, args),
+        Command::K8s { command } => k8s::k8s(&config.engine, command),
         Command::Serve => tokio_runtime()?.block_on(serve::serve(config)),
         Command::Worker => tokio_runtime()?.block_on(serve::worker(config)),
-        Command::Token { command } => tokio_runtime()?.block_on(token::token(&config, command)),
-        Command::Web { command } => tokio_runtime()?.block_on(web::web(&config, command)),
+        Command::Token { command } => {
+            tokio_runtime()?.block_on(token::token(&config.engine, command))
+        }
+        Command::Web { command } => tokio_runtime()?.block_on(web::web(&config.engine, command)),
         Command::Mcp(args) => tokio_runtime()?.block_on(mcp::serve(config, args)),
     }
 }
@@ -394,16 +397,18 @@ fn doctor_anyway(
     json: bool,
     offline: bool,
 ) -> anyhow::Result<u8> {
-    use warden_engine::config::{Config, ProcessEnv};
-    let (config, config_error) = match Config::load(explicit, &ProcessEnv) {
+    use warden_config::{ConfigFile, ProcessEnv};
+    let (config, config_error) = match warden_service::config::load(explicit, &ProcessEnv) {
         Ok(config) => (config, None),
         Err(error) => {
             let defaults =
-                Config::load(Some(std::path::Path::new("/dev/null")), &HomeOnly).map_err(usage)?;
+                warden_service::config::load(Some(std::path::Path::new("/dev/null")), &HomeOnly)
+                    .map_err(usage)?;
             (defaults, Some(format!("{error:#}")))
         }
     };
-    let config_file = Config::file_path(explicit, &ProcessEnv).unwrap_or(config.file.clone());
+    let config_file =
+        ConfigFile::path_of(explicit, &ProcessEnv).unwrap_or(config.engine.file.clone());
     let options = doctor::DoctorOptions {
         as_json: json,
         offline,
@@ -417,7 +422,7 @@ fn doctor_anyway(
 /// The environment as far as it says where Warden's state lives, and nothing else.
 struct HomeOnly;
 
-impl warden_engine::config::Env for HomeOnly {
+impl warden_config::Env for HomeOnly {
     fn var(&self, name: &str) -> Option<String> {
         matches!(name, "WARDEN_HOME" | "HOME")
             .then(|| std::env::var(name).ok())

@@ -11,9 +11,9 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use rmcp::ServiceExt;
-use warden_engine::config::Config;
 use warden_mcp::WardenMcp;
 use warden_repo::RepoSpec;
+use warden_service::config::Loaded;
 
 /// `warden mcp`'s arguments.
 #[derive(Debug, clap::Args)]
@@ -26,7 +26,7 @@ pub struct McpArgs {
 }
 
 /// Serves MCP on stdin/stdout until the client closes stdin.
-pub async fn serve(config: Config, args: McpArgs) -> anyhow::Result<u8> {
+pub async fn serve(config: Loaded, args: McpArgs) -> anyhow::Result<u8> {
     let cwd = std::env::current_dir().context("cannot read the current directory")?;
     let mut offered: Vec<RepoSpec> = Vec::new();
     for text in &args.repos {

@@ -11,6 +11,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::telemetry_config::TelemetryConfig;
 use serde_json::{json, Value};
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -18,7 +19,6 @@ use tracing::Subscriber;
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::Layer;
-use warden_engine::telemetry_config::TelemetryConfig;
 
 /// Spans waiting for the exporter; more are dropped.
 const QUEUE: usize = 8192;

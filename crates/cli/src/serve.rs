@@ -6,8 +6,11 @@
 
 use std::sync::Arc;
 
-use warden_engine::config::{Config, Env, ProcessEnv};
+use warden_config::{Env, ProcessEnv};
 use warden_service::compose::{self as service, ServeUsageError};
+use warden_service::config::Loaded;
+#[cfg(feature = "serve")]
+use warden_service::config::ServiceConfig;
 
 use crate::usage;
 
@@ -28,7 +31,7 @@ async fn open_store(url: &str) -> anyhow::Result<Arc<dyn service::Store>> {
 }
 
 #[cfg(not(feature = "serve"))]
-pub async fn serve(_config: Config) -> anyhow::Result<u8> {
+pub async fn serve(_config: Loaded) -> anyhow::Result<u8> {
     Err(usage(anyhow::anyhow!(
         "this warden was built without the HTTP API (cargo feature `serve`): `warden serve` is \
          not available; `warden worker` runs workers without it"
@@ -36,10 +39,15 @@ pub async fn serve(_config: Config) -> anyhow::Result<u8> {
 }
 
 #[cfg(feature = "serve")]
-pub async fn serve(config: Config) -> anyhow::Result<u8> {
+pub async fn serve(loaded: Loaded) -> anyhow::Result<u8> {
     use anyhow::Context;
     let env = ProcessEnv;
-    refuse_problems(&config)?;
+    refuse_problems(&loaded.service)?;
+    let Loaded {
+        engine: config,
+        service: service_config,
+        ..
+    } = loaded;
     let _lock = warden_service::lock::lock_home(&config.home).map_err(usage)?;
     let (tokens, token_file) =
         warden_api::serve::api_tokens(env.var("WARDEN_API_TOKENS"), &config.home)
@@ -48,7 +56,7 @@ pub async fn serve(config: Config) -> anyhow::Result<u8> {
     let url = service::database_url(env.var("WARDEN_DATABASE_URL"), &config.home);
     let store = open_store(&url).await?;
     let worker_name = service::home_worker_name(&config.home)?;
-    let services = service::services(Arc::new(config), store)
+    let services = service::services(Arc::new(config), Arc::new(service_config), store)
         .await
         .map_err(usage_or)?;
     let listener = tokio::net::TcpListener::bind(address).await.map_err(|e| {
@@ -71,7 +79,7 @@ pub async fn serve(config: Config) -> anyhow::Result<u8> {
     }
     warden_service::say!(
         "warden: {} concurrent runs, {} store, model {}",
-        services.config.serve.workers,
+        services.service_config.serve.workers,
         services.store.backend(),
         match &services.model_missing {
             None => services.model.name(),
@@ -81,7 +89,7 @@ pub async fn serve(config: Config) -> anyhow::Result<u8> {
         }
     );
     warden_service::say!("warden: listening on http://{local}");
-    if services.config.serve.web.enabled {
+    if services.service_config.serve.web.enabled {
         warden_service::say!(
             "warden: web console at http://{local}/ (sign in with an API token, or set a \
              password with `warden web passwd NAME`)"
@@ -95,8 +103,8 @@ pub async fn serve(config: Config) -> anyhow::Result<u8> {
 /// Refuses to start, before anything listens, with every secret the configured interfaces
 /// need and the environment lacks (all of them at once, exit 2).
 #[cfg(feature = "serve")]
-fn refuse_problems(config: &Config) -> anyhow::Result<()> {
-    let problems = config.serve_problems();
+fn refuse_problems(config: &ServiceConfig) -> anyhow::Result<()> {
+    let problems = config.problems();
     if problems.is_empty() {
         return Ok(());
     }
@@ -108,7 +116,7 @@ fn refuse_problems(config: &Config) -> anyhow::Result<()> {
     )))
 }
 
-pub async fn worker(config: Config) -> anyhow::Result<u8> {
+pub async fn worker(loaded: Loaded) -> anyhow::Result<u8> {
     let env = ProcessEnv;
     let Some(url) = env.var("WARDEN_DATABASE_URL") else {
         return Err(usage(anyhow::anyhow!(
@@ -122,14 +130,14 @@ pub async fn worker(config: Config) -> anyhow::Result<u8> {
         )));
     }
     let store = open_store(&url).await?;
-    let services = service::services(Arc::new(config), store)
+    let services = service::services(Arc::new(loaded.engine), Arc::new(loaded.service), store)
         .await
         .map_err(usage_or)?;
     let name = service::process_worker_name();
     let shutdown = service::shutdown_signal();
     warden_service::say!(
         "warden: worker {name}: {} concurrent runs",
-        services.config.serve.workers
+        services.service_config.serve.workers
     );
     service::work(services, name, shutdown).await?;
     warden_service::say!("warden: stopped");

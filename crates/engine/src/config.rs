@@ -1,205 +1,17 @@
-//! Configuration: `warden.toml` (from `--config`, `WARDEN_CONFIG`, or `WARDEN_HOME/warden.toml`)
-//! with environment overrides. Unknown keys and invalid values stop start-up with a message naming
-//! them. Configuration is never read from a repository or the current directory: a hostile
-//! repository cannot change how Warden behaves.
+//! The engine's sections of `warden.toml` (read by `warden_config`), resolved with their
+//! environment overrides: the model, limits and prices, the sandbox and its storage, kubernetes
+//! and egress, MCP servers, maintenance, gates and roles. Invalid values stop start-up with a
+//! message naming them. The service resolves its own sections (`warden_service::config`).
 
 use anyhow::{bail, Context};
-use serde::Deserialize;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use warden_models::{ModelConfig, Price, PriceTable, Provider};
 use warden_runtime::Limits;
 
-pub use crate::env::{Env, ProcessEnv};
-
-/// The file's shape. Every table rejects unknown keys.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct FileConfig {
-    #[serde(default)]
-    pub model: ModelSection,
-    #[serde(default)]
-    pub limits: LimitsSection,
-    #[serde(default)]
-    pub prices: Vec<PriceEntry>,
-    #[serde(default)]
-    pub sandbox: SandboxSection,
-    /// `[kubernetes]`: the `kubernetes` sandbox backend's cluster, template and warm pool.
-    #[serde(default)]
-    pub kubernetes: crate::kubernetes_config::KubernetesSection,
-    #[serde(default)]
-    pub storage: StorageSection,
-    /// `[egress]`: what `prepare` reaches through Warden's egress proxy.
-    #[serde(default)]
-    pub egress: crate::egress::EgressSection,
-    #[serde(default)]
-    pub serve: crate::serve_config::ServeSection,
-    #[serde(default)]
-    pub web: crate::serve_config::WebSection,
-    #[serde(default)]
-    pub callbacks: crate::callback::CallbackSection,
-    #[serde(default)]
-    pub github: GithubSection,
-    /// `[[publish]]`: the GitHub repository (and base branch) a repository publishes to.
-    #[serde(default)]
-    pub publish: Vec<PublishEntry>,
-    /// `[telegram]`: the Telegram bot of `warden serve` (off without it).
-    pub telegram: Option<crate::telegram_config::TelegramSection>,
-    /// `[slack]`: the Slack app of `warden serve` (off without it).
-    pub slack: Option<crate::slack_config::SlackSection>,
-    /// `[[mcp.servers]]`: MCP servers whose tools the agent may use, inside its sandbox.
-    #[serde(default)]
-    pub mcp: crate::mcp_config::McpSection,
-    /// `[maintain]`: candidate versions, the advisory database and the upgrade policy.
-    #[serde(default)]
-    pub maintain: crate::maintain_config::MaintainSection,
-    /// `[[schedules]]`: maintenance `warden serve` submits on a cron expression.
-    #[serde(default)]
-    pub schedules: Vec<crate::schedule_config::ScheduleEntry>,
-    /// `[telemetry]`: OpenTelemetry trace export (off without an endpoint).
-    #[serde(default)]
-    pub telemetry: crate::telemetry_config::TelemetrySection,
-    /// `[gates]`: the risk gate's policy per level and the reviewer's.
-    #[serde(default)]
-    pub gates: crate::gates_config::GatesSection,
-    /// `[roles]`: the models of the roles other than the implementer (the reviewer).
-    #[serde(default)]
-    pub roles: crate::gates_config::RolesSection,
-}
-
-/// `[github]`: the API publication talks to. The token is never read from this file (nor from
-/// a repository): only from `WARDEN_GITHUB_TOKEN` or `GITHUB_TOKEN`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GithubSection {
-    /// Default `https://api.github.com`; GitHub Enterprise Server: `https://HOST/api/v3`.
-    /// `WARDEN_GITHUB_API_URL` overrides.
-    pub api_url: Option<String>,
-    /// Open pull requests as drafts.
-    pub draft: Option<bool>,
-    /// `[github.webhook]`: the GitHub interface of `warden serve` (off without it).
-    pub webhook: Option<crate::github_hook_config::GithubWebhookSection>,
-    /// `[github.app]`: authenticate as a GitHub App installation instead of with a token.
-    pub app: Option<GithubAppSection>,
-}
-
-/// `[github.app]`: the App's client id and installation; the private key only from
-/// `WARDEN_GITHUB_APP_PRIVATE_KEY` (the PEM text) or `WARDEN_GITHUB_APP_PRIVATE_KEY_FILE`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GithubAppSection {
-    /// The App's client id (`Iv…`; its numeric App id works too).
-    pub client_id: String,
-    /// The installation on the account owning the repositories.
-    pub installation_id: u64,
-}
-
-/// One `[[publish]]` entry.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PublishEntry {
-    /// The repository's name in Warden.
-    pub repo: String,
-    /// `owner/name` on GitHub.
-    pub github: String,
-    /// The branch pull requests target; default: the remote's `HEAD`.
-    pub base: Option<String>,
-}
-
-/// `[github]` and `[[publish]]`, resolved, with the token from the environment.
-#[derive(Debug, Clone)]
-pub struct GithubSettings {
-    pub api_url: String,
-    pub token: Option<crate::github::GithubToken>,
-    pub draft: bool,
-    pub targets: Vec<PublishTarget>,
-    /// First retry delay (`WARDEN_RETRY_BASE_MS`, for tests).
-    pub retry_base: Option<Duration>,
-    /// `[github.webhook]` with `WARDEN_GITHUB_WEBHOOK_SECRET`; `None`: no webhook.
-    pub webhook: Option<crate::github_hook_config::GithubWebhookConfig>,
-    /// `[github.app]` with its key: used instead of `token` when present.
-    pub app: Option<crate::github::app::AppCredentials>,
-}
-
-impl GithubSettings {
-    /// How a client authenticates: the App when `[github.app]` is configured, else the token;
-    /// `None` without either.
-    pub fn auth(&self) -> Option<crate::github::GithubAuth> {
-        match (&self.app, &self.token) {
-            (Some(app), _) => Some(crate::github::GithubAuth::App(app.clone())),
-            (None, Some(token)) => Some(crate::github::GithubAuth::Token(token.clone())),
-            (None, None) => None,
-        }
-    }
-}
-
-/// A resolved `[[publish]]` entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PublishTarget {
-    pub repo: String,
-    pub github: crate::github::GithubRepo,
-    pub base: Option<String>,
-}
-
-/// Where the agent's `shell` commands run.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SandboxSection {
-    /// `linux` (default), `gvisor`, or `local` (no isolation); `WARDEN_SANDBOX` overrides.
-    pub backend: Option<String>,
-    /// Layers run without, explicitly (only the cgroup layers may be listed, e.g. on a host
-    /// without delegated cgroups); everything else is required.
-    #[serde(default)]
-    pub disabled_layers: Vec<String>,
-    /// The `runsc` binary for the gVisor backend.
-    pub runsc: Option<PathBuf>,
-    /// Memory limit of one shell command, in MiB.
-    pub memory_mib: Option<u64>,
-    /// Process limit of one shell command.
-    pub pids: Option<u32>,
-    /// Writable space of one task's view (upper layer, `/tmp`, `/dev/shm` together), in MiB;
-    /// default 1024. Past it, writes fail with `ENOSPC`.
-    pub disk_mib: Option<u64>,
-    /// Files and directories in that space; default 100000.
-    pub disk_inodes: Option<u64>,
-    /// Host directories shown read-only in every sandbox at the same path (`~` is the
-    /// Warden user's home); their `bin` folders go on `PATH`.
-    #[serde(default)]
-    pub mounts: Vec<String>,
-    /// Toolchain presets: `rust`, `node`, `python`, `go` (see `crate::toolchain`).
-    #[serde(default)]
-    pub toolchains: Vec<String>,
-    /// Commands run before a change task's agent with the repository's cache writable.
-    #[serde(default)]
-    pub prepare: Vec<String>,
-    /// The older name of `[egress] upstream`: an HTTP proxy (`host:port`) that Warden's egress
-    /// proxy chains to.
-    pub prepare_proxy: Option<String>,
-    /// Warm checks (default true): a toolchain's build outputs (`target/` for `rust`), built
-    /// once from the base tree by the first check and kept per key, are layered under every
-    /// later check view copy-on-write, so a check after an edit builds incrementally.
-    pub warm_checks: Option<bool>,
-    /// The only directories a registered repository's own mounts (`repos add --mount`) may
-    /// lie under; empty (the default): repositories cannot add mounts.
-    #[serde(default)]
-    pub repo_mount_roots: Vec<String>,
-}
-
-/// `[storage]`: how large snapshots may be and how much mirrors, snapshots and dependency
-/// caches may take.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct StorageSection {
-    /// Largest snapshot (file contents), in MiB; default 1024. Larger: `quota_exceeded`.
-    pub snapshot_max_mib: Option<u64>,
-    /// Most files and directories in one snapshot; default 100000.
-    pub snapshot_max_files: Option<u64>,
-    /// Mirrors and snapshots together, in bytes; default 20 GiB. `warden serve` evicts unused
-    /// ones past it (periodically and before writing a snapshot); `warden gc` on demand.
-    pub max_bytes: Option<u64>,
-    /// Anything used within this many minutes is never evicted; default 60.
-    pub keep_recent_mins: Option<u64>,
-}
+pub use warden_config::{ConfigFile, Env, FileConfig, ProcessEnv};
+use warden_config::{ModelSection, StorageSection};
 
 /// `[storage]`, resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -218,60 +30,6 @@ impl StorageConfig {
             .with_snapshot_limits(self.snapshot)
             .with_cache_policy(self.cache))
     }
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ModelSection {
-    /// `provider:model` or `faux`; `WARDEN_MODEL` overrides.
-    pub name: Option<String>,
-    /// A second `provider:model` tried once when the first fails for good.
-    pub fallback: Option<String>,
-    pub stream: Option<bool>,
-    /// Send `stream_options.include_usage` (OpenAI-compatible servers that reject it: false).
-    pub stream_usage: Option<bool>,
-    /// `max_completion_tokens` (OpenAI) or `max_tokens` (many compatible servers).
-    pub max_tokens_field: Option<String>,
-    /// Send the system prompt with the `developer` role (OpenAI reasoning models).
-    pub developer_role: Option<bool>,
-    pub max_output_tokens: Option<u32>,
-    pub request_timeout_secs: Option<u64>,
-    pub max_attempts: Option<u32>,
-    /// OpenAI-compatible: send `prompt_cache_key` (default true).
-    pub prompt_cache_key: Option<bool>,
-    /// OpenAI: `prompt_cache_retention`, for the models that take it (default: not sent).
-    pub prompt_cache_retention: Option<String>,
-    /// Anthropic: how long the tools and system prompt stay cached, `5m` or `1h` (default).
-    pub cache_ttl: Option<String>,
-    /// The model's context window in tokens: a conversation reaching 80 % of it is compacted
-    /// (default: the published window of a known model; none for others).
-    pub context_tokens: Option<u64>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LimitsSection {
-    pub max_turns: Option<u32>,
-    pub max_tokens: Option<u64>,
-    pub max_cost_usd: Option<f64>,
-    pub max_wall_secs: Option<u64>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PriceEntry {
-    pub provider: String,
-    /// A model name or prefix; the longest matching prefix wins.
-    pub model: String,
-    pub input: f64,
-    #[serde(default)]
-    pub cached_input: Option<f64>,
-    #[serde(default)]
-    pub cache_write: Option<f64>,
-    /// Per million prompt tokens written to the cache for an hour; default twice `input`.
-    #[serde(default)]
-    pub cache_write_1h: Option<f64>,
-    pub output: f64,
 }
 
 /// Everything a command needs, resolved.
@@ -295,30 +53,20 @@ pub struct Config {
     /// `[storage]`: snapshot limits and the cache budget of mirrors, snapshots and dependency
     /// caches.
     pub storage: StorageConfig,
-    /// `[serve]`: workers, leases and per-day budgets of `warden serve` / `warden worker`.
-    pub serve: crate::serve_config::ServeConfig,
-    /// `[callbacks]`: where task callbacks may go and how they are signed.
-    pub callbacks: crate::callback::CallbackConfig,
-    /// `[github]` and `[[publish]]`: where approved proposals are published.
-    pub github: GithubSettings,
-    /// `[telegram]` with `WARDEN_TELEGRAM_TOKEN`; `None`: no bot.
-    pub telegram: Option<crate::telegram_config::TelegramConfig>,
-    /// `[slack]` with `WARDEN_SLACK_SIGNING_SECRET` and `WARDEN_SLACK_BOT_TOKEN`; `None`: no app.
-    pub slack: Option<crate::slack_config::SlackConfig>,
     /// `[[mcp.servers]]`, resolved: started in every task's sandbox.
     pub mcp_servers: Vec<crate::mcp_config::McpServerConfig>,
     /// `[maintain]`: where `warden maintain` finds versions and advisories, and its policy.
     pub maintain: crate::maintain_config::MaintainConfig,
-    /// `[[schedules]]`, resolved: maintenance `warden serve` submits on its own.
-    pub schedules: Vec<crate::schedule_config::Schedule>,
-    /// `[telemetry]`, resolved: where traces are exported; `None`: nowhere.
-    pub telemetry: Option<crate::telemetry_config::TelemetryConfig>,
     /// `[gates]`, resolved.
     pub gates: crate::gates_config::GatesConfig,
     /// `[roles] reviewer`: the reviewer's model; `None`: the task's own.
     pub reviewer_model: Option<Box<ModelConfig>>,
     /// `[roles] max_explorers` and `explorer_max_turns`.
     pub explorers: crate::gates_config::ExplorerSettings,
+    /// Secrets of the sections other layers resolve (the GitHub token, webhook and chat
+    /// secrets), set by whoever resolves them (`warden_service::config::ServiceConfig`), so
+    /// that every redactor built from this configuration hides them too.
+    pub other_secrets: crate::redact::Redactor,
 }
 
 /// The sandbox backend and its settings. Never chosen by fallback: what is named here is what
@@ -361,30 +109,18 @@ impl Config {
         )
     }
 
+    /// Reads the configuration file (see `warden_config::ConfigFile::load`) and resolves the
+    /// engine's sections only: a command must also resolve the service's
+    /// (`warden_service::config::Settings::load` does both), or their mistakes go unnoticed.
     pub fn load(explicit: Option<&Path>, env: &dyn Env) -> anyhow::Result<Config> {
-        let home = state_directory(env)?;
-        let (default_file, path) = config_file(explicit, env, &home);
-        let file = match &path {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("cannot read configuration {}", path.display()))?;
-                parse_file(&text)
-                    .with_context(|| format!("invalid configuration {}", path.display()))?
-            }
-            None => FileConfig::default(),
-        };
-        let mut config = Config::resolve(home, file, env)?;
-        config.file = default_file;
-        Ok(config)
+        Config::resolve(&ConfigFile::load(explicit, env)?, env)
     }
 
-    /// The configuration file `load` reads (or would read, when it does not exist): `explicit`,
-    /// else `WARDEN_CONFIG`, else `WARDEN_HOME/warden.toml`.
-    pub fn file_path(explicit: Option<&Path>, env: &dyn Env) -> anyhow::Result<PathBuf> {
-        Ok(config_file(explicit, env, &state_directory(env)?).0)
-    }
-
-    fn resolve(home: PathBuf, file: FileConfig, env: &dyn Env) -> anyhow::Result<Config> {
+    /// The engine's sections of `file`, resolved with `env`'s overrides.
+    pub fn resolve(file: &ConfigFile, env: &dyn Env) -> anyhow::Result<Config> {
+        let home = file.home.clone();
+        let file_path = file.path.clone();
+        let file = &file.sections;
         let section = &file.model;
         let name = env.var("WARDEN_MODEL").or_else(|| section.name.clone());
         let model = match name.as_deref() {
@@ -484,42 +220,9 @@ impl Config {
         }
         let prices = table;
         let maintain = crate::maintain_config::MaintainConfig::resolve(&file.maintain)?;
-        let sandbox = sandbox_choice(&file, &maintain, &home, env)?;
+        let sandbox = sandbox_choice(file, &maintain, &home, env)?;
         let kubernetes = crate::kubernetes_config::resolve(&file.kubernetes, &home, env)?;
         let storage = storage_config(&file.storage)?;
-        let serve = crate::serve_config::ServeConfig {
-            web: crate::serve_config::WebConfig::resolve(&file.web)?,
-            ..crate::serve_config::ServeConfig::resolve(&file.serve)?
-        };
-        let callbacks = crate::callback::CallbackConfig::resolve(
-            &file.callbacks,
-            env.var("WARDEN_CALLBACK_SECRET"),
-        )?;
-        let github = github_settings(&file, env)?;
-        let telegram = crate::telegram_config::TelegramConfig::resolve(
-            file.telegram.as_ref(),
-            env.var("WARDEN_TELEGRAM_API_URL"),
-            env.var("WARDEN_TELEGRAM_TOKEN"),
-            env.var("WARDEN_TELEGRAM_WEBHOOK_SECRET"),
-        )?;
-        let slack = crate::slack_config::SlackConfig::resolve(
-            file.slack.as_ref(),
-            env.var("WARDEN_SLACK_API_URL"),
-            env.var("WARDEN_SLACK_SIGNING_SECRET"),
-            env.var("WARDEN_SLACK_BOT_TOKEN"),
-        )?;
-        let schedules = crate::schedule_config::resolve(&file.schedules)?;
-        if let Some(index) = schedules.iter().position(|s| {
-            s.action == crate::schedule_config::ScheduleAction::AdvisoriesUpdate
-                && maintain.advisory_db.is_none()
-                && maintain.osv_db.is_none()
-        }) {
-            bail!(
-                "schedules[{index}] (advisories_update): there is no advisory database to \
-                 update; set [maintain] advisory_db and/or osv_db"
-            );
-        }
-        let telemetry = crate::telemetry_config::TelemetryConfig::resolve(&file.telemetry, env)?;
         let gates = crate::gates_config::GatesConfig::resolve(&file.gates)?;
         let explorers = crate::gates_config::ExplorerSettings::resolve(&file.roles)?;
         let reviewer_model = match &file.roles.reviewer {
@@ -530,7 +233,7 @@ impl Config {
             )),
         };
         Ok(Config {
-            file: home.join("warden.toml"),
+            file: file_path,
             home,
             model,
             limits,
@@ -540,144 +243,14 @@ impl Config {
             sandbox,
             kubernetes,
             storage,
-            serve,
-            callbacks,
-            github,
-            telegram,
-            slack,
             mcp_servers: crate::mcp_config::resolve(&file.mcp)?,
             maintain,
-            schedules,
-            telemetry,
             gates,
             reviewer_model,
             explorers,
+            other_secrets: crate::redact::Redactor::default(),
         })
     }
-}
-
-/// `WARDEN_HOME`, else `~/.local/share/warden`.
-fn state_directory(env: &dyn Env) -> anyhow::Result<PathBuf> {
-    match env.var("WARDEN_HOME") {
-        Some(home) => Ok(PathBuf::from(home)),
-        None => match env.var("HOME") {
-            Some(user_home) => Ok(Path::new(&user_home).join(".local/share/warden")),
-            None => bail!("cannot find a state directory: set WARDEN_HOME"),
-        },
-    }
-}
-
-/// The configuration file named or defaulted, and the one to read (`None`: the default does
-/// not exist, so every default applies).
-fn config_file(explicit: Option<&Path>, env: &dyn Env, home: &Path) -> (PathBuf, Option<PathBuf>) {
-    let named = explicit
-        .map(Path::to_path_buf)
-        .or_else(|| env.var("WARDEN_CONFIG").map(PathBuf::from));
-    match named {
-        Some(path) => (path.clone(), Some(path)),
-        None => {
-            let default = home.join("warden.toml");
-            let read = default.exists().then(|| default.clone());
-            (default, read)
-        }
-    }
-}
-
-fn github_settings(file: &FileConfig, env: &dyn Env) -> anyhow::Result<GithubSettings> {
-    let api_url = env
-        .var("WARDEN_GITHUB_API_URL")
-        .or_else(|| file.github.api_url.clone())
-        .unwrap_or_else(|| crate::github::DEFAULT_API_URL.to_string());
-    let parsed = reqwest::Url::parse(api_url.trim())
-        .map_err(|e| anyhow::anyhow!("github.api_url {api_url:?} is not a URL: {e}"))?;
-    if !matches!(parsed.scheme(), "https" | "http") || parsed.host_str().is_none() {
-        bail!("github.api_url {api_url:?} must be an http(s) URL with a host");
-    }
-    if !parsed.username().is_empty() || parsed.password().is_some() {
-        bail!("github.api_url must not carry credentials; set WARDEN_GITHUB_TOKEN");
-    }
-    let mut targets = Vec::new();
-    for entry in &file.publish {
-        let github = crate::github::GithubRepo::parse(&entry.github).ok_or_else(|| {
-            anyhow::anyhow!(
-                "publish: github {:?} for repo {:?} is not owner/name",
-                entry.github,
-                entry.repo
-            )
-        })?;
-        if let Some(base) = &entry.base {
-            if base.is_empty() || base.starts_with('-') || base.chars().any(char::is_whitespace) {
-                bail!(
-                    "publish: invalid base branch {base:?} for repo {:?}",
-                    entry.repo
-                );
-            }
-        }
-        if targets.iter().any(|t: &PublishTarget| t.repo == entry.repo) {
-            bail!("publish: repo {:?} is listed twice", entry.repo);
-        }
-        targets.push(PublishTarget {
-            repo: entry.repo.clone(),
-            github,
-            base: entry.base.clone(),
-        });
-    }
-    let token = env
-        .var("WARDEN_GITHUB_TOKEN")
-        .or_else(|| env.var("GITHUB_TOKEN"))
-        .and_then(crate::github::GithubToken::new);
-    let retry_base = env
-        .var("WARDEN_RETRY_BASE_MS")
-        .and_then(|ms| ms.parse::<u64>().ok())
-        .map(Duration::from_millis);
-    Ok(GithubSettings {
-        api_url: api_url.trim().to_string(),
-        token,
-        draft: file.github.draft.unwrap_or(false),
-        targets,
-        retry_base,
-        webhook: crate::github_hook_config::GithubWebhookConfig::resolve(
-            file.github.webhook.as_ref(),
-            env.var("WARDEN_GITHUB_WEBHOOK_SECRET"),
-        )?,
-        app: github_app(file.github.app.as_ref(), env)?,
-    })
-}
-
-/// `[github.app]` with its private key from the environment.
-fn github_app(
-    section: Option<&GithubAppSection>,
-    env: &dyn Env,
-) -> anyhow::Result<Option<crate::github::app::AppCredentials>> {
-    let Some(section) = section else {
-        return Ok(None);
-    };
-    let client_id = section.client_id.trim();
-    if client_id.is_empty()
-        || client_id.len() > 100
-        || !client_id.chars().all(|c| c.is_ascii_alphanumeric())
-    {
-        bail!("github.app.client_id {client_id:?} must be 1-100 letters and digits");
-    }
-    let pem = match (
-        env.var("WARDEN_GITHUB_APP_PRIVATE_KEY"),
-        env.var("WARDEN_GITHUB_APP_PRIVATE_KEY_FILE"),
-    ) {
-        (Some(pem), _) => pem,
-        (None, Some(path)) => std::fs::read_to_string(&path).map_err(|e| {
-            anyhow::anyhow!("cannot read WARDEN_GITHUB_APP_PRIVATE_KEY_FILE {path:?}: {e}")
-        })?,
-        (None, None) => bail!(
-            "[github.app] is configured but neither WARDEN_GITHUB_APP_PRIVATE_KEY nor WARDEN_GITHUB_APP_PRIVATE_KEY_FILE is set"
-        ),
-    };
-    let key = crate::github::app::AppKey::from_pem(&pem)
-        .map_err(|e| anyhow::anyhow!("the GitHub App private key: {e}"))?;
-    Ok(Some(crate::github::app::AppCredentials {
-        client_id: client_id.to_string(),
-        installation_id: section.installation_id,
-        key: std::sync::Arc::new(key),
-    }))
 }
 
 impl ModelChoice {
@@ -763,87 +336,20 @@ pub fn unpriced_notice(model: &str) -> String {
 }
 
 impl Config {
-    /// Everything `warden serve` needs from the environment for the interfaces this
-    /// configuration turns on and does not have, one sentence each: it refuses to start with
-    /// all of them (exit 2) before it listens, and `warden doctor` shows the same list.
-    pub fn serve_problems(&self) -> Vec<String> {
-        let mut problems = Vec::new();
-        if let Some(telegram) = &self.telegram {
-            if telegram.token.is_none() {
-                problems.push(
-                    "[telegram] is configured but WARDEN_TELEGRAM_TOKEN is not set (the bot's \
-                     token from @BotFather)"
-                        .to_string(),
-                );
-            }
-        }
-        if let Some(slack) = &self.slack {
-            if slack.signing_secret.is_none() {
-                problems.push(
-                    "[slack] is configured but WARDEN_SLACK_SIGNING_SECRET is not set (the \
-                     app's signing secret)"
-                        .to_string(),
-                );
-            }
-            if slack.bot_token.is_none() {
-                problems.push(
-                    "[slack] is configured but WARDEN_SLACK_BOT_TOKEN is not set (the app's bot \
-                     token, xoxb-…)"
-                        .to_string(),
-                );
-            }
-        }
-        if let Some(webhook) = &self.github.webhook {
-            if webhook.secret.is_none() {
-                problems.push(
-                    "[github.webhook] is configured but WARDEN_GITHUB_WEBHOOK_SECRET is not set \
-                     (the webhook's secret)"
-                        .to_string(),
-                );
-            }
-            if self.github.auth().is_none() {
-                problems.push(
-                    "[github.webhook] is configured but neither WARDEN_GITHUB_TOKEN (or \
-                     GITHUB_TOKEN) nor [github.app] is: its replies need one"
-                        .to_string(),
-                );
-            }
-        }
-        problems
-    }
-
-    /// The redactor for this configuration's secrets (model API keys).
+    /// The redactor for this configuration's secrets: the model API keys and
+    /// [`Config::other_secrets`].
     pub fn redactor(&self) -> crate::redact::Redactor {
-        let keys = match &self.model {
+        let mut keys: Vec<String> = match &self.model {
             ModelChoice::Remote { primary, fallback } => std::iter::once(primary.api_key.clone())
                 .chain(fallback.iter().map(|f| f.api_key.clone()))
                 .flatten()
                 .collect(),
             ModelChoice::Faux | ModelChoice::Missing => Vec::new(),
         };
-        let mut keys: Vec<String> = keys;
-        keys.extend(self.github.token.iter().map(|t| t.expose().to_string()));
-        keys.extend(
-            self.github
-                .webhook
-                .iter()
-                .filter_map(|w| w.secret.as_ref())
-                .map(|s| s.expose().to_string()),
-        );
-        if let Some(telegram) = &self.telegram {
-            keys.extend(telegram.token.iter().map(|t| t.expose().to_string()));
-            if let crate::telegram_config::Ingress::Webhook { secret, .. } = &telegram.ingress {
-                keys.push(secret.expose().to_string());
-            }
+        if let Some(reviewer) = &self.reviewer_model {
+            keys.extend(reviewer.api_key.clone());
         }
-        if let Some(slack) = &self.slack {
-            keys.extend(
-                [&slack.signing_secret, &slack.bot_token]
-                    .into_iter()
-                    .flatten()
-                    .map(|s| s.expose().to_string()),
-            );
-        }
+        keys.extend(self.other_secrets.secrets().iter().cloned());
         crate::redact::Redactor::new(keys)
     }
 }
@@ -968,10 +474,6 @@ fn storage_config(section: &StorageSection) -> anyhow::Result<StorageConfig> {
     })
 }
 
-pub fn parse_file(text: &str) -> anyhow::Result<FileConfig> {
-    toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))
-}
-
 fn parse_provider(name: &str) -> anyhow::Result<Provider> {
     match name {
         "openai" => Ok(Provider::OpenAi),
@@ -1088,51 +590,11 @@ mod tests {
 
     fn load(text: &str, env: &[(&'static str, &'static str)]) -> anyhow::Result<Config> {
         let env = MapEnv(env.iter().copied().collect());
-        Config::resolve(PathBuf::from("/h"), parse_file(text)?, &env)
-    }
-
-    #[test]
-    fn the_github_webhook_and_app_take_their_secrets_from_the_environment() {
-        let key = warden_test_support::github_fake::APP_TEST_KEY_PEM;
-        let app = "[github.app]\nclient_id = \"Iv1abc\"\ninstallation_id = 42\n";
-        let config = load(
-            &format!("{app}[github.webhook]\n"),
-            &[
-                ("WARDEN_GITHUB_APP_PRIVATE_KEY", key),
-                ("WARDEN_GITHUB_WEBHOOK_SECRET", "hook-secret-123"),
-            ],
-        )
-        .unwrap();
-        let credentials = config.github.app.as_ref().unwrap();
-        assert_eq!(
-            (credentials.client_id.as_str(), credentials.installation_id),
-            ("Iv1abc", 42)
-        );
-        assert!(matches!(
-            config.github.auth(),
-            Some(crate::github::GithubAuth::App(_))
-        ));
-        assert_eq!(
-            config.redactor().text("x hook-secret-123 y"),
-            "x [redacted] y"
-        );
-        assert!(!format!("{:?}", config.github).contains("PRIVATE"));
-        for (text, env, expected) in [
-            (app.to_string(), vec![], "WARDEN_GITHUB_APP_PRIVATE_KEY"),
-            (
-                app.to_string(),
-                vec![("WARDEN_GITHUB_APP_PRIVATE_KEY", "not a key")],
-                "not a PEM",
-            ),
-            (
-                "[github.app]\nclient_id = \"a b\"\ninstallation_id = 1\n".to_string(),
-                vec![("WARDEN_GITHUB_APP_PRIVATE_KEY", key)],
-                "client_id",
-            ),
-        ] {
-            let error = format!("{:#}", load(&text, &env).unwrap_err());
-            assert!(error.contains(expected), "{text}: {error}");
-        }
+        let file = ConfigFile {
+            sections: FileConfig::parse(text)?,
+            ..ConfigFile::defaults(PathBuf::from("/h"))
+        };
+        Config::resolve(&file, &env)
     }
 
     #[test]

@@ -9,7 +9,7 @@
 //! method), and recorded.
 //!
 //! **Where it connects.** It resolves a name itself and connects only to public addresses (the
-//! callbacks' rules, [`crate::callback::address::is_public`]: no loopback, private, link-local,
+//! callbacks' rules, [`crate::address::is_public`]: no loopback, private, link-local,
 //! CGNAT, mapped or documentation address), so a listed name that resolves to `127.0.0.1` or a
 //! cloud metadata address reaches nothing. `[egress] allow_private` names the operator's own
 //! hosts (a registry mirror on the LAN) that may resolve anywhere, IP literals included. With
@@ -30,7 +30,7 @@
 /// The words of a refusal of a host that resolves only to addresses the proxy refuses.
 pub const NO_PUBLIC_ADDRESS: &str = "resolves to no public address";
 
-use crate::callback::address::is_public;
+use crate::address::is_public;
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -51,27 +51,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// Bytes relayed by one prepare command's proxy, by default (4 GiB).
 pub const DEFAULT_MAX_BYTES: u64 = 4 << 30;
-
-/// `[egress]`: what a change's `prepare` step (and only it) reaches through Warden's egress
-/// proxy, on top of the toolchain presets' registries (see `crate::egress`).
-#[derive(Debug, Default, serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EgressSection {
-    /// More hosts (`host`, `*.domain`, `host:port`), reached at public addresses only.
-    #[serde(default)]
-    pub allow: Vec<String>,
-    /// The operator's own hosts (a registry mirror on the LAN): any address, IP literals
-    /// included.
-    #[serde(default)]
-    pub allow_private: Vec<String>,
-    /// `false`: the presets' and `[maintain]`'s registries are not admitted, only `allow` and
-    /// `allow_private` (default true).
-    pub presets: Option<bool>,
-    /// An HTTP proxy (`host:port`) that connects for Warden once Warden admitted the host.
-    pub upstream: Option<String>,
-    /// Bytes one prepare command may move through the proxy, in MiB (default 4096).
-    pub max_mib: Option<u64>,
-}
 
 /// One allow-list entry: a host name (`registry.npmjs.org`), or every name under a domain
 /// (`*.crates.io`, not `crates.io` itself), with an optional port. Names are lowercase

@@ -3,40 +3,10 @@
 //! reviewer uses.
 
 use anyhow::bail;
-use serde::Deserialize;
+use warden_config::{GatesSection, RolesSection};
 use warden_protocol::GateAction;
 
 use crate::gates::{parse_action, GatePolicy};
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GatesSection {
-    /// The action at level `low`: `run` (default), `approve_proposal` or `approve_before_run`.
-    pub low: Option<String>,
-    /// The action at level `medium`; default `run`.
-    pub medium: Option<String>,
-    /// The action at level `high`; default `approve_proposal`.
-    pub high: Option<String>,
-    /// The reviewer after a change's checks pass: `off` (default), `report` (findings in the
-    /// result), `block` (P0/P1 findings fail the task) or `send_back` (P0/P1 findings go back
-    /// to the implementer, `review_rounds` times, then block).
-    pub review: Option<String>,
-    /// How many times P0/P1 findings go back to the implementer (`send_back`); default 1.
-    pub review_rounds: Option<u32>,
-    /// Findings below this confidence (0 to 1) never block or send back; default 0.
-    pub review_confidence: Option<f64>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RolesSection {
-    /// The reviewer's model (`provider:model`); default: the task's model.
-    pub reviewer: Option<String>,
-    /// Explorers one agent run may send (the `explore` tool); 0: none. Default 3.
-    pub max_explorers: Option<u32>,
-    /// Model calls each explorer may make. Default 12.
-    pub explorer_max_turns: Option<u32>,
-}
 
 /// `[roles]`' explorers, resolved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,55 +4,16 @@
 //! prints the manifests before the backend is switched on.
 
 use anyhow::bail;
-use serde::Deserialize;
 use std::path::Path;
 use std::time::Duration;
+use warden_config::KubernetesSection;
 use warden_kubernetes::{Credentials, KubernetesConfig};
-
-/// The file's `[kubernetes]` table.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct KubernetesSection {
-    /// The sandboxes' namespace; default `warden-sandboxes`.
-    pub namespace: Option<String>,
-    /// The `SandboxTemplate`; default `warden`.
-    pub template: Option<String>,
-    /// The `SandboxWarmPool` tasks claim from; default `warden`.
-    pub warm_pool: Option<String>,
-    /// Pods kept warm; default 2.
-    pub warm_pool_replicas: Option<u32>,
-    /// The sandbox container's image (toolchains, bash, GNU tar, find, coreutils).
-    pub image: Option<String>,
-    /// The gVisor `RuntimeClass`; default `gvisor`.
-    pub runtime_class: Option<String>,
-    /// CPU of one sandbox in thousandths of a core; default 2000.
-    pub cpu_millis: Option<u32>,
-    /// `in-cluster` (default without `kubeconfig`) or `kubeconfig`.
-    pub credentials: Option<String>,
-    /// The kubeconfig file (`~` is the Warden user's home); default `KUBECONFIG`, else
-    /// `~/.kube/config`.
-    pub kubeconfig: Option<String>,
-    /// The kubeconfig context; default its `current-context`.
-    pub context: Option<String>,
-    /// An idle sandbox expires after this many seconds; default 600.
-    pub idle_timeout_secs: Option<u64>,
-    /// How long a claim may take to be bound to a ready pod; default 120.
-    pub claim_timeout_secs: Option<u64>,
-    /// Warden's service account (the rendered RoleBinding's subject); default `warden`.
-    pub service_account: Option<String>,
-    /// Warden's own namespace; default `warden`.
-    pub warden_namespace: Option<String>,
-    /// The port of Warden's egress proxy, the one destination sandboxes may reach.
-    pub egress_proxy_port: Option<u16>,
-    /// This Warden's name on its claims (a worker's); default the host name.
-    pub owner: Option<String>,
-}
 
 /// `[kubernetes]`, resolved and checked.
 pub fn resolve(
     section: &KubernetesSection,
     home: &Path,
-    env: &dyn crate::env::Env,
+    env: &dyn warden_config::Env,
 ) -> anyhow::Result<KubernetesConfig> {
     let defaults = KubernetesConfig::default();
     let kubeconfig_path = || {
@@ -158,7 +119,7 @@ mod tests {
 
     struct Vars(Vec<(&'static str, &'static str)>);
 
-    impl crate::env::Env for Vars {
+    impl warden_config::Env for Vars {
         fn var(&self, name: &str) -> Option<String> {
             self.0
                 .iter()

@@ -4,8 +4,8 @@
 //! deny lists).
 
 use anyhow::bail;
-use serde::Deserialize;
 use std::path::PathBuf;
+use warden_config::MaintainSection;
 
 /// crates.io's sparse index.
 pub const DEFAULT_INDEX: &str = "https://index.crates.io";
@@ -32,45 +32,6 @@ pub const OSV_ECOSYSTEMS_READ: [&str; 3] = ["Go", "npm", "crates.io"];
 
 /// Days after which an advisory database is old enough to warn about (default).
 pub const DEFAULT_MAX_ADVISORY_AGE_DAYS: u32 = 7;
-
-/// `[maintain]` as written.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct MaintainSection {
-    /// The Cargo sparse index candidate versions come from (default crates.io's).
-    pub index: Option<String>,
-    /// A local RustSec advisory database (`advisory-db`'s layout), for `--select vulnerable`.
-    pub advisory_db: Option<PathBuf>,
-    /// A local OSV advisory database for Go modules (a directory of vuln.go.dev's records).
-    pub osv_db: Option<PathBuf>,
-    /// The git repository `warden advisories update` fetches `advisory_db` from (`https://`
-    /// or `file://`; default RustSec's on GitHub).
-    pub advisory_db_url: Option<String>,
-    /// Where `warden advisories update` fetches `osv_db`'s exports from: `<osv_url>/<ecosystem>/all.zip`
-    /// (default osv.dev's).
-    pub osv_url: Option<String>,
-    /// The OSV ecosystems `warden advisories update` fetches (default `["Go", "npm"]`).
-    pub osv_ecosystems: Option<Vec<String>>,
-    /// An advisory database fetched longer ago than this many days is warned about (default 7).
-    pub max_advisory_age_days: Option<u32>,
-    /// The Go module proxy candidate versions and modules come from: `https://…` or
-    /// `file:///dir` (default proxy.golang.org).
-    pub goproxy: Option<String>,
-    /// `GOSUMDB` for the networked Go steps (default: Go's own, sum.golang.org).
-    pub gosumdb: Option<String>,
-    /// The npm registry candidate versions and packages come from (default npm's).
-    pub npm_registry: Option<String>,
-    /// Minimum age of a version, in days (default 0).
-    pub cooldown_days: Option<u32>,
-    /// Allow semver-incompatible (major) upgrades (default false).
-    pub allow_major: Option<bool>,
-    /// Only these packages are upgraded (default: all).
-    #[serde(default)]
-    pub allow: Vec<String>,
-    /// These packages are never upgraded.
-    #[serde(default)]
-    pub deny: Vec<String>,
-}
 
 /// `[maintain]`, resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -4,47 +4,8 @@
 //! stdio (see `crate::mcp_client`).
 
 use anyhow::bail;
-use serde::Deserialize;
-use std::collections::BTreeMap;
 use std::time::Duration;
-
-/// `[mcp]`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct McpSection {
-    #[serde(default)]
-    pub servers: Vec<McpServerEntry>,
-}
-
-/// One `[[mcp.servers]]` entry as written.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct McpServerEntry {
-    /// The prefix of its tools (`NAME__TOOL`): `[a-z0-9_]+`, at most 24 characters.
-    pub name: String,
-    /// The program, as the sandbox sees it (an absolute path, or a name searched in the
-    /// sandbox's `PATH`).
-    pub command: String,
-    #[serde(default)]
-    pub args: Vec<String>,
-    /// Variables set for the server, with their values, in addition to the sandbox's
-    /// allow-listed baseline; nothing is taken from Warden's own environment.
-    #[serde(default)]
-    pub env: BTreeMap<String, String>,
-    /// Whether the operator vouches that the server's tools only read. Tools of servers not
-    /// marked read-only are offered but every call is denied.
-    #[serde(default)]
-    pub read_only: bool,
-    /// Only these tools of the server are offered (by the server's own names); unset: all.
-    pub allow_tools: Option<Vec<String>>,
-    /// Longest one call may take, in seconds; default 60.
-    pub call_timeout_secs: Option<u64>,
-    /// Refused: MCP servers have no network (named destinations are not built yet).
-    pub network: Option<toml::Value>,
-    /// Refused when true: approving single calls of servers not marked read-only is not built
-    /// yet.
-    pub approval: Option<bool>,
-}
+use warden_config::McpSection;
 
 /// One server, resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -11,10 +11,19 @@ use serde_json::Value;
 use warden_protocol::Event;
 use warden_runtime::{BoxFuture, Journal, JournalError, RecordKind};
 
-/// Replaces every registered secret with `[redacted]`.
-#[derive(Debug, Clone, Default)]
+/// Replaces every registered secret with `[redacted]`. Its `Debug` shows how many it holds,
+/// never them.
+#[derive(Clone, Default)]
 pub struct Redactor {
     secrets: Vec<String>,
+}
+
+impl std::fmt::Debug for Redactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redactor")
+            .field("secrets", &self.secrets.len())
+            .finish()
+    }
 }
 
 impl Redactor {
@@ -26,6 +35,11 @@ impl Redactor {
         secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
         secrets.dedup();
         Redactor { secrets }
+    }
+
+    /// The secrets registered.
+    pub(crate) fn secrets(&self) -> &[String] {
+        &self.secrets
     }
 
     pub fn text(&self, text: &str) -> String {

@@ -28,9 +28,9 @@
 //! the task store) and the Warden user's home itself or one of its parents (it holds
 //! credentials).
 
-use crate::egress::EgressSection;
-use crate::env::Env;
 use std::path::{Component, Path, PathBuf};
+use warden_config::EgressSection;
+use warden_config::Env;
 use warden_sandbox::{Mount, WORKING_ROOT};
 
 /// A named toolchain preset.

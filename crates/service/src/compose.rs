@@ -10,6 +10,7 @@ use anyhow::Context;
 use tokio::sync::{watch, Notify};
 pub use warden_store::Store;
 
+use crate::config::ServiceConfig;
 use crate::worker::{self, Services, WorkerOptions};
 use warden_engine::config::Config;
 use warden_engine::question;
@@ -68,7 +69,11 @@ pub fn home_worker_name(home: &Path) -> anyhow::Result<String> {
 pub use crate::worker::process_worker_name;
 
 /// Everything the workers share, built from the configuration.
-pub async fn services(config: Arc<Config>, store: Arc<dyn Store>) -> anyhow::Result<Arc<Services>> {
+pub async fn services(
+    config: Arc<Config>,
+    service_config: Arc<ServiceConfig>,
+    store: Arc<dyn Store>,
+) -> anyhow::Result<Arc<Services>> {
     // No model configured at all: a server for baseline-mode maintenance (schedules, API);
     // its front door refuses what needs a model. A model configured wrongly stops the start.
     let (model, model_missing) = match question::build_model(&config) {
@@ -107,6 +112,7 @@ pub async fn services(config: Arc<Config>, store: Arc<dyn Store>) -> anyhow::Res
         hub,
         redactor: config.redactor(),
         config,
+        service_config,
         store,
         repos,
         model,
@@ -147,7 +153,7 @@ pub async fn work(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let (stop, stopped) = watch::channel(false);
-    let options = WorkerOptions::from_config(worker_name, &services.config);
+    let options = WorkerOptions::from_config(worker_name, &services.service_config);
     // The in-process tasks of this home share its mirrors.
     let local = crate::local::database_url(&services.config.home);
     crate::storage::spawn_eviction(&services, vec![local], stopped.clone());

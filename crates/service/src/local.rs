@@ -25,6 +25,7 @@ use warden_repo::{RepoSpec, RepoStore};
 use warden_store::{EventStream, Store, TaskRepo};
 
 use crate::cancel::RunningTasks;
+use crate::config::ServiceConfig;
 use crate::tasks::{PinnedRepos, Principal, Role, ServiceError, TaskService};
 use crate::worker::{self, Services, WorkerOptions};
 use warden_engine::config::Config;
@@ -78,6 +79,7 @@ pub struct Submission {
 /// model client among them) are built when a task is to run here.
 pub struct Local {
     config: Arc<Config>,
+    service_config: Arc<ServiceConfig>,
     store: Arc<dyn Store>,
     pub repos: RepoStore,
     pub tasks: TaskService,
@@ -110,7 +112,10 @@ impl From<ServiceError> for LocalError {
 
 impl Local {
     /// Opens (creating) the local database and Warden's repository store.
-    pub async fn open(config: Arc<Config>) -> Result<Local, LocalError> {
+    pub async fn open(
+        config: Arc<Config>,
+        service_config: Arc<ServiceConfig>,
+    ) -> Result<Local, LocalError> {
         let store = warden_store::open(&database_url(&config.home))
             .await
             .context("cannot open the database")?;
@@ -126,6 +131,7 @@ impl Local {
             .with_repos(repos.clone(), config.redactor());
         Ok(Local {
             config,
+            service_config,
             store,
             repos,
             tasks,
@@ -173,6 +179,7 @@ impl Local {
                 Ok(Arc::new(Services {
                     model_missing: None,
                     config: Arc::clone(&self.config),
+                    service_config: Arc::clone(&self.service_config),
                     store: Arc::clone(&self.store),
                     repos: self.repos.clone(),
                     model,
@@ -267,8 +274,7 @@ impl Local {
         }
         if submission.publish {
             if let Some(spec) = submission.repos.first() {
-                warden_engine::publish::publish_remote(self.repos.git(), &spec.source)
-                    .map_err(usage)?;
+                crate::publish::publish_remote(self.repos.git(), &spec.source).map_err(usage)?;
             }
         }
         let pinned = if submission.repos.is_empty() {
@@ -429,7 +435,7 @@ impl Local {
             only: Some(id.clone()),
             slots: 1,
             poll: Duration::from_millis(200),
-            ..WorkerOptions::from_config(worker_name(), &self.config)
+            ..WorkerOptions::from_config(worker_name(), &self.service_config)
         };
         let services = Arc::clone(self.services_with(needs_model).await?);
         self.recover_dead_runs(id).await?;

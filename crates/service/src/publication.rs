@@ -1,5 +1,5 @@
 //! The server's side of publication: the approval, the task and the store around the
-//! store-free steps of [`warden_engine::publish`].
+//! store-free steps of [`crate::publish`].
 //!
 //! The task queue is the durable trigger: deciding a publish approval moves its task from
 //! `waiting_approval` back to `queued` ([`requeue_decided`], re-done by workers with
@@ -8,9 +8,9 @@
 //! ([`rejected_publication`]) instead of running the agent. A crash during publication
 //! interrupts that run; the next run resumes it, each step reconciled with the remote.
 
-use warden_engine::config::GithubSettings;
-use warden_engine::github::web_host_of_api;
-use warden_engine::publish::{
+use crate::config::GithubSettings;
+use crate::github_client::web_host_of_api;
+use crate::publish::{
     publish_proposal, publish_remote, resolve_target, verify_proposal, Onto, PublishFailure,
     PublishRequest,
 };

@@ -26,11 +26,11 @@
 
 use std::sync::Arc;
 
+use crate::config::schedule::{minute_text, Schedule, ScheduleAction};
 use serde_json::json;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use warden_engine::config::Config;
-use warden_engine::schedule_config::{minute_text, Schedule, ScheduleAction};
 use warden_protocol::{TaskId, TaskKind, TaskStatus};
 use warden_store::{Store, StoreError, TaskQuery};
 
@@ -328,9 +328,9 @@ pub async fn open_maintenance(store: &dyn Store, repo: &str) -> Result<u32, Stor
 pub fn spawn(
     tasks: TaskService,
     config: Arc<Config>,
+    schedules: Vec<Schedule>,
     mut stopped: watch::Receiver<bool>,
 ) -> Option<JoinHandle<()>> {
-    let schedules = config.schedules.clone();
     if schedules.is_empty() {
         return None;
     }

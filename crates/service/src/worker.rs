@@ -58,6 +58,8 @@ mod review;
 /// What every run of a worker process shares.
 pub struct Services {
     pub config: Arc<Config>,
+    /// The service's sections: leases, per-day budgets, where proposals are published.
+    pub service_config: Arc<crate::config::ServiceConfig>,
     pub store: Arc<dyn Store>,
     pub repos: RepoStore,
     pub model: Arc<dyn Model>,
@@ -121,7 +123,7 @@ pub struct WorkerOptions {
 }
 
 impl WorkerOptions {
-    pub fn from_config(name: String, config: &Config) -> WorkerOptions {
+    pub fn from_config(name: String, config: &crate::config::ServiceConfig) -> WorkerOptions {
         WorkerOptions {
             name,
             slots: config.serve.workers,
@@ -308,6 +310,7 @@ enum Ending {
 /// ([`crate::outage`]).
 pub(crate) struct RunServices {
     pub config: Arc<Config>,
+    pub service_config: Arc<crate::config::ServiceConfig>,
     pub store: RunStore,
     pub repos: RepoStore,
     pub model: Arc<dyn Model>,
@@ -318,6 +321,7 @@ pub(crate) struct RunServices {
 fn run_services(services: &Services, lease: &Arc<RunLease>) -> RunServices {
     RunServices {
         config: Arc::clone(&services.config),
+        service_config: Arc::clone(&services.service_config),
         store: RunStore::new(Arc::clone(&services.store), Arc::clone(lease)),
         repos: services.repos.clone(),
         model: Arc::clone(&services.model),
@@ -846,8 +850,8 @@ pub(crate) async fn run_plumbing(
             max_cost_micro_usd: services.config.limits.max_cost_micro_usd,
         },
         per_day: Budget {
-            max_tokens: services.config.serve.max_tokens_per_day,
-            max_cost_micro_usd: services.config.serve.max_cost_micro_usd_per_day,
+            max_tokens: services.service_config.serve.max_tokens_per_day,
+            max_cost_micro_usd: services.service_config.serve.max_cost_micro_usd_per_day,
         },
         replayed: Arc::clone(&model.replayed),
         seen: AtomicU64::new(0),

@@ -38,8 +38,8 @@ use utoipa::openapi::{Content, HeaderBuilder, ObjectBuilder, OpenApi, Ref, Respo
 
 use super::{ApiError, ApiState, ErrorCode};
 use crate::connections::address_key;
-use warden_engine::serve_config::RateLimit;
 use warden_service::access::{digest, MAX_TOKEN_BYTES};
+use warden_service::config::serve::RateLimit;
 
 pub use warden_service::access::{Tokens, MIN_BOOTSTRAP_TOKEN_LEN};
 pub(crate) use warden_service::tasks::Principal;

@@ -22,7 +22,7 @@
 //! (the client resumes with `Last-Event-ID`).
 //!
 //! A token holds at most [`ApiState::streams`]' limit of open streams at once (`[serve]
-//! max_streams_per_token`, [`warden_engine::serve_config::DEFAULT_MAX_STREAMS_PER_TOKEN`] by default,
+//! max_streams_per_token`, [`warden_service::config::serve::DEFAULT_MAX_STREAMS_PER_TOKEN`] by default,
 //! counted per token across both routes): one more is refused with 429 `too_many_streams` (no
 //! `Retry-After`: a slot frees when one of the token's streams ends). Failed authentications
 //! are throttled per address (see `auth.rs`), so anonymous stream attempts cost a 401 or 429

@@ -18,7 +18,7 @@
 use std::net::{IpAddr, SocketAddr};
 
 use axum::http::HeaderMap;
-use warden_engine::serve_config::{canonical_ip, IpRange};
+use warden_service::config::serve::{canonical_ip, IpRange};
 
 /// The client address of a request from `peer` with `headers`, believing the forwarding
 /// headers only of `trusted` peers (see the module documentation).

@@ -3,7 +3,7 @@
 //! `routes()`. Nothing outside `routes/` but the composition root (`serve.rs`) depends on it:
 //! what the routes share with the rest lives in the service and the engine
 //! (`warden_time`, `warden_service::task_view`, `warden_engine::authority`,
-//! `warden_engine::serve_config::RateLimit`).
+//! `warden_service::config::serve::RateLimit`).
 //!
 //! The task and approval routes are a transport for [`warden_service::tasks::TaskService`], the front
 //! door every interface calls: a handler reads the HTTP input (path, query, body, headers, the
@@ -81,8 +81,8 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-use warden_engine::serve_config::RateLimit;
 use warden_service::access::{Access, AccessError};
+use warden_service::config::serve::RateLimit;
 use warden_service::tasks::{ServiceError, TaskService};
 
 /// Request bodies larger than this are refused with 413.
@@ -400,7 +400,7 @@ pub struct ApiState {
     /// Failed console sign-ins per account name, and their turns.
     pub sign_ins: SignInThrottle,
     /// `[serve] trusted_proxies`: the peers whose forwarding headers name the client.
-    pub trusted_proxies: Vec<warden_engine::serve_config::IpRange>,
+    pub trusted_proxies: Vec<warden_service::config::serve::IpRange>,
     /// Store token lookups allowed at once for addresses out of failed authentications.
     pub throttled_lookups: Arc<tokio::sync::Semaphore>,
     /// Open event streams per token.
@@ -446,7 +446,7 @@ impl ApiState {
             trusted_proxies: Vec::new(),
             throttled_lookups: Arc::new(tokio::sync::Semaphore::new(THROTTLED_LOOKUPS)),
             streams: events::StreamCounter::new(
-                warden_engine::serve_config::DEFAULT_MAX_STREAMS_PER_TOKEN,
+                warden_service::config::serve::DEFAULT_MAX_STREAMS_PER_TOKEN,
             ),
             hosts: HostPolicy::default(),
             stream_recheck: DEFAULT_STREAM_RECHECK,
@@ -501,7 +501,7 @@ impl ApiState {
     /// `X-Forwarded-For`/`Forwarded` (see `routes/forwarded.rs`).
     pub fn with_trusted_proxies(
         mut self,
-        proxies: Vec<warden_engine::serve_config::IpRange>,
+        proxies: Vec<warden_service::config::serve::IpRange>,
     ) -> ApiState {
         self.trusted_proxies = proxies;
         self

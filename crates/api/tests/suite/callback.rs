@@ -15,12 +15,13 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tower::ServiceExt;
 use warden_api::routes::{router, ApiState, Tokens};
-use warden_engine::callback::{
-    AddressPolicy, CallbackConfig, CallbackSection, Lookup, LookupFuture, SystemLookup,
-};
+use warden_config::CallbackSection;
 use warden_protocol::{Event, TaskId, TaskStatus};
 use warden_service::callback::sign::signature;
 use warden_service::callback::{CallbackClient, Callbacks, DeliveryError};
+use warden_service::config::callback::{
+    AddressPolicy, CallbackConfig, Lookup, LookupFuture, SystemLookup,
+};
 use warden_service::tasks::TaskService;
 use warden_store::{
     ClaimFilter, IntentStatus, ManualClock, NewIntent, NewRepo, Store, StoreOptions,

@@ -16,7 +16,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 use tower::ServiceExt;
 use warden_api::routes::{openapi, router, ApiState, HostPolicy, Tokens};
-use warden_engine::serve_config::RateLimit;
+use warden_service::config::serve::RateLimit;
 use warden_service::tasks::TaskService;
 
 const ADMIN: &str = "admin-token-0123456789-0123456789";

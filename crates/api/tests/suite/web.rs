@@ -21,8 +21,8 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tower::ServiceExt;
 use warden_api::routes::{router, ApiState, HostPolicy, Tokens};
-use warden_engine::serve_config::{IpRange, RateLimit};
 use warden_protocol::{Event, TaskId, TaskKind, TaskStatus};
+use warden_service::config::serve::{IpRange, RateLimit};
 use warden_service::tasks::{Principal, Role, TaskListing, TaskService};
 use warden_store::{new_task_id, NewRepo, NewTask, Store, TaskRepo};
 

@@ -6,7 +6,6 @@
 use super::support::Warden;
 use serde::de::{self, Deserialize, Visitor};
 use std::path::Path;
-use warden_engine as engine;
 
 /// A deserializer that only records the field names a derived `Deserialize` asks for.
 struct FieldProbe<'a>(&'a mut Vec<&'static str>);
@@ -69,11 +68,7 @@ fn section<'a>(text: &'a str, heading: &str) -> &'a str {
 
 #[test]
 fn every_configuration_key_is_documented_under_its_table() {
-    use engine::{
-        callback, config, egress, gates_config, github_hook_config, kubernetes_config,
-        maintain_config, mcp_config, schedule_config, serve_config, slack_config, telegram_config,
-        telemetry_config,
-    };
+    use warden_config as config;
     let configuration = docs("configuration.md");
     let maintain = docs("maintain.md");
     // (table, the heading of its section, its keys); a table is documented in
@@ -84,19 +79,19 @@ fn every_configuration_key_is_documented_under_its_table() {
         ("limits", "`[limits]`", keys::<config::LimitsSection>()),
         ("prices", "`[[prices]]`", keys::<config::PriceEntry>()),
         ("sandbox", "`[sandbox]`", keys::<config::SandboxSection>()),
-        ("egress", "`[sandbox]`", keys::<egress::EgressSection>()),
+        ("egress", "`[sandbox]`", keys::<config::EgressSection>()),
         (
             "kubernetes",
             "`[kubernetes]`",
-            keys::<kubernetes_config::KubernetesSection>(),
+            keys::<config::KubernetesSection>(),
         ),
         ("storage", "`[storage]`", keys::<config::StorageSection>()),
-        ("serve", "`[serve]`", keys::<serve_config::ServeSection>()),
-        ("web", "`[web]`", keys::<serve_config::WebSection>()),
+        ("serve", "`[serve]`", keys::<config::ServeSection>()),
+        ("web", "`[web]`", keys::<config::WebSection>()),
         (
             "callbacks",
             "`[callbacks]`",
-            keys::<callback::CallbackSection>(),
+            keys::<config::CallbackSection>(),
         ),
         ("github", "`[github]` and", keys::<config::GithubSection>()),
         (
@@ -108,64 +103,60 @@ fn every_configuration_key_is_documented_under_its_table() {
         (
             "github.webhook",
             "`[github.webhook]`",
-            keys::<github_hook_config::GithubWebhookSection>(),
+            keys::<config::GithubWebhookSection>(),
         ),
         (
             "github.webhook.approvers",
             "`[github.webhook]`",
-            keys::<github_hook_config::GithubApproverEntry>(),
+            keys::<config::GithubApproverEntry>(),
         ),
         (
             "telegram",
             "`[telegram]`",
-            keys::<telegram_config::TelegramSection>(),
+            keys::<config::TelegramSection>(),
         ),
         (
             "telegram.users",
             "`[telegram]`",
-            keys::<telegram_config::TelegramUserEntry>(),
+            keys::<config::TelegramUserEntry>(),
         ),
-        ("slack", "`[slack]`", keys::<slack_config::SlackSection>()),
-        (
-            "slack.users",
-            "`[slack]`",
-            keys::<slack_config::SlackUserEntry>(),
-        ),
+        ("slack", "`[slack]`", keys::<config::SlackSection>()),
+        ("slack.users", "`[slack]`", keys::<config::SlackUserEntry>()),
         (
             "slack.channels",
             "`[slack]`",
-            keys::<slack_config::SlackChannelEntry>(),
+            keys::<config::SlackChannelEntry>(),
         ),
-        ("mcp", "`[[mcp.servers]]`", keys::<mcp_config::McpSection>()),
+        ("mcp", "`[[mcp.servers]]`", keys::<config::McpSection>()),
         (
             "mcp.servers",
             "`[[mcp.servers]]`",
-            keys::<mcp_config::McpServerEntry>(),
+            keys::<config::McpServerEntry>(),
         ),
         (
             "telemetry",
             "`[telemetry]`",
-            keys::<telemetry_config::TelemetrySection>(),
+            keys::<config::TelemetrySection>(),
         ),
         (
             "gates",
             "`[gates]` and `[roles]`",
-            keys::<gates_config::GatesSection>(),
+            keys::<config::GatesSection>(),
         ),
         (
             "roles",
             "`[gates]` and `[roles]`",
-            keys::<gates_config::RolesSection>(),
+            keys::<config::RolesSection>(),
         ),
         (
             "maintain",
             "Configuration: `[maintain]`",
-            keys::<maintain_config::MaintainSection>(),
+            keys::<config::MaintainSection>(),
         ),
         (
             "schedules",
             "Schedules on `warden serve`",
-            keys::<schedule_config::ScheduleEntry>(),
+            keys::<config::ScheduleEntry>(),
         ),
     ];
     // Every table of the file is listed above.
@@ -385,19 +376,19 @@ fn the_complete_example_loads_as_written_and_uncommented() {
             .path()
             .join(format!("{}.toml", what.replace(' ', "-")));
         std::fs::write(&file, text).unwrap();
-        let config = engine::config::Config::load(Some(&file), &env)
+        let config = warden_service::config::load(Some(&file), &env)
             .unwrap_or_else(|e| panic!("the example {what} does not load: {e:#}\n{text}"));
         assert!(
-            config.serve_problems().is_empty(),
+            config.service.problems().is_empty(),
             "{what}: {:?}",
-            config.serve_problems()
+            config.service.problems()
         );
     }
 }
 
 struct MapEnv(std::collections::HashMap<String, String>);
 
-impl engine::config::Env for MapEnv {
+impl warden_config::Env for MapEnv {
     fn var(&self, name: &str) -> Option<String> {
         self.0.get(name).cloned()
     }

@@ -95,7 +95,7 @@ fn private_registries() -> String {
     let hosts = ["index.crates.io", "static.crates.io"];
     let private = hosts.iter().any(|host| {
         (*host, 443).to_socket_addrs().is_ok_and(|mut addresses| {
-            addresses.any(|a| !warden_engine::callback::address::is_public(a.ip()))
+            addresses.any(|a| !warden_engine::address::is_public(a.ip()))
         })
     });
     if !private {

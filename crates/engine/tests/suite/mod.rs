@@ -1,2 +1,1 @@
 mod architecture;
-mod failpoints;

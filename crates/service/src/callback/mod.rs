@@ -2,7 +2,7 @@
 //! waits for input, Warden POSTs `{"event_id", "task", "event"}` to that URL.
 //!
 //! - **Submission** ([`CallbackConfig::check_url`], with the configuration in
-//!   [`warden_engine::callback`]): the URL must be `https` with an allow-listed origin and not a
+//!   [`crate::config::callback`]): the URL must be `https` with an allow-listed origin and not a
 //!   non-public IP literal. Without a secret no callback is accepted.
 //! - **Dispatch** ([`Callbacks::enqueue_new`]): follows the global event stream; a
 //!   `task_finished` or `status_changed` event whose status is terminal or `waiting_input`, of a
@@ -17,7 +17,7 @@
 //!   else (3xx included: redirects are never followed) is retried with exponential backoff until
 //!   `max_attempts`, then failed for good. Connections go only to addresses the
 //!   `AddressPolicy` admits, checked on the resolved address itself (see
-//!   [`warden_engine::callback::address`]).
+//!   [`warden_engine::address`]).
 //! - **At most once per event id**: an intent is enqueued once per id and completed once; a
 //!   receiver can still see an id twice if Warden dies between a 2xx and recording it, so
 //!   receivers should dedupe on `Warden-Event-Id`.
@@ -34,7 +34,7 @@ use warden_store::{
     Clock, EventRecord, EventStream, Intent, NewIntent, Store, StoreError, SystemClock, Task,
 };
 
-use warden_engine::callback::{CallbackConfig, CheckedResolver, Lookup, SystemLookup};
+use crate::config::callback::{CallbackConfig, CheckedResolver, Lookup, SystemLookup};
 
 /// The outbox intent kind of a callback.
 pub const INTENT_KIND: &str = "callback";

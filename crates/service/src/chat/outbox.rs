@@ -236,7 +236,7 @@ async fn deliver<T: Transport>(
             store.start_chat_send(&message.id).await?;
             let sent = transport.send(&message).await;
             if sent.is_ok() {
-                warden_engine::publish::crash_point(failpoint);
+                crate::publish::crash_point(failpoint);
             }
             sent
         }

@@ -44,6 +44,8 @@
 //! whose id was not recorded (a crash, `WARDEN_FAILPOINT=github_after_send` in crash tests,
 //! or a lost answer) is looked for on its issue by that marker before it is created again;
 //! found, its id is recorded and it is edited instead.
+//!
+//! The REST client it and publication use is [`crate::github_client`].
 
 pub mod text;
 
@@ -51,11 +53,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use warden_protocol::views::TaskView;
 
+use crate::config::github_hook::GithubWebhookConfig;
+use crate::config::{GithubSettings, PublishTarget};
+use crate::github_client::{GithubClient, GithubClientConfig, GithubError, GithubRepo};
 use serde_json::{json, Value};
 use tokio::sync::watch;
-use warden_engine::config::{GithubSettings, PublishTarget};
-use warden_engine::github::{GithubClient, GithubClientConfig, GithubError, GithubRepo};
-use warden_engine::github_hook_config::GithubWebhookConfig;
 use warden_protocol::TaskKind;
 use warden_store::{
     ApprovalStatus, ChatMessage, ChatMessageState, Decision, NewChatMessage, Store, StoreError,
@@ -320,7 +322,7 @@ impl GithubHook {
             // Not recorded: a redelivery is handled again.
             return Ok(());
         };
-        warden_engine::publish::crash_point(FAILPOINT_BEFORE_RECORD);
+        crate::publish::crash_point(FAILPOINT_BEFORE_RECORD);
         let recorded = match subject {
             // The subject with the replies, in one transaction; then the delivery id.
             Some(subject) => {
@@ -1271,8 +1273,8 @@ impl Subject {
 pub async fn check_online(settings: &GithubSettings) -> Option<Result<String, String>> {
     let auth = settings.auth()?;
     let (what, path) = match &auth {
-        warden_engine::github::GithubAuth::Token(_) => ("WARDEN_GITHUB_TOKEN", "/rate_limit"),
-        warden_engine::github::GithubAuth::App(_) => {
+        crate::github_client::GithubAuth::Token(_) => ("WARDEN_GITHUB_TOKEN", "/rate_limit"),
+        crate::github_client::GithubAuth::App(_) => {
             ("the GitHub App ([github.app])", "/app/installations/{id}")
         }
     };
@@ -1297,8 +1299,8 @@ pub fn check_at_start(
 ) -> Option<tokio::task::JoinHandle<()>> {
     let auth = settings.auth()?;
     let what = match &auth {
-        warden_engine::github::GithubAuth::Token(_) => "WARDEN_GITHUB_TOKEN",
-        warden_engine::github::GithubAuth::App(_) => {
+        crate::github_client::GithubAuth::Token(_) => "WARDEN_GITHUB_TOKEN",
+        crate::github_client::GithubAuth::App(_) => {
             "the GitHub App's key or installation ([github.app])"
         }
     };

@@ -36,9 +36,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use warden_protocol::views::TaskView as Task;
 
+use crate::config::slack::SlackConfig;
 use serde_json::{json, Value};
 use tokio::sync::watch;
-use warden_engine::slack_config::SlackConfig;
 use warden_protocol::TaskKind;
 use warden_store::{ChatMessage, Decision, NewChatMessage, Store, StoreError};
 
@@ -240,7 +240,7 @@ impl SlackApp {
             return Ok(());
         }
         let replies = self.on_event(event_id, &envelope["event"]).await?;
-        warden_engine::publish::crash_point(FAILPOINT_BEFORE_RECORD);
+        crate::publish::crash_point(FAILPOINT_BEFORE_RECORD);
         if !self
             .store()
             .record_chat_update(CHANNEL, key, replies)

@@ -270,7 +270,7 @@ impl TaskService {
         let (git, mirror) = (repos.git().clone(), repos.mirror_path(&spec));
         let (task_id, hash) = (task.id.to_string(), approval.subject_hash.clone());
         tokio::task::spawn_blocking(move || {
-            warden_engine::publish::verify_proposal(&git, &mirror, &task_id, &proposal, &hash)
+            crate::publish::verify_proposal(&git, &mirror, &task_id, &proposal, &hash)
         })
         .await
         .map_err(ServiceError::internal)?

@@ -47,8 +47,8 @@ use warden_protocol::{TaskId, TaskStatus};
 use warden_store::{ApprovalStatus, Store, StoreError};
 
 use crate::cancel::RunningTasks;
+use crate::config::callback::CallbackConfig;
 use crate::task_view::task_view;
-use warden_engine::callback::CallbackConfig;
 use warden_engine::redact::Redactor;
 
 pub use warden_protocol::views::Role;

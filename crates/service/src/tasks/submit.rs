@@ -68,7 +68,7 @@ pub struct Submission {
     pub baseline: bool,
     /// Change follow-ups that publish: publish onto the branch (and pull request) the followed
     /// change was published to, as a new commit on top of it (see
-    /// [`warden_engine::publish::Onto`]); refused unless that change published a branch.
+    /// [`crate::publish::Onto`]); refused unless that change published a branch.
     pub same_branch: bool,
     /// Repositories an in-process front door pinned itself (a local path or URL, an exact
     /// commit) instead of registered names; see [`PinnedRepos`].
@@ -337,7 +337,7 @@ impl TaskService {
     }
 
     /// A publication that could never be pushed is refused now, before any model call, with
-    /// what to configure (the same check [`warden_engine::publish::publish_remote`] `warden run
+    /// what to configure (the same check [`crate::publish::publish_remote`] `warden run
     /// --publish` makes).
     async fn check_publishable(&self, repo: &TaskRepo) -> Result<(), ServiceError> {
         if repo.source.is_none() && self.store.get_repo(&repo.name).await?.is_none() {
@@ -356,13 +356,11 @@ impl TaskService {
             Some(repos) => repos.git().clone(),
             None => warden_repo::Git::locate().map_err(ServiceError::internal)?,
         };
-        tokio::task::spawn_blocking(move || {
-            warden_engine::publish::publish_remote(&git, &spec.source)
-        })
-        .await
-        .map_err(ServiceError::internal)?
-        .map_err(ServiceError::Invalid)
-        .map(drop)
+        tokio::task::spawn_blocking(move || crate::publish::publish_remote(&git, &spec.source))
+            .await
+            .map_err(ServiceError::internal)?
+            .map_err(ServiceError::Invalid)
+            .map(drop)
     }
 }
 

@@ -38,9 +38,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use warden_protocol::views::TaskView as Task;
 
+use crate::config::telegram::{Ingress, TelegramConfig};
 use serde_json::{json, Value};
 use tokio::sync::watch;
-use warden_engine::telegram_config::{Ingress, TelegramConfig};
 use warden_protocol::TaskKind;
 use warden_store::{ChatMessage, Decision, NewChatMessage, Store, StoreError};
 
@@ -226,7 +226,7 @@ impl Bot {
         } else {
             Vec::new()
         };
-        warden_engine::publish::crash_point(FAILPOINT_BEFORE_RECORD);
+        crate::publish::crash_point(FAILPOINT_BEFORE_RECORD);
         let new = self
             .store()
             .record_chat_update(CHANNEL, update_id, replies)

@@ -529,7 +529,7 @@ async fn decided_publication(services: &RunServices, claim: &Claim) -> Option<En
     let context = publication::ServerPublish {
         store,
         repos: &services.repos,
-        settings: &services.config.github,
+        settings: &services.service_config.github,
         redactor: &services.redactor,
     };
     tracing::info!(task = %task.id, approval = %approval.id, "publishing the approved proposal");

@@ -1,4 +1,5 @@
 mod architecture;
+mod failpoints;
 mod publication;
 mod schedule;
 mod storage;

@@ -5,8 +5,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use serde_json::json;
-use warden_engine::config::{GithubSettings, PublishTarget};
-use warden_engine::github::{GithubRepo, GithubToken};
 use warden_engine::redact::Redactor;
 use warden_protocol::{
     Approval, ApprovalStatus as WireStatus, ChangeOutcome, ChangeResult, DiffStat, Proposal,
@@ -14,6 +12,8 @@ use warden_protocol::{
 };
 use warden_repo::{RepoSpec, RepoStore};
 use warden_runtime::{MemoryJournal, RecordKind};
+use warden_service::config::{GithubSettings, PublishTarget};
+use warden_service::github_client::{GithubRepo, GithubToken};
 use warden_service::publication::{
     approved_publication, publish_approved, rejected_publication, ApprovedPublishError,
     ServerPublish,

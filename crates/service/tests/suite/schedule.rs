@@ -7,9 +7,10 @@
 use std::sync::Arc;
 
 use serde_json::json;
+use warden_config::ScheduleEntry;
 use warden_engine::change::{ChangeOptions, MaintainOptions};
-use warden_engine::schedule_config::{self, Schedule, ScheduleEntry};
 use warden_protocol::{TaskKind, TaskStatus};
+use warden_service::config::schedule::{self as schedule_config, Schedule};
 use warden_service::schedule::{RunOutcome, ScheduleRun, Scheduler, PRINCIPAL};
 use warden_service::tasks::TaskService;
 use warden_store::{NewRepo, Store, TaskQuery};
@@ -330,7 +331,7 @@ async fn a_refreshing_schedule_writes_the_snapshot_and_keeps_two() {
 #[tokio::test]
 async fn an_advisories_update_entry_fetches_the_databases_and_submits_no_task() {
     struct Home(String);
-    impl warden_engine::config::Env for Home {
+    impl warden_config::Env for Home {
         fn var(&self, name: &str) -> Option<String> {
             (name == "WARDEN_HOME").then(|| self.0.clone())
         }
@@ -356,11 +357,11 @@ async fn an_advisories_update_entry_fetches_the_databases_and_submits_no_task() 
         )
         .unwrap();
         let env = Home(home.path().display().to_string());
-        Arc::new(warden_engine::config::Config::load(Some(&file), &env).unwrap())
+        let loaded = warden_service::config::load(Some(&file), &env).unwrap();
+        (Arc::new(loaded.engine), loaded.service.schedules)
     };
-    let config = load(&format!("file://{}", remote.path().display()));
-    let scheduler =
-        Scheduler::new(service(&store), config.schedules.clone()).with_config(Arc::clone(&config));
+    let (config, schedules) = load(&format!("file://{}", remote.path().display()));
+    let scheduler = Scheduler::new(service(&store), schedules).with_config(config);
     // Not due: nothing.
     assert!(scheduler.run_minute(THREE_AM + 1).await.is_empty());
     let runs = scheduler.run_minute(THREE_AM).await;
@@ -377,9 +378,8 @@ async fn an_advisories_update_entry_fetches_the_databases_and_submits_no_task() 
     let fetched = std::fs::read_to_string(db.join(".warden-fetched")).unwrap();
     assert!(fetched.contains(&format!("git:{head}")), "{fetched}");
 
-    let gone = load(&format!("file://{}", home.path().join("nowhere").display()));
-    let scheduler =
-        Scheduler::new(service(&store), gone.schedules.clone()).with_config(Arc::clone(&gone));
+    let (gone, schedules) = load(&format!("file://{}", home.path().join("nowhere").display()));
+    let scheduler = Scheduler::new(service(&store), schedules.clone()).with_config(gone);
     let runs = scheduler.run_minute(THREE_AM + 1440).await;
     assert_eq!(
         runs[0].outcome,
@@ -393,7 +393,7 @@ async fn an_advisories_update_entry_fetches_the_databases_and_submits_no_task() 
         fetched
     );
     // Without the configuration there is nothing to update from.
-    let bare = Scheduler::new(service(&store), gone.schedules.clone());
+    let bare = Scheduler::new(service(&store), schedules);
     let runs = bare.run_minute(THREE_AM).await;
     assert!(matches!(runs[0].outcome, RunOutcome::Failed(_)), "{runs:?}");
 }

@@ -5,50 +5,14 @@
 //! headers it believes). The per-task budgets are `[limits]`, counted across runs.
 
 use anyhow::bail;
-use serde::Deserialize;
 use std::net::IpAddr;
 use std::time::Duration;
+use warden_config::{ServeSection, WebSection};
 
 /// The default header-read timeout of an API connection.
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// The default idle keep-alive timeout of an API connection.
 pub const DEFAULT_KEEP_ALIVE: Duration = Duration::from_secs(60);
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ServeSection {
-    /// Concurrent runs per worker process (default 2).
-    pub workers: Option<usize>,
-    /// How long a claimed run stays leased without a heartbeat (default 30 s); a worker that
-    /// dies loses its runs after this.
-    pub lease_secs: Option<u64>,
-    /// How long `warden serve` lets running tasks finish at shutdown before releasing them back
-    /// to the queue (default 10 s).
-    pub shutdown_grace_secs: Option<u64>,
-    /// Tokens (input + output) all tasks together may spend per UTC day.
-    pub max_tokens_per_day: Option<u64>,
-    /// Dollars all tasks together may spend per UTC day.
-    pub max_cost_usd_per_day: Option<f64>,
-    /// API requests each token may make per minute on average (default 600).
-    pub rate_limit_per_minute: Option<u32>,
-    /// API requests a token may make at once before the per-minute rate applies (default 120).
-    pub rate_limit_burst: Option<u32>,
-    /// Open API connections at most (default: from the open-file limit, see
-    /// `warden_api::connections::connection_cap`); only lowers that.
-    pub max_connections: Option<usize>,
-    /// Seconds a client has to send a request head in full (default 10).
-    pub header_timeout_secs: Option<u64>,
-    /// Seconds an idle kept-alive connection stays open (default 60).
-    pub keep_alive_secs: Option<u64>,
-    /// Event streams one token may hold open at once (default 16); beyond, 429.
-    pub max_streams_per_token: Option<u32>,
-    /// Host names (optionally `name:port`) clients may use besides the listen address, e.g. the
-    /// name of a reverse proxy in front: other `Host`s get 421, other `Origin`s 403.
-    pub public_names: Option<Vec<String>>,
-    /// Reverse proxies (IP addresses or CIDR blocks) whose `X-Forwarded-For`/`Forwarded`
-    /// headers name the client; from any other peer those headers are ignored.
-    pub trusted_proxies: Option<Vec<String>>,
-}
 
 /// An IP address or a CIDR block (`10.0.0.0/8`, `fd00::/8`) of `[serve] trusted_proxies`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,16 +123,6 @@ pub struct ServeConfig {
     pub trusted_proxies: Vec<IpRange>,
     /// `[web]`: the console `warden serve` serves at `/`.
     pub web: WebConfig,
-}
-
-/// The `[web]` section as written.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct WebSection {
-    /// Serve the web console at `/` (default true).
-    pub enabled: Option<bool>,
-    /// How long a console session lasts after sign-in, in hours (default 12, at most 720).
-    pub session_hours: Option<u64>,
 }
 
 /// The `[web]` section, resolved.
@@ -296,7 +250,7 @@ impl ServeConfig {
         }
         let mut public_names = Vec::new();
         for name in section.public_names.iter().flatten() {
-            match crate::authority::normalize_public_name(name) {
+            match warden_engine::authority::normalize_public_name(name) {
                 Some(name) => public_names.push(name),
                 None => bail!(
                     "serve.public_names: {name:?} is not a host name or name:port \

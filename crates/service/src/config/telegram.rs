@@ -4,10 +4,10 @@
 //! only from `WARDEN_TELEGRAM_TOKEN`.
 
 use anyhow::bail;
-use serde::Deserialize;
 use std::time::Duration;
+use warden_config::TelegramSection;
 
-use crate::chat_config::ChatSecret;
+use super::chat::ChatSecret;
 
 /// Telegram's Bot API.
 pub const DEFAULT_API_URL: &str = "https://api.telegram.org";
@@ -16,44 +16,8 @@ pub const DEFAULT_POLL_TIMEOUT: Duration = Duration::from_secs(30);
 /// The pause between polls after a failed one, and between short polls.
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(1);
 
-/// `[telegram]` as written.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TelegramSection {
-    /// Default `https://api.telegram.org` (a local Bot API server: its URL);
-    /// `WARDEN_TELEGRAM_API_URL` overrides.
-    pub api_url: Option<String>,
-    /// Seconds one `getUpdates` waits for updates (long polling; 0: short polling). Default 30.
-    pub poll_timeout_secs: Option<u64>,
-    /// Milliseconds between polls after a failure, and between short polls. Default 1000.
-    pub poll_interval_ms: Option<u64>,
-    /// Webhook mode instead of long polling: the public URL of this server's
-    /// `/webhooks/telegram`, registered with `setWebhook` at start-up. Needs
-    /// `WARDEN_TELEGRAM_WEBHOOK_SECRET`, which Telegram sends back in
-    /// `X-Telegram-Bot-Api-Secret-Token` with every update.
-    pub webhook_url: Option<String>,
-    /// Whether start-up failures of Warden's other interfaces (a Slack token refused, a GitHub
-    /// App key refused) are sent to the allow-listed admins' private chats. Default true.
-    pub alerts: Option<bool>,
-    /// The allow-list: who may use the bot, and as whom.
-    #[serde(default)]
-    pub users: Vec<TelegramUserEntry>,
-}
-
-/// One `[[telegram.users]]` entry.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TelegramUserEntry {
-    /// The Telegram user id (numeric; usernames can change hands, ids cannot).
-    pub id: i64,
-    /// The Warden principal the user acts as (tasks are filed under it).
-    pub name: String,
-    /// `admin`, `operator` or `viewer`.
-    pub role: String,
-}
-
 /// The bot token (from `WARDEN_TELEGRAM_TOKEN`), never shown by `Debug`.
-pub use crate::chat_config::ChatSecret as TelegramToken;
+pub use super::chat::ChatSecret as TelegramToken;
 
 /// How updates reach the bot.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,7 +66,7 @@ impl TelegramConfig {
         let api_url = api_url_override
             .or_else(|| section.api_url.clone())
             .unwrap_or_else(|| DEFAULT_API_URL.to_string());
-        let api_url = crate::chat_config::api_base_url("telegram.api_url", &api_url)?;
+        let api_url = super::chat::api_base_url("telegram.api_url", &api_url)?;
         let poll_timeout = match section.poll_timeout_secs {
             Some(secs) if secs > 50 => {
                 bail!("telegram.poll_timeout_secs must be at most 50, got {secs}")
@@ -121,7 +85,7 @@ impl TelegramConfig {
         let ingress = match &section.webhook_url {
             None => Ingress::Polling,
             Some(url) => {
-                let url = crate::chat_config::api_base_url("telegram.webhook_url", url)?;
+                let url = super::chat::api_base_url("telegram.webhook_url", url)?;
                 let secret = webhook_secret
                     .as_deref()
                     .and_then(ChatSecret::new)
@@ -156,7 +120,7 @@ impl TelegramConfig {
             if users.iter().any(|u| u.id == entry.id) {
                 bail!("telegram.users: id {} is listed twice", entry.id);
             }
-            let name = crate::chat_config::principal_name(
+            let name = super::chat::principal_name(
                 "telegram.users",
                 &entry.id.to_string(),
                 &entry.name,
@@ -183,6 +147,7 @@ impl TelegramConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde::Deserialize;
 
     fn resolve(text: &str, token: Option<&str>) -> anyhow::Result<Option<TelegramConfig>> {
         #[derive(Deserialize)]

@@ -6,24 +6,13 @@
 //! (`key=value,key=value`), never from the file.
 
 use anyhow::bail;
-use serde::Deserialize;
-
-use crate::env::Env;
+use warden_config::{Env, TelemetrySection};
 
 /// Spans go to this path under the endpoint (OTLP/HTTP).
 pub const TRACES_PATH: &str = "/v1/traces";
 const DEFAULT_SERVICE_NAME: &str = "warden";
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TelemetrySection {
-    /// The collector's OTLP/HTTP base URL.
-    pub otlp_endpoint: Option<String>,
-    /// `service.name` of the exported resource.
-    pub service_name: Option<String>,
-}
-
-/// Where traces go; `None` in [`crate::config::Config::telemetry`] when export is off.
+/// Where traces go; `None` from [`TelemetryConfig::resolve`] when export is off.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TelemetryConfig {
     /// The full URL spans are POSTed to (the endpoint + [`TRACES_PATH`]).
@@ -45,7 +34,8 @@ impl TelemetryConfig {
         let Some(endpoint) = endpoint else {
             return Ok(None);
         };
-        let base = crate::chat_config::api_base_url("telemetry.otlp_endpoint", &endpoint)?;
+        let base =
+            warden_service::config::chat::api_base_url("telemetry.otlp_endpoint", &endpoint)?;
         let service_name = section
             .service_name
             .clone()

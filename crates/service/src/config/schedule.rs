@@ -8,32 +8,9 @@
 //! start-up with a message naming the entry (`schedules[INDEX] (repo NAME)`).
 
 use anyhow::{anyhow, bail, Context};
-use serde::Deserialize;
+use warden_config::ScheduleEntry;
 
-use crate::maintain_options::MaintainOptions;
-
-/// One `[[schedules]]` entry as written.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ScheduleEntry {
-    /// What runs: `maintain` (default) or `advisories_update`.
-    pub action: Option<String>,
-    /// A registered repository's name (`maintain` only).
-    #[serde(default)]
-    pub repo: String,
-    /// `minute hour day-of-month month day-of-week`, UTC.
-    pub cron: String,
-    /// What to upgrade: `["all"]` (default), `["vulnerable"]` or package names.
-    pub select: Option<Vec<String>>,
-    /// Check commands replacing the registered repository's.
-    pub checks: Option<Vec<String>>,
-    /// Publish the proposal after an approval bound to its hash (default true).
-    pub publish: Option<bool>,
-    /// Open maintenance proposals of the repository above which a run is skipped (default 1).
-    pub max_open_proposals: Option<u32>,
-    /// Also refresh the repository's mirror and snapshot (default true).
-    pub refresh: Option<bool>,
-}
+use warden_engine::maintain_options::MaintainOptions;
 
 /// What a `[[schedules]]` entry runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -349,6 +326,7 @@ pub fn minute_text(minute: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde::Deserialize;
 
     /// Minutes since the epoch of `YYYY-MM-DD HH:MM` UTC.
     fn at(text: &str) -> i64 {

@@ -22,11 +22,11 @@ use warden_repo::{Git, RepoError};
 use warden_runtime::{Journal, JournalError, RecordKind};
 
 use crate::config::GithubSettings;
-use crate::github::{
+use crate::github_client::{
     repo_from_remote_url, web_host_of_api, GithubClient, GithubClientConfig, GithubError,
     GithubRepo, NewPullRequest, PullRequest,
 };
-use crate::redact::Redactor;
+use warden_engine::redact::Redactor;
 
 /// The environment variable naming a crash point (`failpoints` builds only; see the module
 /// docs).
@@ -719,16 +719,7 @@ pub fn verify_proposal(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{Config, Env};
-    use std::collections::HashMap;
-
-    struct MapEnv(HashMap<&'static str, String>);
-
-    impl Env for MapEnv {
-        fn var(&self, name: &str) -> Option<String> {
-            self.0.get(name).cloned()
-        }
-    }
+    use crate::config::tests::load;
 
     /// Runs in a child copy of this test binary (so the variable is set for it alone): a
     /// `failpoints` build exits at the named point, any other build ignores the variable.
@@ -759,16 +750,6 @@ mod tests {
         }
     }
 
-    fn load(toml: &str, env: &[(&'static str, &str)]) -> anyhow::Result<Config> {
-        let dir = tempfile::tempdir()?;
-        let path = dir.path().join("warden.toml");
-        std::fs::write(&path, toml)?;
-        let mut vars: HashMap<&'static str, String> =
-            env.iter().map(|(k, v)| (*k, v.to_string())).collect();
-        vars.insert("WARDEN_HOME", dir.path().display().to_string());
-        Config::load(Some(&path), &MapEnv(vars))
-    }
-
     #[test]
     fn targets_come_from_the_flag_then_publish_entries_then_the_remote_url() {
         let config = load(
@@ -776,7 +757,7 @@ mod tests {
             &[],
         )
         .unwrap();
-        let settings = &config.github;
+        let settings = &config.service.github;
         assert_eq!(settings.api_url, "https://api.github.com");
         assert!(settings.token.is_none());
         let target = |repo: &str, remote: &str, explicit: Option<&str>| {
@@ -807,7 +788,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             resolve_target(
-                &enterprise.github,
+                &enterprise.service.github,
                 "lib",
                 "https://ghe.example.com/acme/lib.git",
                 None
@@ -815,53 +796,6 @@ mod tests {
             .map(|t| t.repo.to_string()),
             Some("acme/lib".into())
         );
-    }
-
-    #[test]
-    fn the_token_comes_from_the_environment_only_and_is_redacted() {
-        let config = load(
-            "",
-            &[
-                ("GITHUB_TOKEN", "ghp_from_github_token_123"),
-                ("WARDEN_GITHUB_API_URL", "http://127.0.0.1:9"),
-            ],
-        )
-        .unwrap();
-        assert_eq!(
-            config.github.token.as_ref().map(|t| t.expose()),
-            Some("ghp_from_github_token_123")
-        );
-        assert_eq!(config.github.api_url, "http://127.0.0.1:9");
-        assert!(!format!("{config:?}").contains("ghp_from_github_token_123"));
-        assert_eq!(
-            config
-                .redactor()
-                .text("token ghp_from_github_token_123 here"),
-            "token [redacted] here"
-        );
-        let preferred = load(
-            "",
-            &[
-                ("GITHUB_TOKEN", "ghp_from_github_token_123"),
-                ("WARDEN_GITHUB_TOKEN", "ghp_from_warden_token_456"),
-            ],
-        )
-        .unwrap();
-        assert_eq!(
-            preferred.github.token.as_ref().map(|t| t.expose()),
-            Some("ghp_from_warden_token_456")
-        );
-        // Never from the file.
-        assert!(load("[github]\ntoken = \"ghp_in_file_123456\"\n", &[]).is_err());
-        for bad in [
-            "[github]\napi_url = \"ftp://x\"\n",
-            "[github]\napi_url = \"https://u:p@api.github.com\"\n",
-            "[[publish]]\nrepo = \"a\"\ngithub = \"not-a-pair\"\n",
-            "[[publish]]\nrepo = \"a\"\ngithub = \"o/a\"\nbase = \"-x\"\n",
-            "[[publish]]\nrepo = \"a\"\ngithub = \"o/a\"\n[[publish]]\nrepo = \"a\"\ngithub = \"o/b\"\n",
-        ] {
-            assert!(load(bad, &[]).is_err(), "{bad}");
-        }
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! Crash points (`WARDEN_FAILPOINT`) exist only in test builds: the `failpoints` feature of
-//! warden-engine is off by default and enabled by no normal dependency edge, only by a
+//! warden-service is off by default and enabled by no normal dependency edge, only by a
 //! dev-dependency, so `cargo build`/`cargo install` of the binary cannot contain them. (That
 //! the feature off makes a crash point inert is `publish::tests`' business.)
 
@@ -23,16 +23,16 @@ fn only_dev_dependencies_enable_failpoints() {
     let metadata: Value = serde_json::from_slice(&output.stdout).unwrap();
     let packages = metadata["packages"].as_array().unwrap();
 
-    let engine = packages
+    let service = packages
         .iter()
-        .find(|p| p["name"] == "warden-engine")
+        .find(|p| p["name"] == "warden-service")
         .unwrap();
     assert!(
-        engine["features"]["failpoints"].is_array(),
-        "warden-engine has a failpoints feature"
+        service["features"]["failpoints"].is_array(),
+        "warden-service has a failpoints feature"
     );
     // Nothing the default feature set turns on leads to it.
-    let features = engine["features"].as_object().unwrap();
+    let features = service["features"].as_object().unwrap();
     let mut enabled: Vec<&str> = vec!["default"];
     let mut seen = std::collections::BTreeSet::new();
     while let Some(feature) = enabled.pop() {
@@ -56,7 +56,7 @@ fn only_dev_dependencies_enable_failpoints() {
     let mut dev_edges = 0;
     for package in packages {
         for dependency in package["dependencies"].as_array().unwrap() {
-            if dependency["name"] != "warden-engine" {
+            if dependency["name"] != "warden-service" {
                 continue;
             }
             let failpoints = dependency["features"]
@@ -69,7 +69,7 @@ fn only_dev_dependencies_enable_failpoints() {
             }
             assert_eq!(
                 dependency["kind"], "dev",
-                "{} enables warden-engine/failpoints outside dev-dependencies",
+                "{} enables warden-service/failpoints outside dev-dependencies",
                 package["name"]
             );
             dev_edges += 1;

@@ -7,59 +7,12 @@
 //! `WARDEN_SLACK_SIGNING_SECRET` and `WARDEN_SLACK_BOT_TOKEN`.
 
 use anyhow::bail;
-use serde::Deserialize;
+use warden_config::SlackSection;
 
-pub use crate::chat_config::ChatSecret;
+pub use super::chat::ChatSecret;
 
 /// Slack's Web API.
 pub const DEFAULT_API_URL: &str = "https://slack.com/api";
-
-/// `[slack]` as written.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SlackSection {
-    /// Default `https://slack.com/api`; `WARDEN_SLACK_API_URL` overrides.
-    pub api_url: Option<String>,
-    /// The allow-list: who may use the app, and as whom.
-    #[serde(default)]
-    pub users: Vec<SlackUserEntry>,
-    /// Channels and the repository a mention there is about by default.
-    #[serde(default)]
-    pub channels: Vec<SlackChannelEntry>,
-    /// Slack user ids that may press Approve/Reject (each an allow-listed admin). Default: every
-    /// allow-listed admin, unless `approver_groups` is set.
-    pub approvers: Option<Vec<String>>,
-    /// Slack user group ids (`S…`) whose members may press Approve/Reject, read with
-    /// `usergroups.users.list` at each press (scope `usergroups:read`); a member must still be
-    /// an allow-listed admin.
-    #[serde(default)]
-    pub approver_groups: Vec<String>,
-    /// A channel (`C…`/`G…`) where start-up failures of Warden's other interfaces (a Telegram
-    /// token refused, a GitHub App key refused) are reported.
-    pub alerts_channel: Option<String>,
-}
-
-/// One `[[slack.users]]` entry.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SlackUserEntry {
-    /// The Slack user id (`U…` or `W…`; names can change, ids cannot).
-    pub id: String,
-    /// The Warden principal the user acts as.
-    pub name: String,
-    /// `admin`, `operator` or `viewer`.
-    pub role: String,
-}
-
-/// One `[[slack.channels]]` entry.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct SlackChannelEntry {
-    /// The channel id (`C…`, `G…` or `D…`).
-    pub id: String,
-    /// The registered repository a mention in this channel is about unless it names one.
-    pub repo: String,
-}
 
 /// An allow-listed Slack user.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,7 +55,7 @@ impl SlackConfig {
         let api_url = api_url_override
             .or_else(|| section.api_url.clone())
             .unwrap_or_else(|| DEFAULT_API_URL.to_string());
-        let api_url = crate::chat_config::api_base_url("slack.api_url", &api_url)?;
+        let api_url = super::chat::api_base_url("slack.api_url", &api_url)?;
         if section.users.is_empty() {
             bail!(
                 "slack.users is empty: list who may use the app ([[slack.users]] id, name, role)"
@@ -114,8 +67,7 @@ impl SlackConfig {
             if users.iter().any(|u| u.id == id) {
                 bail!("slack.users: id {id} is listed twice");
             }
-            let name =
-                crate::chat_config::principal_name("slack.users", &id, &entry.name, &entry.role)?;
+            let name = super::chat::principal_name("slack.users", &id, &entry.name, &entry.role)?;
             users.push(SlackUser {
                 id,
                 name,
@@ -203,6 +155,7 @@ fn slack_id(list: &str, id: &str, first: &[char]) -> anyhow::Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde::Deserialize;
 
     fn resolve(text: &str) -> anyhow::Result<Option<SlackConfig>> {
         #[derive(Deserialize)]

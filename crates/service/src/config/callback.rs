@@ -5,15 +5,15 @@
 //! a non-public IP literal. Without a secret no callback is accepted. Delivery (the outbox, the
 //! signatures) is `warden_service::callback`'s; where connections may go is [`address`]'s.
 
-pub mod address;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::bail;
-use serde::Deserialize;
+use warden_config::CallbackSection;
 
-pub use address::{AddressPolicy, CheckedResolver, Lookup, LookupFuture, SystemLookup};
+pub use warden_engine::address::{
+    AddressPolicy, CheckedResolver, Lookup, LookupFuture, SystemLookup,
+};
 
 /// A secret shorter than this is refused at start-up.
 pub const MIN_SECRET_BYTES: usize = 32;
@@ -23,23 +23,6 @@ const DEFAULT_TIMEOUT_SECS: u64 = 10;
 /// Requests must end well within the intent lease, or a second sender could claim it.
 const MAX_TIMEOUT_SECS: u64 = 30;
 const MAX_URL_BYTES: usize = 2048;
-
-/// `[callbacks]` in `warden.toml`.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CallbackSection {
-    /// The HMAC key, at least 32 bytes; `WARDEN_CALLBACK_SECRET` overrides.
-    pub secret: Option<String>,
-    /// Origins (`https://host[:port]`) callbacks may go to; nothing else is accepted.
-    #[serde(default)]
-    pub allowed_origins: Vec<String>,
-    /// Allow `http://` origins (for receivers on a trusted network only).
-    pub allow_http: Option<bool>,
-    /// Deliveries tried before an event's callback fails for good (default 8).
-    pub max_attempts: Option<u32>,
-    /// Seconds one delivery may take (default 10, at most 30).
-    pub timeout_secs: Option<u64>,
-}
 
 /// The signing key; never printed.
 #[derive(Clone)]

@@ -8,8 +8,8 @@
 //! (GitHub Enterprise Server is `https://HOST/api/v3`; tests point it at a local fake).
 //!
 //! Authentication is a token (a personal access token), or a GitHub App's installation tokens,
-//! each narrowed to the repository of the call ([`app`]), held only by the host process. It is sent only in the `Authorization` header,
-//! never in a URL, and is removed from every error message this module produces. Redirects are
+//! each narrowed to the repository of the call ([`app`]), held only by the host process.
+//! It is sent only in the `Authorization` header, never in a URL, and is removed from every error message this module produces. Redirects are
 //! refused so the header is never carried to another host.
 //!
 //! Only idempotent reads are retried here (5xx, 429, rate-limited 403, network errors, with
@@ -66,7 +66,7 @@ pub enum GithubAuth {
     Token(GithubToken),
     /// A GitHub App installation: installation tokens fetched with the App's JWT and cached
     /// ([`app`]).
-    App(crate::github::app::AppCredentials),
+    App(crate::github_client::app::AppCredentials),
 }
 
 /// How the client talks to GitHub.
@@ -284,7 +284,7 @@ pub struct GithubClient {
     http: reqwest::Client,
     api_url: Url,
     /// The App's installation tokens in use, per repository (unused with a plain token).
-    installation: Arc<crate::github::app::TokenCache>,
+    installation: Arc<crate::github_client::app::TokenCache>,
     config: GithubClientConfig,
 }
 
@@ -335,10 +335,12 @@ impl GithubClient {
                 // The cache measures a token's life on the monotonic clock, from before it was
                 // asked for: a step of the wall clock neither keeps an expired token in use
                 // nor throws a good one away. The JWT and `expires_at` are wall-clock times.
-                let wall = crate::github::app::now_secs();
-                let now = crate::github::app::monotonic_secs();
-                let scope =
-                    crate::github::app::TokenScope::new(app.installation_id, [repo.name.clone()]);
+                let wall = crate::github_client::app::now_secs();
+                let now = crate::github_client::app::monotonic_secs();
+                let scope = crate::github_client::app::TokenScope::new(
+                    app.installation_id,
+                    [repo.name.clone()],
+                );
                 self.installation
                     .get(&scope, now, || async {
                         let (token, expires_at) =
@@ -351,12 +353,12 @@ impl GithubClient {
     }
 
     /// `POST /app/installations/{id}/access_tokens` with the App's JWT, for `scope`'s
-    /// repositories and [`crate::github::app::TOKEN_PERMISSIONS`]: a token and when it expires
+    /// repositories and [`crate::github_client::app::TOKEN_PERMISSIONS`]: a token and when it expires
     /// (Unix seconds; at most an hour from now whatever GitHub says).
     async fn installation_token(
         &self,
-        app: &crate::github::app::AppCredentials,
-        scope: &crate::github::app::TokenScope,
+        app: &crate::github_client::app::AppCredentials,
+        scope: &crate::github_client::app::TokenScope,
         now: i64,
     ) -> Result<(GithubToken, i64), GithubError> {
         let jwt = app.key.jwt(&app.client_id, now)?;
@@ -397,7 +399,7 @@ impl GithubClient {
             .ok_or_else(|| {
                 GithubError::InvalidResponse("an installation token without `expires_at`".into())
             })?;
-        let longest = now + crate::github::app::MAX_TOKEN_LIFETIME.as_secs() as i64;
+        let longest = now + crate::github_client::app::MAX_TOKEN_LIFETIME.as_secs() as i64;
         if HeaderValue::from_str(&format!("Bearer {}", token.expose())).is_err() {
             return Err(GithubError::InvalidResponse(
                 "an installation token a header cannot carry".into(),
@@ -645,7 +647,7 @@ impl GithubClient {
             GithubAuth::App(app) => {
                 let jwt = app
                     .key
-                    .jwt(&app.client_id, crate::github::app::now_secs())?;
+                    .jwt(&app.client_id, crate::github_client::app::now_secs())?;
                 let mut value = HeaderValue::from_str(&format!("Bearer {jwt}")).map_err(|_| {
                     GithubError::Config("the App's JWT is not a header value".into())
                 })?;
@@ -984,7 +986,7 @@ mod tests {
         use warden_test_support::github_fake::{
             GithubFake, APP_TEST_KEY_PEM, APP_TEST_PUBLIC_KEY_DER_BASE64,
         };
-        let key = std::sync::Arc::new(app::AppKey::from_pem(APP_TEST_KEY_PEM).unwrap());
+        let key = std::sync::Arc::new(super::app::AppKey::from_pem(APP_TEST_KEY_PEM).unwrap());
         assert_eq!(
             base64::engine::general_purpose::STANDARD.encode(key.public_key_der()),
             APP_TEST_PUBLIC_KEY_DER_BASE64
@@ -1013,7 +1015,7 @@ mod tests {
         let client = |client_id: &str, installation_id: u64| {
             GithubClient::new(GithubClientConfig::with_auth(
                 &fake.url(),
-                GithubAuth::App(app::AppCredentials {
+                GithubAuth::App(super::app::AppCredentials {
                     client_id: client_id.into(),
                     installation_id,
                     key: key.clone(),

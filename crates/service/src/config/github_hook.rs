@@ -8,44 +8,14 @@
 //! start fix tasks only in the repositories `fix_failed_checks` names.
 
 use anyhow::bail;
-use serde::Deserialize;
+use warden_config::GithubWebhookSection;
 
-pub use crate::chat_config::ChatSecret;
-
-/// `[github.webhook]` as written.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GithubWebhookSection {
-    /// The handle people mention, without `@` (default `warden`).
-    pub handle: Option<String>,
-    /// Who may approve or reject with `/warden approve sha256:…`, and as which Warden admin.
-    /// Nobody when empty: GitHub write access alone never approves.
-    #[serde(default)]
-    pub approvers: Vec<GithubApproverEntry>,
-    /// Repositories (`owner/name`) where a failed `check_run`/`check_suite` on a Warden pull
-    /// request starts a fix task (none by default).
-    #[serde(default)]
-    pub fix_failed_checks: Vec<String>,
-    /// How old an event may be when it arrives, in seconds (default [`DEFAULT_MAX_EVENT_AGE`]):
-    /// older ones are refused unless Warden received the same delivery before and has not
-    /// handled it yet.
-    pub max_event_age_secs: Option<u64>,
-}
+pub use super::chat::ChatSecret;
 
 /// The default of `max_event_age_secs`: a day.
 pub const DEFAULT_MAX_EVENT_AGE: std::time::Duration = std::time::Duration::from_secs(86_400);
 /// The longest `max_event_age_secs` allowed: thirty days.
 pub const MAX_MAX_EVENT_AGE_SECS: u64 = 30 * 86_400;
-
-/// One `[[github.webhook.approvers]]` entry.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct GithubApproverEntry {
-    /// The GitHub login.
-    pub login: String,
-    /// The Warden admin principal the login decides as.
-    pub name: String,
-}
 
 /// `[github.webhook]`, resolved. The secret is `None` when its variable is unset: `warden
 /// serve` then refuses to start.
@@ -57,7 +27,7 @@ pub struct GithubWebhookConfig {
     /// GitHub login (lowercase) → Warden admin principal name.
     pub approvers: Vec<(String, String)>,
     /// Where failed checks on Warden's pull requests start fix tasks.
-    pub fix_failed_checks: Vec<crate::github::GithubRepo>,
+    pub fix_failed_checks: Vec<crate::github_client::GithubRepo>,
     /// How old an event may be when it first arrives (its subject's own time: a comment's or
     /// issue's `updated_at`, a review's `submitted_at`, a check's completion).
     pub max_event_age: std::time::Duration,
@@ -89,7 +59,7 @@ impl GithubWebhookConfig {
             if approvers.iter().any(|(l, _)| *l == login) {
                 bail!("github.webhook.approvers: {login} is listed twice");
             }
-            let name = crate::chat_config::principal_name(
+            let name = super::chat::principal_name(
                 "github.webhook.approvers",
                 &login,
                 &entry.name,
@@ -97,9 +67,9 @@ impl GithubWebhookConfig {
             )?;
             approvers.push((login, name));
         }
-        let mut fix_failed_checks: Vec<crate::github::GithubRepo> = Vec::new();
+        let mut fix_failed_checks: Vec<crate::github_client::GithubRepo> = Vec::new();
         for entry in &section.fix_failed_checks {
-            let Some(repo) = crate::github::GithubRepo::parse(entry) else {
+            let Some(repo) = crate::github_client::GithubRepo::parse(entry) else {
                 bail!("github.webhook.fix_failed_checks: {entry:?} is not owner/name");
             };
             if fix_failed_checks.contains(&repo) {
@@ -138,6 +108,7 @@ pub fn valid_login(login: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde::Deserialize;
 
     fn resolve(text: &str) -> anyhow::Result<Option<GithubWebhookConfig>> {
         #[derive(Deserialize)]
@@ -172,7 +143,7 @@ mod tests {
             .unwrap();
         assert_eq!(
             config.fix_failed_checks,
-            [crate::github::GithubRepo::parse("acme/widgets").unwrap()]
+            [crate::github_client::GithubRepo::parse("acme/widgets").unwrap()]
         );
         let config = resolve(
             "[webhook]\nhandle = \"@Acme-Bot\"\n[[webhook.approvers]]\nlogin = \"Octo\"\nname = \"root\"\n",
