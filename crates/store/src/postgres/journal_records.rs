@@ -85,7 +85,7 @@ impl PostgresStore {
             &[&run.task.as_str(), &number],
         )
         .await?
-        .map(|row| Ok::<_, StoreError>((get(&row, 0)?, get(&row, 1)?)))
+        .map(|row| Ok::<_, StoreError>((get(&row, "seq")?, get(&row, "hash")?)))
         .transpose()?;
         check_journal_append(run, &entry, tail)?;
         match insert_journal(&tx, &run.task, number, &entry).await? {

@@ -663,7 +663,7 @@ async fn check_run_held(c: &dyn Conn, run: &RunRef, worker: &str) -> Result<(), 
         &[&run.task.as_str(), &number],
     )
     .await?
-    .map(|row| Ok::<_, StoreError>((get(&row, 0)?, get(&row, 1)?)))
+    .map(|row| Ok::<_, StoreError>((get(&row, "worker")?, get(&row, "ended_at_ms")?)))
     .transpose()?;
     crate::checks::check_run_held(run, worker, row)
 }
@@ -763,12 +763,12 @@ impl PostgresStore {
         .map_err(pg_error)?;
         let current: i64 = tx
             .query_one(
-                "SELECT COALESCE(MAX(version), 0)::BIGINT FROM schema_version",
+                "SELECT COALESCE(MAX(version), 0)::BIGINT AS version FROM schema_version",
                 &[],
             )
             .await
             .map_err(pg_error)?
-            .try_get(0)
+            .try_get("version")
             .map_err(pg_error)?;
         let latest = schema::MIGRATIONS.last().map_or(0, |(v, _)| *v);
         if current > latest {

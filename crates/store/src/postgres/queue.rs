@@ -508,8 +508,8 @@ async fn interrupt_runs(
     let mut requeued = Vec::with_capacity(runs.len());
     let mut events = Vec::new();
     for row in runs {
-        let id = crate::rows::task_id(get(row, 0)?)?;
-        let number: i64 = get(row, 1)?;
+        let id = crate::rows::task_id(get(row, "task_id")?)?;
+        let number: i64 = get(row, "number")?;
         close_open_runs(tx, &id, RUN_INTERRUPTED, now).await?;
         let counted = query_one(
             tx,
@@ -641,8 +641,8 @@ async fn claim_attempt(
     let Some(candidate) = candidate else {
         return Ok(Attempt::Empty);
     };
-    let id: String = get(&candidate, 0)?;
-    let kind: String = get(&candidate, 1)?;
+    let id: String = get(&candidate, "id")?;
+    let kind: String = get(&candidate, "kind")?;
     if exclusive.contains(&kind.as_str()) {
         // Serialise starts per repository, then look again with a fresh snapshot: a
         // concurrent claim may have started a writer there after ours was taken.
@@ -1097,12 +1097,12 @@ async fn append_finish_events(
         .await?;
         sequences = vec![(0, 0); texts.len()];
         for row in &rows {
-            let seq: i64 = get(row, 0)?;
+            let seq: i64 = get(row, "seq")?;
             let slot = usize::try_from(seq - base - 1)
                 .ok()
                 .and_then(|i| sequences.get_mut(i))
                 .ok_or_else(|| StoreError::invalid_data("finish_runs: unknown event"))?;
-            *slot = (seq, get::<i64>(row, 1)?);
+            *slot = (seq, get::<i64>(row, "task_seq")?);
         }
     }
     let mut sequences = sequences.into_iter();

@@ -13,14 +13,14 @@ impl ReportStore for PostgresStore {
             let client = self.client().await?;
             let rows = query(
                 &*client,
-                "SELECT status, COUNT(*) FROM tasks GROUP BY status",
+                "SELECT status, COUNT(*) AS count FROM tasks GROUP BY status",
                 &[],
             )
             .await?;
             let mut counted = Vec::new();
             for row in &rows {
-                let name: String = get(row, 0)?;
-                let count: i64 = get(row, 1)?;
+                let name: String = get(row, "status")?;
+                let count: i64 = get(row, "count")?;
                 counted.push((status(&name)?, to_u64(count)?));
             }
             Ok(ALL_STATUSES
@@ -81,19 +81,24 @@ impl PostgresStore {
         Ok(UsageSummary {
             by_day: days
                 .iter()
-                .map(|row| Ok((UtcDay(get(row, 0)?), read_spend(row)?)))
+                .map(|row| Ok((UtcDay(get(row, "day")?), read_spend(row)?)))
                 .collect::<Result<_, StoreError>>()?,
             by_task: tasks
                 .iter()
-                .map(|row| Ok((crate::rows::task_id(get(row, 0)?)?, read_spend(row)?)))
+                .map(|row| {
+                    Ok((
+                        crate::rows::task_id(get(row, "task_id")?)?,
+                        read_spend(row)?,
+                    ))
+                })
                 .collect::<Result<_, StoreError>>()?,
             by_model: models
                 .iter()
-                .map(|row| Ok((get(row, 0)?, read_spend(row)?)))
+                .map(|row| Ok((get(row, "model")?, read_spend(row)?)))
                 .collect::<Result<_, StoreError>>()?,
             by_role: roles
                 .iter()
-                .map(|row| Ok((get(row, 0)?, read_spend(row)?)))
+                .map(|row| Ok((get(row, "role")?, read_spend(row)?)))
                 .collect::<Result<_, StoreError>>()?,
         })
     }

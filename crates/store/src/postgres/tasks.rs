@@ -81,8 +81,8 @@ impl PostgresStore {
             )
             .await?
             {
-                let hash: String = get(&row, 0)?;
-                let task_id: String = get(&row, 1)?;
+                let hash: String = get(&row, "request_hash")?;
+                let task_id: String = get(&row, "task_id")?;
                 check_replay(key, &hash)?;
                 let existing = load_task(&tx, &task_id)
                     .await?
@@ -219,9 +219,9 @@ async fn end_open_journals(
     )
     .await?;
     for row in &rows {
-        let number: i64 = get(row, 0)?;
-        let seq: i64 = get(row, 1)?;
-        let hash: String = get(row, 2)?;
+        let number: i64 = get(row, "number")?;
+        let seq: i64 = get(row, "seq")?;
+        let hash: String = get(row, "hash")?;
         let entry = crate::journal::ended_from_outside(
             (crate::rows::to_u64(seq)?, &hash),
             crate::rows::to_u64(now)?,

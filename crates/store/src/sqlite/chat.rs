@@ -63,7 +63,7 @@ impl ChatStore for SqliteStore {
         self.read(move |conn| {
             conn.prepare_cached("SELECT next_offset FROM chat_offsets WHERE channel = ?1")
                 .db()?
-                .query_row([channel], |row| row.get(0))
+                .query_row([channel], |row| row.get("next_offset"))
                 .optional()
                 .db()
         })

@@ -14,7 +14,9 @@ impl JournalRecordStore for SqliteStore {
             let ended: Option<Option<i64>> = conn
                 .prepare_cached("SELECT ended_at_ms FROM runs WHERE task_id = ?1 AND number = ?2")
                 .db()?
-                .query_row(params![run.task.as_str(), run.number], |row| row.get(0))
+                .query_row(params![run.task.as_str(), run.number], |row| {
+                    row.get("ended_at_ms")
+                })
                 .optional()
                 .db()?;
             check_journal_run(&run, &entry, ended)?;
@@ -25,7 +27,7 @@ impl JournalRecordStore for SqliteStore {
                 )
                 .db()?
                 .query_row(params![run.task.as_str(), run.number], |row| {
-                    Ok((row.get(0)?, row.get(1)?))
+                    Ok((row.get("seq")?, row.get("hash")?))
                 })
                 .optional()
                 .db()?;

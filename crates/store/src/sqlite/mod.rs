@@ -362,9 +362,9 @@ fn migrate(conn: &mut Connection, clock: &dyn Clock) -> Result<(), OpenFailure> 
             ) STRICT",
         )?;
         let current: i64 = tx.query_row(
-            "SELECT COALESCE(MAX(version), 0) FROM schema_version",
+            "SELECT COALESCE(MAX(version), 0) AS version FROM schema_version",
             [],
-            |row| row.get(0),
+            |row| row.get("version"),
         )?;
         if current > latest {
             return Err(OpenFailure::Other(StoreError::SchemaTooNew {
@@ -426,7 +426,7 @@ fn task_status(conn: &Connection, id: &TaskId) -> Result<TaskStatus, StoreError>
     let name: Option<String> = conn
         .prepare_cached("SELECT status FROM tasks WHERE id = ?1")
         .db()?
-        .query_row([id.as_str()], |row| row.get(0))
+        .query_row([id.as_str()], |row| row.get("status"))
         .optional()
         .db()?;
     status(&name.ok_or_else(|| not_found("task", id.as_str()))?)
@@ -520,7 +520,7 @@ fn insert_event(
         )
         .db()?
         .query_row(params![task.as_str(), now, text], |row| {
-            Ok((row.get(0)?, row.get(1)?))
+            Ok((row.get("seq")?, row.get("task_seq")?))
         })
         .db()?;
     event_record(task, seq, task_seq, now, event)

@@ -162,7 +162,7 @@ impl QueueStore for SqliteStore {
                     )
                     .db()?;
                     let rows = statement
-                        .query_map([now], |row| Ok((row.get(0)?, row.get(1)?)))
+                        .query_map([now], |row| Ok((row.get("task_id")?, row.get("number")?)))
                         .db()?;
                     rows.collect::<rusqlite::Result<_>>().db()?
                 };
@@ -189,7 +189,9 @@ impl QueueStore for SqliteStore {
                     )
                     .db()?;
                     let rows = statement
-                        .query_map([worker], |row| Ok((row.get(0)?, row.get(1)?)))
+                        .query_map([worker], |row| {
+                            Ok((row.get("task_id")?, row.get("number")?))
+                        })
                         .db()?;
                     rows.collect::<rusqlite::Result<_>>().db()?
                 };
@@ -258,7 +260,7 @@ fn check_run_held(conn: &Connection, run: &RunRef, worker: &str) -> Result<(), S
         .prepare_cached("SELECT worker, ended_at_ms FROM runs WHERE task_id = ?1 AND number = ?2")
         .db()?
         .query_row(params![run.task.as_str(), run.number], |row| {
-            Ok((row.get(0)?, row.get(1)?))
+            Ok((row.get("worker")?, row.get("ended_at_ms")?))
         })
         .optional()
         .db()?;

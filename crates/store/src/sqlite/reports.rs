@@ -12,6 +12,7 @@ impl ReportStore for SqliteStore {
             );
             let by_day: Vec<(i64, Spend)> = grouped_spend(
                 conn,
+                "day",
                 &format!(
                     "SELECT {day} AS day, {SPEND_COLUMNS} FROM usage_ledger
                      WHERE {USAGE_FILTER} GROUP BY day ORDER BY day"
@@ -20,6 +21,7 @@ impl ReportStore for SqliteStore {
             )?;
             let by_task: Vec<(String, Spend)> = grouped_spend(
                 conn,
+                "task_id",
                 &format!(
                     "SELECT task_id, {SPEND_COLUMNS} FROM usage_ledger
                      WHERE {USAGE_FILTER} GROUP BY task_id ORDER BY task_id"
@@ -28,6 +30,7 @@ impl ReportStore for SqliteStore {
             )?;
             let by_model = grouped_spend(
                 conn,
+                "model",
                 &format!(
                     "SELECT model, {SPEND_COLUMNS} FROM usage_ledger
                      WHERE {USAGE_FILTER} GROUP BY model ORDER BY model"
@@ -36,6 +39,7 @@ impl ReportStore for SqliteStore {
             )?;
             let by_role = grouped_spend(
                 conn,
+                "role",
                 &format!(
                     "SELECT role, {SPEND_COLUMNS} FROM usage_ledger
                      WHERE {USAGE_FILTER} GROUP BY role ORDER BY role"
@@ -60,11 +64,11 @@ impl ReportStore for SqliteStore {
     fn count_tasks_by_status(&self) -> BoxFuture<'_, Result<Vec<(TaskStatus, u64)>, StoreError>> {
         self.read(|conn| {
             let mut statement = conn
-                .prepare_cached("SELECT status, COUNT(*) FROM tasks GROUP BY status")
+                .prepare_cached("SELECT status, COUNT(*) AS count FROM tasks GROUP BY status")
                 .db()?;
             let rows = statement
                 .query_map([], |row| {
-                    Ok((row.get::<_, String>(0)?, row.get::<_, i64>(1)?))
+                    Ok((row.get::<_, String>("status")?, row.get::<_, i64>("count")?))
                 })
                 .db()?;
             let mut counted = Vec::new();
@@ -87,16 +91,17 @@ impl ReportStore for SqliteStore {
 const USAGE_FILTER: &str = "(?1 IS NULL OR task_id IN (SELECT id FROM tasks WHERE owner = ?1))
      AND (?2 IS NULL OR at_ms >= ?2)";
 
-/// Runs a grouped spend query whose first column is the group key.
+/// Runs a grouped spend query whose group key is the column `key`.
 fn grouped_spend<K: rusqlite::types::FromSql>(
     conn: &Connection,
+    key: &str,
     sql: &str,
     query: &UsageQuery,
 ) -> Result<Vec<(K, Spend)>, StoreError> {
     let mut statement = conn.prepare_cached(sql).db()?;
     let rows = statement
         .query_map(params![query.owner, query.since_ms], |row| {
-            Ok((row.get::<_, K>(0)?, read_spend(row)?))
+            Ok((row.get::<_, K>(key)?, read_spend(row)?))
         })
         .db()?;
     rows.map(|row| {

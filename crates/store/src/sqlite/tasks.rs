@@ -18,7 +18,7 @@ impl TaskStore for SqliteStore {
                     )
                     .db()?
                     .query_row(params![key.owner, key.key], |row| {
-                        Ok((row.get(0)?, row.get(1)?))
+                        Ok((row.get("request_hash")?, row.get("task_id")?))
                     })
                     .optional()
                     .db()?;
@@ -175,7 +175,7 @@ fn end_open_journals(
     let open: Vec<i64> = conn
         .prepare_cached("SELECT number FROM runs WHERE task_id = ?1 AND ended_at_ms IS NULL")
         .db()?
-        .query_map(params![id.as_str()], |row| row.get(0))
+        .query_map(params![id.as_str()], |row| row.get("number"))
         .db()?
         .collect::<Result<_, _>>()
         .db()?;
@@ -187,7 +187,7 @@ fn end_open_journals(
             )
             .db()?
             .query_row(params![id.as_str(), number], |row| {
-                Ok((row.get(0)?, row.get(1)?))
+                Ok((row.get("seq")?, row.get("hash")?))
             })
             .optional()
             .db()?;
