@@ -107,6 +107,13 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn debug_says_how_many_secrets_and_never_shows_them() {
+        let redactor = Redactor::new(["sk-live-0123456789".to_string(), "ghp_abcdefgh".into()]);
+        let shown = format!("{redactor:?}");
+        assert_eq!(shown, "Redactor { secrets: 2 }");
+    }
+
+    #[test]
     fn redacts_keys_and_url_credentials_everywhere_in_json() {
         let redactor = Redactor::new(["sk-live-abcdef123456".to_string(), "short".to_string()]);
         let value = redactor.json(json!({

@@ -16,8 +16,8 @@
 //! while it is written. Mirrors and snapshots are evicted oldest-last-use first by
 //! [`RepoStore::gc`]: the last use is the modification time of `<mirror>.git.use` /
 //! `<commit>.use`, touched at every use, and a task holds a shared `flock` on those files while
-//! it runs ([`InUse`]), so eviction (which needs the exclusive lock) never takes what a running
-//! task uses, and a crashed task's lock goes with its process.
+//! it runs ([`InUse`](crate::gc::InUse)), so eviction (which needs the exclusive lock) never
+//! takes what a running task uses, and a crashed task's lock goes with its process.
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};

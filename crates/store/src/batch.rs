@@ -1,11 +1,11 @@
 //! Claiming and finishing many runs per transaction, for a worker process with N slots:
-//! [`Completion`] and [`Finished`] (the rows of [`QueueStore::finish_runs`] and
-//! [`QueueStore::finish_and_claim`]), [`ClaimQueue`] (claims taken in batches, handed out one at a
+//! [`Completion`] and [`Finished`] (the rows of [`QueueStore::finish_runs`](crate::QueueStore::finish_runs) and
+//! [`QueueStore::finish_and_claim`](crate::QueueStore::finish_and_claim)), [`ClaimQueue`] (claims taken in batches, handed out one at a
 //! time, renewed while they wait) and [`CompletionBatcher`] (group commit: completions arriving
 //! together end in one transaction, each acknowledged only once that transaction is durable).
 //!
 //! A queued claim is an ordinary run with a lease: if the process dies with claims queued,
-//! they expire and come back through [`QueueStore::requeue_expired`] like any crashed run. They are
+//! they expire and come back through [`QueueStore::requeue_expired`](crate::QueueStore::requeue_expired) like any crashed run. They are
 //! never lost, and never handed out twice while alive: a claim that sat long is renewed with a
 //! heartbeat before it is handed out, and dropped if its lease was lost meanwhile.
 
@@ -19,7 +19,7 @@ use warden_protocol::TaskStatus;
 use crate::clock::duration_ms;
 use crate::{Claim, ClaimFilter, Clock, EventRecord, RunRef, Store, StoreError, Task};
 
-/// One run to end: what [`QueueStore::finish_run`] takes.
+/// One run to end: what [`QueueStore::finish_run`](crate::QueueStore::finish_run) takes.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Completion {
     pub run: RunRef,
@@ -46,14 +46,14 @@ impl Completion {
 }
 
 /// A run that ended: its task as stored, and the events stored with it (the `task_finished` of a
-/// terminal status, as [`QueueStore::finish_run`] stores it), for a caller that publishes them.
+/// terminal status, as [`QueueStore::finish_run`](crate::QueueStore::finish_run) stores it), for a caller that publishes them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Finished {
     pub task: Task,
     pub events: Vec<EventRecord>,
 }
 
-/// The only outcome of a one-completion [`QueueStore::finish_runs`].
+/// The only outcome of a one-completion [`QueueStore::finish_runs`](crate::QueueStore::finish_runs).
 pub(crate) fn single(outcomes: Vec<Result<Finished, StoreError>>) -> Result<Finished, StoreError> {
     outcomes
         .into_iter()
@@ -61,7 +61,7 @@ pub(crate) fn single(outcomes: Vec<Result<Finished, StoreError>>) -> Result<Fini
         .unwrap_or_else(|| Err(StoreError::invalid_data("finish_runs returned no outcome")))
 }
 
-/// Claims for one worker process, taken [`QueueStore::claim_batch`] at a time and handed out one by
+/// Claims for one worker process, taken [`QueueStore::claim_batch`](crate::QueueStore::claim_batch) at a time and handed out one by
 /// one. Owned by the loop that starts runs (share it behind a `tokio::sync::Mutex` otherwise).
 ///
 /// A claim's lease starts when it is claimed. One handed out more than a third of its lease
@@ -139,14 +139,14 @@ impl ClaimQueue {
         self.queued.is_empty()
     }
 
-    /// Queues a claim obtained elsewhere (the one [`QueueStore::finish_and_claim`] returned, with
+    /// Queues a claim obtained elsewhere (the one [`QueueStore::finish_and_claim`](crate::QueueStore::finish_and_claim) returned, with
     /// the monotonic time read before asking for it) to be handed out next.
     pub fn push_front(&mut self, claim: LeasedClaim) {
         self.queued.push_front(claim);
     }
 
     /// The next claim to start, with at least two thirds of its lease left; refills with one
-    /// [`QueueStore::claim_batch`] when empty. `None` when nothing is claimable.
+    /// [`QueueStore::claim_batch`](crate::QueueStore::claim_batch) when empty. `None` when nothing is claimable.
     pub async fn next(&mut self) -> Result<Option<Claim>, StoreError> {
         Ok(self.next_leased().await?.map(|leased| leased.claim))
     }
@@ -260,7 +260,7 @@ impl ClaimQueue {
 type Pending = (Completion, oneshot::Sender<Result<Finished, StoreError>>);
 
 /// Group commit of completions: [`CompletionBatcher::finish`] queues a completion; a task ends
-/// everything queued (up to `max_batch`) with one [`QueueStore::finish_runs`], one batch at a time,
+/// everything queued (up to `max_batch`) with one [`QueueStore::finish_runs`](crate::QueueStore::finish_runs), one batch at a time,
 /// so completions arriving while a batch commits go together in the next. `window` > 0 also
 /// waits that long after the first completion of a batch for more. Each caller is answered
 /// only after its batch's transaction committed (durably: the store's own guarantee), with
@@ -289,7 +289,7 @@ impl CompletionBatcher {
         CompletionBatcher { sender, backend }
     }
 
-    /// Ends the run as [`QueueStore::finish_run`] would (with the completion's events), together
+    /// Ends the run as [`QueueStore::finish_run`](crate::QueueStore::finish_run) would (with the completion's events), together
     /// with whatever else is finishing at the same time.
     pub async fn finish(&self, completion: Completion) -> Result<Finished, StoreError> {
         let (answer, answered) = oneshot::channel();

@@ -3,8 +3,8 @@
 //! handlers serialise as they are and whose schemas their `openapi` feature derives); the
 //! schemathesis run in CI checks every response against the document.
 //!
-//! Also the value sets and string formats requests share ([`TaskKindName`], [`RepoRef`],
-//! [`CommandLine`], …): what the server's own checks accept, said in the document so that
+//! Also the value sets and string formats requests share ([`SubmitKindName`], the `RepoRef` and
+//! `CommandLine` formats, …): what the server's own checks accept, said in the document so that
 //! clients and generated requests can get it right the first time. They describe, never
 //! validate: every check stays in the handler or in [`warden_service::tasks`], and a format here
 //! declares only what those checks refuse (a value outside it is always refused; some inside

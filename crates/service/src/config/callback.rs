@@ -3,7 +3,7 @@
 //! `0x7f000001` are read as `127.0.0.1`), be `https` (or `http` when `[callbacks] allow_http`),
 //! carry no credentials or fragment, have an origin in `[callbacks] allowed_origins`, and not be
 //! a non-public IP literal. Without a secret no callback is accepted. Delivery (the outbox, the
-//! signatures) is `warden_service::callback`'s; where connections may go is [`address`]'s.
+//! signatures) is [`crate::callback`]'s; where connections may go is [`warden_engine::address`]'s.
 
 use std::sync::Arc;
 use std::time::Duration;

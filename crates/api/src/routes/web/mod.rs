@@ -1,4 +1,5 @@
-//! The web console: server-rendered pages over the same [`TaskService`] as the API, and the
+//! The web console: server-rendered pages over the same
+//! [`TaskService`](warden_service::tasks::TaskService) as the API, and the
 //! same identity ([`warden_service::access`]). A handler reads the form or query, calls one
 //! service method and renders a page or redirects; it holds no rule of its own (who may see,
 //! answer, approve or cancel what is the service's).
