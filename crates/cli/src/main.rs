@@ -326,11 +326,8 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
         // Every check, even when the configuration does not load.
         return doctor_anyway(cli.config.as_deref(), &cli.remote, json, offline);
     }
-    let env = warden_config::ProcessEnv;
-    let config = warden_service::config::load(cli.config.as_deref(), &env).map_err(usage)?;
-    let telemetry =
-        telemetry_config::TelemetryConfig::resolve(&config.file.sections.telemetry, &env)
-            .map_err(usage)?;
+    let (config, telemetry) =
+        load_config(cli.config.as_deref(), &warden_config::ProcessEnv).map_err(usage)?;
     if let Some(telemetry) = &telemetry {
         otlp::start(telemetry).map_err(usage)?;
     }
@@ -392,6 +389,22 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
     }
 }
 
+/// The configuration every command runs with: the engine's and the service's sections
+/// (`warden_service::config::load`) and the binary's own `[telemetry]`, so that a mistake in
+/// any section stops every command.
+fn load_config(
+    explicit: Option<&std::path::Path>,
+    env: &dyn warden_config::Env,
+) -> anyhow::Result<(
+    warden_service::config::Loaded,
+    Option<telemetry_config::TelemetryConfig>,
+)> {
+    let config = warden_service::config::load(explicit, env)?;
+    let telemetry =
+        telemetry_config::TelemetryConfig::resolve(&config.file.sections.telemetry, env)?;
+    Ok((config, telemetry))
+}
+
 /// `warden doctor` runs every check even when the configuration does not load (a bad
 /// `WARDEN_MODEL`, an unknown key in warden.toml): it reports that failure first and checks the
 /// rest with the defaults.
@@ -402,8 +415,8 @@ fn doctor_anyway(
     offline: bool,
 ) -> anyhow::Result<u8> {
     use warden_config::{ConfigFile, ProcessEnv};
-    let (config, config_error) = match warden_service::config::load(explicit, &ProcessEnv) {
-        Ok(config) => (config, None),
+    let (config, config_error) = match load_config(explicit, &ProcessEnv) {
+        Ok((config, _telemetry)) => (config, None),
         Err(error) => {
             let defaults =
                 warden_service::config::load(Some(std::path::Path::new("/dev/null")), &HomeOnly)

@@ -109,14 +109,9 @@ impl Config {
         )
     }
 
-    /// Reads the configuration file (see `warden_config::ConfigFile::load`) and resolves the
-    /// engine's sections only: a command must also resolve the service's
-    /// (`warden_service::config::Settings::load` does both), or their mistakes go unnoticed.
-    pub fn load(explicit: Option<&Path>, env: &dyn Env) -> anyhow::Result<Config> {
-        Config::resolve(&ConfigFile::load(explicit, env)?, env)
-    }
-
-    /// The engine's sections of `file`, resolved with `env`'s overrides.
+    /// The engine's sections of `file`, resolved with `env`'s overrides. A command resolves the
+    /// service's too (`warden_service::config::load` does both), so a mistake in any section
+    /// stops it.
     pub fn resolve(file: &ConfigFile, env: &dyn Env) -> anyhow::Result<Config> {
         let home = file.home.clone();
         let file_path = file.path.clone();

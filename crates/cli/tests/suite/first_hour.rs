@@ -74,6 +74,37 @@ fn doctor_shows_every_check_when_the_model_setting_is_bad_and_exits_1() {
     assert!(!run.json()["sandbox_layers"].as_array().unwrap().is_empty());
 }
 
+/// A mistake in a section another layer resolves (the service's `[github]`, the binary's
+/// `[telemetry]`) is the configuration check's failure too, and stops any other command.
+#[test]
+fn doctor_and_every_command_report_a_bad_setting_of_any_layer() {
+    for (variable, value, expected) in [
+        (
+            "WARDEN_GITHUB_API_URL",
+            "ftp://example.com",
+            "github.api_url",
+        ),
+        (
+            "WARDEN_OTLP_ENDPOINT",
+            "ftp://collector:4318",
+            "telemetry.otlp_endpoint",
+        ),
+    ] {
+        let warden = Warden::faux().with(variable, value);
+        let run = warden.run(&["doctor", "--json", "--offline"]);
+        assert_eq!(run.code, 1, "{variable}: {}", run.stderr);
+        let detail = checks_of(&run)["configuration"]["detail"].to_string();
+        assert!(detail.contains(expected), "{variable}: {detail}");
+        let tasks = warden.run(&["tasks"]);
+        assert_eq!(tasks.code, 2, "{variable}: {}", tasks.stderr);
+        assert!(
+            tasks.stderr.contains(expected),
+            "{variable}: {}",
+            tasks.stderr
+        );
+    }
+}
+
 /// The file-tools probe runs on every backend; with gVisor chosen, an old runsc (whose
 /// `ls -l` and `stat` fail) is a failing check that names the release to install.
 #[test]

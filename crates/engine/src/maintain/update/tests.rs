@@ -531,7 +531,8 @@ fn the_allow_list_is_the_configured_sources_hosts() {
         }
     }
     let env = Home(dir.path().display().to_string());
-    let config = crate::config::Config::load(Some(&path), &env).unwrap();
+    let file = crate::config::ConfigFile::load(Some(&path), &env).unwrap();
+    let config = crate::config::Config::resolve(&file, &env).unwrap();
     let settings = egress_settings(&config);
     assert_eq!(
         settings.describe(),
