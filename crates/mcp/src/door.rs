@@ -281,7 +281,7 @@ impl Door {
         principal: &Principal,
         entry: &str,
         rev: Option<&str>,
-    ) -> Result<warden_engine::question::TaskRepo, Refusal> {
+    ) -> Result<warden_service::local::PinnedRepo, Refusal> {
         match self {
             Door::InProcess { local, offered } => {
                 let mut spec = resolve_offered(offered, &[entry.to_string()])?

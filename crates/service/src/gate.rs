@@ -12,6 +12,8 @@
 //! `cancelled` with failure `rejected` and nothing run.
 
 use warden_engine::gates::RUN_APPROVAL_KIND;
+/// How a gate's level and reasons read, for interfaces that show them.
+pub use warden_engine::gates::{action_name, level_name, reason_lines};
 use warden_protocol::{ChangeOutcome, ChangeResult, TaskId, TaskStatus};
 use warden_store::{ApprovalStatus, Store, StoreError};
 

@@ -29,6 +29,8 @@ use crate::config::ServiceConfig;
 use crate::tasks::{PinnedRepos, Principal, Role, ServiceError, TaskService};
 use crate::worker::{self, Services, WorkerOptions};
 use warden_engine::config::Config;
+/// A repository pinned and snapshotted for reading ([`Local::pin_to_read`]).
+pub use warden_engine::question::TaskRepo as PinnedRepo;
 use warden_engine::question::{self, SetupError};
 
 /// The in-process tasks' database, under `WARDEN_HOME`.
@@ -494,10 +496,7 @@ impl Local {
     /// Pins `spec` (a path or URL, as `warden ask --repo` takes) and materializes its
     /// verified read-only snapshot, for reading code outside a task (`warden mcp`'s
     /// `read_file`, `search`, `list_dir`).
-    pub async fn read_snapshot(
-        &self,
-        spec: &RepoSpec,
-    ) -> Result<warden_engine::question::TaskRepo, LocalError> {
+    pub async fn read_snapshot(&self, spec: &RepoSpec) -> Result<PinnedRepo, LocalError> {
         Ok(crate::tasks::pin_for_reading(self.repos.clone(), spec.clone()).await?)
     }
 

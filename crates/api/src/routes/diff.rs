@@ -2,9 +2,9 @@
 //! base, as JSON (`{"diff": "...", ...}`; a JSON body keeps one error and content format for the
 //! whole API), from [`warden_service::tasks::TaskService::proposal_diff`].
 //!
-//! - The diff and its redaction are [`warden_engine::diff::redacted_proposal_diff`], the one producer
+//! - The diff and its redaction are the engine's `redacted_proposal_diff`, the one producer
 //!   `warden diff` uses too: hardened `diff-tree` from Warden's mirror, secrets and sensitive
-//!   files' values redacted, at most [`warden_engine::diff::MAX_DIFF_BYTES`] cut at a line end (`truncated: true`).
+//!   files' values redacted, at most `MAX_DIFF_BYTES` cut at a line end (`truncated: true`).
 //! - 404 when the task is not visible to the token, is not a change, or has no proposal — also
 //!   while it is still running (a proposal exists only once the run ends); the message says
 //!   which.

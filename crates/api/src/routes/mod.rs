@@ -1,9 +1,8 @@
 //! The HTTP API of SPEC §6 on axum. This module holds the shared parts (errors, JSON bodies,
 //! state, router); each submodule owns a group of routes and adds them through its
 //! `routes()`. Nothing outside `routes/` but the composition root (`serve.rs`) depends on it:
-//! what the routes share with the rest lives in the service and the engine
-//! (`warden_time`, `warden_service::task_view`, `warden_engine::authority`,
-//! `warden_service::config::serve::RateLimit`).
+//! what the routes share with the rest lives in the service (`warden_time`,
+//! `warden_service::task_view`, `warden_service::config::serve`'s `RateLimit` and `Authority`).
 //!
 //! The task and approval routes are a transport for [`warden_service::tasks::TaskService`], the front
 //! door every interface calls: a handler reads the HTTP input (path, query, body, headers, the

@@ -23,14 +23,14 @@ use utoipa::openapi::{Content, OpenApi, Ref, ResponseBuilder};
 
 use super::{ApiError, ApiState, ErrorCode};
 use crate::connections::ClientConnection;
-use warden_engine::authority::{parse_authority, Authority};
+use warden_service::config::serve::{parse_authority, Authority};
 
 /// The names the API answers to besides its address.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct HostPolicy {
     /// The listen address, for requests that do not carry their connection.
     pub listen: Option<SocketAddr>,
-    /// Normalized by [`warden_engine::authority::normalize_public_name`].
+    /// Normalized as `[serve] public_names` are (`warden_service::config::serve`).
     pub public_names: Vec<String>,
 }
 

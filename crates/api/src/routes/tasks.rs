@@ -136,7 +136,7 @@ impl SubmitTask {
             maintain: (self.select.is_some()
                 || self.mode.is_some()
                 || self.informational.is_some())
-            .then(|| warden_engine::change::MaintainOptions {
+            .then(|| warden_service::tasks::MaintainOptions {
                 select: self.select.unwrap_or_default(),
                 mode: self.mode,
                 informational: self.informational.unwrap_or(false),

@@ -294,7 +294,7 @@ async fn submissions_are_refused_alike(f: &Fixture) {
         RefusedSubmission {
             who: (alice(), ALICE),
             submission: Submission {
-                maintain: Some(warden_engine::change::MaintainOptions {
+                maintain: Some(warden_service::tasks::MaintainOptions {
                     select: vec![],
                     mode: Some("turbo".into()),
                     informational: false,
@@ -312,7 +312,7 @@ async fn submissions_are_refused_alike(f: &Fixture) {
         RefusedSubmission {
             who: (alice(), ALICE),
             submission: Submission {
-                maintain: Some(warden_engine::change::MaintainOptions {
+                maintain: Some(warden_service::tasks::MaintainOptions {
                     select: vec!["vulnerable".into(), "serde".into()],
                     mode: None,
                     informational: false,

@@ -44,3 +44,20 @@ fn no_interface_depends_on_the_store() {
         );
     }
 }
+
+/// The HTTP API and the MCP tools only parse, ask the front door and render: they do not
+/// reach past the service into the engine (what they need of it — maintenance options, a
+/// pinned repository, how a gate reads, `host[:port]` parsing — the service offers). The
+/// binary does: `warden review` and `warden vulns` run the engine in-process.
+#[test]
+fn the_api_and_mcp_do_not_depend_on_the_engine() {
+    let metadata = metadata(env!("CARGO_MANIFEST_DIR"), &[]);
+    for interface in ["warden-api", "warden-mcp"] {
+        let direct = direct_normal_dependencies(&metadata, interface);
+        assert!(direct.contains("warden-service"), "{interface}: {direct:?}");
+        assert!(
+            !direct.contains("warden-engine"),
+            "{interface} depends on warden-engine: {direct:?}"
+        );
+    }
+}

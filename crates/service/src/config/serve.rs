@@ -7,7 +7,10 @@
 use anyhow::bail;
 use std::net::IpAddr;
 use std::time::Duration;
+
 use warden_config::{ServeSection, WebSection};
+/// `host[:port]` as the API's `Host` and `Origin` checks read it.
+pub use warden_engine::authority::{parse_authority, Authority};
 
 /// The default header-read timeout of an API connection.
 pub const DEFAULT_HEADER_TIMEOUT: Duration = Duration::from_secs(10);

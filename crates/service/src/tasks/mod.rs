@@ -51,6 +51,8 @@ use crate::config::callback::CallbackConfig;
 use crate::task_view::task_view;
 use warden_engine::redact::Redactor;
 
+/// What a maintenance task upgrades and how: part of a [`TaskRequest`].
+pub use warden_engine::maintain_options::MaintainOptions;
 pub use warden_protocol::views::Role;
 
 /// Who acts: the owner name tasks are filed under, and their role. Interfaces authenticate it

@@ -288,7 +288,7 @@ fn plain_http_elsewhere(headers: &HeaderMap, address: Option<IpAddr>) -> bool {
     let by_address = headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
-        .and_then(warden_engine::authority::parse_authority)
+        .and_then(warden_service::config::serve::parse_authority)
         .is_some_and(|authority| {
             authority
                 .host
@@ -619,14 +619,14 @@ async fn submit(State(state): State<Arc<ApiState>>, request: Request) -> Respons
             )
         }
     };
-    let maintain = (kind == TaskKind::Maintain).then(|| warden_engine::change::MaintainOptions {
+    let maintain = (kind == TaskKind::Maintain).then(|| warden_service::tasks::MaintainOptions {
         select: form
             .select
             .split(|c: char| c == ',' || c.is_whitespace())
             .filter(|s| !s.is_empty())
             .map(str::to_string)
             .collect(),
-        ..warden_engine::change::MaintainOptions::default()
+        ..warden_service::tasks::MaintainOptions::default()
     });
     // A maintenance says what it does in words when the form left the prompt empty.
     let prompt = match &maintain {

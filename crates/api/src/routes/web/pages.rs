@@ -610,10 +610,10 @@ fn review_sections(result: &ChangeResult) -> Markup {
     html! {
         @if let Some(gate) = &result.gate {
             h2 { "Risk gate" }
-            p { "Request: " span.mono { (warden_engine::gates::level_name(gate.level)) } " → " span.mono { (warden_engine::gates::action_name(gate.action)) }
-                @if let Some(proposal) = &gate.proposal { " · proposal: " span.mono { (warden_engine::gates::level_name(proposal.level)) } } }
+            p { "Request: " span.mono { (warden_service::gate::level_name(gate.level)) } " → " span.mono { (warden_service::gate::action_name(gate.action)) }
+                @if let Some(proposal) = &gate.proposal { " · proposal: " span.mono { (warden_service::gate::level_name(proposal.level)) } } }
             @if !gate.reasons.is_empty() {
-                ul { @for line in warden_engine::gates::reason_lines(&gate.reasons) { li { (line) } } }
+                ul { @for line in warden_service::gate::reason_lines(&gate.reasons) { li { (line) } } }
             }
         }
         @if let Some(review) = &result.review {
