@@ -16,7 +16,7 @@
 //! decisions an earlier run journaled instead of paying for them again.
 //!
 //! A change run (one repository, a writable view, checks, a proposal, an approval when it is to
-//! be published) lives in [`change_task`], as does the run of a task queued again by a decision
+//! be published) lives in `change_task`, as does the run of a task queued again by a decision
 //! on its publish approval (publication or rejection, no agent). Workers also queue, with the
 //! expired runs, waiting tasks whose approval was decided but which were not queued.
 

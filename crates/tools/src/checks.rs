@@ -470,7 +470,7 @@ impl ChangeSession {
     }
 
     /// Records of earlier runs (a follow-up's parent proposal's) that later checks may reuse
-    /// when they match exactly ([`reusable`]); those of another configuration never do.
+    /// when they match exactly (`reusable`); those of another configuration never do.
     pub fn seed(&self, validations: &[Validation]) {
         let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         for v in validations {

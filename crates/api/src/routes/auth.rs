@@ -199,7 +199,7 @@ pub const DEFAULT_AUTH_FAILURE_LIMIT: RateLimit = RateLimit {
 pub(crate) const MAX_THROTTLED_ADDRESSES: usize = 4096;
 
 /// A token bucket of failed authentications per client address, in memory and bounded: when
-/// [`MAX_THROTTLED_ADDRESSES`] addresses have buckets, those refilled to the full burst (as
+/// `MAX_THROTTLED_ADDRESSES` addresses have buckets, those refilled to the full burst (as
 /// good as new) are forgotten, and if none is, new addresses share one overflow bucket. An
 /// attacker with many addresses thus throttles only other failing addresses, never valid
 /// tokens, and cannot grow the table.

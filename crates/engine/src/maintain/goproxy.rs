@@ -82,7 +82,7 @@ impl Proxy {
 }
 
 /// The released versions of `module` the proxy lists that are newer than `current`, each with
-/// its publication time from its `.info` (the newest [`MAX_INFOS`]; an older one has none).
+/// its publication time from its `.info` (the newest `MAX_INFOS`; an older one has none).
 /// Versions that are not semver (`vX.Y.Z…`) are left out. A module the proxy does not know is
 /// an error naming it.
 pub async fn fetch_versions(

@@ -81,7 +81,7 @@ pub trait Front: Send + Sync + 'static {
 /// Tasks whose event announced a status the task did not have yet when it was read: a run
 /// says it waits for an answer or an approval (`task_finished`) just before its status is
 /// stored. Each is shown again, every round, until it has that status (or has ended), for at
-/// most [`PENDING_FOR`] (a task that moved on past the announced status is shown by its own
+/// most `PENDING_FOR` (a task that moved on past the announced status is shown by its own
 /// next event).
 #[derive(Debug, Default)]
 pub struct Pending(

@@ -51,7 +51,7 @@ use crate::config::callback::CallbackConfig;
 use crate::task_view::task_view;
 use warden_engine::redact::Redactor;
 
-/// What a maintenance task upgrades and how: part of a [`TaskRequest`].
+/// What a maintenance task upgrades and how: part of a [`Submission`].
 pub use warden_engine::maintain_options::MaintainOptions;
 pub use warden_protocol::views::Role;
 
