@@ -391,7 +391,7 @@ fn run(cli: Cli) -> anyhow::Result<u8> {
 
 /// The configuration every command runs with: the engine's and the service's sections
 /// (`warden_service::config::load`) and the binary's own `[telemetry]`, so that a mistake in
-/// any section stops every command.
+/// any section stops every command, and every redactor hides the collector's headers too.
 fn load_config(
     explicit: Option<&std::path::Path>,
     env: &dyn warden_config::Env,
@@ -399,9 +399,15 @@ fn load_config(
     warden_service::config::Loaded,
     Option<telemetry_config::TelemetryConfig>,
 )> {
-    let config = warden_service::config::load(explicit, env)?;
+    let mut config = warden_service::config::load(explicit, env)?;
     let telemetry =
         telemetry_config::TelemetryConfig::resolve(&config.file.sections.telemetry, env)?;
+    // The collector's headers (an API key) are secrets like the others.
+    if let Some(telemetry) = &telemetry {
+        let values = telemetry.headers.iter().map(|(_, value)| value.clone());
+        config.engine.other_secrets =
+            std::mem::take(&mut config.engine.other_secrets).with_secrets(values);
+    }
     Ok((config, telemetry))
 }
 

@@ -283,6 +283,16 @@ mod tests {
     }
 
     #[test]
+    fn a_secret_written_in_the_file_is_never_shown() {
+        let file =
+            FileConfig::parse("[callbacks]\nsecret = \"hmac-key-in-the-file-0123456789abcdef\"\n")
+                .unwrap();
+        let shown = format!("{file:?}");
+        assert!(!shown.contains("hmac-key-in-the-file"), "{shown}");
+        assert!(shown.contains("secret: Some(\"***\")"), "{shown}");
+    }
+
+    #[test]
     fn without_warden_home_or_home_there_is_no_state_directory() {
         assert!(matches!(
             ConfigFile::load(None, &Vars(Vec::new())),

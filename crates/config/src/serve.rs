@@ -48,8 +48,8 @@ pub struct WebSection {
     pub session_hours: Option<u64>,
 }
 
-/// `[callbacks]` in `warden.toml`.
-#[derive(Debug, Default, Deserialize)]
+/// `[callbacks]` in `warden.toml`. Its `Debug` never shows the secret.
+#[derive(Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CallbackSection {
     /// The HMAC key, at least 32 bytes; `WARDEN_CALLBACK_SECRET` overrides.
@@ -63,6 +63,18 @@ pub struct CallbackSection {
     pub max_attempts: Option<u32>,
     /// Seconds one delivery may take (default 10, at most 30).
     pub timeout_secs: Option<u64>,
+}
+
+impl std::fmt::Debug for CallbackSection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallbackSection")
+            .field("secret", &self.secret.as_ref().map(|_| "***"))
+            .field("allowed_origins", &self.allowed_origins)
+            .field("allow_http", &self.allow_http)
+            .field("max_attempts", &self.max_attempts)
+            .field("timeout_secs", &self.timeout_secs)
+            .finish()
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -32,7 +32,7 @@ impl StorageConfig {
     }
 }
 
-/// Everything a command needs, resolved.
+/// The engine's sections, resolved (the service's are `warden_service::config::ServiceConfig`).
 #[derive(Debug)]
 pub struct Config {
     pub home: PathBuf,

@@ -37,6 +37,11 @@ impl Redactor {
         Redactor { secrets }
     }
 
+    /// This redactor's secrets and `more`.
+    pub fn with_secrets(self, more: impl IntoIterator<Item = String>) -> Redactor {
+        Redactor::new(self.secrets.into_iter().chain(more))
+    }
+
     /// The secrets registered.
     pub(crate) fn secrets(&self) -> &[String] {
         &self.secrets

@@ -110,7 +110,9 @@ pub async fn services(
     Ok(Arc::new(Services {
         model_missing,
         hub,
-        redactor: config.redactor(),
+        // The service's secrets are in `config.redactor()` already when both came from one
+        // `config::load`; added again here so a mismatched pair cannot drop them.
+        redactor: config.redactor().with_secrets(service_config.secrets()),
         config,
         service_config,
         store,

@@ -112,6 +112,12 @@ impl From<ServiceError> for LocalError {
     }
 }
 
+/// The redactor of both layers' secrets (the service's are in the engine's already when both
+/// came from one `config::load`; added again so a mismatched pair cannot drop them).
+fn redactor(config: &Config, service_config: &ServiceConfig) -> warden_engine::redact::Redactor {
+    config.redactor().with_secrets(service_config.secrets())
+}
+
 impl Local {
     /// Opens (creating) the local database and Warden's repository store.
     pub async fn open(
@@ -130,7 +136,7 @@ impl Local {
         let running: Arc<RunningTasks> = Arc::default();
         let tasks = TaskService::new(Arc::clone(&store), Arc::clone(&wake))
             .with_running(Arc::clone(&running))
-            .with_repos(repos.clone(), config.redactor());
+            .with_repos(repos.clone(), redactor(&config, &service_config));
         Ok(Local {
             config,
             service_config,
@@ -185,7 +191,7 @@ impl Local {
                     store: Arc::clone(&self.store),
                     repos: self.repos.clone(),
                     model,
-                    redactor: self.config.redactor(),
+                    redactor: redactor(&self.config, &self.service_config),
                     wake: Arc::clone(&self.wake),
                     running: Arc::clone(&self.running),
                     hub,
@@ -642,7 +648,7 @@ impl Local {
         crate::diff::task_diff(
             self.store().as_ref(),
             &self.repos,
-            &self.config.redactor(),
+            &redactor(&self.config, &self.service_config),
             &task,
         )
         .await

@@ -353,20 +353,21 @@ fn the_complete_example_loads_as_written_and_uncommented() {
     }
     std::fs::write(home.path().join(".cargo/bin/cargo"), "").unwrap();
     let key = warden_test_support::github_fake::APP_TEST_KEY_PEM;
+    let variables = [
+        ("WARDEN_HOME", state.path().to_str().unwrap()),
+        ("HOME", home.path().to_str().unwrap()),
+        ("WARDEN_TELEGRAM_TOKEN", "123:token"),
+        ("WARDEN_SLACK_SIGNING_SECRET", "signing"),
+        ("WARDEN_SLACK_BOT_TOKEN", "xoxb-token"),
+        ("WARDEN_GITHUB_WEBHOOK_SECRET", "hook-secret"),
+        ("WARDEN_GITHUB_TOKEN", "ghp_token"),
+        ("WARDEN_GITHUB_APP_PRIVATE_KEY", key),
+    ];
     let env = MapEnv(
-        [
-            ("WARDEN_HOME", state.path().to_str().unwrap()),
-            ("HOME", home.path().to_str().unwrap()),
-            ("WARDEN_TELEGRAM_TOKEN", "123:token"),
-            ("WARDEN_SLACK_SIGNING_SECRET", "signing"),
-            ("WARDEN_SLACK_BOT_TOKEN", "xoxb-token"),
-            ("WARDEN_GITHUB_WEBHOOK_SECRET", "hook-secret"),
-            ("WARDEN_GITHUB_TOKEN", "ghp_token"),
-            ("WARDEN_GITHUB_APP_PRIVATE_KEY", key),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect(),
+        variables
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
     );
     for (what, text) in [
         ("as written", example),
@@ -383,6 +384,23 @@ fn the_complete_example_loads_as_written_and_uncommented() {
             "{what}: {:?}",
             config.service.problems()
         );
+        // The binary resolves `[telemetry]` itself: its doctor loads the example too.
+        let warden = variables
+            .iter()
+            .fold(Warden::new(), |warden, (k, v)| warden.with(k, v));
+        let run = warden.run(&[
+            "--config",
+            file.to_str().unwrap(),
+            "doctor",
+            "--json",
+            "--offline",
+        ]);
+        let checks = run.json()["checks"].as_array().unwrap().clone();
+        let configuration = checks
+            .iter()
+            .find(|check| check["check"] == "configuration")
+            .unwrap_or_else(|| panic!("{what}: no configuration check: {}", run.stdout));
+        assert_eq!(configuration["ok"], true, "{what}: {configuration}");
     }
 }
 

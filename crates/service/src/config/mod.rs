@@ -21,13 +21,22 @@ use warden_config::{ConfigFile, Env, FileConfig, GithubAppSection};
 use warden_engine::config::Config;
 
 /// A configuration file with the engine's sections and the service's resolved: what a
-/// command runs with.
-#[derive(Debug)]
+/// command runs with. Its `Debug` shows the file's path, not its text.
 pub struct Loaded {
     /// The file read (its sections are where the `warden` binary finds `[telemetry]`).
     pub file: ConfigFile,
     pub engine: Config,
     pub service: ServiceConfig,
+}
+
+impl std::fmt::Debug for Loaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loaded")
+            .field("file", &self.file.path)
+            .field("engine", &self.engine)
+            .field("service", &self.service)
+            .finish()
+    }
 }
 
 /// Reads the configuration file (see [`ConfigFile::load`]) and resolves both layers' sections:
@@ -120,9 +129,15 @@ impl ServiceConfig {
     }
 
     /// The secrets of these sections (the GitHub token, the webhook, Telegram and Slack
-    /// secrets): every redactor hides them.
+    /// secrets, the callbacks' signing key): every redactor hides them.
     pub fn secrets(&self) -> Vec<String> {
         let mut keys: Vec<String> = Vec::new();
+        keys.extend(
+            self.callbacks
+                .secret
+                .iter()
+                .map(|s| String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        );
         keys.extend(self.github.token.iter().map(|t| t.expose().to_string()));
         keys.extend(
             self.github
@@ -352,6 +367,22 @@ pub(crate) mod tests {
             env.iter().map(|(k, v)| (*k, v.to_string())).collect();
         vars.insert("WARDEN_HOME", dir.path().display().to_string());
         load_file(Some(&path), &MapEnv(vars))
+    }
+
+    #[test]
+    fn the_callback_key_is_redacted_and_never_shown() {
+        let key = "callback-key-from-the-file-0123456789";
+        let config = load(
+            &format!("[callbacks]\nsecret = \"{key}\"\nallowed_origins = [\"https://hooks.example.com\"]\n"),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            config.engine.redactor().text(&format!("sent {key} away")),
+            "sent [redacted] away"
+        );
+        assert!(!format!("{config:?}").contains(key));
+        assert!(!format!("{:?}", config.file).contains(key));
     }
 
     #[test]

@@ -9,8 +9,9 @@
 //!
 //! Authentication is a token (a personal access token), or a GitHub App's installation tokens,
 //! each narrowed to the repository of the call ([`app`]), held only by the host process.
-//! It is sent only in the `Authorization` header, never in a URL, and is removed from every error message this module produces. Redirects are
-//! refused so the header is never carried to another host.
+//! It is sent only in the `Authorization` header, never in a URL, and is removed from every
+//! error message this module produces. Redirects are refused so the header is never carried to
+//! another host.
 //!
 //! Only idempotent reads are retried here (5xx, 429, rate-limited 403, network errors, with
 //! exponential backoff). Creation is attempted once per call: whether a failed create went

@@ -154,13 +154,14 @@ impl QueueStore for SqliteStore {
             |conn, now| {
                 let expired: Vec<(String, i64)> = {
                     let mut statement = conn
-                    .prepare_cached(
-                        "SELECT r.task_id, r.number FROM runs r JOIN tasks t ON t.id = r.task_id
+                        .prepare_cached(
+                            "SELECT r.task_id AS task_id, r.number AS number FROM runs r
+                         JOIN tasks t ON t.id = r.task_id
                          WHERE r.ended_at_ms IS NULL AND r.lease_expires_at_ms <= ?1
                            AND t.status IN ('running', 'testing')
                          ORDER BY r.lease_expires_at_ms",
-                    )
-                    .db()?;
+                        )
+                        .db()?;
                     let rows = statement
                         .query_map([now], |row| Ok((row.get("task_id")?, row.get("number")?)))
                         .db()?;
@@ -181,13 +182,14 @@ impl QueueStore for SqliteStore {
             move |conn, now| {
                 let held: Vec<(String, i64)> = {
                     let mut statement = conn
-                    .prepare_cached(
-                        "SELECT r.task_id, r.number FROM runs r JOIN tasks t ON t.id = r.task_id
+                        .prepare_cached(
+                            "SELECT r.task_id AS task_id, r.number AS number FROM runs r
+                         JOIN tasks t ON t.id = r.task_id
                          WHERE r.ended_at_ms IS NULL AND r.worker = ?1
                            AND t.status IN ('running', 'testing')
                          ORDER BY r.started_at_ms",
-                    )
-                    .db()?;
+                        )
+                        .db()?;
                     let rows = statement
                         .query_map([worker], |row| {
                             Ok((row.get("task_id")?, row.get("number")?))
