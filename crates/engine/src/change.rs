@@ -99,6 +99,7 @@ impl ChangeSandbox {
     /// takes). Fails closed like [`crate::question::TaskSandbox::open`].
     pub fn open(
         config: &Config,
+        task: &str,
         repo: &TaskRepo,
         scratch_dir: &Path,
         private_cache: bool,
@@ -115,7 +116,7 @@ impl ChangeSandbox {
             code: FailureCode::Infrastructure,
             message: format!("cannot create {}: {e}", scratch_dir.display()),
         })?;
-        let sandbox = crate::sandbox_backend::select(config).map_err(failure)?;
+        let sandbox = crate::sandbox_backend::select(config, task).map_err(failure)?;
         // A private cache is shown where the key's would be, when the backend can: what
         // tools record of its paths then matches the key's warm seed.
         let toolchains = crate::question::task_toolchains(

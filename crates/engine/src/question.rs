@@ -377,6 +377,7 @@ impl TaskSandbox {
     /// it, and nothing runs with less isolation.
     pub fn open(
         config: &Config,
+        task: &str,
         repos: &[TaskRepo],
         scratch_dir: &Path,
     ) -> Result<TaskSandbox, Failure> {
@@ -395,7 +396,7 @@ impl TaskSandbox {
             })?;
         }
         let toolchains = task_toolchains(config, repos, false, false, false)?;
-        let sandbox = crate::sandbox_backend::select(config).map_err(failure)?;
+        let sandbox = crate::sandbox_backend::select(config, task).map_err(failure)?;
         let view = sandbox
             .open(&ViewSpec {
                 lower: repos

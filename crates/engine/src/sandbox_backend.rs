@@ -6,12 +6,13 @@ use crate::config::Config;
 use std::sync::Arc;
 use warden_sandbox::{Backend, Sandbox, SandboxError};
 
-/// The configured backend, ready to open views.
-pub fn select(config: &Config) -> Result<Arc<dyn Sandbox>, SandboxError> {
+/// The configured backend, ready to open the views of `task` (the kubernetes backend labels
+/// their claims with it).
+pub fn select(config: &Config, task: &str) -> Result<Arc<dyn Sandbox>, SandboxError> {
     match config.sandbox.backend {
-        Backend::Kubernetes => Ok(Arc::new(warden_kubernetes::KubernetesSandbox::connect(
-            &config.kubernetes,
-        )?)),
+        Backend::Kubernetes => Ok(Arc::new(
+            warden_kubernetes::KubernetesSandbox::connect(&config.kubernetes)?.for_task(task),
+        )),
         backend => warden_sandbox::select(backend, &config.sandbox.config),
     }
 }

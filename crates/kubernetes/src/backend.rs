@@ -115,6 +115,8 @@ pub struct KubernetesSandbox {
     /// a burst of commands costs one `PATCH` and a claim never comes within three quarters of
     /// it while in use.
     keep_alive_every: Duration,
+    /// The task its views serve, labelled on their claims (`warden.dev/task`).
+    task: Option<String>,
 }
 
 impl KubernetesSandbox {
@@ -129,7 +131,16 @@ impl KubernetesSandbox {
             client: Arc::new(Client::new(endpoint, &config.namespace)),
             config: config.clone(),
             keep_alive_every: config.idle_timeout / 4,
+            task: None,
         })
+    }
+
+    /// Labels the claims of this sandbox's views with `task` (`warden.dev/task`), so an
+    /// operator finds a task's claim with a label selector. A value Kubernetes would refuse as
+    /// a label is left off.
+    pub fn for_task(mut self, task: &str) -> KubernetesSandbox {
+        self.task = Some(task.to_string());
+        self
     }
 
     /// Pushes expiries forward this often instead (tests against the fake, whose clock they
@@ -219,6 +230,7 @@ impl KubernetesSandbox {
                 name: &name,
                 warm_pool: &self.config.warm_pool,
                 owner: &self.config.owner,
+                task: self.task.as_deref(),
                 shutdown_time: &expiry(self.config.idle_timeout),
             })
             .map_err(|e| {

@@ -30,6 +30,8 @@ pub(crate) struct NewClaim<'a> {
     pub(crate) name: &'a str,
     pub(crate) warm_pool: &'a str,
     pub(crate) owner: &'a str,
+    /// The task the sandbox serves, when it is a valid label value.
+    pub(crate) task: Option<&'a str>,
     pub(crate) shutdown_time: &'a str,
 }
 
@@ -59,10 +61,10 @@ impl Client {
         self.endpoint.send(&request)
     }
 
-    /// The body of a claim: labels saying who made it, the warm pool, an expiry that deletes
-    /// it. No `env` (it would force a cold start) and nothing secret.
+    /// The body of a claim: labels saying who made it and for which task, the warm pool, an
+    /// expiry that deletes it. No `env` (it would force a cold start) and nothing secret.
     pub(crate) fn claim_body(&self, claim: &NewClaim<'_>) -> Value {
-        json!({
+        let mut body = json!({
             "apiVersion": format!("{EXTENSIONS_GROUP}/{VERSION}"),
             "kind": "SandboxClaim",
             "metadata": {
@@ -77,7 +79,11 @@ impl Client {
                 "warmPoolRef": {"name": claim.warm_pool},
                 "lifecycle": {"shutdownTime": claim.shutdown_time, "shutdownPolicy": "Delete"},
             },
-        })
+        });
+        if let Some(task) = claim.task.filter(|task| crate::names::is_label_value(task)) {
+            body["metadata"]["labels"][crate::names::TASK_LABEL] = json!(task);
+        }
+        body
     }
 
     pub(crate) fn create_claim(&self, claim: &NewClaim<'_>) -> Result<Value, ClientError> {
@@ -536,6 +542,7 @@ mod exact_requests {
                 name: "warden-abc",
                 warm_pool: "pool",
                 owner: "worker-1",
+                task: Some("tsk_01abc"),
                 shutdown_time: "2026-01-02T03:04:05Z",
             })
             .unwrap();
@@ -557,6 +564,7 @@ mod exact_requests {
                         "labels": {
                             "app.kubernetes.io/managed-by": "warden",
                             "warden.dev/owner": "worker-1",
+                            "warden.dev/task": "tsk_01abc",
                         },
                     },
                     "spec": {
@@ -567,6 +575,30 @@ mod exact_requests {
             }]
         );
         assert_eq!(client.requests(), 1);
+    }
+
+    #[test]
+    fn a_task_that_is_no_label_value_is_left_off_the_claim() {
+        let (client, _) = mock(vec![]);
+        let claim = |task| {
+            client.claim_body(&NewClaim {
+                name: "warden-abc",
+                warm_pool: "pool",
+                owner: "worker-1",
+                task,
+                shutdown_time: "2026-01-02T03:04:05Z",
+            })
+        };
+        let labels = |body: &Value| body["metadata"]["labels"].clone();
+        assert_eq!(labels(&claim(Some("tsk_1")))["warden.dev/task"], "tsk_1");
+        for bad in [None, Some("a/b"), Some("-x"), Some(&*"t".repeat(64))] {
+            let body = claim(bad);
+            assert!(
+                labels(&body).get("warden.dev/task").is_none(),
+                "{bad:?}: {body}"
+            );
+            assert_eq!(labels(&body)["warden.dev/owner"], "worker-1");
+        }
     }
 
     #[test]

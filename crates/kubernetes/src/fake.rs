@@ -88,6 +88,8 @@ struct State {
     /// Sandbox name → pod name.
     sandboxes: BTreeMap<String, String>,
     pods: BTreeMap<String, Arc<Pod>>,
+    /// The labels of every claim created so far, in order (deleted ones included).
+    created_labels: Vec<Value>,
 }
 
 struct Inner {
@@ -192,6 +194,11 @@ impl FakeCluster {
     /// Forgets the recorded requests.
     pub fn clear_requests(&self) {
         lock(&self.inner.requests).clear();
+    }
+
+    /// The labels of every claim created so far, deleted ones included.
+    pub fn created_claim_labels(&self) -> Vec<Value> {
+        lock(&self.inner.state).created_labels.clone()
     }
 
     /// The claims that exist now.
@@ -464,6 +471,9 @@ impl Inner {
         body["metadata"]["uid"] = json!(format!("uid-{name}"));
         body["status"] = json!({});
         state.claims.insert(name.clone(), body.clone());
+        state
+            .created_labels
+            .push(body["metadata"]["labels"].clone());
         drop(state);
         self.changed.notify_all();
         let inner = self.clone();

@@ -5,6 +5,8 @@
 pub(crate) const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "warden");
 /// The Warden process (`KubernetesConfig::owner`) that created a claim.
 pub(crate) const OWNER_LABEL: &str = "warden.dev/owner";
+/// The task a claim's sandbox serves (`kubectl get sandboxclaims -l warden.dev/task=ID`).
+pub(crate) const TASK_LABEL: &str = "warden.dev/task";
 
 /// A DNS-1123 label: 1–63 lowercase alphanumerics or '-', alphanumeric at both ends.
 pub(crate) fn is_dns_label(name: &str) -> bool {

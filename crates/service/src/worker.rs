@@ -609,12 +609,13 @@ async fn run_task(
     let scratch = run_scratch(&config.home, &task.id, claim.run_number);
     let scratch_for_setup = scratch.clone();
     let sandboxes = repo_sandboxes(&services.store, &task.repos).await;
+    let task_id = task.id.to_string();
     let setup = tokio::task::spawn_blocking(move || {
         let mut repos = question::pin_all(&repo_store, &specs, &|line| tracing::debug!("{line}"))?;
         for (repo, sandbox) in repos.iter_mut().zip(sandboxes) {
             repo.sandbox = sandbox;
         }
-        let sandbox = TaskSandbox::open(&config, &repos, &scratch_for_setup);
+        let sandbox = TaskSandbox::open(&config, &task_id, &repos, &scratch_for_setup);
         Ok::<_, SetupError>((repos, sandbox))
     })
     .await;

@@ -127,6 +127,13 @@ fn a_question_runs_through_the_kubernetes_backend_like_linux() {
         .filter(|r| r.method == "POST" && r.target.ends_with("/sandboxclaims"))
         .count();
     assert_eq!(claims_created, 1, "one claim for the task's one view");
+    // The claim said whose it was: the owner, and the task (for a label selector).
+    let labels = fake.created_claim_labels();
+    assert_eq!(
+        labels.last().unwrap()["warden.dev/task"],
+        kubernetes.0["task_id"],
+        "{labels:?}"
+    );
 }
 
 #[test]

@@ -119,6 +119,7 @@ pub(super) async fn run_change_task(
     let scratch_for_setup = scratch.clone();
     let sandboxes = repo_sandboxes(store, &task.repos).await;
     let kind = task.kind;
+    let task_id = task.id.to_string();
     let setup = tokio::task::spawn_blocking(move || {
         let mut repos = question::pin_all(&repo_store, &specs, &|line| tracing::debug!("{line}"))?;
         let mut repo = repos
@@ -126,7 +127,7 @@ pub(super) async fn run_change_task(
             .ok_or_else(|| question::SetupError::Infrastructure("no repository pinned".into()))?;
         repo.sandbox = sandboxes.into_iter().next().unwrap_or_default();
         let maintain = kind == TaskKind::Maintain;
-        let sandbox = ChangeSandbox::open(&config, &repo, &scratch_for_setup, maintain);
+        let sandbox = ChangeSandbox::open(&config, &task_id, &repo, &scratch_for_setup, maintain);
         Ok::<_, question::SetupError>((repo, sandbox))
     })
     .await;
