@@ -129,9 +129,13 @@ impl ServiceConfig {
     }
 
     /// The secrets of these sections (the GitHub token, the webhook, Telegram and Slack
-    /// secrets, the callbacks' signing key): every redactor hides them.
+    /// secrets, the callbacks' signing key, the GitHub App's private key line by line): every
+    /// redactor hides them.
     pub fn secrets(&self) -> Vec<String> {
         let mut keys: Vec<String> = Vec::new();
+        if let Some(app) = &self.github.app {
+            keys.extend(app.key.secret_text().iter().cloned());
+        }
         keys.extend(
             self.callbacks
                 .secret
@@ -411,6 +415,16 @@ pub(crate) mod tests {
             "x [redacted] y"
         );
         assert!(!format!("{:?}", config.service.github).contains("PRIVATE"));
+        // Any line of the private key is hidden, not only the whole key.
+        let line = key.lines().nth(3).unwrap();
+        assert_eq!(
+            config
+                .engine
+                .redactor()
+                .text(&format!("leaked {line} here")),
+            "leaked [redacted] here"
+        );
+        assert!(!format!("{config:?}").contains(line));
         for (text, env, expected) in [
             (app.to_string(), vec![], "WARDEN_GITHUB_APP_PRIVATE_KEY"),
             (

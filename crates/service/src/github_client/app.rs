@@ -23,8 +23,13 @@ const IAT_SKEW_SECS: i64 = 60;
 /// The JWT's `exp` is this far ahead (GitHub refuses more than ten minutes).
 const EXP_AHEAD_SECS: i64 = 540;
 
-/// An App's private key. `Debug` never shows it.
-pub struct AppKey(RsaKeyPair);
+/// An App's private key, with the text it was read from for redaction. `Debug` never shows
+/// either.
+pub struct AppKey {
+    pair: RsaKeyPair,
+    /// The PEM body's lines, and the body on one line: what a redactor hides.
+    text: Vec<String>,
+}
 
 impl std::fmt::Debug for AppKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -47,6 +52,13 @@ impl AppKey {
             .strip_suffix(end.as_str())
             .ok_or_else(|| format!("the PEM has no {end} line"))?;
         let base64: String = body.chars().filter(|c| !c.is_whitespace()).collect();
+        let mut text: Vec<String> = body
+            .lines()
+            .map(str::trim)
+            .filter(|line| !line.is_empty())
+            .map(str::to_string)
+            .collect();
+        text.push(base64.clone());
         let der = base64::engine::general_purpose::STANDARD
             .decode(base64)
             .map_err(|e| format!("the PEM body is not base64: {e}"))?;
@@ -56,12 +68,18 @@ impl AppKey {
             other => return Err(format!("a {other} is not an RSA private key")),
         }
         .map_err(|e| format!("the RSA key is refused: {e}"))?;
-        Ok(AppKey(key))
+        Ok(AppKey { pair: key, text })
+    }
+
+    /// The key's text as the PEM held it: each base64 line and the whole body on one line,
+    /// for the redactor (a leak of any line of the key is hidden, not only of the whole key).
+    pub fn secret_text(&self) -> &[String] {
+        &self.text
     }
 
     /// The public key, PKCS#1 `RSAPublicKey` DER (what GitHub checks the JWT with).
     pub fn public_key_der(&self) -> Vec<u8> {
-        ring::signature::KeyPair::public_key(&self.0)
+        ring::signature::KeyPair::public_key(&self.pair)
             .as_ref()
             .to_vec()
     }
@@ -76,8 +94,8 @@ impl AppKey {
             "iss": client_id,
         });
         let signing_input = format!("{header}.{}", encode(claims.to_string().as_bytes()));
-        let mut signature = vec![0; self.0.public().modulus_len()];
-        self.0
+        let mut signature = vec![0; self.pair.public().modulus_len()];
+        self.pair
             .sign(
                 &RSA_PKCS1_SHA256,
                 &SystemRandom::new(),
