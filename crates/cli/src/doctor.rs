@@ -151,9 +151,13 @@ pub async fn doctor(loaded: &Loaded, options: DoctorOptions<'_>) -> anyhow::Resu
             ok: probed.is_ok(),
             detail: match probed {
                 Ok(Some(claims)) => format!(
-                    "kubernetes backend: the API server answered in namespace {} ({claims} \
-                     claim(s) of owner {}); pods come from warm pool {}",
-                    kubernetes.namespace, kubernetes.owner, kubernetes.warm_pool
+                    "kubernetes backend: the API server answered in namespace {} ({} \
+                     claim(s) of owner {}{}); pods come from warm pool {}",
+                    kubernetes.namespace,
+                    claims.len(),
+                    kubernetes.owner,
+                    claims_by_task(&claims),
+                    kubernetes.warm_pool
                 ),
                 Ok(None) => format!(
                     "kubernetes backend: settings and credentials readable (namespace {}, \
@@ -276,7 +280,10 @@ pub async fn doctor(loaded: &Loaded, options: DoctorOptions<'_>) -> anyhow::Resu
 /// With the kubernetes backend, its settings and credentials and — unless `offline` — the API
 /// server's answer ([`warden_engine::sandbox_backend::probe_kubernetes`]), off the async threads
 /// (the client blocks) and within [`ONLINE_TIMEOUT`]. `None` for the other backends.
-async fn kubernetes_probe(config: &Config, offline: bool) -> Option<Result<Option<usize>, String>> {
+async fn kubernetes_probe(
+    config: &Config,
+    offline: bool,
+) -> Option<Result<Option<Vec<warden_engine::sandbox_backend::ClaimSummary>>, String>> {
     if config.sandbox.backend != warden_sandbox::Backend::Kubernetes {
         return None;
     }
@@ -292,6 +299,23 @@ async fn kubernetes_probe(config: &Config, offline: bool) -> Option<Result<Optio
             ONLINE_TIMEOUT.as_secs()
         )),
     })
+}
+
+/// `: warden-abc (tsk_1), …` — the claims a doctor found and the tasks they serve; nothing
+/// when there are none.
+fn claims_by_task(claims: &[warden_engine::sandbox_backend::ClaimSummary]) -> String {
+    let listed: Vec<String> = claims
+        .iter()
+        .map(|claim| match &claim.task {
+            Some(task) => format!("{} ({task})", claim.name),
+            None => claim.name.clone(),
+        })
+        .collect();
+    if listed.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", listed.join(", "))
+    }
 }
 
 /// How long one interface's online check may take.

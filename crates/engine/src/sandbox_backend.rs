@@ -6,6 +6,8 @@ use crate::config::Config;
 use std::sync::Arc;
 use warden_sandbox::{Backend, Sandbox, SandboxError};
 
+pub use warden_kubernetes::ClaimSummary;
+
 /// The configured backend, ready to open the views of `task` (the kubernetes backend labels
 /// their claims with it).
 pub fn select(config: &Config, task: &str) -> Result<Arc<dyn Sandbox>, SandboxError> {
@@ -30,13 +32,13 @@ pub fn reap_orphans(config: &Config) -> Result<Vec<String>, SandboxError> {
 }
 
 /// What `warden doctor` checks of the kubernetes backend, changing nothing: `settings` and
-/// their credentials, read as a task reads them, and — `online` — how many claims of this
-/// Warden's owner the API server lists ([`warden_kubernetes::KubernetesSandbox::probe`];
+/// their credentials, read as a task reads them, and — `online` — the claims of this Warden's
+/// owner the API server lists, with their tasks ([`warden_kubernetes::KubernetesSandbox::probe`];
 /// `None` offline, when it is not asked).
 pub fn probe_kubernetes(
     settings: &warden_kubernetes::KubernetesConfig,
     online: bool,
-) -> Result<Option<usize>, SandboxError> {
+) -> Result<Option<Vec<ClaimSummary>>, SandboxError> {
     let sandbox = warden_kubernetes::KubernetesSandbox::connect(settings)?;
     if online {
         sandbox.probe().map(Some)

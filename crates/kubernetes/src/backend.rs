@@ -106,6 +106,14 @@ const GRACE: Duration = Duration::from_secs(10);
 /// How long a control exec (upload, sync, stop) may take.
 const CONTROL: Duration = Duration::from_secs(300);
 
+/// One claim of this Warden's, as `warden doctor` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimSummary {
+    pub name: String,
+    /// Its `warden.dev/task` label: the task it serves.
+    pub task: Option<String>,
+}
+
 /// The kubernetes backend.
 #[derive(Debug)]
 pub struct KubernetesSandbox {
@@ -159,10 +167,20 @@ impl KubernetesSandbox {
     /// What `warden doctor` asks of the cluster, changing nothing: the claims of this Warden
     /// ([`KubernetesConfig::owner`]) in the namespace, listed with Warden's credentials (which
     /// proves the endpoint, the credentials, the namespace and the `list` right). How many.
-    pub fn probe(&self) -> Result<usize, SandboxError> {
+    pub fn probe(&self) -> Result<Vec<ClaimSummary>, SandboxError> {
         self.client
             .list_claims(&self.owner_selector())
-            .map(|claims| claims.len())
+            .map(|claims| {
+                claims
+                    .iter()
+                    .map(|claim| ClaimSummary {
+                        name: claim["metadata"]["name"].as_str().unwrap_or("").to_string(),
+                        task: claim["metadata"]["labels"][crate::names::TASK_LABEL]
+                            .as_str()
+                            .map(str::to_string),
+                    })
+                    .collect()
+            })
             .map_err(|error| {
                 let hint = match &error {
                     ClientError::Status { status: 404, .. } => format!(

@@ -21,7 +21,7 @@ mod tar;
 mod websocket;
 mod yaml;
 
-pub use backend::KubernetesSandbox;
+pub use backend::{ClaimSummary, KubernetesSandbox};
 pub use config::{Credentials, KubernetesConfig};
 pub use error::ClientError;
 pub use render::{manifests, render, PodResources, CONTAINER, POD_WORKING_ROOT};

@@ -578,6 +578,25 @@ fn doctor_asks_the_cluster() {
         "doctor changed nothing"
     );
 
+    // The claims it finds are listed with the tasks they serve; another owner's are not.
+    fake.add_claim(
+        "warden-held",
+        json!({"app.kubernetes.io/managed-by": "warden", "warden.dev/owner": "cli-test",
+               "warden.dev/task": "tsk_01held"}),
+    );
+    fake.add_claim(
+        "warden-theirs",
+        json!({"app.kubernetes.io/managed-by": "warden", "warden.dev/owner": "elsewhere",
+               "warden.dev/task": "tsk_01theirs"}),
+    );
+    let check = sandbox_check(&warden, false);
+    let detail = check["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("(1 claim(s) of owner cli-test: warden-held (tsk_01held))"),
+        "{check}"
+    );
+    assert!(!detail.contains("theirs"), "{check}");
+
     // Offline: the credentials are read, the server is not asked.
     fake.clear_requests();
     let check = sandbox_check(&warden, true);
