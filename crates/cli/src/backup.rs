@@ -7,7 +7,8 @@
 
 use anyhow::Context;
 use std::path::PathBuf;
-use warden_engine::config::{Config, Env, ProcessEnv};
+use warden_config::{Env, ProcessEnv};
+use warden_engine::config::Config;
 
 #[derive(Debug, clap::Args)]
 pub struct BackupArgs {

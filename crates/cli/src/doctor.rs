@@ -496,7 +496,7 @@ fn toolchain_check(config: &Config, file: &std::path::Path) -> Check {
         };
     };
     let configured = &config.sandbox.toolchains.presets;
-    let env = warden_engine::config::ProcessEnv;
+    let env = warden_config::ProcessEnv;
     // A toolchain in the system directories the sandbox shows anyway still wants its preset
     // when the preset fetches without configuration: it brings the dependency cache, its
     // registries on the egress allow-list, the default prepare and the warm install (an npm

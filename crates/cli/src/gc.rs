@@ -7,7 +7,8 @@
 //! `--dry-run` only reports.
 
 use anyhow::Context;
-use warden_engine::config::{Config, Env, ProcessEnv};
+use warden_config::{Env, ProcessEnv};
+use warden_engine::config::Config;
 use warden_repo::{GcEntry, GcKind};
 
 #[derive(Debug, clap::Args)]

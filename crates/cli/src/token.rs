@@ -7,7 +7,8 @@
 
 use clap::Subcommand;
 use serde_json::json;
-use warden_engine::config::{Config, Env, ProcessEnv};
+use warden_config::{Env, ProcessEnv};
+use warden_engine::config::Config;
 use warden_service::access::{Access, AccessError, Tokens};
 use warden_service::compose as service;
 use warden_service::tasks::{Principal, Role};

@@ -10,7 +10,7 @@ use std::time::Duration;
 use warden_models::{ModelConfig, Price, PriceTable, Provider};
 use warden_runtime::Limits;
 
-pub use warden_config::{ConfigFile, Env, FileConfig, ProcessEnv};
+use warden_config::{ConfigFile, Env, FileConfig};
 use warden_config::{ModelSection, StorageSection};
 
 /// `[storage]`, resolved.

@@ -525,13 +525,13 @@ fn the_allow_list_is_the_configured_sources_hosts() {
     )
     .unwrap();
     struct Home(String);
-    impl crate::config::Env for Home {
+    impl warden_config::Env for Home {
         fn var(&self, name: &str) -> Option<String> {
             (name == "WARDEN_HOME").then(|| self.0.clone())
         }
     }
     let env = Home(dir.path().display().to_string());
-    let file = crate::config::ConfigFile::load(Some(&path), &env).unwrap();
+    let file = warden_config::ConfigFile::load(Some(&path), &env).unwrap();
     let config = crate::config::Config::resolve(&file, &env).unwrap();
     let settings = egress_settings(&config);
     assert_eq!(
